@@ -1,0 +1,88 @@
+"""Validation layers of a profile, fast to slow, and the report `check` prints.
+
+- fast (``render`` runs these): schema (in :func:`load_profile`), the committed SGLang flag table, deployment rules;
+- slow (``check`` adds these): SGLang's own parser and resolution under simulated SM120, the patch set against the
+  target SGLang, and, unless ``offline``, host facts (model files, API-key file, interpreter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kimi_serve.errors import ExitCode, KimiServeError
+from kimi_serve.findings import FAIL, Finding, failed
+from kimi_serve.launch import Launch, build_launch
+from kimi_serve.profile import Profile, display_path, load_profile
+from kimi_serve.rules import run_rules
+
+# Layers whose failures mean the profile itself is invalid (exit 2); other failures are the host's or the server's (1).
+INPUT_LAYERS = {"schema", "flags", "rules", "sglang"}
+
+
+@dataclass
+class CheckReport:
+    profile: Profile
+    launch: Launch
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        bad = failed(self.findings)
+        if not bad:
+            return ExitCode.OK
+        return ExitCode.USAGE if any(f.layer in INPUT_LAYERS for f in bad) else ExitCode.FAILED
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "profile": self.profile.name,
+            "source": display_path(self.profile.source),
+            "ok": self.exit_code == ExitCode.OK,
+            "exit_code": int(self.exit_code),
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def fast_validate(profile: Profile) -> tuple[Launch, list[Finding]]:
+    launch = build_launch(profile)
+    return launch, run_rules(profile, launch)
+
+
+def validated_launch(profile: Profile) -> Launch:
+    """The launch, or a one-line error for the first failing fast rule (what `render`, `up`, `install-service` use)."""
+    launch, findings = fast_validate(profile)
+    bad = failed(findings)
+    if bad:
+        more = f" (+{len(bad) - 1} more: run kimi-serve check --profile {profile.name})" if len(bad) > 1 else ""
+        first = bad[0]
+        raise KimiServeError(first.message + more, where=first.where or display_path(profile.source), hint=first.fix)
+    return launch
+
+
+def run_check(
+    name_or_path: str,
+    *,
+    offline: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> CheckReport:
+    profile = load_profile(name_or_path)  # YAML and schema errors raise: exit 2 with file:line: key
+    say = progress or (lambda _msg: None)
+    launch, findings = fast_validate(profile)
+    report = CheckReport(profile, launch, [Finding("schema", "profile", "pass", f"{display_path(profile.source)} "
+                                                   "is a valid profile")] + findings)
+    say("running SGLang's own parser and resolution (simulated SM120)...")
+    from kimi_serve.sglang_tier import check_with_sglang
+
+    report.findings += check_with_sglang(profile, launch)
+    from kimi_serve.patch_check import check_patches
+
+    report.findings += check_patches(profile, offline=offline)
+    if not offline:
+        from kimi_serve.host import check_host
+
+        report.findings += check_host(profile)
+    return report
+
+
+__all__ = ["CheckReport", "FAIL", "fast_validate", "run_check", "validated_launch"]

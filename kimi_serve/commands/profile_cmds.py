@@ -1,0 +1,65 @@
+"""`show`, `render` and `check`: a profile as merged YAML, as a validated launch, and through every validation layer."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import typer
+
+PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
+
+_MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+
+
+def show(profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP)) -> int:
+    """Print the fully merged profile as standalone YAML (no extends)."""
+    from kimi_serve.profile import dump_profile, load_profile
+
+    typer.echo(dump_profile(load_profile(profile)), nl=False)
+    return 0
+
+
+def render(
+    profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
+    as_json: bool = typer.Option(False, "--json", help='Print exactly {"argv": [...], "env": {...}}.'),
+) -> int:
+    """Print the validated launch command and environment (fast checks only; `check` runs them all)."""
+    from kimi_serve.checks import validated_launch
+    from kimi_serve.profile import load_profile
+
+    launch = validated_launch(load_profile(profile))
+    if as_json:
+        typer.echo(json.dumps(launch.to_json(), indent=2))
+    else:
+        typer.echo(launch.shell())
+    return 0
+
+
+def check(
+    profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
+    offline: bool = typer.Option(False, "--offline", help="Skip host facts (model files, GPUs, API-key file): for CI."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+) -> int:
+    """Run every validation that needs no GPU; exit 0 only if nothing fails (1 host/server, 2 invalid profile)."""
+    from kimi_serve.checks import run_check
+    from kimi_serve.profile import display_path
+
+    tty = sys.stderr.isatty() and not as_json
+    report = run_check(profile, offline=offline, progress=(lambda m: typer.echo(m, err=True)) if tty else None)
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+        return int(report.exit_code)
+    for f in report.findings:
+        typer.echo(f"{_MARK[f.status]} [{f.layer}] {f.line()}")
+    counts = {s: sum(f.status == s for f in report.findings) for s in _MARK}
+    verdict = "PASSED" if report.exit_code == 0 else "FAILED"
+    typer.echo(f"check {verdict}: {counts['pass']} passed, {counts['warn']} warnings, {counts['fail']} failed, "
+               f"{counts['skip']} skipped ({display_path(report.profile.source)})")
+    return int(report.exit_code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(show)
+    app.command()(render)
+    app.command()(check)

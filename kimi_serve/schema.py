@@ -1,0 +1,164 @@
+"""The profile schema: every key a profile may hold, its type, range and meaning.
+
+This table is the single source of truth: the loader validates against it, and docs/profiles.md is checked against it
+by the test suite (every key documented, nothing documented that does not exist).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# A scalar "type" is one of: "str", "int", "float", "bool", "path" (absolute path string), "str_map", "str_list".
+
+
+@dataclass(frozen=True)
+class Key:
+    type: str
+    doc: str
+    default: Any = None
+    required: bool = False
+    choices: tuple[Any, ...] | None = None
+    min: float | None = None
+    max: float | None = None
+    nullable: bool = True
+
+
+SECTIONS: dict[str, dict[str, Key]] = {
+    "": {
+        "description": Key("str", "One line saying what this profile is for.", default=""),
+        "engine": Key(
+            "str",
+            "What `up` and the systemd unit start: `sglang` (python -m sglang.launch_server) or `simulator` "
+            "(SGLang's own serving layer with a scripted Kimi-K2.5, for CI and demos; same argv).",
+            default="sglang",
+            choices=("sglang", "simulator"),
+            nullable=False,
+        ),
+        "python": Key(
+            "path",
+            "Absolute path of the Python that has SGLang installed (systemd's PATH is not the shell's). "
+            "Default: the interpreter running kimi-serve.",
+        ),
+        "gpus": Key("int", "GPUs this deployment uses; must equal parallel.tp_size.", default=8, min=1, max=64),
+        "patch_set": Key(
+            "str",
+            "The SGLang source patch set this profile needs (patches/NAME), or null when it needs none.",
+        ),
+        "env": Key("str_map", "Extra environment for the server (NCCL tuning, SGLANG_* switches). Keys must be "
+                   "valid names; SGLANG_* names unknown to the target SGLang are errors.", default={}),
+        "extra_args": Key("str_list", "Further SGLang flags, appended verbatim after the generated ones; each is "
+                          "checked against SGLang's own parser (full names only).", default=[]),
+        "allow_unauthenticated": Key(
+            "bool", "Allow binding a non-loopback host without an API key (not recommended).", default=False,
+            nullable=False,
+        ),
+    },
+    "model": {
+        "path": Key("path", "Directory of the Kimi-K2.5 checkpoint (config.json, safetensors shards, tokenizer).",
+                    required=True, nullable=False),
+        "served_name": Key("str", "Model id clients send and /v1/models returns (no ':').", required=True,
+                           nullable=False),
+        "trust_remote_code": Key("bool", "Pass --trust-remote-code (Kimi's tokenizer needs it; required).",
+                                 default=True, nullable=False),
+        "context_length": Key("int", "Maximum context length in tokens (null: the model's).", min=1024,
+                              max=1_048_576),
+        "kv_cache_dtype": Key("str", "KV cache data type.", default="auto",
+                              choices=("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16")),
+        "attention_heads": Key("int", "The model's attention heads; tp_size must divide it (Kimi-K2.5: 64).",
+                               default=64, min=1, nullable=False),
+    },
+    "parallel": {
+        "tp_size": Key("int", "Tensor parallel size (one rank per GPU).", default=8, min=1, max=64, nullable=False),
+    },
+    "speculative": {
+        "enabled": Key("bool", "Use speculative decoding (EAGLE-3).", default=False, nullable=False),
+        "algorithm": Key("str", "Speculative algorithm.", default="EAGLE3", choices=("EAGLE3", "EAGLE"),
+                         nullable=False),
+        "draft_model_path": Key("path", "Directory of the EAGLE-3 draft model (e.g. a local copy of "
+                                "lightseekorg/kimi-k2.5-eagle3-mla)."),
+        "num_steps": Key("int", "Draft steps per verify.", default=3, min=1, max=16, nullable=False),
+        "eagle_topk": Key("int", "Draft branching; 1 = chain (required for overlap/spec v2 here).", default=1,
+                          min=1, max=16, nullable=False),
+        "num_draft_tokens": Key("int", "Tokens verified per step; with topk=1 it must be num_steps + 1.", default=4,
+                                min=2, max=64, nullable=False),
+        "overlap_schedule": Key(
+            "bool",
+            "Overlap (\"spec v2\") scheduling. In SGLang 0.5.23 spec v2 is the only EAGLE-3 worker and overlap is "
+            "on by default; false adds --disable-overlap-schedule.",
+            default=True, nullable=False,
+        ),
+    },
+    "parsers": {
+        "tool_call": Key("str", "--tool-call-parser. Must be kimi_k2 (else tool calls come back as raw tokens).",
+                         default="kimi_k2"),
+        "reasoning": Key("str", "--reasoning-parser. Must be kimi_k2 (else reasoning lands in content).",
+                         default="kimi_k2"),
+    },
+    "allreduce": {
+        "flashinfer_fusion_backend": Key(
+            "str", "FlashInfer allreduce+RMSNorm fusion backend (--flashinfer-allreduce-fusion-backend); needs the "
+            "SM120 patch set on this hardware. null disables it.", choices=("auto", "trtllm", "mnnvl", "cutedsl"),
+        ),
+        "torch_symm_mem": Key("bool", "Torch symmetric-memory all-reduce (--enable-torch-symm-mem); needs the SM120 "
+                              "patch set.", default=False, nullable=False),
+        "nccl_symm_mem": Key("bool", "NCCL symmetric memory (--enable-symm-mem). It takes precedence over the "
+                             "PCIe-IPC all-reduce.", default=False, nullable=False),
+        "pcie_ipc": Key("bool", "FlashInfer PCIe-IPC all-reduce for PCIe-only multi-GPU "
+                        "(SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1).", default=False, nullable=False),
+    },
+    "memory": {
+        "mem_fraction_static": Key("float", "Fraction of GPU memory for weights and KV cache.", min=0.1, max=0.98),
+        "chunked_prefill_size": Key("int", "Chunked prefill size in tokens (-1 disables chunking).", min=-1,
+                                    max=1_048_576),
+        "max_running_requests": Key("int", "Concurrent requests (SGLang forces 48 with speculative decoding "
+                                    "if unset).", min=1, max=4096),
+        "cuda_graph_max_bs_decode": Key("int", "Largest decode batch captured in a CUDA graph "
+                                        "(--cuda-graph-max-bs-decode).", min=1, max=4096),
+    },
+    "server": {
+        "host": Key("str", "Address to bind.", default="127.0.0.1", nullable=False),
+        "port": Key("int", "HTTP port.", default=30000, min=1, max=65535, nullable=False),
+        "api_key_file": Key(
+            "path", "Root-only (0600) YAML file `api-key: KEY`, passed to SGLang as --config FILE so the key is "
+            "never on a command line or in the unit.",
+        ),
+        "log_level": Key("str", "SGLang log level.", default="info",
+                         choices=("debug", "info", "warning", "error", "critical"), nullable=False),
+        "enable_metrics": Key("bool", "Expose Prometheus /metrics.", default=True, nullable=False),
+        "watchdog_timeout": Key("float", "Seconds a scheduler step may hang before SGLang aborts.", min=10,
+                                max=86400),
+    },
+    "startup": {
+        "timeout": Key("int", "Seconds a cold start may take (weights, CUDA graphs, warmup): up's deadline and "
+                       "the unit's TimeoutStartSec.", default=1800, min=10, max=14400, nullable=False),
+    },
+    "verify": {
+        "suite": Key("str", "Contract suite run after start.", default="quick", choices=("quick", "full"),
+                     nullable=False),
+        "timeout": Key("float", "Seconds for the whole contract check.", default=120, min=1, max=3600,
+                       nullable=False),
+    },
+    "service": {
+        "unit_name": Key("str", "systemd unit name (without .service).", default="sglang-kimi", nullable=False),
+        "user": Key("str", "User the service runs as.", default="root", nullable=False),
+        "working_directory": Key("path", "Working directory of the service.", default="/var/lib/kimi-serve",
+                                 nullable=False),
+        "stop_timeout": Key("int", "Seconds SGLang gets to drain after SIGTERM before SIGKILL.", default=120,
+                            min=5, max=3600, nullable=False),
+        "limit_nofile": Key("int", "LimitNOFILE for the service.", default=1_048_576, min=1024, nullable=False),
+        "limit_memlock": Key("str", "LimitMEMLOCK for the service (NCCL pins memory).", default="infinity",
+                             nullable=False),
+    },
+}
+
+TOP_LEVEL_ONLY = {"extends"}
+SECTION_NAMES = tuple(name for name in SECTIONS if name)
+
+
+def all_key_paths() -> list[str]:
+    """Every documented key path, e.g. ``server.port``; top-level keys have no prefix."""
+    paths = sorted(TOP_LEVEL_ONLY)
+    for section, keys in SECTIONS.items():
+        paths.extend(f"{section}.{k}" if section else k for k in keys)
+    return paths

@@ -1,0 +1,65 @@
+"""Shared fixtures. Tests never touch the real /etc, site-packages or state dirs: roots are injected here."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from kimi_serve.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIGS = REPO / "configs"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_host(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("KIMI_SERVE_STATE_DIR", str(state))
+    monkeypatch.delenv("KIMI_SERVE_PROFILE_PATH", raising=False)
+    monkeypatch.delenv("KIMI_SERVE_API_KEY", raising=False)
+
+
+@pytest.fixture
+def sglang_python() -> str:
+    path = os.environ.get("KIMI_SERVE_SGLANG_PYTHON")
+    if not path:
+        pytest.skip("KIMI_SERVE_SGLANG_PYTHON is not set (scripts/test.sh sets it; CI always does)")
+    return path
+
+
+@pytest.fixture
+def profile_dir(tmp_path: Path) -> Path:
+    """A directory with copies of the shipped profiles, for writing variants next to them."""
+    d = tmp_path / "profiles"
+    shutil.copytree(CONFIGS, d)
+    return d
+
+
+@pytest.fixture
+def write_profile(profile_dir: Path) -> Callable[..., Path]:
+    def write(text: str, name: str = "test") -> Path:
+        path = profile_dir / f"{name}.yaml"
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    return write
+
+
+class CliResult:
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    def run(*args: str) -> CliResult:
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
