@@ -7,6 +7,7 @@ The API key never appears here: a profile names a root-only SGLang config file (
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -102,7 +103,13 @@ def env_of(profile: Profile) -> dict[str, str]:
 
 
 def interpreter_of(profile: Profile) -> str:
-    return profile.python or sys.executable
+    """``python:`` if set; for the simulator, else the SGLang interpreter named by $KIMI_SERVE_SGLANG_PYTHON; else
+    the interpreter running kimi-serve."""
+    if profile.python:
+        return profile.python
+    if profile.engine == "simulator" and os.environ.get("KIMI_SERVE_SGLANG_PYTHON"):
+        return os.environ["KIMI_SERVE_SGLANG_PYTHON"]
+    return sys.executable
 
 
 def build_launch(profile: Profile) -> Launch:

@@ -32,6 +32,14 @@ def _jsonable(v: object) -> object:
     return repr(v)
 
 
+def _choices(choices: object) -> list | None:
+    if not choices:
+        return None
+    items = [_jsonable(c) for c in choices]  # type: ignore[union-attr]
+    # a set's order changes from run to run; keep the table reproducible
+    return sorted(items, key=str) if isinstance(choices, (set, frozenset)) else items
+
+
 def main() -> int:
     import sglang
     from sglang.srt.server_args import ServerArgs
@@ -51,7 +59,7 @@ def main() -> int:
                 "takes_value": action.nargs != 0,
                 "nargs": action.nargs if isinstance(action.nargs, (int, str)) else None,
                 "type": _type_name(action.type),
-                "choices": [_jsonable(c) for c in action.choices] if action.choices else None,
+                "choices": _choices(action.choices),
                 "default": _jsonable(action.default),
                 "deprecated": kind.startswith("Deprecated") or "deprecated" in (action.help or "").lower()[:200],
             }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import typer
@@ -30,6 +29,8 @@ def render(
 
     launch = validated_launch(load_profile(profile))
     if as_json:
+        import json
+
         typer.echo(json.dumps(launch.to_json(), indent=2))
     else:
         typer.echo(launch.shell())
@@ -48,6 +49,8 @@ def check(
     tty = sys.stderr.isatty() and not as_json
     report = run_check(profile, offline=offline, progress=(lambda m: typer.echo(m, err=True)) if tty else None)
     if as_json:
+        import json
+
         typer.echo(json.dumps(report.to_json(), indent=2))
         return int(report.exit_code)
     for f in report.findings:
