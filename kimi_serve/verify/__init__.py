@@ -1,0 +1,14 @@
+"""The post-start API contract check (`kimi-serve verify`): structured tool_calls and reasoning_content, or a
+diagnosis that says what to fix. Core API for the `up` command, systemd ExecStartPost and `check --contract`."""
+
+from __future__ import annotations
+
+from kimi_serve.verify.readiness import wait_ready
+from kimi_serve.verify.report import REPORT_VERSION, Finding, ProbeResult, Readiness, VerifyReport
+from kimi_serve.verify.runner import DEFAULT_TIMEOUT, run_verify
+from kimi_serve.verify.target import API_KEY_ENV, Target, parse_target, resolve_api_key
+
+__all__ = [
+    "API_KEY_ENV", "DEFAULT_TIMEOUT", "REPORT_VERSION", "Finding", "ProbeResult", "Readiness", "Target",
+    "VerifyReport", "parse_target", "resolve_api_key", "run_verify", "wait_ready",
+]

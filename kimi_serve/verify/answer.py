@@ -1,0 +1,66 @@
+"""One assistant turn in a shape both wire forms reduce to, so every rule applies to streamed and plain answers alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimi_serve.verify.report import Finding
+
+# Fields other stacks use for reasoning; SGLang's (and the contract's) field is reasoning_content.
+OTHER_REASONING_FIELDS = ("reasoning", "thinking", "reasoning_text")
+
+
+@dataclass
+class ToolCall:
+    id: str | None = None
+    type: str | None = None
+    index: int | None = None
+    name: str | None = None
+    arguments: str | None = None
+
+
+@dataclass
+class Answer:
+    content: str | None = None
+    reasoning: str | None = None  # message.reasoning_content
+    other_reasoning: dict[str, str] = field(default_factory=dict)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    problems: list[Finding] = field(default_factory=list)  # wire-level problems (shape, stream truncation)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _malformed(what: str) -> Finding:
+    return Finding("malformed_response", f"response is not an OpenAI chat completion: {what}",
+                   "point --host at SGLang's OpenAI server (/v1/chat/completions), not a proxy that rewrites it")
+
+
+def answer_from_json(obj: Any) -> Answer:
+    """Reduce a non-streamed ``chat.completion`` object."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list) or not obj["choices"]:
+        return Answer(problems=[_malformed("no choices")])
+    choice = obj["choices"][0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        return Answer(problems=[_malformed("choices[0] has no message")])
+    answer = Answer(content=_text(message.get("content")), reasoning=_text(message.get("reasoning_content")),
+                    finish_reason=_text(choice.get("finish_reason")))
+    for name in OTHER_REASONING_FIELDS:
+        if _text(message.get(name)):
+            answer.other_reasoning[name] = message[name]
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        answer.problems.append(_malformed("message.tool_calls is not a list"))
+        raw_calls = []
+    for raw in raw_calls:
+        raw = raw if isinstance(raw, dict) else {}
+        fn = raw.get("function") if isinstance(raw.get("function"), dict) else {}
+        index = raw.get("index")
+        answer.tool_calls.append(ToolCall(id=_text(raw.get("id")), type=_text(raw.get("type")),
+                                          index=index if isinstance(index, int) else None,
+                                          name=_text(fn.get("name")), arguments=_text(fn.get("arguments"))))
+    return answer

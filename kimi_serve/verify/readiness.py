@@ -1,0 +1,68 @@
+"""Wait until SGLang is ready: refused (loading weights, capturing graphs) -> 503 on /health (warmup) -> 200.
+
+``/v1/models`` answers before warmup ends, so only ``/health`` counts (docs/verify.md, "Readiness").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kimi_serve.verify.report import Readiness
+from kimi_serve.verify.target import Target
+from kimi_serve.verify.transport import TransportError, request
+
+Progress = Callable[[str, float, str], None]  # (phase, seconds waited, detail)
+POLL_INTERVAL = 0.5
+POLL_TIMEOUT = 5.0
+
+_DETAIL = {
+    "refused": "connection refused (loading weights / capturing graphs?)",
+    "no-answer": "connected, no answer to /health",
+    "unreachable": "cannot connect",
+    "warming": "HTTP 503 on /health (warming up)",
+    "ready": "HTTP 200 on /health",
+    "no-health-endpoint": "HTTP 404 on /health: no readiness signal, going on",
+}
+
+
+def _poll(target: Target, poll_end: float, api_key: str | None) -> tuple[str, str]:
+    try:
+        reply = request("GET", target.url("/health"), deadline=poll_end, api_key=api_key)
+    except TransportError as err:
+        phase = {"refused": "refused", "timeout": "no-answer"}.get(err.kind, "unreachable")
+        return phase, _DETAIL[phase] if phase != "unreachable" else f"cannot connect: {err.detail}"
+    if reply.timed_out:
+        return "no-answer", _DETAIL["no-answer"]
+    if reply.status == 200:
+        return "ready", _DETAIL["ready"]
+    if reply.status == 503:
+        return "warming", _DETAIL["warming"]
+    if reply.status == 404:
+        return "no-health-endpoint", _DETAIL["no-health-endpoint"]
+    return f"http-{reply.status}", f"HTTP {reply.status} on /health"
+
+
+def wait_ready(target: Target, deadline: float, progress: Progress | None = None, *,
+               api_key: str | None = None, interval: float = POLL_INTERVAL,
+               poll_timeout: float = POLL_TIMEOUT) -> Readiness:
+    """Poll ``/health`` until it answers 200 or ``deadline`` (a ``time.monotonic()`` value) passes.
+
+    One poll always happens: a deadline in the past means "check once" (that poll may take ``poll_timeout``).
+    """
+    start = time.monotonic()
+    phases: list[str] = []
+    while True:
+        now = time.monotonic()
+        phase, detail = _poll(target, now + poll_timeout if deadline <= now else min(deadline, now + poll_timeout),
+                              api_key)
+        waited = time.monotonic() - start
+        if not phases or phases[-1] != phase:
+            phases.append(phase)
+        if progress is not None:
+            progress(phase, waited, detail)
+        if phase in ("ready", "no-health-endpoint"):
+            return Readiness(True, phase, waited, detail, tuple(phases))
+        if time.monotonic() + interval >= deadline:
+            return Readiness(False, phase, waited, detail, tuple(phases))
+        time.sleep(interval)

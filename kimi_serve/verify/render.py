@@ -1,0 +1,56 @@
+"""Text forms of a :class:`VerifyReport`: a table for a terminal, plain lines for logs and pipes."""
+
+from __future__ import annotations
+
+from kimi_serve.verify.report import VerifyReport
+
+_REASON_WIDTH = 72
+
+
+def _summary(report: VerifyReport) -> str:
+    if report.error is not None:
+        what = "server unreachable or not ready" if report.exit_code == 3 else "contract not checked"
+        return f"verify: {what}: {report.error.line()}"
+    failed = [p for p in report.probes if not p.passed]
+    total = len(report.probes)
+    if not failed:
+        return f"verify: contract holds ({total}/{total} probes passed in {report.elapsed_s:.1f}s)"
+    if report.exit_code == 3:
+        return f"verify: server became unreachable ({len(failed)} of {total} probes could not connect)"
+    return f"verify: contract VIOLATED ({len(failed)} of {total} probes failed)"
+
+
+def _header(report: VerifyReport) -> str:
+    return f"verify {report.target}  model {report.model or '?'}  suite {report.suite}"
+
+
+def render_lines(report: VerifyReport) -> str:
+    """One line per probe and mode (plus one per extra finding), then the summary; for logs and pipes."""
+    lines = [_header(report)]
+    for p in report.probes:
+        head = f"{'PASS' if p.passed else 'FAIL'} {p.probe} {p.mode} {p.latency_s:.2f}s"
+        lines.append(head if p.passed else f"{head}: {p.findings[0].line()}")
+        lines.extend(f"     {p.probe} {p.mode}: {f.line()}" for f in p.findings[1:])
+    lines.append(_summary(report))
+    return "\n".join(lines)
+
+
+def render_table(report: VerifyReport) -> str:
+    """A compact probe x mode table, the fixes for what failed, then the summary."""
+    lines = [_header(report)]
+    if report.probes:
+        rows = [("PROBE", "MODE", "RESULT", "LATENCY", "REASON")]
+        for p in report.probes:
+            reason = p.reason if len(p.reason) <= _REASON_WIDTH else p.reason[: _REASON_WIDTH - 3] + "..."
+            rows.append((p.probe, p.mode, "pass" if p.passed else "FAIL", f"{p.latency_s:.2f}s", reason))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        for r in rows:
+            lines.append("  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].ljust(widths[2]),
+                                    r[3].rjust(widths[3]), r[4]]).rstrip())
+        failed = [p for p in report.probes if not p.passed]
+        if failed:
+            lines.append("")
+            for p in failed:
+                lines.extend(f"{p.probe}/{p.mode}: {f.line()}" for f in p.findings)
+    lines.append(_summary(report))
+    return "\n".join(lines)

@@ -1,0 +1,115 @@
+"""Results of a verify run and their stable JSON form (schema: docs/verify.md, ``version`` below)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimi_serve.errors import ExitCode
+
+REPORT_VERSION = 1
+REPORT_KIND = "kimi-serve-verify"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong: a stable ``code``, what is wrong, and what fixes it."""
+
+    code: str
+    message: str
+    fix: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message, "fix": self.fix}
+
+    def line(self) -> str:
+        return f"{self.message} (fix: {self.fix})"
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    probe: str
+    mode: str  # "non-stream" or "stream"
+    latency_s: float
+    findings: tuple[Finding, ...] = ()
+    unreachable: bool = False  # failed because the server could not be reached, not because of what it said
+    attempts: int = 1  # 2 when the first answer failed only in ways a sampling model can (runner.MODEL_NOISE)
+
+    @property
+    def passed(self) -> bool:
+        return not self.findings
+
+    @property
+    def reason(self) -> str:
+        return self.findings[0].message if self.findings else "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "probe": self.probe,
+            "mode": self.mode,
+            "status": "pass" if self.passed else ("unreachable" if self.unreachable else "fail"),
+            "latency_s": round(self.latency_s, 3),
+            "attempts": self.attempts,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+@dataclass(frozen=True)
+class Readiness:
+    ready: bool
+    phase: str  # refused | no-answer | warming | http-NNN | ready | no-health-endpoint
+    waited_s: float
+    detail: str = ""
+    phases: tuple[str, ...] = ()  # distinct phases seen, in order
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ready": self.ready, "phase": self.phase, "waited_s": round(self.waited_s, 3),
+                "detail": self.detail, "phases": list(self.phases)}
+
+
+@dataclass
+class VerifyReport:
+    target: str
+    suite: str
+    readiness: Readiness
+    model: str | None = None
+    server: dict[str, str | None] = field(default_factory=dict)  # parsers the server reports in /model_info
+    error: Finding | None = None  # a failure before the probes (unreachable, not ready, auth, model)
+    error_unreachable: bool = False
+    probes: list[ProbeResult] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        if self.error is not None:
+            return int(ExitCode.UNREACHABLE if self.error_unreachable else ExitCode.FAILED)
+        if any(not p.passed and not p.unreachable for p in self.probes):
+            return int(ExitCode.FAILED)
+        if any(p.unreachable for p in self.probes):
+            return int(ExitCode.UNREACHABLE)
+        return int(ExitCode.OK)
+
+    @property
+    def status(self) -> str:
+        return {0: "pass", 1: "fail", 3: "unreachable"}[self.exit_code]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": REPORT_KIND,
+            "version": REPORT_VERSION,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "target": self.target,
+            "model": self.model,
+            "suite": self.suite,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "readiness": self.readiness.to_dict(),
+            "server": {"tool_call_parser": self.server.get("tool_call_parser"),
+                       "reasoning_parser": self.server.get("reasoning_parser")} if self.server else None,
+            "error": self.error.to_dict() if self.error else None,
+            "probes": [p.to_dict() for p in self.probes],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)

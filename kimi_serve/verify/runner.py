@@ -1,0 +1,177 @@
+"""Run a verify suite: readiness, model discovery, then every probe x mode concurrently under one deadline."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
+from typing import Any
+
+from kimi_serve.verify import diagnose as dx
+from kimi_serve.verify.answer import Answer, answer_from_json
+from kimi_serve.verify.probes import STREAM, Probe, suite as suite_probes
+from kimi_serve.verify.readiness import POLL_TIMEOUT, Progress, wait_ready
+from kimi_serve.verify.report import Finding, ProbeResult, VerifyReport
+from kimi_serve.verify.stream import answer_from_sse
+from kimi_serve.verify.target import Target, parse_target
+from kimi_serve.verify.transport import TransportError, request
+
+DEFAULT_TIMEOUT = 180.0
+# Findings a sampling model can produce on a healthy server (it answered in text, made one call instead of two,
+# drifted from the schema, miscounted): such a probe gets one more try, as Moonshot's vendor verifier reruns them.
+MODEL_NOISE = frozenset({"no_tool_call", "parallel_calls", "arguments_schema", "argument_small", "argument_corrupt",
+                         "unexpected_tool_call", "length"})
+_GRACE = 2.0
+_COMPLETE_DESPITE = frozenset({"stream_no_finish_reason", "stream_tool_index"})  # wire faults that leave the text whole  # each request ends by the deadline on its own; this only bounds the join
+
+
+@dataclass
+class _Outcome:
+    answer: Answer | None
+    latency_s: float
+    failure: Finding | None = None
+    unreachable: bool = False
+    model_404: bool = False
+    attempts: int = 1
+
+
+def _get_json(target: Target, path: str, deadline: float, api_key: str | None,
+              timeout: float) -> tuple[Any, Finding | None, bool]:
+    """(json, finding, unreachable) for a GET."""
+    try:
+        reply = request("GET", target.url(path), deadline=deadline, api_key=api_key)
+    except TransportError as err:
+        return None, dx.transport_finding(err, timeout=timeout), err.kind != "timeout"
+    failure = dx.http_finding(reply, api_key_sent=bool(api_key), model=None)
+    if failure:
+        return None, Finding(failure.code, f"GET {path}: {failure.message}", failure.fix), False
+    data, failure = dx.parse_json_body(reply)
+    return data, failure, False
+
+
+def _served_models(data: Any) -> list[str]:
+    entries = data.get("data") if isinstance(data, dict) else None
+    return [e["id"] for e in entries or [] if isinstance(e, dict) and isinstance(e.get("id"), str)]
+
+
+def _server_info(target: Target, deadline: float, api_key: str | None) -> dict[str, Any]:
+    """The parsers SGLang reports in /model_info (used to sharpen diagnoses); empty when it does not say."""
+    data, failure, _ = _get_json(target, "/model_info", deadline, api_key, 0.0)
+    if failure or not isinstance(data, dict):
+        return {}
+    return {k: data.get(k) for k in ("tool_call_parser", "reasoning_parser") if k in data}
+
+
+def _call(target: Target, probe: Probe, mode: str, model: str, api_key: str | None, deadline: float,
+          timeout: float) -> _Outcome:
+    stream = mode == STREAM
+    start = time.monotonic()
+    try:
+        reply = request("POST", target.url("/v1/chat/completions"), deadline=deadline, api_key=api_key,
+                        json_body=probe.body(model, stream))
+    except TransportError as err:
+        return _Outcome(None, time.monotonic() - start, dx.transport_finding(err, timeout=timeout),
+                        unreachable=err.kind != "timeout")
+    latency = time.monotonic() - start
+    failure = dx.http_finding(reply, api_key_sent=bool(api_key), model=model)
+    if failure:
+        return _Outcome(None, latency, failure, model_404=failure.code == "http_404_model")
+    if stream and "json" in reply.content_type and not reply.timed_out:
+        data, failure = dx.parse_json_body(reply)
+        if failure is None and isinstance(data, dict) and data.get("error"):
+            return _Outcome(None, latency, Finding("stream_error", f"error instead of a stream: "
+                                                   f"{dx.clip(json.dumps(data['error']))}", "read the SGLang log"))
+    if stream:
+        return _Outcome(answer_from_sse(reply.body, timed_out=reply.timed_out, cut=reply.cut), latency)
+    data, failure = dx.parse_json_body(reply)
+    if failure:
+        return _Outcome(None, latency, failure)
+    return _Outcome(answer_from_json(data), latency)
+
+
+def _attempt(target: Target, probe: Probe, mode: str, model: str, api_key: str | None, deadline: float,
+             timeout: float) -> _Outcome:
+    """One call, and a second one when the first answer failed only in ways a sampling model can."""
+    first = _call(target, probe, mode, model, api_key, deadline, timeout)
+    if first.answer is None or first.answer.problems:
+        return first
+    codes = {f.code for f in probe.check(first.answer, {})}
+    if not codes or not codes <= MODEL_NOISE or time.monotonic() >= deadline:
+        return first
+    second = _call(target, probe, mode, model, api_key, deadline, timeout)
+    second.latency_s += first.latency_s
+    second.attempts = 2
+    return second
+
+
+def _result(probe: Probe, mode: str, outcome: _Outcome, server: dict[str, Any]) -> ProbeResult:
+    if outcome.failure is not None or outcome.answer is None:
+        failure = outcome.failure or Finding("no_answer", "no answer", "read the server log")
+        return ProbeResult(probe.name, mode, outcome.latency_s, (failure,), unreachable=outcome.unreachable,
+                           attempts=outcome.attempts)
+    findings = list(outcome.answer.problems)
+    if {f.code for f in findings} <= _COMPLETE_DESPITE:  # judge the content only when the answer arrived whole
+        findings += probe.check(outcome.answer, server)
+    unique = tuple(dict.fromkeys(findings))
+    return ProbeResult(probe.name, mode, outcome.latency_s, unique, attempts=outcome.attempts)
+
+
+def run_verify(target: Target | str, *, api_key: str | None = None, model: str | None = None, wait: float = 0.0,
+               timeout: float = DEFAULT_TIMEOUT, suite: str = "quick",
+               progress: Progress | None = None) -> VerifyReport:
+    """Check that the server at ``target`` keeps the Kimi API contract; never prints, never raises for server faults.
+
+    ``wait``: seconds to wait for readiness (0 = check once). ``timeout``: the limit for everything after readiness.
+    ``progress`` receives readiness phases. The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
+    """
+    target = parse_target(target) if isinstance(target, str) else target
+    probes = suite_probes(suite)
+    started = time.monotonic()
+    readiness = wait_ready(target, started + wait, progress, api_key=api_key, poll_timeout=min(POLL_TIMEOUT, timeout))
+    report = VerifyReport(target=target.base_url, suite=suite, readiness=readiness, model=model)
+    if not readiness.ready:
+        fix = "start the server, or pass --wait SECONDS to wait while it loads" if wait <= 0 else \
+            "raise --wait (a cold start loads ~600 GB and captures CUDA graphs) or read the server log"
+        report.error = Finding("not_ready", f"server not ready after {readiness.waited_s:.1f}s: {readiness.detail}",
+                               fix)
+        report.error_unreachable = True
+        report.elapsed_s = time.monotonic() - started
+        return report
+    deadline = time.monotonic() + timeout
+    served: list[str] | None = None
+    calls = [(p, m) for p in probes for m in p.modes]
+    with ThreadPoolExecutor(max_workers=len(calls) + 1, thread_name_prefix="verify") as pool:
+        info_future = pool.submit(_server_info, target, deadline, api_key)
+        if model is None:
+            data, failure, unreachable = _get_json(target, "/v1/models", deadline, api_key, timeout)
+            served = _served_models(data) if failure is None else None
+            if failure is None and not served:
+                failure = Finding("no_models", f"GET /v1/models lists no model: {dx.clip(json.dumps(data))}",
+                                  "pass --model NAME")
+            if failure is not None:
+                report.error, report.error_unreachable = failure, unreachable
+                info_future.cancel()
+                report.elapsed_s = time.monotonic() - started
+                return report
+            model = served[0]
+        report.model = model
+        futures: list[Future[_Outcome]] = [
+            pool.submit(_attempt, target, p, m, model, api_key, deadline, timeout) for p, m in calls]
+        wait_futures([*futures, info_future], timeout=max(0.0, deadline - time.monotonic()) + _GRACE)
+        server = info_future.result() if info_future.done() else {}
+        report.server = server
+        for (probe, mode), future in zip(calls, futures):
+            outcome = future.result() if future.done() else _Outcome(
+                None, timeout, Finding("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"))
+            result = _result(probe, mode, outcome, server)
+            if outcome.model_404:
+                if served is None:
+                    data, _, _ = _get_json(target, "/v1/models", time.monotonic() + POLL_TIMEOUT, api_key, POLL_TIMEOUT)
+                    served = _served_models(data)
+                result = ProbeResult(probe.name, mode, result.latency_s, (dx.model_not_found(model, served),),
+                                     attempts=result.attempts)
+            report.probes.append(result)
+    report.elapsed_s = time.monotonic() - started
+    return report

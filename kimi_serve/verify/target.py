@@ -1,0 +1,118 @@
+"""Where verify connects and with which API key: HOST parsing and the key sources.
+
+HOST forms: ``host:port``, ``host`` (port 30000, SGLang's default), ``[v6addr]:port``, or an ``http(s)://`` URL with an
+optional path prefix. A wildcard bind address (``0.0.0.0``, ``::``) is what a server listens on, not where a client
+connects, so it maps to the loopback address of the same family.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from kimi_serve.errors import ExitCode, KimiServeError
+
+DEFAULT_PORT = 30000
+API_KEY_ENV = "KIMI_SERVE_API_KEY"
+_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """An OpenAI-compatible server root, e.g. ``http://127.0.0.1:30000`` (no trailing slash, no ``/v1``)."""
+
+    base_url: str
+
+    def url(self, path: str) -> str:
+        return f"{self.base_url}{path}"
+
+
+def _usage(message: str, hint: str) -> KimiServeError:
+    return KimiServeError(message, where="--host", hint=hint, exit_code=ExitCode.USAGE)
+
+
+def _host_for_url(host: str) -> str:
+    host = _WILDCARDS.get(host, host)
+    return f"[{host}]" if ":" in host else host
+
+
+def parse_target(text: str) -> Target:
+    """Turn what a user types after ``--host`` into a :class:`Target`; raise a USAGE error for anything else."""
+    raw = text.strip()
+    hint = "use HOST:PORT (e.g. 127.0.0.1:30000, [::1]:30000) or a URL such as http://host:30000"
+    if not raw:
+        raise _usage("empty host", hint)
+    scheme, rest = "http", raw
+    if "://" in raw:
+        scheme = raw.split("://", 1)[0].lower()
+        if scheme not in ("http", "https"):
+            raise _usage(f"unsupported scheme {scheme!r} in {raw!r}", hint)
+    else:
+        if raw.count(":") > 1 and not raw.startswith("["):
+            raise _usage(f"IPv6 address {raw!r} needs brackets", "write it as [ADDR]:PORT, e.g. [::1]:30000")
+        rest = f"http://{raw}"
+    try:
+        parts = urlsplit(rest)
+        port = parts.port
+    except ValueError:
+        raise _usage(f"invalid host or port in {raw!r}", hint) from None
+    if parts.query or parts.fragment or parts.username:
+        raise _usage(f"unexpected query, fragment or user in {raw!r}", hint)
+    host = parts.hostname or ""
+    if port is None:
+        port = DEFAULT_PORT if "://" not in raw else (443 if scheme == "https" else 80)
+    if port == 0:
+        raise _usage(f"port 0 in {raw!r}", hint)
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):  # an OpenAI "base_url"; the endpoints below add /v1 themselves
+        path = path[: -len("/v1")]
+    return Target(f"{scheme}://{_host_for_url(host)}:{port}{path}")
+
+
+def _key_from_file(path: Path) -> str:
+    where = f"--api-key-file {path}"
+    try:
+        st = path.stat()
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise KimiServeError("API key file not found", where=where, hint="pass the file SGLang reads via --config") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KimiServeError(f"cannot read API key file ({exc.__class__.__name__})", where=where,
+                             hint="make it a readable UTF-8 file") from None
+    if st.st_mode & 0o077:
+        raise KimiServeError(
+            f"API key file is accessible by group/others (mode {stat.S_IMODE(st.st_mode):04o})",
+            where=where, hint=f"chmod 600 {path}",
+        )
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    if isinstance(data, dict):
+        key = data.get("api-key", data.get("api_key"))
+    elif isinstance(data, str | int) and len(text.strip().splitlines()) == 1:
+        key = text.strip()
+    else:
+        key = None
+    if not isinstance(key, str | int) or not str(key).strip():
+        raise KimiServeError("no API key in file", where=where,
+                             hint="write one line `api-key: KEY` (the SGLang --config form) or the bare key")
+    return str(key).strip()
+
+
+def resolve_api_key(api_key: str | None = None, key_file: str | Path | None = None,
+                    environ: dict[str, str] | None = None) -> str | None:
+    """The API key from, in order: ``api_key`` (--api-key), $KIMI_SERVE_API_KEY, ``key_file``; None if none is given."""
+    if api_key:
+        return api_key
+    env = os.environ if environ is None else environ
+    if env.get(API_KEY_ENV):
+        return env[API_KEY_ENV]
+    if key_file:
+        return _key_from_file(Path(key_file))
+    return None

@@ -1,0 +1,329 @@
+"""STAND-IN for SGLang's OpenAI server, for verify's tests and benchmark: not SGLang, not a model.
+
+A stdlib ThreadingHTTPServer on 127.0.0.1 that answers /health, /v1/models, /model_info and /v1/chat/completions
+with SGLang 0.5.23's wire shapes (reference sglang-0.5.23.md §6-§7), playing either correct behaviour or one failure
+class (``mode``). It "answers" each probe prompt with a fixed turn chosen from the request (tools offered, tool
+result in history, thinking on/off), then shapes it the way a correctly or wrongly configured server would.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+CORRECT_MODES = ("correct", "call-ids", "content-with-calls", "no-tool-reasoning", "flaky-model")
+FAILURE_MODES = (
+    "no-tool-parser", "no-reasoning-parser", "no-parsers", "think-stripped", "reasoning-stripped-no-parser",
+    "reasoning-field", "tool-in-reasoning", "finish-stop-with-calls", "tool-calls-empty", "bad-json-args",
+    "schema-violation", "unknown-function", "missing-id", "special-token-leak", "instant-ignored", "stream-no-done",
+    "stream-no-finish", "stream-stall", "hang", "http-500", "non-json", "duplicate-ids", "large-arg-cut",
+    "second-turn-empty", "single-call",
+)
+SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+CALL_BEGIN, ARG_BEGIN, CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
+_TOKEN_SPLIT = re.compile(r"(<\|[a-z_]+\|>|</?think>)")
+_STALL_LIMIT = 120.0
+
+
+@dataclass
+class Turn:
+    """What the stand-in "model" says: reasoning (when thinking), content, tool calls (name, arguments JSON)."""
+
+    reasoning: str
+    content: str
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _model_turn(body: dict[str, Any]) -> Turn:
+    messages = body.get("messages") or []
+    tools = {t["function"]["name"] for t in body.get("tools") or []}
+    prompt = " ".join(str(m.get("content")) for m in messages if m.get("role") == "user")
+    if messages and messages[-1].get("role") == "tool":
+        return Turn("The tool reports 18 C and sunny.", "It is 18 °C and sunny in Paris.")
+    if "write_file" in tools:
+        numbers = " ".join(str(i) for i in range(1, 2001))
+        return Turn("Write the numbers.", "", [("write_file", json.dumps({"path": "count.txt", "content": numbers}))])
+    if "Tokyo" in prompt:
+        return Turn("Two cities, two calls.", "", [("get_weather", '{"city": "Paris"}'),
+                                                   ("get_weather", '{"city": "Tokyo"}')])
+    if tools:
+        return Turn("The user wants the weather in Paris; call get_weather.", "", [("get_weather", '{"city": "Paris"}')])
+    if "France" in prompt:
+        return Turn("The capital of France is Paris.", "Paris")
+    return Turn("17 * 23 = 17 * 20 + 17 * 3 = 340 + 51 = 391.", "391")
+
+
+def _section(calls: list[tuple[str, str]]) -> str:
+    inner = "".join(f"{CALL_BEGIN}functions.{n}:{i}{ARG_BEGIN}{a}{CALL_END}" for i, (n, a) in enumerate(calls))
+    return f"{SECTION_BEGIN}{inner}{SECTION_END}"
+
+
+@dataclass
+class Shaped:
+    content: str
+    reasoning: str | None
+    calls: list[dict[str, Any]]
+    finish: str
+    reasoning_key: str = "reasoning_content"
+
+
+def shape(turn: Turn, mode: str, thinking: bool) -> Shaped:
+    """What a server in ``mode`` returns for ``turn`` (the parsing SGLang would or would not do)."""
+    reasoning: str | None = turn.reasoning if thinking or mode == "instant-ignored" else None
+    content, calls = turn.content, list(turn.calls)
+    if mode == "no-tool-reasoning" and calls:
+        reasoning = None
+    if mode == "content-with-calls" and calls:
+        content = "Let me check that for you."
+    if mode == "single-call":
+        calls = calls[:1]
+    if mode in ("no-tool-parser", "no-parsers", "tool-in-reasoning") and calls:
+        if mode == "tool-in-reasoning":
+            reasoning = (reasoning or "") + _section(calls)
+        else:
+            content += _section(calls)
+        calls = []
+        finish = "stop"
+    else:
+        finish = "tool_calls" if calls else "stop"
+    if mode in ("no-reasoning-parser", "no-parsers") and reasoning is not None:
+        content, reasoning = f"{reasoning}</think>{content}", None
+    if mode == "reasoning-stripped-no-parser" and reasoning is not None:
+        content, reasoning = reasoning + content, None
+    if mode == "think-stripped" and reasoning is not None and not calls:
+        content, reasoning = "", reasoning + content
+    if mode == "special-token-leak":
+        content += "<|im_end|>"
+    if mode == "second-turn-empty" and not turn.calls:
+        content, reasoning = "", None
+    if mode == "tool-calls-empty" and calls:
+        calls = []
+    if mode == "finish-stop-with-calls" and calls:
+        finish = "stop"
+    wire_calls = []
+    for i, (name, args) in enumerate(calls):
+        call_id = f"call_{i:024x}" if mode == "call-ids" else f"functions.{name}:{i}"
+        if mode == "duplicate-ids":
+            call_id = f"functions.{name}:0"
+        if mode == "unknown-function":
+            name = "weather_lookup"
+        if mode == "bad-json-args":
+            args = args[:-1]
+        if mode == "schema-violation":
+            args = args.replace('"city"', '"town"')
+        call: dict[str, Any] = {"id": call_id, "index": i, "type": "function",
+                                "function": {"name": name, "arguments": args}}
+        if mode == "missing-id":
+            del call["id"]
+        wire_calls.append(call)
+    return Shaped(content, reasoning, wire_calls, finish,
+                  "reasoning" if mode == "reasoning-field" else "reasoning_content")
+
+
+def _pieces(text: str, size: int = 24) -> list[str]:
+    """Token-aligned pieces: special tokens whole (as real SGLang delivers them), text in ``size``-char slices."""
+    out: list[str] = []
+    for part in _TOKEN_SPLIT.split(text):
+        if _TOKEN_SPLIT.fullmatch(part):
+            out.append(part)
+        else:
+            out.extend(part[i:i + size] for i in range(0, len(part), size))
+    return [p for p in out if p]
+
+
+def _sse_events(s: Shaped, mode: str, model: str) -> list[str]:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        if finish:
+            choice["matched_stop"] = 163586
+        return json.dumps({"id": "stand-in", "object": "chat.completion.chunk", "created": 0, "model": model,
+                           "choices": [choice]})
+
+    events = [chunk({"role": "assistant", "content": "", "reasoning_content": None})]
+    events += [chunk({s.reasoning_key: p}) for p in _pieces(s.reasoning or "")]
+    events += [chunk({"reasoning_content": None, "content": p}) for p in _pieces(s.content)]
+    for call in s.calls:
+        head = {"index": call["index"], "type": "function", "function": {"name": call["function"]["name"],
+                                                                           "arguments": ""}}
+        if "id" in call:
+            head["id"] = call["id"]
+        events.append(chunk({"tool_calls": [head]}))
+        frags = _pieces(call["function"]["arguments"], 64)
+        if mode == "large-arg-cut" and len(frags) > 10:
+            del frags[len(frags) // 2]
+        events += [chunk({"tool_calls": [{"index": call["index"], "id": None, "type": None,
+                                          "function": {"name": None, "arguments": f}}]}) for f in frags]
+    if mode != "stream-no-finish":
+        events.append(chunk({"reasoning_content": None}, s.finish))
+    if mode != "stream-no-done":
+        events.append("[DONE]")
+    return events
+
+
+class ContractServer:
+    """The stand-in server. ``with ContractServer("no-tool-parser") as srv: run_verify(srv.host)``.
+
+    ``warm_for``: seconds /health answers 503 after start; ``health_hang``: /health never answers;
+    ``api_key``: require ``Authorization: Bearer KEY`` on /v1/* and /model_info (as SGLang does);
+    ``delay``: seconds added before every chat completion answer; ``port``: 0 picks a free one.
+    """
+
+    def __init__(self, mode: str = "correct", *, api_key: str | None = None, served_model: str = "kimi-k2.5",
+                 delay: float = 0.0, warm_for: float = 0.0, health_hang: bool = False, port: int = 0,
+                 report_parsers: bool = True) -> None:
+        if mode not in CORRECT_MODES + FAILURE_MODES:
+            raise ValueError(f"unknown mode {mode!r}")
+        self.mode, self.api_key, self.served_model, self.delay = mode, api_key, served_model, delay
+        self.warm_for, self.health_hang, self.report_parsers = warm_for, health_hang, report_parsers
+        self.requests: list[dict[str, Any]] = []
+        self._seen: set[str] = set()  # "flaky-model": requests answered once already
+        self._stop = threading.Event()
+        self._port = port
+        self._httpd: ThreadingHTTPServer | None = None
+        self._started = 0.0
+
+    @property
+    def port(self) -> int:
+        assert self._httpd is not None
+        return self._httpd.server_address[1]
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> ContractServer:
+        server = self
+
+        class Handler(_Handler):
+            owner = server
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
+        self._httpd.daemon_threads = True
+        self._started = time.monotonic()
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    def __enter__(self) -> ContractServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def parsers(self) -> dict[str, str | None]:
+        tool = None if self.mode in ("no-tool-parser", "no-parsers") else "kimi_k2"
+        reasoning = None if self.mode in ("no-reasoning-parser", "no-parsers", "reasoning-stripped-no-parser") \
+            else "kimi_k2"
+        return {"tool_call_parser": tool, "reasoning_parser": reasoning}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: ContractServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:  # keep test output clean
+        pass
+
+    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True
+
+    def _json(self, status: int, obj: Any) -> None:
+        self._send(status, json.dumps(obj).encode())
+
+    def _authorized(self) -> bool:
+        key = self.owner.api_key
+        if key is None or self.headers.get("Authorization") == f"Bearer {key}":
+            return True
+        self._json(401, {"error": {"message": "Unauthorized", "type": "Unauthorized"}})
+        return False
+
+    def _hang(self) -> None:
+        self.owner._stop.wait(_STALL_LIMIT)
+        self.close_connection = True
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        own = self.owner
+        if self.path == "/health":
+            if own.health_hang:
+                return self._hang()
+            warming = time.monotonic() - own._started < own.warm_for
+            return self._send(503 if warming else 200, b"")
+        if not self._authorized():
+            return None
+        if self.path == "/v1/models":
+            return self._json(200, {"object": "list", "data": [{"id": own.served_model, "object": "model",
+                                                                "owned_by": "sglang", "root": own.served_model}]})
+        if self.path == "/model_info" and own.report_parsers:
+            return self._json(200, {"model_path": "/models/Kimi-K2.5", **own.parsers()})
+        return self._json(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        own = self.owner
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if self.path != "/v1/chat/completions":
+            return self._json(404, {"detail": "Not Found"})
+        own.requests.append(body)
+        if not self._authorized():
+            return None
+        if body.get("model") != own.served_model:
+            return self._json(404, {"object": "error", "message": f"The model `{body.get('model')}` does not exist.",
+                                    "type": "NotFoundError", "code": 404})
+        if own.mode == "hang":
+            return self._hang()
+        own._stop.wait(own.delay)
+        if own.mode == "http-500":
+            return self._json(500, {"object": "error", "message": "Internal server error: CUDA error", "code": 500})
+        if own.mode == "non-json":
+            return self._send(200, b"<html><body>502 Bad Gateway</body></html>", "text/html")
+        thinking = (body.get("chat_template_kwargs") or {}).get("thinking") is not False
+        turn = _model_turn(body)
+        key = json.dumps(body, sort_keys=True)
+        if own.mode == "flaky-model" and turn.calls and key not in own._seen:  # a sampling model's off day
+            own._seen.add(key)
+            turn = Turn(turn.reasoning, "I would look that up with the weather service.")
+        shaped = shape(turn, own.mode, thinking)
+        if body.get("stream"):
+            return self._stream(_sse_events(shaped, own.mode, body["model"]))
+        message: dict[str, Any] = {"role": "assistant", "content": shaped.content,
+                                   shaped.reasoning_key: shaped.reasoning}
+        if shaped.calls:
+            message["tool_calls"] = shaped.calls
+        self._json(200, {"id": "stand-in", "object": "chat.completion", "created": 0, "model": body["model"],
+                         "choices": [{"index": 0, "message": message, "logprobs": None,
+                                      "finish_reason": shaped.finish,
+                                      "matched_stop": None if shaped.finish == "tool_calls" else 163586}]})
+
+    def _stream(self, events: list[str]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        for n, event in enumerate(events):
+            if self.owner.mode == "stream-stall" and n == 3:
+                return self._hang()
+            data = f"data: {event}\n\n".encode()
+            try:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+            except OSError:
+                return None
+        self.wfile.write(b"0\r\n\r\n")

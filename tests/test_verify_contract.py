@@ -1,0 +1,227 @@
+"""verify against the contract stand-in server (tests/contract_server.py): correct variants pass, every failure class
+fails with its diagnosis and the documented exit code. Core (run_verify) and CLI (kimi_serve.cli.main) both."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from contract_server import CORRECT_MODES, ContractServer
+
+from kimi_serve.cli import main
+from kimi_serve.verify import run_verify
+from kimi_serve.verify.report import VerifyReport
+
+TIMEOUT = 20.0
+
+# mode -> (suite, probe that must fail, mode of that probe or None for both, finding code, words in message + fix)
+FAILURES = {
+    "no-tool-parser": ("quick", "tool", None, "raw_tool_tokens", "--tool-call-parser kimi_k2"),
+    "no-reasoning-parser": ("quick", "reasoning", None, "think_in_content", "--reasoning-parser kimi_k2"),
+    "no-parsers": ("quick", "tool", None, "raw_tool_tokens", "<|tool_calls_section_begin|>"),
+    "think-stripped": ("quick", "reasoning", None, "content_missing", "`</think>` stripped"),
+    "reasoning-stripped-no-parser": ("quick", "reasoning", None, "reasoning_missing", "skip_special_tokens"),
+    "reasoning-field": ("quick", "reasoning", None, "reasoning_field", "message.reasoning,"),
+    "tool-in-reasoning": ("quick", "tool", None, "tool_call_in_reasoning", "<|tool_calls_section_begin|>"),
+    "finish-stop-with-calls": ("quick", "tool", None, "finish_reason", "finish_reason is 'stop'"),
+    "tool-calls-empty": ("quick", "tool", None, "tool_calls_missing", "message.tool_calls is empty"),
+    "bad-json-args": ("quick", "tool", None, "arguments_not_json", "'{\"city\": \"Paris\"'"),
+    "schema-violation": ("quick", "tool", None, "arguments_schema", "'city' is a required property"),
+    "unknown-function": ("quick", "tool", None, "unknown_function", "'weather_lookup'"),
+    "missing-id": ("quick", "tool", None, "tool_call_id", "has no id"),
+    "special-token-leak": ("quick", "reasoning", None, "special_token_leak", "<|im_end|>"),
+    "stream-no-done": ("quick", "tool", "stream", "stream_no_done", "[DONE]"),
+    "stream-no-finish": ("quick", "reasoning", "stream", "stream_no_finish_reason", "finish_reason"),
+    "http-500": ("quick", "tool", None, "http_5xx", "HTTP 500"),
+    "non-json": ("quick", "tool", "non-stream", "non_json_body", "502 Bad Gateway"),
+    "instant-ignored": ("full", "instant", None, "instant_reasoning", "chat_template_kwargs.thinking"),
+    "duplicate-ids": ("full", "parallel", None, "duplicate_ids", "functions.get_weather:0"),
+    "single-call": ("full", "parallel", None, "parallel_calls", "expected 2"),
+    "large-arg-cut": ("full", "large-argument", "stream", "argument_corrupt", "fragments were lost"),
+    "second-turn-empty": ("full", "tool-result", None, "content_missing", "functions.NAME:IDX"),
+}
+
+
+def _failed(report: VerifyReport, probe: str, mode: str | None) -> list:
+    return [p for p in report.probes if p.probe == probe and (mode is None or p.mode == mode) and not p.passed]
+
+
+@pytest.mark.parametrize("mode", CORRECT_MODES)
+def test_correct_variants_pass_the_full_suite(mode: str) -> None:
+    with ContractServer(mode) as srv:
+        report = run_verify(srv.host, suite="full", timeout=TIMEOUT)
+    assert [p.to_dict()["findings"] for p in report.probes if not p.passed] == []
+    assert report.exit_code == 0 and report.status == "pass"
+    assert {(p.probe, p.mode) for p in report.probes} == {
+        (n, m) for n in ("tool", "reasoning", "instant", "parallel", "tool-result") for m in ("non-stream", "stream")
+    } | {("large-argument", "stream")}
+    assert report.model == "kimi-k2.5"
+    assert report.server == {"tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2"}
+
+
+@pytest.mark.parametrize("mode", sorted(FAILURES))
+def test_each_failure_class_is_diagnosed(mode: str) -> None:
+    suite, probe, probe_mode, code, words = FAILURES[mode]
+    with ContractServer(mode) as srv:
+        report = run_verify(srv.host, suite=suite, timeout=TIMEOUT)
+    assert report.exit_code == 1 and report.status == "fail"
+    failed = _failed(report, probe, probe_mode)
+    assert failed, f"{probe} did not fail: {report.to_json()}"
+    for result in failed:
+        finding = next((f for f in result.findings if f.code == code), None)
+        assert finding is not None, result.to_dict()
+        assert words in finding.message + finding.fix
+        assert finding.fix
+
+
+def test_model_noise_gets_one_more_try_and_server_faults_do_not() -> None:
+    with ContractServer("flaky-model") as srv:
+        flaky = run_verify(srv.host, suite="full", timeout=TIMEOUT)
+    assert flaky.exit_code == 0
+    assert {(p.probe, p.attempts) for p in flaky.probes} == {
+        ("tool", 2), ("reasoning", 1), ("instant", 1), ("parallel", 2), ("tool-result", 1), ("large-argument", 2)}
+    with ContractServer("single-call") as srv:
+        single = run_verify(srv.host, suite="full", timeout=TIMEOUT)
+    assert [p.attempts for p in single.probes if p.probe == "parallel"] == [2, 2]
+    with ContractServer("no-tool-parser") as srv:
+        raw = run_verify(srv.host, timeout=TIMEOUT)
+        assert len(srv.requests) == 4
+    assert all(p.attempts == 1 for p in raw.probes)
+
+
+def test_production_bug_names_both_parsers_and_the_profile_keys() -> None:
+    with ContractServer("no-parsers") as srv:
+        report = run_verify(srv.host, timeout=TIMEOUT)
+    tool = next(p for p in report.probes if p.probe == "tool" and p.mode == "stream")
+    assert tool.findings[0].code == "raw_tool_tokens"
+    assert "the server reports no tool_call_parser" in tool.findings[0].message
+    assert "parsers.tool_call: kimi_k2" in tool.findings[0].fix
+    reasoning = next(p for p in report.probes if p.probe == "reasoning" and p.mode == "non-stream")
+    assert reasoning.findings[0].code == "think_in_content"
+    assert "parsers.reasoning: kimi_k2" in reasoning.findings[0].fix
+
+
+def test_quick_suite_sends_no_template_kwargs_and_full_sends_them_only_where_needed() -> None:
+    with ContractServer() as srv:
+        run_verify(srv.host, suite="quick", timeout=TIMEOUT)
+        assert len(srv.requests) == 4
+        assert all("chat_template_kwargs" not in body for body in srv.requests)
+        srv.requests.clear()
+        run_verify(srv.host, suite="full", timeout=TIMEOUT)
+    with_kwargs = [b for b in srv.requests if "chat_template_kwargs" in b]
+    assert len(with_kwargs) == 3  # instant x 2 modes + the large argument
+    assert all(b["chat_template_kwargs"] == {"thinking": False} for b in with_kwargs)
+    assert all(b["max_tokens"] >= 4096 and b["temperature"] <= 0.7 for b in srv.requests)
+
+
+def test_stalled_stream_fails_within_timeout() -> None:
+    with ContractServer("stream-stall") as srv:
+        report = run_verify(srv.host, timeout=2.0)
+    assert report.exit_code == 1
+    stalled = [p for p in report.probes if p.mode == "stream"]
+    assert stalled and all([f.code for f in p.findings] == ["timeout"] for p in stalled)  # no noise from a cut text
+    assert "stalled" in stalled[0].findings[0].message
+    assert all(p.passed for p in report.probes if p.mode == "non-stream")
+    assert report.elapsed_s < 2.0 + 2.0  # the deadline plus slack, never the server's 120 s stall
+
+
+def test_hung_server_fails_within_timeout() -> None:
+    with ContractServer("hang") as srv:
+        report = run_verify(srv.host, timeout=2.0)
+    assert report.exit_code == 1
+    assert all(p.findings[0].code == "timeout" and "--timeout 2s" in p.findings[0].message for p in report.probes)
+    assert report.elapsed_s < 2.0 + 2.0
+
+
+def test_unknown_model_names_the_served_models() -> None:
+    with ContractServer(served_model="kimi-k2.5-int4") as srv:
+        report = run_verify(srv.host, model="kimi-k2", timeout=TIMEOUT)
+    assert report.exit_code == 1
+    finding = report.probes[0].findings[0]
+    assert finding.code == "http_404_model"
+    assert "'kimi-k2' is not served (served: kimi-k2.5-int4)" in finding.message
+    assert "--model" in finding.fix
+
+
+def test_api_key_missing_or_wrong_gives_401_diagnosis() -> None:
+    with ContractServer(api_key="s3cret-key") as srv:
+        missing = run_verify(srv.host, timeout=TIMEOUT)
+        wrong = run_verify(srv.host, api_key="nope", timeout=TIMEOUT)
+        right = run_verify(srv.host, api_key="s3cret-key", timeout=TIMEOUT)
+    assert missing.exit_code == 1 and missing.error is not None and missing.error.code == "http_401"
+    assert "none was sent" in missing.error.message and "--api-key" in missing.error.fix
+    assert "KIMI_SERVE_API_KEY" in missing.error.fix
+    assert wrong.exit_code == 1 and "rejected" in wrong.error.message
+    assert right.exit_code == 0
+    assert "s3cret-key" not in right.to_json() and "nope" not in wrong.to_json()
+
+
+# --- through the command line ---------------------------------------------------------------------------------------
+
+def test_cli_json_report_is_stable(capsys) -> None:
+    with ContractServer("no-tool-parser") as srv:
+        code = main(["verify", "--host", srv.host, "--json", "--timeout", "20"])
+    out = capsys.readouterr().out
+    report = json.loads(out)
+    assert code == 1
+    assert list(report) == ["kind", "version", "status", "exit_code", "target", "model", "suite", "elapsed_s",
+                            "readiness", "server", "error", "probes"]
+    assert report["kind"] == "kimi-serve-verify" and report["version"] == 1
+    assert report["status"] == "fail" and report["exit_code"] == 1
+    assert report["target"] == f"http://{srv.host}"
+    assert report["readiness"]["ready"] is True and report["readiness"]["phase"] == "ready"
+    assert report["server"] == {"tool_call_parser": None, "reasoning_parser": "kimi_k2"}
+    tool = [p for p in report["probes"] if p["probe"] == "tool"]
+    assert [p["status"] for p in tool] == ["fail", "fail"]
+    assert set(tool[0]) == {"probe", "mode", "status", "latency_s", "attempts", "findings"}
+    assert tool[0]["attempts"] == 1
+    assert tool[0]["findings"][0]["code"] == "raw_tool_tokens"
+    assert set(tool[0]["findings"][0]) == {"code", "message", "fix"}
+    assert all(p["status"] == "pass" for p in report["probes"] if p["probe"] == "reasoning")
+
+
+def test_cli_plain_lines_when_not_a_terminal(capsys) -> None:
+    with ContractServer("bad-json-args") as srv:
+        code = main(["verify", "--host", f"http://{srv.host}/v1", "--timeout", "20"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "FAIL tool non-stream" in out and "arguments are not JSON" in out and "PASS reasoning stream" in out
+    assert out.strip().splitlines()[-1] == "verify: contract VIOLATED (2 of 4 probes failed)"
+
+
+def test_cli_pass_exit_0_and_key_from_env(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("KIMI_SERVE_API_KEY", "env-key-123")
+    with ContractServer(api_key="env-key-123") as srv:
+        code = main(["verify", "--host", srv.host.replace("127.0.0.1", "0.0.0.0"), "--timeout", "20"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out
+    assert "contract holds (4/4" in captured.out
+    assert "env-key-123" not in captured.out + captured.err
+
+
+def test_cli_key_file(capsys, tmp_path) -> None:
+    key_file = tmp_path / "api-key.yaml"
+    key_file.write_text("api-key: file-key-9\n")
+    key_file.chmod(0o600)
+    with ContractServer(api_key="file-key-9") as srv:
+        ok = main(["verify", "--host", srv.host, "--api-key-file", str(key_file), "--timeout", "20"])
+        key_file.chmod(0o644)
+        refused = main(["verify", "--host", srv.host, "--api-key-file", str(key_file), "--timeout", "20"])
+    captured = capsys.readouterr()
+    assert ok == 0 and refused == 2
+    assert f"fix: chmod 600 {key_file}" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+    assert "file-key-9" not in captured.out + captured.err
+
+
+def test_cli_401_names_the_option(capsys) -> None:
+    with ContractServer(api_key="k") as srv:
+        code = main(["verify", "--host", srv.host, "--timeout", "20"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "HTTP 401" in out and "--api-key" in out and "Traceback" not in out
+
+
+def test_cli_bad_host_is_usage(capsys) -> None:
+    assert main(["verify", "--host", "ftp://x:1"]) == 2
+    assert "unsupported scheme" in capsys.readouterr().err

@@ -1,0 +1,71 @@
+"""Readiness: refused -> 503 warming -> 200, and servers that never get ready (exit 3 within --wait)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+from contract_server import ContractServer
+
+from kimi_serve.cli import main
+from kimi_serve.verify import parse_target, run_verify, wait_ready
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_refused_then_warming_then_ready() -> None:
+    port = _free_port()
+    srv = ContractServer(port=port, warm_for=1.0)
+    starter = threading.Timer(1.0, srv.start)
+    starter.start()
+    seen: list[str] = []
+    try:
+        report = run_verify(f"127.0.0.1:{port}", wait=30, timeout=20,
+                            progress=lambda phase, waited, detail: seen.append(phase))
+    finally:
+        starter.join()
+        srv.stop()
+    assert report.readiness.ready
+    assert report.readiness.phases == ("refused", "warming", "ready")
+    assert seen[0] == "refused" and seen[-1] == "ready" and "warming" in seen
+    assert report.exit_code == 0
+
+
+def test_never_ready_exits_3_within_the_wait(capsys) -> None:
+    with ContractServer(warm_for=600) as srv:
+        start = time.monotonic()
+        code = main(["verify", "--host", srv.host, "--wait", "1.5", "--json"])
+        took = time.monotonic() - start
+    report = __import__("json").loads(capsys.readouterr().out)
+    assert code == 3 and report["status"] == "unreachable"
+    assert report["readiness"] == {**report["readiness"], "ready": False, "phase": "warming", "phases": ["warming"]}
+    assert report["error"]["code"] == "not_ready" and "503" in report["error"]["message"]
+    assert "--wait" in report["error"]["fix"]
+    assert report["probes"] == []
+    assert took < 1.5 + 3.0
+
+
+def test_refused_without_wait_is_exit_3_at_once(capsys) -> None:
+    code = main(["verify", "--host", f"127.0.0.1:{_free_port()}"])
+    out = capsys.readouterr().out
+    assert code == 3
+    assert "connection refused" in out and "--wait SECONDS" in out
+
+
+def test_health_that_never_answers_is_not_ready() -> None:
+    with ContractServer(health_hang=True) as srv:
+        readiness = wait_ready(parse_target(srv.host), time.monotonic() + 1.0, None, poll_timeout=0.5)
+    assert not readiness.ready and readiness.phase == "no-answer"
+
+
+def test_models_list_answering_early_is_not_readiness() -> None:
+    # SGLang answers /v1/models during warmup; only /health counts, so verify must not start probing.
+    with ContractServer(warm_for=600) as srv:
+        report = run_verify(srv.host, wait=0.0, timeout=5)
+        assert srv.requests == []
+    assert report.exit_code == 3 and report.readiness.phase == "warming"

@@ -1,0 +1,87 @@
+"""HOST parsing and API key sources for `kimi-serve verify`."""
+
+from __future__ import annotations
+
+import pytest
+
+from kimi_serve.errors import ExitCode, KimiServeError
+from kimi_serve.verify.target import API_KEY_ENV, parse_target, resolve_api_key
+
+
+@pytest.mark.parametrize(("host", "base"), [
+    ("0.0.0.0:30000", "http://127.0.0.1:30000"),
+    ("[::]:30000", "http://[::1]:30000"),
+    ("[::1]:8000", "http://[::1]:8000"),
+    ("gpu-box:30000", "http://gpu-box:30000"),
+    ("gpu-box", "http://gpu-box:30000"),
+    ("10.0.0.5:8080", "http://10.0.0.5:8080"),
+    ("http://gpu-box:30000", "http://gpu-box:30000"),
+    ("https://api.example.com/kimi/", "https://api.example.com:443/kimi"),
+    ("http://gpu-box:30000/v1", "http://gpu-box:30000"),
+    ("http://0.0.0.0:30000", "http://127.0.0.1:30000"),
+])
+def test_host_forms(host: str, base: str) -> None:
+    assert parse_target(host).base_url == base
+
+
+@pytest.mark.parametrize(("host", "words"), [
+    ("", "empty host"),
+    ("::1", "brackets"),
+    ("ftp://gpu-box:21", "unsupported scheme"),
+    ("gpu-box:99999", "invalid host or port"),
+    ("gpu-box:abc", "invalid host or port"),
+    ("gpu-box:0", "port 0"),
+])
+def test_bad_hosts_are_usage_errors(host: str, words: str) -> None:
+    with pytest.raises(KimiServeError) as info:
+        parse_target(host)
+    assert info.value.exit_code == ExitCode.USAGE
+    assert words in info.value.one_line()
+    assert "fix:" in info.value.one_line()
+
+
+def test_key_order_flag_then_env_then_file(tmp_path) -> None:
+    key_file = tmp_path / "key.yaml"
+    key_file.write_text("api-key: from-file\n")
+    key_file.chmod(0o600)
+    env = {API_KEY_ENV: "from-env"}
+    assert resolve_api_key("from-flag", key_file, env) == "from-flag"
+    assert resolve_api_key(None, key_file, env) == "from-env"
+    assert resolve_api_key(None, key_file, {}) == "from-file"
+    assert resolve_api_key(None, None, {}) is None
+
+
+@pytest.mark.parametrize("text", ["api-key: k-123\n", "api_key: k-123\n", "k-123\n", "host: 0.0.0.0\napi-key: k-123\n"])
+def test_key_file_forms(tmp_path, text: str) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text(text)
+    key_file.chmod(0o600)
+    assert resolve_api_key(None, key_file, {}) == "k-123"
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o644, 0o604])
+def test_key_file_open_to_others_is_refused(tmp_path, mode: int) -> None:
+    key_file = tmp_path / "key.yaml"
+    key_file.write_text("api-key: very-secret-key\n")
+    key_file.chmod(mode)
+    with pytest.raises(KimiServeError) as info:
+        resolve_api_key(None, key_file, {})
+    line = info.value.one_line()
+    assert info.value.exit_code == ExitCode.USAGE
+    assert f"chmod 600 {key_file}" in line and f"{mode:04o}" in line
+    assert "very-secret-key" not in line
+
+
+@pytest.mark.parametrize(("text", "words"), [("", "no API key"), ("host: x\nport: 1\n", "no API key"),
+                                             ("a\nb\n", "no API key")])
+def test_key_file_without_a_key(tmp_path, text: str, words: str) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text(text)
+    key_file.chmod(0o600)
+    with pytest.raises(KimiServeError, match=words):
+        resolve_api_key(None, key_file, {})
+
+
+def test_missing_key_file(tmp_path) -> None:
+    with pytest.raises(KimiServeError, match="not found"):
+        resolve_api_key(None, tmp_path / "absent", {})
