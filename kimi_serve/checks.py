@@ -2,7 +2,8 @@
 
 - fast (``render`` runs these): schema (in :func:`load_profile`), the committed SGLang flag table, deployment rules;
 - slow (``check`` adds these): SGLang's own parser and resolution under simulated SM120, the patch set against the
-  target SGLang, and, unless ``offline``, host facts (model files, API-key file, interpreter).
+  target SGLang, and, unless ``offline``, host facts (model files, API-key file, interpreter);
+- ``contract``: the simulator started with the profile's exact flags and the verify suite run against it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from kimi_serve.profile import Profile, display_path, load_profile
 from kimi_serve.rules import run_rules
 
 # Layers whose failures mean the profile itself is invalid (exit 2); other failures are the host's or the server's (1).
-INPUT_LAYERS = {"schema", "flags", "rules", "sglang"}
+INPUT_LAYERS = {"schema", "flags", "rules", "sglang"}  # "contract" failures: exit 1, like verify
 
 
 @dataclass
@@ -64,6 +65,7 @@ def run_check(
     name_or_path: str,
     *,
     offline: bool = False,
+    contract: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> CheckReport:
     profile = load_profile(name_or_path)  # YAML and schema errors raise: exit 2 with file:line: key
@@ -82,6 +84,17 @@ def run_check(
         from kimi_serve.host import check_host
 
         report.findings += check_host(profile)
+    if contract:
+        # Rule failures do not stop SGLang from starting, so the dry run still shows what clients would get;
+        # flags SGLang rejects do.
+        if failed(f for f in report.findings if f.layer in {"flags", "sglang"}):
+            report.findings.append(Finding("contract", "dry-run", "skip", "contract dry run skipped: SGLang would "
+                                           "not start with these flags", "fix the failures above"))
+        else:
+            say("contract dry run: starting the simulator with the profile's exact flags...")
+            from kimi_serve.contract_check import check_contract
+
+            report.findings += check_contract(profile, offline=offline)
     return report
 
 

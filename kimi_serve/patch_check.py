@@ -4,25 +4,14 @@ to the SGLang that will serve (on the host)?"""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from kimi_serve.errors import KimiServeError
 from kimi_serve.findings import FAIL, PASS, SKIP, WARN, Finding
 from kimi_serve.profile import Profile
 
 
-def cached_wheel(version: str) -> Path | None:
-    """The pinned SGLang wheel: $KIMI_SERVE_SGLANG_WHEEL, else the cache scripts/fetch-sglang-wheel.sh fills."""
-    env = os.environ.get("KIMI_SERVE_SGLANG_WHEEL")
-    if env:
-        return Path(env)
-    cache = Path(os.environ.get("KIMI_SERVE_WHEEL_CACHE", Path.home() / ".cache" / "kimi-serve" / "wheels"))
-    found = sorted(cache.glob(f"sglang-{version}-*.whl"))
-    return found[0] if found else None
-
-
 def _offline(profile: Profile, patch_set) -> Finding:
-    from kimi_serve.patches import check_applies_to_wheel
+    from kimi_serve.patches import cached_wheel, check_applies_to_wheel
 
     wheel = cached_wheel(patch_set.target_version)
     if wheel is None:

@@ -22,7 +22,8 @@ from kimi_serve.launch import Launch
 from kimi_serve.profile import Profile
 from kimi_serve.resources import package_root
 
-FAKE_MODELS = Path(__file__).resolve().parent / "data" / "fake-models"
+# config-only Kimi-K2.5 and EAGLE-3 draft directories, shared with the simulator
+FAKE_MODELS = Path(__file__).resolve().parent / "simulator" / "assets"
 PROBE_TIMEOUT_S = 300
 
 

@@ -17,4 +17,7 @@ if [ -z "${KIMI_SERVE_SGLANG_PYTHON:-}" ]; then
   export KIMI_SERVE_SGLANG_PYTHON
 fi
 
+# The pinned SGLang wheel the SM120 patch tests apply to (cached under ~/.cache/kimi-serve/wheels).
+scripts/fetch-sglang-wheel.sh >/dev/null
+
 exec .venv/bin/python -m pytest "$@"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.patch_check import cached_wheel
+from kimi_serve.patches import cached_wheel
 
 
 def _patch_findings(res):

@@ -40,14 +40,16 @@ def render(
 def check(
     profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
     offline: bool = typer.Option(False, "--offline", help="Skip host facts (model files, GPUs, API-key file): for CI."),
+    contract: bool = typer.Option(False, "--contract", help="Also start the simulator with the profile's exact flags "
+                                  "and run the verify suite against it (the smoke test before a restart)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
 ) -> int:
-    """Run every validation that needs no GPU; exit 0 only if nothing fails (1 host/server, 2 invalid profile)."""
+    """Run every validation that needs no GPU; exit 0 only if nothing fails (1 host/contract, 2 invalid profile)."""
     from kimi_serve.checks import run_check
     from kimi_serve.profile import display_path
 
     tty = sys.stderr.isatty() and not as_json
-    report = run_check(profile, offline=offline, progress=(lambda m: typer.echo(m, err=True)) if tty else None)
+    report = run_check(profile, offline=offline, contract=contract, progress=(lambda m: typer.echo(m, err=True)) if tty else None)
     if as_json:
         import json
 

@@ -1,0 +1,114 @@
+"""`patches status|apply|revert`: the SM120 source patch set in an installed SGLang."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from kimi_serve.patches import DEFAULT_SET
+
+if TYPE_CHECKING:
+    from kimi_serve.patches import PatchStatus
+
+SITE_HELP = "site-packages folder holding sglang/ (default: found via --python)."
+PYTHON_HELP = "Interpreter whose sglang to use (default: the one running kimi-serve)."
+SET_HELP = "Patch set name or folder."
+STATE_HELP = "kimi-serve state root; records and backups go to DIR/patches (default: $KIMI_SERVE_STATE_DIR or /var/lib/kimi-serve)."
+JSON_HELP = "Print a JSON report."
+
+patches_app = typer.Typer(help="SGLang source patches for SM120: status, apply, revert (all-or-nothing, reversible).",
+                          no_args_is_help=True)
+
+
+def _target(site_packages: Path | None, python: str | None, set_name: str):  # noqa: ANN202 - lazy types
+    from kimi_serve.patches import load_patch_set
+    from kimi_serve.sglang_site import resolve_site_packages
+
+    patch_set = load_patch_set(set_name)
+    return resolve_site_packages(site_packages, python), patch_set
+
+
+def _render(st: PatchStatus) -> None:
+    typer.echo(f"patch set {st.set_name} for sglang {st.target_version}: sglang {st.sglang_version} in "
+               f"{st.site_packages}")
+    width = max(len(p.name) for p in st.patches)
+    for p in st.patches:
+        detail = f"  ({p.detail})" if p.detail else ""
+        typer.echo(f"  {p.name:<{width}}  {p.state.value:<11}  {p.feature}{detail}")
+    features = ", ".join(f"{name} {'on' if on else 'off'}" for name, on in st.features.items())
+    typer.echo(f"features: {features}")
+    if st.record:
+        typer.echo(f"record: applied {st.record.get('applied_at')} by kimi-serve {st.record.get('kimi_serve_version')}"
+                   f", backups in {st.record.get('backup_dir')}")
+    else:
+        typer.echo("record: none")
+
+
+def _finish(st: PatchStatus, as_json: bool, message: str | None = None, changed: bool | None = None) -> None:
+    if as_json:
+        data = st.to_dict()
+        if message is not None:
+            data |= {"changed": changed, "message": message}
+        typer.echo(json.dumps(data, indent=2))
+        return
+    if message:
+        typer.echo(message)
+    _render(st)
+
+
+@patches_app.command("status")
+def status_cmd(
+    site_packages: Path | None = typer.Option(None, "--site-packages", help=SITE_HELP),
+    python: str | None = typer.Option(None, "--python", help=PYTHON_HELP),
+    set_name: str = typer.Option(DEFAULT_SET, "--set", help=SET_HELP),
+    state_dir: Path | None = typer.Option(None, "--state-dir", help=STATE_HELP),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> int:
+    """Show each patch as applied, not applied, or conflict; exit 0 only when every patch is applied (else 1)."""
+    from kimi_serve.patches import status
+
+    sp, patch_set = _target(site_packages, python, set_name)
+    st = status(sp, patch_set, state_dir=state_dir)
+    _finish(st, as_json)
+    return 0 if st.all_applied else 1
+
+
+@patches_app.command("apply")
+def apply_cmd(
+    site_packages: Path | None = typer.Option(None, "--site-packages", help=SITE_HELP),
+    python: str | None = typer.Option(None, "--python", help=PYTHON_HELP),
+    set_name: str = typer.Option(DEFAULT_SET, "--set", help=SET_HELP),
+    state_dir: Path | None = typer.Option(None, "--state-dir", help=STATE_HELP),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> int:
+    """Apply every patch or none (checked on a staging copy first); applying again is a no-op."""
+    from kimi_serve.patches import apply
+
+    sp, patch_set = _target(site_packages, python, set_name)
+    result = apply(sp, patch_set, state_dir=state_dir)
+    _finish(result.status, as_json, result.message, result.changed)
+    return 0
+
+
+@patches_app.command("revert")
+def revert_cmd(
+    site_packages: Path | None = typer.Option(None, "--site-packages", help=SITE_HELP),
+    python: str | None = typer.Option(None, "--python", help=PYTHON_HELP),
+    set_name: str = typer.Option(DEFAULT_SET, "--set", help=SET_HELP),
+    state_dir: Path | None = typer.Option(None, "--state-dir", help=STATE_HELP),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> int:
+    """Restore the original sglang files byte for byte (checked against the manifest); a no-op when not applied."""
+    from kimi_serve.patches import revert
+
+    sp, patch_set = _target(site_packages, python, set_name)
+    result = revert(sp, patch_set, state_dir=state_dir)
+    _finish(result.status, as_json, result.message, result.changed)
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(patches_app, name="patches")

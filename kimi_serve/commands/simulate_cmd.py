@@ -1,0 +1,68 @@
+"""`kimi-serve simulate`: run SGLang's own OpenAI serving layer with a scripted Kimi-K2.5 (docs/simulator.md)."""
+
+from __future__ import annotations
+
+import os
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "simulate",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        help="Serve the OpenAI API through SGLang's own serving code with a scripted Kimi-K2.5 (no GPU): the profile's "
+             "exact SGLang flags decide parsers, model name and API key. Raw SGLang flags: `simulate --raw -- FLAGS`.",
+    )
+    def simulate(
+        ctx: typer.Context,
+        profile: str = typer.Option(None, "--profile", "-p", help="Profile name (configs/NAME.yaml) or path."),
+        host: str = typer.Option(None, "--host", help="Override the profile's server.host."),
+        port: int = typer.Option(None, "--port", help="Override the profile's server.port."),
+        warmup: float = typer.Option(2.0, "--warmup", min=0, help="Seconds /health and /ready answer 503 after bind."),
+        load: float = typer.Option(0.0, "--load", min=0, help="Seconds of simulated loading (port closed) first."),
+        raw: bool = typer.Option(False, "--raw", help="Take SGLang launch_server flags after `--` instead of a profile."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the command instead of running it."),
+    ) -> int:
+        import shlex
+
+        from kimi_serve.errors import KimiServeError
+        from kimi_serve.simulator import launcher
+
+        if raw == bool(profile):
+            raise KimiServeError("give exactly one of --profile NAME and --raw -- FLAGS", where="simulate",
+                                 hint="kimi-serve simulate --profile sim")
+        profile_python = None
+        env_extra: dict[str, str] = {}
+        if raw:
+            args = list(ctx.args)
+            if not args:
+                raise KimiServeError("--raw needs SGLang flags after `--`", where="simulate",
+                                     hint="kimi-serve simulate --raw -- --model-path /models/Kimi-K2.5 --port 30000")
+            where = "simulate --raw"
+        else:
+            if ctx.args:
+                raise KimiServeError(f"unexpected arguments {' '.join(ctx.args)}", where="simulate",
+                                     hint="pass raw SGLang flags only with --raw")
+            from kimi_serve.launch import build_launch
+            from kimi_serve.profile import load_profile
+
+            prof = load_profile(profile)
+            launch = build_launch(prof)
+            args = list(launch.server_args)
+            env_extra = dict(launch.env)
+            profile_python = launch.argv[0]
+            where = prof.where("server.api_key_file")
+        if host:
+            args = launcher.with_flag(args, "--host", host)
+        if port:
+            args = launcher.with_flag(args, "--port", str(port))
+        launcher.check_config_file(args, where)
+        python = launcher.find_python(profile_python)
+        argv = launcher.command(python, args)
+        env = launcher.environment({**os.environ, **env_extra}, warmup=warmup, load=load)
+        if dry_run:
+            typer.echo(shlex.join(argv))
+            return 0
+        os.execve(python, argv, env)  # the simulator takes over this process: signals and exit status are its own
+        return 0  # pragma: no cover

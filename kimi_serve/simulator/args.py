@@ -1,0 +1,78 @@
+"""SGLang's own argument handling for the simulator: parse, substitute missing model directories, resolve, publish.
+
+The argv is exactly what ``python -m sglang.launch_server`` accepts; SGLang's ``prepare_server_args`` parses it
+(``--config FILE`` merged, argparse errors exit 2 with SGLang's message). Resolution runs under a simulated SM120
+platform (``override_platform``) so every SM120-dependent default comes out as on the serving host.
+
+Model directories that do not exist here (``/models/Kimi-K2.5`` in CI) are replaced by config-only stand-ins shipped in
+assets/, because resolution reads ``config.json`` from them; ``served_model_name`` keeps the argv's value (or the
+original path, which is SGLang's default), so clients see what they would see on the real server.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("kimi_serve.simulator")
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+STANDIN_MODEL = ASSETS / "kimi-k25"
+STANDIN_DRAFT = ASSETS / "eagle3"
+
+# The facts SGLang's probes report on an RTX PRO 6000 Blackwell (compute capability 12.0).
+SM120_PLATFORM: dict[str, Any] = dict(
+    is_cuda=True, is_hip=False, is_sm120=True, is_blackwell=True, is_sm100=False, is_sm90=False,
+    is_sm100_or_sm110=False, is_sm110=False, has_flashinfer=True, device_sm=120, device_capability=(12, 0),
+    is_hopper_with_cuda_12_3=False,
+)
+
+
+@dataclass
+class SimulatedArgs:
+    server_args: Any  # sglang ServerArgs, resolved and published
+    model_path: str  # as given in the argv (what /model_info reports)
+    tokenizer_dir: Path | None  # a real directory that may hold the model's tokenizer
+    notes: list[str] = field(default_factory=list)  # what was substituted, for the log and /server_info
+
+
+def _is_model_dir(path: str | None) -> bool:
+    return bool(path) and (Path(path) / "config.json").is_file()
+
+
+def resolve(argv: list[str]) -> SimulatedArgs:
+    from sglang.srt.parser.template_detection import resolve_auto_parsers
+    from sglang.srt.runtime_context import override_platform, publish
+    from sglang.srt.server_args import prepare_server_args
+
+    sa = prepare_server_args(argv)
+    notes: list[str] = []
+    model_path = sa.model_path
+    if sa.served_model_name is None:
+        sa.served_model_name = model_path  # SGLang's default, kept although the path below may change
+    tokenizer_dir: Path | None = Path(model_path) if Path(model_path).is_dir() else None
+    if not _is_model_dir(model_path):
+        sa.model_path = str(STANDIN_MODEL)
+        notes.append(f"model path {model_path} has no config.json here: using the stand-in config-only Kimi-K2.5"
+                     f" directory {STANDIN_MODEL}")
+    if sa.tokenizer_path is not None:
+        if Path(sa.tokenizer_path).is_dir():
+            tokenizer_dir = Path(sa.tokenizer_path)
+        else:
+            notes.append(f"tokenizer path {sa.tokenizer_path} does not exist here: ignored")
+            sa.tokenizer_path = None
+    draft = sa.speculative_draft_model_path
+    if draft and not _is_model_dir(draft):
+        sa.speculative_draft_model_path = str(STANDIN_DRAFT)
+        notes.append(f"draft model path {draft} has no config.json here: using the stand-in EAGLE3 draft directory"
+                     f" {STANDIN_DRAFT}")
+    if sa.device is None:
+        sa.device = "cuda"  # the simulated platform; auto-detection on this host would find no accelerator
+    with override_platform(**SM120_PLATFORM):
+        sa.resolve_once()
+        sa.check_server_args()
+        resolve_auto_parsers(sa)
+    publish(sa, role="tokenizer")
+    return SimulatedArgs(server_args=sa, model_path=model_path, tokenizer_dir=tokenizer_dir, notes=notes)

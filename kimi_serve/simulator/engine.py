@@ -1,0 +1,119 @@
+"""The scripted stand-in for SGLang's TokenizerManager + scheduler: what ``OpenAIServingChat`` talks to.
+
+It exposes the TokenizerManager surface the OpenAI serving layer uses and answers ``generate_request`` the way the
+real detokenizer does: CUMULATIVE decoded text, token-aligned (a special token is always whole), several tokens per
+step (EAGLE-3 with accept length ~3), ``meta_info`` with usage and a finish reason whose ``matched`` is the stop id
+``<|im_end|>`` (163586). The text itself comes from :mod:`kimi_serve.simulator.model`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import types
+import uuid
+from typing import Any, AsyncIterator
+
+from kimi_serve.simulator import model as scripted
+
+# Accepted tokens per EAGLE-3 verify step (steps 3, topk 1, 4 draft tokens: 1..4 per step, mean ~2.9).
+ACCEPT_PATTERN = (3, 4, 2, 3, 4, 1, 3, 3)
+STOP_TOKEN_ID = 163586  # <|im_end|>
+STEP_DELAY_ENV = "KIMI_SERVE_SIM_STEP_SECONDS"
+CHAT_REQUEST_KEY = "kimi_serve_chat_request"  # where the HTTP layer leaves the parsed request on raw_request.state
+
+
+def step_delay() -> float:
+    return float(os.environ.get(STEP_DELAY_ENV, "0.01"))
+
+
+class ScriptedTokenizerManager:
+    """Duck-types the parts of ``sglang.srt.managers.tokenizer_manager.TokenizerManager`` the OpenAI layer reads."""
+
+    def __init__(self, server_args: Any, model_config: Any, tokenizer: Any, model_path: str) -> None:
+        self.server_args = server_args
+        self.model_config = model_config
+        self.tokenizer = tokenizer
+        self.processor = None
+        self.model_path = model_path
+        self.served_model_name = server_args.served_model_name
+        self.is_generation = True
+        self.request_logger = types.SimpleNamespace(log_requests=False, log_requests_level=0)
+        self._resolved = server_args.resolved_dict()
+
+    def config_value(self, name: str) -> Any:
+        return self._resolved.get(name)
+
+    def create_abort_task(self, obj: Any) -> None:
+        return None
+
+    async def generate_request(self, obj: Any, raw_request: Any = None) -> AsyncIterator[dict[str, Any]]:
+        if isinstance(obj.sampling_params, list) or getattr(obj, "is_single", True) is False:
+            raise ValueError("the kimi-serve simulator serves one choice per request (n=1)")
+        request = getattr(getattr(raw_request, "state", None), CHAT_REQUEST_KEY, None)
+        prompt_ids = list(obj.input_ids or [])
+        turn = self._turn(request, prompt_ids)
+        text = scripted.generate(turn)
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        limit = (obj.sampling_params or {}).get("max_new_tokens")
+        truncated = limit is not None and len(ids) > limit
+        if truncated:
+            ids = ids[:limit]
+        reasoning_ids = self._reasoning_token_count(ids) if turn.thinking else 0
+        rid = obj.rid if isinstance(obj.rid, str) else uuid.uuid4().hex
+        accept = itertools.cycle(ACCEPT_PATTERN)
+        done, decoded_upto, emitted, delay = 0, 0, "", step_delay()
+        while done < len(ids):
+            done = min(len(ids), done + next(accept))
+            last = done == len(ids)
+            # Incremental detokenization, as SGLang's detokenizer does it: decode only the new tokens; hold back an
+            # incomplete UTF-8 sequence until the next step completes it.
+            piece = self.tokenizer.decode(ids[decoded_upto:done], skip_special_tokens=False)
+            if piece.endswith("\ufffd") and not last:
+                continue
+            emitted, decoded_upto = emitted + piece, done
+            if delay:
+                await asyncio.sleep(delay)
+            if obj.stream or last:
+                yield self._output(rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, truncated)
+        if not ids:
+            yield self._output(rid, "", [], prompt_ids, 0, True, truncated)
+
+    def _output(self, rid: str, text: str, ids: list[int], prompt_ids: list[int], reasoning: int, last: bool,
+                truncated: bool) -> dict[str, Any]:
+        finish = None
+        output_ids = list(ids)
+        if last:
+            if truncated:
+                finish = {"type": "length", "length": len(ids)}
+            else:
+                finish = {"type": "stop", "matched": STOP_TOKEN_ID}
+                output_ids.append(STOP_TOKEN_ID)
+        meta = {
+            "id": rid,
+            "finish_reason": finish,
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": len(output_ids),
+            "cached_tokens": 0,
+            "reasoning_tokens": reasoning,
+            "weight_version": self._resolved.get("weight_version") or "default",
+        }
+        return {"text": text, "output_ids": output_ids, "index": 0, "meta_info": meta}
+
+    def _reasoning_token_count(self, ids: list[int]) -> int:
+        end_id = self.tokenizer.convert_tokens_to_ids(scripted.THINK_END)
+        return ids.index(end_id) if end_id in ids else len(ids)  # cut off (max_tokens) while still reasoning
+
+    def _turn(self, request: Any, prompt_ids: list[int]) -> scripted.Turn:
+        messages = [m.model_dump(exclude_none=True) for m in request.messages] if request is not None else []
+        tools = [t.model_dump(exclude_none=True) for t in (request.tools or [])] if request is not None else []
+        tool_choice = getattr(request, "tool_choice", "auto")
+        if hasattr(tool_choice, "model_dump"):
+            tool_choice = tool_choice.model_dump(exclude_none=True)
+        return scripted.Turn(messages, tools, tool_choice, self._thinking(prompt_ids))
+
+    def _thinking(self, prompt_ids: list[int]) -> bool:
+        """As the model sees it: the prompt ends with ``<think>`` (think) or ``<think></think>`` (answer directly)."""
+        tail = self.tokenizer.decode(prompt_ids[-4:], skip_special_tokens=False).rstrip()
+        return not tail.endswith(scripted.THINK_END)

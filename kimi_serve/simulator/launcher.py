@@ -1,0 +1,173 @@
+"""Starting the simulator from the kimi-serve side (no sglang import here): find a Python that has sglang, build the
+command line and environment, run it as a child, wait for readiness, stop it.
+
+Interpreter order: ``$KIMI_SERVE_SGLANG_PYTHON``, then the profile's ``python``, then this interpreter if it can import
+sglang. The child gets the kimi_serve package on its PYTHONPATH so ``python -m kimi_serve.simulator`` resolves.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from kimi_serve.errors import ExitCode, KimiServeError
+from kimi_serve.resources import package_root
+
+PYTHON_ENV = "KIMI_SERVE_SGLANG_PYTHON"
+MODULE = "kimi_serve.simulator"
+WARMUP_ENV = "KIMI_SERVE_SIM_WARMUP_SECONDS"
+LOAD_ENV = "KIMI_SERVE_SIM_LOAD_SECONDS"
+STEP_ENV = "KIMI_SERVE_SIM_STEP_SECONDS"  # seconds per decode step (default 0.01)
+_HAS_SGLANG = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sglang') else 1)"
+_BUILD_HINT = "build the CPU SGLang venv with scripts/build-cpu-venv.sh and export KIMI_SERVE_SGLANG_PYTHON=<the path it prints>"
+
+
+def _has_sglang(python: str) -> bool:
+    try:
+        return subprocess.run([python, "-c", _HAS_SGLANG], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def find_python(profile_python: str | None = None) -> str:
+    """The interpreter to run the simulator with; KimiServeError (exit 5) when none has sglang."""
+    env_python = os.environ.get(PYTHON_ENV)
+    if env_python:
+        if not _has_sglang(env_python):
+            raise KimiServeError(f"{PYTHON_ENV}={env_python} is not a Python that can import sglang",
+                                 hint=_BUILD_HINT, exit_code=ExitCode.ENVIRONMENT)
+        return env_python
+    if profile_python and Path(profile_python).exists() and _has_sglang(profile_python):
+        return profile_python
+    if _has_sglang(sys.executable):
+        return sys.executable
+    tried = ", ".join(p for p in (profile_python, sys.executable) if p)
+    raise KimiServeError(f"no Python with sglang found for the simulator (tried {tried})", hint=_BUILD_HINT,
+                         exit_code=ExitCode.ENVIRONMENT)
+
+
+def with_flag(args: list[str], flag: str, value: str) -> list[str]:
+    """``args`` with ``flag``'s value replaced (or the flag appended); handles ``--flag V`` and ``--flag=V``."""
+    out: list[str] = []
+    i, seen = 0, False
+    while i < len(args):
+        a = args[i]
+        if a == flag and i + 1 < len(args):
+            out += [flag, value]
+            seen, i = True, i + 2
+            continue
+        if a.startswith(flag + "="):
+            out.append(f"{flag}={value}")
+            seen = True
+        else:
+            out.append(a)
+        i += 1
+    return out if seen else out + [flag, value]
+
+
+def flag_value(args: list[str], flag: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def check_config_file(args: list[str], where: str) -> None:
+    """SGLang's ``--config FILE`` (the API key file) must exist and be readable, else one clear line."""
+    config = flag_value(args, "--config")
+    if config and not os.access(config, os.R_OK):
+        state = "does not exist" if not Path(config).exists() else "is not readable by this user"
+        raise KimiServeError(f"the SGLang config file {config} (API key) {state}", where=where,
+                             hint="create it (`api-key: KEY`, mode 0600), run as a user who can read it, or point "
+                                  "server.api_key_file at another file", exit_code=ExitCode.ENVIRONMENT)
+
+
+def command(python: str, server_args: list[str]) -> list[str]:
+    return [python, "-m", MODULE, *server_args]
+
+
+def environment(base: dict[str, str] | None = None, *, warmup: float | None = None,
+                load: float | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    root = str(package_root())
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    if warmup is not None:
+        env[WARMUP_ENV] = f"{warmup:g}"
+    if load is not None:
+        env[LOAD_ENV] = f"{load:g}"
+    return env
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Simulator:
+    """A running simulator child process (its own session, so SGLang-style kill paths cannot reach the parent)."""
+
+    process: subprocess.Popen[bytes]
+    base_url: str
+    log_path: Path
+
+    @classmethod
+    def start(cls, argv: list[str], env: dict[str, str], base_url: str, log_path: Path) -> Simulator:
+        log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115 - the child owns it; closed in stop()
+        try:
+            process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       start_new_session=True)
+        finally:
+            log.close()
+        return cls(process, base_url, log_path)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def wait_ready(self, timeout: float) -> float:
+        """Seconds until ``/health`` answered 200; KimiServeError if the child exits (4) or time runs out (3)."""
+        started = time.monotonic()
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                raise KimiServeError(f"the simulator exited with status {code} before it was ready; log "
+                                     f"{self.log_path}: {self.log_tail(3)!r}", hint="read the log above",
+                                     exit_code=ExitCode.SERVER_EXITED)
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return time.monotonic() - started
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() - started > timeout:
+                raise KimiServeError(f"the simulator was not ready within {timeout:g} s (log {self.log_path})",
+                                     hint="raise the startup timeout; a cold sglang import takes ~10-25 s on 2 cores",
+                                     exit_code=ExitCode.UNREACHABLE)
+            time.sleep(0.25)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM to the simulator's main process (as SGLang wants it), SIGKILL if it lingers; its exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return int(self.process.returncode)

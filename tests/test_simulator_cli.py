@@ -1,0 +1,34 @@
+"""`kimi-serve simulate` argument handling that needs no sglang: clear one-line errors and exit codes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from kimi_serve.simulator import launcher
+
+
+def test_no_sglang_python_is_an_environment_error(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(launcher.PYTHON_ENV, sys.executable)  # the project venv: no sglang in it
+    r = cli("simulate", "--raw", "--", "--model-path", "/models/Kimi-K2.5")
+    assert r.code == 5
+    assert "can import sglang" in r.err and "scripts/build-cpu-venv.sh" in r.err and "Traceback" not in r.err
+
+
+def test_profile_xor_raw(cli) -> None:
+    assert cli("simulate").code == 2
+    assert cli("simulate", "--profile", "prod", "--raw", "--", "--port", "1").code == 2
+
+
+def test_missing_api_key_file_is_named(cli, write_profile, tmp_path: Path) -> None:
+    path = write_profile(f"extends: prod\nserver:\n  api_key_file: {tmp_path}/absent.yaml\n", name="sim-nokey")
+    r = cli("simulate", "--profile", str(path), "--dry-run")
+    assert r.code == 5 and "absent.yaml" in r.err and "does not exist" in r.err
+
+
+def test_with_flag_replaces_or_appends() -> None:
+    assert launcher.with_flag(["--port", "1", "--x"], "--port", "2") == ["--port", "2", "--x"]
+    assert launcher.with_flag(["--port=1"], "--port", "2") == ["--port=2"]
+    assert launcher.with_flag(["--x"], "--host", "h") == ["--x", "--host", "h"]
