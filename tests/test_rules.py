@@ -40,6 +40,12 @@ def test_rule_rejects(write_profile, cli, body, needles):
     assert_one_line_error(cli("render", "--profile", str(path)), *needles)
 
 
+
+@pytest.fixture(autouse=True)
+def _fast_layers_only(monkeypatch):
+    """These tests are about kimi-serve's own layers: skip the ~12 s SGLang probe (tests/test_sglang_tier.py has it)."""
+    monkeypatch.delenv("KIMI_SERVE_SGLANG_PYTHON", raising=False)
+
 def test_render_counts_further_failures(write_profile, cli):
     path = write_profile("extends: prod\nparsers:\n  tool_call: null\n  reasoning: null\n")
     res = cli("render", "--profile", str(path))
