@@ -1,0 +1,200 @@
+"""`install-service`, `uninstall-service`, `restart` and `status`: the systemd service (docs/systemd.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from kimi_serve.service import Plan, Result
+    from kimi_serve.service_status import Status
+    from kimi_serve.systemctl import Systemd
+
+PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
+ROOT_HELP = "Install under this directory instead of / (unit in ROOT/etc/systemd/system; only offline systemctl)."
+UNIT_HELP = "Unit name (default: the profile's service.unit_name)."
+_MARK = {"done": "ok  ", "planned": "plan", "failed": "FAIL", "skipped": "skip"}
+
+
+def _systemd(root: Path) -> Systemd:
+    from kimi_serve.systemctl import Systemd, run
+
+    return Systemd(run, root.resolve())
+
+
+def _say(message: str) -> None:
+    """Progress on a terminal only: scripts and tests get the result alone."""
+    if sys.stderr.isatty():
+        typer.echo(f"kimi-serve: {message}", err=True)
+
+
+def _print_result(result: Result, as_json: bool, extra: dict[str, Any] | None = None) -> int:
+    if as_json:
+        typer.echo(json.dumps({**result.to_json(), **(extra or {})}, indent=2))
+        return int(result.exit_code)
+    for step in result.steps:
+        typer.echo(f"{_MARK[step.status]} {step.action}" + (f": {step.detail}" if step.detail else ""))
+    for label, outcome in (("new unit", result.new), ("rollback", result.rollback)):
+        if outcome is not None:
+            verdict = "PASSED" if outcome.ok else "FAILED"
+            typer.echo(f"{label}: {verdict} (profile {outcome.profile}, sha256 {outcome.unit_sha256[:12]}): "
+                       f"{outcome.detail}")
+    return int(result.exit_code)
+
+
+def _plan(profile: str, root: Path, unit_name: Optional[str], now: bool, contract: bool) -> tuple[Plan, Systemd]:
+    from kimi_serve.service import plan_install
+    from kimi_serve.systemd_unit import UnitContext
+
+    systemd = _systemd(root)
+    _say(f"checking profile {profile} (schema, rules, SGLang's parser, host)...")
+    plan = plan_install(profile, root=systemd.root, unit_name=unit_name, now=now, ctx=UnitContext.detect(),
+                        systemd=systemd, environ=os.environ, contract=contract)
+    return plan, systemd
+
+
+def install_service(
+    profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the unit, the secret file's path and each action;"
+                                 " change nothing."),
+    now: bool = typer.Option(False, "--now", help="Also restart the unit and wait until its contract check passed."),
+    unit_name: Optional[str] = typer.Option(None, "--unit-name", help=UNIT_HELP),
+    root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+) -> int:
+    """Check the profile, render and verify its systemd unit, write it (keeping the previous one) and enable it.
+
+    The API key never goes into the unit: SGLang reads it from the profile's server.api_key_file (0600), which this
+    command creates from $KIMI_SERVE_API_KEY when it does not exist yet.
+    """
+    from kimi_serve.service import contract_verifier, install, planned_actions
+
+    plan, systemd = _plan(profile, root, unit_name, now, contract=False)
+    if dry_run:
+        return _print_plan(plan, planned_actions(plan, systemd), as_json)
+    return _print_result(install(plan, systemd, contract_verifier, os.environ), as_json)
+
+
+def _print_plan(plan: Plan, actions: list[str], as_json: bool) -> int:
+    secret = plan.profile.server.api_key_file
+    secret_note = ("none (no server.api_key_file)" if secret is None else
+                   f"{secret} (will be created from $KIMI_SERVE_API_KEY, mode 0600)" if plan.create_secret else
+                   f"{secret} (exists, 0600; content not shown)")
+    if as_json:
+        typer.echo(json.dumps({"version": 1, "dry_run": True, "unit": plan.unit.name,
+                               "unit_file": str(plan.paths.unit_file), "unit_text": plan.unit.text,
+                               "secret_file": secret, "create_secret": plan.create_secret, "actions": actions},
+                              indent=2))
+        return 0
+    typer.echo(f"# {plan.paths.unit_file}")
+    typer.echo(plan.unit.text, nl=False)
+    typer.echo(f"\nsecret file: {secret_note}")
+    typer.echo("dry run: nothing was changed; install-service would:")
+    for i, action in enumerate(actions, 1):
+        typer.echo(f"  {i}. {action}")
+    return 0
+
+
+def _unit_of(profile: Optional[str], unit_name: Optional[str]) -> str:
+    from kimi_serve.schema import SECTIONS
+    from kimi_serve.systemd_unit import unit_file_name
+
+    if unit_name:
+        return unit_file_name(unit_name, "--unit-name")
+    if profile:
+        from kimi_serve.profile import load_profile
+
+        p = load_profile(profile)
+        return unit_file_name(p.service.unit_name, p.where("service.unit_name"))
+    return unit_file_name(SECTIONS["service"]["unit_name"].default)
+
+
+def uninstall_service(
+    profile: Optional[str] = typer.Option(None, "--profile", "-p", help="Take the unit name from this profile."),
+    unit_name: Optional[str] = typer.Option(None, "--unit-name", help="Unit name (default: sglang-kimi)."),
+    root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print each action; change nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+) -> int:
+    """Stop, disable and remove the unit and its records (the API-key file stays)."""
+    from kimi_serve.service import uninstall
+    from kimi_serve.service_state import ServicePaths
+
+    systemd = _systemd(root)
+    return _print_result(uninstall(ServicePaths(systemd.root, _unit_of(profile, unit_name)), systemd,
+                                   dry_run=dry_run), as_json)
+
+
+def restart(
+    profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
+    unit_name: Optional[str] = typer.Option(None, "--unit-name", help=UNIT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+) -> int:
+    """Check, install the new unit, restart, verify; on failure restore the last unit that passed verify.
+
+    Exit codes: 0 the new unit passed; 1 it failed and the last good unit is back and passing; 4 it failed and
+    nothing is serving (no last good unit, or that one failed too).
+    """
+    from kimi_serve.service import contract_verifier
+    from kimi_serve.service_restart import restart as restart_core
+
+    plan, systemd = _plan(profile, Path("/"), unit_name, now=True, contract=True)
+    _say(f"restarting {plan.unit.name} (waits up to {plan.candidate.restart_timeout:.0f}s for the contract check)...")
+    return _print_result(restart_core(plan, systemd, contract_verifier, os.environ), as_json)
+
+
+def status(
+    profile: Optional[str] = typer.Option(None, "--profile", "-p", help="Take the unit name from this profile."),
+    unit_name: Optional[str] = typer.Option(None, "--unit-name", help="Unit name (default: sglang-kimi)."),
+    root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+) -> int:
+    """The unit's state, the live profile and patch set, the last verify, and /health now (exit 0: active, healthy)."""
+    from kimi_serve.service_state import ServicePaths
+    from kimi_serve.service_status import status as status_core
+
+    systemd = _systemd(root)
+    st = status_core(ServicePaths(systemd.root, _unit_of(profile, unit_name)), systemd)
+    if as_json:
+        typer.echo(json.dumps(st.to_json(), indent=2))
+    else:
+        _print_status(st)
+    return int(st.exit_code)
+
+
+def _print_status(st: Status) -> None:
+    m = st.marker
+    rows = [("unit", f"{st.unit} ({st.unit_file}{'' if st.installed else ', not installed'})")]
+    if st.installed:
+        rows.append(("profile", f"{m.profile} (patch set {m.patch_set}, kimi-serve {m.version})" if m else
+                     "unknown: not written by kimi-serve"))
+        if m and not m.body_matches:
+            rows.append(("edited", "the unit was edited after install (its hash no longer matches)"))
+    s = st.state
+    rows.append(("state", f"{s.get('ActiveState')} ({s.get('SubState')}), {s.get('UnitFileState')}, main pid "
+                 f"{s.get('MainPID')}, restarts {s.get('NRestarts')}, since {s.get('ActiveEnterTimestamp') or '-'}"
+                 if s else st.state_error))
+    rows.append(("health", f"{st.health} ({m.endpoint if m else ''}/health)" if st.health else "not checked"))
+    for label, rec in (("last verify", st.last_verify), ("last good", st.last_good)):
+        if rec is None:
+            rows.append((label, "none recorded"))
+        elif label == "last verify":
+            rows.append((label, f"{rec.get('status')} at {rec.get('time')} (profile {rec.get('profile')}): "
+                         f"{rec.get('detail')}"))
+        else:
+            rows.append((label, f"profile {rec.get('profile')} (patch set {rec.get('patch_set')}, sha256 "
+                         f"{str(rec.get('unit_sha256'))[:12]}) at {rec.get('time')}"))
+    for label, value in rows:
+        typer.echo(f"{label + ':':13} {value}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("install-service")(install_service)
+    app.command("uninstall-service")(uninstall_service)
+    app.command("restart")(restart)
+    app.command("status")(status)

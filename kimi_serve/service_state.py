@@ -1,0 +1,93 @@
+"""Where the service's files live under a root, and the records kept between runs.
+
+Under ``ROOT`` (``/`` on a real host, a temporary tree in tests):
+- ``etc/systemd/system/NAME.service``: the unit;
+- ``var/lib/kimi-serve/service/NAME/``: ``previous.service`` (the unit before the last write),
+  ``last-good.service`` + ``last-good.json`` (written only after a passing verify), ``last-verify.json``.
+Every write is atomic (temporary file in the same directory, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+UNIT_DIR = "etc/systemd/system"
+STATE_DIR = "var/lib/kimi-serve/service"
+
+
+@dataclass(frozen=True)
+class ServicePaths:
+    root: Path
+    unit: str  # NAME.service
+
+    def under_root(self, absolute: str) -> Path:
+        """An absolute host path (e.g. a profile's api_key_file) inside this root."""
+        return self.root / absolute.lstrip("/")
+
+    @property
+    def unit_file(self) -> Path:
+        return self.root / UNIT_DIR / self.unit
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / STATE_DIR / self.unit.removesuffix(".service")
+
+    @property
+    def previous_unit(self) -> Path:
+        return self.state_dir / "previous.service"
+
+    @property
+    def last_good_unit(self) -> Path:
+        return self.state_dir / "last-good.service"
+
+    @property
+    def last_good_record(self) -> Path:
+        return self.state_dir / "last-good.json"
+
+    @property
+    def last_verify_record(self) -> Path:
+        return self.state_dir / "last-verify.json"
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``text`` in one rename; a reader sees the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_record(path: Path, data: dict[str, Any]) -> None:
+    write_atomic(path, json.dumps({**data, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2) + "\n")

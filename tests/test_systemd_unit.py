@@ -1,0 +1,155 @@
+"""The rendered systemd unit: golden text per shipped profile, escaping, what is rejected, the marker.
+
+That systemd turns the escaped words back into exactly the launch argv is proven against a real systemd in
+tests/systemd/; here `systemd-analyze verify` (any stderr is a failure) checks what a hostile profile renders to.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kimi_serve.checks import validated_launch
+from kimi_serve.errors import KimiServeError
+from kimi_serve.profile import load_profile
+from kimi_serve.systemd_unit import (
+    UnitContext,
+    environment_line,
+    exec_line,
+    parse_marker,
+    render_unit,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "tests" / "golden"
+SHIPPED = sorted(p.stem for p in (REPO / "configs").glob("*.yaml"))
+CTX = UnitContext(kimi_serve="/opt/kimi-serve/venv/bin/kimi-serve", package_root="/opt/kimi-serve/src",
+                  version="0.0.0-golden")
+HOSTILE = "50% $HOME ${X} \"q\" 'a' back\\slash ü 中文"
+
+
+def _render(name_or_path: str, ctx: UnitContext = CTX) -> str:
+    profile = load_profile(name_or_path)
+    return render_unit(profile, validated_launch(profile), ctx).text
+
+
+@pytest.fixture(autouse=True)
+def _fixed_sglang_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the simulator profile's interpreter comes from $KIMI_SERVE_SGLANG_PYTHON: pin it for stable golden text
+    monkeypatch.setenv("KIMI_SERVE_SGLANG_PYTHON", "/opt/sglang/bin/python")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_golden_unit_per_shipped_profile(name: str) -> None:
+    text = _render(name)
+    golden = GOLDEN / f"{name}.service"
+    if os.environ.get("KIMI_SERVE_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert golden.is_file(), f"no golden unit for {name}: run with KIMI_SERVE_UPDATE_GOLDEN=1 and review the diff"
+    assert text == golden.read_text()
+
+
+def test_prod_unit_shape() -> None:
+    text = _render("prod")
+    profile = load_profile("prod")
+    launch = validated_launch(profile)
+    lines = text.splitlines()
+    exec_start = next(line for line in lines if line.startswith("ExecStart="))
+    assert exec_start == "ExecStart=" + " ".join(f'"{a}"' for a in launch.argv)  # argv has nothing to escape
+    assert exec_start.startswith('ExecStart="/opt/kimi-serve/venv/bin/python" "-m" "sglang.launch_server"')
+    for flag in ('"--tool-call-parser" "kimi_k2"', '"--reasoning-parser" "kimi_k2"',
+                 '"--config" "/etc/kimi-serve/prod-secrets.yaml"'):
+        assert flag in exec_start
+    post = next(line for line in lines if line.startswith("ExecStartPost="))
+    assert post == ('ExecStartPost="/opt/kimi-serve/venv/bin/kimi-serve" "verify" "--host" "0.0.0.0:30000" '
+                    '"--wait" "1800" "--timeout" "120" "--suite" "quick" '
+                    '"--api-key-file" "/etc/kimi-serve/prod-secrets.yaml"')
+    for setting in ("KillMode=mixed", "KillSignal=SIGTERM", "TimeoutStopSec=120", "Restart=on-failure",
+                    "TimeoutStartSec=1950", "LimitNOFILE=1048576", "LimitMEMLOCK=infinity",
+                    "After=network-online.target", "StandardError=journal", 'Environment="NCCL_P2P_LEVEL=SYS"',
+                    'Environment="SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1"', "StartLimitBurst=3"):
+        assert setting in lines
+    assert any(line.startswith("Documentation=") for line in lines)
+
+
+def test_simulator_unit_puts_kimi_serve_on_pythonpath() -> None:
+    text = _render("sim")
+    assert 'Environment="PYTHONPATH=/opt/kimi-serve/src"' in text
+    assert 'ExecStart="/opt/sglang/bin/python" "-m" "kimi_serve.simulator"' in text
+
+
+def test_escaping_follows_systemds_three_passes() -> None:
+    assert exec_line(["/bin/echo", "100%"], "x") == '"/bin/echo" "100%%"'
+    assert exec_line(["/bin/echo", "$HOME"], "x") == '"/bin/echo" "$$HOME"'
+    assert exec_line(["/bin/echo", 'say "hi"'], "x") == r'"/bin/echo" "say \"hi\""'
+    assert exec_line(["/bin/echo", "a\\nb"], "x") == r'"/bin/echo" "a\\nb"'  # not a newline after C-unescape
+    assert exec_line(["/bin/echo", ";"], "x") == '"/bin/echo" ";"'  # quoted: an argument, not a separator
+    # Environment= gets no $ expansion in systemd, so no $$
+    assert environment_line("A", "$x 5%", "x") == '"A=$x 5%%"'
+
+
+def _hostile_profile(tmp_path: Path, **overrides: str) -> Path:
+    values = {"served": HOSTILE, "env": HOSTILE, "extra": ""}
+    values.update(overrides)
+    path = tmp_path / "hostile.yaml"
+    path.write_text(
+        "extends: sim\n"
+        f"model:\n  served_name: {yaml_quote(values['served'])}\n"
+        f"env:\n  KIMI_TEST_VALUE: {yaml_quote(values['env'])}\n" + values["extra"]
+    )
+    return path
+
+
+def yaml_quote(value: str) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False)  # JSON strings are YAML strings
+
+
+def test_hostile_values_render_to_a_unit_systemd_accepts(tmp_path: Path) -> None:
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed (apt-get install systemd)")
+    text = _render(str(_hostile_profile(tmp_path)), UnitContext(kimi_serve=shutil.which("true") or "/bin/true",
+                                                                package_root=str(REPO)))
+    text = text.replace('ExecStart="/opt/sglang/bin/python"', 'ExecStart="/bin/true"')  # an executable that exists
+    unit = tmp_path / "hostile-test.service"
+    unit.write_text(text)
+    done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert '"--served-model-name" "50%% $$HOME $${X} \\"q\\" \'a\' back\\\\slash ü 中文"' in text
+    assert 'Environment="KIMI_TEST_VALUE=50%% $HOME ${X} \\"q\\" \'a\' back\\\\slash ü 中文"' in text
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ("env:\n  BAD: \"tab\\there\"\n", "env.BAD"),
+        ("service:\n  user: \"root; rm -rf /\"\n", "service.user"),
+        ("service:\n  limit_memlock: \"lots\"\n", "service.limit_memlock"),
+        ("service:\n  working_directory: \"/srv/x \"\n", "service.working_directory"),
+        ("service:\n  unit_name: \"../evil\"\n", "service.unit_name"),
+    ],
+)
+def test_values_systemd_cannot_carry_are_rejected_with_their_key(tmp_path: Path, extra: str, key: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("extends: sim\n" + extra)
+    with pytest.raises(KimiServeError) as err:
+        _render(str(path))
+    assert key in err.value.one_line()
+    assert "\n" not in err.value.one_line()
+
+
+def test_marker_names_profile_and_detects_hand_edits() -> None:
+    text = _render("prod")
+    marker = parse_marker(text)
+    assert marker is not None
+    assert (marker.profile, marker.patch_set, marker.endpoint, marker.version) == (
+        "prod", "sglang-0.5.23-sm120", "0.0.0.0:30000", "0.0.0-golden")
+    assert marker.body_matches
+    edited = parse_marker(text.replace("TimeoutStopSec=120", "TimeoutStopSec=5"))
+    assert edited is not None and not edited.body_matches
+    assert parse_marker("[Unit]\nDescription=hand written\n") is None
