@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
@@ -16,6 +17,7 @@ from typing import Iterator, Mapping, Sequence
 import pytest
 
 SANDBOX = Path(__file__).resolve().parent / "sandbox.sh"
+REPO = Path(__file__).resolve().parent.parent.parent
 
 
 @dataclass
@@ -47,10 +49,16 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     if reason:
         pytest.skip(reason)
     log = tmp_path_factory.mktemp("sandbox") / "sandbox.log"
+    # nspawn gives the container its own /tmp: bind in what the unit executes (this checkout, its venv, the SGLang
+    # venv), wherever CI cloned them.
+    binds = {str(REPO), str(Path(sys.prefix).resolve())}
+    if os.environ.get("KIMI_SERVE_SGLANG_PYTHON"):
+        binds.add(str(Path(os.environ["KIMI_SERVE_SGLANG_PYTHON"]).resolve().parent.parent))
+    env = {**os.environ, "SBX_BIND": " ".join(sorted(binds))}
     hold = 'echo "$$ $SBX_LEADER $DBUS_SYSTEM_BUS_ADDRESS"; exec cat >/dev/null'
     with open(log, "w") as err:
         proc = subprocess.Popen([str(SANDBOX), "sh", "-c", hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=err, text=True)
+                                stderr=err, text=True, env=env)
     assert proc.stdout is not None and proc.stdin is not None
     line = proc.stdout.readline().split()
     if len(line) != 3:

@@ -1,0 +1,48 @@
+"""`kimi-serve up` and `kimi-serve doctor` (docs/up.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def up(
+    profile: str = typer.Option(..., "--profile", help="Profile NAME (configs/NAME.yaml) or PATH to a YAML file."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Run the preflight and print the launch; start nothing."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="Skip the contract check once the server is ready."),
+    log_file: Path | None = typer.Option(None, "--log-file", help="Server log (default: "
+                                         "$KIMI_SERVE_STATE_DIR/logs/up-PROFILE-TIME.log, state dir default "
+                                         "/var/lib/kimi-serve)."),
+) -> int:
+    """Start the server in the foreground: preflight, start, progress, contract check, supervise (Ctrl-C stops it).
+
+    Exit codes: 0 server exited 0, 1 contract failed, 3 never ready, 4 server exited/crashed or failed in its log,
+    5 preflight failed, 130 stopped on request.
+    """
+    from kimi_serve.up import run_up
+
+    return run_up(profile, dry_run=dry_run, verify=not no_verify, log_file=log_file)
+
+
+def doctor(
+    profile: str = typer.Option("prod", "--profile", help="Profile NAME or PATH whose host needs are checked."),
+    as_json: bool = typer.Option(False, "--json", help="Write the JSON report to stdout."),
+) -> int:
+    """Check this host for the profile: GPUs (SM120), driver/CUDA, topology, GPU memory, disk, model files, draft,
+    SGLang version and patch set, port, memlock and open-file limits. Exit codes: 0 ok (warnings allowed), 5 a check
+    failed."""
+    from kimi_serve.checks import validated_launch
+    from kimi_serve.doctor import render, run_doctor
+    from kimi_serve.profile import load_profile
+
+    p = load_profile(profile)
+    report = run_doctor(p, validated_launch(p))
+    typer.echo(json.dumps(report.to_json(), indent=2) if as_json else render(report))
+    return int(report.exit_code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("up")(up)
+    app.command("doctor")(doctor)

@@ -1,0 +1,387 @@
+"""`kimi-serve doctor`: can this host serve the profile? Each check is pass / warn / fail / skip with its fix.
+
+Every host probe goes through a :class:`Host` (a runner for nvidia-smi, disk, limits, port, SGLang lookup), so tests
+inject one; the real host is :meth:`Host.real`. No GPU is a finding, never a crash.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import resource
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from kimi_serve.errors import ExitCode, KimiServeError
+from kimi_serve.findings import FAIL, PASS, SKIP, WARN, Finding, failed
+from kimi_serve.launch import Launch
+from kimi_serve.profile import Profile, display_path
+
+GIB = 1024**3
+EXPECTED_CC = "12.0"  # RTX PRO 6000 Blackwell (SM120)
+MIN_DRIVER = 570  # first driver branch for Blackwell
+MIN_CUDA = (12, 8)
+MIN_NOFILE = 65536
+GPU_QUERY = ["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total,memory.free,driver_version",
+             "--format=csv,noheader,nounits"]
+TOKENIZER_FILES = ("tiktoken.model", "tokenizer.json", "tokenizer.model")
+DOWNLOAD_HINT = "download it: huggingface-cli download {repo} --local-dir {path}"
+MODEL_REPO = "moonshotai/Kimi-K2.5"
+DRAFT_REPO = "lightseekorg/kimi-k2.5-eagle3-mla"
+
+
+@dataclass(frozen=True)
+class Completed:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _run(argv: list[str]) -> Completed | None:
+    """Run a probe; None when the program does not exist."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except FileNotFoundError:
+        return None
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Completed(127, "", str(exc))
+    return Completed(proc.returncode, proc.stdout, proc.stderr)
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """None if ``host:port`` can be bound the way uvicorn binds it (SO_REUSEADDR); else why not."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"port {port} on {host} is already in use"
+            return f"cannot bind {host}:{port}: {exc.strerror}"
+    return None
+
+
+def _sglang_site(python: str) -> Path:
+    from kimi_serve.sglang_site import site_packages_of
+
+    return site_packages_of(python)
+
+
+@dataclass
+class Host:
+    """Everything doctor asks the machine; replace any part in tests."""
+
+    run: Callable[[list[str]], Completed | None] = _run
+    disk_free: Callable[[Path], int] = lambda p: shutil.disk_usage(p).free
+    rlimit: Callable[[int], tuple[int, int]] = resource.getrlimit
+    port_problem: Callable[[str, int], str | None] = port_problem
+    sglang_site: Callable[[str], Path] = _sglang_site
+    state_dir: Path | None = None
+
+    @classmethod
+    def real(cls) -> Host:
+        return cls()
+
+
+@dataclass
+class DoctorReport:
+    profile: str
+    checks: list[Finding] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.ENVIRONMENT if failed(self.checks) else ExitCode.OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": 1, "kind": "kimi-serve-doctor", "profile": self.profile,
+                "ok": self.exit_code == ExitCode.OK, "exit_code": int(self.exit_code),
+                "checks": [c.to_json() for c in self.checks]}
+
+
+def _f(name: str, status: str, message: str, fix: str = "") -> Finding:
+    return Finding("doctor", name, status, message, fix)
+
+
+# ------------------------------------------------------------------------------------------------------ GPUs
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    compute_cap: str
+    total_mib: int
+    free_mib: int
+    driver: str
+
+
+def _gpus(host: Host) -> tuple[list[Gpu], Finding | None]:
+    res = host.run(GPU_QUERY)
+    no_gpu_fix = "install the NVIDIA driver (570+) on the serving host; without GPUs only engine: simulator runs here"
+    if res is None:
+        return [], _f("gpus", FAIL, "no NVIDIA GPU: nvidia-smi is not installed", no_gpu_fix)
+    if res.returncode != 0:
+        why = (res.stderr.strip() or res.stdout.strip() or f"exit {res.returncode}").splitlines()[0]
+        return [], _f("gpus", FAIL, f"no usable NVIDIA GPU: nvidia-smi failed: {why}", no_gpu_fix)
+    gpus = []
+    for row in res.stdout.strip().splitlines():
+        cells = [c.strip() for c in row.split(",")]
+        if len(cells) != 6:
+            continue
+        try:
+            gpus.append(Gpu(int(cells[0]), cells[1], cells[2], int(float(cells[3])), int(float(cells[4])), cells[5]))
+        except ValueError:
+            continue
+    if not gpus:
+        return [], _f("gpus", FAIL, "no NVIDIA GPU listed by nvidia-smi", no_gpu_fix)
+    return gpus, None
+
+
+def check_gpus(p: Profile, gpus: list[Gpu]) -> list[Finding]:
+    names = sorted({g.name for g in gpus})
+    caps = sorted({g.compute_cap for g in gpus})
+    out = []
+    if len(gpus) < p.gpus:
+        out.append(_f("gpus", FAIL, f"{len(gpus)} GPU(s) visible, the profile needs {p.gpus}",
+                      "check CUDA_VISIBLE_DEVICES and nvidia-smi; or lower gpus/parallel.tp_size"))
+    else:
+        out.append(_f("gpus", PASS, f"{len(gpus)} GPU(s): {', '.join(names)} (profile uses {p.gpus})"))
+    if caps != [EXPECTED_CC]:
+        out.append(_f("compute_capability", FAIL, f"compute capability {', '.join(caps)}, expected {EXPECTED_CC} "
+                      "(RTX PRO 6000 Blackwell, SM120)", "use a profile and patch set made for these GPUs"))
+    else:
+        out.append(_f("compute_capability", PASS, f"compute capability {EXPECTED_CC} (SM120) on every GPU"))
+    return out
+
+
+def check_driver(host: Host, gpus: list[Gpu]) -> Finding:
+    driver = gpus[0].driver
+    res = host.run(["nvidia-smi"])
+    cuda = None
+    if res is not None and "CUDA Version:" in res.stdout:
+        cuda = res.stdout.split("CUDA Version:", 1)[1].split()[0]
+    try:
+        major = int(driver.split(".")[0])
+        cuda_t = tuple(int(x) for x in cuda.split(".")[:2]) if cuda else None
+    except ValueError:
+        return _f("driver", WARN, f"cannot parse driver {driver!r} / CUDA {cuda!r}", "check nvidia-smi")
+    text = f"driver {driver}, CUDA {cuda or 'unknown'}"
+    if major < MIN_DRIVER or (cuda_t is not None and cuda_t < MIN_CUDA):
+        return _f("driver", FAIL, f"{text}: Blackwell needs driver {MIN_DRIVER}+ and CUDA "
+                  f"{MIN_CUDA[0]}.{MIN_CUDA[1]}+", f"install NVIDIA driver {MIN_DRIVER} or newer")
+    return _f("driver", PASS, text)
+
+
+def check_topology(host: Host) -> Finding:
+    res = host.run(["nvidia-smi", "topo", "-m"])
+    if res is None or res.returncode != 0:
+        return _f("topology", WARN, "nvidia-smi topo -m failed", "run it by hand to see the GPU interconnect")
+    links: dict[str, int] = {}
+    for row in res.stdout.splitlines():
+        cells = row.split()
+        if not cells or not cells[0].startswith("GPU"):
+            continue
+        for cell in cells[1:]:
+            if cell.startswith("NV") and cell[2:].isdigit() or cell in ("PIX", "PXB", "PHB", "NODE", "SYS"):
+                kind = "NVLink" if cell.startswith("NV") else cell
+                links[kind] = links.get(kind, 0) + 1
+    if not links:
+        return _f("topology", WARN, "no GPU-to-GPU links in nvidia-smi topo -m", "run it by hand")
+    summary = ", ".join(f"{k} x{v // 2 or v}" for k, v in sorted(links.items()))
+    if "NVLink" in links:
+        return _f("topology", WARN, f"NVLink present ({summary}); this deployment is tuned for PCIe-only "
+                  "(PCIe-IPC all-reduce)", "consider allreduce.pcie_ipc: false on NVLink hosts")
+    return _f("topology", PASS, f"PCIe only, no NVLink ({summary} GPU pairs): PCIe-IPC all-reduce fits")
+
+
+def check_gpu_memory(p: Profile, gpus: list[Gpu]) -> Finding:
+    fraction = p.memory.mem_fraction_static or 0.85
+    short = [g for g in gpus[: p.gpus] if g.free_mib < fraction * g.total_mib]
+    if short:
+        g = short[0]
+        return _f("gpu_memory", FAIL, f"GPU {g.index} has {g.free_mib / 1024:.1f} of {g.total_mib / 1024:.1f} GiB "
+                  f"free, less than mem_fraction_static {fraction:g} needs (SGLang would fail with CUDA OOM)",
+                  "stop the other GPU processes (nvidia-smi lists them)")
+    busy = [g for g in gpus[: p.gpus] if g.total_mib - g.free_mib > 2048]
+    least = min(g.free_mib for g in gpus[: p.gpus]) / 1024
+    if busy:
+        return _f("gpu_memory", WARN, f"{len(busy)} GPU(s) already have >2 GiB in use (least free: {least:.1f} GiB)",
+                  "check nvidia-smi for leftover processes")
+    return _f("gpu_memory", PASS, f"GPU memory free on all {min(len(gpus), p.gpus)} GPUs (least: {least:.1f} GiB)")
+
+
+# ------------------------------------------------------------------------------------------------------ files
+
+
+def check_model_dir(path: str, name: str, what: str, *, repo: str, tokenizer: bool, weights: bool = True
+                    ) -> list[Finding]:
+    d = Path(path)
+    fix = DOWNLOAD_HINT.format(repo=repo, path=path)
+    if not d.is_dir():
+        return [_f(name, FAIL, f"{what} directory {path} does not exist", fix)]
+    try:
+        config = json.loads((d / "config.json").read_text())
+        kind = config.get("model_type", "?") if isinstance(config, dict) else "?"
+    except (OSError, ValueError) as exc:
+        return [_f(name, FAIL, f"{path}/config.json is missing or not JSON ({exc.__class__.__name__})", fix)]
+    present = {q.name for q in d.glob("*.safetensors")}
+    index = d / "model.safetensors.index.json"
+    out = []
+    if not weights:
+        out.append(_f(name, PASS, f"{what} at {path}: model_type {kind} (--load-format dummy: no shards needed)"))
+    elif index.is_file():
+        try:
+            expected = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            return [_f(name, FAIL, f"{index} is unreadable ({exc.__class__.__name__})", fix)]
+        missing = sorted(expected - present)
+        if missing:
+            out.append(_f(name, FAIL, f"{what} at {path}: {len(missing)} of {len(expected)} shards missing "
+                          f"(first: {missing[0]})", f"finish the download: {fix}"))
+        else:
+            out.append(_f(name, PASS, f"{what} at {path}: model_type {kind}, all {len(expected)} shards present"))
+    elif present:
+        out.append(_f(name, PASS, f"{what} at {path}: model_type {kind}, {len(present)} shard(s), no index"))
+    else:
+        out.append(_f(name, FAIL, f"{what} at {path} has no *.safetensors shards", fix))
+    if tokenizer:
+        found = [t for t in TOKENIZER_FILES if (d / t).is_file()]
+        if not (d / "tokenizer_config.json").is_file() or not found:
+            out.append(_f(f"{name}.tokenizer", FAIL, f"{path} lacks tokenizer files (tokenizer_config.json and one of "
+                          f"{', '.join(TOKENIZER_FILES)})", fix))
+        else:
+            out.append(_f(f"{name}.tokenizer", PASS, f"tokenizer: tokenizer_config.json, {found[0]}"))
+    return out
+
+
+def check_disk(host: Host, path: str) -> Finding:
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = host.disk_free(probe) / GIB
+    if free < 20:
+        return _f("disk", WARN, f"{free:.1f} GiB free at {probe} (model path {path})",
+                  "free space: logs, caches and a re-download need room")
+    return _f("disk", PASS, f"{free:.0f} GiB free at {probe}")
+
+
+# ------------------------------------------------------------------------------------------------------ software
+
+
+def check_sglang(p: Profile, launch: Launch, host: Host) -> list[Finding]:
+    from kimi_serve.flags import load_flag_table
+    from kimi_serve.sglang_site import installed_version
+
+    python = launch.argv[0]
+    try:
+        site = host.sglang_site(python)
+        version = installed_version(site)
+    except KimiServeError as exc:
+        return [_f("sglang", FAIL, exc.message, "install sglang==0.5.23 there, or point the profile's python: at the "
+                   "venv that has it ($KIMI_SERVE_SGLANG_PYTHON for engine: simulator)")]
+    want = load_flag_table().sglang_version
+    if version != want:
+        return [_f("sglang", FAIL, f"sglang {version} in {site}, the profile is made for {want}",
+                   f"pip install sglang=={want} with {python}")]
+    out = [_f("sglang", PASS, f"sglang {version} ({python})")]
+    if p.engine == "sglang" and p.patch_set:
+        out.append(check_patch_set(p, python, site, host))
+    return out
+
+
+def check_patch_set(p: Profile, python: str, site: Path, host: Host) -> Finding:
+    from kimi_serve.patches import load_patch_set, status
+
+    apply = f"kimi-serve patches apply --python {python} --set {p.patch_set}"
+    try:
+        st = status(site, load_patch_set(p.patch_set), state_dir=host.state_dir)
+    except KimiServeError as exc:
+        return _f("patch_set", FAIL, f"patch set {p.patch_set}: {exc.message}", exc.hint or apply)
+    if st.all_applied:
+        return _f("patch_set", PASS, f"patch set {p.patch_set} applied ({len(st.patches)} patches)")
+    if st.conflicts:
+        c = st.conflicts[0]
+        return _f("patch_set", FAIL, f"patch set {p.patch_set}: {c.name} conflicts: {c.detail}",
+                  f"reinstall sglang=={st.target_version}, then {apply}")
+    todo = [r.name for r in st.patches if r.state.value != "applied"]
+    return _f("patch_set", FAIL, f"patch set {p.patch_set} is not applied ({len(todo)} of {len(st.patches)} "
+              "patches missing)", apply)
+
+
+def check_port(launch: Launch, host: Host) -> Finding:
+    problem = host.port_problem(launch.host, launch.port)
+    if problem:
+        return _f("port", FAIL, f"{problem}: SGLang would notice only after loading every weight (~2 min later)",
+                  f"stop what listens there (ss -ltnp 'sport = :{launch.port}') or change server.port")
+    return _f("port", PASS, f"{launch.host}:{launch.port} is free")
+
+
+def check_limits(host: Host) -> list[Finding]:
+    inf = resource.RLIM_INFINITY
+    soft, _hard = host.rlimit(resource.RLIMIT_MEMLOCK)
+    out = [_f("memlock", PASS, "locked-memory limit unlimited") if soft == inf else
+           _f("memlock", WARN, f"locked-memory limit {soft // 1024} KiB (NCCL and CUDA pin host memory)",
+              "ulimit -l unlimited (the systemd unit sets LimitMEMLOCK=infinity)")]
+    soft, hard = host.rlimit(resource.RLIMIT_NOFILE)
+    best = hard if hard != inf else MIN_NOFILE
+    if best < MIN_NOFILE:
+        out.append(_f("nofile", WARN, f"open-file limit {soft}/{hard} (SGLang wants {MIN_NOFILE}+)",
+                      "ulimit -n 1048576 (the systemd unit sets LimitNOFILE)"))
+    else:
+        out.append(_f("nofile", PASS, f"open-file limit {soft} (hard {'unlimited' if hard == inf else hard})"))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ all
+
+
+def uses_gpus(p: Profile) -> bool:
+    args = list(p.extra_args)
+    device = args[args.index("--device") + 1] if "--device" in args[:-1] else "cuda"
+    return p.engine == "sglang" and device != "cpu"
+
+
+def run_doctor(p: Profile, launch: Launch, host: Host | None = None) -> DoctorReport:
+    host = host or Host.real()
+    report = DoctorReport(display_path(p.source))
+    checks = report.checks
+    if uses_gpus(p):
+        gpus, problem = _gpus(host)
+        if problem:
+            checks.append(problem)
+            checks += [_f(n, SKIP, "no GPU to inspect") for n in ("driver", "topology", "gpu_memory")]
+        else:
+            checks += check_gpus(p, gpus)
+            checks += [check_driver(host, gpus), check_topology(host), check_gpu_memory(p, gpus)]
+    else:
+        why = "engine: simulator" if p.engine == "simulator" else "--device cpu"
+        checks.append(_f("gpus", SKIP, f"{why}: no GPU needed"))
+    if p.engine == "sglang":
+        checks.append(check_disk(host, p.model.path))
+        args = " ".join(p.extra_args)
+        checks += check_model_dir(p.model.path, "model", "model", repo=MODEL_REPO, tokenizer="--skip-tokenizer-init" not in args,
+                                  weights="--load-format dummy" not in args)
+        if p.speculative.enabled and p.speculative.draft_model_path:
+            checks += check_model_dir(p.speculative.draft_model_path, "draft", "EAGLE-3 draft", repo=DRAFT_REPO,
+                                      tokenizer=False)
+    checks += check_sglang(p, launch, host)
+    checks.append(check_port(launch, host))
+    checks += check_limits(host)
+    return report
+
+
+def render(report: DoctorReport) -> str:
+    lines = [f"doctor: profile {report.profile}"]
+    for c in report.checks:
+        lines.append(f"{c.status.upper():4}  {c.name:<18} {c.message}")
+        if c.fix and c.status in (WARN, FAIL):
+            lines.append(f"      {'':<18} fix: {c.fix}")
+    bad = failed(report.checks)
+    warns = sum(c.status == WARN for c in report.checks)
+    lines.append(f"doctor: {len(bad)} failed, {warns} warning(s)" if bad or warns else "doctor: all checks passed")
+    return "\n".join(lines)

@@ -1,0 +1,140 @@
+"""`up`'s watch loop against the replay STAND-IN (tests/startup_replay.py) for failures a CPU box cannot produce:
+CUDA OOM, NCCL error, a hang in NCCL init, a crash after ready, a server that ignores SIGTERM."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from kimi_serve.errors import ExitCode, KimiServeError
+from kimi_serve.launch import Launch
+from kimi_serve.up import UpOptions, serve
+from kimi_serve.up_console import Console
+from up_helpers import REPLAY, free_port, live_group, server_pid
+
+
+def replay_launch(scenario: str, port: int, tp: int = 8) -> Launch:
+    args = ("--model-path", "/models/Kimi-K2.5", "--tp-size", str(tp), "--host", "127.0.0.1", "--port", str(port))
+    return Launch(argv=(sys.executable, str(REPLAY), "--scenario", scenario, *args), env={}, server_args=args,
+                  engine="sglang", host="127.0.0.1", port=port, api_key_file=None)
+
+
+class Run:
+    def __init__(self, code: int | None, error: KimiServeError | None, out: str, err: str, log: str) -> None:
+        self.code, self.error, self.out, self.err, self.log = code, error, out, err, log
+
+    @property
+    def exit_code(self) -> int:
+        return int(self.error.exit_code) if self.error else int(self.code or 0)
+
+
+def run_replay(tmp_path: Path, scenario: str, *, tp: int = 8, interrupt_on: str | None = None, **opts: float) -> Run:
+    out, err = io.StringIO(), io.StringIO()
+    log = tmp_path / f"{scenario}.log"
+    options = UpOptions(verify=False, tp_size=tp, **{"startup_timeout_s": 120.0, "stop_grace_s": 5.0, **opts})
+    stop_timer = None
+    if interrupt_on is not None:  # send ourselves SIGINT once `interrupt_on` shows up on the console (a Ctrl-C)
+        def watch() -> None:
+            while interrupt_on not in out.getvalue():
+                if stop.wait(0.1):
+                    return
+            os.kill(os.getpid(), signal.SIGINT)
+
+        stop = threading.Event()
+        stop_timer = threading.Thread(target=watch, daemon=True)
+        stop_timer.start()
+    code, error = None, None
+    try:
+        code = serve(replay_launch(scenario, free_port(), tp), options, log, Console(out, err, tty=False))
+    except KimiServeError as exc:
+        error = exc
+    finally:
+        if stop_timer is not None:
+            stop.set()
+    return Run(code, error, out.getvalue(), err.getvalue(), log.read_text(errors="replace"))
+
+
+def assert_no_orphans(run: Run) -> None:
+    assert live_group(server_pid(run.out)) == [], "processes of the server's group survived"
+
+
+def test_cuda_oom_is_reported_with_its_traceback_and_exit_4(tmp_path: Path) -> None:
+    run = run_replay(tmp_path, "cuda_oom")
+    assert run.exit_code == ExitCode.SERVER_EXITED
+    assert "CUDA out of memory" in run.error.message and "cuda_oom" in run.error.message
+    assert "mem_fraction_static" in run.error.hint
+    # the diagnosis carries the relevant log lines: the failing rank's traceback down to the exception
+    assert "FAILURE in the server log (cuda_oom" in run.err
+    assert "| [" in run.err and "TP3] Scheduler hit an exception" in run.err
+    assert "|   File \"<site-packages>/sglang/srt/mem_cache/memory_pool.py\"" in run.err
+    assert "killed by SIGKILL (status -9" in run.out  # SGLang's own exit status on a scheduler exception
+    assert "[kv_cache]" in run.out and "weights 8/8 shards" in run.out
+    assert "Received sigquit" in run.log  # everything the server wrote is in the log file
+    assert_no_orphans(run)
+
+
+def test_nccl_error_is_reported_before_any_weights(tmp_path: Path) -> None:
+    run = run_replay(tmp_path, "nccl_error")
+    assert run.exit_code == ExitCode.SERVER_EXITED
+    assert run.error.message.startswith(
+        "server failed (nccl): NCCL / distributed init failed: RuntimeError: NCCL error")
+    assert "NCCL_DEBUG=INFO" in run.error.hint
+    assert "[weights]" not in run.out and "[init] distributed init" in run.out
+    assert_no_orphans(run)
+
+
+def test_nccl_hang_hits_the_init_deadline_and_kills_the_whole_group(tmp_path: Path) -> None:
+    # the replayed ranks ignore SIGTERM and have no PDEATHSIG: only a SIGKILL of the group removes them
+    run = run_replay(tmp_path, "nccl_hang", init_timeout_s=2.0, startup_timeout_s=600.0)
+    assert run.exit_code == ExitCode.UNREACHABLE
+    assert "distributed init hung: no 'Init parallel ends.' from rank(s) 0, 1, 2, 3, 4, 5, 6, 7" in run.error.message
+    assert "SIGTERM to pid" in run.out
+    assert "killed by SIGTERM" in run.out  # the main process dies on SIGTERM during load (no handler), as SGLang does
+    assert_no_orphans(run)
+
+
+def test_successful_start_shows_phases_then_ctrl_c_stops_cleanly(tmp_path: Path) -> None:
+    run = run_replay(tmp_path, "ok", interrupt_on="supervising pid")
+    assert run.exit_code == ExitCode.INTERRUPTED, run.err
+    phases = [p for p in ("[init]", "[weights]", "[kv_cache]", "[cuda_graph]", "[http]", "[ready]")
+              if p in run.out]
+    assert phases == ["[init]", "[weights]", "[kv_cache]", "[cuda_graph]", "[http]", "[ready]"]
+    assert "weights 8/8 shards (100%),  7.48s/it" in run.out or "weights 8/8 shards (100%), 7.48s/it" in run.out
+    assert "distributed init done on 8 rank(s)" in run.out
+    assert "server ready in" in run.out
+    assert "Multi-thread loading shards" not in run.out  # tqdm fragments become progress lines, not echoes
+    assert "Multi-thread loading shards" in run.log
+    assert "SIGINT received" in run.out and "exit status 0" in run.out and "stopped on SIGINT" in run.out
+    assert "Draining requests" in run.log
+    assert_no_orphans(run)
+
+
+def test_crash_after_ready_exits_4_with_the_cause(tmp_path: Path) -> None:
+    run = run_replay(tmp_path, "crash_after_ready", tp=4)
+    assert run.exit_code == ExitCode.SERVER_EXITED
+    assert "server ready in" in run.out
+    assert "a server subprocess failed" in run.error.message and "status -9" in run.error.message
+    assert "crashed with exit code -6" in run.err or "SIGQUIT received" in run.err
+    assert_no_orphans(run)
+
+
+def test_a_server_that_ignores_sigterm_is_killed_and_reported_unclean(tmp_path: Path) -> None:
+    run = run_replay(tmp_path, "stuck_stop", tp=2, interrupt_on="supervising pid", stop_grace_s=1.0)
+    assert run.exit_code == ExitCode.SERVER_EXITED
+    assert "escalating: SIGKILL to process group" in run.out
+    assert run.error.message.startswith("the server did not stop cleanly (killed by SIGKILL")
+    assert_no_orphans(run)
+
+
+def test_a_server_that_cannot_start_is_an_environment_error(tmp_path: Path) -> None:
+    launch = Launch(argv=(str(tmp_path / "no-such-python"), "-m", "sglang.launch_server"), env={}, server_args=(),
+                    engine="sglang", host="127.0.0.1", port=free_port(), api_key_file=None)
+    with pytest.raises(KimiServeError) as exc:
+        serve(launch, UpOptions(verify=False), tmp_path / "x.log", Console(io.StringIO(), io.StringIO(), tty=False))
+    assert exc.value.exit_code == ExitCode.ENVIRONMENT and "cannot start" in exc.value.message

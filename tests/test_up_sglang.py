@@ -1,0 +1,141 @@
+"""`kimi-serve up` against SGLang 0.5.23's REAL launch_server on CPU (tiny dummy Llama, tests/sglang_cpu/): real logs,
+readiness, signal behaviour and exit codes. Three real starts in all (each 10-60 s on a 2-core box)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from up_helpers import cpu_profile, free_port, live_group, server_pid
+
+pytestmark = pytest.mark.sglang
+READY_LINE = "supervising pid"
+
+
+def sglang_python_or_skip() -> str:
+    path = os.environ.get("KIMI_SERVE_SGLANG_PYTHON")
+    if not path:
+        pytest.skip("KIMI_SERVE_SGLANG_PYTHON is not set (scripts/test.sh sets it; CI always does)")
+    return path
+
+
+class UpProcess:
+    """`kimi-serve up` as a child process, its stdout+stderr collected line by line."""
+
+    def __init__(self, args: list[str], state: Path) -> None:
+        env = {**os.environ, "KIMI_SERVE_STATE_DIR": str(state)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "kimi_serve", "up", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, text: str, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if text in self.output:
+                return True
+            if self.proc.poll() is not None:
+                self._reader.join(5)
+                return text in self.output
+            time.sleep(0.2)
+        return False
+
+    def finish(self, timeout: float) -> int:
+        code = self.proc.wait(timeout)
+        self._reader.join(5)
+        return code
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[UpProcess, Path, int]]:
+    python = sglang_python_or_skip()
+    tmp = tmp_path_factory.mktemp("up-sglang")
+    port = free_port()
+    profile = cpu_profile(tmp, port, python)
+    up = UpProcess(["--profile", str(profile), "--no-verify", "--log-file", str(tmp / "server.log")], tmp)
+    ready = up.wait_for(READY_LINE, 300)
+    try:
+        assert ready, f"up did not reach supervision:\n{up.output[-4000:]}"
+        yield up, tmp, port
+    finally:
+        if up.proc.poll() is None:
+            up.proc.send_signal(signal.SIGTERM)
+            up.finish(60)
+
+
+def test_real_start_shows_phases_and_readiness(running: tuple[UpProcess, Path, int]) -> None:
+    up, _tmp, port = running
+    for phase in ("[init]", "[weights]", "[kv_cache]", "[http]", "[ready]"):
+        assert f"kimi-serve up: {phase}" in up.output, phase
+    seconds = float(re.search(r"server ready in ([\d.]+)s", up.output).group(1))
+    print(f"\nreal SGLang (CPU, tiny Llama): start-to-ready {seconds:.1f}s")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=20) as reply:
+        assert reply.status == 200
+    assert "[Errno 98]" not in up.output
+
+
+def test_port_in_use_is_refused_before_launch(running: tuple[UpProcess, Path, int]) -> None:
+    _up, tmp, port = running  # the real SGLang server holds the port
+    again = cpu_profile(tmp, port, os.environ["KIMI_SERVE_SGLANG_PYTHON"], name="again")
+    second = UpProcess(["--profile", str(again), "--no-verify", "--log-file", str(tmp / "again.log")], tmp)
+    assert second.finish(60) == 5
+    assert f"port {port} on 127.0.0.1 is already in use" in second.output
+    assert "starting sglang" not in second.output  # refused up front, not ~2 min after a full load
+
+
+def test_sigterm_stops_the_real_server_cleanly(running: tuple[UpProcess, Path, int]) -> None:
+    up, tmp, _port = running
+    pid = server_pid(up.output)
+    up.proc.send_signal(signal.SIGTERM)
+    assert up.finish(90) == 130
+    assert "SIGTERM received; stopping the server" in up.output
+    assert f"server pid {pid} ended: exit status 0" in up.output  # SGLang drained and exited 0
+    assert live_group(pid) == []
+    assert "Finished server process" in (tmp / "server.log").read_text(errors="replace")
+
+
+def test_contract_failure_stops_the_real_server(tmp_path: Path) -> None:
+    # a tiny random Llama without tokenizer cannot answer the chat contract: up must stop it and exit 1
+    python = sglang_python_or_skip()
+    up = UpProcess(["--profile", str(cpu_profile(tmp_path, free_port(), python)), "--log-file",
+                    str(tmp_path / "s.log")], tmp_path)
+    code = up.finish(400)
+    assert code == 1, up.output[-3000:]
+    assert "contract check failed" in up.output and "stopping the server" in up.output
+    assert live_group(server_pid(up.output)) == []
+
+
+def test_real_model_error_is_reported_from_the_traceback(tmp_path: Path) -> None:
+    # SGLang's main process raises "Unrecognized model" for a config without model_type and exits 1 within seconds
+    python = sglang_python_or_skip()
+    model = tmp_path / "broken-model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"hidden_size": 64}))
+    up = UpProcess(["--profile", str(cpu_profile(tmp_path, free_port(), python, model=model)), "--no-verify",
+                    "--log-file", str(tmp_path / "s.log")], tmp_path)
+    assert up.finish(300) == 4, up.output[-3000:]
+    assert "FAILURE in the server log (traceback" in up.output
+    assert "ValueError: Unrecognized model in" in up.output
+    assert "exit status 1" in up.output
+    assert live_group(server_pid(up.output)) == []

@@ -1,0 +1,81 @@
+"""Helpers for the `up` tests: free ports, process-group inspection from /proc, the CPU SGLang test profile."""
+
+from __future__ import annotations
+
+import re
+import socket
+import textwrap
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPLAY = HERE / "startup_replay.py"
+CPU_DIR = HERE / "sglang_cpu"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def live_group(pgid: int) -> list[int]:
+    """Non-zombie processes in process group ``pgid`` (read from /proc, independently of kimi_serve.supervisor)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        state, _ppid, pgrp = text[text.rindex(")") + 2:].split()[:3]
+        if state != "Z" and int(pgrp) == pgid:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def server_pid(output: str) -> int:
+    m = re.search(r"server pid (\d+) \(own session", output)
+    assert m, f"no server pid in output:\n{output}"
+    return int(m.group(1))
+
+
+def cpu_profile(directory: Path, port: int, python: str, *, model: Path | None = None, name: str = "cpu") -> Path:
+    """A profile that runs SGLang's real launch_server on CPU with the tiny dummy Llama (tests/sglang_cpu/)."""
+    path = directory / f"{name}.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        description: real SGLang on CPU, tiny dummy Llama (tests only)
+        engine: sglang
+        python: {python}
+        gpus: 1
+        patch_set: null
+        model:
+          path: {model or CPU_DIR / 'tiny-llama'}
+          served_name: tiny
+          trust_remote_code: true
+          attention_heads: 4
+        parallel:
+          tp_size: 1
+        speculative:
+          enabled: false
+        allreduce:
+          flashinfer_fusion_backend: null
+          torch_symm_mem: false
+          pcie_ipc: false
+        memory:
+          mem_fraction_static: 0.5
+          chunked_prefill_size: 1024
+          cuda_graph_max_bs_decode: 4
+        server:
+          host: 127.0.0.1
+          port: {port}
+          enable_metrics: false
+        env:
+          PYTHONPATH: {CPU_DIR / 'stubs'}
+        extra_args: [--device, cpu, --load-format, dummy, --skip-tokenizer-init, --max-total-tokens, "4096"]
+        startup:
+          timeout: 300
+        verify:
+          timeout: 30
+        service:
+          stop_timeout: 30
+        """))
+    return path
