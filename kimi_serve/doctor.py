@@ -11,12 +11,13 @@ import json
 import resource
 import shutil
 import socket
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from kimi_serve import proc
 from kimi_serve.errors import ExitCode, KimiServeError
+from kimi_serve.proc import Completed
 from kimi_serve.findings import FAIL, PASS, SKIP, WARN, Finding, failed
 from kimi_serve.launch import Launch
 from kimi_serve.profile import Profile, display_path
@@ -34,22 +35,12 @@ MODEL_REPO = "moonshotai/Kimi-K2.5"
 DRAFT_REPO = "lightseekorg/kimi-k2.5-eagle3-mla"
 
 
-@dataclass(frozen=True)
-class Completed:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 def _run(argv: list[str]) -> Completed | None:
     """Run a probe; None when the program does not exist."""
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-    except FileNotFoundError:
+        return proc.run(argv, timeout=30)
+    except proc.NotInstalled:
         return None
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Completed(127, "", str(exc))
-    return Completed(proc.returncode, proc.stdout, proc.stderr)
 
 
 def port_problem(host: str, port: int) -> str | None:
@@ -125,11 +116,11 @@ def _gpus(host: Host) -> tuple[list[Gpu], Finding | None]:
     no_gpu_fix = "install the NVIDIA driver (570+) on the serving host; without GPUs only engine: simulator runs here"
     if res is None:
         return [], _f("gpus", FAIL, "no NVIDIA GPU: nvidia-smi is not installed", no_gpu_fix)
-    if res.returncode != 0:
-        why = (res.stderr.strip() or res.stdout.strip() or f"exit {res.returncode}").splitlines()[0]
+    if res.rc != 0:
+        why = (res.err.strip() or res.out.strip() or f"exit {res.rc}").splitlines()[0]
         return [], _f("gpus", FAIL, f"no usable NVIDIA GPU: nvidia-smi failed: {why}", no_gpu_fix)
     gpus = []
-    for row in res.stdout.strip().splitlines():
+    for row in res.out.strip().splitlines():
         cells = [c.strip() for c in row.split(",")]
         if len(cells) != 6:
             continue
@@ -163,8 +154,8 @@ def check_driver(host: Host, gpus: list[Gpu]) -> Finding:
     driver = gpus[0].driver
     res = host.run(["nvidia-smi"])
     cuda = None
-    if res is not None and "CUDA Version:" in res.stdout:
-        cuda = res.stdout.split("CUDA Version:", 1)[1].split()[0]
+    if res is not None and "CUDA Version:" in res.out:
+        cuda = res.out.split("CUDA Version:", 1)[1].split()[0]
     try:
         major = int(driver.split(".")[0])
         cuda_t = tuple(int(x) for x in cuda.split(".")[:2]) if cuda else None
@@ -179,10 +170,10 @@ def check_driver(host: Host, gpus: list[Gpu]) -> Finding:
 
 def check_topology(host: Host) -> Finding:
     res = host.run(["nvidia-smi", "topo", "-m"])
-    if res is None or res.returncode != 0:
+    if res is None or res.rc != 0:
         return _f("topology", WARN, "nvidia-smi topo -m failed", "run it by hand to see the GPU interconnect")
     links: dict[str, int] = {}
-    for row in res.stdout.splitlines():
+    for row in res.out.splitlines():
         cells = row.split()
         if not cells or not cells[0].startswith("GPU"):
             continue

@@ -11,11 +11,11 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_serve import proc
 from kimi_serve.errors import ExitCode, KimiServeError
 
 _PATCH_TIMEOUT_S = 60
@@ -60,13 +60,13 @@ def run_patch(tool: str, patch_file: Path, directory: Path, *, strip: int, rever
         argv.append("--reverse")
     if dry_run:
         argv.append("--dry-run")
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=_PATCH_TIMEOUT_S,
-                          env={**os.environ, "LC_ALL": "C"})
-    if proc.returncode == 0:
+    done = proc.run(argv, timeout=_PATCH_TIMEOUT_S, env={**os.environ, "LC_ALL": "C"},
+                    install_hint="install GNU patch (apt-get install patch)")
+    if done.ok:
         return None
-    lines = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in (done.out + done.err).splitlines() if ln.strip()]
     complaints = [ln for ln in lines if not ln.startswith(("patching file", "checking file"))]
-    return (complaints or lines or [f"patch exited {proc.returncode}"])[0]
+    return (complaints or lines or [f"patch exited {done.rc}"])[0]
 
 
 def stage(files: dict[str, bytes], root: Path) -> None:

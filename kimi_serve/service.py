@@ -20,7 +20,8 @@ from kimi_serve.findings import FAIL, Finding
 from kimi_serve.profile import Profile
 from kimi_serve.service_check import check_for_service
 from kimi_serve.service_state import ServicePaths, read_text, write_atomic, write_record
-from kimi_serve.systemctl import Completed, Systemd
+from kimi_serve.proc import Completed
+from kimi_serve.systemctl import Systemd
 from kimi_serve.systemd_unit import RenderedUnit, UnitContext, parse_marker, render_unit, unit_file_name
 
 API_KEY_ENV = "KIMI_SERVE_API_KEY"

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+from kimi_serve import proc
 from kimi_serve.errors import ExitCode, KimiServeError
 
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.MULTILINE)
@@ -27,16 +27,13 @@ _FIND_TIMEOUT_S = 60
 def site_packages_of(python: str) -> Path:
     """The folder holding the ``sglang`` package that ``python`` would import (sglang itself is not imported)."""
     try:
-        proc = subprocess.run([python, "-c", _FIND_SPEC], capture_output=True, text=True, timeout=_FIND_TIMEOUT_S)
-    except FileNotFoundError as exc:
+        done = proc.run([python, "-c", _FIND_SPEC], timeout=_FIND_TIMEOUT_S)
+    except proc.NotInstalled:
         raise KimiServeError(f"interpreter {python} not found", hint="pass --python PATH of the SGLang venv",
-                             exit_code=ExitCode.ENVIRONMENT) from exc
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise KimiServeError(f"cannot run interpreter {python}: {exc}", hint="pass --python PATH of the SGLang venv",
-                             exit_code=ExitCode.ENVIRONMENT) from exc
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                             exit_code=ExitCode.ENVIRONMENT) from None
+    lines = done.out.strip().splitlines()
+    if done.rc != 0 or not lines:
+        last = (done.err.strip().splitlines() or ["no output"])[-1]
         raise KimiServeError(f"interpreter {python} could not look up sglang: {last}",
                              hint="pass --python PATH of the SGLang venv", exit_code=ExitCode.ENVIRONMENT)
     locations = json.loads(lines[-1])

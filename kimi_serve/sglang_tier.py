@@ -11,12 +11,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_serve import proc
 from kimi_serve.findings import FAIL, PASS, SKIP, WARN, Finding
 from kimi_serve.launch import Launch
 from kimi_serve.profile import Profile
@@ -66,17 +66,15 @@ def run_probe(python: SGLangPython, args: list[str], platform: str | None = "sm1
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(package_root()),
                                                                      os.environ.get("PYTHONPATH")]))}
     try:
-        proc = subprocess.run(
-            [python.path, "-m", "kimi_serve.sglang_probe"], input=json.dumps({"args": args, "platform": platform}),
-            capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env, check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"error": f"could not run {python.path}: {exc}"}
+        done = proc.run([python.path, "-m", "kimi_serve.sglang_probe"], timeout=PROBE_TIMEOUT_S, env=env,
+                        input=json.dumps({"args": args, "platform": platform}))
+    except proc.NotInstalled:
+        return {"error": f"interpreter {python.path} ({python.origin}) does not exist"}
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        return json.loads(done.out.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"{python.path} -m kimi_serve.sglang_probe failed (exit {proc.returncode}): {tail}"}
+        tail = (done.err.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"{python.path} -m kimi_serve.sglang_probe failed (exit {done.rc}): {tail}"}
 
 
 # Requested value -> resolved key: SGLang must run what the profile asked for, not a silent rewrite.

@@ -1,4 +1,4 @@
-"""systemctl and systemd-analyze, behind one subprocess chokepoint.
+"""systemctl and systemd-analyze, run through the subprocess chokepoint (:mod:`kimi_serve.proc`).
 
 Every command goes through a :class:`Runner` (``run(argv, timeout=) -> Completed``): argv lists only, no shell. The
 real runner is :func:`run`; pure-logic tests pass a recording runner instead. :class:`Systemd` knows the commands and
@@ -8,35 +8,14 @@ what ``--root`` means: with a root other than ``/``, systemd is not running ther
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Sequence
 
-from kimi_serve.errors import ExitCode, KimiServeError
+from kimi_serve import proc
+from kimi_serve.proc import Completed, Runner
 
 SYSTEMCTL_TIMEOUT = 90.0  # daemon-reload, enable, stop of a quick unit
-
-
-@dataclass(frozen=True)
-class Completed:
-    argv: tuple[str, ...]
-    rc: int
-    out: str
-    err: str
-
-    @property
-    def ok(self) -> bool:
-        return self.rc == 0
-
-    def describe(self) -> str:
-        """One line: the command, its exit status and the last line it printed."""
-        last = (self.err.strip() or self.out.strip()).splitlines()
-        return f"`{' '.join(self.argv)}` exited {self.rc}" + (f": {last[-1].strip()}" if last else "")
-
-
-class Runner(Protocol):
-    def __call__(self, argv: Sequence[str], *, timeout: float) -> Completed: ...
 
 
 _INSTALL_HINT = {
@@ -47,16 +26,8 @@ _INSTALL_HINT = {
 
 
 def run(argv: Sequence[str], *, timeout: float) -> Completed:
-    """The one place kimi-serve's service code starts a process."""
-    try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
-    except FileNotFoundError:
-        raise KimiServeError(f"{argv[0]} is not installed", hint=_INSTALL_HINT.get(argv[0], f"install {argv[0]}"),
-                             exit_code=ExitCode.ENVIRONMENT) from None
-    except subprocess.TimeoutExpired as exc:
-        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        return Completed(tuple(argv), 124, "", f"{err}\ntimed out after {timeout:g}s")
-    return Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+    """The one place kimi-serve's service code starts a process (:func:`kimi_serve.proc.run`)."""
+    return proc.run(argv, timeout=timeout, install_hint=_INSTALL_HINT.get(argv[0]))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' > .venv/pip-install.log 2>&1 \
+  || { cat .venv/pip-install.log; exit 1; }
 
 # Real SGLang 0.5.23 on CPU for the sglang-marked tests (cached under ~/.cache/kimi-serve; ~3 min cold).
 if [ -z "${KIMI_SERVE_SGLANG_PYTHON:-}" ]; then

@@ -13,7 +13,8 @@ from typing import Callable
 import pytest
 
 from kimi_serve.checks import validated_launch
-from kimi_serve.doctor import Completed, DoctorReport, Host, run_doctor
+from kimi_serve.doctor import DoctorReport, Host, run_doctor
+from kimi_serve.proc import Completed
 from kimi_serve.errors import ExitCode
 from kimi_serve.profile import load_profile
 
@@ -37,10 +38,10 @@ def smi(rows: str | None, topology: str = topo(), header: str = SMI_HEADER) -> C
         if rows is None:
             return None  # nvidia-smi not installed
         if "--query-gpu" in " ".join(argv):
-            return Completed(0, rows, "")
+            return Completed(tuple(argv), 0, rows, "")
         if argv[1:] == ["topo", "-m"]:
-            return Completed(0, topology, "")
-        return Completed(0, header, "")
+            return Completed(tuple(argv), 0, topology, "")
+        return Completed(tuple(argv), 0, header, "")
 
     return run
 
@@ -109,7 +110,7 @@ def test_no_gpu_is_reported_not_a_crash(gpu_profile: Callable[..., Path], tmp_pa
 
 def test_driver_without_devices_is_reported(gpu_profile: Callable[..., Path], tmp_path: Path) -> None:
     def broken(argv: list[str]) -> Completed:
-        return Completed(9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", "")
+        return Completed(tuple(argv), 9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", "")
 
     checks = by_name(doctor(gpu_profile(), Host(run=broken, sglang_site=sglang_site(tmp_path), rlimit=unlimited)))
     assert checks["gpus"][0] == "fail" and "couldn't communicate with the NVIDIA driver" in checks["gpus"][1]

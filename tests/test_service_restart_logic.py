@@ -15,7 +15,8 @@ from kimi_serve.profile import load_profile
 from kimi_serve.service import Plan
 from kimi_serve.service_restart import restart
 from kimi_serve.service_state import ServicePaths, read_record
-from kimi_serve.systemctl import Completed, Systemd
+from kimi_serve.proc import Completed
+from kimi_serve.systemctl import Systemd
 from kimi_serve.systemd_unit import UnitContext, render_unit
 
 CTX = UnitContext(kimi_serve="/opt/kimi-serve/venv/bin/kimi-serve", package_root="/opt/kimi-serve/src")

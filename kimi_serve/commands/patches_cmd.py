@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -18,6 +18,13 @@ PYTHON_HELP = "Interpreter whose sglang to use (default: the one running kimi-se
 SET_HELP = "Patch set name or folder."
 STATE_HELP = "kimi-serve state root; records and backups go to DIR/patches (default: $KIMI_SERVE_STATE_DIR or /var/lib/kimi-serve)."
 JSON_HELP = "Print a JSON report."
+
+# The options every patches command takes.
+SitePackages = Annotated[Optional[Path], typer.Option("--site-packages", help=SITE_HELP)]
+Python = Annotated[Optional[str], typer.Option("--python", help=PYTHON_HELP)]
+SetName = Annotated[str, typer.Option("--set", help=SET_HELP)]
+StateDir = Annotated[Optional[Path], typer.Option("--state-dir", help=STATE_HELP)]
+AsJson = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 
 patches_app = typer.Typer(help="SGLang source patches for SM120: status, apply, revert (all-or-nothing, reversible).",
                           no_args_is_help=True)
@@ -61,11 +68,11 @@ def _finish(st: PatchStatus, as_json: bool, message: str | None = None, changed:
 
 @patches_app.command("status")
 def status_cmd(
-    site_packages: Path | None = typer.Option(None, "--site-packages", help=SITE_HELP),
-    python: str | None = typer.Option(None, "--python", help=PYTHON_HELP),
-    set_name: str = typer.Option(DEFAULT_SET, "--set", help=SET_HELP),
-    state_dir: Path | None = typer.Option(None, "--state-dir", help=STATE_HELP),
-    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    site_packages: SitePackages = None,
+    python: Python = None,
+    set_name: SetName = DEFAULT_SET,
+    state_dir: StateDir = None,
+    as_json: AsJson = False,
 ) -> int:
     """Show each patch as applied, not applied, or conflict; exit 0 only when every patch is applied (else 1)."""
     from kimi_serve.patches import status
@@ -78,11 +85,11 @@ def status_cmd(
 
 @patches_app.command("apply")
 def apply_cmd(
-    site_packages: Path | None = typer.Option(None, "--site-packages", help=SITE_HELP),
-    python: str | None = typer.Option(None, "--python", help=PYTHON_HELP),
-    set_name: str = typer.Option(DEFAULT_SET, "--set", help=SET_HELP),
-    state_dir: Path | None = typer.Option(None, "--state-dir", help=STATE_HELP),
-    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    site_packages: SitePackages = None,
+    python: Python = None,
+    set_name: SetName = DEFAULT_SET,
+    state_dir: StateDir = None,
+    as_json: AsJson = False,
 ) -> int:
     """Apply every patch or none (checked on a staging copy first); applying again is a no-op."""
     from kimi_serve.patches import apply
@@ -95,11 +102,11 @@ def apply_cmd(
 
 @patches_app.command("revert")
 def revert_cmd(
-    site_packages: Path | None = typer.Option(None, "--site-packages", help=SITE_HELP),
-    python: str | None = typer.Option(None, "--python", help=PYTHON_HELP),
-    set_name: str = typer.Option(DEFAULT_SET, "--set", help=SET_HELP),
-    state_dir: Path | None = typer.Option(None, "--state-dir", help=STATE_HELP),
-    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    site_packages: SitePackages = None,
+    python: Python = None,
+    set_name: SetName = DEFAULT_SET,
+    state_dir: StateDir = None,
+    as_json: AsJson = False,
 ) -> int:
     """Restore the original sglang files byte for byte (checked against the manifest); a no-op when not applied."""
     from kimi_serve.patches import revert

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from kimi_serve import proc
 from kimi_serve.errors import ExitCode, KimiServeError
 from kimi_serve.resources import package_root
 
@@ -33,8 +34,8 @@ _BUILD_HINT = "build the CPU SGLang venv with scripts/build-cpu-venv.sh and expo
 
 def _has_sglang(python: str) -> bool:
     try:
-        return subprocess.run([python, "-c", _HAS_SGLANG], capture_output=True, timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
+        return proc.run([python, "-c", _HAS_SGLANG], timeout=60).ok
+    except proc.NotInstalled:
         return False
 
 
