@@ -17,6 +17,8 @@ from kimi_serve.profile import Profile
 # Features a profile can use that SGLang 0.5.23 gates off on SM120 (patch-set feature ids).
 FEATURE_FUSION = "flashinfer_allreduce_fusion"
 FEATURE_TORCH_SYMM_MEM = "torch_symm_mem"
+# Patch-set feature that keeps the API keys out of SGLang's startup `server_args=` log line (hence the journal).
+FEATURE_REDACT = "redact_api_key_in_log"
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
 
 Rule = Callable[[Profile, Launch], Iterator[Finding]]
@@ -132,6 +134,28 @@ def rule_patch_set(p: Profile, _: Launch) -> Iterator[Finding]:
         yield _ok("patch_set", f"patch set {p.patch_set} covers {', '.join(features)}")
 
 
+def rule_patch_set_redact(p: Profile, _: Launch) -> Iterator[Finding]:
+    """SGLang 0.5.23 logs its server_args at startup, API keys in clear text; only a patched SGLang redacts them."""
+    if p.engine != "sglang" or not p.server.api_key_file:
+        yield _ok("patch_set.redact", "no API key handed to SGLang")
+        return
+    features: dict[str, str] = {}
+    if p.patch_set:
+        from kimi_serve.patches import load_patch_set  # lazily: reads the manifest
+
+        try:
+            features = load_patch_set(p.patch_set).features
+        except Exception:  # noqa: BLE001 - rule_patch_set reports a set that cannot be loaded
+            return
+    if FEATURE_REDACT in features:
+        yield _ok("patch_set.redact", f"patch set {p.patch_set} keeps the API key out of SGLang's startup log")
+        return
+    yield Finding("rules", "patch_set.redact", WARN,
+                  f"the API key from server.api_key_file would be written to the journal by SGLang's startup log "
+                  f"(server_args=...): patch set {p.patch_set or '(none)'} does not cover {FEATURE_REDACT}",
+                  f"use a patch set covering {FEATURE_REDACT} (patch_set: sglang-0.5.23-sm120)", p.where("patch_set"))
+
+
 def rule_allreduce(p: Profile, launch: Launch) -> Iterator[Finding]:
     pcie_ipc = launch.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") == "1"
     if p.allreduce.nccl_symm_mem and pcie_ipc:
@@ -198,8 +222,8 @@ def rule_flag_table(p: Profile, launch: Launch) -> Iterator[Finding]:
 
 
 RULES: tuple[Rule, ...] = (
-    rule_parsers, rule_model, rule_parallel, rule_speculative, rule_patch_set, rule_allreduce, rule_auth,
-    rule_memory, rule_flag_table,
+    rule_parsers, rule_model, rule_parallel, rule_speculative, rule_patch_set, rule_patch_set_redact, rule_allreduce,
+    rule_auth, rule_memory, rule_flag_table,
 )
 
 

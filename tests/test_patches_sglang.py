@@ -1,8 +1,10 @@
-"""Behaviour of the SM120 gates in SGLang 0.5.23's own code, unpatched vs patched, under a simulated SM120 machine.
+"""Behaviour of the patched code in SGLang 0.5.23's own sources, unpatched vs patched: the SM120 gates under a simulated
+SM120 machine, and the API keys in the startup log.
 
 Two scratch copies of the whole sglang package come from the pinned wheel; one is patched with `apply`. Each is probed
-by tests/sm120_gate_probe.py in the CPU SGLang interpreter (KIMI_SERVE_SGLANG_PYTHON) with the copy first on
-sys.path, so the venv's own site-packages is only read, never changed. The probe lists its stand-ins.
+by tests/sm120_gate_probe.py and tests/redact_log_probe.py in the CPU SGLang interpreter (KIMI_SERVE_SGLANG_PYTHON)
+with the copy first on sys.path, so the venv's own site-packages is only read, never changed. The probes list their
+stand-ins.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from patches_support import extract, pinned_wheel
 pytestmark = pytest.mark.sglang
 
 PROBE = Path(__file__).with_name("sm120_gate_probe.py")
+REDACT_PROBE = Path(__file__).with_name("redact_log_probe.py")
+API_KEY, ADMIN_KEY = "sk-kimi-probe-7f3a9c", "adm-kimi-probe-51d2e8"
 SM120_ONLY = "FlashInfer allreduce fusion on SM120 supports only the trtllm backend on a single node."
 
 
-def _probe(python: str, site: Path, stub: Path) -> dict:
-    proc = subprocess.run([python, str(PROBE), str(site), str(stub)], capture_output=True, text=True, timeout=300)
+def _run(python: str, probe: Path, site: Path, arg: Path) -> dict:
+    proc = subprocess.run([python, str(probe), str(site), str(arg)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["module"].startswith(str(site)), "the probe imported another sglang than the scratch copy"
@@ -32,7 +36,8 @@ def _probe(python: str, site: Path, stub: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def probes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+def copies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The CPU SGLang interpreter, an unpatched and a patched scratch copy of sglang, and the stand-in flashinfer."""
     python = os.environ.get("KIMI_SERVE_SGLANG_PYTHON")
     if not python:
         pytest.skip("KIMI_SERVE_SGLANG_PYTHON is not set (CI sets it)")
@@ -45,7 +50,21 @@ def probes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     unpatched = extract(wheel, root / "unpatched", whole_package=True)
     patched = extract(wheel, root / "patched", whole_package=True)
     assert apply(patched, patch_set, state_dir=root / "state").status.all_applied
-    return {"unpatched": _probe(python, unpatched, stub), "patched": _probe(python, patched, stub)}
+    return {"python": Path(python), "unpatched": unpatched, "patched": patched, "stub": stub, "root": root}
+
+
+@pytest.fixture(scope="module")
+def probes(copies: dict[str, Path]) -> dict[str, dict]:
+    return {which: _run(str(copies["python"]), PROBE, copies[which], copies["stub"])
+            for which in ("unpatched", "patched")}
+
+
+@pytest.fixture(scope="module")
+def startup_log(copies: dict[str, Path]) -> dict[str, dict]:
+    key_file = copies["root"] / "secrets.yaml"  # as kimi-serve hands the key to SGLang: --config FILE
+    key_file.write_text(f"api-key: {API_KEY}\nadmin-api-key: {ADMIN_KEY}\n")
+    return {which: _run(str(copies["python"]), REDACT_PROBE, copies[which], key_file)
+            for which in ("unpatched", "patched")}
 
 
 def test_fusion_backend_resolves_to_trtllm_instead_of_raising(probes: dict[str, dict]) -> None:
@@ -95,3 +114,15 @@ def test_torch_symm_mem_no_longer_requires_multicast(probes: dict[str, dict]) ->
     assert probes["unpatched"]["symm_mem_with_size_entry"]["disabled"] is True
     assert probes["patched"]["symm_mem_with_size_entry"]["disabled"] is False
     assert probes["patched"]["symm_mem_with_size_entry"]["kernel"] == "two_shot"
+
+
+def test_startup_log_redacts_the_api_keys(startup_log: dict[str, dict]) -> None:
+    before, after = startup_log["unpatched"], startup_log["patched"]
+    # Upstream writes both keys, read from the --config file, into the server_args= startup line.
+    assert API_KEY in before["line"] and ADMIN_KEY in before["line"]
+    assert before["logged"]["api_key"] == API_KEY and before["logged"]["admin_api_key"] == ADMIN_KEY
+    assert API_KEY not in after["line"] and ADMIN_KEY not in after["line"]
+    assert after["logged"] == {"api_key": "<redacted>", "admin_api_key": "<redacted>", "model_path": "dummy"}
+    # Only the log is redacted: the server still authenticates with the real keys, and unset keys stay unset.
+    assert (after["api_key"], after["admin_api_key"]) == (API_KEY, ADMIN_KEY)
+    assert after["logged_without_keys"] == {"api_key": None, "admin_api_key": None}

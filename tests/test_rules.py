@@ -103,3 +103,45 @@ def test_host_facts_fail_without_offline(write_profile, cli, tmp_path):
     assert res.code == 1  # the profile is valid; the host is not ready
     offline = cli("check", "--profile", str(path), "--offline", "--json")
     assert not [f for f in json.loads(offline.out)["findings"] if f["layer"] == "host"]
+
+
+def _set_without_redaction(tmp_path):
+    """A copy of the shipped set whose manifest lacks patch 0006 and its feature (the set before redaction existed)."""
+    import shutil
+
+    from kimi_serve.patches import load_patch_set
+
+    shipped = load_patch_set("sglang-0.5.23-sm120")
+    copy = shutil.copytree(shipped.directory, tmp_path / "set-without-redaction")
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["patches"] = [p for p in manifest["patches"] if p["feature"] != "redact_api_key_in_log"]
+    kept = {rel for p in manifest["patches"] for rel in p["files"]}
+    manifest["files"] = {rel: h for rel, h in manifest["files"].items() if rel in kept}
+    del manifest["features"]["redact_api_key_in_log"]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert "redact_api_key_in_log" not in load_patch_set(str(copy)).features  # loads: a valid set
+    return copy
+
+
+def test_api_key_with_a_set_that_does_not_redact_it_warns(write_profile, cli, tmp_path):
+    path = write_profile(f"extends: prod\npatch_set: {_set_without_redaction(tmp_path)}\n")
+    assert cli("render", "--profile", str(path)).code == 0  # a warning does not block
+    res = cli("check", "--profile", str(path), "--offline", "--json")
+    f = [f for f in json.loads(res.out)["findings"] if f["name"] == "patch_set.redact"]
+    assert len(f) == 1 and f[0]["status"] == "warn"
+    assert "written to the journal" in f[0]["message"] and "redact_api_key_in_log" in f[0]["fix"]
+    assert f[0]["where"].endswith(": patch_set")
+    # The SM120 features are still covered: only the redaction is missing.
+    assert [g["status"] for g in json.loads(res.out)["findings"] if g["name"] == "patch_set"] == ["pass"]
+
+
+def test_redaction_matters_only_when_sglang_gets_a_key(write_profile, cli, tmp_path):
+    no_set = write_profile("extends: prod\npatch_set: null\nallreduce:\n  flashinfer_fusion_backend: null\n"
+                           "  torch_symm_mem: false\n", name="no-set")
+    no_key = write_profile(f"extends: prod\npatch_set: {_set_without_redaction(tmp_path)}\n"
+                           "server:\n  host: 127.0.0.1\n  api_key_file: null\n", name="no-key")
+    statuses = {}
+    for path in (no_set, no_key, "prod"):
+        res = cli("check", "--profile", str(path), "--offline", "--json")
+        statuses[path] = [f["status"] for f in json.loads(res.out)["findings"] if f["name"] == "patch_set.redact"]
+    assert statuses == {no_set: ["warn"], no_key: ["pass"], "prod": ["pass"]}
