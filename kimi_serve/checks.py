@@ -8,8 +8,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kimi_serve.errors import ExitCode, KimiServeError
 from kimi_serve.findings import FAIL, Finding, failed

@@ -11,15 +11,16 @@ import json
 import resource
 import shutil
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kimi_serve import proc
 from kimi_serve.errors import ExitCode, KimiServeError
-from kimi_serve.proc import Completed
 from kimi_serve.findings import FAIL, PASS, SKIP, WARN, Finding, failed
 from kimi_serve.launch import Launch
+from kimi_serve.proc import Completed
 from kimi_serve.profile import Profile, display_path
 
 GIB = 1024**3
@@ -355,7 +356,8 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None) -> DoctorRe
     if p.engine == "sglang":
         checks.append(check_disk(host, p.model.path))
         args = " ".join(p.extra_args)
-        checks += check_model_dir(p.model.path, "model", "model", repo=MODEL_REPO, tokenizer="--skip-tokenizer-init" not in args,
+        checks += check_model_dir(p.model.path, "model", "model", repo=MODEL_REPO,
+                                  tokenizer="--skip-tokenizer-init" not in args,
                                   weights="--load-format dummy" not in args)
         if p.speculative.enabled and p.speculative.draft_model_path:
             checks += check_model_dir(p.speculative.draft_model_path, "draft", "EAGLE-3 draft", repo=DRAFT_REPO,

@@ -9,10 +9,11 @@ deprecated spellings, unknown flags, bad choices and types, and `SGLANG_*` varia
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 TARGET_SGLANG = "0.5.23"
 _TABLE = Path(__file__).resolve().parent / "data" / f"sglang-{TARGET_SGLANG}-flags.json"

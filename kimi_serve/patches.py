@@ -23,11 +23,12 @@ import os
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from kimi_serve import __version__
 from kimi_serve.errors import ExitCode, KimiServeError
@@ -147,7 +148,7 @@ def _validate(ps: PatchSet, path: Path) -> None:
             raise _manifest_error(path, f"{p.name}: sha256 {actual[:12]}… does not match the manifest")
     for f in ps.files:
         steps = [c for p in ps.patches for c in p.changes if c.path == f.path]
-        chained = all(a.after == b.before for a, b in zip(steps, steps[1:]))
+        chained = all(a.after == b.before for a, b in zip(steps, steps[1:], strict=False))
         if not chained or steps[0].before != f.before or steps[-1].after != f.after:
             raise _manifest_error(path, f"{f.path}: per-patch hashes do not chain from 'before' to 'after'")
 
@@ -420,7 +421,7 @@ def apply(site_packages: Path, patch_set: PatchSet, *, state_dir: Path | None = 
             _write_backups(record_dir / "backup", originals)
             pending.write_text(json.dumps({
                 "set": patch_set.name,
-                "applied_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "applied_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "kimi_serve_version": __version__,
                 "sglang_version": before.sglang_version,
                 "site_packages": str(site_packages),
@@ -486,7 +487,8 @@ def revert(site_packages: Path, patch_set: PatchSet, *, state_dir: Path | None =
                                      "nothing was changed", where=patch_set.name,
                                      hint=f"reinstall sglang=={patch_set.target_version} (pip install "
                                           "--force-reinstall --no-deps)", exit_code=ExitCode.FAILED)
-            applied = tuple(p for p, r in zip(patch_set.patches, before.patches) if r.state is State.APPLIED)
+            applied = tuple(p for p, r in zip(patch_set.patches, before.patches, strict=True)
+                            if r.state is State.APPLIED)
             current = {f.path: read_content(site_packages / f.path) for f in patch_set.files}
             restored = _stage(patch_set, {rel: c.data for rel, c in current.items()}, applied, reverse=True)
             _check_hashes(patch_set, restored, "before")

@@ -7,8 +7,9 @@ Long-running children (the server under `up`, the simulator in a dry run) are st
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Protocol
 
 from kimi_serve.errors import ExitCode, KimiServeError
 

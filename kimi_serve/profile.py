@@ -10,10 +10,11 @@ import copy
 import difflib
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -123,7 +124,8 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise KimiServeError(f"cannot read profile: {exc}", where=display_path(path), hint="check the path and permissions")
+        raise KimiServeError(f"cannot read profile: {exc}", where=display_path(path),
+                             hint="check the path and permissions") from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -131,9 +133,11 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
         mark = exc.problem_mark or exc.context_mark
         loc = f"{display_path(path)}:{mark.line + 1}:{mark.column + 1}" if mark else display_path(path)
         problem = (exc.problem or exc.context or "invalid YAML").strip()
-        raise KimiServeError(f"YAML syntax error: {problem}", where=loc, hint="fix the YAML at that line and column")
+        raise KimiServeError(f"YAML syntax error: {problem}", where=loc,
+                             hint="fix the YAML at that line and column") from None
     except yaml.YAMLError as exc:
-        raise KimiServeError(f"YAML error: {str(exc).splitlines()[0]}", where=display_path(path), hint="fix the YAML")
+        raise KimiServeError(f"YAML error: {str(exc).splitlines()[0]}", where=display_path(path),
+                             hint="fix the YAML") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -276,7 +280,7 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
 
     top_keys = list(SECTIONS[""]) + [s for s in SECTIONS if s] + sorted(TOP_LEVEL_ONLY)
     out: dict[str, Any] = {}
-    for key, value in data.items():
+    for key in data:
         if not isinstance(key, str) or key not in top_keys:
             raise KimiServeError(f"unknown key {key!r}", where=loc(str(key)), hint=_suggest(str(key), top_keys))
     for key, spec in SECTIONS[""].items():

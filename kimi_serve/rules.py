@@ -1,13 +1,13 @@
 """Rules of this deployment (Kimi-K2.5 INT4, TP8, EAGLE-3, SM120, PCIe): the fast layers `render` and `check` run.
 
-Each rule returns Findings; a failing rule names the profile key (file:line) and the fix. The flag-table layer checks the
-generated argv and the environment against SGLang 0.5.23's own parser data (:mod:`kimi_serve.flags`).
+Each rule returns Findings; a failing rule names the profile key (file:line) and the fix. The flag-table layer checks
+the generated argv and the environment against SGLang 0.5.23's own parser data (:mod:`kimi_serve.flags`).
 """
 
 from __future__ import annotations
 
 import ipaddress
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from kimi_serve.findings import FAIL, PASS, WARN, Finding
 from kimi_serve.flags import check_argv, load_flag_table, unknown_sglang_env

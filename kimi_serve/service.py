@@ -11,16 +11,17 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 from kimi_serve.errors import ExitCode, KimiServeError
 from kimi_serve.findings import FAIL, Finding
+from kimi_serve.proc import Completed
 from kimi_serve.profile import Profile
 from kimi_serve.service_check import check_for_service
 from kimi_serve.service_state import ServicePaths, read_text, write_atomic, write_record
-from kimi_serve.proc import Completed
 from kimi_serve.systemctl import Systemd
 from kimi_serve.systemd_unit import RenderedUnit, UnitContext, parse_marker, render_unit, unit_file_name
 
@@ -28,7 +29,7 @@ API_KEY_ENV = "KIMI_SERVE_API_KEY"
 VERIFY_WAIT_AFTER_START = 30.0  # the unit is active (its ExecStartPost passed), so readiness should be immediate
 
 # (endpoint HOST:PORT, API-key file or None, suite, timeout) -> (verify exit code, one-line summary)
-Verifier = Callable[[str, Optional[Path], str, float], tuple[int, str]]
+Verifier = Callable[[str, Path | None, str, float], tuple[int, str]]
 
 
 @dataclass

@@ -8,7 +8,7 @@ failed too).
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from kimi_serve.errors import ExitCode
 from kimi_serve.service import Candidate, Outcome, Plan, Result, Verifier, start_and_verify, write_unit

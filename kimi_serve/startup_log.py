@@ -240,7 +240,8 @@ class StartupTracker:
             if rank == 0:
                 p.weight_loads_done += 1
                 which = "target" if p.weight_loads_done == 1 else "draft"
-                events.append(Event("weights_done", p.phase, f"{which} weights loaded in {m.group(1)} s ({m.group(2)})"))
+                text = f"{which} weights loaded in {m.group(1)} s ({m.group(2)})"
+                events.append(Event("weights_done", p.phase, text))
         if m := _GRAPH_BAR.search(line):
             p.graphs_done, p.graphs_total = int(m.group(1)), int(m.group(2))
             self._advance("cuda_graph", events, PHASE_TITLES["cuda_graph"])

@@ -1,9 +1,9 @@
 """Run the server as a child in its own session, stream its output, and stop it the way SGLang expects.
 
-- The child gets its own session and process group (``start_new_session``): SGLang's own kill paths (``kill_process_tree``,
-  ``SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION``) cannot reach the supervisor.
-- stdout and stderr are read as bytes by one thread each, written verbatim to the log file, decoded, split on ``\\r`` and
-  ``\\n`` (tqdm bars), and queued as lines for the caller.
+- The child gets its own session and process group (``start_new_session``): SGLang's own kill paths
+  (``kill_process_tree``, ``SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION``) cannot reach the supervisor.
+- stdout and stderr are read as bytes by one thread each, written verbatim to the log file, decoded, split on
+  ``\\r`` and ``\\n`` (tqdm bars), and queued as lines for the caller.
 - Stopping: SIGTERM to the main PID only (SGLang drains and takes its schedulers down; a signal to the whole group goes
   through SGLang's crash path), then SIGKILL to the process group after a deadline; afterwards any process left in the
   group is killed too, so nothing outlives the stop.

@@ -8,9 +8,9 @@ what ``--root`` means: with a root other than ``/``, systemd is not running ther
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from kimi_serve import proc
 from kimi_serve.proc import Completed, Runner

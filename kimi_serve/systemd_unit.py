@@ -19,9 +19,9 @@ import re
 import shutil
 import sys
 import unicodedata
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from kimi_serve import __version__
 from kimi_serve.errors import ExitCode, KimiServeError
@@ -54,7 +54,8 @@ class UnitContext:
         found = str(beside) if beside.is_file() else shutil.which("kimi-serve")
         if not found:
             raise KimiServeError(
-                "cannot find the kimi-serve executable for the unit's ExecStartPost (systemd's PATH is not the shell's)",
+                "cannot find the kimi-serve executable for the unit's ExecStartPost "
+                "(systemd's PATH is not the shell's)",
                 hint="install kimi-serve into the venv you run it from (pip install kimi-serve)",
                 exit_code=ExitCode.ENVIRONMENT,
             )

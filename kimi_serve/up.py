@@ -27,8 +27,9 @@ from kimi_serve.startup_log import PHASES, StartupTracker
 from kimi_serve.supervisor import Server, describe_status
 from kimi_serve.up_console import Console
 
+# After SIGTERM, SGLang drains and exits 0; during load it has no handler and dies by SIGTERM: both are clean stops.
 CLEAN_STOP = (0, -signal.SIGTERM)
-HEALTH_TIMEOUT_S = 20.0  # SGLANG_HEALTH_CHECK_TIMEOUT  # SGLang drains and exits 0; during load it has no handler and dies by SIGTERM
+HEALTH_TIMEOUT_S = 20.0  # SGLang's SGLANG_HEALTH_CHECK_TIMEOUT: /health generates a token and may take this long
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ class UpOptions:
 
     @classmethod
     def from_profile(cls, p: Profile, *, verify: bool = True, **overrides: Any) -> UpOptions:
-        values = dict(verify=verify, startup_timeout_s=float(p.startup.timeout), stop_grace_s=float(p.service.stop_timeout),
+        values = dict(verify=verify, startup_timeout_s=float(p.startup.timeout),
+                      stop_grace_s=float(p.service.stop_timeout),
                       tp_size=p.parallel.tp_size, verify_suite=p.verify.suite, verify_timeout_s=float(p.verify.timeout),
                       served_model=p.model.served_name)
         return cls(**{**values, **overrides})
@@ -296,10 +298,12 @@ class _Watch:
         if failure is not None:
             if self.failure_at is None:
                 self.console.problem(f"FAILURE in the server log ({failure.kind}): {failure.report()}")
-            return _Outcome(ExitCode.SERVER_EXITED, f"server failed ({failure.kind}): {failure.summary} ({status})", failure.fix)
+            return _Outcome(ExitCode.SERVER_EXITED, f"server failed ({failure.kind}): {failure.summary} ({status})",
+                            failure.fix)
         if self.ready_at is not None and rc == 0:
             return _Outcome(ExitCode.OK, "the server exited with status 0")
-        when = "after it was ready" if self.ready_at is not None else f"during start (phase {self.tracker.progress.phase})"
+        when = ("after it was ready" if self.ready_at is not None
+                else f"during start (phase {self.tracker.progress.phase})")
         tail = list(self.tracker.recent)[-15:]
         if tail:
             self.console.problem("last log lines:\n" + "\n".join(f"  | {t}" for t in tail))
@@ -316,7 +320,8 @@ def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console) -> 
         log_path.touch()
     except OSError as exc:
         raise KimiServeError(f"cannot write the log file {log_path}: {exc.strerror or exc}",
-                             hint="pass --log-file PATH or set KIMI_SERVE_STATE_DIR", exit_code=ExitCode.ENVIRONMENT) from None
+                             hint="pass --log-file PATH or set KIMI_SERVE_STATE_DIR",
+                             exit_code=ExitCode.ENVIRONMENT) from None
     console.info(f"starting {launch.engine} (log: {log_path})")
     console.info("$ " + launch.shell().replace("\n", " "))
     try:

@@ -1,4 +1,5 @@
-"""Rebuild kimi_serve/simulator/assets/standin-bpe.json: the byte-level BPE merges of the simulator's stand-in tokenizer.
+"""Rebuild kimi_serve/simulator/assets/standin-bpe.json: the byte-level BPE merges of the simulator's stand-in
+tokenizer.
 
 The stand-in is NOT Kimi's tokenizer (a 163584-rank tiktoken BPE); it only has to cut text into plausible,
 multi-character tokens. kimi_serve/simulator/tokenizer.py pads this small vocabulary to Kimi's 163584 base ranks and

@@ -19,9 +19,8 @@ SITE, STUB = sys.argv[1], sys.argv[2]
 sys.path.insert(0, SITE)
 sys.path.append(STUB)  # stand-in `flashinfer` package: importlib.util.find_spec("flashinfer") succeeds, nothing more
 
-import torch  # noqa: E402
-
 import sglang.srt.runtime_context as rc  # noqa: E402
+import torch  # noqa: E402
 from sglang.srt.server_args import prepare_server_args  # noqa: E402
 
 SM120 = dict(is_cuda=True, is_hip=False, is_sm120=True, is_blackwell=True, is_sm100=False, is_sm90=False,

@@ -7,15 +7,15 @@ import json
 import os
 import resource
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 from kimi_serve.checks import validated_launch
 from kimi_serve.doctor import DoctorReport, Host, run_doctor
-from kimi_serve.proc import Completed
 from kimi_serve.errors import ExitCode
+from kimi_serve.proc import Completed
 from kimi_serve.profile import load_profile
 
 RTX = "NVIDIA RTX PRO 6000 Blackwell Server Edition"

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from kimi_serve.patches import cached_wheel
-
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from patches_support import extract, pinned_wheel, snapshot
 
 import kimi_serve.patch_files as patch_files
 from kimi_serve.errors import ExitCode, KimiServeError
@@ -24,7 +25,6 @@ from kimi_serve.patches import (
     status,
 )
 from kimi_serve.sglang_site import installed_version, site_packages_of
-from patches_support import extract, pinned_wheel, snapshot
 
 SET = "sglang-0.5.23-sm120"
 FUSION = "sglang/srt/layers/flashinfer_comm_fusion.py"

@@ -15,9 +15,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from patches_support import extract, pinned_wheel
 
 from kimi_serve.patches import apply, load_patch_set
-from patches_support import extract, pinned_wheel
 
 pytestmark = pytest.mark.sglang
 

@@ -5,17 +5,17 @@ systemd and the simulator is tests/systemd/test_service_systemd.py.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pytest
 
 from kimi_serve.checks import validated_launch
+from kimi_serve.proc import Completed
 from kimi_serve.profile import load_profile
 from kimi_serve.service import Plan
 from kimi_serve.service_restart import restart
 from kimi_serve.service_state import ServicePaths, read_record
-from kimi_serve.proc import Completed
 from kimi_serve.systemctl import Systemd
 from kimi_serve.systemd_unit import UnitContext, render_unit
 

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from kimi_serve.launch import build_launch
-from kimi_serve.profile import load_profile
 from kimi_serve.sglang_tier import FAKE_MODELS, SGLangPython, run_probe
 
 pytestmark = pytest.mark.sglang

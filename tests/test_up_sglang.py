@@ -12,11 +12,10 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
 from up_helpers import cpu_profile, free_port, live_group, server_pid
 
 pytestmark = pytest.mark.sglang

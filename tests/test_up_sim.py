@@ -6,11 +6,10 @@ from __future__ import annotations
 import signal
 import socket
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
 from test_up_sglang import UpProcess
 from up_helpers import free_port, live_group, server_pid
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,14 +16,15 @@ if TYPE_CHECKING:
 SITE_HELP = "site-packages folder holding sglang/ (default: found via --python)."
 PYTHON_HELP = "Interpreter whose sglang to use (default: the one running kimi-serve)."
 SET_HELP = "Patch set name or folder."
-STATE_HELP = "kimi-serve state root; records and backups go to DIR/patches (default: $KIMI_SERVE_STATE_DIR or /var/lib/kimi-serve)."
+STATE_HELP = ("kimi-serve state root; records and backups go to DIR/patches (default: $KIMI_SERVE_STATE_DIR or "
+              "/var/lib/kimi-serve).")
 JSON_HELP = "Print a JSON report."
 
 # The options every patches command takes.
-SitePackages = Annotated[Optional[Path], typer.Option("--site-packages", help=SITE_HELP)]
-Python = Annotated[Optional[str], typer.Option("--python", help=PYTHON_HELP)]
+SitePackages = Annotated[Path | None, typer.Option("--site-packages", help=SITE_HELP)]
+Python = Annotated[str | None, typer.Option("--python", help=PYTHON_HELP)]
 SetName = Annotated[str, typer.Option("--set", help=SET_HELP)]
-StateDir = Annotated[Optional[Path], typer.Option("--state-dir", help=STATE_HELP)]
+StateDir = Annotated[Path | None, typer.Option("--state-dir", help=STATE_HELP)]
 AsJson = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 
 patches_app = typer.Typer(help="SGLang source patches for SM120: status, apply, revert (all-or-nothing, reversible).",

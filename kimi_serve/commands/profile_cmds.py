@@ -49,7 +49,8 @@ def check(
     from kimi_serve.profile import display_path
 
     tty = sys.stderr.isatty() and not as_json
-    report = run_check(profile, offline=offline, contract=contract, progress=(lambda m: typer.echo(m, err=True)) if tty else None)
+    progress = (lambda m: typer.echo(m, err=True)) if tty else None
+    report = run_check(profile, offline=offline, contract=contract, progress=progress)
     if as_json:
         import json
 

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -47,7 +47,7 @@ def _print_result(result: Result, as_json: bool, extra: dict[str, Any] | None = 
     return int(result.exit_code)
 
 
-def _plan(profile: str, root: Path, unit_name: Optional[str], now: bool, contract: bool) -> tuple[Plan, Systemd]:
+def _plan(profile: str, root: Path, unit_name: str | None, now: bool, contract: bool) -> tuple[Plan, Systemd]:
     from kimi_serve.service import plan_install
     from kimi_serve.systemd_unit import UnitContext
 
@@ -63,7 +63,7 @@ def install_service(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unit, the secret file's path and each action;"
                                  " change nothing."),
     now: bool = typer.Option(False, "--now", help="Also restart the unit and wait until its contract check passed."),
-    unit_name: Optional[str] = typer.Option(None, "--unit-name", help=UNIT_HELP),
+    unit_name: str | None = typer.Option(None, "--unit-name", help=UNIT_HELP),
     root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
 ) -> int:
@@ -100,7 +100,7 @@ def _print_plan(plan: Plan, actions: list[str], as_json: bool) -> int:
     return 0
 
 
-def _unit_of(profile: Optional[str], unit_name: Optional[str]) -> str:
+def _unit_of(profile: str | None, unit_name: str | None) -> str:
     from kimi_serve.schema import SECTIONS
     from kimi_serve.systemd_unit import unit_file_name
 
@@ -115,8 +115,8 @@ def _unit_of(profile: Optional[str], unit_name: Optional[str]) -> str:
 
 
 def uninstall_service(
-    profile: Optional[str] = typer.Option(None, "--profile", "-p", help="Take the unit name from this profile."),
-    unit_name: Optional[str] = typer.Option(None, "--unit-name", help="Unit name (default: sglang-kimi)."),
+    profile: str | None = typer.Option(None, "--profile", "-p", help="Take the unit name from this profile."),
+    unit_name: str | None = typer.Option(None, "--unit-name", help="Unit name (default: sglang-kimi)."),
     root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print each action; change nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
@@ -132,7 +132,7 @@ def uninstall_service(
 
 def restart(
     profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
-    unit_name: Optional[str] = typer.Option(None, "--unit-name", help=UNIT_HELP),
+    unit_name: str | None = typer.Option(None, "--unit-name", help=UNIT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
 ) -> int:
     """Check, install the new unit, restart, verify; on failure restore the last unit that passed verify.
@@ -149,8 +149,8 @@ def restart(
 
 
 def status(
-    profile: Optional[str] = typer.Option(None, "--profile", "-p", help="Take the unit name from this profile."),
-    unit_name: Optional[str] = typer.Option(None, "--unit-name", help="Unit name (default: sglang-kimi)."),
+    profile: str | None = typer.Option(None, "--profile", "-p", help="Take the unit name from this profile."),
+    unit_name: str | None = typer.Option(None, "--unit-name", help="Unit name (default: sglang-kimi)."),
     root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
 ) -> int:

@@ -21,7 +21,8 @@ def register(app: typer.Typer) -> None:
         port: int = typer.Option(None, "--port", help="Override the profile's server.port."),
         warmup: float = typer.Option(2.0, "--warmup", min=0, help="Seconds /health and /ready answer 503 after bind."),
         load: float = typer.Option(0.0, "--load", min=0, help="Seconds of simulated loading (port closed) first."),
-        raw: bool = typer.Option(False, "--raw", help="Take SGLang launch_server flags after `--` instead of a profile."),
+        raw: bool = typer.Option(False, "--raw",
+                                 help="Take SGLang launch_server flags after `--` instead of a profile."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the command instead of running it."),
     ) -> int:
         import shlex

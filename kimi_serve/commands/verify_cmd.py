@@ -34,7 +34,8 @@ def verify(
     model: str | None = typer.Option(None, "--model", help="Model id; default: the first one /v1/models lists."),
     wait: float = typer.Option(0.0, "--wait", min=0.0, help="Seconds to wait for /health to turn 200 (0: check once)."),
     timeout: float = typer.Option(180.0, "--timeout", min=1.0, help="Seconds allowed for all probes together."),
-    suite: Suite = typer.Option(Suite.quick, "--suite", help="quick: tool + reasoning; full adds instant, parallel, tool-result, 8 KB argument."),
+    suite: Suite = typer.Option(Suite.quick, "--suite", help="quick: tool + reasoning; full adds instant, parallel, "
+                                "tool-result, 8 KB argument."),
     as_json: bool = typer.Option(False, "--json", help="Write the JSON report (docs/verify.md) to stdout."),
 ) -> int:
     """Check that the server answers tool prompts with structured tool_calls and reasoning in reasoning_content.
@@ -47,7 +48,8 @@ def verify(
     target = parse_target(host)
     key = resolve_api_key(api_key, api_key_file)
     progress = _progress_printer(target.base_url) if sys.stderr.isatty() else None
-    report = run_verify(target, api_key=key, model=model, wait=wait, timeout=timeout, suite=suite.value, progress=progress)
+    report = run_verify(target, api_key=key, model=model, wait=wait, timeout=timeout, suite=suite.value,
+                        progress=progress)
     if as_json:
         typer.echo(report.to_json())
     else:

@@ -13,7 +13,8 @@ import itertools
 import os
 import types
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from kimi_serve.simulator import model as scripted
 

@@ -29,7 +29,8 @@ WARMUP_ENV = "KIMI_SERVE_SIM_WARMUP_SECONDS"
 LOAD_ENV = "KIMI_SERVE_SIM_LOAD_SECONDS"
 STEP_ENV = "KIMI_SERVE_SIM_STEP_SECONDS"  # seconds per decode step (default 0.01)
 _HAS_SGLANG = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sglang') else 1)"
-_BUILD_HINT = "build the CPU SGLang venv with scripts/build-cpu-venv.sh and export KIMI_SERVE_SGLANG_PYTHON=<the path it prints>"
+_BUILD_HINT = ("build the CPU SGLang venv with scripts/build-cpu-venv.sh and export "
+               "KIMI_SERVE_SGLANG_PYTHON=<the path it prints>")
 
 
 def _has_sglang(python: str) -> bool:

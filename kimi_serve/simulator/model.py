@@ -68,7 +68,7 @@ def generate(turn: Turn) -> str:
         chosen = _choose(functions, prompt)
         hints = _hints_per_call(chosen, prompt)
         calls = [(fn["name"], _arguments(fn.get("parameters") or {}, prompt, h, min_chars, sequence))
-                 for fn, h in zip(chosen, hints)]
+                 for fn, h in zip(chosen, hints, strict=True)]
         names = ", ".join(dict.fromkeys(name for name, _ in calls))
         reasoning = f"The user asks: {_clip(prompt, 160)} The best matching tool is {names}, so I will call it."
         lead = "" if turn.thinking else f"I will call {names}."
@@ -234,7 +234,8 @@ def _value(schema: dict[str, Any], name: str, prompt: str, hints: list[str], min
     if "const" in schema:
         return schema["const"]
     if schema.get("enum"):
-        mentioned = [e for e in schema["enum"] if isinstance(e, str) and re.search(rf"\b{re.escape(e)}\b", prompt, re.I)]
+        mentioned = [e for e in schema["enum"]
+                     if isinstance(e, str) and re.search(rf"\b{re.escape(e)}\b", prompt, re.I)]
         return mentioned[0] if mentioned else schema["enum"][0]
     for key in ("anyOf", "oneOf"):
         if schema.get(key):

@@ -68,7 +68,7 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
     from sglang.srt.utils.json_response import model_json_response
     from sglang.version import __version__
 
-    from kimi_serve.simulator.engine import CHAT_REQUEST_KEY, ACCEPT_PATTERN, ScriptedTokenizerManager
+    from kimi_serve.simulator.engine import ACCEPT_PATTERN, CHAT_REQUEST_KEY, ScriptedTokenizerManager
 
     sa = sim.server_args
     model_config = model_config_of(sa)

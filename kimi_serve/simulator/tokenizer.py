@@ -2,8 +2,9 @@
 
 Real (the serving host): ``AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)``, i.e. Kimi's tiktoken
 tokenizer and its own chat template. Stand-in (CI, laptops): a small byte-level BPE (assets/standin-bpe.json) padded to
-Kimi's 163584 base ranks, then Kimi's 256 special slots at their real ids (163584 ``[BOS]`` ... 163586 ``<|im_end|>`` ...
-163607 ``</think>``), and a K2.5-style chat template with the ``thinking`` toggle (assets/chat_template.jinja).
+Kimi's 163584 base ranks, then Kimi's 256 special slots at their real ids (163584 ``[BOS]`` ...
+163586 ``<|im_end|>`` ... 163607 ``</think>``), and a K2.5-style chat template with the ``thinking`` toggle
+(assets/chat_template.jinja).
 Runs inside the SGLang venv (needs ``tokenizers``/``transformers``).
 """
 

@@ -1,4 +1,5 @@
-"""One assistant turn in a shape both wire forms reduce to, so every rule applies to streamed and plain answers alike."""
+"""One assistant turn in a shape both wire forms reduce to, so every rule applies to streamed and plain answers
+alike."""
 
 from __future__ import annotations
 

@@ -21,7 +21,8 @@ BARE_CALL = re.compile(r"functions\.[\w.\-]+:\d+")
 
 FIX_TOOL_PARSER = "start SGLang with --tool-call-parser kimi_k2 (profile: parsers.tool_call: kimi_k2)"
 FIX_REASONING_PARSER = "start SGLang with --reasoning-parser kimi_k2 (profile: parsers.reasoning: kimi_k2)"
-FIX_KEY = "pass --api-key, set KIMI_SERVE_API_KEY or --api-key-file FILE (the `api-key:` file SGLang reads via --config)"
+FIX_KEY = ("pass --api-key, set KIMI_SERVE_API_KEY or --api-key-file FILE (the `api-key:` file SGLang reads via "
+           "--config)")
 
 
 def clip(text: str, limit: int = SHOW) -> str:
@@ -118,7 +119,8 @@ def text_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
         found.append(Finding("think_in_reasoning", "`<think>`/`</think>` inside reasoning_content",
                              FIX_REASONING_PARSER + "; another reasoning parser leaves Kimi's tags in"))
     for field_name, text in (("content", content), ("reasoning_content", reasoning)):
-        leaked = sorted({m.group(0) for m in SPECIAL_TOKEN.finditer(text)} - {m.group(0) for m in TOOL_TOKEN.finditer(text)})
+        specials = {m.group(0) for m in SPECIAL_TOKEN.finditer(text)}
+        leaked = sorted(specials - {m.group(0) for m in TOOL_TOKEN.finditer(text)})
         if leaked:
             found.append(Finding(
                 "special_token_leak", f"Kimi special token(s) {', '.join(leaked)} in {field_name}",

@@ -11,7 +11,8 @@ from typing import Any
 
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify.answer import Answer, answer_from_json
-from kimi_serve.verify.probes import STREAM, Probe, suite as suite_probes
+from kimi_serve.verify.probes import STREAM, Probe
+from kimi_serve.verify.probes import suite as suite_probes
 from kimi_serve.verify.readiness import POLL_TIMEOUT, Progress, wait_ready
 from kimi_serve.verify.report import Finding, ProbeResult, VerifyReport
 from kimi_serve.verify.stream import answer_from_sse
@@ -23,8 +24,8 @@ DEFAULT_TIMEOUT = 180.0
 # drifted from the schema, miscounted): such a probe gets one more try, as Moonshot's vendor verifier reruns them.
 MODEL_NOISE = frozenset({"no_tool_call", "parallel_calls", "arguments_schema", "argument_small", "argument_corrupt",
                          "unexpected_tool_call", "length"})
-_GRACE = 2.0
-_COMPLETE_DESPITE = frozenset({"stream_no_finish_reason", "stream_tool_index"})  # wire faults that leave the text whole  # each request ends by the deadline on its own; this only bounds the join
+_GRACE = 2.0  # each request ends by the deadline on its own; this only bounds the join
+_COMPLETE_DESPITE = frozenset({"stream_no_finish_reason", "stream_tool_index"})  # wire faults that leave the text whole
 
 
 @dataclass
@@ -162,7 +163,7 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
         wait_futures([*futures, info_future], timeout=max(0.0, deadline - time.monotonic()) + _GRACE)
         server = info_future.result() if info_future.done() else {}
         report.server = server
-        for (probe, mode), future in zip(calls, futures):
+        for (probe, mode), future in zip(calls, futures, strict=True):
             outcome = future.result() if future.done() else _Outcome(
                 None, timeout, Finding("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"))
             result = _result(probe, mode, outcome, server)

@@ -78,7 +78,8 @@ def _key_from_file(path: Path) -> str:
         st = path.stat()
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise KimiServeError("API key file not found", where=where, hint="pass the file SGLang reads via --config") from None
+        raise KimiServeError("API key file not found", where=where,
+                             hint="pass the file SGLang reads via --config") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise KimiServeError(f"cannot read API key file ({exc.__class__.__name__})", where=where,
                              hint="make it a readable UTF-8 file") from None

@@ -1,4 +1,5 @@
-"""HTTP with a hard deadline: every request ends by ``deadline`` (a ``time.monotonic()`` value), whatever the server does.
+"""HTTP with a hard deadline: every request ends by ``deadline`` (a ``time.monotonic()`` value), whatever the server
+does.
 
 ``requests``' own timeouts bound the connect and each socket read; a watchdog thread shuts the socket down at the
 deadline, so a server that streams a few bytes and then stalls (or trickles forever) cannot hold a probe past it.
