@@ -93,12 +93,7 @@ def apply_cmd(
     as_json: AsJson = False,
 ) -> int:
     """Apply every patch or none (checked on a staging copy first); applying again is a no-op."""
-    from kimi_serve.patches import apply
-
-    sp, patch_set = _target(site_packages, python, set_name)
-    result = apply(sp, patch_set, state_dir=state_dir)
-    _finish(result.status, as_json, result.message, result.changed)
-    return 0
+    return _change("apply", site_packages, python, set_name, state_dir, as_json)
 
 
 @patches_app.command("revert")
@@ -110,10 +105,15 @@ def revert_cmd(
     as_json: AsJson = False,
 ) -> int:
     """Restore the original sglang files byte for byte (checked against the manifest); a no-op when not applied."""
-    from kimi_serve.patches import revert
+    return _change("revert", site_packages, python, set_name, state_dir, as_json)
+
+
+def _change(action: str, site_packages: Path | None, python: str | None, set_name: str, state_dir: Path | None,
+            as_json: bool) -> int:
+    from kimi_serve import patches
 
     sp, patch_set = _target(site_packages, python, set_name)
-    result = revert(sp, patch_set, state_dir=state_dir)
+    result = getattr(patches, action)(sp, patch_set, state_dir=state_dir)
     _finish(result.status, as_json, result.message, result.changed)
     return 0
 
