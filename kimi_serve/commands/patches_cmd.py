@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,7 +12,7 @@ import typer
 from kimi_serve.patches import DEFAULT_SET
 
 if TYPE_CHECKING:
-    from kimi_serve.patches import PatchStatus
+    from kimi_serve.patches import ChangeResult, PatchStatus
 
 SITE_HELP = "site-packages folder holding sglang/ (default: found via --python)."
 PYTHON_HELP = "Interpreter whose sglang to use (default: the one running kimi-serve)."
@@ -93,7 +94,9 @@ def apply_cmd(
     as_json: AsJson = False,
 ) -> int:
     """Apply every patch or none (checked on a staging copy first); applying again is a no-op."""
-    return _change("apply", site_packages, python, set_name, state_dir, as_json)
+    from kimi_serve.patches import apply
+
+    return _change(apply, site_packages, python, set_name, state_dir, as_json)
 
 
 @patches_app.command("revert")
@@ -105,15 +108,15 @@ def revert_cmd(
     as_json: AsJson = False,
 ) -> int:
     """Restore the original sglang files byte for byte (checked against the manifest); a no-op when not applied."""
-    return _change("revert", site_packages, python, set_name, state_dir, as_json)
+    from kimi_serve.patches import revert
+
+    return _change(revert, site_packages, python, set_name, state_dir, as_json)
 
 
-def _change(action: str, site_packages: Path | None, python: str | None, set_name: str, state_dir: Path | None,
-            as_json: bool) -> int:
-    from kimi_serve import patches
-
+def _change(action: Callable[..., ChangeResult], site_packages: Path | None, python: str | None, set_name: str,
+            state_dir: Path | None, as_json: bool) -> int:
     sp, patch_set = _target(site_packages, python, set_name)
-    result = getattr(patches, action)(sp, patch_set, state_dir=state_dir)
+    result = action(sp, patch_set, state_dir=state_dir)
     _finish(result.status, as_json, result.message, result.changed)
     return 0
 
