@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_serve.errors import ExitCode, KimiServeError
-from kimi_serve.findings import FAIL, Finding, failed
+from kimi_serve.findings import PASS, SKIP, Finding, failed
 from kimi_serve.launch import Launch, build_launch
 from kimi_serve.profile import Profile, display_path, load_profile
 from kimi_serve.rules import run_rules
@@ -72,7 +72,7 @@ def run_check(
     profile = load_profile(name_or_path)  # YAML and schema errors raise: exit 2 with file:line: key
     say = progress or (lambda _msg: None)
     launch, findings = fast_validate(profile)
-    report = CheckReport(profile, launch, [Finding("schema", "profile", "pass", f"{display_path(profile.source)} "
+    report = CheckReport(profile, launch, [Finding("schema", "profile", PASS, f"{display_path(profile.source)} "
                                                    "is a valid profile")] + findings)
     say("running SGLang's own parser and resolution (simulated SM120)...")
     from kimi_serve.sglang_tier import check_with_sglang
@@ -89,7 +89,7 @@ def run_check(
         # Rule failures do not stop SGLang from starting, so the dry run still shows what clients would get;
         # flags SGLang rejects do.
         if failed(f for f in report.findings if f.layer in {"flags", "sglang"}):
-            report.findings.append(Finding("contract", "dry-run", "skip", "contract dry run skipped: SGLang would "
+            report.findings.append(Finding("contract", "dry-run", SKIP, "contract dry run skipped: SGLang would "
                                            "not start with these flags", "fix the failures above"))
         else:
             say("contract dry run: starting the simulator with the profile's exact flags...")
@@ -97,6 +97,3 @@ def run_check(
 
             report.findings += check_contract(profile, offline=offline)
     return report
-
-
-__all__ = ["CheckReport", "FAIL", "fast_validate", "run_check", "validated_launch"]

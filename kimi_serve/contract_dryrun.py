@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.errors import ExitCode, KimiServeError
 from kimi_serve.profile import Profile
+from kimi_serve.sglang_site import require_sglang_python
 from kimi_serve.simulator import launcher
 
 HOST = "127.0.0.1"
@@ -36,26 +36,6 @@ class DryRun:
         return int(self.report.exit_code)
 
 
-def read_api_key(path: str, where: str) -> str:
-    """The key from SGLang's ``--config`` file (``api-key: KEY``)."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise KimiServeError(f"cannot read the API key file {path}: {exc.strerror}", where=where,
-                             hint="run as a user who can read it (it is 0600 root)",
-                             exit_code=ExitCode.ENVIRONMENT) from None
-    except yaml.YAMLError:
-        raise KimiServeError(f"the API key file {path} is not YAML", where=where,
-                             hint="write it as one line `api-key: KEY`") from None
-    key = data.get("api-key", data.get("api_key")) if isinstance(data, dict) else None
-    if not isinstance(key, str) or not key:
-        raise KimiServeError(f"the API key file {path} has no `api-key` entry", where=where,
-                             hint="write it as one line `api-key: KEY`")
-    return key
-
-
 def _stand_in_key_file(directory: Path) -> Path:
     """A throwaway 0600 SGLang config holding a random key: the API-key path is exercised, no real key is needed."""
     path = directory / "stand-in-secrets.yaml"
@@ -72,6 +52,7 @@ def run_contract_dryrun(profile: Profile | str, *, suite: str | None = None, tim
     from kimi_serve.launch import build_launch
     from kimi_serve.profile import load_profile
     from kimi_serve.verify import run_verify
+    from kimi_serve.verify.target import read_key_file
 
     if isinstance(profile, str):
         profile = load_profile(profile)
@@ -85,8 +66,8 @@ def run_contract_dryrun(profile: Profile | str, *, suite: str | None = None, tim
         args = launcher.with_flag(args, "--config", key_file)
     where = profile.where("server.api_key_file")
     launcher.check_config_file(args, where)
-    api_key = read_api_key(key_file, where) if key_file else None
-    python = launcher.find_python(launch.argv[0])
+    api_key = read_key_file(Path(key_file), where) if key_file else None
+    python = require_sglang_python(launch.argv[0])
     argv = launcher.command(python, args)
     env = launcher.environment({**launcher.environment(), **launch.env}, warmup=0.5, load=0)
     env[launcher.STEP_ENV] = "0.001"  # a contract check, not a speed test: keep the multi-token steps, drop the pacing

@@ -267,15 +267,17 @@ def check_disk(host: Host, path: str) -> Finding:
 
 def check_sglang(p: Profile, launch: Launch, host: Host) -> list[Finding]:
     from kimi_serve.flags import load_flag_table
-    from kimi_serve.sglang_site import installed_version
+    from kimi_serve.sglang_site import BUILD_HINT, installed_version
 
     python = launch.argv[0]
     try:
         site = host.sglang_site(python)
         version = installed_version(site)
     except KimiServeError as exc:
-        return [_f("sglang", FAIL, exc.message, "install sglang==0.5.23 there, or point the profile's python: at the "
-                   "venv that has it ($KIMI_SERVE_SGLANG_PYTHON for engine: simulator)")]
+        fix = (BUILD_HINT if p.engine == "simulator" else
+               "install sglang==0.5.23 there (pip install 'kimi-serve[serve]'), or point the profile's python: at the "
+               "venv that has it")
+        return [_f("sglang", FAIL, exc.message, fix)]
     want = load_flag_table().sglang_version
     if version != want:
         return [_f("sglang", FAIL, f"sglang {version} in {site}, the profile is made for {want}",

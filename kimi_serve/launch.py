@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.profile import Profile
+from kimi_serve.sglang_site import SGLANG_PYTHON_ENV
 
 ENGINE_MODULES = {"sglang": "sglang.launch_server", "simulator": "kimi_serve.simulator"}
 
@@ -27,6 +28,11 @@ class Launch:
     host: str
     port: int
     api_key_file: str | None
+
+    @property
+    def endpoint(self) -> str:
+        """``HOST:PORT`` as a client names it (``[V6]:PORT`` for an IPv6 host); verify maps 0.0.0.0 to loopback."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
     def shell(self) -> str:
         """Human form: env assignments and the shell-quoted command."""
@@ -107,8 +113,8 @@ def interpreter_of(profile: Profile) -> str:
     the interpreter running kimi-serve."""
     if profile.python:
         return profile.python
-    if profile.engine == "simulator" and os.environ.get("KIMI_SERVE_SGLANG_PYTHON"):
-        return os.environ["KIMI_SERVE_SGLANG_PYTHON"]
+    if profile.engine == "simulator" and os.environ.get(SGLANG_PYTHON_ENV):
+        return os.environ[SGLANG_PYTHON_ENV]
     return sys.executable
 
 

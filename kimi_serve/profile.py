@@ -73,11 +73,13 @@ def _thaw(value: Any) -> Any:
 
 
 def display_path(path: Path) -> str:
-    """A path as a user would write it: relative to the working directory when inside it."""
+    """A path as a user would write it: relative to the working directory when inside it, else absolute with links
+    resolved (a shipped profile shows as .../configs/prod.yaml, not through kimi_serve/_data)."""
+    resolved = path.resolve()
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        return str(resolved.relative_to(Path.cwd().resolve()))
     except ValueError:
-        return str(path)
+        return str(resolved)
 
 
 # ---------------------------------------------------------------------------------------------- locating profiles

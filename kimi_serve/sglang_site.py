@@ -8,9 +8,11 @@ The site-packages folder comes from ``importlib.util.find_spec("sglang")`` run i
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_serve import proc
@@ -22,6 +24,50 @@ _FIND_SPEC = (
     "print(json.dumps(None if s is None else list(s.submodule_search_locations or [])))"
 )
 _FIND_TIMEOUT_S = 60
+_HAS_SGLANG = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sglang') else 1)"
+SGLANG_PYTHON_ENV = "KIMI_SERVE_SGLANG_PYTHON"
+BUILD_HINT = ("build the CPU SGLang venv with scripts/build-cpu-venv.sh and export "
+              f"{SGLANG_PYTHON_ENV}=<the path it prints>")
+
+
+@dataclass(frozen=True)
+class SGLangPython:
+    path: str
+    origin: str  # how it was found, for reports: the variable, the profile's python:, or this interpreter
+
+
+def has_sglang(python: str) -> bool:
+    """Can ``python`` import sglang? (A subprocess; sglang itself is not imported.)"""
+    try:
+        return proc.run([python, "-c", _HAS_SGLANG], timeout=_FIND_TIMEOUT_S).ok
+    except proc.NotInstalled:
+        return False
+
+
+def find_sglang_python(profile_python: str | None = None) -> SGLangPython | None:
+    """The interpreter that has SGLang: ``$KIMI_SERVE_SGLANG_PYTHON``, else the profile's ``python:``, else this one;
+    None when none of them can import sglang. A variable naming a Python without sglang is an error (exit 5)."""
+    env_python = os.environ.get(SGLANG_PYTHON_ENV)
+    if env_python:
+        if not has_sglang(env_python):
+            raise KimiServeError(f"{SGLANG_PYTHON_ENV}={env_python} is not a Python that can import sglang",
+                                 hint=BUILD_HINT, exit_code=ExitCode.ENVIRONMENT)
+        return SGLangPython(env_python, SGLANG_PYTHON_ENV)
+    if profile_python and Path(profile_python).exists() and has_sglang(profile_python):
+        return SGLangPython(profile_python, "profile python")
+    if has_sglang(sys.executable):
+        return SGLangPython(sys.executable, "this interpreter")
+    return None
+
+
+def require_sglang_python(profile_python: str | None = None) -> str:
+    """:func:`find_sglang_python`, or a one-line error (exit 5) naming what was tried and how to build one."""
+    found = find_sglang_python(profile_python)
+    if found is None:
+        tried = ", ".join(p for p in (profile_python, sys.executable) if p)
+        raise KimiServeError(f"no Python with sglang found (tried {tried})", hint=BUILD_HINT,
+                             exit_code=ExitCode.ENVIRONMENT)
+    return found.path
 
 
 def site_packages_of(python: str) -> Path:

@@ -8,41 +8,22 @@ platform replace the GPUs. Everything else is passed to SGLang exactly as render
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_serve import proc
+from kimi_serve.errors import KimiServeError
 from kimi_serve.findings import FAIL, PASS, SKIP, WARN, Finding
 from kimi_serve.launch import Launch
 from kimi_serve.profile import Profile
 from kimi_serve.resources import package_root
+from kimi_serve.sglang_site import BUILD_HINT, SGLangPython, find_sglang_python
 
 # config-only Kimi-K2.5 and EAGLE-3 draft directories, shared with the simulator
 FAKE_MODELS = Path(__file__).resolve().parent / "simulator" / "assets"
 PROBE_TIMEOUT_S = 300
-
-
-@dataclass(frozen=True)
-class SGLangPython:
-    path: str
-    origin: str  # how it was found, for the report
-
-
-def find_sglang_python(profile: Profile | None = None) -> SGLangPython | None:
-    """An interpreter with SGLang: $KIMI_SERVE_SGLANG_PYTHON, the profile's `python`, or this one."""
-    env = os.environ.get("KIMI_SERVE_SGLANG_PYTHON")
-    if env:
-        return SGLangPython(env, "KIMI_SERVE_SGLANG_PYTHON")
-    if profile is not None and profile.python and Path(profile.python).is_file() and os.access(profile.python, os.X_OK):
-        return SGLangPython(profile.python, "profile python")
-    if importlib.util.find_spec("sglang") is not None:
-        return SGLangPython(sys.executable, "this interpreter")
-    return None
 
 
 def _adapt(server_args: tuple[str, ...], secret_file: Path) -> tuple[list[str], list[str]]:
@@ -89,10 +70,14 @@ _EXPECTED = {
 
 
 def check_with_sglang(profile: Profile, launch: Launch, python: SGLangPython | None = None) -> list[Finding]:
-    python = python or find_sglang_python(profile)
+    if python is None:
+        try:
+            python = find_sglang_python(profile.python)
+        except KimiServeError as exc:
+            return [Finding("sglang", "sglang", FAIL, exc.message, exc.hint or "")]
     if python is None:
         return [Finding("sglang", "sglang", SKIP, "SGLang not found: checked against the committed flag table only",
-                        "set KIMI_SERVE_SGLANG_PYTHON (scripts/build-cpu-venv.sh builds a CPU SGLang)")]
+                        BUILD_HINT)]
     with tempfile.TemporaryDirectory(prefix="kimi-serve-check-") as tmp:
         secret = Path(tmp) / "secrets.yaml"
         secret.write_text("api-key: stand-in-key-for-check\n")

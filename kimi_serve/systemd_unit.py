@@ -128,13 +128,9 @@ def unit_environment(profile: Profile, launch: Launch, ctx: UnitContext) -> dict
     return env
 
 
-def endpoint(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def verify_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]:
     """``kimi-serve verify`` as ExecStartPost runs it: wait out the cold start, then the contract suite."""
-    argv = [ctx.kimi_serve, "verify", "--host", endpoint(launch.host, launch.port),
+    argv = [ctx.kimi_serve, "verify", "--host", launch.endpoint,
             "--wait", str(profile.startup.timeout), "--timeout", f"{profile.verify.timeout:g}",
             "--suite", profile.verify.suite]
     if launch.api_key_file:
@@ -178,7 +174,7 @@ def render_unit(profile: Profile, launch: Launch, ctx: UnitContext, unit_name: s
     body = template.render(**values)
     digest = _body_hash(body)
     fields = {"version": ctx.version, "profile": profile.name, "patch_set": profile.patch_set or "none",
-              "endpoint": endpoint(launch.host, launch.port), "sha256": digest}
+              "endpoint": launch.endpoint, "sha256": digest}
     marker = " ".join([MARKER_PREFIX] + [f"{k}={_marker_value(v)}" for k, v in fields.items()])
     return RenderedUnit(name=name, text=f"{marker}\n{body}", sha256=digest)
 

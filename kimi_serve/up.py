@@ -96,8 +96,7 @@ def server_env(launch: Launch) -> dict[str, str]:
 def health_target(launch: Launch) -> Any:
     from kimi_serve.verify import parse_target
 
-    host = f"[{launch.host}]" if ":" in launch.host else launch.host
-    return parse_target(f"{host}:{launch.port}")
+    return parse_target(launch.endpoint)
 
 
 # ---------------------------------------------------------------------------------------------- preflight

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from kimi_serve.sglang_site import SGLANG_PYTHON_ENV
 from kimi_serve.simulator import launcher
 
 
 def test_no_sglang_python_is_an_environment_error(cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(launcher.PYTHON_ENV, sys.executable)  # the project venv: no sglang in it
+    monkeypatch.setenv(SGLANG_PYTHON_ENV, sys.executable)  # the project venv: no sglang in it
     r = cli("simulate", "--raw", "--", "--model-path", "/models/Kimi-K2.5")
     assert r.code == 5
     assert "can import sglang" in r.err and "scripts/build-cpu-venv.sh" in r.err and "Traceback" not in r.err

@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
         import shlex
 
         from kimi_serve.errors import KimiServeError
+        from kimi_serve.sglang_site import require_sglang_python
         from kimi_serve.simulator import launcher
 
         if raw == bool(profile):
@@ -59,7 +60,7 @@ def register(app: typer.Typer) -> None:
         if port:
             args = launcher.with_flag(args, "--port", str(port))
         launcher.check_config_file(args, where)
-        python = launcher.find_python(profile_python)
+        python = require_sglang_python(profile_python)
         argv = launcher.command(python, args)
         env = launcher.environment({**os.environ, **env_extra}, warmup=warmup, load=load)
         if dry_run:

@@ -1,8 +1,9 @@
-"""Starting the simulator from the kimi-serve side (no sglang import here): find a Python that has sglang, build the
-command line and environment, run it as a child, wait for readiness, stop it.
+"""Starting the simulator from the kimi-serve side (no sglang import here): build the command line and environment,
+run it as a child, wait for readiness, stop it.
 
-Interpreter order: ``$KIMI_SERVE_SGLANG_PYTHON``, then the profile's ``python``, then this interpreter if it can import
-sglang. The child gets the kimi_serve package on its PYTHONPATH so ``python -m kimi_serve.simulator`` resolves.
+The interpreter comes from :func:`kimi_serve.sglang_site.require_sglang_python` (``$KIMI_SERVE_SGLANG_PYTHON``, the
+profile's ``python``, this interpreter). The child gets the kimi_serve package on its PYTHONPATH so
+``python -m kimi_serve.simulator`` resolves.
 """
 
 from __future__ import annotations
@@ -11,52 +12,18 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from kimi_serve import proc
 from kimi_serve.errors import ExitCode, KimiServeError
 from kimi_serve.resources import package_root
 
-PYTHON_ENV = "KIMI_SERVE_SGLANG_PYTHON"
 MODULE = "kimi_serve.simulator"
 WARMUP_ENV = "KIMI_SERVE_SIM_WARMUP_SECONDS"
 LOAD_ENV = "KIMI_SERVE_SIM_LOAD_SECONDS"
 STEP_ENV = "KIMI_SERVE_SIM_STEP_SECONDS"  # seconds per decode step (default 0.01)
-_HAS_SGLANG = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sglang') else 1)"
-_BUILD_HINT = ("build the CPU SGLang venv with scripts/build-cpu-venv.sh and export "
-               "KIMI_SERVE_SGLANG_PYTHON=<the path it prints>")
-
-
-def _has_sglang(python: str) -> bool:
-    try:
-        return proc.run([python, "-c", _HAS_SGLANG], timeout=60).ok
-    except proc.NotInstalled:
-        return False
-
-
-def find_python(profile_python: str | None = None) -> str:
-    """The interpreter to run the simulator with; KimiServeError (exit 5) when none has sglang."""
-    env_python = os.environ.get(PYTHON_ENV)
-    if env_python:
-        if not _has_sglang(env_python):
-            raise KimiServeError(f"{PYTHON_ENV}={env_python} is not a Python that can import sglang",
-                                 hint=_BUILD_HINT, exit_code=ExitCode.ENVIRONMENT)
-        return env_python
-    if profile_python and Path(profile_python).exists() and _has_sglang(profile_python):
-        return profile_python
-    if _has_sglang(sys.executable):
-        return sys.executable
-    tried = ", ".join(p for p in (profile_python, sys.executable) if p)
-    raise KimiServeError(f"no Python with sglang found for the simulator (tried {tried})", hint=_BUILD_HINT,
-                         exit_code=ExitCode.ENVIRONMENT)
-
-
 def with_flag(args: list[str], flag: str, value: str) -> list[str]:
     """``args`` with ``flag``'s value replaced (or the flag appended); handles ``--flag V`` and ``--flag=V``."""
     out: list[str] = []
@@ -143,25 +110,27 @@ class Simulator:
             return ""
 
     def wait_ready(self, timeout: float) -> float:
-        """Seconds until ``/health`` answered 200; KimiServeError if the child exits (4) or time runs out (3)."""
+        """Seconds until ``/health`` answered 200 (verify's readiness poll); KimiServeError if the child exits (4) or
+        time runs out (3)."""
+        from kimi_serve.verify.readiness import wait_ready
+        from kimi_serve.verify.target import parse_target
+
+        target = parse_target(self.base_url)
         started = time.monotonic()
+        end = started + timeout
         while True:
             code = self.process.poll()
             if code is not None:
                 raise KimiServeError(f"the simulator exited with status {code} before it was ready; log "
                                      f"{self.log_path}: {self.log_tail(3)!r}", hint="read the log above",
                                      exit_code=ExitCode.SERVER_EXITED)
-            try:
-                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return time.monotonic() - started
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() - started > timeout:
+            # poll in short slices so a child that dies while loading is noticed at once
+            if wait_ready(target, min(end, time.monotonic() + 1.0), interval=0.25, poll_timeout=2.0).ready:
+                return time.monotonic() - started
+            if time.monotonic() >= end:
                 raise KimiServeError(f"the simulator was not ready within {timeout:g} s (log {self.log_path})",
                                      hint="raise the startup timeout; a cold sglang import takes ~10-25 s on 2 cores",
                                      exit_code=ExitCode.UNREACHABLE)
-            time.sleep(0.25)
 
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM to the simulator's main process (as SGLang wants it), SIGKILL if it lingers; its exit status."""

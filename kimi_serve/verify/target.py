@@ -72,8 +72,10 @@ def parse_target(text: str) -> Target:
     return Target(f"{scheme}://{_host_for_url(host)}:{port}{path}")
 
 
-def _key_from_file(path: Path) -> str:
-    where = f"--api-key-file {path}"
+def read_key_file(path: Path, where: str | None = None) -> str:
+    """The key in an API-key file: SGLang's ``--config`` YAML (``api-key: KEY``) or a bare one-line key. The file must
+    be private (no group/other bits). ``where`` names it in errors (default: the --api-key-file option)."""
+    where = where or f"--api-key-file {path}"
     try:
         st = path.stat()
         text = path.read_text(encoding="utf-8")
@@ -115,5 +117,5 @@ def resolve_api_key(api_key: str | None = None, key_file: str | Path | None = No
     if env.get(API_KEY_ENV):
         return env[API_KEY_ENV]
     if key_file:
-        return _key_from_file(Path(key_file))
+        return read_key_file(Path(key_file))
     return None
