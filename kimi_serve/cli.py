@@ -14,7 +14,7 @@ import typer
 from typer.exceptions import TyperException
 
 from kimi_serve import __version__
-from kimi_serve.errors import ExitCode, KimiServeError
+from kimi_serve.core.errors import ExitCode, KimiServeError
 
 app = typer.Typer(
     name="kimi-serve",

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Regenerate kimi_serve/data/sglang-0.5.23-flags.json from a real SGLang installation.
+"""Regenerate kimi_serve/profile/data/sglang-0.5.23-flags.json from a real SGLang installation.
 
 Run it with an interpreter that has SGLang (e.g. the CPU venv from scripts/build-cpu-venv.sh):
-    $(scripts/build-cpu-venv.sh) scripts/gen-flag-table.py > kimi_serve/data/sglang-0.5.23-flags.json
+    $(scripts/build-cpu-venv.sh) scripts/gen-flag-table.py > kimi_serve/profile/data/sglang-0.5.23-flags.json
 It records every option of SGLang's own CLI parser (`ServerArgs.add_cli_args`) and every `SGLANG_*` environment
 name SGLang knows (the `Envs` registry, deprecated aliases, and names read directly from os.environ in its source).
 """

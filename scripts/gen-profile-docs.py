@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Print the key reference table of docs/profiles.md from kimi_serve/schema.py (the single source of truth)."""
+"""Print the key reference table of docs/profiles.md from kimi_serve/profile/schema.py (the single source of truth)."""
 
-from kimi_serve.schema import SECTIONS, TOP_LEVEL_ONLY
+from kimi_serve.profile.schema import SECTIONS, TOP_LEVEL_ONLY
 
 
 def fmt(v):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.patch_files import sha256_file
 from kimi_serve.patches import PatchSet, cached_wheel, load_patch_set
+from kimi_serve.patches.files import sha256_file
 
 VERSION_FILES = ("sglang/__init__.py", "sglang/version.py", "sglang/_version.py")
 

@@ -2,7 +2,7 @@
 produce (CUDA OOM, NCCL failure, a hang in NCCL init, a crash after ready), with SGLang's process model and exit codes.
 
 Usage: ``python tests/startup_replay.py --scenario NAME <sglang flags...>`` (``--host``, ``--port``, ``--tp-size`` are
-read from the flags). The log lines use the format strings of /work/shared/reference/sglang-startup-log.md (§1, §2, §5):
+read from the flags). The log lines use SGLang 0.5.23's format strings (docs/sglang-startup-log.md):
 records on stderr, ``[ts TPn]`` rank tags, tqdm bars as ``\\r`` fragments, unprefixed multi-line tracebacks; access log
 on stdout. Like SGLang it starts one "scheduler" process per rank (they only sleep) and, on a scheduler exception,
 SIGKILLs its children and itself (status -9). Scenarios:

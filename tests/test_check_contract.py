@@ -17,7 +17,7 @@ def test_prod_passes_the_contract_dry_run_offline(cli, sglang_python):
     res = cli("check", "--profile", "prod", "--offline", "--contract", "--json")
     contract = _contract(res)
     assert res.code == 0, contract
-    names = {f["name"] for f in contract if f["status"] == "pass"}
+    names = {f["code"] for f in contract if f["status"] == "pass"}
     assert {"tool/non-stream", "tool/stream", "reasoning/non-stream", "reasoning/stream"} <= names
 
 

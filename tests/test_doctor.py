@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.checks import validated_launch
-from kimi_serve.doctor import DoctorReport, Host, run_doctor
-from kimi_serve.errors import ExitCode
-from kimi_serve.proc import Completed
-from kimi_serve.profile import load_profile
+from kimi_serve.check.doctor import DoctorReport, Host, run_doctor
+from kimi_serve.check.report import validated_launch
+from kimi_serve.core.errors import ExitCode
+from kimi_serve.core.proc import Completed
+from kimi_serve.profile.loader import load_profile
 
 RTX = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 SMI_HEADER = "| NVIDIA-SMI 580.65.06    Driver Version: 580.65.06    CUDA Version: 13.0     |\n"
@@ -91,7 +91,7 @@ def doctor(profile: Path, host: Host) -> DoctorReport:
 
 
 def by_name(report: DoctorReport) -> dict[str, tuple[str, str, str]]:
-    return {c.name: (c.status, c.message, c.fix) for c in report.checks}
+    return {c.code: (c.status, c.message, c.fix) for c in report.checks}
 
 
 def unlimited(_which: int) -> tuple[int, int]:
@@ -181,7 +181,7 @@ def test_port_in_use_fails(gpu_profile: Callable[..., Path], tmp_path: Path) -> 
 def test_unapplied_patch_set_is_refused_naming_the_apply_command(gpu_profile: Callable[..., Path], tmp_path: Path,
                                                                  sglang_python: str) -> None:
     # the CPU venv's real, unpatched SGLang 0.5.23 (read only)
-    from kimi_serve.sglang_site import site_packages_of
+    from kimi_serve.sglang.site import site_packages_of
 
     site = site_packages_of(sglang_python)
     checks = by_name(doctor(gpu_profile(patch_set="sglang-0.5.23-sm120"),
@@ -199,7 +199,7 @@ def test_cli_doctor_on_this_gpu_less_host(cli: Callable[..., object], tmp_path: 
     assert result.code == 5
     data = json.loads(result.out)
     assert data["kind"] == "kimi-serve-doctor" and data["exit_code"] == 5
-    gpus = next(c for c in data["checks"] if c["name"] == "gpus")
+    gpus = next(c for c in data["checks"] if c["code"] == "gpus")
     assert gpus["status"] == "fail" and "no NVIDIA GPU" in gpus["message"]
     text = cli("doctor")
     assert text.code == 5 and "FAIL  gpus" in text.out and "doctor: " in text.out
@@ -207,5 +207,5 @@ def test_cli_doctor_on_this_gpu_less_host(cli: Callable[..., object], tmp_path: 
 
 def test_simulator_profile_needs_no_gpu(cli: Callable[..., object], sglang_python: str) -> None:
     result = cli("doctor", "--profile", "sim", "--json")
-    checks = {c["name"]: c["status"] for c in json.loads(result.out)["checks"]}
+    checks = {c["code"]: c["status"] for c in json.loads(result.out)["checks"]}
     assert checks["gpus"] == "skip" and checks["sglang"] == "pass" and "model" not in checks

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.flags import check_argv, load_flag_table, unknown_sglang_env
-from kimi_serve.launch import build_launch
-from kimi_serve.profile import load_profile
+from kimi_serve.profile.flags import check_argv, load_flag_table, unknown_sglang_env
+from kimi_serve.profile.launch import build_launch
+from kimi_serve.profile.loader import load_profile
+
+PY = "/venv/bin/python"
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -23,9 +25,8 @@ def test_render_json_matches_golden(name, cli):
     assert got == json.loads((GOLDEN / f"{name}.launch.json").read_text())
 
 
-def test_sim_profile_has_prods_exact_server_flags_on_the_simulator(monkeypatch):
-    monkeypatch.setenv("KIMI_SERVE_SGLANG_PYTHON", "/venv/bin/python")
-    prod, sim = build_launch(load_profile("prod")), build_launch(load_profile("sim"))
+def test_sim_profile_has_prods_exact_server_flags_on_the_simulator():
+    prod, sim = build_launch(load_profile("prod"), "/opt/py"), build_launch(load_profile("sim"), PY)
     assert sim.argv[:3] == ("/venv/bin/python", "-m", "kimi_serve.simulator")
     assert prod.argv[1:3] == ("-m", "sglang.launch_server")
 
@@ -39,7 +40,7 @@ def test_sim_profile_has_prods_exact_server_flags_on_the_simulator(monkeypatch):
 
 
 def test_prod_argv_is_what_the_mission_asks():
-    launch = build_launch(load_profile("prod"))
+    launch = build_launch(load_profile("prod"), PY)
     a = launch.server_args
     pairs = {a[i]: a[i + 1] for i in range(len(a) - 1)}
     assert pairs["--tool-call-parser"] == "kimi_k2" and pairs["--reasoning-parser"] == "kimi_k2"
@@ -59,7 +60,7 @@ def test_prod_argv_is_what_the_mission_asks():
 def test_every_generated_flag_is_a_full_current_flag():
     table = load_flag_table()
     for name in ("prod", "baseline", "sim"):
-        for arg in build_launch(load_profile(name)).server_args:
+        for arg in build_launch(load_profile(name), PY).server_args:
             if arg.startswith("--"):
                 opt = table.lookup(arg)
                 assert opt is not None and not opt.deprecated, arg

@@ -19,7 +19,7 @@ def test_wheel_contains_runtime_files(tmp_path):
     expected |= {f"kimi_serve/_data/systemd/{p.name}" for p in (REPO / "systemd").glob("*.j2")}
     expected |= {f"kimi_serve/_data/patches/{p.relative_to(REPO / 'patches')}"
                  for p in (REPO / "patches").rglob("*") if p.is_file()}
-    expected |= {"kimi_serve/data/sglang-0.5.23-flags.json", "kimi_serve/simulator/assets/kimi-k25/config.json",
+    expected |= {"kimi_serve/profile/data/sglang-0.5.23-flags.json", "kimi_serve/simulator/assets/kimi-k25/config.json",
                  "kimi_serve/simulator/assets/eagle3/config.json"}
     assets = REPO / "kimi_serve" / "simulator" / "assets"
     expected |= {f"kimi_serve/simulator/assets/{p.relative_to(assets)}" for p in assets.rglob("*") if p.is_file()}

@@ -15,7 +15,7 @@ def _fast_layers_only(monkeypatch):
     monkeypatch.delenv("KIMI_SERVE_SGLANG_PYTHON", raising=False)
 
 def _patch_findings(res):
-    return {f["name"]: f for f in json.loads(res.out)["findings"] if f["layer"] == "patches"}
+    return {f["code"]: f for f in json.loads(res.out)["findings"] if f["layer"] == "patches"}
 
 
 def test_offline_check_applies_the_set_to_the_pinned_wheel(cli):

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from patches_support import extract, pinned_wheel, snapshot
 
-import kimi_serve.patch_files as patch_files
-from kimi_serve.errors import ExitCode, KimiServeError
+import kimi_serve.patches.files as patch_files
+from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.patches import (
     apply,
     available_patch_sets,
@@ -24,7 +24,7 @@ from kimi_serve.patches import (
     revert,
     status,
 )
-from kimi_serve.sglang_site import installed_version, site_packages_of
+from kimi_serve.sglang.site import installed_version, site_packages_of
 
 SET = "sglang-0.5.23-sm120"
 FUSION = "sglang/srt/layers/flashinfer_comm_fusion.py"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kimi_serve.profile import dump_profile, load_profile
-from kimi_serve.schema import all_key_paths
+from kimi_serve.profile.loader import dump_profile, load_profile
+from kimi_serve.profile.schema import all_key_paths
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -56,7 +56,7 @@ def test_unauthenticated_allowed_explicitly_is_a_warning(write_profile, cli):
     path = write_profile("extends: prod\nallow_unauthenticated: true\nserver:\n  api_key_file: null\n")
     assert cli("render", "--profile", str(path)).code == 0
     res = cli("check", "--profile", str(path), "--offline", "--json")
-    warn = [f for f in json.loads(res.out)["findings"] if f["name"] == "allow_unauthenticated"]
+    warn = [f for f in json.loads(res.out)["findings"] if f["code"] == "allow_unauthenticated"]
     assert warn and warn[0]["status"] == "warn"
 
 
@@ -69,14 +69,14 @@ def test_nccl_symm_mem_with_pcie_ipc_warns(write_profile, cli):
     path = write_profile("extends: prod\nallreduce:\n  nccl_symm_mem: true\n")
     assert cli("render", "--profile", str(path)).code == 0  # a warning does not block
     res = cli("check", "--profile", str(path), "--offline", "--json")
-    f = [f for f in json.loads(res.out)["findings"] if f["name"] == "allreduce.nccl_symm_mem"]
+    f = [f for f in json.loads(res.out)["findings"] if f["code"] == "allreduce.nccl_symm_mem"]
     assert f and f[0]["status"] == "warn" and "bypasses the PCIe-IPC" in f[0]["message"]
 
 
 def test_implicit_memory_knobs_warn(write_profile, cli):
     path = write_profile("extends: prod\nmemory:\n  mem_fraction_static: null\n")
     res = cli("check", "--profile", str(path), "--offline", "--json")
-    f = [f for f in json.loads(res.out)["findings"] if f["name"] == "memory.mem_fraction_static"]
+    f = [f for f in json.loads(res.out)["findings"] if f["code"] == "memory.mem_fraction_static"]
     assert f and f[0]["status"] == "warn"
 
 
@@ -96,8 +96,8 @@ def test_host_facts_fail_without_offline(write_profile, cli, tmp_path):
     key.chmod(0o644)
     path = write_profile(f"extends: prod\nmodel:\n  path: {model}\nserver:\n  api_key_file: {key}\n")
     res = cli("check", "--profile", str(path), "--json")
-    by_name = {f["name"]: f for f in json.loads(res.out)["findings"] if f["layer"] == "host"}
-    assert by_name["model.path"]["status"] == "fail" and "no config.json" in by_name["model.path"]["message"]
+    by_name = {f["code"]: f for f in json.loads(res.out)["findings"] if f["layer"] == "host"}
+    assert by_name["model.path"]["status"] == "fail" and "config.json is missing" in by_name["model.path"]["message"]
     assert by_name["server.api_key_file"]["status"] == "fail" and "chmod 600" in by_name["server.api_key_file"]["fix"]
     assert by_name["speculative.draft_model_path"]["status"] == "fail"
     assert res.code == 1  # the profile is valid; the host is not ready
@@ -127,12 +127,12 @@ def test_api_key_with_a_set_that_does_not_redact_it_warns(write_profile, cli, tm
     path = write_profile(f"extends: prod\npatch_set: {_set_without_redaction(tmp_path)}\n")
     assert cli("render", "--profile", str(path)).code == 0  # a warning does not block
     res = cli("check", "--profile", str(path), "--offline", "--json")
-    f = [f for f in json.loads(res.out)["findings"] if f["name"] == "patch_set.redact"]
+    f = [f for f in json.loads(res.out)["findings"] if f["code"] == "patch_set.redact"]
     assert len(f) == 1 and f[0]["status"] == "warn"
     assert "written to the journal" in f[0]["message"] and "redact_api_key_in_log" in f[0]["fix"]
     assert f[0]["where"].endswith(": patch_set")
     # The SM120 features are still covered: only the redaction is missing.
-    assert [g["status"] for g in json.loads(res.out)["findings"] if g["name"] == "patch_set"] == ["pass"]
+    assert [g["status"] for g in json.loads(res.out)["findings"] if g["code"] == "patch_set"] == ["pass"]
 
 
 def test_redaction_matters_only_when_sglang_gets_a_key(write_profile, cli, tmp_path):
@@ -143,5 +143,5 @@ def test_redaction_matters_only_when_sglang_gets_a_key(write_profile, cli, tmp_p
     statuses = {}
     for path in (no_set, no_key, "prod"):
         res = cli("check", "--profile", str(path), "--offline", "--json")
-        statuses[path] = [f["status"] for f in json.loads(res.out)["findings"] if f["name"] == "patch_set.redact"]
+        statuses[path] = [f["status"] for f in json.loads(res.out)["findings"] if f["code"] == "patch_set.redact"]
     assert statuses == {no_set: ["warn"], no_key: ["pass"], "prod": ["pass"]}

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.checks import validated_launch
-from kimi_serve.proc import Completed
-from kimi_serve.profile import load_profile
-from kimi_serve.service import Plan
-from kimi_serve.service_restart import restart
-from kimi_serve.service_state import ServicePaths, read_record
-from kimi_serve.systemctl import Systemd
-from kimi_serve.systemd_unit import UnitContext, render_unit
+from kimi_serve.check.report import validated_launch
+from kimi_serve.core.proc import Completed
+from kimi_serve.profile.loader import load_profile
+from kimi_serve.service.install import Plan
+from kimi_serve.service.restart import restart
+from kimi_serve.service.state import ServicePaths, read_record
+from kimi_serve.service.systemctl import Systemd
+from kimi_serve.service.unit import UnitContext, render_unit
 
 CTX = UnitContext(kimi_serve="/opt/kimi-serve/venv/bin/kimi-serve", package_root="/opt/kimi-serve/src")
 

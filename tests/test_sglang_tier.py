@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.sglang_tier import FAKE_MODELS, SGLangPython, run_probe
+from kimi_serve.check.sglang_tier import SGLangPython, run_probe
+from kimi_serve.simulator.stand_in import STANDIN_MODEL
 
 pytestmark = pytest.mark.sglang
 REPO = Path(__file__).resolve().parent.parent
@@ -17,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 def test_prod_check_offline_passes_with_real_sglang(cli, sglang_python):
     res = cli("check", "--profile", "prod", "--offline", "--json")
     report = json.loads(res.out)
-    sg = {f["name"]: f for f in report["findings"] if f["layer"] == "sglang"}
+    sg = {f["code"]: f for f in report["findings"] if f["layer"] == "sglang"}
     assert sg["parse"]["status"] == "pass", sg
     assert sg["resolve"]["status"] == "pass", sg
     assert "draft tokens 4" in sg["resolve"]["message"] and "fusion trtllm" in sg["resolve"]["message"]
@@ -25,7 +26,7 @@ def test_prod_check_offline_passes_with_real_sglang(cli, sglang_python):
 
 
 def test_real_parser_agrees_with_the_table_on_the_abbreviation_trap(sglang_python):
-    base = ["--model-path", str(FAKE_MODELS / "kimi-k25"), "--device", "cuda"]
+    base = ["--model-path", str(STANDIN_MODEL), "--device", "cuda"]
     out = run_probe(SGLangPython(sglang_python, "test"), base + ["--cuda-graph-max-bs", "8"], platform="sm120")
     assert out["parse"]["ok"] is False and "ambiguous" in out["parse"]["error"]
     ok = run_probe(SGLangPython(sglang_python, "test"), base + ["--cuda-graph-max-bs-decode", "8"], platform="sm120")
@@ -40,7 +41,7 @@ def test_sglang_resolution_catches_what_only_sglang_knows(write_profile, cli, sg
     )
     assert cli("render", "--profile", str(path)).code == 0  # the fast layers accept it
     res = cli("check", "--profile", str(path), "--offline", "--json")
-    sg = {f["name"]: f for f in json.loads(res.out)["findings"] if f["layer"] == "sglang"}
+    sg = {f["code"]: f for f in json.loads(res.out)["findings"] if f["layer"] == "sglang"}
     assert sg["resolve"]["status"] == "fail" and "topk" in sg["resolve"]["message"].lower()
     assert res.code == 2
 
@@ -49,7 +50,7 @@ def test_committed_flag_table_matches_real_sglang(sglang_python, tmp_path):
     out = subprocess.run([sglang_python, str(REPO / "scripts" / "gen-flag-table.py")], capture_output=True,
                          text=True, check=True, timeout=300)
     fresh = json.loads(out.stdout)
-    committed = json.loads((REPO / "kimi_serve" / "data" / "sglang-0.5.23-flags.json").read_text())
+    committed = json.loads((REPO / "kimi_serve" / "profile" / "data" / "sglang-0.5.23-flags.json").read_text())
     assert fresh["sglang_version"] == committed["sglang_version"] == "0.5.23"
     assert fresh["options"] == committed["options"]
     assert fresh["env"] == committed["env"]

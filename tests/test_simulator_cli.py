@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.sglang_site import SGLANG_PYTHON_ENV
+from kimi_serve.sglang.site import SGLANG_PYTHON_ENV
 from kimi_serve.simulator import launcher
 
 

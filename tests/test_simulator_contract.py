@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.contract_dryrun import run_contract_dryrun
+from kimi_serve.check.dryrun import run_contract_dryrun
 
 pytestmark = pytest.mark.sglang
 

@@ -18,6 +18,7 @@ import jsonschema
 import openai
 import pytest
 
+from kimi_serve.core.settings import SIM_STEP_ENV
 from kimi_serve.simulator import launcher
 
 pytestmark = pytest.mark.sglang
@@ -59,7 +60,7 @@ def _start(tmp: Path, flags: list[str], warmup: float) -> tuple[launcher.Simulat
     """Start a simulator and record the /health answers from the moment the port opens until it is ready."""
     port = launcher.free_port()
     env = launcher.environment(warmup=warmup)
-    env[launcher.STEP_ENV] = "0.002"
+    env[SIM_STEP_ENV] = "0.002"
     sim = launcher.Simulator.start(launcher.command(_python(), [*flags, "--port", str(port)]), env,
                                    f"http://127.0.0.1:{port}", tmp / "simulator.log")
     seen: list[tuple[float, int]] = []

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.checks import validated_launch
-from kimi_serve.errors import KimiServeError
-from kimi_serve.profile import load_profile
-from kimi_serve.systemd_unit import (
+from kimi_serve.check.report import validated_launch
+from kimi_serve.core.errors import KimiServeError
+from kimi_serve.profile.loader import load_profile
+from kimi_serve.service.unit import (
     UnitContext,
     environment_line,
     exec_line,

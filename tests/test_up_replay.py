@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from up_helpers import REPLAY, free_port, live_group, server_pid
 
-from kimi_serve.errors import ExitCode, KimiServeError
-from kimi_serve.launch import Launch
-from kimi_serve.up import UpOptions, serve
-from kimi_serve.up_console import Console
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.profile.launch import Launch
+from kimi_serve.up.console import Console
+from kimi_serve.up.run import UpOptions, serve
 
 
 def replay_launch(scenario: str, port: int, tp: int = 8) -> Launch:

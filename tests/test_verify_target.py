@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kimi_serve.errors import ExitCode, KimiServeError
+from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.verify.target import API_KEY_ENV, parse_target, resolve_api_key
 
 

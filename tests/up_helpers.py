@@ -19,7 +19,7 @@ def free_port() -> int:
 
 
 def live_group(pgid: int) -> list[int]:
-    """Non-zombie processes in process group ``pgid`` (read from /proc, independently of kimi_serve.supervisor)."""
+    """Non-zombie processes in process group ``pgid`` (read from /proc, independently of kimi_serve.up.supervisor)."""
     pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:

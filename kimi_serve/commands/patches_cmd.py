@@ -34,7 +34,7 @@ patches_app = typer.Typer(help="SGLang source patches for SM120: status, apply, 
 
 def _target(site_packages: Path | None, python: str | None, set_name: str):  # noqa: ANN202 - lazy types
     from kimi_serve.patches import load_patch_set
-    from kimi_serve.sglang_site import resolve_site_packages
+    from kimi_serve.sglang.site import resolve_site_packages
 
     patch_set = load_patch_set(set_name)
     return resolve_site_packages(site_packages, python), patch_set

@@ -13,7 +13,7 @@ _MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
 def show(profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP)) -> int:
     """Print the fully merged profile as standalone YAML (no extends)."""
-    from kimi_serve.profile import dump_profile, load_profile
+    from kimi_serve.profile.loader import dump_profile, load_profile
 
     typer.echo(dump_profile(load_profile(profile)), nl=False)
     return 0
@@ -24,8 +24,8 @@ def render(
     as_json: bool = typer.Option(False, "--json", help='Print exactly {"argv": [...], "env": {...}}.'),
 ) -> int:
     """Print the validated launch command and environment (fast checks only; `check` runs them all)."""
-    from kimi_serve.checks import validated_launch
-    from kimi_serve.profile import load_profile
+    from kimi_serve.check.report import validated_launch
+    from kimi_serve.profile.loader import load_profile
 
     launch = validated_launch(load_profile(profile))
     if as_json:
@@ -45,8 +45,8 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
 ) -> int:
     """Run every validation that needs no GPU; exit 0 only if nothing fails (1 host/contract, 2 invalid profile)."""
-    from kimi_serve.checks import run_check
-    from kimi_serve.profile import display_path
+    from kimi_serve.check.report import run_check
+    from kimi_serve.profile.loader import display_path
 
     tty = sys.stderr.isatty() and not as_json
     progress = (lambda m: typer.echo(m, err=True)) if tty else None

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:
-    from kimi_serve.service import Plan, Result
-    from kimi_serve.service_status import Status
-    from kimi_serve.systemctl import Systemd
+    from kimi_serve.service.install import Plan, Result
+    from kimi_serve.service.status import Status
+    from kimi_serve.service.systemctl import Systemd
 
 PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
 ROOT_HELP = "Install under this directory instead of / (unit in ROOT/etc/systemd/system; only offline systemctl)."
@@ -22,7 +22,7 @@ _MARK = {"done": "ok  ", "planned": "plan", "failed": "FAIL", "skipped": "skip"}
 
 
 def _systemd(root: Path) -> Systemd:
-    from kimi_serve.systemctl import Systemd, run
+    from kimi_serve.service.systemctl import Systemd, run
 
     return Systemd(run, root.resolve())
 
@@ -48,8 +48,8 @@ def _print_result(result: Result, as_json: bool, extra: dict[str, Any] | None = 
 
 
 def _plan(profile: str, root: Path, unit_name: str | None, now: bool, contract: bool) -> tuple[Plan, Systemd]:
-    from kimi_serve.service import plan_install
-    from kimi_serve.systemd_unit import UnitContext
+    from kimi_serve.service.install import plan_install
+    from kimi_serve.service.unit import UnitContext
 
     systemd = _systemd(root)
     _say(f"checking profile {profile} (schema, rules, SGLang's parser, host)...")
@@ -72,7 +72,7 @@ def install_service(
     The API key never goes into the unit: SGLang reads it from the profile's server.api_key_file (0600), which this
     command creates from $KIMI_SERVE_API_KEY when it does not exist yet.
     """
-    from kimi_serve.service import contract_verifier, install, planned_actions
+    from kimi_serve.service.install import contract_verifier, install, planned_actions
 
     plan, systemd = _plan(profile, root, unit_name, now, contract=False)
     if dry_run:
@@ -101,13 +101,13 @@ def _print_plan(plan: Plan, actions: list[str], as_json: bool) -> int:
 
 
 def _unit_of(profile: str | None, unit_name: str | None) -> str:
-    from kimi_serve.schema import SECTIONS
-    from kimi_serve.systemd_unit import unit_file_name
+    from kimi_serve.profile.schema import SECTIONS
+    from kimi_serve.service.unit import unit_file_name
 
     if unit_name:
         return unit_file_name(unit_name, "--unit-name")
     if profile:
-        from kimi_serve.profile import load_profile
+        from kimi_serve.profile.loader import load_profile
 
         p = load_profile(profile)
         return unit_file_name(p.service.unit_name, p.where("service.unit_name"))
@@ -122,8 +122,8 @@ def uninstall_service(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
 ) -> int:
     """Stop, disable and remove the unit and its records (the API-key file stays)."""
-    from kimi_serve.service import uninstall
-    from kimi_serve.service_state import ServicePaths
+    from kimi_serve.service.install import uninstall
+    from kimi_serve.service.state import ServicePaths
 
     systemd = _systemd(root)
     return _print_result(uninstall(ServicePaths(systemd.root, _unit_of(profile, unit_name)), systemd,
@@ -140,8 +140,8 @@ def restart(
     Exit codes: 0 the new unit passed; 1 it failed and the last good unit is back and passing; 4 it failed and
     nothing is serving (no last good unit, or that one failed too).
     """
-    from kimi_serve.service import contract_verifier
-    from kimi_serve.service_restart import restart as restart_core
+    from kimi_serve.service.install import contract_verifier
+    from kimi_serve.service.restart import restart as restart_core
 
     plan, systemd = _plan(profile, Path("/"), unit_name, now=True, contract=True)
     _say(f"restarting {plan.unit.name} (waits up to {plan.candidate.restart_timeout:.0f}s for the contract check)...")
@@ -155,8 +155,8 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
 ) -> int:
     """The unit's state, the live profile and patch set, the last verify, and /health now (exit 0: active, healthy)."""
-    from kimi_serve.service_state import ServicePaths
-    from kimi_serve.service_status import status as status_core
+    from kimi_serve.service.state import ServicePaths
+    from kimi_serve.service.status import status as status_core
 
     systemd = _systemd(root)
     st = status_core(ServicePaths(systemd.root, _unit_of(profile, unit_name)), systemd)

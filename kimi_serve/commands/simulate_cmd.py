@@ -27,8 +27,8 @@ def register(app: typer.Typer) -> None:
     ) -> int:
         import shlex
 
-        from kimi_serve.errors import KimiServeError
-        from kimi_serve.sglang_site import require_sglang_python
+        from kimi_serve.core.errors import KimiServeError
+        from kimi_serve.sglang.site import require_sglang_python
         from kimi_serve.simulator import launcher
 
         if raw == bool(profile):
@@ -46,11 +46,11 @@ def register(app: typer.Typer) -> None:
             if ctx.args:
                 raise KimiServeError(f"unexpected arguments {' '.join(ctx.args)}", where="simulate",
                                      hint="pass raw SGLang flags only with --raw")
-            from kimi_serve.launch import build_launch
-            from kimi_serve.profile import load_profile
+            from kimi_serve.check.report import launch_for
+            from kimi_serve.profile.loader import load_profile
 
             prof = load_profile(profile)
-            launch = build_launch(prof)
+            launch = launch_for(prof)
             args = list(launch.server_args)
             env_extra = dict(launch.env)
             profile_python = launch.argv[0]

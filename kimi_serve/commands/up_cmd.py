@@ -21,7 +21,7 @@ def up(
     Exit codes: 0 server exited 0, 1 contract failed, 3 never ready, 4 server exited/crashed or failed in its log,
     5 preflight failed, 130 stopped on request.
     """
-    from kimi_serve.up import run_up
+    from kimi_serve.up.run import run_up
 
     return run_up(profile, dry_run=dry_run, verify=not no_verify, log_file=log_file)
 
@@ -33,9 +33,9 @@ def doctor(
     """Check this host for the profile: GPUs (SM120), driver/CUDA, topology, GPU memory, disk, model files, draft,
     SGLang version and patch set, port, memlock and open-file limits. Exit codes: 0 ok (warnings allowed), 5 a check
     failed."""
-    from kimi_serve.checks import validated_launch
-    from kimi_serve.doctor import render, run_doctor
-    from kimi_serve.profile import load_profile
+    from kimi_serve.check.doctor import render, run_doctor
+    from kimi_serve.check.report import validated_launch
+    from kimi_serve.profile.loader import load_profile
 
     p = load_profile(profile)
     report = run_doctor(p, validated_launch(p))

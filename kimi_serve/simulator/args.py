@@ -16,18 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.sglang.platform import SM120_FACTS
+from kimi_serve.simulator.stand_in import STANDIN_DRAFT, STANDIN_MODEL
+
 logger = logging.getLogger("kimi_serve.simulator")
-
-ASSETS = Path(__file__).resolve().parent / "assets"
-STANDIN_MODEL = ASSETS / "kimi-k25"
-STANDIN_DRAFT = ASSETS / "eagle3"
-
-# The facts SGLang's probes report on an RTX PRO 6000 Blackwell (compute capability 12.0).
-SM120_PLATFORM: dict[str, Any] = dict(
-    is_cuda=True, is_hip=False, is_sm120=True, is_blackwell=True, is_sm100=False, is_sm90=False,
-    is_sm100_or_sm110=False, is_sm110=False, has_flashinfer=True, device_sm=120, device_capability=(12, 0),
-    is_hopper_with_cuda_12_3=False,
-)
 
 
 @dataclass
@@ -70,7 +62,7 @@ def resolve(argv: list[str]) -> SimulatedArgs:
                      f" {STANDIN_DRAFT}")
     if sa.device is None:
         sa.device = "cuda"  # the simulated platform; auto-detection on this host would find no accelerator
-    with override_platform(**SM120_PLATFORM):
+    with override_platform(**SM120_FACTS):
         sa.resolve_once()
         sa.check_server_args()
         resolve_auto_parsers(sa)

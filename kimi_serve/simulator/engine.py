@@ -16,17 +16,17 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from kimi_serve.core.settings import SIM_STEP_ENV
 from kimi_serve.simulator import model as scripted
 
 # Accepted tokens per EAGLE-3 verify step (steps 3, topk 1, 4 draft tokens: 1..4 per step, mean ~2.9).
 ACCEPT_PATTERN = (3, 4, 2, 3, 4, 1, 3, 3)
 STOP_TOKEN_ID = 163586  # <|im_end|>
-STEP_DELAY_ENV = "KIMI_SERVE_SIM_STEP_SECONDS"
 CHAT_REQUEST_KEY = "kimi_serve_chat_request"  # where the HTTP layer leaves the parsed request on raw_request.state
 
 
 def step_delay() -> float:
-    return float(os.environ.get(STEP_DELAY_ENV, "0.01"))
+    return float(os.environ.get(SIM_STEP_ENV, "0.01"))
 
 
 class ScriptedTokenizerManager:

@@ -1,7 +1,7 @@
 """Starting the simulator from the kimi-serve side (no sglang import here): build the command line and environment,
 run it as a child, wait for readiness, stop it.
 
-The interpreter comes from :func:`kimi_serve.sglang_site.require_sglang_python` (``$KIMI_SERVE_SGLANG_PYTHON``, the
+The interpreter comes from :func:`kimi_serve.sglang.site.require_sglang_python` (``$KIMI_SERVE_SGLANG_PYTHON``, the
 profile's ``python``, this interpreter). The child gets the kimi_serve package on its PYTHONPATH so
 ``python -m kimi_serve.simulator`` resolves.
 """
@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from kimi_serve.errors import ExitCode, KimiServeError
-from kimi_serve.resources import package_root
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.keyfile import key_file_problem
+from kimi_serve.core.resources import package_root
+from kimi_serve.core.settings import SIM_LOAD_ENV, SIM_WARMUP_ENV, with_pythonpath
 
 MODULE = "kimi_serve.simulator"
-WARMUP_ENV = "KIMI_SERVE_SIM_WARMUP_SECONDS"
-LOAD_ENV = "KIMI_SERVE_SIM_LOAD_SECONDS"
-STEP_ENV = "KIMI_SERVE_SIM_STEP_SECONDS"  # seconds per decode step (default 0.01)
 def with_flag(args: list[str], flag: str, value: str) -> list[str]:
     """``args`` with ``flag``'s value replaced (or the flag appended); handles ``--flag V`` and ``--flag=V``."""
     out: list[str] = []
@@ -53,13 +52,11 @@ def flag_value(args: list[str], flag: str) -> str | None:
 
 
 def check_config_file(args: list[str], where: str) -> None:
-    """SGLang's ``--config FILE`` (the API key file) must exist and be readable, else one clear line."""
+    """SGLang's ``--config FILE`` (the API key file) must follow the key-file rules (:mod:`kimi_serve.core.keyfile`)."""
     config = flag_value(args, "--config")
-    if config and not os.access(config, os.R_OK):
-        state = "does not exist" if not Path(config).exists() else "is not readable by this user"
-        raise KimiServeError(f"the SGLang config file {config} (API key) {state}", where=where,
-                             hint="create it (`api-key: KEY`, mode 0600), run as a user who can read it, or point "
-                                  "server.api_key_file at another file", exit_code=ExitCode.ENVIRONMENT)
+    problem = key_file_problem(config) if config else None
+    if problem:
+        raise KimiServeError(problem[0], where=where, hint=problem[1], exit_code=ExitCode.ENVIRONMENT)
 
 
 def command(python: str, server_args: list[str]) -> list[str]:
@@ -68,14 +65,12 @@ def command(python: str, server_args: list[str]) -> list[str]:
 
 def environment(base: dict[str, str] | None = None, *, warmup: float | None = None,
                 load: float | None = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    root = str(package_root())
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env = with_pythonpath(os.environ if base is None else base, package_root())
     env["PYTHONUNBUFFERED"] = "1"
     if warmup is not None:
-        env[WARMUP_ENV] = f"{warmup:g}"
+        env[SIM_WARMUP_ENV] = f"{warmup:g}"
     if load is not None:
-        env[LOAD_ENV] = f"{load:g}"
+        env[SIM_LOAD_ENV] = f"{load:g}"
     return env
 
 

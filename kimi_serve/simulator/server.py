@@ -20,10 +20,10 @@ import threading
 import time
 from typing import Any
 
+from kimi_serve.core.settings import SIM_LOAD_ENV, SIM_WARMUP_ENV
+
 logger = logging.getLogger("kimi_serve.simulator")
 
-LOAD_ENV = "KIMI_SERVE_SIM_LOAD_SECONDS"
-WARMUP_ENV = "KIMI_SERVE_SIM_WARMUP_SECONDS"
 REDACTED = "<redacted>"
 
 
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.info(f"kimi-serve simulator: {note}")
     loaded = load_tokenizer(sim.tokenizer_dir)
     logger.info(f"kimi-serve simulator: tokenizer: {loaded.description}")
-    load_seconds = _seconds(LOAD_ENV, 0.0)
+    load_seconds = _seconds(SIM_LOAD_ENV, 0.0)
     if load_seconds:
         logger.info(f"kimi-serve simulator: simulated weight loading for {load_seconds:g} s (port closed)")
     if not _wait_loading(load_seconds, stop):
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     state = State()
     app = build_app(sim, loaded, state)
-    warmup = 0.0 if serving_cfg.get("skip_server_warmup") else _seconds(WARMUP_ENV, 2.0)
+    warmup = 0.0 if serving_cfg.get("skip_server_warmup") else _seconds(SIM_WARMUP_ENV, 2.0)
     # uvicorn re-raises the SIGTERM/SIGINT it drained on; with these handlers restored that ends in exit 0.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: None)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ASSETS = Path(__file__).resolve().parent / "assets"
+from kimi_serve.simulator.stand_in import CHAT_TEMPLATE, STANDIN_TOKENIZER
+
 BASE_RANKS = 163584
 VOCAB_SIZE = 163840
 IM_END_ID = 163586
@@ -64,7 +65,7 @@ def build_standin() -> Any:
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    spec = json.loads((ASSETS / "standin-bpe.json").read_text(encoding="utf-8"))
+    spec = json.loads(STANDIN_TOKENIZER.read_text(encoding="utf-8"))
     vocab: dict[str, int] = dict(spec["vocab"])
     for rank in range(len(vocab), BASE_RANKS):  # unused ranks, so that special ids land where Kimi has them
         vocab[f"<|standin_rank_{rank}|>"] = rank
@@ -82,5 +83,5 @@ def build_standin() -> Any:
         tokenizer_object=core, bos_token="[BOS]", eos_token="[EOS]", unk_token="[UNK]", pad_token="[PAD]",
         additional_special_tokens=["<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>"],
     )
-    tok.chat_template = (ASSETS / "chat_template.jinja").read_text(encoding="utf-8")
+    tok.chat_template = CHAT_TEMPLATE.read_text(encoding="utf-8")
     return tok

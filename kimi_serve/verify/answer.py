@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_serve.verify.report import Finding
+from kimi_serve.verify.report import Finding, problem
 
 # Fields other stacks use for reasoning; SGLang's (and the contract's) field is reasoning_content.
 OTHER_REASONING_FIELDS = ("reasoning", "thinking", "reasoning_text")
@@ -36,7 +36,7 @@ def _text(value: Any) -> str | None:
 
 
 def _malformed(what: str) -> Finding:
-    return Finding("malformed_response", f"response is not an OpenAI chat completion: {what}",
+    return problem("malformed_response", f"response is not an OpenAI chat completion: {what}",
                    "point --host at SGLang's OpenAI server (/v1/chat/completions), not a proxy that rewrites it")
 
 

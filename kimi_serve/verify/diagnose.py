@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from kimi_serve.verify.answer import Answer, ToolCall
-from kimi_serve.verify.report import Finding
+from kimi_serve.verify.report import Finding, problem
 from kimi_serve.verify.transport import Reply, TransportError
 
 SHOW = 160
@@ -40,17 +40,17 @@ def _parser_note(server: dict[str, Any], key: str) -> str:
 
 def transport_finding(err: TransportError, *, timeout: float) -> Finding:
     if err.kind == "refused":
-        return Finding("unreachable", "connection refused",
+        return problem("unreachable", "connection refused",
                        "start the server, check --host, or pass --wait SECONDS to wait for it to come up")
     if err.kind == "timeout":
-        return Finding("timeout", f"no answer within --timeout {timeout:g}s",
+        return problem("timeout", f"no answer within --timeout {timeout:g}s",
                        "the server accepts connections but does not answer; read its log, or raise --timeout")
-    return Finding("unreachable", f"cannot connect: {clip(err.detail)}", "check --host (scheme, host, port)")
+    return problem("unreachable", f"cannot connect: {clip(err.detail)}", "check --host (scheme, host, port)")
 
 
 def model_not_found(model: str, served: list[str] | None) -> Finding:
     names = ", ".join(served) if served else "none listed"
-    return Finding("http_404_model", f"HTTP 404: model {model!r} is not served (served: {names})",
+    return problem("http_404_model", f"HTTP 404: model {model!r} is not served (served: {names})",
                    "pass --model with a served name, or omit it to use what /v1/models lists")
 
 
@@ -59,29 +59,29 @@ def http_finding(reply: Reply, *, api_key_sent: bool, model: str | None) -> Find
     body = reply.body.decode("utf-8", errors="replace").strip()
     if reply.status == 401:
         if api_key_sent:
-            return Finding("http_401", "HTTP 401: the server rejected the API key",
+            return problem("http_401", "HTTP 401: the server rejected the API key",
                            "use the key from the server's --config file: --api-key-file FILE or KIMI_SERVE_API_KEY")
-        return Finding("http_401", "HTTP 401: the server requires an API key and none was sent", FIX_KEY)
+        return problem("http_401", "HTTP 401: the server requires an API key and none was sent", FIX_KEY)
     if reply.status == 404 and model is not None:
         return model_not_found(model, None)
     if reply.status >= 500:
-        return Finding("http_5xx", f"HTTP {reply.status} server error: {clip(body) or '(empty body)'}",
+        return problem("http_5xx", f"HTTP {reply.status} server error: {clip(body) or '(empty body)'}",
                        "read the SGLang log for the traceback of this request")
     if not 200 <= reply.status < 300:
-        return Finding("http_error", f"HTTP {reply.status}: {clip(body) or '(empty body)'}",
+        return problem("http_error", f"HTTP {reply.status}: {clip(body) or '(empty body)'}",
                        "check --host and the request the server rejected (see the message)")
     return None
 
 
 def parse_json_body(reply: Reply) -> tuple[Any, Finding | None]:
     if reply.timed_out:
-        return None, Finding("timeout", "the answer did not finish before the deadline",
+        return None, problem("timeout", "the answer did not finish before the deadline",
                              "the server stalls mid-answer; read its log, or raise --timeout if it is only slow")
     try:
         return json.loads(reply.body), None
     except ValueError:
         text = reply.body.decode("utf-8", errors="replace").strip()
-        return None, Finding("non_json_body", f"HTTP {reply.status} body is not JSON: {clip(text)!r}",
+        return None, problem("non_json_body", f"HTTP {reply.status} body is not JSON: {clip(text)!r}",
                              "point --host at SGLang's OpenAI server, not a web page or a proxy error page")
 
 
@@ -92,14 +92,14 @@ def text_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
     found: list[Finding] = []
     content, reasoning = answer.content or "", answer.reasoning or ""
     if TOOL_TOKEN.search(content):
-        found.append(Finding(
+        found.append(problem(
             "raw_tool_tokens",
             f"raw Kimi tool-call tokens in content (finish_reason {answer.finish_reason!r}, "
             f"{len(answer.tool_calls)} tool_calls), so the tool-call parser is not active"
             f"{_parser_note(server, 'tool_call_parser')}: {clip(content[content.find('<|tool_call'):])!r}",
             FIX_TOOL_PARSER))
     elif BARE_CALL.search(content) and not answer.tool_calls:
-        found.append(Finding(
+        found.append(problem(
             "raw_tool_text", f"tool-call text without markers in content (markers stripped, parser not active): "
             f"{clip(content)!r}", FIX_TOOL_PARSER))
     if TOOL_TOKEN.search(reasoning):
@@ -108,21 +108,21 @@ def text_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
         if server.get("reasoning_parser") == "kimi_k2":
             fix = ("this SGLang's kimi_k2 reasoning parser does not end reasoning at <|tool_calls_section_begin|>: "
                    "run SGLang 0.5.23 (the version kimi-serve pins), whose parser does")
-        found.append(Finding(
+        found.append(problem(
             "tool_call_in_reasoning", "tool-call tokens inside reasoning_content: the call was swallowed by reasoning"
             f"{_parser_note(server, 'reasoning_parser')}", fix))
     if THINK_TAG.search(content):
-        found.append(Finding(
+        found.append(problem(
             "think_in_content", f"`{THINK_TAG.search(content).group(0)}` in content, so the reasoning parser is not "
             f"active{_parser_note(server, 'reasoning_parser')}: {clip(content)!r}", FIX_REASONING_PARSER))
     if THINK_TAG.search(reasoning):
-        found.append(Finding("think_in_reasoning", "`<think>`/`</think>` inside reasoning_content",
+        found.append(problem("think_in_reasoning", "`<think>`/`</think>` inside reasoning_content",
                              FIX_REASONING_PARSER + "; another reasoning parser leaves Kimi's tags in"))
     for field_name, text in (("content", content), ("reasoning_content", reasoning)):
         specials = {m.group(0) for m in SPECIAL_TOKEN.finditer(text)}
         leaked = sorted(specials - {m.group(0) for m in TOOL_TOKEN.finditer(text)})
         if leaked:
-            found.append(Finding(
+            found.append(problem(
                 "special_token_leak", f"Kimi special token(s) {', '.join(leaked)} in {field_name}",
                 "serve the checkpoint's own tokenizer and chat template (--trust-remote-code, no --chat-template "
                 "override) and do not send skip_special_tokens=false"))
@@ -130,7 +130,7 @@ def text_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
 
 
 def other_field_findings(answer: Answer) -> list[Finding]:
-    return [Finding("reasoning_field", f"reasoning came back in message.{name}, not message.reasoning_content",
+    return [problem("reasoning_field", f"reasoning came back in message.{name}, not message.reasoning_content",
                     f"clients of this deployment read reasoning_content; SGLang writes it there, so a proxy or "
                     f"another server renamed it to `{name}`: point --host at SGLang itself or configure the proxy")
             for name in answer.other_reasoning]
@@ -152,29 +152,29 @@ def call_findings(call: ToolCall, position: int, schemas: dict[str, dict[str, An
     label = f"tool call #{position}"
     found: list[Finding] = []
     if not call.id:
-        found.append(Finding("tool_call_id", f"{label} has no id", FIX_TOOL_PARSER + "; clients need the id to "
+        found.append(problem("tool_call_id", f"{label} has no id", FIX_TOOL_PARSER + "; clients need the id to "
                              "send the result back"))
     if call.type != "function":
-        found.append(Finding("tool_call_type", f"{label} has type {call.type!r}, expected 'function'", FIX_TOOL_PARSER))
+        found.append(problem("tool_call_type", f"{label} has type {call.type!r}, expected 'function'", FIX_TOOL_PARSER))
     if call.name not in schemas:
-        found.append(Finding("unknown_function", f"{label} names function {call.name!r}, not one of the offered "
+        found.append(problem("unknown_function", f"{label} names function {call.name!r}, not one of the offered "
                              f"tools ({', '.join(schemas)})", FIX_TOOL_PARSER + "; a wrong parser mangles names"))
         return found
     try:
         arguments = json.loads(call.arguments or "")
     except ValueError:
-        found.append(Finding("arguments_not_json", f"{label} ({call.name}) arguments are not JSON: "
+        found.append(problem("arguments_not_json", f"{label} ({call.name}) arguments are not JSON: "
                              f"{clip(call.arguments or '')!r}",
                              "check the SGLang tool parser (--tool-call-parser kimi_k2) and any speculative "
                              "decoding settings that can cut argument fragments"))
         return found
     if not isinstance(arguments, dict):
-        found.append(Finding("arguments_not_object", f"{label} ({call.name}) arguments are not a JSON object: "
+        found.append(problem("arguments_not_object", f"{label} ({call.name}) arguments are not a JSON object: "
                              f"{clip(call.arguments or '')!r}", FIX_TOOL_PARSER))
         return found
-    problem = _validate(arguments, schemas[call.name])
-    if problem:
-        found.append(Finding("arguments_schema", f"{label} ({call.name}) arguments fail the tool schema: {problem}; "
+    invalid = _validate(arguments, schemas[call.name])
+    if invalid:
+        found.append(problem("arguments_schema", f"{label} ({call.name}) arguments fail the tool schema: {invalid}; "
                              f"arguments {clip(call.arguments or '')!r}",
                              "the model ignored the tool schema: serve Kimi-K2.5's own chat template (the tool "
                              "declaration must reach the model)"))
@@ -187,34 +187,34 @@ def tool_turn_findings(answer: Answer, schemas: dict[str, dict[str, Any]], *, mi
     has_tokens = bool(TOOL_TOKEN.search((answer.content or "") + (answer.reasoning or "")))
     if not answer.tool_calls:
         if answer.finish_reason == "tool_calls":
-            found.append(Finding("tool_calls_missing", "finish_reason is tool_calls but message.tool_calls is empty "
+            found.append(problem("tool_calls_missing", "finish_reason is tool_calls but message.tool_calls is empty "
                                  "(the parser saw a tool section and could not parse it)", FIX_TOOL_PARSER))
         elif answer.finish_reason == "length":
-            found.append(Finding("length", "ran out of max_tokens before the tool call finished",
+            found.append(problem("length", "ran out of max_tokens before the tool call finished",
                                  "raise the server's context length or check for degenerate output in the log"))
         elif not has_tokens:  # raw tool tokens are named by text_findings
-            found.append(Finding("no_tool_call", f"no tool call (finish_reason {answer.finish_reason!r}); "
+            found.append(problem("no_tool_call", f"no tool call (finish_reason {answer.finish_reason!r}); "
                                  f"content: {clip(answer.content or '')!r}",
                                  "with the tools offered Kimi-K2.5 calls one; an empty reply means the parser dropped "
                                  "the call: " + FIX_TOOL_PARSER))
         return found
     if answer.finish_reason != "tool_calls":
-        found.append(Finding("finish_reason", f"finish_reason is {answer.finish_reason!r} though tool_calls are "
+        found.append(problem("finish_reason", f"finish_reason is {answer.finish_reason!r} though tool_calls are "
                              "present (clients stop instead of running the tool)",
                              "SGLang sets tool_calls when its parser produced calls; check --tool-call-parser "
                              "kimi_k2 and stream/speculative settings"))
     for position, call in enumerate(answer.tool_calls):
         found.extend(call_findings(call, position, schemas))
     if len(answer.tool_calls) < min_calls:
-        found.append(Finding("parallel_calls", f"{len(answer.tool_calls)} tool call(s), expected {min_calls} in one "
+        found.append(problem("parallel_calls", f"{len(answer.tool_calls)} tool call(s), expected {min_calls} in one "
                              "turn", "if the server log shows more calls in the raw output the parser dropped them: "
                              + FIX_TOOL_PARSER))
     ids = [c.id for c in answer.tool_calls if c.id]
     if len(set(ids)) != len(ids):
-        found.append(Finding("duplicate_ids", f"tool call ids repeat: {ids}", FIX_TOOL_PARSER))
+        found.append(problem("duplicate_ids", f"tool call ids repeat: {ids}", FIX_TOOL_PARSER))
     indices = [c.index for c in answer.tool_calls if c.index is not None]
     if len(set(indices)) != len(indices):
-        found.append(Finding("duplicate_indices", f"tool call indices repeat: {indices}", FIX_TOOL_PARSER))
+        found.append(problem("duplicate_indices", f"tool call indices repeat: {indices}", FIX_TOOL_PARSER))
     return found
 
 
@@ -226,7 +226,7 @@ def reasoning_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
     if THINK_TAG.search(content) or answer.other_reasoning:
         return []  # already named by text_findings / other_field_findings
     if answer.finish_reason == "length" and not content:
-        return [Finding("length", "ran out of max_tokens while thinking (no final content)",
+        return [problem("length", "ran out of max_tokens while thinking (no final content)",
                         "check the server log for degenerate output; the probe allows generous max_tokens")]
     if not reasoning and content:
         if server.get("reasoning_parser") == "kimi_k2":
@@ -239,14 +239,14 @@ def reasoning_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
                    f"{_parser_note(server, 'reasoning_parser')}: {clip(content)!r}")
             fix = (FIX_REASONING_PARSER + "; if it is set, `</think>` is stripped from the output "
                    "(skip_special_tokens), so the parser cannot split")
-        return [Finding("reasoning_missing", why, fix)]
+        return [problem("reasoning_missing", why, fix)]
     if reasoning and not content:
-        return [Finding("content_missing", "content is empty and the whole reply is in reasoning_content: the end of "
+        return [problem("content_missing", "content is empty and the whole reply is in reasoning_content: the end of "
                         "thinking was never seen (`</think>` stripped by skip_special_tokens, or the wrong parser)",
                         "keep `</think>` in decoded text and use --reasoning-parser kimi_k2 "
                         "(profile: parsers.reasoning: kimi_k2)")]
     if not reasoning and not content:
-        return [Finding("empty_reply", f"empty reply (finish_reason {answer.finish_reason!r})",
+        return [problem("empty_reply", f"empty reply (finish_reason {answer.finish_reason!r})",
                         "read the SGLang log for this request")]
     return []
 
@@ -255,13 +255,13 @@ def final_answer_findings(answer: Answer, *, after: str) -> list[Finding]:
     """A plain final answer: content present, finish_reason stop, no tool call."""
     found: list[Finding] = []
     if answer.tool_calls:
-        found.append(Finding("unexpected_tool_call", f"a tool call {after} where a final answer was expected",
+        found.append(problem("unexpected_tool_call", f"a tool call {after} where a final answer was expected",
                              "check the server log; the tool result may not have reached the model"))
     elif not (answer.content or "").strip():
-        found.append(Finding("content_missing", f"empty content {after} (finish_reason {answer.finish_reason!r})",
+        found.append(problem("content_missing", f"empty content {after} (finish_reason {answer.finish_reason!r})",
                              FIX_TOOL_PARSER + "; history tool-call ids must be functions.NAME:IDX"))
     if answer.finish_reason not in ("stop", None) and not found:
-        found.append(Finding("finish_reason", f"finish_reason {answer.finish_reason!r} {after}, expected 'stop'",
+        found.append(problem("finish_reason", f"finish_reason {answer.finish_reason!r} {after}, expected 'stop'",
                              "check the server log for this request"))
     return found
 
@@ -271,7 +271,7 @@ def instant_findings(answer: Answer) -> list[Finding]:
     reasoning = (answer.reasoning or "").strip()
     if reasoning:
         where = "and content is empty" if not (answer.content or "").strip() else "next to the content"
-        return [Finding("instant_reasoning", f"thinking=false was ignored: reasoning_content came back {where}: "
+        return [problem("instant_reasoning", f"thinking=false was ignored: reasoning_content came back {where}: "
                         f"{clip(reasoning)!r}",
                         "serve Kimi-K2.5's own chat template (it switches on chat_template_kwargs.thinking, not "
                         "enable_thinking); do not override --chat-template")]

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kimi_serve.errors import KimiServeError
+from kimi_serve.core.errors import KimiServeError
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify.answer import Answer
-from kimi_serve.verify.report import Finding
+from kimi_serve.verify.report import Finding, problem
 
 NON_STREAM, STREAM = "non-stream", "stream"
 SUITES = ("quick", "full")
@@ -104,12 +104,12 @@ def _large_arg_check(answer: Answer, server: dict[str, Any]) -> list[Finding]:
         return found
     arguments = answer.tool_calls[0].arguments or ""
     if len(arguments.encode()) < LARGE_ARG_BYTES:
-        return [Finding("argument_small", f"the tool argument is {len(arguments.encode())} bytes, under "
+        return [problem("argument_small", f"the tool argument is {len(arguments.encode())} bytes, under "
                         f"{LARGE_ARG_BYTES}: the large-argument path was not exercised",
                         "rerun; if it repeats, the server cut the call short: read its log")]
     gap = _sequence_gap(json.loads(arguments)["content"])
     if gap:
-        return [Finding("argument_corrupt", f"the streamed {len(arguments)}-byte argument is not the requested "
+        return [problem("argument_corrupt", f"the streamed {len(arguments)}-byte argument is not the requested "
                         f"sequence ({gap}): fragments were lost or reordered",
                         "rerun; if it repeats, the stream drops argument fragments: check --tool-call-parser kimi_k2 "
                         "and the speculative decoding settings, and read the SGLang log")]

@@ -6,25 +6,21 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_serve.errors import ExitCode
+from kimi_serve.core.errors import ExitCode
+from kimi_serve.core.findings import FAIL, Finding
 
 REPORT_VERSION = 1
 REPORT_KIND = "kimi-serve-verify"
 
 
-@dataclass(frozen=True)
-class Finding:
-    """One thing wrong: a stable ``code``, what is wrong, and what fixes it."""
+def problem(code: str, message: str, fix: str) -> Finding:
+    """One thing wrong with an answer: a stable ``code``, what is wrong, and what fixes it (a failed verify finding)."""
+    return Finding("verify", code, FAIL, message, fix)
 
-    code: str
-    message: str
-    fix: str
 
-    def to_dict(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message, "fix": self.fix}
-
-    def line(self) -> str:
-        return f"{self.message} (fix: {self.fix})"
+def finding_json(f: Finding) -> dict[str, str]:
+    """A finding in verify's report schema (docs/verify.md): code, message, fix."""
+    return {"code": f.code, "message": f.message, "fix": f.fix}
 
 
 @dataclass(frozen=True)
@@ -51,7 +47,7 @@ class ProbeResult:
             "status": "pass" if self.passed else ("unreachable" if self.unreachable else "fail"),
             "latency_s": round(self.latency_s, 3),
             "attempts": self.attempts,
-            "findings": [f.to_dict() for f in self.findings],
+            "findings": [finding_json(f) for f in self.findings],
         }
 
 
@@ -107,7 +103,7 @@ class VerifyReport:
             "readiness": self.readiness.to_dict(),
             "server": {"tool_call_parser": self.server.get("tool_call_parser"),
                        "reasoning_parser": self.server.get("reasoning_parser")} if self.server else None,
-            "error": self.error.to_dict() if self.error else None,
+            "error": finding_json(self.error) if self.error else None,
             "probes": [p.to_dict() for p in self.probes],
         }
 

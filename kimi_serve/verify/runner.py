@@ -14,7 +14,7 @@ from kimi_serve.verify.answer import Answer, answer_from_json
 from kimi_serve.verify.probes import STREAM, Probe
 from kimi_serve.verify.probes import suite as suite_probes
 from kimi_serve.verify.readiness import POLL_TIMEOUT, Progress, wait_ready
-from kimi_serve.verify.report import Finding, ProbeResult, VerifyReport
+from kimi_serve.verify.report import Finding, ProbeResult, VerifyReport, problem
 from kimi_serve.verify.stream import answer_from_sse
 from kimi_serve.verify.target import Target, parse_target
 from kimi_serve.verify.transport import TransportError, request
@@ -47,7 +47,7 @@ def _get_json(target: Target, path: str, deadline: float, api_key: str | None,
         return None, dx.transport_finding(err, timeout=timeout), err.kind != "timeout"
     failure = dx.http_finding(reply, api_key_sent=bool(api_key), model=None)
     if failure:
-        return None, Finding(failure.code, f"GET {path}: {failure.message}", failure.fix), False
+        return None, problem(failure.code, f"GET {path}: {failure.message}", failure.fix), False
     data, failure = dx.parse_json_body(reply)
     return data, failure, False
 
@@ -82,7 +82,7 @@ def _call(target: Target, probe: Probe, mode: str, model: str, api_key: str | No
     if stream and "json" in reply.content_type and not reply.timed_out:
         data, failure = dx.parse_json_body(reply)
         if failure is None and isinstance(data, dict) and data.get("error"):
-            return _Outcome(None, latency, Finding("stream_error", f"error instead of a stream: "
+            return _Outcome(None, latency, problem("stream_error", f"error instead of a stream: "
                                                    f"{dx.clip(json.dumps(data['error']))}", "read the SGLang log"))
     if stream:
         return _Outcome(answer_from_sse(reply.body, timed_out=reply.timed_out, cut=reply.cut), latency)
@@ -109,7 +109,7 @@ def _attempt(target: Target, probe: Probe, mode: str, model: str, api_key: str |
 
 def _result(probe: Probe, mode: str, outcome: _Outcome, server: dict[str, Any]) -> ProbeResult:
     if outcome.failure is not None or outcome.answer is None:
-        failure = outcome.failure or Finding("no_answer", "no answer", "read the server log")
+        failure = outcome.failure or problem("no_answer", "no answer", "read the server log")
         return ProbeResult(probe.name, mode, outcome.latency_s, (failure,), unreachable=outcome.unreachable,
                            attempts=outcome.attempts)
     findings = list(outcome.answer.problems)
@@ -135,7 +135,7 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
     if not readiness.ready:
         fix = "start the server, or pass --wait SECONDS to wait while it loads" if wait <= 0 else \
             "raise --wait (a cold start loads ~600 GB and captures CUDA graphs) or read the server log"
-        report.error = Finding("not_ready", f"server not ready after {readiness.waited_s:.1f}s: {readiness.detail}",
+        report.error = problem("not_ready", f"server not ready after {readiness.waited_s:.1f}s: {readiness.detail}",
                                fix)
         report.error_unreachable = True
         report.elapsed_s = time.monotonic() - started
@@ -149,7 +149,7 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
             data, failure, unreachable = _get_json(target, "/v1/models", deadline, api_key, timeout)
             served = _served_models(data) if failure is None else None
             if failure is None and not served:
-                failure = Finding("no_models", f"GET /v1/models lists no model: {dx.clip(json.dumps(data))}",
+                failure = problem("no_models", f"GET /v1/models lists no model: {dx.clip(json.dumps(data))}",
                                   "pass --model NAME")
             if failure is not None:
                 report.error, report.error_unreachable = failure, unreachable
@@ -165,7 +165,7 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
         report.server = server
         for (probe, mode), future in zip(calls, futures, strict=True):
             outcome = future.result() if future.done() else _Outcome(
-                None, timeout, Finding("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"))
+                None, timeout, problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"))
             result = _result(probe, mode, outcome, server)
             if outcome.model_404:
                 if served is None:

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from kimi_serve.verify.answer import OTHER_REASONING_FIELDS, Answer, ToolCall
-from kimi_serve.verify.report import Finding
+from kimi_serve.verify.report import Finding, problem
 
 _SHOW = 160
 
@@ -38,7 +38,7 @@ def _apply_tool_delta(calls: dict[int, ToolCall], delta: Any, problems: list[Fin
     index = delta.get("index")
     if not isinstance(index, int):
         if not any(p.code == "stream_tool_index" for p in problems):
-            problems.append(Finding("stream_tool_index", "a streamed tool-call delta has no integer `index`",
+            problems.append(problem("stream_tool_index", "a streamed tool-call delta has no integer `index`",
                                     "clients reassemble calls by index; serve with SGLang's kimi_k2 tool parser"))
         index = max(calls) if calls else 0
     call = calls.setdefault(index, ToolCall(index=index))
@@ -59,7 +59,7 @@ def answer_from_sse(body: bytes, *, timed_out: bool = False, cut: bool = False) 
     done = False
     events = _events(body)
     if not events and body.strip():
-        answer.problems.append(Finding(
+        answer.problems.append(problem(
             "stream_not_sse", f"stream=true answered with a non-SSE body: {body[:_SHOW].decode('utf-8', 'replace')!r}",
             "point --host at SGLang's OpenAI server; a proxy in between must pass server-sent events through"))
         return answer
@@ -70,13 +70,13 @@ def answer_from_sse(body: bytes, *, timed_out: bool = False, cut: bool = False) 
         try:
             chunk = json.loads(data)
         except ValueError:
-            answer.problems.append(Finding("stream_bad_chunk", f"a stream chunk is not JSON: {data[:_SHOW]!r}",
+            answer.problems.append(problem("stream_bad_chunk", f"a stream chunk is not JSON: {data[:_SHOW]!r}",
                                            "check the server log for the request; the stream is corrupt"))
             continue
         if isinstance(chunk, dict) and chunk.get("error"):
             err = chunk["error"]
             text = err.get("message", err) if isinstance(err, dict) else err
-            answer.problems.append(Finding("stream_error", f"the server sent an error mid-stream: {str(text)[:_SHOW]}",
+            answer.problems.append(problem("stream_error", f"the server sent an error mid-stream: {str(text)[:_SHOW]}",
                                            "read the SGLang log for this request"))
             continue
         for choice in (chunk.get("choices") or []) if isinstance(chunk, dict) else []:
@@ -94,14 +94,14 @@ def answer_from_sse(body: bytes, *, timed_out: bool = False, cut: bool = False) 
                 answer.finish_reason = choice["finish_reason"]
     answer.tool_calls = [calls[i] for i in sorted(calls)]
     if timed_out:
-        answer.problems.append(Finding(
+        answer.problems.append(problem(
             "timeout", f"the stream stalled: no [DONE] before the deadline ({len(events)} events received)",
             "the server hangs mid-generation; read its log, or raise --timeout if it is only slow"))
     elif not done:
         how = "the connection broke" if cut else "the stream ended"
-        answer.problems.append(Finding("stream_no_done", f"{how} without `data: [DONE]` ({len(events)} events)",
+        answer.problems.append(problem("stream_no_done", f"{how} without `data: [DONE]` ({len(events)} events)",
                                        "the stream is truncated; read the SGLang log for an error on this request"))
     if answer.finish_reason is None and not timed_out:
-        answer.problems.append(Finding("stream_no_finish_reason", "no chunk carried a finish_reason",
+        answer.problems.append(problem("stream_no_finish_reason", "no chunk carried a finish_reason",
                                        "the stream is truncated or the server is not SGLang's OpenAI server"))
     return answer

@@ -8,15 +8,15 @@ connects, so it maps to the loopback address of the same family.
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kimi_serve.errors import ExitCode, KimiServeError
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.keyfile import read_key_file
+from kimi_serve.core.settings import API_KEY_ENV
 
 DEFAULT_PORT = 30000
-API_KEY_ENV = "KIMI_SERVE_API_KEY"
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
 
@@ -70,42 +70,6 @@ def parse_target(text: str) -> Target:
     if path.endswith("/v1"):  # an OpenAI "base_url"; the endpoints below add /v1 themselves
         path = path[: -len("/v1")]
     return Target(f"{scheme}://{_host_for_url(host)}:{port}{path}")
-
-
-def read_key_file(path: Path, where: str | None = None) -> str:
-    """The key in an API-key file: SGLang's ``--config`` YAML (``api-key: KEY``) or a bare one-line key. The file must
-    be private (no group/other bits). ``where`` names it in errors (default: the --api-key-file option)."""
-    where = where or f"--api-key-file {path}"
-    try:
-        st = path.stat()
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise KimiServeError("API key file not found", where=where,
-                             hint="pass the file SGLang reads via --config") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KimiServeError(f"cannot read API key file ({exc.__class__.__name__})", where=where,
-                             hint="make it a readable UTF-8 file") from None
-    if st.st_mode & 0o077:
-        raise KimiServeError(
-            f"API key file is accessible by group/others (mode {stat.S_IMODE(st.st_mode):04o})",
-            where=where, hint=f"chmod 600 {path}",
-        )
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        data = None
-    if isinstance(data, dict):
-        key = data.get("api-key", data.get("api_key"))
-    elif isinstance(data, str | int) and len(text.strip().splitlines()) == 1:
-        key = text.strip()
-    else:
-        key = None
-    if not isinstance(key, str | int) or not str(key).strip():
-        raise KimiServeError("no API key in file", where=where,
-                             hint="write one line `api-key: KEY` (the SGLang --config form) or the bare key")
-    return str(key).strip()
 
 
 def resolve_api_key(api_key: str | None = None, key_file: str | Path | None = None,

@@ -5,7 +5,7 @@
 # / (no download, same interpreters and venvs), then run CMD in a private mount namespace where plain `systemctl` and
 # `journalctl` talk to that systemd. The directories the service code writes (SBX_SHARED_DIRS) are bound over with
 # scratch copies, so nothing on the real / changes; everything is undone when CMD exits.
-# Adapted from the tested recipe in shared/reference/systemd-testing.md (section 5).
+# docs/systemd.md ("Testing against a real systemd") explains the recipe.
 #
 # Needs: root; apt-get install -y systemd systemd-container.
 # Exports to CMD: SBX_LEADER (host pid of the container's PID 1), SYSTEMCTL_FORCE_BUS=1, DBUS_SYSTEM_BUS_ADDRESS.

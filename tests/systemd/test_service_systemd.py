@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import requests
 
-from kimi_serve.checks import validated_launch
-from kimi_serve.profile import load_profile
-from kimi_serve.systemd_unit import UnitContext
+from kimi_serve.check.report import validated_launch
+from kimi_serve.profile.loader import load_profile
+from kimi_serve.service.unit import UnitContext
 
 pytestmark = pytest.mark.systemd
 

@@ -1,0 +1,98 @@
+"""Host facts that `check` (host layer), `doctor` and `up`'s preflight share: one rule, one message, everywhere.
+
+- a model (or draft) directory: config.json readable, every shard the safetensors index names present (or shards at
+  all), tokenizer files unless SGLang skips the tokenizer;
+- the profile's patch set against the SGLang that will serve.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.findings import FAIL, PASS, Finding
+from kimi_serve.profile.loader import Profile
+
+TOKENIZER_FILES = ("tiktoken.model", "tokenizer.json", "tokenizer.model")
+DOWNLOAD_HINT = "download it: huggingface-cli download {repo} --local-dir {path}"
+MODEL_REPO = "moonshotai/Kimi-K2.5"
+DRAFT_REPO = "lightseekorg/kimi-k2.5-eagle3-mla"
+
+
+def model_findings(p: Profile, *, layer: str, codes: tuple[str, str] = ("model", "draft")) -> list[Finding]:
+    """The model and (with EAGLE-3) the draft directory of an ``engine: sglang`` profile."""
+    args = " ".join(p.extra_args)
+    out = check_model_dir(p.model.path, codes[0], "model", repo=MODEL_REPO, layer=layer, where=p.where("model.path"),
+                          tokenizer="--skip-tokenizer-init" not in args, weights="--load-format dummy" not in args)
+    if p.speculative.enabled and p.speculative.draft_model_path:
+        out += check_model_dir(p.speculative.draft_model_path, codes[1], "EAGLE-3 draft", repo=DRAFT_REPO, layer=layer,
+                               where=p.where("speculative.draft_model_path"), tokenizer=False)
+    return out
+
+
+def check_model_dir(path: str, name: str, what: str, *, repo: str, tokenizer: bool, weights: bool = True,
+                    layer: str = "doctor", where: str = "") -> list[Finding]:
+    def _f(code: str, status: str, message: str, fix: str = "") -> Finding:
+        return Finding(layer, code, status, message, fix, where if status == FAIL else "")
+
+    d = Path(path)
+    fix = DOWNLOAD_HINT.format(repo=repo, path=path)
+    if not d.is_dir():
+        return [_f(name, FAIL, f"{what} directory {path} does not exist", fix)]
+    try:
+        config = json.loads((d / "config.json").read_text())
+        kind = config.get("model_type", "?") if isinstance(config, dict) else "?"
+    except (OSError, ValueError) as exc:
+        return [_f(name, FAIL, f"{path}/config.json is missing or not JSON ({exc.__class__.__name__})", fix)]
+    present = {q.name for q in d.glob("*.safetensors")}
+    index = d / "model.safetensors.index.json"
+    out = []
+    if not weights:
+        out.append(_f(name, PASS, f"{what} at {path}: model_type {kind} (--load-format dummy: no shards needed)"))
+    elif index.is_file():
+        try:
+            expected = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            return [_f(name, FAIL, f"{index} is unreadable ({exc.__class__.__name__})", fix)]
+        missing = sorted(expected - present)
+        if missing:
+            out.append(_f(name, FAIL, f"{what} at {path}: {len(missing)} of {len(expected)} shards missing "
+                          f"(first: {missing[0]})", f"finish the download: {fix}"))
+        else:
+            out.append(_f(name, PASS, f"{what} at {path}: model_type {kind}, all {len(expected)} shards present"))
+    elif present:
+        out.append(_f(name, PASS, f"{what} at {path}: model_type {kind}, {len(present)} shard(s), no index"))
+    else:
+        out.append(_f(name, FAIL, f"{what} at {path} has no *.safetensors shards", fix))
+    if tokenizer:
+        found = [t for t in TOKENIZER_FILES if (d / t).is_file()]
+        if not (d / "tokenizer_config.json").is_file() or not found:
+            out.append(_f(f"{name}.tokenizer", FAIL, f"{path} lacks tokenizer files (tokenizer_config.json and one of "
+                          f"{', '.join(TOKENIZER_FILES)})", fix))
+        else:
+            out.append(_f(f"{name}.tokenizer", PASS, f"tokenizer: tokenizer_config.json, {found[0]}"))
+    return out
+
+
+def patch_state_finding(p: Profile, site: Path, *, python: str, state_dir: Path | None, layer: str,
+                        code: str) -> Finding:
+    """Is the profile's patch set applied to the SGLang in ``site`` (the one ``python`` imports)?"""
+    from kimi_serve.patches import load_patch_set, status
+
+    apply = f"kimi-serve patches apply --python {python} --set {p.patch_set}"
+    try:
+        st = status(site, load_patch_set(p.patch_set), state_dir=state_dir)
+    except KimiServeError as exc:
+        return Finding(layer, code, FAIL, f"patch set {p.patch_set}: {exc.message}", exc.hint or apply,
+                       p.where("python"))
+    if st.all_applied:
+        return Finding(layer, code, PASS, f"patch set {p.patch_set} applied to {st.site_packages} "
+                       f"({len(st.patches)} patches)")
+    if st.conflicts:
+        c = st.conflicts[0]
+        return Finding(layer, code, FAIL, f"patch set {p.patch_set}: {c.name} conflicts with local changes in "
+                       f"{st.site_packages}: {c.detail}", f"reinstall sglang=={st.target_version}, then {apply}")
+    todo = [r.name for r in st.patches if r.state.value != "applied"]
+    return Finding(layer, code, FAIL, f"patch set {p.patch_set} is not applied to {st.site_packages} ({len(todo)} of "
+                   f"{len(st.patches)} patches missing)", apply)

@@ -1,0 +1,57 @@
+"""Host facts a profile depends on (skipped by `check --offline`): model files, draft, API-key file, interpreter."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kimi_serve.check.facts import model_findings
+from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
+from kimi_serve.core.keyfile import key_file_problem
+from kimi_serve.profile.loader import Profile
+
+
+def _simulator_dir(p: Profile, key: str, path: str | None, what: str) -> Finding:
+    """The simulator reads only config.json (and a tokenizer if present); absent, its stand-in serves."""
+    if path is None:
+        return Finding("host", key, PASS, f"no {what} configured")
+    d = Path(path)
+    if not (d / "config.json").is_file():
+        return Finding("host", key, PASS, f"simulator engine: {what} {path} absent here, its config-only stand-in "
+                       "serves")
+    if not d.is_dir():
+        return Finding("host", key, FAIL, f"{what} directory {path} does not exist",
+                       "download the checkpoint there or fix the path", p.where(key))
+    if not (d / "config.json").is_file():
+        return Finding("host", key, FAIL, f"{path} has no config.json", "point at the checkpoint's top directory",
+                       p.where(key))
+    shards = len(list(d.glob("*.safetensors")))
+    return Finding("host", key, PASS, f"{what} at {path} ({shards} safetensors shards)")
+
+
+def check_api_key_file(path: str | None, p: Profile) -> Finding:
+    key = "server.api_key_file"
+    if path is None:
+        return Finding("host", key, PASS, "no API-key file configured")
+    problem = key_file_problem(path)
+    if problem:
+        return Finding("host", key, FAIL, problem[0], problem[1], p.where(key))
+    return Finding("host", key, PASS, f"API-key file {path} is private (0600)")
+
+
+def check_host(p: Profile) -> list[Finding]:
+    if p.engine == "simulator":
+        findings = [_simulator_dir(p, "model.path", p.model.path, "model"),
+                    _simulator_dir(p, "speculative.draft_model_path",
+                                   p.speculative.draft_model_path if p.speculative.enabled else None, "EAGLE-3 draft")]
+    else:  # the same rule doctor and up's preflight apply
+        findings = model_findings(p, layer="host", codes=("model.path", "speculative.draft_model_path"))
+    findings.append(check_api_key_file(p.server.api_key_file, p))
+    if p.python and not os.access(p.python, os.X_OK):
+        findings.append(Finding("host", "python", FAIL, f"interpreter {p.python} is missing or not executable",
+                                "install SGLang there (pip install 'kimi-serve[serve]') or fix python:",
+                                p.where("python")))
+    elif p.engine == "sglang" and not p.python:
+        findings.append(Finding("host", "python", WARN, "no python: set; the unit will use kimi-serve's own "
+                                "interpreter", "set python: to the venv that has SGLang", p.where("python")))
+    return findings

@@ -1,0 +1,107 @@
+"""Validation layers of a profile, fast to slow, and the report `check` prints.
+
+- fast (``render`` runs these): schema (in :func:`load_profile`), the committed SGLang flag table, deployment rules;
+- slow (``check`` adds these): SGLang's own parser and resolution under simulated SM120, the patch set against the
+  target SGLang, and, unless ``offline``, host facts (model files, API-key file, interpreter);
+- ``contract``: the simulator started with the profile's exact flags and the verify suite run against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimi_serve.check.rules import run_rules
+from kimi_serve.core.errors import ExitCode
+from kimi_serve.core.findings import PASS, SKIP, Finding, error_from, failed
+from kimi_serve.profile.launch import Launch, build_launch, interpreter_of
+from kimi_serve.profile.loader import Profile, display_path, load_profile
+
+# Layers whose failures mean the profile itself is invalid (exit 2); other failures are the host's or the server's (1).
+INPUT_LAYERS = {"schema", "flags", "rules", "sglang"}  # "contract" failures: exit 1, like verify
+
+
+@dataclass
+class CheckReport:
+    profile: Profile
+    launch: Launch
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        bad = failed(self.findings)
+        if not bad:
+            return ExitCode.OK
+        return ExitCode.USAGE if any(f.layer in INPUT_LAYERS for f in bad) else ExitCode.FAILED
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "profile": self.profile.name,
+            "source": display_path(self.profile.source),
+            "ok": self.exit_code == ExitCode.OK,
+            "exit_code": int(self.exit_code),
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def launch_for(profile: Profile) -> Launch:
+    """The profile's launch, run by the interpreter this process's settings pick (where the environment is read)."""
+    import sys
+
+    from kimi_serve.core.settings import current
+
+    python = interpreter_of(profile, sglang_python=current().sglang_python, fallback=sys.executable)
+    return build_launch(profile, python)
+
+
+def fast_validate(profile: Profile) -> tuple[Launch, list[Finding]]:
+    launch = launch_for(profile)
+    return launch, run_rules(profile, launch)
+
+
+def validated_launch(profile: Profile) -> Launch:
+    """The launch, or a one-line error for the first failing fast rule (what `render`, `up`, `install-service` use)."""
+    launch, findings = fast_validate(profile)
+    bad = failed(findings)
+    if bad:
+        raise error_from(bad, more=f"run kimi-serve check --profile {profile.name}", where=display_path(profile.source))
+    return launch
+
+
+def run_check(
+    name_or_path: str,
+    *,
+    offline: bool = False,
+    contract: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> CheckReport:
+    profile = load_profile(name_or_path)  # YAML and schema errors raise: exit 2 with file:line: key
+    say = progress or (lambda _msg: None)
+    launch, findings = fast_validate(profile)
+    report = CheckReport(profile, launch, [Finding("schema", "profile", PASS, f"{display_path(profile.source)} "
+                                                   "is a valid profile")] + findings)
+    say("running SGLang's own parser and resolution (simulated SM120)...")
+    from kimi_serve.check.sglang_tier import check_with_sglang
+
+    report.findings += check_with_sglang(profile, launch)
+    from kimi_serve.check.patch_layer import check_patches
+
+    report.findings += check_patches(profile, offline=offline)
+    if not offline:
+        from kimi_serve.check.host import check_host
+
+        report.findings += check_host(profile)
+    if contract:
+        # Rule failures do not stop SGLang from starting, so the dry run still shows what clients would get;
+        # flags SGLang rejects do.
+        if failed(f for f in report.findings if f.layer in {"flags", "sglang"}):
+            report.findings.append(Finding("contract", "dry-run", SKIP, "contract dry run skipped: SGLang would "
+                                           "not start with these flags", "fix the failures above"))
+        else:
+            say("contract dry run: starting the simulator with the profile's exact flags...")
+            from kimi_serve.check.contract import check_contract
+
+            report.findings += check_contract(profile, offline=offline)
+    return report

@@ -1,0 +1,231 @@
+"""Rules of this deployment (Kimi-K2.5 INT4, TP8, EAGLE-3, SM120, PCIe): the fast layers `render` and `check` run.
+
+Each rule returns Findings; a failing rule names the profile key (file:line) and the fix. The flag-table layer checks
+the generated argv and the environment against SGLang 0.5.23's own parser data (:mod:`kimi_serve.profile.flags`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Iterator
+
+from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
+from kimi_serve.profile.flags import check_argv, load_flag_table, unknown_sglang_env
+from kimi_serve.profile.launch import Launch
+from kimi_serve.profile.loader import Profile
+
+# Features a profile can use that SGLang 0.5.23 gates off on SM120 (patch-set feature ids).
+FEATURE_FUSION = "flashinfer_allreduce_fusion"
+FEATURE_TORCH_SYMM_MEM = "torch_symm_mem"
+# Patch-set feature that keeps the API keys out of SGLang's startup `server_args=` log line (hence the journal).
+FEATURE_REDACT = "redact_api_key_in_log"
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
+
+Rule = Callable[[Profile, Launch], Iterator[Finding]]
+
+
+def _ok(name: str, message: str) -> Finding:
+    return Finding("rules", name, PASS, message)
+
+
+def _bad(p: Profile, key: str, message: str, fix: str, status: str = FAIL) -> Finding:
+    return Finding("rules", key, status, message, fix, p.where(key))
+
+
+def rule_parsers(p: Profile, _: Launch) -> Iterator[Finding]:
+    if p.parsers.tool_call == "kimi_k2":
+        yield _ok("parsers.tool_call", "tool-call parser kimi_k2: tool calls come back as structured tool_calls")
+    else:
+        yield _bad(p, "parsers.tool_call", f"tool-call parser is {p.parsers.tool_call!r}, not kimi_k2: clients get "
+                   "raw <|tool_calls_section_begin|> text instead of tool_calls", "set parsers.tool_call: kimi_k2")
+    if p.parsers.reasoning == "kimi_k2":
+        yield _ok("parsers.reasoning", "reasoning parser kimi_k2: reasoning comes back as reasoning_content")
+    else:
+        yield _bad(p, "parsers.reasoning", f"reasoning parser is {p.parsers.reasoning!r}, not kimi_k2: reasoning "
+                   "and </think> end up in content", "set parsers.reasoning: kimi_k2")
+
+
+def rule_model(p: Profile, _: Launch) -> Iterator[Finding]:
+    if not p.model.trust_remote_code:
+        yield _bad(p, "model.trust_remote_code", "Kimi-K2.5's tokenizer and config need --trust-remote-code",
+                   "set model.trust_remote_code: true")
+    else:
+        yield _ok("model.trust_remote_code", "--trust-remote-code is set")
+    if ":" in p.model.served_name:
+        yield _bad(p, "model.served_name", f"served name {p.model.served_name!r} contains ':' (SGLang rejects it)",
+                   "remove the ':'")
+
+
+def rule_parallel(p: Profile, _: Launch) -> Iterator[Finding]:
+    tp = p.parallel.tp_size
+    if tp != p.gpus:
+        yield _bad(p, "parallel.tp_size", f"tp_size {tp} differs from gpus {p.gpus}",
+                   f"set parallel.tp_size: {p.gpus} (one rank per GPU) or change gpus")
+    elif p.model.attention_heads % tp:
+        yield _bad(p, "parallel.tp_size", f"tp_size {tp} does not divide the model's {p.model.attention_heads} "
+                   "attention heads", "use a divisor such as 8")
+    else:
+        yield _ok("parallel.tp_size", f"TP={tp} on {p.gpus} GPUs divides {p.model.attention_heads} heads")
+
+
+def rule_speculative(p: Profile, launch: Launch) -> Iterator[Finding]:
+    s = p.speculative
+    if not s.enabled:
+        yield _ok("speculative", "speculative decoding off")
+        return
+    if not s.draft_model_path:
+        yield _bad(p, "speculative.draft_model_path", "EAGLE-3 needs a draft model",
+                   "set speculative.draft_model_path to the local EAGLE-3 draft directory")
+    if s.eagle_topk == 1 and s.num_draft_tokens != s.num_steps + 1:
+        yield _bad(p, "speculative.num_draft_tokens",
+                   f"with eagle_topk 1, num_draft_tokens must be num_steps + 1 = {s.num_steps + 1}, got "
+                   f"{s.num_draft_tokens} (SGLang would silently rewrite it)",
+                   f"set speculative.num_draft_tokens: {s.num_steps + 1}")
+    if s.overlap_schedule and s.eagle_topk != 1:
+        yield _bad(p, "speculative.eagle_topk", f"overlap (spec v2) scheduling here needs eagle_topk 1, got "
+                   f"{s.eagle_topk}", "set speculative.eagle_topk: 1, or overlap_schedule: false")
+    if s.overlap_schedule and "--disable-overlap-schedule" in p.extra_args:
+        yield _bad(p, "extra_args", "--disable-overlap-schedule contradicts speculative.overlap_schedule: true",
+                   "remove it from extra_args, or set speculative.overlap_schedule: false")
+    yield _ok("speculative", f"{s.algorithm} steps={s.num_steps} topk={s.eagle_topk} draft={s.num_draft_tokens}"
+              f" overlap={'on (spec v2)' if s.overlap_schedule else 'off'}")
+
+
+def needed_features(p: Profile) -> list[str]:
+    features = []
+    if p.allreduce.flashinfer_fusion_backend:
+        features.append(FEATURE_FUSION)
+    if p.allreduce.torch_symm_mem:
+        features.append(FEATURE_TORCH_SYMM_MEM)
+    return features
+
+
+def rule_patch_set(p: Profile, _: Launch) -> Iterator[Finding]:
+    """SM120 needs source patches for fusion and torch symm mem; the profile must name a set that covers them."""
+    features = needed_features(p)
+    if not features:
+        yield _ok("patch_set", "no SM120-gated feature used")
+        return
+    if not p.patch_set:
+        yield _bad(p, "patch_set", f"{', '.join(features)} need SGLang source patches on SM120 (unpatched: "
+                   "fusion crashes at init, torch symm mem silently disables itself)",
+                   "set patch_set: sglang-0.5.23-sm120")
+        return
+    try:
+        from kimi_serve.patches import load_patch_set  # lazily: reads the manifest
+    except ModuleNotFoundError:
+        yield _bad(p, "patch_set", f"cannot verify that {p.patch_set!r} covers {', '.join(features)}: this "
+                   "kimi-serve has no patch support", "upgrade kimi-serve", status=WARN)
+        return
+    try:
+        patch_set = load_patch_set(p.patch_set)
+    except Exception as exc:  # noqa: BLE001 - any failure to load the named set is this rule's finding
+        yield _bad(p, "patch_set", f"patch set {p.patch_set!r} cannot be used: {exc}",
+                   "name a set under patches/ (kimi-serve patches status lists them)")
+        return
+    missing = [f for f in features if f not in patch_set.features]
+    if missing:
+        yield _bad(p, "patch_set", f"patch set {p.patch_set!r} does not cover {', '.join(missing)}",
+                   "use a set that covers them or turn the feature off in allreduce")
+    elif patch_set.target_version != load_flag_table().sglang_version:
+        yield _bad(p, "patch_set", f"patch set {p.patch_set!r} targets SGLang {patch_set.target_version}, the "
+                   f"profile targets {load_flag_table().sglang_version}", "use the set made for the target SGLang")
+    else:
+        yield _ok("patch_set", f"patch set {p.patch_set} covers {', '.join(features)}")
+
+
+def rule_patch_set_redact(p: Profile, _: Launch) -> Iterator[Finding]:
+    """SGLang 0.5.23 logs its server_args at startup, API keys in clear text; only a patched SGLang redacts them."""
+    if p.engine != "sglang" or not p.server.api_key_file:
+        yield _ok("patch_set.redact", "no API key handed to SGLang")
+        return
+    features: dict[str, str] = {}
+    if p.patch_set:
+        from kimi_serve.patches import load_patch_set  # lazily: reads the manifest
+
+        try:
+            features = load_patch_set(p.patch_set).features
+        except Exception:  # noqa: BLE001 - rule_patch_set reports a set that cannot be loaded
+            return
+    if FEATURE_REDACT in features:
+        yield _ok("patch_set.redact", f"patch set {p.patch_set} keeps the API key out of SGLang's startup log")
+        return
+    yield Finding("rules", "patch_set.redact", WARN,
+                  f"the API key from server.api_key_file would be written to the journal by SGLang's startup log "
+                  f"(server_args=...): patch set {p.patch_set or '(none)'} does not cover {FEATURE_REDACT}",
+                  f"use a patch set covering {FEATURE_REDACT} (patch_set: sglang-0.5.23-sm120)", p.where("patch_set"))
+
+
+def rule_allreduce(p: Profile, launch: Launch) -> Iterator[Finding]:
+    pcie_ipc = launch.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") == "1"
+    if p.allreduce.nccl_symm_mem and pcie_ipc:
+        yield _bad(p, "allreduce.nccl_symm_mem", "NCCL symmetric memory takes precedence and bypasses the PCIe-IPC "
+                   "all-reduce", "set allreduce.nccl_symm_mem: false (PCIe-IPC is the fast path without NVLink)",
+                   status=WARN)
+    else:
+        yield _ok("allreduce", "all-reduce path consistent")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def rule_auth(p: Profile, launch: Launch) -> Iterator[Finding]:
+    secret_flags = [a.split("=")[0] for a in launch.server_args if a.split("=")[0] in SECRET_FLAGS]
+    if secret_flags:
+        yield _bad(p, "extra_args", f"{secret_flags[0]} puts a secret on the command line (visible in ps and the "
+                   "unit)", "remove it and set server.api_key_file to a 0600 YAML file 'api-key: KEY'")
+    if _is_loopback(p.server.host) or p.server.api_key_file:
+        yield _ok("server.api_key_file", "API reachable only locally or protected by an API key")
+    elif p.allow_unauthenticated:
+        yield _bad(p, "allow_unauthenticated", f"binding {p.server.host} without an API key (allowed by the profile)",
+                   "set server.api_key_file", status=WARN)
+    else:
+        yield _bad(p, "server.host", f"binding {p.server.host} without an API key exposes the server",
+                   "set server.api_key_file, or allow_unauthenticated: true, or host: 127.0.0.1")
+
+
+def rule_memory(p: Profile, _: Launch) -> Iterator[Finding]:
+    implicit = [k for k in ("mem_fraction_static", "chunked_prefill_size", "cuda_graph_max_bs_decode")
+                if getattr(p.memory, k) is None]
+    if implicit:
+        yield _bad(p, f"memory.{implicit[0]}", f"{', '.join(implicit)} left to SGLang's auto-sizing",
+                   "set explicit memory knobs for a reproducible deployment", status=WARN)
+    else:
+        yield _ok("memory", "memory and CUDA-graph knobs explicit")
+
+
+def rule_flag_table(p: Profile, launch: Launch) -> Iterator[Finding]:
+    table = load_flag_table()
+    problems = check_argv(launch.server_args, table)
+    for prob in problems:
+        key = "extra_args" if prob.flag in p.extra_args else "profile"
+        yield Finding("flags", f"flag {prob.flag}", FAIL, f"{prob.flag}: {prob.message}", prob.fix,
+                      p.where(key) if key == "extra_args" else "")
+    if not problems:
+        yield Finding("flags", "argv", PASS, f"all {sum(a.startswith('--') for a in launch.server_args)} flags "
+                      f"are full, current SGLang {table.sglang_version} flags")
+    unknown = unknown_sglang_env(list(launch.env), table)
+    for name in unknown:
+        hint = ("spec v2 is the default EAGLE-3 worker in 0.5.23; remove it" if name == "SGLANG_ENABLE_SPEC_V2"
+                else "remove it or fix its spelling")
+        yield Finding("flags", f"env {name}", FAIL, f"{name} is unknown to SGLang {table.sglang_version} (it would "
+                      "be silently ignored)", hint, p.where(f"env.{name}") if f"env.{name}" in p.lines
+                      else p.where("env"))
+    if not unknown:
+        yield Finding("flags", "env", PASS, "every SGLANG_* variable is known to SGLang")
+
+
+RULES: tuple[Rule, ...] = (
+    rule_parsers, rule_model, rule_parallel, rule_speculative, rule_patch_set, rule_patch_set_redact, rule_allreduce,
+    rule_auth, rule_memory, rule_flag_table,
+)
+
+
+def run_rules(profile: Profile, launch: Launch) -> list[Finding]:
+    return [f for rule in RULES for f in rule(profile, launch)]

@@ -1,0 +1,116 @@
+"""The slow layer of `check`: SGLang's own parser and resolution, run in an interpreter that has SGLang.
+
+The launch argv is adapted only where a CI machine must differ from the GPU host, and each adaptation is a named
+stand-in: missing model/draft directories become bundled config-only copies of Kimi-K2.5 and its EAGLE-3 draft (the
+resolution only reads config.json), the API-key file becomes a throwaway one, and `--device cuda` plus a simulated SM120
+platform replace the GPUs. Everything else is passed to SGLang exactly as rendered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from kimi_serve.core import proc
+from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding
+from kimi_serve.core.resources import package_root
+from kimi_serve.core.settings import with_pythonpath
+from kimi_serve.profile.launch import Launch
+from kimi_serve.profile.loader import Profile
+from kimi_serve.sglang.site import BUILD_HINT, SGLangPython, find_sglang_python
+from kimi_serve.simulator.stand_in import STANDIN_DRAFT, STANDIN_MODEL
+
+PROBE_TIMEOUT_S = 300
+
+
+def _adapt(server_args: tuple[str, ...], secret_file: Path) -> tuple[list[str], list[str]]:
+    """Return (args for the probe, notes about stand-ins used)."""
+    args = list(server_args)
+    notes = []
+    subs = {"--model-path": STANDIN_MODEL, "--speculative-draft-model-path": STANDIN_DRAFT}
+    for i, a in enumerate(args[:-1]):
+        if a in subs and not (Path(args[i + 1]) / "config.json").is_file():
+            notes.append(f"{a} {args[i + 1]} absent here: bundled config-only stand-in used")
+            args[i + 1] = str(subs[a])
+        elif a == "--config" and not Path(args[i + 1]).is_file():
+            notes.append("API-key file absent here: a throwaway one used")
+            args[i + 1] = str(secret_file)
+    if "--device" not in args:
+        args += ["--device", "cuda"]
+    return args, notes
+
+
+def run_probe(python: SGLangPython, args: list[str], platform: str | None = "sm120") -> dict:
+    env = with_pythonpath(os.environ, package_root())
+    try:
+        done = proc.run([python.path, "-m", "kimi_serve.sglang.probe"], timeout=PROBE_TIMEOUT_S, env=env,
+                        input=json.dumps({"args": args, "platform": platform}))
+    except proc.NotInstalled:
+        return {"error": f"interpreter {python.path} ({python.origin}) does not exist"}
+    try:
+        return json.loads(done.out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = (done.err.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"{python.path} -m kimi_serve.sglang.probe failed (exit {done.rc}): {tail}"}
+
+
+# Requested value -> resolved key: SGLang must run what the profile asked for, not a silent rewrite.
+_EXPECTED = {
+    "speculative_num_draft_tokens": lambda p: p.speculative.num_draft_tokens if p.speculative.enabled else None,
+    "speculative_eagle_topk": lambda p: p.speculative.eagle_topk if p.speculative.enabled else None,
+    "tool_call_parser": lambda p: p.parsers.tool_call,
+    "reasoning_parser": lambda p: p.parsers.reasoning,
+    "flashinfer_allreduce_fusion_backend": lambda p: p.allreduce.flashinfer_fusion_backend,
+    "enable_torch_symm_mem": lambda p: p.allreduce.torch_symm_mem,
+}
+
+
+def check_with_sglang(profile: Profile, launch: Launch, python: SGLangPython | None = None) -> list[Finding]:
+    if python is None:
+        try:
+            python = find_sglang_python(profile.python)
+        except KimiServeError as exc:
+            return [Finding("sglang", "sglang", FAIL, exc.message, exc.hint or "")]
+    if python is None:
+        return [Finding("sglang", "sglang", SKIP, "SGLang not found: checked against the committed flag table only",
+                        BUILD_HINT)]
+    with tempfile.TemporaryDirectory(prefix="kimi-serve-check-") as tmp:
+        secret = Path(tmp) / "secrets.yaml"
+        secret.write_text("api-key: stand-in-key-for-check\n")
+        args, notes = _adapt(launch.server_args, secret)
+        result = run_probe(python, args)
+    if "error" in result:
+        return [Finding("sglang", "sglang", FAIL, result["error"], "check the SGLang installation")]
+    version = result.get("sglang_version", "?")
+    findings = []
+    for note in notes:
+        findings.append(Finding("sglang", "stand-in", PASS, note))
+    parse = result["parse"]
+    if not parse["ok"]:
+        findings.append(Finding("sglang", "parse", FAIL, f"SGLang {version}'s parser rejects the argv: "
+                                f"{parse['error']}", "fix the flag it names"))
+        return findings
+    findings.append(Finding("sglang", "parse", PASS, f"SGLang {version}'s own parser accepts the argv"))
+    resolve = result["resolve"]
+    if not resolve["ok"]:
+        findings.append(Finding("sglang", "resolve", FAIL, f"SGLang {version} rejects the configuration under SM120: "
+                                f"{resolve['error']}", "fix the profile key behind it"))
+        return findings
+    values = resolve["values"]
+    rewrites = [
+        f"{key}={values.get(key)!r} (asked {expect(profile)!r})"
+        for key, expect in _EXPECTED.items()
+        if expect(profile) is not None and key in values and values[key] != expect(profile)
+    ]
+    if rewrites:
+        findings.append(Finding("sglang", "resolve", WARN, "SGLang rewrote: " + "; ".join(rewrites),
+                                "set these values explicitly in the profile"))
+    else:
+        findings.append(Finding("sglang", "resolve", PASS, f"resolves under simulated SM120 (attention "
+                                f"{values.get('attention_backend')}, draft tokens "
+                                f"{values.get('speculative_num_draft_tokens')}, fusion "
+                                f"{values.get('flashinfer_allreduce_fusion_backend')})"))
+    return findings

@@ -1,0 +1,83 @@
+"""API-key files: the one home for their rules. A key file is SGLang's own ``--config`` YAML (``api-key: KEY``,
+optionally ``admin-api-key: KEY``), private to its owner (no group/other bits), named ``*.yaml``/``*.yml`` (SGLang's
+``--config`` accepts nothing else). `check`, `up`, `simulate`, `install-service` and `verify` all apply these rules.
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from kimi_serve.core.errors import KimiServeError
+
+PRIVATE_MASK = stat.S_IRWXG | stat.S_IRWXO
+SUFFIXES = (".yaml", ".yml")
+
+
+def create_hint(path: str) -> str:
+    return f"create it: install -m 600 /dev/null {path} && echo 'api-key: YOUR-KEY' > {path}"
+
+
+def key_file_problem(path: str | Path) -> tuple[str, str] | None:
+    """``(what is wrong, the fix)`` when ``path`` cannot serve as SGLang's key file, else None."""
+    f = Path(path)
+    try:
+        st = f.stat()
+    except OSError:
+        return f"API-key file {path} does not exist", create_hint(str(path))
+    if st.st_mode & PRIVATE_MASK:
+        return (f"API-key file {path} is readable by others (mode {stat.S_IMODE(st.st_mode):o})", f"chmod 600 {path}")
+    if not f.name.endswith(SUFFIXES):
+        return f"{path}: SGLang's --config accepts only .yaml/.yml files", "rename it to end in .yaml"
+    try:
+        with f.open("rb"):
+            pass
+    except OSError:
+        return f"API-key file {path} is not readable by this user", "run as its owner (or root), or fix its owner"
+    return None
+
+
+def render_key_file(api_key: str, admin_api_key: str | None = None) -> str:
+    """The text of a key file SGLang reads with ``--config``."""
+    import yaml
+
+    data = {"api-key": api_key}
+    if admin_api_key:
+        data["admin-api-key"] = admin_api_key
+    return yaml.safe_dump(data, default_flow_style=False)
+
+
+def read_key_file(path: Path, where: str | None = None) -> str:
+    """The key in an API-key file: SGLang's ``--config`` YAML (``api-key: KEY``) or a bare one-line key. The file must
+    be private (no group/other bits). ``where`` names it in errors (default: the --api-key-file option)."""
+    where = where or f"--api-key-file {path}"
+    try:
+        st = path.stat()
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise KimiServeError("API key file not found", where=where,
+                             hint="pass the file SGLang reads via --config") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KimiServeError(f"cannot read API key file ({exc.__class__.__name__})", where=where,
+                             hint="make it a readable UTF-8 file") from None
+    if st.st_mode & PRIVATE_MASK:
+        raise KimiServeError(
+            f"API key file is accessible by group/others (mode {stat.S_IMODE(st.st_mode):04o})",
+            where=where, hint=f"chmod 600 {path}",
+        )
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    if isinstance(data, dict):
+        key = data.get("api-key", data.get("api_key"))
+    elif isinstance(data, str | int) and len(text.strip().splitlines()) == 1:
+        key = text.strip()
+    else:
+        key = None
+    if not isinstance(key, str | int) or not str(key).strip():
+        raise KimiServeError("no API key in file", where=where,
+                             hint="write one line `api-key: KEY` (the SGLang --config form) or the bare key")
+    return str(key).strip()

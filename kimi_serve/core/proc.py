@@ -1,0 +1,59 @@
+"""The one place kimi-serve runs a short-lived program: argv lists only (no shell), a timeout, a result object.
+
+Long-running children (the server under `up`, the simulator in a dry run) are started by
+:mod:`kimi_serve.up.supervisor` and :mod:`kimi_serve.simulator.launcher`, which own their lifecycles.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from kimi_serve.core.errors import ExitCode, KimiServeError
+
+TIMED_OUT = 124  # the rc of a command killed at its timeout, as timeout(1) reports it
+
+
+@dataclass(frozen=True)
+class Completed:
+    argv: tuple[str, ...]
+    rc: int
+    out: str
+    err: str
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    def describe(self) -> str:
+        """One line: the command, its exit status and the last line it printed."""
+        last = (self.err.strip() or self.out.strip()).splitlines()
+        return f"`{' '.join(self.argv)}` exited {self.rc}" + (f": {last[-1].strip()}" if last else "")
+
+
+class Runner(Protocol):
+    def __call__(self, argv: Sequence[str], *, timeout: float) -> Completed: ...
+
+
+class NotInstalled(KimiServeError):
+    """The program does not exist on this host."""
+
+
+def run(argv: Sequence[str], *, timeout: float, input: str | None = None, env: Mapping[str, str] | None = None,
+        install_hint: str | None = None) -> Completed:
+    """Run ``argv`` to completion and capture its output. A missing program raises :class:`NotInstalled` (exit 5);
+    a timeout returns rc 124 with what it printed; other OS errors return rc 126 with the reason."""
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, input=input,
+                              env=dict(env) if env is not None else None, check=False)
+    except FileNotFoundError:
+        raise NotInstalled(f"{argv[0]} is not installed", hint=install_hint or f"install {argv[0]}",
+                           exit_code=ExitCode.ENVIRONMENT) from None
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        return Completed(tuple(argv), TIMED_OUT, "", f"{err}\ntimed out after {timeout:g}s")
+    except OSError as exc:
+        return Completed(tuple(argv), 126, "", f"cannot run {argv[0]}: {exc.strerror or exc}")
+    return Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)

@@ -1,0 +1,76 @@
+"""Every environment variable kimi-serve reads, and the state root: the one place ``os.environ`` is consulted for
+kimi-serve's own settings. Commands read a :class:`Settings` once (:func:`from_env`) and pass what a core function needs
+as arguments; library defaults call :func:`current` at their public entry, never deep inside.
+
+The simulator process reads its own knobs (``KIMI_SERVE_SIM_*``) at its entry point; their names live here too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+# kimi-serve's own variables
+STATE_DIR_ENV = "KIMI_SERVE_STATE_DIR"  # state root: patch records, service records, locks, history
+PROFILE_PATH_ENV = "KIMI_SERVE_PROFILE_PATH"  # extra profile folders, ':'-separated, searched before the shipped ones
+SGLANG_PYTHON_ENV = "KIMI_SERVE_SGLANG_PYTHON"  # an interpreter that can import sglang (the CPU venv in CI)
+SGLANG_WHEEL_ENV = "KIMI_SERVE_SGLANG_WHEEL"  # the pinned sglang wheel, for the offline patch check
+WHEEL_CACHE_ENV = "KIMI_SERVE_WHEEL_CACHE"  # where scripts/fetch-sglang-wheel.sh keeps that wheel
+API_KEY_ENV = "KIMI_SERVE_API_KEY"  # verify's key when no --api-key and no profile key file is given
+# the simulator's knobs, read by the simulator process itself at its entry point
+SIM_STEP_ENV = "KIMI_SERVE_SIM_STEP_SECONDS"  # seconds per decode step (default 0.01)
+SIM_LOAD_ENV = "KIMI_SERVE_SIM_LOAD_SECONDS"  # simulated weight-loading time
+SIM_WARMUP_ENV = "KIMI_SERVE_SIM_WARMUP_SECONDS"  # simulated warmup time
+
+DEFAULT_STATE_ROOT = Path("/var/lib/kimi-serve")
+
+
+@dataclass(frozen=True)
+class Settings:
+    state_root: Path = DEFAULT_STATE_ROOT
+    profile_path: tuple[Path, ...] = ()
+    sglang_python: str | None = None
+    sglang_wheel: Path | None = None
+    wheel_cache: Path | None = None
+    api_key: str | None = None
+
+    @property
+    def wheel_cache_dir(self) -> Path:
+        return self.wheel_cache or Path.home() / ".cache" / "kimi-serve" / "wheels"
+
+
+def from_env(environ: Mapping[str, str]) -> Settings:
+    """The settings an environment gives (unset or empty variables keep the defaults)."""
+    def get(name: str) -> str | None:
+        value = environ.get(name)
+        return value if value else None
+
+    state = get(STATE_DIR_ENV)
+    wheel = get(SGLANG_WHEEL_ENV)
+    cache = get(WHEEL_CACHE_ENV)
+    return Settings(
+        state_root=Path(state) if state else DEFAULT_STATE_ROOT,
+        profile_path=tuple(Path(p) for p in (get(PROFILE_PATH_ENV) or "").split(os.pathsep) if p),
+        sglang_python=get(SGLANG_PYTHON_ENV),
+        sglang_wheel=Path(wheel) if wheel else None,
+        wheel_cache=Path(cache) if cache else None,
+        api_key=get(API_KEY_ENV),
+    )
+
+
+def current() -> Settings:
+    """The settings of this process's environment (read now: tests that change the environment see the change)."""
+    return from_env(os.environ)
+
+
+def state_root(state_dir: Path | None = None) -> Path:
+    """kimi-serve's state root: ``state_dir`` when given, else $KIMI_SERVE_STATE_DIR, else /var/lib/kimi-serve."""
+    return state_dir if state_dir is not None else current().state_root
+
+
+def with_pythonpath(env: Mapping[str, str], *paths: Path | str) -> dict[str, str]:
+    """``env`` with ``paths`` put in front of its PYTHONPATH (how a subprocess in another venv finds kimi_serve)."""
+    parts = [str(p) for p in paths] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {**env, "PYTHONPATH": os.pathsep.join(dict.fromkeys(parts))}

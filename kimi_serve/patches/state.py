@@ -1,0 +1,233 @@
+"""Patch state of an installed SGLang, read from hashes alone; the records and backups kept in the state dir;
+staging a patch set on in-memory copies."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.settings import STATE_DIR_ENV, state_root
+from kimi_serve.patches.files import (
+    Content,
+    patch_tool,
+    run_patch,
+    sha256_bytes,
+    sha256_file,
+    stage,
+)
+from kimi_serve.patches.manifest import Patch, PatchSet
+from kimi_serve.sglang.site import installed_version
+
+# --------------------------------------------------------------------------------------------------------- status
+
+
+class State(str, Enum):
+    APPLIED = "applied"
+    NOT_APPLIED = "not applied"
+    CONFLICT = "conflict"
+
+
+@dataclass(frozen=True)
+class FileState:
+    path: str
+    sha256: str | None  # None: missing
+    position: int | None  # index in the file's hash chain (0 = original, last = patched); None: modified/missing
+    chain_length: int
+
+    @property
+    def label(self) -> str:
+        if self.sha256 is None:
+            return "missing"
+        if self.position is None:
+            return "modified"
+        if self.position == 0:
+            return "original"
+        if self.position == self.chain_length - 1:
+            return "patched"
+        return f"partly patched ({self.position}/{self.chain_length - 1})"
+
+
+@dataclass(frozen=True)
+class PatchReport:
+    name: str
+    feature: str
+    state: State
+    detail: str = ""
+
+
+@dataclass
+class PatchStatus:
+    set_name: str
+    target_version: str
+    site_packages: Path
+    sglang_version: str
+    patches: list[PatchReport]
+    files: list[FileState]
+    record: dict[str, Any] | None = None
+    features: dict[str, bool] = field(default_factory=dict)  # feature -> all its patches applied
+
+    @property
+    def all_applied(self) -> bool:
+        return all(p.state is State.APPLIED for p in self.patches)
+
+    @property
+    def pristine(self) -> bool:
+        return all(f.position == 0 for f in self.files)
+
+    @property
+    def conflicts(self) -> list[PatchReport]:
+        return [p for p in self.patches if p.state is State.CONFLICT]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "set": self.set_name,
+            "target_version": self.target_version,
+            "site_packages": str(self.site_packages),
+            "sglang_version": self.sglang_version,
+            "applied": self.all_applied,
+            "features": self.features,
+            "patches": [{"name": p.name, "feature": p.feature, "state": p.state.value, "detail": p.detail}
+                        for p in self.patches],
+            "files": [{"path": f.path, "state": f.label, "sha256": f.sha256} for f in self.files],
+            "record": self.record,
+        }
+
+
+def _require_version(site_packages: Path, ps: PatchSet) -> str:
+    found = installed_version(site_packages)
+    if found != ps.target_version:
+        raise KimiServeError(
+            f"patch set {ps.name} is for sglang {ps.target_version}, found sglang {found} in {site_packages}",
+            hint=f"install sglang=={ps.target_version} or use a patch set made for {found}",
+            exit_code=ExitCode.ENVIRONMENT)
+    return found
+
+
+def _file_states(site_packages: Path, ps: PatchSet) -> dict[str, FileState]:
+    states = {}
+    for f in ps.files:
+        chain = ps.chain(f.path)
+        digest = sha256_file(site_packages / f.path)
+        position = chain.index(digest) if digest in chain else None
+        states[f.path] = FileState(f.path, digest, position, len(chain))
+    return states
+
+
+def _patch_reports(ps: PatchSet, files: dict[str, FileState]) -> list[PatchReport]:
+    reports = []
+    for patch in ps.patches:
+        done, details = [], []
+        for rel in patch.files:
+            fs = files[rel]
+            if fs.position is None:
+                details.append(f"{rel} is {fs.label} (sha256 matches neither the original nor a patched state)")
+                continue
+            # 1-based step of this patch in the file's chain: applied when the file is at or past it.
+            step = [p.name for p in ps.patches if rel in p.files].index(patch.name) + 1
+            done.append(fs.position >= step)
+        if details:
+            reports.append(PatchReport(patch.name, patch.feature, State.CONFLICT, "; ".join(details)))
+        elif all(done):
+            reports.append(PatchReport(patch.name, patch.feature, State.APPLIED))
+        elif not any(done):
+            reports.append(PatchReport(patch.name, patch.feature, State.NOT_APPLIED))
+        else:
+            reports.append(PatchReport(patch.name, patch.feature, State.CONFLICT, "only some of its files patched"))
+    return reports
+
+
+def status(site_packages: Path, patch_set: PatchSet, *, state_dir: Path | None = None) -> PatchStatus:
+    """Per-patch state of ``patch_set`` in ``site_packages`` (refuses another sglang version)."""
+    version = _require_version(site_packages, patch_set)
+    files = _file_states(site_packages, patch_set)
+    reports = _patch_reports(patch_set, files)
+    features = {feat: all(r.state is State.APPLIED for r in reports if r.feature == feat)
+                for feat in patch_set.features}
+    record = read_record(record_dir_of(state_dir, patch_set, site_packages) / "record.json")
+    return PatchStatus(patch_set.name, patch_set.target_version, site_packages, version, reports,
+                       list(files.values()), record, features)
+
+
+# ------------------------------------------------------------------------------------------------ state & records
+
+
+def record_dir_of(state_dir: Path | None, ps: PatchSet, site_packages: Path) -> Path:
+    key = sha256_bytes(str(site_packages.resolve()).encode())[:16]
+    return state_root(state_dir) / "patches" / ps.name / key
+
+
+@contextlib.contextmanager
+def locked(record_dir: Path) -> Iterator[None]:
+    try:
+        record_dir.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(record_dir.parent / f"{record_dir.name}.lock", "w")  # noqa: SIM115 - held for the block
+    except OSError as exc:
+        raise KimiServeError(f"cannot write the patch state dir {record_dir.parent}: {exc.strerror}",
+                             hint=f"run as root, or pass --state-dir DIR (or set {STATE_DIR_ENV})",
+                             exit_code=ExitCode.ENVIRONMENT) from exc
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return {"unreadable": f"{path}: {exc}"}
+
+
+def write_backups(backup: Path, originals: dict[str, Content]) -> None:
+    for rel, content in originals.items():
+        target = backup / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content.data)
+        os.chmod(target, content.mode)
+        os.utime(target, ns=(content.mtime_ns, content.mtime_ns))
+
+
+def not_writable(site_packages: Path, exc: OSError) -> KimiServeError:
+    return KimiServeError(f"cannot write into {site_packages}: {exc.strerror or exc}",
+                          hint="run as root or as the owner of the SGLang venv", exit_code=ExitCode.ENVIRONMENT)
+
+
+
+def stage_set(ps: PatchSet, files: dict[str, bytes], patches: tuple[Patch, ...], *, reverse: bool = False
+           ) -> dict[str, bytes]:
+    """Dry-run then run each patch (forward in order, or reversed in reverse order) on a staging copy of ``files``."""
+    tool = patch_tool()
+    verb = "reverse" if reverse else "apply"
+    after_fix = "to get the originals" if reverse else "then apply again"
+    with tempfile.TemporaryDirectory(prefix="kimi-serve-patch-") as tmp:
+        root = Path(tmp)
+        stage(files, root)
+        for patch in reversed(patches) if reverse else patches:
+            for dry_run in (True, False):
+                problem = run_patch(tool, patch.path, root, strip=ps.strip, reverse=reverse, dry_run=dry_run)
+                if problem:
+                    raise KimiServeError(f"{patch.name} does not {verb} cleanly: {problem}; nothing was changed",
+                                         where=ps.name, hint=f"reinstall sglang=={ps.target_version} "
+                                         f"(pip install --force-reinstall --no-deps) {after_fix}",
+                                         exit_code=ExitCode.FAILED)
+        return {rel: (root / rel).read_bytes() for rel in files}
+
+
+def check_hashes(ps: PatchSet, staged: dict[str, bytes], which: str) -> None:
+    for f in ps.files:
+        if sha256_bytes(staged[f.path]) != getattr(f, which):
+            raise KimiServeError(f"{f.path} does not come out as the manifest's {which!r} hash; nothing was changed",
+                                 where=ps.name, hint="regenerate the patch set's manifest",
+                                 exit_code=ExitCode.FAILED)
+
+

@@ -1,0 +1,132 @@
+"""Profile -> the exact launch: argv and environment, built as data (no I/O), so `render`, `up` and the systemd unit
+all start the same thing.
+
+The API key never appears here: a profile names a root-only SGLang config file (`api-key: KEY`), passed as
+`--config FILE`, which SGLang merges into its arguments itself (CLI > config > defaults).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from kimi_serve.profile.loader import Profile
+
+ENGINE_MODULES = {"sglang": "sglang.launch_server", "simulator": "kimi_serve.simulator"}
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: tuple[str, ...]  # interpreter, -m, module, then server_args
+    env: dict[str, str]
+    server_args: tuple[str, ...]
+    engine: str
+    host: str
+    port: int
+    api_key_file: str | None
+
+    @property
+    def endpoint(self) -> str:
+        """``HOST:PORT`` as a client names it (``[V6]:PORT`` for an IPv6 host); verify maps 0.0.0.0 to loopback."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def shell(self) -> str:
+        """Human form: env assignments and the shell-quoted command."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        cmd = shlex.join(self.argv)
+        return f"{env} \\\n  {cmd}" if env else cmd
+
+    def to_json(self) -> dict[str, Any]:
+        return {"argv": list(self.argv), "env": dict(self.env)}
+
+
+def _num(v: float | int) -> str:
+    return str(v) if isinstance(v, int) else repr(float(v))
+
+
+def server_args_of(profile: Profile) -> list[str]:
+    """The SGLang flags for a profile, full names only, in a stable order."""
+    m, spec, par, ar, mem, srv = (profile.model, profile.speculative, profile.parsers, profile.allreduce,
+                                  profile.memory, profile.server)
+    a: list[str] = ["--model-path", m.path, "--served-model-name", m.served_name]
+    if m.trust_remote_code:
+        a.append("--trust-remote-code")
+    if m.context_length is not None:
+        a += ["--context-length", str(m.context_length)]
+    if m.kv_cache_dtype != "auto":
+        a += ["--kv-cache-dtype", m.kv_cache_dtype]
+    a += ["--tp-size", str(profile.parallel.tp_size)]
+    if spec.enabled:
+        a += ["--speculative-algorithm", spec.algorithm]
+        if spec.draft_model_path:
+            a += ["--speculative-draft-model-path", spec.draft_model_path]
+        a += [
+            "--speculative-num-steps", str(spec.num_steps),
+            "--speculative-eagle-topk", str(spec.eagle_topk),
+            "--speculative-num-draft-tokens", str(spec.num_draft_tokens),
+        ]
+        if not spec.overlap_schedule:
+            a.append("--disable-overlap-schedule")
+    if par.tool_call:
+        a += ["--tool-call-parser", par.tool_call]
+    if par.reasoning:
+        a += ["--reasoning-parser", par.reasoning]
+    if ar.flashinfer_fusion_backend:
+        a += ["--flashinfer-allreduce-fusion-backend", ar.flashinfer_fusion_backend]
+    if ar.torch_symm_mem:
+        a.append("--enable-torch-symm-mem")
+    if ar.nccl_symm_mem:
+        a.append("--enable-symm-mem")
+    for key, flag in (
+        ("mem_fraction_static", "--mem-fraction-static"),
+        ("chunked_prefill_size", "--chunked-prefill-size"),
+        ("max_running_requests", "--max-running-requests"),
+        ("cuda_graph_max_bs_decode", "--cuda-graph-max-bs-decode"),
+    ):
+        value = getattr(mem, key)
+        if value is not None:
+            a += [flag, _num(value)]
+    a += ["--host", srv.host, "--port", str(srv.port), "--log-level", srv.log_level]
+    if srv.enable_metrics:
+        a.append("--enable-metrics")
+    if srv.watchdog_timeout is not None:
+        a += ["--watchdog-timeout", _num(srv.watchdog_timeout)]
+    if srv.api_key_file:
+        a += ["--config", srv.api_key_file]
+    a += list(profile.extra_args)
+    return a
+
+
+def env_of(profile: Profile) -> dict[str, str]:
+    env = dict(profile.env)
+    if profile.allreduce.pcie_ipc:
+        env.setdefault("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "1")
+    return env
+
+
+def interpreter_of(profile: Profile, *, sglang_python: str | None, fallback: str) -> str:
+    """``python:`` if set; for the simulator, else ``sglang_python`` (the SGLang interpreter the settings name); else
+    ``fallback`` (the interpreter running kimi-serve)."""
+    if profile.python:
+        return profile.python
+    if profile.engine == "simulator" and sglang_python:
+        return sglang_python
+    return fallback
+
+
+def build_launch(profile: Profile, interpreter: str) -> Launch:
+    """The launch for a profile, run by ``interpreter``. Pure (no environment, no I/O): the interpreter comes in as an
+    argument (:func:`interpreter_of`); validation is :mod:`kimi_serve.check.report`'s job."""
+    server_args = server_args_of(profile)
+    module = ENGINE_MODULES[profile.engine]
+    argv = (interpreter, "-m", module, *server_args)
+    return Launch(
+        argv=argv,
+        env=env_of(profile),
+        server_args=tuple(server_args),
+        engine=profile.engine,
+        host=profile.server.host,
+        port=profile.server.port,
+        api_key_file=profile.server.api_key_file,
+    )

@@ -1,0 +1,344 @@
+"""Load a YAML profile: syntax, `extends:` chains, schema validation, defaults -> an immutable :class:`Profile`.
+
+Errors are :class:`KimiServeError` with a breadcrumb ``FILE:LINE: key.path`` and a fix. Cross-field rules of the
+deployment live in :mod:`kimi_serve.check.rules`, not here.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.resources import resource_dir
+from kimi_serve.profile.schema import SECTIONS, TOP_LEVEL_ONLY, Key
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MAX_EXTENDS_DEPTH = 16
+
+
+@dataclass(frozen=True)
+class Section:
+    """Read-only attribute access to one profile section (``profile.server.port``)."""
+
+    _values: Mapping[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    source: Path
+    data: Mapping[str, Any]  # fully merged, defaults filled, no `extends`
+    chain: tuple[Path, ...] = field(default=())  # the file and its ancestors, child first
+    lines: Mapping[str, str] = field(default_factory=dict)  # key path -> "file:line" where it was set
+
+    def __getattr__(self, name: str) -> Any:
+        data = object.__getattribute__(self, "data")
+        if name in SECTIONS and name:
+            return Section(MappingProxyType(data[name]))
+        if name in data:
+            return data[name]
+        raise AttributeError(name)
+
+    def where(self, key_path: str) -> str:
+        """Breadcrumb for a key: ``configs/prod.yaml:12: server.port`` (the file that set it, else the profile)."""
+        loc = self.lines.get(key_path) or display_path(self.source)
+        return f"{loc}: {key_path}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(_thaw(self.data))
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_thaw(v) for v in value]
+    return value
+
+
+def display_path(path: Path) -> str:
+    """A path as a user would write it: relative to the working directory when inside it, else absolute with links
+    resolved (a shipped profile shows as .../configs/prod.yaml, not through kimi_serve/_data)."""
+    resolved = path.resolve()
+    try:
+        return str(resolved.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(resolved)
+
+
+# ---------------------------------------------------------------------------------------------- locating profiles
+
+
+def profile_search_path() -> list[Path]:
+    """Where profile names are looked up: $KIMI_SERVE_PROFILE_PATH (colon-separated), then the shipped configs/."""
+    from kimi_serve.core.settings import current
+
+    return [*current().profile_path, resource_dir("configs")]
+
+
+def find_profile(name_or_path: str, *, relative_to: Path | None = None) -> Path:
+    """Resolve ``--profile`` (or ``extends:``): an existing file path, or a NAME looked up as NAME.yaml."""
+    looks_like_path = "/" in name_or_path or name_or_path.endswith((".yaml", ".yml"))
+    if looks_like_path:
+        candidate = Path(name_or_path).expanduser()
+        if not candidate.is_absolute() and relative_to is not None:
+            candidate = relative_to / candidate
+        if candidate.is_file():
+            return candidate
+        raise KimiServeError(
+            f"profile file {name_or_path!r} does not exist",
+            hint="pass an existing YAML file or a profile name such as 'prod'",
+        )
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name_or_path):
+        raise KimiServeError(f"invalid profile name {name_or_path!r}", hint="use a name like 'prod' or a file path")
+    dirs = ([relative_to] if relative_to is not None else []) + profile_search_path()
+    for d in dirs:
+        for ext in (".yaml", ".yml"):
+            candidate = d / f"{name_or_path}{ext}"
+            if candidate.is_file():
+                return candidate
+    known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.y*ml")})
+    close = difflib.get_close_matches(name_or_path, known, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"known profiles: {', '.join(known) or 'none'}"
+    raise KimiServeError(f"no profile named {name_or_path!r}", hint=hint)
+
+
+# ---------------------------------------------------------------------------------------------- reading YAML
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+    """Parse one file; return its mapping and the line (1-based) of every key path."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KimiServeError(f"cannot read profile: {exc}", where=display_path(path),
+                             hint="check the path and permissions") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        loc = f"{display_path(path)}:{mark.line + 1}:{mark.column + 1}" if mark else display_path(path)
+        problem = (exc.problem or exc.context or "invalid YAML").strip()
+        raise KimiServeError(f"YAML syntax error: {problem}", where=loc,
+                             hint="fix the YAML at that line and column") from None
+    except yaml.YAMLError as exc:
+        raise KimiServeError(f"YAML error: {str(exc).splitlines()[0]}", where=display_path(path),
+                             hint="fix the YAML") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise KimiServeError(
+            f"a profile must be a mapping of keys, got {type(data).__name__}",
+            where=display_path(path),
+            hint="start the file with keys such as 'model:' and 'server:'",
+        )
+    lines: dict[str, int] = {}
+
+    def walk(n: Any, prefix: str) -> None:
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode):
+                    kp = f"{prefix}.{k.value}" if prefix else str(k.value)
+                    lines[kp] = k.start_mark.line + 1
+                    if not prefix:
+                        walk(v, kp)
+
+    walk(node, "")
+    return data, lines
+
+
+# ---------------------------------------------------------------------------------------------- extends + merge
+
+
+def _merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in child.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            merged = {**out[key]}
+            for k2, v2 in value.items():
+                if key == "env" and v2 is None:  # `KEY: null` in a child removes an inherited variable
+                    merged.pop(k2, None)
+                else:
+                    merged[k2] = copy.deepcopy(v2)
+            out[key] = merged
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _load_chain(path: Path) -> tuple[dict[str, Any], tuple[Path, ...], dict[str, str]]:
+    chain: list[Path] = []
+    layers: list[tuple[Path, dict[str, Any], dict[str, int]]] = []
+    current = path
+    while True:
+        resolved = current.resolve()
+        if resolved in chain:
+            cycle = " -> ".join(display_path(p) for p in [*chain, resolved])
+            raise KimiServeError(f"extends cycle: {cycle}", where=display_path(path), hint="remove one of the extends")
+        if len(chain) >= _MAX_EXTENDS_DEPTH:
+            raise KimiServeError("extends chain too deep", where=display_path(path), hint="flatten the profiles")
+        chain.append(resolved)
+        data, lines = _read_yaml(current)
+        layers.append((current, data, lines))
+        parent = data.get("extends")
+        if parent is None:
+            break
+        if not isinstance(parent, str) or not parent.strip():
+            raise KimiServeError(
+                "extends must be a profile name or file path",
+                where=f"{display_path(current)}:{lines.get('extends', 1)}: extends",
+                hint="write e.g. 'extends: prod'",
+            )
+        try:
+            current = find_profile(parent, relative_to=current.parent)
+        except KimiServeError as exc:
+            exc.where = f"{display_path(current)}:{lines.get('extends', 1)}: extends"
+            raise
+    merged: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    for file, data, lines in reversed(layers):
+        body = {k: v for k, v in data.items() if k != "extends"}
+        merged = _merge(merged, body)
+        for kp, line in lines.items():
+            where[kp] = f"{display_path(file)}:{line}"
+    return merged, tuple(chain), where
+
+
+# ---------------------------------------------------------------------------------------------- validation
+
+
+def _type_error(key: Key, value: Any) -> str | None:
+    """None if ``value`` fits ``key``; else a description of what was expected."""
+    if value is None:
+        return None if key.nullable and not key.required else "a value (null is not allowed here)"
+    t = key.type
+    if t in ("str", "path"):
+        if not isinstance(value, str):
+            return "a string"
+        if any(c in value for c in "\n\r\x00"):
+            return "a single-line string without NUL"
+        if t == "path" and not value.startswith("/"):
+            return "an absolute path"
+        if key.choices and value not in key.choices:
+            return "one of " + ", ".join(map(str, key.choices))
+        return None
+    if t == "bool":
+        return None if isinstance(value, bool) else "true or false"
+    if t in ("int", "float"):
+        ok = isinstance(value, int) if t == "int" else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok:
+            return "an integer" if t == "int" else "a number"
+        lo, hi = key.min, key.max
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            lo_s = "" if lo is None else f"{lo:g}"
+            hi_s = "" if hi is None else f"{hi:g}"
+            return f"a number in {lo_s}..{hi_s}"
+        return None
+    if t == "str_list":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return "a list of strings"
+        if any(any(c in v for c in "\n\r\x00") for v in value):
+            return "strings without newline or NUL"
+        return None
+    if t == "str_map":
+        if not isinstance(value, dict):
+            return "a mapping of NAME: value"
+        for k, v in value.items():
+            if not isinstance(k, str) or not _ENV_NAME.match(k):
+                return f"valid variable names (got {k!r})"
+            if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+                return f"string values (quote {k}'s value, e.g. \"1\")"
+            if any(c in str(v) for c in "\n\r\x00"):
+                return f"single-line values ({k} has a newline or NUL)"
+        return None
+    raise AssertionError(f"unknown schema type {t}")
+
+
+def _suggest(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(sorted(options))}"
+
+
+def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict[str, Any]:
+    def loc(kp: str) -> str:
+        section = kp.split(".")[0]
+        return f"{where.get(kp) or where.get(section) or display_path(source)}: {kp}"
+
+    top_keys = list(SECTIONS[""]) + [s for s in SECTIONS if s] + sorted(TOP_LEVEL_ONLY)
+    out: dict[str, Any] = {}
+    for key in data:
+        if not isinstance(key, str) or key not in top_keys:
+            raise KimiServeError(f"unknown key {key!r}", where=loc(str(key)), hint=_suggest(str(key), top_keys))
+    for key, spec in SECTIONS[""].items():
+        value = data.get(key, copy.deepcopy(spec.default))
+        problem = _type_error(spec, value)
+        if problem:
+            raise KimiServeError(f"expected {problem}, got {value!r}", where=loc(key), hint=spec.doc)
+        out[key] = {str(k): str(v) for k, v in value.items()} if spec.type == "str_map" else value
+    for section, keys in SECTIONS.items():
+        if not section:
+            continue
+        raw = data.get(section)
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise KimiServeError(
+                f"expected a mapping, got {raw!r}", where=loc(section), hint=f"write '{section}:' then indented keys"
+            )
+        for k in raw:
+            if k not in keys:
+                raise KimiServeError(
+                    f"unknown key {k!r}", where=loc(f"{section}.{k}"), hint=_suggest(str(k), list(keys))
+                )
+        values: dict[str, Any] = {}
+        for k, spec in keys.items():
+            kp = f"{section}.{k}"
+            if k not in raw and spec.required:
+                raise KimiServeError("missing required key", where=loc(kp), hint=spec.doc)
+            value = raw.get(k, copy.deepcopy(spec.default))
+            problem = _type_error(spec, value)
+            if problem:
+                raise KimiServeError(f"expected {problem}, got {value!r}", where=loc(kp), hint=spec.doc)
+            values[k] = value
+        out[section] = values
+    return out
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """Find, read, merge (``extends``) and validate a profile."""
+    path = find_profile(name_or_path)
+    merged, chain, where = _load_chain(path)
+    data = _validate(merged, where, path)
+    name = path.stem
+    return Profile(name=name, source=path, data=_freeze(data), chain=chain, lines=where)
+
+
+def dump_profile(profile: Profile) -> str:
+    """The merged profile as standalone YAML (no ``extends``); loading it gives the same profile."""
+    header = f"# kimi-serve profile {profile.name!r}, merged from: " + ", ".join(display_path(p) for p in profile.chain)
+    body = yaml.safe_dump(profile.to_dict(), sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return f"{header}\n{body}"

@@ -1,0 +1,72 @@
+"""`kimi-serve status`: the unit's state, the live profile and patch set, the last verify, and /health right now."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimi_serve.core.errors import ExitCode
+from kimi_serve.service.state import ServicePaths, read_record, read_text
+from kimi_serve.service.systemctl import Systemd
+from kimi_serve.service.unit import Marker, parse_marker
+
+PROPS = ("LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID", "NRestarts", "Result",
+         "ActiveEnterTimestamp")
+HEALTH_TIMEOUT = 3.0
+
+
+@dataclass
+class Status:
+    unit: str
+    unit_file: str
+    installed: bool
+    marker: Marker | None = None
+    state: dict[str, str] = field(default_factory=dict)
+    state_error: str = ""
+    last_verify: dict[str, Any] | None = None
+    last_good: dict[str, Any] | None = None
+    health: str = ""  # ready | refused | warming | ... ; "" when not checked
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """0 when the unit is active and /health answers 200; 1 otherwise."""
+        ok = self.state.get("ActiveState") == "active" and self.health == "ready"
+        return ExitCode.OK if ok else ExitCode.FAILED
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.marker
+        return {
+            "version": 1, "unit": self.unit, "unit_file": self.unit_file, "installed": self.installed,
+            "written_by_kimi_serve": m is not None, "edited_since_install": bool(m and not m.body_matches),
+            "profile": m.profile if m else None, "patch_set": m.patch_set if m else None,
+            "kimi_serve_version": m.version if m else None, "endpoint": m.endpoint if m else None,
+            "state": self.state or None, "state_error": self.state_error or None, "health": self.health or None,
+            "last_verify": self.last_verify, "last_good": self.last_good, "exit_code": int(self.exit_code),
+        }
+
+
+def status(paths: ServicePaths, systemd: Systemd) -> Status:
+    text = read_text(paths.unit_file)
+    st = Status(paths.unit, str(paths.unit_file), text is not None)
+    st.marker = parse_marker(text) if text is not None else None
+    st.last_verify = read_record(paths.last_verify_record)
+    st.last_good = read_record(paths.last_good_record)
+    if not systemd.live:
+        st.state_error = f"--root {paths.root} is not the running system: unit state not queried"
+        return st
+    shown = systemd.show(paths.unit, PROPS)
+    if isinstance(shown, dict):
+        st.state = shown
+    else:
+        st.state_error = shown.describe()
+    if st.marker and st.state.get("ActiveState") in ("active", "activating", "reloading"):
+        st.health = _health(st.marker.endpoint)
+    return st
+
+
+def _health(endpoint: str) -> str:
+    from kimi_serve.verify import parse_target, wait_ready
+
+    readiness = wait_ready(parse_target(endpoint), time.monotonic(), poll_timeout=HEALTH_TIMEOUT)
+    return readiness.phase

@@ -1,0 +1,30 @@
+"""The service's deadlines, in one place, because they must agree: systemd's ``TimeoutStartSec`` (a cold start plus
+the ExecStartPost contract check) and how long `restart` waits for ``systemctl restart`` (stopping the old server,
+then that whole start). A healthy 30-minute cold start must never be cut short by either.
+"""
+
+from __future__ import annotations
+
+import math
+
+from kimi_serve.profile.loader import Profile
+
+RESTART_SEC = 10  # systemd RestartSec= between automatic restarts
+START_LIMIT_BURST = 3  # automatic restarts within the interval below before systemd gives up
+START_SLACK_SEC = 30  # verify's own deadline fires before systemd's: its diagnosis reaches the journal
+RESTART_MARGIN_SEC = 30  # systemctl's own overhead (daemon-reload, job queueing) on top of stop + start
+
+
+def start_timeout_sec(p: Profile) -> int:
+    """``TimeoutStartSec``: the profile's startup deadline, plus the contract check, plus slack."""
+    return p.startup.timeout + math.ceil(p.verify.timeout) + START_SLACK_SEC
+
+
+def start_limit_interval_sec(p: Profile) -> int:
+    """Wide enough that a server failing late in every cold start still reaches the burst limit."""
+    return START_LIMIT_BURST * (start_timeout_sec(p) + RESTART_SEC)
+
+
+def restart_wait_sec(p: Profile) -> float:
+    """How long `restart` lets ``systemctl restart`` run: the old server's stop, then a full start."""
+    return float(p.service.stop_timeout + start_timeout_sec(p) + RESTART_MARGIN_SEC)

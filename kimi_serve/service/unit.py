@@ -1,0 +1,211 @@
+"""Render the systemd unit for a profile: the validated launch argv, escaped for systemd, plus kimi-serve's marker.
+
+systemd reads an ``ExecStart=`` line in three passes, and each needs its own escape (systemd.service(5)):
+1. unit specifiers over the whole line: ``%`` -> ``%%``;
+2. splitting into words, C-unescaping inside double quotes: every argument is quoted, ``\\`` and ``"`` escaped;
+3. at exec time, ``$VAR``/``${VAR}`` expansion of each word: ``$`` -> ``$$``.
+``Environment=`` gets passes 1 and 2 only (systemd does not expand variables there). What systemd cannot carry (NUL,
+control characters, text that is not UTF-8) is rejected with the profile key that holds it.
+
+The first line of the unit is a marker: kimi-serve's version, the profile, its patch set, the endpoint and the
+SHA-256 of everything below the marker, so ``status`` can tell which profile is live and whether the file was edited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import sys
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kimi_serve import __version__
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.resources import package_root, resource_dir
+from kimi_serve.core.settings import with_pythonpath
+from kimi_serve.profile.launch import Launch
+from kimi_serve.profile.loader import Profile
+from kimi_serve.service.timeouts import RESTART_SEC, START_LIMIT_BURST, start_limit_interval_sec, start_timeout_sec
+
+TEMPLATE = "sglang-kimi.service.j2"
+MARKER_PREFIX = "# kimi-serve unit:"
+_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\-]+$")
+_USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+_MARKER_FIELD = re.compile(r"(\w+)=(\S*)")
+
+
+@dataclass(frozen=True)
+class UnitContext:
+    """Facts of the installing host that the unit names: where kimi-serve lives, and its version."""
+
+    kimi_serve: str  # absolute path of the kimi-serve executable, for ExecStartPost
+    package_root: str  # parent of the kimi_serve package, on the simulator's PYTHONPATH
+    version: str = __version__
+
+    @classmethod
+    def detect(cls) -> UnitContext:
+        """The kimi-serve next to this interpreter (a venv's bin/), else the one on PATH; absolute either way."""
+        beside = Path(sys.executable).parent / "kimi-serve"
+        found = str(beside) if beside.is_file() else shutil.which("kimi-serve")
+        if not found:
+            raise KimiServeError(
+                "cannot find the kimi-serve executable for the unit's ExecStartPost "
+                "(systemd's PATH is not the shell's)",
+                hint="install kimi-serve into the venv you run it from (pip install kimi-serve)",
+                exit_code=ExitCode.ENVIRONMENT,
+            )
+        return cls(kimi_serve=str(Path(found).absolute()), package_root=str(package_root()))
+
+
+@dataclass(frozen=True)
+class RenderedUnit:
+    name: str  # e.g. sglang-kimi.service
+    text: str
+    sha256: str  # of the body below the marker line
+
+
+@dataclass(frozen=True)
+class Marker:
+    version: str
+    profile: str
+    patch_set: str
+    endpoint: str
+    sha256: str
+    body_matches: bool  # False when the file was edited after kimi-serve wrote it
+
+
+def unit_file_name(unit_name: str, where: str = "service.unit_name") -> str:
+    name = unit_name.removesuffix(".service")
+    if not name or not _UNIT_NAME.match(name) or len(name) > 200:
+        raise KimiServeError(f"invalid unit name {unit_name!r}", where=where,
+                             hint="use letters, digits and :_.- only, e.g. sglang-kimi")
+    return f"{name}.service"
+
+
+def _carryable(value: str, where: str) -> str:
+    """``value`` if systemd can carry it in a unit file; else a one-line error naming ``where``."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise KimiServeError(f"value {value!r} is not valid UTF-8", where=where, hint="use plain text") from None
+    bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        raise KimiServeError(f"value {value!r} contains control character {bad!r}, which a systemd unit cannot carry",
+                             where=where, hint="remove it")
+    return value
+
+
+def _quote(text: str) -> str:
+    """Passes 1 and 2: a double-quoted word that systemd turns back into ``text``."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"'
+
+
+def exec_line(argv: Sequence[str], where: str) -> str:
+    """An ``Exec*=`` value whose words systemd hands to execve() exactly as ``argv``."""
+    if not argv or not argv[0].startswith("/"):
+        raise KimiServeError(f"the command {argv[0] if argv else ''!r} is not an absolute path", where=where,
+                             hint="set python: to an absolute interpreter path (systemd's PATH is not the shell's)")
+    return " ".join(_quote(_carryable(a, where).replace("$", "$$")) for a in argv)
+
+
+def environment_line(name: str, value: str, where: str) -> str:
+    """An ``Environment=`` value setting ``name`` to ``value`` exactly."""
+    return _quote(f"{name}={_carryable(value, where)}")
+
+
+def unit_environment(profile: Profile, launch: Launch, ctx: UnitContext) -> dict[str, str]:
+    """The service environment: the launch's, plus unbuffered Python output (journald reads a pipe) and, for the
+    simulator engine, kimi-serve's package on PYTHONPATH (the SGLang interpreter does not have it installed)."""
+    env = dict(launch.env)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if profile.engine == "simulator":
+        env = with_pythonpath(env, ctx.package_root)
+    return env
+
+
+def verify_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]:
+    """``kimi-serve verify`` as ExecStartPost runs it: wait out the cold start, then the contract suite."""
+    argv = [ctx.kimi_serve, "verify", "--host", launch.endpoint,
+            "--wait", str(profile.startup.timeout), "--timeout", f"{profile.verify.timeout:g}",
+            "--suite", profile.verify.suite]
+    if launch.api_key_file:
+        argv += ["--api-key-file", launch.api_key_file]
+    return argv
+
+
+def _body_hash(body: str) -> str:
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def render_unit(profile: Profile, launch: Launch, ctx: UnitContext, unit_name: str | None = None) -> RenderedUnit:
+    """The unit text for a validated launch (see :func:`kimi_serve.check.report.validated_launch`); ``unit_name``
+    (NAME.service) overrides the profile's service.unit_name."""
+    import jinja2
+
+    name = unit_name or unit_file_name(profile.service.unit_name, profile.where("service.unit_name"))
+    env = unit_environment(profile, launch, ctx)
+    values: Mapping[str, object] = {
+        "description": _specifiers(f"Kimi-K2.5 on SGLang (kimi-serve profile {profile.name}, engine {profile.engine})",
+                                   profile.where("service.unit_name")),
+        "exec_start": exec_line(launch.argv, profile.where("python")),
+        "exec_start_post": exec_line(verify_argv(profile, launch, ctx), profile.where("server")),
+        "environment": [environment_line(k, v, profile.where(f"env.{k}")) for k, v in sorted(env.items())],
+        "user": _user(profile.service.user, profile.where("service.user")),
+        "working_directory": _specifiers(profile.service.working_directory, profile.where("service.working_directory")),
+        "timeout_start_sec": start_timeout_sec(profile),
+        "restart_sec": RESTART_SEC,
+        "start_limit_burst": START_LIMIT_BURST,
+        "start_limit_interval_sec": start_limit_interval_sec(profile),
+        "timeout_stop_sec": profile.service.stop_timeout,
+        "limit_nofile": profile.service.limit_nofile,
+        "limit_memlock": _limit(profile.service.limit_memlock, profile.where("service.limit_memlock")),
+        "syslog_identifier": name.removesuffix(".service"),
+    }
+    loader = jinja2.FileSystemLoader(str(resource_dir("systemd")))
+    template = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                                  autoescape=False).get_template(TEMPLATE)
+    body = template.render(**values)
+    digest = _body_hash(body)
+    fields = {"version": ctx.version, "profile": profile.name, "patch_set": profile.patch_set or "none",
+              "endpoint": launch.endpoint, "sha256": digest}
+    marker = " ".join([MARKER_PREFIX] + [f"{k}={_marker_value(v)}" for k, v in fields.items()])
+    return RenderedUnit(name=name, text=f"{marker}\n{body}", sha256=digest)
+
+
+def _specifiers(value: str, where: str) -> str:
+    """For settings systemd takes verbatim (no quotes, no C escapes): only specifiers need escaping."""
+    if value != value.strip():
+        raise KimiServeError(f"value {value!r} has leading or trailing whitespace, which systemd drops", where=where,
+                             hint="remove the whitespace")
+    return _carryable(value, where).replace("%", "%%")
+
+
+def _user(value: str, where: str) -> str:
+    if not _USER.match(value):
+        raise KimiServeError(f"invalid user name {value!r}", where=where, hint="use a system user such as root")
+    return value
+
+
+def _limit(value: str, where: str) -> str:
+    if value == "infinity" or re.fullmatch(r"\d+[KMGTPE]?", value):
+        return value
+    raise KimiServeError(f"invalid resource limit {value!r}", where=where, hint="use 'infinity' or a size like 64G")
+
+
+def _marker_value(value: str) -> str:
+    return re.sub(r"\s", "_", value)
+
+
+def parse_marker(text: str) -> Marker | None:
+    """The marker of a unit kimi-serve wrote, or None for a unit it did not write."""
+    first, _, body = text.partition("\n")
+    if not first.startswith(MARKER_PREFIX):
+        return None
+    fields = dict(_MARKER_FIELD.findall(first[len(MARKER_PREFIX):]))
+    digest = fields.get("sha256", "")
+    return Marker(version=fields.get("version", "?"), profile=fields.get("profile", "?"),
+                  patch_set=fields.get("patch_set", "none"), endpoint=fields.get("endpoint", ""), sha256=digest,
+                  body_matches=_body_hash(body) == digest)

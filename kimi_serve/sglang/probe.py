@@ -1,0 +1,88 @@
+"""Run SGLang's own argument handling on an argv, inside an interpreter that has SGLang (no GPU needed).
+
+Invoked by :mod:`kimi_serve.check.sglang_tier` as ``PYTHON -m kimi_serve.sglang.probe`` with a JSON request on stdin:
+``{"args": [...], "platform": "sm120" | null}``; prints one JSON object on stdout:
+``{"sglang_version", "parse": {"ok", "error"}, "resolve": {"ok", "error", "values"}}``.
+
+1. Parse with SGLang's real parser (``prepare_server_args``: ``ServerArgs.add_cli_args`` plus its ``--config`` merge).
+2. ``resolve_once()`` + ``check_server_args()`` under a simulated platform (``override_platform``), so SGLang's own
+   rules (speculative auto-fill and rewrites, backend choices, assertions) run in CI.
+Only the standard library, SGLang and :mod:`kimi_serve.sglang.platform` are imported here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import sys
+import traceback
+from typing import Any
+
+from kimi_serve.sglang.platform import SM120_FACTS
+
+# Resolved values worth reporting back (what SGLang will actually run with).
+REPORTED = (
+    "tp_size", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+    "speculative_num_draft_tokens", "disable_overlap_schedule", "tool_call_parser", "reasoning_parser",
+    "flashinfer_allreduce_fusion_backend", "enable_torch_symm_mem", "enable_symm_mem", "attention_backend",
+    "moe_runner_backend", "max_running_requests", "mem_fraction_static", "chunked_prefill_size", "served_model_name",
+    "host", "port", "trust_remote_code", "page_size",
+)
+
+
+def _error(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return "SGLang's parser rejected the arguments"
+    text = f"{type(exc).__name__}: {exc}".strip()
+    if text.endswith(":"):  # bare AssertionError: say where it came from
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        text += f" at {frame.filename.split('site-packages/')[-1]}:{frame.lineno}: {frame.line}"
+    return text.splitlines()[0][:500]
+
+
+def probe(args: list[str], platform: str | None) -> dict[str, Any]:
+    import sglang
+
+    out: dict[str, Any] = {"sglang_version": sglang.__version__}
+    from sglang.srt.server_args import prepare_server_args
+
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            server_args = prepare_server_args(list(args))
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - report SGLang's own rejection, whatever its type
+        message = stderr.getvalue().strip().splitlines()
+        out["parse"] = {"ok": False, "error": message[-1] if message else _error(exc)}
+        return out
+    out["parse"] = {"ok": True, "error": None}
+
+    from sglang.srt import runtime_context
+
+    facts = SM120_FACTS if platform == "sm120" else None
+    try:
+        ctx = runtime_context.override_platform(**facts) if facts else contextlib.nullcontext()
+        with ctx:
+            server_args.resolve_once()
+            server_args.check_server_args()
+        values = server_args.resolved_dict()
+        out["resolve"] = {"ok": True, "error": None, "values": {k: values.get(k) for k in REPORTED if k in values}}
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure of SGLang's resolution is the finding
+        out["resolve"] = {"ok": False, "error": _error(exc), "values": {}}
+    return out
+
+
+def main() -> int:
+    request = json.load(sys.stdin)
+    logging.disable(logging.WARNING)
+    real_stdout = sys.stdout
+    with contextlib.redirect_stdout(io.StringIO()):  # SGLang prints; keep stdout for our JSON
+        result = probe(request["args"], request.get("platform"))
+    json.dump(result, real_stdout, default=str)
+    real_stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""`up`: the supervised foreground start, its console, the SGLang startup-log reader and the process supervisor."""

@@ -1,0 +1,175 @@
+"""Run the server as a child in its own session, stream its output, and stop it the way SGLang expects.
+
+- The child gets its own session and process group (``start_new_session``): SGLang's own kill paths
+  (``kill_process_tree``, ``SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION``) cannot reach the supervisor.
+- stdout and stderr are read as bytes by one thread each, written verbatim to the log file, decoded, split on
+  ``\\r`` and ``\\n`` (tqdm bars), and queued as lines for the caller.
+- Stopping: SIGTERM to the main PID only (SGLang drains and takes its schedulers down; a signal to the whole group goes
+  through SGLang's crash path), then SIGKILL to the process group after a deadline; afterwards any process left in the
+  group is killed too, so nothing outlives the stop.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from kimi_serve.up.startup_log import split_stream
+
+_EOF = None
+_REAP_GRACE_S = 5.0  # how long leftover group members get to die on their own (PDEATHSIG) before SIGKILL
+
+
+@dataclass(frozen=True)
+class Line:
+    stream: str  # "stdout" | "stderr"
+    text: str
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is ``pgid``, read from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # state ppid pgrp ...
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def describe_status(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name} (status {returncode}, shell {128 - returncode})"
+    return f"exit status {returncode}"
+
+
+class Server:
+    """A started server process; its lines arrive on :meth:`lines`."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log: BinaryIO) -> None:
+        self.proc = proc
+        self.pgid = proc.pid  # a new session leader's group id is its pid
+        self._log = log
+        self._log_lock = threading.Lock()
+        self._queue: queue.Queue[Line | None] = queue.Queue()
+        self._open_streams = 2
+        self.term_sent_at: float | None = None
+        self.killed = False
+        for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+            assert stream is not None
+            threading.Thread(target=self._read, args=(name, stream), name=f"server-{name}", daemon=True).start()
+
+    @classmethod
+    def start(cls, argv: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None) -> Server:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = log_path.open("ab")
+        try:
+            proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True)
+        except OSError:
+            log.close()
+            raise
+        return cls(proc, log)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read(self, name: str, stream: BinaryIO) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        tail = ""
+        while True:
+            chunk = os.read(stream.fileno(), 65536)
+            with self._log_lock:
+                if not self._log.closed:
+                    self._log.write(chunk)
+                    self._log.flush()
+            if not chunk:
+                break
+            pieces, tail = split_stream(tail + decoder.decode(chunk))
+            for piece in pieces:
+                self._queue.put(Line(name, piece))
+        if tail.strip():
+            self._queue.put(Line(name, tail))
+        self._queue.put(_EOF)
+
+    def lines(self, timeout: float) -> list[Line]:
+        """Lines that arrived, waiting up to ``timeout`` for the first."""
+        out: list[Line] = []
+        try:
+            item = self._queue.get(timeout=timeout) if self._open_streams else None
+            while True:
+                if item is _EOF:
+                    self._open_streams -= 1
+                elif item is not None:
+                    out.append(item)
+                if not self._open_streams:
+                    break
+                item = self._queue.get_nowait()
+        except queue.Empty:
+            pass
+        return out
+
+    @property
+    def output_closed(self) -> bool:
+        return self._open_streams == 0
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def terminate(self) -> None:
+        """SIGTERM to the main PID only."""
+        if self.proc.poll() is None and self.term_sent_at is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.term_sent_at = time.monotonic()
+
+    def kill_group(self) -> None:
+        """SIGKILL to every process in the server's group (the escalation)."""
+        try:
+            os.killpg(self.pgid, signal.SIGKILL)
+            self.killed = True
+        except ProcessLookupError:
+            pass
+
+    def reap(self, timeout: float) -> int:
+        """Wait for the main process; then make sure no member of its group survives. Returns its status."""
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_group()
+            code = self.proc.wait()
+        end = time.monotonic() + _REAP_GRACE_S
+        while group_members(self.pgid) and time.monotonic() < end:
+            time.sleep(0.1)
+        if group_members(self.pgid):
+            self.kill_group()
+            end = time.monotonic() + _REAP_GRACE_S
+            while group_members(self.pgid) and time.monotonic() < end:
+                time.sleep(0.05)
+        return code
+
+    def stop(self, grace_s: float) -> int:
+        """SIGTERM to the main PID, SIGKILL to the group after ``grace_s``; returns the main process's status."""
+        self.terminate()
+        return self.reap(grace_s)
+
+    def close(self) -> None:
+        with self._log_lock:
+            self._log.close()
