@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from contract_server import ContractServer  # noqa: E402 - needs the path above
+from contract_server import ContractServer
 
-from kimi_serve.verify import run_verify  # noqa: E402
+from kimi_serve.verify import run_verify
 
 
 def main(argv: list[str]) -> int:

@@ -28,7 +28,7 @@ def main() -> None:
                 t += f" in {'' if k.min is None else f'{k.min:g}'}..{'' if k.max is None else f'{k.max:g}'}"
             default = "required" if k.required else fmt(k.default)
             print(f"| `{path}` | {t} | {default} | {k.doc} |")
-    assert TOP_LEVEL_ONLY == {"extends"}
+    assert {"extends"} == TOP_LEVEL_ONLY
 
 
 if __name__ == "__main__":

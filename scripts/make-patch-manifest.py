@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kimi_serve.patches import MANIFEST, cached_wheel  # noqa: E402
-from kimi_serve.patches.files import patch_tool, run_patch, sha256_bytes, sha256_file, stage  # noqa: E402
+from kimi_serve.patches import MANIFEST, cached_wheel
+from kimi_serve.patches.files import patch_tool, run_patch, sha256_bytes, sha256_file, stage
 
 
 def touched_files(patch: Path, strip: int) -> list[str]:

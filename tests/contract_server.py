@@ -257,7 +257,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.owner._stop.wait(_STALL_LIMIT)
         self.close_connection = True
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         own = self.owner
         if self.path == "/health":
             if own.health_hang:
@@ -273,7 +273,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, {"model_path": "/models/Kimi-K2.5", **own.parsers()})
         return self._json(404, {"detail": "Not Found"})
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:
         own = self.owner
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")

@@ -31,7 +31,7 @@ SM100 = dict(SM120, is_sm120=False, is_sm100=True, is_sm100_or_sm110=True, devic
 out: dict = {}
 
 
-def outcome(fn):  # noqa: ANN001, ANN201
+def outcome(fn):
     try:
         return {"value": fn()}
     except Exception as exc:  # noqa: BLE001 - the probe reports what SGLang raised
@@ -119,7 +119,7 @@ class _TorchWithRecordedKernels:
         two_shot_all_reduce_=lambda buf, op, group: kernels.append("two_shot"),
     ))
 
-    def __getattr__(self, name: str):  # noqa: ANN204
+    def __getattr__(self, name: str):
         return getattr(torch, name)
 
 

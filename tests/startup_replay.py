@@ -129,7 +129,7 @@ class Replay:
         replay = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:
                 code = (200 if replay.ready else 503) if self.path in ("/health", "/ready") else 404
                 self.send_response(code)
                 self.send_header("Content-Length", "0")

@@ -1,5 +1,6 @@
-"""The code base stays lint-clean (ruff, rules in pyproject.toml): unused imports, shadowed names, bare re-raises
-and the like are bugs waiting to happen, so they fail the suite like any other defect."""
+"""The code base stays lint-clean (ruff) and type-checks (mypy, strict on the pure core), rules in pyproject.toml:
+unused imports, shadowed names, bare re-raises, a None where a str is due are bugs waiting to happen, so they fail
+the suite like any other defect."""
 
 from __future__ import annotations
 
@@ -19,4 +20,12 @@ def test_ruff_is_clean():
         pytest.skip("ruff not installed (pip install -e '.[test]')")
     out = subprocess.run([ruff, "check", "kimi_serve", "tests", "scripts", "benchmarks"], cwd=REPO,
                          capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_mypy_is_clean():
+    mypy = shutil.which("mypy") or str(Path(sys.executable).parent / "mypy")
+    if not Path(mypy).exists():
+        pytest.skip("mypy not installed (pip install -e '.[test]')")
+    out = subprocess.run([mypy], cwd=REPO, capture_output=True, text=True, check=False, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -205,7 +205,7 @@ def test_failure_while_swapping_files_in_restores_every_file(site: Path, state: 
     before = snapshot(site)
     real_replace, calls = os.replace, []
 
-    def third_replace_fails(src, dst):  # noqa: ANN001, ANN202
+    def third_replace_fails(src, dst):
         calls.append(dst)
         if len(calls) == 3:
             raise OSError(28, "No space left on device")

@@ -16,7 +16,8 @@ from up_helpers import REPLAY, free_port, live_group, server_pid
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.profile.launch import Launch
 from kimi_serve.up.console import Console
-from kimi_serve.up.run import UpOptions, serve
+from kimi_serve.up.options import UpOptions
+from kimi_serve.up.run import serve
 
 
 def replay_launch(scenario: str, port: int, tp: int = 8) -> Launch:

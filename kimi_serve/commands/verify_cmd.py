@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from enum import Enum
+from typing import Any
 
 import typer
 
@@ -13,7 +14,7 @@ class Suite(str, Enum):
     full = "full"
 
 
-def _progress_printer(target: str):  # type: ignore[no-untyped-def]
+def _progress_printer(target: str) -> Any:
     last: list[str] = []
 
     def show(phase: str, waited: float, detail: str) -> None:

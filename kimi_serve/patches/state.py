@@ -194,7 +194,8 @@ def write_backups(backup: Path, originals: dict[str, Content]) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content.data)
         os.chmod(target, content.mode)
-        os.utime(target, ns=(content.mtime_ns, content.mtime_ns))
+        if content.mtime_ns is not None:
+            os.utime(target, ns=(content.mtime_ns, content.mtime_ns))
 
 
 def not_writable(site_packages: Path, exc: OSError) -> KimiServeError:

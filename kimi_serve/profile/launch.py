@@ -109,7 +109,7 @@ def interpreter_of(profile: Profile, *, sglang_python: str | None, fallback: str
     """``python:`` if set; for the simulator, else ``sglang_python`` (the SGLang interpreter the settings name); else
     ``fallback`` (the interpreter running kimi-serve)."""
     if profile.python:
-        return profile.python
+        return str(profile.python)
     if profile.engine == "simulator" and sglang_python:
         return sglang_python
     return fallback

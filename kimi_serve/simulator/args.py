@@ -31,7 +31,7 @@ class SimulatedArgs:
 
 
 def _is_model_dir(path: str | None) -> bool:
-    return bool(path) and (Path(path) / "config.json").is_file()
+    return path is not None and bool(path) and (Path(path) / "config.json").is_file()
 
 
 def resolve(argv: list[str]) -> SimulatedArgs:

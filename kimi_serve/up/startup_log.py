@@ -236,12 +236,11 @@ class StartupTracker:
                 self._advance("weights", events, PHASE_TITLES["weights"])
                 events.append(Event("shards", p.phase, f"weights {done}/{total} shards ({100 * done // max(total, 1)}%)"
                                     f", {p.shard_rate}, ETA {p.shard_eta}", done, total))
-        if m := _WEIGHT_END.search(msg):
-            if rank == 0:
-                p.weight_loads_done += 1
-                which = "target" if p.weight_loads_done == 1 else "draft"
-                text = f"{which} weights loaded in {m.group(1)} s ({m.group(2)})"
-                events.append(Event("weights_done", p.phase, text))
+        if (m := _WEIGHT_END.search(msg)) and rank == 0:
+            p.weight_loads_done += 1
+            which = "target" if p.weight_loads_done == 1 else "draft"
+            text = f"{which} weights loaded in {m.group(1)} s ({m.group(2)})"
+            events.append(Event("weights_done", p.phase, text))
         if m := _GRAPH_BAR.search(line):
             p.graphs_done, p.graphs_total = int(m.group(1)), int(m.group(2))
             self._advance("cuda_graph", events, PHASE_TITLES["cuda_graph"])

@@ -3,10 +3,12 @@ diagnosis that says what to fix. Core API for the `up` command, systemd ExecStar
 
 from __future__ import annotations
 
+from kimi_serve.core.findings import Finding
+from kimi_serve.core.settings import API_KEY_ENV
 from kimi_serve.verify.readiness import wait_ready
-from kimi_serve.verify.report import REPORT_VERSION, Finding, ProbeResult, Readiness, VerifyReport
+from kimi_serve.verify.report import REPORT_VERSION, ProbeResult, Readiness, VerifyReport
 from kimi_serve.verify.runner import DEFAULT_TIMEOUT, run_verify
-from kimi_serve.verify.target import API_KEY_ENV, Target, parse_target, resolve_api_key
+from kimi_serve.verify.target import Target, parse_target, resolve_api_key
 
 __all__ = [
     "API_KEY_ENV", "DEFAULT_TIMEOUT", "REPORT_VERSION", "Finding", "ProbeResult", "Readiness", "Target",

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_serve.verify.report import Finding, problem
+from kimi_serve.core.findings import Finding
+from kimi_serve.verify.report import problem
 
 # Fields other stacks use for reasoning; SGLang's (and the contract's) field is reasoning_content.
 OTHER_REASONING_FIELDS = ("reasoning", "thinking", "reasoning_text")
@@ -35,6 +36,11 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def as_object(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one (wire data is untrusted)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _malformed(what: str) -> Finding:
     return problem("malformed_response", f"response is not an OpenAI chat completion: {what}",
                    "point --host at SGLang's OpenAI server (/v1/chat/completions), not a proxy that rewrites it")
@@ -59,7 +65,7 @@ def answer_from_json(obj: Any) -> Answer:
         raw_calls = []
     for raw in raw_calls:
         raw = raw if isinstance(raw, dict) else {}
-        fn = raw.get("function") if isinstance(raw.get("function"), dict) else {}
+        fn = as_object(raw.get("function"))
         index = raw.get("index")
         answer.tool_calls.append(ToolCall(id=_text(raw.get("id")), type=_text(raw.get("type")),
                                           index=index if isinstance(index, int) else None,

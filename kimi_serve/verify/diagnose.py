@@ -9,8 +9,9 @@ import json
 import re
 from typing import Any
 
+from kimi_serve.core.findings import Finding
 from kimi_serve.verify.answer import Answer, ToolCall
-from kimi_serve.verify.report import Finding, problem
+from kimi_serve.verify.report import problem
 from kimi_serve.verify.transport import Reply, TransportError
 
 SHOW = 160
@@ -111,9 +112,9 @@ def text_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
         found.append(problem(
             "tool_call_in_reasoning", "tool-call tokens inside reasoning_content: the call was swallowed by reasoning"
             f"{_parser_note(server, 'reasoning_parser')}", fix))
-    if THINK_TAG.search(content):
+    if tag := THINK_TAG.search(content):
         found.append(problem(
-            "think_in_content", f"`{THINK_TAG.search(content).group(0)}` in content, so the reasoning parser is not "
+            "think_in_content", f"`{tag.group(0)}` in content, so the reasoning parser is not "
             f"active{_parser_note(server, 'reasoning_parser')}: {clip(content)!r}", FIX_REASONING_PARSER))
     if THINK_TAG.search(reasoning):
         found.append(problem("think_in_reasoning", "`<think>`/`</think>` inside reasoning_content",

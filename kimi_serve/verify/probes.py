@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.findings import Finding
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify.answer import Answer
-from kimi_serve.verify.report import Finding, problem
+from kimi_serve.verify.report import problem
 
 NON_STREAM, STREAM = "non-stream", "stream"
 SUITES = ("quick", "full")

@@ -9,12 +9,13 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any
 
+from kimi_serve.core.findings import Finding
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify.answer import Answer, answer_from_json
 from kimi_serve.verify.probes import STREAM, Probe
 from kimi_serve.verify.probes import suite as suite_probes
 from kimi_serve.verify.readiness import POLL_TIMEOUT, Progress, wait_ready
-from kimi_serve.verify.report import Finding, ProbeResult, VerifyReport, problem
+from kimi_serve.verify.report import ProbeResult, VerifyReport, problem
 from kimi_serve.verify.stream import answer_from_sse
 from kimi_serve.verify.target import Target, parse_target
 from kimi_serve.verify.transport import TransportError, request
@@ -151,7 +152,7 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
             if failure is None and not served:
                 failure = problem("no_models", f"GET /v1/models lists no model: {dx.clip(json.dumps(data))}",
                                   "pass --model NAME")
-            if failure is not None:
+            if failure is not None or not served:
                 report.error, report.error_unreachable = failure, unreachable
                 info_future.cancel()
                 report.elapsed_s = time.monotonic() - started
@@ -160,7 +161,8 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
         report.model = model
         futures: list[Future[_Outcome]] = [
             pool.submit(_attempt, target, p, m, model, api_key, deadline, timeout) for p, m in calls]
-        wait_futures([*futures, info_future], timeout=max(0.0, deadline - time.monotonic()) + _GRACE)
+        pending: list[Future[Any]] = [*futures, info_future]
+        wait_futures(pending, timeout=max(0.0, deadline - time.monotonic()) + _GRACE)
         server = info_future.result() if info_future.done() else {}
         report.server = server
         for (probe, mode), future in zip(calls, futures, strict=True):

@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kimi_serve.verify.answer import OTHER_REASONING_FIELDS, Answer, ToolCall
-from kimi_serve.verify.report import Finding, problem
+from kimi_serve.core.findings import Finding
+from kimi_serve.verify.answer import OTHER_REASONING_FIELDS, Answer, ToolCall, as_object
+from kimi_serve.verify.report import problem
 
 _SHOW = 160
 
 
 def _events(body: bytes) -> list[str]:
     """The ``data:`` payloads of an SSE body, in order (multi-line data joined with newlines)."""
-    events, data = [], []
+    events: list[str] = []
+    data: list[str] = []
     for line in body.decode("utf-8", errors="replace").splitlines():
         if not line.strip():
             if data:
@@ -46,7 +48,7 @@ def _apply_tool_delta(calls: dict[int, ToolCall], delta: Any, problems: list[Fin
         call.id = delta["id"]
     if isinstance(delta.get("type"), str) and not call.type:
         call.type = delta["type"]
-    fn = delta.get("function") if isinstance(delta.get("function"), dict) else {}
+    fn = as_object(delta.get("function"))
     if isinstance(fn.get("name"), str) and fn["name"] and not call.name:
         call.name = fn["name"]
     call.arguments = _append(call.arguments, fn.get("arguments"))
@@ -82,7 +84,7 @@ def answer_from_sse(body: bytes, *, timed_out: bool = False, cut: bool = False) 
         for choice in (chunk.get("choices") or []) if isinstance(chunk, dict) else []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            delta = as_object(choice.get("delta"))
             answer.content = _append(answer.content, delta.get("content"))
             answer.reasoning = _append(answer.reasoning, delta.get("reasoning_content"))
             for name in OTHER_REASONING_FIELDS:

@@ -38,7 +38,7 @@ def _free_port() -> int:
 class _Stranger(BaseHTTPRequestHandler):
     """Another program holding the port the broken profile asks for: answers 404 to everything."""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         self.send_error(404)
 
     do_POST = do_GET

@@ -1,0 +1,42 @@
+"""What `up` runs under: its deadlines and settings (from the profile), and how it names the server."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+from kimi_serve.profile.launch import Launch
+from kimi_serve.profile.loader import Profile
+
+# After SIGTERM, SGLang drains and exits 0; during load it has no handler and dies by SIGTERM: both are clean stops.
+CLEAN_STOP = (0, -signal.SIGTERM)
+HEALTH_TIMEOUT_S = 20.0  # SGLang's SGLANG_HEALTH_CHECK_TIMEOUT: /health generates a token and may take this long
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    verify: bool = True
+    startup_timeout_s: float = 1800.0  # profile startup.timeout
+    init_timeout_s: float = 180.0  # all ranks past "Init parallel ends." (SGLang's own limit: 10 min or none)
+    stop_grace_s: float = 120.0  # SIGTERM -> SIGKILL of the group (profile service.stop_timeout)
+    failure_grace_s: float = 10.0  # after a failure in the log, time for the server to exit on its own
+    health_every_s: float = 1.0
+    tp_size: int = 1
+    verify_suite: str = "quick"
+    verify_timeout_s: float = 120.0
+    served_model: str | None = None
+
+    @classmethod
+    def from_profile(cls, p: Profile, *, verify: bool = True, **overrides: Any) -> UpOptions:
+        values = dict(verify=verify, startup_timeout_s=float(p.startup.timeout),
+                      stop_grace_s=float(p.service.stop_timeout),
+                      tp_size=p.parallel.tp_size, verify_suite=p.verify.suite, verify_timeout_s=float(p.verify.timeout),
+                      served_model=p.model.served_name)
+        return cls(**{**values, **overrides})
+
+
+def health_target(launch: Launch) -> Any:
+    from kimi_serve.verify import parse_target
+
+    return parse_target(launch.endpoint)

@@ -1,0 +1,231 @@
+"""The watch loop of `up`: from the first log line to readiness, the contract check and supervision; and the
+signal flag it reads (SIGINT/SIGTERM, a second one escalates)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kimi_serve.core.errors import ExitCode
+from kimi_serve.profile.launch import Launch
+from kimi_serve.up.console import Console
+from kimi_serve.up.options import CLEAN_STOP, HEALTH_TIMEOUT_S, UpOptions, health_target
+from kimi_serve.up.startup_log import PHASES, StartupTracker
+from kimi_serve.up.supervisor import Server, describe_status
+
+
+class Signals:
+    """SIGINT/SIGTERM set a flag (counted: a second one escalates at once); restored on exit."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> Signals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._on)
+        return self
+
+    def _on(self, signum: int, _frame: Any) -> None:
+        self.count += 1
+        self.last = signum
+
+    def __exit__(self, *_exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+
+
+@dataclass
+class Outcome:
+    code: ExitCode
+    message: str
+    hint: str = ""
+
+
+class Watch:
+    def __init__(self, server: Server, launch: Launch, opts: UpOptions, console: Console, log_path: Path) -> None:
+        self.server, self.launch, self.opts, self.console, self.log_path = server, launch, opts, console, log_path
+        self.tracker = StartupTracker(tp_size=opts.tp_size)
+        self.started = time.monotonic()
+        self.init_started: float | None = None
+        self.failure_at: float | None = None
+        self.ready_at: float | None = None
+        self.next_health = self.started + opts.health_every_s
+        self.health: Future[Any] | None = None
+        self.verify: Future[Any] | None = None
+        self.verify_done = False
+        self.reason: Outcome | None = None  # why we are stopping (None: not stopping)
+        self.stop_deadline = 0.0
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="up-probe")
+
+    # -- helpers
+    def pump(self, timeout: float) -> None:
+        for line in self.server.lines(timeout):
+            self.console.server_line(line.text)
+            for ev in self.tracker.feed(line.text):
+                self.console.event(ev)
+                if ev.phase == "init" and self.init_started is None:
+                    self.init_started = time.monotonic()
+                if ev.kind == "phase" and ev.phase in ("http", "ready"):
+                    self.next_health = 0.0  # check /health now rather than at the next tick
+
+    def begin_stop(self, outcome: Outcome, announce: str) -> None:
+        if self.reason is not None:
+            return
+        self.reason = outcome
+        self.stop_deadline = time.monotonic() + self.opts.stop_grace_s
+        self.console.info(f"{announce}; stopping the server (SIGTERM to pid {self.server.pid}, SIGKILL to its group "
+                          f"after {self.opts.stop_grace_s:g}s)")
+        self.server.terminate()
+
+    # -- the loop
+    def run(self, signals: Signals) -> Outcome:
+        try:
+            while True:
+                self.pump(0.2)
+                rc = self.server.poll()
+                if rc is not None:
+                    return self.finish(rc)
+                self.step(signals, time.monotonic())
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def step(self, signals: Signals, now: float) -> None:
+        if signals.count and self.reason is None:
+            name = signal.Signals(signals.last or signal.SIGINT).name
+            self.begin_stop(Outcome(ExitCode.INTERRUPTED, f"stopped on {name}"), f"{name} received")
+        if self.reason is not None:
+            if (now >= self.stop_deadline or signals.count >= 2) and not self.server.killed:
+                self.console.info(f"escalating: SIGKILL to process group {self.server.pgid}")
+                self.server.kill_group()
+            return
+        failure = self.tracker.failure
+        if failure is not None and self.ready_at is not None and failure.kind == "traceback":
+            # after ready, a bare traceback is a failed request (e.g. a 500), not a dying server: report, keep serving
+            self.console.problem(f"the server logged an exception while serving (it keeps running): {failure.summary}")
+            self.tracker.failure = None
+            failure = None
+        if failure is not None and self.failure_at is None:
+            self.failure_at = now
+            self.console.problem(f"FAILURE in the server log ({failure.kind}, {now - self.started:.1f}s after "
+                                 f"start): {failure.report()}")
+        if self.failure_at is not None:
+            if now - self.failure_at >= self.opts.failure_grace_s:
+                self.begin_stop(self._failure_outcome(), "the server did not exit after its failure")
+            return
+        if self.ready_at is None:
+            self._watch_start(now)
+        elif self.verify is not None and not self.verify_done and self.verify.done():
+            self._verified(self.verify.result())
+
+    def _watch_start(self, now: float) -> None:
+        opts, p = self.opts, self.tracker.progress
+        if now - self.started > opts.startup_timeout_s:
+            self.begin_stop(Outcome(ExitCode.UNREACHABLE, f"not ready after {opts.startup_timeout_s:g}s (phase: "
+                                     f"{p.phase})", "raise startup.timeout or read the log"), "startup timeout")
+            return
+        if (self.init_started is not None and len(p.ranks_init_done) < opts.tp_size
+                and now - self.init_started > opts.init_timeout_s):
+            missing = sorted(set(range(opts.tp_size)) - p.ranks_init_done)
+            self.begin_stop(Outcome(
+                ExitCode.UNREACHABLE, f"distributed init hung: no 'Init parallel ends.' from rank(s) "
+                f"{', '.join(map(str, missing))} within {opts.init_timeout_s:g}s (NCCL/GPU problem; SGLang itself "
+                "waits 10 min or forever)", "run kimi-serve doctor; rerun with NCCL_DEBUG=INFO in the profile's env"),
+                "distributed init hung")
+            return
+        if self.health is not None and self.health.done():
+            readiness, self.health = self.health.result(), None
+            if readiness.ready:
+                self._ready()
+                return
+        if self.health is None and now >= self.next_health:
+            self.next_health = now + (self.opts.health_every_s if PHASES.index(p.phase) >= PHASES.index("http")
+                                      else 3 * self.opts.health_every_s)
+            self.health = self._pool.submit(self._poll_health)
+
+    def _poll_health(self) -> Any:
+        """One GET /health. On SGLang it runs a 1-token generation, so allow its own limit (20 s), off the loop."""
+        from kimi_serve.verify import wait_ready
+
+        return wait_ready(health_target(self.launch), time.monotonic(), poll_timeout=HEALTH_TIMEOUT_S)
+
+    def _ready(self) -> None:
+        self.ready_at = time.monotonic()
+        self.console.info(f"[ready] server ready in {self.ready_at - self.started:.1f}s "
+                          f"(GET /health 200 at {health_target(self.launch).base_url})")
+        if self.opts.verify:
+            self.console.info(f"contract check ({self.opts.verify_suite} suite)...")
+            self.verify = self._pool.submit(self._run_verify)
+        else:
+            self.verify_done = True
+            self._supervising()
+
+    def _run_verify(self) -> Any:
+        from kimi_serve.verify import resolve_api_key, run_verify
+
+        key = resolve_api_key(key_file=self.launch.api_key_file)
+        return run_verify(health_target(self.launch), api_key=key, model=self.opts.served_model, wait=30.0,
+                          timeout=self.opts.verify_timeout_s, suite=self.opts.verify_suite)
+
+    def _verified(self, report: Any) -> None:
+        from kimi_serve.verify.render import render_lines
+
+        self.verify_done = True
+        for line in render_lines(report).splitlines():
+            self.console.info(line)
+        if report.exit_code != 0:
+            code = ExitCode.UNREACHABLE if report.exit_code == ExitCode.UNREACHABLE else ExitCode.FAILED
+            first = report.error or next((f for pr in report.probes for f in pr.findings), None)
+            self.begin_stop(Outcome(code, f"contract check failed: {first.message if first else report.status}",
+                                     first.fix if first else "read the verify output above"),
+                            "contract check failed")
+            return
+        self._supervising()
+
+    def _supervising(self) -> None:
+        self.console.info(f"supervising pid {self.server.pid} (log {self.log_path}); Ctrl-C stops the server")
+
+    def _failure_outcome(self) -> Outcome:
+        f = self.tracker.failure
+        assert f is not None
+        return Outcome(ExitCode.SERVER_EXITED, f"server failed ({f.kind}): {f.summary} (it did not exit; stopped)",
+                        f.fix)
+
+    def finish(self, rc: int) -> Outcome:
+        self.pump(0.2)
+        self.server.reap(0)  # leftover group members (they hold the output pipes) are killed here
+        end = time.monotonic() + 5.0
+        while not self.server.output_closed and time.monotonic() < end:
+            self.pump(0.2)
+        for ev in self.tracker.flush():
+            self.console.event(ev)
+        status = describe_status(rc)
+        self.console.info(f"server pid {self.server.pid} ended: {status}")
+        if self.reason is not None:
+            if self.reason.code == ExitCode.INTERRUPTED and (rc not in CLEAN_STOP or self.server.killed):
+                return Outcome(ExitCode.SERVER_EXITED, f"the server did not stop cleanly ({status})",
+                                "read the log")
+            return self.reason
+        failure = self.tracker.failure
+        if failure is not None:
+            if self.failure_at is None:
+                self.console.problem(f"FAILURE in the server log ({failure.kind}): {failure.report()}")
+            return Outcome(ExitCode.SERVER_EXITED, f"server failed ({failure.kind}): {failure.summary} ({status})",
+                            failure.fix)
+        if self.ready_at is not None and rc == 0:
+            return Outcome(ExitCode.OK, "the server exited with status 0")
+        when = ("after it was ready" if self.ready_at is not None
+                else f"during start (phase {self.tracker.progress.phase})")
+        tail = list(self.tracker.recent)[-15:]
+        if tail:
+            self.console.problem("last log lines:\n" + "\n".join(f"  | {t}" for t in tail))
+        return Outcome(ExitCode.SERVER_EXITED, f"the server exited {when}: {status}", "read the log")
