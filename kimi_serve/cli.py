@@ -7,8 +7,10 @@ Nothing heavy (sglang, torch, jinja2, requests) is imported here: command module
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
+from pathlib import Path
 
 import typer
 from typer.exceptions import TyperException
@@ -39,7 +41,8 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """Exit codes: 0 ok, 1 check or contract failed, 2 invalid input, 3 server unreachable or not ready,
-    4 server exited, 5 host cannot do it, 130 interrupted (docs/exit-codes.md)."""
+    4 server exited, 5 host cannot do it, 70 internal error (a kimi-serve bug), 75 another kimi-serve command holds
+    the host lock, 130 interrupted (docs/exit-codes.md)."""
 
 
 def _register_commands() -> None:
@@ -77,7 +80,33 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         typer.echo("kimi-serve: interrupted", err=True)
         return int(ExitCode.INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 - the boundary: a bug in kimi-serve is not a verdict on the server
+        if debug:
+            traceback.print_exc()
+        saved = _save_traceback(args)
+        typer.echo(f"kimi-serve: internal error: {type(exc).__name__}: {exc} -- a bug in kimi-serve, not a verdict on "
+                   f"the server (traceback: {saved}; rerun with --debug to print it)".replace("\n", " "), err=True)
+        return int(ExitCode.INTERNAL)
     return int(rv) if isinstance(rv, int) else 0
+
+
+def _save_traceback(args: list[str]) -> str:
+    """Write the current exception's traceback under the state root (else the temp dir); return where it went."""
+    import tempfile
+    import time
+
+    from kimi_serve.core.settings import state_root
+
+    text = f"kimi-serve {__version__} {' '.join(args)}\n{traceback.format_exc()}"
+    name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    for folder in (state_root() / "crash", Path(tempfile.gettempdir())):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text, encoding="utf-8")
+            return str(folder / name)
+        except OSError:
+            continue
+    return "not saved (no writable directory)"
 
 
 def entry() -> None:  # pragma: no cover - console script

@@ -12,6 +12,8 @@ class ExitCode(IntEnum):
     UNREACHABLE = 3  # server unreachable or never became ready
     SERVER_EXITED = 4  # the server process exited or crashed during start or supervision
     ENVIRONMENT = 5  # the host cannot do it (missing tool, sglang not installed, not root, ...)
+    INTERNAL = 70  # a bug in kimi-serve itself (EX_SOFTWARE): never read as "the server is broken"
+    LOCKED = 75  # another kimi-serve command is changing this host (EX_TEMPFAIL): try again, or --wait-lock
     INTERRUPTED = 130
 
 
