@@ -62,7 +62,7 @@ mask_args=()
 for u in $MASK; do mask_args+=("systemd.mask=$u"); done
 
 t0=$(date +%s%N)
-systemd-nspawn --quiet --boot --directory="$W/root" --machine=kimi-sbx --register=no --keep-unit --console=pipe \
+systemd-nspawn --quiet --boot --directory="$W/root" --machine="kimi-sbx-$$" --register=no --keep-unit --console=pipe \
   "${bind_args[@]}" -- "${mask_args[@]}" >"$W/console.log" 2>&1 &
 NSPAWN=$!
 for _ in $(seq 1 300); do
