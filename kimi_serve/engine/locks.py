@@ -69,9 +69,9 @@ def specs(repo: Path | None = None) -> dict[str, LockSpec]:
     """Every lock; the ``dev`` lock only when ``repo`` (a checkout) is given."""
     out = {
         "gpu": LockSpec("gpu", LOCK_DIR / "gpu.txt", (LOCK_DIR / "gpu.in",),
-                        description=f"sglang {SGLANG_VERSION} and all its dependencies (CUDA 13 torch) for the GPU host"),
+                        description=f"sglang {SGLANG_VERSION}, all its dependencies, CUDA 13 torch: the GPU host"),
         "cpu": LockSpec("cpu", LOCK_DIR / "cpu.txt", (LOCK_DIR / "cpu.in",), (LOCK_DIR / "cpu-drop.txt",),
-                        description=f"sglang {SGLANG_VERSION} without its GPU-only kernels, for tests and the quickstart"),
+                        description=f"sglang {SGLANG_VERSION} minus GPU-only kernels: tests, quickstart"),
     }
     if repo is not None:
         out["dev"] = LockSpec("dev", repo / "requirements" / "dev.txt",
