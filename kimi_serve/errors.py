@@ -12,6 +12,7 @@ class ExitCode(IntEnum):
     UNREACHABLE = 3  # server unreachable or never became ready
     SERVER_EXITED = 4  # the server process exited or crashed during start or supervision
     ENVIRONMENT = 5  # the host cannot do it (missing tool, sglang not installed, not root, ...)
+    BUSY = 75  # EX_TEMPFAIL: another run holds a host-wide lock (engine install); try again later
     INTERRUPTED = 130
 
 

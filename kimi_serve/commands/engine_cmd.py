@@ -112,7 +112,7 @@ def status_cmd(
                + ", ".join(f"{k} {v}" for k, v in st.versions.items()))
     typer.echo(f"  lock: {st.lock.name} sha256 {st.lock.sha256[:12]} ({len(st.lock.pins)} packages); installed "
                f"from {str(rec.get('lock_sha256', 'unknown'))[:12]} at {rec.get('installed_at', 'unknown time')}")
-    typer.echo(f"  patch set: {st.patch_set or 'none'}: {st.patch_state}")
+    typer.echo(f"  patch set: {st.patch_set}: {st.patch_state}" if st.patch_set else "  patch set: none")
     if st.omitted:
         typer.echo(f"  left out by the {st.lock.name} lock on purpose: {len(st.omitted)} GPU-only packages")
     findings = st.findings()

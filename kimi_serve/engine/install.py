@@ -34,7 +34,7 @@ from kimi_serve.errors import ExitCode, KimiServeError
 
 RECORD_NAME = "kimi-serve-engine.json"
 LOCK_ENV = "KIMI_SERVE_ENGINE_LOCK"
-BUSY = 75  # EX_TEMPFAIL: another install holds the host lock
+BUSY = ExitCode.BUSY  # another install holds the host lock
 _SCHEMA = 1
 _VERSIONS = ("import importlib.metadata as m, json, sys; "
              "print(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], 'packages': "
@@ -256,12 +256,14 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
         try:
             py = staging / "bin" / "python"
             if plan.installer == "uv":
-                _run([plan.installer_path, "venv", "--quiet", "--python", plan.python, str(staging)],
+                _run([plan.installer_path, "venv", "--quiet", "--python", plan.python, "--prompt", plan.prefix.name,
+                      str(staging)],
                      "creating the venv", progress=False, env=env)
                 cmd = [plan.installer_path, "pip", "sync", "--python", str(py), "--require-hashes",
                        *locks.INDEX_OPTIONS, str(plan.lock.path)]
             else:
-                _run([plan.python, "-m", "venv", str(staging)], "creating the venv", progress=False)
+                _run([plan.python, "-m", "venv", "--prompt", plan.prefix.name, str(staging)], "creating the venv",
+                     progress=False)
                 cmd = [str(py), "-m", "pip", "install", "--no-deps", "--require-hashes", "--no-compile",
                        "--disable-pip-version-check", "-r", str(plan.lock.path)]
             if not progress:

@@ -17,8 +17,12 @@ from kimi_serve.errors import ExitCode, KimiServeError
 # missing or unsatisfied, like `pip check`, but the same with a uv-built venv that has no pip.
 _DEPS_CHECK = r"""
 import importlib.metadata as m, json
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name as c
+try:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name as c
+except ImportError:  # a venv without packaging: pip vendors it
+    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.utils import canonicalize_name as c
 inst = {c(d.metadata['Name']): d for d in m.distributions() if d.metadata['Name']}
 out = []
 for name, d in sorted(inst.items()):
@@ -33,7 +37,7 @@ for name, d in sorted(inst.items()):
             out.append([name, str(req), dep.version])
 print(json.dumps(out))
 """
-_IGNORED_EXTRAS = {"pip"}  # python -m venv adds pip; it is not part of any lock
+_IGNORED_EXTRAS = {"pip", "setuptools", "wheel"}  # what python -m venv bootstraps, when a lock leaves them out
 
 
 @dataclass
