@@ -189,7 +189,7 @@ def _run(cmd: list[str], what: str, *, progress: bool, env: dict[str, str] | Non
 
 
 def installed_versions(python: Path) -> dict[str, Any]:
-    done = subprocess.run([str(python), "-c", _VERSIONS], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([str(python), "-I", "-c", _VERSIONS], capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
         raise KimiServeError(f"{python} cannot list its packages: "
                              f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}",

@@ -97,7 +97,7 @@ class EngineStatus:
 
 
 def dependency_problems(python: Path) -> list[list[Any]]:
-    done = subprocess.run([str(python), "-c", _DEPS_CHECK], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([str(python), "-I", "-c", _DEPS_CHECK], capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return [["?", f"dependency check failed: {last}", None]]
