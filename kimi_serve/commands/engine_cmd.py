@@ -85,7 +85,7 @@ def install_cmd(
     typer.echo(f"installed the {rec['lock']} lock ({rec['packages']} packages, sha256 {rec['lock_sha256'][:12]}) "
                f"into {plan.prefix} with {rec['installer']} in {result.seconds:.1f} s")
     versions = ", ".join(f"{k} {v}" for k, v in rec["versions"].items())
-    typer.echo(f"  python {rec['python']}; {versions}")
+    typer.echo(f"  python {rec['python']}" + (f"; {versions}" if versions else ""))
     typer.echo(f"  patch set: {rec['patch_set'] or 'none'}" + (f" ({len(rec['patches'])} patches applied)"
                                                               if rec["patch_set"] else ""))
     return 0
@@ -108,8 +108,8 @@ def status_cmd(
         typer.echo(json.dumps(st.to_dict(), indent=2))
         return 0 if st.ok else 1
     rec = st.record or {}
-    typer.echo(f"engine {st.prefix}: python {st.python}; "
-               + ", ".join(f"{k} {v}" for k, v in st.versions.items()))
+    versions = ", ".join(f"{k} {v}" for k, v in st.versions.items())
+    typer.echo(f"engine {st.prefix}: python {st.python}" + (f"; {versions}" if versions else ""))
     typer.echo(f"  lock: {st.lock.name} sha256 {st.lock.sha256[:12]} ({len(st.lock.pins)} packages); installed "
                f"from {str(rec.get('lock_sha256', 'unknown'))[:12]} at {rec.get('installed_at', 'unknown time')}")
     typer.echo(f"  patch set: {st.patch_set}: {st.patch_state}" if st.patch_set else "  patch set: none")
@@ -120,8 +120,11 @@ def status_cmd(
         typer.echo("  matches the lock: no drift, no dependency conflicts")
         return 0
     typer.echo(f"  {len(findings)} findings:")
-    for f in findings:
+    shown = 25
+    for f in findings[:shown]:
         typer.echo(f"    - {f}")
+    if len(findings) > shown:
+        typer.echo(f"    ... and {len(findings) - shown} more (--json lists all)")
     typer.echo(f"  fix: kimi-serve engine install --prefix {st.prefix} --lock {st.lock.name}")
     return 1
 
