@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
-# One command from a fresh clone to a contract-checked server: installs kimi-serve into .venv, builds (or reuses) the
-# CPU SGLang 0.5.23 environment, then runs every check of the production profile and its contract dry run: SGLang's
-# own serving layer and kimi_k2 parsers, started with prod's exact flags on the simulator, must return structured
-# tool_calls and reasoning_content. Usage: ./scripts/quickstart.sh [PROFILE]   (default: prod)
+# One command from a fresh clone to a contract-checked server: installs kimi-serve into .venv (dev lock), builds (or
+# reuses) the CPU SGLang 0.5.23 engine from its lock, then runs every check of the production profile and its contract
+# dry run: SGLang's own serving layer and kimi_k2 parsers, started with prod's exact flags on the simulator, must
+# return structured tool_calls and reasoning_content. Usage: ./scripts/quickstart.sh [PROFILE]   (default: prod)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROFILE="${1:-prod}"
-PY="${PYTHON:-python3}"
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e .
-echo "== CPU SGLang 0.5.23 environment (cached after the first run, ~3 min cold)" >&2
+echo "== kimi-serve in .venv, from the dev lock (requirements/dev.txt)" >&2
+scripts/dev-venv.sh
+echo "== CPU SGLang 0.5.23 engine from the CPU lock (cached after the first run; ~30 s cold, needs PyPI)" >&2
 KIMI_SERVE_SGLANG_PYTHON="${KIMI_SERVE_SGLANG_PYTHON:-$(scripts/build-cpu-venv.sh | tail -n 1)}"
 export KIMI_SERVE_SGLANG_PYTHON
 scripts/fetch-sglang-wheel.sh >/dev/null 2>&1 || echo "(pinned wheel not fetched: the patch check will warn)" >&2

@@ -5,14 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PY="${PYTHON:-python3}"
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
-fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' > .venv/pip-install.log 2>&1 \
-  || { cat .venv/pip-install.log; exit 1; }
+# kimi-serve and its test tools in .venv, from the dev lock (requirements/dev.txt; a no-op when up to date).
+scripts/dev-venv.sh
 
-# Real SGLang 0.5.23 on CPU for the sglang-marked tests (cached under ~/.cache/kimi-serve; ~3 min cold).
+# Real SGLang 0.5.23 on CPU for the sglang-marked tests, from the CPU lock (cached under ~/.cache/kimi-serve, keyed
+# on the lock's hash; ~30 s cold with uv).
 if [ -z "${KIMI_SERVE_SGLANG_PYTHON:-}" ]; then
   KIMI_SERVE_SGLANG_PYTHON="$(scripts/build-cpu-venv.sh | tail -n 1)"
   export KIMI_SERVE_SGLANG_PYTHON

@@ -22,7 +22,8 @@ ALLOWED: dict[str, set[str]] = {
     "check": {"core", "profile", "sglang", "verify", "simulator", "patches"},
     "service": {"core", "profile", "sglang", "verify", "check"},
     "up": {"core", "profile", "sglang", "verify", "simulator", "check"},
-    "commands": {"core", "profile", "sglang", "verify", "simulator", "patches", "check", "service", "up"},
+    "engine": {"core", "profile", "sglang", "patches", "check"},
+    "commands": {"core", "profile", "sglang", "verify", "simulator", "patches", "check", "service", "up", "engine"},
 }
 TOP_LEVEL = {"__init__", "__main__", "cli"}
 MAX_LINES = 350

@@ -21,6 +21,9 @@ def test_wheel_contains_runtime_files(tmp_path):
                  for p in (REPO / "patches").rglob("*") if p.is_file()}
     expected |= {"kimi_serve/profile/data/sglang-0.5.23-flags.json", "kimi_serve/simulator/assets/kimi-k25/config.json",
                  "kimi_serve/simulator/assets/eagle3/config.json"}
+    locks = REPO / "kimi_serve" / "engine" / "lockfiles"
+    expected |= {f"kimi_serve/engine/lockfiles/{p.name}" for p in locks.iterdir() if p.is_file()}
+    assert {"kimi_serve/engine/lockfiles/gpu.txt", "kimi_serve/engine/lockfiles/cpu.txt"} <= expected
     assets = REPO / "kimi_serve" / "simulator" / "assets"
     expected |= {f"kimi_serve/simulator/assets/{p.relative_to(assets)}" for p in assets.rglob("*") if p.is_file()}
     assert len(expected) > 8

@@ -1,0 +1,283 @@
+"""``engine install``: build the SGLang engine venv from a committed lock, atomically, then patch and record it.
+
+The venv is built in a sibling staging folder (``.NAME.kimi-serve-new`` next to the prefix), installed with
+``uv pip sync`` (or ``pip install --no-deps --require-hashes``), checked, patched with the profile's patch set and
+recorded; only then is it swapped in by two renames (old -> ``.NAME.kimi-serve-old``, staging -> prefix) and the old
+one removed. A failed or killed install therefore leaves the previous venv where it was; the next install clears the
+staging leftovers and, if it was killed between the two renames, puts the old venv back first.
+
+One change of the host at a time: the install runs under kimi-serve's host lock (:mod:`kimi_serve.core.lock`); a
+second install (or any other host-changing command) exits 75 naming the holder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kimi_serve import __version__
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.lock import host_lock, lock_path
+from kimi_serve.core.settings import current
+from kimi_serve.engine import locks
+
+RECORD_NAME = "kimi-serve-engine.json"
+_SCHEMA = 1
+_VERSIONS = ("import importlib.metadata as m, json, sys; "
+             "print(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], 'packages': "
+             "{d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']}}))")
+
+
+def _normalize(name: str) -> str:
+    return locks.normalize(name)
+
+
+def find_uv() -> str | None:
+    """uv from $KIMI_SERVE_UV, PATH, or next to this interpreter (the dev lock installs it into .venv/bin)."""
+    for cand in (current().uv, shutil.which("uv"), str(Path(sys.executable).parent / "uv")):
+        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def target_python(lock: locks.Lock) -> str:
+    """The X.Y the lock targets (its header's ``target:``), default the project's."""
+    m = re.search(r"CPython (\d+\.\d+)", lock.meta.get("target", ""))
+    return m.group(1) if m else locks.PYTHON_VERSION
+
+
+def base_python(version: str) -> str:
+    """An interpreter of ``version`` to build the venv from: this one when it matches, else pythonX.Y on PATH."""
+    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
+        return sys.executable
+    found = shutil.which(f"python{version}")
+    if found:
+        return found
+    raise KimiServeError(f"the lock targets Python {version} and no python{version} is on PATH",
+                         hint=f"install Python {version} (apt-get install python{version}-venv)",
+                         exit_code=ExitCode.ENVIRONMENT)
+
+
+def is_venv(path: Path) -> bool:
+    return (path / "pyvenv.cfg").is_file()
+
+
+def site_packages(venv: Path, version: str) -> Path:
+    return venv / "lib" / f"python{version}" / "site-packages"
+
+
+@dataclass
+class Plan:
+    prefix: Path
+    lock: locks.Lock
+    installer: str  # "uv" or "pip"
+    installer_path: str
+    python: str  # the base interpreter
+    python_version: str
+    patch_set: str | None
+    profile: str | None
+    staging: Path = field(init=False)
+    replaces: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.staging = self.prefix.parent / f".{self.prefix.name}.kimi-serve-new"
+        self.replaces = self.prefix.exists()
+
+    @property
+    def old(self) -> Path:
+        return self.prefix.parent / f".{self.prefix.name}.kimi-serve-old"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prefix": str(self.prefix), "lock": self.lock.name, "lock_file": str(self.lock.path),
+                "lock_sha256": self.lock.sha256, "packages": len(self.lock.pins),
+                "sglang": getattr(self.lock.pins.get("sglang"), "version", None),
+                "installer": self.installer, "installer_path": self.installer_path, "python": self.python,
+                "python_version": self.python_version, "patch_set": self.patch_set, "profile": self.profile,
+                "staging": str(self.staging), "replaces_existing": self.replaces,
+                "host_lock": str(lock_path())}
+
+
+def make_plan(prefix: Path, lock_name: str, patch_set: str | None, profile: str | None,
+              installer: str | None = None) -> Plan:
+    lock = locks.load(lock_name)
+    prefix = prefix.expanduser().absolute()
+    if prefix.exists() and not is_venv(prefix) and any(prefix.iterdir()):
+        raise KimiServeError(f"{prefix} exists and is not a venv; refusing to replace it",
+                             hint="pass --prefix of an existing engine venv or of a new folder",
+                             exit_code=ExitCode.USAGE)
+    version = target_python(lock)
+    uv = find_uv()
+    if installer == "pip" or (installer is None and uv is None):
+        kind, path = "pip", "python -m pip"
+    elif uv is None:
+        raise KimiServeError("uv not found", hint="pip install uv (requirements/dev.txt pins it), or drop --installer",
+                             exit_code=ExitCode.ENVIRONMENT)
+    else:
+        kind, path = "uv", uv
+    return Plan(prefix, lock, kind, path, base_python(version), version, patch_set, profile)
+
+
+# --------------------------------------------------------------------------------------------------------- lock
+
+
+# ------------------------------------------------------------------------------------------------------ install
+
+
+def _run(cmd: list[str], what: str, *, progress: bool, env: dict[str, str] | None = None) -> None:
+    try:
+        if progress:  # the long download: let uv/pip draw on the terminal (stderr, so --json stays clean)
+            rc = subprocess.run(cmd, stdout=sys.stderr, env=env).returncode
+            tail = ""
+        else:
+            done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            rc = done.returncode
+            lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
+            tail = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+    except FileNotFoundError as exc:
+        raise KimiServeError(f"{what}: {cmd[0]} not found", hint="install it, or pass --installer pip",
+                             exit_code=ExitCode.ENVIRONMENT) from exc
+    if rc != 0:
+        detail = f": {tail}" if tail else " (see the output above)"
+        raise KimiServeError(f"{what} failed (exit {rc}){detail}; the previous venv is untouched",
+                             hint="check the lock and the network (PyPI), then run engine install again",
+                             exit_code=ExitCode.ENVIRONMENT)
+
+
+def installed_versions(python: Path) -> dict[str, Any]:
+    done = subprocess.run([str(python), "-I", "-c", _VERSIONS], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise KimiServeError(f"{python} cannot list its packages: "
+                             f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}",
+                             hint="rebuild it with kimi-serve engine install", exit_code=ExitCode.ENVIRONMENT)
+    data = json.loads(done.stdout.strip().splitlines()[-1])
+    data["packages"] = {_normalize(k): v for k, v in data["packages"].items()}
+    return data
+
+
+def _relocate(staging: Path, prefix: Path) -> None:
+    """A venv names its own path in bin/ (shebangs, activate scripts) and pyvenv.cfg: point them at the prefix."""
+    old, new = str(staging).encode(), str(prefix).encode()
+    for path in [*(staging / "bin").iterdir(), staging / "pyvenv.cfg"]:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 20:
+            continue
+        data = path.read_bytes()
+        if old in data and b"\0" not in data[:1024]:
+            path.write_bytes(data.replace(old, new))
+
+
+def _recover(plan: Plan) -> None:
+    """Clear what a killed install left: a staging folder, or (killed between the renames) the old venv aside."""
+    if plan.staging.exists():
+        shutil.rmtree(plan.staging)
+    if plan.old.exists():
+        if not plan.prefix.exists():
+            os.rename(plan.old, plan.prefix)
+        else:
+            shutil.rmtree(plan.old)
+    plan.replaces = plan.prefix.exists()
+
+
+def _patch(plan: Plan, venv: Path) -> dict[str, Any] | None:
+    if not plan.patch_set:
+        return None
+    from kimi_serve.patches import apply, load_patch_set
+
+    ps = load_patch_set(plan.patch_set)
+    # The patch record and backups of `patches apply` are keyed by the site-packages path, which is the staging
+    # folder here: keep them out of the host's state. Hashes decide patch state, and revert works without a record.
+    with tempfile.TemporaryDirectory(prefix="kimi-serve-engine-patch-") as state:
+        result = apply(site_packages(venv, plan.python_version), ps, state_dir=Path(state))
+    return {"set": ps.name, "patches": [p.name for p in ps.patches], "applied": result.status.all_applied,
+            "message": result.message}
+
+
+@dataclass
+class InstallResult:
+    plan: Plan
+    record: dict[str, Any]
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"plan": self.plan.to_dict(), "record": self.record, "seconds": round(self.seconds, 1)}
+
+
+def install(plan: Plan, *, progress: bool = False) -> InstallResult:
+    start = time.monotonic()
+    with host_lock("engine install"):
+        _recover(plan)
+        plan.prefix.parent.mkdir(parents=True, exist_ok=True)
+        staging = plan.staging
+        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
+        try:
+            py = staging / "bin" / "python"
+            if plan.installer == "uv":
+                _run([plan.installer_path, "venv", "--quiet", "--python", plan.python, "--prompt", plan.prefix.name,
+                      str(staging)],
+                     "creating the venv", progress=False, env=env)
+                cmd = [plan.installer_path, "pip", "sync", "--python", str(py), "--require-hashes",
+                       *locks.INDEX_OPTIONS, str(plan.lock.path)]
+            else:
+                _run([plan.python, "-m", "venv", "--prompt", plan.prefix.name, str(staging)], "creating the venv",
+                     progress=False)
+                cmd = [str(py), "-m", "pip", "install", "--no-deps", "--require-hashes", "--no-compile",
+                       "--disable-pip-version-check", "-r", str(plan.lock.path)]
+            if not progress:
+                cmd.insert(3 if plan.installer == "uv" else 4, "--quiet")
+            _run(cmd, f"installing {len(plan.lock.pins)} packages from the {plan.lock.name} lock ({plan.installer})",
+                 progress=progress, env=env)
+            found = installed_versions(py)
+            missing = sorted(n for n, p in plan.lock.pins.items() if found["packages"].get(n) != p.version)
+            if missing:
+                raise KimiServeError(f"after the install {len(missing)} locked packages are missing or differ "
+                                     f"({', '.join(missing[:5])}); the previous venv is untouched",
+                                     hint="regenerate the lock (scripts/lock.py) or report a bug",
+                                     exit_code=ExitCode.ENVIRONMENT)
+            patches = _patch(plan, staging)
+            record = {
+                "schema": _SCHEMA,
+                "lock": plan.lock.name,
+                "lock_file": plan.lock.path.name,
+                "lock_sha256": plan.lock.sha256,
+                "lock_input_sha256": plan.lock.input_sha256,
+                "packages": len(plan.lock.pins),
+                "installer": plan.installer,
+                "python": found["python"],
+                "versions": {k: found["packages"].get(k) for k in ("sglang", "torch", "flashinfer-python",
+                                                                   "sglang-kernel", "transformers")
+                             if found["packages"].get(k)},
+                "patch_set": patches["set"] if patches else None,
+                "patches": patches["patches"] if patches else [],
+                "installed_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "kimi_serve_version": __version__,
+                "prefix": str(plan.prefix),
+            }
+            (staging / RECORD_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            _relocate(staging, plan.prefix)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        if plan.prefix.exists():
+            os.rename(plan.prefix, plan.old)
+            os.rename(staging, plan.prefix)
+            shutil.rmtree(plan.old, ignore_errors=True)
+        else:
+            os.rename(staging, plan.prefix)
+    return InstallResult(plan, record, time.monotonic() - start)
+
+
+def read_record(prefix: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((prefix / RECORD_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+

@@ -1,0 +1,151 @@
+"""``engine status``: what an engine venv holds against its lock: versions, lock hash, patch state, drift, deps."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.engine import locks
+from kimi_serve.engine.install import installed_versions, read_record, site_packages
+
+# Run inside the engine venv: every installed distribution's requirements (markers evaluated, no extras) that are
+# missing or unsatisfied, like `pip check`, but the same with a uv-built venv that has no pip.
+_DEPS_CHECK = r"""
+import importlib.metadata as m, json
+try:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name as c
+except ImportError:  # a venv without packaging: pip vendors it
+    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.utils import canonicalize_name as c
+inst = {c(d.metadata['Name']): d for d in m.distributions() if d.metadata['Name']}
+out = []
+for name, d in sorted(inst.items()):
+    for r in d.requires or []:
+        req = Requirement(r)
+        if req.marker and not req.marker.evaluate({'extra': ''}):
+            continue
+        dep = inst.get(c(req.name))
+        if dep is None:
+            out.append([name, str(req), None])
+        elif req.specifier and not req.specifier.contains(dep.version, prereleases=True):
+            out.append([name, str(req), dep.version])
+print(json.dumps(out))
+"""
+_IGNORED_EXTRAS = {"pip", "setuptools", "wheel"}  # what python -m venv bootstraps, when a lock leaves them out
+
+
+@dataclass
+class Drift:
+    name: str
+    locked: str | None  # None: installed but not in the lock
+    installed: str | None  # None: locked but missing
+
+    @property
+    def kind(self) -> str:
+        return "extra" if self.locked is None else "missing" if self.installed is None else "changed"
+
+
+@dataclass
+class EngineStatus:
+    prefix: Path
+    record: dict[str, Any] | None
+    lock: locks.Lock
+    python: str
+    versions: dict[str, str]
+    drift: list[Drift] = field(default_factory=list)
+    lock_changed: bool = False  # the lock file differs from the one the venv was installed from
+    patch_state: str = "none"  # applied | not applied | partial | conflict | none | unknown: ...
+    patch_set: str | None = None
+    conflicts: list[list[Any]] = field(default_factory=list)  # [pkg, requirement, installed-or-None]
+    omitted: list[str] = field(default_factory=list)  # declared deps the lock leaves out on purpose
+
+    @property
+    def ok(self) -> bool:
+        return (self.record is not None and not self.drift and not self.lock_changed and not self.conflicts
+                and self.patch_state in ("applied", "none"))
+
+    def findings(self) -> list[str]:
+        out = []
+        if self.record is None:
+            out.append("no install record: this venv was not built by kimi-serve engine install")
+        if self.lock_changed:
+            out.append(f"the {self.lock.name} lock changed since the install (installed from "
+                       f"{(self.record or {}).get('lock_sha256', '?')[:12]}, lock is now {self.lock.sha256[:12]})")
+        for d in self.drift:
+            out.append(f"{d.name}: {d.kind} (lock {d.locked or '-'}, installed {d.installed or '-'})")
+        for pkg, req, have in self.conflicts:
+            out.append(f"{pkg} requires {req}, " + ("not installed" if have is None else f"installed {have}"))
+        if self.patch_state not in ("applied", "none"):
+            out.append(f"patch set {self.patch_set}: {self.patch_state}")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prefix": str(self.prefix), "ok": self.ok, "lock": self.lock.name, "lock_sha256": self.lock.sha256,
+                "installed_lock_sha256": (self.record or {}).get("lock_sha256"), "lock_changed": self.lock_changed,
+                "python": self.python, "versions": self.versions, "record": self.record,
+                "patch_set": self.patch_set, "patch_state": self.patch_state,
+                "drift": [{"name": d.name, "kind": d.kind, "locked": d.locked, "installed": d.installed}
+                          for d in self.drift],
+                "dependency_conflicts": self.conflicts, "omitted_by_lock": self.omitted,
+                "findings": self.findings()}
+
+
+def dependency_problems(python: Path) -> list[list[Any]]:
+    done = subprocess.run([str(python), "-I", "-c", _DEPS_CHECK], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return [["?", f"dependency check failed: {last}", None]]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _patch_state(prefix: Path, set_name: str, version: str) -> str:
+    from kimi_serve.patches import load_patch_set, status
+
+    try:
+        st = status(site_packages(prefix, version), load_patch_set(set_name))
+    except KimiServeError as exc:
+        return f"unknown: {exc.message}"
+    if st.all_applied:
+        return "applied"
+    if st.pristine:
+        return "not applied"
+    return "conflict" if any(p.state.value == "conflict" for p in st.patches) else "partial"
+
+
+def engine_status(prefix: Path, lock_name: str | None = None) -> EngineStatus:
+    prefix = prefix.expanduser().absolute()
+    python = prefix / "bin" / "python"
+    if not python.exists():
+        raise KimiServeError(f"{prefix} is not an engine venv (no bin/python)",
+                             hint=f"kimi-serve engine install --prefix {prefix}", exit_code=ExitCode.ENVIRONMENT)
+    record = read_record(prefix)
+    name = lock_name or (record or {}).get("lock") or "gpu"
+    lock = locks.load(name)
+    found = installed_versions(python)
+    installed: dict[str, str] = found["packages"]
+    drift = [Drift(n, p.version, installed.get(n)) for n, p in sorted(lock.pins.items())
+             if installed.get(n) != p.version]
+    drift += [Drift(n, None, v) for n, v in sorted(installed.items())
+              if n not in lock.pins and n not in _IGNORED_EXTRAS]
+    omitted = locks.omitted_from_cpu() if lock.name == "cpu" else set()
+    problems = dependency_problems(python)
+    conflicts = [p for p in problems if not (p[2] is None and locks.normalize(_req_name(p[1])) in omitted)]
+    version = ".".join(found["python"].split(".")[:2])
+    set_name = (record or {}).get("patch_set")
+    st = EngineStatus(prefix, record, lock, found["python"],
+                      {k: installed[k] for k in ("sglang", "torch", "flashinfer-python", "sglang-kernel",
+                                                 "transformers") if k in installed},
+                      drift, record is not None and record.get("lock_sha256") != lock.sha256,
+                      _patch_state(prefix, set_name, version) if set_name else "none", set_name, conflicts,
+                      sorted(omitted))
+    return st
+
+
+def _req_name(req: str) -> str:
+    return re.split(r"[\s\[;=<>!~(]", req, maxsplit=1)[0]

@@ -1,0 +1,189 @@
+"""`engine install` and `engine status`: atomic builds from a lock, the host lock, the record, drift.
+
+The fast tests never install anything real (a failing install must leave the previous venv byte-identical, whatever
+made it fail); the `sglang`-marked ones build the CPU engine from its lock in a temp prefix (uv's cache makes that
+a few seconds once warm) and patch it with prod's patch set.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from kimi_serve.core.lock import lock_path
+from kimi_serve.engine import install as eng
+from kimi_serve.engine import locks
+
+BOGUS_HASH = "0" * 64
+
+
+@pytest.fixture
+def _own_host_lock() -> Path:
+    path = lock_path()  # under this test's own state root (conftest)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every entry under root: file hash and mode, symlink target, folder mode: a byte-identical fingerprint."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(root))
+            st = p.lstat()
+            if p.is_symlink():
+                out[rel] = f"-> {os.readlink(p)}"
+            elif p.is_dir():
+                out[rel] = f"dir {oct(st.st_mode)}"
+            else:
+                out[rel] = f"{oct(st.st_mode)} {hashlib.sha256(p.read_bytes()).hexdigest()}"
+    return out
+
+
+@pytest.fixture
+def old_venv(tmp_path: Path) -> Path:
+    prefix = tmp_path / "opt" / "venv"
+    venv.create(prefix, with_pip=False)
+    (prefix / "kimi-serve-engine.json").write_text('{"lock": "cpu", "note": "the previous engine"}\n')
+    return prefix
+
+
+def _bogus_lock(tmp_path: Path, line: str) -> Path:
+    path = tmp_path / "bogus.txt"
+    path.write_text(f"# kimi-serve lock: bogus\n# target: CPython 3.11, Linux x86_64 (manylinux_2_34)\n{line}\n")
+    return path
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+@pytest.mark.parametrize("line", [
+    f"kimi-serve-no-such-package-here==0.0.1 --hash=sha256:{BOGUS_HASH}",  # not on any index
+    f"six==1.17.0 --hash=sha256:{BOGUS_HASH}",  # a real package, a wrong hash
+])
+def test_failed_install_leaves_the_old_venv_byte_identical(cli, tmp_path, old_venv, installer, line):
+    if installer == "uv" and eng.find_uv() is None:
+        pytest.skip("uv not installed (scripts/dev-venv.sh installs it into .venv)")
+    before = _tree(old_venv)
+    r = cli("engine", "install", "--prefix", str(old_venv), "--lock", str(_bogus_lock(tmp_path, line)),
+            "--installer", installer, "--no-patches", "--quiet")
+    assert r.code == 5, r.err
+    assert r.err.startswith("kimi-serve: error: ") and r.err.count("\n") == 1 and "Traceback" not in r.err
+    assert "previous venv is untouched" in r.err
+    assert _tree(old_venv) == before
+    assert sorted(p.name for p in old_venv.parent.iterdir()) == ["venv"]  # no staging or old folder left behind
+
+
+def test_dry_run_shows_the_plan_and_changes_nothing(cli, tmp_path, old_venv):
+    before = _tree(old_venv)
+    r = cli("engine", "install", "--prefix", str(old_venv), "--lock", "cpu", "--dry-run")
+    assert r.code == 0, r.err
+    assert "would install the cpu lock" in r.out and "replace the existing venv" in r.out
+    assert "sglang-0.5.23-sm120" in r.out and "nothing changed" in r.out
+    fresh = tmp_path / "new" / "venv"
+    r = cli("engine", "install", "--prefix", str(fresh), "--lock", "gpu", "--dry-run", "--json")
+    plan = json.loads(r.out)["plan"]
+    assert plan["lock"] == "gpu" and plan["sglang"] == locks.SGLANG_VERSION and not plan["replaces_existing"]
+    assert plan["lock_sha256"] == hashlib.sha256(locks.lock_path("gpu").read_bytes()).hexdigest()
+    assert _tree(old_venv) == before and not fresh.parent.exists()
+
+
+def test_default_prefix_is_the_profiles_python_venv(cli):
+    r = cli("engine", "install", "--dry-run", "--json")
+    plan = json.loads(r.out)["plan"]
+    assert plan["prefix"] == "/opt/kimi-serve/venv" and plan["patch_set"] == "sglang-0.5.23-sm120"
+    r = cli("engine", "install", "--profile", "sim", "--dry-run")
+    assert r.code == 2 and "sets no python:" in r.err and "--prefix" in r.err
+
+
+def test_a_second_install_waits_for_no_one_and_exits_75(cli, tmp_path, _own_host_lock):
+    with open(_own_host_lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write('{"command": "engine install", "pid": 4242, "since": "2026-01-01T00:00:00+00:00"}')
+        held.flush()
+        r = cli("engine", "install", "--prefix", str(tmp_path / "v"), "--lock", "cpu", "--quiet")
+    assert r.code == 75
+    assert "`kimi-serve engine install` (pid 4242, since 2026-01-01T00:00:00+00:00) is changing this host" in r.err
+    assert not (tmp_path / "v").exists()
+
+
+def test_refuses_to_replace_a_folder_that_is_not_a_venv(cli, tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "precious").write_text("x")
+    r = cli("engine", "install", "--prefix", str(tmp_path / "data"), "--lock", "cpu", "--dry-run")
+    assert r.code == 2 and "is not a venv" in r.err
+
+
+def test_unknown_lock_and_missing_venv_are_one_line_errors(cli, tmp_path):
+    r = cli("engine", "install", "--prefix", str(tmp_path / "v"), "--lock", "tpu", "--dry-run")
+    assert r.code == 2 and "unknown lock 'tpu'" in r.err and "(fix: " in r.err
+    r = cli("engine", "status", "--prefix", str(tmp_path / "nothing"))
+    assert r.code == 5 and "is not an engine venv" in r.err and "engine install" in r.err
+
+
+def test_a_killed_install_is_recovered_by_the_next(tmp_path, old_venv):
+    plan = eng.make_plan(old_venv, "cpu", None, None)
+    before = _tree(old_venv)
+    os.rename(old_venv, plan.old)  # killed between the two renames
+    plan.staging.mkdir()  # with a half-built staging folder
+    eng._recover(plan)
+    assert _tree(old_venv) == before and not plan.staging.exists() and not plan.old.exists()
+
+
+# ------------------------------------------------------------------------------------------- real installs (slow)
+
+
+@pytest.fixture(scope="module")
+def cpu_engine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The CPU lock installed by `engine install` into a temp prefix, patched with prod's patch set."""
+    if eng.find_uv() is None:
+        pytest.skip("uv not installed (scripts/dev-venv.sh installs it into .venv)")
+    root = tmp_path_factory.mktemp("engine")
+    prefix = root / "venv"
+    env = dict(os.environ, KIMI_SERVE_STATE_DIR=str(root / "state"))
+    done = subprocess.run([sys.executable, "-m", "kimi_serve", "engine", "install", "--lock", "cpu", "--prefix",
+                           str(prefix), "--quiet", "--json"], capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr
+    return prefix
+
+
+@pytest.mark.sglang
+def test_install_builds_records_and_patches_the_cpu_engine(cli, cpu_engine):
+    record = json.loads((cpu_engine / eng.RECORD_NAME).read_text())
+    lock = locks.load("cpu")
+    assert record["lock"] == "cpu" and record["lock_sha256"] == lock.sha256
+    assert record["lock_input_sha256"] == lock.input_sha256 and record["packages"] == len(lock.pins)
+    assert record["versions"]["sglang"] == locks.SGLANG_VERSION and record["versions"]["torch"] == "2.14.1"
+    assert record["patch_set"] == "sglang-0.5.23-sm120" and len(record["patches"]) >= 6
+    # relocated: nothing names the staging folder
+    for p in (cpu_engine / "bin").iterdir():
+        if p.is_file() and not p.is_symlink():
+            assert b"kimi-serve-new" not in p.read_bytes(), p
+    r = cli("engine", "status", "--prefix", str(cpu_engine), "--json")
+    st = json.loads(r.out)
+    assert r.code == 0, st["findings"]
+    assert st["patch_state"] == "applied" and st["drift"] == [] and st["dependency_conflicts"] == []
+    assert "flashinfer-python" in st["omitted_by_lock"]
+    done = subprocess.run([str(cpu_engine / "bin" / "python"), "-c", "import sglang.bench_serving, sglang.srt"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.sglang
+def test_status_reports_drift_after_a_hand_change(cli, cpu_engine):
+    uv = eng.find_uv()
+    subprocess.run([uv, "pip", "install", "--quiet", "--python", str(cpu_engine / "bin" / "python"),
+                    *locks.INDEX_OPTIONS, "six==1.16.0"], check=True, capture_output=True, timeout=300)
+    r = cli("engine", "status", "--prefix", str(cpu_engine))
+    assert r.code == 1
+    assert "six: changed (lock 1.17.0, installed 1.16.0)" in r.out
+    assert f"fix: kimi-serve engine install --prefix {cpu_engine} --lock cpu" in r.out
+    st = json.loads(cli("engine", "status", "--prefix", str(cpu_engine), "--json").out)
+    assert {"name": "six", "kind": "changed", "locked": "1.17.0", "installed": "1.16.0"} in st["drift"]
