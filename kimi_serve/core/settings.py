@@ -19,6 +19,9 @@ SGLANG_PYTHON_ENV = "KIMI_SERVE_SGLANG_PYTHON"  # an interpreter that can import
 SGLANG_WHEEL_ENV = "KIMI_SERVE_SGLANG_WHEEL"  # the pinned sglang wheel, for the offline patch check
 WHEEL_CACHE_ENV = "KIMI_SERVE_WHEEL_CACHE"  # where scripts/fetch-sglang-wheel.sh keeps that wheel
 API_KEY_ENV = "KIMI_SERVE_API_KEY"  # verify's key when no --api-key and no profile key file is given
+# TEST HOOK (kimi_serve.core.faults), never set in production: comma-separated "kill-at=N" (SIGKILL this process at
+# its Nth checkpoint), "raise-at=NAME" (an unexpected exception at checkpoint NAME), "pause-at=NAME:SECONDS"
+TEST_HOOK_ENV = "KIMI_SERVE_TEST_HOOK"
 # the simulator's knobs, read by the simulator process itself at its entry point
 SIM_STEP_ENV = "KIMI_SERVE_SIM_STEP_SECONDS"  # seconds per decode step (default 0.01)
 SIM_LOAD_ENV = "KIMI_SERVE_SIM_LOAD_SECONDS"  # simulated weight-loading time
@@ -35,6 +38,7 @@ class Settings:
     sglang_wheel: Path | None = None
     wheel_cache: Path | None = None
     api_key: str | None = None
+    test_hook: str | None = None
 
     @property
     def wheel_cache_dir(self) -> Path:
@@ -57,6 +61,7 @@ def from_env(environ: Mapping[str, str]) -> Settings:
         sglang_wheel=Path(wheel) if wheel else None,
         wheel_cache=Path(cache) if cache else None,
         api_key=get(API_KEY_ENV),
+        test_hook=get(TEST_HOOK_ENV),
     )
 
 
