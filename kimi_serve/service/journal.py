@@ -76,12 +76,30 @@ def journalled(paths: ServicePaths, systemd: Systemd, op: str, *, secret: Path |
     """Write the journal, run the block, remove the journal (also when the block raises a handled error: what it
     did is reported; only a kill leaves the journal for the next run)."""
     data = snapshot(paths, op, secret=secret, workdir=workdir)
-    write_atomic(intent_path(paths), json.dumps(data, indent=2) + "\n", 0o600)
+    _write_journal(intent_path(paths), json.dumps(data, indent=2) + "\n")
     checkpoint(f"service.{op}.journal-written")
     try:
         yield
     finally:
         intent_path(paths).unlink(missing_ok=True)
+
+
+def _write_journal(path: Path, text: str) -> None:
+    """Temp file, fsync, rename, fsync of the folder. A crash before the rename leaves only the temp file, which
+    :func:`recover` removes (nothing had changed yet)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 def read_intent(paths: ServicePaths) -> dict[str, Any] | None:
@@ -97,6 +115,10 @@ def describe(intent: dict[str, Any]) -> str:
 
 def recover(paths: ServicePaths, systemd: Systemd) -> str | None:
     """Roll back an interrupted change (see the module doc); None when there was none."""
+    journal = intent_path(paths)
+    if journal.parent.is_dir():
+        for tmp in journal.parent.glob(f".{journal.name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
     intent = read_intent(paths)
     if intent is None:
         return None
@@ -117,8 +139,11 @@ def recover(paths: ServicePaths, systemd: Systemd) -> str | None:
         checkpoint("service.recover.file")
     if intent.get("enabled") and not wants_link(paths).is_symlink() and paths.unit_file.exists():
         systemd.enable(paths.unit)
-    if intent.get("secret"):
-        (paths.root / intent["secret"]).unlink(missing_ok=True)
+    if intent.get("secret"):  # created by the killed run (never one that existed): remove it and its temp files
+        secret = paths.root / intent["secret"]
+        for tmp in secret.parent.glob(f".{secret.name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
+        secret.unlink(missing_ok=True)
     if systemd.live:
         systemd.daemon_reload()
     intent_path(paths).unlink(missing_ok=True)
