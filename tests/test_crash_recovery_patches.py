@@ -173,3 +173,29 @@ def test_with_wait_lock_the_second_apply_waits_and_finds_it_applied(pristine: Pa
     messages = sorted(json.loads(out)["message"] for _, out, _ in results)
     assert messages[0].endswith("already applied, nothing to do")
     assert "applied 6 patches" in messages[1]
+
+
+def test_a_recovery_killed_at_every_checkpoint_is_recovered_again(pristine: Path, patch_set, tmp_path: Path) -> None:
+    original = snapshot(pristine)
+    site, state = tmp_path / "site-packages", tmp_path / "state"  # the journal is kept per site-packages path
+    shutil.copytree(pristine, site)
+    trace = tmp_path / "trace"
+    patches("apply", site, state, hook=f"trace-to={trace}")
+    swaps = [int(line.split()[0]) for line in trace.read_text().splitlines() if "swap.replace" in line]
+    m = 0
+    while True:  # the `patches revert` that recovers from a killed apply is itself killed at each of its checkpoints
+        m += 1
+        assert m < MAX_CHECKPOINTS
+        shutil.rmtree(site)
+        shutil.rmtree(state)
+        shutil.copytree(pristine, site)
+        assert patches("apply", site, state, hook=f"kill-at={swaps[2] + 1}").returncode == -signal.SIGKILL
+        r = patches("revert", site, state, hook=f"kill-at={m}")
+        if r.returncode != -signal.SIGKILL:
+            assert r.returncode == 0, r.stderr
+            assert snapshot(site) == original
+            break
+        assert patches("revert", site, state).returncode == 0, m
+        assert snapshot(site) == original, m
+        assert not list(state.glob("patches/*/*.intent.json"))
+    assert m > 3

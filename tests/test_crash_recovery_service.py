@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from kimi_serve.core.proc import Completed
 from kimi_serve.service.journal import intent_path, recover
 from kimi_serve.service.state import ServicePaths
 from kimi_serve.service.systemctl import Systemd, run
@@ -116,3 +117,74 @@ def test_a_second_install_while_one_holds_the_lock_exits_75(tmp_path: Path, writ
     assert sorted(rc for rc, _, _ in results) == [0, 75], results
     loser = next(err for rc, _, err in results if rc == 75)
     assert "`kimi-serve install-service` (pid " in loser and "is changing this host" in loser
+
+
+def _normalized(files: dict[str, tuple[int, bytes | str]]) -> dict[str, tuple[int, bytes | str]]:
+    """Records carry the time they were written: drop it, compare the rest byte for byte."""
+    out = {}
+    for rel, (mode, data) in files.items():
+        if rel.endswith(".json") and isinstance(data, bytes):
+            record = json.loads(data)
+            record.pop("time", None)
+            data = json.dumps(record, sort_keys=True).encode()
+        out[rel] = (mode, data)
+    return out
+
+
+def stand_in_systemctl(argv, *, timeout: float) -> Completed:
+    """STAND-IN for systemctl on the running system (the restart tests drive a unit under a temporary root)."""
+    return Completed(tuple(argv), 0, "", "")
+
+
+def restart_driver(root: Path, profile: Path, scenario: str, hook: str | None = None
+                   ) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK"}
+    if hook:
+        env["KIMI_SERVE_TEST_HOOK"] = hook
+    return subprocess.run([sys.executable, str(Path(__file__).parent / "restart_driver.py"), str(root), str(profile),
+                           scenario], capture_output=True, text=True, env=env, timeout=300, check=False)
+
+
+@pytest.mark.parametrize("scenario, code", [("pass", "0"), ("fail", "1")], ids=["new-unit-passes", "rolls-back"])
+def test_restart_killed_at_every_checkpoint_is_rolled_back_then_finished(
+        scenario: str, code: str, tmp_path: Path, write_profile: Callable[..., Path]) -> None:
+    from kimi_serve.service.status import status
+
+    good = write_profile("extends: sim\nserver:\n  port: 30001\n", name="good")
+    new = write_profile("extends: sim\nserver:\n  port: 30002\n", name="new")
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    assert restart_driver(seed, good, "pass").stdout.strip() == "0"  # the last good unit
+    before = _normalized(files_of(seed))
+    ref = tmp_path / "ref"
+    shutil.copytree(seed, ref, symlinks=True)
+    assert restart_driver(ref, new, scenario).stdout.strip() == code
+    reference = _normalized(files_of(ref))
+    assert reference != before
+
+    n = 0
+    while True:
+        n += 1
+        assert n < MAX_CHECKPOINTS
+        root = tmp_path / f"k{n}"
+        shutil.copytree(seed, root, symlinks=True)
+        r = restart_driver(root, new, scenario, hook=f"kill-at={n}")
+        if r.returncode != -signal.SIGKILL:
+            assert r.stdout.strip() == code, r.stderr
+            assert _normalized(files_of(root)) == reference
+            break
+        paths = ServicePaths(root, UNIT)
+        st = status(paths, Systemd(run, root))  # an injected root: files and records only, systemd not asked
+        assert (st.interrupted is not None) == intent_path(paths).exists(), n
+        if st.interrupted is None:
+            assert _normalized(files_of(root)) in (before, reference), n
+        else:
+            assert st.interrupted["op"] == "restart" and st.exit_code == 1
+        if n % 2:  # the rollback alone gives back every file byte for byte (the records' times included)
+            recover(paths, Systemd(stand_in_systemctl, Path("/")))
+            assert files_of(root) == files_of(seed), n
+        # the next restart rolls the killed one back first, then ends where an uninterrupted one ends
+        assert restart_driver(root, new, scenario).stdout.strip() == code, n
+        assert _normalized(files_of(root)) == reference, n
+        shutil.rmtree(root)
+    assert n > 8, f"only {n - 1} checkpoints in restart"
