@@ -188,3 +188,18 @@ def test_restart_killed_at_every_checkpoint_is_rolled_back_then_finished(
         assert _normalized(files_of(root)) == reference, n
         shutil.rmtree(root)
     assert n > 8, f"only {n - 1} checkpoints in restart"
+
+
+def test_a_bug_in_the_middle_of_install_is_exit_70_and_rolled_back_by_the_next_run(
+        tmp_path: Path, write_profile: Callable[..., Path], cli) -> None:
+    profile = write_profile("extends: sim\nserver:\n  api_key_file: /etc/kimi-serve/crash.yaml\n", name="bug")
+    root = tmp_path / "root"
+    root.mkdir()
+    r = install(profile, root, hook="raise-at=service.write.enabled")  # unit written and enabled, then a bug
+    assert r.returncode == 70 and "internal error: InjectedFault" in r.stderr and r.stderr.count("\n") == 1
+    paths = ServicePaths(root.resolve(), UNIT)
+    assert intent_path(paths).exists() and paths.unit_file.exists()
+    st = json.loads(cli("status", "--root", str(root), "--json").out)
+    assert st["interrupted"]["op"] == "install-service"
+    recover(paths, Systemd(run, paths.root))
+    assert files_of(root) == {}  # the unit, its enablement and the key file it created are gone again

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.service.state import ServicePaths, read_record, write_atomic
 from kimi_serve.service.systemctl import Systemd
@@ -73,15 +74,18 @@ def snapshot(paths: ServicePaths, op: str, *, secret: Path | None, workdir: Path
 @contextlib.contextmanager
 def journalled(paths: ServicePaths, systemd: Systemd, op: str, *, secret: Path | None = None,
                workdir: Path | None = None) -> Iterator[None]:
-    """Write the journal, run the block, remove the journal (also when the block raises a handled error: what it
-    did is reported; only a kill leaves the journal for the next run)."""
+    """Write the journal, run the block, remove the journal. A handled error (a KimiServeError: a failed systemctl
+    step, say) also removes it, since the report says what was done; a kill, or a bug in kimi-serve (exit 70), leaves
+    it for the next run to roll back."""
     data = snapshot(paths, op, secret=secret, workdir=workdir)
     _write_journal(intent_path(paths), json.dumps(data, indent=2) + "\n")
     checkpoint(f"service.{op}.journal-written")
     try:
         yield
-    finally:
+    except KimiServeError:
         intent_path(paths).unlink(missing_ok=True)
+        raise
+    intent_path(paths).unlink(missing_ok=True)
 
 
 def _write_journal(path: Path, text: str) -> None:
