@@ -13,6 +13,10 @@ SIGKILLs its children and itself (status -9). Scenarios:
   nccl_hang          "Init parallel begin." then silence forever; ranks ignore SIGTERM, no PDEATHSIG (worst case)
   crash_after_ready  ok, then a scheduler crashes (-6) and the watchdog takes everything down -> exit -9
   stuck_stop         ok, but the main process ignores SIGTERM (only SIGKILL ends it)
+  oom_stays_alive    TP3 logs torch.OutOfMemoryError at KV-cache allocation, but nothing exits: the main process
+                     waits forever (no SIGTERM handler yet, as during SGLang's load) and the ranks ignore SIGTERM and
+                     have no PDEATHSIG (only a SIGKILL of the group frees "the GPUs")
+  oom_stays_alive_stuck  the same, and the main process ignores SIGTERM too (only SIGKILL ends it)
 """
 
 from __future__ import annotations
@@ -143,8 +147,9 @@ class Replay:
     def run(self) -> int:
         sc = self.scenario
         stuck = sc == "nccl_hang"
-        self.spawn_ranks("ignore-term" if stuck else "pdeathsig")
-        if sc == "stuck_stop":
+        stays = sc.startswith("oom_stays_alive")
+        self.spawn_ranks("ignore-term" if stuck or stays else "pdeathsig")
+        if sc in ("stuck_stop", "oom_stays_alive_stuck"):
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         self.head()
         if stuck:
@@ -160,7 +165,7 @@ class Replay:
                 "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n", 5)
             self.die_like_sglang()
         self.load()
-        if sc == "cuda_oom":
+        if sc == "cuda_oom" or stays:
             self.kv(failing_rank=3)
             rec("Scheduler hit an exception: Traceback (most recent call last):\n"
                 '  File "<site-packages>/sglang/srt/managers/scheduler.py", line 6362, in run_scheduler_process\n'
@@ -170,6 +175,9 @@ class Replay:
                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 755.00 MiB. GPU 3 has a total capacity "
                 "of 139.81 GiB of which 402.19 MiB is free. Including non-PyTorch memory, this process has 131.27 GiB "
                 "memory in use.\n", 3)
+            if stays:  # the watchdog never fires: the server hangs on with its GPUs held
+                while True:
+                    time.sleep(3600)
             self.die_like_sglang()
         self.kv()
         self.graphs_and_http()

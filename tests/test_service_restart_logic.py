@@ -87,7 +87,10 @@ def test_failed_restart_rolls_back_to_last_good(good_installed: Plan, tmp_path: 
     assert result.new is not None and not result.new.ok and result.new.profile == "bad"
     assert result.rollback is not None and result.rollback.ok and result.rollback.profile == "good"
     assert bad.paths.unit_file.read_text() == good_installed.unit.text
-    assert runner.verbs() == ["daemon-reload", "enable", "restart", "daemon-reload", "reset-failed", "restart"]
+    expected = ["daemon-reload", "enable", "restart", "daemon-reload", "reset-failed", "restart"]
+    if new_restart_rc:  # a failed start: restart asks systemd how the ExecStartPost verify ended (exit 70 = a bug)
+        expected.insert(3, "show")
+    assert runner.verbs() == expected
     assert verifier.endpoints[-1] == "127.0.0.1:30001"  # the rollback is verified where the good unit serves
     assert read_record(bad.paths.last_good_record)["profile"] == "good"  # type: ignore[index]
     assert read_record(bad.paths.last_verify_record)["status"] == "pass"  # type: ignore[index]
@@ -109,3 +112,98 @@ def test_first_install_failing_has_nothing_to_roll_back(tmp_path: Path, write_pr
     assert runner.verbs()[-1] == "stop"
     assert any("nothing to roll back to" in s.detail for s in result.steps)
     assert not plan.paths.last_good_unit.exists()
+
+
+# ------------------------------------------------------------------ a kimi-serve bug is not a contract violation
+
+
+class ShowingRunner(RecordingRunner):
+    """As RecordingRunner, and `systemctl show -p ExecStartPost` answers how the unit's verify last ended, in
+    systemd's ExecCommand form."""
+
+    def __init__(self, restart_rcs: Sequence[int], post_status: int) -> None:
+        super().__init__(restart_rcs)
+        self.post_status = post_status
+
+    def __call__(self, argv: Sequence[str], *, timeout: float) -> Completed:
+        done = super().__call__(argv, timeout=timeout)
+        if argv[:2] == ["systemctl", "show"]:
+            return Completed(tuple(argv), 0, "ExecStartPost={ path=/opt/kimi-serve/venv/bin/kimi-serve ; argv[]=... ;"
+                             f" ignore_errors=no ; pid=4242 ; code=exited ; status={self.post_status}/n/a }}\n", "")
+        return done
+
+
+def test_verify_crashing_in_restart_is_reported_as_a_bug_and_not_rolled_back(
+        good_installed: Plan, tmp_path: Path, write_profile, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kimi_serve.service.verifier import contract_verifier
+
+    new = _plan(tmp_path, write_profile, "new", 30002)
+    runner = RecordingRunner([0])
+    monkeypatch.setenv("KIMI_SERVE_TEST_HOOK", "raise-at=verify.run")  # a bug inside the real `kimi-serve verify`
+    result = restart(new, Systemd(runner, Path("/")), contract_verifier, {})
+    assert result.exit_code == 70
+    assert result.new is not None and result.new.started and result.new.verify_exit == 70
+    assert "a bug in kimi-serve, not a verdict on the server" in result.new.detail
+    assert "InjectedFault" in result.new.detail
+    assert result.rollback is None and runner.verbs() == ["daemon-reload", "enable", "restart"]  # no rollback
+    rollback = next(s for s in result.steps if s.action.startswith("roll back"))
+    assert rollback.status == "skipped" and "running but unverified" in rollback.detail
+    assert new.paths.unit_file.read_text() == new.unit.text  # the new unit stays ...
+    assert read_record(new.paths.last_good_record)["profile"] == "good"  # type: ignore[index]  # ... not as good
+
+
+def test_execstartpost_verify_crashing_is_reported_as_a_bug(good_installed: Plan, tmp_path: Path,
+                                                            write_profile) -> None:
+    new = _plan(tmp_path, write_profile, "new", 30002)
+    runner = ShowingRunner([1], post_status=70)
+    result = restart(new, Systemd(runner, Path("/")), ScriptedVerifier([]), {})
+    assert result.exit_code == 70 and result.rollback is None
+    assert result.new is not None and "ExecStartPost kimi-serve verify crashed (exit 70" in result.new.detail
+    assert "systemd stopped it" in next(s.detail for s in result.steps if s.action.startswith("roll back"))
+
+
+def test_execstartpost_contract_failure_still_rolls_back(good_installed: Plan, tmp_path: Path, write_profile
+                                                         ) -> None:
+    new = _plan(tmp_path, write_profile, "new", 30002)
+    result = restart(new, Systemd(ShowingRunner([1, 0], post_status=1), Path("/")), ScriptedVerifier([0]), {})
+    assert result.exit_code == 1 and result.rollback is not None and result.rollback.ok
+
+
+def test_verify_with_a_bug_exits_70_in_one_line(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KIMI_SERVE_TEST_HOOK", "raise-at=verify.run")
+    r = cli("verify", "--host", "127.0.0.1:9")
+    assert r.code == 70
+    assert r.err.count("\n") == 1 and "internal error: InjectedFault" in r.err and "a bug in kimi-serve" in r.err
+
+
+# ------------------------------------------------------------------ deadlines: a 30-minute cold start is not cut short
+
+
+def test_restart_waits_for_a_full_30_minute_cold_start(tmp_path: Path) -> None:
+    from kimi_serve.service.timeouts import restart_wait_sec, start_timeout_sec
+    from kimi_serve.up.options import UpOptions
+
+    profile = load_profile("prod")
+    assert profile.startup.timeout == 1800
+    unit = render_unit(profile, validated_launch(profile), CTX)
+    plan = Plan(profile, unit, ServicePaths(tmp_path, unit.name), False, (), True)
+    runner = TimingRunner()
+    restart(plan, Systemd(runner, Path("/")), ScriptedVerifier([0]), {})
+    waited = runner.timeouts["restart"]
+    timeout_start = int(next(line for line in unit.text.splitlines()
+                             if line.startswith("TimeoutStartSec=")).split("=")[1])
+    assert timeout_start == start_timeout_sec(profile) >= 1800 + profile.verify.timeout  # systemd's start deadline
+    assert f'"--wait" "{profile.startup.timeout}"' in unit.text  # ExecStartPost waits out the whole cold start
+    # restart lets `systemctl restart` run for the old server's stop plus systemd's whole start deadline
+    assert waited == restart_wait_sec(profile) >= profile.service.stop_timeout + timeout_start
+    assert UpOptions.from_profile(profile).startup_timeout_s == 1800.0  # `up`'s own deadline is the profile's
+
+
+class TimingRunner(RecordingRunner):
+    def __init__(self) -> None:
+        super().__init__([0])
+        self.timeouts: dict[str, float] = {}
+
+    def __call__(self, argv: Sequence[str], *, timeout: float) -> Completed:
+        self.timeouts[argv[1]] = timeout
+        return super().__call__(argv, timeout=timeout)

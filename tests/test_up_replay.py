@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,49 @@ def test_a_server_that_cannot_start_is_an_environment_error(tmp_path: Path) -> N
     with pytest.raises(KimiServeError) as exc:
         serve(launch, UpOptions(verify=False), tmp_path / "x.log", Console(io.StringIO(), io.StringIO(), tty=False))
     assert exc.value.exit_code == ExitCode.ENVIRONMENT and "cannot start" in exc.value.message
+
+
+@pytest.mark.parametrize("scenario, how", [("oom_stays_alive", "killed by SIGTERM"),
+                                           ("oom_stays_alive_stuck", "killed by SIGKILL")])
+def test_a_fatal_failure_from_a_server_that_keeps_running_is_stopped_within_seconds(
+        tmp_path: Path, scenario: str, how: str) -> None:
+    # the OOM is logged, then nothing exits: `up` must stop it the SGLang way (SIGTERM to the main pid only, SIGKILL
+    # to the group after the grace) and leave no process of the group behind (the replayed ranks ignore SIGTERM)
+    started = time.monotonic()
+    run = run_replay(tmp_path, scenario, tp=4, failure_grace_s=1.0, stop_grace_s=2.0)
+    elapsed = time.monotonic() - started
+    assert run.exit_code == ExitCode.SERVER_EXITED
+    assert run.error.message.startswith("server failed (cuda_oom)") and "it did not exit; stopped" in run.error.message
+    assert "the server did not exit after its failure; stopping the server (SIGTERM to pid" in run.out
+    assert how in run.out
+    assert_no_orphans(run)
+    # start-up replay (~3 s) + failure grace 1 s + stop grace 2 s + reap grace 5 s; generous for a loaded 2-core box
+    assert elapsed < 45.0, elapsed
+
+
+class _IdleServer:
+    """STAND-IN for up.supervisor.Server in a clock-driven test of the start deadline: never exits, logs nothing."""
+
+    pid = pgid = 0
+    killed = False
+
+    def terminate(self) -> None:
+        self.terminated = True
+
+
+def test_up_never_cuts_short_a_30_minute_healthy_cold_start(tmp_path: Path) -> None:
+    from kimi_serve.profile.loader import load_profile
+    from kimi_serve.up.watch import Watch
+
+    opts = UpOptions.from_profile(load_profile("prod"), verify=False, health_every_s=1e9)
+    assert opts.startup_timeout_s == 1800.0
+    server = _IdleServer()
+    watch = Watch(server, replay_launch("ok", free_port()), opts, Console(io.StringIO(), io.StringIO(), tty=False),
+                  tmp_path / "x.log")
+    watch.next_health = float("inf")  # no /health polls: only the deadline is under test
+    for minute in range(30):  # a cold start that is still loading after 0..29.9 minutes: never stopped
+        watch._watch_start(watch.started + 60.0 * minute + 59.0)
+        assert watch.reason is None, minute
+    watch._watch_start(watch.started + 1801.0)
+    assert watch.reason is not None and watch.reason.code == ExitCode.UNREACHABLE
+    assert "not ready after 1800s" in watch.reason.message

@@ -94,10 +94,21 @@ def test_real_start_shows_phases_and_readiness(running: tuple[UpProcess, Path, i
     assert "[Errno 98]" not in up.output
 
 
+def test_a_second_up_on_this_host_exits_75_naming_the_first(running: tuple[UpProcess, Path, int]) -> None:
+    up, tmp, port = running  # `up` holds the host lock until its server is stopped
+    again = cpu_profile(tmp, port + 1 if port < 65535 else port - 1, os.environ["KIMI_SERVE_SGLANG_PYTHON"],
+                        name="again2")
+    second = UpProcess(["--profile", str(again), "--no-verify", "--log-file", str(tmp / "again2.log")], tmp)
+    assert second.finish(60) == 75
+    assert f"`kimi-serve up` (pid {up.proc.pid}, since " in second.output and "is changing this host" in second.output
+    assert "starting sglang" not in second.output and "preflight" not in second.output
+
+
 def test_port_in_use_is_refused_before_launch(running: tuple[UpProcess, Path, int]) -> None:
     _up, tmp, port = running  # the real SGLang server holds the port
     again = cpu_profile(tmp, port, os.environ["KIMI_SERVE_SGLANG_PYTHON"], name="again")
-    second = UpProcess(["--profile", str(again), "--no-verify", "--log-file", str(tmp / "again.log")], tmp)
+    other_state = tmp / "other-state"  # another state root: the host lock does not answer, the port check must
+    second = UpProcess(["--profile", str(again), "--no-verify", "--log-file", str(tmp / "again.log")], other_state)
     assert second.finish(60) == 5
     assert f"port {port} on 127.0.0.1 is already in use" in second.output
     assert "starting sglang" not in second.output  # refused up front, not ~2 min after a full load

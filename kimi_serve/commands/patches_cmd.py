@@ -20,6 +20,8 @@ SET_HELP = "Patch set name or folder."
 STATE_HELP = ("kimi-serve state root; records and backups go to DIR/patches (default: $KIMI_SERVE_STATE_DIR or "
               "/var/lib/kimi-serve).")
 JSON_HELP = "Print a JSON report."
+WAIT_LOCK_HELP = ("When another kimi-serve command holds the host lock, wait for it instead of exiting 75 (the state "
+                  "is read after the wait).")
 
 # The options every patches command takes.
 SitePackages = Annotated[Path | None, typer.Option("--site-packages", help=SITE_HELP)]
@@ -27,6 +29,7 @@ Python = Annotated[str | None, typer.Option("--python", help=PYTHON_HELP)]
 SetName = Annotated[str, typer.Option("--set", help=SET_HELP)]
 StateDir = Annotated[Path | None, typer.Option("--state-dir", help=STATE_HELP)]
 AsJson = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
+WaitLock = Annotated[bool, typer.Option("--wait-lock", help=WAIT_LOCK_HELP)]
 
 patches_app = typer.Typer(help="SGLang source patches for SM120: status, apply, revert (all-or-nothing, reversible).",
                           no_args_is_help=True)
@@ -54,6 +57,10 @@ def _render(st: PatchStatus) -> None:
                    f", backups in {st.record.get('backup_dir')}")
     else:
         typer.echo("record: none")
+    if st.interrupted:
+        from kimi_serve.patches.journal import describe
+
+        typer.echo(f"INTERRUPTED: {describe(st.interrupted)}")
 
 
 def _finish(st: PatchStatus, as_json: bool, message: str | None = None, changed: bool | None = None) -> None:
@@ -76,13 +83,14 @@ def status_cmd(
     state_dir: StateDir = None,
     as_json: AsJson = False,
 ) -> int:
-    """Show each patch as applied, not applied, or conflict; exit 0 only when every patch is applied (else 1)."""
+    """Show each patch as applied, not applied, or conflict, and any change that was killed part-way; exit 0 only
+    when every patch is applied and no change is interrupted (else 1)."""
     from kimi_serve.patches import status
 
     sp, patch_set = _target(site_packages, python, set_name)
     st = status(sp, patch_set, state_dir=state_dir)
     _finish(st, as_json)
-    return 0 if st.all_applied else 1
+    return 0 if st.all_applied and not st.interrupted else 1
 
 
 @patches_app.command("apply")
@@ -92,11 +100,13 @@ def apply_cmd(
     set_name: SetName = DEFAULT_SET,
     state_dir: StateDir = None,
     as_json: AsJson = False,
+    wait_lock: WaitLock = False,
 ) -> int:
-    """Apply every patch or none (checked on a staging copy first); applying again is a no-op."""
+    """Apply every patch or none (checked on a staging copy first); applying again is a no-op. One change at a time
+    (host lock, exit 75); a change killed part-way is finished or rolled back first."""
     from kimi_serve.patches import apply
 
-    return _change(apply, site_packages, python, set_name, state_dir, as_json)
+    return _change(apply, site_packages, python, set_name, state_dir, as_json, wait_lock)
 
 
 @patches_app.command("revert")
@@ -106,17 +116,19 @@ def revert_cmd(
     set_name: SetName = DEFAULT_SET,
     state_dir: StateDir = None,
     as_json: AsJson = False,
+    wait_lock: WaitLock = False,
 ) -> int:
-    """Restore the original sglang files byte for byte (checked against the manifest); a no-op when not applied."""
+    """Restore the original sglang files byte for byte (checked against the manifest afterwards: exit 1 on a
+    mismatch); a no-op when not applied. Host lock and crash recovery as for apply."""
     from kimi_serve.patches import revert
 
-    return _change(revert, site_packages, python, set_name, state_dir, as_json)
+    return _change(revert, site_packages, python, set_name, state_dir, as_json, wait_lock)
 
 
 def _change(action: Callable[..., ChangeResult], site_packages: Path | None, python: str | None, set_name: str,
-            state_dir: Path | None, as_json: bool) -> int:
+            state_dir: Path | None, as_json: bool, wait_lock: bool) -> int:
     sp, patch_set = _target(site_packages, python, set_name)
-    result = action(sp, patch_set, state_dir=state_dir)
+    result = action(sp, patch_set, state_dir=state_dir, wait_lock=wait_lock)
     _finish(result.status, as_json, result.message, result.changed)
     return 0
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
 ROOT_HELP = "Install under this directory instead of / (unit in ROOT/etc/systemd/system; only offline systemctl)."
 UNIT_HELP = "Unit name (default: the profile's service.unit_name)."
+WAIT_LOCK_HELP = "When another kimi-serve command holds the host lock, wait for it instead of exiting 75."
 _MARK = {"done": "ok  ", "planned": "plan", "failed": "FAIL", "skipped": "skip"}
 
 
@@ -25,6 +26,23 @@ def _systemd(root: Path) -> Systemd:
     from kimi_serve.service.systemctl import Systemd, run
 
     return Systemd(run, root.resolve())
+
+
+def _host_lock(command: str, wait: bool):  # noqa: ANN202 - a lazy context manager
+    """The host lock (kimi_serve.core.lock, STATE_ROOT/host.lock), also under --root: one change at a time."""
+    from kimi_serve.core.lock import host_lock
+
+    return host_lock(command, wait=wait)
+
+
+def _recover(systemd: Systemd, unit: str) -> None:
+    """Roll back a change of ``unit`` that was killed part-way (kimi_serve.service.journal), and say so."""
+    from kimi_serve.service.journal import recover
+    from kimi_serve.service.state import ServicePaths
+
+    message = recover(ServicePaths(systemd.root, unit), systemd)
+    if message:
+        typer.echo(f"kimi-serve: {message}", err=True)
 
 
 def _say(message: str) -> None:
@@ -66,18 +84,23 @@ def install_service(
     unit_name: str | None = typer.Option(None, "--unit-name", help=UNIT_HELP),
     root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
 ) -> int:
     """Check the profile, render and verify its systemd unit, write it (keeping the previous one) and enable it.
 
     The API key never goes into the unit: SGLang reads it from the profile's server.api_key_file (0600), which this
     command creates from $KIMI_SERVE_API_KEY when it does not exist yet.
     """
-    from kimi_serve.service.install import contract_verifier, install, planned_actions
+    from kimi_serve.service.install import install, planned_actions
+    from kimi_serve.service.verifier import contract_verifier
 
-    plan, systemd = _plan(profile, root, unit_name, now, contract=False)
     if dry_run:
+        plan, systemd = _plan(profile, root, unit_name, now, contract=False)
         return _print_plan(plan, planned_actions(plan, systemd), as_json)
-    return _print_result(install(plan, systemd, contract_verifier, os.environ), as_json)
+    with _host_lock("install-service", wait_lock):
+        _recover(_systemd(root), _unit_of(profile, unit_name))
+        plan, systemd = _plan(profile, root, unit_name, now, contract=False)
+        return _print_result(install(plan, systemd, contract_verifier, os.environ), as_json)
 
 
 def _print_plan(plan: Plan, actions: list[str], as_json: bool) -> int:
@@ -120,32 +143,42 @@ def uninstall_service(
     root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print each action; change nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
 ) -> int:
     """Stop, disable and remove the unit and its records (the API-key file stays)."""
-    from kimi_serve.service.install import uninstall
     from kimi_serve.service.state import ServicePaths
+    from kimi_serve.service.uninstall import uninstall
 
     systemd = _systemd(root)
-    return _print_result(uninstall(ServicePaths(systemd.root, _unit_of(profile, unit_name)), systemd,
-                                   dry_run=dry_run), as_json)
+    unit = _unit_of(profile, unit_name)
+    if dry_run:
+        return _print_result(uninstall(ServicePaths(systemd.root, unit), systemd, dry_run=True), as_json)
+    with _host_lock("uninstall-service", wait_lock):
+        _recover(systemd, unit)
+        return _print_result(uninstall(ServicePaths(systemd.root, unit), systemd, dry_run=False), as_json)
 
 
 def restart(
     profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
     unit_name: str | None = typer.Option(None, "--unit-name", help=UNIT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
 ) -> int:
     """Check, install the new unit, restart, verify; on failure restore the last unit that passed verify.
 
     Exit codes: 0 the new unit passed; 1 it failed and the last good unit is back and passing; 4 it failed and
-    nothing is serving (no last good unit, or that one failed too).
+    nothing is serving (no last good unit, or that one failed too); 70 kimi-serve's own verify crashed: no verdict,
+    so no rollback; 75 another kimi-serve command holds the host lock.
     """
-    from kimi_serve.service.install import contract_verifier
     from kimi_serve.service.restart import restart as restart_core
+    from kimi_serve.service.verifier import contract_verifier
 
-    plan, systemd = _plan(profile, Path("/"), unit_name, now=True, contract=True)
-    _say(f"restarting {plan.unit.name} (waits up to {plan.candidate.restart_timeout:.0f}s for the contract check)...")
-    return _print_result(restart_core(plan, systemd, contract_verifier, os.environ), as_json)
+    with _host_lock("restart", wait_lock):
+        _recover(_systemd(Path("/")), _unit_of(profile, unit_name))
+        plan, systemd = _plan(profile, Path("/"), unit_name, now=True, contract=True)
+        _say(f"restarting {plan.unit.name} (waits up to {plan.candidate.restart_timeout:.0f}s for the contract "
+             "check)...")
+        return _print_result(restart_core(plan, systemd, contract_verifier, os.environ), as_json)
 
 
 def status(
@@ -189,6 +222,10 @@ def _print_status(st: Status) -> None:
         else:
             rows.append((label, f"profile {rec.get('profile')} (patch set {rec.get('patch_set')}, sha256 "
                          f"{str(rec.get('unit_sha256'))[:12]}) at {rec.get('time')}"))
+    if st.interrupted:
+        from kimi_serve.service.journal import describe
+
+        rows.append(("INTERRUPTED", describe(st.interrupted)))
     for label, value in rows:
         typer.echo(f"{label + ':':13} {value}")
 

@@ -15,15 +15,18 @@ def up(
     log_file: Path | None = typer.Option(None, "--log-file", help="Server log (default: "
                                          "$KIMI_SERVE_STATE_DIR/logs/up-PROFILE-TIME.log, state dir default "
                                          "/var/lib/kimi-serve)."),
+    wait_lock: bool = typer.Option(False, "--wait-lock", help="When another kimi-serve command holds the host lock, "
+                                   "wait for it instead of exiting 75."),
 ) -> int:
     """Start the server in the foreground: preflight, start, progress, contract check, supervise (Ctrl-C stops it).
 
     Exit codes: 0 server exited 0, 1 contract failed, 3 never ready, 4 server exited/crashed or failed in its log,
-    5 preflight failed, 130 stopped on request.
+    5 preflight failed, 75 another kimi-serve command holds the host lock (`up` holds it until the server is
+    stopped), 130 stopped on request.
     """
     from kimi_serve.up.run import run_up
 
-    return run_up(profile, dry_run=dry_run, verify=not no_verify, log_file=log_file)
+    return run_up(profile, dry_run=dry_run, verify=not no_verify, log_file=log_file, wait_lock=wait_lock)
 
 
 def doctor(

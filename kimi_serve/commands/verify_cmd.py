@@ -43,9 +43,11 @@ def verify(
 
     Exit codes: 0 contract holds, 1 contract violated, 2 usage, 3 unreachable or not ready.
     """
+    from kimi_serve.core.faults import checkpoint
     from kimi_serve.verify import parse_target, resolve_api_key, run_verify
     from kimi_serve.verify.render import render_lines, render_table
 
+    checkpoint("verify.run")  # test hook: raise-at=verify.run is a kimi-serve bug in verify (exit 70)
     target = parse_target(host)
     key = resolve_api_key(api_key, api_key_file)
     progress = _progress_printer(target.base_url) if sys.stderr.isatty() else None

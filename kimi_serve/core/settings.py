@@ -20,6 +20,9 @@ SGLANG_WHEEL_ENV = "KIMI_SERVE_SGLANG_WHEEL"  # the pinned sglang wheel, for the
 WHEEL_CACHE_ENV = "KIMI_SERVE_WHEEL_CACHE"  # where scripts/fetch-sglang-wheel.sh keeps that wheel
 API_KEY_ENV = "KIMI_SERVE_API_KEY"  # verify's key when no --api-key and no profile key file is given
 UV_ENV = "KIMI_SERVE_UV"  # the uv binary `engine install` uses (else PATH, else next to this interpreter)
+# TEST HOOK (kimi_serve.core.faults), never set in production: comma-separated "kill-at=N" (SIGKILL this process at
+# its Nth checkpoint), "raise-at=NAME" (an unexpected exception at checkpoint NAME), "pause-at=NAME:SECONDS"
+TEST_HOOK_ENV = "KIMI_SERVE_TEST_HOOK"
 # the simulator's knobs, read by the simulator process itself at its entry point
 SIM_STEP_ENV = "KIMI_SERVE_SIM_STEP_SECONDS"  # seconds per decode step (default 0.01)
 SIM_LOAD_ENV = "KIMI_SERVE_SIM_LOAD_SECONDS"  # simulated weight-loading time
@@ -37,6 +40,7 @@ class Settings:
     wheel_cache: Path | None = None
     api_key: str | None = None
     uv: str | None = None
+    test_hook: str | None = None
 
     @property
     def wheel_cache_dir(self) -> Path:
@@ -60,6 +64,7 @@ def from_env(environ: Mapping[str, str]) -> Settings:
         wheel_cache=Path(cache) if cache else None,
         api_key=get(API_KEY_ENV),
         uv=get(UV_ENV),
+        test_hook=get(TEST_HOOK_ENV),
     )
 
 

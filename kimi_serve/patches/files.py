@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.faults import checkpoint
 
 _PATCH_TIMEOUT_S = 60
 
@@ -106,8 +107,10 @@ def replace_all(root: Path, contents: dict[str, Content]) -> None:
     replaced: list[str] = []
     try:
         for rel, content in contents.items():
+            checkpoint("patches.swap.temp")
             temps[rel] = _write_temp(root / rel, content)
         for rel in contents:
+            checkpoint("patches.swap.replace")
             os.replace(temps[rel], root / rel)
             del temps[rel]
             replaced.append(rel)
@@ -119,6 +122,7 @@ def replace_all(root: Path, contents: dict[str, Content]) -> None:
             invalidate_bytecode(root / rel)
         raise
     for rel in contents:
+        checkpoint("patches.swap.bytecode")
         invalidate_bytecode(root / rel)
 
 

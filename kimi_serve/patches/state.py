@@ -3,19 +3,16 @@ staging a patch set on in-memory copies."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.settings import STATE_DIR_ENV, state_root
+from kimi_serve.core.settings import state_root
 from kimi_serve.patches.files import (
     Content,
     patch_tool,
@@ -74,6 +71,7 @@ class PatchStatus:
     files: list[FileState]
     record: dict[str, Any] | None = None
     features: dict[str, bool] = field(default_factory=dict)  # feature -> all its patches applied
+    interrupted: dict[str, Any] | None = None  # the journal of a change that was killed part-way (patches.journal)
 
     @property
     def all_applied(self) -> bool:
@@ -99,6 +97,7 @@ class PatchStatus:
                         for p in self.patches],
             "files": [{"path": f.path, "state": f.label, "sha256": f.sha256} for f in self.files],
             "record": self.record,
+            "interrupted": self.interrupted,
         }
 
 
@@ -152,9 +151,11 @@ def status(site_packages: Path, patch_set: PatchSet, *, state_dir: Path | None =
     reports = _patch_reports(patch_set, files)
     features = {feat: all(r.state is State.APPLIED for r in reports if r.feature == feat)
                 for feat in patch_set.features}
-    record = read_record(record_dir_of(state_dir, patch_set, site_packages) / "record.json")
+    record_dir = record_dir_of(state_dir, patch_set, site_packages)
+    record = read_record(record_dir / "record.json")
+    intent = read_record(record_dir.parent / f"{record_dir.name}.intent.json")  # patches.journal.intent_path
     return PatchStatus(patch_set.name, patch_set.target_version, site_packages, version, reports,
-                       list(files.values()), record, features)
+                       list(files.values()), record, features, intent)
 
 
 # ------------------------------------------------------------------------------------------------ state & records
@@ -163,20 +164,6 @@ def status(site_packages: Path, patch_set: PatchSet, *, state_dir: Path | None =
 def record_dir_of(state_dir: Path | None, ps: PatchSet, site_packages: Path) -> Path:
     key = sha256_bytes(str(site_packages.resolve()).encode())[:16]
     return state_root(state_dir) / "patches" / ps.name / key
-
-
-@contextlib.contextmanager
-def locked(record_dir: Path) -> Iterator[None]:
-    try:
-        record_dir.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(record_dir.parent / f"{record_dir.name}.lock", "w")  # noqa: SIM115 - held for the block
-    except OSError as exc:
-        raise KimiServeError(f"cannot write the patch state dir {record_dir.parent}: {exc.strerror}",
-                             hint=f"run as root, or pass --state-dir DIR (or set {STATE_DIR_ENV})",
-                             exit_code=ExitCode.ENVIRONMENT) from exc
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
@@ -192,7 +179,10 @@ def write_backups(backup: Path, originals: dict[str, Content]) -> None:
     for rel, content in originals.items():
         target = backup / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content.data)
+        with open(target, "wb") as f:  # fsync'd: a crash recovery may need them after a power loss
+            f.write(content.data)
+            f.flush()
+            os.fsync(f.fileno())
         os.chmod(target, content.mode)
         if content.mtime_ns is not None:
             os.utime(target, ns=(content.mtime_ns, content.mtime_ns))

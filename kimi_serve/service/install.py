@@ -8,6 +8,7 @@ a ``Verifier``. The smoke-tested restart with rollback is :mod:`kimi_serve.servi
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.findings import FAIL, Finding
 from kimi_serve.core.keyfile import SUFFIXES, render_key_file
 from kimi_serve.core.proc import Completed
@@ -26,8 +28,7 @@ from kimi_serve.service.state import ServicePaths, read_text, write_atomic, writ
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.timeouts import restart_wait_sec
 from kimi_serve.service.unit import RenderedUnit, UnitContext, parse_marker, render_unit, unit_file_name
-
-VERIFY_WAIT_AFTER_START = 30.0  # the unit is active (its ExecStartPost passed), so readiness should be immediate
+from kimi_serve.service.verifier import INTERNAL_NOTE, post_verify_crashed
 
 # (endpoint HOST:PORT, API-key file or None, suite, timeout) -> (verify exit code, one-line summary)
 Verifier = Callable[[str, Path | None, str, float], tuple[int, str]]
@@ -98,6 +99,11 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.started and self.verify_exit == 0
+
+    @property
+    def internal(self) -> bool:
+        """The verdict is missing because kimi-serve's verify crashed (exit 70), here or in ExecStartPost."""
+        return self.verify_exit == ExitCode.INTERNAL
 
     def to_json(self) -> dict[str, Any]:
         return {"profile": self.profile, "unit_sha256": self.unit_sha256, "started": self.started,
@@ -219,10 +225,12 @@ def must(result: Result, action: str, done: Completed) -> None:
 def write_unit(plan: Plan, systemd: Systemd, result: Result, environ: Mapping[str, str]) -> None:
     """Secret (if planned), working dir, unit file (keeping the previous one), daemon-reload, enable."""
     p, profile = plan.paths, plan.profile
+    checkpoint("service.write.start")
     if plan.create_secret and profile.server.api_key_file:
         _create_secret(p.under_root(profile.server.api_key_file), profile, environ.get(API_KEY_ENV, ""))
         result.add(f"create {profile.server.api_key_file} (0600)", "done")
     p.under_root(profile.service.working_directory).mkdir(parents=True, exist_ok=True)
+    checkpoint("service.write.workdir")
     current = read_text(p.unit_file)
     if current is not None:
         write_atomic(p.previous_unit, current)
@@ -231,7 +239,9 @@ def write_unit(plan: Plan, systemd: Systemd, result: Result, environ: Mapping[st
     result.add(f"write {p.unit_file}", "done", f"sha256 {plan.unit.sha256[:12]}")
     if systemd.live:
         must(result, "systemctl daemon-reload", systemd.daemon_reload())
+        checkpoint("service.write.daemon-reload")
     must(result, f"systemctl enable {p.unit}", systemd.enable(p.unit))
+    checkpoint("service.write.enabled")
 
 
 def _create_secret(path: Path, profile: Profile, key: str) -> None:
@@ -243,12 +253,28 @@ def _create_secret(path: Path, profile: Profile, key: str) -> None:
         shutil.chown(path, user=profile.service.user)  # SGLang, running as that user, reads it
 
 
+def journal_scope(plan: Plan, systemd: Systemd, op: str) -> contextlib.AbstractContextManager[None]:
+    """The intent journal around a change of this plan's unit (:mod:`kimi_serve.service.journal`)."""
+    from kimi_serve.service.journal import journalled
+
+    p, secret = plan.paths, plan.profile.server.api_key_file
+    return journalled(p, systemd, op, secret=p.under_root(secret) if secret and plan.create_secret else None,
+                      workdir=p.under_root(plan.profile.service.working_directory))
+
+
 def install(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[str, str]) -> Result:
+    with journal_scope(plan, systemd, "install-service"):
+        return _install(plan, systemd, verifier, environ)
+
+
+def _install(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[str, str]) -> Result:
     result = Result(plan.paths.unit)
     write_unit(plan, systemd, result, environ)
     if plan.now:
         result.new = start_and_verify(plan.candidate, plan.paths, systemd, verifier, result)
-        if not result.new.ok:
+        if result.new.internal:
+            result.exit_code = ExitCode.INTERNAL
+        elif not result.new.ok:
             result.exit_code = ExitCode.FAILED
             result.add("outcome", "failed", "the new unit did not pass; `kimi-serve restart` would have rolled back "
                        f"(the unit before this install is kept at {plan.paths.previous_unit})")
@@ -260,9 +286,13 @@ def start_and_verify(c: Candidate, paths: ServicePaths, systemd: Systemd, verifi
     """Restart the unit (systemd waits for its ExecStartPost verify), verify from outside, record the outcome;
     a unit that passes becomes the last good one."""
     outcome = Outcome(c.profile, c.sha256)
+    checkpoint("service.restart")
     done = systemd.restart(paths.unit, timeout=c.restart_timeout)
     if not done.ok:
         outcome.detail = done.describe()
+        if systemd.live and post_verify_crashed(systemd, paths.unit):
+            outcome.verify_exit = int(ExitCode.INTERNAL)
+            outcome.detail = f"ExecStartPost {INTERNAL_NOTE}; systemd stopped the unit: {outcome.detail}"
         tail = systemd.journal_tail(paths.unit) if systemd.live else ""
         result.add(f"systemctl restart {paths.unit}{label}", "failed",
                    outcome.detail + (f" | journal: {tail}" if tail else ""))
@@ -273,9 +303,11 @@ def start_and_verify(c: Candidate, paths: ServicePaths, systemd: Systemd, verifi
     marker = parse_marker(c.text)
     endpoint = marker.endpoint if marker else ""
     secret = paths.under_root(c.api_key_file) if c.api_key_file else None
+    checkpoint("service.verify")
     outcome.verify_exit, outcome.detail = verifier(endpoint, secret, c.suite, c.verify_timeout)
     result.add(f"kimi-serve verify {endpoint}{label}", "done" if outcome.ok else "failed", outcome.detail)
     record_verify(paths, outcome)
+    checkpoint("service.verified")
     if outcome.ok:
         write_atomic(paths.last_good_unit, c.text)
         write_record(paths.last_good_record, c.record())
@@ -285,52 +317,3 @@ def start_and_verify(c: Candidate, paths: ServicePaths, systemd: Systemd, verifi
 
 def record_verify(paths: ServicePaths, outcome: Outcome) -> None:
     write_record(paths.last_verify_record, {**outcome.to_json(), "status": "pass" if outcome.ok else "fail"})
-
-
-def contract_verifier(endpoint: str, secret: Path | None, suite: str, timeout: float) -> tuple[int, str]:
-    """The real :data:`Verifier`: ``kimi-serve verify`` against the running unit."""
-    from kimi_serve.verify import parse_target, resolve_api_key, run_verify
-
-    report = run_verify(parse_target(endpoint), api_key=resolve_api_key(None, secret), wait=VERIFY_WAIT_AFTER_START,
-                        timeout=timeout, suite=suite)
-    if report.error is not None:
-        return report.exit_code, report.error.message
-    bad = [p for p in report.probes if not p.passed]
-    if bad:
-        return report.exit_code, f"{bad[0].probe} ({bad[0].mode}): {bad[0].reason}"
-    return report.exit_code, f"contract holds: {len(report.probes)} probes passed ({report.model or 'model'})"
-
-
-# ---------------------------------------------------------------------------------------------- uninstall
-
-
-def uninstall(paths: ServicePaths, systemd: Systemd, *, dry_run: bool) -> Result:
-    """Stop, disable and remove the unit and its records; the API-key file and working directory stay."""
-    result = Result(paths.unit)
-    refuse_foreign(paths)
-    if read_text(paths.unit_file) is None:
-        result.add(f"{paths.unit_file} is not installed", "skipped", "nothing to do")
-        return result
-    status = "planned" if dry_run else "done"
-    if systemd.live:
-        _step(result, f"systemctl stop {paths.unit}", dry_run, lambda: systemd.stop(paths.unit, timeout=3600))
-    _step(result, f"systemctl {'' if systemd.live else f'--root={paths.root} '}disable {paths.unit}", dry_run,
-          lambda: systemd.disable(paths.unit))
-    if not dry_run:
-        paths.unit_file.unlink()
-    result.add(f"remove {paths.unit_file}", status)
-    if systemd.live:
-        _step(result, "systemctl daemon-reload", dry_run, systemd.daemon_reload)
-        if not dry_run:
-            systemd.reset_failed(paths.unit)  # forget a failed state; fails harmlessly when there is none
-    if not dry_run:
-        shutil.rmtree(paths.state_dir, ignore_errors=True)
-    result.add(f"remove the records in {paths.state_dir}", status)
-    return result
-
-
-def _step(result: Result, action: str, dry_run: bool, call: Callable[[], Completed]) -> None:
-    if dry_run:
-        result.add(action, "planned")
-    else:
-        must(result, action, call())

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.core.faults import checkpoint
+
 UNIT_DIR = "etc/systemd/system"
 STATE_DIR = "var/lib/kimi-serve/service"
 
@@ -65,6 +67,7 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        checkpoint("service.write-atomic")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

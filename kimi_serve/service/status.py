@@ -1,4 +1,5 @@
-"""`kimi-serve status`: the unit's state, the live profile and patch set, the last verify, and /health right now."""
+"""`kimi-serve status`: the unit's state, the live profile and patch set, the last verify, /health right now, and a
+change that was killed part-way (its journal)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode
+from kimi_serve.service.journal import read_intent
 from kimi_serve.service.state import ServicePaths, read_record, read_text
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.unit import Marker, parse_marker
@@ -27,11 +29,12 @@ class Status:
     last_verify: dict[str, Any] | None = None
     last_good: dict[str, Any] | None = None
     health: str = ""  # ready | refused | warming | ... ; "" when not checked
+    interrupted: dict[str, Any] | None = None  # the journal of a change killed part-way (service.journal)
 
     @property
     def exit_code(self) -> ExitCode:
         """0 when the unit is active and /health answers 200; 1 otherwise."""
-        ok = self.state.get("ActiveState") == "active" and self.health == "ready"
+        ok = self.state.get("ActiveState") == "active" and self.health == "ready" and not self.interrupted
         return ExitCode.OK if ok else ExitCode.FAILED
 
     def to_json(self) -> dict[str, Any]:
@@ -43,6 +46,8 @@ class Status:
             "kimi_serve_version": m.version if m else None, "endpoint": m.endpoint if m else None,
             "state": self.state or None, "state_error": self.state_error or None, "health": self.health or None,
             "last_verify": self.last_verify, "last_good": self.last_good, "exit_code": int(self.exit_code),
+            "interrupted": ({"op": self.interrupted.get("op"), "pid": self.interrupted.get("pid"),
+                             "started_at": self.interrupted.get("started_at")} if self.interrupted else None),
         }
 
 
@@ -52,6 +57,7 @@ def status(paths: ServicePaths, systemd: Systemd) -> Status:
     st.marker = parse_marker(text) if text is not None else None
     st.last_verify = read_record(paths.last_verify_record)
     st.last_good = read_record(paths.last_good_record)
+    st.interrupted = read_intent(paths)
     if not systemd.live:
         st.state_error = f"--root {paths.root} is not the running system: unit state not queried"
         return st

@@ -94,14 +94,28 @@ def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console) -> 
 
 
 def run_up(profile_ref: str, *, dry_run: bool = False, verify: bool = True, log_file: Path | None = None,
-           console: Console | None = None, host: Any = None, **overrides: Any) -> int:
-    """The `up` command: load and validate the profile, preflight, then :func:`serve` (or print, with dry_run)."""
+           console: Console | None = None, host: Any = None, wait_lock: bool = False, **overrides: Any) -> int:
+    """The `up` command: load and validate the profile, preflight, then :func:`serve` (or print, with dry_run).
+
+    A real run holds the host lock (kimi_serve.core.lock) from before the preflight until the server is stopped: the
+    GPUs and the port are only taken minutes into a cold start, so a second `up` (or a `patches apply` under the
+    running server) started meanwhile would pass every check; it exits 75 instead (or waits, with ``wait_lock``).
+    """
     from kimi_serve.check.report import validated_launch
+    from kimi_serve.core.lock import host_lock
     from kimi_serve.profile.loader import load_profile
 
     console = console or Console()
     profile = load_profile(profile_ref)
     launch = validated_launch(profile)
+    if dry_run:
+        return _up(profile, launch, console, host, dry_run, verify, log_file, overrides)
+    with host_lock("up", wait=wait_lock):
+        return _up(profile, launch, console, host, dry_run, verify, log_file, overrides)
+
+
+def _up(profile: Profile, launch: Launch, console: Console, host: Any, dry_run: bool, verify: bool,
+        log_file: Path | None, overrides: dict[str, Any]) -> int:
     preflight(profile, launch, console, host)
     log_path = log_file or default_log_file(profile.name)
     opts = UpOptions.from_profile(profile, verify=verify, **overrides)

@@ -1,0 +1,151 @@
+"""The intent journal of a patch change: what a run of `patches apply`/`revert` is about to do to the install,
+written (atomically, fsync'd) before the first file is swapped, removed once the change is complete.
+
+A run killed at any step (SIGKILL, power loss) leaves the journal behind. The next `patches status` reports the
+interrupted change; the next `apply` or `revert` first recovers, under the host lock:
+
+- an apply whose every file is patched and whose record was committed is *finished* (the journal is dropped);
+- anything else is *rolled back* (an apply) or *finished* (a revert) the same way: every file that is not the
+  original is restored from the backups, which were written and fsync'd before the journal and are checked against
+  the manifest's "before" hashes; then every file is checked again and the backups are removed.
+
+Either way the install ends byte for byte as the manifest's originals (or, for the finished apply, its patched
+state), and stray temporary files of the swap are removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.faults import checkpoint
+from kimi_serve.patches.files import Content, invalidate_bytecode, read_content, replace_all, sha256_file
+from kimi_serve.patches.manifest import PatchSet
+
+
+def intent_path(record_dir: Path) -> Path:
+    return record_dir.parent / f"{record_dir.name}.intent.json"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json_durably(path: Path, data: dict[str, Any]) -> None:
+    """Temp file, fsync, rename, fsync of the folder: after a crash the file is the old one or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(data, indent=2) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def begin(record_dir: Path, op: str, ps: PatchSet, site_packages: Path) -> None:
+    write_json_durably(intent_path(record_dir), {
+        "op": op, "set": ps.name, "site_packages": str(site_packages), "pid": os.getpid(),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "files": {f.path: {"before": f.before, "after": f.after} for f in ps.files},
+    })
+    checkpoint(f"patches.{op}.journal-written")
+
+
+def end(record_dir: Path) -> None:
+    intent_path(record_dir).unlink(missing_ok=True)
+    fsync_dir(record_dir.parent)
+
+
+def read_intent(record_dir: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(intent_path(record_dir).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {"op": "unknown", "unreadable": True}
+    return data if isinstance(data, dict) else {"op": "unknown", "unreadable": True}
+
+
+def describe(intent: dict[str, Any]) -> str:
+    return (f"an interrupted `patches {intent.get('op', '?')}` (pid {intent.get('pid', '?')}, started "
+            f"{intent.get('started_at', '?')}): the next `patches apply` or `patches revert` finishes or rolls it back")
+
+
+def originals_from_backup(ps: PatchSet, backup: Path) -> dict[str, Content] | None:
+    """The backed-up originals, when every one is there and hashes to the manifest's 'before'."""
+    out = {}
+    for f in ps.files:
+        path = backup / f.path
+        if sha256_file(path) != f.before:
+            return None
+        out[f.path] = read_content(path)
+    return out
+
+
+def remove_stray_temps(site_packages: Path, ps: PatchSet) -> None:
+    for f in ps.files:
+        target = site_packages / f.path
+        for tmp in target.parent.glob(f".{target.name}.*.kimi-serve.tmp"):
+            tmp.unlink(missing_ok=True)
+
+
+def verify_originals(site_packages: Path, ps: PatchSet, what: str) -> None:
+    """Every file must hash to the manifest's 'before' now; else exit 1 naming the first that does not."""
+    for f in ps.files:
+        found = sha256_file(site_packages / f.path)
+        if found != f.before:
+            raise KimiServeError(f"{what}: {f.path} hashes to {str(found)[:12]}, not the original's {f.before[:12]} "
+                                 "from the manifest", where=ps.name,
+                                 hint=f"reinstall sglang=={ps.target_version} (pip install --force-reinstall "
+                                      "--no-deps)", exit_code=ExitCode.FAILED)
+
+
+def recover(site_packages: Path, ps: PatchSet, record_dir: Path) -> str | None:
+    """Finish or roll back an interrupted change (see the module doc); None when there was none."""
+    intent = read_intent(record_dir)
+    if intent is None:
+        return None
+    op = str(intent.get("op", "unknown"))
+    remove_stray_temps(site_packages, ps)
+    now = {f.path: sha256_file(site_packages / f.path) for f in ps.files}
+    record_ok = (record_dir / "record.json").is_file() and _readable(record_dir / "record.json")
+    if op == "apply" and record_ok and all(now[f.path] == f.after for f in ps.files):
+        end(record_dir)
+        return "finished an interrupted `patches apply` (every file was patched and recorded)"
+    if any(now[f.path] != f.before for f in ps.files):
+        originals = originals_from_backup(ps, record_dir / "backup")
+        if originals is None:
+            raise KimiServeError(f"an interrupted `patches {op}` cannot be recovered: the backups in "
+                                 f"{record_dir / 'backup'} are missing or do not match the manifest's 'before' "
+                                 "hashes", where=ps.name, hint=f"reinstall sglang=={ps.target_version} (pip install "
+                                 "--force-reinstall --no-deps), then run `patches revert` to clear the journal",
+                                 exit_code=ExitCode.FAILED)
+        checkpoint("patches.recover.restore")
+        before = {f.path: f.before for f in ps.files}
+        replace_all(site_packages, {rel: content for rel, content in originals.items() if now[rel] != before[rel]})
+    for f in ps.files:
+        invalidate_bytecode(site_packages / f.path)
+    verify_originals(site_packages, ps, f"recovering an interrupted `patches {op}`")
+    checkpoint("patches.recover.restored")
+    shutil.rmtree(record_dir, ignore_errors=True)
+    end(record_dir)
+    verb = "rolled back" if op == "apply" else "finished"
+    return f"{verb} an interrupted `patches {op}`: every file is the original again"
+
+
+def _readable(path: Path) -> bool:
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return True

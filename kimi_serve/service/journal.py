@@ -1,0 +1,157 @@
+"""The intent journal of a service change (`install-service`, `restart`): the host state it is about to change,
+written (atomically, fsync'd) before the first write, removed when the command is done.
+
+What is recorded is everything the change may touch under the root: the unit file, ``previous.service``, the
+last-good and last-verify records (their bytes and modes), whether the API-key file existed (never its content:
+install only ever *creates* it), the folders that did not exist yet, and whether the unit was enabled.
+
+A run killed at any step (SIGKILL, power loss) leaves the journal behind. The next `status` reports it; the next
+`install-service`, `uninstall-service` or `restart` first rolls the change back, under the host lock: every recorded
+file gets its recorded bytes and mode again (or is removed when it did not exist), an enablement the change added is
+undone, a key file or folder it created is removed, stray temporary files are deleted, and (on the running system)
+systemd re-reads its units. The host is then byte for byte as before the killed run, and the new command starts
+from there. Units systemd had already restarted are not stopped by the rollback: the next `restart` or `systemctl
+restart` settles which unit runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.faults import checkpoint
+from kimi_serve.service.state import ServicePaths, read_record, write_atomic
+from kimi_serve.service.systemctl import Systemd
+
+WANTS = "etc/systemd/system/multi-user.target.wants"  # the template's WantedBy=multi-user.target
+
+
+def intent_path(paths: ServicePaths) -> Path:
+    return paths.state_dir.parent / f".{paths.state_dir.name}.intent.json"
+
+
+def wants_link(paths: ServicePaths) -> Path:
+    return paths.root / WANTS / paths.unit
+
+
+def _rel(paths: ServicePaths, p: Path) -> str:
+    return str(p.relative_to(paths.root))
+
+
+def _missing_dirs(paths: ServicePaths, leaves: list[Path]) -> list[str]:
+    out: list[str] = []
+    for leaf in leaves:
+        d = leaf
+        while d != paths.root and d.is_relative_to(paths.root) and not d.exists():
+            out.append(_rel(paths, d))
+            d = d.parent
+    return sorted(set(out), key=lambda s: -s.count("/"))  # deepest first, for rmdir
+
+
+def snapshot(paths: ServicePaths, op: str, *, secret: Path | None, workdir: Path | None) -> dict[str, Any]:
+    files: dict[str, Any] = {}
+    for p in (paths.unit_file, paths.previous_unit, paths.last_good_unit, paths.last_good_record,
+              paths.last_verify_record):
+        try:
+            files[_rel(paths, p)] = {"text": p.read_text(encoding="utf-8"), "mode": p.stat().st_mode & 0o7777}
+        except FileNotFoundError:
+            files[_rel(paths, p)] = None
+    leaves = [paths.unit_file.parent, wants_link(paths).parent, paths.state_dir, *(x for x in (workdir,) if x)]
+    if secret is not None:
+        leaves.append(secret.parent)
+    return {"op": op, "unit": paths.unit, "pid": os.getpid(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "files": files, "enabled": wants_link(paths).is_symlink(),
+            "secret": None if secret is None or secret.exists() else _rel(paths, secret),
+            "created_dirs": _missing_dirs(paths, leaves)}
+
+
+@contextlib.contextmanager
+def journalled(paths: ServicePaths, systemd: Systemd, op: str, *, secret: Path | None = None,
+               workdir: Path | None = None) -> Iterator[None]:
+    """Write the journal, run the block, remove the journal. A handled error (a KimiServeError: a failed systemctl
+    step, say) also removes it, since the report says what was done; a kill, or a bug in kimi-serve (exit 70), leaves
+    it for the next run to roll back."""
+    data = snapshot(paths, op, secret=secret, workdir=workdir)
+    _write_journal(intent_path(paths), json.dumps(data, indent=2) + "\n")
+    checkpoint(f"service.{op}.journal-written")
+    try:
+        yield
+    except KimiServeError:
+        intent_path(paths).unlink(missing_ok=True)
+        raise
+    intent_path(paths).unlink(missing_ok=True)
+
+
+def _write_journal(path: Path, text: str) -> None:
+    """Temp file, fsync, rename, fsync of the folder. A crash before the rename leaves only the temp file, which
+    :func:`recover` removes (nothing had changed yet)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def read_intent(paths: ServicePaths) -> dict[str, Any] | None:
+    if not intent_path(paths).exists():
+        return None
+    return read_record(intent_path(paths)) or {"op": "unknown", "unreadable": True}
+
+
+def describe(intent: dict[str, Any]) -> str:
+    return (f"an interrupted `kimi-serve {intent.get('op', '?')}` (pid {intent.get('pid', '?')}, started "
+            f"{intent.get('started_at', '?')}): the next install-service, uninstall-service or restart rolls it back")
+
+
+def recover(paths: ServicePaths, systemd: Systemd) -> str | None:
+    """Roll back an interrupted change (see the module doc); None when there was none."""
+    journal = intent_path(paths)
+    if journal.parent.is_dir():
+        for tmp in journal.parent.glob(f".{journal.name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
+    intent = read_intent(paths)
+    if intent is None:
+        return None
+    if intent.get("unreadable"):  # killed while the journal itself was written: nothing had changed yet
+        intent_path(paths).unlink(missing_ok=True)
+        return None
+    checkpoint("service.recover.start")
+    if not intent.get("enabled") and wants_link(paths).is_symlink() and paths.unit_file.exists():
+        systemd.disable(paths.unit)
+    for rel, saved in intent.get("files", {}).items():
+        target = paths.root / rel
+        for tmp in target.parent.glob(f".{target.name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
+        if saved is None:
+            target.unlink(missing_ok=True)
+        else:
+            write_atomic(target, saved["text"], int(saved["mode"]))
+        checkpoint("service.recover.file")
+    if intent.get("enabled") and not wants_link(paths).is_symlink() and paths.unit_file.exists():
+        systemd.enable(paths.unit)
+    if intent.get("secret"):  # created by the killed run (never one that existed): remove it and its temp files
+        secret = paths.root / intent["secret"]
+        for tmp in secret.parent.glob(f".{secret.name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
+        secret.unlink(missing_ok=True)
+    if systemd.live:
+        systemd.daemon_reload()
+    intent_path(paths).unlink(missing_ok=True)
+    for rel in intent.get("created_dirs", []):
+        with contextlib.suppress(OSError):
+            (paths.root / rel).rmdir()
+    return f"rolled back {describe(intent).split(':')[0]}: the unit files and records are as before it"

@@ -1,0 +1,46 @@
+"""uninstall-service: stop, disable and remove the unit and its records (the API-key file and working directory
+stay). Killed part-way, it is simply run again: every step is idempotent and nothing is restored."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+
+from kimi_serve.core.faults import checkpoint
+from kimi_serve.core.proc import Completed
+from kimi_serve.service.install import Result, must, refuse_foreign
+from kimi_serve.service.state import ServicePaths, read_text
+from kimi_serve.service.systemctl import Systemd
+
+
+def uninstall(paths: ServicePaths, systemd: Systemd, *, dry_run: bool) -> Result:
+    """Stop, disable and remove the unit and its records; the API-key file and working directory stay."""
+    result = Result(paths.unit)
+    refuse_foreign(paths)
+    if read_text(paths.unit_file) is None:
+        result.add(f"{paths.unit_file} is not installed", "skipped", "nothing to do")
+        return result
+    status = "planned" if dry_run else "done"
+    if systemd.live:
+        _step(result, f"systemctl stop {paths.unit}", dry_run, lambda: systemd.stop(paths.unit, timeout=3600))
+    _step(result, f"systemctl {'' if systemd.live else f'--root={paths.root} '}disable {paths.unit}", dry_run,
+          lambda: systemd.disable(paths.unit))
+    if not dry_run:
+        checkpoint("service.uninstall.remove")
+        paths.unit_file.unlink()
+    result.add(f"remove {paths.unit_file}", status)
+    if systemd.live:
+        _step(result, "systemctl daemon-reload", dry_run, systemd.daemon_reload)
+        if not dry_run:
+            systemd.reset_failed(paths.unit)  # forget a failed state; fails harmlessly when there is none
+    if not dry_run:
+        shutil.rmtree(paths.state_dir, ignore_errors=True)
+    result.add(f"remove the records in {paths.state_dir}", status)
+    return result
+
+
+def _step(result: Result, action: str, dry_run: bool, call: Callable[[], Completed]) -> None:
+    if dry_run:
+        result.add(action, "planned")
+    else:
+        must(result, action, call())

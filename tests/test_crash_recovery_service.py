@@ -1,0 +1,205 @@
+"""Crash at any point, recover on the next run: `install-service` (under an injected --root, with the real
+systemd-analyze and `systemctl --root`) is SIGKILLed at every one of its checkpoints (the test hook of
+kimi_serve.core.faults). After each kill `status` must tell the truth, the rollback must give back the files of the
+root byte for byte, and the next install-service must end exactly where an uninterrupted one ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kimi_serve.core.proc import Completed
+from kimi_serve.service.journal import intent_path, recover
+from kimi_serve.service.state import ServicePaths
+from kimi_serve.service.systemctl import Systemd, run
+
+KEY = "sk-crash-test"
+UNIT = "sglang-kimi.service"
+MAX_CHECKPOINTS = 200
+
+pytestmark = pytest.mark.skipif(shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
+                                reason="systemctl/systemd-analyze not installed (apt-get install systemd)")
+
+
+@pytest.fixture(autouse=True)
+def _no_sglang_tier(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KIMI_SERVE_SGLANG_PYTHON", raising=False)
+    monkeypatch.setenv("KIMI_SERVE_API_KEY", KEY)
+
+
+def files_of(root: Path) -> dict[str, tuple[int, bytes | str]]:
+    """Every file and symlink under ``root``: mode and bytes (or the link target). Folders are not compared."""
+    out: dict[str, tuple[int, bytes | str]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            if p.is_symlink():
+                out[str(p.relative_to(root))] = (0, os.readlink(p))
+            elif p.is_file():
+                out[str(p.relative_to(root))] = (p.stat().st_mode, p.read_bytes())
+    return out
+
+
+def install(profile: Path, root: Path, hook: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK"}
+    if hook:
+        env["KIMI_SERVE_TEST_HOOK"] = hook
+    return subprocess.run([sys.executable, "-m", "kimi_serve", "install-service", "-p", str(profile), "--root",
+                           str(root)], capture_output=True, text=True, env=env, timeout=300, check=False)
+
+
+@pytest.mark.parametrize("start", ["fresh", "over-an-installed-unit"])
+def test_install_service_killed_at_every_checkpoint_is_rolled_back_then_finished(
+        start: str, tmp_path: Path, write_profile: Callable[..., Path], cli) -> None:
+    first = write_profile("extends: sim\nserver:\n  api_key_file: /etc/kimi-serve/crash.yaml\n", name="first")
+    second = write_profile("extends: first\nserver:\n  port: 30456\n", name="second")
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    if start != "fresh":
+        assert install(first, seed).returncode == 0
+    before = files_of(seed)
+    ref = tmp_path / "ref"
+    shutil.copytree(seed, ref, symlinks=True)
+    assert install(second, ref).returncode == 0
+    reference = files_of(ref)
+    assert reference != before
+
+    n, kills = 0, 0
+    while True:
+        n += 1
+        assert n < MAX_CHECKPOINTS
+        root = tmp_path / f"k{n}"
+        shutil.copytree(seed, root, symlinks=True)
+        r = install(second, root, hook=f"kill-at={n}")
+        if r.returncode != -signal.SIGKILL:
+            assert r.returncode == 0, r.stderr
+            assert files_of(root) == reference
+            break
+        kills += 1
+        paths = ServicePaths(root.resolve(), UNIT)
+        st = cli("status", "--root", str(root), "--json")
+        data = json.loads(st.out)
+        if intent_path(paths).exists():  # killed inside the change: status says so, and exits 1
+            assert data["interrupted"]["op"] == "install-service" and st.code == 1, (n, data)
+        else:  # no journal: nothing was changed yet, or everything was
+            assert data["interrupted"] is None
+            assert files_of(root) in (before, reference), n
+        if n % 2:  # the rollback alone gives back the files byte for byte ...
+            recover(paths, Systemd(run, paths.root))
+            assert files_of(root) == before, n
+        # ... and the next install-service (which rolls back first, itself, on even N) ends where a clean one ends
+        again = cli("install-service", "-p", str(second), "--root", str(root))
+        assert again.code == 0, (n, again.err)
+        assert files_of(root) == reference, n
+        assert not intent_path(paths).exists()
+        shutil.rmtree(root)
+    assert kills >= 5, f"only {kills} checkpoints in install-service"
+
+
+def test_a_second_install_while_one_holds_the_lock_exits_75(tmp_path: Path, write_profile: Callable[..., Path]
+                                                             ) -> None:
+    profile = write_profile("extends: sim\nserver:\n  api_key_file: /etc/kimi-serve/crash.yaml\n", name="lk")
+    root = tmp_path / "root"
+    root.mkdir()
+    env = {**os.environ, "KIMI_SERVE_TEST_HOOK": "pause-at=service.write.start:3"}
+    argv = [sys.executable, "-m", "kimi_serve", "install-service", "-p", str(profile), "--root", str(root)]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(2)]
+    results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
+    assert sorted(rc for rc, _, _ in results) == [0, 75], results
+    loser = next(err for rc, _, err in results if rc == 75)
+    assert "`kimi-serve install-service` (pid " in loser and "is changing this host" in loser
+
+
+def _normalized(files: dict[str, tuple[int, bytes | str]]) -> dict[str, tuple[int, bytes | str]]:
+    """Records carry the time they were written: drop it, compare the rest byte for byte."""
+    out = {}
+    for rel, (mode, data) in files.items():
+        if rel.endswith(".json") and isinstance(data, bytes):
+            record = json.loads(data)
+            record.pop("time", None)
+            data = json.dumps(record, sort_keys=True).encode()
+        out[rel] = (mode, data)
+    return out
+
+
+def stand_in_systemctl(argv, *, timeout: float) -> Completed:
+    """STAND-IN for systemctl on the running system (the restart tests drive a unit under a temporary root)."""
+    return Completed(tuple(argv), 0, "", "")
+
+
+def restart_driver(root: Path, profile: Path, scenario: str, hook: str | None = None
+                   ) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK"}
+    if hook:
+        env["KIMI_SERVE_TEST_HOOK"] = hook
+    return subprocess.run([sys.executable, str(Path(__file__).parent / "restart_driver.py"), str(root), str(profile),
+                           scenario], capture_output=True, text=True, env=env, timeout=300, check=False)
+
+
+@pytest.mark.parametrize("scenario, code", [("pass", "0"), ("fail", "1")], ids=["new-unit-passes", "rolls-back"])
+def test_restart_killed_at_every_checkpoint_is_rolled_back_then_finished(
+        scenario: str, code: str, tmp_path: Path, write_profile: Callable[..., Path]) -> None:
+    from kimi_serve.service.status import status
+
+    good = write_profile("extends: sim\nserver:\n  port: 30001\n", name="good")
+    new = write_profile("extends: sim\nserver:\n  port: 30002\n", name="new")
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    assert restart_driver(seed, good, "pass").stdout.strip() == "0"  # the last good unit
+    before = _normalized(files_of(seed))
+    ref = tmp_path / "ref"
+    shutil.copytree(seed, ref, symlinks=True)
+    assert restart_driver(ref, new, scenario).stdout.strip() == code
+    reference = _normalized(files_of(ref))
+    assert reference != before
+
+    n = 0
+    while True:
+        n += 1
+        assert n < MAX_CHECKPOINTS
+        root = tmp_path / f"k{n}"
+        shutil.copytree(seed, root, symlinks=True)
+        r = restart_driver(root, new, scenario, hook=f"kill-at={n}")
+        if r.returncode != -signal.SIGKILL:
+            assert r.stdout.strip() == code, r.stderr
+            assert _normalized(files_of(root)) == reference
+            break
+        paths = ServicePaths(root, UNIT)
+        st = status(paths, Systemd(run, root))  # an injected root: files and records only, systemd not asked
+        assert (st.interrupted is not None) == intent_path(paths).exists(), n
+        if st.interrupted is None:
+            assert _normalized(files_of(root)) in (before, reference), n
+        else:
+            assert st.interrupted["op"] == "restart" and st.exit_code == 1
+        if n % 2:  # the rollback alone gives back every file byte for byte (the records' times included)
+            recover(paths, Systemd(stand_in_systemctl, Path("/")))
+            assert files_of(root) == files_of(seed), n
+        # the next restart rolls the killed one back first, then ends where an uninterrupted one ends
+        assert restart_driver(root, new, scenario).stdout.strip() == code, n
+        assert _normalized(files_of(root)) == reference, n
+        shutil.rmtree(root)
+    assert n > 8, f"only {n - 1} checkpoints in restart"
+
+
+def test_a_bug_in_the_middle_of_install_is_exit_70_and_rolled_back_by_the_next_run(
+        tmp_path: Path, write_profile: Callable[..., Path], cli) -> None:
+    profile = write_profile("extends: sim\nserver:\n  api_key_file: /etc/kimi-serve/crash.yaml\n", name="bug")
+    root = tmp_path / "root"
+    root.mkdir()
+    r = install(profile, root, hook="raise-at=service.write.enabled")  # unit written and enabled, then a bug
+    assert r.returncode == 70 and "internal error: InjectedFault" in r.stderr and r.stderr.count("\n") == 1
+    paths = ServicePaths(root.resolve(), UNIT)
+    assert intent_path(paths).exists() and paths.unit_file.exists()
+    st = json.loads(cli("status", "--root", str(root), "--json").out)
+    assert st["interrupted"]["op"] == "install-service"
+    recover(paths, Systemd(run, paths.root))
+    assert files_of(root) == {}  # the unit, its enablement and the key file it created are gone again
