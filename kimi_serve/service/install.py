@@ -289,9 +289,10 @@ def record_verify(paths: ServicePaths, outcome: Outcome) -> None:
 
 def contract_verifier(endpoint: str, secret: Path | None, suite: str, timeout: float) -> tuple[int, str]:
     """The real :data:`Verifier`: ``kimi-serve verify`` against the running unit."""
-    from kimi_serve.verify import parse_target, resolve_api_key, run_verify
+    from kimi_serve.verify import parse_target, resolve_key, run_verify
 
-    report = run_verify(parse_target(endpoint), api_key=resolve_api_key(None, secret), wait=VERIFY_WAIT_AFTER_START,
+    key = resolve_key(None, secret, file_label="profile key file")
+    report = run_verify(parse_target(endpoint), api_key=key.value, key_source=key.source, wait=VERIFY_WAIT_AFTER_START,
                         timeout=timeout, suite=suite)
     if report.error is not None:
         return report.exit_code, report.error.message

@@ -75,6 +75,8 @@ class VerifyReport:
     error_unreachable: bool = False
     probes: list[ProbeResult] = field(default_factory=list)
     elapsed_s: float = 0.0
+    key_source: str = "none"  # where the API key came from (target.ApiKey.source); never the key
+    warnings: list[Finding] = field(default_factory=list)  # faults that do not break the contract (e.g. a key leak)
 
     @property
     def exit_code(self) -> int:
@@ -100,11 +102,13 @@ class VerifyReport:
             "model": self.model,
             "suite": self.suite,
             "elapsed_s": round(self.elapsed_s, 3),
+            "key_source": self.key_source,
             "readiness": self.readiness.to_dict(),
             "server": {"tool_call_parser": self.server.get("tool_call_parser"),
                        "reasoning_parser": self.server.get("reasoning_parser")} if self.server else None,
             "error": finding_json(self.error) if self.error else None,
             "probes": [p.to_dict() for p in self.probes],
+            "warnings": [finding_json(f) for f in self.warnings],
         }
 
     def to_json(self) -> str:

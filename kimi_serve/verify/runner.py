@@ -120,19 +120,28 @@ def _result(probe: Probe, mode: str, outcome: _Outcome, server: dict[str, Any]) 
     return ProbeResult(probe.name, mode, outcome.latency_s, unique, attempts=outcome.attempts)
 
 
+def _name_key_source(finding: Finding, source: str) -> Finding:
+    """A 401 says which key was sent (its source, never the key): a stale one is the usual cause."""
+    if finding.code != "http_401" or source == "none":
+        return finding
+    return problem(finding.code, f"{finding.message} (key from {source})", finding.fix)
+
+
 def run_verify(target: Target | str, *, api_key: str | None = None, model: str | None = None, wait: float = 0.0,
                timeout: float = DEFAULT_TIMEOUT, suite: str = "quick",
-               progress: Progress | None = None) -> VerifyReport:
+               progress: Progress | None = None, key_source: str | None = None) -> VerifyReport:
     """Check that the server at ``target`` keeps the Kimi API contract; never prints, never raises for server faults.
 
     ``wait``: seconds to wait for readiness (0 = check once). ``timeout``: the limit for everything after readiness.
-    ``progress`` receives readiness phases. The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
+    ``progress`` receives readiness phases. ``key_source`` names where ``api_key`` came from, for the report
+    (:attr:`kimi_serve.verify.target.ApiKey.source`; default "caller" when a key is given, else "none"). The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
     probes = suite_probes(suite)
     started = time.monotonic()
     readiness = wait_ready(target, started + wait, progress, api_key=api_key, poll_timeout=min(POLL_TIMEOUT, timeout))
-    report = VerifyReport(target=target.base_url, suite=suite, readiness=readiness, model=model)
+    report = VerifyReport(target=target.base_url, suite=suite, readiness=readiness, model=model,
+                          key_source=key_source or ("caller" if api_key else "none"))
     if not readiness.ready:
         fix = "start the server, or pass --wait SECONDS to wait while it loads" if wait <= 0 else \
             "raise --wait (a cold start loads ~600 GB and captures CUDA graphs) or read the server log"
@@ -153,7 +162,8 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
                 failure = problem("no_models", f"GET /v1/models lists no model: {dx.clip(json.dumps(data))}",
                                   "pass --model NAME")
             if failure is not None or not served:
-                report.error, report.error_unreachable = failure, unreachable
+                report.error = _name_key_source(failure, report.key_source) if failure else failure
+                report.error_unreachable = unreachable
                 info_future.cancel()
                 report.elapsed_s = time.monotonic() - started
                 return report
@@ -168,6 +178,8 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
         for (probe, mode), future in zip(calls, futures, strict=True):
             outcome = future.result() if future.done() else _Outcome(
                 None, timeout, problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"))
+            if outcome.failure is not None:
+                outcome.failure = _name_key_source(outcome.failure, report.key_source)
             result = _result(probe, mode, outcome, server)
             if outcome.model_404:
                 if served is None:
