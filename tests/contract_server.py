@@ -156,7 +156,7 @@ def _sse_events(s: Shaped, mode: str, model: str) -> list[str]:
         frags = _pieces(call["function"]["arguments"], 64)
         if mode == "large-arg-cut" and len(frags) > 10:
             del frags[len(frags) // 2]
-        events += [chunk({"tool_calls": [{"index": call["index"], "id": None, "type": None,
+        events += [chunk({"tool_calls": [{"index": call["index"], "id": None, "type": "function",
                                           "function": {"name": None, "arguments": f}}]}) for f in frags]
     if mode != "stream-no-finish":
         events.append(chunk({"reasoning_content": None}, s.finish))

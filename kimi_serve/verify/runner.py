@@ -16,11 +16,14 @@ from kimi_serve.verify.probes import STREAM, Probe
 from kimi_serve.verify.probes import suite as suite_probes
 from kimi_serve.verify.readiness import POLL_TIMEOUT, Progress, wait_ready
 from kimi_serve.verify.report import ProbeResult, VerifyReport, problem
-from kimi_serve.verify.stream import answer_from_sse
+from kimi_serve.verify.stream import answer_from_sse, stall_limit
 from kimi_serve.verify.target import Target, parse_target
 from kimi_serve.verify.transport import TransportError, request
 
 DEFAULT_TIMEOUT = 180.0
+# How long a contract check after a start (`up`, `check --contract`) waits for /health: the same in both, so the dry
+# run predicts `up`.
+AFTER_START_WAIT = 30.0
 # Findings a sampling model can produce on a healthy server (it answered in text, made one call instead of two,
 # drifted from the schema, miscounted): such a probe gets one more try, as Moonshot's vendor verifier reruns them.
 MODEL_NOISE = frozenset({"no_tool_call", "parallel_calls", "arguments_schema", "argument_small", "argument_corrupt",
@@ -72,7 +75,7 @@ def _call(target: Target, probe: Probe, mode: str, model: str, api_key: str | No
     start = time.monotonic()
     try:
         reply = request("POST", target.url("/v1/chat/completions"), deadline=deadline, api_key=api_key,
-                        json_body=probe.body(model, stream))
+                        json_body=probe.body(model, stream), stall_s=stall_limit(timeout) if stream else None)
     except TransportError as err:
         return _Outcome(None, time.monotonic() - start, dx.transport_finding(err, timeout=timeout),
                         unreachable=err.kind != "timeout")
@@ -86,7 +89,8 @@ def _call(target: Target, probe: Probe, mode: str, model: str, api_key: str | No
             return _Outcome(None, latency, problem("stream_error", f"error instead of a stream: "
                                                    f"{dx.clip(json.dumps(data['error']))}", "read the SGLang log"))
     if stream:
-        return _Outcome(answer_from_sse(reply.body, timed_out=reply.timed_out, cut=reply.cut), latency)
+        return _Outcome(answer_from_sse(reply.body, timed_out=reply.timed_out, cut=reply.cut, stalled=reply.stalled,
+                                        idle_s=reply.idle_s, stall_s=stall_limit(timeout)), latency)
     data, failure = dx.parse_json_body(reply)
     if failure:
         return _Outcome(None, latency, failure)
@@ -108,16 +112,21 @@ def _attempt(target: Target, probe: Probe, mode: str, model: str, api_key: str |
     return second
 
 
+def judge(probe: Probe, answer: Answer, server: dict[str, Any]) -> tuple[tuple[Finding, ...], tuple[Finding, ...]]:
+    """(failures, warnings) for one answer: its wire problems, then the probe's rules when the answer arrived whole."""
+    findings = list(answer.problems)
+    if {f.code for f in findings} <= _COMPLETE_DESPITE:  # judge the content only when the answer arrived whole
+        findings += probe.check(answer, server)
+    return tuple(dict.fromkeys(findings)), tuple(dict.fromkeys(answer.warnings))
+
+
 def _result(probe: Probe, mode: str, outcome: _Outcome, server: dict[str, Any]) -> ProbeResult:
     if outcome.failure is not None or outcome.answer is None:
         failure = outcome.failure or problem("no_answer", "no answer", "read the server log")
         return ProbeResult(probe.name, mode, outcome.latency_s, (failure,), unreachable=outcome.unreachable,
                            attempts=outcome.attempts)
-    findings = list(outcome.answer.problems)
-    if {f.code for f in findings} <= _COMPLETE_DESPITE:  # judge the content only when the answer arrived whole
-        findings += probe.check(outcome.answer, server)
-    unique = tuple(dict.fromkeys(findings))
-    return ProbeResult(probe.name, mode, outcome.latency_s, unique, attempts=outcome.attempts)
+    failures, warnings = judge(probe, outcome.answer, server)
+    return ProbeResult(probe.name, mode, outcome.latency_s, failures, attempts=outcome.attempts, warnings=warnings)
 
 
 def _name_key_source(finding: Finding, source: str) -> Finding:
@@ -134,7 +143,8 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
 
     ``wait``: seconds to wait for readiness (0 = check once). ``timeout``: the limit for everything after readiness.
     ``progress`` receives readiness phases. ``key_source`` names where ``api_key`` came from, for the report
-    (:attr:`kimi_serve.verify.target.ApiKey.source`; default "caller" when a key is given, else "none"). The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
+    (:attr:`kimi_serve.verify.target.ApiKey.source`; default "caller" when a key is given, else "none").
+    The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
     probes = suite_probes(suite)
