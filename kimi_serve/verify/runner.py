@@ -12,6 +12,7 @@ from typing import Any
 from kimi_serve.core.findings import Finding
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify.answer import Answer, answer_from_json
+from kimi_serve.verify.leaks import server_info_warnings
 from kimi_serve.verify.probes import STREAM, Probe
 from kimi_serve.verify.probes import suite as suite_probes
 from kimi_serve.verify.readiness import POLL_TIMEOUT, Progress, wait_ready
@@ -165,6 +166,7 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
     calls = [(p, m) for p in probes for m in p.modes]
     with ThreadPoolExecutor(max_workers=len(calls) + 1, thread_name_prefix="verify") as pool:
         info_future = pool.submit(_server_info, target, deadline, api_key)
+        leak_future = pool.submit(server_info_warnings, target, deadline, api_key)
         if model is None:
             data, failure, unreachable = _get_json(target, "/v1/models", deadline, api_key, timeout)
             served = _served_models(data) if failure is None else None
@@ -175,15 +177,17 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
                 report.error = _name_key_source(failure, report.key_source) if failure else failure
                 report.error_unreachable = unreachable
                 info_future.cancel()
+                leak_future.cancel()
                 report.elapsed_s = time.monotonic() - started
                 return report
             model = served[0]
         report.model = model
         futures: list[Future[_Outcome]] = [
             pool.submit(_attempt, target, p, m, model, api_key, deadline, timeout) for p, m in calls]
-        pending: list[Future[Any]] = [*futures, info_future]
+        pending: list[Future[Any]] = [*futures, info_future, leak_future]
         wait_futures(pending, timeout=max(0.0, deadline - time.monotonic()) + _GRACE)
         server = info_future.result() if info_future.done() else {}
+        report.warnings += leak_future.result() if leak_future.done() else []
         report.server = server
         for (probe, mode), future in zip(calls, futures, strict=True):
             outcome = future.result() if future.done() else _Outcome(
