@@ -22,8 +22,9 @@ FAILURE_MODES = (
     "reasoning-field", "tool-in-reasoning", "finish-stop-with-calls", "tool-calls-empty", "bad-json-args",
     "schema-violation", "unknown-function", "missing-id", "special-token-leak", "instant-ignored", "stream-no-done",
     "stream-no-finish", "stream-stall", "hang", "http-500", "non-json", "duplicate-ids", "large-arg-cut",
-    "second-turn-empty", "single-call",
+    "second-turn-empty", "single-call", "slow-stream",
 )
+SLOW_GAP = 0.25  # "slow-stream": seconds between events (a slow decoder that keeps sending)
 SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 CALL_BEGIN, ARG_BEGIN, CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
 _TOKEN_SPLIT = re.compile(r"(<\|[a-z_]+\|>|</?think>)")
@@ -324,6 +325,8 @@ class _Handler(BaseHTTPRequestHandler):
         for n, event in enumerate(events):
             if self.owner.mode == "stream-stall" and n == 3:
                 return self._hang()
+            if self.owner.mode == "slow-stream" and n:
+                time.sleep(SLOW_GAP)
             data = f"data: {event}\n\n".encode()
             try:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")

@@ -124,6 +124,27 @@ def test_stalled_stream_fails_within_timeout() -> None:
     assert report.elapsed_s < 2.0 + 2.0  # the deadline plus slack, never the server's 120 s stall
 
 
+def test_a_slow_stream_that_keeps_sending_is_slow_not_hung() -> None:
+    """Bytes every 0.25 s, never a pause near the stall limit (half the 1.2 s timeout): "slow", not "server hangs"."""
+    with ContractServer("slow-stream") as srv:
+        report = run_verify(srv.host, timeout=1.2)
+    slow = [p for p in report.probes if p.mode == "stream"]
+    assert report.exit_code == 1 and slow
+    for p in slow:
+        assert [f.code for f in p.findings] == ["too_slow"], p.findings
+        assert "slow, not hung" in p.findings[0].message and "0.6s stall limit" in p.findings[0].message
+        assert "hang" not in p.findings[0].fix
+
+
+def test_a_stall_is_no_bytes_for_the_stated_time() -> None:
+    with ContractServer("stream-stall") as srv:
+        report = run_verify(srv.host, timeout=4.0)
+    stalled = [p for p in report.probes if p.mode == "stream"]
+    assert all(p.findings[0].code == "timeout" and "no bytes for 2s" in p.findings[0].message for p in stalled)
+    # stopped at the stall limit (2 s), not at the 4 s deadline
+    assert all(p.latency_s < 3.5 for p in stalled), [p.latency_s for p in stalled]
+
+
 def test_hung_server_fails_within_timeout() -> None:
     with ContractServer("hang") as srv:
         report = run_verify(srv.host, timeout=2.0)

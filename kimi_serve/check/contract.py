@@ -71,6 +71,6 @@ def _report_findings(run: Any) -> list[Finding]:
             findings.append(Finding("contract", name, FAIL, f"{name}: {first.message}", first.fix))
         findings += [Finding("contract", f"{name}:{w.code}", WARN, f"{name}: {w.message}", w.fix)
                      for w in probe.warnings]
-    findings += [Finding("contract", w.code, WARN, f"{w.message} (this SGLang: {report.target})", w.fix)
+    findings += [Finding("contract", w.code, WARN, f"the SGLang this dry run used: {w.message}", w.fix)
                  for w in report.warnings]
     return findings

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ class PendingDryRun:
     startup_timeout: float
     suite: str | None
     timeout: float | None
+    started: float = 0.0  # time.monotonic() when the simulator was started
 
     def cancel(self) -> None:
         self.sim.stop()
@@ -65,7 +67,8 @@ class PendingDryRun:
         from kimi_serve.verify import AFTER_START_WAIT, run_verify
 
         try:
-            ready_after = self.sim.wait_ready(self.startup_timeout)
+            self.sim.wait_ready(max(1.0, self.startup_timeout - (time.monotonic() - self.started)))
+            ready_after = time.monotonic() - self.started
             verify = self.profile.verify
             report = run_verify(self.sim.base_url, api_key=self.api_key.value, key_source=self.api_key.source,
                                 model=self.profile.model.served_name, wait=AFTER_START_WAIT,
@@ -111,10 +114,11 @@ def start_contract_dryrun(profile: Profile | str, *, suite: str | None = None, t
     # `up`'s environment (server_env): this process's, then the profile's env; only the simulated start is shorter.
     env = launcher.environment({**launcher.environment(), **launch.env}, warmup=0.5, load=0)
     log_path = run_dir / "simulator.log"
+    started = time.monotonic()
     sim = launcher.Simulator.start(argv, env, f"http://{HOST}:{port}", log_path)
     return PendingDryRun(profile, sim, argv, api_key, log_path,
                          float(startup_timeout if startup_timeout is not None else profile.startup.timeout),
-                         suite, timeout)
+                         suite, timeout, started)
 
 
 def run_contract_dryrun(profile: Profile | str, *, suite: str | None = None, timeout: float | None = None,
