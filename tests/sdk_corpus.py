@@ -260,3 +260,29 @@ def _cases() -> list[Case]:
 
 
 CASES = _cases()
+
+
+def sdk_final_completion(body: bytes, *, stream: bool) -> Any:
+    """The official openai SDK's final completion for ``body``: ``chat.completions.stream`` (its
+    ChatCompletionStreamState accumulator) or ``chat.completions.create``, reading the bytes through httpx's in-process
+    transport (the SDK's own SSE decoder and models run; no network). Raises what the SDK raises."""
+    import openai
+
+    try:  # the HTTP library the installed SDK is built on (openai 3.x: httpx2; older: httpx)
+        import httpx2 as httpx
+    except ImportError:  # pragma: no cover
+        import httpx  # type: ignore[no-redef]
+
+    def answer(request: Any) -> Any:
+        return httpx.Response(200, content=body,
+                              headers={"content-type": "text/event-stream" if stream else "application/json"})
+
+    client = openai.OpenAI(api_key="sk-test", base_url="http://server/v1", max_retries=0,
+                           http_client=httpx.Client(transport=httpx.MockTransport(answer)))
+    messages = [{"role": "user", "content": "What is the weather in Paris right now? Use the get_weather tool."}]
+    if not stream:
+        return client.chat.completions.create(model="kimi-k2.5", messages=messages)
+    with client.chat.completions.stream(model="kimi-k2.5", messages=messages) as events:
+        for _event in events:
+            pass
+        return events.get_final_completion()

@@ -243,3 +243,27 @@ def test_simulate_cli_raw_dry_run_uses_the_sglang_python() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [_python(), "-m", "kimi_serve.simulator", "--model-path", "/models/Kimi-K2.5",
                                   "--port", "30123"]
+
+
+def test_sglang_own_bytes_read_the_same_by_the_openai_sdk_and_verify(served: tuple[launcher.Simulator, list]) -> None:
+    """The corpus's SGLang shape, checked on SGLang's real serving layer: both readers pass and agree field by field."""
+    import requests
+    from sdk_corpus import sdk_final_completion
+
+    from kimi_serve.verify.answer import answer_from_json
+    from kimi_serve.verify.probes import REASONING, TOOL
+    from kimi_serve.verify.runner import judge
+    from kimi_serve.verify.stream import answer_from_sse
+
+    for probe in (TOOL, REASONING):
+        for stream in (True, False):
+            body = requests.post(served[0].base_url + "/v1/chat/completions", json=probe.body(MODEL, stream),
+                                 headers={"Authorization": f"Bearer {KEY}"}, timeout=60).content
+            answer = answer_from_sse(body) if stream else answer_from_json(json.loads(body))
+            assert judge(probe, answer, {}) == ((), ()), (probe.name, stream)
+            choice = sdk_final_completion(body, stream=stream).choices[0]
+            message = choice.message
+            assert (message.content or "", getattr(message, "reasoning_content", None), choice.finish_reason) == \
+                (answer.content or "", answer.reasoning, answer.finish_reason)
+            assert [(c.id, c.type, c.function.name, c.function.arguments) for c in message.tool_calls or []] == \
+                [(c.id, c.type, c.name, c.arguments) for c in answer.tool_calls]

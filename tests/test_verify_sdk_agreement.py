@@ -14,29 +14,14 @@ import json
 from typing import Any
 
 import pytest
-from sdk_corpus import CASES, Case, Truth
+from sdk_corpus import CASES, Case, Truth, sdk_final_completion
 
 from kimi_serve.verify.answer import answer_from_json
 from kimi_serve.verify.probes import REASONING, TOOL
 from kimi_serve.verify.runner import judge
 from kimi_serve.verify.stream import answer_from_sse
 
-openai = pytest.importorskip("openai")
-try:  # the HTTP library the installed SDK is built on (openai 3.x: httpx2; older: httpx)
-    import httpx2 as httpx
-except ImportError:  # pragma: no cover
-    httpx = pytest.importorskip("httpx")
-
-
-MESSAGES = [{"role": "user", "content": "What is the weather in Paris right now? Use the get_weather tool."}]
-
-
-def _client(body: bytes, content_type: str) -> Any:
-    def answer(request: Any) -> Any:
-        return httpx.Response(200, content=body, headers={"content-type": content_type})
-
-    return openai.OpenAI(api_key="sk-test", base_url="http://server/v1", max_retries=0,
-                         http_client=httpx.Client(transport=httpx.MockTransport(answer)))
+pytest.importorskip("openai")
 
 
 def _view(choice: Any) -> dict[str, Any]:
@@ -59,16 +44,7 @@ def _expected(truth: Truth) -> dict[str, Any]:
 def sdk_reads(case: Case) -> tuple[bool, str]:
     """(read correctly, what happened) for the official SDK on ``case.body``."""
     try:
-        if case.stream:
-            client = _client(case.body, "text/event-stream")
-            with client.chat.completions.stream(model="kimi-k2.5", messages=MESSAGES) as stream:
-                for _event in stream:
-                    pass
-                final = stream.get_final_completion()
-        else:
-            final = _client(case.body, "application/json").chat.completions.create(model="kimi-k2.5",
-                                                                                   messages=MESSAGES)
-        view = _view(final.choices[0])
+        view = _view(sdk_final_completion(case.body, stream=case.stream).choices[0])
     except Exception as exc:  # noqa: BLE001 - any exception is the SDK (or its client) failing to read the turn
         return False, f"raised {type(exc).__name__}: {exc}"
     if view != _expected(case.truth):

@@ -25,7 +25,8 @@ def _header(report: VerifyReport) -> str:
 
 
 def _warnings(report: VerifyReport) -> list[str]:
-    return [f"WARN {f.code}: {f.line()}" for f in report.warnings]
+    probe = [f"WARN {p.probe} {p.mode}: {f.code}: {f.line()}" for p in report.probes for f in p.warnings]
+    return probe + [f"WARN {f.code}: {f.line()}" for f in report.warnings]
 
 
 def render_lines(report: VerifyReport) -> str:
