@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`check --contract` (the CI smoke test before every restart) against importing SGLang's serving layer alone.
 
-Prints two numbers, warm (each command runs once unmeasured first, then the median of --runs):
+Prints two numbers, warm (each command runs once unmeasured first, then the median of --runs, the two commands
+interleaved so a shared machine's load falls on both):
 - import: the CPU SGLang interpreter importing what the simulator imports (server args, the OpenAI serving layer,
   parsers, auth, uvicorn): the floor for anything that runs SGLang's own code;
 - check: `kimi-serve check --profile PROFILE --offline --contract` (SGLang's parser tier and the simulator start side
@@ -25,16 +26,19 @@ SERVING_LAYER = ("import sglang.srt.server_args, sglang.srt.entrypoints.openai.s
                  "sglang.srt.utils.auth, uvicorn, fastapi")
 
 
-def timed(argv: list[str], runs: int) -> float:
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)  # warm the caches
-    samples = []
+def timed(commands: list[list[str]], runs: int) -> list[float]:
+    """Median seconds of each command; samples interleaved (a, b, a, b, ...) so a shared machine's load hits both."""
+    for argv in commands:  # warm the caches
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    samples: list[list[float]] = [[] for _ in commands]
     for _ in range(runs):
-        t0 = time.perf_counter()
-        done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
-        samples.append(time.perf_counter() - t0)
-        if done.returncode != 0:
-            sys.exit(f"{argv[:4]}... exited {done.returncode}: {done.stderr.decode()[-500:]}")
-    return statistics.median(samples)
+        for argv, seen in zip(commands, samples, strict=True):
+            t0 = time.perf_counter()
+            done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+            seen.append(time.perf_counter() - t0)
+            if done.returncode != 0:
+                sys.exit(f"{argv[:4]}... exited {done.returncode}: {done.stderr.decode()[-500:]}")
+    return [statistics.median(s) for s in samples]
 
 
 def main() -> None:
@@ -46,9 +50,9 @@ def main() -> None:
     if not python:
         sys.exit("set KIMI_SERVE_SGLANG_PYTHON to the CPU SGLang venv's python (scripts/build-cpu-venv.sh)")
     load = os.getloadavg()[0]
-    imported = timed([python, "-c", SERVING_LAYER], args.runs)
-    check = timed([sys.executable, "-m", "kimi_serve", "check", "--profile", args.profile, "--offline", "--contract",
-                   "--json"], args.runs)
+    imported, check = timed([[python, "-c", SERVING_LAYER],
+                             [sys.executable, "-m", "kimi_serve", "check", "--profile", args.profile, "--offline",
+                              "--contract", "--json"]], args.runs)
     print(f"import SGLang's serving layer alone: {imported:.2f} s (median of {args.runs}, warm)")
     print(f"check --profile {args.profile} --offline --contract: {check:.2f} s (median of {args.runs}, warm)")
     print(f"ratio: {check / imported:.2f}x (goal <= 1.5x); load average at start {load:.1f} on {os.cpu_count()} CPUs")
