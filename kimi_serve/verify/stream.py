@@ -11,7 +11,8 @@ from kimi_serve.verify.answer import OTHER_REASONING_FIELDS, Answer, ToolCall, a
 from kimi_serve.verify.report import problem, warning
 
 _SHOW = 160
-STALL_SECONDS = 30.0  # a stream with no bytes for this long at the deadline is stalled; fewer: only slow
+# No bytes for this long: the stream is stalled (the transport stops it). One that keeps sending is only slow.
+STALL_SECONDS = 30.0
 
 
 def _events(body: bytes) -> list[str]:
