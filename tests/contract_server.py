@@ -22,8 +22,9 @@ FAILURE_MODES = (
     "reasoning-field", "tool-in-reasoning", "finish-stop-with-calls", "tool-calls-empty", "bad-json-args",
     "schema-violation", "unknown-function", "missing-id", "special-token-leak", "instant-ignored", "stream-no-done",
     "stream-no-finish", "stream-stall", "hang", "http-500", "non-json", "duplicate-ids", "large-arg-cut",
-    "second-turn-empty", "single-call",
+    "second-turn-empty", "single-call", "slow-stream",
 )
+SLOW_GAP = 0.25  # "slow-stream": seconds between events (a slow decoder that keeps sending)
 SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 CALL_BEGIN, ARG_BEGIN, CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
 _TOKEN_SPLIT = re.compile(r"(<\|[a-z_]+\|>|</?think>)")
@@ -156,7 +157,7 @@ def _sse_events(s: Shaped, mode: str, model: str) -> list[str]:
         frags = _pieces(call["function"]["arguments"], 64)
         if mode == "large-arg-cut" and len(frags) > 10:
             del frags[len(frags) // 2]
-        events += [chunk({"tool_calls": [{"index": call["index"], "id": None, "type": None,
+        events += [chunk({"tool_calls": [{"index": call["index"], "id": None, "type": "function",
                                           "function": {"name": None, "arguments": f}}]}) for f in frags]
     if mode != "stream-no-finish":
         events.append(chunk({"reasoning_content": None}, s.finish))
@@ -170,16 +171,18 @@ class ContractServer:
 
     ``warm_for``: seconds /health answers 503 after start; ``health_hang``: /health never answers;
     ``api_key``: require ``Authorization: Bearer KEY`` on /v1/* and /model_info (as SGLang does);
-    ``delay``: seconds added before every chat completion answer; ``port``: 0 picks a free one.
+    ``delay``: seconds added before every chat completion answer; ``port``: 0 picks a free one;
+    ``server_info``: the body of /server_info and /get_server_info (default: 404).
     """
 
     def __init__(self, mode: str = "correct", *, api_key: str | None = None, served_model: str = "kimi-k2.5",
                  delay: float = 0.0, warm_for: float = 0.0, health_hang: bool = False, port: int = 0,
-                 report_parsers: bool = True) -> None:
+                 report_parsers: bool = True, server_info: dict[str, Any] | None = None) -> None:
         if mode not in CORRECT_MODES + FAILURE_MODES:
             raise ValueError(f"unknown mode {mode!r}")
         self.mode, self.api_key, self.served_model, self.delay = mode, api_key, served_model, delay
         self.warm_for, self.health_hang, self.report_parsers = warm_for, health_hang, report_parsers
+        self.server_info = server_info  # the /server_info body (None: 404, as before SGLang had one)
         self.requests: list[dict[str, Any]] = []
         self._seen: set[str] = set()  # "flaky-model": requests answered once already
         self._stop = threading.Event()
@@ -271,6 +274,8 @@ class _Handler(BaseHTTPRequestHandler):
                                                                 "owned_by": "sglang", "root": own.served_model}]})
         if self.path == "/model_info" and own.report_parsers:
             return self._json(200, {"model_path": "/models/Kimi-K2.5", **own.parsers()})
+        if self.path in ("/server_info", "/get_server_info") and own.server_info is not None:
+            return self._json(200, own.server_info)
         return self._json(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
@@ -320,6 +325,8 @@ class _Handler(BaseHTTPRequestHandler):
         for n, event in enumerate(events):
             if self.owner.mode == "stream-stall" and n == 3:
                 return self._hang()
+            if self.owner.mode == "slow-stream" and n:
+                time.sleep(SLOW_GAP)
             data = f"data: {event}\n\n".encode()
             try:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -28,3 +29,28 @@ def test_removing_the_tool_parser_fails_with_the_seeds_diagnosis(cli, write_prof
     contract_fails = [line for line in res.out.splitlines() if line.startswith("FAIL [contract]")]
     # ... and the dry run shows what clients would get: raw tool-call tokens, fixed by the parser flag
     assert any("tool/" in line and "--tool-call-parser kimi_k2" in line for line in contract_fails), res.out
+
+
+def _child_env(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    return dict(kv.split("=", 1) for kv in raw.split("\0") if "=" in kv)
+
+
+@pytest.mark.parametrize("profile_text", [None, "extends: sim\nenv:\n  KIMI_SERVE_SIM_STEP_SECONDS: '0.02'\n"])
+def test_the_dry_run_paces_and_waits_like_up(sglang_python, write_profile, tmp_path, profile_text) -> None:
+    """Same decode pacing as `up` (the simulator's default step or the profile's env), same start deadline."""
+    from kimi_serve.check.dryrun import start_contract_dryrun
+    from kimi_serve.check.report import launch_for
+    from kimi_serve.core.settings import SIM_STEP_ENV
+    from kimi_serve.profile.loader import load_profile
+    from kimi_serve.up.run import server_env
+
+    profile = load_profile(str(write_profile(profile_text)) if profile_text else "sim")
+    pending = start_contract_dryrun(profile, stand_in_key=True, log_dir=tmp_path)
+    try:
+        env = _child_env(pending.sim.process.pid)
+    finally:
+        pending.cancel()
+    assert env.get(SIM_STEP_ENV) == server_env(launch_for(profile)).get(SIM_STEP_ENV)
+    assert env.get(SIM_STEP_ENV) == ("0.02" if profile_text else None)
+    assert pending.startup_timeout == float(profile.startup.timeout)

@@ -58,8 +58,9 @@ def states(st) -> list[str]:
 def test_shipped_set_covers_the_prod_features_and_targets_0_5_23(patch_set) -> None:
     assert SET in available_patch_sets()
     assert patch_set.target_version == "0.5.23"
-    assert {"flashinfer_allreduce_fusion", "torch_symm_mem", "redact_api_key_in_log"} <= set(patch_set.features)
-    assert [p.name[:4] for p in patch_set.patches] == ["0001", "0002", "0003", "0004", "0005", "0006"]
+    assert {"flashinfer_allreduce_fusion", "torch_symm_mem", "redact_api_key_in_log",
+            "redact_api_key_in_server_info"} <= set(patch_set.features)
+    assert [p.name[:4] for p in patch_set.patches] == ["0001", "0002", "0003", "0004", "0005", "0006", "0007"]
     for patch in patch_set.patches:
         text = patch.path.read_text()
         header = text.split("\n--- a/", 1)[0]
@@ -76,7 +77,7 @@ def test_wheel_check_reports_a_patch_that_no_longer_applies(patch_set, tmp_path:
     broken = _set_with_broken_last_patch(patch_set, tmp_path)
     result = check_applies_to_wheel(broken, pinned_wheel(patch_set))
     assert not result.ok
-    assert "0006-" in result.message and "does not apply cleanly" in result.message
+    assert "0007-" in result.message and "does not apply cleanly" in result.message
 
 
 def test_unknown_set_is_a_usage_error() -> None:
@@ -99,14 +100,14 @@ def test_edited_patch_file_is_refused(patch_set, tmp_path: Path) -> None:
 def test_apply_status_idempotence_and_revert_to_identical_bytes(site: Path, state: Path, patch_set) -> None:
     original = snapshot(site)
     st = status(site, patch_set, state_dir=state)
-    assert states(st) == ["not applied"] * 6 and st.pristine and st.record is None
+    assert states(st) == ["not applied"] * 7 and st.pristine and st.record is None
     assert st.features == {"flashinfer_allreduce_fusion": False, "torch_symm_mem": False,
-                           "redact_api_key_in_log": False}
+                           "redact_api_key_in_log": False, "redact_api_key_in_server_info": False}
 
     first = apply(site, patch_set, state_dir=state)
     assert first.changed and first.status.all_applied
     assert first.status.features == {"flashinfer_allreduce_fusion": True, "torch_symm_mem": True,
-                                     "redact_api_key_in_log": True}
+                                     "redact_api_key_in_log": True, "redact_api_key_in_server_info": True}
     for f in patch_set.files:
         assert patch_files.sha256_file(site / f.path) == f.after
     assert snapshot(site)[UNTOUCHED] == original[UNTOUCHED]
@@ -122,7 +123,7 @@ def test_apply_status_idempotence_and_revert_to_identical_bytes(site: Path, stat
     assert {p: (site / p).stat().st_mtime_ns for p in original} == patched
 
     undone = revert(site, patch_set, state_dir=state)
-    assert undone.changed and states(undone.status) == ["not applied"] * 6
+    assert undone.changed and states(undone.status) == ["not applied"] * 7
     assert undone.status.record is None
     assert snapshot(site) == original
     assert not revert(site, patch_set, state_dir=state).changed
@@ -175,7 +176,7 @@ def test_revert_without_a_record_undoes_the_patches_exactly(site: Path, state: P
 
 
 def test_conflict_planted_in_a_later_patch_file_changes_nothing(site: Path, state: Path, patch_set, cli) -> None:
-    with open(site / ENGINE, "a") as fh:  # touched by 0006, the last patch
+    with open(site / ENGINE, "a") as fh:  # touched by 0006, a later patch
         fh.write("# local edit\n")
     before = snapshot(site)
     res = cli("patches", "apply", "--site-packages", str(site), "--state-dir", str(state))
@@ -184,8 +185,8 @@ def test_conflict_planted_in_a_later_patch_file_changes_nothing(site: Path, stat
     assert snapshot(site) == before
     assert not list(state.glob("patches/*/*/record.json"))
     st = status(site, patch_set, state_dir=state)
-    assert states(st) == ["not applied"] * 5 + ["conflict"]
-    assert "matches neither" in st.patches[-1].detail
+    assert states(st) == ["not applied"] * 5 + ["conflict", "not applied"]
+    assert "matches neither" in st.patches[5].detail
 
 
 def test_a_later_patch_failing_on_the_staging_copy_changes_nothing(site: Path, state: Path, patch_set,
@@ -195,7 +196,7 @@ def test_a_later_patch_failing_on_the_staging_copy_changes_nothing(site: Path, s
     with pytest.raises(KimiServeError) as err:
         apply(site, broken, state_dir=state)
     assert err.value.exit_code is ExitCode.FAILED
-    assert "0006-" in err.value.message and "does not apply cleanly" in err.value.message
+    assert "0007-" in err.value.message and "does not apply cleanly" in err.value.message
     assert snapshot(site) == before
     assert not list(state.glob("patches/*/*/record.json"))
 
@@ -261,24 +262,25 @@ def test_version_falls_back_to_dist_info(site: Path) -> None:
 def test_cli_status_apply_revert(site: Path, state: Path, cli) -> None:
     args = ("--site-packages", str(site), "--state-dir", str(state))
     res = cli("patches", "status", *args)
-    assert res.code == 1 and res.out.count("not applied") == 6 and "record: none" in res.out
+    assert res.code == 1 and res.out.count("not applied") == 7 and "record: none" in res.out
 
     res = cli("patches", "apply", *args, "--json")
     data = json.loads(res.out)
     assert res.code == 0 and data["changed"] and data["applied"]
-    assert [p["state"] for p in data["patches"]] == ["applied"] * 6
+    assert [p["state"] for p in data["patches"]] == ["applied"] * 7
 
     res = cli("patches", "status", *args, "--json")
     data = json.loads(res.out)
     assert res.code == 0 and data["features"] == {"flashinfer_allreduce_fusion": True, "torch_symm_mem": True,
-                                                  "redact_api_key_in_log": True}
+                                                  "redact_api_key_in_log": True,
+                                                  "redact_api_key_in_server_info": True}
     assert data["record"]["set"] == SET and all(f["state"] == "patched" for f in data["files"])
 
     res = cli("patches", "apply", *args)
     assert res.code == 0 and "already applied" in res.out
 
     res = cli("patches", "revert", *args)
-    assert res.code == 0 and "restored 5 original files" in res.out and res.out.count("not applied") == 6
+    assert res.code == 0 and "restored 6 original files" in res.out and res.out.count("not applied") == 7
 
 
 @pytest.mark.parametrize(("args", "code", "text"), [
@@ -313,9 +315,9 @@ def _set_with_broken_last_patch(patch_set, tmp_path: Path):
     copy = Path(shutil.copytree(patch_set.directory, tmp_path / "broken-set"))
     last = copy / patch_set.patches[-1].name
     text = last.read_text()
-    context = " def _server_args_for_logging(server_args: ServerArgs) -> Dict[str, Any]:\n"
+    context = "     result.update(scheduler_info)\n"
     assert context in text
-    last.write_text(text.replace(context, context.replace("Dict[", "dict["), 1))
+    last.write_text(text.replace(context, context.replace("scheduler_info", "scheduler_infos"), 1))
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["patches"][-1]["sha256"] = patch_files.sha256_file(last)
     (copy / "manifest.json").write_text(json.dumps(manifest))

@@ -1,8 +1,9 @@
 """Behaviour of the patched code in SGLang 0.5.23's own sources, unpatched vs patched: the SM120 gates under a simulated
-SM120 machine, and the API keys in the startup log.
+SM120 machine, and the API keys in the startup log and in /server_info.
 
 Two scratch copies of the whole sglang package come from the pinned wheel; one is patched with `apply`. Each is probed
-by tests/sm120_gate_probe.py and tests/redact_log_probe.py in the CPU SGLang interpreter (KIMI_SERVE_SGLANG_PYTHON)
+by tests/sm120_gate_probe.py, tests/redact_log_probe.py and tests/redact_server_info_probe.py in the CPU SGLang
+interpreter (KIMI_SERVE_SGLANG_PYTHON)
 with the copy first on sys.path, so the venv's own site-packages is only read, never changed. The probes list their
 stand-ins.
 """
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.sglang
 
 PROBE = Path(__file__).with_name("sm120_gate_probe.py")
 REDACT_PROBE = Path(__file__).with_name("redact_log_probe.py")
+INFO_PROBE = Path(__file__).with_name("redact_server_info_probe.py")
 API_KEY, ADMIN_KEY = "sk-kimi-probe-7f3a9c", "adm-kimi-probe-51d2e8"
 SM120_ONLY = "FlashInfer allreduce fusion on SM120 supports only the trtllm backend on a single node."
 
@@ -64,6 +66,14 @@ def startup_log(copies: dict[str, Path]) -> dict[str, dict]:
     key_file = copies["root"] / "secrets.yaml"  # as kimi-serve hands the key to SGLang: --config FILE
     key_file.write_text(f"api-key: {API_KEY}\nadmin-api-key: {ADMIN_KEY}\n")
     return {which: _run(str(copies["python"]), REDACT_PROBE, copies[which], key_file)
+            for which in ("unpatched", "patched")}
+
+
+@pytest.fixture(scope="module")
+def server_info(copies: dict[str, Path]) -> dict[str, dict]:
+    key_file = copies["root"] / "secrets-info.yaml"
+    key_file.write_text(f"api-key: {API_KEY}\nadmin-api-key: {ADMIN_KEY}\n")
+    return {which: _run(str(copies["python"]), INFO_PROBE, copies[which], key_file)
             for which in ("unpatched", "patched")}
 
 
@@ -126,3 +136,21 @@ def test_startup_log_redacts_the_api_keys(startup_log: dict[str, dict]) -> None:
     # Only the log is redacted: the server still authenticates with the real keys, and unset keys stay unset.
     assert (after["api_key"], after["admin_api_key"]) == (API_KEY, ADMIN_KEY)
     assert after["logged_without_keys"] == {"api_key": None, "admin_api_key": None}
+
+
+def test_server_info_redacts_the_api_keys(server_info: dict[str, dict]) -> None:
+    before, after = server_info["unpatched"], server_info["patched"]
+    # Upstream returns both keys, and a launch command holding them, from /server_info and /get_server_info.
+    for route in ("server_info", "get_server_info"):
+        assert before[route]["api_key"] == API_KEY and before[route]["admin_api_key"] == ADMIN_KEY
+        assert API_KEY in before[route]["launch_command"] and ADMIN_KEY in before[route]["launch_command"]
+    # Patched (0007): neither key anywhere in the body; the launch command keeps its shape.
+    assert API_KEY not in after["body"] and ADMIN_KEY not in after["body"]
+    for route in ("server_info", "get_server_info"):
+        assert after[route]["api_key"] == "<redacted>" and after[route]["admin_api_key"] == "<redacted>"
+        assert "--api-key <redacted>" in after[route]["launch_command"]
+        assert "--admin-api-key <redacted>" in after[route]["launch_command"]
+    assert after["server_info"]["model_path"] == "dummy"
+    # The server still authenticates with the real keys, and unset keys stay unset.
+    assert (after["api_key"], after["admin_api_key"]) == (API_KEY, ADMIN_KEY)
+    assert after["unkeyed"] == {"api_key": None, "admin_api_key": None}

@@ -30,7 +30,6 @@ FAILURES = {
     "unknown-function": ("quick", "tool", None, "unknown_function", "'weather_lookup'"),
     "missing-id": ("quick", "tool", None, "tool_call_id", "has no id"),
     "special-token-leak": ("quick", "reasoning", None, "special_token_leak", "<|im_end|>"),
-    "stream-no-done": ("quick", "tool", "stream", "stream_no_done", "[DONE]"),
     "stream-no-finish": ("quick", "reasoning", "stream", "stream_no_finish_reason", "finish_reason"),
     "http-500": ("quick", "tool", None, "http_5xx", "HTTP 500"),
     "non-json": ("quick", "tool", "non-stream", "non_json_body", "502 Bad Gateway"),
@@ -125,6 +124,27 @@ def test_stalled_stream_fails_within_timeout() -> None:
     assert report.elapsed_s < 2.0 + 2.0  # the deadline plus slack, never the server's 120 s stall
 
 
+def test_a_slow_stream_that_keeps_sending_is_slow_not_hung() -> None:
+    """Bytes every 0.25 s, never a pause near the stall limit (half the 1.2 s timeout): "slow", not "server hangs"."""
+    with ContractServer("slow-stream") as srv:
+        report = run_verify(srv.host, timeout=1.2)
+    slow = [p for p in report.probes if p.mode == "stream"]
+    assert report.exit_code == 1 and slow
+    for p in slow:
+        assert [f.code for f in p.findings] == ["too_slow"], p.findings
+        assert "slow, not hung" in p.findings[0].message and "0.6s stall limit" in p.findings[0].message
+        assert "hang" not in p.findings[0].fix
+
+
+def test_a_stall_is_no_bytes_for_the_stated_time() -> None:
+    with ContractServer("stream-stall") as srv:
+        report = run_verify(srv.host, timeout=4.0)
+    stalled = [p for p in report.probes if p.mode == "stream"]
+    assert all(p.findings[0].code == "timeout" and "no bytes for 2s" in p.findings[0].message for p in stalled)
+    # stopped at the stall limit (2 s), not at the 4 s deadline
+    assert all(p.latency_s < 3.5 for p in stalled), [p.latency_s for p in stalled]
+
+
 def test_hung_server_fails_within_timeout() -> None:
     with ContractServer("hang") as srv:
         report = run_verify(srv.host, timeout=2.0)
@@ -165,7 +185,7 @@ def test_cli_json_report_is_stable(capsys) -> None:
     report = json.loads(out)
     assert code == 1
     assert list(report) == ["kind", "version", "status", "exit_code", "target", "model", "suite", "elapsed_s",
-                            "readiness", "server", "error", "probes"]
+                            "key_source", "readiness", "server", "error", "probes", "warnings"]
     assert report["kind"] == "kimi-serve-verify" and report["version"] == 1
     assert report["status"] == "fail" and report["exit_code"] == 1
     assert report["target"] == f"http://{srv.host}"
@@ -173,7 +193,7 @@ def test_cli_json_report_is_stable(capsys) -> None:
     assert report["server"] == {"tool_call_parser": None, "reasoning_parser": "kimi_k2"}
     tool = [p for p in report["probes"] if p["probe"] == "tool"]
     assert [p["status"] for p in tool] == ["fail", "fail"]
-    assert set(tool[0]) == {"probe", "mode", "status", "latency_s", "attempts", "findings"}
+    assert set(tool[0]) == {"probe", "mode", "status", "latency_s", "attempts", "findings", "warnings"}
     assert tool[0]["attempts"] == 1
     assert tool[0]["findings"][0]["code"] == "raw_tool_tokens"
     assert set(tool[0]["findings"][0]) == {"code", "message", "fix"}
@@ -225,3 +245,13 @@ def test_cli_401_names_the_option(capsys) -> None:
 def test_cli_bad_host_is_usage(capsys) -> None:
     assert main(["verify", "--host", "ftp://x:1"]) == 2
     assert "unsupported scheme" in capsys.readouterr().err
+
+
+def test_a_clean_end_without_done_passes_with_a_warning() -> None:
+    """The openai SDK reads a stream that ends after its finish_reason without [DONE]: so does verify (it warns)."""
+    with ContractServer("stream-no-done") as srv:
+        report = run_verify(srv.host, timeout=TIMEOUT)
+    assert report.exit_code == 0, [p.to_dict() for p in report.probes]
+    streamed = [p for p in report.probes if p.mode == "stream"]
+    assert streamed and all(w.code == "stream_no_done" for p in streamed for w in p.warnings)
+    assert all(p.warnings for p in streamed)

@@ -10,9 +10,11 @@ from kimi_serve.verify.stream import answer_from_sse
 
 
 def _sse(*deltas: dict, finish: str | None = "tool_calls", done: bool = True) -> bytes:
-    chunks = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    head = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "kimi-k2.5"}
+    chunks = [{**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
     if finish:
-        chunks.append({"choices": [{"index": 0, "delta": {"reasoning_content": None}, "finish_reason": finish}]})
+        chunks.append({**head, "choices": [{"index": 0, "delta": {"reasoning_content": None},
+                                            "finish_reason": finish}]})
     text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks)
     return (text + ("data: [DONE]\n\n" if done else "")).encode()
 
@@ -25,7 +27,8 @@ def test_tool_call_fragments_are_joined_by_index() -> None:
                          "function": {"name": "get_weather", "arguments": ""}}]},
         {"tool_calls": [{"id": "functions.get_weather:1", "index": 1, "type": "function",
                          "function": {"name": "get_weather", "arguments": '{"city": '}}]},
-        {"tool_calls": [{"id": None, "index": 0, "type": None, "function": {"name": None, "arguments": '{"city": '}}]},
+        {"tool_calls": [{"id": None, "index": 0, "type": "function", "function": {"name": None,
+                                                                                  "arguments": '{"city": '}}]},
         {"tool_calls": [{"id": None, "index": 0, "function": {"name": None, "arguments": '"Paris"}'}}]},
         {"tool_calls": [{"index": 1, "function": {"arguments": '"Tokyo"}'}}]},
     )
@@ -54,7 +57,7 @@ def test_stream_faults_are_named() -> None:
 
 
 def test_other_reasoning_fields_are_kept_apart() -> None:
-    streamed = answer_from_sse(_sse({"reasoning": "hmm"}, {"content": "391"}, finish="stop"))
+    streamed = answer_from_sse(_sse({"role": "assistant", "reasoning": "hmm"}, {"content": "391"}, finish="stop"))
     assert streamed.reasoning is None and streamed.other_reasoning == {"reasoning": "hmm"}
     plain = answer_from_json({"choices": [{"finish_reason": "stop", "message": {
         "role": "assistant", "content": "391", "reasoning_content": None, "reasoning_text": "hmm"}}]})
@@ -82,7 +85,8 @@ def test_argument_longer_than_json_on_one_line_is_shown_clipped() -> None:
 def test_large_argument_rules() -> None:
     def turn(content: str) -> object:
         args = json.dumps({"path": "count.txt", "content": content})
-        return answer_from_sse(_sse({"tool_calls": [{"id": "functions.write_file:0", "index": 0, "type": "function",
+        return answer_from_sse(_sse({"role": "assistant"},
+                                    {"tool_calls": [{"id": "functions.write_file:0", "index": 0, "type": "function",
                                                      "function": {"name": "write_file", "arguments": args}}]}))
 
     full = " ".join(str(i) for i in range(1, 2001))

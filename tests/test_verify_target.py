@@ -40,13 +40,14 @@ def test_bad_hosts_are_usage_errors(host: str, words: str) -> None:
     assert "fix:" in info.value.one_line()
 
 
-def test_key_order_flag_then_env_then_file(tmp_path) -> None:
+def test_key_order_flag_then_file_then_env(tmp_path) -> None:
     key_file = tmp_path / "key.yaml"
     key_file.write_text("api-key: from-file\n")
     key_file.chmod(0o600)
     env = {API_KEY_ENV: "from-env"}
     assert resolve_api_key("from-flag", key_file, env) == "from-flag"
-    assert resolve_api_key(None, key_file, env) == "from-env"
+    assert resolve_api_key(None, key_file, env) == "from-file"
+    assert resolve_api_key(None, None, env) == "from-env"
     assert resolve_api_key(None, key_file, {}) == "from-file"
     assert resolve_api_key(None, None, {}) is None
 

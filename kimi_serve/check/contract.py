@@ -1,20 +1,61 @@
-"""`check --contract`: the contract dry run as findings (one per probe x mode), so `check` reports it like any layer."""
+"""`check --contract`: the contract dry run as findings (one per probe x mode), so `check` reports it like any layer.
+
+:func:`start_contract` starts the simulator at once and returns; `check` runs SGLang's parser tier meanwhile (the two
+SGLang imports overlap) and then collects the findings (:meth:`ContractCheck.findings`) or cancels the run.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from kimi_serve.core.errors import KimiServeError
-from kimi_serve.core.findings import FAIL, PASS, Finding
+from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
 from kimi_serve.profile.loader import Profile
 
 
-def check_contract(profile: Profile, *, offline: bool) -> list[Finding]:
-    from kimi_serve.check.dryrun import run_contract_dryrun
+class ContractCheck:
+    """A dry run in flight: either a started simulator or the error that kept it from starting."""
+
+    def __init__(self, pending: Any = None, error: Finding | None = None) -> None:
+        self.pending = pending
+        self.error = error
+
+    def cancel(self) -> None:
+        if self.pending is not None:
+            self.pending.cancel()
+            self.pending = None
+
+    def findings(self) -> list[Finding]:
+        if self.error is not None or self.pending is None:
+            return [self.error] if self.error else []
+        try:
+            run = self.pending.finish()
+        except KimiServeError as exc:
+            return [_could_not_start(exc)]
+        finally:
+            self.pending = None
+        return _report_findings(run)
+
+
+def _could_not_start(exc: KimiServeError) -> Finding:
+    return Finding("contract", "dry-run", FAIL, f"contract dry run could not start: {exc.message}", exc.hint or "",
+                   exc.where or "")
+
+
+def start_contract(profile: Profile, *, offline: bool) -> ContractCheck:
+    from kimi_serve.check.dryrun import start_contract_dryrun
 
     try:
-        run = run_contract_dryrun(profile, stand_in_key=offline)
+        return ContractCheck(start_contract_dryrun(profile, stand_in_key=offline))
     except KimiServeError as exc:
-        return [Finding("contract", "dry-run", FAIL, f"contract dry run could not start: {exc.message}",
-                        exc.hint or "", exc.where or "")]
+        return ContractCheck(error=_could_not_start(exc))
+
+
+def check_contract(profile: Profile, *, offline: bool) -> list[Finding]:
+    return start_contract(profile, offline=offline).findings()
+
+
+def _report_findings(run: Any) -> list[Finding]:
     report = run.report
     head = (f"simulator with the profile's exact flags ready in {run.ready_after_s:.1f}s; {report.suite} suite "
             f"against {report.model}")
@@ -28,4 +69,8 @@ def check_contract(profile: Profile, *, offline: bool) -> list[Finding]:
         else:
             first = probe.findings[0]
             findings.append(Finding("contract", name, FAIL, f"{name}: {first.message}", first.fix))
+        findings += [Finding("contract", f"{name}:{w.code}", WARN, f"{name}: {w.message}", w.fix)
+                     for w in probe.warnings]
+    findings += [Finding("contract", w.code, WARN, f"the SGLang this dry run used: {w.message}", w.fix)
+                 for w in report.warnings]
     return findings

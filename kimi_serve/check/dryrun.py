@@ -11,17 +11,16 @@ from __future__ import annotations
 import os
 import secrets
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.core.settings import SIM_STEP_ENV
 from kimi_serve.profile.loader import Profile
 from kimi_serve.sglang.site import require_sglang_python
 from kimi_serve.simulator import launcher
 
 HOST = "127.0.0.1"
-STARTUP_TIMEOUT = 180.0  # sglang import + resolution on a busy 2-core machine stays well under this
 
 
 @dataclass
@@ -46,14 +45,54 @@ def _stand_in_key_file(directory: Path) -> Path:
     return path
 
 
-def run_contract_dryrun(profile: Profile | str, *, suite: str | None = None, timeout: float | None = None,
-                        startup_timeout: float = STARTUP_TIMEOUT, log_dir: Path | None = None,
-                        stand_in_key: bool = False) -> DryRun:
-    """``stand_in_key``: when the profile's API-key file does not exist here (CI, a laptop), use a throwaway one."""
+@dataclass
+class PendingDryRun:
+    """A simulator started for the dry run, not yet checked (:func:`start_contract_dryrun`)."""
+
+    profile: Profile
+    sim: launcher.Simulator
+    argv: list[str]
+    api_key: Any  # kimi_serve.verify.ApiKey
+    log_path: Path
+    startup_timeout: float
+    suite: str | None
+    timeout: float | None
+    started: float = 0.0  # time.monotonic() when the simulator was started
+
+    def cancel(self) -> None:
+        self.sim.stop()
+
+    def finish(self) -> DryRun:
+        """Wait for readiness, run the verify suite as `up` does (same wait, timeout, suite and pacing), stop."""
+        from kimi_serve.verify import AFTER_START_WAIT, run_verify
+
+        try:
+            self.sim.wait_ready(max(1.0, self.startup_timeout - (time.monotonic() - self.started)))
+            ready_after = time.monotonic() - self.started
+            verify = self.profile.verify
+            report = run_verify(self.sim.base_url, api_key=self.api_key.value, key_source=self.api_key.source,
+                                model=self.profile.model.served_name, wait=AFTER_START_WAIT,
+                                timeout=float(self.timeout or verify.timeout), suite=self.suite or verify.suite)
+        finally:
+            status = self.sim.stop()
+        return DryRun(report=report, argv=self.argv, ready_after_s=ready_after, simulator_exit=status,
+                      log_path=self.log_path)
+
+
+def start_contract_dryrun(profile: Profile | str, *, suite: str | None = None, timeout: float | None = None,
+                          startup_timeout: float | None = None, log_dir: Path | None = None,
+                          stand_in_key: bool = False) -> PendingDryRun:
+    """Start the simulator with the profile's exact flags and return at once (`check` runs its SGLang tier meanwhile).
+
+    Decoding is paced as under `up` (the simulator's default step, or the profile's own env/$KIMI_SERVE_SIM_*), the
+    verify wait, timeout and suite are `up`'s, and the start deadline is the profile's ``startup.timeout``: a profile
+    that passes here passes `up`'s contract check on the same SGLang. ``stand_in_key``: when the profile's API-key file
+    does not exist here (CI, a laptop), use a throwaway one.
+    """
     from kimi_serve.check.report import launch_for
     from kimi_serve.core.keyfile import read_key_file
     from kimi_serve.profile.loader import load_profile
-    from kimi_serve.verify import run_verify
+    from kimi_serve.verify import ApiKey
 
     if isinstance(profile, str):
         profile = load_profile(profile)
@@ -62,23 +101,29 @@ def run_contract_dryrun(profile: Profile | str, *, suite: str | None = None, tim
     args = launcher.with_flag(launcher.with_flag(list(launch.server_args), "--host", HOST), "--port", str(port))
     run_dir = Path(log_dir or tempfile.mkdtemp(prefix="kimi-serve-contract-"))
     key_file = launch.api_key_file
+    label = "profile key file"
     if key_file and stand_in_key and not Path(key_file).exists():
         key_file = str(_stand_in_key_file(run_dir))
         args = launcher.with_flag(args, "--config", key_file)
+        label = "stand-in key file"
     where = profile.where("server.api_key_file")
     launcher.check_config_file(args, where)
-    api_key = read_key_file(Path(key_file), where) if key_file else None
+    api_key = ApiKey(read_key_file(Path(key_file), where), f"{label} {key_file}") if key_file else ApiKey(None, "none")
     python = require_sglang_python(launch.argv[0])
     argv = launcher.command(python, args)
+    # `up`'s environment (server_env): this process's, then the profile's env; only the simulated start is shorter.
     env = launcher.environment({**launcher.environment(), **launch.env}, warmup=0.5, load=0)
-    env[SIM_STEP_ENV] = "0.001"  # a contract check, not a speed test: keep the multi-token steps, drop the pacing
     log_path = run_dir / "simulator.log"
+    started = time.monotonic()
     sim = launcher.Simulator.start(argv, env, f"http://{HOST}:{port}", log_path)
-    try:
-        ready_after = sim.wait_ready(startup_timeout)
-        verify = profile.verify
-        report = run_verify(sim.base_url, api_key=api_key, model=profile.model.served_name, wait=10.0,
-                            timeout=float(timeout or verify.timeout), suite=suite or verify.suite)
-    finally:
-        status = sim.stop()
-    return DryRun(report=report, argv=argv, ready_after_s=ready_after, simulator_exit=status, log_path=log_path)
+    return PendingDryRun(profile, sim, argv, api_key, log_path,
+                         float(startup_timeout if startup_timeout is not None else profile.startup.timeout),
+                         suite, timeout, started)
+
+
+def run_contract_dryrun(profile: Profile | str, *, suite: str | None = None, timeout: float | None = None,
+                        startup_timeout: float | None = None, log_dir: Path | None = None,
+                        stand_in_key: bool = False) -> DryRun:
+    """Start the simulator (:func:`start_contract_dryrun`), check it, stop it."""
+    return start_contract_dryrun(profile, suite=suite, timeout=timeout, startup_timeout=startup_timeout,
+                                 log_dir=log_dir, stand_in_key=stand_in_key).finish()

@@ -82,26 +82,41 @@ def run_check(
     launch, findings = fast_validate(profile)
     report = CheckReport(profile, launch, [Finding("schema", "profile", PASS, f"{display_path(profile.source)} "
                                                    "is a valid profile")] + findings)
-    say("running SGLang's own parser and resolution (simulated SM120)...")
-    from kimi_serve.check.sglang_tier import check_with_sglang
+    dry_run = None
+    if contract:  # start the simulator now: its SGLang import overlaps the parser tier's
+        from kimi_serve.check.contract import start_contract
 
-    report.findings += check_with_sglang(profile, launch)
-    from kimi_serve.check.patch_layer import check_patches
-
-    report.findings += check_patches(profile, offline=offline)
-    if not offline:
-        from kimi_serve.check.host import check_host
-
-        report.findings += check_host(profile)
-    if contract:
+        say("contract dry run: starting the simulator with the profile's exact flags...")
+        dry_run = start_contract(profile, offline=offline)
+    try:
+        report.findings += _slow_layers(profile, launch, offline=offline, say=say)
+    except BaseException:
+        if dry_run is not None:
+            dry_run.cancel()
+        raise
+    if dry_run is not None:
         # Rule failures do not stop SGLang from starting, so the dry run still shows what clients would get;
         # flags SGLang rejects do.
         if failed(f for f in report.findings if f.layer in {"flags", "sglang"}):
+            dry_run.cancel()
             report.findings.append(Finding("contract", "dry-run", SKIP, "contract dry run skipped: SGLang would "
                                            "not start with these flags", "fix the failures above"))
         else:
-            say("contract dry run: starting the simulator with the profile's exact flags...")
-            from kimi_serve.check.contract import check_contract
-
-            report.findings += check_contract(profile, offline=offline)
+            say("contract dry run: running the verify suite against the simulator...")
+            report.findings += dry_run.findings()
     return report
+
+
+def _slow_layers(profile: Profile, launch: Launch, *, offline: bool, say: Callable[[str], None]) -> list[Finding]:
+    say("running SGLang's own parser and resolution (simulated SM120)...")
+    from kimi_serve.check.sglang_tier import check_with_sglang
+
+    findings = check_with_sglang(profile, launch)
+    from kimi_serve.check.patch_layer import check_patches
+
+    findings += check_patches(profile, offline=offline)
+    if not offline:
+        from kimi_serve.check.host import check_host
+
+        findings += check_host(profile)
+    return findings

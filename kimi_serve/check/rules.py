@@ -19,6 +19,7 @@ FEATURE_FUSION = "flashinfer_allreduce_fusion"
 FEATURE_TORCH_SYMM_MEM = "torch_symm_mem"
 # Patch-set feature that keeps the API keys out of SGLang's startup `server_args=` log line (hence the journal).
 FEATURE_REDACT = "redact_api_key_in_log"
+FEATURE_REDACT_INFO = "redact_api_key_in_server_info"
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
 
 Rule = Callable[[Profile, Launch], Iterator[Finding]]
@@ -135,7 +136,8 @@ def rule_patch_set(p: Profile, _: Launch) -> Iterator[Finding]:
 
 
 def rule_patch_set_redact(p: Profile, _: Launch) -> Iterator[Finding]:
-    """SGLang 0.5.23 logs its server_args at startup, API keys in clear text; only a patched SGLang redacts them."""
+    """SGLang 0.5.23 logs its server_args at startup and returns them from /server_info, API keys in clear text;
+    only a patched SGLang redacts them (patches 0006 and 0007)."""
     if p.engine != "sglang" or not p.server.api_key_file:
         yield _ok("patch_set.redact", "no API key handed to SGLang")
         return
@@ -149,11 +151,22 @@ def rule_patch_set_redact(p: Profile, _: Launch) -> Iterator[Finding]:
             return
     if FEATURE_REDACT in features:
         yield _ok("patch_set.redact", f"patch set {p.patch_set} keeps the API key out of SGLang's startup log")
-        return
-    yield Finding("rules", "patch_set.redact", WARN,
-                  f"the API key from server.api_key_file would be written to the journal by SGLang's startup log "
-                  f"(server_args=...): patch set {p.patch_set or '(none)'} does not cover {FEATURE_REDACT}",
-                  f"use a patch set covering {FEATURE_REDACT} (patch_set: sglang-0.5.23-sm120)", p.where("patch_set"))
+    else:
+        yield Finding("rules", "patch_set.redact", WARN,
+                      f"the API key from server.api_key_file would be written to the journal by SGLang's startup log "
+                      f"(server_args=...): patch set {p.patch_set or '(none)'} does not cover {FEATURE_REDACT}",
+                      f"use a patch set covering {FEATURE_REDACT} (patch_set: sglang-0.5.23-sm120)",
+                      p.where("patch_set"))
+    if FEATURE_REDACT_INFO in features:
+        yield _ok("patch_set.redact_server_info", f"patch set {p.patch_set} keeps the API keys out of SGLang's "
+                  "/server_info")
+    else:
+        yield Finding("rules", "patch_set.redact_server_info", WARN,
+                      f"SGLang's /server_info would return the API key and the admin key (and a launch command "
+                      f"holding them) to every API client: patch set {p.patch_set or '(none)'} does not cover "
+                      f"{FEATURE_REDACT_INFO}",
+                      f"use a patch set covering {FEATURE_REDACT_INFO} (patch_set: sglang-0.5.23-sm120)",
+                      p.where("patch_set"))
 
 
 def rule_allreduce(p: Profile, launch: Launch) -> Iterator[Finding]:

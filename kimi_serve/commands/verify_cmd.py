@@ -29,7 +29,8 @@ def _progress_printer(target: str) -> Any:
 def verify(
     host: str = typer.Option("127.0.0.1:30000", "--host", help="HOST:PORT, [V6]:PORT or http(s)://URL; 0.0.0.0 and "
                              "[::] mean this machine."),
-    api_key: str | None = typer.Option(None, "--api-key", help="API key (also: $KIMI_SERVE_API_KEY, --api-key-file)."),
+    api_key: str | None = typer.Option(None, "--api-key", help="API key (else --api-key-file, else "
+                                       "$KIMI_SERVE_API_KEY)."),
     api_key_file: str | None = typer.Option(None, "--api-key-file", help="File with `api-key: KEY` (SGLang --config"
                                             " form) or the bare key; must be mode 600."),
     model: str | None = typer.Option(None, "--model", help="Model id; default: the first one /v1/models lists."),
@@ -44,15 +45,15 @@ def verify(
     Exit codes: 0 contract holds, 1 contract violated, 2 usage, 3 unreachable or not ready.
     """
     from kimi_serve.core.faults import checkpoint
-    from kimi_serve.verify import parse_target, resolve_api_key, run_verify
+    from kimi_serve.verify import parse_target, resolve_key, run_verify
     from kimi_serve.verify.render import render_lines, render_table
 
     checkpoint("verify.run")  # test hook: raise-at=verify.run is a kimi-serve bug in verify (exit 70)
     target = parse_target(host)
-    key = resolve_api_key(api_key, api_key_file)
+    key = resolve_key(api_key, api_key_file)
     progress = _progress_printer(target.base_url) if sys.stderr.isatty() else None
-    report = run_verify(target, api_key=key, model=model, wait=wait, timeout=timeout, suite=suite.value,
-                        progress=progress)
+    report = run_verify(target, api_key=key.value, key_source=key.source, model=model, wait=wait, timeout=timeout,
+                        suite=suite.value, progress=progress)
     if as_json:
         typer.echo(report.to_json())
     else:

@@ -42,7 +42,7 @@ class State:
 
 
 def _redacted_info(server_args: Any) -> dict[str, Any]:
-    """``resolved_dict()`` + ``launch_command`` with the API keys blanked (the simulator's log and /server_info)."""
+    """``resolved_dict()`` + ``launch_command`` with the API keys blanked (the simulator's startup log line)."""
     info = server_args.resolved_dict()
     command = server_args.launch_command or ""
     for key in ("api_key", "admin_api_key"):
@@ -123,17 +123,30 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
         }
 
     @app.get("/server_info")
-    async def server_info() -> dict[str, Any]:
+    async def server_info() -> Any:
+        # SGLang's own body (build_server_info + watermark redaction), so the simulator returns what the SGLang it
+        # runs on returns: the API keys in clear text unless that SGLang is patched (patch 0007).
+        from sglang.srt.sampling.watermarking.core import redact_watermark_secrets
+        from sglang.srt.utils.common import build_server_info
+        from sglang.srt.utils.msgspec_utils import msgspec_to_builtins
+
         accept = sum(ACCEPT_PATTERN) / len(ACCEPT_PATTERN)
-        return {
-            **_redacted_info(sa),
+        body = msgspec_to_builtins(redact_watermark_secrets({
+            **build_server_info(sa, {}),
             "startup_time": state.startup_time,
             "internal_states": [{"avg_spec_accept_length": accept, "simulated": True}],
             "version": __version__,
             "frontend": "python",
-            "simulator": {"engine": "kimi-serve simulator", "tokenizer": loaded.description,
-                          "substitutions": sim.notes},
-        }
+        }))
+        body["simulator"] = {"engine": "kimi-serve simulator", "tokenizer": loaded.description,
+                             "substitutions": sim.notes}
+        return ORJSONResponse(body)
+
+    @app.get("/get_server_info")
+    async def get_server_info() -> Any:
+        logger.warning("Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+                       "Please use '/server_info' instead.")
+        return await server_info()
 
     @app.get("/v1/models")
     async def models() -> Any:

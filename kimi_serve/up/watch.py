@@ -170,11 +170,12 @@ class Watch:
             self._supervising()
 
     def _run_verify(self) -> Any:
-        from kimi_serve.verify import resolve_api_key, run_verify
+        from kimi_serve.verify import AFTER_START_WAIT, resolve_key, run_verify
 
-        key = resolve_api_key(key_file=self.launch.api_key_file)
-        return run_verify(health_target(self.launch), api_key=key, model=self.opts.served_model, wait=30.0,
-                          timeout=self.opts.verify_timeout_s, suite=self.opts.verify_suite)
+        key = resolve_key(key_file=self.launch.api_key_file, file_label="profile key file")
+        return run_verify(health_target(self.launch), api_key=key.value, key_source=key.source,
+                          model=self.opts.served_model, wait=AFTER_START_WAIT, timeout=self.opts.verify_timeout_s,
+                          suite=self.opts.verify_suite)
 
     def _verified(self, report: Any) -> None:
         from kimi_serve.verify.render import render_lines

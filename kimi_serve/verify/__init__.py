@@ -7,10 +7,10 @@ from kimi_serve.core.findings import Finding
 from kimi_serve.core.settings import API_KEY_ENV
 from kimi_serve.verify.readiness import wait_ready
 from kimi_serve.verify.report import REPORT_VERSION, ProbeResult, Readiness, VerifyReport
-from kimi_serve.verify.runner import DEFAULT_TIMEOUT, run_verify
-from kimi_serve.verify.target import Target, parse_target, resolve_api_key
+from kimi_serve.verify.runner import AFTER_START_WAIT, DEFAULT_TIMEOUT, run_verify
+from kimi_serve.verify.target import ApiKey, Target, parse_target, resolve_api_key, resolve_key
 
 __all__ = [
-    "API_KEY_ENV", "DEFAULT_TIMEOUT", "REPORT_VERSION", "Finding", "ProbeResult", "Readiness", "Target",
-    "VerifyReport", "parse_target", "resolve_api_key", "run_verify", "wait_ready",
+    "AFTER_START_WAIT", "API_KEY_ENV", "DEFAULT_TIMEOUT", "ApiKey", "REPORT_VERSION", "Finding", "ProbeResult",
+    "Readiness", "Target", "VerifyReport", "parse_target", "resolve_api_key", "resolve_key", "run_verify", "wait_ready",
 ]

@@ -20,6 +20,7 @@ class ToolCall:
     index: int | None = None
     name: str | None = None
     arguments: str | None = None
+    arguments_kind: str = "string"  # the JSON type the wire carried ("object" when a proxy decoded it)
 
 
 @dataclass
@@ -30,10 +31,19 @@ class Answer:
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str | None = None
     problems: list[Finding] = field(default_factory=list)  # wire-level problems (shape, stream truncation)
+    warnings: list[Finding] = field(default_factory=list)  # wire faults a client survives
 
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def json_kind(value: Any) -> str:
+    """The JSON type name of a decoded value ("string", "object", "array", "number", "boolean", "null")."""
+    if isinstance(value, bool):
+        return "boolean"
+    return {str: "string", dict: "object", list: "array", int: "number", float: "number",
+            type(None): "null"}.get(type(value), type(value).__name__)
 
 
 def as_object(value: Any) -> dict[str, Any]:
@@ -69,5 +79,6 @@ def answer_from_json(obj: Any) -> Answer:
         index = raw.get("index")
         answer.tool_calls.append(ToolCall(id=_text(raw.get("id")), type=_text(raw.get("type")),
                                           index=index if isinstance(index, int) else None,
-                                          name=_text(fn.get("name")), arguments=_text(fn.get("arguments"))))
+                                          name=_text(fn.get("name")), arguments=_text(fn.get("arguments")),
+                                          arguments_kind=json_kind(fn.get("arguments"))))
     return answer

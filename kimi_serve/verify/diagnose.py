@@ -131,6 +131,10 @@ def text_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
 
 
 def other_field_findings(answer: Answer) -> list[Finding]:
+    """Reasoning only in another stack's field (``reasoning``, ...): this deployment's clients read reasoning_content.
+    Sent in both (vLLM-style servers and some proxies do), clients read reasoning_content fine: no finding."""
+    if (answer.reasoning or "").strip():
+        return []
     return [problem("reasoning_field", f"reasoning came back in message.{name}, not message.reasoning_content",
                     f"clients of this deployment read reasoning_content; SGLang writes it there, so a proxy or "
                     f"another server renamed it to `{name}`: point --host at SGLang itself or configure the proxy")
@@ -161,8 +165,18 @@ def call_findings(call: ToolCall, position: int, schemas: dict[str, dict[str, An
         found.append(problem("unknown_function", f"{label} names function {call.name!r}, not one of the offered "
                              f"tools ({', '.join(schemas)})", FIX_TOOL_PARSER + "; a wrong parser mangles names"))
         return found
+    if call.arguments is None:
+        if call.arguments_kind not in ("string", "null"):
+            found.append(problem(
+                "arguments_not_string", f"{label} ({call.name}) arguments is a JSON {call.arguments_kind}, not a "
+                "string holding JSON: clients json.loads() it (the openai SDK types it str) and fail",
+                "SGLang sends arguments as a JSON string; a proxy or another server in between decodes it: point "
+                "--host at SGLang itself or configure the proxy to pass tool_calls through unchanged"))
+        else:
+            found.append(problem("arguments_missing", f"{label} ({call.name}) has no arguments", FIX_TOOL_PARSER))
+        return found
     try:
-        arguments = json.loads(call.arguments or "")
+        arguments = json.loads(call.arguments)
     except ValueError:
         found.append(problem("arguments_not_json", f"{label} ({call.name}) arguments are not JSON: "
                              f"{clip(call.arguments or '')!r}",
@@ -224,7 +238,7 @@ def tool_turn_findings(answer: Answer, schemas: dict[str, dict[str, Any]], *, mi
 def reasoning_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
     """Thinking on: non-empty reasoning_content and non-empty content."""
     content, reasoning = (answer.content or "").strip(), (answer.reasoning or "").strip()
-    if THINK_TAG.search(content) or answer.other_reasoning:
+    if THINK_TAG.search(content) or (answer.other_reasoning and not reasoning):
         return []  # already named by text_findings / other_field_findings
     if answer.finish_reason == "length" and not content:
         return [problem("length", "ran out of max_tokens while thinking (no final content)",

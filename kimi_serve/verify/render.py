@@ -21,7 +21,12 @@ def _summary(report: VerifyReport) -> str:
 
 
 def _header(report: VerifyReport) -> str:
-    return f"verify {report.target}  model {report.model or '?'}  suite {report.suite}"
+    return f"verify {report.target}  model {report.model or '?'}  suite {report.suite}  key {report.key_source}"
+
+
+def _warnings(report: VerifyReport) -> list[str]:
+    probe = [f"WARN {p.probe} {p.mode}: {f.code}: {f.line()}" for p in report.probes for f in p.warnings]
+    return probe + [f"WARN {f.code}: {f.line()}" for f in report.warnings]
 
 
 def render_lines(report: VerifyReport) -> str:
@@ -31,6 +36,7 @@ def render_lines(report: VerifyReport) -> str:
         head = f"{'PASS' if p.passed else 'FAIL'} {p.probe} {p.mode} {p.latency_s:.2f}s"
         lines.append(head if p.passed else f"{head}: {p.findings[0].line()}")
         lines.extend(f"     {p.probe} {p.mode}: {f.line()}" for f in p.findings[1:])
+    lines.extend(_warnings(report))
     lines.append(_summary(report))
     return "\n".join(lines)
 
@@ -52,5 +58,6 @@ def render_table(report: VerifyReport) -> str:
             lines.append("")
             for p in failed:
                 lines.extend(f"{p.probe}/{p.mode}: {f.line()}" for f in p.findings)
+    lines.extend(_warnings(report))
     lines.append(_summary(report))
     return "\n".join(lines)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode
-from kimi_serve.core.findings import FAIL, Finding
+from kimi_serve.core.findings import FAIL, WARN, Finding
 
 REPORT_VERSION = 1
 REPORT_KIND = "kimi-serve-verify"
@@ -16,6 +16,11 @@ REPORT_KIND = "kimi-serve-verify"
 def problem(code: str, message: str, fix: str) -> Finding:
     """One thing wrong with an answer: a stable ``code``, what is wrong, and what fixes it (a failed verify finding)."""
     return Finding("verify", code, FAIL, message, fix)
+
+
+def warning(code: str, message: str, fix: str) -> Finding:
+    """A fault that does not break the contract (a client still reads the answer): reported, never failed."""
+    return Finding("verify", code, WARN, message, fix)
 
 
 def finding_json(f: Finding) -> dict[str, str]:
@@ -31,6 +36,7 @@ class ProbeResult:
     findings: tuple[Finding, ...] = ()
     unreachable: bool = False  # failed because the server could not be reached, not because of what it said
     attempts: int = 1  # 2 when the first answer failed only in ways a sampling model can (runner.MODEL_NOISE)
+    warnings: tuple[Finding, ...] = ()  # faults a client survives (e.g. no [DONE] after a clean finish)
 
     @property
     def passed(self) -> bool:
@@ -48,6 +54,7 @@ class ProbeResult:
             "latency_s": round(self.latency_s, 3),
             "attempts": self.attempts,
             "findings": [finding_json(f) for f in self.findings],
+            "warnings": [finding_json(f) for f in self.warnings],
         }
 
 
@@ -75,6 +82,8 @@ class VerifyReport:
     error_unreachable: bool = False
     probes: list[ProbeResult] = field(default_factory=list)
     elapsed_s: float = 0.0
+    key_source: str = "none"  # where the API key came from (target.ApiKey.source); never the key
+    warnings: list[Finding] = field(default_factory=list)  # faults that do not break the contract (e.g. a key leak)
 
     @property
     def exit_code(self) -> int:
@@ -100,11 +109,13 @@ class VerifyReport:
             "model": self.model,
             "suite": self.suite,
             "elapsed_s": round(self.elapsed_s, 3),
+            "key_source": self.key_source,
             "readiness": self.readiness.to_dict(),
             "server": {"tool_call_parser": self.server.get("tool_call_parser"),
                        "reasoning_parser": self.server.get("reasoning_parser")} if self.server else None,
             "error": finding_json(self.error) if self.error else None,
             "probes": [p.to_dict() for p in self.probes],
+            "warnings": [finding_json(f) for f in self.warnings],
         }
 
     def to_json(self) -> str:

@@ -12,15 +12,19 @@ from typing import Any
 from kimi_serve.core.findings import Finding
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify.answer import Answer, answer_from_json
+from kimi_serve.verify.leaks import server_info_warnings
 from kimi_serve.verify.probes import STREAM, Probe
 from kimi_serve.verify.probes import suite as suite_probes
 from kimi_serve.verify.readiness import POLL_TIMEOUT, Progress, wait_ready
 from kimi_serve.verify.report import ProbeResult, VerifyReport, problem
-from kimi_serve.verify.stream import answer_from_sse
+from kimi_serve.verify.stream import answer_from_sse, stall_limit
 from kimi_serve.verify.target import Target, parse_target
 from kimi_serve.verify.transport import TransportError, request
 
 DEFAULT_TIMEOUT = 180.0
+# How long a contract check after a start (`up`, `check --contract`) waits for /health: the same in both, so the dry
+# run predicts `up`.
+AFTER_START_WAIT = 30.0
 # Findings a sampling model can produce on a healthy server (it answered in text, made one call instead of two,
 # drifted from the schema, miscounted): such a probe gets one more try, as Moonshot's vendor verifier reruns them.
 MODEL_NOISE = frozenset({"no_tool_call", "parallel_calls", "arguments_schema", "argument_small", "argument_corrupt",
@@ -72,7 +76,7 @@ def _call(target: Target, probe: Probe, mode: str, model: str, api_key: str | No
     start = time.monotonic()
     try:
         reply = request("POST", target.url("/v1/chat/completions"), deadline=deadline, api_key=api_key,
-                        json_body=probe.body(model, stream))
+                        json_body=probe.body(model, stream), stall_s=stall_limit(timeout) if stream else None)
     except TransportError as err:
         return _Outcome(None, time.monotonic() - start, dx.transport_finding(err, timeout=timeout),
                         unreachable=err.kind != "timeout")
@@ -86,7 +90,8 @@ def _call(target: Target, probe: Probe, mode: str, model: str, api_key: str | No
             return _Outcome(None, latency, problem("stream_error", f"error instead of a stream: "
                                                    f"{dx.clip(json.dumps(data['error']))}", "read the SGLang log"))
     if stream:
-        return _Outcome(answer_from_sse(reply.body, timed_out=reply.timed_out, cut=reply.cut), latency)
+        return _Outcome(answer_from_sse(reply.body, timed_out=reply.timed_out, cut=reply.cut, stalled=reply.stalled,
+                                        idle_s=reply.idle_s, stall_s=stall_limit(timeout)), latency)
     data, failure = dx.parse_json_body(reply)
     if failure:
         return _Outcome(None, latency, failure)
@@ -108,31 +113,46 @@ def _attempt(target: Target, probe: Probe, mode: str, model: str, api_key: str |
     return second
 
 
+def judge(probe: Probe, answer: Answer, server: dict[str, Any]) -> tuple[tuple[Finding, ...], tuple[Finding, ...]]:
+    """(failures, warnings) for one answer: its wire problems, then the probe's rules when the answer arrived whole."""
+    findings = list(answer.problems)
+    if {f.code for f in findings} <= _COMPLETE_DESPITE:  # judge the content only when the answer arrived whole
+        findings += probe.check(answer, server)
+    return tuple(dict.fromkeys(findings)), tuple(dict.fromkeys(answer.warnings))
+
+
 def _result(probe: Probe, mode: str, outcome: _Outcome, server: dict[str, Any]) -> ProbeResult:
     if outcome.failure is not None or outcome.answer is None:
         failure = outcome.failure or problem("no_answer", "no answer", "read the server log")
         return ProbeResult(probe.name, mode, outcome.latency_s, (failure,), unreachable=outcome.unreachable,
                            attempts=outcome.attempts)
-    findings = list(outcome.answer.problems)
-    if {f.code for f in findings} <= _COMPLETE_DESPITE:  # judge the content only when the answer arrived whole
-        findings += probe.check(outcome.answer, server)
-    unique = tuple(dict.fromkeys(findings))
-    return ProbeResult(probe.name, mode, outcome.latency_s, unique, attempts=outcome.attempts)
+    failures, warnings = judge(probe, outcome.answer, server)
+    return ProbeResult(probe.name, mode, outcome.latency_s, failures, attempts=outcome.attempts, warnings=warnings)
+
+
+def _name_key_source(finding: Finding, source: str) -> Finding:
+    """A 401 says which key was sent (its source, never the key): a stale one is the usual cause."""
+    if finding.code != "http_401" or source == "none":
+        return finding
+    return problem(finding.code, f"{finding.message} (key from {source})", finding.fix)
 
 
 def run_verify(target: Target | str, *, api_key: str | None = None, model: str | None = None, wait: float = 0.0,
                timeout: float = DEFAULT_TIMEOUT, suite: str = "quick",
-               progress: Progress | None = None) -> VerifyReport:
+               progress: Progress | None = None, key_source: str | None = None) -> VerifyReport:
     """Check that the server at ``target`` keeps the Kimi API contract; never prints, never raises for server faults.
 
     ``wait``: seconds to wait for readiness (0 = check once). ``timeout``: the limit for everything after readiness.
-    ``progress`` receives readiness phases. The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
+    ``progress`` receives readiness phases. ``key_source`` names where ``api_key`` came from, for the report
+    (:attr:`kimi_serve.verify.target.ApiKey.source`; default "caller" when a key is given, else "none").
+    The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
     probes = suite_probes(suite)
     started = time.monotonic()
     readiness = wait_ready(target, started + wait, progress, api_key=api_key, poll_timeout=min(POLL_TIMEOUT, timeout))
-    report = VerifyReport(target=target.base_url, suite=suite, readiness=readiness, model=model)
+    report = VerifyReport(target=target.base_url, suite=suite, readiness=readiness, model=model,
+                          key_source=key_source or ("caller" if api_key else "none"))
     if not readiness.ready:
         fix = "start the server, or pass --wait SECONDS to wait while it loads" if wait <= 0 else \
             "raise --wait (a cold start loads ~600 GB and captures CUDA graphs) or read the server log"
@@ -146,6 +166,7 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
     calls = [(p, m) for p in probes for m in p.modes]
     with ThreadPoolExecutor(max_workers=len(calls) + 1, thread_name_prefix="verify") as pool:
         info_future = pool.submit(_server_info, target, deadline, api_key)
+        leak_future = pool.submit(server_info_warnings, target, deadline, api_key)
         if model is None:
             data, failure, unreachable = _get_json(target, "/v1/models", deadline, api_key, timeout)
             served = _served_models(data) if failure is None else None
@@ -153,21 +174,26 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
                 failure = problem("no_models", f"GET /v1/models lists no model: {dx.clip(json.dumps(data))}",
                                   "pass --model NAME")
             if failure is not None or not served:
-                report.error, report.error_unreachable = failure, unreachable
+                report.error = _name_key_source(failure, report.key_source) if failure else failure
+                report.error_unreachable = unreachable
                 info_future.cancel()
+                leak_future.cancel()
                 report.elapsed_s = time.monotonic() - started
                 return report
             model = served[0]
         report.model = model
         futures: list[Future[_Outcome]] = [
             pool.submit(_attempt, target, p, m, model, api_key, deadline, timeout) for p, m in calls]
-        pending: list[Future[Any]] = [*futures, info_future]
+        pending: list[Future[Any]] = [*futures, info_future, leak_future]
         wait_futures(pending, timeout=max(0.0, deadline - time.monotonic()) + _GRACE)
         server = info_future.result() if info_future.done() else {}
+        report.warnings += leak_future.result() if leak_future.done() else []
         report.server = server
         for (probe, mode), future in zip(calls, futures, strict=True):
             outcome = future.result() if future.done() else _Outcome(
                 None, timeout, problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"))
+            if outcome.failure is not None:
+                outcome.failure = _name_key_source(outcome.failure, report.key_source)
             result = _result(probe, mode, outcome, server)
             if outcome.model_404:
                 if served is None:

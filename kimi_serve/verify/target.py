@@ -72,14 +72,33 @@ def parse_target(text: str) -> Target:
     return Target(f"{scheme}://{_host_for_url(host)}:{port}{path}")
 
 
-def resolve_api_key(api_key: str | None = None, key_file: str | Path | None = None,
-                    environ: dict[str, str] | None = None) -> str | None:
-    """The API key from, in order: ``api_key`` (--api-key), $KIMI_SERVE_API_KEY, ``key_file``; None if none is given."""
+@dataclass(frozen=True)
+class ApiKey:
+    """A key and where it came from. ``source`` goes into reports; the key itself never does."""
+
+    value: str | None
+    source: str  # "--api-key" | "profile key file PATH" | "--api-key-file PATH" | "$KIMI_SERVE_API_KEY" | "none"
+
+
+def resolve_key(api_key: str | None = None, key_file: str | Path | None = None,
+                environ: dict[str, str] | None = None, *, file_label: str = "--api-key-file") -> ApiKey:
+    """The API key from, in order: ``api_key`` (--api-key), ``key_file``, $KIMI_SERVE_API_KEY; none if none is given.
+
+    A named key file beats the environment: it is the file the server itself reads its key from (SGLang's
+    ``--config``), so a stale $KIMI_SERVE_API_KEY in the caller's shell cannot make a keyed server look broken.
+    ``file_label`` names the file in :attr:`ApiKey.source` ("profile key file" for commands that run a profile).
+    """
     if api_key:
-        return api_key
+        return ApiKey(api_key, "--api-key")
+    if key_file:
+        return ApiKey(read_key_file(Path(key_file)), f"{file_label} {key_file}")
     env = os.environ if environ is None else environ
     if env.get(API_KEY_ENV):
-        return env[API_KEY_ENV]
-    if key_file:
-        return read_key_file(Path(key_file))
-    return None
+        return ApiKey(env[API_KEY_ENV], f"${API_KEY_ENV}")
+    return ApiKey(None, "none")
+
+
+def resolve_api_key(api_key: str | None = None, key_file: str | Path | None = None,
+                    environ: dict[str, str] | None = None) -> str | None:
+    """:func:`resolve_key`'s key alone."""
+    return resolve_key(api_key, key_file, environ).value

@@ -29,8 +29,10 @@ class Reply:
     status: int
     content_type: str
     body: bytes
-    timed_out: bool = False  # the deadline hit while the body was arriving; ``body`` is what came before
+    timed_out: bool = False  # the deadline hit (or a stall) while the body was arriving; ``body`` is what came before
     cut: bool = False  # the connection broke while the body was arriving
+    stalled: bool = False  # no bytes for ``stall_s`` once the body had started: stopped before the deadline
+    idle_s: float = 0.0  # seconds from the last byte (or the response head) to the end of reading
 
 
 def _headers(api_key: str | None, json_body: bool) -> dict[str, str]:
@@ -56,8 +58,12 @@ def _classify(exc: Exception) -> TransportError:
 
 
 def request(method: str, url: str, *, deadline: float, api_key: str | None = None,
-            json_body: dict[str, Any] | None = None) -> Reply:
-    """Send one request and read the whole body (streamed or not) before ``deadline``."""
+            json_body: dict[str, Any] | None = None, stall_s: float | None = None) -> Reply:
+    """Send one request and read the whole body (streamed or not) before ``deadline``.
+
+    ``stall_s`` (for streams): stop early when no bytes arrive for that long after the response head, so a hung
+    stream is told apart from a slow one (which keeps sending and runs until the deadline).
+    """
     import requests
 
     remaining = deadline - time.monotonic()
@@ -69,6 +75,9 @@ def request(method: str, url: str, *, deadline: float, api_key: str | None = Non
     except requests.RequestException as exc:
         raise _classify(exc) from None
     fired = threading.Event()
+    finished = threading.Event()
+    last = [time.monotonic()]
+    stalled = [False]
 
     def _stop() -> None:
         fired.set()
@@ -77,22 +86,34 @@ def request(method: str, url: str, *, deadline: float, api_key: str | None = Non
         except (ValueError, RuntimeError, OSError):
             resp.close()
 
-    watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), _stop)
-    watchdog.daemon = True
+    def _watch() -> None:
+        while not finished.wait(0.1 if stall_s else max(0.0, deadline - time.monotonic())):
+            now = time.monotonic()
+            if stall_s is not None and now - last[0] >= stall_s:
+                stalled[0] = True
+                _stop()
+                return
+            if now >= deadline:
+                _stop()
+                return
+
+    watchdog = threading.Thread(target=_watch, name="verify-watchdog", daemon=True)
     watchdog.start()
     chunks: list[bytes] = []
     cut = False
     try:
         for chunk in resp.iter_content(chunk_size=None):
             chunks.append(chunk)
-            if time.monotonic() >= deadline:
+            last[0] = time.monotonic()
+            if last[0] >= deadline:
                 fired.set()
                 break
     except (requests.RequestException, OSError, ValueError):
         cut = True
     finally:
-        watchdog.cancel()
+        finished.set()
         resp.close()
     timed_out = fired.is_set()
     return Reply(resp.status_code, resp.headers.get("content-type", ""), b"".join(chunks),
-                 timed_out=timed_out, cut=cut and not timed_out)
+                 timed_out=timed_out, cut=cut and not timed_out, stalled=stalled[0],
+                 idle_s=time.monotonic() - last[0])
