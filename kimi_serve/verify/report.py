@@ -31,6 +31,7 @@ class ProbeResult:
     findings: tuple[Finding, ...] = ()
     unreachable: bool = False  # failed because the server could not be reached, not because of what it said
     attempts: int = 1  # 2 when the first answer failed only in ways a sampling model can (runner.MODEL_NOISE)
+    detail: str = ""  # what a passing probe found out (e.g. the lossless check: which field carries reasoning)
 
     @property
     def passed(self) -> bool:
@@ -48,6 +49,7 @@ class ProbeResult:
             "latency_s": round(self.latency_s, 3),
             "attempts": self.attempts,
             "findings": [finding_json(f) for f in self.findings],
+            **({"detail": self.detail} if self.detail else {}),
         }
 
 
