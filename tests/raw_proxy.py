@@ -72,10 +72,10 @@ class RawProxy:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:
                 self._forward("GET")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 self._forward("POST")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

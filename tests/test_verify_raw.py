@@ -14,13 +14,13 @@ from pathlib import Path
 import openai
 import pytest
 import requests
+from raw_proxy import RawProxy
 
 from kimi_serve.core.settings import SIM_STEP_ENV
 from kimi_serve.simulator import launcher
-from kimi_serve.verify import run_verify
 from kimi_serve.verify import kimi_format as kf
+from kimi_serve.verify import run_verify
 from kimi_serve.verify.raw import RAW_PROBES, generate_body
-from raw_proxy import RawProxy
 
 pytestmark = pytest.mark.sglang
 

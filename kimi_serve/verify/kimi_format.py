@@ -128,8 +128,12 @@ def rebuild_raw(reasoning: str | None, content: str | None, tool_calls: list[dic
     Without a reasoning parser (``reasoning`` is None) the content carries the raw text, ``</think>`` included."""
     head = f"{reasoning}{THINK_END}" if thinking and reasoning is not None else ""
     body = content or ""
-    calls = [{"id": c.get("id"), "function": c.get("function") or {}} for c in tool_calls]
-    section = _tool_calls({"tool_calls": [c for c in calls if c["function"].get("arguments") is not None]})
+    calls: list[dict[str, Any]] = []
+    for call in tool_calls:
+        function = call.get("function")
+        if isinstance(function, dict) and function.get("arguments") is not None:
+            calls.append({"id": call.get("id"), "function": function})
+    section = _tool_calls({"tool_calls": calls})
     return head + body + section
 
 

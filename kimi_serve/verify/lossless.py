@@ -46,7 +46,8 @@ def reasoning_fields(message: dict[str, Any]) -> str:
                 "message.model_extra['reasoning']; a client reading reasoning_content gets empty reasoning")
     if has:
         return "reasoning arrives in both message.reasoning_content and message.reasoning: every client finds it"
-    content = message.get("content") if isinstance(message.get("content"), str) else ""
+    content = message.get("content")
+    content = content if isinstance(content, str) else ""
     where = "inside content, before </think>" if kf.THINK_END in content else "nowhere in the message"
     return (f"no reasoning field: the reasoning is {where} (the server parses no reasoning: --reasoning-parser "
             "kimi_k2); every client reads empty reasoning")

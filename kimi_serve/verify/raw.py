@@ -16,12 +16,12 @@ from typing import Any
 from kimi_serve.core.findings import Finding
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify import kimi_format as kf
-from kimi_serve.verify.probes import REASONING, TOOL, WEATHER_TOOLS, Probe
+from kimi_serve.verify.probes import MAX_TOKENS, REASONING, TOOL, WEATHER_TOOLS, Probe
 from kimi_serve.verify.report import ProbeResult, problem
 from kimi_serve.verify.transport import TransportError, request
 
 GENERATE = "generate"  # the ProbeResult mode of a /generate probe
-MAX_NEW_TOKENS = 2048
+MAX_NEW_TOKENS = MAX_TOKENS
 SEED = 1234
 _CALL_ID = re.compile(r"^functions\.(?P<name>[\w.\-]+):(?P<index>\d+)$")
 FIX_STRIPPED = ("send skip_special_tokens: false to SGLang's /generate itself (a proxy or engine in between drops "
@@ -96,6 +96,8 @@ def _meta_findings(data: dict[str, Any]) -> list[Finding]:
 
 def _think_findings(text: str, ids: list[int], thinking: bool) -> list[Finding]:
     in_ids, in_text = ids.count(kf.THINK_END_ID), text.count(kf.THINK_END)
+    if not in_ids and not in_text and kf.SECTION_BEGIN in text:
+        return []  # Kimi sometimes opens the tool-call section with no </think>; the section ends the reasoning
     if not thinking:
         return [] if not in_ids else [problem("raw_think_in_instant", "</think> (163607) was generated although "
                                               "thinking is off", "render the prompt with <think></think>")]
