@@ -119,3 +119,18 @@ def test_the_simulator_reads_kimis_typescript_declarations() -> None:
     assert fn["name"] == "get_weather" and fn["description"] == "Current weather for a city."
     assert fn["parameters"]["required"] == ["city"]
     assert fn["parameters"]["properties"]["unit"] == {"type": "string", "enum": ["celsius", "fahrenheit"]}
+
+
+def test_cli_suite_raw_and_full_print_the_raw_path(cli: Any) -> None:
+    from contract_server import ContractServer
+
+    with ContractServer("no-parsers") as srv:  # the raw path holds where the parsed one is broken
+        raw = cli("verify", "--host", srv.host, "--suite", "raw")
+        full = cli("verify", "--host", srv.host, "--suite", "full", "--json")
+    assert raw.code == 0, raw.out + raw.err
+    assert "raw-reasoning" in raw.out and "raw-tool" in raw.out and "2/2 probes passed" in raw.out
+    report = json.loads(full.out)
+    lossless = {p["probe"]: p for p in report["probes"] if p["mode"] == "chat+generate"}
+    assert full.code == 1 and report["suite"] == "full"
+    assert lossless["lossless-reasoning"]["status"] == "pass"  # no parser: content carries the raw text
+    assert "no reasoning field" in lossless["lossless-reasoning"]["detail"]
