@@ -126,6 +126,29 @@ def shape(turn: Turn, mode: str, thinking: bool) -> Shaped:
                   "reasoning" if mode == "reasoning-field" else "reasoning_content")
 
 
+def raw_completion(prompt: str, mode: str) -> dict[str, Any]:
+    """The /generate answer (SGLang's native shape) for a rendered Kimi prompt: the model's raw text, nothing parsed,
+    whatever ``mode`` the chat side plays (the raw path needs no parser). One fake id per character; special tokens
+    take their Kimi ids."""
+    thinking = not prompt.endswith("<think></think>")
+    tools = [{"function": {"name": n}} for n in ("get_weather", "write_file") if f'"name":"{n}"' in prompt]
+    role = "tool" if "## Return of " in prompt else "user"
+    turn = _model_turn({"messages": [{"role": role, "content": prompt}], "tools": tools})
+    reasoning = turn.reasoning if thinking and not (mode == "no-tool-reasoning" and turn.calls) else None
+    content = "Let me check that for you." if mode == "content-with-calls" and turn.calls else turn.content
+    text = (f"{reasoning}</think>" if reasoning is not None else "") + content + (
+        _section(turn.calls) if turn.calls else "")
+    ids = [_KIMI_IDS[p] if p in _KIMI_IDS else ord(c) for p in _TOKEN_SPLIT.split(text) if p
+           for c in ([p] if p in _KIMI_IDS else p)] + [163586]
+    return {"text": text, "output_ids": ids, "meta_info": {
+        "id": "stand-in", "finish_reason": {"type": "stop", "matched": 163586}, "prompt_tokens": max(1, len(prompt) // 4),
+        "completion_tokens": len(ids), "cached_tokens": 0}}
+
+
+_KIMI_IDS = {"</think>": 163607, SECTION_BEGIN: 163595, SECTION_END: 163596, CALL_BEGIN: 163597, ARG_BEGIN: 163598,
+             CALL_END: 163599}
+
+
 def _pieces(text: str, size: int = 24) -> list[str]:
     """Token-aligned pieces: special tokens whole (as real SGLang delivers them), text in ``size``-char slices."""
     out: list[str] = []
@@ -282,6 +305,8 @@ class _Handler(BaseHTTPRequestHandler):
         own = self.owner
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
+        if self.path == "/generate" and own.mode not in ("hang", "http-500", "non-json"):
+            return self._json(200, raw_completion(body.get("text") or "", own.mode)) if self._authorized() else None
         if self.path != "/v1/chat/completions":
             return self._json(404, {"detail": "Not Found"})
         own.requests.append(body)
@@ -300,7 +325,8 @@ class _Handler(BaseHTTPRequestHandler):
         thinking = (body.get("chat_template_kwargs") or {}).get("thinking") is not False
         turn = _model_turn(body)
         key = json.dumps(body, sort_keys=True)
-        if own.mode == "flaky-model" and turn.calls and key not in own._seen:  # a sampling model's off day
+        off_day = body.get("temperature", 1.0) > 0  # greedy (the lossless check) is repeatable
+        if own.mode == "flaky-model" and turn.calls and off_day and key not in own._seen:  # a sampling model's off day
             own._seen.add(key)
             turn = Turn(turn.reasoning, "I would look that up with the weather service.")
         shaped = shape(turn, own.mode, thinking)

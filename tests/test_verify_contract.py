@@ -41,6 +41,10 @@ FAILURES = {
 }
 
 
+RAW_PATH = {("raw-reasoning", "generate"), ("raw-tool", "generate"), ("lossless-reasoning", "chat+generate"),
+            ("lossless-tool", "chat+generate")}  # what full adds on the raw path (verify/raw_suite.py)
+
+
 def _failed(report: VerifyReport, probe: str, mode: str | None) -> list:
     return [p for p in report.probes if p.probe == probe and (mode is None or p.mode == mode) and not p.passed]
 
@@ -49,11 +53,16 @@ def _failed(report: VerifyReport, probe: str, mode: str | None) -> list:
 def test_correct_variants_pass_the_full_suite(mode: str) -> None:
     with ContractServer(mode) as srv:
         report = run_verify(srv.host, suite="full", timeout=TIMEOUT)
+    if mode == "call-ids":  # call_<hex> ids keep the contract but lose the raw functions.NAME:N ids: not lossless
+        failed = [p for p in report.probes if not p.passed]
+        assert [(p.probe, p.findings[0].code) for p in failed] == [("lossless-tool", "lossless_mismatch")]
+        assert "functions.get_weather:0" in failed[0].findings[0].message
+        return
     assert [p.to_dict()["findings"] for p in report.probes if not p.passed] == []
     assert report.exit_code == 0 and report.status == "pass"
     assert {(p.probe, p.mode) for p in report.probes} == {
         (n, m) for n in ("tool", "reasoning", "instant", "parallel", "tool-result") for m in ("non-stream", "stream")
-    } | {("large-argument", "stream")}
+    } | {("large-argument", "stream")} | RAW_PATH
     assert report.model == "kimi-k2.5"
     assert report.server == {"tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2"}
 
@@ -78,7 +87,8 @@ def test_model_noise_gets_one_more_try_and_server_faults_do_not() -> None:
         flaky = run_verify(srv.host, suite="full", timeout=TIMEOUT)
     assert flaky.exit_code == 0
     assert {(p.probe, p.attempts) for p in flaky.probes} == {
-        ("tool", 2), ("reasoning", 1), ("instant", 1), ("parallel", 2), ("tool-result", 1), ("large-argument", 2)}
+        ("tool", 2), ("reasoning", 1), ("instant", 1), ("parallel", 2), ("tool-result", 1), ("large-argument", 2)
+    } | {(name, 1) for name, _ in RAW_PATH}
     with ContractServer("single-call") as srv:
         single = run_verify(srv.host, suite="full", timeout=TIMEOUT)
     assert [p.attempts for p in single.probes if p.probe == "parallel"] == [2, 2]

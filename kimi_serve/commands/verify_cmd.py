@@ -12,6 +12,7 @@ import typer
 class Suite(str, Enum):
     quick = "quick"
     full = "full"
+    raw = "raw"
 
 
 def _progress_printer(target: str) -> Any:
@@ -37,7 +38,7 @@ def verify(
     wait: float = typer.Option(0.0, "--wait", min=0.0, help="Seconds to wait for /health to turn 200 (0: check once)."),
     timeout: float = typer.Option(180.0, "--timeout", min=1.0, help="Seconds allowed for all probes together."),
     suite: Suite = typer.Option(Suite.quick, "--suite", help="quick: tool + reasoning; full adds instant, parallel, "
-                                "tool-result, 8 KB argument."),
+                                "tool-result, 8 KB argument, raw + lossless; raw: /generate only (docs/raw-path.md)."),
     as_json: bool = typer.Option(False, "--json", help="Write the JSON report (docs/verify.md) to stdout."),
 ) -> int:
     """Check that the server answers tool prompts with structured tool_calls and reasoning in reasoning_content.

@@ -134,7 +134,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
                        "the unit's TimeoutStartSec.", default=1800, min=10, max=14400, nullable=False),
     },
     "verify": {
-        "suite": Key("str", "Contract suite run after start.", default="quick", choices=("quick", "full"),
+        "suite": Key("str", "Contract suite run after start.", default="quick", choices=("quick", "full", "raw"),
                      nullable=False),
         "timeout": Key("float", "Seconds for the whole contract check.", default=120, min=1, max=3600,
                        nullable=False),

@@ -18,6 +18,7 @@ from typing import Any
 
 from kimi_serve.core.settings import SIM_STEP_ENV
 from kimi_serve.simulator import model as scripted
+from kimi_serve.simulator.prompt import read_prompt
 
 # Accepted tokens per EAGLE-3 verify step (steps 3, topk 1, 4 draft tokens: 1..4 per step, mean ~2.9).
 ACCEPT_PATTERN = (3, 4, 2, 3, 4, 1, 3, 3)
@@ -53,14 +54,22 @@ class ScriptedTokenizerManager:
         if isinstance(obj.sampling_params, list) or getattr(obj, "is_single", True) is False:
             raise ValueError("the kimi-serve simulator serves one choice per request (n=1)")
         request = getattr(getattr(raw_request, "state", None), CHAT_REQUEST_KEY, None)
+        if obj.input_ids is None and isinstance(obj.text, str):  # /generate text, /v1/completions: tokenize here
+            obj.input_ids = self.tokenizer.encode(obj.text)
         prompt_ids = list(obj.input_ids or [])
         turn = self._turn(request, prompt_ids)
         text = scripted.generate(turn)
         ids = self.tokenizer.encode(text, add_special_tokens=False)
-        limit = (obj.sampling_params or {}).get("max_new_tokens")
+        params = obj.sampling_params or {}
+        limit = params.get("max_new_tokens")
+        if params.get("ignore_eos") and limit:  # benchmarks: no stop token, generate exactly max_new_tokens
+            filler = self.tokenizer.encode(" " + scripted.FILLER, add_special_tokens=False)
+            ids = ids + list(itertools.islice(itertools.cycle(filler), max(0, limit - len(ids) + 1)))
         truncated = limit is not None and len(ids) > limit
         if truncated:
             ids = ids[:limit]
+        skip = self._skipped_ids() if params.get("skip_special_tokens", True) else frozenset()
+        prompt_out = prompt_ids if getattr(obj, "return_prompt_token_ids", False) else None
         reasoning_ids = self._reasoning_token_count(ids) if turn.thinking else 0
         rid = obj.rid if isinstance(obj.rid, str) else uuid.uuid4().hex
         accept = itertools.cycle(ACCEPT_PATTERN)
@@ -70,19 +79,26 @@ class ScriptedTokenizerManager:
             last = done == len(ids)
             # Incremental detokenization, as SGLang's detokenizer does it: decode only the new tokens; hold back an
             # incomplete UTF-8 sequence until the next step completes it.
-            piece = self.tokenizer.decode(ids[decoded_upto:done], skip_special_tokens=False)
+            piece = self.tokenizer.decode([i for i in ids[decoded_upto:done] if i not in skip],
+                                          skip_special_tokens=False)
             if piece.endswith("\ufffd") and not last:
                 continue
             emitted, decoded_upto = emitted + piece, done
             if delay:
                 await asyncio.sleep(delay)
             if obj.stream or last:
-                yield self._output(rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, truncated)
+                yield self._output(rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, truncated, prompt_out)
         if not ids:
-            yield self._output(rid, "", [], prompt_ids, 0, True, truncated)
+            yield self._output(rid, "", [], prompt_ids, 0, True, truncated, prompt_out)
+
+    def _skipped_ids(self) -> frozenset[int]:
+        """What ``skip_special_tokens`` removes: the tokenizer's declared special tokens (BOS/EOS/UNK/PAD and its
+        additional_special_tokens), as Kimi's own (slow, tiktoken) tokenizer decodes. ``</think>`` and the tool
+        markers are not among them, so they survive the default, as on SGLang with Kimi-K2.5."""
+        return frozenset(self.tokenizer.all_special_ids)
 
     def _output(self, rid: str, text: str, ids: list[int], prompt_ids: list[int], reasoning: int, last: bool,
-                truncated: bool) -> dict[str, Any]:
+                truncated: bool, prompt_out: list[int] | None = None) -> dict[str, Any]:
         finish = None
         output_ids = list(ids)
         if last:
@@ -100,15 +116,21 @@ class ScriptedTokenizerManager:
             "reasoning_tokens": reasoning,
             "weight_version": self._resolved.get("weight_version") or "default",
         }
-        return {"text": text, "output_ids": output_ids, "index": 0, "meta_info": meta}
+        out = {"text": text, "output_ids": output_ids, "index": 0, "meta_info": meta}
+        if prompt_out is not None:
+            out["prompt_token_ids"] = list(prompt_out)
+        return out
 
     def _reasoning_token_count(self, ids: list[int]) -> int:
         end_id = self.tokenizer.convert_tokens_to_ids(scripted.THINK_END)
         return ids.index(end_id) if end_id in ids else len(ids)  # cut off (max_tokens) while still reasoning
 
     def _turn(self, request: Any, prompt_ids: list[int]) -> scripted.Turn:
-        messages = [m.model_dump(exclude_none=True) for m in request.messages] if request is not None else []
-        tools = [t.model_dump(exclude_none=True) for t in (request.tools or [])] if request is not None else []
+        if request is None:  # /generate, /v1/completions: the model reads its rendered prompt
+            messages, tools = read_prompt(self.tokenizer.decode(prompt_ids, skip_special_tokens=False))
+            return scripted.Turn(messages, tools, "auto", self._thinking(prompt_ids))
+        messages = [m.model_dump(exclude_none=True) for m in request.messages]
+        tools = [t.model_dump(exclude_none=True) for t in (request.tools or [])]
         tool_choice = getattr(request, "tool_choice", "auto")
         if hasattr(tool_choice, "model_dump"):
             tool_choice = tool_choice.model_dump(exclude_none=True)

@@ -36,7 +36,7 @@ _STOP_WORDS = {
     "use", "call", "tool", "tools", "function", "functions", "at", "by", "from", "as", "i", "we", "all", "any",
     "then", "now", "both", "two", "three", "each", "get", "give", "show", "tell",
 }
-_FILLER = (
+FILLER = (
     "Kimi-K2.5 simulated output keeps going with plain deterministic prose so that long arguments can be checked "
     "end to end by a real client. "
 )
@@ -117,7 +117,7 @@ def _clip(text: str, limit: int) -> str:
 
 def _pad(text: str, min_chars: int) -> str:
     while len(text) < min_chars:
-        text += " " + _FILLER
+        text += " " + FILLER
     return text
 
 

@@ -60,8 +60,16 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import ORJSONResponse, Response
     from sglang.srt.arg_groups.overrides import model_config_of
-    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, ErrorResponse, ModelCard, ModelList
+    from sglang.srt.entrypoints.openai.protocol import (
+        ChatCompletionRequest,
+        CompletionRequest,
+        ErrorResponse,
+        ModelCard,
+        ModelList,
+    )
     from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
+    from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
+    from sglang.srt.managers.io_struct import GenerateReqInput
     from sglang.srt.parser.template_manager import TemplateManager
     from sglang.srt.runtime_context import get_serving
     from sglang.srt.utils.auth import add_api_key_middleware
@@ -76,10 +84,12 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
     templates = TemplateManager()
     templates.initialize_templates(tm, sa.model_path, get_serving().chat_template)
     chat = OpenAIServingChat(tm, templates)
+    completion = OpenAIServingCompletion(tm, templates)
     serving = get_serving()
 
     app = FastAPI(openapi_url=None)
     app.state.openai_serving_chat = chat
+    app.state.openai_serving_completion = completion
     app.state.tokenizer_manager = tm
     add_api_key_middleware(app, api_key=serving.api_key, admin_api_key=serving.admin_api_key)
 
@@ -165,6 +175,16 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
     async def chat_completions(request: ChatCompletionRequest, raw_request: Request) -> Any:
         setattr(raw_request.state, CHAT_REQUEST_KEY, request)
         return model_json_response(await chat.handle_request(request, raw_request))
+
+    @app.post("/v1/completions", dependencies=[Depends(json_only)])
+    async def completions(request: CompletionRequest, raw_request: Request) -> Any:
+        return model_json_response(await completion.handle_request(request, raw_request))
+
+    @app.api_route("/generate", methods=["POST", "PUT"])
+    async def generate(obj: GenerateReqInput, raw_request: Request) -> Any:
+        from kimi_serve.simulator.native import serve_generate
+
+        return await serve_generate(tm, obj, raw_request)
 
     async def warmup_once() -> None:
         """One real request through the serving layer, as SGLang's warmup sends one before declaring readiness."""

@@ -14,7 +14,7 @@ from kimi_serve.verify.answer import Answer
 from kimi_serve.verify.report import problem
 
 NON_STREAM, STREAM = "non-stream", "stream"
-SUITES = ("quick", "full")
+SUITES = ("quick", "full", "raw")  # raw: /generate only (verify/raw.py); full adds raw + lossless
 TEMPERATURE = 0.6  # Kimi-K2.5's instant-mode recommendation; low enough for stable tool use
 MAX_TOKENS = 4096
 LARGE_ARG_BYTES = 8192
@@ -158,5 +158,5 @@ FULL = QUICK + (INSTANT, PARALLEL, SECOND_TURN, LARGE_ARG)
 
 def suite(name: str) -> tuple[Probe, ...]:
     if name not in SUITES:
-        raise KimiServeError(f"unknown verify suite {name!r}", where="suite", hint="use quick or full")
-    return {"quick": QUICK, "full": FULL}[name]
+        raise KimiServeError(f"unknown verify suite {name!r}", where="suite", hint="use quick, full or raw")
+    return {"quick": QUICK, "full": FULL, "raw": ()}[name]

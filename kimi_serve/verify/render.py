@@ -34,7 +34,7 @@ def render_lines(report: VerifyReport) -> str:
     lines = [_header(report)]
     for p in report.probes:
         head = f"{'PASS' if p.passed else 'FAIL'} {p.probe} {p.mode} {p.latency_s:.2f}s"
-        lines.append(head if p.passed else f"{head}: {p.findings[0].line()}")
+        lines.append((f"{head}: {p.detail}" if p.detail else head) if p.passed else f"{head}: {p.findings[0].line()}")
         lines.extend(f"     {p.probe} {p.mode}: {f.line()}" for f in p.findings[1:])
     lines.extend(_warnings(report))
     lines.append(_summary(report))
@@ -53,6 +53,7 @@ def render_table(report: VerifyReport) -> str:
         for r in rows:
             lines.append("  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].ljust(widths[2]),
                                     r[3].rjust(widths[3]), r[4]]).rstrip())
+        lines.extend(f"{p.probe}/{p.mode}: {p.detail}" for p in report.probes if p.detail)
         failed = [p for p in report.probes if not p.passed]
         if failed:
             lines.append("")

@@ -37,6 +37,7 @@ class ProbeResult:
     unreachable: bool = False  # failed because the server could not be reached, not because of what it said
     attempts: int = 1  # 2 when the first answer failed only in ways a sampling model can (runner.MODEL_NOISE)
     warnings: tuple[Finding, ...] = ()  # faults a client survives (e.g. no [DONE] after a clean finish)
+    detail: str = ""  # what a passing probe found out (e.g. the lossless check: which field carries reasoning)
 
     @property
     def passed(self) -> bool:
@@ -55,6 +56,7 @@ class ProbeResult:
             "attempts": self.attempts,
             "findings": [finding_json(f) for f in self.findings],
             "warnings": [finding_json(f) for f in self.warnings],
+            **({"detail": self.detail} if self.detail else {}),
         }
 
 

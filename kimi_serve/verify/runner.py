@@ -15,6 +15,7 @@ from kimi_serve.verify.answer import Answer, answer_from_json
 from kimi_serve.verify.leaks import server_info_warnings
 from kimi_serve.verify.probes import STREAM, Probe
 from kimi_serve.verify.probes import suite as suite_probes
+from kimi_serve.verify.raw_suite import raw_calls
 from kimi_serve.verify.readiness import POLL_TIMEOUT, Progress, wait_ready
 from kimi_serve.verify.report import ProbeResult, VerifyReport, problem
 from kimi_serve.verify.stream import answer_from_sse, stall_limit
@@ -164,7 +165,7 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
     deadline = time.monotonic() + timeout
     served: list[str] | None = None
     calls = [(p, m) for p in probes for m in p.modes]
-    with ThreadPoolExecutor(max_workers=len(calls) + 1, thread_name_prefix="verify") as pool:
+    with ThreadPoolExecutor(max_workers=len(calls) + 5, thread_name_prefix="verify") as pool:
         info_future = pool.submit(_server_info, target, deadline, api_key)
         leak_future = pool.submit(server_info_warnings, target, deadline, api_key)
         if model is None:
@@ -184,7 +185,9 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
         report.model = model
         futures: list[Future[_Outcome]] = [
             pool.submit(_attempt, target, p, m, model, api_key, deadline, timeout) for p, m in calls]
-        pending: list[Future[Any]] = [*futures, info_future, leak_future]
+        extras = raw_calls(suite, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout)
+        extra_futures = [pool.submit(fn) for _, _, fn in extras]
+        pending: list[Future[Any]] = [*futures, *extra_futures, info_future, leak_future]
         wait_futures(pending, timeout=max(0.0, deadline - time.monotonic()) + _GRACE)
         server = info_future.result() if info_future.done() else {}
         report.warnings += leak_future.result() if leak_future.done() else []
@@ -202,5 +205,8 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
                 result = ProbeResult(probe.name, mode, result.latency_s, (dx.model_not_found(model, served),),
                                      attempts=result.attempts)
             report.probes.append(result)
+        for (probe, mode, _), extra in zip(extras, extra_futures, strict=True):
+            report.probes.append(extra.result() if extra.done() else ProbeResult(probe.name, mode, timeout, (
+                problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"),)))
     report.elapsed_s = time.monotonic() - started
     return report

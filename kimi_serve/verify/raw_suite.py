@@ -1,0 +1,27 @@
+"""Which raw-path checks a suite adds to the chat probes (registered in the runner): ``raw`` runs the /generate
+probes, ``full`` runs them and the lossless check."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from kimi_serve.verify.lossless import LOSSLESS_PROBES, MODE, run_lossless_probe
+from kimi_serve.verify.probes import Probe
+from kimi_serve.verify.raw import GENERATE, RAW_PROBES, run_raw_probe
+from kimi_serve.verify.report import ProbeResult
+
+RawCall = tuple[Probe, str, Callable[[], ProbeResult]]
+
+
+def raw_calls(suite: str, target: Any, *, model: str, api_key: str | None, deadline: float,
+              timeout: float) -> list[RawCall]:
+    calls: list[RawCall] = []
+    if suite in ("raw", "full"):
+        calls += [(p, GENERATE, partial(run_raw_probe, p, target, api_key=api_key, deadline=deadline,
+                                        timeout=timeout)) for p in RAW_PROBES]
+    if suite == "full":
+        calls += [(p, MODE, partial(run_lossless_probe, p, target, model=model, api_key=api_key, deadline=deadline,
+                                    timeout=timeout)) for p in LOSSLESS_PROBES]
+    return calls
