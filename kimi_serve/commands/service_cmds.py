@@ -189,8 +189,25 @@ def _print_status(st: Status) -> None:
         else:
             rows.append((label, f"profile {rec.get('profile')} (patch set {rec.get('patch_set')}, sha256 "
                          f"{str(rec.get('unit_sha256'))[:12]}) at {rec.get('time')}"))
+    rows += _monitor_rows(st)
     for label, value in rows:
         typer.echo(f"{label + ':':13} {value}")
+
+
+def _monitor_rows(st: Status) -> list[tuple[str, str]]:
+    t, m = st.timer, st.monitor
+    rows = [("monitor", "not installed" if t is None else
+             f"{t['unit']} {t.get('ActiveState', '')}, next {t.get('NextElapseUSecRealtime') or '-'}".strip())]
+    if m is None:
+        return [*rows, ("checks", "none recorded")]
+    if m["broken_since"]:
+        held = f"last held {m['contract_held_last']}" if m["contract_held_last"] else "not held in the kept history"
+        rows.append(("contract", f"BROKEN since {m['broken_since']} ({m['broken_for_s']:.0f}s), {held}"))
+    else:
+        rows.append(("contract", f"holds (last check {m['contract_held_last']})"))
+    rows += [("check", f"{r.get('status')} at {r.get('time')} ({r.get('elapsed_s')}s): {r.get('detail')}")
+             for r in m["last"][-5:]]
+    return rows
 
 
 def register(app: typer.Typer) -> None:

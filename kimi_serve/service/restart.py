@@ -11,7 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kimi_serve.core.errors import ExitCode
-from kimi_serve.service.install import Candidate, Outcome, Plan, Result, Verifier, start_and_verify, write_unit
+from kimi_serve.service.install import (
+    Candidate,
+    Outcome,
+    Plan,
+    Result,
+    Verifier,
+    start_and_verify,
+    start_monitor,
+    write_unit,
+)
 from kimi_serve.service.state import ServicePaths, read_record, read_text, write_atomic
 from kimi_serve.service.systemctl import Systemd
 
@@ -32,6 +41,7 @@ def restart(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[s
     previous_good = last_good(paths)
     write_unit(plan, systemd, result, environ)
     result.new = start_and_verify(plan.candidate, paths, systemd, verifier, result)
+    start_monitor(plan, systemd, result)
     if result.new.ok:
         return result
     if previous_good is None:
