@@ -47,6 +47,8 @@ def verify(
     profile: str = typer.Option("", "--profile", help="The profile label of the metrics and history lines."),
     unit_name: str | None = typer.Option(None, "--unit-name", help="Append the result to this unit's monitoring "
                                          "history (shown by `kimi-serve status`)."),
+    root: Path = typer.Option(Path("/"), "--root", help="With --unit-name: the root whose var/lib/kimi-serve holds "
+                              "the history (as status --root)."),
 ) -> int:
     """Check that the server answers tool prompts with structured tool_calls and reasoning in reasoning_content.
 
@@ -64,7 +66,7 @@ def verify(
         from kimi_serve.service.unit import unit_file_name
 
         unit = unit_file_name(unit_name, "--unit-name") if unit_name else None
-        report = run_monitored(host, Monitoring(metrics_file, unit, profile), api_key=key, model=model, wait=wait,
+        report = run_monitored(host, Monitoring(metrics_file, unit, profile, root), api_key=key, model=model, wait=wait,
                                timeout=timeout, suite=suite.value, max_tokens=max_tokens, progress=progress)
     else:
         report = run_verify(target, api_key=key, model=model, wait=wait, timeout=timeout, suite=suite.value,
