@@ -196,8 +196,9 @@ def _print_status(st: Status) -> None:
 
 def _monitor_rows(st: Status) -> list[tuple[str, str]]:
     t, m = st.timer, st.monitor
-    rows = [("monitor", "not installed" if t is None else
-             f"{t['unit']} {t.get('ActiveState', '')}, next {t.get('NextElapseUSecRealtime') or '-'}".strip())]
+    live = t is not None and "ActiveState" in t
+    state = f" {t['ActiveState']}, next run {t.get('NextElapseUSecRealtime') or '-'}" if t and live else ""
+    rows = [("monitor", "not installed" if t is None else f"{t['unit']}{state}")]
     if m is None:
         return [*rows, ("checks", "none recorded")]
     if m["broken_since"]:
@@ -205,7 +206,7 @@ def _monitor_rows(st: Status) -> list[tuple[str, str]]:
         rows.append(("contract", f"BROKEN since {m['broken_since']} ({m['broken_for_s']:.0f}s), {held}"))
     else:
         rows.append(("contract", f"holds (last check {m['contract_held_last']})"))
-    rows += [("check", f"{r.get('status')} at {r.get('time')} ({r.get('elapsed_s')}s): {r.get('detail')}")
+    rows += [("check", f"{r.get('status')} at {r.get('time')} ({r.get('elapsed_s')}s): {str(r.get('detail'))[:160]}")
              for r in m["last"][-5:]]
     return rows
 
