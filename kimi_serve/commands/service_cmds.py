@@ -226,8 +226,26 @@ def _print_status(st: Status) -> None:
         from kimi_serve.service.journal import describe
 
         rows.append(("INTERRUPTED", describe(st.interrupted)))
+    rows += _monitor_rows(st)
     for label, value in rows:
         typer.echo(f"{label + ':':13} {value}")
+
+
+def _monitor_rows(st: Status) -> list[tuple[str, str]]:
+    t, m = st.timer, st.monitor
+    live = t is not None and "ActiveState" in t
+    state = f" {t['ActiveState']}, next run {t.get('NextElapseUSecRealtime') or '-'}" if t and live else ""
+    rows = [("monitor", "not installed" if t is None else f"{t['unit']}{state}")]
+    if m is None:
+        return [*rows, ("checks", "none recorded")]
+    if m["broken_since"]:
+        held = f"last held {m['contract_held_last']}" if m["contract_held_last"] else "not held in the kept history"
+        rows.append(("contract", f"BROKEN since {m['broken_since']} ({m['broken_for_s']:.0f}s), {held}"))
+    else:
+        rows.append(("contract", f"holds (last check {m['contract_held_last']})"))
+    rows += [("check", f"{r.get('status')} at {r.get('time')} ({r.get('elapsed_s')}s): {str(r.get('detail'))[:160]}")
+             for r in m["last"][-5:]]
+    return rows
 
 
 def register(app: typer.Typer) -> None:

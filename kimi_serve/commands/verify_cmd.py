@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -40,10 +41,21 @@ def verify(
     suite: Suite = typer.Option(Suite.quick, "--suite", help="quick: tool + reasoning; full adds instant, parallel, "
                                 "tool-result, 8 KB argument, raw + lossless; raw: /generate only (docs/raw-path.md)."),
     as_json: bool = typer.Option(False, "--json", help="Write the JSON report (docs/verify.md) to stdout."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", min=16, help="Cap each probe's max_tokens "
+                                          "(monitoring keeps checks light)."),
+    metrics_file: Path | None = typer.Option(None, "--metrics-file", help="Also write the result as node_exporter "
+                                             "textfile metrics to PATH, atomically (docs/monitoring.md); a run "
+                                             "that finds another still writing PATH exits 75."),
+    profile: str = typer.Option("", "--profile", help="The profile label of the metrics and history lines."),
+    unit_name: str | None = typer.Option(None, "--unit-name", help="Append the result to this unit's monitoring "
+                                         "history (shown by `kimi-serve status`)."),
+    root: Path = typer.Option(Path("/"), "--root", help="With --unit-name: the root whose var/lib/kimi-serve holds "
+                              "the history (as status --root)."),
 ) -> int:
     """Check that the server answers tool prompts with structured tool_calls and reasoning in reasoning_content.
 
-    Exit codes: 0 contract holds, 1 contract violated, 2 usage, 3 unreachable or not ready.
+    Exit codes: 0 contract holds, 1 contract violated, 2 usage, 3 unreachable or not ready, 75 skipped (another
+    run is still writing --metrics-file).
     """
     from kimi_serve.core.faults import checkpoint
     from kimi_serve.verify import parse_target, resolve_key, run_verify
@@ -53,8 +65,17 @@ def verify(
     target = parse_target(host)
     key = resolve_key(api_key, api_key_file)
     progress = _progress_printer(target.base_url) if sys.stderr.isatty() else None
-    report = run_verify(target, api_key=key.value, key_source=key.source, model=model, wait=wait, timeout=timeout,
-                        suite=suite.value, progress=progress)
+    if metrics_file is not None or unit_name is not None:
+        from kimi_serve.service.monitor import Monitoring, run_monitored
+        from kimi_serve.service.unit import unit_file_name
+
+        unit = unit_file_name(unit_name, "--unit-name") if unit_name else None
+        report = run_monitored(host, Monitoring(metrics_file, unit, profile, root), api_key=key.value, model=model,
+                               wait=wait, timeout=timeout, suite=suite.value, max_tokens=max_tokens, progress=progress,
+                               key_source=key.source)
+    else:
+        report = run_verify(target, api_key=key.value, key_source=key.source, model=model, wait=wait,
+                            timeout=timeout, suite=suite.value, progress=progress, max_tokens=max_tokens)
     if as_json:
         typer.echo(report.to_json())
     else:

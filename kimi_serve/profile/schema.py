@@ -139,6 +139,23 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "timeout": Key("float", "Seconds for the whole contract check.", default=120, min=1, max=3600,
                        nullable=False),
     },
+    "monitor": {
+        "enabled": Key("bool", "install-service also installs a timer that checks the contract every `interval` "
+                       "seconds (NAME-verify.service/.timer, docs/monitoring.md); false installs neither.",
+                       default=True, nullable=False),
+        "interval": Key("int", "Seconds between contract checks (the timer's OnUnitActiveSec).", default=300, min=5,
+                        max=86400, nullable=False),
+        "randomized_delay": Key("int", "Up to this many seconds added to each check (RandomizedDelaySec).",
+                                default=30, min=0, max=3600, nullable=False),
+        "suite": Key("str", "Suite each check runs (quick keeps it light on a serving box).", default="quick",
+                     choices=("quick", "full"), nullable=False),
+        "timeout": Key("float", "Seconds one check may take (all probes together).", default=60, min=5, max=600,
+                       nullable=False),
+        "max_tokens": Key("int", "Cap on each probe's max_tokens (the full suite's 8 KB argument probe needs "
+                          "16384).", default=2048, min=256, max=16384, nullable=False),
+        "metrics_file": Key("path", "node_exporter textfile-collector file the checks write (null: "
+                            "/var/lib/prometheus/node-exporter/kimi-serve-UNIT.prom)."),
+    },
     "service": {
         "unit_name": Key("str", "systemd unit name (without .service).", default="sglang-kimi", nullable=False),
         "user": Key("str", "User the service runs as.", default="root", nullable=False),

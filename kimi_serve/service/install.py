@@ -23,6 +23,7 @@ from kimi_serve.core.keyfile import SUFFIXES, render_key_file
 from kimi_serve.core.proc import Completed
 from kimi_serve.core.settings import API_KEY_ENV
 from kimi_serve.profile.loader import Profile
+from kimi_serve.service import monitor_units as mon
 from kimi_serve.service.preflight import check_for_service
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic, write_record
 from kimi_serve.service.systemctl import Systemd
@@ -78,6 +79,7 @@ class Plan:
     create_secret: bool
     findings: tuple[Finding, ...]
     now: bool
+    monitor: mon.MonitorUnits | None = None  # the verify timer's units (profile monitor:), None when opted out
 
     @property
     def candidate(self) -> Candidate:
@@ -142,8 +144,11 @@ def plan_install(profile_name: str, *, root: Path, unit_name: str | None, now: b
     unit = render_unit(profile, launch, ctx, unit_name=name)
     paths = ServicePaths(root, unit.name)
     refuse_foreign(paths)
+    mon.refuse_foreign_monitor(paths)
     analyze(systemd, unit)
-    return Plan(profile, unit, paths, _needs_secret(profile, paths, environ), tuple(findings), now)
+    if (monitor := mon.render_monitor(profile, launch, ctx, unit.name)) is not None:
+        mon.analyze_together(systemd, list(monitor.files))
+    return Plan(profile, unit, paths, _needs_secret(profile, paths, environ), tuple(findings), now, monitor)
 
 
 def refuse_foreign(paths: ServicePaths) -> None:
@@ -204,6 +209,7 @@ def planned_actions(plan: Plan, systemd: Systemd) -> list[str]:
     if systemd.live:
         actions.append("systemctl daemon-reload")
     actions.append(f"systemctl {'' if systemd.live else f'--root={p.root} '}enable {p.unit}")
+    actions += mon.planned_monitor(plan.monitor, p, plan.now and systemd.live)
     if plan.now:
         actions.append(f"systemctl restart {p.unit} (returns once ExecStartPost kimi-serve verify passed)")
         actions.append("kimi-serve verify; on a pass record this unit as the last good one")
@@ -211,6 +217,10 @@ def planned_actions(plan: Plan, systemd: Systemd) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- applying
+
+
+def start_monitor(plan: Plan, systemd: Systemd, result: Result) -> None:
+    mon.enable_monitor(plan.monitor, plan.paths, systemd, lambda a, d: must(result, a, d), result.add, start=True)
 
 
 def must(result: Result, action: str, done: Completed) -> None:
@@ -237,11 +247,13 @@ def write_unit(plan: Plan, systemd: Systemd, result: Result, environ: Mapping[st
         result.add(f"keep the current unit as {p.previous_unit}", "done")
     write_atomic(p.unit_file, plan.unit.text, 0o644)
     result.add(f"write {p.unit_file}", "done", f"sha256 {plan.unit.sha256[:12]}")
+    mon.write_monitor(plan.monitor, p, result.add)
     if systemd.live:
         must(result, "systemctl daemon-reload", systemd.daemon_reload())
         checkpoint("service.write.daemon-reload")
     must(result, f"systemctl enable {p.unit}", systemd.enable(p.unit))
     checkpoint("service.write.enabled")
+    mon.enable_monitor(plan.monitor, p, systemd, lambda a, d: must(result, a, d), result.add, start=False)
 
 
 def _create_secret(path: Path, profile: Profile, key: str) -> None:
@@ -272,6 +284,7 @@ def _install(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[
     write_unit(plan, systemd, result, environ)
     if plan.now:
         result.new = start_and_verify(plan.candidate, plan.paths, systemd, verifier, result)
+        start_monitor(plan, systemd, result)  # whatever the outcome: a failing server is what the timer reports
         if result.new.internal:
             result.exit_code = ExitCode.INTERNAL
         elif not result.new.ok:

@@ -30,6 +30,7 @@ from kimi_serve.service.state import ServicePaths, read_record, write_atomic
 from kimi_serve.service.systemctl import Systemd
 
 WANTS = "etc/systemd/system/multi-user.target.wants"  # the template's WantedBy=multi-user.target
+TIMER_WANTS = "etc/systemd/system/timers.target.wants"  # the verify timer's WantedBy=timers.target
 
 
 def intent_path(paths: ServicePaths) -> Path:
@@ -38,6 +39,20 @@ def intent_path(paths: ServicePaths) -> Path:
 
 def wants_link(paths: ServicePaths) -> Path:
     return paths.root / WANTS / paths.unit
+
+
+def _monitor_files(paths: ServicePaths) -> list[Path]:
+    """The verify timer's units (service/monitor_units.py): written by the same change, so journalled with it."""
+    from kimi_serve.service.monitor_units import ALERT_UNIT, monitor_names
+
+    return [paths.root / "etc/systemd/system" / n for n in (*monitor_names(paths.unit), ALERT_UNIT)]
+
+
+def _timer(paths: ServicePaths) -> tuple[str, Path]:
+    from kimi_serve.service.monitor_units import monitor_names
+
+    timer = monitor_names(paths.unit)[1]
+    return timer, paths.root / TIMER_WANTS / timer
 
 
 def _rel(paths: ServicePaths, p: Path) -> str:
@@ -57,16 +72,17 @@ def _missing_dirs(paths: ServicePaths, leaves: list[Path]) -> list[str]:
 def snapshot(paths: ServicePaths, op: str, *, secret: Path | None, workdir: Path | None) -> dict[str, Any]:
     files: dict[str, Any] = {}
     for p in (paths.unit_file, paths.previous_unit, paths.last_good_unit, paths.last_good_record,
-              paths.last_verify_record):
+              paths.last_verify_record, *_monitor_files(paths)):
         try:
             files[_rel(paths, p)] = {"text": p.read_text(encoding="utf-8"), "mode": p.stat().st_mode & 0o7777}
         except FileNotFoundError:
             files[_rel(paths, p)] = None
-    leaves = [paths.unit_file.parent, wants_link(paths).parent, paths.state_dir, *(x for x in (workdir,) if x)]
+    leaves = [paths.unit_file.parent, wants_link(paths).parent, _timer(paths)[1].parent, paths.state_dir,
+              *(x for x in (workdir,) if x)]
     if secret is not None:
         leaves.append(secret.parent)
     return {"op": op, "unit": paths.unit, "pid": os.getpid(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "files": files, "enabled": wants_link(paths).is_symlink(),
+            "files": files, "enabled": wants_link(paths).is_symlink(), "timer_enabled": _timer(paths)[1].is_symlink(),
             "secret": None if secret is None or secret.exists() else _rel(paths, secret),
             "created_dirs": _missing_dirs(paths, leaves)}
 
@@ -132,6 +148,11 @@ def recover(paths: ServicePaths, systemd: Systemd) -> str | None:
     checkpoint("service.recover.start")
     if not intent.get("enabled") and wants_link(paths).is_symlink() and paths.unit_file.exists():
         systemd.disable(paths.unit)
+    timer, timer_link = _timer(paths)
+    if not intent.get("timer_enabled") and timer_link.is_symlink():
+        if timer_link.parent.parent.joinpath(timer).exists():
+            systemd.disable(timer)
+        timer_link.unlink(missing_ok=True)
     for rel, saved in intent.get("files", {}).items():
         target = paths.root / rel
         for tmp in target.parent.glob(f".{target.name}.*.tmp"):
@@ -143,6 +164,9 @@ def recover(paths: ServicePaths, systemd: Systemd) -> str | None:
         checkpoint("service.recover.file")
     if intent.get("enabled") and not wants_link(paths).is_symlink() and paths.unit_file.exists():
         systemd.enable(paths.unit)
+    timer_file = timer_link.parent.parent / timer
+    if intent.get("timer_enabled") and not timer_link.is_symlink() and timer_file.exists():
+        systemd.enable(timer)
     if intent.get("secret"):  # created by the killed run (never one that existed): remove it and its temp files
         secret = paths.root / intent["secret"]
         for tmp in secret.parent.glob(f".{secret.name}.*.tmp"):

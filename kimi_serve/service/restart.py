@@ -25,6 +25,7 @@ from kimi_serve.service.install import (
     Verifier,
     journal_scope,
     start_and_verify,
+    start_monitor,
     write_unit,
 )
 from kimi_serve.service.state import ServicePaths, read_record, read_text, write_atomic
@@ -53,6 +54,7 @@ def _restart(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[
     previous_good = last_good(paths)
     write_unit(plan, systemd, result, environ)
     result.new = start_and_verify(plan.candidate, paths, systemd, verifier, result)
+    start_monitor(plan, systemd, result)
     if result.new.ok:
         return result
     if result.new.internal:

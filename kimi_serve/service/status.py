@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode
+from kimi_serve.service.history import read_history, summary
 from kimi_serve.service.journal import read_intent
+from kimi_serve.service.monitor_units import monitor_names
 from kimi_serve.service.state import ServicePaths, read_record, read_text
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.unit import Marker, parse_marker
@@ -16,6 +18,7 @@ from kimi_serve.service.unit import Marker, parse_marker
 PROPS = ("LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID", "NRestarts", "Result",
          "ActiveEnterTimestamp")
 HEALTH_TIMEOUT = 3.0
+TIMER_PROPS = ("ActiveState", "UnitFileState", "LastTriggerUSec", "NextElapseUSecRealtime")
 
 
 @dataclass
@@ -30,6 +33,8 @@ class Status:
     last_good: dict[str, Any] | None = None
     health: str = ""  # ready | refused | warming | ... ; "" when not checked
     interrupted: dict[str, Any] | None = None  # the journal of a change killed part-way (service.journal)
+    monitor: dict[str, Any] | None = None  # history.summary(): last checks, when the contract last held, broken for
+    timer: dict[str, Any] | None = None  # the verify timer: its unit and state (None: not installed)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -45,7 +50,8 @@ class Status:
             "profile": m.profile if m else None, "patch_set": m.patch_set if m else None,
             "kimi_serve_version": m.version if m else None, "endpoint": m.endpoint if m else None,
             "state": self.state or None, "state_error": self.state_error or None, "health": self.health or None,
-            "last_verify": self.last_verify, "last_good": self.last_good, "exit_code": int(self.exit_code),
+            "last_verify": self.last_verify, "last_good": self.last_good, "monitor": self.monitor,
+            "timer": self.timer, "exit_code": int(self.exit_code),
             "interrupted": ({"op": self.interrupted.get("op"), "pid": self.interrupted.get("pid"),
                              "started_at": self.interrupted.get("started_at")} if self.interrupted else None),
         }
@@ -58,6 +64,13 @@ def status(paths: ServicePaths, systemd: Systemd) -> Status:
     st.last_verify = read_record(paths.last_verify_record)
     st.last_good = read_record(paths.last_good_record)
     st.interrupted = read_intent(paths)
+    st.monitor = summary(read_history(paths), time.time())
+    timer = monitor_names(paths.unit)[1]
+    if (paths.root / "etc/systemd/system" / timer).exists():
+        st.timer = {"unit": timer}
+        shown_timer = systemd.show(timer, TIMER_PROPS) if systemd.live else None
+        if isinstance(shown_timer, dict):
+            st.timer.update(shown_timer)
     if not systemd.live:
         st.state_error = f"--root {paths.root} is not the running system: unit state not queried"
         return st

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.proc import Completed
+from kimi_serve.service import monitor_units as mon
 from kimi_serve.service.install import Result, must, refuse_foreign
 from kimi_serve.service.state import ServicePaths, read_text
 from kimi_serve.service.systemctl import Systemd
@@ -21,6 +22,7 @@ def uninstall(paths: ServicePaths, systemd: Systemd, *, dry_run: bool) -> Result
         result.add(f"{paths.unit_file} is not installed", "skipped", "nothing to do")
         return result
     status = "planned" if dry_run else "done"
+    mon.remove_monitor(paths, systemd, lambda a, d: must(result, a, d), result.add, dry_run=dry_run)
     if systemd.live:
         _step(result, f"systemctl stop {paths.unit}", dry_run, lambda: systemd.stop(paths.unit, timeout=3600))
     _step(result, f"systemctl {'' if systemd.live else f'--root={paths.root} '}disable {paths.unit}", dry_run,

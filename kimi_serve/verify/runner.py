@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -140,16 +141,20 @@ def _name_key_source(finding: Finding, source: str) -> Finding:
 
 def run_verify(target: Target | str, *, api_key: str | None = None, model: str | None = None, wait: float = 0.0,
                timeout: float = DEFAULT_TIMEOUT, suite: str = "quick",
-               progress: Progress | None = None, key_source: str | None = None) -> VerifyReport:
+               progress: Progress | None = None, key_source: str | None = None,
+               max_tokens: int | None = None) -> VerifyReport:
     """Check that the server at ``target`` keeps the Kimi API contract; never prints, never raises for server faults.
 
     ``wait``: seconds to wait for readiness (0 = check once). ``timeout``: the limit for everything after readiness.
     ``progress`` receives readiness phases. ``key_source`` names where ``api_key`` came from, for the report
     (:attr:`kimi_serve.verify.target.ApiKey.source`; default "caller" when a key is given, else "none").
+    ``max_tokens`` caps every probe's max_tokens (monitoring keeps runs light).
     The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
     probes = suite_probes(suite)
+    if max_tokens is not None:
+        probes = tuple(dataclasses.replace(p, max_tokens=min(p.max_tokens, max_tokens)) for p in probes)
     started = time.monotonic()
     readiness = wait_ready(target, started + wait, progress, api_key=api_key, poll_timeout=min(POLL_TIMEOUT, timeout))
     report = VerifyReport(target=target.base_url, suite=suite, readiness=readiness, model=model,

@@ -1,0 +1,57 @@
+"""One monitoring run (what the verify timer starts): the contract check, then its metrics file and history line.
+
+The run holds the metrics file's run lock (:func:`kimi_serve.verify.metrics.run_lock`) from before the check to after
+the writes, so a run started while another is still going stops with exit 75 instead of doubling the load; the
+verify unit treats 75 as success (``SuccessExitStatus=75``), so a skipped run does not alert.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kimi_serve.service.history import append_history, run_record
+from kimi_serve.service.state import ServicePaths
+from kimi_serve.verify import VerifyReport, parse_target, run_verify
+from kimi_serve.verify.metrics import run_lock, write_metrics
+from kimi_serve.verify.readiness import Progress
+
+
+@dataclass(frozen=True)
+class Monitoring:
+    """Where a run's results go: a textfile-collector file and/or the history of a unit, labelled ``profile``."""
+
+    metrics_file: Path | None = None
+    unit: str | None = None  # NAME.service whose history gets the run
+    profile: str = ""
+    root: Path = Path("/")
+
+    @property
+    def active(self) -> bool:
+        return self.metrics_file is not None or self.unit is not None
+
+    def lock_target(self) -> Path | None:
+        if self.metrics_file is not None:
+            return self.metrics_file
+        return ServicePaths(self.root, self.unit).state_dir / "monitor" if self.unit else None
+
+
+def run_monitored(host: str, monitoring: Monitoring, *, api_key: str | None, model: str | None, wait: float,
+                  timeout: float, suite: str, max_tokens: int | None,
+                  progress: Progress | None = None, key_source: str | None = None) -> VerifyReport:
+    target = parse_target(host)
+    lock = monitoring.lock_target()
+    with run_lock(lock) if lock is not None else contextlib.nullcontext():
+        started = time.time()
+        report = run_verify(target, api_key=api_key, model=model, wait=wait, timeout=timeout, suite=suite,
+                            progress=progress, max_tokens=max_tokens, key_source=key_source)
+        finished = time.time()
+        labels = {"profile": monitoring.profile, "endpoint": target.base_url}
+        if monitoring.metrics_file is not None:
+            write_metrics(monitoring.metrics_file, report, **labels)
+        if monitoring.unit is not None:
+            append_history(ServicePaths(monitoring.root, monitoring.unit),
+                           run_record(report, started=started, finished=finished, **labels))
+    return report

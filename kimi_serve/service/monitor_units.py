@@ -1,0 +1,204 @@
+"""The monitoring units installed beside the main unit (docs/monitoring.md): ``NAME-verify.service`` (a oneshot
+``kimi-serve verify`` writing the metrics file and the history), ``NAME-verify.timer`` and the shared
+``kimi-serve-alert@.service`` template its ``OnFailure=`` starts. Rendered from ``systemd/kimi-serve-*.j2`` with the
+main unit's escaping helpers and marker line, so ``status`` and uninstall recognise them as kimi-serve's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.proc import Completed
+from kimi_serve.core.resources import resource_dir
+from kimi_serve.profile.launch import Launch
+from kimi_serve.profile.loader import Profile
+from kimi_serve.service.state import ServicePaths, read_text, write_atomic
+from kimi_serve.service.systemctl import SYSTEMCTL_TIMEOUT, Systemd
+from kimi_serve.service.unit import MARKER_PREFIX, RenderedUnit, UnitContext, environment_line, exec_line, parse_marker
+
+ALERT_UNIT = "kimi-serve-alert@.service"
+DEFAULT_METRICS_DIR = "/var/lib/prometheus/node-exporter"  # Debian's node_exporter --collector.textfile.directory
+STUCK_MARGIN = 60  # TimeoutStartSec beyond the check's own --timeout
+
+
+@dataclass(frozen=True)
+class MonitorUnits:
+    service: RenderedUnit
+    timer: RenderedUnit
+    alert: RenderedUnit
+    metrics_file: str
+    interval: int
+
+    @property
+    def files(self) -> tuple[RenderedUnit, ...]:
+        return self.service, self.timer, self.alert
+
+
+def monitor_names(unit: str) -> tuple[str, str]:
+    """(verify service, timer) for main unit ``NAME.service``."""
+    base = unit.removesuffix(".service")
+    return f"{base}-verify.service", f"{base}-verify.timer"
+
+
+def metrics_file(profile: Profile, unit: str) -> str:
+    return profile.monitor.metrics_file or f"{DEFAULT_METRICS_DIR}/kimi-serve-{unit.removesuffix('.service')}.prom"
+
+
+def monitor_argv(profile: Profile, launch: Launch, ctx: UnitContext, unit: str) -> list[str]:
+    """The check the timer runs: bounded (quick suite, capped max_tokens, its own timeout), no readiness wait."""
+    m = profile.monitor
+    argv = [ctx.kimi_serve, "verify", "--host", launch.endpoint, "--timeout", f"{m.timeout:g}", "--suite", m.suite,
+            "--max-tokens", str(m.max_tokens), "--metrics-file", metrics_file(profile, unit),
+            "--profile", profile.name, "--unit-name", unit]
+    if launch.api_key_file:
+        argv += ["--api-key-file", launch.api_key_file]
+    return argv
+
+
+def _render(template: str, values: dict[str, object], name: str, fields: dict[str, str]) -> RenderedUnit:
+    import jinja2
+
+    loader = jinja2.FileSystemLoader(str(resource_dir("systemd")))
+    body = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                              autoescape=False).get_template(template).render(**values)
+    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+    marker = " ".join([MARKER_PREFIX, *(f"{k}={v}" for k, v in {**fields, "sha256": digest}.items())])
+    return RenderedUnit(name=name, text=f"{marker}\n{body}", sha256=digest)
+
+
+def render_monitor(profile: Profile, launch: Launch, ctx: UnitContext, unit: str) -> MonitorUnits | None:
+    """The three monitoring units for main unit ``unit``; None when the profile opts out (monitor.enabled false)."""
+    m = profile.monitor
+    if not m.enabled:
+        return None
+    service, timer = monitor_names(unit)
+    fields = {"version": ctx.version, "profile": profile.name.replace(" ", "_"),
+              "patch_set": profile.patch_set or "none", "endpoint": launch.endpoint}
+    common = {"main_unit": unit, "timer_unit": timer, "service_unit": service}
+    what = f"kimi-serve contract check of {unit} (profile {profile.name})".replace("%", "%%")
+    svc = _render("kimi-serve-verify.service.j2", {
+        **common, "description": what, "user": profile.service.user,
+        "environment": [environment_line("PYTHONUNBUFFERED", "1", "monitor")],
+        "exec_start": exec_line(monitor_argv(profile, launch, ctx, unit), profile.where("monitor")),
+        "timeout_start_sec": int(m.timeout) + STUCK_MARGIN, "syslog_identifier": service.removesuffix(".service"),
+    }, service, fields)
+    tmr = _render("kimi-serve-verify.timer.j2", {
+        **common, "description": f"Every {m.interval}s: {what}", "interval": m.interval,
+        "randomized_delay": m.randomized_delay}, timer, fields)
+    alert = _render("kimi-serve-alert@.service.j2", {}, ALERT_UNIT,
+                    {"version": ctx.version, "profile": "-", "patch_set": "-", "endpoint": "-"})
+    return MonitorUnits(svc, tmr, alert, metrics_file(profile, unit), int(m.interval))
+
+
+def analyze_together(systemd: Systemd, units: list[RenderedUnit]) -> None:
+    """``systemd-analyze verify`` on the units side by side (the timer names its service, OnFailure= the template);
+    any stderr is a failure."""
+    with tempfile.TemporaryDirectory(prefix="kimi-serve-units-") as tmp:
+        files = []
+        for unit in units:
+            path = Path(tmp) / unit.name
+            path.write_text(unit.text, encoding="utf-8")
+            files.append(path)
+        done = systemd.runner(["systemd-analyze", "verify", *map(str, files)], timeout=SYSTEMCTL_TIMEOUT)
+    complaints = [line.replace(f"{tmp}/", "") for line in done.err.strip().splitlines()]
+    if done.rc != 0 or complaints:
+        first = complaints[0] if complaints else f"exit status {done.rc}"
+        raise KimiServeError(f"systemd-analyze verify rejects the rendered units: {first}", where=units[0].name,
+                             hint="fix the profile value it names", exit_code=ExitCode.FAILED)
+
+
+def refuse_foreign_monitor(paths: ServicePaths) -> None:
+    for name in (*monitor_names(paths.unit), ALERT_UNIT):
+        path = paths.root / "etc/systemd/system" / name
+        text = read_text(path)
+        if text is not None and parse_marker(text) is None and name != ALERT_UNIT:
+            raise KimiServeError(f"{path} was not written by kimi-serve (no marker line); refusing to touch it",
+                                 hint=f"move it aside first (mv {path} /root/), or use another --unit-name",
+                                 exit_code=ExitCode.ENVIRONMENT)
+
+
+Step = Callable[[str, str, str], None]  # Result.add
+Must = Callable[[str, Completed], None]
+
+
+def planned_monitor(monitor: MonitorUnits | None, paths: ServicePaths, now: bool) -> list[str]:
+    if monitor is None:
+        return ([f"remove the monitoring units of {paths.unit} (monitor.enabled is false)"]
+                if _installed(paths) else [])
+    names = ", ".join(u.name for u in monitor.files)
+    return [f"write {names} (contract check every {monitor.interval}s, metrics in {monitor.metrics_file})",
+            f"systemctl enable {monitor.timer.name}" + (f"; systemctl restart {monitor.timer.name}" if now else "")]
+
+
+def _unit_path(paths: ServicePaths, name: str) -> Path:
+    return paths.root / "etc/systemd/system" / name
+
+
+def _installed(paths: ServicePaths) -> bool:
+    return any(_unit_path(paths, n).exists() for n in monitor_names(paths.unit))
+
+
+def write_monitor(monitor: MonitorUnits | None, paths: ServicePaths, add: Step) -> None:
+    """Write the units (before daemon-reload); an alert template the operator replaced is kept."""
+    if monitor is None:
+        return
+    for unit in monitor.files:
+        path = _unit_path(paths, unit.name)
+        current = read_text(path)
+        if unit.name == ALERT_UNIT and current is not None and parse_marker(current) is None:
+            add(f"keep {path}", "skipped", "not written by kimi-serve (the operator's own hook)")
+            continue
+        write_atomic(path, unit.text, 0o644)
+        add(f"write {path}", "done", f"sha256 {unit.sha256[:12]}")
+
+
+def enable_monitor(monitor: MonitorUnits | None, paths: ServicePaths, systemd: Systemd, must: Must, add: Step,
+                   start: bool) -> None:
+    """Enable the timer (after the main unit); with ``start``, (re)start it on the running system. Without a
+    monitor, remove units a previous install left (the profile opted out since)."""
+    if monitor is None:
+        if _installed(paths):
+            remove_monitor(paths, systemd, must, add, dry_run=False)
+        return
+    must(f"systemctl enable {monitor.timer.name}", systemd.enable(monitor.timer.name))
+    if start and systemd.live:
+        must(f"systemctl restart {monitor.timer.name}", systemd.restart(monitor.timer.name, SYSTEMCTL_TIMEOUT))
+
+
+def remove_monitor(paths: ServicePaths, systemd: Systemd, must: Must, add: Step, *, dry_run: bool) -> None:
+    """Stop and disable the timer, remove both monitoring units, and the alert template once no kimi-serve timer
+    is left in the unit directory. The metrics file stays (node_exporter may still read it)."""
+    service, timer = monitor_names(paths.unit)
+    if not _installed(paths):
+        return
+    refuse_foreign_monitor(paths)
+    status = "planned" if dry_run else "done"
+    steps: list[tuple[str, Callable[[], Completed]]] = []
+    if systemd.live:
+        steps += [(f"systemctl stop {timer} {service}",
+                   lambda: systemd.runner(["systemctl", "stop", timer, service], timeout=SYSTEMCTL_TIMEOUT))]
+    steps.append((f"systemctl {'' if systemd.live else f'--root={paths.root} '}disable {timer}",
+                  lambda: systemd.disable(timer)))
+    for action, call in steps:
+        if dry_run:
+            add(action, "planned", "")
+        else:
+            must(action, call())
+    for name in (timer, service):
+        if not dry_run:
+            _unit_path(paths, name).unlink(missing_ok=True)
+        add(f"remove {_unit_path(paths, name)}", status, "")
+    alert = _unit_path(paths, ALERT_UNIT)
+    others = [p for p in alert.parent.glob("*-verify.timer") if p.name != timer]
+    text = read_text(alert)
+    if text is not None and parse_marker(text) is not None and not others:
+        if not dry_run:
+            alert.unlink()
+        add(f"remove {alert}", status, "no other kimi-serve contract check uses it")
+    if systemd.live and not dry_run:
+        systemd.reset_failed(service)
