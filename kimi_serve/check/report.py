@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,7 +66,7 @@ def validated_launch(profile: Profile) -> Launch:
     launch, findings = fast_validate(profile)
     bad = failed(findings)
     if bad:
-        raise error_from(bad, more=f"run kimi-serve check --profile {profile.name}", where=display_path(profile.source))
+        raise error_from(bad, more=f"run kimi-serve check {profile.cli_args()}", where=display_path(profile.source))
     return launch
 
 
@@ -76,8 +76,9 @@ def run_check(
     offline: bool = False,
     contract: bool = False,
     progress: Callable[[str], None] | None = None,
+    sets: Sequence[str] = (),
 ) -> CheckReport:
-    profile = load_profile(name_or_path)  # YAML and schema errors raise: exit 2 with file:line: key
+    profile = load_profile(name_or_path, sets)  # YAML and schema errors raise: exit 2 with file:line: key
     say = progress or (lambda _msg: None)
     launch, findings = fast_validate(profile)
     report = CheckReport(profile, launch, [Finding("schema", "profile", PASS, f"{display_path(profile.source)} "

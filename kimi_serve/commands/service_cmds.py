@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from kimi_serve.commands.profile_cmds import SetOpt
+
 if TYPE_CHECKING:
     from kimi_serve.service.install import Plan, Result
     from kimi_serve.service.status import Status
@@ -47,14 +49,15 @@ def _print_result(result: Result, as_json: bool, extra: dict[str, Any] | None = 
     return int(result.exit_code)
 
 
-def _plan(profile: str, root: Path, unit_name: str | None, now: bool, contract: bool) -> tuple[Plan, Systemd]:
+def _plan(profile: str, root: Path, unit_name: str | None, now: bool, contract: bool,
+          sets: list[str] | None = None) -> tuple[Plan, Systemd]:
     from kimi_serve.service.install import plan_install
     from kimi_serve.service.unit import UnitContext
 
     systemd = _systemd(root)
     _say(f"checking profile {profile} (schema, rules, SGLang's parser, host)...")
     plan = plan_install(profile, root=systemd.root, unit_name=unit_name, now=now, ctx=UnitContext.detect(),
-                        systemd=systemd, environ=os.environ, contract=contract)
+                        systemd=systemd, environ=os.environ, contract=contract, sets=sets or ())
     return plan, systemd
 
 
@@ -66,6 +69,7 @@ def install_service(
     unit_name: str | None = typer.Option(None, "--unit-name", help=UNIT_HELP),
     root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    sets: list[str] | None = SetOpt,
 ) -> int:
     """Check the profile, render and verify its systemd unit, write it (keeping the previous one) and enable it.
 
@@ -74,7 +78,7 @@ def install_service(
     """
     from kimi_serve.service.install import contract_verifier, install, planned_actions
 
-    plan, systemd = _plan(profile, root, unit_name, now, contract=False)
+    plan, systemd = _plan(profile, root, unit_name, now, contract=False, sets=sets)
     if dry_run:
         return _print_plan(plan, planned_actions(plan, systemd), as_json)
     return _print_result(install(plan, systemd, contract_verifier, os.environ), as_json)
@@ -134,6 +138,7 @@ def restart(
     profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
     unit_name: str | None = typer.Option(None, "--unit-name", help=UNIT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    sets: list[str] | None = SetOpt,
 ) -> int:
     """Check, install the new unit, restart, verify; on failure restore the last unit that passed verify.
 
@@ -143,7 +148,7 @@ def restart(
     from kimi_serve.service.install import contract_verifier
     from kimi_serve.service.restart import restart as restart_core
 
-    plan, systemd = _plan(profile, Path("/"), unit_name, now=True, contract=True)
+    plan, systemd = _plan(profile, Path("/"), unit_name, now=True, contract=True, sets=sets)
     _say(f"restarting {plan.unit.name} (waits up to {plan.candidate.restart_timeout:.0f}s for the contract check)...")
     return _print_result(restart_core(plan, systemd, contract_verifier, os.environ), as_json)
 
@@ -173,6 +178,8 @@ def _print_status(st: Status) -> None:
     if st.installed:
         rows.append(("profile", f"{m.profile} (patch set {m.patch_set}, kimi-serve {m.version})" if m else
                      "unknown: not written by kimi-serve"))
+        if m and m.overrides:
+            rows.append(("overrides", " ".join(f"--set {o}" for o in m.overrides)))
         if m and not m.body_matches:
             rows.append(("edited", "the unit was edited after install (its hash no longer matches)"))
     s = st.state

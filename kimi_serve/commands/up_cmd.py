@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from kimi_serve.commands.profile_cmds import SetOpt
+
 
 def up(
     profile: str = typer.Option(..., "--profile", help="Profile NAME (configs/NAME.yaml) or PATH to a YAML file."),
@@ -15,6 +17,7 @@ def up(
     log_file: Path | None = typer.Option(None, "--log-file", help="Server log (default: "
                                          "$KIMI_SERVE_STATE_DIR/logs/up-PROFILE-TIME.log, state dir default "
                                          "/var/lib/kimi-serve)."),
+    sets: list[str] | None = SetOpt,
 ) -> int:
     """Start the server in the foreground: preflight, start, progress, contract check, supervise (Ctrl-C stops it).
 
@@ -23,7 +26,7 @@ def up(
     """
     from kimi_serve.up.run import run_up
 
-    return run_up(profile, dry_run=dry_run, verify=not no_verify, log_file=log_file)
+    return run_up(profile, dry_run=dry_run, verify=not no_verify, log_file=log_file, sets=sets or ())
 
 
 def doctor(

@@ -51,6 +51,7 @@ class Profile:
     chain: tuple[Path, ...] = field(default=())  # the file and its ancestors, child first
     lines: Mapping[str, str] = field(default_factory=dict)  # key path -> "file:line" where it was set
     overrides: tuple[str, ...] = field(default=())  # the --set KEY=VALUE items applied last, as given
+    ref: str = ""  # --profile as the user typed it (hints repeat it)
 
     def __getattr__(self, name: str) -> Any:
         data = object.__getattribute__(self, "data")
@@ -64,6 +65,13 @@ class Profile:
         """Breadcrumb for a key: ``configs/prod.yaml:12: server.port`` (the file that set it, else the profile)."""
         loc = self.lines.get(key_path) or display_path(self.source)
         return f"{loc}: {key_path}"
+
+    def cli_args(self) -> str:
+        """``--profile REF [--set K=V ...]`` as the user typed them, shell-quoted (for fix hints)."""
+        import shlex
+
+        parts = ["--profile", self.ref or self.name] + [a for o in self.overrides for a in ("--set", o)]
+        return shlex.join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return copy.deepcopy(_thaw(self.data))
@@ -230,7 +238,7 @@ def _type_error(key: Key, value: Any) -> str | None:
         if (lo is not None and value < lo) or (hi is not None and value > hi):
             lo_s = "" if lo is None else f"{lo:g}"
             hi_s = "" if hi is None else f"{hi:g}"
-            return f"a number in {lo_s}..{hi_s}"
+            return f"{'an integer' if t == 'int' else 'a number'} in {lo_s}..{hi_s}"
         return None
     if t == "str_list":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -273,7 +281,7 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
             value = copy.deepcopy(spec.default)
         problem = _type_error(spec, value)
         if problem:
-            raise KimiServeError(f"expected {problem}, got {value!r}", where=loc(key), hint=spec.doc)
+            raise KimiServeError(f"expected {problem}, got {value!r}", where=loc(key), hint=f"set {key} to {problem}")
         out[key] = {str(k): str(v) for k, v in value.items()} if spec.type == "str_map" else value
     for section, keys in SECTIONS.items():
         if not section:
@@ -298,7 +306,7 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
             value = raw.get(k, copy.deepcopy(spec.default))
             problem = _type_error(spec, value)
             if problem:
-                raise KimiServeError(f"expected {problem}, got {value!r}", where=loc(kp), hint=spec.doc)
+                raise KimiServeError(f"expected {problem}, got {value!r}", where=loc(kp), hint=f"set {kp} to {problem}")
             values[k] = value
         out[section] = values
     return out
@@ -322,11 +330,12 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
         sets = parse_sets(overrides)
         merged = _merge(merged, sets)
         for key, value in sets.items():
+            where.setdefault(key, WHERE)
             for kp in [f"{key}.{k2}" for k2 in value] if isinstance(value, dict) else [key]:
                 where[kp] = WHERE
     data = _validate(merged, where, path)
     return Profile(name=path.stem, source=path, data=_freeze(data), chain=chain, lines=where,
-                   overrides=set_lines(overrides))
+                   overrides=set_lines(overrides), ref=name_or_path)
 
 
 def dump_profile(profile: Profile) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,12 +126,13 @@ class Result:
 
 
 def plan_install(profile_name: str, *, root: Path, unit_name: str | None, now: bool, ctx: UnitContext,
-                 systemd: Systemd, environ: Mapping[str, str], contract: bool = False) -> Plan:
+                 systemd: Systemd, environ: Mapping[str, str], contract: bool = False,
+                 sets: Sequence[str] = ()) -> Plan:
     """Check the profile, render its unit and have systemd-analyze verify it. Changes nothing under ``root``."""
     if now and not systemd.live:
         raise KimiServeError("--now needs the running system, not --root", where="--now",
                              hint="drop --now, or drop --root")
-    profile, launch, findings = check_for_service(profile_name, contract=contract)
+    profile, launch, findings = check_for_service(profile_name, contract=contract, sets=sets)
     name = unit_file_name(unit_name, "--unit-name") if unit_name else None
     unit = render_unit(profile, launch, ctx, unit_name=name)
     paths = ServicePaths(root, unit.name)

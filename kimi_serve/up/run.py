@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,13 +95,13 @@ def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console) -> 
 
 
 def run_up(profile_ref: str, *, dry_run: bool = False, verify: bool = True, log_file: Path | None = None,
-           console: Console | None = None, host: Any = None, **overrides: Any) -> int:
+           console: Console | None = None, host: Any = None, sets: Sequence[str] = (), **overrides: Any) -> int:
     """The `up` command: load and validate the profile, preflight, then :func:`serve` (or print, with dry_run)."""
     from kimi_serve.check.report import validated_launch
     from kimi_serve.profile.loader import load_profile
 
     console = console or Console()
-    profile = load_profile(profile_ref)
+    profile = load_profile(profile_ref, sets)
     launch = validated_launch(profile)
     preflight(profile, launch, console, host)
     log_path = log_file or default_log_file(profile.name)
