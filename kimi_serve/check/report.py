@@ -52,8 +52,10 @@ def launch_for(profile: Profile) -> Launch:
 
     from kimi_serve.core.settings import current
 
+    from kimi_serve.core.resources import package_root
+
     python = interpreter_of(profile, sglang_python=current().sglang_python, fallback=sys.executable)
-    return build_launch(profile, python)
+    return build_launch(profile, python, pythonpath=str(package_root()))
 
 
 def fast_validate(profile: Profile) -> tuple[Launch, list[Finding]]:

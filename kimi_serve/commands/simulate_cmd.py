@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         profile: str = typer.Option(None, "--profile", "-p", help="Profile name (configs/NAME.yaml) or path."),
         host: str = typer.Option(None, "--host", help="Override the profile's server.host."),
-        port: int = typer.Option(None, "--port", help="Override the profile's server.port."),
+        port: int = typer.Option(None, "--port", min=1, max=65535, help="Override the profile's server.port (1..65535)."),
         warmup: float = typer.Option(2.0, "--warmup", min=0, help="Seconds /health and /ready answer 503 after bind."),
         load: float = typer.Option(0.0, "--load", min=0, help="Seconds of simulated loading (port closed) first."),
         raw: bool = typer.Option(False, "--raw",

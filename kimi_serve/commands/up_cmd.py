@@ -11,7 +11,7 @@ from kimi_serve.commands.profile_cmds import SetOpt
 
 
 def up(
-    profile: str = typer.Option(..., "--profile", help="Profile NAME (configs/NAME.yaml) or PATH to a YAML file."),
+    profile: str = typer.Option(..., "--profile", "-p", help="Profile NAME (configs/NAME.yaml) or PATH to a YAML file."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Run the preflight and print the launch; start nothing."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the contract check once the server is ready."),
     log_file: Path | None = typer.Option(None, "--log-file", help="Server log (default: "
@@ -30,7 +30,7 @@ def up(
 
 
 def doctor(
-    profile: str = typer.Option("prod", "--profile", help="Profile NAME or PATH whose host needs are checked."),
+    profile: str = typer.Option("prod", "--profile", "-p", help="Profile NAME or PATH whose host needs are checked."),
     as_json: bool = typer.Option(False, "--json", help="Write the JSON report to stdout."),
 ) -> int:
     """Check this host for the profile: GPUs (SM120), driver/CUDA, topology, GPU memory, disk, model files, draft,

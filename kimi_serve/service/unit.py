@@ -124,8 +124,8 @@ def unit_environment(profile: Profile, launch: Launch, ctx: UnitContext) -> dict
     simulator engine, kimi-serve's package on PYTHONPATH (the SGLang interpreter does not have it installed)."""
     env = dict(launch.env)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    if profile.engine == "simulator":
-        env = with_pythonpath(env, ctx.package_root)
+    if profile.engine == "simulator":  # the launch put this process's package root there: the unit's is ctx's
+        env = with_pythonpath({**env, "PYTHONPATH": profile.env.get("PYTHONPATH", "")}, ctx.package_root)
     return env
 
 

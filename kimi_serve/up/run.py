@@ -73,7 +73,7 @@ def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console) -> 
                              hint="pass --log-file PATH or set KIMI_SERVE_STATE_DIR",
                              exit_code=ExitCode.ENVIRONMENT) from None
     console.info(f"starting {launch.engine} (log: {log_path})")
-    console.info("$ " + launch.shell().replace("\n", " "))
+    console.info("$ " + launch.shell())
     try:
         server = Server.start(list(launch.argv), server_env(launch), log_path)
     except OSError as exc:
@@ -108,7 +108,7 @@ def run_up(profile_ref: str, *, dry_run: bool = False, verify: bool = True, log_
     opts = UpOptions.from_profile(profile, verify=verify, **overrides)
     if dry_run:
         console.info(f"dry run: would start {launch.engine} (log: {log_path}):")
-        console.info("$ " + launch.shell().replace("\n", " "))
+        console.info("$ " + launch.shell())
         console.info(f"then wait up to {opts.startup_timeout_s:g}s for /health, "
                      + (f"run the {opts.verify_suite} contract check, " if verify else "")
                      + "and supervise")
