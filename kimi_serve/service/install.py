@@ -132,6 +132,11 @@ def plan_install(profile_name: str, *, root: Path, unit_name: str | None, now: b
     if now and not systemd.live:
         raise KimiServeError("--now needs the running system, not --root", where="--now",
                              hint="drop --now, or drop --root")
+    from kimi_serve.profile.loader import load_profile
+
+    early = load_profile(profile_name, sets)  # the key file first: before the slow layers and any contract run
+    _needs_secret(early, ServicePaths(root, unit_file_name(unit_name or early.service.unit_name, "--unit-name")),
+                  environ)
     profile, launch, findings = check_for_service(profile_name, contract=contract, sets=sets)
     name = unit_file_name(unit_name, "--unit-name") if unit_name else None
     unit = render_unit(profile, launch, ctx, unit_name=name)
