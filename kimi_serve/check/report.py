@@ -50,9 +50,8 @@ def launch_for(profile: Profile) -> Launch:
     """The profile's launch, run by the interpreter this process's settings pick (where the environment is read)."""
     import sys
 
-    from kimi_serve.core.settings import current
-
     from kimi_serve.core.resources import package_root
+    from kimi_serve.core.settings import current
 
     python = interpreter_of(profile, sglang_python=current().sglang_python, fallback=sys.executable)
     return build_launch(profile, python, pythonpath=str(package_root()))

@@ -25,7 +25,8 @@ def show(profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
 
 def render(
     profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
-    as_json: bool = typer.Option(False, "--json", help='Print exactly {"argv": [...], "env": {...}}.'),
+    as_json: bool = typer.Option(False, "--json", help='Print the JSON envelope with "argv": [...] and "env": {...} '
+                                 "(docs/json.md)."),
     sets: list[str] | None = SetOpt,
 ) -> int:
     """Print the validated launch command and environment (fast checks only; `check` runs them all)."""
@@ -36,7 +37,9 @@ def render(
     if as_json:
         import json
 
-        typer.echo(json.dumps(launch.to_json(), indent=2))
+        from kimi_serve.core.output import envelope
+
+        typer.echo(json.dumps(envelope("render", 0, launch.to_json()), indent=2))
     else:
         typer.echo(launch.shell())
     return 0
@@ -60,7 +63,9 @@ def check(
     if as_json:
         import json
 
-        typer.echo(json.dumps(report.to_json(), indent=2))
+        from kimi_serve.core.output import envelope
+
+        typer.echo(json.dumps(envelope("check", report.exit_code, report.to_json()), indent=2))
         return int(report.exit_code)
     for f in report.findings:
         typer.echo(f"{_MARK[f.status]} [{f.layer}] {f.line()}")

@@ -35,9 +35,15 @@ def _say(message: str) -> None:
         typer.echo(f"kimi-serve: {message}", err=True)
 
 
-def _print_result(result: Result, as_json: bool, extra: dict[str, Any] | None = None) -> int:
+def _print_result(result: Result, as_json: bool, extra: dict[str, Any] | None = None,
+                  command: str = "install-service") -> int:
     if as_json:
-        typer.echo(json.dumps({**result.to_json(), **(extra or {})}, indent=2))
+        from kimi_serve.core.output import envelope
+
+        failed = [{"code": "step", "message": f"{s.action}: {s.detail}" if s.detail else s.action,
+                   "fix": "", "status": "fail"} for s in result.steps if s.status == "failed"]
+        typer.echo(json.dumps(envelope(command, result.exit_code, {**result.to_json(), **(extra or {})}, failed),
+                              indent=2))
         return int(result.exit_code)
     for step in result.steps:
         typer.echo(f"{_MARK[step.status]} {step.action}" + (f": {step.detail}" if step.detail else ""))
@@ -90,10 +96,12 @@ def _print_plan(plan: Plan, actions: list[str], as_json: bool) -> int:
                    f"{secret} (will be created from $KIMI_SERVE_API_KEY, mode 0600)" if plan.create_secret else
                    f"{secret} (exists, 0600; content not shown)")
     if as_json:
-        typer.echo(json.dumps({"version": 1, "dry_run": True, "unit": plan.unit.name,
+        from kimi_serve.core.output import envelope
+
+        typer.echo(json.dumps(envelope("install-service", 0, {"dry_run": True, "unit": plan.unit.name,
                                "unit_file": str(plan.paths.unit_file), "unit_text": plan.unit.text,
                                "secret_file": secret, "create_secret": plan.create_secret, "actions": actions},
-                              indent=2))
+                                       plan.findings), indent=2))
         return 0
     typer.echo(f"# {plan.paths.unit_file}")
     typer.echo(plan.unit.text, nl=False)
@@ -131,7 +139,7 @@ def uninstall_service(
 
     systemd = _systemd(root)
     return _print_result(uninstall(ServicePaths(systemd.root, _unit_of(profile, unit_name)), systemd,
-                                   dry_run=dry_run), as_json)
+                                   dry_run=dry_run), as_json, command="uninstall-service")
 
 
 def restart(
@@ -150,7 +158,7 @@ def restart(
 
     plan, systemd = _plan(profile, Path("/"), unit_name, now=True, contract=True, sets=sets)
     _say(f"restarting {plan.unit.name} (waits up to {plan.candidate.restart_timeout:.0f}s for the contract check)...")
-    return _print_result(restart_core(plan, systemd, contract_verifier, os.environ), as_json)
+    return _print_result(restart_core(plan, systemd, contract_verifier, os.environ), as_json, command="restart")
 
 
 def status(
@@ -166,7 +174,9 @@ def status(
     systemd = _systemd(root)
     st = status_core(ServicePaths(systemd.root, _unit_of(profile, unit_name)), systemd)
     if as_json:
-        typer.echo(json.dumps(st.to_json(), indent=2))
+        from kimi_serve.core.output import envelope
+
+        typer.echo(json.dumps(envelope("status", st.exit_code, st.to_json()), indent=2))
     else:
         _print_status(st)
     return int(st.exit_code)

@@ -11,7 +11,8 @@ from kimi_serve.commands.profile_cmds import SetOpt
 
 
 def up(
-    profile: str = typer.Option(..., "--profile", "-p", help="Profile NAME (configs/NAME.yaml) or PATH to a YAML file."),
+    profile: str = typer.Option(..., "--profile", "-p",
+                                help="Profile NAME (configs/NAME.yaml) or PATH to a YAML file."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Run the preflight and print the launch; start nothing."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the contract check once the server is ready."),
     log_file: Path | None = typer.Option(None, "--log-file", help="Server log (default: "
@@ -42,7 +43,12 @@ def doctor(
 
     p = load_profile(profile)
     report = run_doctor(p, validated_launch(p))
-    typer.echo(json.dumps(report.to_json(), indent=2) if as_json else render(report))
+    if as_json:
+        from kimi_serve.core.output import envelope
+
+        typer.echo(json.dumps(envelope("doctor", report.exit_code, report.to_json(), findings=report.checks), indent=2))
+    else:
+        typer.echo(render(report))
     return int(report.exit_code)
 
 

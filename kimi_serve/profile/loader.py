@@ -282,7 +282,7 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
         problem = _type_error(spec, value)
         if problem:
             raise KimiServeError(f"expected {problem}, got {value!r}", where=loc(key), hint=f"set {key} to {problem}")
-        out[key] = {str(k): str(v) for k, v in value.items()} if spec.type == "str_map" else value
+        out[key] = {str(k): str(v) for k, v in (value or {}).items()} if spec.type == "str_map" else value
     for section, keys in SECTIONS.items():
         if not section:
             continue

@@ -10,8 +10,8 @@ or exited with another status) is 4, not 130.
 from __future__ import annotations
 
 import os
-from datetime import datetime
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
