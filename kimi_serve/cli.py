@@ -24,7 +24,7 @@ app = typer.Typer(
     help="Serve Kimi-K2.5 with SGLang on 8x RTX PRO 6000 (SM120), and check that the server speaks Kimi's language:"
     " structured tool_calls and reasoning_content, not raw tokens.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )

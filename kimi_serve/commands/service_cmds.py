@@ -148,11 +148,7 @@ def restart(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
     sets: list[str] | None = SetOpt,
 ) -> int:
-    """Check, install the new unit, restart, verify; on failure restore the last unit that passed verify.
-
-    Exit codes: 0 the new unit passed; 1 it failed and the last good unit is back and passing; 4 it failed and
-    nothing is serving (no last good unit, or that one failed too).
-    """
+    """Check, install the new unit, restart, verify; on failure restore the last unit that passed verify."""
     from kimi_serve.service.install import contract_verifier
     from kimi_serve.service.restart import restart as restart_core
 

@@ -19,15 +19,15 @@ def up(
                                          "$KIMI_SERVE_STATE_DIR/logs/up-PROFILE-TIME.log, state dir default "
                                          "/var/lib/kimi-serve)."),
     sets: list[str] | None = SetOpt,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not echo SGLang's own lines (they stay in the log "
+                               "file): only kimi-serve's phases, progress and verdict."),
 ) -> int:
-    """Start the server in the foreground: preflight, start, progress, contract check, supervise (Ctrl-C stops it).
-
-    Exit codes: 0 server exited 0, 1 contract failed, 3 never ready, 4 server exited/crashed or failed in its log,
-    5 preflight failed, 130 stopped on request.
-    """
+    """Start the server in the foreground: preflight, start, progress, contract check, supervise (Ctrl-C stops it)."""
+    from kimi_serve.up.console import Console
     from kimi_serve.up.run import run_up
 
-    return run_up(profile, dry_run=dry_run, verify=not no_verify, log_file=log_file, sets=sets or ())
+    return run_up(profile, dry_run=dry_run, verify=not no_verify, log_file=log_file, sets=sets or (),
+                  console=Console(echo_server=not quiet))
 
 
 def doctor(
@@ -35,8 +35,7 @@ def doctor(
     as_json: bool = typer.Option(False, "--json", help="Write the JSON report to stdout."),
 ) -> int:
     """Check this host for the profile: GPUs (SM120), driver/CUDA, topology, GPU memory, disk, model files, draft,
-    SGLang version and patch set, port, memlock and open-file limits. Exit codes: 0 ok (warnings allowed), 5 a check
-    failed."""
+    SGLang version and patch set, API-key file, port, memlock and open-file limits."""
     from kimi_serve.check.doctor import render, run_doctor
     from kimi_serve.check.report import validated_launch
     from kimi_serve.profile.loader import load_profile

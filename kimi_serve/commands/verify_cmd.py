@@ -39,10 +39,7 @@ def verify(
                                 "tool-result, 8 KB argument."),
     as_json: bool = typer.Option(False, "--json", help="Write the JSON report (docs/verify.md) to stdout."),
 ) -> int:
-    """Check that the server answers tool prompts with structured tool_calls and reasoning in reasoning_content.
-
-    Exit codes: 0 contract holds, 1 contract violated, 2 usage, 3 unreachable or not ready.
-    """
+    """Check that the server answers tool prompts with structured tool_calls and reasoning in reasoning_content."""
     from kimi_serve.verify import parse_target, resolve_api_key, run_verify
     from kimi_serve.verify.render import render_lines, render_table
 
