@@ -56,14 +56,15 @@ def _print_result(result: Result, as_json: bool, extra: dict[str, Any] | None = 
 
 
 def _plan(profile: str, root: Path, unit_name: str | None, now: bool, contract: bool,
-          sets: list[str] | None = None) -> tuple[Plan, Systemd]:
+          sets: list[str] | None = None, replace: bool = True, preview: bool = False) -> tuple[Plan, Systemd]:
     from kimi_serve.service.install import plan_install
     from kimi_serve.service.unit import UnitContext
 
     systemd = _systemd(root)
     _say(f"checking profile {profile} (schema, rules, SGLang's parser, host)...")
     plan = plan_install(profile, root=systemd.root, unit_name=unit_name, now=now, ctx=UnitContext.detect(),
-                        systemd=systemd, environ=os.environ, contract=contract, sets=sets or ())
+                        systemd=systemd, environ=os.environ, contract=contract, sets=sets or (),
+                        replace=replace, preview=preview)
     return plan, systemd
 
 
@@ -76,6 +77,8 @@ def install_service(
     root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
     sets: list[str] | None = SetOpt,
+    replace: bool = typer.Option(False, "--replace", help="Replace a unit of the same name that another profile "
+                                 "installed (refused otherwise)."),
 ) -> int:
     """Check the profile, render and verify its systemd unit, write it (keeping the previous one) and enable it.
 
@@ -84,32 +87,42 @@ def install_service(
     """
     from kimi_serve.service.install import contract_verifier, install, planned_actions
 
-    plan, systemd = _plan(profile, root, unit_name, now, contract=False, sets=sets)
+    plan, systemd = _plan(profile, root, unit_name, now, contract=False, sets=sets, replace=replace, preview=dry_run)
     if dry_run:
         return _print_plan(plan, planned_actions(plan, systemd), as_json)
     return _print_result(install(plan, systemd, contract_verifier, os.environ), as_json)
 
 
 def _print_plan(plan: Plan, actions: list[str], as_json: bool) -> int:
+    """The unit, the secret file and the actions; then the host checks that would fail (exit 1 when any would)."""
+    from kimi_serve.core.findings import FAIL
+
+    bad = [f for f in plan.findings if f.status == FAIL]
+    code = 1 if bad else 0
     secret = plan.profile.server.api_key_file
     secret_note = ("none (no server.api_key_file)" if secret is None else
                    f"{secret} (will be created from $KIMI_SERVE_API_KEY, mode 0600)" if plan.create_secret else
-                   f"{secret} (exists, 0600; content not shown)")
+                   f"{secret} (exists, 0600; content not shown)" if plan.paths.under_root(secret).exists() else
+                   f"{secret} (missing: see the failing checks below)")
     if as_json:
         from kimi_serve.core.output import envelope
 
-        typer.echo(json.dumps(envelope("install-service", 0, {"dry_run": True, "unit": plan.unit.name,
+        typer.echo(json.dumps(envelope("install-service", code, {"dry_run": True, "unit": plan.unit.name,
                                "unit_file": str(plan.paths.unit_file), "unit_text": plan.unit.text,
                                "secret_file": secret, "create_secret": plan.create_secret, "actions": actions},
                                        plan.findings), indent=2))
-        return 0
+        return code
     typer.echo(f"# {plan.paths.unit_file}")
     typer.echo(plan.unit.text, nl=False)
     typer.echo(f"\nsecret file: {secret_note}")
     typer.echo("dry run: nothing was changed; install-service would:")
     for i, action in enumerate(actions, 1):
         typer.echo(f"  {i}. {action}")
-    return 0
+    if bad:
+        typer.echo(f"on this host, {len(bad)} check(s) would fail (install-service would refuse):")
+        for f in bad:
+            typer.echo(f"  FAIL [{f.layer}] {f.line()}")
+    return code
 
 
 def _unit_of(profile: str | None, unit_name: str | None) -> str:
