@@ -147,7 +147,7 @@ def plan_install(profile_name: str, *, root: Path, unit_name: str | None, now: b
     if not replace:
         current = read_text(paths.unit_file)
         marker = parse_marker(current) if current is not None else None
-        host_step(preview, found, lambda: refuse_other_profile(str(paths.unit_file), marker and marker.profile,
+        host_step(preview, found, lambda: refuse_other_profile(str(paths.unit_file), marker.profile if marker else None,
                                                                profile.name), None)
     host_step(preview, found, lambda: analyze(systemd, unit), None)
     create = host_step(preview, [], lambda: _needs_secret(profile, paths, environ), False)
