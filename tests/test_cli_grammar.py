@@ -62,7 +62,7 @@ def _help_text(cli, words: list[str]) -> str:  # type: ignore[no-untyped-def]
     return re.sub(r"[\s│]+", " ", res.out)
 
 
-@pytest.mark.parametrize("command", sorted(c for c in EXIT_CODES if c != "logs"))
+@pytest.mark.parametrize("command", sorted(EXIT_CODES))
 def test_help_lists_the_exit_codes(cli, command) -> None:
     text = _help_text(cli, command.split())
     assert f"Exit codes: {EXIT_CODES[command]};" in text, text

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +19,10 @@ from kimi_serve.core.findings import FAIL, WARN, error_from, failed
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.up.console import Console
+from kimi_serve.up.logfiles import default_log_file, prune
 from kimi_serve.up.options import UpOptions
 from kimi_serve.up.supervisor import Server
 from kimi_serve.up.watch import Signals, Watch
-
-
-def default_log_file(profile_name: str) -> Path:
-    from kimi_serve.core.settings import state_root
-
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return state_root() / "logs" / f"up-{profile_name}-{stamp}.log"
 
 
 def server_env(launch: Launch) -> dict[str, str]:
@@ -85,6 +78,7 @@ def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console) -> 
         with Signals() as signals:
             outcome = watch.run(signals)
     finally:
+        console.end_progress()
         if server.poll() is None:  # an error in `up` itself: never leave the server behind
             server.stop(opts.stop_grace_s)
         server.close()
@@ -105,6 +99,8 @@ def run_up(profile_ref: str, *, dry_run: bool = False, verify: bool = True, log_
     launch = validated_launch(profile)
     preflight(profile, launch, console, host)
     log_path = log_file or default_log_file(profile.name)
+    if log_file is None and not dry_run:
+        prune(profile.name)  # at most KEEP_LOGS files per profile
     opts = UpOptions.from_profile(profile, verify=verify, **overrides)
     if dry_run:
         console.info(f"dry run: would start {launch.engine} (log: {log_path}):")
