@@ -11,6 +11,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 import typer
 from typer.exceptions import TyperException
@@ -23,7 +24,7 @@ app = typer.Typer(
     help="Serve Kimi-K2.5 with SGLang on 8x RTX PRO 6000 (SM120), and check that the server speaks Kimi's language:"
     " structured tool_calls and reasoning_content, not raw tokens.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -55,39 +56,81 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def _split_globals(args: list[str]) -> tuple[list[str], bool, bool]:
+    """``--debug`` works in any position (it is moved to the front); ``--json`` anywhere asks for the envelope.
+    Nothing after ``--`` (simulate's raw SGLang flags) is looked at."""
+    cut = args.index("--") if "--" in args else len(args)
+    head, sep, tail = args[:cut], args[cut:cut + 1], args[cut + 1:]
+    debug = "--debug" in head
+    as_json = "--json" in head
+    rest = [a for a in head if a != "--debug"]
+    return (["--debug"] if debug else []) + rest + sep + tail, debug, as_json
+
+
+def _usage_error(exc: Any) -> KimiServeError:
+    """A click/typer usage error as the one-line error every other error is: where, what, and the fix (for a number
+    out of range or of the wrong type, what is expected: "an integer 1..65535")."""
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "kimi-serve"
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    param = getattr(exc, "param", None)
+    lo, hi = getattr(param, "min", None), getattr(param, "max", None)
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if param is not None and (lo is not None or hi is not None or annotation in (int, float)):
+        kind = "an integer" if annotation is int else "a number"
+        rng = f" {'' if lo is None else lo}..{'' if hi is None else hi}" if lo is not None or hi is not None else ""
+        fix = f"pass {kind}{rng} to {'/'.join(getattr(param, 'opts', []) or [str(param.name)])}"
+    else:
+        fix = f"see '{where} --help'"
+    return KimiServeError(message.replace("\n", " "), where=where, hint=fix, exit_code=ExitCode.USAGE)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in args
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+
+    args, debug, as_json = _split_globals(list(sys.argv[1:] if argv is None else argv))
+
+    def fail(exc: BaseException, line: str, code: int, kind: str = "error") -> int:
+        typer.echo(f"kimi-serve: {line}", err=True)
+        if as_json:
+            from kimi_serve.core.output import dumps, error_document
+
+            typer.echo(dumps(error_document(_command(args), exc, code=kind, exit_code=code)))
+        return code
+
     try:
         rv = app(args=args, prog_name="kimi-serve", standalone_mode=False)
     except KimiServeError as exc:
         if debug:
             traceback.print_exc()
-        typer.echo(f"kimi-serve: error: {exc.one_line()}", err=True)
-        return int(exc.exit_code)
+        return fail(exc, f"error: {exc.one_line()}", int(exc.exit_code))
     except typer.Exit as exc:
         return int(exc.exit_code)
-    except typer.Abort:
-        typer.echo("kimi-serve: interrupted", err=True)
-        return int(ExitCode.INTERRUPTED)
-    except TyperException as exc:  # usage errors: unknown option, missing value, no command
-        show = getattr(exc, "show", None)
-        if show is not None:
-            show()
-        else:
-            typer.echo(f"kimi-serve: error: {exc.message}", err=True)
+    except typer.Abort as exc:
+        return fail(KimiServeError("interrupted"), "interrupted", int(ExitCode.INTERRUPTED), "interrupted") \
+            if exc is not None else int(ExitCode.INTERRUPTED)
+    except NoArgsIsHelpError as exc:  # `kimi-serve` or a group alone: its help, as documented
+        exc.show()
         return int(ExitCode.USAGE)
+    except (UsageError, TyperException) as exc:  # usage errors: unknown option, bad value, missing value, no command
+        usage = _usage_error(exc)
+        return fail(usage, f"error: {usage.one_line()}", int(ExitCode.USAGE), "usage")
     except KeyboardInterrupt:
-        typer.echo("kimi-serve: interrupted", err=True)
-        return int(ExitCode.INTERRUPTED)
+        return fail(KimiServeError("interrupted"), "interrupted", int(ExitCode.INTERRUPTED), "interrupted")
     except Exception as exc:  # noqa: BLE001 - the boundary: a bug in kimi-serve is not a verdict on the server
         if debug:
             traceback.print_exc()
         saved = _save_traceback(args)
-        typer.echo(f"kimi-serve: internal error: {type(exc).__name__}: {exc} -- a bug in kimi-serve, not a verdict on "
-                   f"the server (traceback: {saved}; rerun with --debug to print it)".replace("\n", " "), err=True)
-        return int(ExitCode.INTERNAL)
+        line = (f"internal error: {type(exc).__name__}: {exc} -- a bug in kimi-serve, not a verdict on the server "
+                f"(traceback: {saved}; rerun with --debug to print it)").replace("\n", " ")
+        return fail(exc, line, int(ExitCode.INTERNAL), "internal")
     return int(rv) if isinstance(rv, int) else 0
+
+
+def _command(args: list[str]) -> str:
+    from kimi_serve.core.output import command_of
+
+    return command_of(args, groups=("patches",))
 
 
 def _save_traceback(args: list[str]) -> str:

@@ -74,9 +74,9 @@ def test_dependencies_point_one_way():
 
 def test_cli_is_thin():
     imported = {name for _line, name in _imports(PKG / "cli.py")}
-    # core.settings: the boundary saves a crash's traceback under the state root
-    assert imported <= {"kimi_serve.__version__", "kimi_serve.core.errors", "kimi_serve.core.settings",
-                        "kimi_serve.commands"}, imported
+    # the boundary: errors, the --json envelope (core.output), where a crash traceback goes (core.settings)
+    assert imported <= {"kimi_serve.__version__", "kimi_serve.core.errors", "kimi_serve.core.output",
+                        "kimi_serve.core.settings", "kimi_serve.commands"}, imported
 
 
 def test_the_environment_is_read_in_one_place():

@@ -18,7 +18,7 @@ from kimi_serve.core.lock import host_lock, lock_path
 def test_an_unexpected_exception_is_an_internal_error_not_a_failed_contract(cli, monkeypatch, tmp_path):
     import kimi_serve.profile.loader as loader
 
-    def broken(_ref: str):
+    def broken(_ref: str, *_sets: object):
         raise ZeroDivisionError("injected fault")
 
     monkeypatch.setattr(loader, "load_profile", broken)

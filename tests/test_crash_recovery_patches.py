@@ -155,7 +155,7 @@ def test_two_applies_started_together_one_applies_the_other_exits_75(pristine: P
     assert codes == [0, 75], results
     winner = next(out for rc, out, _ in results if rc == 0)
     loser = next(err for rc, _, err in results if rc == 75)
-    assert "applied 6 patches" in winner
+    assert "applied 7 patches" in winner
     assert "`kimi-serve patches apply` (pid " in loser and "is changing this host" in loser
     assert "--wait-lock" in loser and loser.count("\n") == 1
 
@@ -172,7 +172,7 @@ def test_with_wait_lock_the_second_apply_waits_and_finds_it_applied(pristine: Pa
     assert [rc for rc, _, _ in results] == [0, 0], results
     messages = sorted(json.loads(out)["message"] for _, out, _ in results)
     assert messages[0].endswith("already applied, nothing to do")
-    assert "applied 6 patches" in messages[1]
+    assert "applied 7 patches" in messages[1]
 
 
 def test_a_recovery_killed_at_every_checkpoint_is_recovered_again(pristine: Path, patch_set, tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ def install(profile: Path, root: Path, hook: str | None = None) -> subprocess.Co
     if hook:
         env["KIMI_SERVE_TEST_HOOK"] = hook
     return subprocess.run([sys.executable, "-m", "kimi_serve", "install-service", "-p", str(profile), "--root",
-                           str(root)], capture_output=True, text=True, env=env, timeout=300, check=False)
+                           str(root), "--replace"], capture_output=True, text=True, env=env, timeout=300, check=False)
 
 
 @pytest.mark.parametrize("start", ["fresh", "over-an-installed-unit"])
@@ -96,7 +96,7 @@ def test_install_service_killed_at_every_checkpoint_is_rolled_back_then_finished
             recover(paths, Systemd(run, paths.root))
             assert files_of(root) == before, n
         # ... and the next install-service (which rolls back first, itself, on even N) ends where a clean one ends
-        again = cli("install-service", "-p", str(second), "--root", str(root))
+        again = cli("install-service", "-p", str(second), "--root", str(root), "--replace")
         assert again.code == 0, (n, again.err)
         assert files_of(root) == reference, n
         assert not intent_path(paths).exists()

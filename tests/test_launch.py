@@ -20,7 +20,10 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 def test_render_json_matches_golden(name, cli):
     res = cli("render", "--profile", name, "--json")
     assert res.code == 0, res.err
-    got = json.loads(res.out)
+    doc = json.loads(res.out)
+    assert {k: doc.pop(k) for k in ("kind", "version", "ok", "exit_code", "findings")} == {
+        "kind": "kimi-serve-render", "version": 1, "ok": True, "exit_code": 0, "findings": []}
+    got = doc
     assert set(got) == {"argv", "env"}
     assert got == json.loads((GOLDEN / f"{name}.launch.json").read_text())
 

@@ -94,9 +94,10 @@ def test_extends_cycle_is_an_error(write_profile, cli):
     assert_one_line_error(res, "extends cycle", "a.yaml", "b.yaml")
 
 
-def test_self_extends_is_a_cycle(write_profile, cli):
+def test_self_extends_without_another_on_the_path_is_an_error(write_profile, cli):
     path = write_profile("extends: self\n", name="self")
-    assert_one_line_error(cli("show", "--profile", str(path)), "extends cycle")
+    assert_one_line_error(cli("show", "--profile", str(path)), "self.yaml:1: extends",
+                          "names this file itself and no other profile 'self'")
 
 
 def test_extends_merges_sections_and_env_null_removes(write_profile):

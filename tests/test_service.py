@@ -79,7 +79,10 @@ def test_reinstall_keeps_the_previous_unit(cli, root: Path, profile: Path, write
     unit = root / "etc/systemd/system/sglang-kimi.service"
     first = unit.read_text()
     second_profile = write_profile("extends: svc\nserver:\n  port: 30123\n", name="svc2")
-    assert cli("install-service", "-p", str(second_profile), "--root", str(root)).code == 0
+    refused = cli("install-service", "-p", str(second_profile), "--root", str(root))
+    assert refused.code == 5 and "is the unit of profile 'svc'" in refused.err and "--replace" in refused.err
+    assert unit.read_text() == first
+    assert cli("install-service", "-p", str(second_profile), "--root", str(root), "--replace").code == 0
     assert '"--port" "30123"' in unit.read_text()
     assert (root / "var/lib/kimi-serve/service/sglang-kimi/previous.service").read_text() == first
 
@@ -92,7 +95,7 @@ def test_dry_run_touches_nothing(cli, root: Path, profile: Path, write_profile,
     other = write_profile("extends: svc\nserver:\n  api_key_file: /etc/kimi-serve/new.yaml\n  port: 30999\n",
                           name="svc3")
     before = _snapshot(root)
-    r = cli("install-service", "-p", str(other), "--root", str(root), "--dry-run")
+    r = cli("install-service", "-p", str(other), "--root", str(root), "--dry-run", "--replace")
     assert r.code == 0, r.err
     assert _snapshot(root) == before
     assert '"--port" "30999"' in r.out
@@ -119,7 +122,7 @@ def test_refuses_a_unit_it_did_not_write(cli, root: Path, profile: Path, monkeyp
 def test_missing_secret_without_key_is_one_clear_line(cli, root: Path, profile: Path) -> None:
     r = cli("install-service", "-p", str(profile), "--root", str(root))
     assert r.code == 1
-    assert "API-key file /etc/kimi-serve/test-secrets.yaml does not exist" in r.err
+    assert f"API-key file {root}/etc/kimi-serve/test-secrets.yaml does not exist" in r.err  # the path it checked
     assert "KIMI_SERVE_API_KEY" in r.err
     assert not (root / "etc/systemd/system/sglang-kimi.service").exists()
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from contract_server import ContractServer
 
-from kimi_serve.service.install import contract_verifier
+from kimi_serve.service.verifier import contract_verifier
 from kimi_serve.verify import run_verify
 from kimi_serve.verify.target import API_KEY_ENV, resolve_key
 

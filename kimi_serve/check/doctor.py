@@ -295,10 +295,25 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None) -> DoctorRe
     if p.engine == "sglang":
         checks.append(check_disk(host, p.model.path))
         checks += model_findings(p, layer="doctor")
+    checks.append(check_key_file(p))  # before SGLang's: the first failure is the one up's preflight names
     checks += check_sglang(p, launch, host)
     checks.append(check_port(launch, host))
     checks += check_limits(host)
     return report
+
+
+def check_key_file(p: Profile) -> Finding:
+    """The API-key file SGLang reads with --config: present, private, *.yaml (core/keyfile.py's rule), before a cold
+    start rather than after it."""
+    from kimi_serve.core.keyfile import key_file_problem
+
+    path = p.server.api_key_file
+    if path is None:
+        return _f("api_key_file", PASS, "no API-key file configured")
+    problem = key_file_problem(path)
+    if problem:
+        return Finding("doctor", "api_key_file", FAIL, problem[0], problem[1], p.where("server.api_key_file"))
+    return _f("api_key_file", PASS, f"API-key file {path} is private")
 
 
 def render(report: DoctorReport) -> str:

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,10 +50,11 @@ def launch_for(profile: Profile) -> Launch:
     """The profile's launch, run by the interpreter this process's settings pick (where the environment is read)."""
     import sys
 
+    from kimi_serve.core.resources import package_root
     from kimi_serve.core.settings import current
 
     python = interpreter_of(profile, sglang_python=current().sglang_python, fallback=sys.executable)
-    return build_launch(profile, python)
+    return build_launch(profile, python, pythonpath=str(package_root()))
 
 
 def fast_validate(profile: Profile) -> tuple[Launch, list[Finding]]:
@@ -66,7 +67,7 @@ def validated_launch(profile: Profile) -> Launch:
     launch, findings = fast_validate(profile)
     bad = failed(findings)
     if bad:
-        raise error_from(bad, more=f"run kimi-serve check --profile {profile.name}", where=display_path(profile.source))
+        raise error_from(bad, more=f"run kimi-serve check {profile.cli_args()}", where=display_path(profile.source))
     return launch
 
 
@@ -76,8 +77,9 @@ def run_check(
     offline: bool = False,
     contract: bool = False,
     progress: Callable[[str], None] | None = None,
+    sets: Sequence[str] = (),
 ) -> CheckReport:
-    profile = load_profile(name_or_path)  # YAML and schema errors raise: exit 2 with file:line: key
+    profile = load_profile(name_or_path, sets)  # YAML and schema errors raise: exit 2 with file:line: key
     say = progress or (lambda _msg: None)
     launch, findings = fast_validate(profile)
     report = CheckReport(profile, launch, [Finding("schema", "profile", PASS, f"{display_path(profile.source)} "

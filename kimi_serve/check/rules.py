@@ -22,6 +22,8 @@ FEATURE_REDACT = "redact_api_key_in_log"
 FEATURE_REDACT_INFO = "redact_api_key_in_server_info"
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
 
+PCIE_IPC_ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
+
 Rule = Callable[[Profile, Launch], Iterator[Finding]]
 
 
@@ -170,8 +172,16 @@ def rule_patch_set_redact(p: Profile, _: Launch) -> Iterator[Finding]:
 
 
 def rule_allreduce(p: Profile, launch: Launch) -> Iterator[Finding]:
-    pcie_ipc = launch.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") == "1"
-    if p.allreduce.nccl_symm_mem and pcie_ipc:
+    env_value = p.env.get(PCIE_IPC_ENV)
+    pcie_ipc = launch.env.get(PCIE_IPC_ENV) == "1"
+    if p.allreduce.pcie_ipc and env_value is not None and str(env_value) != "1":
+        yield _bad(p, "env", f"env {PCIE_IPC_ENV}={env_value} contradicts allreduce.pcie_ipc: true (the env wins: "
+                   "the PCIe-IPC all-reduce would be off)", f"remove {PCIE_IPC_ENV} from env, or set "
+                   "allreduce.pcie_ipc: false")
+    elif not p.allreduce.pcie_ipc and pcie_ipc:
+        yield _bad(p, "env", f"env {PCIE_IPC_ENV}=1 turns on the PCIe-IPC all-reduce that allreduce.pcie_ipc: false "
+                   "says is off", f"set allreduce.pcie_ipc: true and remove {PCIE_IPC_ENV} from env", status=WARN)
+    elif p.allreduce.nccl_symm_mem and pcie_ipc:
         yield _bad(p, "allreduce.nccl_symm_mem", "NCCL symmetric memory takes precedence and bypasses the PCIe-IPC "
                    "all-reduce", "set allreduce.nccl_symm_mem: false (PCIe-IPC is the fast path without NVLink)",
                    status=WARN)

@@ -63,12 +63,15 @@ def _render(st: PatchStatus) -> None:
         typer.echo(f"INTERRUPTED: {describe(st.interrupted)}")
 
 
-def _finish(st: PatchStatus, as_json: bool, message: str | None = None, changed: bool | None = None) -> None:
+def _finish(st: PatchStatus, as_json: bool, message: str | None = None, changed: bool | None = None,
+            command: str = "patches-status", exit_code: int = 0) -> None:
     if as_json:
+        from kimi_serve.core.output import envelope
+
         data = st.to_dict()
         if message is not None:
             data |= {"changed": changed, "message": message}
-        typer.echo(json.dumps(data, indent=2))
+        typer.echo(json.dumps(envelope(command, exit_code, data), indent=2))
         return
     if message:
         typer.echo(message)
@@ -89,7 +92,7 @@ def status_cmd(
 
     sp, patch_set = _target(site_packages, python, set_name)
     st = status(sp, patch_set, state_dir=state_dir)
-    _finish(st, as_json)
+    _finish(st, as_json, exit_code=0 if st.all_applied and not st.interrupted else 1)
     return 0 if st.all_applied and not st.interrupted else 1
 
 
@@ -129,7 +132,7 @@ def _change(action: Callable[..., ChangeResult], site_packages: Path | None, pyt
             state_dir: Path | None, as_json: bool, wait_lock: bool) -> int:
     sp, patch_set = _target(site_packages, python, set_name)
     result = action(sp, patch_set, state_dir=state_dir, wait_lock=wait_lock)
-    _finish(result.status, as_json, result.message, result.changed)
+    _finish(result.status, as_json, result.message, result.changed, command=f"patches-{action.__name__}")
     return 0
 
 

@@ -8,30 +8,38 @@ import typer
 
 PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
 
+SET_HELP = "Override one profile key for this run: --set server.port=31000 (dotted key, YAML value; repeatable)."
+SetOpt = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP)
+
 _MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
 
-def show(profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP)) -> int:
+def show(profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
+         sets: list[str] | None = SetOpt) -> int:
     """Print the fully merged profile as standalone YAML (no extends)."""
     from kimi_serve.profile.loader import dump_profile, load_profile
 
-    typer.echo(dump_profile(load_profile(profile)), nl=False)
+    typer.echo(dump_profile(load_profile(profile, sets or ())), nl=False)
     return 0
 
 
 def render(
     profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
-    as_json: bool = typer.Option(False, "--json", help='Print exactly {"argv": [...], "env": {...}}.'),
+    as_json: bool = typer.Option(False, "--json", help='Print the JSON envelope with "argv": [...] and "env": {...} '
+                                 "(docs/json.md)."),
+    sets: list[str] | None = SetOpt,
 ) -> int:
     """Print the validated launch command and environment (fast checks only; `check` runs them all)."""
     from kimi_serve.check.report import validated_launch
     from kimi_serve.profile.loader import load_profile
 
-    launch = validated_launch(load_profile(profile))
+    launch = validated_launch(load_profile(profile, sets or ()))
     if as_json:
         import json
 
-        typer.echo(json.dumps(launch.to_json(), indent=2))
+        from kimi_serve.core.output import envelope
+
+        typer.echo(json.dumps(envelope("render", 0, launch.to_json()), indent=2))
     else:
         typer.echo(launch.shell())
     return 0
@@ -43,6 +51,7 @@ def check(
     contract: bool = typer.Option(False, "--contract", help="Also start the simulator with the profile's exact flags "
                                   "and run the verify suite against it (the smoke test before a restart)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    sets: list[str] | None = SetOpt,
 ) -> int:
     """Run every validation that needs no GPU; exit 0 only if nothing fails (1 host/contract, 2 invalid profile)."""
     from kimi_serve.check.report import run_check
@@ -50,11 +59,13 @@ def check(
 
     tty = sys.stderr.isatty() and not as_json
     progress = (lambda m: typer.echo(m, err=True)) if tty else None
-    report = run_check(profile, offline=offline, contract=contract, progress=progress)
+    report = run_check(profile, offline=offline, contract=contract, progress=progress, sets=sets or ())
     if as_json:
         import json
 
-        typer.echo(json.dumps(report.to_json(), indent=2))
+        from kimi_serve.core.output import envelope
+
+        typer.echo(json.dumps(envelope("check", report.exit_code, report.to_json()), indent=2))
         return int(report.exit_code)
     for f in report.findings:
         typer.echo(f"{_MARK[f.status]} [{f.layer}] {f.line()}")

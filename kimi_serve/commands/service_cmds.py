@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from kimi_serve.commands.profile_cmds import SetOpt
+
 if TYPE_CHECKING:
     from kimi_serve.service.install import Plan, Result
     from kimi_serve.service.status import Status
@@ -51,9 +53,15 @@ def _say(message: str) -> None:
         typer.echo(f"kimi-serve: {message}", err=True)
 
 
-def _print_result(result: Result, as_json: bool, extra: dict[str, Any] | None = None) -> int:
+def _print_result(result: Result, as_json: bool, extra: dict[str, Any] | None = None,
+                  command: str = "install-service") -> int:
     if as_json:
-        typer.echo(json.dumps({**result.to_json(), **(extra or {})}, indent=2))
+        from kimi_serve.core.output import envelope
+
+        failed = [{"code": "step", "message": f"{s.action}: {s.detail}" if s.detail else s.action,
+                   "fix": "", "status": "fail"} for s in result.steps if s.status == "failed"]
+        typer.echo(json.dumps(envelope(command, result.exit_code, {**result.to_json(), **(extra or {})}, failed),
+                              indent=2))
         return int(result.exit_code)
     for step in result.steps:
         typer.echo(f"{_MARK[step.status]} {step.action}" + (f": {step.detail}" if step.detail else ""))
@@ -65,14 +73,16 @@ def _print_result(result: Result, as_json: bool, extra: dict[str, Any] | None = 
     return int(result.exit_code)
 
 
-def _plan(profile: str, root: Path, unit_name: str | None, now: bool, contract: bool) -> tuple[Plan, Systemd]:
+def _plan(profile: str, root: Path, unit_name: str | None, now: bool, contract: bool,
+          sets: list[str] | None = None, replace: bool = True, preview: bool = False) -> tuple[Plan, Systemd]:
     from kimi_serve.service.install import plan_install
     from kimi_serve.service.unit import UnitContext
 
     systemd = _systemd(root)
     _say(f"checking profile {profile} (schema, rules, SGLang's parser, host)...")
     plan = plan_install(profile, root=systemd.root, unit_name=unit_name, now=now, ctx=UnitContext.detect(),
-                        systemd=systemd, environ=os.environ, contract=contract)
+                        systemd=systemd, environ=os.environ, contract=contract, sets=sets or (),
+                        replace=replace, preview=preview)
     return plan, systemd
 
 
@@ -85,6 +95,9 @@ def install_service(
     root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
     wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
+    sets: list[str] | None = SetOpt,
+    replace: bool = typer.Option(False, "--replace", help="Replace a unit of the same name that another profile "
+                                 "installed (refused otherwise)."),
 ) -> int:
     """Check the profile, render and verify its systemd unit, write it (keeping the previous one) and enable it.
 
@@ -95,32 +108,44 @@ def install_service(
     from kimi_serve.service.verifier import contract_verifier
 
     if dry_run:
-        plan, systemd = _plan(profile, root, unit_name, now, contract=False)
+        plan, systemd = _plan(profile, root, unit_name, now, contract=False, sets=sets, replace=replace, preview=True)
         return _print_plan(plan, planned_actions(plan, systemd), as_json)
     with _host_lock("install-service", wait_lock):
         _recover(_systemd(root), _unit_of(profile, unit_name))
-        plan, systemd = _plan(profile, root, unit_name, now, contract=False)
+        plan, systemd = _plan(profile, root, unit_name, now, contract=False, sets=sets, replace=replace)
         return _print_result(install(plan, systemd, contract_verifier, os.environ), as_json)
 
 
 def _print_plan(plan: Plan, actions: list[str], as_json: bool) -> int:
+    """The unit, the secret file and the actions; then the host checks that would fail (exit 1 when any would)."""
+    from kimi_serve.core.findings import FAIL
+
+    bad = [f for f in plan.findings if f.status == FAIL]
+    code = 1 if bad else 0
     secret = plan.profile.server.api_key_file
     secret_note = ("none (no server.api_key_file)" if secret is None else
                    f"{secret} (will be created from $KIMI_SERVE_API_KEY, mode 0600)" if plan.create_secret else
-                   f"{secret} (exists, 0600; content not shown)")
+                   f"{secret} (exists, 0600; content not shown)" if plan.paths.under_root(secret).exists() else
+                   f"{secret} (missing: see the failing checks below)")
     if as_json:
-        typer.echo(json.dumps({"version": 1, "dry_run": True, "unit": plan.unit.name,
+        from kimi_serve.core.output import envelope
+
+        typer.echo(json.dumps(envelope("install-service", code, {"dry_run": True, "unit": plan.unit.name,
                                "unit_file": str(plan.paths.unit_file), "unit_text": plan.unit.text,
                                "secret_file": secret, "create_secret": plan.create_secret, "actions": actions},
-                              indent=2))
-        return 0
+                                       plan.findings), indent=2))
+        return code
     typer.echo(f"# {plan.paths.unit_file}")
     typer.echo(plan.unit.text, nl=False)
     typer.echo(f"\nsecret file: {secret_note}")
     typer.echo("dry run: nothing was changed; install-service would:")
     for i, action in enumerate(actions, 1):
         typer.echo(f"  {i}. {action}")
-    return 0
+    if bad:
+        typer.echo(f"on this host, {len(bad)} check(s) would fail (install-service would refuse):")
+        for f in bad:
+            typer.echo(f"  FAIL [{f.layer}] {f.line()}")
+    return code
 
 
 def _unit_of(profile: str | None, unit_name: str | None) -> str:
@@ -152,10 +177,12 @@ def uninstall_service(
     systemd = _systemd(root)
     unit = _unit_of(profile, unit_name)
     if dry_run:
-        return _print_result(uninstall(ServicePaths(systemd.root, unit), systemd, dry_run=True), as_json)
+        return _print_result(uninstall(ServicePaths(systemd.root, unit), systemd, dry_run=True), as_json,
+                             command="uninstall-service")
     with _host_lock("uninstall-service", wait_lock):
         _recover(systemd, unit)
-        return _print_result(uninstall(ServicePaths(systemd.root, unit), systemd, dry_run=False), as_json)
+        return _print_result(uninstall(ServicePaths(systemd.root, unit), systemd, dry_run=False), as_json,
+                             command="uninstall-service")
 
 
 def restart(
@@ -163,22 +190,20 @@ def restart(
     unit_name: str | None = typer.Option(None, "--unit-name", help=UNIT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
     wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
+    sets: list[str] | None = SetOpt,
 ) -> int:
     """Check, install the new unit, restart, verify; on failure restore the last unit that passed verify.
 
-    Exit codes: 0 the new unit passed; 1 it failed and the last good unit is back and passing; 4 it failed and
-    nothing is serving (no last good unit, or that one failed too); 70 kimi-serve's own verify crashed: no verdict,
-    so no rollback; 75 another kimi-serve command holds the host lock.
-    """
+    A crash of kimi-serve's own verify (exit 70) is no verdict, so it never triggers a rollback."""
     from kimi_serve.service.restart import restart as restart_core
     from kimi_serve.service.verifier import contract_verifier
 
     with _host_lock("restart", wait_lock):
         _recover(_systemd(Path("/")), _unit_of(profile, unit_name))
-        plan, systemd = _plan(profile, Path("/"), unit_name, now=True, contract=True)
+        plan, systemd = _plan(profile, Path("/"), unit_name, now=True, contract=True, sets=sets)
         _say(f"restarting {plan.unit.name} (waits up to {plan.candidate.restart_timeout:.0f}s for the contract "
              "check)...")
-        return _print_result(restart_core(plan, systemd, contract_verifier, os.environ), as_json)
+        return _print_result(restart_core(plan, systemd, contract_verifier, os.environ), as_json, command="restart")
 
 
 def status(
@@ -194,7 +219,9 @@ def status(
     systemd = _systemd(root)
     st = status_core(ServicePaths(systemd.root, _unit_of(profile, unit_name)), systemd)
     if as_json:
-        typer.echo(json.dumps(st.to_json(), indent=2))
+        from kimi_serve.core.output import envelope
+
+        typer.echo(json.dumps(envelope("status", st.exit_code, st.to_json()), indent=2))
     else:
         _print_status(st)
     return int(st.exit_code)
@@ -206,6 +233,8 @@ def _print_status(st: Status) -> None:
     if st.installed:
         rows.append(("profile", f"{m.profile} (patch set {m.patch_set}, kimi-serve {m.version})" if m else
                      "unknown: not written by kimi-serve"))
+        if m and m.overrides:
+            rows.append(("overrides", " ".join(f"--set {o}" for o in m.overrides)))
         if m and not m.body_matches:
             rows.append(("edited", "the unit was edited after install (its hash no longer matches)"))
     s = st.state

@@ -7,9 +7,12 @@ from pathlib import Path
 
 import typer
 
+from kimi_serve.commands.profile_cmds import SetOpt
+
 
 def up(
-    profile: str = typer.Option(..., "--profile", help="Profile NAME (configs/NAME.yaml) or PATH to a YAML file."),
+    profile: str = typer.Option(..., "--profile", "-p",
+                                help="Profile NAME (configs/NAME.yaml) or PATH to a YAML file."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Run the preflight and print the launch; start nothing."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the contract check once the server is ready."),
     log_file: Path | None = typer.Option(None, "--log-file", help="Server log (default: "
@@ -17,32 +20,38 @@ def up(
                                          "/var/lib/kimi-serve)."),
     wait_lock: bool = typer.Option(False, "--wait-lock", help="When another kimi-serve command holds the host lock, "
                                    "wait for it instead of exiting 75."),
+    sets: list[str] | None = SetOpt,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not echo SGLang's own lines (they stay in the log "
+                               "file): only kimi-serve's phases, progress and verdict."),
 ) -> int:
     """Start the server in the foreground: preflight, start, progress, contract check, supervise (Ctrl-C stops it).
 
-    Exit codes: 0 server exited 0, 1 contract failed, 3 never ready, 4 server exited/crashed or failed in its log,
-    5 preflight failed, 75 another kimi-serve command holds the host lock (`up` holds it until the server is
-    stopped), 130 stopped on request.
-    """
+    `up` holds the host lock until its server is stopped."""
+    from kimi_serve.up.console import Console
     from kimi_serve.up.run import run_up
 
-    return run_up(profile, dry_run=dry_run, verify=not no_verify, log_file=log_file, wait_lock=wait_lock)
+    return run_up(profile, dry_run=dry_run, verify=not no_verify, log_file=log_file, sets=sets or (),
+                  console=Console(echo_server=not quiet), wait_lock=wait_lock)
 
 
 def doctor(
-    profile: str = typer.Option("prod", "--profile", help="Profile NAME or PATH whose host needs are checked."),
+    profile: str = typer.Option("prod", "--profile", "-p", help="Profile NAME or PATH whose host needs are checked."),
     as_json: bool = typer.Option(False, "--json", help="Write the JSON report to stdout."),
 ) -> int:
     """Check this host for the profile: GPUs (SM120), driver/CUDA, topology, GPU memory, disk, model files, draft,
-    SGLang version and patch set, port, memlock and open-file limits. Exit codes: 0 ok (warnings allowed), 5 a check
-    failed."""
+    SGLang version and patch set, API-key file, port, memlock and open-file limits."""
     from kimi_serve.check.doctor import render, run_doctor
     from kimi_serve.check.report import validated_launch
     from kimi_serve.profile.loader import load_profile
 
     p = load_profile(profile)
     report = run_doctor(p, validated_launch(p))
-    typer.echo(json.dumps(report.to_json(), indent=2) if as_json else render(report))
+    if as_json:
+        from kimi_serve.core.output import envelope
+
+        typer.echo(json.dumps(envelope("doctor", report.exit_code, report.to_json(), findings=report.checks), indent=2))
+    else:
+        typer.echo(render(report))
     return int(report.exit_code)
 
 

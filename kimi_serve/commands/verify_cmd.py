@@ -52,11 +52,7 @@ def verify(
     root: Path = typer.Option(Path("/"), "--root", help="With --unit-name: the root whose var/lib/kimi-serve holds "
                               "the history (as status --root)."),
 ) -> int:
-    """Check that the server answers tool prompts with structured tool_calls and reasoning in reasoning_content.
-
-    Exit codes: 0 contract holds, 1 contract violated, 2 usage, 3 unreachable or not ready, 75 skipped (another
-    run is still writing --metrics-file).
-    """
+    """Check that the server answers tool prompts with structured tool_calls and reasoning in reasoning_content."""
     from kimi_serve.core.faults import checkpoint
     from kimi_serve.verify import parse_target, resolve_key, run_verify
     from kimi_serve.verify.render import render_lines, render_table

@@ -32,10 +32,12 @@ class Launch:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
     def shell(self) -> str:
-        """Human form: env assignments and the shell-quoted command."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        """One line that runs exactly this launch when pasted into a POSIX shell: ``env K=V ... CMD ARGS``, every
+        word shell-quoted (``env`` keeps it working after ``sudo``/``exec`` and with any variable name)."""
         cmd = shlex.join(self.argv)
-        return f"{env} \\\n  {cmd}" if env else cmd
+        if not self.env:
+            return cmd
+        return "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(self.env.items())) + " " + cmd
 
     def to_json(self) -> dict[str, Any]:
         return {"argv": list(self.argv), "env": dict(self.env)}
@@ -115,15 +117,22 @@ def interpreter_of(profile: Profile, *, sglang_python: str | None, fallback: str
     return fallback
 
 
-def build_launch(profile: Profile, interpreter: str) -> Launch:
+def build_launch(profile: Profile, interpreter: str, pythonpath: str | None = None) -> Launch:
     """The launch for a profile, run by ``interpreter``. Pure (no environment, no I/O): the interpreter comes in as an
-    argument (:func:`interpreter_of`); validation is :mod:`kimi_serve.check.report`'s job."""
+    argument (:func:`interpreter_of`); validation is :mod:`kimi_serve.check.report`'s job. ``pythonpath`` (the folder
+    holding kimi_serve) goes in front of the simulator's PYTHONPATH: the SGLang interpreter does not have kimi_serve
+    installed, and `render`, `up` and the unit must all show and run the same environment."""
     server_args = server_args_of(profile)
     module = ENGINE_MODULES[profile.engine]
     argv = (interpreter, "-m", module, *server_args)
+    env = env_of(profile)
+    if profile.engine == "simulator" and pythonpath:
+        from kimi_serve.core.settings import with_pythonpath
+
+        env = with_pythonpath(env, pythonpath)
     return Launch(
         argv=argv,
-        env=env_of(profile),
+        env=env,
         server_args=tuple(server_args),
         engine=profile.engine,
         host=profile.server.host,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -20,9 +20,14 @@ import yaml
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.resources import resource_dir
 from kimi_serve.profile.schema import SECTIONS, TOP_LEVEL_ONLY, Key
+from kimi_serve.profile.yamlfile import read_yaml
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MAX_EXTENDS_DEPTH = 16
+BUILTIN_PREFIX = "builtin:"  # `extends: builtin:prod` names the shipped profile, whatever the search path holds
+# Keys whose empty value (`server:` with nothing under it) means "overrides nothing", never "reset to defaults".
+_CONTAINERS = frozenset([*(s for s in SECTIONS if s), *(k for k, v in SECTIONS[""].items()
+                                                         if v.type in ("str_map", "str_list"))])
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class Profile:
     data: Mapping[str, Any]  # fully merged, defaults filled, no `extends`
     chain: tuple[Path, ...] = field(default=())  # the file and its ancestors, child first
     lines: Mapping[str, str] = field(default_factory=dict)  # key path -> "file:line" where it was set
+    overrides: tuple[str, ...] = field(default=())  # the --set KEY=VALUE items applied last, as given
+    ref: str = ""  # --profile as the user typed it (hints repeat it)
 
     def __getattr__(self, name: str) -> Any:
         data = object.__getattribute__(self, "data")
@@ -58,6 +65,13 @@ class Profile:
         """Breadcrumb for a key: ``configs/prod.yaml:12: server.port`` (the file that set it, else the profile)."""
         loc = self.lines.get(key_path) or display_path(self.source)
         return f"{loc}: {key_path}"
+
+    def cli_args(self) -> str:
+        """``--profile REF [--set K=V ...]`` as the user typed them, shell-quoted (for fix hints)."""
+        import shlex
+
+        parts = ["--profile", self.ref or self.name] + [a for o in self.overrides for a in ("--set", o)]
+        return shlex.join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return copy.deepcopy(_thaw(self.data))
@@ -91,11 +105,15 @@ def profile_search_path() -> list[Path]:
     return [*current().profile_path, resource_dir("configs")]
 
 
-def find_profile(name_or_path: str, *, relative_to: Path | None = None) -> Path:
-    """Resolve ``--profile`` (or ``extends:``): an existing file path, or a NAME looked up as NAME.yaml."""
-    looks_like_path = "/" in name_or_path or name_or_path.endswith((".yaml", ".yml"))
-    if looks_like_path:
-        candidate = Path(name_or_path).expanduser()
+def find_profile(name_or_path: str, *, relative_to: Path | None = None, skip: Path | None = None) -> Path:
+    """Resolve ``--profile`` (or ``extends:``): an existing file path, or a NAME looked up as NAME.yaml (next to the
+    extending file, then the search path). ``builtin:NAME`` is the shipped profile. ``skip`` (the extending file
+    itself) is passed over, so a ``prod.yaml`` with ``extends: prod`` extends the next ``prod`` on the search path."""
+    builtin = name_or_path.startswith(BUILTIN_PREFIX)
+    name = name_or_path[len(BUILTIN_PREFIX):] if builtin else name_or_path
+    looks_like_path = "/" in name or name.endswith((".yaml", ".yml"))
+    if looks_like_path and not builtin:
+        candidate = Path(name).expanduser()
         if not candidate.is_absolute() and relative_to is not None:
             candidate = relative_to / candidate
         if candidate.is_file():
@@ -104,16 +122,24 @@ def find_profile(name_or_path: str, *, relative_to: Path | None = None) -> Path:
             f"profile file {name_or_path!r} does not exist",
             hint="pass an existing YAML file or a profile name such as 'prod'",
         )
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name_or_path):
-        raise KimiServeError(f"invalid profile name {name_or_path!r}", hint="use a name like 'prod' or a file path")
-    dirs = ([relative_to] if relative_to is not None else []) + profile_search_path()
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise KimiServeError(f"invalid profile name {name_or_path!r}",
+                             hint="use a name like 'prod', 'builtin:prod' or a file path")
+    if builtin:
+        dirs = [resource_dir("configs")]
+    else:
+        dirs = ([relative_to] if relative_to is not None else []) + profile_search_path()
+    skipped = skip.resolve() if skip is not None else None
     for d in dirs:
         for ext in (".yaml", ".yml"):
-            candidate = d / f"{name_or_path}{ext}"
-            if candidate.is_file():
+            candidate = d / f"{name}{ext}"
+            if candidate.is_file() and candidate.resolve() != skipped:
                 return candidate
     known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.y*ml")})
-    close = difflib.get_close_matches(name_or_path, known, n=1)
+    if skipped is not None and skipped.stem == name:
+        raise KimiServeError(f"extends {name_or_path!r} names this file itself and no other profile {name!r} is on "
+                             "the search path", hint=f"extend another profile, e.g. '{BUILTIN_PREFIX}prod'")
+    close = difflib.get_close_matches(name, known, n=1)
     hint = f"did you mean {close[0]!r}?" if close else f"known profiles: {', '.join(known) or 'none'}"
     raise KimiServeError(f"no profile named {name_or_path!r}", hint=hint)
 
@@ -122,45 +148,7 @@ def find_profile(name_or_path: str, *, relative_to: Path | None = None) -> Path:
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
-    """Parse one file; return its mapping and the line (1-based) of every key path."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KimiServeError(f"cannot read profile: {exc}", where=display_path(path),
-                             hint="check the path and permissions") from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        loc = f"{display_path(path)}:{mark.line + 1}:{mark.column + 1}" if mark else display_path(path)
-        problem = (exc.problem or exc.context or "invalid YAML").strip()
-        raise KimiServeError(f"YAML syntax error: {problem}", where=loc,
-                             hint="fix the YAML at that line and column") from None
-    except yaml.YAMLError as exc:
-        raise KimiServeError(f"YAML error: {str(exc).splitlines()[0]}", where=display_path(path),
-                             hint="fix the YAML") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise KimiServeError(
-            f"a profile must be a mapping of keys, got {type(data).__name__}",
-            where=display_path(path),
-            hint="start the file with keys such as 'model:' and 'server:'",
-        )
-    lines: dict[str, int] = {}
-
-    def walk(n: Any, prefix: str) -> None:
-        if isinstance(n, yaml.MappingNode):
-            for k, v in n.value:
-                if isinstance(k, yaml.ScalarNode):
-                    kp = f"{prefix}.{k.value}" if prefix else str(k.value)
-                    lines[kp] = k.start_mark.line + 1
-                    if not prefix:
-                        walk(v, kp)
-
-    walk(node, "")
-    return data, lines
+    return read_yaml(path, display_path(path))
 
 
 # ---------------------------------------------------------------------------------------------- extends + merge
@@ -169,6 +157,8 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
 def _merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)
     for key, value in child.items():
+        if value is None and key in _CONTAINERS:  # `server:` left empty (or only comments): overrides nothing
+            continue
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             merged = {**out[key]}
             for k2, v2 in value.items():
@@ -206,7 +196,7 @@ def _load_chain(path: Path) -> tuple[dict[str, Any], tuple[Path, ...], dict[str,
                 hint="write e.g. 'extends: prod'",
             )
         try:
-            current = find_profile(parent, relative_to=current.parent)
+            current = find_profile(parent, relative_to=current.parent, skip=current)
         except KimiServeError as exc:
             exc.where = f"{display_path(current)}:{lines.get('extends', 1)}: extends"
             raise
@@ -248,7 +238,7 @@ def _type_error(key: Key, value: Any) -> str | None:
         if (lo is not None and value < lo) or (hi is not None and value > hi):
             lo_s = "" if lo is None else f"{lo:g}"
             hi_s = "" if hi is None else f"{hi:g}"
-            return f"a number in {lo_s}..{hi_s}"
+            return f"{'an integer' if t == 'int' else 'a number'} in {lo_s}..{hi_s}"
         return None
     if t == "str_list":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -286,11 +276,13 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
         if not isinstance(key, str) or key not in top_keys:
             raise KimiServeError(f"unknown key {key!r}", where=loc(str(key)), hint=_suggest(str(key), top_keys))
     for key, spec in SECTIONS[""].items():
-        value = data.get(key, copy.deepcopy(spec.default))
+        value = data.get(key)
+        if value is None and (key not in data or key in _CONTAINERS):  # `env:` left empty: nothing set
+            value = copy.deepcopy(spec.default)
         problem = _type_error(spec, value)
         if problem:
-            raise KimiServeError(f"expected {problem}, got {value!r}", where=loc(key), hint=spec.doc)
-        out[key] = {str(k): str(v) for k, v in value.items()} if spec.type == "str_map" else value
+            raise KimiServeError(f"expected {problem}, got {value!r}", where=loc(key), hint=f"set {key} to {problem}")
+        out[key] = {str(k): str(v) for k, v in (value or {}).items()} if spec.type == "str_map" else value
     for section, keys in SECTIONS.items():
         if not section:
             continue
@@ -314,7 +306,7 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
             value = raw.get(k, copy.deepcopy(spec.default))
             problem = _type_error(spec, value)
             if problem:
-                raise KimiServeError(f"expected {problem}, got {value!r}", where=loc(kp), hint=spec.doc)
+                raise KimiServeError(f"expected {problem}, got {value!r}", where=loc(kp), hint=f"set {kp} to {problem}")
             values[k] = value
         out[section] = values
     return out
@@ -328,17 +320,28 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def load_profile(name_or_path: str) -> Profile:
-    """Find, read, merge (``extends``) and validate a profile."""
+def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
+    """Find, read, merge (``extends``), apply ``--set`` overrides (:mod:`kimi_serve.profile.overrides`) and validate."""
+    from kimi_serve.profile.overrides import WHERE, parse_sets, set_lines
+
     path = find_profile(name_or_path)
     merged, chain, where = _load_chain(path)
+    if overrides:
+        sets = parse_sets(overrides)
+        merged = _merge(merged, sets)
+        for key, value in sets.items():
+            where.setdefault(key, WHERE)
+            for kp in [f"{key}.{k2}" for k2 in value] if isinstance(value, dict) else [key]:
+                where[kp] = WHERE
     data = _validate(merged, where, path)
-    name = path.stem
-    return Profile(name=name, source=path, data=_freeze(data), chain=chain, lines=where)
+    return Profile(name=path.stem, source=path, data=_freeze(data), chain=chain, lines=where,
+                   overrides=set_lines(overrides), ref=name_or_path)
 
 
 def dump_profile(profile: Profile) -> str:
     """The merged profile as standalone YAML (no ``extends``); loading it gives the same profile."""
     header = f"# kimi-serve profile {profile.name!r}, merged from: " + ", ".join(display_path(p) for p in profile.chain)
+    if profile.overrides:
+        header += "\n# with --set " + " --set ".join(profile.overrides)
     body = yaml.safe_dump(profile.to_dict(), sort_keys=False, default_flow_style=False, allow_unicode=True)
     return f"{header}\n{body}"

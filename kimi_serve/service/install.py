@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from kimi_serve.core.proc import Completed
 from kimi_serve.core.settings import API_KEY_ENV
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service import monitor_units as mon
-from kimi_serve.service.preflight import check_for_service
+from kimi_serve.service.preflight import check_for_service, host_step, refuse_other_profile
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic, write_record
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.timeouts import restart_wait_sec
@@ -134,21 +134,36 @@ class Result:
 
 
 def plan_install(profile_name: str, *, root: Path, unit_name: str | None, now: bool, ctx: UnitContext,
-                 systemd: Systemd, environ: Mapping[str, str], contract: bool = False) -> Plan:
-    """Check the profile, render its unit and have systemd-analyze verify it. Changes nothing under ``root``."""
+                 systemd: Systemd, environ: Mapping[str, str], contract: bool = False,
+                 sets: Sequence[str] = (), replace: bool = True, preview: bool = False) -> Plan:
+    """Check the profile, render its unit and have systemd-analyze verify it; change nothing under ``root``. ``replace``
+    False refuses a unit another profile installed; ``preview`` (--dry-run) lists host failures in ``findings``."""
     if now and not systemd.live:
         raise KimiServeError("--now needs the running system, not --root", where="--now",
                              hint="drop --now, or drop --root")
-    profile, launch, findings = check_for_service(profile_name, contract=contract)
+    from kimi_serve.profile.loader import load_profile
+
+    early = load_profile(profile_name, sets)  # the key file first: before the slow layers and any contract run
+    early_paths = ServicePaths(root, unit_file_name(unit_name or early.service.unit_name, "--unit-name"))
+    found: list[Finding] = []
+    host_step(preview, found, lambda: _needs_secret(early, early_paths, environ), False)
+    profile, launch, findings = check_for_service(profile_name, contract=contract, sets=sets, preview=preview)
     name = unit_file_name(unit_name, "--unit-name") if unit_name else None
     unit = render_unit(profile, launch, ctx, unit_name=name)
     paths = ServicePaths(root, unit.name)
     refuse_foreign(paths)
     mon.refuse_foreign_monitor(paths)
-    analyze(systemd, unit)
-    if (monitor := mon.render_monitor(profile, launch, ctx, unit.name)) is not None:
-        mon.analyze_together(systemd, list(monitor.files))
-    return Plan(profile, unit, paths, _needs_secret(profile, paths, environ), tuple(findings), now, monitor)
+    if not replace:
+        current = read_text(paths.unit_file)
+        marker = parse_marker(current) if current is not None else None
+        host_step(preview, found, lambda: refuse_other_profile(str(paths.unit_file), marker.profile if marker else None,
+                                                               profile.name), None)
+    host_step(preview, found, lambda: analyze(systemd, unit), None)
+    monitor = mon.render_monitor(profile, launch, ctx, unit.name)
+    if monitor is not None:
+        host_step(preview, found, lambda: mon.analyze_together(systemd, list(monitor.files)), None)
+    create = host_step(preview, [], lambda: _needs_secret(profile, paths, environ), False)
+    return Plan(profile, unit, paths, create, tuple(findings + found), now, monitor)
 
 
 def refuse_foreign(paths: ServicePaths) -> None:
@@ -186,9 +201,9 @@ def _needs_secret(profile: Profile, paths: ServicePaths, environ: Mapping[str, s
             raise KimiServeError(finding.message, where=finding.where, hint=finding.fix, exit_code=ExitCode.FAILED)
         return False
     if not environ.get(API_KEY_ENV, "").strip():
-        raise KimiServeError(f"API-key file {secret} does not exist", where=where,
+        raise KimiServeError(f"API-key file {paths.under_root(secret)} does not exist", where=where,
                              hint=f"set ${API_KEY_ENV} and install-service creates it (0600), or create it: "
-                                  f"install -m 600 /dev/null {secret}, then write 'api-key: KEY' into it",
+                                  f"install -m 600 /dev/null {paths.under_root(secret)}, then write 'api-key: KEY'",
                              exit_code=ExitCode.FAILED)
     if not secret.endswith(SUFFIXES):
         raise KimiServeError(f"{secret}: SGLang's --config accepts only .yaml/.yml files", where=where,

@@ -6,11 +6,15 @@ With ``contract``, the check's contract dry run (the profile's flags through the
 
 from __future__ import annotations
 
-from kimi_serve.core.errors import ExitCode
-from kimi_serve.core.findings import Finding, error_from, failed
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.findings import FAIL, Finding, error_from, failed
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 
+T = TypeVar("T")
 _SERVICE_OWNED = {("host", "server.api_key_file")}
 
 
@@ -18,15 +22,40 @@ def adapt_findings(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if (f.layer, f.code) not in _SERVICE_OWNED]
 
 
-def check_for_service(profile_name: str, *, contract: bool) -> tuple[Profile, Launch, list[Finding]]:
-    """Run the full check (host facts included); raise the first failure as a one-line error."""
+def check_for_service(profile_name: str, *, contract: bool, sets: Sequence[str] = (), preview: bool = False
+                      ) -> tuple[Profile, Launch, list[Finding]]:
+    """Run the full check (host facts included); raise the first failure as a one-line error. With ``preview``
+    (install-service --dry-run), only an invalid profile raises: host failures come back as findings."""
     from kimi_serve.check.report import INPUT_LAYERS, run_check
 
-    report = run_check(profile_name, offline=False, contract=contract)
+    report = run_check(profile_name, offline=False, contract=contract, sets=sets)
     findings = adapt_findings(report.findings)
     bad = failed(findings)
+    if preview:
+        bad = [f for f in bad if f.layer in INPUT_LAYERS]
     if bad:
         usage = any(f.layer in INPUT_LAYERS for f in bad)
-        raise error_from(bad, more=f"kimi-serve check --profile {profile_name}", prefix="check failed: ",
+        raise error_from(bad, more=f"kimi-serve check {report.profile.cli_args()}", prefix="check failed: ",
                          exit_code=ExitCode.USAGE if usage else ExitCode.FAILED)
     return report.profile, report.launch, findings
+
+
+def host_step(preview: bool, found: list[Finding], call: Callable[[], T], default: T) -> T:
+    """Run one host check of the install plan: its error raises, or, in a preview, becomes a failed finding (an invalid
+    profile, exit 2, always raises)."""
+    try:
+        return call()
+    except KimiServeError as exc:
+        if not preview or exc.exit_code == ExitCode.USAGE:
+            raise
+        found.append(Finding("host", "service", FAIL, exc.message, exc.hint or "", exc.where or ""))
+        return default
+
+
+def refuse_other_profile(unit_file: str, installed: str | None, profile: str) -> None:
+    """A unit name another profile's unit already has: installing would silently replace that deployment."""
+    if installed is not None and installed != profile:
+        raise KimiServeError(f"{unit_file} is the unit of profile {installed!r}; installing {profile!r} would replace "
+                             "it", where="service.unit_name",
+                             hint="pass --replace to replace it, or give this profile its own service.unit_name "
+                                  "(or --unit-name)", exit_code=ExitCode.ENVIRONMENT)

@@ -47,7 +47,8 @@ class Status:
         return {
             "version": 1, "unit": self.unit, "unit_file": self.unit_file, "installed": self.installed,
             "written_by_kimi_serve": m is not None, "edited_since_install": bool(m and not m.body_matches),
-            "profile": m.profile if m else None, "patch_set": m.patch_set if m else None,
+            "profile": m.profile if m else None, "overrides": list(m.overrides) if m else [],
+            "patch_set": m.patch_set if m else None,
             "kimi_serve_version": m.version if m else None, "endpoint": m.endpoint if m else None,
             "state": self.state or None, "state_error": self.state_error or None, "health": self.health or None,
             "last_verify": self.last_verify, "last_good": self.last_good, "monitor": self.monitor,

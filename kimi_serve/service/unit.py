@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 import shutil
 import sys
 import unicodedata
@@ -32,6 +33,7 @@ from kimi_serve.service.timeouts import RESTART_SEC, START_LIMIT_BURST, start_li
 
 TEMPLATE = "sglang-kimi.service.j2"
 MARKER_PREFIX = "# kimi-serve unit:"
+OVERRIDES_PREFIX = "# kimi-serve --set: "  # second line, only when the unit was rendered with --set
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\-]+$")
 _USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _MARKER_FIELD = re.compile(r"(\w+)=(\S*)")
@@ -75,6 +77,7 @@ class Marker:
     endpoint: str
     sha256: str
     body_matches: bool  # False when the file was edited after kimi-serve wrote it
+    overrides: tuple[str, ...] = ()  # the --set KEY=VALUE items the unit was rendered with
 
 
 def unit_file_name(unit_name: str, where: str = "service.unit_name") -> str:
@@ -121,8 +124,8 @@ def unit_environment(profile: Profile, launch: Launch, ctx: UnitContext) -> dict
     simulator engine, kimi-serve's package on PYTHONPATH (the SGLang interpreter does not have it installed)."""
     env = dict(launch.env)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    if profile.engine == "simulator":
-        env = with_pythonpath(env, ctx.package_root)
+    if profile.engine == "simulator":  # the launch put this process's package root there: the unit's is ctx's
+        env = with_pythonpath({**env, "PYTHONPATH": profile.env.get("PYTHONPATH", "")}, ctx.package_root)
     return env
 
 
@@ -168,6 +171,8 @@ def render_unit(profile: Profile, launch: Launch, ctx: UnitContext, unit_name: s
     template = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                                   autoescape=False).get_template(TEMPLATE)
     body = template.render(**values)
+    if profile.overrides:  # recorded in the unit (under its hash), so `status` shows what is live
+        body = OVERRIDES_PREFIX + shlex.join(profile.overrides) + "\n" + body
     digest = _body_hash(body)
     fields = {"version": ctx.version, "profile": profile.name, "patch_set": profile.patch_set or "none",
               "endpoint": launch.endpoint, "sha256": digest}
@@ -206,6 +211,8 @@ def parse_marker(text: str) -> Marker | None:
         return None
     fields = dict(_MARKER_FIELD.findall(first[len(MARKER_PREFIX):]))
     digest = fields.get("sha256", "")
+    second = body.partition("\n")[0]
+    overrides = tuple(shlex.split(second[len(OVERRIDES_PREFIX):])) if second.startswith(OVERRIDES_PREFIX) else ()
     return Marker(version=fields.get("version", "?"), profile=fields.get("profile", "?"),
                   patch_set=fields.get("patch_set", "none"), endpoint=fields.get("endpoint", ""), sha256=digest,
-                  body_matches=_body_hash(body) == digest)
+                  body_matches=_body_hash(body) == digest, overrides=overrides)

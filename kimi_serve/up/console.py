@@ -1,19 +1,39 @@
-"""What `kimi-serve up` shows: the server's own lines, phase lines, and on a terminal a live progress line.
+"""What `kimi-serve up` shows: the server's own lines, phase lines, and on a terminal a live status line.
 
-tqdm fragments (weights n/N, CUDA-graph bars) are not echoed (they are in the log file verbatim); they become one
-progress line rewritten in place on a terminal, or a plain line at most every ``PLAIN_EVERY_S`` seconds otherwise.
+tqdm fragments (weights n/N, CUDA-graph bars) are not echoed (they are in the log file verbatim). On a terminal a
+live line (rich, imported only then) shows the phase, the elapsed time, the weight-loading percentage SGLang logs and
+the deadline, refreshed every second by :meth:`Console.tick` even while SGLang prints nothing; elsewhere a plain
+status line is written at most every ``PLAIN_EVERY_S`` seconds.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
-from kimi_serve.up.startup_log import Event, is_progress_bar
+from kimi_serve.up.startup_log import PHASE_TITLES, Event, Progress, is_progress_bar
 
 PLAIN_EVERY_S = 10.0
+TTY_EVERY_S = 1.0
 PREFIX = "kimi-serve up: "
+
+
+def _clock(seconds: float) -> str:
+    s = max(0, int(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def status_text(progress: Progress, elapsed: float, deadline: float) -> str:
+    """One line: phase, elapsed, weight loading (or CUDA graphs) as n/N and %, and the deadline."""
+    parts = [PHASE_TITLES.get(progress.phase, progress.phase), f"{_clock(elapsed)} elapsed"]
+    if progress.shards_total:
+        pct = 100 * progress.shards_done // progress.shards_total
+        parts.append(f"weights {pct}% ({progress.shards_done}/{progress.shards_total} shards)")
+    if progress.graphs_total:
+        parts.append(f"CUDA graphs {progress.graphs_done}/{progress.graphs_total}")
+    parts.append(f"deadline {_clock(deadline)} ({_clock(deadline - elapsed)} left)")
+    return " | ".join(parts)
 
 
 class Console:
@@ -23,17 +43,51 @@ class Console:
         self.err = err or sys.stderr
         self.tty = self.out.isatty() if tty is None else tty
         self.echo_server = echo_server
-        self._status = False
+        self._live: Any = None  # rich.live.Live while a start is in progress on a terminal
+        self._last_tick = 0.0
         self._last_plain = 0.0
 
-    def _clear(self) -> None:
-        if self._status:
-            self.out.write("\r\x1b[K")
-            self._status = False
+    # -- the live status line (terminal only)
+    def _start_live(self) -> Any:
+        if self._live is None:
+            from rich.console import Console as RichConsole
+            from rich.live import Live
 
+            self._live = Live(console=RichConsole(file=self.out, force_terminal=True), auto_refresh=False,
+                              transient=True, redirect_stdout=False, redirect_stderr=False)
+            self._live.start()
+        return self._live
+
+    def end_progress(self) -> None:
+        """Remove the live line (ready, failed, or stopping)."""
+        if self._live is not None:
+            live, self._live = self._live, None
+            live.stop()
+
+    def tick(self, progress: Progress, elapsed: float, deadline: float) -> None:
+        """Called by the watch loop while the server starts (often); redraws at most every second on a terminal,
+        writes a plain status line every ``PLAIN_EVERY_S`` elsewhere."""
+        now = time.monotonic()
+        if self.tty:
+            if now - self._last_tick >= TTY_EVERY_S:
+                self._last_tick = now
+                from rich.text import Text
+
+                line = Text(PREFIX + status_text(progress, elapsed, deadline), no_wrap=True, overflow="ellipsis")
+                self._start_live().update(line, refresh=True)
+        elif now - self._last_plain >= PLAIN_EVERY_S:
+            self._last_plain = now
+            self._line(PREFIX + status_text(progress, elapsed, deadline))
+
+    # -- lines
     def _line(self, text: str, stream: TextIO | None = None) -> None:
-        self._clear()
         target = stream or self.out
+        if self._live is not None and target is self.out:
+            self._live.console.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True)
+            self._live.refresh()
+            return
+        if self._live is not None:
+            self.out.flush()
         target.write(text + "\n")
         target.flush()
 
@@ -57,14 +111,9 @@ class Console:
             self.info(ev.text)
 
     def _progress(self, ev: Event) -> None:
-        text = PREFIX + ev.text
-        if self.tty:
-            self._clear()
-            self.out.write(text)
-            self.out.flush()
-            self._status = True
+        if self.tty:  # the live line shows it (tick)
             return
         now = time.monotonic()
         if ev.done == ev.total or now - self._last_plain >= PLAIN_EVERY_S:
             self._last_plain = now
-            self._line(text)
+            self._line(PREFIX + ev.text)

@@ -10,7 +10,7 @@ or exited with another status) is 4, not 130.
 from __future__ import annotations
 
 import os
-from datetime import datetime
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +19,10 @@ from kimi_serve.core.findings import FAIL, WARN, error_from, failed
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.up.console import Console
+from kimi_serve.up.logfiles import default_log_file, prune
 from kimi_serve.up.options import UpOptions
 from kimi_serve.up.supervisor import Server
 from kimi_serve.up.watch import Signals, Watch
-
-
-def default_log_file(profile_name: str) -> Path:
-    from kimi_serve.core.settings import state_root
-
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return state_root() / "logs" / f"up-{profile_name}-{stamp}.log"
 
 
 def server_env(launch: Launch) -> dict[str, str]:
@@ -72,7 +66,7 @@ def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console) -> 
                              hint="pass --log-file PATH or set KIMI_SERVE_STATE_DIR",
                              exit_code=ExitCode.ENVIRONMENT) from None
     console.info(f"starting {launch.engine} (log: {log_path})")
-    console.info("$ " + launch.shell().replace("\n", " "))
+    console.info("$ " + launch.shell())
     try:
         server = Server.start(list(launch.argv), server_env(launch), log_path)
     except OSError as exc:
@@ -84,6 +78,7 @@ def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console) -> 
         with Signals() as signals:
             outcome = watch.run(signals)
     finally:
+        console.end_progress()
         if server.poll() is None:  # an error in `up` itself: never leave the server behind
             server.stop(opts.stop_grace_s)
         server.close()
@@ -94,7 +89,8 @@ def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console) -> 
 
 
 def run_up(profile_ref: str, *, dry_run: bool = False, verify: bool = True, log_file: Path | None = None,
-           console: Console | None = None, host: Any = None, wait_lock: bool = False, **overrides: Any) -> int:
+           console: Console | None = None, host: Any = None, wait_lock: bool = False, sets: Sequence[str] = (),
+           **overrides: Any) -> int:
     """The `up` command: load and validate the profile, preflight, then :func:`serve` (or print, with dry_run).
 
     A real run holds the host lock (kimi_serve.core.lock) from before the preflight until the server is stopped: the
@@ -106,7 +102,7 @@ def run_up(profile_ref: str, *, dry_run: bool = False, verify: bool = True, log_
     from kimi_serve.profile.loader import load_profile
 
     console = console or Console()
-    profile = load_profile(profile_ref)
+    profile = load_profile(profile_ref, sets)
     launch = validated_launch(profile)
     if dry_run:
         return _up(profile, launch, console, host, dry_run, verify, log_file, overrides)
@@ -118,10 +114,12 @@ def _up(profile: Profile, launch: Launch, console: Console, host: Any, dry_run: 
         log_file: Path | None, overrides: dict[str, Any]) -> int:
     preflight(profile, launch, console, host)
     log_path = log_file or default_log_file(profile.name)
+    if log_file is None and not dry_run:
+        prune(profile.name)  # at most KEEP_LOGS files per profile
     opts = UpOptions.from_profile(profile, verify=verify, **overrides)
     if dry_run:
         console.info(f"dry run: would start {launch.engine} (log: {log_path}):")
-        console.info("$ " + launch.shell().replace("\n", " "))
+        console.info("$ " + launch.shell())
         console.info(f"then wait up to {opts.startup_timeout_s:g}s for /health, "
                      + (f"run the {opts.verify_suite} contract check, " if verify else "")
                      + "and supervise")

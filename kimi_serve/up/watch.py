@@ -81,6 +81,7 @@ class Watch:
     def begin_stop(self, outcome: Outcome, announce: str) -> None:
         if self.reason is not None:
             return
+        self.console.end_progress()
         self.reason = outcome
         self.stop_deadline = time.monotonic() + self.opts.stop_grace_s
         self.console.info(f"{announce}; stopping the server (SIGTERM to pid {self.server.pid}, SIGKILL to its group "
@@ -123,6 +124,7 @@ class Watch:
                 self.begin_stop(self._failure_outcome(), "the server did not exit after its failure")
             return
         if self.ready_at is None:
+            self.console.tick(self.tracker.progress, now - self.started, self.opts.startup_timeout_s)
             self._watch_start(now)
         elif self.verify is not None and not self.verify_done and self.verify.done():
             self._verified(self.verify.result())
@@ -159,6 +161,7 @@ class Watch:
         return wait_ready(health_target(self.launch), time.monotonic(), poll_timeout=HEALTH_TIMEOUT_S)
 
     def _ready(self) -> None:
+        self.console.end_progress()
         self.ready_at = time.monotonic()
         self.console.info(f"[ready] server ready in {self.ready_at - self.started:.1f}s "
                           f"(GET /health 200 at {health_target(self.launch).base_url})")
@@ -202,6 +205,7 @@ class Watch:
                         f.fix)
 
     def finish(self, rc: int) -> Outcome:
+        self.console.end_progress()
         self.pump(0.2)
         self.server.reap(0)  # leftover group members (they hold the output pipes) are killed here
         end = time.monotonic() + 5.0

@@ -102,11 +102,14 @@ class VerifyReport:
         return {0: "pass", 1: "fail", 3: "unreachable"}[self.exit_code]
 
     def to_dict(self) -> dict[str, Any]:
+        listed = ([self.error] if self.error else []) + [f for p in self.probes for f in p.findings]
         return {
             "kind": REPORT_KIND,
             "version": REPORT_VERSION,
-            "status": self.status,
+            "ok": self.exit_code == 0,
             "exit_code": self.exit_code,
+            "findings": [finding_json(f) for f in listed],
+            "status": self.status,
             "target": self.target,
             "model": self.model,
             "suite": self.suite,

@@ -1,0 +1,95 @@
+"""Each command's exit codes, in one table: appended to its ``--help`` (:func:`add_to_help`) and checked against
+docs/exit-codes.md by the test suite. Every command may also exit 2 (invalid input), 70 (a kimi-serve bug) and
+130 (interrupted)."""
+
+from __future__ import annotations
+
+import typer
+
+COMMON = "2 invalid input; 70 internal error (a kimi-serve bug); 130 interrupted"
+
+EXIT_CODES: dict[str, str] = {
+    "up": (
+        '0 the server exited 0 on its own; 1 contract failed (server stopped); 3 never ready (startup '
+        'timeout or a hung distributed init); 4 the server exited, crashed, or logged a fatal failure '
+        '(one that keeps running is stopped: SIGTERM to the main PID, SIGKILL to its group after the '
+        'grace); 5 preflight failed, nothing started; 75 the host lock is held (another up, a patch or '
+        'service change); 130 stopped on request and the server stopped cleanly (a server that needed '
+        'SIGKILL is 4)'
+    ),
+    "doctor": "0 no check failed (warnings allowed); 5 a check failed",
+    "verify": (
+        '0 contract holds; 1 contract violated (or the ready server answers errors); 3 unreachable or not '
+        'ready within --wait; 75 with --metrics-file: skipped, an earlier run is still checking and '
+        'writing that file (the verify unit counts 75 as success)'
+    ),
+    "show": "0 the merged profile was printed",
+    "render": "0 the launch was printed",
+    "check": (
+        '0 nothing failed; 1 a host, patch or contract check failed; 2 the profile is invalid (YAML, '
+        "schema, rules, flags, SGLang's own parser or resolution)"
+    ),
+    "install-service": (
+        '0 installed (with --now: and verified); 1 check, key file or start failed; 5 missing tool, '
+        "foreign unit, not permitted; 70 (--now) kimi-serve's verify crashed: no verdict; 75 the host "
+        'lock is held'
+    ),
+    "uninstall-service": (
+        '0 removed (or nothing to remove); 5 missing tool, foreign unit, not permitted; 75 the host lock '
+        'is held'
+    ),
+    "restart": (
+        '0 the new unit passed; 1 it failed and the last good unit is back and passing; 4 nothing is '
+        "serving (no last good unit, or it failed too); 5 missing tool, not permitted; 70 kimi-serve's "
+        "own verify crashed (in restart or in the unit's ExecStartPost): no verdict, so no rollback; 75 "
+        'the host lock is held'
+    ),
+    "status": (
+        '0 the unit is active and /health answers 200; 1 otherwise, or a service change was interrupted '
+        '(killed part-way)'
+    ),
+    "simulate": (
+        "the simulator's own status (0 after a clean stop); 2 invalid profile or flags; 5 no SGLang "
+        'interpreter'
+    ),
+    "patches status": (
+        '0 every patch applied; 1 not (or a conflict, or a change was interrupted); 5 wrong SGLang '
+        'version or no SGLang'
+    ),
+    "patches apply": (
+        '0 done or already so (after recovering an interrupted change, if any); 1 a patch conflicts or '
+        'does not apply (nothing changed), or an interrupted change cannot be recovered; 5 wrong SGLang '
+        'version, not writable; 75 the host lock is held'
+    ),
+    "patches revert": (
+        '0 done or already so (after recovering an interrupted change, if any); 1 a restored file does '
+        'not match the manifest\'s "before" hash, or an interrupted change cannot be recovered; 5 wrong '
+        'SGLang version, not writable; 75 the host lock is held'
+    ),
+    "logs": "0 the log was shown; 1 no log found; 5 journalctl missing",
+    "engine install": (
+        '0 installed (or --dry-run printed the plan); 5 the install failed (download, hash, resolver, no '
+        "Python of the lock's version; the previous venv is untouched) or a patch could not be applied; "
+        '75 the host lock is held'
+    ),
+    "engine status": (
+        '0 the venv matches its lock: no drift, no dependency conflict, patch set applied as recorded; 1 '
+        'otherwise (each finding listed, with the fix); 5 no venv at the prefix'
+    ),
+}
+
+
+def help_text(command: str) -> str:
+    return f"Exit codes: {EXIT_CODES[command]}; {COMMON} (docs/exit-codes.md)."
+
+
+def add_to_help(app: typer.Typer, prefix: str = "") -> None:
+    """Put each registered command's exit codes in its --help epilog."""
+    for info in app.registered_commands:
+        name = info.name or (info.callback.__name__.replace("_", "-") if info.callback else "")
+        full = f"{prefix}{name}"
+        if full in EXIT_CODES and not info.epilog:
+            info.epilog = help_text(full)
+    for group in app.registered_groups:
+        if group.typer_instance is not None and group.name:
+            add_to_help(group.typer_instance, f"{prefix}{group.name} ")

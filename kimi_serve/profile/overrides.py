@@ -1,0 +1,48 @@
+"""``--set KEY=VALUE``: per-run overrides applied on top of a profile's ``extends`` chain, validated like the file.
+
+KEY is a dotted key path (``server.port``, ``speculative.enabled``, ``env.NCCL_DEBUG``); VALUE is read as YAML
+(``8080`` an integer, ``true`` a boolean, ``[a, b]`` a list, ``''`` an empty string, nothing at all null). The loader
+validates the result with the schema, so a typo gets the same did-you-mean as in a file; breadcrumbs name ``--set``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from kimi_serve.core.errors import KimiServeError
+
+WHERE = "--set"
+
+
+def parse_sets(items: Sequence[str]) -> dict[str, Any]:
+    """``["server.port=8080", "env.X=1"]`` -> ``{"server": {"port": 8080}, "env": {"X": 1}}`` (later wins)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        parts = key.split(".")
+        if not sep or not key or any(not p for p in parts) or len(parts) > 2:
+            raise KimiServeError(f"expected KEY=VALUE with a dotted key such as server.port, got {item!r}",
+                                 where=WHERE, hint="write e.g. --set server.port=8080")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            raise KimiServeError(f"the value of {key} is not valid YAML: {raw!r}", where=f"{WHERE} {key}",
+                                 hint=f"quote it: --set {key}='\"{raw}\"'") from None
+        if len(parts) == 1:
+            out[key] = value
+            continue
+        section = out.setdefault(parts[0], {})
+        if not isinstance(section, dict):
+            raise KimiServeError(f"{parts[0]} is set as a whole and by key", where=f"{WHERE} {key}",
+                                 hint=f"use only --set {parts[0]}.KEY=VALUE")
+        section[parts[1]] = value
+    return out
+
+
+def set_lines(items: Sequence[str]) -> tuple[str, ...]:
+    """The overrides as recorded and shown (``server.port=8080``), stripped."""
+    return tuple(i.strip() for i in items)

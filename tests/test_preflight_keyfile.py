@@ -1,0 +1,85 @@
+"""Preflight catches what it can before a cold start: `up`, `doctor`, `install-service` and `restart` refuse a
+missing or group-readable API-key file (core/keyfile.py's rule) before anything starts; one model-directory rule for
+check, doctor and up; an env override that contradicts a profile switch is a finding."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kimi_serve.check.facts import check_model_dir
+from kimi_serve.check.report import launch_for
+from kimi_serve.check.rules import run_rules
+from kimi_serve.core.findings import FAIL, WARN
+from kimi_serve.profile.loader import load_profile
+
+
+def _one_line(res, code: int) -> str:  # type: ignore[no-untyped-def]
+    assert res.code == code, (res.code, res.out, res.err)
+    lines = [line for line in res.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in res.err, res.err
+    return lines[0]
+
+
+@pytest.fixture
+def keyed(write_profile, tmp_path: Path):  # type: ignore[no-untyped-def]
+    key = tmp_path / "secrets.yaml"
+    return key, write_profile(f"extends: sim\nserver:\n  api_key_file: {key}\n", name="keyed")
+
+
+def test_up_refuses_a_missing_key_file_before_starting(cli, keyed) -> None:
+    key, profile = keyed
+    line = _one_line(cli("up", "-p", str(profile), "--dry-run"), 5)
+    assert f"API-key file {key} does not exist" in line and "install -m 600" in line
+    assert "keyed.yaml:3: server.api_key_file" in line
+
+
+@pytest.mark.sglang
+def test_up_and_doctor_refuse_a_0644_key_file(cli, keyed, sglang_python: str) -> None:
+    key, profile = keyed
+    key.write_text("api-key: k\n")
+    key.chmod(0o644)
+    line = _one_line(cli("up", "-p", str(profile), "--dry-run"), 5)
+    assert "readable by others (mode 644)" in line and f"chmod 600 {key}" in line
+    assert cli("doctor", "-p", str(profile)).code == 5
+    key.chmod(0o600)
+    assert cli("up", "-p", str(profile), "--dry-run").code == 0
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+@pytest.mark.parametrize("command", ["install-service", "restart"])
+def test_service_commands_refuse_a_0644_key_file_first(cli, keyed, command, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("KIMI_SERVE_SGLANG_PYTHON", raising=False)
+    key, profile = keyed
+    key.write_text("api-key: k\n")
+    key.chmod(0o644)
+    args = [command, "-p", str(profile)] + (["--root", "/"] if command == "install-service" else [])
+    line = _one_line(cli(*args), 1)
+    assert "readable by others" in line and f"chmod 600 {key}" in line
+
+
+def test_one_model_directory_rule(tmp_path: Path, write_profile, cli) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "kimi_k25"}')
+    direct = [f for f in check_model_dir(str(model), "model", "model", repo="r", tokenizer=True) if f.status == FAIL]
+    assert direct and "no *.safetensors shards" in direct[0].message
+    profile = write_profile(f"extends: prod\nmodel:\n  path: {model}\nspeculative:\n  enabled: false\n"
+                            "allreduce:\n  pcie_ipc: false\n", name="onlyconfig")
+    check = cli("check", "-p", str(profile), "--json")
+    import json
+
+    fails = [f for f in json.loads(check.out)["findings"] if f["status"] == "fail" and f["code"] == "model.path"]
+    assert fails and fails[0]["message"] == direct[0].message
+    assert cli("doctor", "-p", str(profile)).code == 5
+
+
+@pytest.mark.parametrize("env, switch, status", [('"0"', "true", FAIL), ('"1"', "false", WARN)])
+def test_env_that_contradicts_the_pcie_ipc_switch(write_profile, env, switch, status) -> None:
+    p = load_profile(str(write_profile(f"extends: prod\nallreduce:\n  pcie_ipc: {switch}\nenv:\n"
+                                       f"  SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: {env}\n")))
+    found = [f for f in run_rules(p, launch_for(p)) if f.code == "env"]
+    assert found and found[0].status == status and "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" in found[0].message
+    assert "env" in found[0].where
