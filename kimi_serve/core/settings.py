@@ -18,6 +18,7 @@ PROFILE_PATH_ENV = "KIMI_SERVE_PROFILE_PATH"  # extra profile folders, ':'-separ
 SGLANG_PYTHON_ENV = "KIMI_SERVE_SGLANG_PYTHON"  # an interpreter that can import sglang (the CPU venv in CI)
 SGLANG_WHEEL_ENV = "KIMI_SERVE_SGLANG_WHEEL"  # the pinned sglang wheel, for the offline patch check
 WHEEL_CACHE_ENV = "KIMI_SERVE_WHEEL_CACHE"  # where scripts/fetch-sglang-wheel.sh keeps that wheel
+ACCOUNTS_ROOT_ENV = "KIMI_SERVE_ACCOUNTS_ROOT"  # the root whose etc/passwd holds service.user (default /)
 API_KEY_ENV = "KIMI_SERVE_API_KEY"  # verify's key when no --api-key and no profile key file is given
 # the simulator's knobs, read by the simulator process itself at its entry point
 SIM_STEP_ENV = "KIMI_SERVE_SIM_STEP_SECONDS"  # seconds per decode step (default 0.01)
@@ -35,6 +36,7 @@ class Settings:
     sglang_wheel: Path | None = None
     wheel_cache: Path | None = None
     api_key: str | None = None
+    accounts_root: Path = Path("/")
 
     @property
     def wheel_cache_dir(self) -> Path:
@@ -57,6 +59,7 @@ def from_env(environ: Mapping[str, str]) -> Settings:
         sglang_wheel=Path(wheel) if wheel else None,
         wheel_cache=Path(cache) if cache else None,
         api_key=get(API_KEY_ENV),
+        accounts_root=Path(get(ACCOUNTS_ROOT_ENV) or "/"),
     )
 
 

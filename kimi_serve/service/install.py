@@ -17,9 +17,10 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, Finding
-from kimi_serve.core.keyfile import SUFFIXES, render_key_file
+from kimi_serve.core.keyfile import SUFFIXES, new_admin_key, render_key_file
 from kimi_serve.core.proc import Completed
-from kimi_serve.core.settings import API_KEY_ENV
+from kimi_serve.core.settings import API_KEY_ENV, from_env
+from kimi_serve.service import account
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service.preflight import check_for_service
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic, write_record
@@ -188,10 +189,15 @@ def _needs_secret(profile: Profile, paths: ServicePaths, environ: Mapping[str, s
 def planned_actions(plan: Plan, systemd: Systemd) -> list[str]:
     """What applying ``plan`` does, in order (``--dry-run`` prints these)."""
     p = plan.paths
-    actions = []
+    actions: list[str] = []
     if plan.create_secret:
-        actions.append(f"create {plan.profile.server.api_key_file} (mode 0600) with the key from ${API_KEY_ENV}")
+        admin = " and a new random admin-api-key" if plan.profile.server.admin_key != "none" else ""
+        actions.append(f"create {plan.profile.server.api_key_file} (mode 0600) with the key from ${API_KEY_ENV}{admin}")
+    roots = account.roots(p.root, systemd.live, Path("/"))
+    actions += account.planned(plan.profile.service.user, roots[0], roots[1])
     actions.append(f"create working directory {plan.profile.service.working_directory} if missing")
+    if plan.profile.service.user != "root":
+        actions.append(f"make {plan.profile.service.user} the owner of the key file and working directory")
     if p.unit_file.exists():
         actions.append(f"keep the current unit as {p.previous_unit}")
     actions.append(f"write {p.unit_file} atomically (sha256 {plan.unit.sha256[:12]})")
@@ -219,10 +225,18 @@ def must(result: Result, action: str, done: Completed) -> None:
 def write_unit(plan: Plan, systemd: Systemd, result: Result, environ: Mapping[str, str]) -> None:
     """Secret (if planned), working dir, unit file (keeping the previous one), daemon-reload, enable."""
     p, profile = plan.paths, plan.profile
+    user, roots = profile.service.user, account.roots(p.root, systemd.live, from_env(environ).accounts_root)
+    owner, done = account.ensure(user, profile.service.working_directory, accounts_root=roots[0], dev_root=roots[1],
+                                 runner=systemd.runner)
+    for action in done:
+        result.add(action, "done")
     if plan.create_secret and profile.server.api_key_file:
         _create_secret(p.under_root(profile.server.api_key_file), profile, environ.get(API_KEY_ENV, ""))
         result.add(f"create {profile.server.api_key_file} (0600)", "done")
     p.under_root(profile.service.working_directory).mkdir(parents=True, exist_ok=True)
+    owned = [p.under_root(f) for f in (profile.server.api_key_file, profile.service.working_directory) if f]
+    for action in account.hand_over(owner, owned):  # SGLang, running as that user, reads the key file
+        result.add(action, "done")
     current = read_text(p.unit_file)
     if current is not None:
         write_atomic(p.previous_unit, current)
@@ -238,9 +252,8 @@ def _create_secret(path: Path, profile: Profile, key: str) -> None:
     key = key.strip()
     if any(c in key for c in "\r\n\0"):
         raise KimiServeError(f"${API_KEY_ENV} spans several lines", where=API_KEY_ENV, hint="set it to the key alone")
-    write_atomic(path, render_key_file(key), 0o600)
-    if profile.service.user != "root":
-        shutil.chown(path, user=profile.service.user)  # SGLang, running as that user, reads it
+    admin = new_admin_key() if profile.server.admin_key != "none" else None  # never printed, only in the file
+    write_atomic(path, render_key_file(key, admin), 0o600)
 
 
 def install(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[str, str]) -> Result:
