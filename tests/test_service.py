@@ -158,7 +158,7 @@ def test_invalid_profile_stops_before_any_write(cli, root: Path, write_profile) 
     bad = write_profile("extends: sim\nparsers:\n  tool_call: qwen25\n", name="bad")
     r = cli("install-service", "-p", str(bad), "--root", str(root))
     assert r.code == 2 and "parsers.tool_call" in r.err
-    assert [p.name for p in root.rglob("*")] == ["etc", "passwd", "group"]  # only the fixture's user database
+    assert sorted(p.name for p in root.rglob("*")) == ["etc", "group", "passwd"]  # only the fixture's user database
 
 
 def test_status_reports_profile_records_and_hand_edits(cli, root: Path, profile: Path,

@@ -165,7 +165,7 @@ def test_cli_json_report_is_stable(capsys) -> None:
     report = json.loads(out)
     assert code == 1
     assert list(report) == ["kind", "version", "status", "exit_code", "target", "model", "suite", "elapsed_s",
-                            "readiness", "server", "error", "probes"]
+                            "readiness", "server", "error", "probes", "checks", "listeners"]
     assert report["kind"] == "kimi-serve-verify" and report["version"] == 1
     assert report["status"] == "fail" and report["exit_code"] == 1
     assert report["target"] == f"http://{srv.host}"

@@ -37,9 +37,15 @@ def verify(
     timeout: float = typer.Option(180.0, "--timeout", min=1.0, help="Seconds allowed for all probes together."),
     suite: Suite = typer.Option(Suite.quick, "--suite", help="quick: tool + reasoning; full adds instant, parallel, "
                                 "tool-result, 8 KB argument."),
+    expect_listener: list[int] = typer.Option([], "--expect-listener", min=1, max=65535, help="A port besides the "
+                                              "API port the server may listen on beyond loopback (repeatable; "
+                                              "e.g. a separate metrics or multi-node port)."),
     as_json: bool = typer.Option(False, "--json", help="Write the JSON report (docs/verify.md) to stdout."),
 ) -> int:
     """Check that the server answers tool prompts with structured tool_calls and reasoning in reasoning_content.
+
+    Then the least-privilege checks: the API key must not open SGLang's admin endpoints (admin_open_to_clients fails
+    verify), and the server's processes should not listen beyond loopback except on the API port (stray_listener warns).
 
     Exit codes: 0 contract holds, 1 contract violated, 2 usage, 3 unreachable or not ready.
     """
@@ -50,7 +56,7 @@ def verify(
     key = resolve_api_key(api_key, api_key_file)
     progress = _progress_printer(target.base_url) if sys.stderr.isatty() else None
     report = run_verify(target, api_key=key, model=model, wait=wait, timeout=timeout, suite=suite.value,
-                        progress=progress)
+                        progress=progress, expected_ports=tuple(expect_listener))
     if as_json:
         typer.echo(report.to_json())
     else:

@@ -13,6 +13,10 @@ def _summary(report: VerifyReport) -> str:
         return f"verify: {what}: {report.error.line()}"
     failed = [p for p in report.probes if not p.passed]
     total = len(report.probes)
+    bad_checks = [c for c in report.checks if c.status == "fail"]
+    if not failed and bad_checks:
+        return (f"verify: contract holds ({total}/{total} probes) but least privilege VIOLATED: "
+                f"{bad_checks[0].line()}")
     if not failed:
         return f"verify: contract holds ({total}/{total} probes passed in {report.elapsed_s:.1f}s)"
     if report.exit_code == 3:
@@ -24,6 +28,13 @@ def _header(report: VerifyReport) -> str:
     return f"verify {report.target}  model {report.model or '?'}  suite {report.suite}"
 
 
+def _check_lines(report: VerifyReport) -> list[str]:
+    lines = [f"{c.status.upper()} {c.code}: {c.line()}" for c in report.checks]
+    for lst in report.listeners or []:
+        lines.append(f"     listener {lst.endpoint} pid {lst.pid} ({lst.command})")
+    return lines
+
+
 def render_lines(report: VerifyReport) -> str:
     """One line per probe and mode (plus one per extra finding), then the summary; for logs and pipes."""
     lines = [_header(report)]
@@ -31,6 +42,7 @@ def render_lines(report: VerifyReport) -> str:
         head = f"{'PASS' if p.passed else 'FAIL'} {p.probe} {p.mode} {p.latency_s:.2f}s"
         lines.append(head if p.passed else f"{head}: {p.findings[0].line()}")
         lines.extend(f"     {p.probe} {p.mode}: {f.line()}" for f in p.findings[1:])
+    lines.extend(_check_lines(report))
     lines.append(_summary(report))
     return "\n".join(lines)
 
@@ -52,5 +64,7 @@ def render_table(report: VerifyReport) -> str:
             lines.append("")
             for p in failed:
                 lines.extend(f"{p.probe}/{p.mode}: {f.line()}" for f in p.findings)
+    if report.checks:
+        lines += ["", *_check_lines(report)]
     lines.append(_summary(report))
     return "\n".join(lines)

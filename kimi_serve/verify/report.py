@@ -75,6 +75,8 @@ class VerifyReport:
     error_unreachable: bool = False
     probes: list[ProbeResult] = field(default_factory=list)
     elapsed_s: float = 0.0
+    checks: list[Finding] = field(default_factory=list)  # least privilege (verify/privilege.py): pass/warn/fail/skip
+    listeners: list[Any] | None = None  # verify.listeners.Listener of the server's process tree; None: not checked
 
     @property
     def exit_code(self) -> int:
@@ -84,6 +86,8 @@ class VerifyReport:
             return int(ExitCode.FAILED)
         if any(p.unreachable for p in self.probes):
             return int(ExitCode.UNREACHABLE)
+        if any(c.status == FAIL for c in self.checks):
+            return int(ExitCode.FAILED)
         return int(ExitCode.OK)
 
     @property
@@ -105,6 +109,8 @@ class VerifyReport:
                        "reasoning_parser": self.server.get("reasoning_parser")} if self.server else None,
             "error": finding_json(self.error) if self.error else None,
             "probes": [p.to_dict() for p in self.probes],
+            "checks": [{"status": c.status, **finding_json(c)} for c in self.checks],
+            "listeners": [lst.to_json() for lst in self.listeners] if self.listeners is not None else None,
         }
 
     def to_json(self) -> str:

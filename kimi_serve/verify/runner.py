@@ -122,11 +122,12 @@ def _result(probe: Probe, mode: str, outcome: _Outcome, server: dict[str, Any]) 
 
 def run_verify(target: Target | str, *, api_key: str | None = None, model: str | None = None, wait: float = 0.0,
                timeout: float = DEFAULT_TIMEOUT, suite: str = "quick",
-               progress: Progress | None = None) -> VerifyReport:
+               progress: Progress | None = None, expected_ports: tuple[int, ...] = ()) -> VerifyReport:
     """Check that the server at ``target`` keeps the Kimi API contract; never prints, never raises for server faults.
 
     ``wait``: seconds to wait for readiness (0 = check once). ``timeout``: the limit for everything after readiness.
-    ``progress`` receives readiness phases. The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
+    ``progress`` receives readiness phases. After the probes come the least-privilege checks (admin endpoints,
+    stray listeners; ``expected_ports``: listeners beyond loopback besides the API port that are fine). The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
     probes = suite_probes(suite)
@@ -176,5 +177,9 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
                 result = ProbeResult(probe.name, mode, result.latency_s, (dx.model_not_found(model, served),),
                                      attempts=result.attempts)
             report.probes.append(result)
+    from kimi_serve.verify.privilege import privilege_checks
+
+    report.checks, report.listeners = privilege_checks(target, api_key, max(deadline, time.monotonic() + POLL_TIMEOUT),
+                                                       expected_ports)
     report.elapsed_s = time.monotonic() - started
     return report
