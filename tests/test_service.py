@@ -81,7 +81,8 @@ def test_install_writes_unit_secret_and_enablement(cli, root: Path, profile: Pat
     # the service user: created in the root's user database for real, owning the key file and working directory
     users = (root / "etc/passwd").read_text()
     uid = next(int(line.split(":")[2]) for line in users.splitlines() if line.startswith("kimi-serve:"))
-    assert secret.stat().st_uid == uid and (root / "var/lib/kimi-serve").stat().st_uid == uid
+    assert secret.stat().st_uid == uid and (root / "var/lib/kimi-serve/server").stat().st_uid == uid
+    assert (root / "var/lib/kimi-serve").stat().st_uid == os.geteuid()  # kimi-serve's own state stays its owner's
     assert "User=kimi-serve" in text
     wants = root / "etc/systemd/system/multi-user.target.wants/sglang-kimi.service"
     assert os.readlink(wants) == "/etc/systemd/system/sglang-kimi.service"  # real `systemctl --root enable`

@@ -70,6 +70,8 @@ class Host:
     port_problem: Callable[[str, int], str | None] = port_problem
     sglang_site: Callable[[str], Path] = _sglang_site
     state_dir: Path | None = None
+    accounts_root: Path = Path("/")  # whose etc/passwd holds service.user
+    dev_root: Path = Path("/dev")
 
     @classmethod
     def real(cls) -> Host:
@@ -298,6 +300,9 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None) -> DoctorRe
     checks += check_sglang(p, launch, host)
     checks.append(check_port(launch, host))
     checks += check_limits(host)
+    from kimi_serve.check.service_user import service_user_findings
+
+    checks += service_user_findings(p, accounts_root=host.accounts_root, dev_root=host.dev_root, gpus=uses_gpus(p))
     return report
 
 

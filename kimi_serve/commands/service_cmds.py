@@ -189,6 +189,9 @@ def _print_status(st: Status) -> None:
         else:
             rows.append((label, f"profile {rec.get('profile')} (patch set {rec.get('patch_set')}, sha256 "
                          f"{str(rec.get('unit_sha256'))[:12]}) at {rec.get('time')}"))
+    if st.listeners is not None:
+        rows.append(("listening", ", ".join(f"{x.endpoint} ({x.command})" for x in st.listeners) or "nothing"))
+    rows += [("stray", f.line()) for f in st.listener_findings if f.status == "warn"]
     for label, value in rows:
         typer.echo(f"{label + ':':13} {value}")
 

@@ -11,47 +11,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_serve.core.accounts import Account, group_names, lookup, table
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.proc import Runner
 
 ACCOUNT_TIMEOUT = 60.0
 GPU_NODES = "nvidia*"  # /dev/nvidia0..7, nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset
 NOLOGIN = "/usr/sbin/nologin"
-
-
-@dataclass(frozen=True)
-class Account:
-    name: str
-    uid: int
-    gid: int
-    groups: tuple[str, ...]  # supplementary groups
-
-
-def _table(path: Path) -> list[list[str]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return []
-    return [line.split(":") for line in text.splitlines() if line and not line.startswith("#") and ":" in line]
-
-
-def lookup(name: str, accounts_root: Path) -> Account | None:
-    """The account ``name`` in ``accounts_root``'s passwd/group files, or None."""
-    for row in _table(accounts_root / "etc/passwd"):
-        if len(row) >= 4 and row[0] == name:
-            groups = tuple(g[0] for g in _table(accounts_root / "etc/group")
-                           if len(g) >= 4 and name in g[3].split(","))
-            return Account(name, int(row[2]), int(row[3]), groups)
-    return None
-
-
-def group_names(gids: Iterable[int], accounts_root: Path) -> list[str]:
-    """Names of ``gids`` in ``accounts_root``'s group file (unknown gids are left out)."""
-    by_gid = {int(g[2]): g[0] for g in _table(accounts_root / "etc/group") if len(g) >= 3 and g[2].isdigit()}
-    return sorted({by_gid[g] for g in gids if g in by_gid})
 
 
 def device_gids(dev_root: Path) -> set[int]:
@@ -105,7 +73,8 @@ def ensure(user: str, home: str, *, accounts_root: Path, dev_root: Path, runner:
         return None, []
     done: list[str] = []
     if lookup(user, accounts_root) is None:
-        _must(runner, ["useradd", *_prefix(accounts_root), "--system", "--user-group", "--no-create-home",
+        group = ["--gid", user] if any(g[0] == user for g in table(accounts_root / "etc/group")) else ["--user-group"]
+        _must(runner, ["useradd", *_prefix(accounts_root), "--system", *group, "--no-create-home",
                        "--home-dir", home, "--shell", NOLOGIN, "--comment", "kimi-serve (SGLang service)", user])
         done.append(f"create system user {user}")
     found = lookup(user, accounts_root)

@@ -196,6 +196,9 @@ def test_install_restart_rollback_uninstall(sandbox: Any, sglang_python: str, tm
     assert (st["profile"], st["health"], st["state"]["ActiveState"]) == ("good2", "ready", "active")
     assert st["last_verify"]["status"] == "pass" and st["last_good"]["profile"] == "good2"
     assert st["edited_since_install"] is False
+    # the sockets the server's process tree listens on: the simulator is one process, on the API port only
+    assert [(x["port"], x["loopback"]) for x in st["listeners"]] == [(port, True)], st["listeners"]
+    assert st["listener_findings"][0]["status"] == "pass"
 
     # 5. uninstall: stopped, disabled, gone
     rc, out, err = cli("uninstall-service", "--unit-name", UNIT)
