@@ -195,7 +195,7 @@ def admin_key_required(p: Profile) -> bool:
     on a non-loopback host (the host layer reads the file; this rule only sees the profile)."""
     if p.server.admin_key == "auto":
         return bool(p.server.api_key_file) and not _is_loopback(p.server.host)
-    return p.server.admin_key == "required"
+    return bool(p.server.admin_key == "required")
 
 
 def rule_admin_key(p: Profile, _: Launch) -> Iterator[Finding]:

@@ -59,7 +59,8 @@ def admin_key_problem(path: str | Path) -> tuple[str, str] | None:
     admin = data.get("admin-api-key", data.get("admin_api_key"))
     if admin is None or not str(admin).strip():
         return (f"API-key file {path} has no admin-api-key: SGLang then accepts the clients' key on its admin "
-                "endpoints (weights, LoRA, pause, profiling)", f"add a line 'admin-api-key: OTHER-KEY' ({ADMIN_KEY_HINT})")
+                "endpoints (weights, LoRA, pause, profiling)",
+                f"add a line 'admin-api-key: OTHER-KEY' ({ADMIN_KEY_HINT})")
     client = data.get("api-key", data.get("api_key"))
     if client is not None and str(client).strip() == str(admin).strip():
         return (f"API-key file {path}: admin-api-key equals api-key, so every client holds the admin key",

@@ -153,11 +153,11 @@ SECTIONS: dict[str, dict[str, Key]] = {
                     nullable=False),
         "hardening": Key("str", "systemd sandboxing of the unit (docs/systemd.md): `strict` (exposure <= 5.0), "
                          "`relaxed` (drops the options a host may trip on: syscall filter, device policy, "
-                         "namespace and address-family limits) or `off` (quoted: YAML reads a bare off as false).", default="strict",
-                         choices=("strict", "relaxed", "off"), nullable=False),
+                         "namespace and address-family limits) or `off` (quoted: YAML reads a bare off as "
+                         "false).", default="strict", choices=("strict", "relaxed", "off"), nullable=False),
         "working_directory": Key("path", "Working directory (and home) of the service, owned by service.user; not "
-                                 "kimi-serve's own state root, which stays root's.", default="/var/lib/kimi-serve/server",
-                                 nullable=False),
+                                 "kimi-serve's own state root, which stays root's.",
+                                 default="/var/lib/kimi-serve/server", nullable=False),
         "stop_timeout": Key("int", "Seconds SGLang gets to drain after SIGTERM before SIGKILL.", default=120,
                             min=5, max=3600, nullable=False),
         "limit_nofile": Key("int", "LimitNOFILE for the service.", default=1_048_576, min=1024, nullable=False),

@@ -20,8 +20,8 @@ from kimi_serve.core.findings import FAIL, Finding
 from kimi_serve.core.keyfile import SUFFIXES, new_admin_key, render_key_file
 from kimi_serve.core.proc import Completed
 from kimi_serve.core.settings import API_KEY_ENV, from_env
-from kimi_serve.service import account
 from kimi_serve.profile.loader import Profile
+from kimi_serve.service import account
 from kimi_serve.service.preflight import check_for_service
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic, write_record
 from kimi_serve.service.systemctl import Systemd

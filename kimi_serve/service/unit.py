@@ -119,7 +119,8 @@ def environment_line(name: str, value: str, where: str) -> str:
 
 def unit_environment(profile: Profile, launch: Launch, ctx: UnitContext) -> dict[str, str]:
     """The service environment: the launch's, plus the JIT caches in the unit's CacheDirectory, unbuffered Python
-    output (journald reads a pipe) and, for the simulator engine, kimi-serve's package on PYTHONPATH (the SGLang interpreter does not have it installed)."""
+    output (journald reads a pipe) and, for the simulator engine, kimi-serve's package on PYTHONPATH (the SGLang
+    interpreter does not have it installed)."""
     env = cache_environment(dict(launch.env))
     env.setdefault("PYTHONUNBUFFERED", "1")
     if profile.engine == "simulator":

@@ -174,8 +174,9 @@ def check_listeners(port: int, expected: Iterable[int] = (), proc: Path = PROC) 
     allowed = {port, *expected}
     stray = [lst for lst in listeners if not lst.loopback and lst.port not in allowed]
     if not stray:
+        open_ports = sorted({x.port for x in listeners if not x.loopback})
         return listeners, [Finding("verify", "listeners", PASS, f"the server's {len(process_tree(owner, proc))} "
-                                   f"processes listen beyond loopback only on {sorted(allowed & {x.port for x in listeners})}")]
+                                   f"processes listen beyond loopback only on {open_ports or 'nothing'}")]
     return listeners, [Finding("verify", "stray_listener", WARN,
                                f"pid {lst.pid} ({lst.command}) of the server listens on {lst.endpoint}, "
                                "reachable from outside this host",

@@ -127,7 +127,8 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
 
     ``wait``: seconds to wait for readiness (0 = check once). ``timeout``: the limit for everything after readiness.
     ``progress`` receives readiness phases. After the probes come the least-privilege checks (admin endpoints,
-    stray listeners; ``expected_ports``: listeners beyond loopback besides the API port that are fine). The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
+    stray listeners; ``expected_ports``: listeners beyond loopback besides the API port that are fine). The report's
+    ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
     probes = suite_probes(suite)
