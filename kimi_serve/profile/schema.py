@@ -152,7 +152,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
                     "reading the model). root is allowed but not recommended.", default="kimi-serve",
                     nullable=False),
         "hardening": Key("str", "systemd sandboxing of the unit (docs/systemd.md): `strict` (exposure <= 5.0), "
-                         "`relaxed` (drops the options a host may trip on: syscall filter, device policy, "
+                         "`relaxed` (exposure 5.0: drops what a host may trip on: syscall filter, device policy, "
                          "namespace and address-family limits) or `off` (quoted: YAML reads a bare off as "
                          "false).", default="strict", choices=("strict", "relaxed", "off"), nullable=False),
         "working_directory": Key("path", "Working directory (and home) of the service, owned by service.user; not "

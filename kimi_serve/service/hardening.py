@@ -67,7 +67,6 @@ def sandbox(level: str, writable: Iterable[str], home: str) -> list[tuple[str, s
         ("ProtectKernelModules", "yes"),
         ("ProtectKernelLogs", "yes"),
         ("ProtectControlGroups", "yes"),
-        ("ProtectClock", "yes"),
         ("ProtectHostname", "yes"),
         ("RestrictSUIDSGID", "yes"),
         ("RestrictRealtime", "yes"),
@@ -78,6 +77,7 @@ def sandbox(level: str, writable: Iterable[str], home: str) -> list[tuple[str, s
     if level == "strict":
         lines += [
             ("ProtectKernelTunables", "yes"),
+            ("ProtectClock", "yes"),  # implies DeviceAllow=char-rtc r: a device ACL, so strict-only
             ("ProtectProc", "invisible"),
             ("DevicePolicy", "closed"),
             *[("DeviceAllow", device) for device in GPU_DEVICES],
