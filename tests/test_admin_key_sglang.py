@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from up_helpers import CPU_DIR, free_port
 
-from kimi_serve.core.findings import FAIL, PASS
+from kimi_serve.core.findings import FAIL, PASS, WARN
 from kimi_serve.core.settings import SIM_STEP_ENV
 from kimi_serve.simulator import launcher
 from kimi_serve.verify import parse_target, run_verify
@@ -145,9 +145,12 @@ def test_simulator_and_verify(tmp_path: Path, has_admin: bool) -> None:
     finally:
         sim.stop()
     assert all(p.passed for p in report.probes), report.to_json()
-    checks = {c.code: c.status for c in report.checks}
+    checks = {c.code: c for c in report.checks}
     if has_admin:
-        assert checks.get("admin_auth") == PASS and report.exit_code == 0, report.to_json()
+        assert checks["admin_auth"].status == PASS and report.exit_code == 0, report.to_json()
     else:
-        assert checks.get("admin_open_to_clients") == FAIL and report.exit_code == 1, report.to_json()
+        # let in; the simulator binds loopback only (as tests must), which the rules allow: a warning, not a failure
+        # (on a non-loopback socket it fails verify, as check_admin does against the real server above)
+        opened = checks["admin_open_to_clients"]
+        assert opened.status == WARN and "loopback only" in opened.message and report.exit_code == 0, report.to_json()
     assert report.listeners is not None and any(x.port == port for x in report.listeners)

@@ -1,5 +1,5 @@
 """Least-privilege checks verify runs after the contract probes: the clients' key must not open SGLang's admin
-endpoints (:mod:`kimi_serve.verify.admin`), and the server's process tree must not listen beyond loopback except on
+endpoints (:mod:`kimi_serve.verify.admin`; a warning only when the API listens on loopback alone), and the server's process tree must not listen beyond loopback except on
 the API port and the ports the caller expects (:mod:`kimi_serve.verify.listeners`)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from kimi_serve.core.findings import SKIP, Finding
+from kimi_serve.core.findings import FAIL, SKIP, WARN, Finding
 from kimi_serve.verify.admin import check_admin
 from kimi_serve.verify.listeners import Listener, check_listeners
 from kimi_serve.verify.target import Target
@@ -41,4 +41,9 @@ def privilege_checks(target: Target, api_key: str | None, deadline: float,
                                 "not checked (run verify on the server host)"))
         return findings, None
     listeners, found = check_listeners(port, expected_ports)
+    api = [x for x in listeners if x.port == port]
+    if findings[0].status == FAIL and api and all(x.loopback for x in api):
+        # a server only this machine reaches: what the rules allow (server.admin_key: auto on loopback), so a warning
+        f = findings[0]
+        findings[0] = Finding(f.layer, f.code, WARN, f"{f.message} (the API listens on loopback only)", f.fix)
     return findings + found, listeners if found[0].status != SKIP else None
