@@ -1,6 +1,7 @@
 """Least-privilege checks verify runs after the contract probes: the clients' key must not open SGLang's admin
-endpoints (:mod:`kimi_serve.verify.admin`; a warning only when the API listens on loopback alone), and the server's process tree must not listen beyond loopback except on
-the API port and the ports the caller expects (:mod:`kimi_serve.verify.listeners`)."""
+endpoints (:mod:`kimi_serve.verify.admin`; only a warning when the API listens on loopback alone), and the server's
+process tree must not listen beyond loopback except on the API port and the ports the caller expects
+(:mod:`kimi_serve.verify.listeners`)."""
 
 from __future__ import annotations
 
