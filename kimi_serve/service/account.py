@@ -62,7 +62,7 @@ def planned(user: str, accounts_root: Path, dev_root: Path) -> list[str]:
     missing = [g for g in group_names(device_gids(dev_root), accounts_root) if not found or g not in found.groups]
     if missing:
         actions.append(f"add {user} to {', '.join(missing)} (the groups owning /dev/{GPU_NODES})")
-    return actions
+    return [*actions, f"make {user} the owner of the key file and the working directory (after creating them)"]
 
 
 def ensure(user: str, home: str, *, accounts_root: Path, dev_root: Path, runner: Runner) -> tuple[Account | None,

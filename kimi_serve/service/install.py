@@ -193,11 +193,8 @@ def planned_actions(plan: Plan, systemd: Systemd) -> list[str]:
     if plan.create_secret:
         admin = " and a new random admin-api-key" if plan.profile.server.admin_key != "none" else ""
         actions.append(f"create {plan.profile.server.api_key_file} (mode 0600) with the key from ${API_KEY_ENV}{admin}")
-    roots = account.roots(p.root, systemd.live, Path("/"))
-    actions += account.planned(plan.profile.service.user, roots[0], roots[1])
+    actions += account.planned(plan.profile.service.user, *account.roots(p.root, systemd.live, Path("/")))
     actions.append(f"create working directory {plan.profile.service.working_directory} if missing")
-    if plan.profile.service.user != "root":
-        actions.append(f"make {plan.profile.service.user} the owner of the key file and working directory")
     if p.unit_file.exists():
         actions.append(f"keep the current unit as {p.previous_unit}")
     actions.append(f"write {p.unit_file} atomically (sha256 {plan.unit.sha256[:12]})")
@@ -311,6 +308,8 @@ def contract_verifier(endpoint: str, secret: Path | None, suite: str, timeout: f
     bad = [p for p in report.probes if not p.passed]
     if bad:
         return report.exit_code, f"{bad[0].probe} ({bad[0].mode}): {bad[0].reason}"
+    if report.exit_code != 0:  # the probes passed, a least-privilege check failed
+        return report.exit_code, next(c.line() for c in report.checks if c.status == FAIL)
     return report.exit_code, f"contract holds: {len(report.probes)} probes passed ({report.model or 'model'})"
 
 
