@@ -52,7 +52,10 @@ class ScriptedVerifier:
 
 
 def _plan(root: Path, write_profile, name: str, port: int) -> Plan:
-    profile = load_profile(str(write_profile(f"extends: sim\nserver:\n  port: {port}\n", name=name)))
+    # service.user root: no account changes here (tests/test_service_user.py covers them), so the recorded
+    # commands are systemctl's alone
+    profile = load_profile(str(write_profile(f"extends: sim\nserver:\n  port: {port}\nservice:\n  user: root\n",
+                                             name=name)))
     unit = render_unit(profile, validated_launch(profile), CTX)
     return Plan(profile, unit, ServicePaths(root, unit.name), False, (), True)
 

@@ -163,7 +163,8 @@ def test_install_restart_rollback_uninstall(sandbox: Any, sglang_python: str, tm
     status = _status_of(list(launch.argv))
     assert status["Uid"].split()[0] == str(uid) != "0", status
     assert (status["NoNewPrivs"], status["Seccomp"], status["CapEff"]) == ("1", "2", "0000000000000000"), status
-    assert sandbox.run(["stat", "-c", "%u", SECRET]).stdout.strip() == str(uid)  # it owns the key file
+    owner = sandbox.run(["stat", "-c", "%u", SECRET])
+    assert owner.stdout.strip() == str(uid), owner.stderr  # it owns the key file
     assert _served(port, KEY).json()["data"][0]["id"] == HOSTILE
     # the key: in the 0600 file only; not in the unit, not on any command line, and required by the server
     unit_text = Path(f"/etc/systemd/system/{UNIT}")  # read through the sandbox: the host path is a scratch bind
