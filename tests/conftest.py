@@ -20,6 +20,8 @@ CONFIGS = REPO / "configs"
 def _isolated_host(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     state = tmp_path_factory.mktemp("state")
     monkeypatch.setenv("KIMI_SERVE_STATE_DIR", str(state))
+    # never the real /etc/passwd: a user database-less root, so installs on the "running system" change no account
+    monkeypatch.setenv("KIMI_SERVE_ACCOUNTS_ROOT", str(tmp_path_factory.mktemp("accounts")))
     monkeypatch.delenv("KIMI_SERVE_PROFILE_PATH", raising=False)
     monkeypatch.delenv("KIMI_SERVE_API_KEY", raising=False)
 

@@ -8,6 +8,7 @@ passes). Prints the exit code of the restart.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,7 +48,7 @@ def run(root: Path, profile_path: str, scenario: str) -> int:
     with host_lock("restart"):
         plan = plan_for(root, profile_path)
         recover(plan.paths, systemd)
-        return int(restart(plan, systemd, verifier, {}).exit_code)
+        return int(restart(plan, systemd, verifier, dict(os.environ)).exit_code)
 
 
 if __name__ == "__main__":

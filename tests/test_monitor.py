@@ -135,10 +135,11 @@ def test_install_writes_the_timer_units_and_uninstall_removes_them(cli, tmp_path
     assert (units / "timers.target.wants/mon-test-verify.timer").is_symlink()
     assert (units / "kimi-serve-alert@.service").exists()
     # the profile opts out: the next install removes what the last one installed
-    assert cli("install-service", "-p", str(off), "--root", str(root), "--replace").code == 0
+    again = cli("install-service", "-p", str(off), "--root", str(root), "--replace")
+    assert again.code == 0, again.err
     assert not (units / "mon-test-verify.timer").exists() and not (units / "mon-test-verify.service").exists()
     assert not (units / "timers.target.wants/mon-test-verify.timer").exists()
-    assert cli("install-service", "-p", str(on), "--root", str(root)).code == 0
+    assert cli("install-service", "-p", str(on), "--root", str(root), "--replace").code == 0
     r = cli("uninstall-service", "--unit-name", "mon-test", "--root", str(root))
     assert r.code == 0, r.out + r.err
     left = sorted(str(p.relative_to(units)) for p in units.rglob("*") if not p.is_dir())

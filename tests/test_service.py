@@ -28,8 +28,15 @@ def _no_sglang_tier(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
+    """An install root with a user database: install-service creates service.user (kimi-serve) there for real
+    (useradd --prefix ROOT) when run as root; otherwise the account is pre-seeded with this user's uid."""
     r = tmp_path / "root"
-    r.mkdir()
+    (r / "etc").mkdir(parents=True)
+    users = "root:x:0:0:root:/root:/bin/bash\n"
+    if os.geteuid() != 0:
+        users += f"kimi-serve:x:{os.getuid()}:{os.getgid()}::/var/lib/kimi-serve:/usr/sbin/nologin\n"
+    (r / "etc/passwd").write_text(users)
+    (r / "etc/group").write_text("root:x:0:\nvideo:x:44:\n")
     return r
 
 
@@ -66,7 +73,17 @@ def test_install_writes_unit_secret_and_enablement(cli, root: Path, profile: Pat
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600
     import yaml
 
-    assert yaml.safe_load(secret.read_text()) == {"api-key": KEY}
+    data = yaml.safe_load(secret.read_text())
+    assert data["api-key"] == KEY
+    # a distinct random admin key, never printed: SGLang then refuses the clients' key on its admin endpoints
+    assert len(data["admin-api-key"]) >= 32 and data["admin-api-key"] != KEY
+    assert data["admin-api-key"] not in r.out + r.err
+    # the service user: created in the root's user database for real, owning the key file and working directory
+    users = (root / "etc/passwd").read_text()
+    uid = next(int(line.split(":")[2]) for line in users.splitlines() if line.startswith("kimi-serve:"))
+    assert secret.stat().st_uid == uid and (root / "var/lib/kimi-serve/server").stat().st_uid == uid
+    assert (root / "var/lib/kimi-serve").stat().st_uid == os.geteuid()  # kimi-serve's own state stays its owner's
+    assert "User=kimi-serve" in text
     wants = root / "etc/systemd/system/multi-user.target.wants/sglang-kimi.service"
     assert os.readlink(wants) == "/etc/systemd/system/sglang-kimi.service"  # real `systemctl --root enable`
     assert "sk-test" not in text and "sk-test" not in r.out + r.err
@@ -145,7 +162,7 @@ def test_invalid_profile_stops_before_any_write(cli, root: Path, write_profile) 
     bad = write_profile("extends: sim\nparsers:\n  tool_call: qwen25\n", name="bad")
     r = cli("install-service", "-p", str(bad), "--root", str(root))
     assert r.code == 2 and "parsers.tool_call" in r.err
-    assert list(root.iterdir()) == []
+    assert sorted(p.name for p in root.rglob("*")) == ["etc", "group", "passwd"]  # only the fixture's user database
 
 
 def test_status_reports_profile_records_and_hand_edits(cli, root: Path, profile: Path,

@@ -5,6 +5,7 @@ systemd and the simulator is tests/systemd/test_service_systemd.py.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -52,7 +53,10 @@ class ScriptedVerifier:
 
 
 def _plan(root: Path, write_profile, name: str, port: int) -> Plan:
-    profile = load_profile(str(write_profile(f"extends: sim\nserver:\n  port: {port}\n", name=name)))
+    # service.user root: no account changes here (tests/test_service_user.py covers them), so the recorded
+    # commands are systemctl's alone
+    profile = load_profile(str(write_profile(f"extends: sim\nserver:\n  port: {port}\nservice:\n  user: root\n",
+                                             name=name)))
     unit = render_unit(profile, validated_launch(profile), CTX)
     return Plan(profile, unit, ServicePaths(root, unit.name), False, (), True)
 
@@ -188,7 +192,7 @@ def test_restart_waits_for_a_full_30_minute_cold_start(tmp_path: Path) -> None:
     unit = render_unit(profile, validated_launch(profile), CTX)
     plan = Plan(profile, unit, ServicePaths(tmp_path, unit.name), False, (), True)
     runner = TimingRunner()
-    restart(plan, Systemd(runner, Path("/")), ScriptedVerifier([0]), {})
+    restart(plan, Systemd(runner, Path("/")), ScriptedVerifier([0]), {"KIMI_SERVE_ACCOUNTS_ROOT": os.environ["KIMI_SERVE_ACCOUNTS_ROOT"]})
     waited = runner.timeouts["restart"]
     timeout_start = int(next(line for line in unit.text.splitlines()
                              if line.startswith("TimeoutStartSec=")).split("=")[1])

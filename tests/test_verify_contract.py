@@ -195,7 +195,8 @@ def test_cli_json_report_is_stable(capsys) -> None:
     report = json.loads(out)
     assert code == 1
     assert list(report) == ["kind", "version", "ok", "exit_code", "findings", "status", "target", "model", "suite",
-                            "elapsed_s", "key_source", "readiness", "server", "error", "probes", "warnings"]
+                            "elapsed_s", "key_source", "readiness", "server", "error", "probes", "warnings", "checks",
+                            "listeners"]
     assert report["kind"] == "kimi-serve-verify" and report["version"] == 1
     assert report["status"] == "fail" and report["exit_code"] == 1
     assert report["target"] == f"http://{srv.host}"

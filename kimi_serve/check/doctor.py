@@ -70,6 +70,8 @@ class Host:
     port_problem: Callable[[str, int], str | None] = port_problem
     sglang_site: Callable[[str], Path] = _sglang_site
     state_dir: Path | None = None
+    accounts_root: Path = Path("/")  # whose etc/passwd holds service.user
+    dev_root: Path = Path("/dev")
 
     @classmethod
     def real(cls) -> Host:
@@ -277,7 +279,8 @@ def uses_gpus(p: Profile) -> bool:
     return p.engine == "sglang" and device != "cpu"
 
 
-def run_doctor(p: Profile, launch: Launch, host: Host | None = None) -> DoctorReport:
+def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service: bool = True) -> DoctorReport:
+    """``service``: also check service.user (the unit's user); `up` runs as the invoking user and says False."""
     host = host or Host.real()
     report = DoctorReport(display_path(p.source))
     checks = report.checks
@@ -299,6 +302,11 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None) -> DoctorRe
     checks += check_sglang(p, launch, host)
     checks.append(check_port(launch, host))
     checks += check_limits(host)
+    if not service:
+        return report
+    from kimi_serve.check.service_user import service_user_findings
+
+    checks += service_user_findings(p, accounts_root=host.accounts_root, dev_root=host.dev_root, gpus=uses_gpus(p))
     return report
 
 

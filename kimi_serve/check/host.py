@@ -6,8 +6,9 @@ import os
 from pathlib import Path
 
 from kimi_serve.check.facts import model_findings
+from kimi_serve.check.rules import admin_key_required
 from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
-from kimi_serve.core.keyfile import key_file_problem
+from kimi_serve.core.keyfile import admin_key_problem, key_file_problem
 from kimi_serve.profile.loader import Profile
 
 
@@ -36,6 +37,11 @@ def check_api_key_file(path: str | None, p: Profile) -> Finding:
     problem = key_file_problem(path)
     if problem:
         return Finding("host", key, FAIL, problem[0], problem[1], p.where(key))
+    if admin_key_required(p):
+        problem = admin_key_problem(path)
+        if problem:
+            return Finding("host", "server.admin_key", FAIL, problem[0], problem[1], p.where("server.admin_key"))
+        return Finding("host", key, PASS, f"API-key file {path} is private (0600) and holds a distinct admin key")
     return Finding("host", key, PASS, f"API-key file {path} is private (0600)")
 
 

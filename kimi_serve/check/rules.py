@@ -213,6 +213,28 @@ def rule_auth(p: Profile, launch: Launch) -> Iterator[Finding]:
                    "set server.api_key_file, or allow_unauthenticated: true, or host: 127.0.0.1")
 
 
+def admin_key_required(p: Profile) -> bool:
+    """Whether the key file must hold a distinct admin-api-key: ``server.admin_key``, ``auto`` meaning a keyed profile
+    on a non-loopback host (the host layer reads the file; this rule only sees the profile)."""
+    if p.server.admin_key == "auto":
+        return bool(p.server.api_key_file) and not _is_loopback(p.server.host)
+    return bool(p.server.admin_key == "required")
+
+
+def rule_admin_key(p: Profile, _: Launch) -> Iterator[Finding]:
+    """SGLang lets the clients' api-key into its ~43 ADMIN_OPTIONAL endpoints unless an admin-api-key is set."""
+    if not p.server.api_key_file:
+        yield _ok("server.admin_key", "no API key: admin endpoints follow server.host's reach")
+    elif p.server.admin_key == "none" and not _is_loopback(p.server.host):
+        yield _bad(p, "server.admin_key", f"binding {p.server.host} with one key for clients and admin: every client "
+                   "can update weights, load LoRA tensors, pause or slow the server",
+                   "set server.admin_key: required (or auto) and add 'admin-api-key: OTHER-KEY' to the key file")
+    elif admin_key_required(p):
+        yield _ok("server.admin_key", "the key file must hold a distinct admin-api-key (checked on the host)")
+    else:
+        yield _ok("server.admin_key", "loopback only: the clients' key may reach the admin endpoints")
+
+
 def rule_memory(p: Profile, _: Launch) -> Iterator[Finding]:
     implicit = [k for k in ("mem_fraction_static", "chunked_prefill_size", "cuda_graph_max_bs_decode")
                 if getattr(p.memory, k) is None]
@@ -246,7 +268,7 @@ def rule_flag_table(p: Profile, launch: Launch) -> Iterator[Finding]:
 
 RULES: tuple[Rule, ...] = (
     rule_parsers, rule_model, rule_parallel, rule_speculative, rule_patch_set, rule_patch_set_redact, rule_allreduce,
-    rule_auth, rule_memory, rule_flag_table,
+    rule_auth, rule_admin_key, rule_memory, rule_flag_table,
 )
 
 

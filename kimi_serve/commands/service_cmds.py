@@ -256,6 +256,9 @@ def _print_status(st: Status) -> None:
 
         rows.append(("INTERRUPTED", describe(st.interrupted)))
     rows += _monitor_rows(st)
+    if st.listeners is not None:
+        rows.append(("listening", ", ".join(f"{x.endpoint} ({x.command})" for x in st.listeners) or "nothing"))
+    rows += [("stray", f.line()) for f in st.listener_findings if f.status == "warn"]
     for label, value in rows:
         typer.echo(f"{label + ':':13} {value}")
 

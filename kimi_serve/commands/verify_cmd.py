@@ -40,6 +40,9 @@ def verify(
     timeout: float = typer.Option(180.0, "--timeout", min=1.0, help="Seconds allowed for all probes together."),
     suite: Suite = typer.Option(Suite.quick, "--suite", help="quick: tool + reasoning; full adds instant, parallel, "
                                 "tool-result, 8 KB argument, raw + lossless; raw: /generate only (docs/raw-path.md)."),
+    expect_listener: list[int] = typer.Option([], "--expect-listener", min=1, max=65535, help="A port besides the "
+                                              "API port the server may listen on beyond loopback (repeatable; "
+                                              "e.g. a separate metrics or multi-node port)."),
     as_json: bool = typer.Option(False, "--json", help="Write the JSON report (docs/verify.md) to stdout."),
     max_tokens: int | None = typer.Option(None, "--max-tokens", min=16, help="Cap each probe's max_tokens "
                                           "(monitoring keeps checks light)."),
@@ -52,7 +55,11 @@ def verify(
     root: Path = typer.Option(Path("/"), "--root", help="With --unit-name: the root whose var/lib/kimi-serve holds "
                               "the history (as status --root)."),
 ) -> int:
-    """Check that the server answers tool prompts with structured tool_calls and reasoning in reasoning_content."""
+    """Check that the server answers tool prompts with structured tool_calls and reasoning in reasoning_content.
+
+    Then the least-privilege checks: the API key must not open SGLang's admin endpoints (admin_open_to_clients fails
+    verify), and the server's processes should not listen beyond loopback except on the API port (stray_listener warns).
+    """
     from kimi_serve.core.faults import checkpoint
     from kimi_serve.verify import parse_target, resolve_key, run_verify
     from kimi_serve.verify.render import render_lines, render_table
@@ -68,10 +75,11 @@ def verify(
         unit = unit_file_name(unit_name, "--unit-name") if unit_name else None
         report = run_monitored(host, Monitoring(metrics_file, unit, profile, root), api_key=key.value, model=model,
                                wait=wait, timeout=timeout, suite=suite.value, max_tokens=max_tokens, progress=progress,
-                               key_source=key.source)
+                               key_source=key.source, expected_ports=tuple(expect_listener))
     else:
         report = run_verify(target, api_key=key.value, key_source=key.source, model=model, wait=wait,
-                            timeout=timeout, suite=suite.value, progress=progress, max_tokens=max_tokens)
+                            timeout=timeout, suite=suite.value, progress=progress, max_tokens=max_tokens,
+                            expected_ports=tuple(expect_listener))
     if as_json:
         typer.echo(report.to_json())
     else:

@@ -37,6 +37,40 @@ def key_file_problem(path: str | Path) -> tuple[str, str] | None:
     return None
 
 
+def new_admin_key() -> str:
+    """A fresh random admin key (SGLang's ``admin-api-key``): it never leaves the key file."""
+    import secrets
+
+    return secrets.token_urlsafe(32)
+
+
+def admin_key_problem(path: str | Path) -> tuple[str, str] | None:
+    """``(what is wrong, the fix)`` when the (readable, private) key file at ``path`` has no ``admin-api-key`` distinct
+    from its ``api-key``: then SGLang lets the clients' key into its ADMIN_OPTIONAL endpoints. None when it has one."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        data = None
+    if not isinstance(data, dict):
+        return (f"API-key file {path} has no admin-api-key (not a YAML mapping)",
+                f"write it as two lines 'api-key: KEY' and 'admin-api-key: OTHER-KEY' ({ADMIN_KEY_HINT})")
+    admin = data.get("admin-api-key", data.get("admin_api_key"))
+    if admin is None or not str(admin).strip():
+        return (f"API-key file {path} has no admin-api-key: SGLang then accepts the clients' key on its admin "
+                "endpoints (weights, LoRA, pause, profiling)",
+                f"add a line 'admin-api-key: OTHER-KEY' ({ADMIN_KEY_HINT})")
+    client = data.get("api-key", data.get("api_key"))
+    if client is not None and str(client).strip() == str(admin).strip():
+        return (f"API-key file {path}: admin-api-key equals api-key, so every client holds the admin key",
+                f"use a distinct admin-api-key ({ADMIN_KEY_HINT})")
+    return None
+
+
+ADMIN_KEY_HINT = "e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
 def render_key_file(api_key: str, admin_api_key: str | None = None) -> str:
     """The text of a key file SGLang reads with ``--config``."""
     import yaml

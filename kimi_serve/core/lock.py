@@ -73,7 +73,13 @@ def host_lock(command: str, *, state_dir: Path | None = None, wait: bool = False
                 break
             except BlockingIOError:
                 if not wait or (deadline is not None and time.monotonic() > deadline):
-                    raise KimiServeError(f"{_describe(holder(path))} is changing this host", where=str(path),
+                    info = holder(path)
+                    for _ in range(20):  # the holder writes its name just after taking the lock
+                        if info:
+                            break
+                        time.sleep(0.05)
+                        info = holder(path)
+                    raise KimiServeError(f"{_describe(info)} is changing this host", where=str(path),
                                          hint="wait for it to finish, or pass --wait-lock",
                                          exit_code=ExitCode.LOCKED) from None
                 time.sleep(0.2)

@@ -18,6 +18,7 @@ PROFILE_PATH_ENV = "KIMI_SERVE_PROFILE_PATH"  # extra profile folders, ':'-separ
 SGLANG_PYTHON_ENV = "KIMI_SERVE_SGLANG_PYTHON"  # an interpreter that can import sglang (the CPU venv in CI)
 SGLANG_WHEEL_ENV = "KIMI_SERVE_SGLANG_WHEEL"  # the pinned sglang wheel, for the offline patch check
 WHEEL_CACHE_ENV = "KIMI_SERVE_WHEEL_CACHE"  # where scripts/fetch-sglang-wheel.sh keeps that wheel
+ACCOUNTS_ROOT_ENV = "KIMI_SERVE_ACCOUNTS_ROOT"  # the root whose etc/passwd holds service.user (default /)
 API_KEY_ENV = "KIMI_SERVE_API_KEY"  # verify's key when no --api-key and no profile key file is given
 UV_ENV = "KIMI_SERVE_UV"  # the uv binary `engine install` uses (else PATH, else next to this interpreter)
 # TEST HOOK (kimi_serve.core.faults), never set in production: comma-separated "kill-at=N" (SIGKILL this process at
@@ -41,6 +42,7 @@ class Settings:
     api_key: str | None = None
     uv: str | None = None
     test_hook: str | None = None
+    accounts_root: Path = Path("/")
 
     @property
     def wheel_cache_dir(self) -> Path:
@@ -65,6 +67,7 @@ def from_env(environ: Mapping[str, str]) -> Settings:
         api_key=get(API_KEY_ENV),
         uv=get(UV_ENV),
         test_hook=get(TEST_HOOK_ENV),
+        accounts_root=Path(get(ACCOUNTS_ROOT_ENV) or "/"),
     )
 
 

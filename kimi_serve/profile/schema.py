@@ -123,6 +123,12 @@ SECTIONS: dict[str, dict[str, Key]] = {
             "path", "Root-only (0600) YAML file `api-key: KEY`, passed to SGLang as --config FILE so the key is "
             "never on a command line or in the unit.",
         ),
+        "admin_key": Key(
+            "str", "Whether server.api_key_file must also hold a distinct `admin-api-key` (SGLang then refuses the "
+            "clients' key on its ADMIN_OPTIONAL endpoints: weight updates, LoRA, pause, profiling, ...). `auto`: "
+            "required when the profile has a key file and binds a non-loopback host; `none` on such a host fails "
+            "`check`.", default="auto", choices=("auto", "required", "none"), nullable=False,
+        ),
         "log_level": Key("str", "SGLang log level.", default="info",
                          choices=("debug", "info", "warning", "error", "critical"), nullable=False),
         "enable_metrics": Key("bool", "Expose Prometheus /metrics.", default=True, nullable=False),
@@ -158,9 +164,17 @@ SECTIONS: dict[str, dict[str, Key]] = {
     },
     "service": {
         "unit_name": Key("str", "systemd unit name (without .service).", default="sglang-kimi", nullable=False),
-        "user": Key("str", "User the service runs as.", default="root", nullable=False),
-        "working_directory": Key("path", "Working directory of the service.", default="/var/lib/kimi-serve",
-                                 nullable=False),
+        "user": Key("str", "User the service runs as: a dedicated system user that install-service creates if absent "
+                    "(in the groups owning /dev/nvidia*, owning the key file and the state/cache directories, "
+                    "reading the model). root is allowed but not recommended.", default="kimi-serve",
+                    nullable=False),
+        "hardening": Key("str", "systemd sandboxing of the unit (docs/systemd.md): `strict` (exposure <= 5.0), "
+                         "`relaxed` (exposure 5.0: drops what a host may trip on: syscall filter, device policy, "
+                         "namespace and address-family limits) or `off` (quoted: YAML reads a bare off as "
+                         "false).", default="strict", choices=("strict", "relaxed", "off"), nullable=False),
+        "working_directory": Key("path", "Working directory (and home) of the service, owned by service.user; not "
+                                 "kimi-serve's own state root, which stays root's.",
+                                 default="/var/lib/kimi-serve/server", nullable=False),
         "stop_timeout": Key("int", "Seconds SGLang gets to drain after SIGTERM before SIGKILL.", default=120,
                             min=5, max=3600, nullable=False),
         "limit_nofile": Key("int", "LimitNOFILE for the service.", default=1_048_576, min=1024, nullable=False),

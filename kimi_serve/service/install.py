@@ -9,7 +9,6 @@ a ``Verifier``. The smoke-tested restart with rollback is :mod:`kimi_serve.servi
 from __future__ import annotations
 
 import contextlib
-import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,13 +17,14 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
-from kimi_serve.core.findings import FAIL, Finding
-from kimi_serve.core.keyfile import SUFFIXES, render_key_file
+from kimi_serve.core.findings import Finding
 from kimi_serve.core.proc import Completed
-from kimi_serve.core.settings import API_KEY_ENV
+from kimi_serve.core.settings import API_KEY_ENV, from_env
 from kimi_serve.profile.loader import Profile
+from kimi_serve.service import account
 from kimi_serve.service import monitor_units as mon
 from kimi_serve.service.preflight import check_for_service, host_step, refuse_other_profile
+from kimi_serve.service.secret import create_secret, needs_secret
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic, write_record
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.timeouts import restart_wait_sec
@@ -146,7 +146,7 @@ def plan_install(profile_name: str, *, root: Path, unit_name: str | None, now: b
     early = load_profile(profile_name, sets)  # the key file first: before the slow layers and any contract run
     early_paths = ServicePaths(root, unit_file_name(unit_name or early.service.unit_name, "--unit-name"))
     found: list[Finding] = []
-    host_step(preview, found, lambda: _needs_secret(early, early_paths, environ), False)
+    host_step(preview, found, lambda: needs_secret(early, early_paths, environ), False)
     profile, launch, findings = check_for_service(profile_name, contract=contract, sets=sets, preview=preview)
     name = unit_file_name(unit_name, "--unit-name") if unit_name else None
     unit = render_unit(profile, launch, ctx, unit_name=name)
@@ -162,7 +162,7 @@ def plan_install(profile_name: str, *, root: Path, unit_name: str | None, now: b
     monitor = mon.render_monitor(profile, launch, ctx, unit.name)
     if monitor is not None:
         host_step(preview, found, lambda: mon.analyze_together(systemd, list(monitor.files)), None)
-    create = host_step(preview, [], lambda: _needs_secret(profile, paths, environ), False)
+    create = host_step(preview, [], lambda: needs_secret(profile, paths, environ), False)
     return Plan(profile, unit, paths, create, tuple(findings + found), now, monitor)
 
 
@@ -187,36 +187,14 @@ def analyze(systemd: Systemd, unit: RenderedUnit) -> None:
                              hint="fix the profile value it names", exit_code=ExitCode.FAILED)
 
 
-def _needs_secret(profile: Profile, paths: ServicePaths, environ: Mapping[str, str]) -> bool:
-    """Whether install must create the API-key file; raises when it is missing and cannot be created."""
-    secret = profile.server.api_key_file
-    if secret is None:
-        return False
-    where = profile.where("server.api_key_file")
-    if paths.under_root(secret).exists():
-        from kimi_serve.check.host import check_api_key_file
-
-        finding = check_api_key_file(str(paths.under_root(secret)), profile)
-        if finding.status == FAIL:
-            raise KimiServeError(finding.message, where=finding.where, hint=finding.fix, exit_code=ExitCode.FAILED)
-        return False
-    if not environ.get(API_KEY_ENV, "").strip():
-        raise KimiServeError(f"API-key file {paths.under_root(secret)} does not exist", where=where,
-                             hint=f"set ${API_KEY_ENV} and install-service creates it (0600), or create it: "
-                                  f"install -m 600 /dev/null {paths.under_root(secret)}, then write 'api-key: KEY'",
-                             exit_code=ExitCode.FAILED)
-    if not secret.endswith(SUFFIXES):
-        raise KimiServeError(f"{secret}: SGLang's --config accepts only .yaml/.yml files", where=where,
-                             hint="name it e.g. /etc/kimi-serve/secrets.yaml")
-    return True
-
-
 def planned_actions(plan: Plan, systemd: Systemd) -> list[str]:
     """What applying ``plan`` does, in order (``--dry-run`` prints these)."""
     p = plan.paths
-    actions = []
+    actions: list[str] = []
     if plan.create_secret:
-        actions.append(f"create {plan.profile.server.api_key_file} (mode 0600) with the key from ${API_KEY_ENV}")
+        admin = " and a new random admin-api-key" if plan.profile.server.admin_key != "none" else ""
+        actions.append(f"create {plan.profile.server.api_key_file} (mode 0600) with the key from ${API_KEY_ENV}{admin}")
+    actions += account.planned(plan.profile.service.user, *account.roots(p.root, systemd.live, Path("/")))
     actions.append(f"create working directory {plan.profile.service.working_directory} if missing")
     if p.unit_file.exists():
         actions.append(f"keep the current unit as {p.previous_unit}")
@@ -251,11 +229,19 @@ def write_unit(plan: Plan, systemd: Systemd, result: Result, environ: Mapping[st
     """Secret (if planned), working dir, unit file (keeping the previous one), daemon-reload, enable."""
     p, profile = plan.paths, plan.profile
     checkpoint("service.write.start")
+    user, roots = profile.service.user, account.roots(p.root, systemd.live, from_env(environ).accounts_root)
+    owner, done = account.ensure(user, profile.service.working_directory, accounts_root=roots[0], dev_root=roots[1],
+                                 runner=systemd.runner)
+    for action in done:
+        result.add(action, "done")
     if plan.create_secret and profile.server.api_key_file:
-        _create_secret(p.under_root(profile.server.api_key_file), profile, environ.get(API_KEY_ENV, ""))
+        create_secret(p.under_root(profile.server.api_key_file), profile, environ.get(API_KEY_ENV, ""))
         result.add(f"create {profile.server.api_key_file} (0600)", "done")
     p.under_root(profile.service.working_directory).mkdir(parents=True, exist_ok=True)
     checkpoint("service.write.workdir")
+    owned = [p.under_root(f) for f in (profile.server.api_key_file, profile.service.working_directory) if f]
+    for action in account.hand_over(owner, owned):  # SGLang, running as that user, reads the key file
+        result.add(action, "done")
     current = read_text(p.unit_file)
     if current is not None:
         write_atomic(p.previous_unit, current)
@@ -269,15 +255,6 @@ def write_unit(plan: Plan, systemd: Systemd, result: Result, environ: Mapping[st
     must(result, f"systemctl enable {p.unit}", systemd.enable(p.unit))
     checkpoint("service.write.enabled")
     mon.enable_monitor(plan.monitor, p, systemd, lambda a, d: must(result, a, d), result.add, start=False)
-
-
-def _create_secret(path: Path, profile: Profile, key: str) -> None:
-    key = key.strip()
-    if any(c in key for c in "\r\n\0"):
-        raise KimiServeError(f"${API_KEY_ENV} spans several lines", where=API_KEY_ENV, hint="set it to the key alone")
-    write_atomic(path, render_key_file(key), 0o600)
-    if profile.service.user != "root":
-        shutil.chown(path, user=profile.service.user)  # SGLang, running as that user, reads it
 
 
 def journal_scope(plan: Plan, systemd: Systemd, op: str) -> contextlib.AbstractContextManager[None]:

@@ -40,13 +40,15 @@ class Monitoring:
 
 def run_monitored(host: str, monitoring: Monitoring, *, api_key: str | None, model: str | None, wait: float,
                   timeout: float, suite: str, max_tokens: int | None,
-                  progress: Progress | None = None, key_source: str | None = None) -> VerifyReport:
+                  progress: Progress | None = None, key_source: str | None = None,
+                  expected_ports: tuple[int, ...] = ()) -> VerifyReport:
     target = parse_target(host)
     lock = monitoring.lock_target()
     with run_lock(lock) if lock is not None else contextlib.nullcontext():
         started = time.time()
         report = run_verify(target, api_key=api_key, model=model, wait=wait, timeout=timeout, suite=suite,
-                            progress=progress, max_tokens=max_tokens, key_source=key_source)
+                            progress=progress, max_tokens=max_tokens, key_source=key_source,
+                            expected_ports=expected_ports)
         finished = time.time()
         labels = {"profile": monitoring.profile, "endpoint": target.base_url}
         if monitoring.metrics_file is not None:

@@ -35,6 +35,8 @@ class Status:
     interrupted: dict[str, Any] | None = None  # the journal of a change killed part-way (service.journal)
     monitor: dict[str, Any] | None = None  # history.summary(): last checks, when the contract last held, broken for
     timer: dict[str, Any] | None = None  # the verify timer: its unit and state (None: not installed)
+    listeners: list[Any] | None = None  # verify.listeners.Listener of the server's process tree; None: not checked
+    listener_findings: list[Any] = field(default_factory=list)  # stray_listener warnings, or why not checked
 
     @property
     def exit_code(self) -> ExitCode:
@@ -53,6 +55,8 @@ class Status:
             "state": self.state or None, "state_error": self.state_error or None, "health": self.health or None,
             "last_verify": self.last_verify, "last_good": self.last_good, "monitor": self.monitor,
             "timer": self.timer, "exit_code": int(self.exit_code),
+            "listeners": [x.to_json() for x in self.listeners] if self.listeners is not None else None,
+            "listener_findings": [f.to_json() for f in self.listener_findings],
             "interrupted": ({"op": self.interrupted.get("op"), "pid": self.interrupted.get("pid"),
                              "started_at": self.interrupted.get("started_at")} if self.interrupted else None),
         }
@@ -82,7 +86,23 @@ def status(paths: ServicePaths, systemd: Systemd) -> Status:
         st.state_error = shown.describe()
     if st.marker and st.state.get("ActiveState") in ("active", "activating", "reloading"):
         st.health = _health(st.marker.endpoint)
+        st.listeners, st.listener_findings = _listeners(st.marker.endpoint)
     return st
+
+
+def _listeners(endpoint: str) -> tuple[list[Any] | None, list[Any]]:
+    """The sockets the server's process tree listens on, and a warning per one beyond loopback besides the API port."""
+    from urllib.parse import urlsplit
+
+    from kimi_serve.core.findings import SKIP
+    from kimi_serve.verify import parse_target
+    from kimi_serve.verify.listeners import check_listeners
+
+    port = urlsplit(parse_target(endpoint).base_url).port
+    if port is None:
+        return None, []
+    listeners, findings = check_listeners(port)
+    return (None if findings[0].status == SKIP else listeners), findings
 
 
 def _health(endpoint: str) -> str:

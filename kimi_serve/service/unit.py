@@ -29,6 +29,7 @@ from kimi_serve.core.resources import package_root, resource_dir
 from kimi_serve.core.settings import with_pythonpath
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
+from kimi_serve.service.hardening import CACHE_NAME, cache_environment, protect_home, sandbox
 from kimi_serve.service.timeouts import RESTART_SEC, START_LIMIT_BURST, start_limit_interval_sec, start_timeout_sec
 
 TEMPLATE = "sglang-kimi.service.j2"
@@ -120,9 +121,10 @@ def environment_line(name: str, value: str, where: str) -> str:
 
 
 def unit_environment(profile: Profile, launch: Launch, ctx: UnitContext) -> dict[str, str]:
-    """The service environment: the launch's, plus unbuffered Python output (journald reads a pipe) and, for the
-    simulator engine, kimi-serve's package on PYTHONPATH (the SGLang interpreter does not have it installed)."""
-    env = dict(launch.env)
+    """The service environment: the launch's, plus the JIT caches in the unit's CacheDirectory, unbuffered Python
+    output (journald reads a pipe) and, for the simulator engine, kimi-serve's package on PYTHONPATH (the SGLang
+    interpreter does not have it installed)."""
+    env = cache_environment(dict(launch.env))
     env.setdefault("PYTHONUNBUFFERED", "1")
     if profile.engine == "simulator":  # the launch put this process's package root there: the unit's is ctx's
         env = with_pythonpath({**env, "PYTHONPATH": profile.env.get("PYTHONPATH", "")}, ctx.package_root)
@@ -166,6 +168,9 @@ def render_unit(profile: Profile, launch: Launch, ctx: UnitContext, unit_name: s
         "limit_nofile": profile.service.limit_nofile,
         "limit_memlock": _limit(profile.service.limit_memlock, profile.where("service.limit_memlock")),
         "syslog_identifier": name.removesuffix(".service"),
+        "cache_directory": CACHE_NAME,
+        "hardening_level": profile.service.hardening,
+        "hardening": [f"{k}={v}" for k, v in _sandbox(profile, launch, ctx)],
     }
     loader = jinja2.FileSystemLoader(str(resource_dir("systemd")))
     template = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
@@ -178,6 +183,16 @@ def render_unit(profile: Profile, launch: Launch, ctx: UnitContext, unit_name: s
               "endpoint": launch.endpoint, "sha256": digest}
     marker = " ".join([MARKER_PREFIX] + [f"{k}={_marker_value(v)}" for k, v in fields.items()])
     return RenderedUnit(name=name, text=f"{marker}\n{body}", sha256=digest)
+
+
+def _sandbox(profile: Profile, launch: Launch, ctx: UnitContext) -> list[tuple[str, str]]:
+    """The sandbox lines (:mod:`kimi_serve.service.hardening`); ProtectHome= is read-only when the interpreter,
+    kimi-serve or the model live under a home directory."""
+    used = [launch.argv[0], ctx.kimi_serve, ctx.package_root, profile.model.path or "",
+            profile.speculative.draft_model_path or "", profile.service.working_directory]
+    where = profile.where("service.working_directory")
+    return sandbox(profile.service.hardening, [_specifiers(profile.service.working_directory, where)],
+                   protect_home(used))
 
 
 def _specifiers(value: str, where: str) -> str:

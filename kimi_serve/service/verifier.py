@@ -39,6 +39,9 @@ def verify_summary(done: Completed) -> str:
         bad = [p for p in report.get("probes", []) if p.get("status") != "pass"]
         if bad:
             return f"{bad[0]['probe']} ({bad[0]['mode']}): {bad[0]['findings'][0]['message']}"
+        failed_checks = [c for c in report.get("checks", []) if c.get("status") == "fail"]
+        if failed_checks:  # the probes passed, a least-privilege check failed
+            return f"{failed_checks[0]['message']} (fix: {failed_checks[0]['fix']})"
         if done.rc == 0:
             return f"contract holds: {len(report.get('probes', []))} probes passed ({report.get('model') or 'model'})"
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):

@@ -72,7 +72,7 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
     from sglang.srt.managers.io_struct import GenerateReqInput
     from sglang.srt.parser.template_manager import TemplateManager
     from sglang.srt.runtime_context import get_serving
-    from sglang.srt.utils.auth import add_api_key_middleware
+    from sglang.srt.utils.auth import AuthLevel, add_api_key_middleware, auth_level
     from sglang.srt.utils.json_response import model_json_response
     from sglang.version import __version__
 
@@ -170,6 +170,13 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
                 "message": f"The model '{model}' does not exist", "type": "invalid_request_error",
                 "param": "model", "code": "model_not_found"}})
         return model_json_response(ModelCard(id=model, root=model, max_model_len=model_config.context_len))
+
+    @app.get("/remote_instance_transfer_engine_info")
+    @auth_level(AuthLevel.ADMIN_OPTIONAL)
+    async def remote_instance_transfer_engine_info(rank: int | None = None) -> Any:
+        """One of SGLang's ADMIN_OPTIONAL endpoints, with its auth level: the one `verify` asks (no rank: 400)."""
+        return ORJSONResponse({"error": {"message": "Missing or invalid rank parameter" if rank is None or rank < 0
+                                         else "the simulator has no transfer engine"}}, status_code=400)
 
     @app.post("/v1/chat/completions", dependencies=[Depends(json_only)])
     async def chat_completions(request: ChatCompletionRequest, raw_request: Request) -> Any:

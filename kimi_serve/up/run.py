@@ -42,7 +42,7 @@ def preflight(profile: Profile, launch: Launch, console: Console, host: Any = No
     """The doctor checks; a failing one stops `up` before anything starts (exit 5)."""
     from kimi_serve.check.doctor import run_doctor
 
-    report = run_doctor(profile, launch, host)
+    report = run_doctor(profile, launch, host, service=False)  # up runs as you, not as service.user
     for c in report.checks:
         if c.status in (WARN, FAIL):
             console.info(f"preflight {c.status}: {c.code}: {c.line()}")

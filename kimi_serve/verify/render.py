@@ -13,6 +13,10 @@ def _summary(report: VerifyReport) -> str:
         return f"verify: {what}: {report.error.line()}"
     failed = [p for p in report.probes if not p.passed]
     total = len(report.probes)
+    bad_checks = [c for c in report.checks if c.status == "fail"]
+    if not failed and bad_checks:
+        return (f"verify: contract holds ({total}/{total} probes) but least privilege VIOLATED: "
+                f"{bad_checks[0].line()}")
     if not failed:
         return f"verify: contract holds ({total}/{total} probes passed in {report.elapsed_s:.1f}s)"
     if report.exit_code == 3:
@@ -29,6 +33,13 @@ def _warnings(report: VerifyReport) -> list[str]:
     return probe + [f"WARN {f.code}: {f.line()}" for f in report.warnings]
 
 
+def _check_lines(report: VerifyReport) -> list[str]:
+    lines = [f"{c.status.upper()} {c.code}: {c.line()}" for c in report.checks]
+    for lst in report.listeners or []:
+        lines.append(f"     listener {lst.endpoint} pid {lst.pid} ({lst.command})")
+    return lines
+
+
 def render_lines(report: VerifyReport) -> str:
     """One line per probe and mode (plus one per extra finding), then the summary; for logs and pipes."""
     lines = [_header(report)]
@@ -37,6 +48,7 @@ def render_lines(report: VerifyReport) -> str:
         lines.append((f"{head}: {p.detail}" if p.detail else head) if p.passed else f"{head}: {p.findings[0].line()}")
         lines.extend(f"     {p.probe} {p.mode}: {f.line()}" for f in p.findings[1:])
     lines.extend(_warnings(report))
+    lines.extend(_check_lines(report))
     lines.append(_summary(report))
     return "\n".join(lines)
 
@@ -60,5 +72,7 @@ def render_table(report: VerifyReport) -> str:
             for p in failed:
                 lines.extend(f"{p.probe}/{p.mode}: {f.line()}" for f in p.findings)
     lines.extend(_warnings(report))
+    if report.checks:
+        lines += ["", *_check_lines(report)]
     lines.append(_summary(report))
     return "\n".join(lines)

@@ -86,6 +86,8 @@ class VerifyReport:
     elapsed_s: float = 0.0
     key_source: str = "none"  # where the API key came from (target.ApiKey.source); never the key
     warnings: list[Finding] = field(default_factory=list)  # faults that do not break the contract (e.g. a key leak)
+    checks: list[Finding] = field(default_factory=list)  # least privilege (verify/privilege.py): pass/warn/fail/skip
+    listeners: list[Any] | None = None  # verify.listeners.Listener of the server's process tree; None: not checked
 
     @property
     def exit_code(self) -> int:
@@ -95,6 +97,8 @@ class VerifyReport:
             return int(ExitCode.FAILED)
         if any(p.unreachable for p in self.probes):
             return int(ExitCode.UNREACHABLE)
+        if any(c.status == FAIL for c in self.checks):
+            return int(ExitCode.FAILED)
         return int(ExitCode.OK)
 
     @property
@@ -121,6 +125,8 @@ class VerifyReport:
             "error": finding_json(self.error) if self.error else None,
             "probes": [p.to_dict() for p in self.probes],
             "warnings": [finding_json(f) for f in self.warnings],
+            "checks": [{"status": c.status, **finding_json(c)} for c in self.checks],
+            "listeners": [lst.to_json() for lst in self.listeners] if self.listeners is not None else None,
         }
 
     def to_json(self) -> str:

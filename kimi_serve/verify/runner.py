@@ -142,14 +142,15 @@ def _name_key_source(finding: Finding, source: str) -> Finding:
 def run_verify(target: Target | str, *, api_key: str | None = None, model: str | None = None, wait: float = 0.0,
                timeout: float = DEFAULT_TIMEOUT, suite: str = "quick",
                progress: Progress | None = None, key_source: str | None = None,
-               max_tokens: int | None = None) -> VerifyReport:
+               max_tokens: int | None = None, expected_ports: tuple[int, ...] = ()) -> VerifyReport:
     """Check that the server at ``target`` keeps the Kimi API contract; never prints, never raises for server faults.
 
     ``wait``: seconds to wait for readiness (0 = check once). ``timeout``: the limit for everything after readiness.
     ``progress`` receives readiness phases. ``key_source`` names where ``api_key`` came from, for the report
     (:attr:`kimi_serve.verify.target.ApiKey.source`; default "caller" when a key is given, else "none").
-    ``max_tokens`` caps every probe's max_tokens (monitoring keeps runs light).
-    The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
+    ``max_tokens`` caps every probe's max_tokens (monitoring keeps runs light). After the probes come the
+    least-privilege checks (admin endpoints, stray listeners; ``expected_ports``: listeners beyond loopback besides
+    the API port that are fine). The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
     probes = suite_probes(suite)
@@ -213,5 +214,9 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
         for (probe, mode, _), extra in zip(extras, extra_futures, strict=True):
             report.probes.append(extra.result() if extra.done() else ProbeResult(probe.name, mode, timeout, (
                 problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"),)))
+    from kimi_serve.verify.privilege import privilege_checks
+
+    report.checks, report.listeners = privilege_checks(target, api_key, max(deadline, time.monotonic() + POLL_TIMEOUT),
+                                                       expected_ports)
     report.elapsed_s = time.monotonic() - started
     return report

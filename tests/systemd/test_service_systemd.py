@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -83,6 +84,22 @@ def _environ_of(argv: list[str]) -> dict[str, str]:
     return {}
 
 
+def _uid_of(root: str, user: str) -> int:
+    line = next(x for x in Path(root, "etc/passwd").read_text().splitlines() if x.startswith(f"{user}:"))
+    return int(line.split(":")[2])
+
+
+def _status_of(argv: list[str]) -> dict[str, str]:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1] == [a.encode() for a in argv]:
+                rows = Path(f"/proc/{pid}/status").read_text().splitlines()
+                return dict(r.split(":\t", 1) for r in rows if ":\t" in r)
+        except OSError:
+            continue
+    return {}
+
+
 def _secret_in_any_cmdline() -> bool:
     needle = KEY.encode()
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -117,7 +134,12 @@ def test_install_restart_rollback_uninstall(sandbox: Any, sglang_python: str, tm
     good2 = profile("good2", base + "model:\n  served_name: kimi-k2.5-second\n")
     broken = profile("broken", f"extends: good2\nserver:\n  port: {stranger_port}\n")
     kimi = UnitContext.detect().kimi_serve
-    env = {"KIMI_SERVE_SGLANG_PYTHON": sglang_python}
+    # service.user (kimi-serve, prod's default) is created by install-service in the CONTAINER's user database, seen
+    # from the host through /proc/LEADER/root (the host's /etc is never touched). CI keeps the interpreters under
+    # /root (0700): let the service user traverse it, inside the container only (its overlay).
+    container_root = f"/proc/{sandbox.leader}/root"
+    env = {"KIMI_SERVE_SGLANG_PYTHON": sglang_python, "KIMI_SERVE_ACCOUNTS_ROOT": container_root}
+    subprocess.run(["nsenter", "-t", str(sandbox.leader), "-m", "--", "chmod", "711", "/root"], check=True)
 
     def cli(*args: str, **extra_env: str) -> tuple[int, str, str]:
         done = sandbox.run([kimi, *args], env={**env, **extra_env})
@@ -136,6 +158,13 @@ def test_install_restart_rollback_uninstall(sandbox: Any, sglang_python: str, tm
     launch = validated_launch(load_profile(str(good)))
     assert _main_argv(port) == list(launch.argv)
     assert _environ_of(list(launch.argv)).get("KIMI_TEST_VALUE") == HOSTILE
+    # as the dedicated service user, under the strict sandbox (no new privileges, a seccomp filter, no capabilities)
+    uid = _uid_of(container_root, "kimi-serve")
+    status = _status_of(list(launch.argv))
+    assert status["Uid"].split()[0] == str(uid) != "0", status
+    assert (status["NoNewPrivs"], status["Seccomp"], status["CapEff"]) == ("1", "2", "0000000000000000"), status
+    owner = sandbox.run(["stat", "-c", "%u", SECRET])
+    assert owner.stdout.strip() == str(uid), owner.stderr  # it owns the key file
     assert _served(port, KEY).json()["data"][0]["id"] == HOSTILE
     # the key: in the 0600 file only; not in the unit, not on any command line, and required by the server
     unit_text = Path(f"/etc/systemd/system/{UNIT}")  # read through the sandbox: the host path is a scratch bind
@@ -168,6 +197,9 @@ def test_install_restart_rollback_uninstall(sandbox: Any, sglang_python: str, tm
     assert (st["profile"], st["health"], st["state"]["ActiveState"]) == ("good2", "ready", "active")
     assert st["last_verify"]["status"] == "pass" and st["last_good"]["profile"] == "good2"
     assert st["edited_since_install"] is False
+    # the sockets the server's process tree listens on: the simulator is one process, on the API port only
+    assert [(x["port"], x["loopback"]) for x in st["listeners"]] == [(port, True)], st["listeners"]
+    assert st["listener_findings"][0]["status"] == "pass"
 
     # 5. uninstall: stopped, disabled, gone
     rc, out, err = cli("uninstall-service", "--unit-name", UNIT)

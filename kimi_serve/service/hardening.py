@@ -1,0 +1,90 @@
+"""The unit's systemd sandbox (``service.hardening``: strict | relaxed | off) and the writable cache directories that
+CUDA, Triton, FlashInfer, torch and Hugging Face JIT-compile into under it. docs/systemd.md explains every option,
+what it protects, and why each option systemd-analyze would also like is left out.
+
+The sandbox must leave a GPU server working: the NVIDIA device nodes (``DeviceAllow=``), /dev/shm for NCCL's and
+torch's shared memory (``ProtectSystem=strict`` leaves /dev writable), netlink for NCCL's interface discovery, W+X
+memory for the JITs (no ``MemoryDenyWriteExecute=``), pidfd_getfd for CUDA/torch IPC of memory handles (torch
+symmetric memory, expandable segments), the device groups (no ``PrivateUsers=``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+CACHE_NAME = "kimi-serve"  # CacheDirectory=: /var/cache/kimi-serve, created and owned by systemd for User=
+CACHE_ROOT = f"/var/cache/{CACHE_NAME}"
+LEVELS = ("strict", "relaxed", "off")
+_HOME_TREES = ("/home/", "/root/", "/run/user/")
+
+# (variable, path under the cache root): where each JIT or download cache goes instead of $HOME.
+CACHE_ENV = (
+    ("XDG_CACHE_HOME", ""),  # the fallback of most of the below, and pip/torch hub
+    ("TRITON_CACHE_DIR", "triton"),  # Triton kernels (triton/knobs.py: TRITON_CACHE_DIR, else ~/.triton/cache)
+    ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),  # FlashInfer JIT: $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer
+    ("SGLANG_CACHE_DIR", "sglang"),  # SGLang's own (environ.py: SGLANG_CACHE_DIR, else ~/.cache/sglang)
+    ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"),  # torch.compile / inductor
+    ("CUDA_CACHE_PATH", "nv"),  # the CUDA driver's PTX JIT cache (else ~/.nv/ComputeCache)
+    ("HF_HOME", "huggingface"),  # trust_remote_code copies the model's Python here (modules/)
+)
+
+# NVIDIA's character devices by /proc/devices group: nvidia0..N + nvidiactl + nvidia-modeset (frontend), the unified
+# memory driver, and the capability nodes (MIG, fabric).
+GPU_DEVICES = ("char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw")
+
+# torch and CUDA fetch memory-handle fds from peer ranks with pidfd_getfd (in @debug); everything else a GPU server
+# calls is in @system-service.
+SYSCALLS = "@system-service pidfd_getfd"
+
+
+def cache_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with every JIT cache pointed into the unit's CacheDirectory (values the profile sets win)."""
+    out = dict(env)
+    for name, sub in CACHE_ENV:
+        out.setdefault(name, f"{CACHE_ROOT}/{sub}".rstrip("/"))
+    return out
+
+
+def protect_home(paths: Iterable[str]) -> str:
+    """``yes`` (no /home, /root, /run/user) unless the server runs or reads something there: then ``read-only``."""
+    return "read-only" if any(p.startswith(_HOME_TREES) for p in paths if p) else "yes"
+
+
+def sandbox(level: str, writable: Iterable[str], home: str) -> list[tuple[str, str]]:
+    """``(setting, value)`` lines of the sandbox at ``level``; ``writable``: directories the service writes besides
+    its State/Cache directories (e.g. its working directory), ``home``: the ProtectHome= value."""
+    if level == "off":
+        return []
+    lines = [
+        ("NoNewPrivileges", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("AmbientCapabilities", ""),
+        ("ProtectSystem", "strict" if level == "strict" else "full"),
+        *[("ReadWritePaths", f"-{path}") for path in writable],
+        ("ProtectHome", home),
+        ("PrivateTmp", "yes"),
+        ("PrivateMounts", "yes"),
+        ("ProtectKernelModules", "yes"),
+        ("ProtectKernelLogs", "yes"),
+        ("ProtectControlGroups", "yes"),
+        ("ProtectHostname", "yes"),
+        ("RestrictSUIDSGID", "yes"),
+        ("RestrictRealtime", "yes"),
+        ("LockPersonality", "yes"),
+        ("RemoveIPC", "yes"),
+        ("UMask", "0077"),
+    ]
+    if level == "strict":
+        lines += [
+            ("ProtectKernelTunables", "yes"),
+            ("ProtectClock", "yes"),  # implies DeviceAllow=char-rtc r: a device ACL, so strict-only
+            ("ProtectProc", "invisible"),
+            ("DevicePolicy", "closed"),
+            *[("DeviceAllow", device) for device in GPU_DEVICES],
+            ("RestrictNamespaces", "yes"),
+            ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6 AF_NETLINK"),
+            ("SystemCallArchitectures", "native"),
+            ("SystemCallFilter", SYSCALLS),
+            ("SystemCallErrorNumber", "EPERM"),
+        ]
+    return lines

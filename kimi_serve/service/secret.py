@@ -1,0 +1,46 @@
+"""The API-key file of a service: whether install must create it, and creating it (with a random admin key, never
+printed). The rules of a key file itself live in :mod:`kimi_serve.core.keyfile`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.findings import FAIL
+from kimi_serve.core.keyfile import SUFFIXES, new_admin_key, render_key_file
+from kimi_serve.core.settings import API_KEY_ENV
+from kimi_serve.profile.loader import Profile
+from kimi_serve.service.state import ServicePaths, write_atomic
+
+
+def needs_secret(profile: Profile, paths: ServicePaths, environ: Mapping[str, str]) -> bool:
+    """Whether install must create the API-key file; raises when it is missing and cannot be created."""
+    secret = profile.server.api_key_file
+    if secret is None:
+        return False
+    where = profile.where("server.api_key_file")
+    if paths.under_root(secret).exists():
+        from kimi_serve.check.host import check_api_key_file
+
+        finding = check_api_key_file(str(paths.under_root(secret)), profile)
+        if finding.status == FAIL:
+            raise KimiServeError(finding.message, where=finding.where, hint=finding.fix, exit_code=ExitCode.FAILED)
+        return False
+    if not environ.get(API_KEY_ENV, "").strip():
+        raise KimiServeError(f"API-key file {paths.under_root(secret)} does not exist", where=where,
+                             hint=f"set ${API_KEY_ENV} and install-service creates it (0600), or create it: "
+                                  f"install -m 600 /dev/null {paths.under_root(secret)}, then write 'api-key: KEY'",
+                             exit_code=ExitCode.FAILED)
+    if not secret.endswith(SUFFIXES):
+        raise KimiServeError(f"{secret}: SGLang's --config accepts only .yaml/.yml files", where=where,
+                             hint="name it e.g. /etc/kimi-serve/secrets.yaml")
+    return True
+
+
+def create_secret(path: Path, profile: Profile, key: str) -> None:
+    key = key.strip()
+    if any(c in key for c in "\r\n\0"):
+        raise KimiServeError(f"${API_KEY_ENV} spans several lines", where=API_KEY_ENV, hint="set it to the key alone")
+    admin = new_admin_key() if profile.server.admin_key != "none" else None  # never printed, only in the file
+    write_atomic(path, render_key_file(key, admin), 0o600)

@@ -1,0 +1,61 @@
+"""Does the clients' key open SGLang's admin endpoints? One harmless request tells.
+
+SGLang 0.5.23 marks ~43 endpoints ``AuthLevel.ADMIN_OPTIONAL`` (weight updates, LoRA loading from tensors, pause,
+profiling, memory release, ...). Its auth middleware (``sglang/srt/utils/auth.py``) lets them take the ``api-key``
+when no ``admin-api-key`` is configured, and refuses the ``api-key`` (401) once one is. The middleware decides before
+the endpoint runs, so asking one of them is enough, and the one asked here does nothing even when admitted:
+``GET /remote_instance_transfer_engine_info`` without ``?rank=`` answers 400 "Missing or invalid rank parameter"
+without touching the engine or the network.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding
+from kimi_serve.verify.target import Target
+from kimi_serve.verify.transport import TransportError, request
+
+ADMIN_PROBE_PATH = "/remote_instance_transfer_engine_info"  # ADMIN_OPTIONAL, GET, read-only (see above)
+REFUSED = (401, 403)
+CODE = "admin_open_to_clients"
+FIX = ("add a distinct 'admin-api-key: OTHER-KEY' to the server's key file (server.api_key_file; install-service "
+       "creates one) and restart")
+
+
+def _loopback(target: Target) -> bool:
+    host = urlsplit(target.base_url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_admin(target: Target, api_key: str | None, deadline: float) -> Finding:
+    """PASS when the admin endpoints refuse ``api_key`` (the clients' key; None: no key), FAIL
+    (``admin_open_to_clients``) when they take it, SKIP when the server has no such endpoint or did not answer."""
+    path = ADMIN_PROBE_PATH
+    try:
+        reply = request("GET", target.url(path), deadline=deadline, api_key=api_key)
+    except TransportError as err:
+        return Finding("verify", "admin_auth", SKIP, f"GET {path}: {err.detail}; admin auth not checked")
+    if reply.status in REFUSED:
+        who = "the clients' API key" if api_key else "requests without a key"
+        return Finding("verify", "admin_auth", PASS, f"SGLang's admin endpoints refuse {who} (GET {path}: "
+                       f"HTTP {reply.status})")
+    if reply.status in (404, 405):
+        return Finding("verify", "admin_auth", SKIP, f"GET {path}: HTTP {reply.status}: no SGLang admin endpoint "
+                       "here; admin auth not checked")
+    if api_key:
+        return Finding("verify", CODE, FAIL, f"SGLang's admin endpoints accept the clients' API key (GET {path}: "
+                       f"HTTP {reply.status}, not 401): any client can update weights, load LoRA tensors, pause or "
+                       "slow the server", FIX)
+    if _loopback(target):
+        return Finding("verify", "admin_auth", PASS, f"no API key: admin endpoints are open to local users only "
+                       f"(GET {path}: HTTP {reply.status} on a loopback address)")
+    return Finding("verify", "admin_open", WARN, f"no API key: SGLang's admin endpoints are open to anyone who "
+                   f"reaches {target.base_url} (GET {path}: HTTP {reply.status})",
+                   "set server.api_key_file with api-key and admin-api-key")
