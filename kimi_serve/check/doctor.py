@@ -70,6 +70,7 @@ class Host:
     port_problem: Callable[[str, int], str | None] = port_problem
     sglang_site: Callable[[str], Path] = _sglang_site
     state_dir: Path | None = None
+    coldstart_probe: str = "always"  # the bandwidth probe: always | if-unknown (up reuses doctor's) | never
 
     @classmethod
     def real(cls) -> Host:
@@ -277,6 +278,13 @@ def uses_gpus(p: Profile) -> bool:
     return p.engine == "sglang" and device != "cpu"
 
 
+def _coldstart(p: Profile, host: Host) -> list[Finding]:
+    from kimi_serve.check.floor import coldstart_findings
+    from kimi_serve.core.settings import state_root
+
+    return coldstart_findings(p, state_root(host.state_dir), probe=host.coldstart_probe)
+
+
 def run_doctor(p: Profile, launch: Launch, host: Host | None = None) -> DoctorReport:
     host = host or Host.real()
     report = DoctorReport(display_path(p.source))
@@ -295,6 +303,7 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None) -> DoctorRe
     if p.engine == "sglang":
         checks.append(check_disk(host, p.model.path))
         checks += model_findings(p, layer="doctor")
+        checks += _coldstart(p, host)
     checks += check_sglang(p, launch, host)
     checks.append(check_port(launch, host))
     checks += check_limits(host)
