@@ -133,11 +133,14 @@ def resident_pages(path: Path) -> bytearray:
     return out
 
 
+_BIT0 = bytes(b & 1 for b in range(256))
+
+
 def cached_bytes(path: Path) -> int:
-    pages = resident_pages(path)
+    pages = resident_pages(path).translate(_BIT0)
     size = path.stat().st_size
-    n = sum(b & 1 for b in pages)
-    if pages and pages[-1] & 1:  # the last page is partial
+    n = pages.count(1)
+    if pages and pages[-1]:  # the last page is partial
         return (n - 1) * PAGE + (size - (len(pages) - 1) * PAGE)
     return n * PAGE
 
@@ -191,7 +194,10 @@ class Bandwidth:
                 "bound": self.bound, "bytes_per_s": round(self.bytes_per_s), "device": self.device}
 
 
-def _plan(ckpt: Checkpoint, bound: int, ranges: dict[Path, list[tuple[int, int]]] | None) -> list[tuple[Path, int, int]]:
+Chunk = tuple[Path, int, int]
+
+
+def _plan(ckpt: Checkpoint, bound: int, ranges: dict[Path, list[tuple[int, int]]] | None) -> list[Chunk]:
     """Chunks (file, offset, length) to read, largest shards first, whose lengths sum to at most ``bound``."""
     chunks: list[tuple[Path, int, int]] = []
     left = bound
@@ -213,17 +219,16 @@ def _plan(ckpt: Checkpoint, bound: int, ranges: dict[Path, list[tuple[int, int]]
 
 
 def _uncached_spans(f: Path) -> list[tuple[int, int]]:
-    pages = resident_pages(f)
+    """Byte ranges of ``f`` not in the page cache, merged (runs found with bytes.find: C speed per run)."""
+    pages = resident_pages(f).translate(_BIT0)
     size = f.stat().st_size
     spans: list[tuple[int, int]] = []
-    for i, b in enumerate(pages):
-        if b & 1:
-            continue
-        start, end = i * PAGE, min((i + 1) * PAGE, size)
-        if spans and spans[-1][1] == start:
-            spans[-1] = (spans[-1][0], end)
-        else:
-            spans.append((start, end))
+    i = pages.find(0)
+    while i != -1:
+        j = pages.find(1, i)
+        j = len(pages) if j == -1 else j
+        spans.append((i * PAGE, min(j * PAGE, size)))
+        i = pages.find(0, j)
     return spans
 
 
