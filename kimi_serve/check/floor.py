@@ -111,3 +111,22 @@ def coldstart_findings(p: Profile, state_root: Path, *, probe: str = "always") -
     for s in starts[-LAST_STARTS_SHOWN:]:
         out.append(_f("last_start", PASS, describe_start(s)))
     return out
+
+
+def prediction_line(p: Profile, state_root: Path) -> str:
+    """One line for `status`: the next cold start's weight phase, predicted from the remembered bandwidth and the
+    page cache now (no probe)."""
+    if not loads_weights(p):
+        return "no checkpoint is read (engine: simulator or --load-format dummy)"
+    try:
+        fig = figures(p, state_root, probe="never")
+    except OSError as exc:
+        return f"cannot measure the checkpoint: {exc}"
+    if not fig.checkpoint.files:
+        return "no shards found"
+    cached = 100 * fig.cached / fig.checkpoint.total if fig.checkpoint.total else 0.0
+    head = f"{cs.gb(fig.checkpoint.total)}, {cached:.0f}% cached"
+    if fig.floor_s is None:
+        return f"{head}; bandwidth not measured yet (run kimi-serve doctor)"
+    predicted, how = predict_weights_s(fig, read_starts(state_root))
+    return f"{head}; weights predicted {cs.seconds(predicted or 0)} ({how}), disk floor {cs.seconds(fig.floor_s)}"

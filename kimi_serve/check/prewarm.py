@@ -24,6 +24,7 @@ from typing import Any
 
 from kimi_serve.check import coldstart as cs
 from kimi_serve.check.floor import RAM_MARGIN, prewarm_room
+from kimi_serve.core.errors import ExitCode
 
 BLOCK = 16 * cs.MIB
 THREADS = 4
@@ -167,3 +168,27 @@ def prewarm(fig: cs.Figures, *, progress: Progress | None = None, stop: threadin
     elif reader.errors:
         res.status, res.reason = "done", f"{len(reader.errors)} shard(s) could not be read"
     return res
+
+
+def run_prewarm(profile_ref: str, *, state_root: Path, progress: Progress | None = None) -> PrewarmResult:
+    """The `prewarm` command's core: the profile's checkpoint (model and draft) into the page cache."""
+    from kimi_serve.check.floor import figures, loads_weights
+    from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.profile.loader import load_profile
+
+    p = load_profile(profile_ref)
+    if not loads_weights(p):
+        raise KimiServeError(f"profile {p.name} reads no checkpoint (engine: simulator or --load-format dummy)",
+                             where="prewarm", hint="prewarm a profile that loads real weights")
+    fig = figures(p, state_root, probe="never")
+    if not fig.checkpoint.files:
+        raise KimiServeError(f"no safetensors shards under {p.model.path}", where="prewarm",
+                             hint="kimi-serve doctor --profile NAME shows what is missing",
+                             exit_code=ExitCode.ENVIRONMENT)
+    return prewarm(fig, progress=progress)
+
+
+def exit_code_of(res: PrewarmResult) -> ExitCode:
+    return {"done": ExitCode.FAILED if res.errors else ExitCode.OK, "nothing_to_do": ExitCode.OK,
+            "refused": ExitCode.ENVIRONMENT, "ram_short": ExitCode.ENVIRONMENT,
+            "interrupted": ExitCode.INTERRUPTED}[res.status]

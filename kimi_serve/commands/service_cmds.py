@@ -134,6 +134,8 @@ def restart(
     profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
     unit_name: str | None = typer.Option(None, "--unit-name", help=UNIT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    prewarm: bool = typer.Option(False, "--prewarm", help="First read the checkpoint into the page cache while the "
+                                 "old server still serves (kimi-serve prewarm; a refusal is a note, not an error)."),
 ) -> int:
     """Check, install the new unit, restart, verify; on failure restore the last unit that passed verify.
 
@@ -144,8 +146,16 @@ def restart(
     from kimi_serve.service.restart import restart as restart_core
 
     plan, systemd = _plan(profile, Path("/"), unit_name, now=True, contract=True)
+    warmed = _prewarm_first(profile) if prewarm else None
     _say(f"restarting {plan.unit.name} (waits up to {plan.candidate.restart_timeout:.0f}s for the contract check)...")
-    return _print_result(restart_core(plan, systemd, contract_verifier, os.environ), as_json)
+    return _print_result(restart_core(plan, systemd, contract_verifier, os.environ), as_json,
+                         {"prewarm": warmed} if warmed else None)
+
+
+def _prewarm_first(profile: str) -> dict[str, Any]:
+    from kimi_serve.commands.prewarm_cmd import prewarm_before_restart
+
+    return prewarm_before_restart(profile, _say)
 
 
 def status(
@@ -161,10 +171,18 @@ def status(
     systemd = _systemd(root)
     st = status_core(ServicePaths(systemd.root, _unit_of(profile, unit_name)), systemd)
     if as_json:
-        typer.echo(json.dumps(st.to_json(), indent=2))
+        from kimi_serve.commands.prewarm_cmd import start_history
+
+        typer.echo(json.dumps({**st.to_json(), "starts": start_history()}, indent=2))
     else:
         _print_status(st)
     return int(st.exit_code)
+
+
+def _start_rows() -> list[tuple[str, str]]:
+    from kimi_serve.commands.prewarm_cmd import start_rows
+
+    return start_rows()
 
 
 def _print_status(st: Status) -> None:
@@ -189,7 +207,7 @@ def _print_status(st: Status) -> None:
         else:
             rows.append((label, f"profile {rec.get('profile')} (patch set {rec.get('patch_set')}, sha256 "
                          f"{str(rec.get('unit_sha256'))[:12]}) at {rec.get('time')}"))
-    for label, value in rows:
+    for label, value in rows + _start_rows():
         typer.echo(f"{label + ':':13} {value}")
 
 
