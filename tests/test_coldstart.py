@@ -130,7 +130,7 @@ def test_prewarm_stops_when_memory_runs_short_and_when_asked(ckpt_dir: Path, tmp
     assert prewarm(figures(p, tmp_path / "state", probe="never"), stop=stop).status == "interrupted"
 
 
-def test_prewarm_cli_json_and_refusal(ckpt_dir: Path, tmp_path: Path, cli) -> None:  # noqa: ANN001
+def test_prewarm_cli_json_and_refusal(ckpt_dir: Path, tmp_path: Path, cli) -> None:
     profile = str(_profile(tmp_path, ckpt_dir))
     res = cli("prewarm", "--profile", profile, "--json")
     assert res.code == 0, res.err

@@ -97,7 +97,7 @@ class Up:
 
 
 def test_real_loader_loads_with_the_rendered_options_and_phases_are_recorded(
-        tmp_path: Path, sglang_python: str, cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+        tmp_path: Path, sglang_python: str, cli, monkeypatch: pytest.MonkeyPatch) -> None:
     model = tmp_path / "tiny-real"
     total = llama_checkpoint(model)
     shards = sorted(model.glob("*.safetensors"))
