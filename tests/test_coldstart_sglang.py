@@ -156,3 +156,14 @@ def test_real_loader_loads_with_the_rendered_options_and_phases_are_recorded(
                             capture_output=True, text=True, env=dict(os.environ), timeout=120)
     assert "last_start" in doctor.stdout and "serving" in doctor.stdout, doctor.stdout
     print(f"\nreal CPU start: phases {ph}, SGLang's load_weight {rec['sglang_load_weight_s']}")
+
+
+def test_sglangs_own_loader_check_rejects_an_unknown_extra_config_key(sglang_python: str) -> None:
+    from kimi_serve.check.sglang_tier import SGLangPython, run_probe
+    from kimi_serve.simulator.stand_in import STANDIN_MODEL
+
+    args = ["--model-path", str(STANDIN_MODEL), "--device", "cuda", "--model-loader-extra-config",
+            '{"enable_multithread_load": true, "num_thread": 8}']  # a typo SGLang's parser lets through
+    out = run_probe(SGLangPython(sglang_python, "test"), args, platform="sm120")
+    assert out["parse"]["ok"] is True and out["resolve"]["ok"] is True, out
+    assert out["loader"]["ok"] is False and "num_thread" in out["loader"]["error"], out

@@ -105,12 +105,19 @@ def start_history(limit: int = 5) -> list[dict[str, Any]]:
     return read_starts(state_root())[-limit:]
 
 
-def start_rows(limit: int = 3) -> list[tuple[str, str]]:
-    """`status` lines: the last starts against the disk floor."""
+def start_rows(profile: str | None, limit: int = 3) -> list[tuple[str, str]]:
+    """`status` lines: the last starts against the disk floor; with a profile, the next start's prediction."""
     from kimi_serve.check.starts import describe_start
 
     starts = start_history(limit)
-    return [("last start", describe_start(s)) for s in reversed(starts)] or [("last start", "none recorded")]
+    rows = [("last start", describe_start(s)) for s in reversed(starts)] or [("last start", "none recorded")]
+    if profile:
+        from kimi_serve.check.floor import prediction_line
+        from kimi_serve.core.settings import state_root
+        from kimi_serve.profile.loader import load_profile
+
+        rows.append(("next start", prediction_line(load_profile(profile), state_root())))
+    return rows
 
 
 def register(app: typer.Typer) -> None:

@@ -176,13 +176,15 @@ def status(
         typer.echo(json.dumps({**st.to_json(), "starts": start_history()}, indent=2))
     else:
         _print_status(st)
+        for label, value in _start_rows(profile):
+            typer.echo(f"{label + ':':13} {value}")
     return int(st.exit_code)
 
 
-def _start_rows() -> list[tuple[str, str]]:
+def _start_rows(profile: str | None) -> list[tuple[str, str]]:
     from kimi_serve.commands.prewarm_cmd import start_rows
 
-    return start_rows()
+    return start_rows(profile)
 
 
 def _print_status(st: Status) -> None:
@@ -207,7 +209,7 @@ def _print_status(st: Status) -> None:
         else:
             rows.append((label, f"profile {rec.get('profile')} (patch set {rec.get('patch_set')}, sha256 "
                          f"{str(rec.get('unit_sha256'))[:12]}) at {rec.get('time')}"))
-    for label, value in rows + _start_rows():
+    for label, value in rows:
         typer.echo(f"{label + ':':13} {value}")
 
 
