@@ -178,3 +178,15 @@ def test_eta_line_uses_the_pace_then_the_prediction() -> None:
     d = clock.durations()
     assert d["weights"] == pytest.approx(40.0) and d["kv_cache"] == pytest.approx(2.0)
     assert d["warmup"] == pytest.approx(3.0) and d["cuda_graph"] is None and d["contract"] is None
+
+
+def test_restart_prewarm_fills_the_cache_first_or_notes_why_not(ckpt_dir: Path, tmp_path: Path, cli) -> None:
+    from kimi_serve.commands.prewarm_cmd import prewarm_before_restart
+
+    said: list[str] = []
+    done = prewarm_before_restart(str(_profile(tmp_path, ckpt_dir)), said.append)
+    assert done["status"] == "done" and done["cached_after"] == done["checkpoint_bytes"]
+    assert said[0].startswith("prewarming") and said[-1] == "prewarm: done"
+    skipped = prewarm_before_restart("sim", said.append)  # the simulator reads no checkpoint: restart goes on
+    assert skipped["status"] == "skipped" and "reads no checkpoint" in said[-1]
+    assert "--prewarm" in cli("restart", "--help").out

@@ -180,7 +180,12 @@ def run_prewarm(profile_ref: str, *, state_root: Path, progress: Progress | None
     if not loads_weights(p):
         raise KimiServeError(f"profile {p.name} reads no checkpoint (engine: simulator or --load-format dummy)",
                              where="prewarm", hint="prewarm a profile that loads real weights")
-    fig = figures(p, state_root, probe="never")
+    try:
+        fig = figures(p, state_root, probe="never")
+    except OSError as exc:
+        raise KimiServeError(f"cannot read the checkpoint under {p.model.path}: {exc.strerror or exc}",
+                             where="prewarm", hint="run it as a user that can read the model files",
+                             exit_code=ExitCode.ENVIRONMENT) from None
     if not fig.checkpoint.files:
         raise KimiServeError(f"no safetensors shards under {p.model.path}", where="prewarm",
                              hint="kimi-serve doctor --profile NAME shows what is missing",
