@@ -59,7 +59,8 @@ def test_prod_unit_shape() -> None:
     launch = validated_launch(profile)
     lines = text.splitlines()
     exec_start = next(line for line in lines if line.startswith("ExecStart="))
-    assert exec_start == "ExecStart=" + " ".join(f'"{a}"' for a in launch.argv)  # argv has nothing to escape
+    # nothing to escape but the double quotes of the loader's JSON (--model-loader-extra-config)
+    assert exec_start == "ExecStart=" + " ".join('"' + a.replace('"', '\\"') + '"' for a in launch.argv)
     assert exec_start.startswith('ExecStart="/opt/kimi-serve/venv/bin/python" "-m" "sglang.launch_server"')
     for flag in ('"--tool-call-parser" "kimi_k2"', '"--reasoning-parser" "kimi_k2"',
                  '"--config" "/etc/kimi-serve/prod-secrets.yaml"'):

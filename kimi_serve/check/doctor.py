@@ -72,6 +72,7 @@ class Host:
     state_dir: Path | None = None
     accounts_root: Path = Path("/")  # whose etc/passwd holds service.user
     dev_root: Path = Path("/dev")
+    coldstart_probe: str = "always"  # the bandwidth probe: always | if-unknown (up reuses doctor's) | never
 
     @classmethod
     def real(cls) -> Host:
@@ -279,6 +280,13 @@ def uses_gpus(p: Profile) -> bool:
     return p.engine == "sglang" and device != "cpu"
 
 
+def _coldstart(p: Profile, host: Host) -> list[Finding]:
+    from kimi_serve.check.floor import coldstart_findings
+    from kimi_serve.core.settings import state_root
+
+    return coldstart_findings(p, state_root(host.state_dir), probe=host.coldstart_probe)
+
+
 def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service: bool = True) -> DoctorReport:
     """``service``: also check service.user (the unit's user); `up` runs as the invoking user and says False."""
     host = host or Host.real()
@@ -298,6 +306,7 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service:
     if p.engine == "sglang":
         checks.append(check_disk(host, p.model.path))
         checks += model_findings(p, layer="doctor")
+        checks += _coldstart(p, host)
     checks.append(check_key_file(p))  # before SGLang's: the first failure is the one up's preflight names
     checks += check_sglang(p, launch, host)
     checks.append(check_port(launch, host))

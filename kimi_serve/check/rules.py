@@ -245,6 +245,27 @@ def rule_memory(p: Profile, _: Launch) -> Iterator[Finding]:
         yield _ok("memory", "memory and CUDA-graph knobs explicit")
 
 
+LOADER_FLAGS = ("--model-loader-extra-config", "--weight-loader-prefetch-checkpoints",
+                "--weight-loader-prefetch-num-threads")
+
+
+def rule_loader(p: Profile, _: Launch) -> Iterator[Finding]:
+    ld = p.loader
+    dup = [f for f in LOADER_FLAGS if f in p.extra_args]
+    if dup:
+        yield _bad(p, "extra_args", f"{dup[0]} in extra_args: the loader: section renders it (argparse would keep "
+                   "whichever comes last)", "set loader.multithread / num_threads / prefetch instead")
+    elif ld.multithread is False and ld.num_threads is not None:
+        yield _bad(p, "loader.num_threads", "loader.num_threads is ignored with loader.multithread: false",
+                   "drop num_threads or set multithread: true", status=WARN)
+    elif ld.prefetch and ld.multithread is None and ld.num_threads is None:
+        yield _bad(p, "loader.prefetch", "with loader.prefetch and neither multithread nor num_threads set, SGLang "
+                   "loads single-threaded", "set loader.multithread: true on local NVMe (docs/coldstart.md)",
+                   status=WARN)
+    else:
+        yield _ok("loader", "weight-loader options consistent")
+
+
 def rule_flag_table(p: Profile, launch: Launch) -> Iterator[Finding]:
     table = load_flag_table()
     problems = check_argv(launch.server_args, table)
@@ -268,7 +289,7 @@ def rule_flag_table(p: Profile, launch: Launch) -> Iterator[Finding]:
 
 RULES: tuple[Rule, ...] = (
     rule_parsers, rule_model, rule_parallel, rule_speculative, rule_patch_set, rule_patch_set_redact, rule_allreduce,
-    rule_auth, rule_admin_key, rule_memory, rule_flag_table,
+    rule_auth, rule_admin_key, rule_memory, rule_loader, rule_flag_table,
 )
 
 

@@ -65,6 +65,8 @@ _EXPECTED = {
     "reasoning_parser": lambda p: p.parsers.reasoning,
     "flashinfer_allreduce_fusion_backend": lambda p: p.allreduce.flashinfer_fusion_backend,
     "enable_torch_symm_mem": lambda p: p.allreduce.torch_symm_mem,
+    "weight_loader_prefetch_checkpoints": lambda p: p.loader.prefetch or None,
+    "weight_loader_prefetch_num_threads": lambda p: p.loader.prefetch_num_threads,
 }
 
 
@@ -100,6 +102,15 @@ def check_with_sglang(profile: Profile, launch: Launch, python: SGLangPython | N
                                 f"{resolve['error']}", "fix the profile key behind it"))
         return findings
     values = resolve["values"]
+    loader = result.get("loader") or {}
+    if loader and not loader.get("ok"):
+        findings.append(Finding("sglang", "loader", FAIL, f"SGLang {version}'s weight loader rejects "
+                                f"--model-loader-extra-config: {loader.get('error')}",
+                                "fix the loader: section (or the flag in extra_args)"))
+    elif loader.get("checked"):
+        findings.append(Finding("sglang", "loader", PASS, f"SGLang {version}'s weight loader accepts its extra "
+                                f"config {values.get('model_loader_extra_config')!r} (load format "
+                                f"{loader.get('load_format')})"))
     rewrites = [
         f"{key}={values.get(key)!r} (asked {expect(profile)!r})"
         for key, expect in _EXPECTED.items()

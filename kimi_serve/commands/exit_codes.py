@@ -66,6 +66,11 @@ EXIT_CODES: dict[str, str] = {
         'not match the manifest\'s "before" hash, or an interrupted change cannot be recovered; 5 wrong '
         'SGLang version, not writable; 75 the host lock is held'
     ),
+    "prewarm": (
+        "0 the checkpoint is cached (or nothing was left to read); 1 a shard could not be read; 2 the profile reads no "
+        "checkpoint; 5 refused (the uncached bytes do not fit in MemAvailable minus 10% of RAM), RAM ran short while "
+        "reading, or no shards; 130 interrupted (what was read stays cached)"
+    ),
     "logs": "0 the log was shown; 1 no log found; 5 journalctl missing",
     "engine install": (
         '0 installed (or --dry-run printed the plan); 5 the install failed (download, hash, resolver, no '

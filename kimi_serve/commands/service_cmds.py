@@ -191,6 +191,8 @@ def restart(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
     wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
     sets: list[str] | None = SetOpt,
+    prewarm: bool = typer.Option(False, "--prewarm", help="First read the checkpoint into the page cache while the "
+                                 "old server still serves (kimi-serve prewarm; a refusal is a note, not an error)."),
 ) -> int:
     """Check, install the new unit, restart, verify; on failure restore the last unit that passed verify.
 
@@ -201,9 +203,17 @@ def restart(
     with _host_lock("restart", wait_lock):
         _recover(_systemd(Path("/")), _unit_of(profile, unit_name))
         plan, systemd = _plan(profile, Path("/"), unit_name, now=True, contract=True, sets=sets)
+        warmed = _prewarm_first(profile) if prewarm else None
         _say(f"restarting {plan.unit.name} (waits up to {plan.candidate.restart_timeout:.0f}s for the contract "
              "check)...")
-        return _print_result(restart_core(plan, systemd, contract_verifier, os.environ), as_json, command="restart")
+        return _print_result(restart_core(plan, systemd, contract_verifier, os.environ), as_json,
+                             {"prewarm": warmed} if warmed else None, command="restart")
+
+
+def _prewarm_first(profile: str) -> dict[str, Any]:
+    from kimi_serve.commands.prewarm_cmd import prewarm_before_restart
+
+    return prewarm_before_restart(profile, _say)
 
 
 def status(
@@ -219,12 +229,21 @@ def status(
     systemd = _systemd(root)
     st = status_core(ServicePaths(systemd.root, _unit_of(profile, unit_name)), systemd)
     if as_json:
+        from kimi_serve.commands.prewarm_cmd import start_history
         from kimi_serve.core.output import envelope
 
-        typer.echo(json.dumps(envelope("status", st.exit_code, st.to_json()), indent=2))
+        typer.echo(json.dumps(envelope("status", st.exit_code, {**st.to_json(), "starts": start_history()}), indent=2))
     else:
         _print_status(st)
+        for label, value in _start_rows(profile):
+            typer.echo(f"{label + ':':13} {value}")
     return int(st.exit_code)
+
+
+def _start_rows(profile: str | None) -> list[tuple[str, str]]:
+    from kimi_serve.commands.prewarm_cmd import start_rows
+
+    return start_rows(profile)
 
 
 def _print_status(st: Status) -> None:

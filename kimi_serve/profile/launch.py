@@ -7,6 +7,7 @@ The API key never appears here: a profile names a root-only SGLang config file (
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +60,7 @@ def server_args_of(profile: Profile) -> list[str]:
     if m.kv_cache_dtype != "auto":
         a += ["--kv-cache-dtype", m.kv_cache_dtype]
     a += ["--tp-size", str(profile.parallel.tp_size)]
+    a += loader_args(profile)
     if spec.enabled:
         a += ["--speculative-algorithm", spec.algorithm]
         if spec.draft_model_path:
@@ -97,6 +99,19 @@ def server_args_of(profile: Profile) -> list[str]:
     if srv.api_key_file:
         a += ["--config", srv.api_key_file]
     a += list(profile.extra_args)
+    return a
+
+
+def loader_args(profile: Profile) -> list[str]:
+    """The weight-loader flags of the ``loader:`` section (docs/coldstart.md)."""
+    ld = profile.loader
+    extra = {k: v for k, v in (("enable_multithread_load", ld.multithread), ("num_threads", ld.num_threads))
+             if v is not None}
+    a = ["--model-loader-extra-config", json.dumps(extra, separators=(",", ":"), sort_keys=True)] if extra else []
+    if ld.prefetch:
+        a.append("--weight-loader-prefetch-checkpoints")
+    if ld.prefetch_num_threads is not None:
+        a += ["--weight-loader-prefetch-num-threads", str(ld.prefetch_num_threads)]
     return a
 
 

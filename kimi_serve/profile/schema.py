@@ -68,6 +68,17 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "attention_heads": Key("int", "The model's attention heads; tp_size must divide it (Kimi-K2.5: 64).",
                                default=64, min=1, nullable=False),
     },
+    "loader": {
+        "multithread": Key("bool", "Multithreaded safetensors loading (`enable_multithread_load` in "
+                           "--model-loader-extra-config). null: SGLang's default (on, but off when prefetch is on "
+                           "and neither this nor num_threads is set).", nullable=True),
+        "num_threads": Key("int", "Loader threads per rank (`num_threads` in --model-loader-extra-config; SGLang's "
+                           "default 8). Setting it also keeps multithreading on with prefetch.", min=1, max=128),
+        "prefetch": Key("bool", "Read the shards into the page cache in the background while loading, each rank a "
+                        "share of them (--weight-loader-prefetch-checkpoints).", default=False, nullable=False),
+        "prefetch_num_threads": Key("int", "Prefetch threads per rank (--weight-loader-prefetch-num-threads; "
+                                    "SGLang's default 4).", min=1, max=64),
+    },
     "parallel": {
         "tp_size": Key("int", "Tensor parallel size (one rank per GPU).", default=8, min=1, max=64, nullable=False),
     },

@@ -28,8 +28,11 @@ REPORTED = (
     "speculative_num_draft_tokens", "disable_overlap_schedule", "tool_call_parser", "reasoning_parser",
     "flashinfer_allreduce_fusion_backend", "enable_torch_symm_mem", "enable_symm_mem", "attention_backend",
     "moe_runner_backend", "max_running_requests", "mem_fraction_static", "chunked_prefill_size", "served_model_name",
-    "host", "port", "trust_remote_code", "page_size",
+    "host", "port", "trust_remote_code", "page_size", "load_format", "model_loader_extra_config",
+    "weight_loader_prefetch_checkpoints", "weight_loader_prefetch_num_threads",
 )
+# Load formats served by SGLang's DefaultModelLoader, whose extra-config keys it validates at load time.
+DEFAULT_LOADER_FORMATS = ("auto", "safetensors", "pt", "fastsafetensors", "npcache", "instanttensor")
 
 
 def _error(exc: BaseException) -> str:
@@ -70,7 +73,25 @@ def probe(args: list[str], platform: str | None) -> dict[str, Any]:
         out["resolve"] = {"ok": True, "error": None, "values": {k: values.get(k) for k in REPORTED if k in values}}
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure of SGLang's resolution is the finding
         out["resolve"] = {"ok": False, "error": _error(exc), "values": {}}
+        return out
+    out["loader"] = _loader(server_args)
     return out
+
+
+def _loader(server_args: Any) -> dict[str, Any]:
+    """SGLang's own check of --model-loader-extra-config (it runs when the weights load, on the GPU host)."""
+    fmt = str(getattr(server_args, "load_format", "auto"))
+    if fmt not in DEFAULT_LOADER_FORMATS:
+        return {"ok": True, "error": None, "checked": False, "load_format": fmt}
+    try:
+        from sglang.srt.configs.load_config import LoadConfig
+        from sglang.srt.model_loader.loader import _validate_default_loader_extra_config
+
+        lc = LoadConfig(load_format=fmt, model_loader_extra_config=server_args.model_loader_extra_config)
+        _validate_default_loader_extra_config(extra_config=lc.model_loader_extra_config, load_format=lc.load_format)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - SGLang's rejection, whatever its type
+        return {"ok": False, "error": _error(exc), "checked": True, "load_format": fmt}
+    return {"ok": True, "error": None, "checked": True, "load_format": fmt}
 
 
 def main() -> int:

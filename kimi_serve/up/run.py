@@ -21,6 +21,7 @@ from kimi_serve.profile.loader import Profile
 from kimi_serve.up.console import Console
 from kimi_serve.up.logfiles import default_log_file, prune
 from kimi_serve.up.options import UpOptions
+from kimi_serve.up.phases import PhaseClock, start_clock
 from kimi_serve.up.supervisor import Server
 from kimi_serve.up.watch import Signals, Watch
 
@@ -40,9 +41,10 @@ def server_env(launch: Launch) -> dict[str, str]:
 
 def preflight(profile: Profile, launch: Launch, console: Console, host: Any = None) -> None:
     """The doctor checks; a failing one stops `up` before anything starts (exit 5)."""
-    from kimi_serve.check.doctor import run_doctor
+    from kimi_serve.check.doctor import Host, run_doctor
 
-    report = run_doctor(profile, launch, host, service=False)  # up runs as you, not as service.user
+    report = run_doctor(profile, launch, host or Host(coldstart_probe="if-unknown"),
+                        service=False)  # up runs as you, not as service.user
     for c in report.checks:
         if c.status in (WARN, FAIL):
             console.info(f"preflight {c.status}: {c.code}: {c.line()}")
@@ -53,7 +55,7 @@ def preflight(profile: Profile, launch: Launch, console: Console, host: Any = No
                  "warning(s))")
 
 
-def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console) -> int:
+def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console, clock: PhaseClock | None = None) -> int:
     """Start ``launch``, watch it to readiness and the contract check, supervise; return the exit code.
 
     Raises :class:`KimiServeError` for every non-zero outcome but an interrupt (which returns 130).
@@ -74,6 +76,10 @@ def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console) -> 
                              exit_code=ExitCode.ENVIRONMENT) from None
     console.info(f"server pid {server.pid} (own session and process group)")
     watch = Watch(server, launch, opts, console, log_path)
+    if clock is not None:  # the prediction and the record (docs/coldstart.md)
+        clock.started = clock.at["launch"] = watch.started
+        watch.phases = clock
+    outcome = None
     try:
         with Signals() as signals:
             outcome = watch.run(signals)
@@ -82,6 +88,7 @@ def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console) -> 
         if server.poll() is None:  # an error in `up` itself: never leave the server behind
             server.stop(opts.stop_grace_s)
         server.close()
+        watch.phases.settled(outcome.code.name.lower() if outcome else "up_error")
     if outcome.code in (ExitCode.OK, ExitCode.INTERRUPTED):
         console.info(outcome.message)
         return int(outcome.code)
@@ -124,4 +131,6 @@ def _up(profile: Profile, launch: Launch, console: Console, host: Any, dry_run: 
                      + (f"run the {opts.verify_suite} contract check, " if verify else "")
                      + "and supervise")
         return int(ExitCode.OK)
-    return serve(launch, opts, log_path, console)
+    from kimi_serve.core.settings import state_root
+
+    return serve(launch, opts, log_path, console, start_clock(profile, state_root(), console.info))

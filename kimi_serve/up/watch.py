@@ -15,6 +15,7 @@ from kimi_serve.core.errors import ExitCode
 from kimi_serve.profile.launch import Launch
 from kimi_serve.up.console import Console
 from kimi_serve.up.options import CLEAN_STOP, HEALTH_TIMEOUT_S, UpOptions, health_target
+from kimi_serve.up.phases import PhaseClock
 from kimi_serve.up.startup_log import PHASES, StartupTracker
 from kimi_serve.up.supervisor import Server, describe_status
 
@@ -56,6 +57,7 @@ class Watch:
         self.server, self.launch, self.opts, self.console, self.log_path = server, launch, opts, console, log_path
         self.tracker = StartupTracker(tp_size=opts.tp_size)
         self.started = time.monotonic()
+        self.phases = PhaseClock(now=self.started)  # run.py gives it the prediction and where to record
         self.init_started: float | None = None
         self.failure_at: float | None = None
         self.ready_at: float | None = None
@@ -72,7 +74,7 @@ class Watch:
         for line in self.server.lines(timeout):
             self.console.server_line(line.text)
             for ev in self.tracker.feed(line.text):
-                self.console.event(ev)
+                self.console.event(ev := self.phases.on_event(ev))
                 if ev.phase == "init" and self.init_started is None:
                     self.init_started = time.monotonic()
                 if ev.kind == "phase" and ev.phase in ("http", "ready"):
@@ -163,6 +165,7 @@ class Watch:
     def _ready(self) -> None:
         self.console.end_progress()
         self.ready_at = time.monotonic()
+        self.phases.mark_ready(self.ready_at)
         self.console.info(f"[ready] server ready in {self.ready_at - self.started:.1f}s "
                           f"(GET /health 200 at {health_target(self.launch).base_url})")
         if self.opts.verify:
@@ -184,6 +187,7 @@ class Watch:
         from kimi_serve.verify.render import render_lines
 
         self.verify_done = True
+        self.phases.mark_contract(report.exit_code == 0)
         for line in render_lines(report).splitlines():
             self.console.info(line)
         if report.exit_code != 0:
@@ -196,6 +200,7 @@ class Watch:
         self._supervising()
 
     def _supervising(self) -> None:
+        self.phases.settled("serving")
         self.console.info(f"supervising pid {self.server.pid} (log {self.log_path}); Ctrl-C stops the server")
 
     def _failure_outcome(self) -> Outcome:

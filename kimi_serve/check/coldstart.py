@@ -1,0 +1,347 @@
+"""What a cold start's weight phase is made of, measured on this host: the checkpoint's bytes, the sequential read
+bandwidth of the filesystem holding it, how much of it is already in the page cache, and free RAM (docs/coldstart.md).
+
+- Bytes come from the safetensors index (``model.safetensors.index.json``: the shards SGLang will read), or the
+  ``*.safetensors`` files when there is no index; the draft model's shards count too.
+- The bandwidth probe reads at most ``bound`` bytes (default 2 GiB, never more than the checkpoint) and stops after
+  ``time_limit`` seconds, with O_DIRECT, so it neither uses nor disturbs the page cache. Where O_DIRECT is refused
+  (tmpfs, some network filesystems) it reads only pages that are *not* cached and drops exactly those pages again
+  afterwards (``posix_fadvise(DONTNEED)`` on the ranges it brought in): it never evicts what was cached before.
+- Residency is ``mincore(2)`` on a read-only mapping of each shard (windows of 1 GiB), through ctypes.
+- The floor is bytes / bandwidth: the fastest the weights can come off this disk.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import mmap
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GIB = 1024**3
+MIB = 1024**2
+PROBE_BOUND = 2 * GIB
+PROBE_TIME_S = 10.0
+PROBE_THREADS = 4
+BLOCK = 8 * MIB
+ALIGN = 4096
+WINDOW = GIB  # mincore window: a 256 KiB vector per GiB
+PAGE = os.sysconf("SC_PAGE_SIZE")
+INDEX = "model.safetensors.index.json"
+
+
+class ProbeError(Exception):
+    """The probe could not time a read (say why)."""
+
+
+# ---------------------------------------------------------------------------------------------- the checkpoint
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    files: tuple[Path, ...]  # the shards SGLang reads, in load order, existing ones only
+    sizes: tuple[int, ...]
+    missing: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def shards(self) -> int:
+        return len(self.files)
+
+
+def shard_files(model_dir: Path) -> tuple[list[Path], int]:
+    """The shards the index names (sorted, as SGLang lists them), or every ``*.safetensors``; and how many are
+    missing."""
+    index = model_dir / INDEX
+    if index.is_file():
+        try:
+            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError):
+            names = []
+        if names:
+            paths = [model_dir / n for n in names]
+            present = [p for p in paths if p.is_file()]
+            return present, len(paths) - len(present)
+    return sorted(model_dir.glob("*.safetensors")), 0
+
+
+def checkpoint_of(dirs: list[Path]) -> Checkpoint:
+    files: list[Path] = []
+    missing = 0
+    for d in dirs:
+        found, gone = shard_files(d)
+        files += found
+        missing += gone
+    sizes = []
+    kept = []
+    for f in files:
+        try:
+            sizes.append(f.stat().st_size)
+            kept.append(f)
+        except OSError:
+            missing += 1
+    return Checkpoint(tuple(kept), tuple(sizes), missing)
+
+
+# ---------------------------------------------------------------------------------------------- page cache
+
+
+def _libc() -> Any:
+    lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    lib.mmap.restype = ctypes.c_void_p
+    lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    lib.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    return lib
+
+
+_LIBC: Any = None
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def resident_pages(path: Path) -> bytearray:
+    """One byte per page of ``path``: bit 0 set when the page is in the page cache (``mincore``)."""
+    global _LIBC
+    _LIBC = _LIBC or _libc()
+    size = path.stat().st_size
+    out = bytearray()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for off in range(0, size, WINDOW):
+            length = min(WINDOW, size - off)
+            addr = _LIBC.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, off)
+            if addr in (None, _MAP_FAILED):
+                raise OSError(ctypes.get_errno(), f"mmap {path}")
+            try:
+                vec = ctypes.create_string_buffer((length + PAGE - 1) // PAGE)
+                if _LIBC.mincore(addr, length, vec) != 0:
+                    raise OSError(ctypes.get_errno(), f"mincore {path}")
+                out += vec.raw
+            finally:
+                _LIBC.munmap(addr, length)
+    finally:
+        os.close(fd)
+    return out
+
+
+_BIT0 = bytes(b & 1 for b in range(256))
+
+
+def cached_bytes(path: Path) -> int:
+    pages = resident_pages(path).translate(_BIT0)
+    size = path.stat().st_size
+    n = pages.count(1)
+    if pages and pages[-1]:  # the last page is partial
+        return (n - 1) * PAGE + (size - (len(pages) - 1) * PAGE)
+    return n * PAGE
+
+
+def residency(ckpt: Checkpoint) -> int:
+    """Bytes of the checkpoint in the page cache now."""
+    return sum(cached_bytes(f) for f in ckpt.files)
+
+
+def drop_cache(path: Path, offset: int = 0, length: int = 0) -> None:
+    """``posix_fadvise(DONTNEED)``: the kernel drops clean cached pages of that range (tests; the probe's own pages)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)  # dirty pages are not dropped: write them back first
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------- memory
+
+
+def meminfo(path: Path = Path("/proc/meminfo")) -> dict[str, int]:
+    """``/proc/meminfo`` in bytes (MemTotal, MemAvailable, Cached, ...)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            out[name] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- bandwidth
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    bytes_read: int
+    seconds: float
+    method: str  # "O_DIRECT" | "uncached pages (dropped again)"
+    bound: int
+    device: int  # st_dev of the filesystem measured
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bytes_read": self.bytes_read, "seconds": round(self.seconds, 4), "method": self.method,
+                "bound": self.bound, "bytes_per_s": round(self.bytes_per_s), "device": self.device}
+
+
+Chunk = tuple[Path, int, int]
+
+
+def _plan(ckpt: Checkpoint, bound: int, ranges: dict[Path, list[tuple[int, int]]] | None) -> list[Chunk]:
+    """Chunks (file, offset, length) to read, largest shards first, whose lengths sum to at most ``bound``."""
+    chunks: list[tuple[Path, int, int]] = []
+    left = bound
+    for f, size in sorted(zip(ckpt.files, ckpt.sizes, strict=True), key=lambda fs: -fs[1]):
+        spans = ranges.get(f, []) if ranges is not None else [(0, size)]
+        for start, end in spans:
+            off = start
+            while off < end and left >= ALIGN:
+                length = min(BLOCK, end - off, left)
+                length = (length + ALIGN - 1) // ALIGN * ALIGN if ranges is None else length
+                if length > left:
+                    length = left // ALIGN * ALIGN
+                chunks.append((f, off, length))
+                left -= length
+                off += length
+        if left < ALIGN:
+            break
+    return chunks
+
+
+def _uncached_spans(f: Path) -> list[tuple[int, int]]:
+    """Byte ranges of ``f`` not in the page cache, merged (runs found with bytes.find: C speed per run)."""
+    pages = resident_pages(f).translate(_BIT0)
+    size = f.stat().st_size
+    spans: list[tuple[int, int]] = []
+    i = pages.find(0)
+    while i != -1:
+        j = pages.find(1, i)
+        j = len(pages) if j == -1 else j
+        spans.append((i * PAGE, min(j * PAGE, size)))
+        i = pages.find(0, j)
+    return spans
+
+
+def _read_chunks(chunks: list[tuple[Path, int, int]], flags: int, time_limit: float, threads: int) -> tuple[int, float]:
+    lock = threading.Lock()
+    todo = list(reversed(chunks))
+    total = [0]
+    errors: list[OSError] = []
+    deadline = time.monotonic() + time_limit
+    fds: dict[Path, int] = {}
+    try:
+        for f, _o, _l in chunks:
+            if f not in fds:
+                fds[f] = os.open(f, os.O_RDONLY | flags)
+
+        def work() -> None:
+            buf = mmap.mmap(-1, BLOCK)  # page-aligned, as O_DIRECT wants
+            try:
+                while time.monotonic() < deadline:
+                    with lock:
+                        if not todo or errors:
+                            return
+                        f, off, length = todo.pop()
+                    try:
+                        n = os.preadv(fds[f], [memoryview(buf)[:length]], off)
+                    except OSError as exc:
+                        with lock:
+                            errors.append(exc)
+                        return
+                    with lock:
+                        total[0] += n
+            finally:
+                buf.close()
+
+        start = time.monotonic()
+        pool = [threading.Thread(target=work, daemon=True) for _ in range(max(1, threads))]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        elapsed = time.monotonic() - start
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    if errors and total[0] == 0:
+        raise errors[0]
+    return total[0], elapsed
+
+
+def probe_bandwidth(ckpt: Checkpoint, *, bound: int = PROBE_BOUND, time_limit: float = PROBE_TIME_S,
+                    threads: int = PROBE_THREADS) -> Bandwidth:
+    """Time sequential reads of the checkpoint's own shards: at most ``min(bound, checkpoint bytes)`` bytes."""
+    if not ckpt.files:
+        raise ProbeError("no shards to read")
+    bound = max(ALIGN, min(bound, ckpt.total))
+    device = ckpt.files[0].stat().st_dev
+    direct = getattr(os, "O_DIRECT", 0)
+    if direct:
+        chunks = _plan(ckpt, bound, None)
+        try:
+            n, secs = _read_chunks(chunks, direct, time_limit, threads)
+            return Bandwidth(n, secs, "O_DIRECT", bound, device)
+        except OSError:
+            pass  # the filesystem refuses O_DIRECT: fall back to uncached pages
+    spans = {f: _uncached_spans(f) for f in ckpt.files}
+    chunks = _plan(ckpt, bound, spans)
+    if not chunks:
+        raise ProbeError("every page of the checkpoint is in the page cache and O_DIRECT is refused: nothing "
+                         "uncached to time")
+    try:
+        n, secs = _read_chunks(chunks, 0, time_limit, threads)
+    finally:  # pages that were not cached before the probe (read, or read ahead by the kernel), nothing else
+        for f in {c[0] for c in chunks}:
+            for start, end in spans[f]:
+                drop_cache(f, start, end - start)
+    return Bandwidth(n, secs, "uncached pages (dropped again)", bound, device)
+
+
+# ---------------------------------------------------------------------------------------------- the floor
+
+
+@dataclass(frozen=True)
+class Figures:
+    checkpoint: Checkpoint
+    cached: int
+    mem_available: int
+    mem_total: int
+    bandwidth: float | None  # bytes/s; None when not measured
+    bandwidth_source: str = ""  # "measured now" | "measured <time>" | why it is unknown
+
+    @property
+    def floor_s(self) -> float | None:
+        """Every byte from disk at the measured sequential bandwidth."""
+        return self.checkpoint.total / self.bandwidth if self.bandwidth else None
+
+    @property
+    def predicted_disk_s(self) -> float | None:
+        """The floor for what is not cached (the cached part loads at memory speed, counted as free)."""
+        return max(self.checkpoint.total - self.cached, 0) / self.bandwidth if self.bandwidth else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checkpoint_bytes": self.checkpoint.total, "shards": self.checkpoint.shards,
+                "missing_shards": self.checkpoint.missing, "cached_bytes": self.cached,
+                "mem_available": self.mem_available, "mem_total": self.mem_total,
+                "bandwidth_bytes_per_s": round(self.bandwidth) if self.bandwidth else None,
+                "bandwidth_source": self.bandwidth_source,
+                "floor_s": round(self.floor_s, 2) if self.floor_s is not None else None,
+                "uncached_floor_s": round(self.predicted_disk_s, 2) if self.predicted_disk_s is not None else None}
+
+
+def gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def seconds(s: float) -> str:
+    return f"{s:.0f}s" if s >= 100 else f"{s:.1f}s"

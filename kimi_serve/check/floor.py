@@ -1,0 +1,132 @@
+"""The cold-start floor of a profile on this host, as figures (for `up`'s prediction) and as doctor findings.
+
+``doctor`` measures the bandwidth now (bounded, :func:`kimi_serve.check.coldstart.probe_bandwidth`) and remembers it
+per filesystem; ``up`` reuses that measurement and only probes when there is none.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kimi_serve.check import coldstart as cs
+from kimi_serve.check.starts import (
+    cached_bandwidth,
+    describe_start,
+    predict_weights_s,
+    read_starts,
+    remember_bandwidth,
+)
+from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
+from kimi_serve.profile.loader import Profile
+
+LAST_STARTS_SHOWN = 3
+RAM_MARGIN = 0.10  # of MemTotal, kept free for the server's own host memory when the checkpoint is cached
+
+
+def model_dirs(p: Profile) -> list[Path]:
+    dirs = [Path(p.model.path)]
+    if p.speculative.enabled and p.speculative.draft_model_path:
+        dirs.append(Path(p.speculative.draft_model_path))
+    return dirs
+
+
+def loads_weights(p: Profile) -> bool:
+    return p.engine == "sglang" and "--load-format dummy" not in " ".join(p.extra_args)
+
+
+def figures(p: Profile, state_root: Path, *, probe: str = "if-unknown", bound: int = cs.PROBE_BOUND) -> cs.Figures:
+    """The floor's parts now. ``probe``: "always" (doctor), "if-unknown" (up: reuse a remembered measurement),
+    "never"."""
+    ckpt = cs.checkpoint_of(model_dirs(p))
+    mem = cs.meminfo()
+    cached = cs.residency(ckpt) if ckpt.files else 0
+    bw: float | None = None
+    source = "no shards"
+    if ckpt.files:
+        device = ckpt.files[0].stat().st_dev
+        known = cached_bandwidth(state_root, device)
+        if probe == "never" or (probe == "if-unknown" and known):
+            bw = float(known["bytes_per_s"]) if known else None
+            source = f"measured {known.get('time', '?')} ({known.get('method')})" if known else "not measured"
+        else:
+            try:
+                m = cs.probe_bandwidth(ckpt, bound=bound)
+                bw, source = m.bytes_per_s or None, f"measured now: {cs.gb(m.bytes_read)} in {m.seconds:.2f}s " \
+                                                    f"({m.method})"
+                try:
+                    remember_bandwidth(state_root, m, str(ckpt.files[0].parent))
+                except OSError:
+                    source += ", not remembered (state root not writable)"
+            except (OSError, cs.ProbeError) as exc:
+                source = f"probe failed: {exc}"
+    return cs.Figures(ckpt, cached, mem.get("MemAvailable", 0), mem.get("MemTotal", 0), bw, source)
+
+
+def prewarm_room(fig: cs.Figures) -> tuple[int, int]:
+    """(bytes prewarm must bring in, bytes it may: MemAvailable minus the margin)."""
+    need = max(fig.checkpoint.total - fig.cached, 0)
+    return need, max(int(fig.mem_available - RAM_MARGIN * fig.mem_total), 0)
+
+
+def _f(code: str, status: str, message: str, fix: str = "") -> Finding:
+    return Finding("doctor", code, status, message, fix)
+
+
+def coldstart_findings(p: Profile, state_root: Path, *, probe: str = "always") -> list[Finding]:
+    """Doctor's lines: checkpoint bytes, bandwidth, cache, RAM, the floor and the prediction, the last starts."""
+    if not loads_weights(p):
+        return [_f("coldstart", SKIP, "no checkpoint is read (engine: simulator or --load-format dummy)")]
+    try:
+        fig = figures(p, state_root, probe=probe)
+    except OSError as exc:
+        return [_f("coldstart", WARN, f"cannot measure the cold start: {exc}", "check the model directory")]
+    ck = fig.checkpoint
+    if not ck.files:
+        return [_f("coldstart", SKIP, "no shards to measure (see the model check)")]
+    out = [_f("checkpoint", PASS, f"{cs.gb(ck.total)} in {ck.shards} shard(s) (safetensors index)"
+              + (f", {ck.missing} missing" if ck.missing else ""))]
+    if fig.bandwidth:
+        out.append(_f("read_bandwidth", PASS, f"{fig.bandwidth / 1e9:.2f} GB/s sequential ({fig.bandwidth_source})"))
+    else:
+        out.append(_f("read_bandwidth", WARN, f"sequential read bandwidth unknown: {fig.bandwidth_source}",
+                      "run kimi-serve doctor when the checkpoint is not fully cached"))
+    pct = 100 * fig.cached / ck.total if ck.total else 0.0
+    out.append(_f("page_cache", PASS, f"{cs.gb(fig.cached)} of the checkpoint in the page cache ({pct:.0f}%)"))
+    need, room = prewarm_room(fig)
+    ram = f"{cs.gb(fig.mem_available)} available of {cs.gb(fig.mem_total)}"
+    if need > room:
+        out.append(_f("ram", WARN, f"{ram}: the uncached {cs.gb(need)} do not fit in the page cache (keeping "
+                      f"{RAM_MARGIN:.0%} free): every start reads them from disk, prewarm refuses",
+                      "add RAM or free page cache; prod's loader.prefetch is pointless without room"))
+    else:
+        out.append(_f("ram", PASS, f"{ram}: the checkpoint fits in the page cache (prewarm can hold it)"))
+    starts = read_starts(state_root)
+    if fig.floor_s is not None:
+        predicted, how = predict_weights_s(fig, starts)
+        assert fig.predicted_disk_s is not None
+        out.append(_f("floor", PASS, f"disk floor {cs.seconds(fig.floor_s)} for the weights ({cs.gb(ck.total)} at "
+                      f"{fig.bandwidth / 1e9 if fig.bandwidth else 0:.2f} GB/s); uncached now: "
+                      f"{cs.seconds(fig.predicted_disk_s)}; predicted weight phase "
+                      f"{cs.seconds(predicted or 0)} ({how}); CUDA graphs and warmup come on top"))
+    for s in starts[-LAST_STARTS_SHOWN:]:
+        out.append(_f("last_start", PASS, describe_start(s)))
+    return out
+
+
+def prediction_line(p: Profile, state_root: Path) -> str:
+    """One line for `status`: the next cold start's weight phase, predicted from the remembered bandwidth and the
+    page cache now (no probe)."""
+    if not loads_weights(p):
+        return "no checkpoint is read (engine: simulator or --load-format dummy)"
+    try:
+        fig = figures(p, state_root, probe="never")
+    except OSError as exc:
+        return f"cannot measure the checkpoint: {exc}"
+    if not fig.checkpoint.files:
+        return "no shards found"
+    cached = 100 * fig.cached / fig.checkpoint.total if fig.checkpoint.total else 0.0
+    head = f"{cs.gb(fig.checkpoint.total)}, {cached:.0f}% cached"
+    if fig.floor_s is None:
+        return f"{head}; bandwidth not measured yet (run kimi-serve doctor)"
+    predicted, how = predict_weights_s(fig, read_starts(state_root))
+    return f"{head}; weights predicted {cs.seconds(predicted or 0)} ({how}), disk floor {cs.seconds(fig.floor_s)}"
