@@ -7,7 +7,8 @@ import importlib
 import typer
 
 # Order is the order in `kimi-serve --help`.
-_MODULES = ["up_cmd", "verify_cmd", "profile_cmds", "service_cmds", "simulate_cmd", "patches_cmd", "engine_cmd"]
+_MODULES = ["up_cmd", "verify_cmd", "profile_cmds", "service_cmds", "simulate_cmd", "patches_cmd", "engine_cmd",
+            "bench_cmd"]
 
 
 def register_all(app: typer.Typer) -> None:

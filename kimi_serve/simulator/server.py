@@ -68,7 +68,7 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
     from sglang.srt.utils.json_response import model_json_response
     from sglang.version import __version__
 
-    from kimi_serve.simulator.engine import ACCEPT_PATTERN, CHAT_REQUEST_KEY, ScriptedTokenizerManager
+    from kimi_serve.simulator.engine import CHAT_REQUEST_KEY, ScriptedTokenizerManager
 
     sa = sim.server_args
     model_config = model_config_of(sa)
@@ -124,11 +124,10 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
 
     @app.get("/server_info")
     async def server_info() -> dict[str, Any]:
-        accept = sum(ACCEPT_PATTERN) / len(ACCEPT_PATTERN)
         return {
             **_redacted_info(sa),
             "startup_time": state.startup_time,
-            "internal_states": [{"avg_spec_accept_length": accept, "simulated": True}],
+            "internal_states": tm.internal_states(),  # accept length only with speculative decoding (engine.py)
             "version": __version__,
             "frontend": "python",
             "simulator": {"engine": "kimi-serve simulator", "tokenizer": loaded.description,
