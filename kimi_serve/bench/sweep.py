@@ -134,7 +134,6 @@ def _run_arm(arm: Arm, todo: list[tuple[int, int]], opts: BenchOptions, workload
 
     knobs = servers.SimKnobs(opts.speedup, opts.perf)
     prof = arm.profile
-    python = require_sglang_python(str(prof.python) if prof is not None and prof.python else None)
     with contextlib.ExitStack() as stack:
         if arm.host:
             served = servers.attach(arm.host, opts.api_key, prof.model.served_name if prof else None, opts.tokenizer)
@@ -143,6 +142,7 @@ def _run_arm(arm: Arm, todo: list[tuple[int, int]], opts: BenchOptions, workload
         suite = prof.verify.suite if prof is not None else "quick"
         timeout = float(prof.verify.timeout) if prof is not None else 120.0
         servers.contract_check(served.endpoint, arm.name, suite=suite, timeout=timeout, wait=10.0, say=say)
+        python = require_sglang_python(str(prof.python) if prof is not None and prof.python else None)
         endpoint = served.endpoint
         if served.simulated and not opts.tokenizer:
             endpoint = loadgen.Endpoint(endpoint.base_url, endpoint.model, endpoint.api_key,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -18,6 +20,22 @@ def _concurrency(text: str) -> list[int]:
         raise KimiServeError(f"invalid concurrency list {text!r}", where="--concurrency",
                              hint="comma-separated positive integers, e.g. 1,4,16,32,64")
     return values
+
+
+def _perf_overrides(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    from kimi_serve.core.errors import KimiServeError
+
+    try:
+        from kimi_serve.simulator.perf import PerfParams
+
+        PerfParams.from_json(text)
+        data: dict[str, Any] = json.loads(text)
+    except ValueError as exc:
+        raise KimiServeError(f"invalid performance model parameters: {exc}", where="--perf-model",
+                             hint='a JSON object such as {"per_token_ms": 0.3}; see docs/simulator.md') from None
+    return data
 
 
 def register(app: typer.Typer) -> None:
@@ -37,6 +55,8 @@ def register(app: typer.Typer) -> None:
         api_key: str | None = typer.Option(None, "--api-key", help="API key for --host servers."),
         speedup: float | None = typer.Option(None, "--speedup", min=0.01, help="Simulator profiles: run the "
                                              "performance model's clock this many times faster."),
+        perf_model: str | None = typer.Option(None, "--perf-model", help="Simulator profiles: performance model "
+                                              "parameters to override, a JSON object (docs/simulator.md)."),
         as_json: bool = typer.Option(False, "--json", help="Print report.json instead of the Markdown table."),
     ) -> int:
         """A/B two profiles across concurrency: bring each up (or use --host), contract check, sweep with
@@ -45,8 +65,6 @@ def register(app: typer.Typer) -> None:
         Exit codes: 0 done, 1 a server failed the contract check or bench_serving failed, 2 usage, 3 unreachable,
         4 a server exited, 5 environment.
         """
-        import json
-
         from kimi_serve.bench import BenchOptions, run_bench
         from kimi_serve.core.settings import current
 
@@ -55,7 +73,8 @@ def register(app: typer.Typer) -> None:
 
         opts = BenchOptions(profile=profile, against=against, concurrency=_concurrency(concurrency),
                             requests=requests, workload=workload, repeat=repeat, out=out, hosts=list(host),
-                            api_key=api_key or current().api_key, speedup=speedup)
+                            api_key=api_key or current().api_key, speedup=speedup,
+                            perf=_perf_overrides(perf_model))
         report = run_bench(opts, say)
         if as_json:
             typer.echo(json.dumps(report, indent=2))
