@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -120,7 +121,7 @@ def bring_up(profile: Any, log_dir: Path, knobs: SimKnobs, say: Say) -> Iterator
         from kimi_serve.up.console import Console
         from kimi_serve.up.run import preflight
 
-        preflight(profile, launch, Console(echo_server=False))
+        preflight(profile, launch, Console(out=sys.stderr, err=sys.stderr, echo_server=False))  # stdout: the report
     key_file = launch.api_key_file
     api_key = read_key_file(Path(key_file), profile.where("server.api_key_file")) if key_file else None
     target = parse_target(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
