@@ -74,9 +74,10 @@ def _cell_path(out: Path, name: str, concurrency: int, repeat: int) -> Path:
 def _arms(opts: BenchOptions) -> list[Arm]:
     from kimi_serve.profile.loader import load_profile
 
-    if opts.profile == opts.against and not opts.hosts:
+    if opts.profile == opts.against:
         raise KimiServeError("--profile and --against name the same profile", where="bench",
-                             hint="compare two profiles, e.g. --profile sim --against sim-baseline")
+                             hint="compare two profiles, e.g. --profile sim --against sim-baseline (with --host, "
+                             "two different labels)")
     if len(opts.hosts) not in (0, 2):
         raise KimiServeError("give --host twice (the --profile server, then the --against server) or not at all",
                              where="--host", hint="--host 127.0.0.1:30000 --host 127.0.0.1:30001")
