@@ -120,8 +120,8 @@ def test_charts_are_pngs_with_both_series(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------- resume, contract gate
 
 
-def test_resume_skips_recorded_cells_without_starting_a_server(tmp_path: Path, monkeypatch, capsys) -> None:
-    # every cell is recorded: nothing may start (no SGLang interpreter is even reachable here)
+def _recorded(tmp_path: Path, monkeypatch) -> tuple[Path, BenchOptions]:
+    """An --out where every cell of sim vs sim-baseline at 1, 4 is recorded; starting anything fails the test."""
     monkeypatch.delenv("KIMI_SERVE_SGLANG_PYTHON", raising=False)
     monkeypatch.setattr("kimi_serve.bench.servers.bring_up", lambda *a, **k: pytest.fail("a server was started"))
     monkeypatch.setattr("kimi_serve.bench.loadgen.run_cell", lambda *a, **k: pytest.fail("bench_serving ran"))
@@ -140,6 +140,11 @@ def test_resume_skips_recorded_cells_without_starting_a_server(tmp_path: Path, m
                                         "figures": _cell(v)}))
     opts = BenchOptions(profile="sim", against="sim-baseline", concurrency=[1, 4], requests=4, workload="agentic",
                         repeat=1, out=out)
+    return out, opts
+
+
+def test_resume_skips_recorded_cells_without_starting_a_server(tmp_path: Path, monkeypatch) -> None:
+    out, opts = _recorded(tmp_path, monkeypatch)
     lines: list[str] = []
     r = run_bench(opts, lines.append)
     assert sum("already recorded" in line and "not started" in line for line in lines) == 2, lines
@@ -150,6 +155,16 @@ def test_resume_skips_recorded_cells_without_starting_a_server(tmp_path: Path, m
     cell.write_text(json.dumps({**json.loads(cell.read_text()), "fingerprint": "other"}))
     with pytest.raises(BaseException, match="a server was started"):
         run_bench(opts, lines.append)
+
+
+def test_without_matplotlib_the_charts_are_skipped_and_said(tmp_path: Path, monkeypatch) -> None:
+    out, opts = _recorded(tmp_path, monkeypatch)
+    monkeypatch.setattr("kimi_serve.bench.chart.matplotlib_missing", lambda: "matplotlib is not installed (test)")
+    lines: list[str] = []
+    r = run_bench(opts, lines.append)
+    assert r["charts"] == [] and r["charts_skipped"] == "matplotlib is not installed (test)"
+    assert "charts skipped: matplotlib is not installed (test)" in lines and not list(out.glob("*.png"))
+    assert "Charts skipped: matplotlib is not installed (test)." in rp.markdown(r)
 
 
 def test_a_server_that_fails_the_contract_is_refused(tmp_path: Path, cli) -> None:
