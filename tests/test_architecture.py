@@ -23,7 +23,9 @@ ALLOWED: dict[str, set[str]] = {
     "service": {"core", "profile", "sglang", "verify", "check"},
     "up": {"core", "profile", "sglang", "verify", "simulator", "check"},
     "engine": {"core", "profile", "sglang", "patches", "check"},
-    "commands": {"core", "profile", "sglang", "verify", "simulator", "patches", "check", "service", "up", "engine"},
+    "bench": {"core", "profile", "sglang", "verify", "simulator", "check", "up"},
+    "commands": {"core", "profile", "sglang", "verify", "simulator", "patches", "check", "service", "up", "engine",
+                 "bench"},
 }
 TOP_LEVEL = {"__init__", "__main__", "cli"}
 MAX_LINES = 350

@@ -71,6 +71,12 @@ EXIT_CODES: dict[str, str] = {
         "checkpoint; 5 refused (the uncached bytes do not fit in MemAvailable minus 10% of RAM), RAM ran short while "
         "reading, or no shards; 130 interrupted (what was read stays cached)"
     ),
+    "bench": (
+        '0 the sweep finished (report written); 1 a server failed the contract check (it is not '
+        'benchmarked) or bench_serving failed; 2 bad option, unknown profile, unreadable workload, an '
+        '--out holding another workload; 3 a server never became ready or a --host is unreachable; 4 a '
+        "profile's server exited; 5 no SGLang interpreter, a failed preflight"
+    ),
     "logs": "0 the log was shown; 1 no log found; 5 journalctl missing",
     "engine install": (
         '0 installed (or --dry-run printed the plan); 5 the install failed (download, hash, resolver, no '

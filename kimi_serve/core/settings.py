@@ -25,7 +25,9 @@ UV_ENV = "KIMI_SERVE_UV"  # the uv binary `engine install` uses (else PATH, else
 # its Nth checkpoint), "raise-at=NAME" (an unexpected exception at checkpoint NAME), "pause-at=NAME:SECONDS"
 TEST_HOOK_ENV = "KIMI_SERVE_TEST_HOOK"
 # the simulator's knobs, read by the simulator process itself at its entry point
-SIM_STEP_ENV = "KIMI_SERVE_SIM_STEP_SECONDS"  # seconds per decode step (default 0.01)
+SIM_STEP_ENV = "KIMI_SERVE_SIM_STEP_SECONDS"  # a fixed step time in seconds instead of the performance model's
+SIM_PERF_ENV = "KIMI_SERVE_SIM_PERF"  # performance model parameter overrides, a JSON object (simulator/perf.py)
+SIM_SPEEDUP_ENV = "KIMI_SERVE_SIM_SPEEDUP"  # run the performance model's clock this many times faster
 SIM_LOAD_ENV = "KIMI_SERVE_SIM_LOAD_SECONDS"  # simulated weight-loading time
 SIM_WARMUP_ENV = "KIMI_SERVE_SIM_WARMUP_SECONDS"  # simulated warmup time
 

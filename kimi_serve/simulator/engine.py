@@ -2,13 +2,14 @@
 
 It exposes the TokenizerManager surface the OpenAI serving layer uses and answers ``generate_request`` the way the
 real detokenizer does: CUMULATIVE decoded text, token-aligned (a special token is always whole), several tokens per
-step (EAGLE-3 with accept length ~3), ``meta_info`` with usage and a finish reason whose ``matched`` is the stop id
-``<|im_end|>`` (163586). The text itself comes from :mod:`kimi_serve.simulator.model`.
+step when speculative decoding is on (accept lengths drawn by the performance MODEL, :mod:`kimi_serve.simulator.perf`,
+paced by its scheduler clock, :mod:`kimi_serve.simulator.clock`), one token per step without it, ``meta_info`` with
+usage and a finish reason whose ``matched`` is the stop id ``<|im_end|>`` (163586). The text itself comes from
+:mod:`kimi_serve.simulator.model`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import types
@@ -16,18 +17,30 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from kimi_serve.core.settings import SIM_STEP_ENV
+from kimi_serve.core.settings import SIM_PERF_ENV, SIM_SPEEDUP_ENV, SIM_STEP_ENV
 from kimi_serve.simulator import model as scripted
+from kimi_serve.simulator.clock import StepClock
+from kimi_serve.simulator.perf import PerfModel, PerfParams, SpecSettings
 from kimi_serve.simulator.prompt import read_prompt
 
-# Accepted tokens per EAGLE-3 verify step (steps 3, topk 1, 4 draft tokens: 1..4 per step, mean ~2.9).
+# Kept for importers: an EAGLE-3 accept pattern (steps 3, topk 1). The clock draws accept lengths from the model now.
 ACCEPT_PATTERN = (3, 4, 2, 3, 4, 1, 3, 3)
 STOP_TOKEN_ID = 163586  # <|im_end|>
+IGNORE_EOS_FILLER = " The simulated model keeps decoding because ignore_eos is set."
 CHAT_REQUEST_KEY = "kimi_serve_chat_request"  # where the HTTP layer leaves the parsed request on raw_request.state
 
 
-def step_delay() -> float:
-    return float(os.environ.get(SIM_STEP_ENV, "0.01"))
+def step_delay() -> float | None:
+    """A fixed step time (KIMI_SERVE_SIM_STEP_SECONDS), or None: the performance model times the steps."""
+    value = os.environ.get(SIM_STEP_ENV)
+    return float(value) if value else None
+
+
+def make_clock(resolved: dict[str, Any]) -> StepClock:
+    """The scheduler clock for these server args, with the model's parameters from the environment."""
+    params = PerfParams.from_json(os.environ.get(SIM_PERF_ENV), os.environ.get(SIM_SPEEDUP_ENV))
+    model = PerfModel(params, SpecSettings.from_server_args(resolved), resolved.get("max_running_requests"))
+    return StepClock(model, step_delay())
 
 
 class ScriptedTokenizerManager:
@@ -43,6 +56,15 @@ class ScriptedTokenizerManager:
         self.is_generation = True
         self.request_logger = types.SimpleNamespace(log_requests=False, log_requests_level=0)
         self._resolved = server_args.resolved_dict()
+        self.clock = make_clock(self._resolved)
+
+    def internal_states(self) -> list[dict[str, Any]]:
+        """``/server_info``'s ``internal_states``: the accept length only with speculative decoding on, as SGLang."""
+        state: dict[str, Any] = {"simulated": True, "perf_model": self.clock.model.describe(),
+                                 "fixed_step_s": self.clock.fixed_step_s}
+        if self.clock.model.spec is not None:
+            state["avg_spec_accept_length"] = self.clock.avg_accept_length()
+        return [state]
 
     def config_value(self, name: str) -> Any:
         return self._resolved.get(name)
@@ -72,22 +94,24 @@ class ScriptedTokenizerManager:
         prompt_out = prompt_ids if getattr(obj, "return_prompt_token_ids", False) else None
         reasoning_ids = self._reasoning_token_count(ids) if turn.thinking else 0
         rid = obj.rid if isinstance(obj.rid, str) else uuid.uuid4().hex
-        accept = itertools.cycle(ACCEPT_PATTERN)
-        done, decoded_upto, emitted, delay = 0, 0, "", step_delay()
-        while done < len(ids):
-            done = min(len(ids), done + next(accept))
-            last = done == len(ids)
-            # Incremental detokenization, as SGLang's detokenizer does it: decode only the new tokens; hold back an
-            # incomplete UTF-8 sequence until the next step completes it.
-            piece = self.tokenizer.decode([i for i in ids[decoded_upto:done] if i not in skip],
-                                          skip_special_tokens=False)
-            if piece.endswith("\ufffd") and not last:
-                continue
-            emitted, decoded_upto = emitted + piece, done
-            if delay:
-                await asyncio.sleep(delay)
-            if obj.stream or last:
-                yield self._output(rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, truncated, prompt_out)
+        done, decoded_upto, emitted = 0, 0, ""
+        slot = self.clock.join(len(prompt_ids))
+        try:
+            while done < len(ids):
+                done = min(len(ids), done + await self.clock.tokens(slot))
+                last = done == len(ids)
+                # Incremental detokenization, as SGLang's detokenizer does it: decode only the new tokens; hold back
+                # an incomplete UTF-8 sequence until the next step completes it.
+                piece = self.tokenizer.decode([i for i in ids[decoded_upto:done] if i not in skip],
+                                              skip_special_tokens=False)
+                if piece.endswith("\ufffd") and not last:
+                    continue
+                emitted, decoded_upto = emitted + piece, done
+                if obj.stream or last:
+                    yield self._output(rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, truncated,
+                                       prompt_out)
+        finally:
+            self.clock.leave(slot)
         if not ids:
             yield self._output(rid, "", [], prompt_ids, 0, True, truncated, prompt_out)
 

@@ -76,7 +76,7 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
     from sglang.srt.utils.json_response import model_json_response
     from sglang.version import __version__
 
-    from kimi_serve.simulator.engine import ACCEPT_PATTERN, CHAT_REQUEST_KEY, ScriptedTokenizerManager
+    from kimi_serve.simulator.engine import CHAT_REQUEST_KEY, ScriptedTokenizerManager
 
     sa = sim.server_args
     model_config = model_config_of(sa)
@@ -140,11 +140,10 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
         from sglang.srt.utils.common import build_server_info
         from sglang.srt.utils.msgspec_utils import msgspec_to_builtins
 
-        accept = sum(ACCEPT_PATTERN) / len(ACCEPT_PATTERN)
         body = msgspec_to_builtins(redact_watermark_secrets({
             **build_server_info(sa, {}),
             "startup_time": state.startup_time,
-            "internal_states": [{"avg_spec_accept_length": accept, "simulated": True}],
+            "internal_states": tm.internal_states(),  # accept length only with speculative decoding (engine.py)
             "version": __version__,
             "frontend": "python",
         }))

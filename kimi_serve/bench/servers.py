@@ -1,0 +1,158 @@
+"""The servers `bench` measures: a profile brought up for the sweep (and stopped after it), or one already running
+(``--host``). Either way the contract check runs first, and a server that fails it is never benchmarked.
+
+A profile starts as `up` starts it (:mod:`kimi_serve.up`: the same launch, environment, supervised process and stop);
+a simulator profile gets a free loopback port, and the performance model's knobs (speed-up, parameters) in its
+environment. Readiness waits up to the profile's ``startup.timeout``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kimi_serve.bench.loadgen import Endpoint
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.settings import SIM_PERF_ENV, SIM_SPEEDUP_ENV
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class Served:
+    endpoint: Endpoint
+    server_info: dict[str, Any] = field(default_factory=dict)
+    ready_after_s: float | None = None  # None: already running (--host)
+
+    @property
+    def simulated(self) -> bool:
+        return "simulator" in self.server_info
+
+
+@dataclass(frozen=True)
+class SimKnobs:
+    speedup: float | None = None
+    perf: dict[str, Any] | None = None  # performance model parameter overrides
+
+    def env(self) -> dict[str, str]:
+        env = {}
+        if self.speedup:
+            env[SIM_SPEEDUP_ENV] = f"{self.speedup:g}"
+        if self.perf:
+            env[SIM_PERF_ENV] = json.dumps(self.perf)
+        return env
+
+
+def fingerprint(profile: Any) -> str:
+    """What the profile runs (its SGLang flags and environment): cells recorded for another fingerprint are stale."""
+    from kimi_serve.check.report import launch_for
+
+    launch = launch_for(profile)
+    data = json.dumps({"args": list(launch.server_args), "env": launch.env, "engine": launch.engine}, sort_keys=True)
+    return hashlib.sha256(data.encode()).hexdigest()[:16]
+
+
+def get_json(base_url: str, path: str, api_key: str | None, timeout: float = 10.0) -> dict[str, Any]:
+    import requests
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        reply = requests.get(base_url + path, headers=headers, timeout=timeout)
+        data = reply.json() if reply.status_code == 200 else {}
+    except (requests.RequestException, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def contract_check(endpoint: Endpoint, label: str, *, suite: str, timeout: float, wait: float, say: Say) -> None:
+    """kimi_serve.verify's contract check; KimiServeError (exit 1, or 3 unreachable) when the server fails it."""
+    from kimi_serve.verify import run_verify
+
+    report = run_verify(endpoint.base_url, api_key=endpoint.api_key, model=endpoint.model, wait=wait,
+                        timeout=timeout, suite=suite)
+    if report.exit_code == 0:
+        say(f"{label}: contract check passed ({suite} suite, {report.elapsed_s:.1f}s)")
+        return
+    findings = [f for p in report.probes for f in p.findings] or \
+        ([report.error] if report.error else [])
+    first = findings[0] if findings else None
+    what = f"{first.code}: {first.message}" if first else "see kimi-serve verify"
+    raise KimiServeError(f"{label} at {endpoint.base_url} fails the contract check ({what}); not benchmarked",
+                         where="bench", hint=f"run kimi-serve verify --host {endpoint.base_url} and fix the server",
+                         exit_code=ExitCode(report.exit_code) if report.exit_code in (1, 3) else ExitCode.FAILED)
+
+
+def attach(base_url: str, api_key: str | None, model: str | None, tokenizer: str | None) -> Served:
+    """A server that is already running: its model from /v1/models unless given, its /server_info."""
+    models = get_json(base_url, "/v1/models", api_key)
+    served = model or next((m.get("id") for m in models.get("data") or [] if isinstance(m, dict)), None)
+    if not served:
+        raise KimiServeError(f"{base_url} lists no model in /v1/models", where="--host",
+                             hint="start the server, or check --host and the API key", exit_code=ExitCode.UNREACHABLE)
+    info = get_json(base_url, "/server_info", api_key)
+    return Served(Endpoint(base_url, str(served), api_key, tokenizer), info)
+
+
+@contextlib.contextmanager
+def bring_up(profile: Any, log_dir: Path, knobs: SimKnobs, say: Say) -> Iterator[Served]:
+    """Start ``profile`` as `up` does, wait until ready, yield it, stop it (SIGTERM, then SIGKILL to its group)."""
+    from kimi_serve.check.report import validated_launch
+    from kimi_serve.core.keyfile import read_key_file
+    from kimi_serve.simulator import launcher
+    from kimi_serve.up.run import server_env
+    from kimi_serve.up.supervisor import Server
+    from kimi_serve.verify import parse_target, wait_ready
+
+    launch = validated_launch(profile)
+    argv, host, port = list(launch.argv), launch.host, launch.port
+    env = server_env(launch)
+    if launch.engine == "simulator":
+        host, port = "127.0.0.1", launcher.free_port("127.0.0.1")
+        argv = launcher.with_flag(launcher.with_flag(argv, "--host", host), "--port", str(port))
+        env.update(knobs.env())
+    else:
+        from kimi_serve.up.console import Console
+        from kimi_serve.up.run import preflight
+
+        preflight(profile, launch, Console(out=sys.stderr, err=sys.stderr, echo_server=False))  # stdout: the report
+    key_file = launch.api_key_file
+    api_key = read_key_file(Path(key_file), profile.where("server.api_key_file")) if key_file else None
+    target = parse_target(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    log_path = log_dir / f"server-{profile.name}.log"
+    say(f"{profile.name}: starting {launch.engine} on {target.base_url} (log {log_path})")
+    started = time.monotonic()
+    try:
+        server = Server.start(argv, env, log_path)
+    except OSError as exc:
+        raise KimiServeError(f"cannot start {argv[0]}: {exc.strerror or exc}", where=profile.name,
+                             hint="check the profile's python", exit_code=ExitCode.ENVIRONMENT) from None
+    try:
+        deadline = started + float(profile.startup.timeout)
+        while True:
+            server.lines(0)  # drain: the log file has every line
+            if server.poll() is not None:
+                raise KimiServeError(f"{profile.name} exited with status {server.poll()} before it was ready",
+                                     where=f"log {log_path}", hint="read the log", exit_code=ExitCode.SERVER_EXITED)
+            if wait_ready(target, min(deadline, time.monotonic() + 2.0), interval=0.5, api_key=api_key).ready:
+                break
+            if time.monotonic() >= deadline:
+                raise KimiServeError(f"{profile.name} was not ready within startup.timeout "
+                                     f"{profile.startup.timeout}s", where=f"log {log_path}",
+                                     hint="raise startup.timeout or read the log", exit_code=ExitCode.UNREACHABLE)
+        ready_after = time.monotonic() - started
+        say(f"{profile.name}: ready after {ready_after:.1f}s")
+        tokenizer = str(profile.model.path) if launch.engine != "simulator" else None
+        served = Served(Endpoint(target.base_url, profile.model.served_name, api_key, tokenizer),
+                        get_json(target.base_url, "/server_info", api_key), ready_after)
+        yield served
+    finally:
+        code = server.stop(float(profile.service.stop_timeout))
+        server.close()
+        say(f"{profile.name}: stopped (status {code})")

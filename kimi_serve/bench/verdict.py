@@ -1,0 +1,91 @@
+"""From cells to conclusions: the figures per profile and concurrency (mean and spread over repeats), the verdict per
+concurrency (who wins output throughput, by how much, or "no difference") and the crossover. Pure: no I/O.
+
+Spread: the [min, max] of a figure over the repeats, widened by ``NOISE_FLOOR`` (2%) on each side so that one repeat
+still has a width. Two profiles' spreads that overlap at a concurrency give "no difference" there.
+Crossover: the first concurrency whose winner differs from the winner at the last concurrency before it that had one
+(concurrencies with "no difference" in between are skipped); reported as the pair of concurrencies it lies between.
+"""
+
+from __future__ import annotations
+
+from statistics import mean
+from typing import Any
+
+NOISE_FLOOR = 0.02
+VERDICT_FIGURE = "output_throughput"
+# figure -> (report name, unit, higher is better)
+FIGURES: dict[str, tuple[str, str, bool]] = {
+    "output_throughput": ("output_tok_s", "tok/s", True),
+    "request_throughput": ("req_s", "req/s", True),
+    "median_ttft_ms": ("ttft_p50_ms", "ms", False),
+    "p99_ttft_ms": ("ttft_p99_ms", "ms", False),
+    "median_itl_ms": ("itl_p50_ms", "ms", False),
+    "p99_itl_ms": ("itl_p99_ms", "ms", False),
+    "median_e2e_latency_ms": ("e2e_p50_ms", "ms", False),
+    "p99_e2e_latency_ms": ("e2e_p99_ms", "ms", False),
+    "accept_length": ("accept_length", "tokens/step", True),
+    "errors": ("errors", "requests", False),
+}
+_TIME_FIGURES = {"median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms",
+                 "p99_e2e_latency_ms"}
+_RATE_FIGURES = {"output_throughput", "request_throughput"}
+
+
+def to_model_time(cell: dict[str, Any], speedup: float) -> dict[str, Any]:
+    """A simulator cell run ``speedup`` times faster than the model, converted back to the model's time."""
+    if speedup == 1:
+        return dict(cell)
+    out = dict(cell)
+    for k in _TIME_FIGURES:
+        if isinstance(out.get(k), int | float):
+            out[k] = out[k] * speedup
+    for k in _RATE_FIGURES:
+        if isinstance(out.get(k), int | float):
+            out[k] = out[k] / speedup
+    return out
+
+
+def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean, min and max of every figure over the repeats of one profile x concurrency."""
+    out: dict[str, Any] = {"repeats": len(cells)}
+    for key, (name, _unit, _higher) in FIGURES.items():
+        values = [float(c[key]) for c in cells if isinstance(c.get(key), int | float)]
+        out[name] = ({"mean": round(mean(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
+                     if values else None)
+    return out
+
+
+def _band(stat: dict[str, float]) -> tuple[float, float]:
+    return stat["min"] * (1 - NOISE_FLOOR), stat["max"] * (1 + NOISE_FLOOR)
+
+
+def compare(a: dict[str, Any] | None, b: dict[str, Any] | None, name_a: str, name_b: str) -> dict[str, Any]:
+    """The verdict at one concurrency on output tok/s: winner (or None), margin in percent, whether spreads overlap."""
+    key = FIGURES[VERDICT_FIGURE][0]
+    sa, sb = (a or {}).get(key), (b or {}).get(key)
+    if not sa or not sb:
+        return {"winner": None, "margin_pct": None, "overlap": None, "text": "incomplete"}
+    (lo_a, hi_a), (lo_b, hi_b) = _band(sa), _band(sb)
+    overlap = lo_a <= hi_b and lo_b <= hi_a
+    hi, lo = (name_a, name_b) if sa["mean"] >= sb["mean"] else (name_b, name_a)
+    top, bottom = max(sa["mean"], sb["mean"]), min(sa["mean"], sb["mean"])
+    margin = round(100 * (top - bottom) / bottom, 1) if bottom > 0 else None
+    if overlap:
+        return {"winner": None, "margin_pct": margin, "overlap": True,
+                "text": f"no difference (spreads overlap; {hi} +{margin}%)"}
+    return {"winner": hi, "margin_pct": margin, "overlap": False, "text": f"{hi} by {margin}% over {lo}"}
+
+
+def crossover(verdicts: list[tuple[int, dict[str, Any]]]) -> dict[str, Any] | None:
+    """The first change of winner along increasing concurrency, or None."""
+    last: tuple[int, str] | None = None
+    for concurrency, v in sorted(verdicts):
+        winner = v.get("winner")
+        if not winner:
+            continue
+        if last and winner != last[1]:
+            return {"between": [last[0], concurrency], "before": last[1], "after": winner,
+                    "text": f"{winner} overtakes {last[1]} between concurrency {last[0]} and {concurrency}"}
+        last = (concurrency, winner)
+    return None

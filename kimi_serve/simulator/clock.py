@@ -1,0 +1,109 @@
+"""The simulator's scheduler clock: one step loop for all running requests, paced by the performance MODEL
+(:mod:`kimi_serve.simulator.perf`), as SGLang's scheduler runs one batch per step.
+
+A request joins with its prompt length, waits for a batch slot (``max_running_requests``), is prefilled in the step it
+is admitted (one token out, as SGLang's prefill emits the first token), then gets ``draw_accept()`` tokens every step
+until it leaves. Each step lasts ``step_ms(batch, mean context, prefill tokens) / speedup``; the work the requests do
+between steps (detokenizing, SSE) overlaps the wait, because steps are scheduled on absolute deadlines.
+
+``fixed_step_s`` replaces the model's step time with a constant (``KIMI_SERVE_SIM_STEP_SECONDS``; the contract dry run
+uses it to drop the pacing): tokens per step still come from the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from kimi_serve.simulator.perf import PerfModel
+
+
+@dataclass(eq=False)
+class Slot:
+    prompt_tokens: int
+    context: int = 0
+    admitted: bool = False
+    prefilled: bool = False
+    grant: asyncio.Future[int] | None = None
+    waiting: list[int] = field(default_factory=list)  # tokens granted but not yet taken
+
+
+class StepClock:
+    def __init__(self, model: PerfModel, fixed_step_s: float | None = None) -> None:
+        self.model = model
+        self.fixed_step_s = fixed_step_s
+        self.running: list[Slot] = []
+        self.queue: list[Slot] = []
+        self.steps = 0
+        self.decode_steps = 0  # request-steps that decoded (accept-length denominator)
+        self.accepted = 0  # tokens those request-steps produced
+        self._task: asyncio.Task[None] | None = None
+
+    def join(self, prompt_tokens: int) -> Slot:
+        slot = Slot(prompt_tokens, context=prompt_tokens)
+        self.queue.append(slot)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return slot
+
+    def leave(self, slot: Slot) -> None:
+        if slot in self.running:
+            self.running.remove(slot)
+        if slot in self.queue:
+            self.queue.remove(slot)
+        if slot.grant is not None and not slot.grant.done():
+            slot.grant.cancel()
+
+    async def tokens(self, slot: Slot) -> int:
+        """Wait for the next step that includes ``slot``; the number of tokens it produced for it."""
+        if slot.waiting:
+            return slot.waiting.pop(0)
+        slot.grant = asyncio.get_running_loop().create_future()
+        return await slot.grant
+
+    def avg_accept_length(self) -> float:
+        """Cumulative mean tokens per decode step, as SGLang's ``avg_spec_accept_length`` (decode steps only)."""
+        return self.accepted / self.decode_steps if self.decode_steps else self.model.mean_accept()
+
+    def _admit(self) -> list[Slot]:
+        limit = self.model.max_running
+        admitted = []
+        while self.queue and (limit is None or len(self.running) < limit):
+            slot = self.queue.pop(0)
+            slot.admitted = True
+            self.running.append(slot)
+            admitted.append(slot)
+        return admitted
+
+    async def _run(self) -> None:
+        next_at = time.monotonic()
+        while self.running or self.queue:
+            new = self._admit()
+            decoding = [s for s in self.running if s.prefilled]
+            if self.fixed_step_s is not None:
+                seconds = self.fixed_step_s
+            else:
+                ctx = sum(s.context for s in decoding) / len(decoding) if decoding else 0.0
+                ms = self.model.step_ms(len(decoding), ctx, sum(s.prompt_tokens for s in new))
+                seconds = ms / 1000 / self.model.params.speedup
+            # the step starts when the last one ended (or now, if the CPU fell behind): absolute deadlines
+            next_at = max(next_at, time.monotonic()) + seconds
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            self.steps += 1
+            for slot in list(self.running):
+                if slot not in decoding and slot not in new:
+                    continue  # joined while this step ran
+                if slot.prefilled:
+                    n = self.model.draw_accept()
+                    self.decode_steps += 1
+                    self.accepted += n
+                else:
+                    slot.prefilled, n = True, 1
+                slot.context += n
+                if slot.grant is not None and not slot.grant.done():
+                    slot.grant.set_result(n)
+                    slot.grant = None
+                else:
+                    slot.waiting.append(n)
+        self._task = None
