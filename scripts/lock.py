@@ -60,7 +60,7 @@ def main() -> int:
                     print(f"{rel}: up to date ({len(new.pins)} packages)")
                     continue
                 rc = 1
-                diff = sorted(set(new.pins.items()) ^ set(old.pins.items()))
+                diff = sorted(set(new.pins.items()) ^ set(old.pins.items()), key=str)
                 print(f"{rel}: DRIFT ({len(diff)} pins differ: "
                       f"{', '.join(sorted({p.name for _, p in diff})[:10])}; header or text otherwise)")
             else:

@@ -6,24 +6,18 @@ sys.path, so this imports that copy of sglang (patched or not). KEY_FILE is a YA
 (``api-key: ...``, ``admin-api-key: ...``), merged by SGLang's own ``--config`` handling, so ``launch_command`` is the
 one SGLang records. The routes are SGLang's own (``http_server.app``), called in process by the ASGI app's handler
 coroutines. STAND-INS: the tokenizer manager behind ``_global_state`` (no model is loaded): it carries the real
-resolved ServerArgs and answers ``get_internal_state`` with one empty state, as a live server's does per DP rank; and
-an empty ``soundfile`` module (the audio library http_server's audio chunking imports, absent from the CPU venv and
-never called here).
+resolved ServerArgs and answers ``get_internal_state`` with one empty state, as a live server's does per DP rank. (The
+CPU venv from the committed lock has the real ``soundfile`` that http_server's imports need.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.machinery
 import json
 import sys
-import types
 
 SITE, KEY_FILE = sys.argv[1], sys.argv[2]
 sys.path.insert(0, SITE)
-_soundfile = types.ModuleType("soundfile")  # STAND-IN, see above
-_soundfile.__spec__ = importlib.machinery.ModuleSpec("soundfile", None)
-sys.modules.setdefault("soundfile", _soundfile)
 
 import sglang.srt.entrypoints.http_server as http_server  # noqa: E402
 from sglang.srt.server_args import prepare_server_args  # noqa: E402

@@ -34,7 +34,7 @@ def test_lock_matches_its_inputs(name):
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_lock_names_no_local_index_or_path(name):
     text = SPECS[name].target.read_text(encoding="utf-8")
-    assert not re.search(r"file:|--index-url|--extra-index-url|--find-links|/opt/|/work/|/home/|/root/", text)
+    assert not re.search(r"file:|--index-url|--extra-index-url|--find-links|/(?:opt|home|root|work)/", text)
 
 
 def test_input_hash_changes_with_an_input(tmp_path):

@@ -6,10 +6,10 @@ the generated argv and the environment against SGLang 0.5.23's own parser data (
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Iterator
 
 from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
+from kimi_serve.core.net import is_loopback
 from kimi_serve.profile.flags import check_argv, load_flag_table, unknown_sglang_env
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
@@ -189,21 +189,12 @@ def rule_allreduce(p: Profile, launch: Launch) -> Iterator[Finding]:
         yield _ok("allreduce", "all-reduce path consistent")
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def rule_auth(p: Profile, launch: Launch) -> Iterator[Finding]:
     secret_flags = [a.split("=")[0] for a in launch.server_args if a.split("=")[0] in SECRET_FLAGS]
     if secret_flags:
         yield _bad(p, "extra_args", f"{secret_flags[0]} puts a secret on the command line (visible in ps and the "
                    "unit)", "remove it and set server.api_key_file to a 0600 YAML file 'api-key: KEY'")
-    if _is_loopback(p.server.host) or p.server.api_key_file:
+    if is_loopback(p.server.host) or p.server.api_key_file:
         yield _ok("server.api_key_file", "API reachable only locally or protected by an API key")
     elif p.allow_unauthenticated:
         yield _bad(p, "allow_unauthenticated", f"binding {p.server.host} without an API key (allowed by the profile)",
@@ -217,7 +208,7 @@ def admin_key_required(p: Profile) -> bool:
     """Whether the key file must hold a distinct admin-api-key: ``server.admin_key``, ``auto`` meaning a keyed profile
     on a non-loopback host (the host layer reads the file; this rule only sees the profile)."""
     if p.server.admin_key == "auto":
-        return bool(p.server.api_key_file) and not _is_loopback(p.server.host)
+        return bool(p.server.api_key_file) and not is_loopback(p.server.host)
     return bool(p.server.admin_key == "required")
 
 
@@ -225,7 +216,7 @@ def rule_admin_key(p: Profile, _: Launch) -> Iterator[Finding]:
     """SGLang lets the clients' api-key into its ~43 ADMIN_OPTIONAL endpoints unless an admin-api-key is set."""
     if not p.server.api_key_file:
         yield _ok("server.admin_key", "no API key: admin endpoints follow server.host's reach")
-    elif p.server.admin_key == "none" and not _is_loopback(p.server.host):
+    elif p.server.admin_key == "none" and not is_loopback(p.server.host):
         yield _bad(p, "server.admin_key", f"binding {p.server.host} with one key for clients and admin: every client "
                    "can update weights, load LoRA tensors, pause or slow the server",
                    "set server.admin_key: required (or auto) and add 'admin-api-key: OTHER-KEY' to the key file")

@@ -10,10 +10,10 @@ without touching the engine or the network.
 
 from __future__ import annotations
 
-import ipaddress
 from urllib.parse import urlsplit
 
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding
+from kimi_serve.core.net import is_loopback
 from kimi_serve.verify.target import Target
 from kimi_serve.verify.transport import TransportError, request
 
@@ -25,13 +25,7 @@ FIX = ("add a distinct 'admin-api-key: OTHER-KEY' to the server's key file (serv
 
 
 def _loopback(target: Target) -> bool:
-    host = urlsplit(target.base_url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(urlsplit(target.base_url).hostname or "")
 
 
 def check_admin(target: Target, api_key: str | None, deadline: float) -> Finding:

@@ -18,6 +18,11 @@ if [ -z "${SBX_INNER:-}" ]; then
   exec unshare --mount --propagation private -- "$0" "$@"
 fi
 
+# One sandbox at a time per host: the shared directories below are made on the real root when missing and removed
+# again on exit, so two sandboxes running together would pull them from under each other.
+exec 9>"${TMPDIR:-/tmp}/kimi-serve-sandbox.lock"
+flock 9
+
 SHARED=${SBX_SHARED_DIRS:-/etc/systemd/system /var/log/journal /etc/kimi-serve /var/lib/kimi-serve}
 MASK=${SBX_MASK:-postgresql.service}
 BOOT_TIMEOUT=${SBX_BOOT_TIMEOUT:-60}

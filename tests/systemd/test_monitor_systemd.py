@@ -52,7 +52,8 @@ def test_timer_keeps_metrics_and_history_true(sandbox: Any, sglang_python: str, 
                        f"monitor:\n  interval: {INTERVAL}\n  randomized_delay: 0\n  timeout: 30\n"
                        f"  metrics_file: {METRICS}\n")
     kimi = UnitContext.detect().kimi_serve
-    env = {"KIMI_SERVE_SGLANG_PYTHON": sglang_python}
+    # the service user is created in the container's own user database (as test_service_systemd does)
+    env = {"KIMI_SERVE_SGLANG_PYTHON": sglang_python, "KIMI_SERVE_ACCOUNTS_ROOT": f"/proc/{sandbox.leader}/root"}
 
     def cli(*args: str) -> tuple[int, str]:
         done = sandbox.run([kimi, *args], env=env)
