@@ -82,7 +82,9 @@ def render_monitor(profile: Profile, launch: Launch, ctx: UnitContext, unit: str
     common = {"main_unit": unit, "timer_unit": timer, "service_unit": service}
     what = f"kimi-serve contract check of {unit} (profile {profile.name})".replace("%", "%%")
     svc = _render("kimi-serve-verify.service.j2", {
-        **common, "description": what, "user": profile.service.user,
+        # root, not service.user: the check appends to kimi-serve's own records (root-owned, so the server's user can
+        # never forge a "last good" unit) and writes the node_exporter directory; it only talks HTTP to the server
+        **common, "description": what, "user": "root",
         "environment": [environment_line("PYTHONUNBUFFERED", "1", "monitor")],
         "exec_start": exec_line(monitor_argv(profile, launch, ctx, unit), profile.where("monitor")),
         "timeout_start_sec": int(m.timeout) + STUCK_MARGIN, "syslog_identifier": service.removesuffix(".service"),

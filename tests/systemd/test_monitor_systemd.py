@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -52,8 +53,10 @@ def test_timer_keeps_metrics_and_history_true(sandbox: Any, sglang_python: str, 
                        f"monitor:\n  interval: {INTERVAL}\n  randomized_delay: 0\n  timeout: 30\n"
                        f"  metrics_file: {METRICS}\n")
     kimi = UnitContext.detect().kimi_serve
-    # the service user is created in the container's own user database (as test_service_systemd does)
+    # service.user (kimi-serve) is created in the container's own user database, and may traverse /root (0700, where
+    # CI keeps the interpreters) inside the container only, as test_service_systemd does
     env = {"KIMI_SERVE_SGLANG_PYTHON": sglang_python, "KIMI_SERVE_ACCOUNTS_ROOT": f"/proc/{sandbox.leader}/root"}
+    subprocess.run(["nsenter", "-t", str(sandbox.leader), "-m", "--", "chmod", "711", "/root"], check=True)
 
     def cli(*args: str) -> tuple[int, str]:
         done = sandbox.run([kimi, *args], env=env)
