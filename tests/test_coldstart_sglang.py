@@ -10,13 +10,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 from pathlib import Path
 
 import pytest
 from ckpt_helpers import llama_checkpoint
 from up_helpers import CPU_DIR, free_port, live_group, server_pid
+from up_helpers import UpProcess as Up
 
 from kimi_serve.check import coldstart as cs
 
@@ -66,34 +65,6 @@ def _profile(tmp: Path, model: Path, port: int, python: str) -> Path:
           stop_timeout: 30
         """))
     return path
-
-
-class Up:
-    def __init__(self, args: list[str], state: Path) -> None:
-        env = {**os.environ, "KIMI_SERVE_STATE_DIR": str(state)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "kimi_serve", "up", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=env)
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    @property
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-    def wait_for(self, text: str, timeout: float) -> bool:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end and self.proc.poll() is None:
-            if text in self.output:
-                return True
-            time.sleep(0.2)
-        self._reader.join(5)
-        return text in self.output
 
 
 def test_real_loader_loads_with_the_rendered_options_and_phases_are_recorded(

@@ -7,16 +7,12 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
-import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from up_helpers import cpu_profile, free_port, live_group, server_pid
+from up_helpers import UpProcess, cpu_profile, free_port, live_group, server_pid
 
 pytestmark = pytest.mark.sglang
 READY_LINE = "supervising pid"
@@ -27,43 +23,6 @@ def sglang_python_or_skip() -> str:
     if not path:
         pytest.skip("KIMI_SERVE_SGLANG_PYTHON is not set (scripts/test.sh sets it; CI always does)")
     return path
-
-
-class UpProcess:
-    """`kimi-serve up` as a child process, its stdout+stderr collected line by line."""
-
-    def __init__(self, args: list[str], state: Path) -> None:
-        env = {**os.environ, "KIMI_SERVE_STATE_DIR": str(state)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "kimi_serve", "up", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=env)
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    @property
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-    def wait_for(self, text: str, timeout: float) -> bool:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if text in self.output:
-                return True
-            if self.proc.poll() is not None:
-                self._reader.join(5)
-                return text in self.output
-            time.sleep(0.2)
-        return False
-
-    def finish(self, timeout: float) -> int:
-        code = self.proc.wait(timeout)
-        self._reader.join(5)
-        return code
 
 
 @pytest.fixture(scope="module")

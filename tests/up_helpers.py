@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
+import subprocess
+import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -79,3 +84,40 @@ def cpu_profile(directory: Path, port: int, python: str, *, model: Path | None =
           stop_timeout: 30
         """))
     return path
+
+
+class UpProcess:
+    """`kimi-serve up` as a child process, its stdout+stderr collected line by line."""
+
+    def __init__(self, args: list[str], state: Path) -> None:
+        env = {**os.environ, "KIMI_SERVE_STATE_DIR": str(state)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "kimi_serve", "up", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, text: str, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if text in self.output:
+                return True
+            if self.proc.poll() is not None:
+                self._reader.join(5)
+                return text in self.output
+            time.sleep(0.2)
+        return False
+
+    def finish(self, timeout: float) -> int:
+        code = self.proc.wait(timeout)
+        self._reader.join(5)
+        return code
