@@ -48,8 +48,9 @@ def _num(v: float | int) -> str:
     return str(v) if isinstance(v, int) else repr(float(v))
 
 
-def server_args_of(profile: Profile) -> list[str]:
-    """The SGLang flags for a profile, full names only, in a stable order."""
+def server_args_of(profile: Profile, port: int | None = None) -> list[str]:
+    """The SGLang flags for a profile, full names only, in a stable order. ``port`` replaces server.port (replica i
+    of a local replicated deployment listens at server.port + i, :mod:`kimi_serve.profile.topology`)."""
     m, spec, par, ar, mem, srv = (profile.model, profile.speculative, profile.parsers, profile.allreduce,
                                   profile.memory, profile.server)
     a: list[str] = ["--model-path", m.path, "--served-model-name", m.served_name]
@@ -60,6 +61,7 @@ def server_args_of(profile: Profile) -> list[str]:
     if m.kv_cache_dtype != "auto":
         a += ["--kv-cache-dtype", m.kv_cache_dtype]
     a += ["--tp-size", str(profile.parallel.tp_size)]
+    a += node_args(profile)
     a += loader_args(profile)
     if spec.enabled:
         a += ["--speculative-algorithm", spec.algorithm]
@@ -91,7 +93,7 @@ def server_args_of(profile: Profile) -> list[str]:
         value = getattr(mem, key)
         if value is not None:
             a += [flag, _num(value)]
-    a += ["--host", srv.host, "--port", str(srv.port), "--log-level", srv.log_level]
+    a += ["--host", srv.host, "--port", str(srv.port if port is None else port), "--log-level", srv.log_level]
     if srv.enable_metrics:
         a.append("--enable-metrics")
     if srv.watchdog_timeout is not None:
@@ -99,6 +101,20 @@ def server_args_of(profile: Profile) -> list[str]:
     if srv.api_key_file:
         a += ["--config", srv.api_key_file]
     a += list(profile.extra_args)
+    return a
+
+
+def node_args(profile: Profile) -> list[str]:
+    """Multi-node tensor parallelism (``nodes:``): ``--nnodes N --node-rank R --dist-init-addr HOST:PORT``; nothing
+    on a single host. A missing leader_host passes SGLang's own validation, so :mod:`kimi_serve.check.rules` fails
+    it."""
+    n = profile.nodes
+    if n.count <= 1:
+        return []
+    a = ["--nnodes", str(n.count), "--node-rank", str(n.rank)]
+    if n.leader_host:
+        host = f"[{n.leader_host}]" if ":" in n.leader_host else n.leader_host
+        a += ["--dist-init-addr", f"{host}:{n.leader_port}"]
     return a
 
 
@@ -132,12 +148,13 @@ def interpreter_of(profile: Profile, *, sglang_python: str | None, fallback: str
     return fallback
 
 
-def build_launch(profile: Profile, interpreter: str, pythonpath: str | None = None) -> Launch:
+def build_launch(profile: Profile, interpreter: str, pythonpath: str | None = None, *,
+                 port: int | None = None) -> Launch:
     """The launch for a profile, run by ``interpreter``. Pure (no environment, no I/O): the interpreter comes in as an
     argument (:func:`interpreter_of`); validation is :mod:`kimi_serve.check.report`'s job. ``pythonpath`` (the folder
     holding kimi_serve) goes in front of the simulator's PYTHONPATH: the SGLang interpreter does not have kimi_serve
     installed, and `render`, `up` and the unit must all show and run the same environment."""
-    server_args = server_args_of(profile)
+    server_args = server_args_of(profile, port)
     module = ENGINE_MODULES[profile.engine]
     argv = (interpreter, "-m", module, *server_args)
     env = env_of(profile)
@@ -151,6 +168,6 @@ def build_launch(profile: Profile, interpreter: str, pythonpath: str | None = No
         server_args=tuple(server_args),
         engine=profile.engine,
         host=profile.server.host,
-        port=profile.server.port,
+        port=profile.server.port if port is None else port,
         api_key_file=profile.server.api_key_file,
     )

@@ -49,6 +49,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
                    "valid names; SGLANG_* names unknown to the target SGLang are errors.", default={}),
         "extra_args": Key("str_list", "Further SGLang flags, appended verbatim after the generated ones; each is "
                           "checked against SGLang's own parser (full names only).", default=[]),
+        "replicas": Key("int", "Independent copies of the server (each a full TP group) behind SGLang's router "
+                        "(`router:`, docs/scale-out.md). 1: no router.", default=1, min=1, max=64, nullable=False),
         "allow_unauthenticated": Key(
             "bool", "Allow binding a non-loopback host without an API key (not recommended).", default=False,
             nullable=False,
@@ -81,6 +83,16 @@ SECTIONS: dict[str, dict[str, Key]] = {
     },
     "parallel": {
         "tp_size": Key("int", "Tensor parallel size (one rank per GPU).", default=8, min=1, max=64, nullable=False),
+    },
+    "nodes": {
+        "count": Key("int", "Hosts one server spans (multi-node tensor parallelism: --nnodes); parallel.tp_size is "
+                     "then gpus x count. 1: a single host.", default=1, min=1, max=16, nullable=False),
+        "rank": Key("int", "This host's rank (--node-rank): 0 serves the API, ranks >= 1 only join it. `render "
+                    "--node-rank R` renders another host's view.", default=0, min=0, max=15, nullable=False),
+        "leader_host": Key("str", "Address of the rank-0 host that the other ranks reach (the host part of "
+                           "--dist-init-addr); required when count > 1."),
+        "leader_port": Key("int", "Port of rank 0's torch.distributed rendezvous (--dist-init-addr HOST:PORT).",
+                           default=20000, min=1, max=65535, nullable=False),
     },
     "speculative": {
         "enabled": Key("bool", "Use speculative decoding (EAGLE-3).", default=False, nullable=False),
@@ -145,6 +157,26 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "enable_metrics": Key("bool", "Expose Prometheus /metrics.", default=True, nullable=False),
         "watchdog_timeout": Key("float", "Seconds a scheduler step may hang before SGLang aborts.", min=10,
                                 max=86400),
+    },
+    "router": {
+        "policy": Key("str", "SGLang router policy (--policy): cache_aware sends a prompt to the replica holding its "
+                      "prefix.", default="cache_aware",
+                      choices=("cache_aware", "round_robin", "random", "power_of_two"), nullable=False),
+        "host": Key("str", "Address the router binds (the deployment's front door).", default="127.0.0.1",
+                    nullable=False),
+        "port": Key("int", "Router HTTP port (clients and `verify` talk to it).", default=30000, min=1, max=65535,
+                    nullable=False),
+        "workers": Key("str_list", "Replica addresses HOST:PORT the router sends to, one per replica. Empty: the "
+                       "replicas run on this host at server.port, server.port + 1, ...", default=[]),
+        "health_check_interval": Key("int", "Seconds between the router's worker health checks (its own default, "
+                                     "60, keeps a dead replica 'healthy' for minutes).", default=5, min=1,
+                                     max=3600, nullable=False),
+        "health_failure_threshold": Key("int", "Failed health checks before the router stops sending to a "
+                                        "replica.", default=2, min=1, max=100, nullable=False),
+        "metrics_host": Key("str", "Address of the router's Prometheus endpoint (its own default is 0.0.0.0).",
+                            default="127.0.0.1", nullable=False),
+        "metrics_port": Key("int", "Port of the router's Prometheus endpoint.", default=29000, min=1, max=65535,
+                            nullable=False),
     },
     "startup": {
         "timeout": Key("int", "Seconds a cold start may take (weights, CUDA graphs, warmup): up's deadline and "

@@ -1,0 +1,48 @@
+"""Profile -> the router's launch (SGLang's ``sglang_router``, PyPI ``sglang-router`` 0.3.2), as data (no I/O).
+
+The router fronts the replicas of :mod:`kimi_serve.profile.topology`. It runs in the engine interpreter (the engine
+locks hold sglang-router). Its only way to take an API key is ``--api-key KEY`` on its command line, so with a key
+file the launch goes through kimi-serve's shim (``python -m kimi_serve.router.shim --api-key-file FILE -- FLAGS``),
+which reads the key and starts the router in-process: the key never shows in ps, /proc or the unit.
+"""
+
+from __future__ import annotations
+
+from kimi_serve.profile.launch import Launch
+from kimi_serve.profile.loader import Profile
+from kimi_serve.profile.topology import replicas
+
+ROUTER_MODULE = "sglang_router.launch_router"
+ROUTER_SHIM_MODULE = "kimi_serve.router.shim"
+
+
+def router_args_of(profile: Profile) -> list[str]:
+    """The router's own flags, full names only, in a stable order."""
+    r = profile.router
+    a = ["--worker-urls", *(rep.url for rep in replicas(profile))]
+    a += ["--policy", r.policy, "--host", r.host, "--port", str(r.port)]
+    a += ["--health-check-interval-secs", str(r.health_check_interval),
+          "--health-failure-threshold", str(r.health_failure_threshold)]
+    a += ["--prometheus-host", r.metrics_host, "--prometheus-port", str(r.metrics_port)]
+    a += ["--log-level", {"warning": "warn", "critical": "error"}.get(profile.server.log_level,
+                                                                        profile.server.log_level)]
+    return a
+
+
+def build_router_launch(profile: Profile, interpreter: str, pythonpath: str | None = None) -> Launch:
+    """The router launch for a replicated profile, run by ``interpreter`` (the engine's). Pure, like
+    :func:`kimi_serve.profile.launch.build_launch`; ``pythonpath`` (the folder holding kimi_serve) is put in front of
+    PYTHONPATH when the shim runs (the engine interpreter does not have kimi_serve installed)."""
+    args = router_args_of(profile)
+    key_file = profile.server.api_key_file
+    env: dict[str, str] = {}
+    if key_file:
+        argv: tuple[str, ...] = (interpreter, "-m", ROUTER_SHIM_MODULE, "--api-key-file", key_file, "--", *args)
+        if pythonpath:
+            from kimi_serve.core.settings import with_pythonpath
+
+            env = with_pythonpath(env, pythonpath)
+    else:
+        argv = (interpreter, "-m", ROUTER_MODULE, *args)
+    return Launch(argv=argv, env=env, server_args=tuple(args), engine="router", host=profile.router.host,
+                  port=profile.router.port, api_key_file=key_file)

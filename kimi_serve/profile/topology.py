@@ -1,0 +1,68 @@
+"""The deployment's shape as data: which replicas the router fronts and where each one listens (no I/O).
+
+One home for the replica addressing rule: with ``router.workers`` empty the ``replicas`` run on this host at
+``server.port + i``; otherwise each entry of ``router.workers`` (``HOST:PORT``) is one replica on its own host.
+Multi-node ranks (``nodes:``) are a property of each replica's launch (:func:`kimi_serve.profile.launch.node_args`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kimi_serve.profile.loader import Profile
+
+
+@dataclass(frozen=True)
+class Replica:
+    index: int  # 0-based, the router's order
+    host: str  # where clients (and the router) reach it
+    port: int
+    local: bool  # runs on this host (rendered from this profile with server.port + index)
+
+    @property
+    def endpoint(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.endpoint}"
+
+
+def _split(addr: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` or ``[V6]:PORT`` -> (host, port); None when malformed."""
+    addr = addr.strip()
+    if addr.startswith("http://"):
+        addr = addr[len("http://"):]
+    if addr.startswith("["):
+        host, _, rest = addr[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return host, int(port)
+
+
+def replicas(profile: Profile) -> list[Replica]:
+    """Every replica of the deployment, in the router's order. One (this server) when ``replicas`` is 1."""
+    if profile.replicas <= 1 and not profile.router.workers:
+        return [Replica(0, profile.server.host, profile.server.port, True)]
+    if not profile.router.workers:
+        return [Replica(i, profile.server.host, profile.server.port + i, True) for i in range(profile.replicas)]
+    out = []
+    for i, addr in enumerate(profile.router.workers):
+        parsed = _split(addr)
+        if parsed is None:  # kimi_serve.check.rules names the key; here keep the shape
+            continue
+        out.append(Replica(i, parsed[0], parsed[1], False))
+    return out
+
+
+def routed(profile: Profile) -> bool:
+    """Whether the deployment has a router in front (more than one replica)."""
+    return bool(profile.replicas > 1)
+
+
+def parse_worker(addr: str) -> tuple[str, int] | None:
+    """Public form of the ``HOST:PORT`` parser (rules use it to name a malformed ``router.workers`` entry)."""
+    return _split(addr)
