@@ -115,6 +115,11 @@ def check_with_sglang(profile: Profile, launch: Launch, python: SGLangPython | N
     if "error" in result:
         return [Finding("sglang", "sglang", FAIL, result["error"], "check the SGLang installation")]
     version = result.get("sglang_version", "?")
+    return _verdict(profile, result, notes, version) + _rank_findings(result.get("also") or [], profile, version)
+
+
+def _verdict(profile: Profile, result: dict, notes: list[str], version: str) -> list[Finding]:
+    """Findings for the profile's own argv (this host's rank on a multi-node profile)."""
     findings = []
     for note in notes:
         findings.append(Finding("sglang", "stand-in", PASS, note))
@@ -125,7 +130,6 @@ def check_with_sglang(profile: Profile, launch: Launch, python: SGLangPython | N
         return findings
     findings.append(Finding("sglang", "parse", PASS, f"SGLang {version}'s own parser accepts the argv"
                             + (f" of rank {profile.nodes.rank}" if profile.nodes.count > 1 else "")))
-    findings += _rank_findings(result.get("also") or [], profile, version)
     resolve = result["resolve"]
     if not resolve["ok"]:
         findings.append(Finding("sglang", "resolve", FAIL, f"SGLang {version} rejects the configuration under SM120: "

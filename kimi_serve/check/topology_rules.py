@@ -9,6 +9,7 @@ validation); its PCIe-IPC and torch symmetric-memory all-reduces build only for 
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Iterator
 
 from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
@@ -27,6 +28,18 @@ TOPOLOGY_DESTS = {"pp_size": "parallel.pp_size", "nnodes": "nodes.count", "node_
 PCIE_IPC_WORLD_SIZES = (2, 4, 8)
 TORCH_SYMM_MEM_WORLD_SIZES = (2, 4, 6, 8)
 IB_DISABLE_ENV = "NCCL_IB_DISABLE"
+# RFC 5737 / RFC 3849 documentation ranges: the placeholders the shipped multi-host profiles carry.
+DOC_NETS = tuple(ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24",
+                                                     "2001:db8::/32"))
+
+
+def is_placeholder(host: str) -> bool:
+    """A documentation address (RFC 5737, RFC 3849): a placeholder that no real host has."""
+    try:
+        addr = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return any(addr.version == net.version and addr in net for net in DOC_NETS)
 
 
 def _ok(name: str, message: str) -> Finding:
@@ -62,6 +75,9 @@ def rule_nodes(p: Profile, _: Launch) -> Iterator[Finding]:
                    "(SGLang: 'tp_size must be divisible by number of nodes')",
                    "use a node count that divides tp_size x pp_size")
         return
+    if is_placeholder(n.leader_host):
+        yield _bad(p, "nodes.leader_host", f"nodes.leader_host {n.leader_host} is a documentation address (a "
+                   "placeholder)", "set the rank-0 host's address on the inter-node network", status=WARN)
     role = "serves the API" if n.rank == 0 else "serves no API (only a dummy /health): the contract is checked on rank 0"
     yield _ok("nodes", f"rank {n.rank} of {n.count}, rendezvous at {n.leader_host}:{n.leader_port}; this rank {role}")
 
@@ -147,6 +163,10 @@ def rule_replicas(p: Profile, _: Launch) -> Iterator[Finding]:
         dup = next(w for i, w in enumerate(workers) if parsed[i] in parsed[:i])
         yield _bad(p, "router.workers", f"router.workers names {dup!r} twice", "list each replica once")
         return
+    placeholders = [w for w, hp in zip(workers, parsed, strict=True) if hp and is_placeholder(hp[0])]
+    if placeholders:
+        yield _bad(p, "router.workers", f"router.workers {', '.join(placeholders)}: documentation addresses ("
+                   "placeholders)", "set each replica's real HOST:PORT", status=WARN)
     if n == 1:
         yield _ok("replicas", "one replica: no router")
         return
