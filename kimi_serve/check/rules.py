@@ -72,8 +72,9 @@ def rule_parallel(p: Profile, _: Launch) -> Iterator[Finding]:
         fix = (f"set parallel.tp_size: {want}" if want and not p.model.attention_heads % want else
                "make tp_size x pp_size equal gpus x nodes.count, with a tp_size that divides the "
                f"{p.model.attention_heads} attention heads")
+        sglang = " (and SGLang asserts 'tp_size must be divisible by number of nodes')" if (tp * pp) % nodes else ""
         yield _bad(p, "parallel.tp_size", f"tp_size {tp} x pp_size {pp} = {tp * pp} ranks, but gpus {p.gpus} x "
-                   f"nodes.count {nodes} = {p.gpus * nodes} GPUs (one rank per GPU on every host)", fix)
+                   f"nodes.count {nodes} = {p.gpus * nodes} GPUs (one rank per GPU on every host){sglang}", fix)
     elif p.model.attention_heads % tp:
         yield _bad(p, "parallel.tp_size", f"tp_size {tp} does not divide the model's {p.model.attention_heads} "
                    "attention heads", "use a divisor such as 8")

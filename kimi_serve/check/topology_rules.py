@@ -51,8 +51,9 @@ def _bad(p: Profile, key: str, message: str, fix: str, status: str = FAIL) -> Fi
 
 
 def rule_nodes(p: Profile, _: Launch) -> Iterator[Finding]:
-    """Multi-node TP: a reachable rank 0 address, a rank inside the group, SGLang's divisibility assertion."""
-    n, tp, pp = p.nodes, p.parallel.tp_size, p.parallel.pp_size
+    """Multi-node TP: a rank inside the group and a rank-0 address the other hosts can reach (tp x pp against the
+    hosts' GPUs, SGLang's divisibility assertion included, is :func:`kimi_serve.check.rules.rule_parallel`)."""
+    n = p.nodes
     if n.rank >= n.count:
         yield _bad(p, "nodes.rank", f"nodes.rank {n.rank} is outside a group of nodes.count {n.count} (ranks 0.."
                    f"{n.count - 1})", "set nodes.rank below nodes.count (render --node-rank R renders one host)"
@@ -70,15 +71,11 @@ def rule_nodes(p: Profile, _: Launch) -> Iterator[Finding]:
         yield _bad(p, "nodes.leader_host", f"nodes.leader_host {n.leader_host} is a loopback address: the ranks on "
                    "the other hosts cannot reach it", "set the rank-0 host's address on the inter-node network")
         return
-    if (tp * pp) % n.count:
-        yield _bad(p, "parallel.tp_size", f"tp_size {tp} x pp_size {pp} is not divisible by nodes.count {n.count} "
-                   "(SGLang: 'tp_size must be divisible by number of nodes')",
-                   "use a node count that divides tp_size x pp_size")
-        return
     if is_placeholder(n.leader_host):
         yield _bad(p, "nodes.leader_host", f"nodes.leader_host {n.leader_host} is a documentation address (a "
                    "placeholder)", "set the rank-0 host's address on the inter-node network", status=WARN)
-    role = "serves the API" if n.rank == 0 else "serves no API (only a dummy /health): the contract is checked on rank 0"
+    role = ("serves the API" if n.rank == 0 else
+            "serves no API (only a dummy /health): the contract is checked on rank 0")
     yield _ok("nodes", f"rank {n.rank} of {n.count}, rendezvous at {n.leader_host}:{n.leader_port}; this rank {role}")
 
 
