@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from kimi_serve.check.topology_rules import TOPOLOGY_RULES
 from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
 from kimi_serve.core.net import is_loopback
 from kimi_serve.profile.flags import check_argv, load_flag_table, unknown_sglang_env
@@ -60,15 +61,27 @@ def rule_model(p: Profile, _: Launch) -> Iterator[Finding]:
 
 
 def rule_parallel(p: Profile, _: Launch) -> Iterator[Finding]:
-    tp = p.parallel.tp_size
-    if tp != p.gpus:
+    """One rank per GPU on every host: tp_size x pp_size = gpus x nodes.count (SGLang itself only asserts that
+    tp_size x pp_size divides by nnodes, :mod:`kimi_serve.check.topology_rules`)."""
+    tp, pp, nodes = p.parallel.tp_size, p.parallel.pp_size, p.nodes.count
+    if nodes == 1 and pp == 1 and tp != p.gpus:
         yield _bad(p, "parallel.tp_size", f"tp_size {tp} differs from gpus {p.gpus}",
                    f"set parallel.tp_size: {p.gpus} (one rank per GPU) or change gpus")
+    elif tp * pp != p.gpus * nodes:
+        want = p.gpus * nodes // pp if (p.gpus * nodes) % pp == 0 else 0
+        fix = (f"set parallel.tp_size: {want}" if want and not p.model.attention_heads % want else
+               "make tp_size x pp_size equal gpus x nodes.count, with a tp_size that divides the "
+               f"{p.model.attention_heads} attention heads")
+        sglang = " (and SGLang asserts 'tp_size must be divisible by number of nodes')" if (tp * pp) % nodes else ""
+        yield _bad(p, "parallel.tp_size", f"tp_size {tp} x pp_size {pp} = {tp * pp} ranks, but gpus {p.gpus} x "
+                   f"nodes.count {nodes} = {p.gpus * nodes} GPUs (one rank per GPU on every host){sglang}", fix)
     elif p.model.attention_heads % tp:
         yield _bad(p, "parallel.tp_size", f"tp_size {tp} does not divide the model's {p.model.attention_heads} "
                    "attention heads", "use a divisor such as 8")
     else:
-        yield _ok("parallel.tp_size", f"TP={tp} on {p.gpus} GPUs divides {p.model.attention_heads} heads")
+        shape = f"TP={tp}" + (f" x PP={pp}" if pp > 1 else "")
+        hosts = f"{p.gpus} GPUs" + (f" x {nodes} nodes" if nodes > 1 else "")
+        yield _ok("parallel.tp_size", f"{shape} on {hosts} divides {p.model.attention_heads} heads")
 
 
 def rule_speculative(p: Profile, launch: Launch) -> Iterator[Finding]:
@@ -280,7 +293,7 @@ def rule_flag_table(p: Profile, launch: Launch) -> Iterator[Finding]:
 
 RULES: tuple[Rule, ...] = (
     rule_parsers, rule_model, rule_parallel, rule_speculative, rule_patch_set, rule_patch_set_redact, rule_allreduce,
-    rule_auth, rule_admin_key, rule_memory, rule_loader, rule_flag_table,
+    rule_auth, rule_admin_key, rule_memory, rule_loader, rule_flag_table, *TOPOLOGY_RULES,
 )
 
 

@@ -43,11 +43,16 @@ def _adapt(server_args: tuple[str, ...], secret_file: Path) -> tuple[list[str], 
     return args, notes
 
 
-def run_probe(python: SGLangPython, args: list[str], platform: str | None = "sm120") -> dict:
+def run_probe(python: SGLangPython, args: list[str], platform: str | None = "sm120",
+              also: list[list[str]] | None = None) -> dict:
+    """SGLang's verdict on ``args`` (and, in the same interpreter, on each argv of ``also``: the other ranks)."""
     env = with_pythonpath(os.environ, package_root())
+    request: dict = {"args": args, "platform": platform}
+    if also:
+        request["also"] = also
     try:
         done = proc.run([python.path, "-m", "kimi_serve.sglang.probe"], timeout=PROBE_TIMEOUT_S, env=env,
-                        input=json.dumps({"args": args, "platform": platform}))
+                        input=json.dumps(request))
     except proc.NotInstalled:
         return {"error": f"interpreter {python.path} ({python.origin}) does not exist"}
     try:
@@ -55,6 +60,29 @@ def run_probe(python: SGLangPython, args: list[str], platform: str | None = "sm1
     except (ValueError, IndexError):
         tail = (done.err.strip().splitlines() or ["no output"])[-1]
         return {"error": f"{python.path} -m kimi_serve.sglang.probe failed (exit {done.rc}): {tail}"}
+
+
+def other_ranks(args: list[str], count: int) -> list[list[str]]:
+    """The argv of every other rank of a multi-node launch: the same words, only ``--node-rank``'s value differs."""
+    if count <= 1 or "--node-rank" not in args:
+        return []
+    i = args.index("--node-rank") + 1
+    return [[*args[:i], str(r), *args[i + 1:]] for r in range(count) if str(r) != args[i]]
+
+
+def _rank_findings(results: list[dict], profile: Profile, version: str) -> list[Finding]:
+    """One finding per other rank: SGLang's parser and resolution (check_server_args) on that rank's argv."""
+    ranks = [r for r in range(profile.nodes.count) if r != profile.nodes.rank]
+    out = []
+    for rank, res in zip(ranks, results, strict=False):
+        step = "parse" if not res["parse"]["ok"] else "resolve" if not res.get("resolve", {}).get("ok") else None
+        if step:
+            out.append(Finding("sglang", f"rank {rank}", FAIL, f"SGLang {version} rejects rank {rank}'s argv "
+                               f"({step}): {res[step]['error']}", "fix the profile key behind it"))
+        else:
+            out.append(Finding("sglang", f"rank {rank}", PASS, f"SGLang {version}'s parser and check_server_args "
+                               f"accept rank {rank}'s argv (only --node-rank differs)"))
+    return out
 
 
 # Requested value -> resolved key: SGLang must run what the profile asked for, not a silent rewrite.
@@ -83,10 +111,15 @@ def check_with_sglang(profile: Profile, launch: Launch, python: SGLangPython | N
         secret = Path(tmp) / "secrets.yaml"
         secret.write_text("api-key: stand-in-key-for-check\n")
         args, notes = _adapt(launch.server_args, secret)
-        result = run_probe(python, args)
+        result = run_probe(python, args, also=other_ranks(args, profile.nodes.count))
     if "error" in result:
         return [Finding("sglang", "sglang", FAIL, result["error"], "check the SGLang installation")]
     version = result.get("sglang_version", "?")
+    return _verdict(profile, result, notes, version) + _rank_findings(result.get("also") or [], profile, version)
+
+
+def _verdict(profile: Profile, result: dict, notes: list[str], version: str) -> list[Finding]:
+    """Findings for the profile's own argv (this host's rank on a multi-node profile)."""
     findings = []
     for note in notes:
         findings.append(Finding("sglang", "stand-in", PASS, note))
@@ -95,7 +128,8 @@ def check_with_sglang(profile: Profile, launch: Launch, python: SGLangPython | N
         findings.append(Finding("sglang", "parse", FAIL, f"SGLang {version}'s parser rejects the argv: "
                                 f"{parse['error']}", "fix the flag it names"))
         return findings
-    findings.append(Finding("sglang", "parse", PASS, f"SGLang {version}'s own parser accepts the argv"))
+    findings.append(Finding("sglang", "parse", PASS, f"SGLang {version}'s own parser accepts the argv"
+                            + (f" of rank {profile.nodes.rank}" if profile.nodes.count > 1 else "")))
     resolve = result["resolve"]
     if not resolve["ok"]:
         findings.append(Finding("sglang", "resolve", FAIL, f"SGLang {version} rejects the configuration under SM120: "

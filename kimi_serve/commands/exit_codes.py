@@ -24,7 +24,10 @@ EXIT_CODES: dict[str, str] = {
         'writing that file (the verify unit counts 75 as success)'
     ),
     "show": "0 the merged profile was printed",
-    "render": "0 the launch was printed",
+    "render": (
+        "0 the launch was printed (with a router: each launch); 2 invalid profile, or --node-rank outside "
+        "nodes.count"
+    ),
     "check": (
         '0 nothing failed; 1 a host, patch or contract check failed; 2 the profile is invalid (YAML, '
         "schema, rules, flags, SGLang's own parser or resolution)"

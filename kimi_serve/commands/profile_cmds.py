@@ -26,22 +26,26 @@ def show(profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
 def render(
     profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
     as_json: bool = typer.Option(False, "--json", help='Print the JSON envelope with "argv": [...] and "env": {...} '
-                                 "(docs/json.md)."),
+                                 '(with a router also "launches", multi-node also "node": docs/json.md).'),
+    node_rank: int | None = typer.Option(None, "--node-rank", min=0, metavar="R",
+                                         help="Render host R's launch of a multi-node profile (overrides "
+                                         "nodes.rank; 0 serves the API, R >= 1 only joins rank 0)."),
     sets: list[str] | None = SetOpt,
 ) -> int:
-    """Print the validated launch command and environment (fast checks only; `check` runs them all)."""
-    from kimi_serve.check.report import validated_launch
+    """Print the validated launch command and environment (fast checks only; `check` runs them all). A replicated
+    profile prints the router's launch and each replica's, each under a # comment naming it."""
+    from kimi_serve.check.deployment import render_plan
     from kimi_serve.profile.loader import load_profile
 
-    launch = validated_launch(load_profile(profile, sets or ()))
+    plan = render_plan(load_profile(profile, sets or ()), node_rank)
     if as_json:
         import json
 
         from kimi_serve.core.output import envelope
 
-        typer.echo(json.dumps(envelope("render", 0, launch.to_json()), indent=2))
+        typer.echo(json.dumps(envelope("render", 0, plan.to_json()), indent=2))
     else:
-        typer.echo(launch.shell())
+        typer.echo(plan.text())
     return 0
 
 

@@ -61,6 +61,8 @@ def server_args_of(profile: Profile, port: int | None = None) -> list[str]:
     if m.kv_cache_dtype != "auto":
         a += ["--kv-cache-dtype", m.kv_cache_dtype]
     a += ["--tp-size", str(profile.parallel.tp_size)]
+    if profile.parallel.pp_size > 1:
+        a += ["--pp-size", str(profile.parallel.pp_size)]
     a += node_args(profile)
     a += loader_args(profile)
     if spec.enabled:

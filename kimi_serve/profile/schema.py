@@ -40,7 +40,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
             "Absolute path of the Python that has SGLang installed (systemd's PATH is not the shell's). "
             "Default: the interpreter running kimi-serve.",
         ),
-        "gpus": Key("int", "GPUs this deployment uses; must equal parallel.tp_size.", default=8, min=1, max=64),
+        "gpus": Key("int", "GPUs this deployment uses on each host; parallel.tp_size x parallel.pp_size must equal "
+                    "gpus x nodes.count.", default=8, min=1, max=64),
         "patch_set": Key(
             "str",
             "The SGLang source patch set this profile needs (patches/NAME), or null when it needs none.",
@@ -83,6 +84,9 @@ SECTIONS: dict[str, dict[str, Key]] = {
     },
     "parallel": {
         "tp_size": Key("int", "Tensor parallel size (one rank per GPU).", default=8, min=1, max=64, nullable=False),
+        "pp_size": Key("int", "Pipeline parallel stages (--pp-size; 1: none). Across nodes, PP sends activations once "
+                       "per stage boundary instead of TP's all-reduces every layer; SGLang 0.5.23 rejects it with "
+                       "EAGLE-3 (docs/scale-out.md).", default=1, min=1, max=16, nullable=False),
     },
     "nodes": {
         "count": Key("int", "Hosts one server spans (multi-node tensor parallelism: --nnodes); parallel.tp_size is "

@@ -1,8 +1,10 @@
 """Run SGLang's own argument handling on an argv, inside an interpreter that has SGLang (no GPU needed).
 
 Invoked by :mod:`kimi_serve.check.sglang_tier` as ``PYTHON -m kimi_serve.sglang.probe`` with a JSON request on stdin:
-``{"args": [...], "platform": "sm120" | null}``; prints one JSON object on stdout:
-``{"sglang_version", "parse": {"ok", "error"}, "resolve": {"ok", "error", "values"}}``.
+``{"args": [...], "platform": "sm120" | null, "also": [[...], ...]}``; prints one JSON object on stdout:
+``{"sglang_version", "parse": {"ok", "error"}, "resolve": {"ok", "error", "values"}, "also": [...]}``, where
+``also`` (optional: the other ranks of a multi-node launch) holds one such result per further argv, probed in the same
+interpreter so SGLang is imported once.
 
 1. Parse with SGLang's real parser (``prepare_server_args``: ``ServerArgs.add_cli_args`` plus its ``--config`` merge).
 2. ``resolve_once()`` + ``check_server_args()`` under a simulated platform (``override_platform``), so SGLang's own
@@ -100,6 +102,9 @@ def main() -> int:
     real_stdout = sys.stdout
     with contextlib.redirect_stdout(io.StringIO()):  # SGLang prints; keep stdout for our JSON
         result = probe(request["args"], request.get("platform"))
+        also = request.get("also") or []
+        if also:
+            result["also"] = [probe(list(a), request.get("platform")) for a in also]
     json.dump(result, real_stdout, default=str)
     real_stdout.write("\n")
     return 0
