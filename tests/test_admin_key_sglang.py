@@ -67,7 +67,7 @@ def _call(url: str, method: str, key: str | None) -> int:
         return int(exc.code)
 
 
-def _wait_health(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 300) -> None:
+def _wait_health(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 600) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         assert proc.poll() is None, log.read_text()[-3000:]
