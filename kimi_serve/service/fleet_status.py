@@ -54,7 +54,15 @@ class FleetStatus:
             router["healthy_workers"], router["total_workers"] = counts if counts else (None, None)
         return {"version": 1, "deployment": self.base.removesuffix(".service"), "serving": self.serving,
                 "exit_code": int(self.exit_code), "router": router,
-                "replicas": [{"index": i, **st.to_json()} for i, st in self.replicas]}
+                "replicas": [{"index": i, **st.to_json(), "in_router": self.in_router(st)} for i, st in self.replicas]}
+
+    def in_router(self, st: Status) -> str | None:
+        """How the router sees this replica: healthy | unhealthy | missing (not in its rotation); None: unknown."""
+        if not isinstance(self.workers, list) or not st.marker:
+            return None
+        seen = {w.url: w.healthy for w in self.workers}
+        url = f"http://{st.marker.endpoint}"
+        return "missing" if url not in seen else "healthy" if seen[url] else "unhealthy"
 
     def rows(self) -> list[tuple[str, str]]:
         rows = [("deployment", f"{self.base.removesuffix('.service')}: "
@@ -65,7 +73,10 @@ class FleetStatus:
             seen = f"{counts[0]}/{counts[1]} workers healthy" if counts else (self.workers or "workers not checked")
             rows.append(("router", f"{_line(self.router)}; {seen}"))
         for index, st in self.replicas:
-            rows.append((f"replica {index}", _line(st)))
+            seen = self.in_router(st)
+            note = {"missing": "; NOT in the router's rotation (kimi-serve restart puts it back)",
+                    "healthy": "; router: healthy", "unhealthy": "; router: UNHEALTHY"}.get(seen or "", "")
+            rows.append((f"replica {index}", _line(st) + note))
             rows.append(("  verdict", _verdict(st.last_verify)))
         if self.router and self.router.monitor:
             m = self.router.monitor

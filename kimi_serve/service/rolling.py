@@ -3,9 +3,13 @@ healthy worker (docs/scale-out.md, "As services").
 
 For each replica, in order: ask the router (``GET /workers``) for a healthy worker OTHER than this one, waiting up to
 :func:`kimi_serve.service.timeouts.router_health_wait_sec`; if there is none, stop (before the first replica: a
-one-line refusal, exit 5, nothing changed). Then the single-unit restart of that replica
+one-line refusal, exit 5, nothing changed). Take the replica out of the router's rotation (``DELETE /workers/ID``):
+the router's health checks would take interval x threshold to notice the stop, and a request it sends to a stopping
+replica meanwhile fails (measured: HTTP 500 ``call_upstream_request_error``, no retry). Then the single-unit
+restart of that replica
 (:func:`kimi_serve.service.restart.restart`: its own intent journal, the contract check, the rollback of THAT
-replica to its last good unit on failure). A replica that fails stops the roll: the ones after it keep their units.
+replica to its last good unit on failure), and the replica is put back into the rotation (``POST /workers``) whatever
+the outcome. A replica that fails stops the roll: the ones after it keep their units.
 A passing replica must show up healthy in the router again before the next one is stopped. The router's unit is
 restarted last, and only when its rendered text (or its verify timer) changed.
 
@@ -23,7 +27,7 @@ from typing import Any
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.service.deployment import installed_members
 from kimi_serve.service.fleet import Fleet
-from kimi_serve.service.gates import wait_router
+from kimi_serve.service.gates import add_worker, remove_worker, wait_router, worker_ids
 from kimi_serve.service.install import Plan, Result, Verifier
 from kimi_serve.service.restart import restart
 from kimi_serve.service.state import read_text
@@ -32,6 +36,7 @@ from kimi_serve.service.timeouts import router_health_wait_sec
 from kimi_serve.service.unit import parse_marker
 
 Progress = Callable[[str], None]
+DRAIN_S = 2.0  # after the router stops sending to a replica: let its last requests finish before the stop
 
 
 def router_key(fleet: Fleet) -> str | None:
@@ -68,6 +73,20 @@ def _refuse_topology_change(fleet: Fleet) -> None:
                                  where="server.port", hint=hint, exit_code=ExitCode.ENVIRONMENT)
 
 
+def _put_back_missing(fleet: Fleet, endpoint: str, key: str | None, result: Result) -> None:
+    """A replica missing from the router's rotation (a roll killed between taking it out and putting it back) is
+    put back first."""
+    ids = worker_ids(endpoint, key)
+    if isinstance(ids, str):
+        return  # the wait for a healthy worker says why
+    for m, _ in fleet.replicas:
+        url = f"http://{m.launch.endpoint}"
+        if url not in ids:
+            problem = add_worker(endpoint, key, url)
+            result.add(f"put {url} back into the router's rotation (it was missing)", "failed" if problem else "done",
+                       problem or "")
+
+
 def _changed(plan: Plan) -> bool:
     if read_text(plan.paths.unit_file) != plan.unit.text:
         return True
@@ -98,6 +117,7 @@ def rolling_restart(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ:
     router, router_plan = fleet.router
     endpoint, key, wait = router.launch.endpoint, router_key(fleet), router_health_wait_sec(fleet.profile)
     result, rolled = Result(fleet.base), []
+    _put_back_missing(fleet, endpoint, key, result)
     for n, index in enumerate(order):
         member, plan = by_index[index]
         url = f"http://{member.launch.endpoint}"
@@ -114,9 +134,24 @@ def rolling_restart(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ:
             result.exit_code = ExitCode.FAILED
             break
         result.add(f"router {endpoint} before {plan.paths.unit}", "done", state)
-        say(f"replica {index}: restarting {plan.paths.unit} (contract-checked, rolled back on failure)...")
         t0 = time.monotonic()
-        part = restart(plan, systemd, verifier, environ)
+        problem = remove_worker(endpoint, key, url, wait)
+        if problem:
+            message = f"cannot take replica {index} out of the router's rotation: {problem}"
+            if n == 0:
+                raise KimiServeError(message, where=f"replica {index}", exit_code=ExitCode.ENVIRONMENT,
+                                     hint="check the router (kimi-serve status), then run restart again")
+            result.add(f"stop the roll before {plan.paths.unit}", "failed", message)
+            result.exit_code = ExitCode.FAILED
+            break
+        result.add(f"take {url} out of the router's rotation", "done", f"DELETE /workers; drain {DRAIN_S:g}s")
+        time.sleep(DRAIN_S)
+        say(f"replica {index}: restarting {plan.paths.unit} (contract-checked, rolled back on failure)...")
+        try:
+            part = restart(plan, systemd, verifier, environ)
+        finally:  # whatever happened (a rollback included): the router gets the replica back once it answers
+            problem = add_worker(endpoint, key, url)
+            result.add(f"put {url} back into the router's rotation", "failed" if problem else "done", problem or "")
         _merge(result, part)
         rolled.append({"replica": index, "unit": plan.paths.unit, "exit_code": int(part.exit_code),
                        "ok": part.exit_code == ExitCode.OK, "seconds": round(time.monotonic() - t0, 1),
