@@ -41,7 +41,7 @@ class FleetStatus:
         and answering; 1 otherwise (degraded included)."""
         counts = self.healthy
         whole = (self.serving and counts is not None and counts[0] == counts[1]
-                 and all(st.exit_code == ExitCode.OK for _, st in self.replicas))
+                 and all(st.exit_code == ExitCode.OK and self.in_router(st) == "healthy" for _, st in self.replicas))
         return ExitCode.OK if whole else ExitCode.FAILED
 
     def to_json(self) -> dict[str, Any]:
