@@ -35,7 +35,7 @@ def _ctx() -> UnitContext:
     return UnitContext.detect()  # the real kimi-serve executable: systemd-analyze checks it exists
 
 
-def _launch(profile_name: str, *sets: str):  # noqa: ANN202 - (profile, launch)
+def _launch(profile_name: str, *sets: str):
     import sys
 
     p = load_profile(profile_name, sets)
