@@ -11,7 +11,7 @@ restart of that replica
 replica to its last good unit on failure), and the replica is put back into the rotation (``POST /workers``) whatever
 the outcome. A replica that fails stops the roll: the ones after it keep their units.
 A passing replica must show up healthy in the router again before the next one is stopped. The router's unit is
-restarted last, and only when its rendered text (or its verify timer) changed.
+restarted last, and only when what it runs changed (its argv, environment or settings; or its verify timer).
 
 Exit codes: those of :mod:`kimi_serve.service.restart`, for the replica that stopped the roll (1: it failed and its
 last good unit is back; 4: it failed and is not serving, while the others still are; 70: verify crashed); 1 also
@@ -87,8 +87,15 @@ def _put_back_missing(fleet: Fleet, endpoint: str, key: str | None, result: Resu
                        problem or "")
 
 
+def _settings(text: str | None) -> list[str]:
+    """A unit's lines that change what runs: not the marker, not the Description (the profile's name)."""
+    return [] if text is None else [line for line in text.splitlines()[1:] if not line.startswith("Description=")]
+
+
 def _changed(plan: Plan) -> bool:
-    if read_text(plan.paths.unit_file) != plan.unit.text:
+    """Whether the router must restart: its argv, environment or settings changed (a renamed profile alone does not
+    take the front door down), or its verify timer did."""
+    if _settings(read_text(plan.paths.unit_file)) != _settings(plan.unit.text):
         return True
     files = list(plan.monitor.files) if plan.monitor else []
     return any(read_text(plan.paths.root / "etc/systemd/system" / u.name) != u.text for u in files)
