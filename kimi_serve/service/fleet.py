@@ -115,6 +115,11 @@ def install_fleet(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ: M
     from kimi_serve.core.errors import ExitCode
 
     result = Result(fleet.base)
+    root = fleet.members[0][1].paths.root
+    planned = {p.paths.unit for _, p in fleet.members}
+    for _, _, unit in reversed(installed_members(root, fleet.base)):  # replicas the profile no longer has
+        if unit not in planned:
+            result.steps += uninstall(ServicePaths(root, unit), systemd, dry_run=False).steps
     with _journals(fleet, systemd, "install-service"):
         for _, plan in fleet.members:
             write_unit(plan, systemd, result, environ)
