@@ -203,3 +203,16 @@ def test_a_crash_mid_deployment_install_is_rolled_back_for_every_member(
     assert not list((root / "var/lib/kimi-serve/service").glob(".*.intent.json"))
     again = cli("install-service", "--profile", str(profile), "--root", str(root))
     assert again.code == 0, again.err  # type: ignore[attr-defined]
+
+
+def test_fewer_replicas_removes_the_extra_units(cli: Callable[..., object], root: Path,
+                                                write_profile: Callable[..., Path]) -> None:
+    three = write_profile("extends: sim-dp2\nreplicas: 3\nservice:\n  unit_name: fleet\n", name="fleet")
+    assert cli("install-service", "--profile", str(three), "--root", str(root)).code == 0  # type: ignore[attr-defined]
+    assert [x[2] for x in installed_members(root, "fleet.service")][-2:] == ["fleet-r2.service", "fleet-router.service"]
+    two = write_profile("extends: sim-dp2\nservice:\n  unit_name: fleet\n", name="fleet")
+    r = cli("install-service", "--profile", str(two), "--root", str(root))
+    assert r.code == 0, r.err  # type: ignore[attr-defined]
+    assert [x[2] for x in installed_members(root, "fleet.service")] == [
+        "fleet-r0.service", "fleet-r1.service", "fleet-router.service"]
+    assert '"http://127.0.0.1:30012"' not in (root / "etc/systemd/system/fleet-router.service").read_text()
