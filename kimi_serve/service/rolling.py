@@ -88,8 +88,10 @@ def _put_back_missing(fleet: Fleet, endpoint: str, key: str | None, result: Resu
 
 
 def _settings(text: str | None) -> list[str]:
-    """A unit's lines that change what runs: not the marker, not the Description (the profile's name)."""
-    return [] if text is None else [line for line in text.splitlines()[1:] if not line.startswith("Description=")]
+    """A unit's lines that change what runs: not the comments (the marker, the --set line), not the Description (the
+    profile's name)."""
+    return [] if text is None else [line for line in text.splitlines()
+                                    if not line.startswith(("#", "Description="))]
 
 
 def _changed(plan: Plan) -> bool:
