@@ -221,6 +221,11 @@ def restart(
     if fleet_cmds.replicated(profile, sets):
         return fleet_cmds.restart(profile, _systemd(Path("/")), unit_name, sets=sets, only=list(replica or []),
                                   as_json=as_json, wait_lock=wait_lock)
+    if replica:
+        from kimi_serve.core.errors import KimiServeError
+
+        raise KimiServeError("the profile has one replica (replicas: 1)", where="--replica",
+                             hint="drop --replica: restart rolls back the one unit")
 
     with _host_lock("restart", wait_lock):
         _recover(_systemd(Path("/")), _unit_of(profile, unit_name))
