@@ -198,3 +198,28 @@ def test_a_topology_change_is_not_rolled(installed: Fleet, tmp_path: Path, write
     with pytest.raises(KimiServeError) as err:
         rolling.rolling_restart(moved, Systemd(Runner(), Path("/")), Verifier(), {})
     assert err.value.exit_code == 5 and "the replicas change" in err.value.message
+
+
+def test_a_crash_mid_roll_leaves_that_replicas_journal_and_its_place_in_the_router(
+        installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """kimi-serve dies (an unexpected exception; a SIGKILL is the same for the journal) after replica 0's new unit
+    is written and restarted: replica 0 goes back into the router's rotation, its journal stays, and recovering it
+    puts its files back as they were before the roll; replica 1 was never touched."""
+    from kimi_serve.core.faults import InjectedFault
+    from kimi_serve.service.fleet import recover_fleet
+
+    good_r0 = installed.replicas[0][1].paths.unit_file.read_text()
+    new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
+    monkeypatch.setenv("KIMI_SERVE_TEST_HOOK", "raise-at=service.verify")
+    runner = Runner()
+    with pytest.raises(InjectedFault):
+        rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {})
+    monkeypatch.delenv("KIMI_SERVE_TEST_HOOK")
+    assert runner.restarted() == ["fleet-r0.service"]
+    assert router.log == [f"remove {R0}", f"add {R0}"] and router.min_healthy == 1
+    journals = sorted(p.name for p in (tmp_path / "var/lib/kimi-serve/service").glob(".*.intent.json"))
+    assert journals == [".fleet-r0.intent.json"]
+    assert "KIMI_TEST_ROLL=2" in new.replicas[0][1].paths.unit_file.read_text()
+    assert len(recover_fleet(Systemd(Runner(), tmp_path), "fleet.service")) == 1
+    assert new.replicas[0][1].paths.unit_file.read_text() == good_r0
