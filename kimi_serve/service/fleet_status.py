@@ -70,8 +70,8 @@ class FleetStatus:
                  + ("" if self.exit_code == ExitCode.OK else " (degraded: see below)"))]
         if self.router:
             counts = self.healthy
-            seen = f"{counts[0]}/{counts[1]} workers healthy" if counts else (self.workers or "workers not checked")
-            rows.append(("router", f"{_line(self.router)}; {seen}"))
+            view = f"{counts[0]}/{counts[1]} workers healthy" if counts else str(self.workers or "workers not checked")
+            rows.append(("router", f"{_line(self.router)}; {view}"))
         for index, st in self.replicas:
             seen = self.in_router(st)
             note = {"missing": "; NOT in the router's rotation (kimi-serve restart puts it back)",
