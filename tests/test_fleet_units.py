@@ -216,3 +216,19 @@ def test_fewer_replicas_removes_the_extra_units(cli: Callable[..., object], root
     assert [x[2] for x in installed_members(root, "fleet.service")] == [
         "fleet-r0.service", "fleet-r1.service", "fleet-router.service"]
     assert '"http://127.0.0.1:30012"' not in (root / "etc/systemd/system/fleet-router.service").read_text()
+
+
+def test_install_service_renders_this_hosts_rank(cli: Callable[..., object], root: Path) -> None:
+    sets = ["--set", "nodes.count=2", "--set", "nodes.leader_host=10.0.0.1"]
+    r = cli("install-service", "--profile", "sim", *sets, "--node-rank", "1", "--root", str(root), "--dry-run",
+            "--json")
+    assert r.code == 0, r.err  # type: ignore[attr-defined]
+    plan = json.loads(r.out)  # type: ignore[attr-defined]
+    assert parse_marker(plan["unit_text"]).role == "rank:1"  # type: ignore[union-attr]
+    assert '"wait-joined" "--leader" "10.0.0.1:20000"' in plan["unit_text"]
+    assert not any("verify.timer" in a for a in plan["actions"])  # a rank >= 1 has no API for the timer to check
+    r = cli("install-service", "--profile", "sim", *sets, "--node-rank", "0", "--root", str(root), "--dry-run",
+            "--json")
+    plan = json.loads(r.out)  # type: ignore[attr-defined]
+    assert parse_marker(plan["unit_text"]).role == "rank:0" and '"verify" "--host"' in plan["unit_text"]  # type: ignore[union-attr]
+    assert any("verify.timer" in a for a in plan["actions"])

@@ -223,3 +223,20 @@ def test_a_crash_mid_roll_leaves_that_replicas_journal_and_its_place_in_the_rout
     assert "KIMI_TEST_ROLL=2" in new.replicas[0][1].paths.unit_file.read_text()
     assert len(recover_fleet(Systemd(Runner(), tmp_path), "fleet.service")) == 1
     assert new.replicas[0][1].paths.unit_file.read_text() == good_r0
+
+
+def test_a_rank_above_0_is_not_contract_checked_from_outside(tmp_path: Path, write_profile: Any) -> None:
+    """Its start gate is wait-joined (ExecStartPost); its port is SGLang's dummy /health, so verify would prove
+    nothing: restart records the join instead of running the verifier."""
+    import sys
+
+    from kimi_serve.service.restart import restart
+
+    profile = load_profile(str(write_profile(
+        "extends: sim\nnodes:\n  count: 2\n  rank: 1\n  leader_host: 10.0.0.1\nservice:\n  user: root\n", name="r1")))
+    (member,) = render_members(profile, build_launch(profile, sys.executable), CTX, "sglang-kimi.service")
+    plan = Plan(profile, member.unit, ServicePaths(tmp_path, member.unit.name), False, (), True)
+    verifier = Verifier()
+    result = restart(plan, Systemd(Runner(), Path("/")), verifier, {})
+    assert result.exit_code == 0 and verifier.endpoints == []
+    assert result.new is not None and "joined rank 0" in result.new.detail
