@@ -179,8 +179,10 @@ def test_router_and_replicas_as_units(sandbox: Any, sglang_python: str, tmp_path
     sandbox.run(["systemctl", "start", R0], timeout=300)
     wait_healthy(2)
 
-    # 6. stopping the deployment in one transaction stops the router first (After= reversed), then the replicas
-    sandbox.run(["systemctl", "stop", R0, R1, ROUTER], timeout=300)
+    # 6. stop order: the router's stop job first; the replicas' stop jobs, queued while it runs, wait for it
+    #    (After= reversed). systemctl queues one job per unit in the order given: a replica named first would stop
+    #    at once (measured with two plain units in this sandbox), so the router is named first.
+    sandbox.run(["systemctl", "stop", ROUTER, R0, R1], timeout=300)
     stamps = {u: int(systemctl("show", "-p", "InactiveEnterTimestampMonotonic", "--value", u)) for u in (ROUTER,)}
     for unit in (R0, R1):
         left = int(systemctl("show", "-p", "ActiveExitTimestampMonotonic", "--value", unit))
