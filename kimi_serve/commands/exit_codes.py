@@ -33,23 +33,30 @@ EXIT_CODES: dict[str, str] = {
         "schema, rules, flags, SGLang's own parser or resolution)"
     ),
     "install-service": (
-        '0 installed (with --now: and verified); 1 check, key file or start failed; 5 missing tool, '
-        "foreign unit, not permitted; 70 (--now) kimi-serve's verify crashed: no verdict; 75 the host "
-        'lock is held'
+        '0 installed (with --now: and verified; a deployment: every member); 1 check, key file or start '
+        "failed; 5 missing tool, foreign unit, not permitted; 70 (--now) kimi-serve's verify crashed: no "
+        'verdict; 75 the host lock is held'
     ),
     "uninstall-service": (
         '0 removed (or nothing to remove); 5 missing tool, foreign unit, not permitted; 75 the host lock '
         'is held'
     ),
     "restart": (
-        '0 the new unit passed; 1 it failed and the last good unit is back and passing; 4 nothing is '
-        "serving (no last good unit, or it failed too); 5 missing tool, not permitted; 70 kimi-serve's "
-        "own verify crashed (in restart or in the unit's ExecStartPost): no verdict, so no rollback; 75 "
-        'the host lock is held'
+        '0 the new unit passed (a deployment: every replica rolled); 1 it failed and the last good unit '
+        'is back and passing (a deployment: the roll stopped there, or the router did not see the replica '
+        'healthy again); 4 nothing is serving (no last good unit, or it failed too; a deployment: that '
+        'replica); 5 missing tool, not permitted, or (a deployment) refused before the first change: no '
+        "other healthy worker in the router, or the topology changed; 70 kimi-serve's own verify crashed "
+        "(in restart or in the unit's ExecStartPost): no verdict, so no rollback; 75 the host lock is held"
     ),
     "status": (
-        '0 the unit is active and /health answers 200; 1 otherwise, or a service change was interrupted '
-        '(killed part-way)'
+        '0 the unit is active and /health answers 200 (a deployment: every member, and the router '
+        'reports every worker healthy); 1 otherwise, or a service change was interrupted (killed part-way)'
+    ),
+    "wait-router": "0 the router reports --min healthy workers; 1 not within --wait (or unreachable)",
+    "wait-joined": (
+        "0 the node is connected to rank 0's store and its port answers; 1 not within --wait, or the "
+        'server process exited'
     ),
     "simulate": (
         "the simulator's own status (0 after a clean stop); 2 invalid profile or flags; 5 no SGLang "

@@ -98,15 +98,25 @@ def install_service(
     sets: list[str] | None = SetOpt,
     replace: bool = typer.Option(False, "--replace", help="Replace a unit of the same name that another profile "
                                  "installed (refused otherwise)."),
+    node_rank: int | None = typer.Option(None, "--node-rank", min=0, help="This host's rank in a multi-node "
+                                         "profile (same as --set nodes.rank=R)."),
 ) -> int:
     """Check the profile, render and verify its systemd unit, write it (keeping the previous one) and enable it.
+
+    A profile with replicas > 1 installs one unit per replica (NAME-r0, NAME-r1, ...) and the router (NAME-router);
+    a multi-node profile installs this host's rank (docs/scale-out.md).
 
     The API key never goes into the unit: SGLang reads it from the profile's server.api_key_file (0600), which this
     command creates from $KIMI_SERVE_API_KEY when it does not exist yet.
     """
+    from kimi_serve.commands import fleet_cmds
     from kimi_serve.service.install import install, planned_actions
     from kimi_serve.service.verifier import contract_verifier
 
+    sets = [*(sets or []), *([f"nodes.rank={node_rank}"] if node_rank is not None else [])]
+    if fleet_cmds.replicated(profile, sets):
+        return fleet_cmds.install(profile, _systemd(root), unit_name, now=now, sets=sets, replace=replace,
+                                  dry_run=dry_run, as_json=as_json, wait_lock=wait_lock)
     if dry_run:
         plan, systemd = _plan(profile, root, unit_name, now, contract=False, sets=sets, replace=replace, preview=True)
         return _print_plan(plan, planned_actions(plan, systemd), as_json)
@@ -171,11 +181,14 @@ def uninstall_service(
     wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
 ) -> int:
     """Stop, disable and remove the unit and its records (the API-key file stays)."""
+    from kimi_serve.commands import fleet_cmds
     from kimi_serve.service.state import ServicePaths
     from kimi_serve.service.uninstall import uninstall
 
     systemd = _systemd(root)
     unit = _unit_of(profile, unit_name)
+    if fleet_cmds.installed(systemd.root, unit):
+        return fleet_cmds.uninstall(systemd, unit, dry_run=dry_run, as_json=as_json, wait_lock=wait_lock)
     if dry_run:
         return _print_result(uninstall(ServicePaths(systemd.root, unit), systemd, dry_run=True), as_json,
                              command="uninstall-service")
@@ -193,12 +206,26 @@ def restart(
     sets: list[str] | None = SetOpt,
     prewarm: bool = typer.Option(False, "--prewarm", help="First read the checkpoint into the page cache while the "
                                  "old server still serves (kimi-serve prewarm; a refusal is a note, not an error)."),
+    replica: list[int] | None = typer.Option(None, "--replica", min=0, help="Replicated deployment: roll only this "
+                                             "replica (repeatable; in the order given). Default: all, in order."),
 ) -> int:
     """Check, install the new unit, restart, verify; on failure restore the last unit that passed verify.
 
-    A crash of kimi-serve's own verify (exit 70) is no verdict, so it never triggers a rollback."""
+    A replicated deployment restarts one replica at a time, only while the router reports another healthy worker,
+    and stops the roll at the first replica that fails (rolled back). A crash of kimi-serve's own verify (exit 70)
+    is no verdict, so it never triggers a rollback."""
+    from kimi_serve.commands import fleet_cmds
     from kimi_serve.service.restart import restart as restart_core
     from kimi_serve.service.verifier import contract_verifier
+
+    if fleet_cmds.replicated(profile, sets):
+        return fleet_cmds.restart(profile, _systemd(Path("/")), unit_name, sets=sets, only=list(replica or []),
+                                  as_json=as_json, wait_lock=wait_lock)
+    if replica:
+        from kimi_serve.core.errors import KimiServeError
+
+        raise KimiServeError("the profile has one replica (replicas: 1)", where="--replica",
+                             hint="drop --replica: restart rolls back the one unit")
 
     with _host_lock("restart", wait_lock):
         _recover(_systemd(Path("/")), _unit_of(profile, unit_name))
@@ -223,10 +250,13 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
 ) -> int:
     """The unit's state, the live profile and patch set, the last verify, and /health now (exit 0: active, healthy)."""
+    from kimi_serve.commands import fleet_cmds
     from kimi_serve.service.state import ServicePaths
     from kimi_serve.service.status import status as status_core
 
     systemd = _systemd(root)
+    if fleet_cmds.installed(systemd.root, _unit_of(profile, unit_name)):
+        return fleet_cmds.status(systemd, _unit_of(profile, unit_name), as_json)
     st = status_core(ServicePaths(systemd.root, _unit_of(profile, unit_name)), systemd)
     if as_json:
         from kimi_serve.commands.prewarm_cmd import start_history

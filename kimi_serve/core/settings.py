@@ -30,6 +30,8 @@ SIM_PERF_ENV = "KIMI_SERVE_SIM_PERF"  # performance model parameter overrides, a
 SIM_SPEEDUP_ENV = "KIMI_SERVE_SIM_SPEEDUP"  # run the performance model's clock this many times faster
 SIM_LOAD_ENV = "KIMI_SERVE_SIM_LOAD_SECONDS"  # simulated weight-loading time
 SIM_WARMUP_ENV = "KIMI_SERVE_SIM_WARMUP_SECONDS"  # simulated warmup time
+# set by systemd for a unit's ExecStartPost= (its main process): `wait-joined` checks that process tree
+MAIN_PID_ENV = "MAINPID"
 
 DEFAULT_STATE_ROOT = Path("/var/lib/kimi-serve")
 
@@ -45,6 +47,7 @@ class Settings:
     uv: str | None = None
     test_hook: str | None = None
     accounts_root: Path = Path("/")
+    main_pid: int | None = None  # $MAINPID, only inside a unit's ExecStartPost
 
     @property
     def wheel_cache_dir(self) -> Path:
@@ -70,6 +73,7 @@ def from_env(environ: Mapping[str, str]) -> Settings:
         uv=get(UV_ENV),
         test_hook=get(TEST_HOOK_ENV),
         accounts_root=Path(get(ACCOUNTS_ROOT_ENV) or "/"),
+        main_pid=int(pid) if (pid := get(MAIN_PID_ENV)) and pid.isdigit() else None,
     )
 
 

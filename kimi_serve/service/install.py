@@ -149,7 +149,13 @@ def plan_install(profile_name: str, *, root: Path, unit_name: str | None, now: b
     host_step(preview, found, lambda: needs_secret(early, early_paths, environ), False)
     profile, launch, findings = check_for_service(profile_name, contract=contract, sets=sets, preview=preview)
     name = unit_file_name(unit_name, "--unit-name") if unit_name else None
-    unit = render_unit(profile, launch, ctx, unit_name=name)
+    if profile.nodes.count > 1:  # this host's rank of a multi-node server (service/deployment.py)
+        from kimi_serve.service.deployment import render_members
+
+        base = name or unit_file_name(profile.service.unit_name, profile.where("service.unit_name"))
+        unit = render_members(profile, launch, ctx, base)[0].unit
+    else:
+        unit = render_unit(profile, launch, ctx, unit_name=name)
     paths = ServicePaths(root, unit.name)
     refuse_foreign(paths)
     mon.refuse_foreign_monitor(paths)
@@ -159,7 +165,8 @@ def plan_install(profile_name: str, *, root: Path, unit_name: str | None, now: b
         host_step(preview, found, lambda: refuse_other_profile(str(paths.unit_file), marker.profile if marker else None,
                                                                profile.name), None)
     host_step(preview, found, lambda: analyze(systemd, unit), None)
-    monitor = mon.render_monitor(profile, launch, ctx, unit.name)
+    follower = profile.nodes.count > 1 and profile.nodes.rank > 0  # serves no API: nothing for a timer to check
+    monitor = None if follower else mon.render_monitor(profile, launch, ctx, unit.name)
     if monitor is not None:
         host_step(preview, found, lambda: mon.analyze_together(systemd, list(monitor.files)), None)
     create = host_step(preview, [], lambda: needs_secret(profile, paths, environ), False)
@@ -309,7 +316,11 @@ def start_and_verify(c: Candidate, paths: ServicePaths, systemd: Systemd, verifi
     endpoint = marker.endpoint if marker else ""
     secret = paths.under_root(c.api_key_file) if c.api_key_file else None
     checkpoint("service.verify")
-    outcome.verify_exit, outcome.detail = verifier(endpoint, secret, c.suite, c.verify_timeout)
+    if marker and marker.role.startswith("rank:") and marker.role != "rank:0":
+        outcome.verify_exit, outcome.detail = 0, ("joined rank 0 (its ExecStartPost wait-joined passed); a rank >= 1 "
+                                                  "serves no API to verify: rank 0's contract check covers it")
+    else:
+        outcome.verify_exit, outcome.detail = verifier(endpoint, secret, c.suite, c.verify_timeout)
     result.add(f"kimi-serve verify {endpoint}{label}", "done" if outcome.ok else "failed", outcome.detail)
     record_verify(paths, outcome)
     checkpoint("service.verified")

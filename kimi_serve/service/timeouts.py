@@ -28,3 +28,9 @@ def start_limit_interval_sec(p: Profile) -> int:
 def restart_wait_sec(p: Profile) -> float:
     """How long `restart` lets ``systemctl restart`` run: the old server's stop, then a full start."""
     return float(p.service.stop_timeout + start_timeout_sec(p) + RESTART_MARGIN_SEC)
+
+
+def router_health_wait_sec(p: Profile) -> float:
+    """How long the rolling restart waits for the router to see a worker healthy again (or another one healthy):
+    three of its health-check windows (interval x failure threshold), and never under 30 s."""
+    return float(max(30, 3 * p.router.health_check_interval * p.router.health_failure_threshold + 10))

@@ -63,6 +63,28 @@ class UnitContext:
         return cls(kimi_serve=str(Path(found).absolute()), package_root=str(package_root()))
 
 
+POST_COMMENT = ("The unit counts as started only once the API contract holds (structured tool_calls and "
+                "reasoning_content).")
+STOP_COMMENT = ("SIGTERM to the main process only: SGLang shuts its schedulers down itself (a SIGTERM to every process "
+                "in the", "cgroup trips its crash path). Whatever is left after TimeoutStopSec gets SIGKILL.")
+TIMEOUT_COMMENT = "Cold start (weights, CUDA graphs, warmup) + the contract check."
+
+
+@dataclass(frozen=True)
+class UnitShape:
+    """How one member of a deployment differs from the single unit (:mod:`kimi_serve.service.deployment`): its role
+    (recorded in the marker), what its start is gated on (ExecStartPost argvs), ordering lines, comments."""
+
+    role: str  # marker field: replica:I | router | rank:R
+    what: str  # appended to the description
+    posts: tuple[tuple[str, ...], ...]  # ExecStartPost= argvs, run in order
+    post_comment: str
+    unit_lines: tuple[str, ...] = ()  # extra [Unit] lines (After=, Wants=), already escaped
+    stop_comment: tuple[str, ...] = STOP_COMMENT
+    timeout_comment: str = TIMEOUT_COMMENT
+    timeout_start_sec: int | None = None  # None: the profile's (start_timeout_sec)
+
+
 @dataclass(frozen=True)
 class RenderedUnit:
     name: str  # e.g. sglang-kimi.service
@@ -79,6 +101,7 @@ class Marker:
     sha256: str
     body_matches: bool  # False when the file was edited after kimi-serve wrote it
     overrides: tuple[str, ...] = ()  # the --set KEY=VALUE items the unit was rendered with
+    role: str = ""  # a deployment member's role (replica:I, router, rank:R); "" for a single unit
 
 
 def unit_file_name(unit_name: str, where: str = "service.unit_name") -> str:
@@ -145,22 +168,30 @@ def _body_hash(body: str) -> str:
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
-def render_unit(profile: Profile, launch: Launch, ctx: UnitContext, unit_name: str | None = None) -> RenderedUnit:
+def render_unit(profile: Profile, launch: Launch, ctx: UnitContext, unit_name: str | None = None,
+                shape: UnitShape | None = None) -> RenderedUnit:
     """The unit text for a validated launch (see :func:`kimi_serve.check.report.validated_launch`); ``unit_name``
-    (NAME.service) overrides the profile's service.unit_name."""
+    (NAME.service) overrides the profile's service.unit_name; ``shape`` makes it one member of a deployment."""
     import jinja2
 
     name = unit_name or unit_file_name(profile.service.unit_name, profile.where("service.unit_name"))
     env = unit_environment(profile, launch, ctx)
+    what = f", {shape.what}" if shape else ""
+    posts = shape.posts if shape else (tuple(verify_argv(profile, launch, ctx)),)
     values: Mapping[str, object] = {
-        "description": _specifiers(f"Kimi-K2.5 on SGLang (kimi-serve profile {profile.name}, engine {profile.engine})",
-                                   profile.where("service.unit_name")),
+        "description": _specifiers(f"Kimi-K2.5 on SGLang (kimi-serve profile {profile.name}, engine {profile.engine}"
+                                   f"{what})", profile.where("service.unit_name")),
         "exec_start": exec_line(launch.argv, profile.where("python")),
-        "exec_start_post": exec_line(verify_argv(profile, launch, ctx), profile.where("server")),
+        "exec_start_posts": [exec_line(list(a), profile.where("server")) for a in posts],
+        "post_comment": shape.post_comment if shape else POST_COMMENT,
+        "unit_lines": list(shape.unit_lines) if shape else [],
+        "stop_comment": list(shape.stop_comment if shape else STOP_COMMENT),
+        "timeout_comment": shape.timeout_comment if shape else TIMEOUT_COMMENT,
         "environment": [environment_line(k, v, profile.where(f"env.{k}")) for k, v in sorted(env.items())],
         "user": _user(profile.service.user, profile.where("service.user")),
         "working_directory": _specifiers(profile.service.working_directory, profile.where("service.working_directory")),
-        "timeout_start_sec": start_timeout_sec(profile),
+        "timeout_start_sec": (shape.timeout_start_sec if shape and shape.timeout_start_sec
+                              else start_timeout_sec(profile)),
         "restart_sec": RESTART_SEC,
         "start_limit_burst": START_LIMIT_BURST,
         "start_limit_interval_sec": start_limit_interval_sec(profile),
@@ -180,7 +211,7 @@ def render_unit(profile: Profile, launch: Launch, ctx: UnitContext, unit_name: s
         body = OVERRIDES_PREFIX + shlex.join(profile.overrides) + "\n" + body
     digest = _body_hash(body)
     fields = {"version": ctx.version, "profile": profile.name, "patch_set": profile.patch_set or "none",
-              "endpoint": launch.endpoint, "sha256": digest}
+              "endpoint": launch.endpoint, **({"role": shape.role} if shape else {}), "sha256": digest}
     marker = " ".join([MARKER_PREFIX] + [f"{k}={_marker_value(v)}" for k, v in fields.items()])
     return RenderedUnit(name=name, text=f"{marker}\n{body}", sha256=digest)
 
@@ -230,4 +261,4 @@ def parse_marker(text: str) -> Marker | None:
     overrides = tuple(shlex.split(second[len(OVERRIDES_PREFIX):])) if second.startswith(OVERRIDES_PREFIX) else ()
     return Marker(version=fields.get("version", "?"), profile=fields.get("profile", "?"),
                   patch_set=fields.get("patch_set", "none"), endpoint=fields.get("endpoint", ""), sha256=digest,
-                  body_matches=_body_hash(body) == digest, overrides=overrides)
+                  body_matches=_body_hash(body) == digest, overrides=overrides, role=fields.get("role", ""))

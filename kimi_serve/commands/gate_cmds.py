@@ -1,0 +1,59 @@
+"""`wait-router` and `wait-joined`: what a deployment member's unit waits on in its ExecStartPost when the member's
+start is not gated on the contract alone (docs/scale-out.md, "As services"; kimi_serve/service/gates.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def wait_router(
+    host: str = typer.Option(..., "--host", help="The router, HOST:PORT."),
+    minimum: int = typer.Option(1, "--min", min=1, help="Healthy workers to wait for."),
+    wait: float = typer.Option(60.0, "--wait", min=0, help="Seconds to wait at most."),
+    api_key_file: Path | None = typer.Option(None, "--api-key-file", help="The key the router requires (SGLang's "
+                                             "--config YAML, api-key: KEY)."),
+) -> int:
+    """Wait until SGLang's router reports --min healthy workers (GET /workers): the router unit's first ExecStartPost,
+    since the router's own /health answers 200 with no worker at all."""
+    from kimi_serve.core.keyfile import read_key_file
+    from kimi_serve.service.gates import wait_router as wait_core
+
+    key = read_key_file(api_key_file) if api_key_file else None
+    ok, state = wait_core(host, key, minimum=minimum, wait=wait)
+    typer.echo(f"router {host}: {state}" + ("" if ok else f" (wanted {minimum} healthy within {wait:g}s)"))
+    return 0 if ok else 1
+
+
+def wait_joined(
+    leader: str = typer.Option(..., "--leader", help="Rank 0's store, nodes.leader_host:nodes.leader_port."),
+    host: str = typer.Option("127.0.0.1", "--host", help="This node's server.host."),
+    port: int = typer.Option(..., "--port", min=1, max=65535, help="This node's server.port (its dummy /health)."),
+    wait: float = typer.Option(600.0, "--wait", min=0, help="Seconds to wait at most."),
+    pid: int | None = typer.Option(None, "--pid", min=1, help="The node's server process (default: $MAINPID, which "
+                                   "systemd sets for ExecStartPost)."),
+) -> int:
+    """Wait until this node (rank >= 1 of a multi-node server) has joined rank 0: its process tree holds a TCP
+    connection to rank 0's store at --leader AND its port answers (SGLang opens it once its schedulers are ready)."""
+    from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.core.settings import current
+    from kimi_serve.profile.topology import parse_worker
+    from kimi_serve.service.gates import wait_joined as wait_core
+
+    target = pid or current().main_pid
+    if target is None:
+        raise KimiServeError("no server process to check", where="--pid",
+                             hint="pass --pid PID (inside a unit's ExecStartPost systemd sets $MAINPID)")
+    parsed = parse_worker(leader)
+    if parsed is None:
+        raise KimiServeError(f"invalid leader address {leader!r}", where="--leader", hint="use HOST:PORT")
+    connect = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host.strip("[]")
+    ok, state = wait_core(target, parsed[0], parsed[1], connect, port, wait)
+    typer.echo(state)
+    return 0 if ok else 1
+
+
+def register(app: typer.Typer) -> None:
+    app.command("wait-router")(wait_router)
+    app.command("wait-joined")(wait_joined)

@@ -1,0 +1,169 @@
+"""install-service and uninstall-service for a replicated deployment: the replica units and the router unit
+(:mod:`kimi_serve.service.deployment`), each planned, journalled and written like the single unit
+(:mod:`kimi_serve.service.install`); the verify timer targets the router. The rolling restart is
+:mod:`kimi_serve.service.rolling`.
+
+Every member gets its own intent journal, all written before the first change, so a kill at any step leaves each
+member's journal behind and the next command rolls every one of them back (:func:`recover_fleet`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kimi_serve.core.findings import Finding
+from kimi_serve.profile.loader import Profile
+from kimi_serve.service import monitor_units as mon
+from kimi_serve.service.deployment import ROUTER, Member, installed_members, render_members
+from kimi_serve.service.install import (
+    Plan,
+    Result,
+    Verifier,
+    journal_scope,
+    planned_actions,
+    refuse_foreign,
+    start_and_verify,
+    start_monitor,
+    write_unit,
+)
+from kimi_serve.service.journal import recover
+from kimi_serve.service.preflight import check_for_service, host_step, refuse_other_profile
+from kimi_serve.service.secret import needs_secret
+from kimi_serve.service.state import STATE_DIR, ServicePaths, read_text
+from kimi_serve.service.systemctl import Systemd
+from kimi_serve.service.uninstall import uninstall
+from kimi_serve.service.unit import UnitContext, parse_marker, unit_file_name
+
+
+@dataclass(frozen=True)
+class Fleet:
+    profile: Profile
+    base: str  # the deployment's name, NAME.service (no unit of that name is written)
+    members: tuple[tuple[Member, Plan], ...]  # replicas in index order, then the router
+    findings: tuple[Finding, ...]
+    now: bool
+
+    @property
+    def router(self) -> tuple[Member, Plan] | None:
+        return next((mp for mp in self.members if mp[0].role == ROUTER), None)
+
+    @property
+    def replicas(self) -> list[tuple[Member, Plan]]:
+        return [mp for mp in self.members if mp[0].role == "replica"]
+
+
+def plan_fleet(profile_name: str, *, root: Path, unit_name: str | None, now: bool, ctx: UnitContext,
+               systemd: Systemd, environ: Mapping[str, str], contract: bool = False, sets: Sequence[str] = (),
+               replace: bool = True, preview: bool = False) -> Fleet:
+    """Check the profile once, render every member and have systemd-analyze verify them side by side; change
+    nothing. Like :func:`kimi_serve.service.install.plan_install`, per member."""
+    from kimi_serve.core.errors import ExitCode, KimiServeError
+
+    if now and not systemd.live:
+        raise KimiServeError("--now needs the running system, not --root", where="--now",
+                             hint="drop --now, or drop --root")
+    profile, launch, findings = check_for_service(profile_name, contract=contract, sets=sets, preview=preview)
+    found: list[Finding] = []
+    base = unit_file_name(unit_name, "--unit-name") if unit_name else unit_file_name(
+        profile.service.unit_name, profile.where("service.unit_name"))
+    members = render_members(profile, launch, ctx, base)
+    monitor = None
+    create = host_step(preview, found, lambda: needs_secret(profile, ServicePaths(root, base), environ), False)
+    plans: list[tuple[Member, Plan]] = []
+    for m in members:
+        paths = ServicePaths(root, m.unit.name)
+        refuse_foreign(paths)
+        if m.role == ROUTER:
+            mon.refuse_foreign_monitor(paths)
+            monitor = mon.render_monitor(profile, m.launch, ctx, m.unit.name)
+        if not replace:
+            current = read_text(paths.unit_file)
+            marker = parse_marker(current) if current is not None else None
+            host_step(preview, found, lambda p=paths, mk=marker: refuse_other_profile(  # type: ignore[misc]
+                str(p.unit_file), mk.profile if mk else None, profile.name), None)
+        plans.append((m, Plan(profile, m.unit, paths, create and not plans, (), now,
+                              monitor if m.role == ROUTER else None)))
+    units = [m.unit for m in members] + (list(monitor.files) if monitor else [])
+    host_step(preview, found, lambda: mon.analyze_together(systemd, units), None)
+    if not plans:
+        raise KimiServeError("the profile has no replica on this host and no router", where="router.workers",
+                             hint="check replicas: and router.workers", exit_code=ExitCode.USAGE)
+    return Fleet(profile, base, tuple(plans), tuple(findings + found), now)
+
+
+def fleet_actions(fleet: Fleet, systemd: Systemd) -> list[str]:
+    """What installing ``fleet`` does, member by member (``--dry-run`` prints these)."""
+    actions: list[str] = []
+    for m, plan in fleet.members:
+        actions += [f"[{m.label}] {a}" for a in planned_actions(plan, systemd)]
+    return actions
+
+
+def _journals(fleet: Fleet, systemd: Systemd, op: str) -> contextlib.ExitStack:
+    stack = contextlib.ExitStack()
+    for _, plan in fleet.members:
+        stack.enter_context(journal_scope(plan, systemd, op))
+    return stack
+
+
+def install_fleet(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ: Mapping[str, str]) -> Result:
+    """Write every member (journalled), enable them; with ``now`` start the replicas one by one, then the router,
+    each gated like the single unit (its ExecStartPost), then verified from outside."""
+    from kimi_serve.core.errors import ExitCode
+
+    result = Result(fleet.base)
+    root = fleet.members[0][1].paths.root
+    planned = {p.paths.unit for _, p in fleet.members}
+    for _, _, unit in reversed(installed_members(root, fleet.base)):  # replicas the profile no longer has
+        if unit not in planned:
+            result.steps += uninstall(ServicePaths(root, unit), systemd, dry_run=False).steps
+    with _journals(fleet, systemd, "install-service"):
+        for _, plan in fleet.members:
+            write_unit(plan, systemd, result, environ)
+        if fleet.now:
+            failed = None
+            for m, plan in fleet.members:
+                outcome = start_and_verify(plan.candidate, plan.paths, systemd, verifier, result,
+                                           label=f" ({m.label})")
+                if not outcome.ok and failed is None:
+                    failed = outcome
+                result.new = failed or outcome
+                if m.role == ROUTER:
+                    start_monitor(plan, systemd, result)
+            assert result.new is not None
+            if result.new.internal:
+                result.exit_code = ExitCode.INTERNAL
+            elif not result.new.ok:
+                result.exit_code = ExitCode.FAILED
+                result.add("outcome", "failed", "a member did not pass (above); the others run. `kimi-serve restart` "
+                           "rolls a failed replica back to its last good unit")
+    return result
+
+
+def uninstall_fleet(root: Path, base: str, systemd: Systemd, *, dry_run: bool) -> Result:
+    """Uninstall every member, the router first (clients stop arriving before the replicas go)."""
+    result = Result(base)
+    for _, _, unit in reversed(installed_members(root, base)):
+        part = uninstall(ServicePaths(root, unit), systemd, dry_run=dry_run)
+        result.steps += part.steps
+    return result
+
+
+def recover_fleet(systemd: Systemd, base: str) -> list[str]:
+    """Roll back every member change a killed command left (their journals), the router first, then the replicas
+    from the highest index: the reverse of the order they were journalled in."""
+    stem = base.removesuffix(".service")
+    state = systemd.root / STATE_DIR
+    names = [p.name[1:-len(".intent.json")] for p in state.glob(f".{stem}-*.intent.json")] if state.is_dir() else []
+    ours = [n for n in names if n == f"{stem}-{ROUTER}" or (n.startswith(f"{stem}-r") and n[len(stem) + 2:].isdigit())]
+    order = sorted(ours, key=lambda n: (n != f"{stem}-{ROUTER}", -int(n.rsplit("-r", 1)[-1]) if n.rsplit(
+        "-r", 1)[-1].isdigit() else 0))
+    messages = []
+    for name in order:
+        message = recover(ServicePaths(systemd.root, f"{name}.service"), systemd)
+        if message:
+            messages.append(f"{name}.service: {message}")
+    return messages

@@ -1,0 +1,135 @@
+"""`kimi-serve status` of a replicated deployment: the router (its unit, /health, and how many workers it reports
+healthy), each replica (its unit, /health, last contract verdict), and the contract checks of the verify timer that
+targets the router. Each member's own view is :func:`kimi_serve.service.status.status`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kimi_serve.core.errors import ExitCode
+from kimi_serve.service.deployment import ROUTER, installed_members
+from kimi_serve.service.gates import Worker, router_workers
+from kimi_serve.service.state import ServicePaths
+from kimi_serve.service.status import Status, status
+from kimi_serve.service.systemctl import Systemd
+
+
+@dataclass
+class FleetStatus:
+    base: str
+    router: Status | None = None
+    replicas: list[tuple[int, Status]] = field(default_factory=list)
+    workers: list[Worker] | str | None = None  # the router's view; a string says why it could not be read
+
+    @property
+    def healthy(self) -> tuple[int, int] | None:
+        if not isinstance(self.workers, list):
+            return None
+        return sum(w.healthy for w in self.workers), len(self.workers)
+
+    @property
+    def serving(self) -> bool:
+        """The router is up and reports at least one healthy worker."""
+        counts = self.healthy
+        return bool(self.router and self.router.exit_code == ExitCode.OK and counts and counts[0] > 0)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """0 only when the whole deployment is up: the router serving with every worker healthy, every replica active
+        and answering; 1 otherwise (degraded included)."""
+        counts = self.healthy
+        whole = (self.serving and counts is not None and counts[0] == counts[1]
+                 and all(st.exit_code == ExitCode.OK and self.in_router(st) == "healthy" for _, st in self.replicas))
+        return ExitCode.OK if whole else ExitCode.FAILED
+
+    def to_json(self) -> dict[str, Any]:
+        counts = self.healthy
+        router = self.router.to_json() if self.router else None
+        if router is not None:
+            router["workers"] = ([{"url": w.url, "healthy": w.healthy} for w in self.workers]
+                                 if isinstance(self.workers, list) else None)
+            router["workers_error"] = self.workers if isinstance(self.workers, str) else None
+            router["healthy_workers"], router["total_workers"] = counts if counts else (None, None)
+        return {"version": 1, "deployment": self.base.removesuffix(".service"), "serving": self.serving,
+                "exit_code": int(self.exit_code), "router": router,
+                "replicas": [{"index": i, **st.to_json(), "in_router": self.in_router(st)} for i, st in self.replicas]}
+
+    def in_router(self, st: Status) -> str | None:
+        """How the router sees this replica: healthy | unhealthy | missing (not in its rotation); None: unknown."""
+        if not isinstance(self.workers, list) or not st.marker:
+            return None
+        seen = {w.url: w.healthy for w in self.workers}
+        url = f"http://{st.marker.endpoint}"
+        return "missing" if url not in seen else "healthy" if seen[url] else "unhealthy"
+
+    def rows(self) -> list[tuple[str, str]]:
+        rows = [("deployment", f"{self.base.removesuffix('.service')}: "
+                 + ("serving" if self.serving else "NOT serving through the router")
+                 + ("" if self.exit_code == ExitCode.OK else " (degraded: see below)"))]
+        if self.router:
+            counts = self.healthy
+            view = f"{counts[0]}/{counts[1]} workers healthy" if counts else str(self.workers or "workers not checked")
+            rows.append(("router", f"{_line(self.router)}; {view}"))
+        for index, st in self.replicas:
+            seen = self.in_router(st)
+            note = {"missing": "; NOT in the router's rotation (kimi-serve restart puts it back)",
+                    "healthy": "; router: healthy", "unhealthy": "; router: UNHEALTHY"}.get(seen or "", "")
+            rows.append((f"replica {index}", _line(st) + note))
+            rows.append(("  verdict", _verdict(st.last_verify)))
+        if self.router and self.router.monitor:
+            m = self.router.monitor
+            rows.append(("contract", f"BROKEN since {m['broken_since']} ({m['broken_for_s']:.0f}s)"
+                         if m["broken_since"] else f"holds through the router (last check {m['contract_held_last']})"))
+        elif self.router:
+            rows.append(("router check", _verdict(self.router.last_verify)))
+        members = [st for _, st in self.replicas] + ([self.router] if self.router else [])
+        for member in members:
+            if member.interrupted:
+                from kimi_serve.service.journal import describe
+
+                rows.append(("INTERRUPTED", f"{member.unit}: {describe(member.interrupted)}"))
+        return rows
+
+
+def _line(st: Status) -> str:
+    s = st.state
+    state = f"{s.get('ActiveState')} ({s.get('SubState')})" if s else st.state_error
+    endpoint = st.marker.endpoint if st.marker else "?"
+    edited = ", EDITED since install" if st.marker and not st.marker.body_matches else ""
+    return f"{st.unit} {state}, {endpoint} /health {st.health or 'not checked'}{edited}"
+
+
+def _verdict(record: dict[str, Any] | None) -> str:
+    if record is None:
+        return "no contract check recorded"
+    return f"{record.get('status')} at {record.get('time')} (profile {record.get('profile')}): " \
+           f"{str(record.get('detail'))[:140]}"
+
+
+def fleet_status(root: Path, base: str, systemd: Systemd) -> FleetStatus:
+    st = FleetStatus(base)
+    for role, index, unit in installed_members(root, base):
+        member = status(ServicePaths(root, unit), systemd)
+        if role == ROUTER:
+            st.router = member
+        else:
+            st.replicas.append((index, member))
+    if st.router and st.router.marker and systemd.live:
+        st.workers = router_workers(st.router.marker.endpoint, _key(root, st.router))
+    return st
+
+
+def _key(root: Path, router: Status) -> str | None:
+    record = router.last_good or {}
+    key_file = record.get("api_key_file")
+    if not key_file:
+        return None
+    from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.core.keyfile import read_key_file
+
+    try:
+        return read_key_file(ServicePaths(root, router.unit).under_root(str(key_file)))
+    except KimiServeError:
+        return None

@@ -1,0 +1,189 @@
+"""The rolling restart of a replicated deployment: one replica at a time, never leaving the router without a
+healthy worker (docs/scale-out.md, "As services").
+
+For each replica, in order: ask the router (``GET /workers``) for a healthy worker OTHER than this one, waiting up to
+:func:`kimi_serve.service.timeouts.router_health_wait_sec`; if there is none, stop (before the first replica: a
+one-line refusal, exit 5, nothing changed). Take the replica out of the router's rotation (``DELETE /workers/ID``):
+the router's health checks would take interval x threshold to notice the stop, and a request it sends to a stopping
+replica meanwhile fails (measured: HTTP 500 ``call_upstream_request_error``, no retry). Then the single-unit
+restart of that replica
+(:func:`kimi_serve.service.restart.restart`: its own intent journal, the contract check, the rollback of THAT
+replica to its last good unit on failure), and the replica is put back into the rotation (``POST /workers``) whatever
+the outcome. A replica that fails stops the roll: the ones after it keep their units.
+A passing replica must show up healthy in the router again before the next one is stopped. The router's unit is
+restarted last, and only when what it runs changed (its argv, environment or settings; or its verify timer).
+
+Exit codes: those of :mod:`kimi_serve.service.restart`, for the replica that stopped the roll (1: it failed and its
+last good unit is back; 4: it failed and is not serving, while the others still are; 70: verify crashed); 1 also
+when the router does not see a restarted replica healthy again in time; 5 refused before the first change.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.service.deployment import installed_members
+from kimi_serve.service.fleet import Fleet
+from kimi_serve.service.gates import add_worker, remove_worker, wait_router, worker_ids
+from kimi_serve.service.install import Plan, Result, Verifier
+from kimi_serve.service.restart import restart
+from kimi_serve.service.state import read_text
+from kimi_serve.service.systemctl import Systemd
+from kimi_serve.service.timeouts import router_health_wait_sec
+from kimi_serve.service.unit import parse_marker
+
+Progress = Callable[[str], None]
+DRAIN_S = 2.0  # after the router stops sending to a replica: let its last requests finish before the stop
+
+
+def router_key(fleet: Fleet) -> str | None:
+    """The key the router requires (the profile's API-key file, read under the install root), or None."""
+    key_file = fleet.profile.server.api_key_file
+    if not key_file:
+        return None
+    from kimi_serve.core.keyfile import read_key_file
+
+    return read_key_file(fleet.members[0][1].paths.under_root(key_file), fleet.profile.where("server.api_key_file"))
+
+
+def _refuse_topology_change(fleet: Fleet) -> None:
+    """A rolling restart keeps every replica's address: the router in front keeps its worker list meanwhile."""
+    root = fleet.members[0][1].paths.root
+    installed = {unit for role, _, unit in installed_members(root, fleet.base) if role == "replica"}
+    planned = {m.unit.name for m, _ in fleet.replicas}
+    hint = (f"kimi-serve uninstall-service --unit-name {fleet.base.removesuffix('.service')}, then install-service "
+            "--now with the new profile")
+    if not installed:
+        raise KimiServeError(f"{fleet.base.removesuffix('.service')} is not installed as a replicated deployment",
+                             where="restart", hint="kimi-serve install-service --profile P --now first",
+                             exit_code=ExitCode.ENVIRONMENT)
+    if installed != planned:
+        raise KimiServeError(f"the replicas change (installed: {', '.join(sorted(installed))}; profile: "
+                             f"{', '.join(sorted(planned))}): a rolling restart keeps the topology",
+                             where="replicas", hint=hint, exit_code=ExitCode.ENVIRONMENT)
+    for m, plan in fleet.replicas:
+        text = read_text(plan.paths.unit_file)
+        marker = parse_marker(text) if text else None
+        if marker and marker.endpoint != m.launch.endpoint:
+            raise KimiServeError(f"replica {m.index} moves from {marker.endpoint} to {m.launch.endpoint}: a rolling "
+                                 "restart keeps every replica's address (the router's worker list)",
+                                 where="server.port", hint=hint, exit_code=ExitCode.ENVIRONMENT)
+
+
+def _put_back_missing(fleet: Fleet, endpoint: str, key: str | None, result: Result) -> None:
+    """A replica missing from the router's rotation (a roll killed between taking it out and putting it back) is
+    put back first."""
+    ids = worker_ids(endpoint, key)
+    if isinstance(ids, str):
+        return  # the wait for a healthy worker says why
+    for m, _ in fleet.replicas:
+        url = f"http://{m.launch.endpoint}"
+        if url not in ids:
+            problem = add_worker(endpoint, key, url)
+            result.add(f"put {url} back into the router's rotation (it was missing)", "failed" if problem else "done",
+                       problem or "")
+
+
+def _settings(text: str | None) -> list[str]:
+    """A unit's lines that change what runs: not the comments (the marker, the --set line), not the Description (the
+    profile's name)."""
+    return [] if text is None else [line for line in text.splitlines()
+                                    if not line.startswith(("#", "Description="))]
+
+
+def _changed(plan: Plan) -> bool:
+    """Whether the router must restart: its argv, environment or settings changed (a renamed profile alone does not
+    take the front door down), or its verify timer did."""
+    if _settings(read_text(plan.paths.unit_file)) != _settings(plan.unit.text):
+        return True
+    files = list(plan.monitor.files) if plan.monitor else []
+    return any(read_text(plan.paths.root / "etc/systemd/system" / u.name) != u.text for u in files)
+
+
+def _merge(result: Result, part: Result) -> None:
+    result.steps += part.steps
+    result.new, result.rollback = part.new, part.rollback
+
+
+def rolling_restart(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ: Mapping[str, str], *,
+                    only: list[int] | None = None, progress: Progress | None = None
+                    ) -> tuple[Result, list[dict[str, Any]]]:
+    """Roll ``only`` (replica indexes, in that order; default all) and then the router if it changed; returns the
+    combined report and one entry per replica restarted."""
+    say = progress or (lambda _: None)
+    _refuse_topology_change(fleet)
+    by_index = {m.index: (m, plan) for m, plan in fleet.replicas}
+    order = list(only) if only else sorted(by_index)
+    unknown = [i for i in order if i not in by_index]
+    if unknown:
+        have = ", ".join(map(str, sorted(by_index)))
+        raise KimiServeError(f"no replica {unknown[0]} on this host (replicas: {have})", where="--replica",
+                             hint="pick a replica index from kimi-serve status")
+    assert fleet.router is not None
+    router, router_plan = fleet.router
+    endpoint, key, wait = router.launch.endpoint, router_key(fleet), router_health_wait_sec(fleet.profile)
+    result, rolled = Result(fleet.base), []
+    _put_back_missing(fleet, endpoint, key, result)
+    for n, index in enumerate(order):
+        member, plan = by_index[index]
+        url = f"http://{member.launch.endpoint}"
+        say(f"replica {index}: waiting for the router to report another healthy worker...")
+        ok, state = wait_router(endpoint, key, minimum=1, wait=wait, exclude=url)
+        if not ok:
+            message = (f"the router {endpoint} reports no healthy worker other than replica {index} after {wait:.0f}s "
+                       f"({state}): restarting it would leave clients with none")
+            if n == 0:
+                raise KimiServeError(message, where=f"replica {index}", exit_code=ExitCode.ENVIRONMENT,
+                                     hint="bring another replica up first (kimi-serve status shows which), then "
+                                          "run restart again")
+            result.add(f"stop the roll before {plan.paths.unit}", "failed", message)
+            result.exit_code = ExitCode.FAILED
+            break
+        result.add(f"router {endpoint} before {plan.paths.unit}", "done", state)
+        t0 = time.monotonic()
+        problem = remove_worker(endpoint, key, url, wait)
+        if problem:
+            message = f"cannot take replica {index} out of the router's rotation: {problem}"
+            if n == 0:
+                raise KimiServeError(message, where=f"replica {index}", exit_code=ExitCode.ENVIRONMENT,
+                                     hint="check the router (kimi-serve status), then run restart again")
+            result.add(f"stop the roll before {plan.paths.unit}", "failed", message)
+            result.exit_code = ExitCode.FAILED
+            break
+        result.add(f"take {url} out of the router's rotation", "done", f"DELETE /workers; drain {DRAIN_S:g}s")
+        time.sleep(DRAIN_S)
+        say(f"replica {index}: restarting {plan.paths.unit} (contract-checked, rolled back on failure)...")
+        try:
+            part = restart(plan, systemd, verifier, environ)
+        finally:  # whatever happened (a rollback included): the router gets the replica back once it answers
+            problem = add_worker(endpoint, key, url)
+            result.add(f"put {url} back into the router's rotation", "failed" if problem else "done", problem or "")
+        _merge(result, part)
+        rolled.append({"replica": index, "unit": plan.paths.unit, "exit_code": int(part.exit_code),
+                       "ok": part.exit_code == ExitCode.OK, "seconds": round(time.monotonic() - t0, 1),
+                       "rolled_back": bool(part.rollback and part.rollback.ok)})
+        if part.exit_code != ExitCode.OK:
+            result.exit_code = part.exit_code
+            rest = order[n + 1:]
+            result.add("stop the roll", "done", f"replica {index} did not pass"
+                       + (f"; replicas {', '.join(map(str, rest))} keep their units" if rest else ""))
+            return result, rolled
+        ok, state = wait_router(endpoint, key, minimum=0, wait=wait, healthy=url)
+        result.add(f"router {endpoint} sees replica {index} healthy", "done" if ok else "failed", state)
+        rolled[-1]["seconds"] = round(time.monotonic() - t0, 1)
+        if not ok:
+            result.exit_code = ExitCode.FAILED
+            return result, rolled
+    if result.exit_code != ExitCode.OK:
+        return result, rolled
+    if _changed(router_plan):
+        say(f"restarting the router {router_plan.paths.unit} (its unit changed)...")
+        part = restart(router_plan, systemd, verifier, environ)
+        _merge(result, part)
+        result.exit_code = part.exit_code
+    else:
+        result.add(f"restart {router_plan.paths.unit}", "skipped", "its unit is unchanged: the router keeps serving")
+    return result, rolled

@@ -1,0 +1,242 @@
+"""The decisions of the rolling restart (which replica, in which order, when to refuse, when to stop, what is rolled
+back, what the router is told), driven by a RECORDING runner standing in for systemctl, a scripted verifier and a
+STAND-IN router (GET/DELETE/POST /workers in sglang-router 0.3.2's shape) that records how many healthy workers it
+had after every change. The same flow with the real router and systemd: tests/systemd/test_fleet_systemd.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.proc import Completed
+from kimi_serve.profile.launch import build_launch
+from kimi_serve.profile.loader import load_profile
+from kimi_serve.service import rolling
+from kimi_serve.service.deployment import render_members
+from kimi_serve.service.fleet import Fleet, install_fleet
+from kimi_serve.service.install import Plan
+from kimi_serve.service.state import ServicePaths
+from kimi_serve.service.systemctl import Systemd
+from kimi_serve.service.unit import UnitContext
+
+CTX = UnitContext(kimi_serve="/opt/kimi-serve/venv/bin/kimi-serve", package_root="/opt/kimi-serve/src")
+
+
+class Runner:
+    """Stand-in for systemctl: records argv; `systemctl restart UNIT` answers from a per-unit script (default 0)."""
+
+    def __init__(self, script: dict[str, list[int]] | None = None) -> None:
+        self.calls: list[list[str]] = []
+        self.script = script or {}
+
+    def __call__(self, argv: Sequence[str], *, timeout: float) -> Completed:
+        self.calls.append(list(argv))
+        rc = 0
+        if argv[:2] == ["systemctl", "restart"] and self.script.get(argv[2]):
+            rc = self.script[argv[2]].pop(0)
+        return Completed(tuple(argv), rc, "", "" if rc == 0 else "Job failed.")
+
+    def restarted(self) -> list[str]:
+        return [c[2] for c in self.calls if c[:2] == ["systemctl", "restart"]]
+
+
+class Verifier:
+    def __init__(self, fail: set[str] | None = None) -> None:
+        self.fail, self.endpoints = fail or set(), []  # type: ignore[var-annotated]
+
+    def __call__(self, endpoint: str, secret: Path | None, suite: str, timeout: float) -> tuple[int, str]:
+        self.endpoints.append(endpoint)
+        return (1, "tool_calls missing") if endpoint in self.fail else (0, "contract holds")
+
+
+class StandInRouter:
+    """STAND-IN for sglang-router's worker API; ``healthy`` says which worker URLs answer their health checks."""
+
+    def __init__(self) -> None:
+        self.workers: dict[str, str] = {}  # id -> url
+        self.healthy: set[str] = set()
+        self.log: list[str] = []
+        self.min_healthy: int | None = None
+        router = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _send(self, code: int, data: dict[str, Any]) -> None:
+                body = json.dumps(data).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                self._send(200, {"workers": [{"id": i, "url": u, "is_healthy": u in router.healthy}
+                                             for i, u in router.workers.items()]})
+
+            def do_DELETE(self) -> None:
+                url = router.workers.pop(self.path.rsplit("/", 1)[-1])
+                router.changed(f"remove {url}")
+                self._send(202, {"status": "accepted"})
+
+            def do_POST(self) -> None:
+                url = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["url"]
+                router.workers[str(uuid.uuid4())] = url
+                router.changed(f"add {url}")
+                self._send(202, {"status": "accepted"})
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+
+    def changed(self, what: str) -> None:
+        self.log.append(what)
+        n = sum(1 for u in self.workers.values() if u in self.healthy)
+        self.min_healthy = n if self.min_healthy is None else min(self.min_healthy, n)
+
+
+@pytest.fixture
+def router() -> Iterator[StandInRouter]:
+    r = StandInRouter()
+    threading.Thread(target=r.server.serve_forever, daemon=True).start()
+    try:
+        yield r
+    finally:
+        r.server.shutdown()
+        r.server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rolling, "router_health_wait_sec", lambda p: 1.5)
+    monkeypatch.setattr(rolling, "DRAIN_S", 0.0)
+
+
+def _fleet(root: Path, write_profile: Any, router_port: int, name: str, extra: str = "") -> Fleet:
+    import sys
+
+    text = (f"extends: sim-dp2\nserver:\n  port: 31010\nrouter:\n  port: {router_port}\nservice:\n  user: root\n"
+            f"  unit_name: fleet\nmonitor:\n  enabled: false\n{extra}")
+    profile = load_profile(str(write_profile(text, name=name)))
+    members = render_members(profile, build_launch(profile, sys.executable), CTX, "fleet.service")
+    plans = tuple((m, Plan(profile, m.unit, ServicePaths(root, m.unit.name), False, (), True)) for m in members)
+    return Fleet(profile, "fleet.service", plans, (), True)
+
+
+R0, R1 = "http://127.0.0.1:31010", "http://127.0.0.1:31011"
+
+
+@pytest.fixture
+def installed(tmp_path: Path, write_profile: Any, router: StandInRouter) -> Fleet:
+    fleet = _fleet(tmp_path, write_profile, router.port, "v1")
+    result = install_fleet(fleet, Systemd(Runner(), Path("/")), Verifier(), {})
+    assert result.exit_code == 0, result.to_json()
+    router.workers = {str(uuid.uuid4()): R0, str(uuid.uuid4()): R1}
+    router.healthy = {R0, R1}
+    return fleet
+
+
+def test_good_roll_one_replica_at_a_time(installed: Fleet, tmp_path: Path, write_profile: Any,
+                                         router: StandInRouter) -> None:
+    new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
+    runner = Runner()
+    result, rolled = rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {})
+    assert result.exit_code == 0, result.to_json()
+    assert [r["replica"] for r in rolled] == [0, 1] and all(r["ok"] for r in rolled)
+    assert runner.restarted() == ["fleet-r0.service", "fleet-r1.service"]  # the router's unit did not change
+    assert router.log == [f"remove {R0}", f"add {R0}", f"remove {R1}", f"add {R1}"]
+    assert router.min_healthy == 1  # never zero
+    for _, plan in new.replicas:
+        assert "KIMI_TEST_ROLL=2" in plan.paths.unit_file.read_text()
+
+
+def test_a_bad_replica_is_rolled_back_and_stops_the_roll(installed: Fleet, tmp_path: Path, write_profile: Any,
+                                                         router: StandInRouter) -> None:
+    new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
+    good_r0, good_r1 = (p.paths.unit_file.read_text() for _, p in installed.replicas)
+    runner = Runner({"fleet-r1.service": [1, 0]})  # the new unit of replica 1 fails to start; its rollback starts
+    result, rolled = rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {}, only=[1, 0])
+    assert result.exit_code == 1
+    assert [(r["replica"], r["ok"], r["rolled_back"]) for r in rolled] == [(1, False, True)]
+    assert runner.restarted() == ["fleet-r1.service", "fleet-r1.service"]  # new, then the rollback; r0 untouched
+    assert [p.paths.unit_file.read_text() for _, p in new.replicas] == [good_r0, good_r1]
+    assert router.log == [f"remove {R1}", f"add {R1}"]  # back into the rotation after its rollback
+    assert any(s.action == "stop the roll" and "replicas 0 keep their units" in s.detail for s in result.steps)
+
+
+def test_refused_when_no_other_worker_is_healthy(installed: Fleet, tmp_path: Path, write_profile: Any,
+                                                 router: StandInRouter) -> None:
+    router.healthy = {R1}  # replica 0 is down: restarting replica 1 would leave none
+    new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
+    runner = Runner()
+    with pytest.raises(KimiServeError) as err:
+        rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {}, only=[1])
+    assert err.value.exit_code == 5 and "no healthy worker other than replica 1" in err.value.message
+    assert runner.restarted() == [] and router.log == []
+
+
+def test_a_replica_missing_from_the_rotation_is_put_back_first(installed: Fleet, tmp_path: Path,
+                                                               write_profile: Any, router: StandInRouter) -> None:
+    router.workers = {k: v for k, v in router.workers.items() if v != R1}  # a roll killed between remove and add
+    new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
+    result, _ = rolling.rolling_restart(new, Systemd(Runner(), Path("/")), Verifier(), {})
+    assert result.exit_code == 0 and router.log[0] == f"add {R1}"
+
+
+def test_a_topology_change_is_not_rolled(installed: Fleet, tmp_path: Path, write_profile: Any,
+                                         router: StandInRouter) -> None:
+    moved = _fleet(tmp_path, write_profile, router.port, "v3", "replicas: 3\n")
+    with pytest.raises(KimiServeError) as err:
+        rolling.rolling_restart(moved, Systemd(Runner(), Path("/")), Verifier(), {})
+    assert err.value.exit_code == 5 and "the replicas change" in err.value.message
+
+
+def test_a_crash_mid_roll_leaves_that_replicas_journal_and_its_place_in_the_router(
+        installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """kimi-serve dies (an unexpected exception; a SIGKILL is the same for the journal) after replica 0's new unit
+    is written and restarted: replica 0 goes back into the router's rotation, its journal stays, and recovering it
+    puts its files back as they were before the roll; replica 1 was never touched."""
+    from kimi_serve.core.faults import InjectedFault
+    from kimi_serve.service.fleet import recover_fleet
+
+    good_r0 = installed.replicas[0][1].paths.unit_file.read_text()
+    new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
+    monkeypatch.setenv("KIMI_SERVE_TEST_HOOK", "raise-at=service.verify")
+    runner = Runner()
+    with pytest.raises(InjectedFault):
+        rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {})
+    monkeypatch.delenv("KIMI_SERVE_TEST_HOOK")
+    assert runner.restarted() == ["fleet-r0.service"]
+    assert router.log == [f"remove {R0}", f"add {R0}"] and router.min_healthy == 1
+    journals = sorted(p.name for p in (tmp_path / "var/lib/kimi-serve/service").glob(".*.intent.json"))
+    assert journals == [".fleet-r0.intent.json"]
+    assert "KIMI_TEST_ROLL=2" in new.replicas[0][1].paths.unit_file.read_text()
+    assert len(recover_fleet(Systemd(Runner(), tmp_path), "fleet.service")) == 1
+    assert new.replicas[0][1].paths.unit_file.read_text() == good_r0
+
+
+def test_a_rank_above_0_is_not_contract_checked_from_outside(tmp_path: Path, write_profile: Any) -> None:
+    """Its start gate is wait-joined (ExecStartPost); its port is SGLang's dummy /health, so verify would prove
+    nothing: restart records the join instead of running the verifier."""
+    import sys
+
+    from kimi_serve.service.restart import restart
+
+    profile = load_profile(str(write_profile(
+        "extends: sim\nnodes:\n  count: 2\n  rank: 1\n  leader_host: 10.0.0.1\nservice:\n  user: root\n", name="r1")))
+    (member,) = render_members(profile, build_launch(profile, sys.executable), CTX, "sglang-kimi.service")
+    plan = Plan(profile, member.unit, ServicePaths(tmp_path, member.unit.name), False, (), True)
+    verifier = Verifier()
+    result = restart(plan, Systemd(Runner(), Path("/")), verifier, {})
+    assert result.exit_code == 0 and verifier.endpoints == []
+    assert result.new is not None and "joined rank 0" in result.new.detail
