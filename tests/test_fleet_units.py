@@ -219,7 +219,8 @@ def test_fewer_replicas_removes_the_extra_units(cli: Callable[..., object], root
 
 
 def test_install_service_renders_this_hosts_rank(cli: Callable[..., object], root: Path) -> None:
-    sets = ["--set", "nodes.count=2", "--set", "nodes.leader_host=10.0.0.1"]
+    sets = ["--set", "nodes.count=2", "--set", "nodes.leader_host=10.0.0.1", "--set", "parallel.tp_size=16",
+            "--set", "allreduce.flashinfer_fusion_backend=null"]
     r = cli("install-service", "--profile", "sim", *sets, "--node-rank", "1", "--root", str(root), "--dry-run",
             "--json")
     assert r.code == 0, r.err  # type: ignore[attr-defined]
