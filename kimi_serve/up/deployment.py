@@ -24,30 +24,11 @@ from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.up.console import PREFIX, Console
 from kimi_serve.up.options import CLEAN_STOP, UpOptions
-from kimi_serve.up.replicas import ANSI, Part, TaggedConsole, deployment_parts, port_preflight
+from kimi_serve.up.replicas import ANSI, ROUTER_READY_S, Member, Part, deployment_parts, part_glob, port_preflight
 from kimi_serve.up.supervisor import Server, describe_status
-from kimi_serve.up.watch import Outcome, Signals, Watch
+from kimi_serve.up.watch import Outcome, Signals
 
-ROUTER_READY_S = 120.0  # from the router's start until it reports every worker healthy
 ROUTER_POLL_S = 0.5
-
-
-class Member:
-    """One replica: its process, its watch, and the signal relay the deployment drives it with."""
-
-    def __init__(self, part: Part, server: Server, opts: UpOptions, console: Console) -> None:
-        self.part, self.server = part, server
-        self.console = TaggedConsole(console, part.tag)
-        self.watch = Watch(server, part.launch, opts, self.console, part.log_path)
-        self.relay = Signals()  # never installed: the deployment sets count/last when this replica must stop
-        self.outcome: Outcome | None = None
-
-    def state(self) -> str:
-        if self.outcome is not None:
-            return "exited"
-        if self.watch.ready_at is None:
-            return self.console.phase_text()
-        return "serving" if self.watch.verify_done else "contract check"
 
 
 class Deployment:
@@ -294,8 +275,8 @@ class Deployment:
         reason = self.reason or Outcome(ExitCode.SERVER_EXITED, "every process of the deployment exited")
         if reason.code != ExitCode.INTERRUPTED:
             return reason
-        unclean = [m.part.name for m in self.members
-                   if m.part.name not in self.degraded and (m.outcome is None or m.outcome.code != ExitCode.INTERRUPTED)]
+        unclean = [m.part.name for m in self.members if m.part.name not in self.degraded
+                   and (m.outcome is None or m.outcome.code != ExitCode.INTERRUPTED)]
         if self.router is not None and (self.router_rc not in CLEAN_STOP or self.router.killed):
             unclean.append(f"{self.router_part.name} ({describe_status(self.router_rc or 0)})")
         said = [f"{', '.join(self.degraded)} had exited during the run"] if self.degraded else []
@@ -346,22 +327,3 @@ def serve_deployment(profile: Profile, first: Launch, opts: UpOptions, base_log:
         return int(outcome.code)
     raise KimiServeError(outcome.message, where=f"logs {part_glob(base_log)}", hint=outcome.hint or None,
                          exit_code=outcome.code)
-
-
-def dry_run(profile: Profile, first: Launch, opts: UpOptions, base_log: Path, console: Console) -> int:
-    """What `up --dry-run` prints for a replicated profile: each replica's launch, then the router's."""
-    from kimi_serve.core.resources import package_root
-
-    parts, router = deployment_parts(profile, first, base_log, str(package_root()))
-    for p in [*parts, router]:
-        console.info(f"dry run: would start {p.name} (log: {p.log_path}):")
-        console.info("$ " + p.launch.shell())
-    console.info(f"each replica: wait up to {opts.startup_timeout_s:g}s for /health"
-                 + (f", run the {opts.verify_suite} contract check" if opts.verify else "")
-                 + f"; then the router: wait up to {ROUTER_READY_S:g}s until it reports every replica healthy"
-                 + (", run the contract check through it" if opts.verify else "") + ", and supervise")
-    return int(ExitCode.OK)
-
-
-def part_glob(base: Path) -> str:
-    return str(base.with_name(f"{base.stem}-*{base.suffix or '.log'}"))

@@ -13,8 +13,12 @@ from kimi_serve.profile.launch import Launch, build_launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.topology import Replica, replicas
 from kimi_serve.up.console import Console
+from kimi_serve.up.options import UpOptions
 from kimi_serve.up.startup_log import PHASE_TITLES, Event, Progress
+from kimi_serve.up.supervisor import Server
+from kimi_serve.up.watch import Outcome, Signals, Watch
 
+ROUTER_READY_S = 120.0  # from the router's start until it reports every worker healthy
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -123,3 +127,41 @@ class TaggedConsole(Console):
         if p.shards_total and p.phase == "weights":
             text += f" {100 * p.shards_done // p.shards_total}%"
         return text
+
+
+class Member:
+    """One replica: its process, its watch, and the signal relay the deployment drives it with."""
+
+    def __init__(self, part: Part, server: Server, opts: UpOptions, console: Console) -> None:
+        self.part, self.server = part, server
+        self.console = TaggedConsole(console, part.tag)
+        self.watch = Watch(server, part.launch, opts, self.console, part.log_path)
+        self.relay = Signals()  # never installed: the deployment sets count/last when this replica must stop
+        self.outcome: Outcome | None = None
+
+    def state(self) -> str:
+        if self.outcome is not None:
+            return "exited"
+        if self.watch.ready_at is None:
+            return self.console.phase_text()
+        return "serving" if self.watch.verify_done else "contract check"
+
+
+
+def dry_run(profile: Profile, first: Launch, opts: UpOptions, base_log: Path, console: Console) -> int:
+    """What `up --dry-run` prints for a replicated profile: each replica's launch, then the router's."""
+    from kimi_serve.core.resources import package_root
+
+    parts, router = deployment_parts(profile, first, base_log, str(package_root()))
+    for p in [*parts, router]:
+        console.info(f"dry run: would start {p.name} (log: {p.log_path}):")
+        console.info("$ " + p.launch.shell())
+    console.info(f"each replica: wait up to {opts.startup_timeout_s:g}s for /health"
+                 + (f", run the {opts.verify_suite} contract check" if opts.verify else "")
+                 + f"; then the router: wait up to {ROUTER_READY_S:g}s until it reports every replica healthy"
+                 + (", run the contract check through it" if opts.verify else "") + ", and supervise")
+    return int(ExitCode.OK)
+
+
+def part_glob(base: Path) -> str:
+    return str(base.with_name(f"{base.stem}-*{base.suffix or '.log'}"))
