@@ -64,6 +64,14 @@ def router_url(profile: Profile) -> str:
     return f"http://[{host}]:{profile.router.port}" if ":" in host else f"http://{host}:{profile.router.port}"
 
 
+def deployment_targets(profile: Profile) -> list[tuple[str, str]]:
+    """(name, URL) of every part `verify --profile` checks: the router first, then each replica
+    (:func:`kimi_serve.profile.topology.replicas`)."""
+    from kimi_serve.profile.topology import replicas
+
+    return [("router", router_url(profile)), *((f"replica {r.index}", r.url) for r in replicas(profile))]
+
+
 def _get(url: str, api_key: str | None, timeout: float) -> tuple[int, Any]:
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
     try:
