@@ -4,8 +4,9 @@ Measured on 0.3.2: ``/readiness`` answers 200 ``{"status": "ready", "healthy_wor
 least one worker is healthy and 503 ``{"status": "not ready", ...}`` with none; ``/workers`` lists each worker with its
 ``url`` and ``is_healthy``; ``/health`` and ``/liveness`` answer 200 whenever the router itself runs (they say nothing
 about workers). A worker turns unhealthy after ``--health-failure-threshold`` failed checks
-``--health-check-interval-secs`` apart (and healthy again after 2 good ones). With ``--api-key`` every route needs
-the key, so pass it. Used by `up` (ready = every worker healthy) and by the rolling restart (never leave the router
+``--health-check-interval-secs`` apart (and healthy again after 2 good ones). With ``--api-key``, ``/workers`` and
+the inference routes need the key (401 without) while ``/readiness``, ``/health`` and ``/v1/models`` stay open; the
+key is sent whenever given. Used by `up` (ready = every worker healthy) and by the rolling restart (never leave the router
 with zero healthy workers). Standard library only.
 """
 
