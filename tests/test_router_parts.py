@@ -34,11 +34,13 @@ def test_shim_appends_the_key_from_the_file(tmp_path: Path) -> None:
     key = _key_file(tmp_path)
     assert router_flags(["--api-key-file", str(key), "--", "--port", "1"]) == ["--port", "1", "--api-key", "k-123"]
     assert split_argv(["--api-key-file", str(key), "--"]) == (key, [])
+    assert router_flags(["--", "--port", "1"]) == ["--port", "1"]  # no key file: no key
 
 
 @pytest.mark.parametrize("argv, says", [
     (["--api-key-file", "k.yaml", "--port", "1"], "missing `--`"),
-    (["--", "--port", "1"], "unexpected arguments (none)"),
+    (["--api-key-file", "--", "--port", "1"], "unexpected arguments --api-key-file"),
+    (["--key", "k.yaml", "--", "--port", "1"], "unexpected arguments --key k.yaml"),
     (["--api-key-file", "k.yaml", "--", "--api-key", "x"], "--api-key among the router's flags"),
     (["--api-key-file", "k.yaml", "--", "--api-key=x"], "--api-key among the router's flags"),
 ])

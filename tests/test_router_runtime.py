@@ -108,6 +108,7 @@ def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python
         assert _chat(router_port, KEY).choices[0].message is not None
         view = router_health(f"http://127.0.0.1:{router_port}", KEY)
         assert view.all_healthy and view.total == 2, view
+        assert view.others_healthy(f"http://127.0.0.1:{base + 1}") == 1  # what a rolling restart asks first
 
         ok = cli("verify", "--profile", str(profile), "--json")
         doc = json.loads(ok.out)

@@ -6,8 +6,8 @@ least one worker is healthy and 503 ``{"status": "not ready", ...}`` with none; 
 about workers). A worker turns unhealthy after ``--health-failure-threshold`` failed checks
 ``--health-check-interval-secs`` apart (and healthy again after 2 good ones). With ``--api-key``, ``/workers`` and
 the inference routes need the key (401 without) while ``/readiness``, ``/health`` and ``/v1/models`` stay open; the
-key is sent whenever given. Used by `up` (ready = every worker healthy) and by the rolling restart (never leave the router
-with zero healthy workers). Standard library only.
+key is sent whenever given. Used by `up` (ready = every worker healthy) and by the rolling restart (never leave the
+router with zero healthy workers: :meth:`RouterHealth.others_healthy`). Standard library only.
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ class RouterHealth:
 
     def worker(self, url: str) -> WorkerHealth | None:
         return next((w for w in self.workers if w.url.rstrip("/") == url.rstrip("/")), None)
+
+    def others_healthy(self, url: str) -> int:
+        """Healthy workers besides ``url``: taking that one down leaves the router this many (a rolling restart
+        needs at least 1)."""
+        return sum(w.healthy for w in self.workers if w.url.rstrip("/") != url.rstrip("/"))
 
     def line(self) -> str:
         if not self.reachable:
