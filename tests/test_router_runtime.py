@@ -12,6 +12,8 @@ import signal
 import socket
 import textwrap
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -74,6 +76,17 @@ def _chat(router_port: int, api_key: str) -> Any:
                                           messages=[{"role": "user", "content": "hi"}])
 
 
+def _status_without_key(router_port: int) -> int:
+    body = json.dumps({"model": "kimi-k2.5", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
+    req = urllib.request.Request(f"http://127.0.0.1:{router_port}/v1/chat/completions", data=body.encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+
+
 @pytest.mark.sglang
 def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python: str,
                                                    cli: Callable[..., Any]) -> None:
@@ -105,6 +118,7 @@ def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python
         # the router enforces the key (the shim handed it over), with the official openai client
         with pytest.raises(openai.AuthenticationError):
             _chat(router_port, "wrong-key")
+        assert _status_without_key(router_port) == 401
         assert _chat(router_port, KEY).choices[0].message is not None
         view = router_health(f"http://127.0.0.1:{router_port}", KEY)
         assert view.all_healthy and view.total == 2, view
@@ -160,3 +174,25 @@ def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python
     assert all(live_group(pid) == [] for pid in pids)
     print(f"\nrouter ready {router_ready}; killed replica unhealthy in the router after {seen:.1f}s "
           "(sim-dp2: health_check_interval 2 s x health_failure_threshold 2)")
+
+
+@pytest.mark.sglang
+def test_a_replica_that_never_gets_ready_stops_the_deployment_and_is_named(tmp_path: Path,
+                                                                           sglang_python: str) -> None:
+    """Both replicas load for 600 s (the simulator's KIMI_SERVE_SIM_LOAD_SECONDS) against startup.timeout 10 s: `up`
+    names the replica, exits 3, never starts the router, leaves no process behind."""
+    profile, base, _ = dp2_profile(tmp_path, None)
+    profile.write_text(profile.read_text() + "startup: {timeout: 10}\nenv: {KIMI_SERVE_SIM_LOAD_SECONDS: '600'}\n")
+    up = UpProcess(["--profile", str(profile), "--log-file", str(tmp_path / "up.log"), "-q"], tmp_path)
+    try:
+        code = up.finish(180)
+    finally:
+        if up.proc.poll() is None:
+            up.proc.kill()
+    out = up.output
+    assert code == 3, out[-3000:]
+    assert re.search(rf"kimi-serve: error: logs .*up-\*\.log: replica [01] \(127\.0\.0\.1:(?:{base}|{base + 1})\): not "
+                     r"ready after 10s", out), out[-3000:]
+    assert "starting the router" not in out
+    for pattern in (r"replica0: server pid (\d+)", r"replica1: server pid (\d+)"):
+        assert live_group(_pid(out, pattern)) == []
