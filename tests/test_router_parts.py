@@ -150,3 +150,14 @@ def test_verify_profile_of_a_stopped_deployment_is_unreachable(cli: Callable[...
     doc = json.loads(res.out)
     assert res.code == 3 and doc["router"]["health"]["reachable"] is False
     assert [r["status"] for r in doc["replicas"]] == ["unreachable", "unreachable"]
+
+
+def test_verify_profile_of_one_replica_is_the_plain_report(cli: Callable[..., Any],
+                                                          write_profile: Callable[..., Path]) -> None:
+    import json
+
+    path = write_profile("extends: sim\nserver: {port: 41720}\n")
+    res = cli("verify", "--profile", str(path), "--json")
+    doc = json.loads(res.out)
+    assert res.code == 3 and doc["target"] == "http://127.0.0.1:41720" and "replicas" not in doc
+
