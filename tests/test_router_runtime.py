@@ -143,6 +143,7 @@ def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python
         dead = view.worker(f"http://127.0.0.1:{base + 1}")
         assert dead is not None and not dead.healthy, view
         assert up.wait_for("replica 1 (127.0.0.1:", 30) and up.wait_for("the router keeps serving", 30), up.output
+        assert up.wait_for(f"router: replica 1 (127.0.0.1:{base + 1}) marked unhealthy", 30), up.output[-3000:]
         for _ in range(4):
             assert _chat(router_port, KEY).choices
         bad = cli("verify", "--profile", str(profile), "--json")

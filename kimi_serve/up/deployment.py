@@ -24,11 +24,18 @@ from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.up.console import PREFIX, Console
 from kimi_serve.up.options import CLEAN_STOP, UpOptions
-from kimi_serve.up.replicas import ANSI, ROUTER_READY_S, Member, Part, deployment_parts, part_glob, port_preflight
+from kimi_serve.up.replicas import (
+    ANSI,
+    ROUTER_READY_S,
+    Member,
+    Part,
+    RouterPoller,
+    deployment_parts,
+    part_glob,
+    port_preflight,
+)
 from kimi_serve.up.supervisor import Server, describe_status
 from kimi_serve.up.watch import Outcome, Signals
-
-ROUTER_POLL_S = 0.5
 
 
 class Deployment:
@@ -45,8 +52,8 @@ class Deployment:
         self.router_started = 0.0
         self.router_deadline = 0.0
         self.router_stop_deadline = 0.0
-        self.next_poll = 0.0
-        self.health: Future[Any] | None = None
+        self.poller: Any = None  # kimi_serve.up.replicas.RouterPoller, once the router runs
+        self.unrouted: dict[str, tuple[str, float]] = {}  # dead replicas the router still counts healthy
         self.verify: Future[Any] | None = None
         self.degraded: list[str] = []
         self.last_view: Any = None  # the router's last health view (kimi_serve.router.client.RouterHealth)
@@ -83,6 +90,7 @@ class Deployment:
             return
         self.console.info(f"router: pid {self.router.pid} (own session and process group)")
         self.state = "router"
+        self.poller = RouterPoller(self._pool, self._router_url(), self.api_key)
         self.router_started = time.monotonic()
         self.router_deadline = self.router_started + ROUTER_READY_S
 
@@ -139,6 +147,8 @@ class Deployment:
             self.begin_stop(Outcome(code, f"{m.part.name}: {o.message}", o.hint), f"{m.part.name} ended")
             return
         self.degraded.append(m.part.name)
+        if m.part.replica is not None:
+            self.unrouted[m.part.replica.url] = (m.part.name, time.monotonic())
         live = [x.part.name for x in self.members if x.outcome is None]
         if not live:
             self.begin_stop(Outcome(ExitCode.SERVER_EXITED, f"every replica exited (last: {m.part.name}: "
@@ -168,6 +178,8 @@ class Deployment:
             self._watch_router(now)
         elif self.state == "contract" and self.verify is not None and self.verify.done():
             self._verified(self.verify.result())
+        elif self.state == "serving" and self.unrouted:
+            self._watch_unrouted(now)
 
     def _status(self, now: float) -> None:
         def text() -> str:
@@ -179,25 +191,28 @@ class Deployment:
         self.console.show(text)
 
     def _watch_router(self, now: float) -> None:
-        if self.health is not None and self.health.done():
-            view, self.health = self.health.result(), None
-            if view.all_healthy:
-                self.console.end_progress()
-                self.console.info(f"[ready] router ready in {now - self.router_started:.1f}s: {view.line()}")
-                self._router_ready()
-                return
-            self.last_view = view
+        view = self.poller.poll(now)
+        if view is not None and view.all_healthy:
+            self.console.end_progress()
+            self.console.info(f"[ready] router ready in {now - self.router_started:.1f}s: {view.line()}")
+            self._router_ready()
+            return
+        self.last_view = view or self.last_view
         if now > self.router_deadline:
             last = self.last_view
             self.begin_stop(Outcome(ExitCode.UNREACHABLE, f"the router does not report every replica healthy "
                                     f"after {ROUTER_READY_S:g}s ({last.line() if last else 'no answer'})",
                                     f"read the router log {self.router_part.log_path}"), "router not ready")
-            return
-        if self.health is None and now >= self.next_poll:
-            from kimi_serve.router.client import router_health
 
-            self.next_poll = now + ROUTER_POLL_S
-            self.health = self._pool.submit(router_health, self._router_url(), self.api_key)
+    def _watch_unrouted(self, now: float) -> None:
+        """Say when the router stops sending to a replica that died (its health checks take a few seconds)."""
+        view = self.poller.poll(now)
+        for url, (name, since) in list(self.unrouted.items()):
+            worker = view.worker(url) if view is not None else None
+            if worker is not None and not worker.healthy:
+                del self.unrouted[url]
+                self.console.info(f"router: {name} marked unhealthy {now - since:.1f}s after it exited "
+                                  f"({view.line() if view else ''}); requests go to the others")
 
     def _router_url(self) -> str:
         launch = self.router_part.launch

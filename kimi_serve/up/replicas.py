@@ -5,8 +5,10 @@ for the router, the ports they need, and the console a replica's watch writes to
 from __future__ import annotations
 
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.profile.launch import Launch, build_launch
@@ -18,6 +20,7 @@ from kimi_serve.up.startup_log import PHASE_TITLES, Event, Progress
 from kimi_serve.up.supervisor import Server
 from kimi_serve.up.watch import Outcome, Signals, Watch
 
+ROUTER_POLL_S = 0.5
 ROUTER_READY_S = 120.0  # from the router's start until it reports every worker healthy
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -146,6 +149,28 @@ class Member:
             return self.console.phase_text()
         return "serving" if self.watch.verify_done else "contract check"
 
+
+
+class RouterPoller:
+    """The router's health view (kimi_serve.router.client.router_health), one request at a time off the watch loop,
+    at most every ``ROUTER_POLL_S``."""
+
+    def __init__(self, pool: ThreadPoolExecutor, url: str, api_key: str | None) -> None:
+        self.pool, self.url, self.api_key = pool, url, api_key
+        self.future: Future[Any] | None = None
+        self.next = 0.0
+
+    def poll(self, now: float) -> Any:
+        """A fresh view when one arrived since the last call, else None."""
+        view = None
+        if self.future is not None and self.future.done():
+            view, self.future = self.future.result(), None
+        if self.future is None and now >= self.next:
+            from kimi_serve.router.client import router_health
+
+            self.next = now + ROUTER_POLL_S
+            self.future = self.pool.submit(router_health, self.url, self.api_key)
+        return view
 
 
 def dry_run(profile: Profile, first: Launch, opts: UpOptions, base_log: Path, console: Console) -> int:
