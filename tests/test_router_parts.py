@@ -161,3 +161,12 @@ def test_verify_profile_of_one_replica_is_the_plain_report(cli: Callable[..., An
     doc = json.loads(res.out)
     assert res.code == 3 and doc["target"] == "http://127.0.0.1:41720" and "replicas" not in doc
 
+
+
+def test_router_port_clashing_with_a_replica_stops_up_before_anything_starts(cli: Callable[..., Any], tmp_path: Path,
+                                                                             sglang_python: str) -> None:
+    res = cli("up", "--profile", str(dp2(tmp_path)), "--set", "router.port=41711", "--log-file",
+              str(tmp_path / "u.log"))
+    assert res.code == 5, res.err
+    assert "preflight: port: router (127.0.0.1:41711) and replica 1 (127.0.0.1:41711) both use port 41711" in res.err
+    assert "starting" not in res.out and not list(tmp_path.glob("u-*.log"))
