@@ -17,15 +17,16 @@ ALLOWED: dict[str, set[str]] = {
     "profile": {"core"},
     "sglang": {"core"},
     "verify": {"core"},
+    "router": {"core", "profile"},
     "simulator": {"core", "sglang", "verify"},
     "patches": {"core", "sglang"},
     "check": {"core", "profile", "sglang", "verify", "simulator", "patches"},
-    "service": {"core", "profile", "sglang", "verify", "check"},
-    "up": {"core", "profile", "sglang", "verify", "simulator", "check"},
+    "service": {"core", "profile", "sglang", "verify", "check", "router"},
+    "up": {"core", "profile", "sglang", "verify", "simulator", "check", "router"},
     "engine": {"core", "profile", "sglang", "patches", "check"},
     "bench": {"core", "profile", "sglang", "verify", "simulator", "check", "up"},
     "commands": {"core", "profile", "sglang", "verify", "simulator", "patches", "check", "service", "up", "engine",
-                 "bench"},
+                 "bench", "router"},
 }
 TOP_LEVEL = {"__init__", "__main__", "cli"}
 MAX_LINES = 350

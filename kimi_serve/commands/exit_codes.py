@@ -15,13 +15,15 @@ EXIT_CODES: dict[str, str] = {
         '(one that keeps running is stopped: SIGTERM to the main PID, SIGKILL to its group after the '
         'grace); 5 preflight failed, nothing started; 75 the host lock is held (another up, a patch or '
         'service change); 130 stopped on request and the server stopped cleanly (a server that needed '
-        'SIGKILL is 4)'
+        'SIGKILL is 4). Replicated profiles: 1, 3 or 4 name the replica or the router; a replica that dies '
+        'after ready leaves up running degraded, and its stop is then 4'
     ),
     "doctor": "0 no check failed (warnings allowed); 5 a check failed",
     "verify": (
         '0 contract holds; 1 contract violated (or the ready server answers errors); 3 unreachable or not '
         'ready within --wait; 75 with --metrics-file: skipped, an earlier run is still checking and '
-        'writing that file (the verify unit counts 75 as success)'
+        'writing that file (the verify unit counts 75 as success). --profile of a replicated profile: the '
+        'worst of the router and each replica (1 before 3)'
     ),
     "show": "0 the merged profile was printed",
     "render": (

@@ -29,8 +29,9 @@ def _progress_printer(target: str) -> Any:
 
 
 def verify(
-    host: str = typer.Option("127.0.0.1:30000", "--host", help="HOST:PORT, [V6]:PORT or http(s)://URL; 0.0.0.0 and "
-                             "[::] mean this machine."),
+    host: str | None = typer.Option(None, "--host", help="HOST:PORT, [V6]:PORT or http(s)://URL; 0.0.0.0 and "
+                                    "[::] mean this machine (default 127.0.0.1:30000, or the --profile's "
+                                    "deployment)."),
     api_key: str | None = typer.Option(None, "--api-key", help="API key (else --api-key-file, else "
                                        "$KIMI_SERVE_API_KEY)."),
     api_key_file: str | None = typer.Option(None, "--api-key-file", help="File with `api-key: KEY` (SGLang --config"
@@ -49,7 +50,10 @@ def verify(
     metrics_file: Path | None = typer.Option(None, "--metrics-file", help="Also write the result as node_exporter "
                                              "textfile metrics to PATH, atomically (docs/monitoring.md); a run "
                                              "that finds another still writing PATH exits 75."),
-    profile: str = typer.Option("", "--profile", help="The profile label of the metrics and history lines."),
+    profile: str = typer.Option("", "--profile", help="Without --host: check this profile's server, and for a "
+                                "replicated one its router and then each replica (the key: the profile's key file "
+                                "unless --api-key/--api-key-file). With --host: only the profile label of the "
+                                "metrics and history lines."),
     unit_name: str | None = typer.Option(None, "--unit-name", help="Append the result to this unit's monitoring "
                                          "history (shown by `kimi-serve status`)."),
     root: Path = typer.Option(Path("/"), "--root", help="With --unit-name: the root whose var/lib/kimi-serve holds "
@@ -65,6 +69,15 @@ def verify(
     from kimi_serve.verify.render import render_lines, render_table
 
     checkpoint("verify.run")  # test hook: raise-at=verify.run is a kimi-serve bug in verify (exit 70)
+    if host is None and profile:
+        if metrics_file is not None or unit_name is not None:
+            from kimi_serve.core.errors import KimiServeError
+
+            raise KimiServeError("--metrics-file/--unit-name check one server", where="--profile",
+                                 hint="pass --host HOST:PORT too (the monitoring units do)")
+        return _verify_profile(profile, api_key, api_key_file, as_json, model=model, wait=wait, timeout=timeout,
+                               suite=suite.value, max_tokens=max_tokens, expected_ports=tuple(expect_listener))
+    host = host or "127.0.0.1:30000"
     target = parse_target(host)
     key = resolve_key(api_key, api_key_file)
     progress = _progress_printer(target.base_url) if sys.stderr.isatty() else None
@@ -85,6 +98,30 @@ def verify(
     else:
         typer.echo(render_table(report) if sys.stdout.isatty() else render_lines(report))
     return report.exit_code
+
+
+def _verify_profile(ref: str, api_key: str | None, api_key_file: str | None, as_json: bool, **args: Any) -> int:
+    """`verify --profile P`: the profile's own server, or its router and then each replica (docs/verify.md)."""
+    from kimi_serve.profile.loader import load_profile
+    from kimi_serve.profile.topology import routed
+    from kimi_serve.router.client import deployment_targets, router_health
+    from kimi_serve.verify import resolve_key, run_verify
+    from kimi_serve.verify.deployment import render_deployment, run_deployment
+    from kimi_serve.verify.render import render_lines, render_table
+
+    p = load_profile(ref)
+    key = resolve_key(api_key, api_key_file or p.server.api_key_file,
+                      file_label="--api-key-file" if api_key_file else "profile key file")
+    targets = deployment_targets(p)
+    render = render_table if sys.stdout.isatty() else render_lines
+    if not routed(p):
+        report = run_verify(targets[1][1], api_key=key.value, key_source=key.source, **args)
+        typer.echo(report.to_json() if as_json else render(report))
+        return report.exit_code
+    deployment = run_deployment(targets, api_key=key.value, key_source=key.source, **args)
+    deployment.router_view = router_health(targets[0][1], key.value).to_json()
+    typer.echo(deployment.to_json() if as_json else render_deployment(deployment, render))
+    return deployment.exit_code
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from kimi_serve.up.startup_log import PHASE_TITLES, Event, Progress, is_progress_bar
@@ -67,17 +68,22 @@ class Console:
     def tick(self, progress: Progress, elapsed: float, deadline: float) -> None:
         """Called by the watch loop while the server starts (often); redraws at most every second on a terminal,
         writes a plain status line every ``PLAIN_EVERY_S`` elsewhere."""
+        self.show(lambda: PREFIX + status_text(progress, elapsed, deadline))
+
+    def show(self, text: Callable[[], str]) -> None:
+        """The live status line: redrawn at most every second on a terminal, a plain line every ``PLAIN_EVERY_S``
+        elsewhere (``text`` is only called when something is drawn)."""
         now = time.monotonic()
         if self.tty:
             if now - self._last_tick >= TTY_EVERY_S:
                 self._last_tick = now
                 from rich.text import Text
 
-                line = Text(PREFIX + status_text(progress, elapsed, deadline), no_wrap=True, overflow="ellipsis")
+                line = Text(text(), no_wrap=True, overflow="ellipsis")
                 self._start_live().update(line, refresh=True)
         elif now - self._last_plain >= PLAIN_EVERY_S:
             self._last_plain = now
-            self._line(PREFIX + status_text(progress, elapsed, deadline))
+            self._line(text())
 
     # -- lines
     def _line(self, text: str, stream: TextIO | None = None) -> None:

@@ -124,6 +124,13 @@ def _up(profile: Profile, launch: Launch, console: Console, host: Any, dry_run: 
     if log_file is None and not dry_run:
         prune(profile.name)  # at most KEEP_LOGS files per profile
     opts = UpOptions.from_profile(profile, verify=verify, **overrides)
+    from kimi_serve.profile.topology import routed
+
+    if routed(profile):  # replicas behind SGLang's router (up/deployment.py)
+        from kimi_serve.up.deployment import serve_deployment
+        from kimi_serve.up.replicas import dry_run as dry_run_deployment
+
+        return (dry_run_deployment if dry_run else serve_deployment)(profile, launch, opts, log_path, console)
     if dry_run:
         console.info(f"dry run: would start {launch.engine} (log: {log_path}):")
         console.info("$ " + launch.shell())

@@ -1,0 +1,344 @@
+"""`up` for a replicated profile (``replicas: N``, docs/up.md "Replicated profiles"): N local replicas, then SGLang's
+router in front of them, supervised together.
+
+Order: every replica starts at once and is watched by its own :class:`kimi_serve.up.watch.Watch` (phases, failure
+patterns, readiness, and the contract check on that replica); when all have passed, the router starts; `up` is ready
+when the router reports every worker healthy and the contract check through the router passes. A stop (Ctrl-C,
+SIGTERM, a failure) takes the router down first, then SIGTERM to each replica's main PID, as for one server.
+
+A replica that dies after the deployment is ready does not stop `up`: it says which one, and the router keeps
+serving through the others (degraded); once every replica is gone, `up` stops the router and exits 4. A requested
+stop of a degraded deployment exits 4, not 130 (a server exited on its own during the run).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.profile.launch import Launch
+from kimi_serve.profile.loader import Profile
+from kimi_serve.up.console import PREFIX, Console
+from kimi_serve.up.options import CLEAN_STOP, UpOptions
+from kimi_serve.up.replicas import (
+    ANSI,
+    ROUTER_READY_S,
+    Member,
+    Part,
+    RouterPoller,
+    deployment_parts,
+    part_glob,
+    port_preflight,
+)
+from kimi_serve.up.supervisor import Server, describe_status
+from kimi_serve.up.watch import Outcome, Signals
+
+
+class Deployment:
+    def __init__(self, parts: list[Part], router: Part, opts: UpOptions, console: Console, api_key: str | None,
+                 key_source: str) -> None:
+        self.parts, self.router_part, self.opts, self.console = parts, router, opts, console
+        self.api_key, self.key_source = api_key, key_source
+        self.members: list[Member] = []
+        self.router: Server | None = None
+        self.router_rc: int | None = None
+        self.state = "replicas"  # replicas -> router -> contract -> serving
+        self.reason: Outcome | None = None  # set: stopping
+        self.started = time.monotonic()
+        self.router_started = 0.0
+        self.router_deadline = 0.0
+        self.router_stop_deadline = 0.0
+        self.poller: Any = None  # kimi_serve.up.replicas.RouterPoller, once the router runs
+        self.unrouted: dict[str, tuple[str, float]] = {}  # dead replicas the router still counts healthy
+        self.verify: Future[Any] | None = None
+        self.degraded: list[str] = []
+        self.last_view: Any = None  # the router's last health view (kimi_serve.router.client.RouterHealth)
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="up-router")
+
+    # -- start
+    def start_replicas(self) -> None:
+        from kimi_serve.up.run import server_env
+
+        for part in self.parts:
+            self.console.info(f"starting {part.name} (log: {part.log_path})")
+            self.console.info("$ " + part.launch.shell())
+            try:
+                server = Server.start(list(part.launch.argv), server_env(part.launch), part.log_path)
+            except OSError as exc:
+                raise KimiServeError(f"cannot start {part.launch.argv[0]}: {exc.strerror or exc}",
+                                     hint="check the profile's python", exit_code=ExitCode.ENVIRONMENT) from None
+            self.members.append(Member(part, server, self.opts, self.console))
+            self.console.info(f"{part.tag}: server pid {server.pid} (own session and process group)")
+
+    def _start_router(self) -> None:
+        from kimi_serve.up.run import server_env
+
+        part = self.router_part
+        self.console.end_progress()
+        self.console.info(f"every replica passed; starting the {part.name} (log: {part.log_path})")
+        self.console.info("$ " + part.launch.shell())
+        try:
+            self.router = Server.start(list(part.launch.argv), server_env(part.launch), part.log_path)
+        except OSError as exc:
+            self.begin_stop(Outcome(ExitCode.ENVIRONMENT, f"cannot start the router: {exc.strerror or exc}",
+                                    "check the profile's python (sglang-router is in the engine locks)"),
+                            "the router did not start")
+            return
+        self.console.info(f"router: pid {self.router.pid} (own session and process group)")
+        self.state = "router"
+        self.poller = RouterPoller(self._pool, self._router_url(), self.api_key)
+        self.router_started = time.monotonic()
+        self.router_deadline = self.router_started + ROUTER_READY_S
+
+    # -- the loop
+    def run(self, signals: Signals) -> Outcome:
+        try:
+            while True:
+                self._pump_members()
+                self._pump_router()
+                self._step(signals, time.monotonic())
+                if all(m.outcome is not None for m in self.members) and (self.router is None
+                                                                         or self.router_rc is not None):
+                    return self._final(signals)
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            for m in self.members:
+                m.watch._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _pump_members(self) -> None:
+        live = [m for m in self.members if m.outcome is None]
+        for m in live:
+            m.watch.pump(0.2 / len(live))
+            rc = m.server.poll()
+            if rc is not None:
+                m.outcome = m.watch.finish(rc)
+                self._member_ended(m)
+            else:
+                m.watch.step(m.relay, time.monotonic())
+        if not live:
+            time.sleep(0.1)
+
+    def _pump_router(self) -> None:
+        if self.router is None or self.router_rc is not None:
+            return
+        for line in self.router.lines(0.0):
+            self.console.server_line(f"[router] {ANSI.sub('', line.text)}")
+        rc = self.router.poll()
+        if rc is None:
+            return
+        self.router.reap(0)
+        self.router_rc = rc
+        self.console.info(f"router: pid {self.router.pid} ended: {describe_status(rc)}")
+        if self.reason is None:
+            self.begin_stop(Outcome(ExitCode.SERVER_EXITED, f"the router exited: {describe_status(rc)}",
+                                    f"read the router log {self.router_part.log_path}"), "the router exited")
+
+    def _member_ended(self, m: Member) -> None:
+        o = m.outcome
+        assert o is not None
+        if self.reason is not None:
+            return
+        if self.state != "serving":
+            code = ExitCode.SERVER_EXITED if o.code in (ExitCode.OK, ExitCode.INTERRUPTED) else o.code
+            self.begin_stop(Outcome(code, f"{m.part.name}: {o.message}", o.hint), f"{m.part.name} ended")
+            return
+        self.degraded.append(m.part.name)
+        if m.part.replica is not None:
+            self.unrouted[m.part.replica.url] = (m.part.name, time.monotonic())
+        live = [x.part.name for x in self.members if x.outcome is None]
+        if not live:
+            self.begin_stop(Outcome(ExitCode.SERVER_EXITED, f"every replica exited (last: {m.part.name}: "
+                                    f"{o.message})", "read the replica logs"), "no replica left")
+            return
+        self.console.problem(f"{m.part.name} exited ({o.message}); the router keeps serving through "
+                             f"{', '.join(live)} (degraded: `up` keeps running and exits 4 when stopped)")
+
+    def _step(self, signals: Signals, now: float) -> None:
+        if signals.count and self.reason is None:
+            name = signal.Signals(signals.last or signal.SIGINT).name
+            self.begin_stop(Outcome(ExitCode.INTERRUPTED, f"stopped on {name}"), f"{name} received")
+        if self.reason is not None:
+            self._stopping(signals, now)
+            return
+        for m in self.members:  # a replica that stops on its own (failure, timeout, contract) stops the start
+            if self.state != "serving" and m.watch.reason is not None and m.outcome is None:
+                self.begin_stop(Outcome(m.watch.reason.code, f"{m.part.name}: {m.watch.reason.message}",
+                                        m.watch.reason.hint), f"{m.part.name} is stopping")
+                return
+        if self.state == "replicas":
+            self._status(now)
+            if self.members and all(m.watch.verify_done for m in self.members):
+                self._start_router()
+        elif self.state == "router":
+            self._status(now)
+            self._watch_router(now)
+        elif self.state == "contract" and self.verify is not None and self.verify.done():
+            self._verified(self.verify.result())
+        elif self.state == "serving" and self.unrouted:
+            self._watch_unrouted(now)
+
+    def _status(self, now: float) -> None:
+        def text() -> str:
+            parts = [f"{m.part.tag} {m.state()}" for m in self.members]
+            router = {"replicas": "waiting for the replicas", "router": "starting"}.get(self.state, self.state)
+            parts.append(f"router {router}")
+            return PREFIX + " | ".join(parts) + f" | {now - self.started:.0f}s elapsed"
+
+        self.console.show(text)
+
+    def _watch_router(self, now: float) -> None:
+        view = self.poller.poll(now)
+        if view is not None and view.all_healthy:
+            self.console.end_progress()
+            self.console.info(f"[ready] router ready in {now - self.router_started:.1f}s: {view.line()}")
+            self._router_ready()
+            return
+        self.last_view = view or self.last_view
+        if now > self.router_deadline:
+            last = self.last_view
+            self.begin_stop(Outcome(ExitCode.UNREACHABLE, f"the router does not report every replica healthy "
+                                    f"after {ROUTER_READY_S:g}s ({last.line() if last else 'no answer'})",
+                                    f"read the router log {self.router_part.log_path}"), "router not ready")
+
+    def _watch_unrouted(self, now: float) -> None:
+        """Say when the router stops sending to a replica that died (its health checks take a few seconds)."""
+        view = self.poller.poll(now)
+        for url, (name, since) in list(self.unrouted.items()):
+            worker = view.worker(url) if view is not None else None
+            if worker is not None and not worker.healthy:
+                del self.unrouted[url]
+                self.console.info(f"router: {name} marked unhealthy {now - since:.1f}s after it exited "
+                                  f"({view.line() if view else ''}); requests go to the others")
+
+    def _router_url(self) -> str:
+        launch = self.router_part.launch
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(launch.host, launch.host)
+        return f"http://[{host}]:{launch.port}" if ":" in host else f"http://{host}:{launch.port}"
+
+    def _router_ready(self) -> None:
+        if not self.opts.verify:
+            self._serving()
+            return
+        self.state = "contract"
+        self.console.info(f"router: contract check through the router ({self.opts.verify_suite} suite)...")
+        self.verify = self._pool.submit(self._run_verify)
+
+    def _run_verify(self) -> Any:
+        from kimi_serve.verify import AFTER_START_WAIT, run_verify
+
+        return run_verify(self._router_url(), api_key=self.api_key, key_source=self.key_source,
+                          model=self.opts.served_model, wait=AFTER_START_WAIT, timeout=self.opts.verify_timeout_s,
+                          suite=self.opts.verify_suite)
+
+    def _verified(self, report: Any) -> None:
+        from kimi_serve.verify.render import render_lines
+
+        for line in render_lines(report).splitlines():
+            self.console.info(f"router: {line}")
+        if report.exit_code != 0:
+            code = ExitCode.UNREACHABLE if report.exit_code == ExitCode.UNREACHABLE else ExitCode.FAILED
+            first = report.error or next((f for pr in report.probes for f in pr.findings), None)
+            self.begin_stop(Outcome(code, f"contract check through the {self.router_part.name} failed: "
+                                    f"{first.message if first else report.status}",
+                                    first.fix if first else "read the verify output above"),
+                            "contract check through the router failed")
+            return
+        self._serving()
+
+    def _serving(self) -> None:
+        self.state = "serving"
+        assert self.router is not None
+        pids = ", ".join(f"{m.part.tag} pid {m.server.pid}" for m in self.members)
+        self.console.info(f"supervising {len(self.members)} replicas ({pids}) and the router (pid {self.router.pid}); "
+                          f"clients use {self._router_url()}; Ctrl-C stops the router, then the replicas")
+
+    # -- stopping
+    def begin_stop(self, outcome: Outcome, announce: str) -> None:
+        if self.reason is not None:
+            return
+        self.console.end_progress()
+        self.reason = outcome
+        if self.router is not None and self.router_rc is None:
+            self.router_stop_deadline = time.monotonic() + self.opts.stop_grace_s
+            self.console.info(f"{announce}; stopping the router first (SIGTERM to pid {self.router.pid}), then the "
+                              "replicas")
+            self.router.terminate()
+        else:
+            self.console.info(f"{announce}; stopping the replicas")
+
+    def _stopping(self, signals: Signals, now: float) -> None:
+        assert self.reason is not None
+        if self.router is not None and self.router_rc is None:
+            if (now >= self.router_stop_deadline or signals.count >= 2) and not self.router.killed:
+                self.console.info(f"escalating: SIGKILL to the router's process group {self.router.pgid}")
+                self.router.kill_group()
+            return
+        for m in self.members:
+            if m.outcome is not None:
+                continue
+            if self.reason.code == ExitCode.INTERRUPTED:  # each replica's watch stops it as `up` stops one server
+                m.relay.count, m.relay.last = max(1, signals.count), signals.last
+            else:
+                m.watch.begin_stop(Outcome(self.reason.code, self.reason.message, self.reason.hint),
+                                   f"the deployment is stopping ({self.reason.message})")
+
+    def _final(self, signals: Signals) -> Outcome:
+        reason = self.reason or Outcome(ExitCode.SERVER_EXITED, "every process of the deployment exited")
+        if reason.code != ExitCode.INTERRUPTED:
+            return reason
+        unclean = [m.part.name for m in self.members if m.part.name not in self.degraded
+                   and (m.outcome is None or m.outcome.code != ExitCode.INTERRUPTED)]
+        if self.router is not None and (self.router_rc not in CLEAN_STOP or self.router.killed):
+            unclean.append(f"{self.router_part.name} ({describe_status(self.router_rc or 0)})")
+        said = [f"{', '.join(self.degraded)} had exited during the run"] if self.degraded else []
+        said += [f"did not stop cleanly: {', '.join(unclean)}"] if unclean else []
+        if said:
+            return Outcome(ExitCode.SERVER_EXITED, f"{reason.message}, but {'; '.join(said)}", "read the logs")
+        return reason
+
+    def cleanup(self) -> None:
+        """After the loop, or an error in `up` itself: nothing of the deployment outlives `up`."""
+        if self.router is not None:
+            if self.router.poll() is None:
+                self.router.stop(self.opts.stop_grace_s)
+            self.router.close()
+        for m in self.members:
+            if m.server.poll() is None:
+                m.server.stop(self.opts.stop_grace_s)
+            m.server.close()
+
+
+def serve_deployment(profile: Profile, first: Launch, opts: UpOptions, base_log: Path, console: Console) -> int:
+    """Start and supervise the replicated deployment; the exit code as :func:`kimi_serve.up.run.serve` returns it."""
+    from kimi_serve.core.resources import package_root
+    from kimi_serve.verify import resolve_key
+
+    parts, router = deployment_parts(profile, first, base_log, str(package_root()))
+    port_preflight(parts, router, console)
+    for p in [*parts, router]:
+        try:
+            p.log_path.parent.mkdir(parents=True, exist_ok=True)
+            p.log_path.touch()
+        except OSError as exc:
+            raise KimiServeError(f"cannot write the log file {p.log_path}: {exc.strerror or exc}",
+                                 hint="pass --log-file PATH or set KIMI_SERVE_STATE_DIR",
+                                 exit_code=ExitCode.ENVIRONMENT) from None
+    key = resolve_key(key_file=first.api_key_file, file_label="profile key file")
+    deployment = Deployment(parts, router, opts, console, key.value, key.source)
+    outcome = None
+    try:
+        deployment.start_replicas()
+        with Signals() as signals:
+            outcome = deployment.run(signals)
+    finally:
+        console.end_progress()
+        deployment.cleanup()
+    if outcome.code in (ExitCode.OK, ExitCode.INTERRUPTED):
+        console.info(outcome.message)
+        return int(outcome.code)
+    raise KimiServeError(outcome.message, where=f"logs {part_glob(base_log)}", hint=outcome.hint or None,
+                         exit_code=outcome.code)

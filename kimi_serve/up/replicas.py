@@ -1,0 +1,192 @@
+"""The parts of a replicated `up` (docs/up.md, "Replicated profiles"): one launch and log file per replica and one
+for the router, the ports they need, and the console a replica's watch writes to (its lines tagged with its name).
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.profile.launch import Launch, build_launch
+from kimi_serve.profile.loader import Profile
+from kimi_serve.profile.topology import Replica, replicas
+from kimi_serve.up.console import Console
+from kimi_serve.up.options import UpOptions
+from kimi_serve.up.startup_log import PHASE_TITLES, Event, Progress
+from kimi_serve.up.supervisor import Server
+from kimi_serve.up.watch import Outcome, Signals, Watch
+
+ROUTER_POLL_S = 0.5
+ROUTER_READY_S = 120.0  # from the router's start until it reports every worker healthy
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One process of the deployment: a replica (``replica`` set) or the router."""
+
+    name: str  # "replica 0 (127.0.0.1:30010)" | "router (127.0.0.1:30000)"
+    tag: str  # "replica0" | "router": the log file suffix and the tag of its echoed lines
+    launch: Launch
+    log_path: Path
+    replica: Replica | None = None
+
+
+def part_log(base: Path, tag: str) -> Path:
+    """``up-PROFILE-STAMP.log`` -> ``up-PROFILE-STAMP-TAG.log`` (so `kimi-serve logs` and the pruning see them)."""
+    return base.with_name(f"{base.stem}-{tag}{base.suffix or '.log'}")
+
+
+def deployment_parts(profile: Profile, first: Launch, base_log: Path, pythonpath: str) -> tuple[list[Part], Part]:
+    """(the local replicas, the router). ``first`` is replica 0's validated launch; the others differ only in
+    ``--port`` (server.port + i, :func:`kimi_serve.profile.topology.replicas`); the router runs in the same (engine)
+    interpreter."""
+    from kimi_serve.profile.router import build_router_launch
+
+    reps = replicas(profile)
+    remote = [r.endpoint for r in reps if not r.local]
+    if remote:
+        raise KimiServeError(f"router.workers names other hosts ({', '.join(remote)}): `up` starts local replicas only",
+                             where=f"{profile.name}: router.workers",
+                             hint="leave router.workers empty for `up`, or run each host's replica with "
+                                  "`up --set replicas=1` and the router under systemd (docs/scale-out.md)")
+    interpreter = first.argv[0]
+    parts = []
+    for rep in reps:
+        launch = first if rep.index == 0 else build_launch(profile, interpreter, pythonpath=pythonpath, port=rep.port)
+        parts.append(Part(f"replica {rep.index} ({rep.endpoint})", f"replica{rep.index}", launch,
+                          part_log(base_log, f"replica{rep.index}"), rep))
+    router = build_router_launch(profile, interpreter, pythonpath=pythonpath)
+    return parts, Part(f"router ({router.endpoint})", "router", router, part_log(base_log, "router"))
+
+
+def port_preflight(parts: list[Part], router: Part, console: Console) -> None:
+    """Every port the deployment binds must be free before anything starts (the doctor checked replica 0's): the
+    other replicas', the router's and its metrics port (the router panics on a taken port). Exit 5 otherwise."""
+    from kimi_serve.check.doctor import port_problem
+
+    profile_router = router.launch
+    wanted = [(p.name, p.launch.host, p.launch.port) for p in parts[1:]]
+    wanted.append((router.name, profile_router.host, profile_router.port))
+    metrics = _metrics_bind(router.launch)
+    if metrics is not None:
+        wanted.append(("router metrics (router.metrics_host/metrics_port)", *metrics))
+    seen: dict[tuple[str, int], str] = {(parts[0].launch.host, parts[0].launch.port): parts[0].name}
+    for name, host, port in wanted:
+        clash = seen.get((host, port))
+        problem = f"{name} and {clash} both use port {port}" if clash else port_problem(host, port)
+        if problem:
+            raise KimiServeError(problem, where="preflight: port", exit_code=ExitCode.ENVIRONMENT,
+                                 hint="stop whatever listens there or change router.port / router.metrics_port / "
+                                      "server.port (--set KEY=VALUE)")
+        seen[(host, port)] = name
+    console.info(f"preflight: ports free for {len(parts)} replicas, the router and its metrics")
+
+
+def _metrics_bind(router: Launch) -> tuple[str, int] | None:
+    args = list(router.server_args)
+    try:
+        return args[args.index("--prometheus-host") + 1], int(args[args.index("--prometheus-port") + 1])
+    except (ValueError, IndexError):
+        return None
+
+
+class TaggedConsole(Console):
+    """What one replica's :class:`kimi_serve.up.watch.Watch` writes to: every line goes to the deployment's console
+    tagged with the replica; its start progress is kept (the deployment draws one status line for all parts)."""
+
+    def __init__(self, parent: Console, tag: str) -> None:
+        super().__init__(out=parent.out, err=parent.err, tty=parent.tty, echo_server=parent.echo_server)
+        self.parent, self.tag = parent, tag
+        self.progress: Progress | None = None
+
+    def info(self, text: str) -> None:
+        self.parent.info(f"{self.tag}: {text}")
+
+    def problem(self, text: str) -> None:
+        self.parent.problem(f"{self.tag}: {text}")
+
+    def server_line(self, text: str) -> None:
+        self.parent.server_line(f"[{self.tag}] {ANSI.sub('', text)}")
+
+    def tick(self, progress: Progress, elapsed: float, deadline: float) -> None:
+        self.progress = progress
+
+    def end_progress(self) -> None:
+        """The deployment's status line ends when the whole deployment is ready (or stops), not one replica."""
+
+    def _progress(self, ev: Event) -> None:
+        """Shard and graph counts show in the deployment's status line."""
+
+    def phase_text(self) -> str:
+        p = self.progress
+        if p is None:
+            return "starting"
+        text = PHASE_TITLES.get(p.phase, p.phase).split(" (")[0]
+        if p.shards_total and p.phase == "weights":
+            text += f" {100 * p.shards_done // p.shards_total}%"
+        return text
+
+
+class Member:
+    """One replica: its process, its watch, and the signal relay the deployment drives it with."""
+
+    def __init__(self, part: Part, server: Server, opts: UpOptions, console: Console) -> None:
+        self.part, self.server = part, server
+        self.console = TaggedConsole(console, part.tag)
+        self.watch = Watch(server, part.launch, opts, self.console, part.log_path)
+        self.relay = Signals()  # never installed: the deployment sets count/last when this replica must stop
+        self.outcome: Outcome | None = None
+
+    def state(self) -> str:
+        if self.outcome is not None:
+            return "exited"
+        if self.watch.ready_at is None:
+            return self.console.phase_text()
+        return "serving" if self.watch.verify_done else "contract check"
+
+
+
+class RouterPoller:
+    """The router's health view (kimi_serve.router.client.router_health), one request at a time off the watch loop,
+    at most every ``ROUTER_POLL_S``."""
+
+    def __init__(self, pool: ThreadPoolExecutor, url: str, api_key: str | None) -> None:
+        self.pool, self.url, self.api_key = pool, url, api_key
+        self.future: Future[Any] | None = None
+        self.next = 0.0
+
+    def poll(self, now: float) -> Any:
+        """A fresh view when one arrived since the last call, else None."""
+        view = None
+        if self.future is not None and self.future.done():
+            view, self.future = self.future.result(), None
+        if self.future is None and now >= self.next:
+            from kimi_serve.router.client import router_health
+
+            self.next = now + ROUTER_POLL_S
+            self.future = self.pool.submit(router_health, self.url, self.api_key)
+        return view
+
+
+def dry_run(profile: Profile, first: Launch, opts: UpOptions, base_log: Path, console: Console) -> int:
+    """What `up --dry-run` prints for a replicated profile: each replica's launch, then the router's."""
+    from kimi_serve.core.resources import package_root
+
+    parts, router = deployment_parts(profile, first, base_log, str(package_root()))
+    for p in [*parts, router]:
+        console.info(f"dry run: would start {p.name} (log: {p.log_path}):")
+        console.info("$ " + p.launch.shell())
+    console.info(f"each replica: wait up to {opts.startup_timeout_s:g}s for /health"
+                 + (f", run the {opts.verify_suite} contract check" if opts.verify else "")
+                 + f"; then the router: wait up to {ROUTER_READY_S:g}s until it reports every replica healthy"
+                 + (", run the contract check through it" if opts.verify else "") + ", and supervise")
+    return int(ExitCode.OK)
+
+
+def part_glob(base: Path) -> str:
+    return str(base.with_name(f"{base.stem}-*{base.suffix or '.log'}"))

@@ -1,0 +1,172 @@
+"""The router pieces that need no running router: the key shim's argument and key-file handling (run as a real
+subprocess), the deployment verdict of `verify --profile`, the replicated `up --dry-run`, and its usage errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.findings import Finding
+from kimi_serve.router.shim import router_flags, split_argv
+from kimi_serve.verify.deployment import DeploymentReport, PartReport, render_deployment
+from kimi_serve.verify.render import render_lines
+from kimi_serve.verify.report import ProbeResult, Readiness, VerifyReport, problem
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _key_file(tmp_path: Path, text: str = "api-key: k-123\n", mode: int = 0o600) -> Path:
+    path = tmp_path / "key.yaml"
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_shim_appends_the_key_from_the_file(tmp_path: Path) -> None:
+    key = _key_file(tmp_path)
+    assert router_flags(["--api-key-file", str(key), "--", "--port", "1"]) == ["--port", "1", "--api-key", "k-123"]
+    assert split_argv(["--api-key-file", str(key), "--"]) == (key, [])
+    assert router_flags(["--", "--port", "1"]) == ["--port", "1"]  # no key file: no key
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--api-key-file", "k.yaml", "--port", "1"], "missing `--`"),
+    (["--api-key-file", "--", "--port", "1"], "unexpected arguments --api-key-file"),
+    (["--key", "k.yaml", "--", "--port", "1"], "unexpected arguments --key k.yaml"),
+    (["--api-key-file", "k.yaml", "--", "--api-key", "x"], "--api-key among the router's flags"),
+    (["--api-key-file", "k.yaml", "--", "--api-key=x"], "--api-key among the router's flags"),
+])
+def test_shim_refuses_bad_arguments(argv: list[str], says: str) -> None:
+    with pytest.raises(KimiServeError) as err:
+        split_argv(argv)
+    assert says in err.value.message
+
+
+def _shim(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "kimi_serve.router.shim", *args], capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def test_shim_process_errors_are_one_line(tmp_path: Path) -> None:
+    missing = _shim("--api-key-file", str(tmp_path / "none.yaml"), "--", "--port", "1")
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr.strip().splitlines() == [
+        f"kimi-serve: error: router shim --api-key-file {tmp_path / 'none.yaml'}: API key file not found "
+        "(fix: pass the file SGLang reads via --config)"]
+    open_file = _shim("--api-key-file", str(_key_file(tmp_path, mode=0o644)), "--")
+    assert open_file.returncode == 2 and "accessible by group/others" in open_file.stderr
+    assert "Traceback" not in open_file.stderr + missing.stderr
+
+
+def test_shim_without_sglang_router_says_so(tmp_path: Path) -> None:
+    """kimi-serve's own interpreter has no sglang_router (the engine interpreter has): exit 5, the key not shown."""
+    pytest.importorskip("yaml")
+    try:
+        import sglang_router  # noqa: F401
+        pytest.skip("sglang_router is importable here")
+    except ImportError:
+        pass
+    res = _shim("--api-key-file", str(_key_file(tmp_path)), "--", "--port", "1")
+    assert res.returncode == 5 and "cannot import sglang_router" in res.stderr and "k-123" not in res.stderr
+
+
+def _report(target: str, *, fail: str | None = None, unreachable: bool = False) -> VerifyReport:
+    r = VerifyReport(target=target, suite="quick", readiness=Readiness(not unreachable, "ready", 0.1))
+    if unreachable:
+        r.error, r.error_unreachable = problem("not_ready", "server not ready after 0.0s: refused", "start it"), True
+        return r
+    findings: tuple[Finding, ...] = (problem(fail, f"{fail} went wrong", "fix it"),) if fail else ()
+    r.probes = [ProbeResult("tool", "stream", 0.2, findings)]
+    return r
+
+
+def test_deployment_verdict_names_the_replica_that_breaks_the_contract() -> None:
+    parts = [PartReport("router", _report("http://r:1")), PartReport("replica 0", _report("http://a:2")),
+             PartReport("replica 1", _report("http://b:3", unreachable=True))]
+    dead = DeploymentReport(parts)
+    assert dead.exit_code == 3 and [p.name for p in dead.broken] == ["replica 1"]
+    doc = dead.to_dict()
+    assert (doc["exit_code"], doc["ok"], doc["status"], doc["target"]) == (3, False, "unreachable", "http://r:1")
+    assert [(r["name"], r["status"]) for r in doc["replicas"]] == [("replica 0", "pass"), ("replica 1", "unreachable")]
+    assert doc["findings"][0]["message"].startswith("replica 1: server not ready")
+    text = render_deployment(dead, render_lines)
+    assert text.splitlines()[-1].startswith("verify: deployment unreachable in part: replica 1 (http://b:3) "
+                                            "unreachable: server not ready")
+    broken = DeploymentReport([parts[0], PartReport("replica 0", _report("http://a:2", fail="no_tool_call")),
+                               parts[2]])
+    assert broken.exit_code == 1  # a violation outranks an unreachable part
+    assert "replica 0 (http://a:2) fail: tool stream: no_tool_call went wrong" in broken.summary()
+    fine = DeploymentReport(parts[:2], router_view={"reachable": True, "healthy_workers": 1, "total_workers": 1,
+                                                    "workers": [{"url": "http://a:2", "healthy": True}]})
+    assert fine.exit_code == 0 and fine.to_dict()["router"]["health"]["healthy_workers"] == 1
+    assert "router health: 1/1 workers healthy" in render_deployment(fine, render_lines)
+
+
+def dp2(directory: Path, router_extra: str = "") -> Path:
+    path = directory / "dp2.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        extends: sim-dp2
+        server: {{port: 41710}}
+        router: {{port: 41700, metrics_port: 41790{router_extra}}}
+        """))
+    return path
+
+
+def test_dry_run_prints_every_replica_and_the_router(cli: Callable[..., Any], tmp_path: Path,
+                                                     sglang_python: str) -> None:
+    res = cli("up", "--profile", str(dp2(tmp_path)), "--dry-run", "--log-file", str(tmp_path / "u.log"))
+    assert res.code == 0, res.err
+    assert "dry run: would start replica 0 (127.0.0.1:41710)" in res.out
+    assert "dry run: would start replica 1 (127.0.0.1:41711)" in res.out and "--port 41711" in res.out
+    assert f"dry run: would start router (127.0.0.1:41700) (log: {tmp_path / 'u-router.log'})" in res.out
+    assert "-m sglang_router.launch_router --worker-urls http://127.0.0.1:41710 http://127.0.0.1:41711" in res.out
+    assert "starting" not in res.out and not list(tmp_path.glob("u-*.log"))
+
+
+def test_remote_workers_are_not_started_by_up(cli: Callable[..., Any], tmp_path: Path, sglang_python: str) -> None:
+    res = cli("up", "--profile", str(dp2(tmp_path, ", workers: [10.0.0.5:30000, 10.0.0.6:30000]")),
+              "--dry-run")
+    assert res.code == 2 and "router.workers names other hosts" in res.err
+
+
+def test_verify_profile_with_monitoring_needs_host(cli: Callable[..., Any], tmp_path: Path) -> None:
+    res = cli("verify", "--profile", str(dp2(tmp_path)), "--metrics-file", str(tmp_path / "m.prom"))
+    assert res.code == 2 and "pass --host HOST:PORT too" in res.err
+
+
+def test_verify_profile_of_a_stopped_deployment_is_unreachable(cli: Callable[..., Any], tmp_path: Path) -> None:
+    res = cli("verify", "--profile", str(dp2(tmp_path)), "--json")
+    import json
+
+    doc = json.loads(res.out)
+    assert res.code == 3 and doc["router"]["health"]["reachable"] is False
+    assert [r["status"] for r in doc["replicas"]] == ["unreachable", "unreachable"]
+
+
+def test_verify_profile_of_one_replica_is_the_plain_report(cli: Callable[..., Any],
+                                                          write_profile: Callable[..., Path]) -> None:
+    import json
+
+    path = write_profile("extends: sim\nserver: {port: 41720}\n")
+    res = cli("verify", "--profile", str(path), "--json")
+    doc = json.loads(res.out)
+    assert res.code == 3 and doc["target"] == "http://127.0.0.1:41720" and "replicas" not in doc
+
+
+
+def test_router_port_clashing_with_a_replica_stops_up_before_anything_starts(cli: Callable[..., Any], tmp_path: Path,
+                                                                             sglang_python: str) -> None:
+    res = cli("up", "--profile", str(dp2(tmp_path)), "--set", "router.port=41711", "--log-file",
+              str(tmp_path / "u.log"))
+    assert res.code == 5, res.err
+    assert "preflight: port: router (127.0.0.1:41711) and replica 1 (127.0.0.1:41711) both use port 41711" in res.err
+    assert "starting" not in res.out and not list(tmp_path.glob("u-*.log"))
