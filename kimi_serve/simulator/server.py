@@ -81,6 +81,8 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
     sa = sim.server_args
     model_config = model_config_of(sa)
     tm = ScriptedTokenizerManager(sa, model_config, loaded.tokenizer, sim.model_path)
+    # SGLang's grammar backend (xgrammar's tokenizer info) is built once, in the background, as the scheduler builds it
+    threading.Thread(target=tm.constrainer.prepare, name="grammar-backend", daemon=True).start()
     templates = TemplateManager()
     templates.initialize_templates(tm, sa.model_path, get_serving().chat_template)
     chat = OpenAIServingChat(tm, templates)
