@@ -29,6 +29,10 @@ from typing import Any
 from kimi_serve.simulator import model as scripted
 
 _CONSTRAINTS = ("json_schema", "regex", "ebnf", "structural_tag")
+# The deterministic choice once the grammar has rejected the intended token: close what is open, move on to the next
+# item, then the characters that complete common string formats (numbers, e-mails, dates, URIs).
+_PREFERRED = ('"', "}", "]", ",", "0", "@", ".", "a", "-", ":")
+_REPEAT_LIMIT = 16  # the same fallback token this many times in a row: try the next candidate (no endless "!!!!")
 _CALL = re.compile(re.escape(scripted.CALL_BEGIN) + r"functions\.(.+?):\d+" + re.escape(scripted.ARG_BEGIN)
                    + r"(.*?)" + re.escape(scripted.CALL_END), re.S)
 
@@ -103,7 +107,7 @@ class Constrainer:
         manager._enable_strict_thinking = backend.enable_strict_thinking if backend is not None else False
         manager.scheduler = types.SimpleNamespace(model_config=self.model_config)
         manager.grammar_queue = []
-        for text in ('"', "}", "]", "0"):
+        for text in _PREFERRED:
             ids = self.tokenizer.encode(text, add_special_tokens=False)
             if len(ids) == 1:
                 self._prefer.append(ids[0])
@@ -150,7 +154,9 @@ class Constrainer:
             want = intended[len(out)] if len(out) < len(intended) else self.stop_order[0]
             if not (following and self._allowed(row, want)):
                 following = False
-                want = self._choose(grammar, row)
+                tail = out[-_REPEAT_LIMIT:]
+                avoid = tail[0] if len(tail) == _REPEAT_LIMIT and len(set(tail)) == 1 else None
+                want = self._choose(grammar, row, avoid)
             grammar.accept_token(want)
             if want in self.stop_ids:
                 return out, want
@@ -163,7 +169,7 @@ class Constrainer:
     def _allowed(row: Any, token: int) -> bool:
         return row is None or bool((int(row[token >> 5]) >> (token & 31)) & 1)
 
-    def _choose(self, grammar: Any, row: Any) -> int:
+    def _choose(self, grammar: Any, row: Any, avoid: int | None = None) -> int:
         for stop in self.stop_order:
             if self._allowed(row, stop):
                 return stop
@@ -174,11 +180,11 @@ class Constrainer:
             if ids and self._allowed(row, ids[0]):
                 return int(ids[0])
         for token in self._prefer:
-            if self._allowed(row, token):
+            if token != avoid and self._allowed(row, token):
                 return token
         allowed = self._allowed_ids(row)
         for token in allowed:
-            if not self._is_blank(token):
+            if token != avoid and not self._is_blank(token):
                 return token
         if not allowed:
             raise ValueError("the grammar allows no token")  # SGLang would sample garbage; say so instead

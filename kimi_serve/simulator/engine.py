@@ -25,6 +25,7 @@ from kimi_serve.simulator.clock import StepClock
 from kimi_serve.simulator.constrain import Constrainer, has_constraint, intended_text
 from kimi_serve.simulator.perf import PerfModel, PerfParams, SpecSettings
 from kimi_serve.simulator.prompt import read_prompt
+from kimi_serve.simulator.stops import find_stop, holds_back
 from kimi_serve.simulator.validate import RequestChecks
 
 # Kept for importers: an EAGLE-3 accept pattern (steps 3, topk 1). The clock draws accept lengths from the model now.
@@ -115,7 +116,7 @@ class ScriptedTokenizerManager:
         limit = params.max_new_tokens
         rid = obj.rid if isinstance(obj.rid, str) else uuid.uuid4().hex
         prompt_out = prompt_ids if getattr(obj, "return_prompt_token_ids", False) else None
-        matched: int | None = STOP_TOKEN_ID
+        matched: int | str | None = STOP_TOKEN_ID
         if has_constraint(params) or self.constrainer.strict_thinking():
             grammar, abort = await asyncio.to_thread(
                 self.constrainer.grammar, params, prompt_ids, bool(getattr(parent, "require_reasoning", False)))
@@ -136,8 +137,12 @@ class ScriptedTokenizerManager:
                 ids = ids + list(itertools.islice(itertools.cycle(filler), max(0, limit - len(ids) + 1)))
             if limit is not None and len(ids) > limit:
                 ids, matched = ids[:limit], None
-        truncated = matched is None
         skip = self._skipped_ids() if params.skip_special_tokens else frozenset()
+        final_text = None
+        stopped = find_stop(self.tokenizer, ids, params, skip) if params.stop_strs or params.stop_token_ids else None
+        if stopped is not None:  # the request's own stop string or stop token, as SGLang's scheduler finds it
+            ids, matched, final_text = stopped.ids, stopped.matched, stopped.text
+        truncated = matched is None
         reasoning_ids = self._reasoning_token_count(ids) if turn.thinking else 0
         done, decoded_upto, emitted = 0, 0, ""
         slot = self.clock.join(len(prompt_ids))
@@ -152,7 +157,9 @@ class ScriptedTokenizerManager:
                 if piece.endswith("\ufffd") and not last:
                     continue
                 emitted, decoded_upto = emitted + piece, done
-                if obj.stream or last:
+                if last and final_text is not None:
+                    emitted = final_text
+                if (obj.stream and not holds_back(emitted, params)) or last:
                     yield self._output(rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, truncated,
                                        prompt_out, matched)
         finally:
@@ -167,7 +174,7 @@ class ScriptedTokenizerManager:
         return frozenset(self.tokenizer.all_special_ids)
 
     def _output(self, rid: str, text: str, ids: list[int], prompt_ids: list[int], reasoning: int, last: bool,
-                truncated: bool, prompt_out: list[int] | None = None, matched: int | None = STOP_TOKEN_ID,
+                truncated: bool, prompt_out: list[int] | None = None, matched: int | str | None = STOP_TOKEN_ID,
                 abort: dict[str, Any] | None = None) -> dict[str, Any]:
         finish: dict[str, Any] | None = None
         output_ids = list(ids)
@@ -178,7 +185,8 @@ class ScriptedTokenizerManager:
                 finish = {"type": "length", "length": len(ids)}
             else:
                 finish = {"type": "stop", "matched": matched}
-                output_ids.append(matched)
+                if isinstance(matched, int):  # a stop token counts as generated; a stop string's tokens are in ids
+                    output_ids.append(matched)
         meta = {
             "id": rid,
             "finish_reason": finish,

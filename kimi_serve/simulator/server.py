@@ -198,6 +198,8 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
         """One real request through the serving layer, as SGLang's warmup sends one before declaring readiness."""
         from starlette.requests import Request as StarletteRequest
 
+        # The grammar backend the scheduler would build at startup (--grammar-backend); its failure fails the start
+        await asyncio.to_thread(tm.constrainer.prepare)
         probe = ChatCompletionRequest(model=tm.served_model_name, max_tokens=8,
                                       messages=[{"role": "user", "content": "warmup"}])
         raw = StarletteRequest({"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []})
