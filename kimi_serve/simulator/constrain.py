@@ -249,7 +249,7 @@ def sketch(schema: Any, answer: str, depth: int = 0) -> Any:
     if kind == "array":
         return [sketch(schema.get("items", {}), answer, depth + 1) for _ in range(max(1, schema.get("minItems", 1)))]
     if kind in ("integer", "number"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
+        low = schema.get("minimum", schema.get("exclusiveMinimum")) or 0
         return int(low) + (1 if "exclusiveMinimum" in schema else 0) if kind == "integer" else float(low)
     if kind == "boolean":
         return True
