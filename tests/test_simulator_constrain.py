@@ -127,6 +127,17 @@ def test_json_schema_answers_are_valid_against_the_schema(client: openai.OpenAI,
     assert finish == "stop"
 
 
+def test_formats_and_patterns_come_back_valid(client: openai.OpenAI) -> None:
+    schema = {"type": "object", "properties": {
+        "email": {"type": "string", "format": "email"}, "when": {"type": "string", "format": "date"},
+        "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"}, "note": {"type": "string", "minLength": 40}},
+        "required": ["email", "when", "code", "note"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "f", "strict": True, "schema": schema}}
+    value = json.loads(_ask(client, "hello", response_format=fmt).choices[0].message.content)
+    jsonschema.validate(value, schema, format_checker=jsonschema.FormatChecker())
+    assert re.fullmatch(r"[A-Z]{2}-[0-9]{3}", value["code"]) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value["when"])
+
+
 def test_regex_and_ebnf_constraints_decide_the_text(client: openai.OpenAI) -> None:
     digits = _ask(client, extra_body={"regex": "[0-9]{3}", **OFF}).choices[0].message.content
     assert re.fullmatch(r"[0-9]{3}", digits), digits

@@ -35,6 +35,9 @@ def test_sketch_is_valid_for_plain_schemas() -> None:
     jsonschema.validate(value, schema)
     assert value["name"] == "Paris" and value["n"] == 5
     assert sketch({"type": "object"}, "hi") == {"answer": "hi"}  # json_object: the answer as an object
+    assert sketch({"type": "string", "format": "email"}, "hi") == "user@example.com"
+    assert len(sketch({"type": "string", "minLength": 5}, "hi")) == 5
+    assert sketch({"type": "string", "maxLength": 2}, "Paris") == "Pa"
 
 
 def test_intended_text_keeps_the_reasoning_and_writes_json() -> None:
