@@ -141,25 +141,30 @@ class Constrainer:
                     f"Failed to compile {req.grammar_key[0]} grammar: {req.grammar.error_message}")
         return req.grammar, req.abort
 
-    def decode(self, grammar: Any, intended: list[int], limit: int | None) -> tuple[list[int], int | None]:
+    def decode(self, grammar: Any, intended: list[int], limit: int) -> tuple[list[int], int | None]:
         """The token ids the grammar lets through (stop token excluded) and the matched stop id (``None``: cut by
         ``limit``)."""
         mask = grammar.allocate_vocab_mask(self.vocab_size, 1, "cpu")
         out: list[int] = []
-        following = True
+        following, at = True, 0  # at: the next intended token
         quotes = _Quotes()
         active = getattr(grammar, "_grammar_active", None)  # ReasonerGrammarObject: False while reasoning
-        while limit is None or len(out) < limit:
+        while len(out) < limit:
             if mask is not None:
                 mask.fill_(-1)  # all allowed: the reasoning phase leaves the row as it is
                 grammar.fill_vocab_mask(mask, 0)
             row = mask[0] if mask is not None else None
-            want = intended[len(out)] if len(out) < len(intended) else self.stop_order[0]
-            if not (following and self._allowed(row, want)):
+            want = intended[at] if at < len(intended) else self.stop_order[0]
+            if following and self._allowed(row, want):
+                at += 1
+            else:
                 following = False
                 tail = out[-_REPEAT_LIMIT:]
                 avoid = tail[0] if len(tail) == _REPEAT_LIMIT and len(set(tail)) == 1 else None
                 want = self._choose(grammar, row, avoid, quotes.inside)
+                if want in intended[at:]:  # back in step with the intended text (e.g. the call after a preface)
+                    at = intended.index(want, at) + 1
+                    following = True
             if active is None or active():
                 quotes.feed(self.tokenizer.decode([want], skip_special_tokens=False))
             grammar.accept_token(want)
