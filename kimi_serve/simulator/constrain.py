@@ -13,7 +13,8 @@ taken while the grammar allows it (the mask is SGLang's ``fill_vocab_mask``; the
 ``accept_token``); from the first token it rejects on, a deterministic choice among the allowed tokens: a stop token,
 else the grammar's forced continuation (``try_jump_forward``), else the first allowed of a short list (inside a JSON
 string its closing ``"``, then what common formats need; outside one ``}``, ``]``, ``"``, ``,``, ``0``), else the
-smallest allowed non-whitespace id. Generation ends when the grammar terminates (it accepts a stop token) or at
+smallest allowed non-whitespace id; a chosen token found further on in the intended text puts the decode back in step
+with it. Generation ends when the grammar terminates (it accepts a stop token) or at
 ``max_new_tokens``, as in SGLang. Runs inside the SGLang venv.
 """
 
