@@ -165,8 +165,20 @@ def test_verify_profile_of_one_replica_is_the_plain_report(cli: Callable[..., An
 
 def test_router_port_clashing_with_a_replica_stops_up_before_anything_starts(cli: Callable[..., Any], tmp_path: Path,
                                                                              sglang_python: str) -> None:
+    # in the profile itself: the deployment rule refuses it (exit 2, naming the key)
     res = cli("up", "--profile", str(dp2(tmp_path)), "--set", "router.port=41711", "--log-file",
               str(tmp_path / "u.log"))
+    assert res.code == 2, res.err
+    assert "router.port" in res.err and "replica 1's port" in res.err
+    assert "starting" not in res.out and not list(tmp_path.glob("u-*.log"))
+    # on the host: something already listens on the router's port -> preflight, exit 5, nothing started
+    import socket
+
+    with socket.socket() as busy:
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        busy.bind(("127.0.0.1", 41700))
+        busy.listen()
+        res = cli("up", "--profile", str(dp2(tmp_path)), "--log-file", str(tmp_path / "u.log"))
     assert res.code == 5, res.err
-    assert "preflight: port: router (127.0.0.1:41711) and replica 1 (127.0.0.1:41711) both use port 41711" in res.err
+    assert "preflight: port" in res.err and "41700" in res.err
     assert "starting" not in res.out and not list(tmp_path.glob("u-*.log"))
