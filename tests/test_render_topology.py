@@ -80,7 +80,7 @@ def test_local_replicas_render_the_router_and_each_replica(cli):
         ("replica 0", "replica", "127.0.0.1:30010", True),
         ("replica 1", "replica", "127.0.0.1:30011", True)]
     router = launches[0]["argv"]
-    assert router[1:3] == ["-m", "sglang_router.launch_router"]
+    assert router[1:4] == ["-m", "kimi_serve.router.shim", "--"]
     urls = router[router.index("--worker-urls") + 1:router.index("--policy")]
     assert urls == ["http://127.0.0.1:30010", "http://127.0.0.1:30011"]
     assert (_value(router, "--prometheus-host"), _value(router, "--health-check-interval-secs")) == ("127.0.0.1", "2")
@@ -97,7 +97,7 @@ def test_human_render_names_each_launch(cli):
     lines = res.out.splitlines()
     assert lines[0] == "# router on 127.0.0.1:30000 -> 127.0.0.1:30010, 127.0.0.1:30011"
     assert lines[2] == "# replica 0 on 127.0.0.1:30010 (this host)" and lines[4].startswith("# replica 1 on ")
-    assert "sglang_router.launch_router" in lines[1] and "--port 30011" in lines[5]
+    assert "-m kimi_serve.router.shim -- --worker-urls" in lines[1] and "--port 30011" in lines[5]
 
 
 def test_remote_replicas_and_the_key_through_the_shim(cli):

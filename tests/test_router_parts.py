@@ -128,7 +128,7 @@ def test_dry_run_prints_every_replica_and_the_router(cli: Callable[..., Any], tm
     assert "dry run: would start replica 0 (127.0.0.1:41710)" in res.out
     assert "dry run: would start replica 1 (127.0.0.1:41711)" in res.out and "--port 41711" in res.out
     assert f"dry run: would start router (127.0.0.1:41700) (log: {tmp_path / 'u-router.log'})" in res.out
-    assert "-m sglang_router.launch_router --worker-urls http://127.0.0.1:41710 http://127.0.0.1:41711" in res.out
+    assert "-m kimi_serve.router.shim -- --worker-urls http://127.0.0.1:41710 http://127.0.0.1:41711" in res.out
     assert "starting" not in res.out and not list(tmp_path.glob("u-*.log"))
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from kimi_serve.profile.launch import build_launch
 from kimi_serve.profile.loader import load_profile
-from kimi_serve.profile.router import ROUTER_MODULE, ROUTER_SHIM_MODULE, build_router_launch
+from kimi_serve.profile.router import ROUTER_SHIM_MODULE, build_router_launch
 from kimi_serve.profile.topology import parse_worker, replicas, routed
 
 
@@ -27,7 +27,7 @@ def test_local_replicas_listen_at_consecutive_ports_and_the_router_lists_them_in
         args = list(launch.server_args)
         assert args[args.index("--port") + 1] == str(r.port) and launch.port == r.port
     router = build_router_launch(p, "py")
-    assert router.argv[:3] == ("py", "-m", ROUTER_MODULE)
+    assert router.argv[:4] == ("py", "-m", ROUTER_SHIM_MODULE, "--")  # the shim even without a key: a 1 s start
     args = list(router.server_args)
     assert args[args.index("--worker-urls") + 1: args.index("--worker-urls") + 3] == [r.url for r in reps]
     assert args[args.index("--port") + 1] == "30000"

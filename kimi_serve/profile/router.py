@@ -1,9 +1,11 @@
 """Profile -> the router's launch (SGLang's ``sglang_router``, PyPI ``sglang-router`` 0.3.2), as data (no I/O).
 
 The router fronts the replicas of :mod:`kimi_serve.profile.topology`. It runs in the engine interpreter (the engine
-locks hold sglang-router). Its only way to take an API key is ``--api-key KEY`` on its command line, so with a key
-file the launch goes through kimi-serve's shim (``python -m kimi_serve.router.shim --api-key-file FILE -- FLAGS``),
-which reads the key and starts the router in-process: the key never shows in ps, /proc or the unit.
+locks hold sglang-router), always through kimi-serve's shim (``python -m kimi_serve.router.shim [--api-key-file FILE]
+-- FLAGS``, :mod:`kimi_serve.router.shim`): sglang-router takes a key only as ``--api-key KEY`` on its command line,
+so the shim reads it from the profile's key file and starts the router in-process (the key never shows in ps, /proc
+or the unit); and ``python -m sglang_router.launch_router`` imports all of SGLang first (12-20 s here, against about
+1 s through the shim).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.topology import replicas
 
-ROUTER_MODULE = "sglang_router.launch_router"
+ROUTER_MODULE = "sglang_router.launch_router"  # what the shim stands in for (its launcher, minus the imports)
 ROUTER_SHIM_MODULE = "kimi_serve.router.shim"
 
 
@@ -35,14 +37,12 @@ def build_router_launch(profile: Profile, interpreter: str, pythonpath: str | No
     PYTHONPATH when the shim runs (the engine interpreter does not have kimi_serve installed)."""
     args = router_args_of(profile)
     key_file = profile.server.api_key_file
+    own = ("--api-key-file", key_file) if key_file else ()
+    argv = (interpreter, "-m", ROUTER_SHIM_MODULE, *own, "--", *args)
     env: dict[str, str] = {}
-    if key_file:
-        argv: tuple[str, ...] = (interpreter, "-m", ROUTER_SHIM_MODULE, "--api-key-file", key_file, "--", *args)
-        if pythonpath:
-            from kimi_serve.core.settings import with_pythonpath
+    if pythonpath:
+        from kimi_serve.core.settings import with_pythonpath
 
-            env = with_pythonpath(env, pythonpath)
-    else:
-        argv = (interpreter, "-m", ROUTER_MODULE, *args)
+        env = with_pythonpath(env, pythonpath)
     return Launch(argv=argv, env=env, server_args=tuple(args), engine="router", host=profile.router.host,
                   port=profile.router.port, api_key_file=key_file)
