@@ -18,25 +18,28 @@ ks="$repo/.venv/bin/kimi-serve"
 py="$kvv/.venv/bin/python"
 [ -x "$py" ] || { echo "kvv.sh: no $py (create the verifier's venv first)" >&2; exit 2; }
 
-"$ks" simulate --profile sim --port "$port" --warmup 0 >"$out/simulator.log" 2>&1 &
-sim=$!
-trap 'kill "$sim" 2>/dev/null; wait "$sim" 2>/dev/null || true' EXIT
-for _ in $(seq 1 300); do
-  curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-  kill -0 "$sim" 2>/dev/null || { echo "kvv.sh: the simulator exited (see $out/simulator.log)" >&2; exit 1; }
-  sleep 1
-done
+if [ -z "${KVV_SUMMARY_ONLY:-}" ]; then  # KVV_SUMMARY_ONLY=1: only re-print the table of a run in OUT_DIR
+  "$ks" simulate --profile sim --port "$port" --warmup 0 >"$out/simulator.log" 2>&1 &
+  sim=$!
+  trap 'kill "$sim" 2>/dev/null; wait "$sim" 2>/dev/null || true' EXIT
+  for _ in $(seq 1 300); do
+    curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    kill -0 "$sim" 2>/dev/null || { echo "kvv.sh: the simulator exited (see $out/simulator.log)" >&2; exit 1; }
+    sleep 1
+  done
 
-common=(--base-url "http://127.0.0.1:$port/v1" --api-key none --smoke-model kimi-k2.5 --think-mode opensource
-        -p no:cacheprovider -q -o addopts= -rN)
-cd "$kvv"
-for suite in tool_call_json_schema k3_features params; do
-  extra=()
-  [ "$suite" = tool_call_json_schema ] && extra=(--thinking -n 2 --tool-json-report "$out/tool-call-schema-report.json")
-  "$py" -m pytest "tests/$suite" "${common[@]}" "${extra[@]}" --junitxml "$out/$suite.xml" >"$out/$suite.log" 2>&1 \
-    || true
-  tail -1 "$out/$suite.log"
-done
+  common=(--base-url "http://127.0.0.1:$port/v1" --api-key none --smoke-model kimi-k2.5 --think-mode opensource
+          -p no:cacheprovider -q -o addopts= -rN)
+  cd "$kvv"
+  for suite in tool_call_json_schema k3_features params; do
+    extra=()
+    [ "$suite" = tool_call_json_schema ] && extra=(--thinking -n 2 --tool-json-report "$out/tool-call-schema-report.json")
+    "$py" -m pytest "tests/$suite" "${common[@]}" "${extra[@]}" --junitxml "$out/$suite.xml" >"$out/$suite.log" 2>&1 \
+      || true
+    tail -1 "$out/$suite.log"
+  done
+  kill "$sim" 2>/dev/null || true
+fi
 
 "$repo/.venv/bin/python" - "$out" <<'EOF'
 import re, sys, collections, xml.etree.ElementTree as ET
@@ -45,14 +48,15 @@ out = Path(sys.argv[1])
 for suite in ("tool_call_json_schema", "k3_features", "params"):
     per = collections.defaultdict(lambda: [0, 0])
     fails = []
+    final = {}  # pytest-rerunfailures writes one <testcase> per attempt: the last one is the outcome
     for tc in ET.parse(out / f"{suite}.xml").iter("testcase"):
-        name = tc.get("name", "")
+        final[(tc.get("classname", ""), tc.get("name", ""))] = tc
+    for (classname, name), tc in final.items():
         m = re.search(r"\[(Test\w+):", name)
-        cls = m.group(1) if m else f"{tc.get('classname', '').split('.')[-1]}::{name.split('[')[0]}"
-        bad = tc.find("failure") is not None or tc.find("error") is not None
-        skipped = tc.find("skipped") is not None
-        if skipped:
+        cls = m.group(1) if m else f"{classname.split('.')[-1]}::{name.split('[')[0]}"
+        if tc.find("skipped") is not None:
             continue
+        bad = tc.find("failure") is not None or tc.find("error") is not None
         per[cls][1 if bad else 0] += 1
         if bad:
             fails.append(name)
