@@ -98,10 +98,13 @@ def choose(functions: list[dict[str, Any]], prompt: str, tool_choice: Any = "aut
         return []
     pool = matching or [scored[0][1]]
     count = requested_count(prompt, len(candidates(prompt)))
-    if count == 1 and len(matching) > 1 and re.search(r"\band\b|和|以及|并且|然后", _unquoted(prompt).lower()):
-        count = len(matching)
-    if count == 1 and len(pool) == 1 and _single_value_tool(pool[0]):
-        count = joined_values(prompt)
+    if not count:  # the prompt names no number of calls: one per tool it names, or per value it joins
+        if len(matching) > 1 and re.search(r"\band\b|和|以及|并且|然后", _unquoted(prompt).lower()):
+            count = len(matching)
+        elif len(pool) == 1 and _single_value_tool(pool[0]):
+            count = joined_values(prompt)
+        else:
+            count = 1
     chosen = [pool[i % len(pool)] for i in range(count)] if len(pool) < count else pool[:count]
     if len({fn["name"] for fn in chosen}) == len(chosen):  # distinct tools: in the order the prompt names them
         chosen.sort(key=lambda fn: anchor(fn, prompt))
@@ -130,7 +133,8 @@ def _unquoted(prompt: str) -> str:
 
 
 def requested_count(prompt: str, values: int) -> int:
-    """How many calls the request asks for: explicit counts of calls, or of things when the prompt names that many."""
+    """How many calls the request asks for: explicit counts of calls, or of things when the prompt names that many;
+    0 when it says nothing about how many."""
     text = _AT_LEAST.sub(" ", _unquoted(prompt))
     times = _TIMES.search(text)
     if times:
@@ -146,7 +150,7 @@ def requested_count(prompt: str, values: int) -> int:
             return n
     if _EACH.search(text) and values >= 2:
         return values
-    return 1
+    return 0
 
 
 def joined_values(prompt: str) -> int:

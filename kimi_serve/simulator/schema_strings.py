@@ -8,6 +8,7 @@ The caller (schema_values.py) checks every value against the whole schema; these
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from typing import Any
@@ -18,25 +19,11 @@ FILLER = (
     "Kimi-K2.5 simulated output keeps going with plain deterministic prose so that long arguments can be checked "
     "end to end by a real client. "
 )
-FORMATS: dict[str, list[str]] = {
-    "date": ["2025-01-15", "2025-01-16", "2025-01-17"],
-    "date-time": ["2025-01-15T09:30:00Z", "2025-01-16T09:30:00Z", "2025-01-17T09:30:00Z"],
-    "time": ["09:30:00Z", "10:30:00Z", "11:30:00Z"],
-    "duration": ["P1D", "P2D", "PT1H"],
-    "email": ["user@example.com", "admin@example.com", "team@example.org"],
-    "idn-email": ["user@example.com", "admin@example.com", "team@example.org"],
-    "hostname": ["example.com", "api.example.com", "www.example.org"],
+FORMATS: dict[str, list[str]] = {  # formats format_example does not compute: a few fixed examples each
     "idn-hostname": ["example.com", "api.example.com", "www.example.org"],
-    "ipv4": ["192.0.2.1", "192.0.2.2", "198.51.100.7"],
-    "ipv6": ["2001:db8::1", "2001:db8::2", "2001:db8::3"],
-    "uri": ["https://example.com/", "https://example.com/a", "https://example.org/b"],
     "uri-reference": ["https://example.com/", "/path/a", "/path/b"],
-    "iri": ["https://example.com/", "https://example.com/a", "https://example.org/b"],
     "iri-reference": ["https://example.com/", "/path/a", "/path/b"],
     "uri-template": ["https://example.com/{id}", "https://example.com/{name}", "/items/{id}"],
-    "url": ["https://example.com/", "https://example.com/a", "https://example.org/b"],
-    "uuid": ["123e4567-e89b-12d3-a456-426614174000", "123e4567-e89b-12d3-a456-426614174001",
-             "123e4567-e89b-12d3-a456-426614174002"],
     "json-pointer": ["/a", "/b", "/a/0"],
     "relative-json-pointer": ["0", "1", "0/a"],
     "regex": ["^[a-z]+$", "^[0-9]+$", ".*"],
@@ -94,16 +81,34 @@ def string_value(schema: dict[str, Any], name: str, prompt: str, hints: list[str
             return hint
         if not strict:
             return _sized(hint, lo, hi, variant)
-    fmt = FORMATS.get(str(schema.get("format", "")))
-    if fmt:
-        choice = fmt[variant % len(fmt)]
-        if fits_string(schema, choice):
-            return choice
+    made_fmt = format_example(str(schema.get("format", "")), variant)
+    if made_fmt is not None and fits_string(schema, made_fmt):
+        return made_fmt
     if isinstance(schema.get("pattern"), str):
         made = example(schema["pattern"], lo + variant if hi is None or lo + variant <= hi else lo, hi)
         if made is not None:
             return made
     return _sized(_default(name, prompt) + (f" {variant + 1}" if variant else ""), lo, hi, variant)
+
+
+def format_example(fmt: str, variant: int = 0) -> str | None:
+    """A value in format ``fmt`` (None: not a format known here); each ``variant`` gives a different one."""
+    n = variant
+    day = datetime.date(2025, 1, 15) + datetime.timedelta(days=n)
+    clock = (datetime.datetime(2025, 1, 15, 9, 30) + datetime.timedelta(minutes=n)).strftime("%H:%M:%S")
+    made = {
+        "date": day.isoformat(), "date-time": f"{day.isoformat()}T{clock}Z", "time": f"{clock}Z",
+        "duration": f"P{n + 1}D", "email": f"user{n or ''}@example.com", "idn-email": f"user{n or ''}@example.com",
+        "hostname": f"host{n}.example.com" if n else "example.com", "ipv4": f"192.0.2.{1 + n % 254}",
+        "ipv6": f"2001:db8::{n + 1:x}", "uri": f"https://example.com/{n or ''}",
+        "url": f"https://example.com/{n or ''}", "iri": f"https://example.com/{n or ''}", "uuid": f"123e4567-e89b-12d3-a456-{426614174000 + n:012d}",
+    }
+    if fmt in made:
+        return made[fmt]
+    listed = FORMATS.get(fmt)
+    if not listed:
+        return None
+    return listed[n % len(listed)] if n < len(listed) else None
 
 
 def takes_file(name: str, prompt: str) -> bool:

@@ -89,17 +89,18 @@ class Values:
 
     # -- values -----------------------------------------------------------------------------------------------------
     def value(self, schema: Any, name: str, hints: list[str], min_chars: int = 0, depth: int = 0,
-              variant: int = 0) -> Any:
+              variant: int = 0, must: tuple[Any, ...] = ()) -> Any:
+        """A value for ``schema`` (``must``: enclosing schemas a scalar must meet too, e.g. a oneOf's others)."""
         if schema is False or depth > 40:
             return None
         s = self.flat(schema)
         if "const" in s:
             return s["const"]
         if isinstance(s.get("enum"), list) and s["enum"]:
-            return self._enum(s, variant)
+            return self._enum(s, variant, must)
         for key in ("oneOf", "anyOf"):
             if isinstance(s.get(key), list) and s[key]:
-                return self._choice(s, key, name, hints, min_chars, depth, variant)
+                return self._choice(s, key, name, hints, min_chars, depth, variant, must)
         kind = _kind(s)
         if kind == "null":
             return None
@@ -107,22 +108,22 @@ class Values:
             return variant % 2 == 0
         if kind in ("integer", "number"):
             cands = number_value(s, self.prompt, kind == "integer", variant)
-            return next((c for c in cands if self.valid(s, c)), cands[0])
+            return next((c for c in cands if self.valid(s, c) and all(self.valid(m, c) for m in must)), cands[0])
         if kind == "object":
             return self._object(s, hints, min_chars, depth, variant)
         if kind == "array":
             return self._array(s, name, hints, depth)
         return string_value(s, name, self.prompt, hints, min_chars, variant)
 
-    def _enum(self, s: dict[str, Any], variant: int) -> Any:
-        allowed = [e for e in s["enum"] if self.valid(s, e)] or s["enum"]
+    def _enum(self, s: dict[str, Any], variant: int, must: tuple[Any, ...]) -> Any:
+        allowed = [e for e in s["enum"] if self.valid(s, e) and all(self.valid(m, e) for m in must)] or s["enum"]
         mentioned = [e for e in allowed if isinstance(e, str) and e and _mentions(self.prompt, e)]
         if mentioned and not variant:
             return mentioned[0]
         return allowed[variant % len(allowed)]
 
     def _choice(self, s: dict[str, Any], key: str, name: str, hints: list[str], min_chars: int, depth: int,
-                variant: int) -> Any:
+                variant: int, must: tuple[Any, ...]) -> Any:
         rest = {k: v for k, v in s.items() if k != key}
         branches = [self.flat(b) for b in s[key]]
         deep = depth >= DEEP
@@ -130,7 +131,7 @@ class Values:
             (_recursive(branches[i]) if deep else _kind(branches[i]) == "null"), i))
         first: Any = None
         for n, i in enumerate(order):
-            candidate = self.value(merge(branches[i], rest), name, hints, min_chars, depth, variant)
+            candidate = self.value(merge(branches[i], rest), name, hints, min_chars, depth, variant, (*must, s))
             if n == 0:
                 first = candidate
             if self.valid(s, candidate):
