@@ -101,7 +101,8 @@ def format_example(fmt: str, variant: int = 0) -> str | None:
         "duration": f"P{n + 1}D", "email": f"user{n or ''}@example.com", "idn-email": f"user{n or ''}@example.com",
         "hostname": f"host{n}.example.com" if n else "example.com", "ipv4": f"192.0.2.{1 + n % 254}",
         "ipv6": f"2001:db8::{n + 1:x}", "uri": f"https://example.com/{n or ''}",
-        "url": f"https://example.com/{n or ''}", "iri": f"https://example.com/{n or ''}", "uuid": f"123e4567-e89b-12d3-a456-{426614174000 + n:012d}",
+        "url": f"https://example.com/{n or ''}", "iri": f"https://example.com/{n or ''}",
+        "uuid": f"123e4567-e89b-12d3-a456-{426614174000 + n:012d}",
     }
     if fmt in made:
         return made[fmt]
