@@ -250,3 +250,18 @@ def test_one_call_when_asked_once_and_distinct_tools_get_their_own_values() -> N
     assert len(calls("Call get_weather exactly once for Paris and London", [WEATHER])) == 1
     found = calls('Write notes.txt with "hello" and get the weather in Tokyo', [WEATHER, WRITE])
     assert found == [("write_file", {"path": "notes.txt", "content": "hello"}), ("get_weather", {"city": "Tokyo"})]
+
+
+READ = tool("read_file", {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+            "Read a file")
+
+
+def test_agentic_prompts_one_tool_per_named_action_and_files_in_turn() -> None:
+    tools = [READ, WRITE]
+    assert calls('Read the file "service/handlers.py" and find where request ids are parsed.', tools) == [
+        ("read_file", {"path": "service/handlers.py"})]  # "file" is read_file's and write_file's: one tool named
+    assert calls('Read both "service/config.py" and "service/client.py" so we can compare them.', tools) == [
+        ("read_file", {"path": "service/config.py"}), ("read_file", {"path": "service/client.py"})]
+    (_, args), = calls('Write the file "service/limits.py" with a rate limiter class', tools)
+    assert args["path"] == "service/limits.py" and args["content"] != "service/limits.py"
+    assert calls("Summarise the architecture of this service for a new contributor.", tools) == []

@@ -99,8 +99,9 @@ def choose(functions: list[dict[str, Any]], prompt: str, tool_choice: Any = "aut
     pool = matching or [scored[0][1]]
     count = requested_count(prompt, len(candidates(prompt)))
     if not count:  # the prompt names no number of calls: one per tool it names, or per value it joins
-        if len(matching) > 1 and re.search(r"\band\b|和|以及|并且|然后", _unquoted(prompt).lower()):
-            count = len(matching)
+        named = _distinct(matching, prompt_words)
+        if len(named) > 1 and re.search(r"\band\b|和|以及|并且|然后", _unquoted(prompt).lower()):
+            pool, count = named, len(named)
         elif len(pool) == 1 and _single_value_tool(pool[0]):
             count = joined_values(prompt)
         else:
@@ -109,6 +110,19 @@ def choose(functions: list[dict[str, Any]], prompt: str, tool_choice: Any = "aut
     if len({fn["name"] for fn in chosen}) == len(chosen):  # distinct tools: in the order the prompt names them
         chosen.sort(key=lambda fn: anchor(fn, prompt))
     return chosen
+
+
+def _distinct(matching: list[dict[str, Any]], prompt_words: set[str]) -> list[dict[str, Any]]:
+    """The matching tools the prompt names by a word of their own (not only one a better match shares: "read the
+    file" names read_file, not write_file as well)."""
+    named: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for fn in matching:
+        own = (_name_words(fn) | words(str(fn.get("description", "") or ""))) & prompt_words
+        if own - seen:
+            named.append(fn)
+        seen |= own
+    return named
 
 
 def _single_value_tool(fn: dict[str, Any]) -> bool:

@@ -112,16 +112,18 @@ def format_example(fmt: str, variant: int = 0) -> str | None:
     return listed[n % len(listed)] if n < len(listed) else None
 
 
-def takes_file(name: str, prompt: str) -> bool:
-    """A path-like property that takes the prompt's file name (not one of its other values)."""
-    return name in _PATH_KEYS and bool(_FILE_LIKE.search(prompt))
+def takes_file(name: str, prompt: str, hints: list[str]) -> str | None:
+    """The file name a path-like property ``name`` takes: the first value offered that is one (repeated calls get the
+    prompt's values in turn), else the prompt's first; None for other properties or without a file name."""
+    if name not in _PATH_KEYS:
+        return None
+    named = [h for h in hints if _FILE_LIKE.fullmatch(h)] + _FILE_LIKE.findall(prompt)
+    return named[0] if named else None
 
 
 def _prompt_values(name: str, prompt: str, hints: list[str]) -> list[str]:
-    file_like = _FILE_LIKE.findall(prompt)
-    if name in _PATH_KEYS and file_like:
-        return [file_like[0]] + [h for h in hints if h != file_like[0]]
-    return list(hints)
+    file = takes_file(name, prompt, hints)
+    return list(hints) if file is None else [file] + [h for h in hints if h != file]
 
 
 def _default(name: str, prompt: str) -> str:

@@ -20,6 +20,7 @@ import re
 from typing import Any
 from urllib.parse import unquote
 
+from kimi_serve.simulator.schema_refs import ids, merge, types
 from kimi_serve.simulator.schema_strings import number_value, string_value, takes_file
 
 DEEP = 3  # nesting depth after which optional parts are left out and recursion takes its way out
@@ -28,8 +29,6 @@ _OBJECT_KEYS = ("properties", "required", "additionalProperties", "minProperties
 _ARRAY_KEYS = ("items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains")
 _STRING_KEYS = ("minLength", "maxLength", "pattern", "format")
 _NUMBER_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
-_MIN_KEYS = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains")
-_MAX_KEYS = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains")
 
 
 class Values:
@@ -37,7 +36,7 @@ class Values:
         self.root = root if isinstance(root, dict) else {}
         self.prompt = prompt
         self._validator = _validator(self.root)
-        self._ids = _ids(self.root)
+        self._ids = ids(self.root)
 
     # -- checking -------------------------------------------------------------------------------------------------
     def valid(self, schema: Any, value: Any) -> bool:
@@ -163,12 +162,16 @@ class Values:
                 keys.append(key)
         long_key = _long_text_key(props, keys) if min_chars else None
         out: dict[str, Any] = {}
-        cursor = 0  # each string property takes the next prompt value (a file name for a path takes none)
+        cursor = 0  # each string property takes the next prompt value (a path takes the file name, no other value)
         for k in keys:
             sub = self._property_schema(s, k)
             own = hints[cursor:]
-            if _kind(self.flat(sub)) == "string" and not takes_file(k, self.prompt):
-                cursor += 1
+            if _kind(self.flat(sub)) == "string":
+                taken = takes_file(k, self.prompt, own)
+                if taken is None:
+                    cursor += 1
+                else:  # the file name is the path's: not the content's as well
+                    hints = hints[:cursor] + [h for h in hints[cursor:] if h != taken]
             out[k] = self.value(sub, k, own, min_chars if k == long_key else 0, depth + 1,
                                 variant if k == (keys[0] if keys else None) else 0)
         return out
@@ -222,51 +225,14 @@ class Values:
         return out
 
 
-def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Both schemas' constraints in one (what allOf and ``$ref`` + siblings mean), as far as generation needs."""
-    out = dict(a)
-    for key, value in b.items():
-        if key not in out:
-            out[key] = value
-        elif key == "properties" and isinstance(value, dict) and isinstance(out[key], dict):
-            props = dict(out[key])
-            for p, sub in value.items():
-                props[p] = {"allOf": [props[p], sub]} if p in props else sub
-            out[key] = props
-        elif key == "required":
-            out[key] = list(dict.fromkeys([*out[key], *value]))
-        elif key == "type":
-            mine = _types(out[key])
-            theirs = _types(value)
-            both = [t for t in mine if t in theirs or (t == "integer" and "number" in theirs)]
-            both += [t for t in theirs if t == "integer" and "number" in mine and t not in both]
-            out[key] = both or mine
-        elif key == "enum" and isinstance(value, list):
-            out[key] = [e for e in out[key] if e in value] or value
-        elif key in _MIN_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[key] = max(out[key], value)
-        elif key in _MAX_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[key] = min(out[key], value)
-        elif key in ("anyOf", "oneOf"):
-            out["allOf"] = [*out.get("allOf", []), {key: value}]
-        elif key in ("$defs", "definitions"):
-            out[key] = {**value, **out[key]}
-    return out
-
-
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _types(value: Any) -> list[str]:
-    return [value] if isinstance(value, str) else [t for t in value if isinstance(t, str)] if isinstance(value, list) \
-        else []
-
-
 def _kind(s: dict[str, Any]) -> str:
-    types = _types(s.get("type"))
-    if types:
-        return next((t for t in types if t != "null"), "null")
+    declared = types(s.get("type"))
+    if declared:
+        return next((t for t in declared if t != "null"), "null")
     if "const" in s or "enum" in s or "oneOf" in s or "anyOf" in s:
         return "any"
     for keys, kind in ((_OBJECT_KEYS, "object"), (_ARRAY_KEYS, "array"), (_STRING_KEYS, "string"),
@@ -310,29 +276,6 @@ def _long_text_key(props: dict[str, Any], keys: list[str]) -> str | None:
 def long_text_key(props: dict[str, Any], keys: list[str]) -> str | None:
     """The string property a long text goes into ("at least N characters", "every integer from A to B")."""
     return _long_text_key(props, keys)
-
-
-def _ids(root: dict[str, Any]) -> dict[str, Any]:
-    """Subschemas by ``$id`` and ``$anchor`` (as written and by their last path segment), for references to them."""
-    found: dict[str, Any] = {}
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for key in ("$id", "id"):
-                ident = node.get(key)
-                if isinstance(ident, str) and ident:
-                    found.setdefault(ident.rstrip("#"), node)
-                    found.setdefault(ident.rstrip("#").rsplit("/", 1)[-1], node)
-            if isinstance(node.get("$anchor"), str):
-                found.setdefault("#" + node["$anchor"], node)
-            for child in node.values():
-                walk(child)
-        elif isinstance(node, list):
-            for child in node:
-                walk(child)
-
-    walk(root)
-    return found
 
 
 def _validator(root: dict[str, Any]) -> Any:
