@@ -10,6 +10,8 @@ usage and a finish reason whose ``matched`` is the stop id ``<|im_end|>`` (16358
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import itertools
 import os
 import types
@@ -20,8 +22,11 @@ from typing import Any
 from kimi_serve.core.settings import SIM_PERF_ENV, SIM_SPEEDUP_ENV, SIM_STEP_ENV
 from kimi_serve.simulator import model as scripted
 from kimi_serve.simulator.clock import StepClock
+from kimi_serve.simulator.constrain import Constrainer, has_constraint, intended_text
 from kimi_serve.simulator.perf import PerfModel, PerfParams, SpecSettings
 from kimi_serve.simulator.prompt import read_prompt
+from kimi_serve.simulator.stops import find_stop, holds_back
+from kimi_serve.simulator.validate import RequestChecks
 
 # Kept for importers: an EAGLE-3 accept pattern (steps 3, topk 1). The clock draws accept lengths from the model now.
 ACCEPT_PATTERN = (3, 4, 2, 3, 4, 1, 3, 3)
@@ -57,6 +62,8 @@ class ScriptedTokenizerManager:
         self.request_logger = types.SimpleNamespace(log_requests=False, log_requests_level=0)
         self._resolved = server_args.resolved_dict()
         self.clock = make_clock(self._resolved)
+        self.checks = RequestChecks(model_config, tokenizer)
+        self.constrainer = Constrainer(model_config, tokenizer, server_args)
 
     def internal_states(self) -> list[dict[str, Any]]:
         """``/server_info``'s ``internal_states``: the accept length only with speculative decoding on, as SGLang."""
@@ -72,28 +79,71 @@ class ScriptedTokenizerManager:
     def create_abort_task(self, obj: Any) -> None:
         return None
 
-    async def generate_request(self, obj: Any, raw_request: Any = None) -> AsyncIterator[dict[str, Any]]:
-        if isinstance(obj.sampling_params, list) or getattr(obj, "is_single", True) is False:
-            raise ValueError("the kimi-serve simulator serves one choice per request (n=1)")
+    async def generate_request(self, obj: Any, raw_request: Any = None) -> AsyncIterator[Any]:
+        """As ``TokenizerManager.generate_request``: SGLang's own normalization first (defaults, rids, ``n`` > 1 as
+        parallel samples of one prompt), then per sample SGLang's checks (:mod:`.validate`), the scripted text,
+        constrained by SGLang's grammar backend when the sampling params carry a grammar (:mod:`.constrain`)."""
+        obj.normalize_batch_and_arguments()
         request = getattr(getattr(raw_request, "state", None), CHAT_REQUEST_KEY, None)
+        if obj.is_single:
+            async for out in self._generate_one(obj, request, obj):
+                yield out
+            return
+        if obj.batch_size != 1:
+            raise ValueError("the kimi-serve simulator serves one prompt per request (no batches)")
+        from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+        base = obj[0]
+        generators, rids = [], []
+        for _ in range(obj.parallel_sample_num):  # n samples of the one prompt, each with its own rid
+            sample = copy.copy(base)
+            sample.regenerate_rid()
+            generators.append(self._generate_one(sample, request, obj))
+            rids.append(sample.rid)
+        if not obj.stream:
+            yield await TokenizerManager._collect_batch_responses(self, generators)
+        else:
+            async for out in TokenizerManager._stream_batch_responses(self, generators, rids):
+                yield out
+
+    async def _generate_one(self, obj: Any, request: Any, parent: Any) -> AsyncIterator[dict[str, Any]]:
         if obj.input_ids is None and isinstance(obj.text, str):  # /generate text, /v1/completions: tokenize here
             obj.input_ids = self.tokenizer.encode(obj.text)
         prompt_ids = list(obj.input_ids or [])
+        params = self.checks.sampling_params(obj, prompt_ids)  # SGLang's ValueErrors: the serving layer's 400
         turn = self._turn(request, prompt_ids)
         text = scripted.generate(turn)
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        params = obj.sampling_params or {}
-        limit = params.get("max_new_tokens")
-        if params.get("ignore_eos") and limit:  # benchmarks: no stop token, generate exactly max_new_tokens
-            filler = self.tokenizer.encode(" " + scripted.FILLER, add_special_tokens=False)
-            ids = ids + list(itertools.islice(itertools.cycle(filler), max(0, limit - len(ids) + 1)))
-        truncated = limit is not None and len(ids) > limit
-        if truncated:
-            ids = ids[:limit]
-        skip = self._skipped_ids() if params.get("skip_special_tokens", True) else frozenset()
-        prompt_out = prompt_ids if getattr(obj, "return_prompt_token_ids", False) else None
-        reasoning_ids = self._reasoning_token_count(ids) if turn.thinking else 0
+        limit = params.max_new_tokens
         rid = obj.rid if isinstance(obj.rid, str) else uuid.uuid4().hex
+        prompt_out = prompt_ids if getattr(obj, "return_prompt_token_ids", False) else None
+        matched: int | str | None = STOP_TOKEN_ID
+        if has_constraint(params) or self.constrainer.strict_thinking():
+            grammar, abort = await asyncio.to_thread(
+                self.constrainer.grammar, params, prompt_ids, bool(getattr(parent, "require_reasoning", False)))
+            if abort is not None:  # SGLang's scheduler aborts it: 400 before a stream starts, an error chunk in one
+                if not obj.stream:
+                    raise ValueError(abort["message"])
+                yield self._output(rid, "", [], prompt_ids, 0, True, False, prompt_out, abort=abort)
+                return
+        else:
+            grammar = None
+        if grammar is not None:
+            intended = self.tokenizer.encode(intended_text(text, params), add_special_tokens=False)
+            ids, matched = await asyncio.to_thread(self.constrainer.decode, grammar, intended, limit)
+        else:
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            if params.ignore_eos and limit:  # benchmarks: no stop token, generate exactly max_new_tokens
+                filler = self.tokenizer.encode(" " + scripted.FILLER, add_special_tokens=False)
+                ids = ids + list(itertools.islice(itertools.cycle(filler), max(0, limit - len(ids) + 1)))
+            if limit is not None and len(ids) > limit:
+                ids, matched = ids[:limit], None
+        skip = self._skipped_ids() if params.skip_special_tokens else frozenset()
+        final_text = None
+        stopped = find_stop(self.tokenizer, ids, params, skip) if params.stop_strs or params.stop_token_ids else None
+        if stopped is not None:  # the request's own stop string or stop token, as SGLang's scheduler finds it
+            ids, matched, final_text = stopped.ids, stopped.matched, stopped.text
+        truncated = matched is None
+        reasoning_ids = self._reasoning_token_count(ids) if turn.thinking else 0
         done, decoded_upto, emitted = 0, 0, ""
         slot = self.clock.join(len(prompt_ids))
         try:
@@ -107,13 +157,15 @@ class ScriptedTokenizerManager:
                 if piece.endswith("\ufffd") and not last:
                     continue
                 emitted, decoded_upto = emitted + piece, done
-                if obj.stream or last:
+                if last and final_text is not None:
+                    emitted = final_text
+                if (obj.stream and not holds_back(emitted, params)) or last:
                     yield self._output(rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, truncated,
-                                       prompt_out)
+                                       prompt_out, matched)
         finally:
             self.clock.leave(slot)
         if not ids:
-            yield self._output(rid, "", [], prompt_ids, 0, True, truncated, prompt_out)
+            yield self._output(rid, "", [], prompt_ids, 0, True, truncated, prompt_out, matched)
 
     def _skipped_ids(self) -> frozenset[int]:
         """What ``skip_special_tokens`` removes: the tokenizer's declared special tokens (BOS/EOS/UNK/PAD and its
@@ -122,15 +174,19 @@ class ScriptedTokenizerManager:
         return frozenset(self.tokenizer.all_special_ids)
 
     def _output(self, rid: str, text: str, ids: list[int], prompt_ids: list[int], reasoning: int, last: bool,
-                truncated: bool, prompt_out: list[int] | None = None) -> dict[str, Any]:
-        finish = None
+                truncated: bool, prompt_out: list[int] | None = None, matched: int | str | None = STOP_TOKEN_ID,
+                abort: dict[str, Any] | None = None) -> dict[str, Any]:
+        finish: dict[str, Any] | None = None
         output_ids = list(ids)
-        if last:
-            if truncated:
+        if abort is not None:
+            finish = abort
+        elif last:
+            if truncated or matched is None:
                 finish = {"type": "length", "length": len(ids)}
             else:
-                finish = {"type": "stop", "matched": STOP_TOKEN_ID}
-                output_ids.append(STOP_TOKEN_ID)
+                finish = {"type": "stop", "matched": matched}
+                if isinstance(matched, int):  # a stop token counts as generated; a stop string's tokens are in ids
+                    output_ids.append(matched)
         meta = {
             "id": rid,
             "finish_reason": finish,

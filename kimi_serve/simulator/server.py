@@ -81,6 +81,8 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
     sa = sim.server_args
     model_config = model_config_of(sa)
     tm = ScriptedTokenizerManager(sa, model_config, loaded.tokenizer, sim.model_path)
+    # SGLang's grammar backend (xgrammar's tokenizer info) is built once, in the background, as the scheduler builds it
+    threading.Thread(target=tm.constrainer.prepare, name="grammar-backend", daemon=True).start()
     templates = TemplateManager()
     templates.initialize_templates(tm, sa.model_path, get_serving().chat_template)
     chat = OpenAIServingChat(tm, templates)
@@ -196,6 +198,8 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
         """One real request through the serving layer, as SGLang's warmup sends one before declaring readiness."""
         from starlette.requests import Request as StarletteRequest
 
+        # The grammar backend the scheduler would build at startup (--grammar-backend); its failure fails the start
+        await asyncio.to_thread(tm.constrainer.prepare)
         probe = ChatCompletionRequest(model=tm.served_model_name, max_tokens=8,
                                       messages=[{"role": "user", "content": "warmup"}])
         raw = StarletteRequest({"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []})

@@ -1,0 +1,212 @@
+"""The simulator's constrained generation (SGLang's own xgrammar backend) and SGLang's request checks, over real HTTP
+with the official `openai` client. Two simulator processes for the module: the kimi_k2 parsers with the default grammar
+backend (xgrammar), and the same with `--grammar-backend none`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import jsonschema
+import openai
+import pytest
+
+from kimi_serve.core.settings import SIM_STEP_ENV
+from kimi_serve.simulator import launcher
+
+pytestmark = pytest.mark.sglang
+
+MODEL = "kimi-k2.5"
+FLAGS = ["--model-path", "/models/Kimi-K2.5", "--served-model-name", MODEL, "--trust-remote-code", "--tp-size", "8",
+         "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2", "--host", "127.0.0.1"]
+OFF = {"chat_template_kwargs": {"thinking": False}}
+NO_BACKEND = ("Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not supported when the server is"
+              " launched with --grammar-backend none")
+CITY = {"type": "object", "additionalProperties": False,
+        "properties": {"name": {"type": "string", "pattern": "^[A-Z][a-z]+$"},
+                       "population": {"type": "integer", "minimum": 1000},
+                       "kind": {"type": "string", "enum": ["capital", "town"]},
+                       "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2},
+                       "where": {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]},
+                       "mayor": {"type": ["string", "null"]}},
+        "required": ["name", "population", "kind", "tags", "where", "mayor"]}
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+CLOCK = {"type": "function", "function": {
+    "name": "get_time", "description": "Get the local time in a timezone",
+    "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}}}
+
+
+def _python() -> str:
+    path = os.environ.get("KIMI_SERVE_SGLANG_PYTHON")
+    if not path:
+        pytest.skip("KIMI_SERVE_SGLANG_PYTHON is not set (CI sets it: scripts/build-cpu-venv.sh)")
+    return path
+
+
+def _start(tmp: Path, flags: list[str]) -> launcher.Simulator:
+    python = _python()
+    port = launcher.free_port()
+    env = launcher.environment(warmup=0.0)
+    env[SIM_STEP_ENV] = "0.001"
+    sim = launcher.Simulator.start(launcher.command(python, [*flags, "--port", str(port)]), env,
+                                   f"http://127.0.0.1:{port}", tmp / "simulator.log")
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        assert sim.process.poll() is None, sim.log_tail()
+        try:
+            with urllib.request.urlopen(sim.base_url + "/health", timeout=5) as resp:
+                if resp.status == 200:
+                    return sim
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    sim.stop()
+    raise AssertionError(f"simulator not ready: {sim.log_tail()}")
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+    sim = _start(tmp_path_factory.mktemp("sim-xgrammar"), FLAGS)
+    yield openai.OpenAI(base_url=sim.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    sim.stop()
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+    sim = _start(tmp_path_factory.mktemp("sim-no-grammar"), [*FLAGS, "--grammar-backend", "none"])
+    yield openai.OpenAI(base_url=sim.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    sim.stop()
+
+
+def _ask(client: openai.OpenAI, text: str = "Describe Paris as JSON", **kw: object) -> object:
+    kw.setdefault("max_tokens", 1024)
+    return client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": text}], **kw)
+
+
+def _streamed(client: openai.OpenAI, **kw: object) -> tuple[str, str, str | None]:
+    content, reasoning, finish = "", "", None
+    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Describe Paris"}],
+                                            max_tokens=1024, stream=True, **kw)
+    for chunk in stream:
+        for choice in chunk.choices:
+            content += choice.delta.content or ""
+            reasoning += getattr(choice.delta, "reasoning_content", None) or ""
+            finish = choice.finish_reason or finish
+    return content, reasoning, finish
+
+
+def _schema_format(strict: bool) -> dict:
+    return {"type": "json_schema", "json_schema": {"name": "city", "strict": strict, "schema": CITY}}
+
+
+def test_json_object_answer_is_a_json_object_after_the_reasoning(client: openai.OpenAI) -> None:
+    resp = _ask(client, response_format={"type": "json_object"})
+    msg = resp.choices[0].message
+    assert isinstance(json.loads(msg.content), dict), msg.content
+    assert msg.reasoning_content and "</think>" not in msg.content  # the grammar starts after the reasoning
+    content, reasoning, finish = _streamed(client, response_format={"type": "json_object"})
+    assert isinstance(json.loads(content), dict) and reasoning and finish == "stop"
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_json_schema_answers_are_valid_against_the_schema(client: openai.OpenAI, strict: bool) -> None:
+    for extra in ({}, {"extra_body": OFF}):
+        resp = _ask(client, response_format=_schema_format(strict), **extra)
+        assert resp.choices[0].finish_reason == "stop"
+        jsonschema.validate(json.loads(resp.choices[0].message.content), CITY)
+    content, _, finish = _streamed(client, response_format=_schema_format(strict))
+    jsonschema.validate(json.loads(content), CITY)
+    assert finish == "stop"
+
+
+def test_regex_and_ebnf_constraints_decide_the_text(client: openai.OpenAI) -> None:
+    digits = _ask(client, extra_body={"regex": "[0-9]{3}", **OFF}).choices[0].message.content
+    assert re.fullmatch(r"[0-9]{3}", digits), digits
+    answer = _ask(client, extra_body={"ebnf": 'root ::= "yes" | "no"', **OFF}).choices[0].message.content
+    assert answer in ("yes", "no")
+
+
+def test_required_and_named_tool_choice_force_the_call(client: openai.OpenAI) -> None:
+    required = _ask(client, "Hello there", tools=[WEATHER, CLOCK], tool_choice="required").choices[0]
+    assert required.finish_reason == "tool_calls" and required.message.tool_calls
+    named = _ask(client, "What is the weather in Paris?", tools=[WEATHER, CLOCK],
+                 tool_choice={"type": "function", "function": {"name": "get_time"}}).choices[0]
+    assert [c.function.name for c in named.message.tool_calls] == ["get_time"]
+    jsonschema.validate(json.loads(named.message.tool_calls[0].function.arguments), CLOCK["function"]["parameters"])
+    strict = {"type": "function", "function": {**CLOCK["function"], "strict": True, "parameters": {
+        "type": "object", "properties": {"timezone": {"type": "string", "enum": ["UTC", "CET"]}},
+        "required": ["timezone"], "additionalProperties": False}}}
+    forced = _ask(client, "What time is it?", tools=[strict], tool_choice="required").choices[0]
+    assert json.loads(forced.message.tool_calls[0].function.arguments)["timezone"] in ("UTC", "CET")
+
+
+def test_a_schema_xgrammar_cannot_compile_is_sglangs_400(client: openai.OpenAI) -> None:
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"$ref": "#/missing"}}, "required": ["a"]}}}
+    with pytest.raises(openai.BadRequestError, match="Failed to compile json grammar"):
+        _ask(client, response_format=bad)
+
+
+def test_grammar_backend_none_rejects_constraints_as_sglang(bare: openai.OpenAI) -> None:
+    for kw in ({"response_format": {"type": "json_object"}}, {"tools": [WEATHER], "tool_choice": "required"},
+               {"extra_body": {"regex": "[0-9]+"}}):
+        with pytest.raises(openai.BadRequestError) as info:
+            _ask(bare, **kw)
+        assert NO_BACKEND in str(info.value)
+    with pytest.raises(openai.APIError, match="--grammar-backend none"):  # a stream has started: an error event
+        _streamed(bare, response_format={"type": "json_object"})
+    auto = _ask(bare, "What is the weather in Paris?", tools=[WEATHER]).choices[0]
+    assert auto.message.tool_calls and auto.message.tool_calls[0].function.name == "get_weather"  # nothing to compile
+
+
+def test_sampling_params_are_checked_by_sglang(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        _ask(client, temperature=-0.1)
+    assert info.value.status_code == 400
+    assert info.value.body["message"] == "temperature must be a non-negative finite number, got -0.1."
+    with pytest.raises(openai.BadRequestError, match=re.escape("top_p must be in (0, 1], got 0.0.")):
+        _ask(client, top_p=0)
+    with pytest.raises(openai.BadRequestError, match=re.escape("presence_penalty must be in [-2, 2], got 2.5.")):
+        _ask(client, presence_penalty=2.5)
+    with pytest.raises(openai.BadRequestError, match="temperature must be a non-negative"):  # before the stream
+        _streamed(client, temperature=-1)
+    with pytest.raises(openai.BadRequestError, match="maximum context length of 262144 tokens"):
+        _ask(client, max_tokens=300000)
+    assert _ask(client, temperature=0, top_p=1, max_tokens=16).choices[0].finish_reason in ("stop", "length")
+
+
+def test_n_samples_come_back_as_n_choices(client: openai.OpenAI) -> None:
+    resp = _ask(client, "Tell me about Paris", n=2, extra_body=OFF)
+    assert [c.index for c in resp.choices] == [0, 1]
+    assert resp.choices[0].message.content == resp.choices[1].message.content  # the scripted model is deterministic
+    single = _ask(client, "Tell me about Paris", extra_body=OFF)
+    assert resp.usage.completion_tokens == 2 * single.usage.completion_tokens
+    texts: dict[int, str] = {}
+    for chunk in client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Tell me"}],
+                                                n=2, stream=True, extra_body=OFF):
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+    assert sorted(texts) == [0, 1] and texts[0] == texts[1] != ""
+
+
+def test_stop_strings_end_and_trim_the_answer(client: openai.OpenAI) -> None:
+    full = _ask(client, "Tell me about Paris", extra_body=OFF).choices[0].message.content
+    word = full.split()[3]
+    cut = _ask(client, "Tell me about Paris", stop=[word], extra_body=OFF).choices[0]
+    assert cut.finish_reason == "stop" and cut.message.content == full[:full.index(word)]
+    kept = _ask(client, "Tell me about Paris", stop=[word], extra_body={**OFF, "no_stop_trim": True}).choices[0]
+    assert kept.message.content == full[:full.index(word) + len(word)]
+    pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Tell me about Paris"}], stop=[word], stream=True,
+        extra_body=OFF) if c.choices]
+    assert "".join(pieces) == full[:full.index(word)]  # held back while it could be the stop string, never leaked
+    with pytest.raises(openai.BadRequestError, match="stop strings are allowed"):
+        _ask(client, stop=[f"s{i}" for i in range(33)])  # SGLang allows 32
