@@ -265,3 +265,11 @@ def test_agentic_prompts_one_tool_per_named_action_and_files_in_turn() -> None:
     (_, args), = calls('Write the file "service/limits.py" with a rate limiter class', tools)
     assert args["path"] == "service/limits.py" and args["content"] != "service/limits.py"
     assert calls("Summarise the architecture of this service for a new contributor.", tools) == []
+
+
+def test_forced_choice_includes_tools_declared_in_system_messages() -> None:
+    messages = [{"role": "system", "content": "", "tools": [WEATHER]},
+                {"role": "user", "content": "what is the weather in beijing?"}]
+    text = generate(Turn(messages, [], "required"))
+    assert [n for n, _, _ in CALL.findall(text)] == ["get_weather"]  # SGLang's grammar would force one of them
+    assert SECTION_BEGIN not in generate(Turn(messages, [], "auto"))  # K2.5's template never shows them the model

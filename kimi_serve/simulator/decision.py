@@ -70,11 +70,18 @@ _CJK_COMMON = sorted((
 ), key=len, reverse=True)
 
 
-def offered(tools: list[dict[str, Any]], tool_choice: Any) -> list[dict[str, Any]]:
-    """The functions the model may call under ``tool_choice`` (empty: it answers in text)."""
-    functions = [t["function"] for t in tools if t.get("type", "function") == "function" and t.get("function")]
+def offered(tools: list[dict[str, Any]], tool_choice: Any,
+            messages: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The functions the model may call under ``tool_choice`` (empty: it answers in text). Kimi-K2.5's template shows
+    the model only the request's tools; under "required" or a named function SGLang's grammar forces a call among its
+    effective tools, which add those declared in root/system/developer messages, so the forced call may be one of
+    those."""
     if tool_choice == "none":
         return []
+    if tool_choice == "required" or isinstance(tool_choice, dict):
+        tools = tools + [t for m in messages or [] if m.get("role") in ("root", "system", "developer")
+                         and isinstance(m.get("tools"), list) for t in m["tools"] if isinstance(t, dict)]
+    functions = [t["function"] for t in tools if t.get("type", "function") == "function" and t.get("function")]
     if isinstance(tool_choice, dict):
         wanted = (tool_choice.get("function") or {}).get("name")
         return [f for f in functions if f.get("name") == wanted] or functions

@@ -50,7 +50,7 @@ def generate(turn: Turn) -> str:
     prompt = _last_user_text(turn.messages)
     min_chars = _min_chars(prompt)
     sequence = _sequence(prompt)
-    functions = decision.offered(turn.tools, turn.tool_choice)
+    functions = decision.offered(turn.tools, turn.tool_choice, turn.messages)
     if last.get("role") == "tool":
         result = _text_of(last.get("content"))
         reasoning = "The tool returned its result. I will summarize it for the user."
