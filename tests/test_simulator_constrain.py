@@ -127,6 +127,17 @@ def test_json_schema_answers_are_valid_against_the_schema(client: openai.OpenAI,
     assert finish == "stop"
 
 
+def test_formats_and_patterns_come_back_valid(client: openai.OpenAI) -> None:
+    schema = {"type": "object", "properties": {
+        "email": {"type": "string", "format": "email"}, "when": {"type": "string", "format": "date"},
+        "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"}, "note": {"type": "string", "minLength": 40}},
+        "required": ["email", "when", "code", "note"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "f", "strict": True, "schema": schema}}
+    value = json.loads(_ask(client, "hello", response_format=fmt).choices[0].message.content)
+    jsonschema.validate(value, schema, format_checker=jsonschema.FormatChecker())
+    assert re.fullmatch(r"[A-Z]{2}-[0-9]{3}", value["code"]) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value["when"])
+
+
 def test_regex_and_ebnf_constraints_decide_the_text(client: openai.OpenAI) -> None:
     digits = _ask(client, extra_body={"regex": "[0-9]{3}", **OFF}).choices[0].message.content
     assert re.fullmatch(r"[0-9]{3}", digits), digits
@@ -210,3 +221,22 @@ def test_stop_strings_end_and_trim_the_answer(client: openai.OpenAI) -> None:
     assert "".join(pieces) == full[:full.index(word)]  # held back while it could be the stop string, never leaked
     with pytest.raises(openai.BadRequestError, match="stop strings are allowed"):
         _ask(client, stop=[f"s{i}" for i in range(33)])  # SGLang allows 32
+
+
+def _generate(client: openai.OpenAI, body: dict) -> object:
+    base = str(client.base_url).rstrip("/").removesuffix("/v1")
+    req = urllib.request.Request(base + "/generate", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def test_native_generate_n_samples_and_stop_token_ids(client: openai.OpenAI) -> None:
+    prompt = "<|im_user|>user<|im_middle|>Tell me about Paris<|im_end|><|im_assistant|>assistant<|im_middle|>"
+    samples = _generate(client, {"text": prompt, "sampling_params": {"n": 2, "max_new_tokens": 64}})
+    assert isinstance(samples, list) and len(samples) == 2 and samples[0]["text"] == samples[1]["text"]
+    first = samples[0]
+    stop_id = first["output_ids"][5]
+    cut = _generate(client, {"text": prompt, "sampling_params": {"max_new_tokens": 64, "stop_token_ids": [stop_id]}})
+    assert cut["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_id}
+    assert cut["output_ids"] == first["output_ids"][:first["output_ids"].index(stop_id) + 1]

@@ -11,7 +11,8 @@ SGLang's: ``--grammar-backend none`` aborts the request with its message, a gram
 Decoding then works like a sampler under the vocab mask, deterministically: the scripted model's intended token is
 taken while the grammar allows it (the mask is SGLang's ``fill_vocab_mask``; the token goes through
 ``accept_token``); from the first token it rejects on, a deterministic choice among the allowed tokens: a stop token,
-else the grammar's forced continuation (``try_jump_forward``), else a closing ``"``, ``}``, ``]``, a ``0``, else the
+else the grammar's forced continuation (``try_jump_forward``), else the first allowed of a short list (inside a JSON
+string its closing ``"``, then what common formats need; outside one ``}``, ``]``, ``"``, ``,``, ``0``), else the
 smallest allowed non-whitespace id. Generation ends when the grammar terminates (it accepts a stop token) or at
 ``max_new_tokens``, as in SGLang. Runs inside the SGLang venv.
 """
@@ -30,8 +31,9 @@ from kimi_serve.simulator import model as scripted
 
 _CONSTRAINTS = ("json_schema", "regex", "ebnf", "structural_tag")
 # The deterministic choice once the grammar has rejected the intended token: close what is open, move on to the next
-# item, then the characters that complete common string formats (numbers, e-mails, dates, URIs).
-_PREFERRED = ('"', "}", "]", ",", "0", "@", ".", "a", "-", ":")
+# item; in strings, the characters that complete common formats (e-mails, dates, times, URIs, patterns).
+_PREFERRED = ('"', "@", "a", ".", "0", "-", ":")  # inside a JSON string: close it, else what formats need
+_PREFERRED_OUTSIDE = ("}", "]", '"', ",", "0", "-")  # outside one: close the object/array, else the next item
 _REPEAT_LIMIT = 16  # the same fallback token this many times in a row: try the next candidate (no endless "!!!!")
 _CALL = re.compile(re.escape(scripted.CALL_BEGIN) + r"functions\.(.+?):\d+" + re.escape(scripted.ARG_BEGIN)
                    + r"(.*?)" + re.escape(scripted.CALL_END), re.S)
@@ -77,6 +79,7 @@ class Constrainer:
         self.stop_order = [im_end, *sorted(set(model_config.hf_eos_token_id or ()) - {im_end})]
         self.stop_ids = frozenset(self.stop_order)
         self._prefer: list[int] = []
+        self._prefer_outside: list[int] = []
         self._blank: dict[int, bool] = {}
 
     def prepare(self) -> Any:
@@ -107,10 +110,8 @@ class Constrainer:
         manager._enable_strict_thinking = backend.enable_strict_thinking if backend is not None else False
         manager.scheduler = types.SimpleNamespace(model_config=self.model_config)
         manager.grammar_queue = []
-        for text in _PREFERRED:
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
-            if len(ids) == 1:
-                self._prefer.append(ids[0])
+        self._prefer = self._single_tokens(_PREFERRED)
+        self._prefer_outside = self._single_tokens(_PREFERRED_OUTSIDE)
         return manager
 
     @staticmethod
@@ -146,6 +147,8 @@ class Constrainer:
         mask = grammar.allocate_vocab_mask(self.vocab_size, 1, "cpu")
         out: list[int] = []
         following = True
+        quotes = _Quotes()
+        active = getattr(grammar, "_grammar_active", None)  # ReasonerGrammarObject: False while reasoning
         while limit is None or len(out) < limit:
             if mask is not None:
                 mask.fill_(-1)  # all allowed: the reasoning phase leaves the row as it is
@@ -156,7 +159,9 @@ class Constrainer:
                 following = False
                 tail = out[-_REPEAT_LIMIT:]
                 avoid = tail[0] if len(tail) == _REPEAT_LIMIT and len(set(tail)) == 1 else None
-                want = self._choose(grammar, row, avoid)
+                want = self._choose(grammar, row, avoid, quotes.inside)
+            if active is None or active():
+                quotes.feed(self.tokenizer.decode([want], skip_special_tokens=False))
             grammar.accept_token(want)
             if want in self.stop_ids:
                 return out, want
@@ -165,11 +170,15 @@ class Constrainer:
                 return out[:-1], want
         return out, None
 
+    def _single_tokens(self, texts: tuple[str, ...]) -> list[int]:
+        ids = [self.tokenizer.encode(text, add_special_tokens=False) for text in texts]
+        return [int(i[0]) for i in ids if len(i) == 1]
+
     @staticmethod
     def _allowed(row: Any, token: int) -> bool:
         return row is None or bool((int(row[token >> 5]) >> (token & 31)) & 1)
 
-    def _choose(self, grammar: Any, row: Any, avoid: int | None = None) -> int:
+    def _choose(self, grammar: Any, row: Any, avoid: int | None = None, in_string: bool = True) -> int:
         for stop in self.stop_order:
             if self._allowed(row, stop):
                 return stop
@@ -179,7 +188,7 @@ class Constrainer:
             ids = self.tokenizer.encode(text, add_special_tokens=False) if text else []
             if ids and self._allowed(row, ids[0]):
                 return int(ids[0])
-        for token in self._prefer:
+        for token in self._prefer if in_string else self._prefer_outside:
             if token != avoid and self._allowed(row, token):
                 return token
         allowed = self._allowed_ids(row)
@@ -200,6 +209,23 @@ class Constrainer:
         if token not in self._blank:
             self._blank[token] = not self.tokenizer.decode([token], skip_special_tokens=False).strip()
         return self._blank[token]
+
+
+class _Quotes:
+    """Whether the constrained output so far is inside a JSON string (unescaped quotes counted)."""
+
+    def __init__(self) -> None:
+        self.inside = False
+        self._escaped = False
+
+    def feed(self, text: str) -> None:
+        for ch in text:
+            if self._escaped:
+                self._escaped = False
+            elif ch == "\\" and self.inside:
+                self._escaped = True
+            elif ch == '"':
+                self.inside = not self.inside
 
 
 def scripted_stop_id(tokenizer: Any) -> int:
@@ -249,10 +275,18 @@ def sketch(schema: Any, answer: str, depth: int = 0) -> Any:
     if kind == "array":
         return [sketch(schema.get("items", {}), answer, depth + 1) for _ in range(max(1, schema.get("minItems", 1)))]
     if kind in ("integer", "number"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
+        low = schema.get("minimum", schema.get("exclusiveMinimum")) or 0
         return int(low) + (1 if "exclusiveMinimum" in schema else 0) if kind == "integer" else float(low)
     if kind == "boolean":
         return True
     if kind == "null":
         return None
-    return answer
+    if schema.get("format") in _FORMATS:
+        return _FORMATS[schema["format"]]
+    text = answer[: schema["maxLength"]] if isinstance(schema.get("maxLength"), int) else answer
+    return text.ljust(int(schema.get("minLength") or 0), ".")
+
+
+_FORMATS = {"email": "user@example.com", "date": "2026-01-01", "date-time": "2026-01-01T00:00:00Z",
+            "time": "00:00:00Z", "uri": "https://example.com/", "uuid": "00000000-0000-4000-8000-000000000000",
+            "ipv4": "127.0.0.1", "ipv6": "::1", "hostname": "example.com"}

@@ -35,6 +35,14 @@ IGNORE_EOS_FILLER = " The simulated model keeps decoding because ignore_eos is s
 CHAT_REQUEST_KEY = "kimi_serve_chat_request"  # where the HTTP layer leaves the parsed request on raw_request.state
 
 
+def normalize_once(obj: Any) -> None:
+    """SGLang's ``normalize_batch_and_arguments`` (what ``TokenizerManager.generate_request`` does first), once: a
+    second call on a request it turned into parallel samples (``n`` > 1) fails."""
+    if not obj.__dict__.get("_kimi_serve_normalized"):
+        obj.normalize_batch_and_arguments()
+        obj.__dict__["_kimi_serve_normalized"] = True
+
+
 def step_delay() -> float | None:
     """A fixed step time (KIMI_SERVE_SIM_STEP_SECONDS), or None: the performance model times the steps."""
     value = os.environ.get(SIM_STEP_ENV)
@@ -83,7 +91,7 @@ class ScriptedTokenizerManager:
         """As ``TokenizerManager.generate_request``: SGLang's own normalization first (defaults, rids, ``n`` > 1 as
         parallel samples of one prompt), then per sample SGLang's checks (:mod:`.validate`), the scripted text,
         constrained by SGLang's grammar backend when the sampling params carry a grammar (:mod:`.constrain`)."""
-        obj.normalize_batch_and_arguments()
+        normalize_once(obj)
         request = getattr(getattr(raw_request, "state", None), CHAT_REQUEST_KEY, None)
         if obj.is_single:
             async for out in self._generate_one(obj, request, obj):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import types
 from typing import Any
 
-
 _METHODS = ("_validate_one_request", "_validate_joint_schema_request", "_validate_token_ids_logprob",
             "_validate_for_matryoshka_dim")
 
@@ -43,7 +42,7 @@ class RequestChecks:
         """SGLang's checks for one tokenized request; its normalized, verified ``SamplingParams``."""
         from sglang.srt.sampling.sampling_params import SamplingParams
 
-        self._validate_one_request(obj, input_ids)  # may lower max_new_tokens (auto-truncate), as SGLang
+        self._validate_one_request(obj, input_ids)  # type: ignore[attr-defined]  # bound in __init__; may lower max_new_tokens (auto-truncate), as SGLang
         kwargs = {**self.preferred_sampling_params, **obj.sampling_params}
         params = SamplingParams(**kwargs)
         params.normalize(self.tokenizer)
