@@ -273,3 +273,20 @@ def test_forced_choice_includes_tools_declared_in_system_messages() -> None:
     text = generate(Turn(messages, [], "required"))
     assert [n for n, _, _ in CALL.findall(text)] == ["get_weather"]  # SGLang's grammar would force one of them
     assert SECTION_BEGIN not in generate(Turn(messages, [], "auto"))  # K2.5's template never shows them the model
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"a": {"type": "number", "multipleOf": "x"}}, "required": ["a"]},
+    {"type": "object", "properties": {"a": {"type": "string", "pattern": "(["}}, "required": ["a"]},
+    {"type": "object", "properties": {"a": {"type": "string", "pattern": "^a{1000000}$"}}, "required": ["a"]},
+    {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}, "required": ["a"]},
+    {"$defs": {"n": {"type": "object", "properties": {"c": {"$ref": "#/$defs/n"}}, "required": ["c"]}},
+     "type": "object", "properties": {"r": {"$ref": "#/$defs/n"}}, "required": ["r"]},  # no way out: bounded depth
+    {"type": "object", "properties": {"a": {"type": "integer", "minimum": 5, "maximum": 1}}, "required": ["a"]},
+    {"type": "object", "properties": [], "required": "a"},
+    {"$ref": "#"},
+])
+def test_unusual_or_unsatisfiable_schemas_still_get_a_call(schema: dict[str, Any]) -> None:
+    text = generate(Turn([{"role": "user", "content": ASK}], [tool("submit", schema)], "required"))
+    (name, _, args), = CALL.findall(text)
+    assert name == "submit" and isinstance(json.loads(args), dict)

@@ -18,6 +18,7 @@ Deterministic: the same request always gives the same text. Rules:
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,8 @@ from typing import Any
 from kimi_serve.simulator import decision
 from kimi_serve.simulator.schema_strings import FILLER, clip, pad  # noqa: F401 - FILLER: engine.py's filler text
 from kimi_serve.simulator.schema_values import Values, long_text_key
+
+logger = logging.getLogger("kimi_serve.simulator")
 
 THINK_END = "</think>"
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
@@ -121,7 +124,14 @@ def arguments(schema: dict[str, Any], prompt: str, hints: list[str], min_chars: 
     combined = any(k in schema for k in ("$ref", "anyOf", "oneOf", "allOf"))
     root = schema if schema.get("type") or combined else {**schema, "type": "object"}
     gen = Values(root, prompt)
-    value = gen.value(root, "arguments", hints, min_chars)
+    try:
+        value = gen.value(root, "arguments", hints, min_chars)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError, OverflowError) as exc:
+        # a schema shape the generator does not expect (SGLang has already checked it against the metaschema):
+        # empty arguments, as a model that gives up would send, rather than a failed request
+        logger.warning("simulated arguments: the schema could not be filled (%s: %s); sending {}",
+                       type(exc).__name__, exc)
+        return {}
     if not isinstance(value, dict):
         return {}
     props = gen.flat(root).get("properties") or {}

@@ -21,6 +21,7 @@ except ImportError:  # Python < 3.11 names them sre_constants / sre_parse
     _c = importlib.import_module("sre_constants")
     _p = importlib.import_module("sre_parse")
 
+_MAX_REPEAT = 10_000  # a pattern that needs more repetitions than this gets no example (the caller falls back)
 _PREFERRED = "example0123456789EXAMPLEbcdfghijkmnoqrstuvwyz_-. "
 _CATEGORY = {
     _c.CATEGORY_DIGIT: "1", _c.CATEGORY_NOT_DIGIT: "a", _c.CATEGORY_SPACE: " ", _c.CATEGORY_NOT_SPACE: "a",
@@ -93,6 +94,8 @@ class _Walker:
             return self.seq(list(av))
         if op in (_c.MAX_REPEAT, _c.MIN_REPEAT) or op is getattr(_c, "POSSESSIVE_REPEAT", None):
             low, high, body = av
+            if low > _MAX_REPEAT:
+                raise _Impossible("repeat too long")
             count = low
             room = (high - low) if high is not _c.MAXREPEAT else self.extra
             grow = min(self.extra, room)

@@ -151,6 +151,7 @@ def number_value(schema: dict[str, Any], prompt: str, integer: bool, variant: in
     lo, lo_open = _bound(schema, "minimum", "exclusiveMinimum")
     hi, hi_open = _bound(schema, "maximum", "exclusiveMaximum")
     step = schema.get("multipleOf")
+    step = float(step) if isinstance(step, (int, float)) and not isinstance(step, bool) and step > 0 else None
     found = [float(x) for x in _NUMBER.findall(prompt)]
     base: list[float] = list(found)
     if lo is not None:
