@@ -290,3 +290,13 @@ def test_unusual_or_unsatisfiable_schemas_still_get_a_call(schema: dict[str, Any
     text = generate(Turn([{"role": "user", "content": ASK}], [tool("submit", schema)], "required"))
     (name, _, args), = CALL.findall(text)
     assert name == "submit" and isinstance(json.loads(args), dict)
+
+
+@pytest.mark.parametrize("prompt, expected", [
+    ("Return the weather of Beijing as JSON. The response must contain a key named 'city'.", {"city": "Beijing"}),
+    ('请以JSON格式返回北京的天气，包含字段"city"', {"city": "北京"}),
+])
+def test_an_answer_asked_for_as_json_is_a_json_object_with_the_named_keys(prompt: str, expected: dict) -> None:
+    answer = generate(Turn([{"role": "user", "content": prompt}], [])).partition(THINK_END)[2]
+    assert json.loads(answer) == expected
+    assert "{" not in generate(Turn([{"role": "user", "content": "Explain what JSON is"}], [])).partition(THINK_END)[2]

@@ -170,3 +170,10 @@ def test_parallel_calls_when_asked_with_their_own_values(client: openai.OpenAI, 
     assert [(n, json.loads(a)) for n, a in found] == [("get_weather", {"city": "Paris"}),
                                                       ("get_weather", {"city": "London"})]
     assert finish == "tool_calls"
+
+
+def test_json_object_answer_keeps_the_keys_the_prompt_names(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(model=MODEL, response_format={"type": "json_object"}, messages=[
+        {"role": "user", "content": "Return the weather of Beijing as JSON. The response must contain a key named "
+                                    "'city'."}])
+    assert json.loads(r.choices[0].message.content or "") == {"city": "Beijing"} and r.choices[0].finish_reason == "stop"

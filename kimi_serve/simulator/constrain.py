@@ -249,7 +249,18 @@ def intended_text(text: str, params: Any) -> str:
     if calls and isinstance(schema, dict) and schema.get("type") == "array":
         body = ", ".join(f'{{"name": {json.dumps(n)}, "parameters": {a}}}' for n, a in calls)
         return f"{prefix}[{body}]"
+    if _is_instance(answer, schema):  # the scripted model already answered in JSON (asked to): keep it
+        return text
     return prefix + json.dumps(sketch(schema, answer.strip()), ensure_ascii=False)
+
+
+def _is_instance(answer: str, schema: Any) -> bool:
+    import jsonschema
+
+    try:
+        return bool(jsonschema.Draft202012Validator(schema).is_valid(json.loads(answer)))
+    except (ValueError, TypeError, jsonschema.exceptions.SchemaError, RecursionError):
+        return False
 
 
 def sketch(schema: Any, answer: str, depth: int = 0) -> Any:

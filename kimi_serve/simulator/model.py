@@ -70,8 +70,30 @@ def generate(turn: Turn) -> str:
         return _with_reasoning(turn.thinking, reasoning, lead) + _tool_section(calls, _history_calls(turn.messages))
     why = "The user asks me not to use tools" if functions and decision.declines(prompt) else "No tool is needed"
     reasoning = f"The user asks: {clip(prompt, 160)} {why}; I will answer directly."
-    answer = sequence or f"Here is a direct answer to your request: {clip(prompt, 200)}"
+    answer = sequence or json_answer(prompt) or f"Here is a direct answer to your request: {clip(prompt, 200)}"
     return _with_reasoning(turn.thinking, reasoning, pad(answer, min_chars))
+
+
+_ASKS_JSON = re.compile(r"\b(?:as|in|with|return|returns|respond|reply|output|answer|give)\s+(?:only\s+)?(?:an?\s+)?"
+                        r"(?:valid\s+|compact\s+)?json\b|\bjson\s+(?:object|format|only)\b|json\s*格式|以\s*json",
+                        re.IGNORECASE)
+_JSON_KEYS = re.compile(r"(?:\b(?:keys?|fields?|propert(?:y|ies)|attributes?)\b|字段|键|属性)"
+                        r"((?:\s*(?:named|called|,|and|:)?\s*[\"'`][^\"'`]+[\"'`])+)", re.IGNORECASE)
+
+
+def json_answer(prompt: str) -> str | None:
+    """The answer as a JSON object when the prompt asks for JSON ("as JSON", "JSON object", "json格式"): the keys it
+    names ("a key named 'city'"), values from the prompt (Beijing); None when it does not ask for JSON."""
+    if not _ASKS_JSON.search(prompt):
+        return None
+    keys = [k for m in _JSON_KEYS.finditer(prompt) for k in re.findall(r"[\"'`]([^\"'`]+)[\"'`]", m.group(1))]
+    keys = list(dict.fromkeys(keys)) or ["answer"]
+    hints = [h for h in decision.candidates(prompt) if h not in keys and h.lower() != "json"]
+    if keys == ["answer"]:
+        return json.dumps({"answer": f"Here is a direct answer to your request: {clip(prompt, 200)}"},
+                          ensure_ascii=False)
+    schema = {"type": "object", "properties": {k: {"type": "string"} for k in keys}, "required": keys}
+    return json.dumps(arguments(schema, prompt, hints), ensure_ascii=False)
 
 
 def _with_reasoning(thinking: bool, reasoning: str, content: str) -> str:
