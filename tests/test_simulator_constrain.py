@@ -148,6 +148,9 @@ def test_regex_and_ebnf_constraints_decide_the_text(client: openai.OpenAI) -> No
 def test_required_and_named_tool_choice_force_the_call(client: openai.OpenAI) -> None:
     required = _ask(client, "Hello there", tools=[WEATHER, CLOCK], tool_choice="required").choices[0]
     assert required.finish_reason == "tool_calls" and required.message.tool_calls
+    direct = _ask(client, "What is the weather in Paris?", tools=[WEATHER, CLOCK], tool_choice="required",
+                  max_tokens=300, extra_body=OFF).choices[0]  # the grammar from the first token: no preface
+    assert direct.finish_reason == "tool_calls" and direct.message.tool_calls[0].function.name == "get_weather"
     named = _ask(client, "What is the weather in Paris?", tools=[WEATHER, CLOCK],
                  tool_choice={"type": "function", "function": {"name": "get_time"}}).choices[0]
     assert [c.function.name for c in named.message.tool_calls] == ["get_time"]

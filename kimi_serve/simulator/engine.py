@@ -137,7 +137,9 @@ class ScriptedTokenizerManager:
             grammar = None
         if grammar is not None:
             intended = self.tokenizer.encode(intended_text(text, params), add_special_tokens=False)
-            ids, matched = await asyncio.to_thread(self.constrainer.decode, grammar, intended, limit)
+            # no max_tokens: the scheduler's bound, what the context leaves (a grammar may never end on its own)
+            bound = limit if limit is not None else max(0, self.checks.context_len - len(prompt_ids))
+            ids, matched = await asyncio.to_thread(self.constrainer.decode, grammar, intended, bound)
         else:
             ids = self.tokenizer.encode(text, add_special_tokens=False)
             if params.ignore_eos and limit:  # benchmarks: no stop token, generate exactly max_new_tokens
