@@ -177,3 +177,15 @@ def test_json_object_answer_keeps_the_keys_the_prompt_names(client: openai.OpenA
         {"role": "user", "content": "Return the weather of Beijing as JSON. The response must contain a key named "
                                     "'city'."}])
     assert json.loads(r.choices[0].message.content or "") == {"city": "Beijing"} and r.choices[0].finish_reason == "stop"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_required_call_with_emoji_property_names(client: openai.OpenAI, mode: str) -> None:
+    # under tool_choice required the call goes through SGLang's grammar; the grammar's forced continuation may end
+    # inside a multi-byte character, which must not fail the request
+    schema = wrapped({"type": "object", "additionalProperties": False, "required": ["🧑🏾‍🤝‍🧑🏾", "abc😊"],
+                      "properties": {"🧑🏾‍🤝‍🧑🏾": {"type": "string"}, "abc😊": {"type": "string"}}})
+    tools = [{"type": "function", "function": {"name": "submit", "parameters": schema, "strict": True}}]
+    found, _, finish = ask(client, mode, ASK, tools, "required")
+    assert [n for n, _ in found] == ["submit"] and finish == "tool_calls"
+    jsonschema.validate(json.loads(found[0][1]), schema)

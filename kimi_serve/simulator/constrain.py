@@ -189,9 +189,12 @@ class Constrainer:
         for stop in self.stop_order:
             if self._allowed(row, stop):
                 return stop
-        forced = grammar.try_jump_forward(self.tokenizer)
+        try:
+            forced = grammar.try_jump_forward(self.tokenizer)
+            text = grammar.jump_forward_str_state(forced)[0] if forced else ""
+        except UnicodeDecodeError:  # the forced bytes end inside a multi-byte character (an emoji key): no jump
+            forced, text = None, ""
         if forced:
-            text = grammar.jump_forward_str_state(forced)[0]
             ids = self.tokenizer.encode(text, add_special_tokens=False) if text else []
             if ids and self._allowed(row, ids[0]):
                 return int(ids[0])
