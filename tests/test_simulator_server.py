@@ -222,7 +222,7 @@ def test_max_tokens_gives_finish_length(client: openai.OpenAI) -> None:
 def test_without_parsers_raw_tokens_and_think_tag_in_content(raw_server: launcher.Simulator) -> None:
     c = openai.OpenAI(base_url=raw_server.base_url + "/v1", api_key="unused", max_retries=0, timeout=60)
     r = c.chat.completions.create(model=MODEL, tools=[GLOB],
-                                  messages=[{"role": "user", "content": "List the top-level dirs"}]).choices[0]
+                                  messages=[{"role": "user", "content": "List the files matching \"*\""}]).choices[0]
     assert not r.message.tool_calls and r.finish_reason == "stop"
     assert "</think><|tool_calls_section_begin|><|tool_call_begin|>functions.glob:0<|tool_call_argument_begin|>" \
         in r.message.content and r.message.content.endswith("<|tool_call_end|><|tool_calls_section_end|>")

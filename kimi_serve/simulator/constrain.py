@@ -189,9 +189,12 @@ class Constrainer:
         for stop in self.stop_order:
             if self._allowed(row, stop):
                 return stop
-        forced = grammar.try_jump_forward(self.tokenizer)
+        try:
+            forced = grammar.try_jump_forward(self.tokenizer)
+            text = grammar.jump_forward_str_state(forced)[0] if forced else ""
+        except UnicodeDecodeError:  # the forced bytes end inside a multi-byte character (an emoji key): no jump
+            forced, text = None, ""
         if forced:
-            text = grammar.jump_forward_str_state(forced)[0]
             ids = self.tokenizer.encode(text, add_special_tokens=False) if text else []
             if ids and self._allowed(row, ids[0]):
                 return int(ids[0])
@@ -256,7 +259,18 @@ def intended_text(text: str, params: Any) -> str:
     if calls and isinstance(schema, dict) and schema.get("type") == "array":
         body = ", ".join(f'{{"name": {json.dumps(n)}, "parameters": {a}}}' for n, a in calls)
         return f"{prefix}[{body}]"
+    if _is_instance(answer, schema):  # the scripted model already answered in JSON (asked to): keep it
+        return text
     return prefix + json.dumps(sketch(schema, answer.strip()), ensure_ascii=False)
+
+
+def _is_instance(answer: str, schema: Any) -> bool:
+    import jsonschema
+
+    try:
+        return bool(jsonschema.Draft202012Validator(schema).is_valid(json.loads(answer)))
+    except (ValueError, TypeError, jsonschema.exceptions.SchemaError, RecursionError):
+        return False
 
 
 def sketch(schema: Any, answer: str, depth: int = 0) -> Any:
