@@ -88,13 +88,9 @@ def _print_fleet_plan(fleet: Fleet, systemd: Systemd, as_json: bool) -> int:
     for _, plan in fleet.members:
         typer.echo(f"# {plan.paths.unit_file}")
         typer.echo(plan.unit.text)
-    typer.echo("dry run: nothing was changed; install-service would:")
-    for i, action in enumerate(actions, 1):
-        typer.echo(f"  {i}. {action}")
-    if bad:
-        typer.echo(f"on this host, {len(bad)} check(s) would fail (install-service would refuse):")
-        for f in bad:
-            typer.echo(f"  FAIL [{f.layer}] {f.line()}")
+    from kimi_serve.commands.service_cmds import print_dry_run_plan
+
+    print_dry_run_plan(actions, bad)
     return code
 
 

@@ -148,6 +148,13 @@ def _print_plan(plan: Plan, actions: list[str], as_json: bool) -> int:
     typer.echo(f"# {plan.paths.unit_file}")
     typer.echo(plan.unit.text, nl=False)
     typer.echo(f"\nsecret file: {secret_note}")
+    print_dry_run_plan(actions, bad)
+    return code
+
+
+def print_dry_run_plan(actions: list[str], bad: list[Any]) -> None:
+    """install-service --dry-run's tail, for one unit and for a deployment: the numbered actions, then the failing
+    host checks that would make it refuse."""
     typer.echo("dry run: nothing was changed; install-service would:")
     for i, action in enumerate(actions, 1):
         typer.echo(f"  {i}. {action}")
@@ -155,7 +162,6 @@ def _print_plan(plan: Plan, actions: list[str], as_json: bool) -> int:
         typer.echo(f"on this host, {len(bad)} check(s) would fail (install-service would refuse):")
         for f in bad:
             typer.echo(f"  FAIL [{f.layer}] {f.line()}")
-    return code
 
 
 def _unit_of(profile: str | None, unit_name: str | None) -> str:
