@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kimi_serve.patches import DEFAULT_SET
+from kimi_serve.patches.names import DEFAULT_SET
 
 if TYPE_CHECKING:
     from kimi_serve.patches import ChangeResult, PatchStatus

@@ -8,13 +8,37 @@ Modules: :mod:`.manifest` (what a set is, loading it), :mod:`.state` (status, re
 
 from __future__ import annotations
 
-from kimi_serve.patches.change import ChangeResult, apply, revert
-from kimi_serve.patches.manifest import DEFAULT_SET, MANIFEST, Patch, PatchSet, available_patch_sets, load_patch_set
-from kimi_serve.patches.state import FileState, PatchReport, PatchStatus, State, status
-from kimi_serve.patches.wheel import WheelCheck, cached_wheel, check_applies_to_wheel
+from typing import TYPE_CHECKING, Any
 
+# Names resolve on first use (PEP 562), so a command that only needs DEFAULT_SET for its --help does not load the
+# patch machinery (hashlib, subprocess, the journal) on the CLI's start-up path.
+_HOME = {
+    "ChangeResult": "change", "apply": "change", "revert": "change",
+    "DEFAULT_SET": "names", "MANIFEST": "manifest", "Patch": "manifest", "PatchSet": "manifest",
+    "available_patch_sets": "manifest", "load_patch_set": "manifest",
+    "FileState": "state", "PatchReport": "state", "PatchStatus": "state", "State": "state", "status": "state",
+    "WheelCheck": "wheel", "cached_wheel": "wheel", "check_applies_to_wheel": "wheel",
+}
 __all__ = [
     "DEFAULT_SET", "MANIFEST", "ChangeResult", "FileState", "Patch", "PatchReport", "PatchSet", "PatchStatus", "State",
     "WheelCheck", "apply", "available_patch_sets", "cached_wheel", "check_applies_to_wheel", "load_patch_set",
     "revert", "status",
 ]
+
+if TYPE_CHECKING:
+    from kimi_serve.patches.change import ChangeResult, apply, revert
+    from kimi_serve.patches.manifest import MANIFEST, Patch, PatchSet, available_patch_sets, load_patch_set
+    from kimi_serve.patches.names import DEFAULT_SET
+    from kimi_serve.patches.state import FileState, PatchReport, PatchStatus, State, status
+    from kimi_serve.patches.wheel import WheelCheck, cached_wheel, check_applies_to_wheel
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kimi_serve.patches' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"kimi_serve.patches.{module}"), name)
+    globals()[name] = value
+    return value

@@ -27,7 +27,6 @@ from kimi_serve.patches.files import (
     sha256_file,
 )
 
-DEFAULT_SET = "sglang-0.5.23-sm120"
 MANIFEST = "manifest.json"
 _SCHEMA = 1
 
