@@ -77,3 +77,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped, but KIMI_SERVE_NO_SKIP=1 requires every tier to run: {reason}"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """An install root with a user database: install-service creates service.user (kimi-serve) there for real
+    (useradd --prefix ROOT) when run as root; otherwise the account is pre-seeded with this user's uid."""
+    r = tmp_path / "root"
+    (r / "etc").mkdir(parents=True)
+    users = "root:x:0:0:root:/root:/bin/bash\n"
+    if os.geteuid() != 0:
+        users += f"kimi-serve:x:{os.getuid()}:{os.getgid()}::/var/lib/kimi-serve:/usr/sbin/nologin\n"
+    (r / "etc/passwd").write_text(users)
+    (r / "etc/group").write_text("root:x:0:\nvideo:x:44:\n")
+    return r

@@ -126,16 +126,6 @@ def _tree(root: Path) -> dict[str, bytes | str]:
     return out
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    r = tmp_path / "root"
-    (r / "etc").mkdir(parents=True)
-    users = "root:x:0:0:root:/root:/bin/bash\n"
-    if os.geteuid() != 0:
-        users += f"kimi-serve:x:{os.getuid()}:{os.getgid()}::/var/lib/kimi-serve:/usr/sbin/nologin\n"
-    (r / "etc/passwd").write_text(users)
-    (r / "etc/group").write_text("root:x:0:\nvideo:x:44:\n")
-    return r
 
 
 def test_install_status_uninstall_of_a_deployment_under_a_root(cli: Callable[..., object], root: Path,
