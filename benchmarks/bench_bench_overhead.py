@@ -32,8 +32,13 @@ def bare(python: str, endpoint: loadgen.Endpoint, workload, concurrency: int, re
     result = out / "bare.jsonl"
     result.unlink(missing_ok=True)
     argv = loadgen.command(python, endpoint, workload, concurrency, requests, result, seed=0)
-    subprocess.run(argv, env=loadgen.environment(os.environ, endpoint), check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    subprocess.run(
+        argv,
+        env=loadgen.environment(os.environ, endpoint),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return json.loads(result.read_text().splitlines()[-1])
 
 
@@ -46,8 +51,9 @@ def main(argv: list[str]) -> int:
     launch = launch_for(load_profile("sim"))
     port = launcher.free_port()
     args = launcher.with_flag(launcher.with_flag(list(launch.server_args), "--host", "127.0.0.1"), "--port", str(port))
-    sim = launcher.Simulator.start(launcher.command(python, args), launcher.environment(warmup=0.5),
-                                   f"http://127.0.0.1:{port}", work / "sim.log")
+    sim = launcher.Simulator.start(
+        launcher.command(python, args), launcher.environment(warmup=0.5), f"http://127.0.0.1:{port}", work / "sim.log"
+    )
     rows: list[tuple[str, float, float]] = []
     try:
         sim.wait_ready(300)
@@ -55,9 +61,16 @@ def main(argv: list[str]) -> int:
         workload = prepare("random", requests, work)
         for i in range(rounds):
             out = work / f"bench-{i}"
-            opts = BenchOptions(profile=f"bench-a{i}", against=f"bench-b{i}", concurrency=[concurrency],
-                                requests=requests, workload="random", repeat=1, out=out,
-                                hosts=[sim.base_url, sim.base_url])
+            opts = BenchOptions(
+                profile=f"bench-a{i}",
+                against=f"bench-b{i}",
+                concurrency=[concurrency],
+                requests=requests,
+                workload="random",
+                repeat=1,
+                out=out,
+                hosts=[sim.base_url, sim.base_url],
+            )
             shutil.copytree(work / "tokenizer-standin", out / "tokenizer-standin")
             report = run_bench(opts, lambda line: None)
             for name in (opts.profile, opts.against):
@@ -67,16 +80,16 @@ def main(argv: list[str]) -> int:
                 rows.append(("bare", b["output_throughput"], b["p99_itl_ms"]))
     finally:
         sim.stop()
-    print(f"simulator MODEL numbers (not measurements); concurrency {concurrency}, {requests} requests, random "
-          "1024/256")
+    print(
+        f"simulator MODEL numbers (not measurements); concurrency {concurrency}, {requests} requests, random 1024/256"
+    )
     print(f"{'run':<6} {'out tok/s':>10} {'p99 ITL ms':>11}")
     for kind, tok_s, itl in rows:
         print(f"{kind:<6} {tok_s:10.1f} {itl:11.2f}")
     a = mean(r[1] for r in rows if r[0] == "bench")
     b = mean(r[1] for r in rows if r[0] == "bare")
     diff = 100 * (a - b) / b
-    print(f"mean out tok/s: bench {a:.1f}, bare {b:.1f}: {diff:+.2f}% ({'within' if abs(diff) <= 3 else 'OUTSIDE'}"
-          " 3%)")
+    print(f"mean out tok/s: bench {a:.1f}, bare {b:.1f}: {diff:+.2f}% ({'within' if abs(diff) <= 3 else 'OUTSIDE'} 3%)")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -21,9 +21,11 @@ import subprocess
 import sys
 import time
 
-SERVING_LAYER = ("import sglang.srt.server_args, sglang.srt.entrypoints.openai.serving_chat, "
-                 "sglang.srt.entrypoints.openai.protocol, sglang.srt.parser.template_manager, "
-                 "sglang.srt.utils.auth, uvicorn, fastapi")
+SERVING_LAYER = (
+    "import sglang.srt.server_args, sglang.srt.entrypoints.openai.serving_chat, "
+    "sglang.srt.entrypoints.openai.protocol, sglang.srt.parser.template_manager, "
+    "sglang.srt.utils.auth, uvicorn, fastapi"
+)
 
 
 def timed(commands: list[list[str]], runs: int) -> list[float]:
@@ -50,9 +52,23 @@ def main() -> None:
     if not python:
         sys.exit("set KIMI_SERVE_SGLANG_PYTHON to the CPU SGLang venv's python (scripts/build-cpu-venv.sh)")
     load = os.getloadavg()[0]
-    imported, check = timed([[python, "-c", SERVING_LAYER],
-                             [sys.executable, "-m", "kimi_serve", "check", "--profile", args.profile, "--offline",
-                              "--contract", "--json"]], args.runs)
+    imported, check = timed(
+        [
+            [python, "-c", SERVING_LAYER],
+            [
+                sys.executable,
+                "-m",
+                "kimi_serve",
+                "check",
+                "--profile",
+                args.profile,
+                "--offline",
+                "--contract",
+                "--json",
+            ],
+        ],
+        args.runs,
+    )
     print(f"import SGLang's serving layer alone: {imported:.2f} s (median of {args.runs}, warm)")
     print(f"check --profile {args.profile} --offline --contract: {check:.2f} s (median of {args.runs}, warm)")
     print(f"ratio: {check / imported:.2f}x (goal <= 1.5x); load average at start {load:.1f} on {os.cpu_count()} CPUs")

@@ -51,8 +51,9 @@ def run(option: str, files: list[str], threads: int, prefetch_threads: int) -> t
     elif option == "multithread":
         it = wu.buffered_multi_thread_safetensors_weights_iterator(files, max_workers=threads)
     else:  # multithread+prefetch: prod's choice
-        it = wu.buffered_multi_thread_safetensors_weights_iterator(files, max_workers=threads, prefetch=True,
-                                                                    prefetch_num_threads=prefetch_threads)
+        it = wu.buffered_multi_thread_safetensors_weights_iterator(
+            files, max_workers=threads, prefetch=True, prefetch_num_threads=prefetch_threads
+        )
     start = time.monotonic()
     n = 0
     for _name, tensor in it:  # mmap-backed tensors are lazy: touch every page, as the copy to the GPU does
@@ -73,16 +74,19 @@ def main() -> None:
     args = ap.parse_args()
     files = shards(args.model, args.max_shards)
     total = sum(os.path.getsize(f) for f in files)
-    print(f"{len(files)} shard(s), {total / 1e9:.2f} GB; threads {args.threads}, prefetch threads "
-          f"{args.prefetch_threads}")
+    print(
+        f"{len(files)} shard(s), {total / 1e9:.2f} GB; threads {args.threads}, prefetch threads {args.prefetch_threads}"
+    )
     for option in args.options.split(","):
         runs = [("cold", True)] + ([("warm", False)] if args.warm else [])
         for label, cold in runs:
             if cold:
                 drop(files)
             secs, n = run(option, files, args.threads, args.prefetch_threads)
-            print(f"{option:22} {label}: {secs:7.2f}s  {total / secs / 1e9:6.2f} GB/s of shards  "
-                  f"({n / 1e9:.2f} GB of tensors)")
+            print(
+                f"{option:22} {label}: {secs:7.2f}s  {total / secs / 1e9:6.2f} GB/s of shards  "
+                f"({n / 1e9:.2f} GB of tensors)"
+            )
 
 
 if __name__ == "__main__":

@@ -19,25 +19,64 @@ import statistics
 import time
 from typing import Any
 
-FLAGS = ["--model-path", "/models/Kimi-K2.5", "--served-model-name", "kimi-k2.5", "--trust-remote-code", "--tp-size",
-         "8", "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2"]
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "population": {"type": "integer", "minimum": 1},
-                                           "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2}},
-          "required": ["name", "population", "tags"], "additionalProperties": False}
-TAG = {"type": "structural_tag", "format": {"type": "sequence", "elements": [
-    {"type": "const_string", "value": "<|tool_calls_section_begin|>"},
-    {"type": "tag", "begin": "<|tool_call_begin|>functions.get_weather:", "content": {"type": "sequence", "elements": [
-        {"type": "regex", "pattern": "\\d+"}, {"type": "const_string", "value": "<|tool_call_argument_begin|>"},
-        {"type": "json_schema", "json_schema": {"type": "object"}, "style": "json"}]}, "end": "<|tool_call_end|>"},
-    {"type": "const_string", "value": "<|tool_calls_section_end|>"}]}}
+FLAGS = [
+    "--model-path",
+    "/models/Kimi-K2.5",
+    "--served-model-name",
+    "kimi-k2.5",
+    "--trust-remote-code",
+    "--tp-size",
+    "8",
+    "--tool-call-parser",
+    "kimi_k2",
+    "--reasoning-parser",
+    "kimi_k2",
+]
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "population": {"type": "integer", "minimum": 1},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2},
+    },
+    "required": ["name", "population", "tags"],
+    "additionalProperties": False,
+}
+TAG = {
+    "type": "structural_tag",
+    "format": {
+        "type": "sequence",
+        "elements": [
+            {"type": "const_string", "value": "<|tool_calls_section_begin|>"},
+            {
+                "type": "tag",
+                "begin": "<|tool_call_begin|>functions.get_weather:",
+                "content": {
+                    "type": "sequence",
+                    "elements": [
+                        {"type": "regex", "pattern": "\\d+"},
+                        {"type": "const_string", "value": "<|tool_call_argument_begin|>"},
+                        {"type": "json_schema", "json_schema": {"type": "object"}, "style": "json"},
+                    ],
+                },
+                "end": "<|tool_call_end|>",
+            },
+            {"type": "const_string", "value": "<|tool_calls_section_end|>"},
+        ],
+    },
+}
 CASES: dict[str, tuple[dict[str, Any], str]] = {
     "json_object": ({"json_schema": json.dumps({"type": "object"})}, '{"answer": "Paris is the capital of France."}'),
-    "json_schema": ({"json_schema": json.dumps(SCHEMA)},
-                    '{"name": "Paris", "population": 2100000, "tags": ["a", "b"]}'),
+    "json_schema": (
+        {"json_schema": json.dumps(SCHEMA)},
+        '{"name": "Paris", "population": 2100000, "tags": ["a", "b"]}',
+    ),
     "regex": ({"regex": "[0-9]{3}"}, "Three digits: 123"),
-    "structural_tag": ({"structural_tag": json.dumps(TAG)},
-                       '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0'
-                       '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>'),
+    "structural_tag": (
+        {"structural_tag": json.dumps(TAG)},
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>',
+    ),
 }
 
 
@@ -78,9 +117,11 @@ def main() -> None:
             tokenizer.encode(answer, add_special_tokens=False)
             plain.append(time.perf_counter() - t0)
         per = statistics.median(samples)
-        print(f"{name:15s} compile {compile_s * 1000:7.2f} ms   request {per * 1000:7.2f} ms"
-              f" ({len(ids)} tokens, {per / max(1, len(ids)) * 1e6:6.0f} us/token)"
-              f"   unconstrained encode {statistics.median(plain) * 1000:5.2f} ms   -> {tokenizer.decode(ids)!r}")
+        print(
+            f"{name:15s} compile {compile_s * 1000:7.2f} ms   request {per * 1000:7.2f} ms"
+            f" ({len(ids)} tokens, {per / max(1, len(ids)) * 1e6:6.0f} us/token)"
+            f"   unconstrained encode {statistics.median(plain) * 1000:5.2f} ms   -> {tokenizer.decode(ids)!r}"
+        )
 
 
 if __name__ == "__main__":

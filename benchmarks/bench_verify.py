@@ -21,8 +21,9 @@ from kimi_serve.verify import run_verify
 
 def main(argv: list[str]) -> int:
     delays = [float(a) for a in argv] or [0.0, 0.25, 0.5, 1.0, 2.0]
-    print(f"{'suite':<6} {'D (s)':>6} {'probes':>6} {'wall (s)':>9} {'sum probe (s)':>14} {'wall/D':>7} "
-          f"{'sum/wall':>9}")
+    print(
+        f"{'suite':<6} {'D (s)':>6} {'probes':>6} {'wall (s)':>9} {'sum probe (s)':>14} {'wall/D':>7} {'sum/wall':>9}"
+    )
     for suite in ("quick", "full"):
         for delay in delays:
             with ContractServer(delay=delay) as srv:
@@ -32,8 +33,9 @@ def main(argv: list[str]) -> int:
             assert report.exit_code == 0, report.to_json()
             total = sum(p.latency_s for p in report.probes)
             per_d = f"{wall / delay:7.2f}" if delay else f"{'-':>7}"
-            print(f"{suite:<6} {delay:6.2f} {len(report.probes):6d} {wall:9.3f} {total:14.3f} {per_d} "
-                  f"{total / wall:9.2f}")
+            print(
+                f"{suite:<6} {delay:6.2f} {len(report.probes):6d} {wall:9.3f} {total:14.3f} {per_d} {total / wall:9.2f}"
+            )
     return 0
 
 

@@ -60,7 +60,7 @@ def _split_globals(args: list[str]) -> tuple[list[str], bool, bool]:
     """``--debug`` works in any position (it is moved to the front); ``--json`` anywhere asks for the envelope.
     Nothing after ``--`` (simulate's raw SGLang flags) is looked at."""
     cut = args.index("--") if "--" in args else len(args)
-    head, sep, tail = args[:cut], args[cut:cut + 1], args[cut + 1:]
+    head, sep, tail = args[:cut], args[cut : cut + 1], args[cut + 1 :]
     debug = "--debug" in head
     as_json = "--json" in head
     rest = [a for a in head if a != "--debug"]
@@ -107,8 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort as exc:
-        return fail(KimiServeError("interrupted"), "interrupted", int(ExitCode.INTERRUPTED), "interrupted") \
-            if exc is not None else int(ExitCode.INTERRUPTED)
+        return (
+            fail(KimiServeError("interrupted"), "interrupted", int(ExitCode.INTERRUPTED), "interrupted")
+            if exc is not None
+            else int(ExitCode.INTERRUPTED)
+        )
     except NoArgsIsHelpError as exc:  # `kimi-serve` or a group alone: its help, as documented
         exc.show()
         return int(ExitCode.USAGE)
@@ -121,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         saved = _save_traceback(args)
-        line = (f"internal error: {type(exc).__name__}: {exc} -- a bug in kimi-serve, not a verdict on the server "
-                f"(traceback: {saved}; rerun with --debug to print it)").replace("\n", " ")
+        line = (
+            f"internal error: {type(exc).__name__}: {exc} -- a bug in kimi-serve, not a verdict on the server "
+            f"(traceback: {saved}; rerun with --debug to print it)"
+        ).replace("\n", " ")
         return fail(exc, line, int(ExitCode.INTERNAL), "internal")
     return int(rv) if isinstance(rv, int) else 0
 

@@ -35,11 +35,20 @@ def main(argv): return 0  # Python code; import os, sys, json; for item in items
 
 
 def corpus() -> list[str]:
-    weather = {"type": "function", "function": {"name": "get_weather", "description": "Get the weather for a city",
-               "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                              "required": ["city"]}}}
-    prompts = ["What is the weather in Paris?", "List top-level dirs", "What is 2+2?",
-               "Write at least 200 characters about the sea"]
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the weather for a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+    prompts = [
+        "What is the weather in Paris?",
+        "List top-level dirs",
+        "What is 2+2?",
+        "Write at least 200 characters about the sea",
+    ]
     texts = [ENGLISH * 20]
     for p in prompts:
         for tools in ([], [weather]):
@@ -51,8 +60,9 @@ def corpus() -> list[str]:
 def main() -> int:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
     tok.train_from_iterator(corpus(), trainer=trainer)
     spec = json.loads(tok.to_str())["model"]
     merges = [m if isinstance(m, str) else " ".join(m) for m in spec["merges"]]

@@ -17,9 +17,11 @@ def fmt(v):
 def main() -> None:
     print("| key | type | default | meaning |")
     print("|---|---|---|---|")
-    print("| `extends` | str | null | Parent profile: a name (looked up beside this file, then on the profile "
-          "path) or a file path. Sections merge key by key; a child's `env` entry set to null removes it. Cycles "
-          "and missing parents are errors. |")
+    print(
+        "| `extends` | str | null | Parent profile: a name (looked up beside this file, then on the profile "
+        "path) or a file path. Sections merge key by key; a child's `env` entry set to null removes it. Cycles "
+        "and missing parents are errors. |"
+    )
     for section, keys in SECTIONS.items():
         for name, k in keys.items():
             path = f"{section}.{name}" if section else name

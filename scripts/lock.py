@@ -61,8 +61,10 @@ def main() -> int:
                     continue
                 rc = 1
                 diff = sorted(set(new.pins.items()) ^ set(old.pins.items()), key=str)
-                print(f"{rel}: DRIFT ({len(diff)} pins differ: "
-                      f"{', '.join(sorted({p.name for _, p in diff})[:10])}; header or text otherwise)")
+                print(
+                    f"{rel}: DRIFT ({len(diff)} pins differ: "
+                    f"{', '.join(sorted({p.name for _, p in diff})[:10])}; header or text otherwise)"
+                )
             else:
                 spec.target.parent.mkdir(parents=True, exist_ok=True)
                 spec.target.write_text(text, encoding="utf-8")

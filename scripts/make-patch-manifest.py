@@ -24,8 +24,11 @@ from kimi_serve.patches.files import patch_tool, run_patch, sha256_bytes, sha256
 
 
 def touched_files(patch: Path, strip: int) -> list[str]:
-    return [line[4:].split("\t")[0].strip().split("/", strip)[-1]
-            for line in patch.read_text().splitlines() if line.startswith("+++ ")]
+    return [
+        line[4:].split("\t")[0].strip().split("/", strip)[-1]
+        for line in patch.read_text().splitlines()
+        if line.startswith("+++ ")
+    ]
 
 
 def main(folder: Path, wheel: Path | None) -> int:
@@ -52,8 +55,9 @@ def main(folder: Path, wheel: Path | None) -> int:
                 return 1
             entry["sha256"] = sha256_file(folder / entry["file"])
             entry["files"] = {rel: {"before": before[rel], "after": sha256_file(root / rel)} for rel in before}
-        manifest["files"] = {rel: {"before": originals[rel], "after": sha256_file(root / rel)}
-                             for rel in sorted(originals)}
+        manifest["files"] = {
+            rel: {"before": originals[rel], "after": sha256_file(root / rel)} for rel in sorted(originals)
+        }
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"{folder / MANIFEST}: {len(entries)} patches, {len(originals)} files, from {wheel.name}")
     return 0

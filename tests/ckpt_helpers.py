@@ -27,8 +27,9 @@ def write_shard(path: Path, tensors: dict[str, tuple[list[int], bytes]], dtype: 
 
 
 def write_index(model_dir: Path, weight_map: dict[str, str], total: int) -> None:
-    (model_dir / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
+    (model_dir / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1)
+    )
 
 
 def opaque_checkpoint(model_dir: Path, shards: int, shard_bytes: int) -> list[Path]:
@@ -54,15 +55,22 @@ def _fill(n_elems: int, pattern: bytes) -> bytes:
     return (pattern * (need // len(pattern) + 1))[:need]
 
 
-def llama_checkpoint(model_dir: Path, *, hidden: int = 256, intermediate: int = 512, layers: int = 2,
-                     vocab: int = 32768, shards: int = 4) -> int:
+def llama_checkpoint(
+    model_dir: Path, *, hidden: int = 256, intermediate: int = 512, layers: int = 2, vocab: int = 32768, shards: int = 4
+) -> int:
     """A loadable Llama (SGLang's LlamaForCausalLM names and shapes), bf16, small random weights, ``shards`` files
     with an index; returns its bytes. The defaults make ~40 MB."""
     model_dir.mkdir(parents=True, exist_ok=True)
     config = json.loads(TINY_LLAMA.read_text())
     heads, kv_heads = 4, 2
-    config.update(hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers, vocab_size=vocab,
-                  num_attention_heads=heads, num_key_value_heads=kv_heads)
+    config.update(
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        vocab_size=vocab,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+    )
     (model_dir / "config.json").write_text(json.dumps(config, indent=1))
     rng = random.Random(18)
     noise = _bf16([rng.gauss(0.0, 0.02) for _ in range(8192)])
@@ -71,17 +79,19 @@ def llama_checkpoint(model_dir: Path, *, hidden: int = 256, intermediate: int = 
     shapes: dict[str, list[int]] = {"model.embed_tokens.weight": [vocab, hidden]}
     for i in range(layers):
         p = f"model.layers.{i}."
-        shapes.update({
-            p + "self_attn.q_proj.weight": [heads * head_dim, hidden],
-            p + "self_attn.k_proj.weight": [kv_heads * head_dim, hidden],
-            p + "self_attn.v_proj.weight": [kv_heads * head_dim, hidden],
-            p + "self_attn.o_proj.weight": [hidden, heads * head_dim],
-            p + "mlp.gate_proj.weight": [intermediate, hidden],
-            p + "mlp.up_proj.weight": [intermediate, hidden],
-            p + "mlp.down_proj.weight": [hidden, intermediate],
-            p + "input_layernorm.weight": [hidden],
-            p + "post_attention_layernorm.weight": [hidden],
-        })
+        shapes.update(
+            {
+                p + "self_attn.q_proj.weight": [heads * head_dim, hidden],
+                p + "self_attn.k_proj.weight": [kv_heads * head_dim, hidden],
+                p + "self_attn.v_proj.weight": [kv_heads * head_dim, hidden],
+                p + "self_attn.o_proj.weight": [hidden, heads * head_dim],
+                p + "mlp.gate_proj.weight": [intermediate, hidden],
+                p + "mlp.up_proj.weight": [intermediate, hidden],
+                p + "mlp.down_proj.weight": [hidden, intermediate],
+                p + "input_layernorm.weight": [hidden],
+                p + "post_attention_layernorm.weight": [hidden],
+            }
+        )
     shapes.update({"model.norm.weight": [hidden], "lm_head.weight": [vocab, hidden]})
     names = list(shapes)
     groups = [names[k::shards] for k in range(shards)]

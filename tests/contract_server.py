@@ -18,11 +18,32 @@ from typing import Any
 
 CORRECT_MODES = ("correct", "call-ids", "content-with-calls", "no-tool-reasoning", "flaky-model")
 FAILURE_MODES = (
-    "no-tool-parser", "no-reasoning-parser", "no-parsers", "think-stripped", "reasoning-stripped-no-parser",
-    "reasoning-field", "tool-in-reasoning", "finish-stop-with-calls", "tool-calls-empty", "bad-json-args",
-    "schema-violation", "unknown-function", "missing-id", "special-token-leak", "instant-ignored", "stream-no-done",
-    "stream-no-finish", "stream-stall", "hang", "http-500", "non-json", "duplicate-ids", "large-arg-cut",
-    "second-turn-empty", "single-call", "slow-stream",
+    "no-tool-parser",
+    "no-reasoning-parser",
+    "no-parsers",
+    "think-stripped",
+    "reasoning-stripped-no-parser",
+    "reasoning-field",
+    "tool-in-reasoning",
+    "finish-stop-with-calls",
+    "tool-calls-empty",
+    "bad-json-args",
+    "schema-violation",
+    "unknown-function",
+    "missing-id",
+    "special-token-leak",
+    "instant-ignored",
+    "stream-no-done",
+    "stream-no-finish",
+    "stream-stall",
+    "hang",
+    "http-500",
+    "non-json",
+    "duplicate-ids",
+    "large-arg-cut",
+    "second-turn-empty",
+    "single-call",
+    "slow-stream",
 )
 SLOW_GAP = 0.25  # "slow-stream": seconds between events (a slow decoder that keeps sending)
 SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
@@ -50,10 +71,13 @@ def _model_turn(body: dict[str, Any]) -> Turn:
         numbers = " ".join(str(i) for i in range(1, 2001))
         return Turn("Write the numbers.", "", [("write_file", json.dumps({"path": "count.txt", "content": numbers}))])
     if "Tokyo" in prompt:
-        return Turn("Two cities, two calls.", "", [("get_weather", '{"city": "Paris"}'),
-                                                   ("get_weather", '{"city": "Tokyo"}')])
+        return Turn(
+            "Two cities, two calls.", "", [("get_weather", '{"city": "Paris"}'), ("get_weather", '{"city": "Tokyo"}')]
+        )
     if tools:
-        return Turn("The user wants the weather in Paris; call get_weather.", "", [("get_weather", '{"city": "Paris"}')])
+        return Turn(
+            "The user wants the weather in Paris; call get_weather.", "", [("get_weather", '{"city": "Paris"}')]
+        )
     if "France" in prompt:
         return Turn("The capital of France is Paris.", "Paris")
     return Turn("17 * 23 = 17 * 20 + 17 * 3 = 340 + 51 = 391.", "391")
@@ -117,13 +141,18 @@ def shape(turn: Turn, mode: str, thinking: bool) -> Shaped:
             args = args[:-1]
         if mode == "schema-violation":
             args = args.replace('"city"', '"town"')
-        call: dict[str, Any] = {"id": call_id, "index": i, "type": "function",
-                                "function": {"name": name, "arguments": args}}
+        call: dict[str, Any] = {
+            "id": call_id,
+            "index": i,
+            "type": "function",
+            "function": {"name": name, "arguments": args},
+        }
         if mode == "missing-id":
             del call["id"]
         wire_calls.append(call)
-    return Shaped(content, reasoning, wire_calls, finish,
-                  "reasoning" if mode == "reasoning-field" else "reasoning_content")
+    return Shaped(
+        content, reasoning, wire_calls, finish, "reasoning" if mode == "reasoning-field" else "reasoning_content"
+    )
 
 
 def raw_completion(prompt: str, mode: str) -> dict[str, Any]:
@@ -136,17 +165,38 @@ def raw_completion(prompt: str, mode: str) -> dict[str, Any]:
     turn = _model_turn({"messages": [{"role": role, "content": prompt}], "tools": tools})
     reasoning = turn.reasoning if thinking and not (mode == "no-tool-reasoning" and turn.calls) else None
     content = "Let me check that for you." if mode == "content-with-calls" and turn.calls else turn.content
-    text = (f"{reasoning}</think>" if reasoning is not None else "") + content + (
-        _section(turn.calls) if turn.calls else "")
-    ids = [_KIMI_IDS[p] if p in _KIMI_IDS else ord(c) for p in _TOKEN_SPLIT.split(text) if p
-           for c in ([p] if p in _KIMI_IDS else p)] + [163586]
-    return {"text": text, "output_ids": ids, "meta_info": {
-        "id": "stand-in", "finish_reason": {"type": "stop", "matched": 163586}, "prompt_tokens": max(1, len(prompt) // 4),
-        "completion_tokens": len(ids), "cached_tokens": 0}}
+    text = (
+        (f"{reasoning}</think>" if reasoning is not None else "")
+        + content
+        + (_section(turn.calls) if turn.calls else "")
+    )
+    ids = [
+        _KIMI_IDS[p] if p in _KIMI_IDS else ord(c)
+        for p in _TOKEN_SPLIT.split(text)
+        if p
+        for c in ([p] if p in _KIMI_IDS else p)
+    ] + [163586]
+    return {
+        "text": text,
+        "output_ids": ids,
+        "meta_info": {
+            "id": "stand-in",
+            "finish_reason": {"type": "stop", "matched": 163586},
+            "prompt_tokens": max(1, len(prompt) // 4),
+            "completion_tokens": len(ids),
+            "cached_tokens": 0,
+        },
+    }
 
 
-_KIMI_IDS = {"</think>": 163607, SECTION_BEGIN: 163595, SECTION_END: 163596, CALL_BEGIN: 163597, ARG_BEGIN: 163598,
-             CALL_END: 163599}
+_KIMI_IDS = {
+    "</think>": 163607,
+    SECTION_BEGIN: 163595,
+    SECTION_END: 163596,
+    CALL_BEGIN: 163597,
+    ARG_BEGIN: 163598,
+    CALL_END: 163599,
+}
 
 
 def _pieces(text: str, size: int = 24) -> list[str]:
@@ -156,7 +206,7 @@ def _pieces(text: str, size: int = 24) -> list[str]:
         if _TOKEN_SPLIT.fullmatch(part):
             out.append(part)
         else:
-            out.extend(part[i:i + size] for i in range(0, len(part), size))
+            out.extend(part[i : i + size] for i in range(0, len(part), size))
     return [p for p in out if p]
 
 
@@ -165,23 +215,40 @@ def _sse_events(s: Shaped, mode: str, model: str) -> list[str]:
         choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         if finish:
             choice["matched_stop"] = 163586
-        return json.dumps({"id": "stand-in", "object": "chat.completion.chunk", "created": 0, "model": model,
-                           "choices": [choice]})
+        return json.dumps(
+            {"id": "stand-in", "object": "chat.completion.chunk", "created": 0, "model": model, "choices": [choice]}
+        )
 
     events = [chunk({"role": "assistant", "content": "", "reasoning_content": None})]
     events += [chunk({s.reasoning_key: p}) for p in _pieces(s.reasoning or "")]
     events += [chunk({"reasoning_content": None, "content": p}) for p in _pieces(s.content)]
     for call in s.calls:
-        head = {"index": call["index"], "type": "function", "function": {"name": call["function"]["name"],
-                                                                           "arguments": ""}}
+        head = {
+            "index": call["index"],
+            "type": "function",
+            "function": {"name": call["function"]["name"], "arguments": ""},
+        }
         if "id" in call:
             head["id"] = call["id"]
         events.append(chunk({"tool_calls": [head]}))
         frags = _pieces(call["function"]["arguments"], 64)
         if mode == "large-arg-cut" and len(frags) > 10:
             del frags[len(frags) // 2]
-        events += [chunk({"tool_calls": [{"index": call["index"], "id": None, "type": "function",
-                                          "function": {"name": None, "arguments": f}}]}) for f in frags]
+        events += [
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": call["index"],
+                            "id": None,
+                            "type": "function",
+                            "function": {"name": None, "arguments": f},
+                        }
+                    ]
+                }
+            )
+            for f in frags
+        ]
     if mode != "stream-no-finish":
         events.append(chunk({"reasoning_content": None}, s.finish))
     if mode != "stream-no-done":
@@ -198,9 +265,19 @@ class ContractServer:
     ``server_info``: the body of /server_info and /get_server_info (default: 404).
     """
 
-    def __init__(self, mode: str = "correct", *, api_key: str | None = None, served_model: str = "kimi-k2.5",
-                 delay: float = 0.0, warm_for: float = 0.0, health_hang: bool = False, port: int = 0,
-                 report_parsers: bool = True, server_info: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        mode: str = "correct",
+        *,
+        api_key: str | None = None,
+        served_model: str = "kimi-k2.5",
+        delay: float = 0.0,
+        warm_for: float = 0.0,
+        health_hang: bool = False,
+        port: int = 0,
+        report_parsers: bool = True,
+        server_info: dict[str, Any] | None = None,
+    ) -> None:
         if mode not in CORRECT_MODES + FAILURE_MODES:
             raise ValueError(f"unknown mode {mode!r}")
         self.mode, self.api_key, self.served_model, self.delay = mode, api_key, served_model, delay
@@ -248,8 +325,9 @@ class ContractServer:
 
     def parsers(self) -> dict[str, str | None]:
         tool = None if self.mode in ("no-tool-parser", "no-parsers") else "kimi_k2"
-        reasoning = None if self.mode in ("no-reasoning-parser", "no-parsers", "reasoning-stripped-no-parser") \
-            else "kimi_k2"
+        reasoning = (
+            None if self.mode in ("no-reasoning-parser", "no-parsers", "reasoning-stripped-no-parser") else "kimi_k2"
+        )
         return {"tool_call_parser": tool, "reasoning_parser": reasoning}
 
 
@@ -293,8 +371,15 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return None
         if self.path == "/v1/models":
-            return self._json(200, {"object": "list", "data": [{"id": own.served_model, "object": "model",
-                                                                "owned_by": "sglang", "root": own.served_model}]})
+            return self._json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {"id": own.served_model, "object": "model", "owned_by": "sglang", "root": own.served_model}
+                    ],
+                },
+            )
         if self.path == "/model_info" and own.report_parsers:
             return self._json(200, {"model_path": "/models/Kimi-K2.5", **own.parsers()})
         if self.path in ("/server_info", "/get_server_info") and own.server_info is not None:
@@ -313,8 +398,15 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return None
         if body.get("model") != own.served_model:
-            return self._json(404, {"object": "error", "message": f"The model `{body.get('model')}` does not exist.",
-                                    "type": "NotFoundError", "code": 404})
+            return self._json(
+                404,
+                {
+                    "object": "error",
+                    "message": f"The model `{body.get('model')}` does not exist.",
+                    "type": "NotFoundError",
+                    "code": 404,
+                },
+            )
         if own.mode == "hang":
             return self._hang()
         own._stop.wait(own.delay)
@@ -332,14 +424,31 @@ class _Handler(BaseHTTPRequestHandler):
         shaped = shape(turn, own.mode, thinking)
         if body.get("stream"):
             return self._stream(_sse_events(shaped, own.mode, body["model"]))
-        message: dict[str, Any] = {"role": "assistant", "content": shaped.content,
-                                   shaped.reasoning_key: shaped.reasoning}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": shaped.content,
+            shaped.reasoning_key: shaped.reasoning,
+        }
         if shaped.calls:
             message["tool_calls"] = shaped.calls
-        self._json(200, {"id": "stand-in", "object": "chat.completion", "created": 0, "model": body["model"],
-                         "choices": [{"index": 0, "message": message, "logprobs": None,
-                                      "finish_reason": shaped.finish,
-                                      "matched_stop": None if shaped.finish == "tool_calls" else 163586}]})
+        self._json(
+            200,
+            {
+                "id": "stand-in",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "logprobs": None,
+                        "finish_reason": shaped.finish,
+                        "matched_stop": None if shaped.finish == "tool_calls" else 163586,
+                    }
+                ],
+            },
+        )
 
     def _stream(self, events: list[str]) -> None:
         self.send_response(200)

@@ -26,9 +26,14 @@ def extract(wheel: Path, dest: Path, *, whole_package: bool, extra: tuple[str, .
     touched = {f.path for f in load_patch_set("sglang-0.5.23-sm120").files}
     with zipfile.ZipFile(wheel) as zf:
         names = [
-            n for n in zf.namelist()
-            if (n.startswith("sglang/") and whole_package) or n in touched or n in VERSION_FILES or n in extra
-            or n.startswith("sglang-") and ".dist-info/" in n
+            n
+            for n in zf.namelist()
+            if (n.startswith("sglang/") and whole_package)
+            or n in touched
+            or n in VERSION_FILES
+            or n in extra
+            or n.startswith("sglang-")
+            and ".dist-info/" in n
         ]
         zf.extractall(dest, names)
     return dest
@@ -36,5 +41,8 @@ def extract(wheel: Path, dest: Path, *, whole_package: bool, extra: tuple[str, .
 
 def snapshot(root: Path) -> dict[str, tuple[str | None, int]]:
     """sha256 and permission bits of every file under ``root``."""
-    return {str(p.relative_to(root)): (sha256_file(p), p.stat().st_mode & 0o7777)
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (sha256_file(p), p.stat().st_mode & 0o7777)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }

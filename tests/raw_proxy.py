@@ -36,8 +36,9 @@ def _alter(mode: str, path: str, data: Any) -> Any:
             message = choice.get("message") or {}
             if mode == "compact-arguments":
                 for call in message.get("tool_calls") or []:
-                    call["function"]["arguments"] = json.dumps(json.loads(call["function"]["arguments"]),
-                                                               separators=(",", ":"))
+                    call["function"]["arguments"] = json.dumps(
+                        json.loads(call["function"]["arguments"]), separators=(",", ":")
+                    )
             if mode == "strip-reasoning" and message.get("reasoning_content"):
                 message["reasoning_content"] = message["reasoning_content"][:-1]
     return data

@@ -24,11 +24,15 @@ logged = engine._server_args_for_logging(server_args)
 no_keys = prepare_server_args(["--model-path", "dummy", "--device", "cpu"])
 no_keys.resolve_once()
 without = engine._server_args_for_logging(no_keys)
-print(json.dumps({
-    "module": engine.__file__,
-    "api_key": server_args.api_key,  # what the server itself uses: must stay the real key
-    "admin_api_key": server_args.admin_api_key,
-    "logged": {k: logged[k] for k in ("api_key", "admin_api_key", "model_path")},
-    "line": f"server_args={logged}",  # the startup log line, as engine.py formats it
-    "logged_without_keys": {k: without[k] for k in ("api_key", "admin_api_key")},
-}))
+print(
+    json.dumps(
+        {
+            "module": engine.__file__,
+            "api_key": server_args.api_key,  # what the server itself uses: must stay the real key
+            "admin_api_key": server_args.admin_api_key,
+            "logged": {k: logged[k] for k in ("api_key", "admin_api_key", "model_path")},
+            "line": f"server_args={logged}",  # the startup log line, as engine.py formats it
+            "logged_without_keys": {k: without[k] for k in ("api_key", "admin_api_key")},
+        }
+    )
+)

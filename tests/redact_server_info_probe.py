@@ -37,8 +37,11 @@ class StandInTokenizerManager:
 def _info(argv: list[str]) -> tuple[object, dict, dict]:
     server_args = prepare_server_args(argv)
     server_args.resolve_once()
-    http_server.set_global_state(http_server._GlobalState(tokenizer_manager=StandInTokenizerManager(server_args),
-                                                          template_manager=None, scheduler_info={}))
+    http_server.set_global_state(
+        http_server._GlobalState(
+            tokenizer_manager=StandInTokenizerManager(server_args), template_manager=None, scheduler_info={}
+        )
+    )
     current = asyncio.run(http_server.server_info())
     deprecated = asyncio.run(http_server.get_server_info())
     return server_args, current, deprecated
@@ -46,12 +49,16 @@ def _info(argv: list[str]) -> tuple[object, dict, dict]:
 
 server_args, info, old_info = _info(["--model-path", "dummy", "--device", "cpu", "--config", KEY_FILE])
 _, unkeyed, _ = _info(["--model-path", "dummy", "--device", "cpu"])
-print(json.dumps({
-    "module": http_server.__file__,
-    "api_key": server_args.api_key,  # what the server itself authenticates with: must stay the real key
-    "admin_api_key": server_args.admin_api_key,
-    "server_info": {k: info.get(k) for k in ("api_key", "admin_api_key", "launch_command", "model_path")},
-    "get_server_info": {k: old_info.get(k) for k in ("api_key", "admin_api_key", "launch_command")},
-    "body": json.dumps(info, default=str),
-    "unkeyed": {k: unkeyed.get(k) for k in ("api_key", "admin_api_key")},
-}))
+print(
+    json.dumps(
+        {
+            "module": http_server.__file__,
+            "api_key": server_args.api_key,  # what the server itself authenticates with: must stay the real key
+            "admin_api_key": server_args.admin_api_key,
+            "server_info": {k: info.get(k) for k in ("api_key", "admin_api_key", "launch_command", "model_path")},
+            "get_server_info": {k: old_info.get(k) for k in ("api_key", "admin_api_key", "launch_command")},
+            "body": json.dumps(info, default=str),
+            "unkeyed": {k: unkeyed.get(k) for k in ("api_key", "admin_api_key")},
+        }
+    )
+)

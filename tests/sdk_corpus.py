@@ -49,8 +49,14 @@ class Case:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-def _chunk(delta: dict[str, Any] | None, finish: str | None = None, *, index: Any = 0,
-           obj: str | None = "chat.completion.chunk", drop_index: bool = False) -> dict[str, Any]:
+def _chunk(
+    delta: dict[str, Any] | None,
+    finish: str | None = None,
+    *,
+    index: Any = 0,
+    obj: str | None = "chat.completion.chunk",
+    drop_index: bool = False,
+) -> dict[str, Any]:
     choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
     if drop_index:
         del choice["index"]
@@ -63,8 +69,14 @@ def _chunk(delta: dict[str, Any] | None, finish: str | None = None, *, index: An
 
 
 def _usage_chunk() -> dict[str, Any]:
-    return {"id": "b5c1e4", "object": "chat.completion.chunk", "created": 1767225600, "model": "kimi-k2.5",
-            "choices": [], "usage": {"prompt_tokens": 61, "completion_tokens": 24, "total_tokens": 85}}
+    return {
+        "id": "b5c1e4",
+        "object": "chat.completion.chunk",
+        "created": 1767225600,
+        "model": "kimi-k2.5",
+        "choices": [],
+        "usage": {"prompt_tokens": 61, "completion_tokens": 24, "total_tokens": 85},
+    }
 
 
 def sse(chunks: list[Any], *, done: bool = True) -> bytes:
@@ -73,7 +85,7 @@ def sse(chunks: list[Any], *, done: bool = True) -> bytes:
 
 
 def _pieces(text: str, size: int = 9) -> list[str]:
-    return [text[i:i + size] for i in range(0, len(text), size)]
+    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 def sglang_chunks(truth: Truth, *, reasoning_keys: tuple[str, ...] = ("reasoning_content",)) -> list[dict[str, Any]]:
@@ -82,11 +94,25 @@ def sglang_chunks(truth: Truth, *, reasoning_keys: tuple[str, ...] = ("reasoning
     chunks += [_chunk(dict.fromkeys(reasoning_keys, p)) for p in _pieces(truth.reasoning)]
     chunks += [_chunk({"reasoning_content": None, "content": p}) for p in _pieces(truth.content)]
     for index, (call_id, name, arguments) in enumerate(truth.calls):
-        chunks.append(_chunk({"tool_calls": [{"id": call_id, "index": index, "type": "function",
-                                              "function": {"name": name, "arguments": ""}}]}))
-        chunks += [_chunk({"tool_calls": [{"id": None, "index": index, "type": "function",
-                                           "function": {"name": None, "arguments": p}}]})
-                   for p in _pieces(json.dumps(arguments))]
+        chunks.append(
+            _chunk(
+                {
+                    "tool_calls": [
+                        {"id": call_id, "index": index, "type": "function", "function": {"name": name, "arguments": ""}}
+                    ]
+                }
+            )
+        )
+        chunks += [
+            _chunk(
+                {
+                    "tool_calls": [
+                        {"id": None, "index": index, "type": "function", "function": {"name": None, "arguments": p}}
+                    ]
+                }
+            )
+            for p in _pieces(json.dumps(arguments))
+        ]
     chunks.append(_chunk({"reasoning_content": None}, truth.finish))
     chunks.append(_usage_chunk())
     return chunks
@@ -98,10 +124,13 @@ def vllm_tool_chunks(truth: Truth) -> list[dict[str, Any]]:
     chunks = [_chunk({"role": "assistant", "content": ""})]
     chunks += [_chunk({"reasoning": p, "reasoning_content": p}) for p in _pieces(truth.reasoning)]
     for index, (call_id, name, arguments) in enumerate(truth.calls):
-        chunks.append(_chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function",
-                                              "function": {"name": name}}]}))
-        chunks += [_chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]})
-                   for p in _pieces(json.dumps(arguments))]
+        chunks.append(
+            _chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function", "function": {"name": name}}]})
+        )
+        chunks += [
+            _chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]})
+            for p in _pieces(json.dumps(arguments))
+        ]
     chunks.append(_chunk({}, truth.finish))
     return chunks
 
@@ -116,19 +145,32 @@ def _edit(chunks: list[dict[str, Any]], fn: Any) -> list[dict[str, Any]]:
     return chunks
 
 
-def completion(truth: Truth, *, arguments_as_object: bool = False, reasoning_keys: tuple[str, ...] =
-               ("reasoning_content",)) -> bytes:
+def completion(
+    truth: Truth, *, arguments_as_object: bool = False, reasoning_keys: tuple[str, ...] = ("reasoning_content",)
+) -> bytes:
     """A non-streamed ``chat.completion`` body (SGLang's shape)."""
     message: dict[str, Any] = {"role": "assistant", "content": truth.content or None, "reasoning_content": None}
     message.update(dict.fromkeys(reasoning_keys, truth.reasoning))
     if truth.calls:
-        message["tool_calls"] = [{"id": cid, "index": i, "type": "function", "function": {
-            "name": name, "arguments": args if arguments_as_object else json.dumps(args)}}
-            for i, (cid, name, args) in enumerate(truth.calls)]
-    body = {"id": "b5c1e4", "object": "chat.completion", "created": 1767225600, "model": "kimi-k2.5",
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": truth.finish,
-                         "matched_stop": None}],
-            "usage": {"prompt_tokens": 61, "completion_tokens": 24, "total_tokens": 85}}
+        message["tool_calls"] = [
+            {
+                "id": cid,
+                "index": i,
+                "type": "function",
+                "function": {"name": name, "arguments": args if arguments_as_object else json.dumps(args)},
+            }
+            for i, (cid, name, args) in enumerate(truth.calls)
+        ]
+    body = {
+        "id": "b5c1e4",
+        "object": "chat.completion",
+        "created": 1767225600,
+        "model": "kimi-k2.5",
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": truth.finish, "matched_stop": None}
+        ],
+        "usage": {"prompt_tokens": 61, "completion_tokens": 24, "total_tokens": 85},
+    }
     return json.dumps(body).encode()
 
 
@@ -136,6 +178,7 @@ def _set_all(key: str, value: Any) -> Any:
     def edit(chunks: list[dict[str, Any]]) -> None:
         for tc in _tool_deltas(chunks):
             tc[key] = value
+
     return edit
 
 
@@ -198,6 +241,7 @@ def _strip(key: str) -> Any:
     def edit(chunks: list[dict[str, Any]]) -> None:
         for c in chunks:
             c.pop(key, None)
+
     return edit
 
 
@@ -217,45 +261,107 @@ def _cases() -> list[Case]:
         Case("sglang-tool-json", completion(TOOL_TURN), False, TOOL_TURN, True),
         Case("sglang-reasoning-json", completion(SOLVE_TURN), False, SOLVE_TURN, True),
         Case("vllm-tool-reasoning-in-both-fields", sse(vllm_tool_chunks(TOOL_TURN)), True, TOOL_TURN, True),
-        Case("reasoning-in-both-fields", sse(sglang_chunks(SOLVE_TURN, reasoning_keys=("reasoning_content",
-                                                                                         "reasoning"))),
-             True, SOLVE_TURN, True),
-        Case("reasoning-in-both-fields-json", completion(SOLVE_TURN, reasoning_keys=("reasoning_content",
-                                                                                      "reasoning")),
-             False, SOLVE_TURN, True),
+        Case(
+            "reasoning-in-both-fields",
+            sse(sglang_chunks(SOLVE_TURN, reasoning_keys=("reasoning_content", "reasoning"))),
+            True,
+            SOLVE_TURN,
+            True,
+        ),
+        Case(
+            "reasoning-in-both-fields-json",
+            completion(SOLVE_TURN, reasoning_keys=("reasoning_content", "reasoning")),
+            False,
+            SOLVE_TURN,
+            True,
+        ),
         Case("proxy-whole-arguments-in-one-delta", sse(_whole_arguments_in_head(TOOL_TURN)), True, TOOL_TURN, True),
         Case("no-usage-chunk", sse(tool[:-1]), True, TOOL_TURN, True),
         Case("done-missing-after-finish", sse(tool, done=False), True, TOOL_TURN, True),
         # what makes the SDK raise or lose data: verify fails, naming the cause
-        Case("arguments-object-stream", sse(_edit(tool, _arguments_object)), True, TOOL_TURN, False,
-             "arguments_not_string"),
-        Case("arguments-object-json", completion(TOOL_TURN, arguments_as_object=True), False, TOOL_TURN, False,
-             "arguments_not_string"),
-        Case("arguments-turn-into-object", sse(_edit(tool, _arguments_object_later)), True, TOOL_TURN, False,
-             "stream_type_change"),
-        Case("proxy-repeats-id", sse(_edit(tool, _set_all("id", "functions.get_weather:0"))), True, TOOL_TURN,
-             False, "stream_repeated_field"),
+        Case(
+            "arguments-object-stream",
+            sse(_edit(tool, _arguments_object)),
+            True,
+            TOOL_TURN,
+            False,
+            "arguments_not_string",
+        ),
+        Case(
+            "arguments-object-json",
+            completion(TOOL_TURN, arguments_as_object=True),
+            False,
+            TOOL_TURN,
+            False,
+            "arguments_not_string",
+        ),
+        Case(
+            "arguments-turn-into-object",
+            sse(_edit(tool, _arguments_object_later)),
+            True,
+            TOOL_TURN,
+            False,
+            "stream_type_change",
+        ),
+        Case(
+            "proxy-repeats-id",
+            sse(_edit(tool, _set_all("id", "functions.get_weather:0"))),
+            True,
+            TOOL_TURN,
+            False,
+            "stream_repeated_field",
+        ),
         Case("proxy-repeats-name", sse(_edit(tool, _repeat_name)), True, TOOL_TURN, False, "stream_repeated_field"),
-        Case("proxy-repeats-role", sse(_edit(solve, _role_everywhere)), True, SOLVE_TURN, False,
-             "stream_repeated_field"),
-        Case("type-null-in-fragments", sse(_edit(tool, _type_null_in_fragments)), True, TOOL_TURN, False,
-             "stream_type_reset"),
+        Case(
+            "proxy-repeats-role", sse(_edit(solve, _role_everywhere)), True, SOLVE_TURN, False, "stream_repeated_field"
+        ),
+        Case(
+            "type-null-in-fragments",
+            sse(_edit(tool, _type_null_in_fragments)),
+            True,
+            TOOL_TURN,
+            False,
+            "stream_type_reset",
+        ),
         Case("tool-index-missing", sse(_edit(tool, _no_tool_index)), True, TOOL_TURN, False, "stream_tool_index"),
-        Case("tool-index-from-1", sse(_edit(tool, _tool_index_from_one)), True, TOOL_TURN, False,
-             "stream_tool_index"),
-        Case("choice-index-missing", sse(_edit(solve, _drop_choice_index)), True, SOLVE_TURN, False,
-             "stream_choice_index"),
-        Case("proxy-strips-object", sse(_edit(solve, _strip("object"))), True, SOLVE_TURN, False,
-             "stream_chunk_object"),
-        Case("reasoning-only-in-reasoning-field", sse(sglang_chunks(SOLVE_TURN, reasoning_keys=("reasoning",))),
-             True, SOLVE_TURN, False, "reasoning_field"),
-        Case("reasoning-only-in-reasoning-field-json", completion(SOLVE_TURN, reasoning_keys=("reasoning",)),
-             False, SOLVE_TURN, False, "reasoning_field"),
+        Case("tool-index-from-1", sse(_edit(tool, _tool_index_from_one)), True, TOOL_TURN, False, "stream_tool_index"),
+        Case(
+            "choice-index-missing",
+            sse(_edit(solve, _drop_choice_index)),
+            True,
+            SOLVE_TURN,
+            False,
+            "stream_choice_index",
+        ),
+        Case(
+            "proxy-strips-object", sse(_edit(solve, _strip("object"))), True, SOLVE_TURN, False, "stream_chunk_object"
+        ),
+        Case(
+            "reasoning-only-in-reasoning-field",
+            sse(sglang_chunks(SOLVE_TURN, reasoning_keys=("reasoning",))),
+            True,
+            SOLVE_TURN,
+            False,
+            "reasoning_field",
+        ),
+        Case(
+            "reasoning-only-in-reasoning-field-json",
+            completion(SOLVE_TURN, reasoning_keys=("reasoning",)),
+            False,
+            SOLVE_TURN,
+            False,
+            "reasoning_field",
+        ),
         Case("truncated-before-finish", sse(tool[:8], done=False), True, TOOL_TURN, False, "stream_no_done"),
         Case("error-mid-stream", sse([*solve[:4], error, *solve[4:]]), True, SOLVE_TURN, False, "stream_error"),
-        Case("finish-reason-missing", sse([c for c in solve if not c["choices"] or
-                                          not c["choices"][0]["finish_reason"]]), True, SOLVE_TURN, False,
-             "stream_no_finish_reason"),
+        Case(
+            "finish-reason-missing",
+            sse([c for c in solve if not c["choices"] or not c["choices"][0]["finish_reason"]]),
+            True,
+            SOLVE_TURN,
+            False,
+            "stream_no_finish_reason",
+        ),
     ]
 
 
@@ -274,11 +380,16 @@ def sdk_final_completion(body: bytes, *, stream: bool) -> Any:
         import httpx  # type: ignore[no-redef]
 
     def answer(request: Any) -> Any:
-        return httpx.Response(200, content=body,
-                              headers={"content-type": "text/event-stream" if stream else "application/json"})
+        return httpx.Response(
+            200, content=body, headers={"content-type": "text/event-stream" if stream else "application/json"}
+        )
 
-    client = openai.OpenAI(api_key="sk-test", base_url="http://server/v1", max_retries=0,
-                           http_client=httpx.Client(transport=httpx.MockTransport(answer)))
+    client = openai.OpenAI(
+        api_key="sk-test",
+        base_url="http://server/v1",
+        max_retries=0,
+        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
+    )
     messages = [{"role": "user", "content": "What is the weather in Paris right now? Use the get_weather tool."}]
     if not stream:
         return client.chat.completions.create(model="kimi-k2.5", messages=messages)

@@ -23,9 +23,20 @@ import sglang.srt.runtime_context as rc  # noqa: E402
 import torch  # noqa: E402
 from sglang.srt.server_args import prepare_server_args  # noqa: E402
 
-SM120 = dict(is_cuda=True, is_hip=False, is_sm120=True, is_blackwell=True, is_sm100=False, is_sm90=False,
-             is_sm100_or_sm110=False, is_sm110=False, has_flashinfer=True, device_sm=120, device_capability=(12, 0),
-             is_hopper_with_cuda_12_3=False)
+SM120 = dict(
+    is_cuda=True,
+    is_hip=False,
+    is_sm120=True,
+    is_blackwell=True,
+    is_sm100=False,
+    is_sm90=False,
+    is_sm100_or_sm110=False,
+    is_sm110=False,
+    has_flashinfer=True,
+    device_sm=120,
+    device_capability=(12, 0),
+    is_hopper_with_cuda_12_3=False,
+)
 SM90 = dict(SM120, is_sm120=False, is_blackwell=False, is_sm90=True, device_sm=90, device_capability=(9, 0))
 SM100 = dict(SM120, is_sm120=False, is_sm100=True, is_sm100_or_sm110=True, device_sm=100, device_capability=(10, 0))
 out: dict = {}
@@ -39,10 +50,19 @@ def outcome(fn):
 
 
 rc.override_platform(**SM120).install()
-server_args = prepare_server_args([
-    "--model-path", "dummy", "--device", "cuda", "--tp-size", "8",
-    "--flashinfer-allreduce-fusion-backend", "trtllm", "--enable-torch-symm-mem",
-])
+server_args = prepare_server_args(
+    [
+        "--model-path",
+        "dummy",
+        "--device",
+        "cuda",
+        "--tp-size",
+        "8",
+        "--flashinfer-allreduce-fusion-backend",
+        "trtllm",
+        "--enable-torch-symm-mem",
+    ]
+)
 server_args.resolve_once()
 rc.publish(server_args, role="tokenizer")
 
@@ -81,7 +101,9 @@ def fake_driver(multicast: bool) -> types.SimpleNamespace:
     ok, unsupported = "CUDA_SUCCESS", "CUDA_ERROR_NOT_SUPPORTED"
     return types.SimpleNamespace(
         CUresult=types.SimpleNamespace(CUDA_SUCCESS=ok),
-        CUdevice_attribute=_Enum(), CUmemAllocationGranularity_flags=_Enum(), CUmulticastGranularity_flags=_Enum(),
+        CUdevice_attribute=_Enum(),
+        CUmemAllocationGranularity_flags=_Enum(),
+        CUmulticastGranularity_flags=_Enum(),
         CUmulticastObjectProp=types.SimpleNamespace,
         cuDeviceGetAttribute=lambda attr, dev: (ok, 1 if multicast else 0),
         cuMemGetAllocationGranularity=lambda prop, flag: (ok, 2 << 20),
@@ -91,8 +113,11 @@ def fake_driver(multicast: bool) -> types.SimpleNamespace:
 
 prop = types.SimpleNamespace(requestedHandleTypes="POSIX_FD", location=types.SimpleNamespace(id=0))
 out["preflight_sizes"] = {
-    name: outcome(lambda m=m: fusion._flashinfer_trtllm_workspace_allocation_sizes(
-        fake_driver(m), prop, 8, 2048, 7168, torch.bfloat16))
+    name: outcome(
+        lambda m=m: fusion._flashinfer_trtllm_workspace_allocation_sizes(
+            fake_driver(m), prop, 8, 2048, 7168, torch.bfloat16
+        )
+    )
     for name, m in (("no_multicast", False), ("multicast", True))
 }
 
@@ -114,10 +139,12 @@ tsm.torch_symm_mem.rendezvous = lambda buffer, group_name: types.SimpleNamespace
 class _TorchWithRecordedKernels:
     """torch, except that torch.ops.symm_mem's all-reduce kernels only record which one was called."""
 
-    ops = types.SimpleNamespace(symm_mem=types.SimpleNamespace(
-        multimem_all_reduce_=lambda buf, op, group: kernels.append("multimem"),
-        two_shot_all_reduce_=lambda buf, op, group: kernels.append("two_shot"),
-    ))
+    ops = types.SimpleNamespace(
+        symm_mem=types.SimpleNamespace(
+            multimem_all_reduce_=lambda buf, op, group: kernels.append("multimem"),
+            two_shot_all_reduce_=lambda buf, op, group: kernels.append("two_shot"),
+        )
+    )
 
     def __getattr__(self, name: str):
         return getattr(torch, name)

@@ -86,10 +86,14 @@ class Replay:
         os.kill(os.getpid(), signal.SIGKILL)
 
     def head(self) -> None:
-        err(f"{os.path.dirname(__file__)}/sglang/launch_server.py:71: UserWarning: 'python -m sglang.launch_server' "
-            "is still supported, but 'sglang serve' is the recommended entrypoint.\n")
-        rec(f"server_args={{'model_path': '/models/Kimi-K2.5', 'tp_size': {self.tp}, 'host': '{self.host}', "
-            f"'port': {self.port}}}")
+        err(
+            f"{os.path.dirname(__file__)}/sglang/launch_server.py:71: UserWarning: 'python -m sglang.launch_server' "
+            "is still supported, but 'sglang serve' is the recommended entrypoint.\n"
+        )
+        rec(
+            f"server_args={{'model_path': '/models/Kimi-K2.5', 'tp_size': {self.tp}, 'host': '{self.host}', "
+            f"'port': {self.port}}}"
+        )
         all_ranks(self.tp, "Init parallel begin.")
 
     def load(self) -> None:
@@ -97,8 +101,11 @@ class Replay:
         all_ranks(self.tp, "Init parallel ends. elapsed=3.91 s")
         all_ranks(self.tp, "Load weight begin. avail mem=138.21 GB")
         bar("Multi-thread loading shards", 8, " 7.48s/it")
-        all_ranks(self.tp, "Load weight end. elapsed=485.12 s, type=KimiK25ForConditionalGeneration, "
-                  "quant=compressed-tensors, avail mem=63.57 GB, mem usage=74.64 GB.")
+        all_ranks(
+            self.tp,
+            "Load weight end. elapsed=485.12 s, type=KimiK25ForConditionalGeneration, "
+            "quant=compressed-tensors, avail mem=63.57 GB, mem usage=74.64 GB.",
+        )
 
     def kv(self, failing_rank: int | None = None) -> None:
         for r in range(self.tp):
@@ -108,17 +115,26 @@ class Replay:
         all_ranks(self.tp, "Memory pool end. avail mem=18.11 GB")
 
     def graphs_and_http(self) -> None:
-        all_ranks(self.tp, "Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=4, "
-                  "avail mem=15.29 GB")
+        all_ranks(
+            self.tp, "Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=4, avail mem=15.29 GB"
+        )
         for n in range(6):
-            err(f"\rCapturing batches (bs={64 >> n} avail_mem=15.27 GB): {100 * n // 5:3d}%|#    | {n}/5 "
-                "[00:02<00:55,  2.13s/it]")
+            err(
+                f"\rCapturing batches (bs={64 >> n} avail_mem=15.27 GB): {100 * n // 5:3d}%|#    | {n}/5 "
+                "[00:02<00:55,  2.13s/it]"
+            )
             time.sleep(STEP)
         err("\n")
-        all_ranks(self.tp, "Capture target verify CUDA graph end. bs=[1, 2, 4], elapsed=38.87 s, mem usage=1.41 GB, "
-                  "avail mem=13.88 GB.")
-        rec("max_total_num_tokens=687584, chunked_prefill_size=16384, max_prefill_tokens=16384, "
-            "max_running_requests=64, context_len=262144, available_gpu_mem=12.90 GB", 0)
+        all_ranks(
+            self.tp,
+            "Capture target verify CUDA graph end. bs=[1, 2, 4], elapsed=38.87 s, mem usage=1.41 GB, "
+            "avail mem=13.88 GB.",
+        )
+        rec(
+            "max_total_num_tokens=687584, chunked_prefill_size=16384, max_prefill_tokens=16384, "
+            "max_running_requests=64, context_len=262144, available_gpu_mem=12.90 GB",
+            0,
+        )
         rec("Engine startup timings (s): load_weight=488.00, kv_cache_allocation=1.92, scheduler_e2e=609.77")
         server = http.server.ThreadingHTTPServer((self.host, self.port), self.handler())
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -156,25 +172,31 @@ class Replay:
             while True:
                 time.sleep(3600)
         if sc == "nccl_error":
-            rec("Scheduler hit an exception: Traceback (most recent call last):\n"
+            rec(
+                "Scheduler hit an exception: Traceback (most recent call last):\n"
                 '  File "<site-packages>/sglang/srt/managers/scheduler.py", line 6362, in run_scheduler_process\n'
                 "    scheduler = Scheduler(server_args, port_args)\n"
                 '  File "<site-packages>/sglang/srt/distributed/device_communicators/pynccl_wrapper.py", line 472, '
                 "in NCCL_CHECK\n"
-                "    raise RuntimeError(f\"NCCL error: {error_str}\")\n"
-                "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n", 5)
+                '    raise RuntimeError(f"NCCL error: {error_str}")\n'
+                "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n",
+                5,
+            )
             self.die_like_sglang()
         self.load()
         if sc == "cuda_oom" or stays:
             self.kv(failing_rank=3)
-            rec("Scheduler hit an exception: Traceback (most recent call last):\n"
+            rec(
+                "Scheduler hit an exception: Traceback (most recent call last):\n"
                 '  File "<site-packages>/sglang/srt/managers/scheduler.py", line 6362, in run_scheduler_process\n'
                 "    scheduler = Scheduler(server_args, port_args)\n"
                 '  File "<site-packages>/sglang/srt/mem_cache/memory_pool.py", line 4865, in _create_buffers\n'
                 "    torch.zeros(\n"
                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 755.00 MiB. GPU 3 has a total capacity "
                 "of 139.81 GiB of which 402.19 MiB is free. Including non-PyTorch memory, this process has 131.27 GiB "
-                "memory in use.\n", 3)
+                "memory in use.\n",
+                3,
+            )
             if stays:  # the watchdog never fires: the server hangs on with its GPUs held
                 while True:
                     time.sleep(3600)
@@ -183,8 +205,10 @@ class Replay:
         self.graphs_and_http()
         if sc == "crash_after_ready":
             time.sleep(2.0)
-            rec(f"Subprocess scheduler_3 (pid={self.ranks[3 % self.tp].pid}) crashed with exit code -6. "
-                "Triggering SIGQUIT for cleanup...")
+            rec(
+                f"Subprocess scheduler_3 (pid={self.ranks[3 % self.tp].pid}) crashed with exit code -6. "
+                "Triggering SIGQUIT for cleanup..."
+            )
             rec("SIGQUIT received. signum=3, frame=None. It usually means one child failed.")
             self.die_like_sglang()
         stop = threading.Event()

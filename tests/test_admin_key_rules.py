@@ -13,8 +13,14 @@ from kimi_serve.profile.loader import load_profile
 
 
 def _profile(write_profile, key_file: Path, host: str = "0.0.0.0", admin: str = "auto"):  # type: ignore[no-untyped-def]
-    return load_profile(str(write_profile(f"extends: prod\nserver:\n  host: {host}\n  api_key_file: {key_file}\n"
-                                          f"  admin_key: {admin}\n", name=f"ak-{host}-{admin}")))
+    return load_profile(
+        str(
+            write_profile(
+                f"extends: prod\nserver:\n  host: {host}\n  api_key_file: {key_file}\n  admin_key: {admin}\n",
+                name=f"ak-{host}-{admin}",
+            )
+        )
+    )
 
 
 def _key(tmp_path: Path, text: str) -> Path:

@@ -82,25 +82,51 @@ def _wait_health(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: fl
 
 @pytest.fixture(scope="module")
 def admin_routes() -> list[tuple[str, str]]:
-    done = subprocess.run([_python(), "-c", ROUTES], capture_output=True, text=True, timeout=300, check=True,
-                          env={**os.environ, "PYTHONPATH": str(CPU_DIR / "stubs")})
+    done = subprocess.run(
+        [_python(), "-c", ROUTES],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(CPU_DIR / "stubs")},
+    )
     routes = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(routes) >= 40  # SGLang 0.5.23: 42 (43 with the optional dumper route)
-    return [(path, "GET" if "GET" in methods else sorted(methods)[0]) for path, methods in routes
-            if "{" not in path]
+    return [(path, "GET" if "GET" in methods else sorted(methods)[0]) for path, methods in routes if "{" not in path]
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["api-key-only", "with-admin-key"])
-def real_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
-        tuple[str, bool]]:
+def real_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, bool]]:
     tmp = tmp_path_factory.mktemp("admin-sglang")
     port, log = free_port(), tmp / "server.log"
-    argv = [_python(), "-m", "sglang.launch_server", "--model-path", str(CPU_DIR / "tiny-llama"), "--device", "cpu",
-            "--load-format", "dummy", "--skip-tokenizer-init", "--max-total-tokens", "4096", "--host", "127.0.0.1",
-            "--port", str(port), "--config", str(_key_file(tmp, request.param))]
+    argv = [
+        _python(),
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(CPU_DIR / "tiny-llama"),
+        "--device",
+        "cpu",
+        "--load-format",
+        "dummy",
+        "--skip-tokenizer-init",
+        "--max-total-tokens",
+        "4096",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--config",
+        str(_key_file(tmp, request.param)),
+    ]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "PYTHONPATH": str(CPU_DIR / "stubs")})
+        proc = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONPATH": str(CPU_DIR / "stubs")},
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_health(url, proc, log)
@@ -135,11 +161,26 @@ def test_simulator_and_verify(tmp_path: Path, has_admin: bool) -> None:
     port = launcher.free_port()
     env = launcher.environment(warmup=0.0)
     env[SIM_STEP_ENV] = "0.002"
-    flags = ["--model-path", "/models/Kimi-K2.5", "--served-model-name", "kimi-k2.5", "--trust-remote-code",
-             "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2", "--host", "127.0.0.1",
-             "--config", str(_key_file(tmp_path, has_admin)), "--port", str(port)]
-    sim = launcher.Simulator.start(launcher.command(_python(), flags), env, f"http://127.0.0.1:{port}",
-                                   tmp_path / "simulator.log")
+    flags = [
+        "--model-path",
+        "/models/Kimi-K2.5",
+        "--served-model-name",
+        "kimi-k2.5",
+        "--trust-remote-code",
+        "--tool-call-parser",
+        "kimi_k2",
+        "--reasoning-parser",
+        "kimi_k2",
+        "--host",
+        "127.0.0.1",
+        "--config",
+        str(_key_file(tmp_path, has_admin)),
+        "--port",
+        str(port),
+    ]
+    sim = launcher.Simulator.start(
+        launcher.command(_python(), flags), env, f"http://127.0.0.1:{port}", tmp_path / "simulator.log"
+    )
     try:
         report = run_verify(sim.base_url, api_key=CLIENT, wait=240, timeout=120)
     finally:

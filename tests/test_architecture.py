@@ -25,8 +25,20 @@ ALLOWED: dict[str, set[str]] = {
     "up": {"core", "profile", "sglang", "verify", "simulator", "check", "router"},
     "engine": {"core", "profile", "sglang", "patches", "check"},
     "bench": {"core", "profile", "sglang", "verify", "simulator", "check", "up"},
-    "commands": {"core", "profile", "sglang", "verify", "simulator", "patches", "check", "service", "up", "engine",
-                 "bench", "router"},
+    "commands": {
+        "core",
+        "profile",
+        "sglang",
+        "verify",
+        "simulator",
+        "patches",
+        "check",
+        "service",
+        "up",
+        "engine",
+        "bench",
+        "router",
+    },
 }
 TOP_LEVEL = {"__init__", "__main__", "cli"}
 MAX_LINES = 350
@@ -78,8 +90,13 @@ def test_dependencies_point_one_way():
 def test_cli_is_thin():
     imported = {name for _line, name in _imports(PKG / "cli.py")}
     # the boundary: errors, the --json envelope (core.output), where a crash traceback goes (core.settings)
-    assert imported <= {"kimi_serve.__version__", "kimi_serve.core.errors", "kimi_serve.core.output",
-                        "kimi_serve.core.settings", "kimi_serve.commands"}, imported
+    assert imported <= {
+        "kimi_serve.__version__",
+        "kimi_serve.core.errors",
+        "kimi_serve.core.output",
+        "kimi_serve.core.settings",
+        "kimi_serve.commands",
+    }, imported
 
 
 def test_the_environment_is_read_in_one_place():

@@ -22,18 +22,34 @@ EAGLE = SpecSettings("EAGLE3", steps=3, topk=1, draft_tokens=4)
 
 
 def _cell(tok_s: float, itl: float = 10.0) -> dict:
-    return {"output_throughput": tok_s, "request_throughput": tok_s / 100, "median_ttft_ms": 100.0,
-            "p99_ttft_ms": 200.0, "median_itl_ms": itl, "p99_itl_ms": itl * 3, "median_e2e_latency_ms": 1000.0,
-            "p99_e2e_latency_ms": 2000.0, "accept_length": None, "errors": 0}
+    return {
+        "output_throughput": tok_s,
+        "request_throughput": tok_s / 100,
+        "median_ttft_ms": 100.0,
+        "p99_ttft_ms": 200.0,
+        "median_itl_ms": itl,
+        "p99_itl_ms": itl * 3,
+        "median_e2e_latency_ms": 1000.0,
+        "p99_e2e_latency_ms": 2000.0,
+        "accept_length": None,
+        "errors": 0,
+    }
 
 
 def _report(a: dict[int, list[float]], b: dict[int, list[float]], simulated: bool = True) -> dict:
     conc = sorted(a)
-    profiles = [{"name": "A", "role": "profile", "simulated": simulated, "speedup": 1.0},
-                {"name": "B", "role": "against", "simulated": simulated, "speedup": 1.0}]
+    profiles = [
+        {"name": "A", "role": "profile", "simulated": simulated, "speedup": 1.0},
+        {"name": "B", "role": "against", "simulated": simulated, "speedup": 1.0},
+    ]
     cells = {"A": {c: [_cell(v) for v in a[c]] for c in conc}, "B": {c: [_cell(v) for v in b[c]] for c in conc}}
-    return rp.build(profiles=profiles, cells=cells, concurrency=conc, repeat=len(a[conc[0]]),
-                    workload={"name": "agentic", "digest": "x", "requests": 8})
+    return rp.build(
+        profiles=profiles,
+        cells=cells,
+        concurrency=conc,
+        repeat=len(a[conc[0]]),
+        workload={"name": "agentic", "digest": "x", "requests": 8},
+    )
 
 
 # ------------------------------------------------------------------------------------------- verdict, crossover
@@ -73,15 +89,55 @@ def test_speedup_is_converted_back_to_model_time() -> None:
 def test_report_schema_is_pinned_and_documented() -> None:
     r = _report({1: [100]}, {1: [90]})
     assert r["schema"] == "kimi-serve.bench/1" and r["schema_version"] == 1
-    assert tuple(r) == rp.TOP_KEYS == (
-        "schema", "schema_version", "kimi_serve_version", "created", "simulated", "notice", "workload",
-        "concurrency", "repeat", "profiles", "results", "verdicts", "crossover", "charts", "charts_skipped")
-    assert rp.PROFILE_KEYS == ("name", "role", "source", "base_url", "fingerprint", "simulated", "speedup",
-                               "perf_model")
+    assert (
+        tuple(r)
+        == rp.TOP_KEYS
+        == (
+            "schema",
+            "schema_version",
+            "kimi_serve_version",
+            "created",
+            "simulated",
+            "notice",
+            "workload",
+            "concurrency",
+            "repeat",
+            "profiles",
+            "results",
+            "verdicts",
+            "crossover",
+            "charts",
+            "charts_skipped",
+        )
+    )
+    assert rp.PROFILE_KEYS == (
+        "name",
+        "role",
+        "source",
+        "base_url",
+        "fingerprint",
+        "simulated",
+        "speedup",
+        "perf_model",
+    )
     assert tuple(r["profiles"][0]) == rp.PROFILE_KEYS
-    assert tuple(r["results"]["A"]["1"]) == rp.SUMMARY_KEYS == (
-        "repeats", "output_tok_s", "req_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms",
-        "e2e_p99_ms", "accept_length", "errors")
+    assert (
+        tuple(r["results"]["A"]["1"])
+        == rp.SUMMARY_KEYS
+        == (
+            "repeats",
+            "output_tok_s",
+            "req_s",
+            "ttft_p50_ms",
+            "ttft_p99_ms",
+            "itl_p50_ms",
+            "itl_p99_ms",
+            "e2e_p50_ms",
+            "e2e_p99_ms",
+            "accept_length",
+            "errors",
+        )
+    )
     assert set(r["results"]["A"]["1"]["output_tok_s"]) == {"mean", "min", "max"}
     assert tuple(r["verdicts"][0]) == rp.VERDICT_KEYS
     json.dumps(r)  # serialisable as it is
@@ -131,15 +187,16 @@ def _recorded(tmp_path: Path, monkeypatch) -> tuple[Path, BenchOptions]:
     for name, tok_s in (("sim", {1: 150.0, 4: 400.0}), ("sim-baseline", {1: 80.0, 4: 500.0})):
         fp = servers.fingerprint(load_profile(name))
         (out / "profiles").mkdir(exist_ok=True)
-        (out / "profiles" / f"{name}.json").write_text(json.dumps({"name": name, "role": "x", "simulated": True,
-                                                                   "speedup": 1.0}))
+        (out / "profiles" / f"{name}.json").write_text(
+            json.dumps({"name": name, "role": "x", "simulated": True, "speedup": 1.0})
+        )
         for c, v in tok_s.items():
             path = out / "cells" / name / f"c{c}-r0.json"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"fingerprint": fp, "workload_digest": workload.digest,
-                                        "figures": _cell(v)}))
-    opts = BenchOptions(profile="sim", against="sim-baseline", concurrency=[1, 4], requests=4, workload="agentic",
-                        repeat=1, out=out)
+            path.write_text(json.dumps({"fingerprint": fp, "workload_digest": workload.digest, "figures": _cell(v)}))
+    opts = BenchOptions(
+        profile="sim", against="sim-baseline", concurrency=[1, 4], requests=4, workload="agentic", repeat=1, out=out
+    )
     return out, opts
 
 
@@ -169,8 +226,23 @@ def test_without_matplotlib_the_charts_are_skipped_and_said(tmp_path: Path, monk
 
 def test_a_server_that_fails_the_contract_is_refused(tmp_path: Path, cli) -> None:
     with ContractServer("no-tool-parser") as bad, ContractServer("correct") as good:
-        r = cli("bench", "--profile", "broken", "--against", "fine", "--host", bad.host, "--host", good.host,
-                "--concurrency", "1", "--requests", "2", "--out", str(tmp_path / "out"))
+        r = cli(
+            "bench",
+            "--profile",
+            "broken",
+            "--against",
+            "fine",
+            "--host",
+            bad.host,
+            "--host",
+            good.host,
+            "--concurrency",
+            "1",
+            "--requests",
+            "2",
+            "--out",
+            str(tmp_path / "out"),
+        )
     assert r.code == 1, r.err
     assert "broken at http://" in r.err and "fails the contract check" in r.err and "not benchmarked" in r.err
     assert r.err.count("kimi-serve: error:") == 1 and "Traceback" not in r.err
@@ -182,11 +254,21 @@ def test_usage_errors(tmp_path: Path, cli) -> None:
     assert r.code == 2 and "same profile" in r.err
     r = cli("bench", "--profile", "sim", "--against", "sim-baseline", "--concurrency", "1,x", "--out", str(tmp_path))
     assert r.code == 2 and "--concurrency" in r.err
-    r = cli("bench", "--profile", "sim", "--against", "sim-baseline", "--workload", str(tmp_path / "none.jsonl"),
-            "--out", str(tmp_path))
+    r = cli(
+        "bench",
+        "--profile",
+        "sim",
+        "--against",
+        "sim-baseline",
+        "--workload",
+        str(tmp_path / "none.jsonl"),
+        "--out",
+        str(tmp_path),
+    )
     assert r.code == 2 and "--workload" in r.err
-    r = cli("bench", "--profile", "sim", "--against", "sim-baseline", "--perf-model", '{"nope": 1}',
-            "--out", str(tmp_path))
+    r = cli(
+        "bench", "--profile", "sim", "--against", "sim-baseline", "--perf-model", '{"nope": 1}', "--out", str(tmp_path)
+    )
     assert r.code == 2 and "nope" in r.err
 
 
@@ -196,8 +278,9 @@ def test_usage_errors(tmp_path: Path, cli) -> None:
 def test_agentic_workload_is_kimi_shaped_and_deterministic() -> None:
     reqs = agentic_requests(16)
     assert reqs == agentic_requests(16)
-    assert all(r["tools"] and r["chat_template_kwargs"] == {"thinking": True} and r["ignore_eos"] is False
-               for r in reqs)
+    assert all(
+        r["tools"] and r["chat_template_kwargs"] == {"thinking": True} and r["ignore_eos"] is False for r in reqs
+    )
     kinds = {("tool_result" if r["messages"][-1]["role"] == "tool" else r.get("tool_choice", "auto")) for r in reqs}
     assert kinds == {"tool_result", "auto", "none"}
     sizes = [len(json.dumps(r)) for r in reqs]
@@ -219,7 +302,7 @@ def test_perf_model_defaults_match_the_published_figures() -> None:
 
 def test_accept_lengths_are_drawn_seeded_from_a_truncated_geometric() -> None:
     p = accept_probability(2.9, 3)
-    assert sum(p ** i for i in range(4)) == pytest.approx(2.9)
+    assert sum(p**i for i in range(4)) == pytest.approx(2.9)
     a, b = PerfModel(PerfParams(seed=7), EAGLE, None), PerfModel(PerfParams(seed=7), EAGLE, None)
     draws = [a.draw_accept() for _ in range(20000)]
     assert draws[:50] == [b.draw_accept() for _ in range(50)]

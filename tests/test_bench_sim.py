@@ -23,11 +23,23 @@ CONCURRENCY = (1, 8)
 
 
 def _workload(path: Path) -> Path:
-    lines = [json.dumps({"messages": [{"role": "system", "content": "You are Kimi, a coding agent."},
-                                      {"role": "user", "content": f"Plan step {i} of the config loader migration in "
-                                                                  "at least 500 characters."}],
-                         "max_tokens": 400, "chat_template_kwargs": {"thinking": True}, "ignore_eos": False})
-             for i in range(8)]
+    lines = [
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "system", "content": "You are Kimi, a coding agent."},
+                    {
+                        "role": "user",
+                        "content": f"Plan step {i} of the config loader migration in at least 500 characters.",
+                    },
+                ],
+                "max_tokens": 400,
+                "chat_template_kwargs": {"thinking": True},
+                "ignore_eos": False,
+            }
+        )
+        for i in range(8)
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -41,12 +53,27 @@ def test_the_model_implies_a_crossover_between_1_and_8() -> None:
 
 
 @pytest.mark.sglang
-def test_ab_on_the_simulator_finds_the_models_crossover_and_resumes(tmp_path: Path, sglang_python: str,
-                                                                    cli) -> None:
+def test_ab_on_the_simulator_finds_the_models_crossover_and_resumes(tmp_path: Path, sglang_python: str, cli) -> None:
     out = tmp_path / "out"
-    args = ["bench", "--profile", "sim", "--against", "sim-baseline", "--concurrency", ",".join(map(str, CONCURRENCY)),
-            "--requests", "8", "--workload", str(_workload(tmp_path / "w.jsonl")), "--out", str(out),
-            "--speedup", SPEEDUP, "--perf-model", json.dumps(PERF)]
+    args = [
+        "bench",
+        "--profile",
+        "sim",
+        "--against",
+        "sim-baseline",
+        "--concurrency",
+        ",".join(map(str, CONCURRENCY)),
+        "--requests",
+        "8",
+        "--workload",
+        str(_workload(tmp_path / "w.jsonl")),
+        "--out",
+        str(out),
+        "--speedup",
+        SPEEDUP,
+        "--perf-model",
+        json.dumps(PERF),
+    ]
     r = cli(*args)
     assert r.code == 0, r.err[-3000:]
     report = json.loads((out / "report.json").read_text())

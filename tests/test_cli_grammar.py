@@ -25,32 +25,63 @@ def _one_line(res, code: int = 2) -> str:  # type: ignore[no-untyped-def]
     return lines[0]
 
 
-@pytest.mark.parametrize("args, golden", [
-    (["check", "--bogus"], "kimi-serve: error: kimi-serve check: No such option: --bogus "
-                           "(fix: see 'kimi-serve check --help')"),
-    (["nocmd"], "kimi-serve: error: kimi-serve: No such command 'nocmd'. (fix: see 'kimi-serve --help')"),
-    (["render"], "kimi-serve: error: kimi-serve render: Missing option '--profile' / '-p'. "
-                 "(fix: see 'kimi-serve render --help')"),
-    (["simulate", "-p", "sim", "--port", "99999"],
-     "kimi-serve: error: kimi-serve simulate: Invalid value for '--port': Input should be less than or equal to "
-     "65535 (fix: pass an integer 1..65535 to --port)"),
-    (["simulate", "-p", "sim", "--port", "http"],
-     "kimi-serve: error: kimi-serve simulate: Invalid value for '--port': Input should be a valid integer, unable to "
-     "parse string as an integer (fix: pass an integer 1..65535 to --port)"),
-])
+@pytest.mark.parametrize(
+    "args, golden",
+    [
+        (
+            ["check", "--bogus"],
+            "kimi-serve: error: kimi-serve check: No such option: --bogus (fix: see 'kimi-serve check --help')",
+        ),
+        (["nocmd"], "kimi-serve: error: kimi-serve: No such command 'nocmd'. (fix: see 'kimi-serve --help')"),
+        (
+            ["render"],
+            "kimi-serve: error: kimi-serve render: Missing option '--profile' / '-p'. "
+            "(fix: see 'kimi-serve render --help')",
+        ),
+        (
+            ["simulate", "-p", "sim", "--port", "99999"],
+            "kimi-serve: error: kimi-serve simulate: Invalid value for '--port': Input should be less than or equal to "
+            "65535 (fix: pass an integer 1..65535 to --port)",
+        ),
+        (
+            ["simulate", "-p", "sim", "--port", "http"],
+            "kimi-serve: error: kimi-serve simulate: Invalid value for '--port': Input should be a valid integer, unable to "
+            "parse string as an integer (fix: pass an integer 1..65535 to --port)",
+        ),
+    ],
+)
 def test_usage_errors_are_one_golden_line(cli, args, golden) -> None:
     assert _one_line(cli(*args)) == golden
 
 
-@pytest.mark.parametrize("args", [["--debug", "render", "-p", "x/none.yaml"], ["render", "--debug", "-p", "x/none.yaml"],
-                                  ["render", "-p", "x/none.yaml", "--debug"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--debug", "render", "-p", "x/none.yaml"],
+        ["render", "--debug", "-p", "x/none.yaml"],
+        ["render", "-p", "x/none.yaml", "--debug"],
+    ],
+)
 def test_debug_in_any_position(cli, args) -> None:
     res = cli(*args)
     assert res.code == 2 and "Traceback" in res.err and "does not exist" in res.err
 
 
-@pytest.mark.parametrize("command", ["show", "render", "check", "up", "doctor", "install-service",
-                                     "uninstall-service", "restart", "status", "simulate"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "show",
+        "render",
+        "check",
+        "up",
+        "doctor",
+        "install-service",
+        "uninstall-service",
+        "restart",
+        "status",
+        "simulate",
+    ],
+)
 def test_dash_p_everywhere(cli, command) -> None:
     res = cli(command, "-p", "nosuchprofile")
     assert "No such option" not in res.err and "no profile named 'nosuchprofile'" in res.err, res.err
@@ -77,13 +108,28 @@ def test_docs_exit_code_table_is_the_help_table() -> None:
 def test_shell_completion_is_offered(cli, tmp_path) -> None:
     text = _help_text(cli, [])
     assert "--install-completion" in text and "--show-completion" in text
-    script = subprocess.run([sys.executable, "-m", "kimi_serve", "--show-completion", "bash"], capture_output=True,
-                            text=True, timeout=60, cwd=tmp_path)
+    script = subprocess.run(
+        [sys.executable, "-m", "kimi_serve", "--show-completion", "bash"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert script.returncode == 0 and "complete" in script.stdout and "kimi-serve" in script.stdout
-    env = {"_KIMI_SERVE_COMPLETE": "complete_bash", "COMP_WORDS": "kimi-serve chec", "COMP_CWORD": "1",
-           "PATH": "/usr/bin:/bin"}
-    words = subprocess.run([str(Path(sys.executable).parent / "kimi-serve")], capture_output=True, text=True,
-                           timeout=60, env=env, cwd=tmp_path)
+    env = {
+        "_KIMI_SERVE_COMPLETE": "complete_bash",
+        "COMP_WORDS": "kimi-serve chec",
+        "COMP_CWORD": "1",
+        "PATH": "/usr/bin:/bin",
+    }
+    words = subprocess.run(
+        [str(Path(sys.executable).parent / "kimi-serve")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
     assert words.stdout.split() == ["check"], (words.stdout, words.stderr)
 
 

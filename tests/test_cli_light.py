@@ -18,11 +18,20 @@ print(json.dumps({{"code": code, "heavy": sorted({{m.split('.')[0] for m in sys.
 """
 
 
-@pytest.mark.parametrize("args", [["--help"], ["render", "--profile", "prod", "--json"], ["show", "--profile", "prod"],
-                                  ["verify", "--help"], ["render", "--profile", "prod"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["render", "--profile", "prod", "--json"],
+        ["show", "--profile", "prod"],
+        ["verify", "--help"],
+        ["render", "--profile", "prod"],
+    ],
+)
 def test_fast_paths_import_nothing_heavy(args):
-    out = subprocess.run([sys.executable, "-c", PROBE.format(args=args, heavy=HEAVY)], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(args=args, heavy=HEAVY)], capture_output=True, text=True, check=True
+    )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["code"] == 0
     assert result["heavy"] == [], f"{args} imported {result['heavy']}"

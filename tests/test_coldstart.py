@@ -35,14 +35,16 @@ def ckpt_dir(tmp_path: Path) -> Path:
 
 def _profile(tmp_path: Path, model: Path) -> Path:
     path = tmp_path / "cold.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         extends: sim
         engine: sglang
         model:
           path: {model}
         speculative:
           enabled: false
-        """))
+        """)
+    )
     return path
 
 
@@ -112,8 +114,9 @@ def test_prewarm_fills_the_page_cache(ckpt_dir: Path, tmp_path: Path) -> None:
 def test_prewarm_refuses_when_ram_does_not_allow(ckpt_dir: Path, tmp_path: Path) -> None:
     p = load_profile(str(_profile(tmp_path, ckpt_dir)))
     fig = figures(p, tmp_path / "state", probe="never")
-    tight = cs.Figures(fig.checkpoint, 0, mem_available=fig.checkpoint.total, mem_total=fig.checkpoint.total * 4,
-                       bandwidth=None)
+    tight = cs.Figures(
+        fig.checkpoint, 0, mem_available=fig.checkpoint.total, mem_total=fig.checkpoint.total * 4, bandwidth=None
+    )
     res = prewarm(tight)
     assert res.status == "refused" and res.bytes_read == 0
     assert "do not fit" in res.reason
@@ -149,8 +152,15 @@ def test_prewarm_cli_json_and_refusal(ckpt_dir: Path, tmp_path: Path, cli) -> No
 
 def test_history_is_bounded_and_predicts_from_overhead(tmp_path: Path, ckpt_dir: Path) -> None:
     for i in range(MAX_STARTS + 5):
-        append_start(tmp_path, {"profile": "p", "n": i, "phases": {"weights": 12.0},
-                                "figures": {"checkpoint_bytes": 1000, "uncached_floor_s": 2.0}})
+        append_start(
+            tmp_path,
+            {
+                "profile": "p",
+                "n": i,
+                "phases": {"weights": 12.0},
+                "figures": {"checkpoint_bytes": 1000, "uncached_floor_s": 2.0},
+            },
+        )
     starts = read_starts(tmp_path)
     assert len(starts) == MAX_STARTS and starts[-1]["n"] == MAX_STARTS + 4
     ck = cs.Checkpoint((ckpt_dir / "x",), (1000,))

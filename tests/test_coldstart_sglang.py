@@ -24,7 +24,8 @@ pytestmark = pytest.mark.sglang
 
 def _profile(tmp: Path, model: Path, port: int, python: str) -> Path:
     path = tmp / "real-weights.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         description: real SGLang on CPU loading a real tiny checkpoint (tests only)
         engine: sglang
         python: {python}
@@ -57,18 +58,20 @@ def _profile(tmp: Path, model: Path, port: int, python: str) -> Path:
           port: {port}
           enable_metrics: false
         env:
-          PYTHONPATH: {CPU_DIR / 'stubs'}
+          PYTHONPATH: {CPU_DIR / "stubs"}
         extra_args: [--device, cpu, --skip-tokenizer-init, --max-total-tokens, "4096"]
         startup:
           timeout: 300
         service:
           stop_timeout: 30
-        """))
+        """)
+    )
     return path
 
 
 def test_real_loader_loads_with_the_rendered_options_and_phases_are_recorded(
-        tmp_path: Path, sglang_python: str, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, sglang_python: str, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model = tmp_path / "tiny-real"
     total = llama_checkpoint(model)
     shards = sorted(model.glob("*.safetensors"))
@@ -88,8 +91,13 @@ def test_real_loader_loads_with_the_rendered_options_and_phases_are_recorded(
     checked = cli("check", "--profile", str(profile), "--offline")
     assert "weight loader accepts its extra config" in checked.out, checked.out
 
-    doctor = subprocess.run([sys.executable, "-m", "kimi_serve", "doctor", "--profile", str(profile)],
-                            capture_output=True, text=True, env=dict(os.environ), timeout=120)
+    doctor = subprocess.run(
+        [sys.executable, "-m", "kimi_serve", "doctor", "--profile", str(profile)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=120,
+    )
     assert "disk floor" in doctor.stdout and "O_DIRECT" in doctor.stdout, doctor.stdout
 
     log = tmp_path / "server.log"
@@ -123,8 +131,13 @@ def test_real_loader_loads_with_the_rendered_options_and_phases_are_recorded(
 
     status = cli("status", "--root", str(tmp_path / "root"), "--json")
     assert json.loads(status.out)["starts"][-1]["time"] == rec["time"]
-    doctor = subprocess.run([sys.executable, "-m", "kimi_serve", "doctor", "--profile", str(profile)],
-                            capture_output=True, text=True, env=dict(os.environ), timeout=120)
+    doctor = subprocess.run(
+        [sys.executable, "-m", "kimi_serve", "doctor", "--profile", str(profile)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=120,
+    )
     assert "last_start" in doctor.stdout and "serving" in doctor.stdout, doctor.stdout
     print(f"\nreal CPU start: phases {ph}, SGLang's load_weight {rec['sglang_load_weight_s']}")
 
@@ -133,8 +146,14 @@ def test_sglangs_own_loader_check_rejects_an_unknown_extra_config_key(sglang_pyt
     from kimi_serve.check.sglang_tier import SGLangPython, run_probe
     from kimi_serve.simulator.stand_in import STANDIN_MODEL
 
-    args = ["--model-path", str(STANDIN_MODEL), "--device", "cuda", "--model-loader-extra-config",
-            '{"enable_multithread_load": true, "num_thread": 8}']  # a typo SGLang's parser lets through
+    args = [
+        "--model-path",
+        str(STANDIN_MODEL),
+        "--device",
+        "cuda",
+        "--model-loader-extra-config",
+        '{"enable_multithread_load": true, "num_thread": 8}',
+    ]  # a typo SGLang's parser lets through
     out = run_probe(SGLangPython(sglang_python, "test"), args, platform="sm120")
     assert out["parse"]["ok"] is True and out["resolve"]["ok"] is True, out
     assert out["loader"]["ok"] is False and "num_thread" in out["loader"]["error"], out

@@ -31,8 +31,7 @@ def patch_set():
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory, patch_set) -> Path:
-    return extract(pinned_wheel(patch_set), tmp_path_factory.mktemp("pristine") / "site-packages",
-                   whole_package=False)
+    return extract(pinned_wheel(patch_set), tmp_path_factory.mktemp("pristine") / "site-packages", whole_package=False)
 
 
 def kimi(*args: str, hook: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -40,12 +39,14 @@ def kimi(*args: str, hook: str | None = None) -> subprocess.CompletedProcess[str
     env.pop("KIMI_SERVE_TEST_HOOK", None)
     if hook:
         env["KIMI_SERVE_TEST_HOOK"] = hook
-    return subprocess.run([sys.executable, "-m", "kimi_serve", *args], capture_output=True, text=True, env=env,
-                          timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "kimi_serve", *args], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
 
 
-def patches(verb: str, site: Path, state: Path, *extra: str, hook: str | None = None
-            ) -> subprocess.CompletedProcess[str]:
+def patches(
+    verb: str, site: Path, state: Path, *extra: str, hook: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return kimi("patches", verb, "--site-packages", str(site), "--state-dir", str(state), *extra, hook=hook)
 
 
@@ -121,8 +122,9 @@ def test_next_revert_after_a_killed_apply_restores_the_originals(pristine: Path,
     assert snapshot(site) == original
 
 
-def test_revert_checks_the_restored_files_against_the_manifest(pristine: Path, patch_set, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_revert_checks_the_restored_files_against_the_manifest(
+    pristine: Path, patch_set, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     site, state = tmp_path / "site-packages", tmp_path / "state"
     shutil.copytree(pristine, site)
     apply(site, patch_set, state_dir=state)
@@ -145,11 +147,21 @@ def test_two_applies_started_together_one_applies_the_other_exits_75(pristine: P
     site, state = tmp_path / "site-packages", tmp_path / "state"
     shutil.copytree(pristine, site)
     hook = "pause-at=patches.apply.start:2"  # the holder pauses inside its change: the runs surely overlap
-    argv = [sys.executable, "-m", "kimi_serve", "patches", "apply", "--site-packages", str(site), "--state-dir",
-            str(state)]
+    argv = [
+        sys.executable,
+        "-m",
+        "kimi_serve",
+        "patches",
+        "apply",
+        "--site-packages",
+        str(site),
+        "--state-dir",
+        str(state),
+    ]
     env = {**os.environ, "KIMI_SERVE_TEST_HOOK": hook}
-    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)
+    ]
     results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
     codes = sorted(rc for rc, _, _ in results)
     assert codes == [0, 75], results
@@ -163,11 +175,23 @@ def test_two_applies_started_together_one_applies_the_other_exits_75(pristine: P
 def test_with_wait_lock_the_second_apply_waits_and_finds_it_applied(pristine: Path, tmp_path: Path) -> None:
     site, state = tmp_path / "site-packages", tmp_path / "state"
     shutil.copytree(pristine, site)
-    argv = [sys.executable, "-m", "kimi_serve", "patches", "apply", "--site-packages", str(site), "--state-dir",
-            str(state), "--wait-lock", "--json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "kimi_serve",
+        "patches",
+        "apply",
+        "--site-packages",
+        str(site),
+        "--state-dir",
+        str(state),
+        "--wait-lock",
+        "--json",
+    ]
     env = {**os.environ, "KIMI_SERVE_TEST_HOOK": "pause-at=patches.apply.start:2"}
-    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)
+    ]
     results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
     assert [rc for rc, _, _ in results] == [0, 0], results
     messages = sorted(json.loads(out)["message"] for _, out, _ in results)

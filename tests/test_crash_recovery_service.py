@@ -26,8 +26,10 @@ KEY = "sk-crash-test"
 UNIT = "sglang-kimi.service"
 MAX_CHECKPOINTS = 200
 
-pytestmark = pytest.mark.skipif(shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
-                                reason="systemctl/systemd-analyze not installed (apt-get install systemd)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
+    reason="systemctl/systemd-analyze not installed (apt-get install systemd)",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +56,9 @@ def _stable(data: bytes) -> bytes:
     m = re.search(rb"^admin-api-key: (\S+)$", data, re.M)
     if m is None:
         return data
-    assert re.search(rb"^api-key: (\S+)$", data, re.M) and m.group(1) not in re.findall(rb"^api-key: (\S+)$", data, re.M)
+    assert re.search(rb"^api-key: (\S+)$", data, re.M) and m.group(1) not in re.findall(
+        rb"^api-key: (\S+)$", data, re.M
+    )
     return data.replace(m.group(1), b"<random admin key>")
 
 
@@ -62,13 +66,20 @@ def install(profile: Path, root: Path, hook: str | None = None) -> subprocess.Co
     env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK"}
     if hook:
         env["KIMI_SERVE_TEST_HOOK"] = hook
-    return subprocess.run([sys.executable, "-m", "kimi_serve", "install-service", "-p", str(profile), "--root",
-                           str(root), "--replace"], capture_output=True, text=True, env=env, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "kimi_serve", "install-service", "-p", str(profile), "--root", str(root), "--replace"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize("start", ["fresh", "over-an-installed-unit"])
 def test_install_service_killed_at_every_checkpoint_is_rolled_back_then_finished(
-        start: str, tmp_path: Path, write_profile: Callable[..., Path], cli) -> None:
+    start: str, tmp_path: Path, write_profile: Callable[..., Path], cli
+) -> None:
     first = write_profile("extends: sim\nserver:\n  api_key_file: /etc/kimi-serve/crash.yaml\n", name="first")
     second = write_profile("extends: first\nserver:\n  port: 30456\n", name="second")
     seed = tmp_path / "seed"
@@ -114,15 +125,15 @@ def test_install_service_killed_at_every_checkpoint_is_rolled_back_then_finished
     assert kills >= 5, f"only {kills} checkpoints in install-service"
 
 
-def test_a_second_install_while_one_holds_the_lock_exits_75(tmp_path: Path, write_profile: Callable[..., Path]
-                                                             ) -> None:
+def test_a_second_install_while_one_holds_the_lock_exits_75(tmp_path: Path, write_profile: Callable[..., Path]) -> None:
     profile = write_profile("extends: sim\nserver:\n  api_key_file: /etc/kimi-serve/crash.yaml\n", name="lk")
     root = tmp_path / "root"
     root.mkdir()
     env = {**os.environ, "KIMI_SERVE_TEST_HOOK": "pause-at=service.write.start:3"}
     argv = [sys.executable, "-m", "kimi_serve", "install-service", "-p", str(profile), "--root", str(root)]
-    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)
+    ]
     results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
     assert sorted(rc for rc, _, _ in results) == [0, 75], results
     loser = next(err for rc, _, err in results if rc == 75)
@@ -146,18 +157,26 @@ def stand_in_systemctl(argv, *, timeout: float) -> Completed:
     return Completed(tuple(argv), 0, "", "")
 
 
-def restart_driver(root: Path, profile: Path, scenario: str, hook: str | None = None
-                   ) -> subprocess.CompletedProcess[str]:
+def restart_driver(
+    root: Path, profile: Path, scenario: str, hook: str | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK"}
     if hook:
         env["KIMI_SERVE_TEST_HOOK"] = hook
-    return subprocess.run([sys.executable, str(Path(__file__).parent / "restart_driver.py"), str(root), str(profile),
-                           scenario], capture_output=True, text=True, env=env, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "restart_driver.py"), str(root), str(profile), scenario],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize("scenario, code", [("pass", "0"), ("fail", "1")], ids=["new-unit-passes", "rolls-back"])
 def test_restart_killed_at_every_checkpoint_is_rolled_back_then_finished(
-        scenario: str, code: str, tmp_path: Path, write_profile: Callable[..., Path]) -> None:
+    scenario: str, code: str, tmp_path: Path, write_profile: Callable[..., Path]
+) -> None:
     from kimi_serve.service.status import status
 
     good = write_profile("extends: sim\nserver:\n  port: 30001\n", name="good")
@@ -201,7 +220,8 @@ def test_restart_killed_at_every_checkpoint_is_rolled_back_then_finished(
 
 
 def test_a_bug_in_the_middle_of_install_is_exit_70_and_rolled_back_by_the_next_run(
-        tmp_path: Path, write_profile: Callable[..., Path], cli) -> None:
+    tmp_path: Path, write_profile: Callable[..., Path], cli
+) -> None:
     profile = write_profile("extends: sim\nserver:\n  api_key_file: /etc/kimi-serve/crash.yaml\n", name="bug")
     root = tmp_path / "root"
     root.mkdir()

@@ -28,8 +28,7 @@ def gpu_rows(n: int = 8, cc: str = "12.0", free: int = 97000, name: str = RTX, d
 
 def topo(n: int = 8, link: str = "SYS") -> str:
     head = "\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\tCPU Affinity\tNUMA Affinity\n"
-    rows = "".join(f"GPU{i}\t" + "\t".join("X" if i == j else link for j in range(n)) + "\t0-63\t0\n"
-                   for i in range(n))
+    rows = "".join(f"GPU{i}\t" + "\t".join("X" if i == j else link for j in range(n)) + "\t0-63\t0\n" for i in range(n))
     return head + rows
 
 
@@ -57,8 +56,9 @@ def model_dir(root: Path, shards: int = 3, present: int = 3, tokenizer: bool = T
     root.mkdir(parents=True)
     (root / "config.json").write_text(json.dumps({"model_type": "kimi_k25"}))
     names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
-    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {f"w{i}": n for i, n in
-                                                                                 enumerate(names)}}))
+    (root / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {f"w{i}": n for i, n in enumerate(names)}})
+    )
     for n in names[:present]:
         (root / n).write_bytes(b"")
     if tokenizer:
@@ -70,6 +70,7 @@ def model_dir(root: Path, shards: int = 3, present: int = 3, tokenizer: bool = T
 @pytest.fixture
 def gpu_profile(write_profile: Callable[..., Path], tmp_path: Path) -> Callable[..., Path]:
     """prod with the model, draft, port and patch set moved to places the test controls."""
+
     def make(model: Path | None = None, draft: Path | None = None, port: int = 30000, patch_set: str = "null") -> Path:
         model = model or model_dir(tmp_path / "Kimi-K2.5")
         draft = draft or model_dir(tmp_path / "draft", shards=1, present=1, tokenizer=False)
@@ -82,6 +83,7 @@ def gpu_profile(write_profile: Callable[..., Path], tmp_path: Path) -> Callable[
             speculative: {{draft_model_path: {draft}}}
             server: {{port: {port}, host: 127.0.0.1, api_key_file: null}}
             """)
+
     return make
 
 
@@ -110,7 +112,9 @@ def test_no_gpu_is_reported_not_a_crash(gpu_profile: Callable[..., Path], tmp_pa
 
 def test_driver_without_devices_is_reported(gpu_profile: Callable[..., Path], tmp_path: Path) -> None:
     def broken(argv: list[str]) -> Completed:
-        return Completed(tuple(argv), 9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", "")
+        return Completed(
+            tuple(argv), 9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", ""
+        )
 
     checks = by_name(doctor(gpu_profile(), Host(run=broken, sglang_site=sglang_site(tmp_path), rlimit=unlimited)))
     assert checks["gpus"][0] == "fail" and "couldn't communicate with the NVIDIA driver" in checks["gpus"][1]
@@ -129,11 +133,15 @@ def test_eight_sm120_gpus_on_pcie_pass(gpu_profile: Callable[..., Path], tmp_pat
     assert report.exit_code == ExitCode.OK, [c for c in report.checks if c.status == "fail"]
 
 
-def test_wrong_gpus_old_driver_nvlink_and_busy_memory_fail_or_warn(gpu_profile: Callable[..., Path],
-                                                                   tmp_path: Path) -> None:
+def test_wrong_gpus_old_driver_nvlink_and_busy_memory_fail_or_warn(
+    gpu_profile: Callable[..., Path], tmp_path: Path
+) -> None:
     rows = gpu_rows(4, cc="9.0", free=20000, name="NVIDIA H100 80GB HBM3", driver="550.54.15")
-    host = Host(run=smi(rows, topo(4, "NV18"), SMI_HEADER.replace("13.0", "12.4")), sglang_site=sglang_site(tmp_path),
-                rlimit=unlimited)
+    host = Host(
+        run=smi(rows, topo(4, "NV18"), SMI_HEADER.replace("13.0", "12.4")),
+        sglang_site=sglang_site(tmp_path),
+        rlimit=unlimited,
+    )
     checks = by_name(doctor(gpu_profile(), host))
     assert checks["gpus"][0] == "fail" and "4 GPU(s) visible, the profile needs 8" in checks["gpus"][1]
     assert checks["compute_capability"][0] == "fail" and "9.0, expected 12.0" in checks["compute_capability"][1]
@@ -142,11 +150,16 @@ def test_wrong_gpus_old_driver_nvlink_and_busy_memory_fail_or_warn(gpu_profile: 
     assert checks["gpu_memory"][0] == "fail" and "GPU 0 has 19.5 of 95.6 GiB free" in checks["gpu_memory"][1]
 
 
-def test_incomplete_model_and_missing_tokenizer_fail_with_download_fix(gpu_profile: Callable[..., Path],
-                                                                       tmp_path: Path) -> None:
+def test_incomplete_model_and_missing_tokenizer_fail_with_download_fix(
+    gpu_profile: Callable[..., Path], tmp_path: Path
+) -> None:
     model = model_dir(tmp_path / "partial", shards=64, present=60, tokenizer=False)
-    checks = by_name(doctor(gpu_profile(model=model, draft=tmp_path / "nope"),
-                            Host(run=smi(gpu_rows()), sglang_site=sglang_site(tmp_path), rlimit=unlimited)))
+    checks = by_name(
+        doctor(
+            gpu_profile(model=model, draft=tmp_path / "nope"),
+            Host(run=smi(gpu_rows()), sglang_site=sglang_site(tmp_path), rlimit=unlimited),
+        )
+    )
     assert checks["model"][0] == "fail" and "4 of 64 shards missing (first: model-00061-of-00064" in checks["model"][1]
     assert f"huggingface-cli download moonshotai/Kimi-K2.5 --local-dir {model}" in checks["model"][2]
     assert checks["model.tokenizer"][0] == "fail"
@@ -157,12 +170,16 @@ def test_wrong_sglang_version_and_limits(gpu_profile: Callable[..., Path], tmp_p
     def small(which: int) -> tuple[int, int]:
         return (65536, 65536) if which == resource.RLIMIT_MEMLOCK else (1024, 4096)
 
-    checks = by_name(doctor(gpu_profile(), Host(run=smi(gpu_rows()), sglang_site=sglang_site(tmp_path, "0.5.22"),
-                                                rlimit=small)))
+    checks = by_name(
+        doctor(gpu_profile(), Host(run=smi(gpu_rows()), sglang_site=sglang_site(tmp_path, "0.5.22"), rlimit=small))
+    )
     assert checks["sglang"][0] == "fail" and "sglang 0.5.22" in checks["sglang"][1]
     assert "pip install sglang==0.5.23" in checks["sglang"][2]
-    assert checks["memlock"] == ("warn", "locked-memory limit 64 KiB (NCCL and CUDA pin host memory)",
-                                 "ulimit -l unlimited (the systemd unit sets LimitMEMLOCK=infinity)")
+    assert checks["memlock"] == (
+        "warn",
+        "locked-memory limit 64 KiB (NCCL and CUDA pin host memory)",
+        "ulimit -l unlimited (the systemd unit sets LimitMEMLOCK=infinity)",
+    )
     assert checks["nofile"][0] == "warn" and "1024/4096" in checks["nofile"][1]
 
 
@@ -171,22 +188,29 @@ def test_port_in_use_fails(gpu_profile: Callable[..., Path], tmp_path: Path) -> 
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        checks = by_name(doctor(gpu_profile(port=port), Host(run=smi(gpu_rows()), sglang_site=sglang_site(tmp_path),
-                                                             rlimit=unlimited)))
+        checks = by_name(
+            doctor(
+                gpu_profile(port=port), Host(run=smi(gpu_rows()), sglang_site=sglang_site(tmp_path), rlimit=unlimited)
+            )
+        )
     assert checks["port"][0] == "fail" and f"port {port} on 127.0.0.1 is already in use" in checks["port"][1]
     assert "~2 min later" in checks["port"][1]
 
 
 @pytest.mark.sglang
-def test_unapplied_patch_set_is_refused_naming_the_apply_command(gpu_profile: Callable[..., Path], tmp_path: Path,
-                                                                 sglang_python: str) -> None:
+def test_unapplied_patch_set_is_refused_naming_the_apply_command(
+    gpu_profile: Callable[..., Path], tmp_path: Path, sglang_python: str
+) -> None:
     # the CPU venv's real, unpatched SGLang 0.5.23 (read only)
     from kimi_serve.sglang.site import site_packages_of
 
     site = site_packages_of(sglang_python)
-    checks = by_name(doctor(gpu_profile(patch_set="sglang-0.5.23-sm120"),
-                            Host(run=smi(gpu_rows()), sglang_site=lambda _p: site, rlimit=unlimited,
-                                 state_dir=tmp_path / "state")))
+    checks = by_name(
+        doctor(
+            gpu_profile(patch_set="sglang-0.5.23-sm120"),
+            Host(run=smi(gpu_rows()), sglang_site=lambda _p: site, rlimit=unlimited, state_dir=tmp_path / "state"),
+        )
+    )
     status, message, fix = checks["patch_set"]
     assert status == "fail" and "patch set sglang-0.5.23-sm120 is not applied" in message
     assert fix == "kimi-serve patches apply --python /usr/bin/python3 --set sglang-0.5.23-sm120"

@@ -64,16 +64,29 @@ def _bogus_lock(tmp_path: Path, line: str) -> Path:
 
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
-@pytest.mark.parametrize("line", [
-    f"kimi-serve-no-such-package-here==0.0.1 --hash=sha256:{BOGUS_HASH}",  # not on any index
-    f"six==1.17.0 --hash=sha256:{BOGUS_HASH}",  # a real package, a wrong hash
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"kimi-serve-no-such-package-here==0.0.1 --hash=sha256:{BOGUS_HASH}",  # not on any index
+        f"six==1.17.0 --hash=sha256:{BOGUS_HASH}",  # a real package, a wrong hash
+    ],
+)
 def test_failed_install_leaves_the_old_venv_byte_identical(cli, tmp_path, old_venv, installer, line):
     if installer == "uv" and eng.find_uv() is None:
         pytest.skip("uv not installed (scripts/dev-venv.sh installs it into .venv)")
     before = _tree(old_venv)
-    r = cli("engine", "install", "--prefix", str(old_venv), "--lock", str(_bogus_lock(tmp_path, line)),
-            "--installer", installer, "--no-patches", "--quiet")
+    r = cli(
+        "engine",
+        "install",
+        "--prefix",
+        str(old_venv),
+        "--lock",
+        str(_bogus_lock(tmp_path, line)),
+        "--installer",
+        installer,
+        "--no-patches",
+        "--quiet",
+    )
     assert r.code == 5, r.err
     assert r.err.startswith("kimi-serve: error: ") and r.err.count("\n") == 1 and "Traceback" not in r.err
     assert "previous venv is untouched" in r.err
@@ -148,8 +161,25 @@ def cpu_engine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("engine")
     prefix = root / "venv"
     env = dict(os.environ, KIMI_SERVE_STATE_DIR=str(root / "state"))
-    done = subprocess.run([sys.executable, "-m", "kimi_serve", "engine", "install", "--lock", "cpu", "--prefix",
-                           str(prefix), "--quiet", "--json"], capture_output=True, text=True, env=env, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kimi_serve",
+            "engine",
+            "install",
+            "--lock",
+            "cpu",
+            "--prefix",
+            str(prefix),
+            "--quiet",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr
     return prefix
 
@@ -171,16 +201,33 @@ def test_install_builds_records_and_patches_the_cpu_engine(cli, cpu_engine):
     assert r.code == 0, st["findings"]
     assert st["patch_state"] == "applied" and st["drift"] == [] and st["dependency_conflicts"] == []
     assert "flashinfer-python" in st["omitted_by_lock"]
-    done = subprocess.run([str(cpu_engine / "bin" / "python"), "-c", "import sglang.bench_serving, sglang.srt"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(cpu_engine / "bin" / "python"), "-c", "import sglang.bench_serving, sglang.srt"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 
 @pytest.mark.sglang
 def test_status_reports_drift_after_a_hand_change(cli, cpu_engine):
     uv = eng.find_uv()
-    subprocess.run([uv, "pip", "install", "--quiet", "--python", str(cpu_engine / "bin" / "python"),
-                    *locks.INDEX_OPTIONS, "six==1.16.0"], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            uv,
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            str(cpu_engine / "bin" / "python"),
+            *locks.INDEX_OPTIONS,
+            "six==1.16.0",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     r = cli("engine", "status", "--prefix", str(cpu_engine))
     assert r.code == 1
     assert "six: changed (lock 1.17.0, installed 1.16.0)" in r.out

@@ -26,7 +26,8 @@ def test_lock_matches_its_inputs(name):
     lock = locks.parse(spec.target.read_text(encoding="utf-8"), name=name)
     assert lock.meta.get("lock") == name
     assert lock.input_sha256 == locks.input_sha256(spec), (
-        f"{spec.target.relative_to(REPO)} is stale: its inputs changed; run scripts/lock.py")
+        f"{spec.target.relative_to(REPO)} is stale: its inputs changed; run scripts/lock.py"
+    )
     assert "CPython 3.11" in lock.meta["target"] and "x86_64" in lock.meta["target"]
     assert lock.pins and all(p.hashes for p in lock.pins.values())
 
@@ -79,8 +80,14 @@ def _sglang_requirements() -> list[Requirement]:
     with zipfile.ZipFile(wheel) as zf:
         name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         meta = email.message_from_bytes(zf.read(name))
-    env = default_environment() | {"sys_platform": "linux", "platform_machine": "x86_64", "platform_system": "Linux",
-                                   "python_version": "3.11", "python_full_version": "3.11.7", "extra": ""}
+    env = default_environment() | {
+        "sys_platform": "linux",
+        "platform_machine": "x86_64",
+        "platform_system": "Linux",
+        "python_version": "3.11",
+        "python_full_version": "3.11.7",
+        "extra": "",
+    }
     reqs = [Requirement(r) for r in meta.get_all("Requires-Dist")]
     return [r for r in reqs if r.marker is None or r.marker.evaluate(env)]
 
@@ -110,6 +117,11 @@ def test_locks_are_what_the_resolver_gives_today():
 
     if find_uv() is None:
         pytest.skip("uv not installed (scripts/dev-venv.sh installs it into .venv)")
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "lock.py"), "--check"], capture_output=True,
-                          text=True, timeout=600, env=None)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "lock.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=None,
+    )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -80,8 +80,10 @@ def node() -> Iterator[Callable[..., tuple[int, int]]]:
     def start(store: int, connect: bool, listen_after: float) -> tuple[int, int]:
         port = _free_port()
         wrapper = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {NODE!r}, *sys.argv[1:]])"
-        p = subprocess.Popen([sys.executable, "-c", wrapper, str(store), str(port), "1" if connect else "0",
-                              str(listen_after)], start_new_session=True)  # a CHILD holds it, as SGLang's schedulers do
+        p = subprocess.Popen(
+            [sys.executable, "-c", wrapper, str(store), str(port), "1" if connect else "0", str(listen_after)],
+            start_new_session=True,
+        )  # a CHILD holds it, as SGLang's schedulers do
         procs.append(p)
         return p.pid, port
 
@@ -114,20 +116,49 @@ def test_connected_but_not_ready(cli: Any, store: int, node: Any) -> None:
 def test_the_server_exiting_ends_the_wait(cli: Any, store: int) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait(timeout=30)
-    r = cli("wait-joined", "--leader", f"127.0.0.1:{store}", "--port", str(_free_port()), "--pid", str(gone.pid),
-            "--wait", "30")
+    r = cli(
+        "wait-joined",
+        "--leader",
+        f"127.0.0.1:{store}",
+        "--port",
+        str(_free_port()),
+        "--pid",
+        str(gone.pid),
+        "--wait",
+        "30",
+    )
     assert r.code == 1 and "exited before it joined" in r.out, r.out + r.err
 
 
 def test_main_pid_comes_from_systemd(store: int, node: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     pid, port = node(store, True, 0.5)
     env = {"MAINPID": str(pid), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "kimi_serve", "wait-joined", "--leader", f"127.0.0.1:{store}",
-                           "--port", str(port), "--wait", "30"], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kimi_serve",
+            "wait-joined",
+            "--leader",
+            f"127.0.0.1:{store}",
+            "--port",
+            str(port),
+            "--wait",
+            "30",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    no_pid = subprocess.run([sys.executable, "-m", "kimi_serve", "wait-joined", "--leader", f"127.0.0.1:{store}",
-                             "--port", str(port)], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
-                            timeout=60)
+    no_pid = subprocess.run(
+        [sys.executable, "-m", "kimi_serve", "wait-joined", "--leader", f"127.0.0.1:{store}", "--port", str(port)],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert no_pid.returncode == 2 and no_pid.stderr.startswith("kimi-serve: error: --pid: no server process")
 
 
@@ -143,8 +174,16 @@ def test_connection_seen_through_ipv4_mapped_and_names(store: int, node: Any) ->
 
 # ---------------------------------------------------------------------------------------------- the router
 
-REAL_SHAPE = {"id": "9c43d2a9-9b8b-4d0a-97af-bf5c6fe73a72", "model_id": "kimi-k2.5", "priority": 50, "cost": 1.0,
-              "worker_type": "regular", "load": 0, "connection_mode": "HTTP", "disable_health_check": False}
+REAL_SHAPE = {
+    "id": "9c43d2a9-9b8b-4d0a-97af-bf5c6fe73a72",
+    "model_id": "kimi-k2.5",
+    "priority": 50,
+    "cost": 1.0,
+    "worker_type": "regular",
+    "load": 0,
+    "connection_mode": "HTTP",
+    "disable_health_check": False,
+}
 
 
 @pytest.fixture

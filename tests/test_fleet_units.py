@@ -22,8 +22,10 @@ from kimi_serve.service.deployment import installed_members, render_members
 from kimi_serve.service.systemctl import Systemd, run
 from kimi_serve.service.unit import UnitContext, parse_marker, render_unit
 
-pytestmark = pytest.mark.skipif(shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
-                                reason="systemctl/systemd-analyze not installed (apt-get install systemd)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
+    reason="systemctl/systemd-analyze not installed (apt-get install systemd)",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -43,8 +45,11 @@ def _launch(profile_name: str, *sets: str):
 
 
 def _exec_lines(text: str, key: str) -> list[list[str]]:
-    return [shlex.split(line.split("=", 1)[1].replace("$$", "$")) for line in text.splitlines()
-            if line.startswith(f"{key}=")]
+    return [
+        shlex.split(line.split("=", 1)[1].replace("$$", "$"))
+        for line in text.splitlines()
+        if line.startswith(f"{key}=")
+    ]
 
 
 def _analyze(texts: dict[str, str]) -> str:
@@ -59,8 +64,10 @@ def test_replicated_profile_renders_replicas_and_a_router_ordered_after_them() -
     profile, launch = _launch("sim-dp2")
     members = render_members(profile, launch, _ctx(), "sglang-kimi-dp2.service")
     assert [(m.role, m.index, m.unit.name) for m in members] == [
-        ("replica", 0, "sglang-kimi-dp2-r0.service"), ("replica", 1, "sglang-kimi-dp2-r1.service"),
-        ("router", 0, "sglang-kimi-dp2-router.service")]
+        ("replica", 0, "sglang-kimi-dp2-r0.service"),
+        ("replica", 1, "sglang-kimi-dp2-r1.service"),
+        ("router", 0, "sglang-kimi-dp2-router.service"),
+    ]
     for m, port in zip(members[:2], (30010, 30011), strict=True):
         start = _exec_lines(m.unit.text, "ExecStart")[0]
         assert start[start.index("--port") + 1] == str(port)
@@ -71,8 +78,10 @@ def test_replicated_profile_renders_replicas_and_a_router_ordered_after_them() -
     router = members[2].unit.text
     start = _exec_lines(router, "ExecStart")[0]
     assert start[1:4] == ["-m", "kimi_serve.router.shim", "--"]
-    assert start[start.index("--worker-urls") + 1:start.index("--policy")] == [
-        "http://127.0.0.1:30010", "http://127.0.0.1:30011"]
+    assert start[start.index("--worker-urls") + 1 : start.index("--policy")] == [
+        "http://127.0.0.1:30010",
+        "http://127.0.0.1:30011",
+    ]
     wait, verify = _exec_lines(router, "ExecStartPost")  # a healthy worker first, then the contract through it
     assert wait[1:] == ["wait-router", "--host", "127.0.0.1:30000", "--min", "1", "--wait", "300"]
     assert verify[1:4] == ["verify", "--host", "127.0.0.1:30000"]
@@ -91,8 +100,13 @@ def test_a_single_replica_profile_is_the_single_unit_unchanged() -> None:
 
 
 def _two_nodes(rank: int) -> tuple[str, ...]:
-    return ("nodes.count=2", f"nodes.rank={rank}", "nodes.leader_host=10.0.0.1", "nodes.leader_port=20000",
-            "parallel.tp_size=16")
+    return (
+        "nodes.count=2",
+        f"nodes.rank={rank}",
+        "nodes.leader_host=10.0.0.1",
+        "nodes.leader_port=20000",
+        "parallel.tp_size=16",
+    )
 
 
 def test_multi_node_rank_units() -> None:
@@ -106,8 +120,17 @@ def test_multi_node_rank_units() -> None:
     (post0,) = _exec_lines(rank0, "ExecStartPost")
     assert post0[1] == "verify"  # rank 0 serves the API: gated on the contract
     (post1,) = _exec_lines(rank1, "ExecStartPost")  # rank 1: joining rank 0, never its dummy /health
-    assert post1[1:] == ["wait-joined", "--leader", "10.0.0.1:20000", "--host", "127.0.0.1",
-                         "--port", str(load_profile("sim").server.port), "--wait", "300"]
+    assert post1[1:] == [
+        "wait-joined",
+        "--leader",
+        "10.0.0.1:20000",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(load_profile("sim").server.port),
+        "--wait",
+        "300",
+    ]
     assert "verify" not in post1
     for text in (rank0, rank1):
         assert "KillMode=mixed\n" in text and "KillSignal=SIGTERM\n" in text and "Stop RANK 0 FIRST" in text
@@ -121,15 +144,15 @@ def _tree(root: Path) -> dict[str, bytes | str]:
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             p = Path(dirpath) / name
-            out[str(p.relative_to(root))] = os.readlink(p) if p.is_symlink() else (
-                p.read_bytes() if p.is_file() else b"")
+            out[str(p.relative_to(root))] = (
+                os.readlink(p) if p.is_symlink() else (p.read_bytes() if p.is_file() else b"")
+            )
     return out
 
 
-
-
-def test_install_status_uninstall_of_a_deployment_under_a_root(cli: Callable[..., object], root: Path,
-                                                               write_profile: Callable[..., Path]) -> None:
+def test_install_status_uninstall_of_a_deployment_under_a_root(
+    cli: Callable[..., object], root: Path, write_profile: Callable[..., Path]
+) -> None:
     profile = write_profile("extends: sim-dp2\nservice:\n  unit_name: fleet\n", name="fleet")
     units = root / "etc/systemd/system"
     before = _tree(root)
@@ -149,7 +172,10 @@ def test_install_status_uninstall_of_a_deployment_under_a_root(cli: Callable[...
     assert '"--host" "127.0.0.1:30000"' in timer  # the verify timer checks the contract through the router
     assert (units / "timers.target.wants/fleet-router-verify.timer").is_symlink()
     assert [x[2] for x in installed_members(root, "fleet.service")] == [
-        "fleet-r0.service", "fleet-r1.service", "fleet-router.service"]
+        "fleet-r0.service",
+        "fleet-r1.service",
+        "fleet-router.service",
+    ]
     assert not list((root / "var/lib/kimi-serve/service").glob(".*.intent.json"))  # every journal removed
 
     st = cli("status", "--unit-name", "fleet", "--root", str(root), "--json")
@@ -167,7 +193,8 @@ def test_install_status_uninstall_of_a_deployment_under_a_root(cli: Callable[...
 
 
 def test_a_crash_mid_deployment_install_is_rolled_back_for_every_member(
-        cli: Callable[..., object], root: Path, write_profile: Callable[..., Path]) -> None:
+    cli: Callable[..., object], root: Path, write_profile: Callable[..., Path]
+) -> None:
     """A kimi-serve crash (exit 70: the journals stay, as after SIGKILL) once the first member's unit is written and
     enabled: every member's journal is on disk (all written before the first change); rolling them back restores
     the unit directory (the service user it created stays, as for one unit), and the next install works."""
@@ -177,8 +204,13 @@ def test_a_crash_mid_deployment_install_is_rolled_back_for_every_member(
     profile = write_profile("extends: sim-dp2\nservice:\n  unit_name: fleet\n", name="fleet")
     before = _tree(root)
     env = {**os.environ, "KIMI_SERVE_TEST_HOOK": "raise-at=service.write.enabled"}
-    done = subprocess.run([sys.executable, "-m", "kimi_serve", "install-service", "--profile", str(profile),
-                           "--root", str(root)], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "kimi_serve", "install-service", "--profile", str(profile), "--root", str(root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 70, done.stderr  # an unexpected failure mid-way: the journals stay
     journals = sorted(p.name for p in (root / "var/lib/kimi-serve/service").glob(".*.intent.json"))
     assert journals == [".fleet-r0.intent.json", ".fleet-r1.intent.json", ".fleet-router.intent.json"]
@@ -188,15 +220,17 @@ def test_a_crash_mid_deployment_install_is_rolled_back_for_every_member(
     assert len(messages) == 3
     after = _tree(root)
     assert {k: v for k, v in after.items() if k.startswith("etc/systemd")} == {
-        k: v for k, v in before.items() if k.startswith("etc/systemd")}
+        k: v for k, v in before.items() if k.startswith("etc/systemd")
+    }
     assert not (root / "etc/systemd/system/fleet-r0.service").exists()
     assert not list((root / "var/lib/kimi-serve/service").glob(".*.intent.json"))
     again = cli("install-service", "--profile", str(profile), "--root", str(root))
     assert again.code == 0, again.err  # type: ignore[attr-defined]
 
 
-def test_fewer_replicas_removes_the_extra_units(cli: Callable[..., object], root: Path,
-                                                write_profile: Callable[..., Path]) -> None:
+def test_fewer_replicas_removes_the_extra_units(
+    cli: Callable[..., object], root: Path, write_profile: Callable[..., Path]
+) -> None:
     three = write_profile("extends: sim-dp2\nreplicas: 3\nservice:\n  unit_name: fleet\n", name="fleet")
     assert cli("install-service", "--profile", str(three), "--root", str(root)).code == 0  # type: ignore[attr-defined]
     assert [x[2] for x in installed_members(root, "fleet.service")][-2:] == ["fleet-r2.service", "fleet-router.service"]
@@ -204,22 +238,35 @@ def test_fewer_replicas_removes_the_extra_units(cli: Callable[..., object], root
     r = cli("install-service", "--profile", str(two), "--root", str(root))
     assert r.code == 0, r.err  # type: ignore[attr-defined]
     assert [x[2] for x in installed_members(root, "fleet.service")] == [
-        "fleet-r0.service", "fleet-r1.service", "fleet-router.service"]
+        "fleet-r0.service",
+        "fleet-r1.service",
+        "fleet-router.service",
+    ]
     assert '"http://127.0.0.1:30012"' not in (root / "etc/systemd/system/fleet-router.service").read_text()
 
 
 def test_install_service_renders_this_hosts_rank(cli: Callable[..., object], root: Path) -> None:
-    sets = ["--set", "nodes.count=2", "--set", "nodes.leader_host=10.0.0.1", "--set", "parallel.tp_size=16",
-            "--set", "allreduce.flashinfer_fusion_backend=null"]
-    r = cli("install-service", "--profile", "sim", *sets, "--node-rank", "1", "--root", str(root), "--dry-run",
-            "--json")
+    sets = [
+        "--set",
+        "nodes.count=2",
+        "--set",
+        "nodes.leader_host=10.0.0.1",
+        "--set",
+        "parallel.tp_size=16",
+        "--set",
+        "allreduce.flashinfer_fusion_backend=null",
+    ]
+    r = cli(
+        "install-service", "--profile", "sim", *sets, "--node-rank", "1", "--root", str(root), "--dry-run", "--json"
+    )
     assert r.code == 0, r.err  # type: ignore[attr-defined]
     plan = json.loads(r.out)  # type: ignore[attr-defined]
     assert parse_marker(plan["unit_text"]).role == "rank:1"  # type: ignore[union-attr]
     assert '"wait-joined" "--leader" "10.0.0.1:20000"' in plan["unit_text"]
     assert not any("verify.timer" in a for a in plan["actions"])  # a rank >= 1 has no API for the timer to check
-    r = cli("install-service", "--profile", "sim", *sets, "--node-rank", "0", "--root", str(root), "--dry-run",
-            "--json")
+    r = cli(
+        "install-service", "--profile", "sim", *sets, "--node-rank", "0", "--root", str(root), "--dry-run", "--json"
+    )
     plan = json.loads(r.out)  # type: ignore[attr-defined]
     assert parse_marker(plan["unit_text"]).role == "rank:0" and '"verify" "--host"' in plan["unit_text"]  # type: ignore[union-attr]
     assert any("verify.timer" in a for a in plan["actions"])

@@ -12,16 +12,19 @@ from pathlib import Path
 
 import pytest
 
-HOLDER = ("import sys, time\n"
-          "from kimi_serve.core.lock import host_lock\n"
-          "with host_lock(sys.argv[1]):\n"
-          "    print('held', flush=True)\n"
-          "    time.sleep(float(sys.argv[2]))\n")
+HOLDER = (
+    "import sys, time\n"
+    "from kimi_serve.core.lock import host_lock\n"
+    "with host_lock(sys.argv[1]):\n"
+    "    print('held', flush=True)\n"
+    "    time.sleep(float(sys.argv[2]))\n"
+)
 
 
 def hold(command: str, seconds: float) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, command, str(seconds)], stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, command, str(seconds)], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc
 
@@ -34,14 +37,19 @@ def holder() -> Iterator[subprocess.Popen[str]]:
     proc.wait()
 
 
-@pytest.mark.parametrize("argv", [
-    ("up", "--profile", "sim"),
-    ("install-service", "--profile", "sim", "--root", "{root}"),
-    ("uninstall-service", "--root", "{root}"),
-    ("restart", "--profile", "sim"),
-], ids=lambda a: a[0])
-def test_host_changing_commands_exit_75_naming_the_holder(cli, holder: subprocess.Popen[str], tmp_path: Path,
-                                                          argv: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("up", "--profile", "sim"),
+        ("install-service", "--profile", "sim", "--root", "{root}"),
+        ("uninstall-service", "--root", "{root}"),
+        ("restart", "--profile", "sim"),
+    ],
+    ids=lambda a: a[0],
+)
+def test_host_changing_commands_exit_75_naming_the_holder(
+    cli, holder: subprocess.Popen[str], tmp_path: Path, argv: tuple[str, ...]
+) -> None:
     root = tmp_path / "root"
     root.mkdir()
     r = cli(*(a.replace("{root}", str(root)) for a in argv))

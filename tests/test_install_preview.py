@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
-                                reason="systemctl/systemd-analyze not installed (apt-get install systemd)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
+    reason="systemctl/systemd-analyze not installed (apt-get install systemd)",
+)
 
 
 def test_preview_of_prod_on_a_bare_host(cli, tmp_path: Path, monkeypatch) -> None:

@@ -24,16 +24,19 @@ def _doc(res, command: str):  # type: ignore[no-untyped-def]
     return doc
 
 
-@pytest.mark.parametrize("args, command, code", [
-    (["render", "-p", "prod", "--json"], "render", 0),
-    (["render", "-p", "prdo", "--json"], "render", 2),
-    (["render", "--json", "-p", "prod", "--set", "server.prot=1"], "render", 2),
-    (["check", "-p", "prod", "--json", "--bogus"], "check", 2),
-    (["check", "-p", "sim", "--offline", "--json"], "check", None),
-    (["doctor", "-p", "nosuch", "--json"], "doctor", 2),
-    (["verify", "--json", "--timeout", "abc"], "verify", 2),
-    (["patches", "status", "--json", "--site-packages", "/nonexistent-site"], "patches-status", None),
-])
+@pytest.mark.parametrize(
+    "args, command, code",
+    [
+        (["render", "-p", "prod", "--json"], "render", 0),
+        (["render", "-p", "prdo", "--json"], "render", 2),
+        (["render", "--json", "-p", "prod", "--set", "server.prot=1"], "render", 2),
+        (["check", "-p", "prod", "--json", "--bogus"], "check", 2),
+        (["check", "-p", "sim", "--offline", "--json"], "check", None),
+        (["doctor", "-p", "nosuch", "--json"], "doctor", 2),
+        (["verify", "--json", "--timeout", "abc"], "verify", 2),
+        (["patches", "status", "--json", "--site-packages", "/nonexistent-site"], "patches-status", None),
+    ],
+)
 def test_envelope_on_every_path(cli, monkeypatch, args, command, code) -> None:
     monkeypatch.delenv("KIMI_SERVE_SGLANG_PYTHON", raising=False)
     res = cli(*args)

@@ -22,7 +22,12 @@ def test_render_json_matches_golden(name, cli):
     assert res.code == 0, res.err
     doc = json.loads(res.out)
     assert {k: doc.pop(k) for k in ("kind", "version", "ok", "exit_code", "findings")} == {
-        "kind": "kimi-serve-render", "version": 1, "ok": True, "exit_code": 0, "findings": []}
+        "kind": "kimi-serve-render",
+        "version": 1,
+        "ok": True,
+        "exit_code": 0,
+        "findings": [],
+    }
     got = doc
     assert set(got) == {"argv", "env"}
     assert got == json.loads((GOLDEN / f"{name}.launch.json").read_text())
@@ -36,7 +41,7 @@ def test_sim_profile_has_prods_exact_server_flags_on_the_simulator():
     def without(args, flag):  # the only differences: loopback host and no key file
         out = list(args)
         i = out.index(flag)
-        del out[i:i + 2]
+        del out[i : i + 2]
         return out
 
     assert without(without(prod.server_args, "--host"), "--config") == without(sim.server_args, "--host")
@@ -48,8 +53,11 @@ def test_prod_argv_is_what_the_mission_asks():
     pairs = {a[i]: a[i + 1] for i in range(len(a) - 1)}
     assert pairs["--tool-call-parser"] == "kimi_k2" and pairs["--reasoning-parser"] == "kimi_k2"
     assert pairs["--tp-size"] == "8" and pairs["--speculative-algorithm"] == "EAGLE3"
-    assert (pairs["--speculative-num-steps"], pairs["--speculative-eagle-topk"],
-            pairs["--speculative-num-draft-tokens"]) == ("3", "1", "4")
+    assert (
+        pairs["--speculative-num-steps"],
+        pairs["--speculative-eagle-topk"],
+        pairs["--speculative-num-draft-tokens"],
+    ) == ("3", "1", "4")
     assert "--disable-overlap-schedule" not in a  # overlap = spec v2
     assert pairs["--flashinfer-allreduce-fusion-backend"] == "trtllm" and "--enable-torch-symm-mem" in a
     assert "--cuda-graph-max-bs-decode" in a and "--cuda-graph-max-bs" not in a
@@ -104,4 +112,5 @@ def test_flag_checker_accepts_lists_and_inline_values():
 
 def test_unknown_sglang_env():
     assert unknown_sglang_env(["SGLANG_ENABLE_SPEC_V2", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "NCCL_DEBUG"]) == [
-        "SGLANG_ENABLE_SPEC_V2"]
+        "SGLANG_ENABLE_SPEC_V2"
+    ]

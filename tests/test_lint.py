@@ -18,8 +18,13 @@ def test_ruff_is_clean():
     ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
     if not Path(ruff).exists():
         pytest.skip("ruff not installed (pip install -e '.[test]')")
-    out = subprocess.run([ruff, "check", "kimi_serve", "tests", "scripts", "benchmarks"], cwd=REPO,
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [ruff, "check", "kimi_serve", "tests", "scripts", "benchmarks"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 

@@ -24,8 +24,10 @@ from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.unit import RenderedUnit
 from kimi_serve.verify.metrics import run_lock
 
-needs_systemd = pytest.mark.skipif(shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
-                                   reason="systemctl/systemd-analyze not installed (apt-get install systemd)")
+needs_systemd = pytest.mark.skipif(
+    shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
+    reason="systemctl/systemd-analyze not installed (apt-get install systemd)",
+)
 UNIT = "mon-test.service"
 
 
@@ -50,19 +52,40 @@ def test_metrics_follow_the_contract_as_it_breaks_and_recovers(cli, tmp_path: Pa
     with ContractServer("correct") as srv:
         for mode in ("correct", "no-tool-parser", "no-tool-parser", "correct"):
             srv.mode = mode
-            r = cli("verify", "--host", srv.host, "--metrics-file", str(metrics), "--profile", "p1",
-                    "--unit-name", UNIT, "--root", str(root), "--max-tokens", "512")
+            r = cli(
+                "verify",
+                "--host",
+                srv.host,
+                "--metrics-file",
+                str(metrics),
+                "--profile",
+                "p1",
+                "--unit-name",
+                UNIT,
+                "--root",
+                str(root),
+                "--max-tokens",
+                "512",
+            )
             assert r.code == (0 if mode == "correct" else 1), r.out + r.err
             s = _samples(metrics)
             labels = {"profile": "p1", "endpoint": f"http://{srv.host}"}
-            seen.append((_value(s, "kimi_serve_contract_ok", **labels),
-                         _value(s, "kimi_serve_contract_consecutive_failures", **labels),
-                         _value(s, "kimi_serve_contract_last_success_timestamp_seconds", **labels),
-                         _value(s, "kimi_serve_contract_probe_pass", probe="tool", mode="stream", **labels),
-                         _value(s, "kimi_serve_contract_readiness_phase", phase="ready", **labels)))
+            seen.append(
+                (
+                    _value(s, "kimi_serve_contract_ok", **labels),
+                    _value(s, "kimi_serve_contract_consecutive_failures", **labels),
+                    _value(s, "kimi_serve_contract_last_success_timestamp_seconds", **labels),
+                    _value(s, "kimi_serve_contract_probe_pass", probe="tool", mode="stream", **labels),
+                    _value(s, "kimi_serve_contract_readiness_phase", phase="ready", **labels),
+                )
+            )
         assert srv.requests and all(r["max_tokens"] <= 512 for r in srv.requests)
     assert [(ok, fails, tool, phase) for ok, fails, _, tool, phase in seen] == [
-        (1, 0, 1, 1), (0, 1, 0, 1), (0, 2, 0, 1), (1, 0, 1, 1)]
+        (1, 0, 1, 1),
+        (0, 1, 0, 1),
+        (0, 2, 0, 1),
+        (1, 0, 1, 1),
+    ]
     first_ok, _, _, last_ok = (t for _, _, t, _, _ in seen)
     assert first_ok > 0 and seen[1][2] == seen[2][2] == first_ok < last_ok  # carried over while broken
     assert sorted(p.name for p in metrics.parent.iterdir()) == ["kimi.prom", "kimi.prom.lock"]  # no temp files left
@@ -87,8 +110,10 @@ def test_history_is_bounded_and_status_says_how_long_the_contract_is_broken(cli,
     now = time.time()
     for i in range(KEEP + 5):
         status = "pass" if i < KEEP else "fail"
-        append_history(paths, {"status": status, "started": now - 600 + i, "finished": now - 599 + i,
-                               "time": f"t{i}", "detail": status})
+        append_history(
+            paths,
+            {"status": status, "started": now - 600 + i, "finished": now - 599 + i, "time": f"t{i}", "detail": status},
+        )
     records = read_history(paths)
     assert len(records) == KEEP and records[-1]["time"] == f"t{KEEP + 4}"
     s = summary(records, now)
@@ -114,14 +139,17 @@ def test_systemd_analyze_rejects_a_bad_timer() -> None:
 
 
 @needs_systemd
-def test_install_writes_the_timer_units_and_uninstall_removes_them(cli, tmp_path: Path,
-                                                                    write_profile: Callable[..., Path],
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_install_writes_the_timer_units_and_uninstall_removes_them(
+    cli, tmp_path: Path, write_profile: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("KIMI_SERVE_SGLANG_PYTHON", raising=False)  # the parser tier is the check tests' business
     root = tmp_path / "root"
     root.mkdir()
-    on = write_profile("extends: sim\nmonitor:\n  interval: 7\n  randomized_delay: 0\n  metrics_file: /m/k.prom\n"
-                       "service:\n  unit_name: mon-test\n", name="mon-on")
+    on = write_profile(
+        "extends: sim\nmonitor:\n  interval: 7\n  randomized_delay: 0\n  metrics_file: /m/k.prom\n"
+        "service:\n  unit_name: mon-test\n",
+        name="mon-on",
+    )
     off = write_profile("extends: mon-on\nmonitor:\n  enabled: false\n", name="mon-off")
     units = root / "etc/systemd/system"
     r = cli("install-service", "-p", str(on), "--root", str(root))

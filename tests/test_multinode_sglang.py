@@ -47,12 +47,18 @@ def test_accepted_and_rejected_shapes_in_one_sglang_interpreter(sglang_python, t
         "tp16-eagle3": ("extends: prod\n" + TWO_NODES + "parallel:\n  tp_size: 16\n", None),
         "tp16-plain": ("extends: baseline\n" + TWO_NODES + "parallel:\n  tp_size: 16\n", None),
         "tp8-pp2": ("extends: baseline\n" + TWO_NODES + "parallel:\n  tp_size: 8\n  pp_size: 2\n", None),
-        "pp2-eagle3": ("extends: prod\n" + TWO_NODES + "parallel:\n  tp_size: 8\n  pp_size: 2\n",
-                       "only supports EAGLE (non-multi-layer)"),
-        "nnodes3-tp8": ("extends: prod\n" + TWO_NODES.replace("count: 2", "count: 3"),
-                        "tp_size must be divisible by number of nodes"),
-        "dp2": ("extends: prod\n" + TWO_NODES + "parallel:\n  tp_size: 16\nextra_args: ['--dp-size', '2']\n",
-                "multi-node data-parallel replicas are not supported"),
+        "pp2-eagle3": (
+            "extends: prod\n" + TWO_NODES + "parallel:\n  tp_size: 8\n  pp_size: 2\n",
+            "only supports EAGLE (non-multi-layer)",
+        ),
+        "nnodes3-tp8": (
+            "extends: prod\n" + TWO_NODES.replace("count: 2", "count: 3"),
+            "tp_size must be divisible by number of nodes",
+        ),
+        "dp2": (
+            "extends: prod\n" + TWO_NODES + "parallel:\n  tp_size: 16\nextra_args: ['--dp-size', '2']\n",
+            "multi-node data-parallel replicas are not supported",
+        ),
     }
     argvs = []
     for name, (body, _) in shapes.items():
@@ -73,13 +79,21 @@ def test_accepted_and_rejected_shapes_in_one_sglang_interpreter(sglang_python, t
     assert pp["disable_overlap_schedule"] is True  # SGLang turns overlap off under PP
 
 
-@pytest.mark.parametrize("body, message", [
-    ("extends: prod\n" + TWO_NODES + "parallel:\n  tp_size: 8\n  pp_size: 2\n",
-     "Pipeline parallelism currently only supports EAGLE (non-multi-layer)"),
-    ("extends: prod\n" + TWO_NODES.replace("count: 2", "count: 3"), "tp_size must be divisible by number of nodes"),
-    ("extends: prod\n" + TWO_NODES + "parallel:\n  tp_size: 16\nextra_args: ['--dp-size', '2']\n",
-     "multi-node data-parallel replicas are not supported"),
-], ids=["pp-eagle3", "nnodes3-tp8", "multinode-dp2"])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            "extends: prod\n" + TWO_NODES + "parallel:\n  tp_size: 8\n  pp_size: 2\n",
+            "Pipeline parallelism currently only supports EAGLE (non-multi-layer)",
+        ),
+        ("extends: prod\n" + TWO_NODES.replace("count: 2", "count: 3"), "tp_size must be divisible by number of nodes"),
+        (
+            "extends: prod\n" + TWO_NODES + "parallel:\n  tp_size: 16\nextra_args: ['--dp-size', '2']\n",
+            "multi-node data-parallel replicas are not supported",
+        ),
+    ],
+    ids=["pp-eagle3", "nnodes3-tp8", "multinode-dp2"],
+)
 def test_sglangs_rejection_surfaces_in_check(write_profile, cli, sglang_python, body, message):
     res = cli("check", "--profile", str(write_profile(body)), "--offline")
     assert res.code == 2

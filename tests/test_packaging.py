@@ -11,16 +11,37 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_wheel_contains_runtime_files(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path), str(REPO)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     wheel = next(tmp_path.glob("kimi_serve-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {f"kimi_serve/_data/configs/{p.name}" for p in (REPO / "configs").glob("*.yaml")}
     expected |= {f"kimi_serve/_data/systemd/{p.name}" for p in (REPO / "systemd").glob("*.j2")}
-    expected |= {f"kimi_serve/_data/patches/{p.relative_to(REPO / 'patches')}"
-                 for p in (REPO / "patches").rglob("*") if p.is_file()}
-    expected |= {"kimi_serve/profile/data/sglang-0.5.23-flags.json", "kimi_serve/simulator/assets/kimi-k25/config.json",
-                 "kimi_serve/simulator/assets/eagle3/config.json"}
+    expected |= {
+        f"kimi_serve/_data/patches/{p.relative_to(REPO / 'patches')}"
+        for p in (REPO / "patches").rglob("*")
+        if p.is_file()
+    }
+    expected |= {
+        "kimi_serve/profile/data/sglang-0.5.23-flags.json",
+        "kimi_serve/simulator/assets/kimi-k25/config.json",
+        "kimi_serve/simulator/assets/eagle3/config.json",
+    }
     locks = REPO / "kimi_serve" / "engine" / "lockfiles"
     expected |= {f"kimi_serve/engine/lockfiles/{p.name}" for p in locks.iterdir() if p.is_file()}
     assert {"kimi_serve/engine/lockfiles/gpu.txt", "kimi_serve/engine/lockfiles/cpu.txt"} <= expected

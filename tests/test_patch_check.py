@@ -14,6 +14,7 @@ def _fast_layers_only(monkeypatch):
     """These tests are about kimi-serve's own layers: skip the ~12 s SGLang probe (tests/test_sglang_tier.py has it)."""
     monkeypatch.delenv("KIMI_SERVE_SGLANG_PYTHON", raising=False)
 
+
 def _patch_findings(res):
     return {f["code"]: f for f in json.loads(res.out)["findings"] if f["layer"] == "patches"}
 

@@ -58,8 +58,12 @@ def states(st) -> list[str]:
 def test_shipped_set_covers_the_prod_features_and_targets_0_5_23(patch_set) -> None:
     assert SET in available_patch_sets()
     assert patch_set.target_version == "0.5.23"
-    assert {"flashinfer_allreduce_fusion", "torch_symm_mem", "redact_api_key_in_log",
-            "redact_api_key_in_server_info"} <= set(patch_set.features)
+    assert {
+        "flashinfer_allreduce_fusion",
+        "torch_symm_mem",
+        "redact_api_key_in_log",
+        "redact_api_key_in_server_info",
+    } <= set(patch_set.features)
     assert [p.name[:4] for p in patch_set.patches] == ["0001", "0002", "0003", "0004", "0005", "0006", "0007"]
     for patch in patch_set.patches:
         text = patch.path.read_text()
@@ -101,13 +105,21 @@ def test_apply_status_idempotence_and_revert_to_identical_bytes(site: Path, stat
     original = snapshot(site)
     st = status(site, patch_set, state_dir=state)
     assert states(st) == ["not applied"] * 7 and st.pristine and st.record is None
-    assert st.features == {"flashinfer_allreduce_fusion": False, "torch_symm_mem": False,
-                           "redact_api_key_in_log": False, "redact_api_key_in_server_info": False}
+    assert st.features == {
+        "flashinfer_allreduce_fusion": False,
+        "torch_symm_mem": False,
+        "redact_api_key_in_log": False,
+        "redact_api_key_in_server_info": False,
+    }
 
     first = apply(site, patch_set, state_dir=state)
     assert first.changed and first.status.all_applied
-    assert first.status.features == {"flashinfer_allreduce_fusion": True, "torch_symm_mem": True,
-                                     "redact_api_key_in_log": True, "redact_api_key_in_server_info": True}
+    assert first.status.features == {
+        "flashinfer_allreduce_fusion": True,
+        "torch_symm_mem": True,
+        "redact_api_key_in_log": True,
+        "redact_api_key_in_server_info": True,
+    }
     for f in patch_set.files:
         assert patch_files.sha256_file(site / f.path) == f.after
     assert snapshot(site)[UNTOUCHED] == original[UNTOUCHED]
@@ -154,8 +166,9 @@ def test_stale_bytecode_of_touched_files_is_removed(site: Path, state: Path, pat
     assert not stale.exists() and other.exists()
 
 
-def test_record_goes_under_the_state_dir_from_the_environment(site: Path, tmp_path: Path, patch_set,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_record_goes_under_the_state_dir_from_the_environment(
+    site: Path, tmp_path: Path, patch_set, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = tmp_path / "env-state"
     monkeypatch.setenv("KIMI_SERVE_STATE_DIR", str(root))
     apply(site, patch_set)
@@ -189,8 +202,9 @@ def test_conflict_planted_in_a_later_patch_file_changes_nothing(site: Path, stat
     assert "matches neither" in st.patches[5].detail
 
 
-def test_a_later_patch_failing_on_the_staging_copy_changes_nothing(site: Path, state: Path, patch_set,
-                                                                   tmp_path: Path) -> None:
+def test_a_later_patch_failing_on_the_staging_copy_changes_nothing(
+    site: Path, state: Path, patch_set, tmp_path: Path
+) -> None:
     broken = _set_with_broken_last_patch(patch_set, tmp_path)
     before = snapshot(site)
     with pytest.raises(KimiServeError) as err:
@@ -201,8 +215,9 @@ def test_a_later_patch_failing_on_the_staging_copy_changes_nothing(site: Path, s
     assert not list(state.glob("patches/*/*/record.json"))
 
 
-def test_failure_while_swapping_files_in_restores_every_file(site: Path, state: Path, patch_set,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failure_while_swapping_files_in_restores_every_file(
+    site: Path, state: Path, patch_set, monkeypatch: pytest.MonkeyPatch
+) -> None:
     before = snapshot(site)
     real_replace, calls = os.replace, []
 
@@ -271,9 +286,12 @@ def test_cli_status_apply_revert(site: Path, state: Path, cli) -> None:
 
     res = cli("patches", "status", *args, "--json")
     data = json.loads(res.out)
-    assert res.code == 0 and data["features"] == {"flashinfer_allreduce_fusion": True, "torch_symm_mem": True,
-                                                  "redact_api_key_in_log": True,
-                                                  "redact_api_key_in_server_info": True}
+    assert res.code == 0 and data["features"] == {
+        "flashinfer_allreduce_fusion": True,
+        "torch_symm_mem": True,
+        "redact_api_key_in_log": True,
+        "redact_api_key_in_server_info": True,
+    }
     assert data["record"]["set"] == SET and all(f["state"] == "patched" for f in data["files"])
 
     res = cli("patches", "apply", *args)
@@ -283,12 +301,15 @@ def test_cli_status_apply_revert(site: Path, state: Path, cli) -> None:
     assert res.code == 0 and "restored 6 original files" in res.out and res.out.count("not applied") == 7
 
 
-@pytest.mark.parametrize(("args", "code", "text"), [
-    (("--site-packages", "{tmp}"), ExitCode.USAGE, "has no sglang package"),
-    (("--site-packages", "{site}", "--python", "/usr/bin/python3"), ExitCode.USAGE, "mutually exclusive"),
-    (("--site-packages", "{site}", "--set", "nope"), ExitCode.USAGE, "unknown patch set"),
-    (("--python", "{tmp}/no-python"), ExitCode.ENVIRONMENT, "not found"),
-])
+@pytest.mark.parametrize(
+    ("args", "code", "text"),
+    [
+        (("--site-packages", "{tmp}"), ExitCode.USAGE, "has no sglang package"),
+        (("--site-packages", "{site}", "--python", "/usr/bin/python3"), ExitCode.USAGE, "mutually exclusive"),
+        (("--site-packages", "{site}", "--set", "nope"), ExitCode.USAGE, "unknown patch set"),
+        (("--python", "{tmp}/no-python"), ExitCode.ENVIRONMENT, "not found"),
+    ],
+)
 def test_cli_bad_input_is_one_line(site: Path, tmp_path: Path, cli, args, code, text) -> None:
     res = cli("patches", "status", *(a.format(tmp=tmp_path, site=site) for a in args))
     assert res.code == code and text in res.err

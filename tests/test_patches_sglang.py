@@ -57,24 +57,27 @@ def copies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def probes(copies: dict[str, Path]) -> dict[str, dict]:
-    return {which: _run(str(copies["python"]), PROBE, copies[which], copies["stub"])
-            for which in ("unpatched", "patched")}
+    return {
+        which: _run(str(copies["python"]), PROBE, copies[which], copies["stub"]) for which in ("unpatched", "patched")
+    }
 
 
 @pytest.fixture(scope="module")
 def startup_log(copies: dict[str, Path]) -> dict[str, dict]:
     key_file = copies["root"] / "secrets.yaml"  # as kimi-serve hands the key to SGLang: --config FILE
     key_file.write_text(f"api-key: {API_KEY}\nadmin-api-key: {ADMIN_KEY}\n")
-    return {which: _run(str(copies["python"]), REDACT_PROBE, copies[which], key_file)
-            for which in ("unpatched", "patched")}
+    return {
+        which: _run(str(copies["python"]), REDACT_PROBE, copies[which], key_file) for which in ("unpatched", "patched")
+    }
 
 
 @pytest.fixture(scope="module")
 def server_info(copies: dict[str, Path]) -> dict[str, dict]:
     key_file = copies["root"] / "secrets-info.yaml"
     key_file.write_text(f"api-key: {API_KEY}\nadmin-api-key: {ADMIN_KEY}\n")
-    return {which: _run(str(copies["python"]), INFO_PROBE, copies[which], key_file)
-            for which in ("unpatched", "patched")}
+    return {
+        which: _run(str(copies["python"]), INFO_PROBE, copies[which], key_file) for which in ("unpatched", "patched")
+    }
 
 
 def test_fusion_backend_resolves_to_trtllm_instead_of_raising(probes: dict[str, dict]) -> None:

@@ -66,8 +66,10 @@ def test_one_model_directory_rule(tmp_path: Path, write_profile, cli) -> None:
     (model / "config.json").write_text('{"model_type": "kimi_k25"}')
     direct = [f for f in check_model_dir(str(model), "model", "model", repo="r", tokenizer=True) if f.status == FAIL]
     assert direct and "no *.safetensors shards" in direct[0].message
-    profile = write_profile(f"extends: prod\nmodel:\n  path: {model}\nspeculative:\n  enabled: false\n"
-                            "allreduce:\n  pcie_ipc: false\n", name="onlyconfig")
+    profile = write_profile(
+        f"extends: prod\nmodel:\n  path: {model}\nspeculative:\n  enabled: false\nallreduce:\n  pcie_ipc: false\n",
+        name="onlyconfig",
+    )
     check = cli("check", "-p", str(profile), "--json")
     import json
 
@@ -78,8 +80,13 @@ def test_one_model_directory_rule(tmp_path: Path, write_profile, cli) -> None:
 
 @pytest.mark.parametrize("env, switch, status", [('"0"', "true", FAIL), ('"1"', "false", WARN)])
 def test_env_that_contradicts_the_pcie_ipc_switch(write_profile, env, switch, status) -> None:
-    p = load_profile(str(write_profile(f"extends: prod\nallreduce:\n  pcie_ipc: {switch}\nenv:\n"
-                                       f"  SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: {env}\n")))
+    p = load_profile(
+        str(
+            write_profile(
+                f"extends: prod\nallreduce:\n  pcie_ipc: {switch}\nenv:\n  SGLANG_ENABLE_PCIE_IPC_ALLREDUCE: {env}\n"
+            )
+        )
+    )
     found = [f for f in run_rules(p, launch_for(p)) if f.code == "env"]
     assert found and found[0].status == status and "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" in found[0].message
     assert "env" in found[0].where

@@ -29,7 +29,13 @@ def test_shipped_profiles_load():
     assert prod.parsers.tool_call == "kimi_k2" and prod.parsers.reasoning == "kimi_k2"
     s = prod.speculative
     assert (s.enabled, s.algorithm, s.eagle_topk, s.num_steps, s.num_draft_tokens, s.overlap_schedule) == (
-        True, "EAGLE3", 1, 3, 4, True)
+        True,
+        "EAGLE3",
+        1,
+        3,
+        4,
+        True,
+    )
     base = load_profile("baseline")
     assert base.speculative.enabled is False
     assert base.model.path == prod.model.path and base.allreduce.pcie_ipc == prod.allreduce.pcie_ipc
@@ -63,7 +69,7 @@ def test_yaml_syntax_error_names_file_line_col(write_profile, cli):
         ("extends: prod\nparallel:\n  tp_size: true\n", ["parallel.tp_size", "an integer"]),
         ("extends: prod\nmemory:\n  mem_fraction_static: 1.5\n", ["memory.mem_fraction_static", "0.1..0.98"]),
         ("extends: prod\nmodel:\n  path: relative/dir\n", ["model.path", "absolute path"]),
-        ("extends: prod\nmodel:\n  served_name: \"a\\nb\"\n", ["model.served_name", "single-line"]),
+        ('extends: prod\nmodel:\n  served_name: "a\\nb"\n', ["model.served_name", "single-line"]),
         ("extends: prod\nenv:\n  NCCL_DEBUG: true\n", ["env", "quote"]),
         ("extends: prod\nenv:\n  1BAD: x\n", ["env", "valid variable names"]),
         ("extends: prod\nextra_args: --foo\n", ["extra_args", "a list of strings"]),
@@ -96,8 +102,11 @@ def test_extends_cycle_is_an_error(write_profile, cli):
 
 def test_self_extends_without_another_on_the_path_is_an_error(write_profile, cli):
     path = write_profile("extends: self\n", name="self")
-    assert_one_line_error(cli("show", "--profile", str(path)), "self.yaml:1: extends",
-                          "names this file itself and no other profile 'self'")
+    assert_one_line_error(
+        cli("show", "--profile", str(path)),
+        "self.yaml:1: extends",
+        "names this file itself and no other profile 'self'",
+    )
 
 
 def test_extends_merges_sections_and_env_null_removes(write_profile):

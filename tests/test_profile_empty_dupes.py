@@ -15,15 +15,18 @@ def _error_line(res) -> str:  # type: ignore[no-untyped-def]
     return lines[0]
 
 
-@pytest.mark.parametrize("body", [
-    "extends: prod\nserver:\n",
-    "extends: prod\nserver:\n  # only a comment\n",
-    "extends: prod\nallreduce:\n",
-    "extends: prod\nspeculative:\n  # EAGLE-3 stays on\n",
-    "extends: prod\nenv:\n",
-    "extends: prod\nextra_args:\n",
-    "extends: prod\nserver:\nallreduce:\nspeculative:\nenv:\nextra_args:\nmemory:\n",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "extends: prod\nserver:\n",
+        "extends: prod\nserver:\n  # only a comment\n",
+        "extends: prod\nallreduce:\n",
+        "extends: prod\nspeculative:\n  # EAGLE-3 stays on\n",
+        "extends: prod\nenv:\n",
+        "extends: prod\nextra_args:\n",
+        "extends: prod\nserver:\nallreduce:\nspeculative:\nenv:\nextra_args:\nmemory:\n",
+    ],
+)
 def test_empty_sections_override_nothing(write_profile, body):
     child = load_profile(str(write_profile(body)))
     assert child.to_dict() == load_profile("prod").to_dict()
@@ -38,17 +41,26 @@ def test_empty_env_and_extra_args_in_a_standalone_profile(write_profile, cli):
     assert cli("render", "--profile", str(path)).code == 0
 
 
-@pytest.mark.parametrize("body, golden", [
-    ("extends: prod\nserver:\n  port: 1\n  port: 2\n",
-     "kimi-serve: error: {f}:4: server.port: key 'port' is given twice in one mapping (first on line 3) "
-     "(fix: keep one of them (YAML would silently use the last))"),
-    ("extends: prod\nserver:\n  port: 1\nserver:\n  host: x\n",
-     "kimi-serve: error: {f}:4: server: key 'server' is given twice in one mapping (first on line 2) "
-     "(fix: keep one of them (YAML would silently use the last))"),
-    ("extends: prod\nenv:\n  A: '1'\n  A: '2'\n",
-     "kimi-serve: error: {f}:4: env.A: key 'A' is given twice in one mapping (first on line 3) "
-     "(fix: keep one of them (YAML would silently use the last))"),
-])
+@pytest.mark.parametrize(
+    "body, golden",
+    [
+        (
+            "extends: prod\nserver:\n  port: 1\n  port: 2\n",
+            "kimi-serve: error: {f}:4: server.port: key 'port' is given twice in one mapping (first on line 3) "
+            "(fix: keep one of them (YAML would silently use the last))",
+        ),
+        (
+            "extends: prod\nserver:\n  port: 1\nserver:\n  host: x\n",
+            "kimi-serve: error: {f}:4: server: key 'server' is given twice in one mapping (first on line 2) "
+            "(fix: keep one of them (YAML would silently use the last))",
+        ),
+        (
+            "extends: prod\nenv:\n  A: '1'\n  A: '2'\n",
+            "kimi-serve: error: {f}:4: env.A: key 'A' is given twice in one mapping (first on line 3) "
+            "(fix: keep one of them (YAML would silently use the last))",
+        ),
+    ],
+)
 def test_duplicate_keys_are_golden_one_line_errors(write_profile, cli, body, golden, monkeypatch):
     path = write_profile(body)
     monkeypatch.chdir(path.parent)

@@ -17,13 +17,26 @@ def _one_line(res, code: int = 2) -> str:  # type: ignore[no-untyped-def]
 
 
 def test_set_overrides_are_typed_and_applied_last():
-    p = load_profile("prod", ["server.port=31000", "speculative.enabled=false", "env.NCCL_DEBUG=INFO",
-                              "memory.mem_fraction_static=0.8", "extra_args=[--enable-cache-report]"])
+    p = load_profile(
+        "prod",
+        [
+            "server.port=31000",
+            "speculative.enabled=false",
+            "env.NCCL_DEBUG=INFO",
+            "memory.mem_fraction_static=0.8",
+            "extra_args=[--enable-cache-report]",
+        ],
+    )
     assert p.server.port == 31000 and p.speculative.enabled is False and p.env["NCCL_DEBUG"] == "INFO"
     assert p.memory.mem_fraction_static == 0.8 and tuple(p.extra_args) == ("--enable-cache-report",)
     assert p.server.host == "0.0.0.0"  # siblings stay
-    assert p.overrides == ("server.port=31000", "speculative.enabled=false", "env.NCCL_DEBUG=INFO",
-                           "memory.mem_fraction_static=0.8", "extra_args=[--enable-cache-report]")
+    assert p.overrides == (
+        "server.port=31000",
+        "speculative.enabled=false",
+        "env.NCCL_DEBUG=INFO",
+        "memory.mem_fraction_static=0.8",
+        "extra_args=[--enable-cache-report]",
+    )
     assert load_profile("prod", ["server.port=1", "server.port=2"]).server.port == 2
 
 
@@ -33,15 +46,27 @@ def test_set_typo_gets_did_you_mean_on_every_command(cli, command):
     assert line == "kimi-serve: error: --set: server.prot: unknown key 'prot' (fix: did you mean 'port'?)"
 
 
-@pytest.mark.parametrize("item, golden", [
-    ("server.port=99999", "kimi-serve: error: --set: server.port: expected an integer in 1..65535, got 99999 "
-                          "(fix: set server.port to an integer in 1..65535)"),
-    ("server.port=eighty", "kimi-serve: error: --set: server.port: expected an integer, got 'eighty' "
-                           "(fix: set server.port to an integer)"),
-    ("nokey", "kimi-serve: error: --set: expected KEY=VALUE with a dotted key such as server.port, got 'nokey' "
-              "(fix: write e.g. --set server.port=8080)"),
-    ("servre.port=1", "kimi-serve: error: --set: servre: unknown key 'servre' (fix: did you mean 'server'?)"),
-])
+@pytest.mark.parametrize(
+    "item, golden",
+    [
+        (
+            "server.port=99999",
+            "kimi-serve: error: --set: server.port: expected an integer in 1..65535, got 99999 "
+            "(fix: set server.port to an integer in 1..65535)",
+        ),
+        (
+            "server.port=eighty",
+            "kimi-serve: error: --set: server.port: expected an integer, got 'eighty' "
+            "(fix: set server.port to an integer)",
+        ),
+        (
+            "nokey",
+            "kimi-serve: error: --set: expected KEY=VALUE with a dotted key such as server.port, got 'nokey' "
+            "(fix: write e.g. --set server.port=8080)",
+        ),
+        ("servre.port=1", "kimi-serve: error: --set: servre: unknown key 'servre' (fix: did you mean 'server'?)"),
+    ],
+)
 def test_set_errors_are_golden(cli, item, golden):
     assert _one_line(cli("render", "--profile", "prod", "--set", item)) == golden
 

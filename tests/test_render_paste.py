@@ -50,8 +50,14 @@ def test_printed_command_starts_the_simulator_when_pasted(cli, sglang_python: st
     line = lines[0]
     assert "PYTHONPATH=" in line and sglang_python in line
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the line must carry what it needs
-    proc = subprocess.Popen(["bash", "-c", line], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", "-c", line],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 180
         code = 0

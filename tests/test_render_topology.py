@@ -34,7 +34,10 @@ def test_ranks_differ_only_in_node_rank(cli):
     assert len(diff) == 1 and a0[diff[0] - 1] == "--node-rank" and (a0[diff[0]], a1[diff[0]]) == ("0", "1")
     assert r0["env"] == r1["env"]
     assert (_value(a0, "--nnodes"), _value(a0, "--dist-init-addr"), _value(a0, "--tp-size")) == (
-        "2", "192.0.2.10:20000", "16")
+        "2",
+        "192.0.2.10:20000",
+        "16",
+    )
     assert r0["node"] == {"rank": 0, "count": 2, "leader": "192.0.2.10:20000", "serves_api": True}
     assert r1["node"]["serves_api"] is False and r1["node"]["rank"] == 1
     assert "launches" not in r0  # one server, no router
@@ -42,8 +45,10 @@ def test_ranks_differ_only_in_node_rank(cli):
 
 def test_node_rank_default_is_the_profiles_rank(cli):
     assert _doc(cli, "-p", "prod-tp16")["argv"] == _doc(cli, "-p", "prod-tp16", "--node-rank", "0")["argv"]
-    assert _doc(cli, "-p", "prod-tp16", "--set", "nodes.rank=1")["argv"] == _doc(
-        cli, "-p", "prod-tp16", "--node-rank", "1")["argv"]
+    assert (
+        _doc(cli, "-p", "prod-tp16", "--set", "nodes.rank=1")["argv"]
+        == _doc(cli, "-p", "prod-tp16", "--node-rank", "1")["argv"]
+    )
 
 
 def test_human_render_of_one_rank_is_one_pasteable_line(cli):
@@ -53,13 +58,18 @@ def test_human_render_of_one_rank_is_one_pasteable_line(cli):
     assert _value(words, "--node-rank") == "1"
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["-p", "prod", "--node-rank", "1"], ["--node-rank 1", "single-node (nodes.count 1)", "drop --node-rank"]),
-    (["-p", "prod-tp16", "--node-rank", "2"], ["--node-rank 2", "nodes.count is 2", "ranks are 0..1",
-                                               "pass --node-rank 0..1"]),
-    (["-p", "prod-tp16", "--node-rank", "-1"], ["--node-rank"]),
-    (["-p", "prod-tp16", "--node-rank", "one"], ["--node-rank"]),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["-p", "prod", "--node-rank", "1"], ["--node-rank 1", "single-node (nodes.count 1)", "drop --node-rank"]),
+        (
+            ["-p", "prod-tp16", "--node-rank", "2"],
+            ["--node-rank 2", "nodes.count is 2", "ranks are 0..1", "pass --node-rank 0..1"],
+        ),
+        (["-p", "prod-tp16", "--node-rank", "-1"], ["--node-rank"]),
+        (["-p", "prod-tp16", "--node-rank", "one"], ["--node-rank"]),
+    ],
+)
 def test_node_rank_errors_are_one_line_exit_2(cli, args, needles):
     assert_one_line_error(cli("render", *args), *needles)
 
@@ -78,10 +88,11 @@ def test_local_replicas_render_the_router_and_each_replica(cli):
     assert [(x["name"], x["role"], x["endpoint"], x["local"]) for x in launches] == [
         ("router", "router", "127.0.0.1:30000", True),
         ("replica 0", "replica", "127.0.0.1:30010", True),
-        ("replica 1", "replica", "127.0.0.1:30011", True)]
+        ("replica 1", "replica", "127.0.0.1:30011", True),
+    ]
     router = launches[0]["argv"]
     assert router[1:4] == ["-m", "kimi_serve.router.shim", "--"]
-    urls = router[router.index("--worker-urls") + 1:router.index("--policy")]
+    urls = router[router.index("--worker-urls") + 1 : router.index("--policy")]
     assert urls == ["http://127.0.0.1:30010", "http://127.0.0.1:30011"]
     assert (_value(router, "--prometheus-host"), _value(router, "--health-check-interval-secs")) == ("127.0.0.1", "2")
     r0, r1 = launches[1]["argv"], launches[2]["argv"]
@@ -111,8 +122,10 @@ def test_remote_replicas_and_the_key_through_the_shim(cli):
 
 
 def test_multinode_replicas_rendezvous_at_their_own_rank0(write_profile, cli):
-    path = write_profile("extends: prod-tp16\nreplicas: 2\nnodes:\n  leader_host: 10.0.0.7\n"
-                         "router:\n  port: 31000\n  workers: ['10.0.0.7:30000', '10.0.0.8:30000']\n")
+    path = write_profile(
+        "extends: prod-tp16\nreplicas: 2\nnodes:\n  leader_host: 10.0.0.7\n"
+        "router:\n  port: 31000\n  workers: ['10.0.0.7:30000', '10.0.0.8:30000']\n"
+    )
     _, r0, r1 = _doc(cli, "-p", str(path), "--node-rank", "1")["launches"]
     assert _value(r0["argv"], "--dist-init-addr") == "10.0.0.7:20000"
     assert _value(r1["argv"], "--dist-init-addr") == "10.0.0.8:20000"

@@ -78,8 +78,14 @@ class StandInRouter:
                 self.wfile.write(body)
 
             def do_GET(self) -> None:
-                self._send(200, {"workers": [{"id": i, "url": u, "is_healthy": u in router.healthy}
-                                             for i, u in router.workers.items()]})
+                self._send(
+                    200,
+                    {
+                        "workers": [
+                            {"id": i, "url": u, "is_healthy": u in router.healthy} for i, u in router.workers.items()
+                        ]
+                    },
+                )
 
             def do_DELETE(self) -> None:
                 url = router.workers.pop(self.path.rsplit("/", 1)[-1])
@@ -124,8 +130,10 @@ def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
 def _fleet(root: Path, write_profile: Any, router_port: int, name: str, extra: str = "") -> Fleet:
     import sys
 
-    text = (f"extends: sim-dp2\nserver:\n  port: 31010\nrouter:\n  port: {router_port}\nservice:\n  user: root\n"
-            f"  unit_name: fleet\nmonitor:\n  enabled: false\n{extra}")
+    text = (
+        f"extends: sim-dp2\nserver:\n  port: 31010\nrouter:\n  port: {router_port}\nservice:\n  user: root\n"
+        f"  unit_name: fleet\nmonitor:\n  enabled: false\n{extra}"
+    )
     profile = load_profile(str(write_profile(text, name=name)))
     members = render_members(profile, build_launch(profile, sys.executable), CTX, "fleet.service")
     plans = tuple((m, Plan(profile, m.unit, ServicePaths(root, m.unit.name), False, (), True)) for m in members)
@@ -145,8 +153,9 @@ def installed(tmp_path: Path, write_profile: Any, router: StandInRouter) -> Flee
     return fleet
 
 
-def test_good_roll_one_replica_at_a_time(installed: Fleet, tmp_path: Path, write_profile: Any,
-                                         router: StandInRouter) -> None:
+def test_good_roll_one_replica_at_a_time(
+    installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter
+) -> None:
     new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
     runner = Runner()
     result, rolled = rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {})
@@ -159,8 +168,9 @@ def test_good_roll_one_replica_at_a_time(installed: Fleet, tmp_path: Path, write
         assert "KIMI_TEST_ROLL=2" in plan.paths.unit_file.read_text()
 
 
-def test_a_bad_replica_is_rolled_back_and_stops_the_roll(installed: Fleet, tmp_path: Path, write_profile: Any,
-                                                         router: StandInRouter) -> None:
+def test_a_bad_replica_is_rolled_back_and_stops_the_roll(
+    installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter
+) -> None:
     new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
     good_r0, good_r1 = (p.paths.unit_file.read_text() for _, p in installed.replicas)
     runner = Runner({"fleet-r1.service": [1, 0]})  # the new unit of replica 1 fails to start; its rollback starts
@@ -173,8 +183,9 @@ def test_a_bad_replica_is_rolled_back_and_stops_the_roll(installed: Fleet, tmp_p
     assert any(s.action == "stop the roll" and "replicas 0 keep their units" in s.detail for s in result.steps)
 
 
-def test_refused_when_no_other_worker_is_healthy(installed: Fleet, tmp_path: Path, write_profile: Any,
-                                                 router: StandInRouter) -> None:
+def test_refused_when_no_other_worker_is_healthy(
+    installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter
+) -> None:
     router.healthy = {R1}  # replica 0 is down: restarting replica 1 would leave none
     new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
     runner = Runner()
@@ -184,16 +195,18 @@ def test_refused_when_no_other_worker_is_healthy(installed: Fleet, tmp_path: Pat
     assert runner.restarted() == [] and router.log == []
 
 
-def test_a_replica_missing_from_the_rotation_is_put_back_first(installed: Fleet, tmp_path: Path,
-                                                               write_profile: Any, router: StandInRouter) -> None:
+def test_a_replica_missing_from_the_rotation_is_put_back_first(
+    installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter
+) -> None:
     router.workers = {k: v for k, v in router.workers.items() if v != R1}  # a roll killed between remove and add
     new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
     result, _ = rolling.rolling_restart(new, Systemd(Runner(), Path("/")), Verifier(), {})
     assert result.exit_code == 0 and router.log[0] == f"add {R1}"
 
 
-def test_a_topology_change_is_not_rolled(installed: Fleet, tmp_path: Path, write_profile: Any,
-                                         router: StandInRouter) -> None:
+def test_a_topology_change_is_not_rolled(
+    installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter
+) -> None:
     moved = _fleet(tmp_path, write_profile, router.port, "v3", "replicas: 3\n")
     with pytest.raises(KimiServeError) as err:
         rolling.rolling_restart(moved, Systemd(Runner(), Path("/")), Verifier(), {})
@@ -201,8 +214,8 @@ def test_a_topology_change_is_not_rolled(installed: Fleet, tmp_path: Path, write
 
 
 def test_a_crash_mid_roll_leaves_that_replicas_journal_and_its_place_in_the_router(
-        installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """kimi-serve dies (an unexpected exception; a SIGKILL is the same for the journal) after replica 0's new unit
     is written and restarted: replica 0 goes back into the router's rotation, its journal stays, and recovering it
     puts its files back as they were before the roll; replica 1 was never touched."""
@@ -232,8 +245,14 @@ def test_a_rank_above_0_is_not_contract_checked_from_outside(tmp_path: Path, wri
 
     from kimi_serve.service.restart import restart
 
-    profile = load_profile(str(write_profile(
-        "extends: sim\nnodes:\n  count: 2\n  rank: 1\n  leader_host: 10.0.0.1\nservice:\n  user: root\n", name="r1")))
+    profile = load_profile(
+        str(
+            write_profile(
+                "extends: sim\nnodes:\n  count: 2\n  rank: 1\n  leader_host: 10.0.0.1\nservice:\n  user: root\n",
+                name="r1",
+            )
+        )
+    )
     (member,) = render_members(profile, build_launch(profile, sys.executable), CTX, "sglang-kimi.service")
     plan = Plan(profile, member.unit, ServicePaths(tmp_path, member.unit.name), False, (), True)
     verifier = Verifier()

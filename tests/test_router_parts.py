@@ -37,13 +37,16 @@ def test_shim_appends_the_key_from_the_file(tmp_path: Path) -> None:
     assert router_flags(["--", "--port", "1"]) == ["--port", "1"]  # no key file: no key
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--api-key-file", "k.yaml", "--port", "1"], "missing `--`"),
-    (["--api-key-file", "--", "--port", "1"], "unexpected arguments --api-key-file"),
-    (["--key", "k.yaml", "--", "--port", "1"], "unexpected arguments --key k.yaml"),
-    (["--api-key-file", "k.yaml", "--", "--api-key", "x"], "--api-key among the router's flags"),
-    (["--api-key-file", "k.yaml", "--", "--api-key=x"], "--api-key among the router's flags"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--api-key-file", "k.yaml", "--port", "1"], "missing `--`"),
+        (["--api-key-file", "--", "--port", "1"], "unexpected arguments --api-key-file"),
+        (["--key", "k.yaml", "--", "--port", "1"], "unexpected arguments --key k.yaml"),
+        (["--api-key-file", "k.yaml", "--", "--api-key", "x"], "--api-key among the router's flags"),
+        (["--api-key-file", "k.yaml", "--", "--api-key=x"], "--api-key among the router's flags"),
+    ],
+)
 def test_shim_refuses_bad_arguments(argv: list[str], says: str) -> None:
     with pytest.raises(KimiServeError) as err:
         split_argv(argv)
@@ -52,8 +55,9 @@ def test_shim_refuses_bad_arguments(argv: list[str], says: str) -> None:
 
 def _shim(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "kimi_serve.router.shim", *args], capture_output=True, text=True,
-                          env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "kimi_serve.router.shim", *args], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def test_shim_process_errors_are_one_line(tmp_path: Path) -> None:
@@ -61,7 +65,8 @@ def test_shim_process_errors_are_one_line(tmp_path: Path) -> None:
     assert missing.returncode == 2 and missing.stdout == ""
     assert missing.stderr.strip().splitlines() == [
         f"kimi-serve: error: router shim --api-key-file {tmp_path / 'none.yaml'}: API key file not found "
-        "(fix: pass the file SGLang reads via --config)"]
+        "(fix: pass the file SGLang reads via --config)"
+    ]
     open_file = _shim("--api-key-file", str(_key_file(tmp_path, mode=0o644)), "--")
     assert open_file.returncode == 2 and "accessible by group/others" in open_file.stderr
     assert "Traceback" not in open_file.stderr + missing.stderr
@@ -72,6 +77,7 @@ def test_shim_without_sglang_router_says_so(tmp_path: Path) -> None:
     pytest.importorskip("yaml")
     try:
         import sglang_router  # noqa: F401
+
         pytest.skip("sglang_router is importable here")
     except ImportError:
         pass
@@ -90,8 +96,11 @@ def _report(target: str, *, fail: str | None = None, unreachable: bool = False) 
 
 
 def test_deployment_verdict_names_the_replica_that_breaks_the_contract() -> None:
-    parts = [PartReport("router", _report("http://r:1")), PartReport("replica 0", _report("http://a:2")),
-             PartReport("replica 1", _report("http://b:3", unreachable=True))]
+    parts = [
+        PartReport("router", _report("http://r:1")),
+        PartReport("replica 0", _report("http://a:2")),
+        PartReport("replica 1", _report("http://b:3", unreachable=True)),
+    ]
     dead = DeploymentReport(parts)
     assert dead.exit_code == 3 and [p.name for p in dead.broken] == ["replica 1"]
     doc = dead.to_dict()
@@ -99,30 +108,40 @@ def test_deployment_verdict_names_the_replica_that_breaks_the_contract() -> None
     assert [(r["name"], r["status"]) for r in doc["replicas"]] == [("replica 0", "pass"), ("replica 1", "unreachable")]
     assert doc["findings"][0]["message"].startswith("replica 1: server not ready")
     text = render_deployment(dead, render_lines)
-    assert text.splitlines()[-1].startswith("verify: deployment unreachable in part: replica 1 (http://b:3) "
-                                            "unreachable: server not ready")
-    broken = DeploymentReport([parts[0], PartReport("replica 0", _report("http://a:2", fail="no_tool_call")),
-                               parts[2]])
+    assert text.splitlines()[-1].startswith(
+        "verify: deployment unreachable in part: replica 1 (http://b:3) unreachable: server not ready"
+    )
+    broken = DeploymentReport([parts[0], PartReport("replica 0", _report("http://a:2", fail="no_tool_call")), parts[2]])
     assert broken.exit_code == 1  # a violation outranks an unreachable part
     assert "replica 0 (http://a:2) fail: tool stream: no_tool_call went wrong" in broken.summary()
-    fine = DeploymentReport(parts[:2], router_view={"reachable": True, "healthy_workers": 1, "total_workers": 1,
-                                                    "workers": [{"url": "http://a:2", "healthy": True}]})
+    fine = DeploymentReport(
+        parts[:2],
+        router_view={
+            "reachable": True,
+            "healthy_workers": 1,
+            "total_workers": 1,
+            "workers": [{"url": "http://a:2", "healthy": True}],
+        },
+    )
     assert fine.exit_code == 0 and fine.to_dict()["router"]["health"]["healthy_workers"] == 1
     assert "router health: 1/1 workers healthy" in render_deployment(fine, render_lines)
 
 
 def dp2(directory: Path, router_extra: str = "") -> Path:
     path = directory / "dp2.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         extends: sim-dp2
         server: {{port: 41710}}
         router: {{port: 41700, metrics_port: 41790{router_extra}}}
-        """))
+        """)
+    )
     return path
 
 
-def test_dry_run_prints_every_replica_and_the_router(cli: Callable[..., Any], tmp_path: Path,
-                                                     sglang_python: str) -> None:
+def test_dry_run_prints_every_replica_and_the_router(
+    cli: Callable[..., Any], tmp_path: Path, sglang_python: str
+) -> None:
     res = cli("up", "--profile", str(dp2(tmp_path)), "--dry-run", "--log-file", str(tmp_path / "u.log"))
     assert res.code == 0, res.err
     assert "dry run: would start replica 0 (127.0.0.1:41710)" in res.out
@@ -133,8 +152,7 @@ def test_dry_run_prints_every_replica_and_the_router(cli: Callable[..., Any], tm
 
 
 def test_remote_workers_are_not_started_by_up(cli: Callable[..., Any], tmp_path: Path, sglang_python: str) -> None:
-    res = cli("up", "--profile", str(dp2(tmp_path, ", workers: [10.0.0.5:30000, 10.0.0.6:30000]")),
-              "--dry-run")
+    res = cli("up", "--profile", str(dp2(tmp_path, ", workers: [10.0.0.5:30000, 10.0.0.6:30000]")), "--dry-run")
     assert res.code == 2 and "router.workers names other hosts" in res.err
 
 
@@ -152,8 +170,9 @@ def test_verify_profile_of_a_stopped_deployment_is_unreachable(cli: Callable[...
     assert [r["status"] for r in doc["replicas"]] == ["unreachable", "unreachable"]
 
 
-def test_verify_profile_of_one_replica_is_the_plain_report(cli: Callable[..., Any],
-                                                          write_profile: Callable[..., Path]) -> None:
+def test_verify_profile_of_one_replica_is_the_plain_report(
+    cli: Callable[..., Any], write_profile: Callable[..., Path]
+) -> None:
     import json
 
     path = write_profile("extends: sim\nserver: {port: 41720}\n")
@@ -162,12 +181,13 @@ def test_verify_profile_of_one_replica_is_the_plain_report(cli: Callable[..., An
     assert res.code == 3 and doc["target"] == "http://127.0.0.1:41720" and "replicas" not in doc
 
 
-
-def test_router_port_clashing_with_a_replica_stops_up_before_anything_starts(cli: Callable[..., Any], tmp_path: Path,
-                                                                             sglang_python: str) -> None:
+def test_router_port_clashing_with_a_replica_stops_up_before_anything_starts(
+    cli: Callable[..., Any], tmp_path: Path, sglang_python: str
+) -> None:
     # in the profile itself: the deployment rule refuses it (exit 2, naming the key)
-    res = cli("up", "--profile", str(dp2(tmp_path)), "--set", "router.port=41711", "--log-file",
-              str(tmp_path / "u.log"))
+    res = cli(
+        "up", "--profile", str(dp2(tmp_path)), "--set", "router.port=41711", "--log-file", str(tmp_path / "u.log")
+    )
     assert res.code == 2, res.err
     assert "router.port" in res.err and "replica 1's port" in res.err
     assert "starting" not in res.out and not list(tmp_path.glob("u-*.log"))

@@ -54,11 +54,13 @@ def dp2_profile(directory: Path, key_file: Path | None) -> tuple[Path, int, int]
     base, router, metrics = _free_pair(), _free(), _free()
     key = f", api_key_file: {key_file}" if key_file else ""
     path = directory / "dp2-test.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         extends: sim-dp2
         server: {{port: {base}{key}}}
         router: {{port: {router}, metrics_port: {metrics}}}
-        """))
+        """)
+    )
     return path, base, router
 
 
@@ -72,14 +74,18 @@ def _chat(router_port: int, api_key: str) -> Any:
     import openai
 
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{router_port}/v1", api_key=api_key, max_retries=0, timeout=60)
-    return client.chat.completions.create(model="kimi-k2.5", max_tokens=16,
-                                          messages=[{"role": "user", "content": "hi"}])
+    return client.chat.completions.create(
+        model="kimi-k2.5", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+    )
 
 
 def _status_without_key(router_port: int) -> int:
     body = json.dumps({"model": "kimi-k2.5", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
-    req = urllib.request.Request(f"http://127.0.0.1:{router_port}/v1/chat/completions", data=body.encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{router_port}/v1/chat/completions",
+        data=body.encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=60) as resp:
             return int(resp.status)
@@ -88,8 +94,7 @@ def _status_without_key(router_port: int) -> int:
 
 
 @pytest.mark.sglang
-def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python: str,
-                                                   cli: Callable[..., Any]) -> None:
+def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python: str, cli: Callable[..., Any]) -> None:
     import openai
 
     key_file = tmp_path / "key.yaml"
@@ -105,8 +110,11 @@ def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python
         for tag in ("replica0", "replica1", "router"):
             assert f"{tag}: verify: contract holds" in out, out[-5000:]
         router_ready = re.search(r"router ready in [0-9.]+s", out).group(0)  # type: ignore[union-attr]
-        pids = [_pid(out, r"replica0: server pid (\d+)"), _pid(out, r"replica1: server pid (\d+)"),
-                _pid(out, r"router: pid (\d+) \(own session")]
+        pids = [
+            _pid(out, r"replica0: server pid (\d+)"),
+            _pid(out, r"replica1: server pid (\d+)"),
+            _pid(out, r"router: pid (\d+) \(own session"),
+        ]
         router_pid = pids[2]
         assert "-m kimi_serve.router.shim --api-key-file" in out and KEY not in out
         for pid in pids:  # the key is on no command line and in no environment of the deployment
@@ -150,8 +158,10 @@ def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python
         assert bad.code == 3, bad.out
         doc = json.loads(bad.out)
         assert doc["router"]["status"] == "pass"
-        assert [(r["name"], r["status"]) for r in doc["replicas"]] == [("replica 0", "pass"),
-                                                                      ("replica 1", "unreachable")]
+        assert [(r["name"], r["status"]) for r in doc["replicas"]] == [
+            ("replica 0", "pass"),
+            ("replica 1", "unreachable"),
+        ]
         assert doc["router"]["health"]["healthy_workers"] == 1
         text = cli("verify", "--profile", str(profile))
         assert text.code == 3
@@ -173,13 +183,14 @@ def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python
     assert stop_router < router_ended < out.index("replica0: SIGINT received; stopping the server")
     assert "had exited during the run" in out and "replica 1 (127.0.0.1:" in out
     assert all(live_group(pid) == [] for pid in pids)
-    print(f"\nrouter ready {router_ready}; killed replica unhealthy in the router after {seen:.1f}s "
-          "(sim-dp2: health_check_interval 2 s x health_failure_threshold 2)")
+    print(
+        f"\nrouter ready {router_ready}; killed replica unhealthy in the router after {seen:.1f}s "
+        "(sim-dp2: health_check_interval 2 s x health_failure_threshold 2)"
+    )
 
 
 @pytest.mark.sglang
-def test_a_replica_that_never_gets_ready_stops_the_deployment_and_is_named(tmp_path: Path,
-                                                                           sglang_python: str) -> None:
+def test_a_replica_that_never_gets_ready_stops_the_deployment_and_is_named(tmp_path: Path, sglang_python: str) -> None:
     """Both replicas load for 600 s (the simulator's KIMI_SERVE_SIM_LOAD_SECONDS) against startup.timeout 10 s: `up`
     names the replica, exits 3, never starts the router, leaves no process behind."""
     profile, base, _ = dp2_profile(tmp_path, None)
@@ -192,8 +203,11 @@ def test_a_replica_that_never_gets_ready_stops_the_deployment_and_is_named(tmp_p
             up.proc.kill()
     out = up.output
     assert code == 3, out[-3000:]
-    assert re.search(rf"kimi-serve: error: logs .*up-\*\.log: replica [01] \(127\.0\.0\.1:(?:{base}|{base + 1})\): not "
-                     r"ready after 10s", out), out[-3000:]
+    assert re.search(
+        rf"kimi-serve: error: logs .*up-\*\.log: replica [01] \(127\.0\.0\.1:(?:{base}|{base + 1})\): not "
+        r"ready after 10s",
+        out,
+    ), out[-3000:]
     assert "starting the router" not in out
     for pattern in (r"replica0: server pid (\d+)", r"replica1: server pid (\d+)"):
         assert live_group(_pid(out, pattern)) == []

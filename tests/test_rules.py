@@ -16,21 +16,26 @@ BAD = [
     ("model:\n  served_name: 'kimi:k2'\n", ["model.served_name", "':'"]),
     ("gpus: 4\n", ["parallel.tp_size", "differs from gpus 4"]),
     ("gpus: 6\nparallel:\n  tp_size: 6\n", ["parallel.tp_size", "does not divide", "64"]),
-    ("speculative:\n  num_draft_tokens: 6\n", ["speculative.num_draft_tokens", "num_steps + 1 = 4",
-                                                 "silently rewrite"]),
+    (
+        "speculative:\n  num_draft_tokens: 6\n",
+        ["speculative.num_draft_tokens", "num_steps + 1 = 4", "silently rewrite"],
+    ),
     ("speculative:\n  draft_model_path: null\n", ["speculative.draft_model_path", "draft model"]),
     ("speculative:\n  eagle_topk: 4\n  num_draft_tokens: 8\n", ["speculative.eagle_topk", "overlap"]),
     ("extra_args: ['--disable-overlap-schedule']\n", ["extra_args", "contradicts"]),
     ("patch_set: null\n", ["patch_set", "need SGLang source patches", "sglang-0.5.23-sm120"]),
     ("server:\n  api_key_file: null\n", ["server.host", "without an API key", "api_key_file"]),
     ("extra_args: ['--api-key', 'sk-123']\n", ["extra_args", "secret on the command line"]),
-    ("extra_args: ['--cuda-graph-max-bs', '64']\n", ["--cuda-graph-max-bs", "abbreviated",
-                                                       "--cuda-graph-max-bs-decode"]),
-    ("extra_args: ['--enable-flashinfer-allreduce-fusion']\n", ["deprecated",
-                                                                 "--flashinfer-allreduce-fusion-backend"]),
+    (
+        "extra_args: ['--cuda-graph-max-bs', '64']\n",
+        ["--cuda-graph-max-bs", "abbreviated", "--cuda-graph-max-bs-decode"],
+    ),
+    ("extra_args: ['--enable-flashinfer-allreduce-fusion']\n", ["deprecated", "--flashinfer-allreduce-fusion-backend"]),
     ("extra_args: ['--tp-size', '8']\n", ["--tp-size", "given twice"]),
-    ("env:\n  SGLANG_ENABLE_SPEC_V2: '1'\n", ["env.SGLANG_ENABLE_SPEC_V2", "unknown to SGLang 0.5.23",
-                                               "spec v2 is the default"]),
+    (
+        "env:\n  SGLANG_ENABLE_SPEC_V2: '1'\n",
+        ["env.SGLANG_ENABLE_SPEC_V2", "unknown to SGLang 0.5.23", "spec v2 is the default"],
+    ),
 ]
 
 
@@ -40,11 +45,11 @@ def test_rule_rejects(write_profile, cli, body, needles):
     assert_one_line_error(cli("render", "--profile", str(path)), *needles)
 
 
-
 @pytest.fixture(autouse=True)
 def _fast_layers_only(monkeypatch):
     """These tests are about kimi-serve's own layers: skip the ~12 s SGLang probe (tests/test_sglang_tier.py has it)."""
     monkeypatch.delenv("KIMI_SERVE_SGLANG_PYTHON", raising=False)
+
 
 def test_render_counts_further_failures(write_profile, cli):
     path = write_profile("extends: prod\nparsers:\n  tool_call: null\n  reasoning: null\n")
@@ -136,10 +141,15 @@ def test_api_key_with_a_set_that_does_not_redact_it_warns(write_profile, cli, tm
 
 
 def test_redaction_matters_only_when_sglang_gets_a_key(write_profile, cli, tmp_path):
-    no_set = write_profile("extends: prod\npatch_set: null\nallreduce:\n  flashinfer_fusion_backend: null\n"
-                           "  torch_symm_mem: false\n", name="no-set")
-    no_key = write_profile(f"extends: prod\npatch_set: {_set_without_redaction(tmp_path)}\n"
-                           "server:\n  host: 127.0.0.1\n  api_key_file: null\n", name="no-key")
+    no_set = write_profile(
+        "extends: prod\npatch_set: null\nallreduce:\n  flashinfer_fusion_backend: null\n  torch_symm_mem: false\n",
+        name="no-set",
+    )
+    no_key = write_profile(
+        f"extends: prod\npatch_set: {_set_without_redaction(tmp_path)}\n"
+        "server:\n  host: 127.0.0.1\n  api_key_file: null\n",
+        name="no-key",
+    )
     statuses = {}
     for path in (no_set, no_key, "prod"):
         res = cli("check", "--profile", str(path), "--offline", "--json")

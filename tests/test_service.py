@@ -17,8 +17,10 @@ import pytest
 
 KEY = "sk-test-5%$HOME\"'\\-ünïcode"
 
-pytestmark = pytest.mark.skipif(shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
-                                reason="systemctl/systemd-analyze not installed (apt-get install systemd)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
+    reason="systemctl/systemd-analyze not installed (apt-get install systemd)",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -28,11 +30,14 @@ def _no_sglang_tier(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def profile(write_profile: Callable[..., Path]) -> Path:
-    return write_profile("""\
+    return write_profile(
+        """\
         extends: sim
         server:
           api_key_file: /etc/kimi-serve/test-secrets.yaml
-        """, name="svc")
+        """,
+        name="svc",
+    )
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, bytes | str]]:
@@ -46,8 +51,9 @@ def _snapshot(root: Path) -> dict[str, tuple[int, bytes | str]]:
     return out
 
 
-def test_install_writes_unit_secret_and_enablement(cli, root: Path, profile: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_install_writes_unit_secret_and_enablement(
+    cli, root: Path, profile: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KIMI_SERVE_API_KEY", KEY)
     r = cli("install-service", "--profile", str(profile), "--root", str(root))
     assert r.code == 0, r.err
@@ -75,8 +81,9 @@ def test_install_writes_unit_secret_and_enablement(cli, root: Path, profile: Pat
     assert "sk-test" not in text and "sk-test" not in r.out + r.err
 
 
-def test_reinstall_keeps_the_previous_unit(cli, root: Path, profile: Path, write_profile,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reinstall_keeps_the_previous_unit(
+    cli, root: Path, profile: Path, write_profile, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KIMI_SERVE_API_KEY", KEY)
     assert cli("install-service", "-p", str(profile), "--root", str(root)).code == 0
     unit = root / "etc/systemd/system/sglang-kimi.service"
@@ -90,13 +97,15 @@ def test_reinstall_keeps_the_previous_unit(cli, root: Path, profile: Path, write
     assert (root / "var/lib/kimi-serve/service/sglang-kimi/previous.service").read_text() == first
 
 
-def test_dry_run_touches_nothing(cli, root: Path, profile: Path, write_profile,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dry_run_touches_nothing(
+    cli, root: Path, profile: Path, write_profile, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # an installed unit with records, and a key in the environment that a real run would write to a new file
     monkeypatch.setenv("KIMI_SERVE_API_KEY", KEY)
     assert cli("install-service", "-p", str(profile), "--root", str(root)).code == 0
-    other = write_profile("extends: svc\nserver:\n  api_key_file: /etc/kimi-serve/new.yaml\n  port: 30999\n",
-                          name="svc3")
+    other = write_profile(
+        "extends: svc\nserver:\n  api_key_file: /etc/kimi-serve/new.yaml\n  port: 30999\n", name="svc3"
+    )
     before = _snapshot(root)
     r = cli("install-service", "-p", str(other), "--root", str(root), "--dry-run", "--replace")
     assert r.code == 0, r.err
@@ -151,14 +160,19 @@ def test_invalid_profile_stops_before_any_write(cli, root: Path, write_profile) 
     assert sorted(p.name for p in root.rglob("*")) == ["etc", "group", "passwd"]  # only the fixture's user database
 
 
-def test_status_reports_profile_records_and_hand_edits(cli, root: Path, profile: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_status_reports_profile_records_and_hand_edits(
+    cli, root: Path, profile: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KIMI_SERVE_API_KEY", KEY)
     assert cli("install-service", "-p", str(profile), "--root", str(root)).code == 0
     r = cli("status", "--root", str(root), "--json")
     data = json.loads(r.out)
     assert (data["installed"], data["profile"], data["patch_set"], data["edited_since_install"]) == (
-        True, "svc", "sglang-0.5.23-sm120", False)
+        True,
+        "svc",
+        "sglang-0.5.23-sm120",
+        False,
+    )
     assert data["last_verify"] is None and "not the running system" in data["state_error"]
     assert r.code == 1  # not active
     unit = root / "etc/systemd/system/sglang-kimi.service"
@@ -166,8 +180,9 @@ def test_status_reports_profile_records_and_hand_edits(cli, root: Path, profile:
     assert json.loads(cli("status", "--root", str(root), "--json").out)["edited_since_install"] is True
 
 
-def test_uninstall_reverses_install_and_keeps_the_secret(cli, root: Path, profile: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_uninstall_reverses_install_and_keeps_the_secret(
+    cli, root: Path, profile: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KIMI_SERVE_API_KEY", KEY)
     assert cli("install-service", "-p", str(profile), "--root", str(root)).code == 0
     r = cli("uninstall-service", "-p", str(profile), "--root", str(root))

@@ -8,16 +8,19 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
-                                reason="systemctl/systemd-analyze not installed (apt-get install systemd)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
+    reason="systemctl/systemd-analyze not installed (apt-get install systemd)",
+)
 
 
 def test_install_with_set_is_recorded_and_shown_by_status(cli, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("KIMI_SERVE_SGLANG_PYTHON", raising=False)
     root = tmp_path / "root"
     root.mkdir()
-    r = cli("install-service", "-p", "sim", "--root", str(root), "--set", "server.port=31555",
-            "--set", "verify.suite=full")
+    r = cli(
+        "install-service", "-p", "sim", "--root", str(root), "--set", "server.port=31555", "--set", "verify.suite=full"
+    )
     assert r.code == 0, r.err
     unit = (root / "etc/systemd/system/sglang-kimi.service").read_text()
     assert "31555" in unit and unit.splitlines()[1] == "# kimi-serve --set: server.port=31555 verify.suite=full"

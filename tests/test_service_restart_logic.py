@@ -55,8 +55,9 @@ class ScriptedVerifier:
 def _plan(root: Path, write_profile, name: str, port: int) -> Plan:
     # service.user root: no account changes here (tests/test_service_user.py covers them), so the recorded
     # commands are systemctl's alone
-    profile = load_profile(str(write_profile(f"extends: sim\nserver:\n  port: {port}\nservice:\n  user: root\n",
-                                             name=name)))
+    profile = load_profile(
+        str(write_profile(f"extends: sim\nserver:\n  port: {port}\nservice:\n  user: root\n", name=name))
+    )
     unit = render_unit(profile, validated_launch(profile), CTX)
     return Plan(profile, unit, ServicePaths(root, unit.name), False, (), True)
 
@@ -81,8 +82,9 @@ def test_passing_restart_records_last_good(tmp_path: Path, write_profile) -> Non
 
 
 @pytest.mark.parametrize("new_restart_rc, new_verify", [(1, []), (0, [1])], ids=["start-fails", "verify-fails"])
-def test_failed_restart_rolls_back_to_last_good(good_installed: Plan, tmp_path: Path, write_profile,
-                                                new_restart_rc: int, new_verify: list[int]) -> None:
+def test_failed_restart_rolls_back_to_last_good(
+    good_installed: Plan, tmp_path: Path, write_profile, new_restart_rc: int, new_verify: list[int]
+) -> None:
     bad = _plan(tmp_path, write_profile, "bad", 30002)
     runner = RecordingRunner([new_restart_rc, 0])
     verifier = ScriptedVerifier([*new_verify, 0])
@@ -132,13 +134,19 @@ class ShowingRunner(RecordingRunner):
     def __call__(self, argv: Sequence[str], *, timeout: float) -> Completed:
         done = super().__call__(argv, timeout=timeout)
         if argv[:2] == ["systemctl", "show"]:
-            return Completed(tuple(argv), 0, "ExecStartPost={ path=/opt/kimi-serve/venv/bin/kimi-serve ; argv[]=... ;"
-                             f" ignore_errors=no ; pid=4242 ; code=exited ; status={self.post_status}/n/a }}\n", "")
+            return Completed(
+                tuple(argv),
+                0,
+                "ExecStartPost={ path=/opt/kimi-serve/venv/bin/kimi-serve ; argv[]=... ;"
+                f" ignore_errors=no ; pid=4242 ; code=exited ; status={self.post_status}/n/a }}\n",
+                "",
+            )
         return done
 
 
 def test_verify_crashing_in_restart_is_reported_as_a_bug_and_not_rolled_back(
-        good_installed: Plan, tmp_path: Path, write_profile, monkeypatch: pytest.MonkeyPatch) -> None:
+    good_installed: Plan, tmp_path: Path, write_profile, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from kimi_serve.service.verifier import contract_verifier
 
     new = _plan(tmp_path, write_profile, "new", 30002)
@@ -156,8 +164,9 @@ def test_verify_crashing_in_restart_is_reported_as_a_bug_and_not_rolled_back(
     assert read_record(new.paths.last_good_record)["profile"] == "good"  # type: ignore[index]  # ... not as good
 
 
-def test_execstartpost_verify_crashing_is_reported_as_a_bug(good_installed: Plan, tmp_path: Path,
-                                                            write_profile) -> None:
+def test_execstartpost_verify_crashing_is_reported_as_a_bug(
+    good_installed: Plan, tmp_path: Path, write_profile
+) -> None:
     new = _plan(tmp_path, write_profile, "new", 30002)
     runner = ShowingRunner([1], post_status=70)
     result = restart(new, Systemd(runner, Path("/")), ScriptedVerifier([]), {})
@@ -166,8 +175,7 @@ def test_execstartpost_verify_crashing_is_reported_as_a_bug(good_installed: Plan
     assert "systemd stopped it" in next(s.detail for s in result.steps if s.action.startswith("roll back"))
 
 
-def test_execstartpost_contract_failure_still_rolls_back(good_installed: Plan, tmp_path: Path, write_profile
-                                                         ) -> None:
+def test_execstartpost_contract_failure_still_rolls_back(good_installed: Plan, tmp_path: Path, write_profile) -> None:
     new = _plan(tmp_path, write_profile, "new", 30002)
     result = restart(new, Systemd(ShowingRunner([1, 0], post_status=1), Path("/")), ScriptedVerifier([0]), {})
     assert result.exit_code == 1 and result.rollback is not None and result.rollback.ok
@@ -192,10 +200,16 @@ def test_restart_waits_for_a_full_30_minute_cold_start(tmp_path: Path) -> None:
     unit = render_unit(profile, validated_launch(profile), CTX)
     plan = Plan(profile, unit, ServicePaths(tmp_path, unit.name), False, (), True)
     runner = TimingRunner()
-    restart(plan, Systemd(runner, Path("/")), ScriptedVerifier([0]), {"KIMI_SERVE_ACCOUNTS_ROOT": os.environ["KIMI_SERVE_ACCOUNTS_ROOT"]})
+    restart(
+        plan,
+        Systemd(runner, Path("/")),
+        ScriptedVerifier([0]),
+        {"KIMI_SERVE_ACCOUNTS_ROOT": os.environ["KIMI_SERVE_ACCOUNTS_ROOT"]},
+    )
     waited = runner.timeouts["restart"]
-    timeout_start = int(next(line for line in unit.text.splitlines()
-                             if line.startswith("TimeoutStartSec=")).split("=")[1])
+    timeout_start = int(
+        next(line for line in unit.text.splitlines() if line.startswith("TimeoutStartSec=")).split("=")[1]
+    )
     assert timeout_start == start_timeout_sec(profile) >= 1800 + profile.verify.timeout  # systemd's start deadline
     assert f'"--wait" "{profile.startup.timeout}"' in unit.text  # ExecStartPost waits out the whole cold start
     # restart lets `systemctl restart` run for the old server's stop plus systemd's whole start deadline

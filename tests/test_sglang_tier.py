@@ -47,8 +47,13 @@ def test_sglang_resolution_catches_what_only_sglang_knows(write_profile, cli, sg
 
 
 def test_committed_flag_table_matches_real_sglang(sglang_python, tmp_path):
-    out = subprocess.run([sglang_python, str(REPO / "scripts" / "gen-flag-table.py")], capture_output=True,
-                         text=True, check=True, timeout=300)
+    out = subprocess.run(
+        [sglang_python, str(REPO / "scripts" / "gen-flag-table.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
     fresh = json.loads(out.stdout)
     committed = json.loads((REPO / "kimi_serve" / "profile" / "data" / "sglang-0.5.23-flags.json").read_text())
     assert fresh["sglang_version"] == committed["sglang_version"] == "0.5.23"

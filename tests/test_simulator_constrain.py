@@ -23,25 +23,55 @@ from kimi_serve.simulator import launcher
 pytestmark = pytest.mark.sglang
 
 MODEL = "kimi-k2.5"
-FLAGS = ["--model-path", "/models/Kimi-K2.5", "--served-model-name", MODEL, "--trust-remote-code", "--tp-size", "8",
-         "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2", "--host", "127.0.0.1"]
+FLAGS = [
+    "--model-path",
+    "/models/Kimi-K2.5",
+    "--served-model-name",
+    MODEL,
+    "--trust-remote-code",
+    "--tp-size",
+    "8",
+    "--tool-call-parser",
+    "kimi_k2",
+    "--reasoning-parser",
+    "kimi_k2",
+    "--host",
+    "127.0.0.1",
+]
 OFF = {"chat_template_kwargs": {"thinking": False}}
-NO_BACKEND = ("Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not supported when the server is"
-              " launched with --grammar-backend none")
-CITY = {"type": "object", "additionalProperties": False,
-        "properties": {"name": {"type": "string", "pattern": "^[A-Z][a-z]+$"},
-                       "population": {"type": "integer", "minimum": 1000},
-                       "kind": {"type": "string", "enum": ["capital", "town"]},
-                       "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2},
-                       "where": {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]},
-                       "mayor": {"type": ["string", "null"]}},
-        "required": ["name", "population", "kind", "tags", "where", "mayor"]}
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Get the current weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-CLOCK = {"type": "function", "function": {
-    "name": "get_time", "description": "Get the local time in a timezone",
-    "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}}}
+NO_BACKEND = (
+    "Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not supported when the server is"
+    " launched with --grammar-backend none"
+)
+CITY = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string", "pattern": "^[A-Z][a-z]+$"},
+        "population": {"type": "integer", "minimum": 1000},
+        "kind": {"type": "string", "enum": ["capital", "town"]},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2},
+        "where": {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]},
+        "mayor": {"type": ["string", "null"]},
+    },
+    "required": ["name", "population", "kind", "tags", "where", "mayor"],
+}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+CLOCK = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "Get the local time in a timezone",
+        "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]},
+    },
+}
 
 
 def _python() -> str:
@@ -56,8 +86,9 @@ def _start(tmp: Path, flags: list[str]) -> launcher.Simulator:
     port = launcher.free_port()
     env = launcher.environment(warmup=0.0)
     env[SIM_STEP_ENV] = "0.001"
-    sim = launcher.Simulator.start(launcher.command(python, [*flags, "--port", str(port)]), env,
-                                   f"http://127.0.0.1:{port}", tmp / "simulator.log")
+    sim = launcher.Simulator.start(
+        launcher.command(python, [*flags, "--port", str(port)]), env, f"http://127.0.0.1:{port}", tmp / "simulator.log"
+    )
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         assert sim.process.poll() is None, sim.log_tail()
@@ -93,8 +124,9 @@ def _ask(client: openai.OpenAI, text: str = "Describe Paris as JSON", **kw: obje
 
 def _streamed(client: openai.OpenAI, **kw: object) -> tuple[str, str, str | None]:
     content, reasoning, finish = "", "", None
-    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Describe Paris"}],
-                                            max_tokens=1024, stream=True, **kw)
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Describe Paris"}], max_tokens=1024, stream=True, **kw
+    )
     for chunk in stream:
         for choice in chunk.choices:
             content += choice.delta.content or ""
@@ -128,10 +160,17 @@ def test_json_schema_answers_are_valid_against_the_schema(client: openai.OpenAI,
 
 
 def test_formats_and_patterns_come_back_valid(client: openai.OpenAI) -> None:
-    schema = {"type": "object", "properties": {
-        "email": {"type": "string", "format": "email"}, "when": {"type": "string", "format": "date"},
-        "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"}, "note": {"type": "string", "minLength": 40}},
-        "required": ["email", "when", "code", "note"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {
+            "email": {"type": "string", "format": "email"},
+            "when": {"type": "string", "format": "date"},
+            "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"},
+            "note": {"type": "string", "minLength": 40},
+        },
+        "required": ["email", "when", "code", "note"],
+        "additionalProperties": False,
+    }
     fmt = {"type": "json_schema", "json_schema": {"name": "f", "strict": True, "schema": schema}}
     value = json.loads(_ask(client, "hello", response_format=fmt).choices[0].message.content)
     jsonschema.validate(value, schema, format_checker=jsonschema.FormatChecker())
@@ -148,30 +187,58 @@ def test_regex_and_ebnf_constraints_decide_the_text(client: openai.OpenAI) -> No
 def test_required_and_named_tool_choice_force_the_call(client: openai.OpenAI) -> None:
     required = _ask(client, "Hello there", tools=[WEATHER, CLOCK], tool_choice="required").choices[0]
     assert required.finish_reason == "tool_calls" and required.message.tool_calls
-    direct = _ask(client, "What is the weather in Paris?", tools=[WEATHER, CLOCK], tool_choice="required",
-                  max_tokens=300, extra_body=OFF).choices[0]  # the grammar from the first token: no preface
+    direct = _ask(
+        client,
+        "What is the weather in Paris?",
+        tools=[WEATHER, CLOCK],
+        tool_choice="required",
+        max_tokens=300,
+        extra_body=OFF,
+    ).choices[0]  # the grammar from the first token: no preface
     assert direct.finish_reason == "tool_calls" and direct.message.tool_calls[0].function.name == "get_weather"
-    named = _ask(client, "What is the weather in Paris?", tools=[WEATHER, CLOCK],
-                 tool_choice={"type": "function", "function": {"name": "get_time"}}).choices[0]
+    named = _ask(
+        client,
+        "What is the weather in Paris?",
+        tools=[WEATHER, CLOCK],
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+    ).choices[0]
     assert [c.function.name for c in named.message.tool_calls] == ["get_time"]
     jsonschema.validate(json.loads(named.message.tool_calls[0].function.arguments), CLOCK["function"]["parameters"])
-    strict = {"type": "function", "function": {**CLOCK["function"], "strict": True, "parameters": {
-        "type": "object", "properties": {"timezone": {"type": "string", "enum": ["UTC", "CET"]}},
-        "required": ["timezone"], "additionalProperties": False}}}
+    strict = {
+        "type": "function",
+        "function": {
+            **CLOCK["function"],
+            "strict": True,
+            "parameters": {
+                "type": "object",
+                "properties": {"timezone": {"type": "string", "enum": ["UTC", "CET"]}},
+                "required": ["timezone"],
+                "additionalProperties": False,
+            },
+        },
+    }
     forced = _ask(client, "What time is it?", tools=[strict], tool_choice="required").choices[0]
     assert json.loads(forced.message.tool_calls[0].function.arguments)["timezone"] in ("UTC", "CET")
 
 
 def test_a_schema_xgrammar_cannot_compile_is_sglangs_400(client: openai.OpenAI) -> None:
-    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-        "type": "object", "properties": {"a": {"$ref": "#/missing"}}, "required": ["a"]}}}
+    bad = {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "x",
+            "schema": {"type": "object", "properties": {"a": {"$ref": "#/missing"}}, "required": ["a"]},
+        },
+    }
     with pytest.raises(openai.BadRequestError, match="Failed to compile json grammar"):
         _ask(client, response_format=bad)
 
 
 def test_grammar_backend_none_rejects_constraints_as_sglang(bare: openai.OpenAI) -> None:
-    for kw in ({"response_format": {"type": "json_object"}}, {"tools": [WEATHER], "tool_choice": "required"},
-               {"extra_body": {"regex": "[0-9]+"}}):
+    for kw in (
+        {"response_format": {"type": "json_object"}},
+        {"tools": [WEATHER], "tool_choice": "required"},
+        {"extra_body": {"regex": "[0-9]+"}},
+    ):
         with pytest.raises(openai.BadRequestError) as info:
             _ask(bare, **kw)
         assert NO_BACKEND in str(info.value)
@@ -204,8 +271,9 @@ def test_n_samples_come_back_as_n_choices(client: openai.OpenAI) -> None:
     single = _ask(client, "Tell me about Paris", extra_body=OFF)
     assert resp.usage.completion_tokens == 2 * single.usage.completion_tokens
     texts: dict[int, str] = {}
-    for chunk in client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Tell me"}],
-                                                n=2, stream=True, extra_body=OFF):
+    for chunk in client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Tell me"}], n=2, stream=True, extra_body=OFF
+    ):
         for choice in chunk.choices:
             texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
     assert sorted(texts) == [0, 1] and texts[0] == texts[1] != ""
@@ -215,21 +283,30 @@ def test_stop_strings_end_and_trim_the_answer(client: openai.OpenAI) -> None:
     full = _ask(client, "Tell me about Paris", extra_body=OFF).choices[0].message.content
     word = full.split()[3]
     cut = _ask(client, "Tell me about Paris", stop=[word], extra_body=OFF).choices[0]
-    assert cut.finish_reason == "stop" and cut.message.content == full[:full.index(word)]
+    assert cut.finish_reason == "stop" and cut.message.content == full[: full.index(word)]
     kept = _ask(client, "Tell me about Paris", stop=[word], extra_body={**OFF, "no_stop_trim": True}).choices[0]
-    assert kept.message.content == full[:full.index(word) + len(word)]
-    pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Tell me about Paris"}], stop=[word], stream=True,
-        extra_body=OFF) if c.choices]
-    assert "".join(pieces) == full[:full.index(word)]  # held back while it could be the stop string, never leaked
+    assert kept.message.content == full[: full.index(word) + len(word)]
+    pieces = [
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Tell me about Paris"}],
+            stop=[word],
+            stream=True,
+            extra_body=OFF,
+        )
+        if c.choices
+    ]
+    assert "".join(pieces) == full[: full.index(word)]  # held back while it could be the stop string, never leaked
     with pytest.raises(openai.BadRequestError, match="stop strings are allowed"):
         _ask(client, stop=[f"s{i}" for i in range(33)])  # SGLang allows 32
 
 
 def _generate(client: openai.OpenAI, body: dict) -> object:
     base = str(client.base_url).rstrip("/").removesuffix("/v1")
-    req = urllib.request.Request(base + "/generate", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        base + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=60) as resp:
         return json.loads(resp.read())
 
@@ -242,4 +319,4 @@ def test_native_generate_n_samples_and_stop_token_ids(client: openai.OpenAI) -> 
     stop_id = first["output_ids"][5]
     cut = _generate(client, {"text": prompt, "sampling_params": {"max_new_tokens": 64, "stop_token_ids": [stop_id]}})
     assert cut["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_id}
-    assert cut["output_ids"] == first["output_ids"][:first["output_ids"].index(stop_id) + 1]
+    assert cut["output_ids"] == first["output_ids"][: first["output_ids"].index(stop_id) + 1]

@@ -26,11 +26,20 @@ def _params(**kw: object) -> SimpleNamespace:
 
 
 def test_sketch_is_valid_for_plain_schemas() -> None:
-    schema = {"type": "object", "properties": {
-        "name": {"type": "string"}, "n": {"type": "integer", "minimum": 5}, "ok": {"type": "boolean"},
-        "kind": {"enum": ["a", "b"]}, "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2},
-        "maybe": {"type": ["null", "number"]}, "c": {"const": 3}, "any": {"anyOf": [{"type": "string"}]}},
-        "required": ["name", "n", "ok", "kind", "tags", "maybe", "c", "any"]}
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "n": {"type": "integer", "minimum": 5},
+            "ok": {"type": "boolean"},
+            "kind": {"enum": ["a", "b"]},
+            "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2},
+            "maybe": {"type": ["null", "number"]},
+            "c": {"const": 3},
+            "any": {"anyOf": [{"type": "string"}]},
+        },
+        "required": ["name", "n", "ok", "kind", "tags", "maybe", "c", "any"],
+    }
     value = sketch(schema, "Paris")
     jsonschema.validate(value, schema)
     assert value["name"] == "Paris" and value["n"] == 5
@@ -41,16 +50,16 @@ def test_sketch_is_valid_for_plain_schemas() -> None:
 
 
 def test_intended_text_keeps_the_reasoning_and_writes_json() -> None:
-    params = _params(json_schema=json.dumps({"type": "object", "properties": {"a": {"type": "string"}},
-                                             "required": ["a"]}))
+    params = _params(
+        json_schema=json.dumps({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})
+    )
     text = intended_text(f"thinking{THINK_END}The answer.", params)
     assert text.startswith(f"thinking{THINK_END}") and json.loads(text.split(THINK_END)[1]) == {"a": "The answer."}
     assert intended_text("prose", _params()) == "prose"  # no JSON schema: the scripted text as it is
 
 
 def test_a_tool_section_under_the_forced_call_schema_becomes_the_call_array() -> None:
-    section = (f"{SECTION_BEGIN}{CALL_BEGIN}functions.get_weather:0{ARG_BEGIN}{{\"city\": \"Paris\"}}{CALL_END}"
-               f"{SECTION_END}")
+    section = f'{SECTION_BEGIN}{CALL_BEGIN}functions.get_weather:0{ARG_BEGIN}{{"city": "Paris"}}{CALL_END}{SECTION_END}'
     params = _params(json_schema=json.dumps({"type": "array", "minItems": 1, "items": {"type": "object"}}))
     text = intended_text(f"r{THINK_END}{section}", params)
     assert json.loads(text.split(THINK_END)[1]) == [{"name": "get_weather", "parameters": {"city": "Paris"}}]

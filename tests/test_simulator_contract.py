@@ -30,10 +30,12 @@ def test_prod_passes_the_contract(sglang_python: str, write_profile, key_file: P
     assert "contract-key" not in run.log_path.read_text()  # the key never reaches the log
 
 
-def test_removing_the_reasoning_parser_fails_with_the_diagnosis(sglang_python: str, write_profile, key_file: Path,
-                                                                tmp_path: Path) -> None:
-    profile = write_profile(f"extends: prod\nparsers:\n  reasoning: null\nserver:\n  api_key_file: {key_file}\n",
-                            name="prod-noreason")
+def test_removing_the_reasoning_parser_fails_with_the_diagnosis(
+    sglang_python: str, write_profile, key_file: Path, tmp_path: Path
+) -> None:
+    profile = write_profile(
+        f"extends: prod\nparsers:\n  reasoning: null\nserver:\n  api_key_file: {key_file}\n", name="prod-noreason"
+    )
     run = run_contract_dryrun(str(profile), log_dir=tmp_path)
     assert run.exit_code == 1
     assert "--reasoning-parser" not in run.argv

@@ -27,18 +27,47 @@ KEY = "sim-test-key"
 REDACTED = "<redacted>"
 MODEL = "kimi-k2.5"
 WARMUP = 3.0
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Get the current weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
-                                                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-                   "required": ["city", "unit"]}}}
-GLOB = {"type": "function", "function": {
-    "name": "glob", "description": "Find files matching a glob pattern",
-    "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}}, "required": ["pattern"]}}}
-PROD_FLAGS = ["--model-path", "/models/Kimi-K2.5", "--served-model-name", MODEL, "--trust-remote-code",
-              "--tp-size", "8", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
-              "/models/kimi-k2.5-eagle3-mla", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-              "--speculative-num-draft-tokens", "4", "--host", "127.0.0.1"]
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+        },
+    },
+}
+GLOB = {
+    "type": "function",
+    "function": {
+        "name": "glob",
+        "description": "Find files matching a glob pattern",
+        "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}}, "required": ["pattern"]},
+    },
+}
+PROD_FLAGS = [
+    "--model-path",
+    "/models/Kimi-K2.5",
+    "--served-model-name",
+    MODEL,
+    "--trust-remote-code",
+    "--tp-size",
+    "8",
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "/models/kimi-k2.5-eagle3-mla",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+    "--host",
+    "127.0.0.1",
+]
 
 
 def _python() -> str:
@@ -62,8 +91,12 @@ def _start(tmp: Path, flags: list[str], warmup: float) -> tuple[launcher.Simulat
     port = launcher.free_port()
     env = launcher.environment(warmup=warmup)
     env[SIM_STEP_ENV] = "0.002"
-    sim = launcher.Simulator.start(launcher.command(_python(), [*flags, "--port", str(port)]), env,
-                                   f"http://127.0.0.1:{port}", tmp / "simulator.log")
+    sim = launcher.Simulator.start(
+        launcher.command(_python(), [*flags, "--port", str(port)]),
+        env,
+        f"http://127.0.0.1:{port}",
+        tmp / "simulator.log",
+    )
     seen: list[tuple[float, int]] = []
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
@@ -86,8 +119,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[launcher.
     tmp = tmp_path_factory.mktemp("sim-parsers")
     secrets = tmp / "secrets.yaml"
     secrets.write_text(f"api-key: {KEY}\n")
-    sim, seen = _start(tmp, [*PROD_FLAGS, "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2",
-                             "--config", str(secrets)], WARMUP)
+    sim, seen = _start(
+        tmp,
+        [*PROD_FLAGS, "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2", "--config", str(secrets)],
+        WARMUP,
+    )
     yield sim, seen
     sim.stop()
 
@@ -161,8 +197,9 @@ def test_verify_warns_when_the_served_sglang_leaks_the_key(served: tuple[launche
 
 
 def test_tool_call_structured_non_stream(client: openai.OpenAI) -> None:
-    r = client.chat.completions.create(model=MODEL, tools=[GLOB, WEATHER],
-                                       messages=[{"role": "user", "content": "What's the weather in Paris?"}])
+    r = client.chat.completions.create(
+        model=MODEL, tools=[GLOB, WEATHER], messages=[{"role": "user", "content": "What's the weather in Paris?"}]
+    )
     choice = choice0 = r.choices[0]
     assert choice0.finish_reason == "tool_calls"
     assert "<|" not in (choice.message.content or "")
@@ -177,8 +214,12 @@ def test_tool_call_structured_non_stream(client: openai.OpenAI) -> None:
 
 def test_tool_calls_structured_stream(client: openai.OpenAI) -> None:
     stream = client.chat.completions.create(
-        model=MODEL, tools=[WEATHER], stream=True, stream_options={"include_usage": True},
-        messages=[{"role": "user", "content": "Get the weather for two cities: Paris and London"}])
+        model=MODEL,
+        tools=[WEATHER],
+        stream=True,
+        stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "Get the weather for two cities: Paris and London"}],
+    )
     reasoning, content, args, names, finish, usage, chunks = "", "", {}, {}, None, None, 0
     for chunk in stream:
         chunks += 1
@@ -201,16 +242,20 @@ def test_reasoning_then_answer_and_thinking_off(client: openai.OpenAI) -> None:
     on = client.chat.completions.create(model=MODEL, messages=ask).choices[0]
     assert on.message.model_extra["reasoning_content"] and on.message.content and "</think>" not in on.message.content
     assert on.finish_reason == "stop" and on.model_extra["matched_stop"] == 163586
-    off = client.chat.completions.create(model=MODEL, messages=ask,
-                                         extra_body={"chat_template_kwargs": {"thinking": False}}).choices[0]
+    off = client.chat.completions.create(
+        model=MODEL, messages=ask, extra_body={"chat_template_kwargs": {"thinking": False}}
+    ).choices[0]
     assert off.message.model_extra.get("reasoning_content") is None and off.message.content
 
 
 def test_streamed_reasoning_arrives_in_pieces(client: openai.OpenAI) -> None:
-    pieces = [c.choices[0].delta.model_extra.get("reasoning_content")
-              for c in client.chat.completions.create(model=MODEL, stream=True,
-                                                      messages=[{"role": "user", "content": "Explain DNS briefly"}])
-              if c.choices]
+    pieces = [
+        c.choices[0].delta.model_extra.get("reasoning_content")
+        for c in client.chat.completions.create(
+            model=MODEL, stream=True, messages=[{"role": "user", "content": "Explain DNS briefly"}]
+        )
+        if c.choices
+    ]
     assert len([p for p in pieces if p]) > 3
 
 
@@ -221,13 +266,22 @@ def test_max_tokens_gives_finish_length(client: openai.OpenAI) -> None:
 
 def test_without_parsers_raw_tokens_and_think_tag_in_content(raw_server: launcher.Simulator) -> None:
     c = openai.OpenAI(base_url=raw_server.base_url + "/v1", api_key="unused", max_retries=0, timeout=60)
-    r = c.chat.completions.create(model=MODEL, tools=[GLOB],
-                                  messages=[{"role": "user", "content": "List the files matching \"*\""}]).choices[0]
+    r = c.chat.completions.create(
+        model=MODEL, tools=[GLOB], messages=[{"role": "user", "content": 'List the files matching "*"'}]
+    ).choices[0]
     assert not r.message.tool_calls and r.finish_reason == "stop"
-    assert "</think><|tool_calls_section_begin|><|tool_call_begin|>functions.glob:0<|tool_call_argument_begin|>" \
-        in r.message.content and r.message.content.endswith("<|tool_call_end|><|tool_calls_section_end|>")
-    streamed = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
-        model=MODEL, stream=True, messages=[{"role": "user", "content": "What is 2+2?"}]) if ch.choices)
+    assert (
+        "</think><|tool_calls_section_begin|><|tool_call_begin|>functions.glob:0<|tool_call_argument_begin|>"
+        in r.message.content
+        and r.message.content.endswith("<|tool_call_end|><|tool_calls_section_end|>")
+    )
+    streamed = "".join(
+        ch.choices[0].delta.content or ""
+        for ch in c.chat.completions.create(
+            model=MODEL, stream=True, messages=[{"role": "user", "content": "What is 2+2?"}]
+        )
+        if ch.choices
+    )
     assert "</think>" in streamed and r.message.model_extra.get("reasoning_content") is None
 
 
@@ -237,12 +291,34 @@ def test_sigterm_exits_cleanly(raw_server: launcher.Simulator) -> None:
 
 
 def test_simulate_cli_raw_dry_run_uses_the_sglang_python() -> None:
-    out = subprocess.run([sys.executable, "-c", "from kimi_serve.cli import entry; entry()", "simulate", "--dry-run", "--raw", "--",
-                          "--model-path", "/models/Kimi-K2.5", "--port", "30123"],
-                         capture_output=True, text=True, env={**os.environ, "KIMI_SERVE_SGLANG_PYTHON": _python()})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from kimi_serve.cli import entry; entry()",
+            "simulate",
+            "--dry-run",
+            "--raw",
+            "--",
+            "--model-path",
+            "/models/Kimi-K2.5",
+            "--port",
+            "30123",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KIMI_SERVE_SGLANG_PYTHON": _python()},
+    )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [_python(), "-m", "kimi_serve.simulator", "--model-path", "/models/Kimi-K2.5",
-                                  "--port", "30123"]
+    assert out.stdout.split() == [
+        _python(),
+        "-m",
+        "kimi_serve.simulator",
+        "--model-path",
+        "/models/Kimi-K2.5",
+        "--port",
+        "30123",
+    ]
 
 
 def test_sglang_own_bytes_read_the_same_by_the_openai_sdk_and_verify(served: tuple[launcher.Simulator, list]) -> None:
@@ -257,13 +333,21 @@ def test_sglang_own_bytes_read_the_same_by_the_openai_sdk_and_verify(served: tup
 
     for probe in (TOOL, REASONING):
         for stream in (True, False):
-            body = requests.post(served[0].base_url + "/v1/chat/completions", json=probe.body(MODEL, stream),
-                                 headers={"Authorization": f"Bearer {KEY}"}, timeout=60).content
+            body = requests.post(
+                served[0].base_url + "/v1/chat/completions",
+                json=probe.body(MODEL, stream),
+                headers={"Authorization": f"Bearer {KEY}"},
+                timeout=60,
+            ).content
             answer = answer_from_sse(body) if stream else answer_from_json(json.loads(body))
             assert judge(probe, answer, {}) == ((), ()), (probe.name, stream)
             choice = sdk_final_completion(body, stream=stream).choices[0]
             message = choice.message
-            assert (message.content or "", getattr(message, "reasoning_content", None), choice.finish_reason) == \
-                (answer.content or "", answer.reasoning, answer.finish_reason)
-            assert [(c.id, c.type, c.function.name, c.function.arguments) for c in message.tool_calls or []] == \
-                [(c.id, c.type, c.name, c.arguments) for c in answer.tool_calls]
+            assert (message.content or "", getattr(message, "reasoning_content", None), choice.finish_reason) == (
+                answer.content or "",
+                answer.reasoning,
+                answer.finish_reason,
+            )
+            assert [(c.id, c.type, c.function.name, c.function.arguments) for c in message.tool_calls or []] == [
+                (c.id, c.type, c.name, c.arguments) for c in answer.tool_calls
+            ]

@@ -24,16 +24,42 @@ from kimi_serve.simulator import launcher
 pytestmark = pytest.mark.sglang
 
 MODEL = "kimi-k2.5"
-FLAGS = ["--model-path", "/models/Kimi-K2.5", "--served-model-name", MODEL, "--trust-remote-code", "--tp-size", "8",
-         "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2", "--host", "127.0.0.1"]
+FLAGS = [
+    "--model-path",
+    "/models/Kimi-K2.5",
+    "--served-model-name",
+    MODEL,
+    "--trust-remote-code",
+    "--tp-size",
+    "8",
+    "--tool-call-parser",
+    "kimi_k2",
+    "--reasoning-parser",
+    "kimi_k2",
+    "--host",
+    "127.0.0.1",
+]
 ASK = "Call the submit tool exactly once with arguments that satisfy its parameter schema."
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Get the weather of a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-WRITE = {"type": "function", "function": {
-    "name": "write_file", "description": "Write content to a file",
-    "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-                   "required": ["path", "content"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather of a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+WRITE = {
+    "type": "function",
+    "function": {
+        "name": "write_file",
+        "description": "Write content to a file",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    },
+}
 MODES = ["non-stream", "stream"]
 
 
@@ -46,8 +72,9 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
     env = launcher.environment(warmup=0.0)
     env[SIM_STEP_ENV] = "0.001"
     tmp: Path = tmp_path_factory.mktemp("sim-tools")
-    sim = launcher.Simulator.start(launcher.command(python, [*FLAGS, "--port", str(port)]), env,
-                                   f"http://127.0.0.1:{port}", tmp / "simulator.log")
+    sim = launcher.Simulator.start(
+        launcher.command(python, [*FLAGS, "--port", str(port)]), env, f"http://127.0.0.1:{port}", tmp / "simulator.log"
+    )
     try:
         deadline = time.monotonic() + 240
         while True:
@@ -65,11 +92,17 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
         sim.stop()
 
 
-def ask(client: openai.OpenAI, mode: str, prompt: str, tools: list[dict[str, Any]],
-        tool_choice: Any = "auto") -> tuple[list[tuple[str, str]], str, str | None]:
+def ask(
+    client: openai.OpenAI, mode: str, prompt: str, tools: list[dict[str, Any]], tool_choice: Any = "auto"
+) -> tuple[list[tuple[str, str]], str, str | None]:
     """(calls as (name, arguments string), content, finish_reason), stream chunks merged by index."""
-    body: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "tools": tools,
-                            "tool_choice": tool_choice, "max_tokens": 4096}
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": prompt}],
+        "tools": tools,
+        "tool_choice": tool_choice,
+        "max_tokens": 4096,
+    }
     if mode == "non-stream":
         choice = client.chat.completions.create(**body).choices[0]
         found = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]
@@ -90,8 +123,9 @@ def ask(client: openai.OpenAI, mode: str, prompt: str, tools: list[dict[str, Any
 
 
 def submit(client: openai.OpenAI, mode: str, schema: dict[str, Any], prompt: str = ASK) -> Any:
-    tools = [{"type": "function", "function": {"name": "submit", "description": "Submit arguments",
-                                               "parameters": schema}}]
+    tools = [
+        {"type": "function", "function": {"name": "submit", "description": "Submit arguments", "parameters": schema}}
+    ]
     found, _, finish = ask(client, mode, prompt, tools)
     assert [n for n, _ in found] == ["submit"] and finish == "tool_calls"
     args = json.loads(found[0][1])
@@ -107,35 +141,66 @@ def wrapped(value: dict[str, Any], defs: dict[str, Any] | None = None) -> dict[s
 
 @pytest.mark.parametrize("mode", MODES)
 def test_refs_and_defs(client: openai.OpenAI, mode: str) -> None:
-    defs = {"step": {"type": "object", "additionalProperties": False, "required": ["explanation", "output"],
-                     "properties": {"explanation": {"type": "string"}, "output": {"$ref": "#/$defs/out"}}},
-            "out": {"$ref": "#/$defs/num", "description": "a chain"}, "num": {"type": "number", "minimum": 2},
-            "node": {"type": "object", "required": ["next"],
-                     "properties": {"next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}}}
-    schema = {"type": "object", "$defs": defs, "required": ["steps", "list"], "additionalProperties": False,
-              "properties": {"steps": {"type": "array", "items": {"$ref": "#/$defs/step"}, "minItems": 1},
-                             "list": {"$ref": "#/$defs/node"}}}
+    defs = {
+        "step": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["explanation", "output"],
+            "properties": {"explanation": {"type": "string"}, "output": {"$ref": "#/$defs/out"}},
+        },
+        "out": {"$ref": "#/$defs/num", "description": "a chain"},
+        "num": {"type": "number", "minimum": 2},
+        "node": {
+            "type": "object",
+            "required": ["next"],
+            "properties": {"next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}},
+        },
+    }
+    schema = {
+        "type": "object",
+        "$defs": defs,
+        "required": ["steps", "list"],
+        "additionalProperties": False,
+        "properties": {
+            "steps": {"type": "array", "items": {"$ref": "#/$defs/step"}, "minItems": 1},
+            "list": {"$ref": "#/$defs/node"},
+        },
+    }
     args = submit(client, mode, schema)
     assert args["steps"][0]["output"] >= 2
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_pattern_formats_and_bounds(client: openai.OpenAI, mode: str) -> None:
-    schema = {"type": "object", "required": ["slug", "phone", "day", "mail", "id", "ip", "n"], "properties": {
-        "slug": {"type": "string", "pattern": "^[a-z]+$"}, "phone": {"type": "string", "pattern": r"^\d{3}-\d{4}$"},
-        "day": {"type": "string", "format": "date"}, "mail": {"type": "string", "format": "email"},
-        "id": {"type": "string", "format": "uuid"}, "ip": {"type": "string", "format": "ipv4"},
-        "n": {"type": "integer", "exclusiveMinimum": 10, "multipleOf": 7}}}
+    schema = {
+        "type": "object",
+        "required": ["slug", "phone", "day", "mail", "id", "ip", "n"],
+        "properties": {
+            "slug": {"type": "string", "pattern": "^[a-z]+$"},
+            "phone": {"type": "string", "pattern": r"^\d{3}-\d{4}$"},
+            "day": {"type": "string", "format": "date"},
+            "mail": {"type": "string", "format": "email"},
+            "id": {"type": "string", "format": "uuid"},
+            "ip": {"type": "string", "format": "ipv4"},
+            "n": {"type": "integer", "exclusiveMinimum": 10, "multipleOf": 7},
+        },
+    }
     args = submit(client, mode, schema)
     assert re.fullmatch(r"[a-z]+", args["slug"]) and args["n"] == 14
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_unique_items_min_properties_and_null_types(client: openai.OpenAI, mode: str) -> None:
-    schema = {"type": "object", "required": ["tags", "extra", "nothing", "maybe"], "properties": {
-        "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "minItems": 3, "uniqueItems": True},
-        "extra": {"type": "object", "minProperties": 2, "additionalProperties": {"type": "integer"}},
-        "nothing": {"type": ["null"]}, "maybe": {"type": ["string", "null"]}}}
+    schema = {
+        "type": "object",
+        "required": ["tags", "extra", "nothing", "maybe"],
+        "properties": {
+            "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "minItems": 3, "uniqueItems": True},
+            "extra": {"type": "object", "minProperties": 2, "additionalProperties": {"type": "integer"}},
+            "nothing": {"type": ["null"]},
+            "maybe": {"type": ["string", "null"]},
+        },
+    }
     args = submit(client, mode, schema)
     assert sorted(args["tags"]) == ["a", "b", "c"] and len(args["extra"]) == 2
     assert args["nothing"] is None and isinstance(args["maybe"], str)
@@ -149,7 +214,10 @@ def test_non_latin_values_come_back_as_written(client: openai.OpenAI, mode: str)
 
 @pytest.mark.parametrize("mode", MODES)
 def test_auto_answers_without_a_call_when_the_prompt_declines_tools(client: openai.OpenAI, mode: str) -> None:
-    for prompt in ("你好，请简单介绍一下你自己。你不应使用任何工具。", "What is the weather in Paris? Do not use any tools."):
+    for prompt in (
+        "你好，请简单介绍一下你自己。你不应使用任何工具。",
+        "What is the weather in Paris? Do not use any tools.",
+    ):
         found, content, finish = ask(client, mode, prompt, [WEATHER])
         assert found == [] and content and finish == "stop"
     found, _, finish = ask(client, mode, "What is the weather in Paris? Do not use any tools.", [WEATHER], "required")
@@ -158,33 +226,52 @@ def test_auto_answers_without_a_call_when_the_prompt_declines_tools(client: open
 
 @pytest.mark.parametrize("mode", MODES)
 def test_at_least_two_in_a_value_is_one_call(client: openai.OpenAI, mode: str) -> None:
-    found, _, _ = ask(client, mode, 'Write notes.txt with the content "we need at least two reviewers"',
-                      [WEATHER, WRITE])
+    found, _, _ = ask(
+        client, mode, 'Write notes.txt with the content "we need at least two reviewers"', [WEATHER, WRITE]
+    )
     assert [(n, json.loads(a)) for n, a in found] == [
-        ("write_file", {"path": "notes.txt", "content": "we need at least two reviewers"})]
+        ("write_file", {"path": "notes.txt", "content": "we need at least two reviewers"})
+    ]
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_parallel_calls_when_asked_with_their_own_values(client: openai.OpenAI, mode: str) -> None:
     found, _, finish = ask(client, mode, "Get the weather for two cities: Paris and London", [WEATHER])
-    assert [(n, json.loads(a)) for n, a in found] == [("get_weather", {"city": "Paris"}),
-                                                      ("get_weather", {"city": "London"})]
+    assert [(n, json.loads(a)) for n, a in found] == [
+        ("get_weather", {"city": "Paris"}),
+        ("get_weather", {"city": "London"}),
+    ]
     assert finish == "tool_calls"
 
 
 def test_json_object_answer_keeps_the_keys_the_prompt_names(client: openai.OpenAI) -> None:
-    r = client.chat.completions.create(model=MODEL, response_format={"type": "json_object"}, messages=[
-        {"role": "user", "content": "Return the weather of Beijing as JSON. The response must contain a key named "
-                                    "'city'."}])
-    assert json.loads(r.choices[0].message.content or "") == {"city": "Beijing"} and r.choices[0].finish_reason == "stop"
+    r = client.chat.completions.create(
+        model=MODEL,
+        response_format={"type": "json_object"},
+        messages=[
+            {
+                "role": "user",
+                "content": "Return the weather of Beijing as JSON. The response must contain a key named 'city'.",
+            }
+        ],
+    )
+    assert (
+        json.loads(r.choices[0].message.content or "") == {"city": "Beijing"} and r.choices[0].finish_reason == "stop"
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_required_call_with_emoji_property_names(client: openai.OpenAI, mode: str) -> None:
     # under tool_choice required the call goes through SGLang's grammar; the grammar's forced continuation may end
     # inside a multi-byte character, which must not fail the request
-    schema = wrapped({"type": "object", "additionalProperties": False, "required": ["🧑🏾‍🤝‍🧑🏾", "abc😊"],
-                      "properties": {"🧑🏾‍🤝‍🧑🏾": {"type": "string"}, "abc😊": {"type": "string"}}})
+    schema = wrapped(
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["🧑🏾‍🤝‍🧑🏾", "abc😊"],
+            "properties": {"🧑🏾‍🤝‍🧑🏾": {"type": "string"}, "abc😊": {"type": "string"}},
+        }
+    )
     tools = [{"type": "function", "function": {"name": "submit", "parameters": schema, "strict": True}}]
     found, _, finish = ask(client, mode, ASK, tools, "required")
     assert [n for n, _ in found] == ["submit"] and finish == "tool_calls"

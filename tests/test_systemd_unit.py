@@ -27,8 +27,9 @@ from kimi_serve.service.unit import (
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "golden"
 SHIPPED = sorted(p.stem for p in (REPO / "configs").glob("*.yaml"))
-CTX = UnitContext(kimi_serve="/opt/kimi-serve/venv/bin/kimi-serve", package_root="/opt/kimi-serve/src",
-                  version="0.0.0-golden")
+CTX = UnitContext(
+    kimi_serve="/opt/kimi-serve/venv/bin/kimi-serve", package_root="/opt/kimi-serve/src", version="0.0.0-golden"
+)
 HOSTILE = "50% $HOME ${X} \"q\" 'a' back\\slash ü 中文"
 
 
@@ -62,17 +63,32 @@ def test_prod_unit_shape() -> None:
     # nothing to escape but the double quotes of the loader's JSON (--model-loader-extra-config)
     assert exec_start == "ExecStart=" + " ".join('"' + a.replace('"', '\\"') + '"' for a in launch.argv)
     assert exec_start.startswith('ExecStart="/opt/kimi-serve/venv/bin/python" "-m" "sglang.launch_server"')
-    for flag in ('"--tool-call-parser" "kimi_k2"', '"--reasoning-parser" "kimi_k2"',
-                 '"--config" "/etc/kimi-serve/prod-secrets.yaml"'):
+    for flag in (
+        '"--tool-call-parser" "kimi_k2"',
+        '"--reasoning-parser" "kimi_k2"',
+        '"--config" "/etc/kimi-serve/prod-secrets.yaml"',
+    ):
         assert flag in exec_start
     post = next(line for line in lines if line.startswith("ExecStartPost="))
-    assert post == ('ExecStartPost="/opt/kimi-serve/venv/bin/kimi-serve" "verify" "--host" "0.0.0.0:30000" '
-                    '"--wait" "1800" "--timeout" "120" "--suite" "quick" '
-                    '"--api-key-file" "/etc/kimi-serve/prod-secrets.yaml"')
-    for setting in ("KillMode=mixed", "KillSignal=SIGTERM", "TimeoutStopSec=120", "Restart=on-failure",
-                    "TimeoutStartSec=1950", "LimitNOFILE=1048576", "LimitMEMLOCK=infinity",
-                    "After=network-online.target", "StandardError=journal", 'Environment="NCCL_P2P_LEVEL=SYS"',
-                    'Environment="SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1"', "StartLimitBurst=3"):
+    assert post == (
+        'ExecStartPost="/opt/kimi-serve/venv/bin/kimi-serve" "verify" "--host" "0.0.0.0:30000" '
+        '"--wait" "1800" "--timeout" "120" "--suite" "quick" '
+        '"--api-key-file" "/etc/kimi-serve/prod-secrets.yaml"'
+    )
+    for setting in (
+        "KillMode=mixed",
+        "KillSignal=SIGTERM",
+        "TimeoutStopSec=120",
+        "Restart=on-failure",
+        "TimeoutStartSec=1950",
+        "LimitNOFILE=1048576",
+        "LimitMEMLOCK=infinity",
+        "After=network-online.target",
+        "StandardError=journal",
+        'Environment="NCCL_P2P_LEVEL=SYS"',
+        'Environment="SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1"',
+        "StartLimitBurst=3",
+    ):
         assert setting in lines
     assert any(line.startswith("Documentation=") for line in lines)
 
@@ -114,8 +130,10 @@ def yaml_quote(value: str) -> str:
 def test_hostile_values_render_to_a_unit_systemd_accepts(tmp_path: Path) -> None:
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze is not installed (apt-get install systemd)")
-    text = _render(str(_hostile_profile(tmp_path)), UnitContext(kimi_serve=shutil.which("true") or "/bin/true",
-                                                                package_root=str(REPO)))
+    text = _render(
+        str(_hostile_profile(tmp_path)),
+        UnitContext(kimi_serve=shutil.which("true") or "/bin/true", package_root=str(REPO)),
+    )
     text = text.replace('ExecStart="/opt/sglang/bin/python"', 'ExecStart="/bin/true"')  # an executable that exists
     unit = tmp_path / "hostile-test.service"
     unit.write_text(text)
@@ -128,11 +146,11 @@ def test_hostile_values_render_to_a_unit_systemd_accepts(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("extra", "key"),
     [
-        ("env:\n  BAD: \"tab\\there\"\n", "env.BAD"),
-        ("service:\n  user: \"root; rm -rf /\"\n", "service.user"),
-        ("service:\n  limit_memlock: \"lots\"\n", "service.limit_memlock"),
-        ("service:\n  working_directory: \"/srv/x \"\n", "service.working_directory"),
-        ("service:\n  unit_name: \"../evil\"\n", "service.unit_name"),
+        ('env:\n  BAD: "tab\\there"\n', "env.BAD"),
+        ('service:\n  user: "root; rm -rf /"\n', "service.user"),
+        ('service:\n  limit_memlock: "lots"\n', "service.limit_memlock"),
+        ('service:\n  working_directory: "/srv/x "\n', "service.working_directory"),
+        ('service:\n  unit_name: "../evil"\n', "service.unit_name"),
     ],
 )
 def test_values_systemd_cannot_carry_are_rejected_with_their_key(tmp_path: Path, extra: str, key: str) -> None:
@@ -149,7 +167,11 @@ def test_marker_names_profile_and_detects_hand_edits() -> None:
     marker = parse_marker(text)
     assert marker is not None
     assert (marker.profile, marker.patch_set, marker.endpoint, marker.version) == (
-        "prod", "sglang-0.5.23-sm120", "0.0.0.0:30000", "0.0.0-golden")
+        "prod",
+        "sglang-0.5.23-sm120",
+        "0.0.0.0:30000",
+        "0.0.0-golden",
+    )
     assert marker.body_matches
     edited = parse_marker(text.replace("TimeoutStopSec=120", "TimeoutStopSec=5"))
     assert edited is not None and not edited.body_matches

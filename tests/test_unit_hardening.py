@@ -15,16 +15,18 @@ from kimi_serve.check.report import validated_launch
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.service.unit import UnitContext, render_unit
 
-pytestmark = pytest.mark.skipif(shutil.which("systemd-analyze") is None,
-                                reason="systemd-analyze is not installed (apt-get install systemd)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed (apt-get install systemd)"
+)
 MAX_EXPOSURE = 5.0
 _SCORE = re.compile(r"Overall exposure level for \S+: (\d+(?:\.\d+)?) ")
 
 
 def _unit(tmp_path: Path, write_profile, hardening: str) -> Path:  # type: ignore[no-untyped-def]
     """prod's unit, rendered with this interpreter and a real kimi-serve so that verify can check the commands."""
-    profile = write_profile(f"extends: prod\npython: {sys.executable}\nservice:\n  hardening: \"{hardening}\"\n",
-                            name=f"prod-{hardening}")
+    profile = write_profile(
+        f'extends: prod\npython: {sys.executable}\nservice:\n  hardening: "{hardening}"\n', name=f"prod-{hardening}"
+    )
     loaded = load_profile(str(profile))
     kimi = Path(sys.executable).parent / "kimi-serve"
     ctx = UnitContext(kimi_serve=str(kimi), package_root=str(tmp_path))
@@ -34,8 +36,12 @@ def _unit(tmp_path: Path, write_profile, hardening: str) -> Path:  # type: ignor
 
 
 def exposure(unit: Path) -> float:
-    done = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", str(unit)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", "--no-pager", str(unit)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     found = _SCORE.search(done.stdout + done.stderr)
     assert found, done.stdout + done.stderr
     return float(found.group(1))

@@ -19,8 +19,9 @@ from kimi_serve.up.startup_log import Progress, StartupTracker
 
 def test_status_text_names_phase_elapsed_weights_and_deadline():
     p = Progress(phase="weights", shards_done=27, shards_total=64)
-    assert status_text(p, 133, 1800) == ("loading weights | 2m13s elapsed | weights 42% (27/64 shards) | "
-                                         "deadline 30m00s (27m47s left)")
+    assert status_text(p, 133, 1800) == (
+        "loading weights | 2m13s elapsed | weights 42% (27/64 shards) | deadline 30m00s (27m47s left)"
+    )
 
 
 def test_weights_percentage_comes_from_sglangs_own_bar():
@@ -87,8 +88,9 @@ def test_logs_shows_ups_newest_file_and_follows(cli, tmp_path: Path):
     assert res.out.splitlines() == ["line 97", "line 98", "line 99"] and str(paths[-1]) in res.err
     out = io.StringIO()
     done = threading.Event()
-    worker = threading.Thread(target=logfiles.follow, args=(paths[-1], out), kwargs={"stop": done.is_set,
-                                                                                      "poll_s": 0.05})
+    worker = threading.Thread(
+        target=logfiles.follow, args=(paths[-1], out), kwargs={"stop": done.is_set, "poll_s": 0.05}
+    )
     worker.start()
     time.sleep(0.3)
     with paths[-1].open("a") as f:
@@ -108,5 +110,13 @@ def test_logs_without_any_log_is_one_line(cli):
 
 @pytest.mark.parametrize("follow, tail", [(True, ["-f"]), (False, ["--no-pager"])])
 def test_journal_command(follow, tail):
-    assert journal_argv("sglang-kimi.service", 20, follow) == ["journalctl", "-u", "sglang-kimi.service", "-n", "20",
-                                                               "-o", "cat", *tail]
+    assert journal_argv("sglang-kimi.service", 20, follow) == [
+        "journalctl",
+        "-u",
+        "sglang-kimi.service",
+        "-n",
+        "20",
+        "-o",
+        "cat",
+        *tail,
+    ]

@@ -23,8 +23,15 @@ from kimi_serve.up.run import serve
 
 def replay_launch(scenario: str, port: int, tp: int = 8) -> Launch:
     args = ("--model-path", "/models/Kimi-K2.5", "--tp-size", str(tp), "--host", "127.0.0.1", "--port", str(port))
-    return Launch(argv=(sys.executable, str(REPLAY), "--scenario", scenario, *args), env={}, server_args=args,
-                  engine="sglang", host="127.0.0.1", port=port, api_key_file=None)
+    return Launch(
+        argv=(sys.executable, str(REPLAY), "--scenario", scenario, *args),
+        env={},
+        server_args=args,
+        engine="sglang",
+        host="127.0.0.1",
+        port=port,
+        api_key_file=None,
+    )
 
 
 class Run:
@@ -42,6 +49,7 @@ def run_replay(tmp_path: Path, scenario: str, *, tp: int = 8, interrupt_on: str 
     options = UpOptions(verify=False, tp_size=tp, **{"startup_timeout_s": 120.0, "stop_grace_s": 5.0, **opts})
     stop_timer = None
     if interrupt_on is not None:  # send ourselves SIGINT once `interrupt_on` shows up on the console (a Ctrl-C)
+
         def watch() -> None:
             while interrupt_on not in out.getvalue():
                 if stop.wait(0.1):
@@ -74,7 +82,7 @@ def test_cuda_oom_is_reported_with_its_traceback_and_exit_4(tmp_path: Path) -> N
     # the diagnosis carries the relevant log lines: the failing rank's traceback down to the exception
     assert "FAILURE in the server log (cuda_oom" in run.err
     assert "| [" in run.err and "TP3] Scheduler hit an exception" in run.err
-    assert "|   File \"<site-packages>/sglang/srt/mem_cache/memory_pool.py\"" in run.err
+    assert '|   File "<site-packages>/sglang/srt/mem_cache/memory_pool.py"' in run.err
     assert "killed by SIGKILL (status -9" in run.out  # SGLang's own exit status on a scheduler exception
     assert "[kv_cache]" in run.out and "weights 8/8 shards" in run.out
     assert "Received sigquit" in run.log  # everything the server wrote is in the log file
@@ -85,7 +93,8 @@ def test_nccl_error_is_reported_before_any_weights(tmp_path: Path) -> None:
     run = run_replay(tmp_path, "nccl_error")
     assert run.exit_code == ExitCode.SERVER_EXITED
     assert run.error.message.startswith(
-        "server failed (nccl): NCCL / distributed init failed: RuntimeError: NCCL error")
+        "server failed (nccl): NCCL / distributed init failed: RuntimeError: NCCL error"
+    )
     assert "NCCL_DEBUG=INFO" in run.error.hint
     assert "[weights]" not in run.out and "[init] distributed init" in run.out
     assert_no_orphans(run)
@@ -104,8 +113,7 @@ def test_nccl_hang_hits_the_init_deadline_and_kills_the_whole_group(tmp_path: Pa
 def test_successful_start_shows_phases_then_ctrl_c_stops_cleanly(tmp_path: Path) -> None:
     run = run_replay(tmp_path, "ok", interrupt_on="supervising pid")
     assert run.exit_code == ExitCode.INTERRUPTED, run.err
-    phases = [p for p in ("[init]", "[weights]", "[kv_cache]", "[cuda_graph]", "[http]", "[ready]")
-              if p in run.out]
+    phases = [p for p in ("[init]", "[weights]", "[kv_cache]", "[cuda_graph]", "[http]", "[ready]") if p in run.out]
     assert phases == ["[init]", "[weights]", "[kv_cache]", "[cuda_graph]", "[http]", "[ready]"]
     assert "weights 8/8 shards (100%),  7.48s/it" in run.out or "weights 8/8 shards (100%), 7.48s/it" in run.out
     assert "distributed init done on 8 rank(s)" in run.out
@@ -135,17 +143,26 @@ def test_a_server_that_ignores_sigterm_is_killed_and_reported_unclean(tmp_path: 
 
 
 def test_a_server_that_cannot_start_is_an_environment_error(tmp_path: Path) -> None:
-    launch = Launch(argv=(str(tmp_path / "no-such-python"), "-m", "sglang.launch_server"), env={}, server_args=(),
-                    engine="sglang", host="127.0.0.1", port=free_port(), api_key_file=None)
+    launch = Launch(
+        argv=(str(tmp_path / "no-such-python"), "-m", "sglang.launch_server"),
+        env={},
+        server_args=(),
+        engine="sglang",
+        host="127.0.0.1",
+        port=free_port(),
+        api_key_file=None,
+    )
     with pytest.raises(KimiServeError) as exc:
         serve(launch, UpOptions(verify=False), tmp_path / "x.log", Console(io.StringIO(), io.StringIO(), tty=False))
     assert exc.value.exit_code == ExitCode.ENVIRONMENT and "cannot start" in exc.value.message
 
 
-@pytest.mark.parametrize("scenario, how", [("oom_stays_alive", "killed by SIGTERM"),
-                                           ("oom_stays_alive_stuck", "killed by SIGKILL")])
+@pytest.mark.parametrize(
+    "scenario, how", [("oom_stays_alive", "killed by SIGTERM"), ("oom_stays_alive_stuck", "killed by SIGKILL")]
+)
 def test_a_fatal_failure_from_a_server_that_keeps_running_is_stopped_within_seconds(
-        tmp_path: Path, scenario: str, how: str) -> None:
+    tmp_path: Path, scenario: str, how: str
+) -> None:
     # the OOM is logged, then nothing exits: `up` must stop it the SGLang way (SIGTERM to the main pid only, SIGKILL
     # to the group after the grace) and leave no process of the group behind (the replayed ranks ignore SIGTERM)
     started = time.monotonic()
@@ -177,8 +194,13 @@ def test_up_never_cuts_short_a_30_minute_healthy_cold_start(tmp_path: Path) -> N
     opts = UpOptions.from_profile(load_profile("prod"), verify=False, health_every_s=1e9)
     assert opts.startup_timeout_s == 1800.0
     server = _IdleServer()
-    watch = Watch(server, replay_launch("ok", free_port()), opts, Console(io.StringIO(), io.StringIO(), tty=False),
-                  tmp_path / "x.log")
+    watch = Watch(
+        server,
+        replay_launch("ok", free_port()),
+        opts,
+        Console(io.StringIO(), io.StringIO(), tty=False),
+        tmp_path / "x.log",
+    )
     watch.next_health = float("inf")  # no /health polls: only the deadline is under test
     for minute in range(30):  # a cold start that is still loading after 0..29.9 minutes: never stopped
         watch._watch_start(watch.started + 60.0 * minute + 59.0)

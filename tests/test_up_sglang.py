@@ -55,8 +55,9 @@ def test_real_start_shows_phases_and_readiness(running: tuple[UpProcess, Path, i
 
 def test_a_second_up_on_this_host_exits_75_naming_the_first(running: tuple[UpProcess, Path, int]) -> None:
     up, tmp, port = running  # `up` holds the host lock until its server is stopped
-    again = cpu_profile(tmp, port + 1 if port < 65535 else port - 1, os.environ["KIMI_SERVE_SGLANG_PYTHON"],
-                        name="again2")
+    again = cpu_profile(
+        tmp, port + 1 if port < 65535 else port - 1, os.environ["KIMI_SERVE_SGLANG_PYTHON"], name="again2"
+    )
     second = UpProcess(["--profile", str(again), "--no-verify", "--log-file", str(tmp / "again2.log")], tmp)
     assert second.finish(60) == 75
     assert f"`kimi-serve up` (pid {up.proc.pid}, since " in second.output and "is changing this host" in second.output
@@ -87,8 +88,9 @@ def test_sigterm_stops_the_real_server_cleanly(running: tuple[UpProcess, Path, i
 def test_contract_failure_stops_the_real_server(tmp_path: Path) -> None:
     # a tiny random Llama without tokenizer cannot answer the chat contract: up must stop it and exit 1
     python = sglang_python_or_skip()
-    up = UpProcess(["--profile", str(cpu_profile(tmp_path, free_port(), python)), "--log-file",
-                    str(tmp_path / "s.log")], tmp_path)
+    up = UpProcess(
+        ["--profile", str(cpu_profile(tmp_path, free_port(), python)), "--log-file", str(tmp_path / "s.log")], tmp_path
+    )
     code = up.finish(400)
     assert code == 1, up.output[-3000:]
     assert "contract check failed" in up.output and "stopping the server" in up.output
@@ -101,8 +103,16 @@ def test_real_model_error_is_reported_from_the_traceback(tmp_path: Path) -> None
     model = tmp_path / "broken-model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"hidden_size": 64}))
-    up = UpProcess(["--profile", str(cpu_profile(tmp_path, free_port(), python, model=model)), "--no-verify",
-                    "--log-file", str(tmp_path / "s.log")], tmp_path)
+    up = UpProcess(
+        [
+            "--profile",
+            str(cpu_profile(tmp_path, free_port(), python, model=model)),
+            "--no-verify",
+            "--log-file",
+            str(tmp_path / "s.log"),
+        ],
+        tmp_path,
+    )
     assert up.finish(300) == 4, up.output[-3000:]
     assert "FAILURE in the server log (traceback" in up.output
     assert "ValueError: Unrecognized model in" in up.output

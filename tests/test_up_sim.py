@@ -16,17 +16,20 @@ from up_helpers import free_port, live_group, server_pid
 
 def sim_profile(directory: Path, port: int) -> Path:
     path = directory / "sim-test.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         extends: sim
         server: {{port: {port}}}
-        """))
+        """)
+    )
     return path
 
 
 @pytest.mark.sglang
 def test_up_sim_reaches_a_passing_contract_and_stops_on_ctrl_c(tmp_path: Path, sglang_python: str) -> None:
-    up = UpProcess(["--profile", str(sim_profile(tmp_path, free_port())), "--log-file", str(tmp_path / "s.log")],
-                   tmp_path)
+    up = UpProcess(
+        ["--profile", str(sim_profile(tmp_path, free_port())), "--log-file", str(tmp_path / "s.log")], tmp_path
+    )
     try:
         assert up.wait_for("supervising pid", 240), up.output[-4000:]
         assert "kimi-serve up: [http] HTTP server up at" in up.output
@@ -42,8 +45,9 @@ def test_up_sim_reaches_a_passing_contract_and_stops_on_ctrl_c(tmp_path: Path, s
     assert live_group(pid) == []
 
 
-def test_dry_run_prints_the_launch_and_starts_nothing(cli: Callable[..., object], tmp_path: Path,
-                                                      sglang_python: str) -> None:
+def test_dry_run_prints_the_launch_and_starts_nothing(
+    cli: Callable[..., object], tmp_path: Path, sglang_python: str
+) -> None:
     result = cli("up", "--profile", str(sim_profile(tmp_path, free_port())), "--dry-run")
     assert result.code == 0, result.err
     assert "dry run: would start simulator" in result.out and "-m kimi_serve.simulator" in result.out

@@ -33,12 +33,13 @@ REAL_CPU_START = """\
 def test_real_cpu_start_walks_the_phases_without_a_failure() -> None:
     t = StartupTracker()
     events = feed(t, REAL_CPU_START)
-    assert [e.phase for e in events if e.kind == "phase"] == ["init", "weights", "kv_cache", "http", "warmup",
-                                                               "ready"]
+    assert [e.phase for e in events if e.kind == "phase"] == ["init", "weights", "kv_cache", "http", "warmup", "ready"]
     assert t.failure is None
     assert t.progress.kv_tokens == 4096 and t.progress.url == "http://127.0.0.1:30177"
     assert any(e.kind == "init_done" for e in events)
-    assert [e.text for e in events if e.kind == "weights_done"] == ["target weights loaded in 0.02 s (LlamaForCausalLM)"]
+    assert [e.text for e in events if e.kind == "weights_done"] == [
+        "target weights loaded in 0.02 s (LlamaForCausalLM)"
+    ]
 
 
 def test_tp8_shard_bar_gives_progress_rate_and_eta_and_counts_ranks() -> None:
@@ -50,9 +51,11 @@ def test_tp8_shard_bar_gives_progress_rate_and_eta_and_counts_ranks() -> None:
     assert t.progress.ranks_in_init == set(range(8)) and t.progress.ranks_init_done == set(range(7))
     events = feed(t, "[2026-05-01 10:00:25 TP7] Init parallel ends. elapsed=3.91 s\n")
     assert [e.text for e in events] == ["distributed init done on 8 rank(s) (3.91 s)"]
-    bar = ("\rMulti-thread loading shards:   0% Completed | 0/64 [00:00<?, ?it/s]"
-           "\rMulti-thread loading shards:  12% Completed | 8/64 [01:02<07:15,  7.78s/it]"
-           "[2026-05-01 10:01:02 TP3] Memory baseline taken. mem usage=1.12 GB\n")  # another rank glued to the bar
+    bar = (
+        "\rMulti-thread loading shards:   0% Completed | 0/64 [00:00<?, ?it/s]"
+        "\rMulti-thread loading shards:  12% Completed | 8/64 [01:02<07:15,  7.78s/it]"
+        "[2026-05-01 10:01:02 TP3] Memory baseline taken. mem usage=1.12 GB\n"
+    )  # another rank glued to the bar
     events = feed(t, bar)
     shards = [e for e in events if e.kind == "shards"]
     assert shards[-1].text == "weights 8/64 shards (12%), 7.78s/it, ETA 07:15"
@@ -62,13 +65,16 @@ def test_tp8_shard_bar_gives_progress_rate_and_eta_and_counts_ranks() -> None:
 
 def test_cuda_oom_traceback_is_one_failure_with_its_lines() -> None:
     t = StartupTracker(tp_size=8)
-    feed(t, "[2026-05-01 10:08:37 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 687584, KV size: 45.00 GB\n"
-            "[2026-05-01 10:08:37 TP3] Scheduler hit an exception: Traceback (most recent call last):\n"
-            '  File "sglang/srt/mem_cache/memory_pool.py", line 4865, in _create_buffers\n'
-            "    torch.zeros(\n"
-            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 755.00 MiB. GPU 3 has a total capacity\n"
-            "\n"
-            "[2026-05-01 10:08:37] Received sigquit from a child process. It usually means the child failed.\n")
+    feed(
+        t,
+        "[2026-05-01 10:08:37 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 687584, KV size: 45.00 GB\n"
+        "[2026-05-01 10:08:37 TP3] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "sglang/srt/mem_cache/memory_pool.py", line 4865, in _create_buffers\n'
+        "    torch.zeros(\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 755.00 MiB. GPU 3 has a total capacity\n"
+        "\n"
+        "[2026-05-01 10:08:37] Received sigquit from a child process. It usually means the child failed.\n",
+    )
     f = t.failure
     assert f is not None and f.kind == "cuda_oom"
     assert f.summary.startswith("CUDA out of memory: torch.OutOfMemoryError: CUDA out of memory. Tried")
@@ -78,13 +84,19 @@ def test_cuda_oom_traceback_is_one_failure_with_its_lines() -> None:
 
 def test_nccl_rendezvous_timeout_and_port_in_use_are_named() -> None:
     t = StartupTracker()
-    feed(t, "[2026-05-01 10:10:22 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
-            "  File \"parallel_state.py\", line 2517, in init_distributed_environment\n"
-            "torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 7/8 clients joined.\n")
+    feed(
+        t,
+        "[2026-05-01 10:10:22 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "parallel_state.py", line 2517, in init_distributed_environment\n'
+        "torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 7/8 clients joined.\n",
+    )
     assert t.failure is not None and t.failure.kind == "nccl"
     t = StartupTracker()
-    feed(t, "[2026-05-01 10:10:32] ERROR:    [Errno 98] error while attempting to bind on address "
-            "('0.0.0.0', 30000): address already in use\n")
+    feed(
+        t,
+        "[2026-05-01 10:10:32] ERROR:    [Errno 98] error while attempting to bind on address "
+        "('0.0.0.0', 30000): address already in use\n",
+    )
     assert t.failure is not None and t.failure.kind == "port_in_use"
     assert "server.port" in t.failure.fix
 
@@ -100,8 +112,11 @@ def test_a_traceback_cut_by_the_end_of_the_stream_is_still_reported() -> None:
 
 def test_a_new_record_closes_an_open_traceback() -> None:
     t = StartupTracker()
-    feed(t, "[2026-05-01 10:00:03] Initialization failed. warmup error: Traceback (most recent call last):\n"
-            "  File \"http_server.py\", line 2380, in _wait_and_warmup\n"
-            "[2026-05-01 10:00:04] kill_process_tree called: parent_pid=1, include_parent=True, pid=1\n")
+    feed(
+        t,
+        "[2026-05-01 10:00:03] Initialization failed. warmup error: Traceback (most recent call last):\n"
+        '  File "http_server.py", line 2380, in _wait_and_warmup\n'
+        "[2026-05-01 10:00:04] kill_process_tree called: parent_pid=1, include_parent=True, pid=1\n",
+    )
     assert t.failure is not None and t.failure.kind == "warmup_failed"
     assert len(t.failure.lines) == 2

@@ -25,7 +25,7 @@ FAILURES = {
     "tool-in-reasoning": ("quick", "tool", None, "tool_call_in_reasoning", "<|tool_calls_section_begin|>"),
     "finish-stop-with-calls": ("quick", "tool", None, "finish_reason", "finish_reason is 'stop'"),
     "tool-calls-empty": ("quick", "tool", None, "tool_calls_missing", "message.tool_calls is empty"),
-    "bad-json-args": ("quick", "tool", None, "arguments_not_json", "'{\"city\": \"Paris\"'"),
+    "bad-json-args": ("quick", "tool", None, "arguments_not_json", '\'{"city": "Paris"\''),
     "schema-violation": ("quick", "tool", None, "arguments_schema", "'city' is a required property"),
     "unknown-function": ("quick", "tool", None, "unknown_function", "'weather_lookup'"),
     "missing-id": ("quick", "tool", None, "tool_call_id", "has no id"),
@@ -41,8 +41,12 @@ FAILURES = {
 }
 
 
-RAW_PATH = {("raw-reasoning", "generate"), ("raw-tool", "generate"), ("lossless-reasoning", "chat+generate"),
-            ("lossless-tool", "chat+generate")}  # what full adds on the raw path (verify/raw_suite.py)
+RAW_PATH = {
+    ("raw-reasoning", "generate"),
+    ("raw-tool", "generate"),
+    ("lossless-reasoning", "chat+generate"),
+    ("lossless-tool", "chat+generate"),
+}  # what full adds on the raw path (verify/raw_suite.py)
 
 
 def _failed(report: VerifyReport, probe: str, mode: str | None) -> list:
@@ -87,7 +91,12 @@ def test_model_noise_gets_one_more_try_and_server_faults_do_not() -> None:
         flaky = run_verify(srv.host, suite="full", timeout=TIMEOUT)
     assert flaky.exit_code == 0
     assert {(p.probe, p.attempts) for p in flaky.probes} == {
-        ("tool", 2), ("reasoning", 1), ("instant", 1), ("parallel", 2), ("tool-result", 1), ("large-argument", 2)
+        ("tool", 2),
+        ("reasoning", 1),
+        ("instant", 1),
+        ("parallel", 2),
+        ("tool-result", 1),
+        ("large-argument", 2),
     } | {(name, 1) for name, _ in RAW_PATH}
     with ContractServer("single-call") as srv:
         single = run_verify(srv.host, suite="full", timeout=TIMEOUT)
@@ -188,15 +197,33 @@ def test_api_key_missing_or_wrong_gives_401_diagnosis() -> None:
 
 # --- through the command line ---------------------------------------------------------------------------------------
 
+
 def test_cli_json_report_is_stable(capsys) -> None:
     with ContractServer("no-tool-parser") as srv:
         code = main(["verify", "--host", srv.host, "--json", "--timeout", "20"])
     out = capsys.readouterr().out
     report = json.loads(out)
     assert code == 1
-    assert list(report) == ["kind", "version", "ok", "exit_code", "findings", "status", "target", "model", "suite",
-                            "elapsed_s", "key_source", "readiness", "server", "error", "probes", "warnings", "checks",
-                            "listeners"]
+    assert list(report) == [
+        "kind",
+        "version",
+        "ok",
+        "exit_code",
+        "findings",
+        "status",
+        "target",
+        "model",
+        "suite",
+        "elapsed_s",
+        "key_source",
+        "readiness",
+        "server",
+        "error",
+        "probes",
+        "warnings",
+        "checks",
+        "listeners",
+    ]
     assert report["kind"] == "kimi-serve-verify" and report["version"] == 1
     assert report["status"] == "fail" and report["exit_code"] == 1
     assert report["target"] == f"http://{srv.host}"

@@ -11,19 +11,30 @@ from kimi_serve.verify import run_verify
 from kimi_serve.verify.leaks import leaked_fields
 
 KEY, ADMIN = "sk-live-0123456789", "adm-live-9876543210"
-UPSTREAM = {"model_path": "/models/Kimi-K2.5", "api_key": KEY, "admin_api_key": ADMIN,
-            "launch_command": f"--api-key {KEY} --admin-api-key {ADMIN} --model-path /models/Kimi-K2.5"}
-PATCHED = {"model_path": "/models/Kimi-K2.5", "api_key": "<redacted>", "admin_api_key": "<redacted>",
-           "launch_command": "--api-key <redacted> --admin-api-key <redacted> --model-path /models/Kimi-K2.5"}
+UPSTREAM = {
+    "model_path": "/models/Kimi-K2.5",
+    "api_key": KEY,
+    "admin_api_key": ADMIN,
+    "launch_command": f"--api-key {KEY} --admin-api-key {ADMIN} --model-path /models/Kimi-K2.5",
+}
+PATCHED = {
+    "model_path": "/models/Kimi-K2.5",
+    "api_key": "<redacted>",
+    "admin_api_key": "<redacted>",
+    "launch_command": "--api-key <redacted> --admin-api-key <redacted> --model-path /models/Kimi-K2.5",
+}
 
 
-@pytest.mark.parametrize(("info", "fields"), [
-    (UPSTREAM, ["api_key", "admin_api_key", "launch_command"]),
-    (PATCHED, []),
-    ({"api_key": None, "admin_api_key": None, "launch_command": "--model-path m"}, []),
-    ({**PATCHED, "launch_command": f"--api-key={KEY} --model-path m"}, ["launch_command"]),
-    ({"api_key": "<redacted>", "notes": f"started with {KEY}"}, ["another field"]),
-])
+@pytest.mark.parametrize(
+    ("info", "fields"),
+    [
+        (UPSTREAM, ["api_key", "admin_api_key", "launch_command"]),
+        (PATCHED, []),
+        ({"api_key": None, "admin_api_key": None, "launch_command": "--model-path m"}, []),
+        ({**PATCHED, "launch_command": f"--api-key={KEY} --model-path m"}, ["launch_command"]),
+        ({"api_key": "<redacted>", "notes": f"started with {KEY}"}, ["another field"]),
+    ],
+)
 def test_leaked_fields(info: dict, fields: list[str]) -> None:
     assert leaked_fields(info, KEY) == fields
 

@@ -64,13 +64,17 @@ def test_nobody_on_the_port_is_a_skip() -> None:
 
 
 def test_proc_net_hex_is_decoded() -> None:
-    table = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-             "   0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1\n"
-             "   1: 00000000:5DD5 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4243 1\n"
-             "   2: 0100007F:7530 0100007F:D2A4 01 00000000:00000000 00:00000000 00000000     0        0 4244 1\n")
+    table = (
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1\n"
+        "   1: 00000000:5DD5 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4243 1\n"
+        "   2: 0100007F:7530 0100007F:D2A4 01 00000000:00000000 00:00000000 00000000     0        0 4244 1\n"
+    )
     assert parse_proc_net(table) == [("127.0.0.1", 30000, 4242), ("0.0.0.0", 24021, 4243)]
-    v6 = ("  sl  local_address                         remote_address                        st\n"
-          "   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 0:0 0:0 0 0 0 77 1\n")
+    v6 = (
+        "  sl  local_address                         remote_address                        st\n"
+        "   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 0:0 0:0 0 0 0 77 1\n"
+    )
     assert parse_proc_net(v6) == [("::1", 8080, 77)]
 
 

@@ -26,8 +26,16 @@ pytestmark = pytest.mark.sglang
 
 KEY = "raw-test-key"
 MODEL = "kimi-k2.5"
-FLAGS = ["--model-path", "/models/Kimi-K2.5", "--served-model-name", MODEL, "--trust-remote-code", "--host",
-         "127.0.0.1", "--skip-server-warmup"]
+FLAGS = [
+    "--model-path",
+    "/models/Kimi-K2.5",
+    "--served-model-name",
+    MODEL,
+    "--trust-remote-code",
+    "--host",
+    "127.0.0.1",
+    "--skip-server-warmup",
+]
 PARSERS = ["--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2"]
 
 
@@ -42,8 +50,9 @@ def _start(python: str, tmp: Path, flags: list[str]) -> launcher.Simulator:
     port = launcher.free_port()
     env = launcher.environment(warmup=0.0)
     env[SIM_STEP_ENV] = "0"
-    sim = launcher.Simulator.start(launcher.command(python, [*flags, "--port", str(port)]), env,
-                                   f"http://127.0.0.1:{port}", tmp / "simulator.log")
+    sim = launcher.Simulator.start(
+        launcher.command(python, [*flags, "--port", str(port)]), env, f"http://127.0.0.1:{port}", tmp / "simulator.log"
+    )
     try:
         sim.wait_ready(240)
     except BaseException:
@@ -90,8 +99,9 @@ def test_raw_suite_passes_without_any_parser(bare: launcher.Simulator) -> None:
 
 def test_generate_answer_is_kimis_raw_format(parsed: launcher.Simulator) -> None:
     body = generate_body(RAW_PROBES[1])
-    data = requests.post(parsed.base_url + "/generate", json=body, timeout=30,
-                         headers={"Authorization": f"Bearer {KEY}"}).json()
+    data = requests.post(
+        parsed.base_url + "/generate", json=body, timeout=30, headers={"Authorization": f"Bearer {KEY}"}
+    ).json()
     ids, text = data["output_ids"], data["text"]
     assert ids.count(kf.THINK_END_ID) == 1 and text.count("</think>") == 1
     assert ids[-1] == kf.IM_END_ID and data["meta_info"]["finish_reason"] == {"type": "stop", "matched": 163586}
@@ -101,8 +111,9 @@ def test_generate_answer_is_kimis_raw_format(parsed: launcher.Simulator) -> None
     assert turn.calls[0].id == "functions.get_weather:0"
     # the default skip_special_tokens=true still keeps </think> (not a declared special token, as with Kimi's own)
     body["sampling_params"].pop("skip_special_tokens")
-    plain = requests.post(parsed.base_url + "/generate", json=body, timeout=30,
-                          headers={"Authorization": f"Bearer {KEY}"}).json()
+    plain = requests.post(
+        parsed.base_url + "/generate", json=body, timeout=30, headers={"Authorization": f"Bearer {KEY}"}
+    ).json()
     assert "</think>" in plain["text"]
     assert requests.post(parsed.base_url + "/generate", json=body, timeout=30).status_code == 401
 
@@ -166,26 +177,64 @@ def test_completions_endpoint_via_the_openai_sdk(parsed: launcher.Simulator) -> 
     prompt = kf.render_prompt([{"role": "user", "content": "What is 17 * 23?"}])
     done = client.completions.create(model=MODEL, prompt=prompt, max_tokens=200, temperature=0)
     assert "</think>" in done.choices[0].text and done.choices[0].finish_reason == "stop"
-    streamed = "".join(c.choices[0].text for c in client.completions.create(
-        model=MODEL, prompt=prompt, max_tokens=200, stream=True) if c.choices)
+    streamed = "".join(
+        c.choices[0].text
+        for c in client.completions.create(model=MODEL, prompt=prompt, max_tokens=200, stream=True)
+        if c.choices
+    )
     assert streamed == done.choices[0].text
 
 
 def test_bench_serving_sglang_backend_runs(sglang_python: str, parsed: launcher.Simulator, tmp_path: Path) -> None:
     tok = tmp_path / "tokenizer"
-    subprocess.run([sglang_python, "-c", "import sys; from kimi_serve.simulator.tokenizer import build_standin; "
-                    "build_standin().save_pretrained(sys.argv[1])", str(tok)], check=True, timeout=120,
-                   env=launcher.environment())
+    subprocess.run(
+        [
+            sglang_python,
+            "-c",
+            "import sys; from kimi_serve.simulator.tokenizer import build_standin; "
+            "build_standin().save_pretrained(sys.argv[1])",
+            str(tok),
+        ],
+        check=True,
+        timeout=120,
+        env=launcher.environment(),
+    )
     shim = tmp_path / "shim"  # STAND-IN `datasets` package: bench_serving imports it; the random-ids set needs none
     shim.mkdir()
     (shim / "datasets.py").write_text("def load_dataset(*a, **k):\n    raise RuntimeError('stand-in datasets')\n")
     out = tmp_path / "bench.jsonl"
     env = {**os.environ, "PYTHONPATH": str(shim), "OPENAI_API_KEY": KEY, "HF_HUB_OFFLINE": "1"}
-    run = subprocess.run([sglang_python, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url",
-                          parsed.base_url, "--tokenizer", str(tok), "--model", MODEL, "--dataset-name", "random-ids",
-                          "--num-prompts", "4", "--random-input-len", "32", "--random-output-len", "16",
-                          "--random-range-ratio", "1", "--output-file", str(out)],
-                         capture_output=True, text=True, timeout=240, env=env)
+    run = subprocess.run(
+        [
+            sglang_python,
+            "-m",
+            "sglang.bench_serving",
+            "--backend",
+            "sglang",
+            "--base-url",
+            parsed.base_url,
+            "--tokenizer",
+            str(tok),
+            "--model",
+            MODEL,
+            "--dataset-name",
+            "random-ids",
+            "--num-prompts",
+            "4",
+            "--random-input-len",
+            "32",
+            "--random-output-len",
+            "16",
+            "--random-range-ratio",
+            "1",
+            "--output-file",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     result = json.loads(out.read_text().splitlines()[-1])
     assert result["backend"] == "sglang" and result["completed"] == 4

@@ -16,20 +16,24 @@ from kimi_serve.verify.lossless import compare, reasoning_fields
 from kimi_serve.verify.probes import FULL, WEATHER_TOOLS
 from kimi_serve.verify.raw import RAW_PROBES, check_raw
 
-RAW_TOOL = ("Let me look.</think><|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
-            '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>')
+RAW_TOOL = (
+    "Let me look.</think><|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+    '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>'
+)
 
 
 def _jinja(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, **kwargs: Any) -> str:
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = lambda v, separators=None: json.dumps(v, separators=separators)
-    return env.from_string(CHAT_TEMPLATE.read_text()).render(messages=messages, tools=tools,
-                                                             add_generation_prompt=True, **kwargs)
+    return env.from_string(CHAT_TEMPLATE.read_text()).render(
+        messages=messages, tools=tools, add_generation_prompt=True, **kwargs
+    )
 
 
 def test_user_only_prompt_is_the_documented_string() -> None:
     assert kf.render_prompt([{"role": "user", "content": "hi"}]) == (
-        "<|im_user|>user<|im_middle|>hi<|im_end|><|im_assistant|>assistant<|im_middle|><think>")
+        "<|im_user|>user<|im_middle|>hi<|im_end|><|im_assistant|>assistant<|im_middle|><think>"
+    )
     assert kf.render_prompt([{"role": "user", "content": "hi"}], thinking=False).endswith("<think></think>")
 
 
@@ -42,9 +46,15 @@ def test_rendering_matches_the_k25_style_template_for_every_probe(probe: Any) ->
 
 def _answer(text: str, ids: list[int] | None = None, finish: Any = None) -> dict[str, Any]:
     ids = ids if ids is not None else [1, kf.THINK_END_ID, kf.SECTION_BEGIN_ID, 2, kf.IM_END_ID]
-    return {"text": text, "output_ids": ids, "meta_info": {
-        "finish_reason": finish or {"type": "stop", "matched": kf.IM_END_ID}, "prompt_tokens": 40,
-        "completion_tokens": len(ids)}}
+    return {
+        "text": text,
+        "output_ids": ids,
+        "meta_info": {
+            "finish_reason": finish or {"type": "stop", "matched": kf.IM_END_ID},
+            "prompt_tokens": 40,
+            "completion_tokens": len(ids),
+        },
+    }
 
 
 def test_a_well_formed_raw_tool_answer_holds() -> None:
@@ -77,8 +87,7 @@ def _chat(message: dict[str, Any], ids: list[int] | None = None) -> dict[str, An
 
 
 def test_rebuild_reproduces_the_raw_text_and_reports_differences() -> None:
-    calls = [{"id": "functions.get_weather:0", "function": {"name": "get_weather",
-                                                           "arguments": '{"city": "Paris"}'}}]
+    calls = [{"id": "functions.get_weather:0", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]
     message = {"content": "", "reasoning_content": "Let me look.", "tool_calls": calls}
     raw = {"text": RAW_TOOL, "output_ids": [1, 2, 3]}
     assert compare(_chat(message, [1, 2, 3]), raw, thinking=True, exact_prompt=True) == []
@@ -110,9 +119,11 @@ def test_the_simulator_reads_a_rendered_prompt_back() -> None:
 
 
 def test_the_simulator_reads_kimis_typescript_declarations() -> None:
-    ts = ("# Tools\n\n## functions\nnamespace functions {\n// Current weather for a city.\n"
-          "type get_weather = (_: {\n// City name\n  city: string,\n  unit?: \"celsius\" | \"fahrenheit\"\n"
-          "}) => any;\n}\n")
+    ts = (
+        "# Tools\n\n## functions\nnamespace functions {\n// Current weather for a city.\n"
+        'type get_weather = (_: {\n// City name\n  city: string,\n  unit?: "celsius" | "fahrenheit"\n'
+        "}) => any;\n}\n"
+    )
     text = f"<|im_system|>tool_declare<|im_middle|>{ts}<|im_end|><|im_user|>user<|im_middle|>hi<|im_end|>"
     _, tools = read_prompt(text)
     fn = tools[0]["function"]

@@ -25,8 +25,9 @@ def test_refused_then_warming_then_ready() -> None:
     starter.start()
     seen: list[str] = []
     try:
-        report = run_verify(f"127.0.0.1:{port}", wait=30, timeout=20,
-                            progress=lambda phase, waited, detail: seen.append(phase))
+        report = run_verify(
+            f"127.0.0.1:{port}", wait=30, timeout=20, progress=lambda phase, waited, detail: seen.append(phase)
+        )
     finally:
         starter.join()
         srv.stop()

@@ -18,25 +18,36 @@ def test_table_has_probe_by_mode_rows_and_the_fixes() -> None:
     lines = render_table(report).splitlines()
     assert lines[1].split() == ["PROBE", "MODE", "RESULT", "LATENCY", "REASON"]
     rows = [line.split()[:3] for line in lines[2:6]]
-    assert rows == [["tool", "non-stream", "pass"], ["tool", "stream", "pass"],
-                    ["reasoning", "non-stream", "FAIL"], ["reasoning", "stream", "FAIL"]]
+    assert rows == [
+        ["tool", "non-stream", "pass"],
+        ["tool", "stream", "pass"],
+        ["reasoning", "non-stream", "FAIL"],
+        ["reasoning", "stream", "FAIL"],
+    ]
     assert all(len(line) < 140 for line in lines[2:6])
-    assert any(line.startswith("reasoning/stream: content is empty") and "(fix: keep `</think>`" in line
-               for line in lines)
+    assert any(
+        line.startswith("reasoning/stream: content is empty") and "(fix: keep `</think>`" in line for line in lines
+    )
     assert lines[-1] == "verify: contract VIOLATED (2 of 4 probes failed)"
 
 
 def test_progress_prints_each_phase_once(capsys) -> None:
     show = _progress_printer("http://127.0.0.1:30000")
-    for phase, detail in [("refused", "connection refused"), ("refused", "connection refused"),
-                          ("warming", "HTTP 503 on /health (warming up)"), ("ready", "HTTP 200 on /health")]:
+    for phase, detail in [
+        ("refused", "connection refused"),
+        ("refused", "connection refused"),
+        ("warming", "HTTP 503 on /health (warming up)"),
+        ("ready", "HTTP 200 on /health"),
+    ]:
         show(phase, 1.0, detail)
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and "503" in err[1] and err[2].startswith("verify: http://127.0.0.1:30000: HTTP 200")
 
 
 def test_cli_import_stays_light() -> None:
-    code = ("import sys, kimi_serve.cli; heavy = {'requests', 'jsonschema', 'yaml'} & set(sys.modules);"
-            " assert 'kimi_serve.verify.runner' not in sys.modules; print(sorted(heavy))")
+    code = (
+        "import sys, kimi_serve.cli; heavy = {'requests', 'jsonschema', 'yaml'} & set(sys.modules);"
+        " assert 'kimi_serve.verify.runner' not in sys.modules; print(sorted(heavy))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "requests" not in out and "jsonschema" not in out

@@ -37,8 +37,13 @@ def _view(choice: Any) -> dict[str, Any]:
 
 
 def _expected(truth: Truth) -> dict[str, Any]:
-    return {"role": "assistant", "content": truth.content, "reasoning": truth.reasoning,
-            "calls": [(cid, "function", name, args) for cid, name, args in truth.calls], "finish": truth.finish}
+    return {
+        "role": "assistant",
+        "content": truth.content,
+        "reasoning": truth.reasoning,
+        "calls": [(cid, "function", name, args) for cid, name, args in truth.calls],
+        "finish": truth.finish,
+    }
 
 
 def sdk_reads(case: Case) -> tuple[bool, str]:

@@ -8,30 +8,36 @@ from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.verify.target import API_KEY_ENV, parse_target, resolve_api_key
 
 
-@pytest.mark.parametrize(("host", "base"), [
-    ("0.0.0.0:30000", "http://127.0.0.1:30000"),
-    ("[::]:30000", "http://[::1]:30000"),
-    ("[::1]:8000", "http://[::1]:8000"),
-    ("gpu-box:30000", "http://gpu-box:30000"),
-    ("gpu-box", "http://gpu-box:30000"),
-    ("10.0.0.5:8080", "http://10.0.0.5:8080"),
-    ("http://gpu-box:30000", "http://gpu-box:30000"),
-    ("https://api.example.com/kimi/", "https://api.example.com:443/kimi"),
-    ("http://gpu-box:30000/v1", "http://gpu-box:30000"),
-    ("http://0.0.0.0:30000", "http://127.0.0.1:30000"),
-])
+@pytest.mark.parametrize(
+    ("host", "base"),
+    [
+        ("0.0.0.0:30000", "http://127.0.0.1:30000"),
+        ("[::]:30000", "http://[::1]:30000"),
+        ("[::1]:8000", "http://[::1]:8000"),
+        ("gpu-box:30000", "http://gpu-box:30000"),
+        ("gpu-box", "http://gpu-box:30000"),
+        ("10.0.0.5:8080", "http://10.0.0.5:8080"),
+        ("http://gpu-box:30000", "http://gpu-box:30000"),
+        ("https://api.example.com/kimi/", "https://api.example.com:443/kimi"),
+        ("http://gpu-box:30000/v1", "http://gpu-box:30000"),
+        ("http://0.0.0.0:30000", "http://127.0.0.1:30000"),
+    ],
+)
 def test_host_forms(host: str, base: str) -> None:
     assert parse_target(host).base_url == base
 
 
-@pytest.mark.parametrize(("host", "words"), [
-    ("", "empty host"),
-    ("::1", "brackets"),
-    ("ftp://gpu-box:21", "unsupported scheme"),
-    ("gpu-box:99999", "invalid host or port"),
-    ("gpu-box:abc", "invalid host or port"),
-    ("gpu-box:0", "port 0"),
-])
+@pytest.mark.parametrize(
+    ("host", "words"),
+    [
+        ("", "empty host"),
+        ("::1", "brackets"),
+        ("ftp://gpu-box:21", "unsupported scheme"),
+        ("gpu-box:99999", "invalid host or port"),
+        ("gpu-box:abc", "invalid host or port"),
+        ("gpu-box:0", "port 0"),
+    ],
+)
 def test_bad_hosts_are_usage_errors(host: str, words: str) -> None:
     with pytest.raises(KimiServeError) as info:
         parse_target(host)
@@ -73,8 +79,9 @@ def test_key_file_open_to_others_is_refused(tmp_path, mode: int) -> None:
     assert "very-secret-key" not in line
 
 
-@pytest.mark.parametrize(("text", "words"), [("", "no API key"), ("host: x\nport: 1\n", "no API key"),
-                                             ("a\nb\n", "no API key")])
+@pytest.mark.parametrize(
+    ("text", "words"), [("", "no API key"), ("host: x\nport: 1\n", "no API key"), ("a\nb\n", "no API key")]
+)
 def test_key_file_without_a_key(tmp_path, text: str, words: str) -> None:
     key_file = tmp_path / "key"
     key_file.write_text(text)

@@ -31,7 +31,7 @@ def live_group(pgid: int) -> list[int]:
             text = stat.read_text()
         except OSError:
             continue
-        state, _ppid, pgrp = text[text.rindex(")") + 2:].split()[:3]
+        state, _ppid, pgrp = text[text.rindex(")") + 2 :].split()[:3]
         if state != "Z" and int(pgrp) == pgid:
             pids.append(int(stat.parent.name))
     return pids
@@ -46,14 +46,15 @@ def server_pid(output: str) -> int:
 def cpu_profile(directory: Path, port: int, python: str, *, model: Path | None = None, name: str = "cpu") -> Path:
     """A profile that runs SGLang's real launch_server on CPU with the tiny dummy Llama (tests/sglang_cpu/)."""
     path = directory / f"{name}.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         description: real SGLang on CPU, tiny dummy Llama (tests only)
         engine: sglang
         python: {python}
         gpus: 1
         patch_set: null
         model:
-          path: {model or CPU_DIR / 'tiny-llama'}
+          path: {model or CPU_DIR / "tiny-llama"}
           served_name: tiny
           trust_remote_code: true
           attention_heads: 4
@@ -74,7 +75,7 @@ def cpu_profile(directory: Path, port: int, python: str, *, model: Path | None =
           port: {port}
           enable_metrics: false
         env:
-          PYTHONPATH: {CPU_DIR / 'stubs'}
+          PYTHONPATH: {CPU_DIR / "stubs"}
         extra_args: [--device, cpu, --load-format, dummy, --skip-tokenizer-init, --max-total-tokens, "4096"]
         startup:
           timeout: 300
@@ -82,7 +83,8 @@ def cpu_profile(directory: Path, port: int, python: str, *, model: Path | None =
           timeout: 30
         service:
           stop_timeout: 30
-        """))
+        """)
+    )
     return path
 
 
@@ -91,8 +93,13 @@ class UpProcess:
 
     def __init__(self, args: list[str], state: Path) -> None:
         env = {**os.environ, "KIMI_SERVE_STATE_DIR": str(state)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "kimi_serve", "up", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kimi_serve", "up", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

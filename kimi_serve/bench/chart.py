@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-CHARTS = (("output_tok_s", "output throughput (tok/s)", "tok_s.png"),
-          ("itl_p99_ms", "p99 inter-token latency (ms)", "itl_p99.png"))
+CHARTS = (
+    ("output_tok_s", "output throughput (tok/s)", "tok_s.png"),
+    ("itl_p99_ms", "p99 inter-token latency (ms)", "itl_p99.png"),
+)
 
 
 def matplotlib_missing() -> str | None:
@@ -60,8 +62,13 @@ def draw(report: dict[str, Any], out_dir: Path) -> tuple[list[str], dict[str, An
         ax.grid(True, alpha=0.3)
         ax.legend()
         if report["simulated"]:
-            fig.text(0.01, 0.01, "kimi-serve simulator performance MODEL (docs/simulator.md), not a measurement",
-                     fontsize=7, color="firebrick")
+            fig.text(
+                0.01,
+                0.01,
+                "kimi-serve simulator performance MODEL (docs/simulator.md), not a measurement",
+                fontsize=7,
+                color="firebrick",
+            )
         fig.tight_layout()
         path = out_dir / file_name
         tmp = out_dir / (file_name + ".tmp")

@@ -26,10 +26,24 @@ from kimi_serve.core.settings import with_pythonpath
 MODULE = "sglang.bench_serving"
 USAGE_BODY = {"stream_options": {"include_usage": True}}
 # The figures bench keeps from bench_serving's result (its names), per cell.
-FIELDS = ("completed", "duration", "request_throughput", "output_throughput", "input_throughput",
-          "total_output_tokens", "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms",
-          "median_e2e_latency_ms", "p99_e2e_latency_ms", "median_tpot_ms", "p99_tpot_ms", "accept_length",
-          "max_concurrency")
+FIELDS = (
+    "completed",
+    "duration",
+    "request_throughput",
+    "output_throughput",
+    "input_throughput",
+    "total_output_tokens",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "median_e2e_latency_ms",
+    "p99_e2e_latency_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "accept_length",
+    "max_concurrency",
+)
 
 
 @dataclass(frozen=True)
@@ -40,13 +54,40 @@ class Endpoint:
     tokenizer: str | None  # a folder or hub id for bench_serving; None: bench_serving asks /model_info
 
 
-def command(python: str, endpoint: Endpoint, workload: Workload, concurrency: int, requests: int,
-            output_file: Path, seed: int) -> list[str]:
-    argv = [python, "-m", MODULE, "--backend", "sglang-oai-chat", "--base-url", endpoint.base_url,
-            "--model", endpoint.model, "--served-model-name", endpoint.model, *workload.args,
-            "--num-prompts", str(requests), "--max-concurrency", str(concurrency), "--request-rate", "inf",
-            "--extra-request-body", json.dumps(USAGE_BODY), "--output-file", str(output_file),
-            "--seed", str(seed), "--disable-tqdm", "--warmup-requests", "1", "--ready-check-timeout-sec", "30"]
+def command(
+    python: str, endpoint: Endpoint, workload: Workload, concurrency: int, requests: int, output_file: Path, seed: int
+) -> list[str]:
+    argv = [
+        python,
+        "-m",
+        MODULE,
+        "--backend",
+        "sglang-oai-chat",
+        "--base-url",
+        endpoint.base_url,
+        "--model",
+        endpoint.model,
+        "--served-model-name",
+        endpoint.model,
+        *workload.args,
+        "--num-prompts",
+        str(requests),
+        "--max-concurrency",
+        str(concurrency),
+        "--request-rate",
+        "inf",
+        "--extra-request-body",
+        json.dumps(USAGE_BODY),
+        "--output-file",
+        str(output_file),
+        "--seed",
+        str(seed),
+        "--disable-tqdm",
+        "--warmup-requests",
+        "1",
+        "--ready-check-timeout-sec",
+        "30",
+    ]
     if endpoint.tokenizer:
         argv += ["--tokenizer", endpoint.tokenizer]
     return argv
@@ -69,8 +110,17 @@ def figures(result: dict[str, Any], requests: int) -> dict[str, Any]:
     return out
 
 
-def run_cell(python: str, endpoint: Endpoint, workload: Workload, concurrency: int, requests: int, work_dir: Path,
-             seed: int, timeout: float, base_env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def run_cell(
+    python: str,
+    endpoint: Endpoint,
+    workload: Workload,
+    concurrency: int,
+    requests: int,
+    work_dir: Path,
+    seed: int,
+    timeout: float,
+    base_env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """Run bench_serving once; bench's figures for the cell. KimiServeError (exit 1) when it fails."""
     work_dir.mkdir(parents=True, exist_ok=True)
     output = work_dir / f"bench_serving-c{concurrency}-s{seed}.jsonl"
@@ -81,16 +131,26 @@ def run_cell(python: str, endpoint: Endpoint, workload: Workload, concurrency: i
     started = time.monotonic()
     with log.open("wb") as sink:
         try:
-            rc = subprocess.run(argv, env=env, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                timeout=timeout, check=False).returncode
+            rc = subprocess.run(
+                argv,
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                timeout=timeout,
+                check=False,
+            ).returncode
         except subprocess.TimeoutExpired:
             rc = 124
     lines = output.read_text(encoding="utf-8").splitlines() if output.is_file() else []
     if rc != 0 or not lines:
         tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
-        raise KimiServeError(f"sglang.bench_serving (concurrency {concurrency}) exited {rc}: {tail}",
-                             where=f"log {log}", hint="read the log; the server may have failed under load",
-                             exit_code=ExitCode.FAILED)
+        raise KimiServeError(
+            f"sglang.bench_serving (concurrency {concurrency}) exited {rc}: {tail}",
+            where=f"log {log}",
+            hint="read the log; the server may have failed under load",
+            exit_code=ExitCode.FAILED,
+        )
     result = json.loads(lines[-1])
     out = figures(result, requests)
     out["wall_s"] = round(time.monotonic() - started, 3)

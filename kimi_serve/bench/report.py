@@ -14,25 +14,49 @@ from kimi_serve.bench import verdict as vd
 
 SCHEMA = "kimi-serve.bench/1"
 SCHEMA_VERSION = 1
-MODEL_NOTICE = ("MODEL numbers: the servers are kimi-serve simulators paced by a performance model "
-                "(docs/simulator.md), not measurements of a GPU server")
-TOP_KEYS = ("schema", "schema_version", "kimi_serve_version", "created", "simulated", "notice", "workload",
-            "concurrency", "repeat", "profiles", "results", "verdicts", "crossover", "charts", "charts_skipped")
+MODEL_NOTICE = (
+    "MODEL numbers: the servers are kimi-serve simulators paced by a performance model "
+    "(docs/simulator.md), not measurements of a GPU server"
+)
+TOP_KEYS = (
+    "schema",
+    "schema_version",
+    "kimi_serve_version",
+    "created",
+    "simulated",
+    "notice",
+    "workload",
+    "concurrency",
+    "repeat",
+    "profiles",
+    "results",
+    "verdicts",
+    "crossover",
+    "charts",
+    "charts_skipped",
+)
 PROFILE_KEYS = ("name", "role", "source", "base_url", "fingerprint", "simulated", "speedup", "perf_model")
 SUMMARY_KEYS = ("repeats", *(name for name, _u, _h in vd.FIGURES.values()))
 VERDICT_KEYS = ("concurrency", "winner", "margin_pct", "overlap", "text")
 
 
-def build(*, profiles: list[dict[str, Any]], cells: dict[str, dict[int, list[dict[str, Any]]]],
-          concurrency: list[int], repeat: int, workload: dict[str, Any]) -> dict[str, Any]:
+def build(
+    *,
+    profiles: list[dict[str, Any]],
+    cells: dict[str, dict[int, list[dict[str, Any]]]],
+    concurrency: list[int],
+    repeat: int,
+    workload: dict[str, Any],
+) -> dict[str, Any]:
     """The report from the recorded cells (``cells[profile][concurrency]`` = one dict per repeat)."""
     simulated = any(p["simulated"] for p in profiles)
     results: dict[str, dict[str, Any]] = {}
     for p in profiles:
         per = cells.get(p["name"], {})
         speedup = float(p.get("speedup") or 1.0)
-        results[p["name"]] = {str(c): vd.summarize([vd.to_model_time(x, speedup) for x in per.get(c, [])])
-                              for c in concurrency}
+        results[p["name"]] = {
+            str(c): vd.summarize([vd.to_model_time(x, speedup) for x in per.get(c, [])]) for c in concurrency
+        }
     a, b = profiles[0]["name"], profiles[1]["name"]
     verdicts = []
     for c in concurrency:
@@ -40,11 +64,21 @@ def build(*, profiles: list[dict[str, Any]], cells: dict[str, dict[int, list[dic
         verdicts.append({"concurrency": c, **v})
     cross = vd.crossover([(v["concurrency"], v) for v in verdicts])
     return {
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "kimi_serve_version": __version__,
-        "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "simulated": simulated,
-        "notice": MODEL_NOTICE if simulated else None, "workload": workload, "concurrency": list(concurrency),
-        "repeat": repeat, "profiles": [{k: p.get(k) for k in PROFILE_KEYS} for p in profiles],
-        "results": results, "verdicts": verdicts, "crossover": cross, "charts": [], "charts_skipped": None,
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "kimi_serve_version": __version__,
+        "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "simulated": simulated,
+        "notice": MODEL_NOTICE if simulated else None,
+        "workload": workload,
+        "concurrency": list(concurrency),
+        "repeat": repeat,
+        "profiles": [{k: p.get(k) for k in PROFILE_KEYS} for p in profiles],
+        "results": results,
+        "verdicts": verdicts,
+        "crossover": cross,
+        "charts": [],
+        "charts_skipped": None,
     }
 
 
@@ -75,16 +109,21 @@ def markdown(report: dict[str, Any]) -> str:
     lines = []
     if report["simulated"]:
         lines += [f"**{report['notice']}.**", ""]
-    lines += ["| C | profile | out tok/s | req/s | TTFT p50/p99 ms | ITL p50/p99 ms | E2E p50/p99 ms | accept | errors "
-              "| source |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines += [
+        "| C | profile | out tok/s | req/s | TTFT p50/p99 ms | ITL p50/p99 ms | E2E p50/p99 ms | accept | errors "
+        "| source |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for c in report["concurrency"]:
         for p in report["profiles"]:
             s = report["results"][p["name"]].get(str(c)) or {}
             accept = _fmt(s.get("accept_length"), 2) if s.get("accept_length") else "n/a"
             errors = _fmt(s.get("errors"), 0)
-            lines.append(f"| {c} | {p['name']} | {_fmt(s.get('output_tok_s'))} | {_fmt(s.get('req_s'), 2)} | "
-                         f"{_pair(s, 'ttft')} | {_pair(s, 'itl')} | {_pair(s, 'e2e')} | {accept} | {errors} | "
-                         f"{source} |")
+            lines.append(
+                f"| {c} | {p['name']} | {_fmt(s.get('output_tok_s'))} | {_fmt(s.get('req_s'), 2)} | "
+                f"{_pair(s, 'ttft')} | {_pair(s, 'itl')} | {_pair(s, 'e2e')} | {accept} | {errors} | "
+                f"{source} |"
+            )
     lines += ["", "| C | verdict (output tok/s) | source |", "|---:|---|---|"]
     lines += [f"| {v['concurrency']} | {v['text']} | {source} |" for v in report["verdicts"]]
     cross = report["crossover"]

@@ -75,18 +75,21 @@ def contract_check(endpoint: Endpoint, label: str, *, suite: str, timeout: float
     """kimi_serve.verify's contract check; KimiServeError (exit 1, or 3 unreachable) when the server fails it."""
     from kimi_serve.verify import run_verify
 
-    report = run_verify(endpoint.base_url, api_key=endpoint.api_key, model=endpoint.model, wait=wait,
-                        timeout=timeout, suite=suite)
+    report = run_verify(
+        endpoint.base_url, api_key=endpoint.api_key, model=endpoint.model, wait=wait, timeout=timeout, suite=suite
+    )
     if report.exit_code == 0:
         say(f"{label}: contract check passed ({suite} suite, {report.elapsed_s:.1f}s)")
         return
-    findings = [f for p in report.probes for f in p.findings] or \
-        ([report.error] if report.error else [])
+    findings = [f for p in report.probes for f in p.findings] or ([report.error] if report.error else [])
     first = findings[0] if findings else None
     what = f"{first.code}: {first.message}" if first else "see kimi-serve verify"
-    raise KimiServeError(f"{label} at {endpoint.base_url} fails the contract check ({what}); not benchmarked",
-                         where="bench", hint=f"run kimi-serve verify --host {endpoint.base_url} and fix the server",
-                         exit_code=ExitCode(report.exit_code) if report.exit_code in (1, 3) else ExitCode.FAILED)
+    raise KimiServeError(
+        f"{label} at {endpoint.base_url} fails the contract check ({what}); not benchmarked",
+        where="bench",
+        hint=f"run kimi-serve verify --host {endpoint.base_url} and fix the server",
+        exit_code=ExitCode(report.exit_code) if report.exit_code in (1, 3) else ExitCode.FAILED,
+    )
 
 
 def attach(base_url: str, api_key: str | None, model: str | None, tokenizer: str | None) -> Served:
@@ -94,8 +97,12 @@ def attach(base_url: str, api_key: str | None, model: str | None, tokenizer: str
     models = get_json(base_url, "/v1/models", api_key)
     served = model or next((m.get("id") for m in models.get("data") or [] if isinstance(m, dict)), None)
     if not served:
-        raise KimiServeError(f"{base_url} lists no model in /v1/models", where="--host",
-                             hint="start the server, or check --host and the API key", exit_code=ExitCode.UNREACHABLE)
+        raise KimiServeError(
+            f"{base_url} lists no model in /v1/models",
+            where="--host",
+            hint="start the server, or check --host and the API key",
+            exit_code=ExitCode.UNREACHABLE,
+        )
     info = get_json(base_url, "/server_info", api_key)
     return Served(Endpoint(base_url, str(served), api_key, tokenizer), info)
 
@@ -131,26 +138,40 @@ def bring_up(profile: Any, log_dir: Path, knobs: SimKnobs, say: Say) -> Iterator
     try:
         server = Server.start(argv, env, log_path)
     except OSError as exc:
-        raise KimiServeError(f"cannot start {argv[0]}: {exc.strerror or exc}", where=profile.name,
-                             hint="check the profile's python", exit_code=ExitCode.ENVIRONMENT) from None
+        raise KimiServeError(
+            f"cannot start {argv[0]}: {exc.strerror or exc}",
+            where=profile.name,
+            hint="check the profile's python",
+            exit_code=ExitCode.ENVIRONMENT,
+        ) from None
     try:
         deadline = started + float(profile.startup.timeout)
         while True:
             server.lines(0)  # drain: the log file has every line
             if server.poll() is not None:
-                raise KimiServeError(f"{profile.name} exited with status {server.poll()} before it was ready",
-                                     where=f"log {log_path}", hint="read the log", exit_code=ExitCode.SERVER_EXITED)
+                raise KimiServeError(
+                    f"{profile.name} exited with status {server.poll()} before it was ready",
+                    where=f"log {log_path}",
+                    hint="read the log",
+                    exit_code=ExitCode.SERVER_EXITED,
+                )
             if wait_ready(target, min(deadline, time.monotonic() + 2.0), interval=0.5, api_key=api_key).ready:
                 break
             if time.monotonic() >= deadline:
-                raise KimiServeError(f"{profile.name} was not ready within startup.timeout "
-                                     f"{profile.startup.timeout}s", where=f"log {log_path}",
-                                     hint="raise startup.timeout or read the log", exit_code=ExitCode.UNREACHABLE)
+                raise KimiServeError(
+                    f"{profile.name} was not ready within startup.timeout {profile.startup.timeout}s",
+                    where=f"log {log_path}",
+                    hint="raise startup.timeout or read the log",
+                    exit_code=ExitCode.UNREACHABLE,
+                )
         ready_after = time.monotonic() - started
         say(f"{profile.name}: ready after {ready_after:.1f}s")
         tokenizer = str(profile.model.path) if launch.engine != "simulator" else None
-        served = Served(Endpoint(target.base_url, profile.model.served_name, api_key, tokenizer),
-                        get_json(target.base_url, "/server_info", api_key), ready_after)
+        served = Served(
+            Endpoint(target.base_url, profile.model.served_name, api_key, tokenizer),
+            get_json(target.base_url, "/server_info", api_key),
+            ready_after,
+        )
         yield served
     finally:
         code = server.stop(float(profile.service.stop_timeout))

@@ -75,12 +75,17 @@ def _arms(opts: BenchOptions) -> list[Arm]:
     from kimi_serve.profile.loader import load_profile
 
     if opts.profile == opts.against:
-        raise KimiServeError("--profile and --against name the same profile", where="bench",
-                             hint="compare two profiles, e.g. --profile sim --against sim-baseline (with --host, "
-                             "two different labels)")
+        raise KimiServeError(
+            "--profile and --against name the same profile",
+            where="bench",
+            hint="compare two profiles, e.g. --profile sim --against sim-baseline (with --host, two different labels)",
+        )
     if len(opts.hosts) not in (0, 2):
-        raise KimiServeError("give --host twice (the --profile server, then the --against server) or not at all",
-                             where="--host", hint="--host 127.0.0.1:30000 --host 127.0.0.1:30001")
+        raise KimiServeError(
+            "give --host twice (the --profile server, then the --against server) or not at all",
+            where="--host",
+            hint="--host 127.0.0.1:30000 --host 127.0.0.1:30001",
+        )
     arms = []
     for i, (name, role) in enumerate(((opts.profile, "profile"), (opts.against, "against"))):
         host = opts.hosts[i] if opts.hosts else None
@@ -105,9 +110,12 @@ def _check_manifest(opts: BenchOptions, workload: Workload) -> None:
     want = {"workload": workload.name, "workload_digest": workload.digest, "requests": opts.requests}
     have = _read_json(path)
     if have is not None and {k: have.get(k) for k in want} != want:
-        raise KimiServeError(f"{opts.out} holds results for another workload or request count ({have.get('workload')}"
-                             f", {have.get('requests')} requests)", where="--out",
-                             hint="pass a new --out DIR, or the same --workload and --requests as before")
+        raise KimiServeError(
+            f"{opts.out} holds results for another workload or request count ({have.get('workload')}"
+            f", {have.get('requests')} requests)",
+            where="--out",
+            hint="pass a new --out DIR, or the same --workload and --requests as before",
+        )
     _write_json(path, want)
 
 
@@ -119,12 +127,17 @@ def _standin_tokenizer(out: Path, python: str) -> str:
     folder = out / "tokenizer-standin"
     if (folder / "tokenizer.json").is_file():
         return str(folder)
-    code = ("import sys; from kimi_serve.simulator.tokenizer import build_standin; "
-            "build_standin().save_pretrained(sys.argv[1])")
+    code = (
+        "import sys; from kimi_serve.simulator.tokenizer import build_standin; "
+        "build_standin().save_pretrained(sys.argv[1])"
+    )
     done = proc.run([python, "-c", code, str(folder)], timeout=300, env=launcher.environment())
     if not done.ok:
-        raise KimiServeError(f"cannot save the simulator's stand-in tokenizer: {done.describe()}", where="bench",
-                             exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            f"cannot save the simulator's stand-in tokenizer: {done.describe()}",
+            where="bench",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
     return str(folder)
 
 
@@ -146,28 +159,57 @@ def _run_arm(arm: Arm, todo: list[tuple[int, int]], opts: BenchOptions, workload
         python = require_sglang_python(str(prof.python) if prof is not None and prof.python else None)
         endpoint = served.endpoint
         if served.simulated and not opts.tokenizer:
-            endpoint = loadgen.Endpoint(endpoint.base_url, endpoint.model, endpoint.api_key,
-                                        _standin_tokenizer(opts.out, python))
+            endpoint = loadgen.Endpoint(
+                endpoint.base_url, endpoint.model, endpoint.api_key, _standin_tokenizer(opts.out, python)
+            )
         elif opts.tokenizer:
             endpoint = loadgen.Endpoint(endpoint.base_url, endpoint.model, endpoint.api_key, opts.tokenizer)
         states = (served.server_info.get("internal_states") or [{}])[0] or {}
         perf_model = states.get("perf_model") if served.simulated else None
-        meta = {"name": arm.name, "role": arm.role, "source": "host" if arm.host else "profile",
-                "base_url": endpoint.base_url, "fingerprint": arm.fingerprint, "simulated": served.simulated,
-                "speedup": (perf_model or {}).get("params", {}).get("speedup", 1.0) if served.simulated else 1.0,
-                "perf_model": perf_model}
+        meta = {
+            "name": arm.name,
+            "role": arm.role,
+            "source": "host" if arm.host else "profile",
+            "base_url": endpoint.base_url,
+            "fingerprint": arm.fingerprint,
+            "simulated": served.simulated,
+            "speedup": (perf_model or {}).get("params", {}).get("speedup", 1.0) if served.simulated else 1.0,
+            "perf_model": perf_model,
+        }
         _write_json(opts.out / "profiles" / f"{arm.name}.json", meta)
         for concurrency, repeat in todo:
-            say(f"{arm.name}: concurrency {concurrency}, repeat {repeat + 1}/{opts.repeat}: running "
-                f"sglang.bench_serving ({opts.requests} requests)")
-            figures = loadgen.run_cell(python, endpoint, workload, concurrency, opts.requests,
-                                       opts.out / "runs" / arm.name, seed=repeat, timeout=opts.cell_timeout_s)
-            _write_json(_cell_path(opts.out, arm.name, concurrency, repeat), {
-                "profile": arm.name, "concurrency": concurrency, "repeat": repeat, "fingerprint": arm.fingerprint,
-                "workload_digest": workload.digest, "simulated": served.simulated, "speedup": meta["speedup"],
-                "recorded": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "figures": figures})
-            say(f"{arm.name}: concurrency {concurrency}: {figures.get('output_throughput') or 0:.1f} tok/s, "
-                f"{figures['errors']} errors" + (" (MODEL numbers, simulator clock)" if served.simulated else ""))
+            say(
+                f"{arm.name}: concurrency {concurrency}, repeat {repeat + 1}/{opts.repeat}: running "
+                f"sglang.bench_serving ({opts.requests} requests)"
+            )
+            figures = loadgen.run_cell(
+                python,
+                endpoint,
+                workload,
+                concurrency,
+                opts.requests,
+                opts.out / "runs" / arm.name,
+                seed=repeat,
+                timeout=opts.cell_timeout_s,
+            )
+            _write_json(
+                _cell_path(opts.out, arm.name, concurrency, repeat),
+                {
+                    "profile": arm.name,
+                    "concurrency": concurrency,
+                    "repeat": repeat,
+                    "fingerprint": arm.fingerprint,
+                    "workload_digest": workload.digest,
+                    "simulated": served.simulated,
+                    "speedup": meta["speedup"],
+                    "recorded": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "figures": figures,
+                },
+            )
+            say(
+                f"{arm.name}: concurrency {concurrency}: {figures.get('output_throughput') or 0:.1f} tok/s, "
+                f"{figures['errors']} errors" + (" (MODEL numbers, simulator clock)" if served.simulated else "")
+            )
 
 
 def run_bench(opts: BenchOptions, say: Say) -> dict[str, Any]:
@@ -175,8 +217,11 @@ def run_bench(opts: BenchOptions, say: Say) -> dict[str, Any]:
     from kimi_serve.bench import chart
 
     if opts.requests < 1 or opts.repeat < 1 or not opts.concurrency or min(opts.concurrency) < 1:
-        raise KimiServeError("--requests, --repeat and every --concurrency must be >= 1", where="bench",
-                             hint="e.g. --concurrency 1,4,16,32,64 --requests 64 --repeat 1")
+        raise KimiServeError(
+            "--requests, --repeat and every --concurrency must be >= 1",
+            where="bench",
+            hint="e.g. --concurrency 1,4,16,32,64 --requests 64 --repeat 1",
+        )
     arms = _arms(opts)
     opts.out.mkdir(parents=True, exist_ok=True)
     workload = prepare(opts.workload, opts.requests, opts.out)
@@ -187,8 +232,11 @@ def run_bench(opts: BenchOptions, say: Say) -> dict[str, Any]:
         for c in opts.concurrency:
             for r in range(opts.repeat):
                 cell = _read_json(_cell_path(opts.out, arm.name, c, r))
-                if not (cell and cell.get("fingerprint") == arm.fingerprint
-                        and cell.get("workload_digest") == workload.digest):
+                if not (
+                    cell
+                    and cell.get("fingerprint") == arm.fingerprint
+                    and cell.get("workload_digest") == workload.digest
+                ):
                     todo.append((c, r))
         done = len(opts.concurrency) * opts.repeat - len(todo)
         if not todo:
@@ -197,12 +245,24 @@ def run_bench(opts: BenchOptions, say: Say) -> dict[str, Any]:
             if done:
                 say(f"{arm.name}: {done} cells already recorded, {len(todo)} to run")
             _run_arm(arm, todo, opts, workload, say)
-        cells[arm.name] = {c: [(_read_json(_cell_path(opts.out, arm.name, c, r)) or {}).get("figures") or {}
-                               for r in range(opts.repeat)] for c in opts.concurrency}
-    metas = [_read_json(opts.out / "profiles" / f"{a.name}.json") or {"name": a.name, "role": a.role,
-                                                                       "simulated": False} for a in arms]
-    report = rp.build(profiles=metas, cells=cells, concurrency=opts.concurrency, repeat=opts.repeat,
-                      workload={"name": workload.name, "digest": workload.digest, "requests": opts.requests})
+        cells[arm.name] = {
+            c: [
+                (_read_json(_cell_path(opts.out, arm.name, c, r)) or {}).get("figures") or {}
+                for r in range(opts.repeat)
+            ]
+            for c in opts.concurrency
+        }
+    metas = [
+        _read_json(opts.out / "profiles" / f"{a.name}.json") or {"name": a.name, "role": a.role, "simulated": False}
+        for a in arms
+    ]
+    report = rp.build(
+        profiles=metas,
+        cells=cells,
+        concurrency=opts.concurrency,
+        repeat=opts.repeat,
+        workload={"name": workload.name, "digest": workload.digest, "requests": opts.requests},
+    )
     missing = chart.matplotlib_missing()
     if missing:
         report["charts_skipped"] = missing

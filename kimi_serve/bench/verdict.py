@@ -27,8 +27,14 @@ FIGURES: dict[str, tuple[str, str, bool]] = {
     "accept_length": ("accept_length", "tokens/step", True),
     "errors": ("errors", "requests", False),
 }
-_TIME_FIGURES = {"median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms",
-                 "p99_e2e_latency_ms"}
+_TIME_FIGURES = {
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "median_e2e_latency_ms",
+    "p99_e2e_latency_ms",
+}
 _RATE_FIGURES = {"output_throughput", "request_throughput"}
 
 
@@ -51,8 +57,11 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"repeats": len(cells)}
     for key, (name, _unit, _higher) in FIGURES.items():
         values = [float(c[key]) for c in cells if isinstance(c.get(key), int | float)]
-        out[name] = ({"mean": round(mean(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
-                     if values else None)
+        out[name] = (
+            {"mean": round(mean(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
+            if values
+            else None
+        )
     return out
 
 
@@ -72,8 +81,12 @@ def compare(a: dict[str, Any] | None, b: dict[str, Any] | None, name_a: str, nam
     top, bottom = max(sa["mean"], sb["mean"]), min(sa["mean"], sb["mean"])
     margin = round(100 * (top - bottom) / bottom, 1) if bottom > 0 else None
     if overlap:
-        return {"winner": None, "margin_pct": margin, "overlap": True,
-                "text": f"no difference (spreads overlap; {hi} +{margin}%)"}
+        return {
+            "winner": None,
+            "margin_pct": margin,
+            "overlap": True,
+            "text": f"no difference (spreads overlap; {hi} +{margin}%)",
+        }
     return {"winner": hi, "margin_pct": margin, "overlap": False, "text": f"{hi} by {margin}% over {lo}"}
 
 
@@ -85,7 +98,11 @@ def crossover(verdicts: list[tuple[int, dict[str, Any]]]) -> dict[str, Any] | No
         if not winner:
             continue
         if last and winner != last[1]:
-            return {"between": [last[0], concurrency], "before": last[1], "after": winner,
-                    "text": f"{winner} overtakes {last[1]} between concurrency {last[0]} and {concurrency}"}
+            return {
+                "between": [last[0], concurrency],
+                "before": last[1],
+                "after": winner,
+                "text": f"{winner} overtakes {last[1]} between concurrency {last[0]} and {concurrency}",
+            }
         last = (concurrency, winner)
     return None

@@ -37,8 +37,11 @@ class Workload:
 
 
 def _call(name: str, args: dict[str, Any], index: int) -> dict[str, Any]:
-    return {"id": f"functions.{name}:{index}", "type": "function",
-            "function": {"name": name, "arguments": json.dumps(args)}}
+    return {
+        "id": f"functions.{name}:{index}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
 
 
 def agentic_requests(count: int, seed: int = 0) -> list[dict[str, Any]]:
@@ -53,25 +56,37 @@ def agentic_requests(count: int, seed: int = 0) -> list[dict[str, Any]]:
         calls = 0
         for _ in range(rng.choice((0, 0, 1, 2))):  # earlier exchanges of the same session
             name, args, text = results[rng.randrange(len(results))]
-            messages += [{"role": "user", "content": rng.choice(tasks)[1]},
-                         {"role": "assistant", "content": "", "tool_calls": [_call(name, args, calls)]},
-                         {"role": "tool", "tool_call_id": f"functions.{name}:{calls}", "content": text[:4000]}]
+            messages += [
+                {"role": "user", "content": rng.choice(tasks)[1]},
+                {"role": "assistant", "content": "", "tool_calls": [_call(name, args, calls)]},
+                {"role": "tool", "tool_call_id": f"functions.{name}:{calls}", "content": text[:4000]},
+            ]
             calls += 1
         body: dict[str, Any] = {"tools": spec["tools"]}
         if kind == "after_tool":
             name, args, text = results[i % len(results)]
             ask = next(t for k, t in tasks if k == "tool")
-            messages += [{"role": "user", "content": f"{ask} Then explain it, at least {rng.randrange(400, 1600)} "
-                                                      "characters."},
-                         {"role": "assistant", "content": "", "tool_calls": [_call(name, args, calls)]},
-                         {"role": "tool", "tool_call_id": f"functions.{name}:{calls}", "content": text}]
+            messages += [
+                {"role": "user", "content": f"{ask} Then explain it, at least {rng.randrange(400, 1600)} characters."},
+                {"role": "assistant", "content": "", "tool_calls": [_call(name, args, calls)]},
+                {"role": "tool", "tool_call_id": f"functions.{name}:{calls}", "content": text},
+            ]
         else:
             pool = [t for k, t in tasks if k == kind]
             messages.append({"role": "user", "content": pool[rng.randrange(len(pool))]})
             if kind == "answer":
                 body["tool_choice"] = "none"
-        out.append({"messages": messages, **body, "max_tokens": caps[kind], "temperature": 1.0, "top_p": 0.95,
-                    "chat_template_kwargs": {"thinking": True}, "ignore_eos": False})
+        out.append(
+            {
+                "messages": messages,
+                **body,
+                "max_tokens": caps[kind],
+                "temperature": 1.0,
+                "top_p": 0.95,
+                "chat_template_kwargs": {"thinking": True},
+                "ignore_eos": False,
+            }
+        )
     return out
 
 
@@ -87,25 +102,39 @@ def prepare(workload: str, requests: int, out_dir: Path) -> Workload:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
-        return Workload("agentic", ("--dataset-name", "openai", "--dataset-path", str(path)),
-                        _digest(text.encode()), path)
+        return Workload(
+            "agentic", ("--dataset-name", "openai", "--dataset-path", str(path)), _digest(text.encode()), path
+        )
     if workload == "random":
-        args = ("--dataset-name", "random-ids", "--random-input-len", str(RANDOM_INPUT_LEN),
-                "--random-output-len", str(RANDOM_OUTPUT_LEN), "--random-range-ratio", "1.0")
+        args = (
+            "--dataset-name",
+            "random-ids",
+            "--random-input-len",
+            str(RANDOM_INPUT_LEN),
+            "--random-output-len",
+            str(RANDOM_OUTPUT_LEN),
+            "--random-range-ratio",
+            "1.0",
+        )
         return Workload("random", args, _digest(" ".join(args).encode()))
     path = Path(workload)
     if not path.is_file():
-        raise KimiServeError(f"workload {workload!r} is neither agentic, random nor a readable file",
-                             where="--workload", hint="use agentic, random or a JSONL file of chat requests",
-                             exit_code=ExitCode.USAGE)
+        raise KimiServeError(
+            f"workload {workload!r} is neither agentic, random nor a readable file",
+            where="--workload",
+            hint="use agentic, random or a JSONL file of chat requests",
+            exit_code=ExitCode.USAGE,
+        )
     data = path.read_bytes()
     try:
         first = json.loads(next(line for line in data.decode().splitlines() if line.strip()))
         if not isinstance(first, dict) or not first.get("messages"):
             raise ValueError("no messages")
     except (ValueError, StopIteration, UnicodeDecodeError):
-        raise KimiServeError(f"{path} is not a JSONL file of chat requests (a JSON object with `messages` per line)",
-                             where="--workload", hint="see docs/bench.md, Workloads",
-                             exit_code=ExitCode.USAGE) from None
-    return Workload(path.name, ("--dataset-name", "openai", "--dataset-path", str(path.resolve())), _digest(data),
-                    path)
+        raise KimiServeError(
+            f"{path} is not a JSONL file of chat requests (a JSON object with `messages` per line)",
+            where="--workload",
+            hint="see docs/bench.md, Workloads",
+            exit_code=ExitCode.USAGE,
+        ) from None
+    return Workload(path.name, ("--dataset-name", "openai", "--dataset-path", str(path.resolve())), _digest(data), path)

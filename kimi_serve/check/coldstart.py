@@ -190,8 +190,14 @@ class Bandwidth:
         return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"bytes_read": self.bytes_read, "seconds": round(self.seconds, 4), "method": self.method,
-                "bound": self.bound, "bytes_per_s": round(self.bytes_per_s), "device": self.device}
+        return {
+            "bytes_read": self.bytes_read,
+            "seconds": round(self.seconds, 4),
+            "method": self.method,
+            "bound": self.bound,
+            "bytes_per_s": round(self.bytes_per_s),
+            "device": self.device,
+        }
 
 
 Chunk = tuple[Path, int, int]
@@ -278,8 +284,9 @@ def _read_chunks(chunks: list[tuple[Path, int, int]], flags: int, time_limit: fl
     return total[0], elapsed
 
 
-def probe_bandwidth(ckpt: Checkpoint, *, bound: int = PROBE_BOUND, time_limit: float = PROBE_TIME_S,
-                    threads: int = PROBE_THREADS) -> Bandwidth:
+def probe_bandwidth(
+    ckpt: Checkpoint, *, bound: int = PROBE_BOUND, time_limit: float = PROBE_TIME_S, threads: int = PROBE_THREADS
+) -> Bandwidth:
     """Time sequential reads of the checkpoint's own shards: at most ``min(bound, checkpoint bytes)`` bytes."""
     if not ckpt.files:
         raise ProbeError("no shards to read")
@@ -296,8 +303,9 @@ def probe_bandwidth(ckpt: Checkpoint, *, bound: int = PROBE_BOUND, time_limit: f
     spans = {f: _uncached_spans(f) for f in ckpt.files}
     chunks = _plan(ckpt, bound, spans)
     if not chunks:
-        raise ProbeError("every page of the checkpoint is in the page cache and O_DIRECT is refused: nothing "
-                         "uncached to time")
+        raise ProbeError(
+            "every page of the checkpoint is in the page cache and O_DIRECT is refused: nothing uncached to time"
+        )
     try:
         n, secs = _read_chunks(chunks, 0, time_limit, threads)
     finally:  # pages that were not cached before the probe (read, or read ahead by the kernel), nothing else
@@ -330,13 +338,18 @@ class Figures:
         return max(self.checkpoint.total - self.cached, 0) / self.bandwidth if self.bandwidth else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"checkpoint_bytes": self.checkpoint.total, "shards": self.checkpoint.shards,
-                "missing_shards": self.checkpoint.missing, "cached_bytes": self.cached,
-                "mem_available": self.mem_available, "mem_total": self.mem_total,
-                "bandwidth_bytes_per_s": round(self.bandwidth) if self.bandwidth else None,
-                "bandwidth_source": self.bandwidth_source,
-                "floor_s": round(self.floor_s, 2) if self.floor_s is not None else None,
-                "uncached_floor_s": round(self.predicted_disk_s, 2) if self.predicted_disk_s is not None else None}
+        return {
+            "checkpoint_bytes": self.checkpoint.total,
+            "shards": self.checkpoint.shards,
+            "missing_shards": self.checkpoint.missing,
+            "cached_bytes": self.cached,
+            "mem_available": self.mem_available,
+            "mem_total": self.mem_total,
+            "bandwidth_bytes_per_s": round(self.bandwidth) if self.bandwidth else None,
+            "bandwidth_source": self.bandwidth_source,
+            "floor_s": round(self.floor_s, 2) if self.floor_s is not None else None,
+            "uncached_floor_s": round(self.predicted_disk_s, 2) if self.predicted_disk_s is not None else None,
+        }
 
 
 def gb(n: float) -> str:

@@ -38,8 +38,9 @@ class ContractCheck:
 
 
 def _could_not_start(exc: KimiServeError) -> Finding:
-    return Finding("contract", "dry-run", FAIL, f"contract dry run could not start: {exc.message}", exc.hint or "",
-                   exc.where or "")
+    return Finding(
+        "contract", "dry-run", FAIL, f"contract dry run could not start: {exc.message}", exc.hint or "", exc.where or ""
+    )
 
 
 def start_contract(profile: Profile, *, offline: bool) -> ContractCheck:
@@ -57,8 +58,10 @@ def check_contract(profile: Profile, *, offline: bool) -> list[Finding]:
 
 def _report_findings(run: Any) -> list[Finding]:
     report = run.report
-    head = (f"simulator with the profile's exact flags ready in {run.ready_after_s:.1f}s; {report.suite} suite "
-            f"against {report.model}")
+    head = (
+        f"simulator with the profile's exact flags ready in {run.ready_after_s:.1f}s; {report.suite} suite "
+        f"against {report.model}"
+    )
     if report.error is not None:
         return [Finding("contract", "dry-run", FAIL, f"{head}: {report.error.message}", report.error.fix)]
     findings = [Finding("contract", "dry-run", PASS, head)]
@@ -69,8 +72,10 @@ def _report_findings(run: Any) -> list[Finding]:
         else:
             first = probe.findings[0]
             findings.append(Finding("contract", name, FAIL, f"{name}: {first.message}", first.fix))
-        findings += [Finding("contract", f"{name}:{w.code}", WARN, f"{name}: {w.message}", w.fix)
-                     for w in probe.warnings]
-    findings += [Finding("contract", w.code, WARN, f"the SGLang this dry run used: {w.message}", w.fix)
-                 for w in report.warnings]
+        findings += [
+            Finding("contract", f"{name}:{w.code}", WARN, f"{name}: {w.message}", w.fix) for w in probe.warnings
+        ]
+    findings += [
+        Finding("contract", w.code, WARN, f"the SGLang this dry run used: {w.message}", w.fix) for w in report.warnings
+    ]
     return findings

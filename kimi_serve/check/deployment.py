@@ -30,8 +30,13 @@ class Part:
     launch: Launch
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "role": self.role, "endpoint": self.endpoint, "local": self.local,
-                **self.launch.to_json()}
+        return {
+            "name": self.name,
+            "role": self.role,
+            "endpoint": self.endpoint,
+            "local": self.local,
+            **self.launch.to_json(),
+        }
 
 
 @dataclass(frozen=True)
@@ -44,8 +49,12 @@ class RenderPlan:
         n = self.profile.nodes
         if n.count <= 1:
             return None
-        return {"rank": n.rank, "count": n.count, "leader": f"{n.leader_host}:{n.leader_port}",
-                "serves_api": n.rank == 0}
+        return {
+            "rank": n.rank,
+            "count": n.count,
+            "leader": f"{n.leader_host}:{n.leader_port}",
+            "serves_api": n.rank == 0,
+        }
 
     def to_json(self) -> dict[str, Any]:
         doc = self.launch.to_json()
@@ -62,8 +71,11 @@ class RenderPlan:
         lines = []
         for p in self.parts:
             where = "this host" if p.local else "its own host"
-            head = (f"# router on {p.endpoint} -> {', '.join(r.endpoint for r in replicas(self.profile))}"
-                    if p.role == "router" else f"# {p.name} on {p.endpoint} ({where})")
+            head = (
+                f"# router on {p.endpoint} -> {', '.join(r.endpoint for r in replicas(self.profile))}"
+                if p.role == "router"
+                else f"# {p.name} on {p.endpoint} ({where})"
+            )
             lines += [head, p.launch.shell()]
         return "\n".join(lines)
 
@@ -72,12 +84,19 @@ def _rank_profile(profile: Profile, node_rank: int) -> Profile:
     n = profile.nodes
     where = display_path(profile.source)
     if n.count <= 1:
-        raise KimiServeError(f"--node-rank {node_rank}: profile {profile.name!r} is single-node (nodes.count 1)",
-                             where=where, hint="drop --node-rank, or set nodes.count and nodes.leader_host",
-                             exit_code=ExitCode.USAGE)
+        raise KimiServeError(
+            f"--node-rank {node_rank}: profile {profile.name!r} is single-node (nodes.count 1)",
+            where=where,
+            hint="drop --node-rank, or set nodes.count and nodes.leader_host",
+            exit_code=ExitCode.USAGE,
+        )
     if node_rank >= n.count:
-        raise KimiServeError(f"--node-rank {node_rank}: nodes.count is {n.count}, so the ranks are 0..{n.count - 1}",
-                             where=where, hint=f"pass --node-rank 0..{n.count - 1}", exit_code=ExitCode.USAGE)
+        raise KimiServeError(
+            f"--node-rank {node_rank}: nodes.count is {n.count}, so the ranks are 0..{n.count - 1}",
+            where=where,
+            hint=f"pass --node-rank 0..{n.count - 1}",
+            exit_code=ExitCode.USAGE,
+        )
     return _with(profile, f"nodes.rank={node_rank}")
 
 
@@ -102,6 +121,13 @@ def render_plan(profile: Profile, node_rank: int | None = None) -> RenderPlan:
     multinode = profile.nodes.count > 1
     for rep in replicas(profile):
         view = _with(profile, f"nodes.leader_host={rep.host}") if multinode and not rep.local else profile
-        parts.append(Part(f"replica {rep.index}", "replica", rep.endpoint, rep.local,
-                          build_launch(view, python, pythonpath=root, port=rep.port)))
+        parts.append(
+            Part(
+                f"replica {rep.index}",
+                "replica",
+                rep.endpoint,
+                rep.local,
+                build_launch(view, python, pythonpath=root, port=rep.port),
+            )
+        )
     return RenderPlan(profile, launch, tuple(parts))

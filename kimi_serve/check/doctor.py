@@ -28,8 +28,11 @@ GIB = 1024**3
 MIN_DRIVER = 570  # first driver branch for Blackwell
 MIN_CUDA = (12, 8)
 MIN_NOFILE = 65536
-GPU_QUERY = ["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total,memory.free,driver_version",
-             "--format=csv,noheader,nounits"]
+GPU_QUERY = [
+    "nvidia-smi",
+    "--query-gpu=index,name,compute_cap,memory.total,memory.free,driver_version",
+    "--format=csv,noheader,nounits",
+]
 
 
 def _run(argv: list[str]) -> Completed | None:
@@ -89,9 +92,14 @@ class DoctorReport:
         return ExitCode.ENVIRONMENT if failed(self.checks) else ExitCode.OK
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": 1, "kind": "kimi-serve-doctor", "profile": self.profile,
-                "ok": self.exit_code == ExitCode.OK, "exit_code": int(self.exit_code),
-                "checks": [c.to_json() for c in self.checks]}
+        return {
+            "version": 1,
+            "kind": "kimi-serve-doctor",
+            "profile": self.profile,
+            "ok": self.exit_code == ExitCode.OK,
+            "exit_code": int(self.exit_code),
+            "checks": [c.to_json() for c in self.checks],
+        }
 
 
 def _f(name: str, status: str, message: str, fix: str = "") -> Finding:
@@ -138,13 +146,25 @@ def check_gpus(p: Profile, gpus: list[Gpu]) -> list[Finding]:
     caps = sorted({g.compute_cap for g in gpus})
     out = []
     if len(gpus) < p.gpus:
-        out.append(_f("gpus", FAIL, f"{len(gpus)} GPU(s) visible, the profile needs {p.gpus}",
-                      "check CUDA_VISIBLE_DEVICES and nvidia-smi; or lower gpus/parallel.tp_size"))
+        out.append(
+            _f(
+                "gpus",
+                FAIL,
+                f"{len(gpus)} GPU(s) visible, the profile needs {p.gpus}",
+                "check CUDA_VISIBLE_DEVICES and nvidia-smi; or lower gpus/parallel.tp_size",
+            )
+        )
     else:
         out.append(_f("gpus", PASS, f"{len(gpus)} GPU(s): {', '.join(names)} (profile uses {p.gpus})"))
     if caps != [EXPECTED_CC]:
-        out.append(_f("compute_capability", FAIL, f"compute capability {', '.join(caps)}, expected {EXPECTED_CC} "
-                      "(RTX PRO 6000 Blackwell, SM120)", "use a profile and patch set made for these GPUs"))
+        out.append(
+            _f(
+                "compute_capability",
+                FAIL,
+                f"compute capability {', '.join(caps)}, expected {EXPECTED_CC} (RTX PRO 6000 Blackwell, SM120)",
+                "use a profile and patch set made for these GPUs",
+            )
+        )
     else:
         out.append(_f("compute_capability", PASS, f"compute capability {EXPECTED_CC} (SM120) on every GPU"))
     return out
@@ -163,8 +183,12 @@ def check_driver(host: Host, gpus: list[Gpu]) -> Finding:
         return _f("driver", WARN, f"cannot parse driver {driver!r} / CUDA {cuda!r}", "check nvidia-smi")
     text = f"driver {driver}, CUDA {cuda or 'unknown'}"
     if major < MIN_DRIVER or (cuda_t is not None and cuda_t < MIN_CUDA):
-        return _f("driver", FAIL, f"{text}: Blackwell needs driver {MIN_DRIVER}+ and CUDA "
-                  f"{MIN_CUDA[0]}.{MIN_CUDA[1]}+", f"install NVIDIA driver {MIN_DRIVER} or newer")
+        return _f(
+            "driver",
+            FAIL,
+            f"{text}: Blackwell needs driver {MIN_DRIVER}+ and CUDA {MIN_CUDA[0]}.{MIN_CUDA[1]}+",
+            f"install NVIDIA driver {MIN_DRIVER} or newer",
+        )
     return _f("driver", PASS, text)
 
 
@@ -185,8 +209,12 @@ def check_topology(host: Host) -> Finding:
         return _f("topology", WARN, "no GPU-to-GPU links in nvidia-smi topo -m", "run it by hand")
     summary = ", ".join(f"{k} x{v // 2 or v}" for k, v in sorted(links.items()))
     if "NVLink" in links:
-        return _f("topology", WARN, f"NVLink present ({summary}); this deployment is tuned for PCIe-only "
-                  "(PCIe-IPC all-reduce)", "consider allreduce.pcie_ipc: false on NVLink hosts")
+        return _f(
+            "topology",
+            WARN,
+            f"NVLink present ({summary}); this deployment is tuned for PCIe-only (PCIe-IPC all-reduce)",
+            "consider allreduce.pcie_ipc: false on NVLink hosts",
+        )
     return _f("topology", PASS, f"PCIe only, no NVLink ({summary} GPU pairs): PCIe-IPC all-reduce fits")
 
 
@@ -195,14 +223,22 @@ def check_gpu_memory(p: Profile, gpus: list[Gpu]) -> Finding:
     short = [g for g in gpus[: p.gpus] if g.free_mib < fraction * g.total_mib]
     if short:
         g = short[0]
-        return _f("gpu_memory", FAIL, f"GPU {g.index} has {g.free_mib / 1024:.1f} of {g.total_mib / 1024:.1f} GiB "
-                  f"free, less than mem_fraction_static {fraction:g} needs (SGLang would fail with CUDA OOM)",
-                  "stop the other GPU processes (nvidia-smi lists them)")
+        return _f(
+            "gpu_memory",
+            FAIL,
+            f"GPU {g.index} has {g.free_mib / 1024:.1f} of {g.total_mib / 1024:.1f} GiB "
+            f"free, less than mem_fraction_static {fraction:g} needs (SGLang would fail with CUDA OOM)",
+            "stop the other GPU processes (nvidia-smi lists them)",
+        )
     busy = [g for g in gpus[: p.gpus] if g.total_mib - g.free_mib > 2048]
     least = min(g.free_mib for g in gpus[: p.gpus]) / 1024
     if busy:
-        return _f("gpu_memory", WARN, f"{len(busy)} GPU(s) already have >2 GiB in use (least free: {least:.1f} GiB)",
-                  "check nvidia-smi for leftover processes")
+        return _f(
+            "gpu_memory",
+            WARN,
+            f"{len(busy)} GPU(s) already have >2 GiB in use (least free: {least:.1f} GiB)",
+            "check nvidia-smi for leftover processes",
+        )
     return _f("gpu_memory", PASS, f"GPU memory free on all {min(len(gpus), p.gpus)} GPUs (least: {least:.1f} GiB)")
 
 
@@ -215,8 +251,12 @@ def check_disk(host: Host, path: str) -> Finding:
         probe = probe.parent
     free = host.disk_free(probe) / GIB
     if free < 20:
-        return _f("disk", WARN, f"{free:.1f} GiB free at {probe} (model path {path})",
-                  "free space: logs, caches and a re-download need room")
+        return _f(
+            "disk",
+            WARN,
+            f"{free:.1f} GiB free at {probe} (model path {path})",
+            "free space: logs, caches and a re-download need room",
+        )
     return _f("disk", PASS, f"{free:.0f} GiB free at {probe}")
 
 
@@ -232,40 +272,67 @@ def check_sglang(p: Profile, launch: Launch, host: Host) -> list[Finding]:
         site = host.sglang_site(python)
         version = installed_version(site)
     except KimiServeError as exc:
-        fix = (BUILD_HINT if p.engine == "simulator" else
-               "install sglang==0.5.23 there (pip install 'kimi-serve[serve]'), or point the profile's python: at the "
-               "venv that has it")
+        fix = (
+            BUILD_HINT
+            if p.engine == "simulator"
+            else "install sglang==0.5.23 there (pip install 'kimi-serve[serve]'), or point the profile's python: at the "
+            "venv that has it"
+        )
         return [_f("sglang", FAIL, exc.message, fix)]
     want = load_flag_table().sglang_version
     if version != want:
-        return [_f("sglang", FAIL, f"sglang {version} in {site}, the profile is made for {want}",
-                   f"pip install sglang=={want} with {python}")]
+        return [
+            _f(
+                "sglang",
+                FAIL,
+                f"sglang {version} in {site}, the profile is made for {want}",
+                f"pip install sglang=={want} with {python}",
+            )
+        ]
     out = [_f("sglang", PASS, f"sglang {version} ({python})")]
     if p.engine == "sglang" and p.patch_set:
-        out.append(patch_state_finding(p, site, python=python, state_dir=host.state_dir, layer="doctor",
-                                       code="patch_set"))
+        out.append(
+            patch_state_finding(p, site, python=python, state_dir=host.state_dir, layer="doctor", code="patch_set")
+        )
     return out
 
 
 def check_port(launch: Launch, host: Host) -> Finding:
     problem = host.port_problem(launch.host, launch.port)
     if problem:
-        return _f("port", FAIL, f"{problem}: SGLang would notice only after loading every weight (~2 min later)",
-                  f"stop what listens there (ss -ltnp 'sport = :{launch.port}') or change server.port")
+        return _f(
+            "port",
+            FAIL,
+            f"{problem}: SGLang would notice only after loading every weight (~2 min later)",
+            f"stop what listens there (ss -ltnp 'sport = :{launch.port}') or change server.port",
+        )
     return _f("port", PASS, f"{launch.host}:{launch.port} is free")
 
 
 def check_limits(host: Host) -> list[Finding]:
     inf = resource.RLIM_INFINITY
     soft, _hard = host.rlimit(resource.RLIMIT_MEMLOCK)
-    out = [_f("memlock", PASS, "locked-memory limit unlimited") if soft == inf else
-           _f("memlock", WARN, f"locked-memory limit {soft // 1024} KiB (NCCL and CUDA pin host memory)",
-              "ulimit -l unlimited (the systemd unit sets LimitMEMLOCK=infinity)")]
+    out = [
+        _f("memlock", PASS, "locked-memory limit unlimited")
+        if soft == inf
+        else _f(
+            "memlock",
+            WARN,
+            f"locked-memory limit {soft // 1024} KiB (NCCL and CUDA pin host memory)",
+            "ulimit -l unlimited (the systemd unit sets LimitMEMLOCK=infinity)",
+        )
+    ]
     soft, hard = host.rlimit(resource.RLIMIT_NOFILE)
     best = hard if hard != inf else MIN_NOFILE
     if best < MIN_NOFILE:
-        out.append(_f("nofile", WARN, f"open-file limit {soft}/{hard} (SGLang wants {MIN_NOFILE}+)",
-                      "ulimit -n 1048576 (the systemd unit sets LimitNOFILE)"))
+        out.append(
+            _f(
+                "nofile",
+                WARN,
+                f"open-file limit {soft}/{hard} (SGLang wants {MIN_NOFILE}+)",
+                "ulimit -n 1048576 (the systemd unit sets LimitNOFILE)",
+            )
+        )
     else:
         out.append(_f("nofile", PASS, f"open-file limit {soft} (hard {'unlimited' if hard == inf else hard})"))
     return out

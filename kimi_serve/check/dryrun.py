@@ -70,18 +70,31 @@ class PendingDryRun:
             self.sim.wait_ready(max(1.0, self.startup_timeout - (time.monotonic() - self.started)))
             ready_after = time.monotonic() - self.started
             verify = self.profile.verify
-            report = run_verify(self.sim.base_url, api_key=self.api_key.value, key_source=self.api_key.source,
-                                model=self.profile.model.served_name, wait=AFTER_START_WAIT,
-                                timeout=float(self.timeout or verify.timeout), suite=self.suite or verify.suite)
+            report = run_verify(
+                self.sim.base_url,
+                api_key=self.api_key.value,
+                key_source=self.api_key.source,
+                model=self.profile.model.served_name,
+                wait=AFTER_START_WAIT,
+                timeout=float(self.timeout or verify.timeout),
+                suite=self.suite or verify.suite,
+            )
         finally:
             status = self.sim.stop()
-        return DryRun(report=report, argv=self.argv, ready_after_s=ready_after, simulator_exit=status,
-                      log_path=self.log_path)
+        return DryRun(
+            report=report, argv=self.argv, ready_after_s=ready_after, simulator_exit=status, log_path=self.log_path
+        )
 
 
-def start_contract_dryrun(profile: Profile | str, *, suite: str | None = None, timeout: float | None = None,
-                          startup_timeout: float | None = None, log_dir: Path | None = None,
-                          stand_in_key: bool = False) -> PendingDryRun:
+def start_contract_dryrun(
+    profile: Profile | str,
+    *,
+    suite: str | None = None,
+    timeout: float | None = None,
+    startup_timeout: float | None = None,
+    log_dir: Path | None = None,
+    stand_in_key: bool = False,
+) -> PendingDryRun:
     """Start the simulator with the profile's exact flags and return at once (`check` runs its SGLang tier meanwhile).
 
     Decoding is paced as under `up` (the simulator's default step, or the profile's own env/$KIMI_SERVE_SIM_*), the
@@ -116,14 +129,34 @@ def start_contract_dryrun(profile: Profile | str, *, suite: str | None = None, t
     log_path = run_dir / "simulator.log"
     started = time.monotonic()
     sim = launcher.Simulator.start(argv, env, f"http://{HOST}:{port}", log_path)
-    return PendingDryRun(profile, sim, argv, api_key, log_path,
-                         float(startup_timeout if startup_timeout is not None else profile.startup.timeout),
-                         suite, timeout, started)
+    return PendingDryRun(
+        profile,
+        sim,
+        argv,
+        api_key,
+        log_path,
+        float(startup_timeout if startup_timeout is not None else profile.startup.timeout),
+        suite,
+        timeout,
+        started,
+    )
 
 
-def run_contract_dryrun(profile: Profile | str, *, suite: str | None = None, timeout: float | None = None,
-                        startup_timeout: float | None = None, log_dir: Path | None = None,
-                        stand_in_key: bool = False) -> DryRun:
+def run_contract_dryrun(
+    profile: Profile | str,
+    *,
+    suite: str | None = None,
+    timeout: float | None = None,
+    startup_timeout: float | None = None,
+    log_dir: Path | None = None,
+    stand_in_key: bool = False,
+) -> DryRun:
     """Start the simulator (:func:`start_contract_dryrun`), check it, stop it."""
-    return start_contract_dryrun(profile, suite=suite, timeout=timeout, startup_timeout=startup_timeout,
-                                 log_dir=log_dir, stand_in_key=stand_in_key).finish()
+    return start_contract_dryrun(
+        profile,
+        suite=suite,
+        timeout=timeout,
+        startup_timeout=startup_timeout,
+        log_dir=log_dir,
+        stand_in_key=stand_in_key,
+    ).finish()

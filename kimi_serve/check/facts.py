@@ -23,16 +23,40 @@ DRAFT_REPO = "lightseekorg/kimi-k2.5-eagle3-mla"
 def model_findings(p: Profile, *, layer: str, codes: tuple[str, str] = ("model", "draft")) -> list[Finding]:
     """The model and (with EAGLE-3) the draft directory of an ``engine: sglang`` profile."""
     args = " ".join(p.extra_args)
-    out = check_model_dir(p.model.path, codes[0], "model", repo=MODEL_REPO, layer=layer, where=p.where("model.path"),
-                          tokenizer="--skip-tokenizer-init" not in args, weights="--load-format dummy" not in args)
+    out = check_model_dir(
+        p.model.path,
+        codes[0],
+        "model",
+        repo=MODEL_REPO,
+        layer=layer,
+        where=p.where("model.path"),
+        tokenizer="--skip-tokenizer-init" not in args,
+        weights="--load-format dummy" not in args,
+    )
     if p.speculative.enabled and p.speculative.draft_model_path:
-        out += check_model_dir(p.speculative.draft_model_path, codes[1], "EAGLE-3 draft", repo=DRAFT_REPO, layer=layer,
-                               where=p.where("speculative.draft_model_path"), tokenizer=False)
+        out += check_model_dir(
+            p.speculative.draft_model_path,
+            codes[1],
+            "EAGLE-3 draft",
+            repo=DRAFT_REPO,
+            layer=layer,
+            where=p.where("speculative.draft_model_path"),
+            tokenizer=False,
+        )
     return out
 
 
-def check_model_dir(path: str, name: str, what: str, *, repo: str, tokenizer: bool, weights: bool = True,
-                    layer: str = "doctor", where: str = "") -> list[Finding]:
+def check_model_dir(
+    path: str,
+    name: str,
+    what: str,
+    *,
+    repo: str,
+    tokenizer: bool,
+    weights: bool = True,
+    layer: str = "doctor",
+    where: str = "",
+) -> list[Finding]:
     def _f(code: str, status: str, message: str, fix: str = "") -> Finding:
         return Finding(layer, code, status, message, fix, where if status == FAIL else "")
 
@@ -57,8 +81,14 @@ def check_model_dir(path: str, name: str, what: str, *, repo: str, tokenizer: bo
             return [_f(name, FAIL, f"{index} is unreadable ({exc.__class__.__name__})", fix)]
         missing = sorted(expected - present)
         if missing:
-            out.append(_f(name, FAIL, f"{what} at {path}: {len(missing)} of {len(expected)} shards missing "
-                          f"(first: {missing[0]})", f"finish the download: {fix}"))
+            out.append(
+                _f(
+                    name,
+                    FAIL,
+                    f"{what} at {path}: {len(missing)} of {len(expected)} shards missing (first: {missing[0]})",
+                    f"finish the download: {fix}",
+                )
+            )
         else:
             out.append(_f(name, PASS, f"{what} at {path}: model_type {kind}, all {len(expected)} shards present"))
     elif present:
@@ -68,15 +98,22 @@ def check_model_dir(path: str, name: str, what: str, *, repo: str, tokenizer: bo
     if tokenizer:
         found = [t for t in TOKENIZER_FILES if (d / t).is_file()]
         if not (d / "tokenizer_config.json").is_file() or not found:
-            out.append(_f(f"{name}.tokenizer", FAIL, f"{path} lacks tokenizer files (tokenizer_config.json and one of "
-                          f"{', '.join(TOKENIZER_FILES)})", fix))
+            out.append(
+                _f(
+                    f"{name}.tokenizer",
+                    FAIL,
+                    f"{path} lacks tokenizer files (tokenizer_config.json and one of {', '.join(TOKENIZER_FILES)})",
+                    fix,
+                )
+            )
         else:
             out.append(_f(f"{name}.tokenizer", PASS, f"tokenizer: tokenizer_config.json, {found[0]}"))
     return out
 
 
-def patch_state_finding(p: Profile, site: Path, *, python: str, state_dir: Path | None, layer: str,
-                        code: str) -> Finding:
+def patch_state_finding(
+    p: Profile, site: Path, *, python: str, state_dir: Path | None, layer: str, code: str
+) -> Finding:
     """Is the profile's patch set applied to the SGLang in ``site`` (the one ``python`` imports)?"""
     from kimi_serve.patches import load_patch_set, status
 
@@ -84,15 +121,28 @@ def patch_state_finding(p: Profile, site: Path, *, python: str, state_dir: Path 
     try:
         st = status(site, load_patch_set(p.patch_set), state_dir=state_dir)
     except KimiServeError as exc:
-        return Finding(layer, code, FAIL, f"patch set {p.patch_set}: {exc.message}", exc.hint or apply,
-                       p.where("python"))
+        return Finding(
+            layer, code, FAIL, f"patch set {p.patch_set}: {exc.message}", exc.hint or apply, p.where("python")
+        )
     if st.all_applied:
-        return Finding(layer, code, PASS, f"patch set {p.patch_set} applied to {st.site_packages} "
-                       f"({len(st.patches)} patches)")
+        return Finding(
+            layer, code, PASS, f"patch set {p.patch_set} applied to {st.site_packages} ({len(st.patches)} patches)"
+        )
     if st.conflicts:
         c = st.conflicts[0]
-        return Finding(layer, code, FAIL, f"patch set {p.patch_set}: {c.name} conflicts with local changes in "
-                       f"{st.site_packages}: {c.detail}", f"reinstall sglang=={st.target_version}, then {apply}")
+        return Finding(
+            layer,
+            code,
+            FAIL,
+            f"patch set {p.patch_set}: {c.name} conflicts with local changes in {st.site_packages}: {c.detail}",
+            f"reinstall sglang=={st.target_version}, then {apply}",
+        )
     todo = [r.name for r in st.patches if r.state.value != "applied"]
-    return Finding(layer, code, FAIL, f"patch set {p.patch_set} is not applied to {st.site_packages} ({len(todo)} of "
-                   f"{len(st.patches)} patches missing)", apply)
+    return Finding(
+        layer,
+        code,
+        FAIL,
+        f"patch set {p.patch_set} is not applied to {st.site_packages} ({len(todo)} of "
+        f"{len(st.patches)} patches missing)",
+        apply,
+    )

@@ -51,8 +51,10 @@ def figures(p: Profile, state_root: Path, *, probe: str = "if-unknown", bound: i
         else:
             try:
                 m = cs.probe_bandwidth(ckpt, bound=bound)
-                bw, source = m.bytes_per_s or None, f"measured now: {cs.gb(m.bytes_read)} in {m.seconds:.2f}s " \
-                                                    f"({m.method})"
+                bw, source = (
+                    m.bytes_per_s or None,
+                    f"measured now: {cs.gb(m.bytes_read)} in {m.seconds:.2f}s ({m.method})",
+                )
                 try:
                     remember_bandwidth(state_root, m, str(ckpt.files[0].parent))
                 except OSError:
@@ -83,31 +85,55 @@ def coldstart_findings(p: Profile, state_root: Path, *, probe: str = "always") -
     ck = fig.checkpoint
     if not ck.files:
         return [_f("coldstart", SKIP, "no shards to measure (see the model check)")]
-    out = [_f("checkpoint", PASS, f"{cs.gb(ck.total)} in {ck.shards} shard(s) (safetensors index)"
-              + (f", {ck.missing} missing" if ck.missing else ""))]
+    out = [
+        _f(
+            "checkpoint",
+            PASS,
+            f"{cs.gb(ck.total)} in {ck.shards} shard(s) (safetensors index)"
+            + (f", {ck.missing} missing" if ck.missing else ""),
+        )
+    ]
     if fig.bandwidth:
         out.append(_f("read_bandwidth", PASS, f"{fig.bandwidth / 1e9:.2f} GB/s sequential ({fig.bandwidth_source})"))
     else:
-        out.append(_f("read_bandwidth", WARN, f"sequential read bandwidth unknown: {fig.bandwidth_source}",
-                      "run kimi-serve doctor when the checkpoint is not fully cached"))
+        out.append(
+            _f(
+                "read_bandwidth",
+                WARN,
+                f"sequential read bandwidth unknown: {fig.bandwidth_source}",
+                "run kimi-serve doctor when the checkpoint is not fully cached",
+            )
+        )
     pct = 100 * fig.cached / ck.total if ck.total else 0.0
     out.append(_f("page_cache", PASS, f"{cs.gb(fig.cached)} of the checkpoint in the page cache ({pct:.0f}%)"))
     need, room = prewarm_room(fig)
     ram = f"{cs.gb(fig.mem_available)} available of {cs.gb(fig.mem_total)}"
     if need > room:
-        out.append(_f("ram", WARN, f"{ram}: the uncached {cs.gb(need)} do not fit in the page cache (keeping "
-                      f"{RAM_MARGIN:.0%} free): every start reads them from disk, prewarm refuses",
-                      "add RAM or free page cache; prod's loader.prefetch is pointless without room"))
+        out.append(
+            _f(
+                "ram",
+                WARN,
+                f"{ram}: the uncached {cs.gb(need)} do not fit in the page cache (keeping "
+                f"{RAM_MARGIN:.0%} free): every start reads them from disk, prewarm refuses",
+                "add RAM or free page cache; prod's loader.prefetch is pointless without room",
+            )
+        )
     else:
         out.append(_f("ram", PASS, f"{ram}: the checkpoint fits in the page cache (prewarm can hold it)"))
     starts = read_starts(state_root)
     if fig.floor_s is not None:
         predicted, how = predict_weights_s(fig, starts)
         assert fig.predicted_disk_s is not None
-        out.append(_f("floor", PASS, f"disk floor {cs.seconds(fig.floor_s)} for the weights ({cs.gb(ck.total)} at "
-                      f"{fig.bandwidth / 1e9 if fig.bandwidth else 0:.2f} GB/s); uncached now: "
-                      f"{cs.seconds(fig.predicted_disk_s)}; predicted weight phase "
-                      f"{cs.seconds(predicted or 0)} ({how}); CUDA graphs and warmup come on top"))
+        out.append(
+            _f(
+                "floor",
+                PASS,
+                f"disk floor {cs.seconds(fig.floor_s)} for the weights ({cs.gb(ck.total)} at "
+                f"{fig.bandwidth / 1e9 if fig.bandwidth else 0:.2f} GB/s); uncached now: "
+                f"{cs.seconds(fig.predicted_disk_s)}; predicted weight phase "
+                f"{cs.seconds(predicted or 0)} ({how}); CUDA graphs and warmup come on top",
+            )
+        )
     for s in starts[-LAST_STARTS_SHOWN:]:
         out.append(_f("last_start", PASS, describe_start(s)))
     return out

@@ -18,14 +18,22 @@ def _simulator_dir(p: Profile, key: str, path: str | None, what: str) -> Finding
         return Finding("host", key, PASS, f"no {what} configured")
     d = Path(path)
     if not (d / "config.json").is_file():
-        return Finding("host", key, PASS, f"simulator engine: {what} {path} absent here, its config-only stand-in "
-                       "serves")
+        return Finding(
+            "host", key, PASS, f"simulator engine: {what} {path} absent here, its config-only stand-in serves"
+        )
     if not d.is_dir():
-        return Finding("host", key, FAIL, f"{what} directory {path} does not exist",
-                       "download the checkpoint there or fix the path", p.where(key))
+        return Finding(
+            "host",
+            key,
+            FAIL,
+            f"{what} directory {path} does not exist",
+            "download the checkpoint there or fix the path",
+            p.where(key),
+        )
     if not (d / "config.json").is_file():
-        return Finding("host", key, FAIL, f"{path} has no config.json", "point at the checkpoint's top directory",
-                       p.where(key))
+        return Finding(
+            "host", key, FAIL, f"{path} has no config.json", "point at the checkpoint's top directory", p.where(key)
+        )
     shards = len(list(d.glob("*.safetensors")))
     return Finding("host", key, PASS, f"{what} at {path} ({shards} safetensors shards)")
 
@@ -47,17 +55,38 @@ def check_api_key_file(path: str | None, p: Profile) -> Finding:
 
 def check_host(p: Profile) -> list[Finding]:
     if p.engine == "simulator":
-        findings = [_simulator_dir(p, "model.path", p.model.path, "model"),
-                    _simulator_dir(p, "speculative.draft_model_path",
-                                   p.speculative.draft_model_path if p.speculative.enabled else None, "EAGLE-3 draft")]
+        findings = [
+            _simulator_dir(p, "model.path", p.model.path, "model"),
+            _simulator_dir(
+                p,
+                "speculative.draft_model_path",
+                p.speculative.draft_model_path if p.speculative.enabled else None,
+                "EAGLE-3 draft",
+            ),
+        ]
     else:  # the same rule doctor and up's preflight apply
         findings = model_findings(p, layer="host", codes=("model.path", "speculative.draft_model_path"))
     findings.append(check_api_key_file(p.server.api_key_file, p))
     if p.python and not os.access(p.python, os.X_OK):
-        findings.append(Finding("host", "python", FAIL, f"interpreter {p.python} is missing or not executable",
-                                "install SGLang there (pip install 'kimi-serve[serve]') or fix python:",
-                                p.where("python")))
+        findings.append(
+            Finding(
+                "host",
+                "python",
+                FAIL,
+                f"interpreter {p.python} is missing or not executable",
+                "install SGLang there (pip install 'kimi-serve[serve]') or fix python:",
+                p.where("python"),
+            )
+        )
     elif p.engine == "sglang" and not p.python:
-        findings.append(Finding("host", "python", WARN, "no python: set; the unit will use kimi-serve's own "
-                                "interpreter", "set python: to the venv that has SGLang", p.where("python")))
+        findings.append(
+            Finding(
+                "host",
+                "python",
+                WARN,
+                "no python: set; the unit will use kimi-serve's own interpreter",
+                "set python: to the venv that has SGLang",
+                p.where("python"),
+            )
+        )
     return findings

@@ -15,13 +15,24 @@ def _offline(profile: Profile, patch_set) -> Finding:
 
     wheel = cached_wheel(patch_set.target_version)
     if wheel is None:
-        return Finding("patches", "wheel", WARN, f"pinned sglang {patch_set.target_version} wheel not cached: cannot "
-                       f"confirm {patch_set.name} applies", "run scripts/fetch-sglang-wheel.sh")
+        return Finding(
+            "patches",
+            "wheel",
+            WARN,
+            f"pinned sglang {patch_set.target_version} wheel not cached: cannot confirm {patch_set.name} applies",
+            "run scripts/fetch-sglang-wheel.sh",
+        )
     result = check_applies_to_wheel(patch_set, wheel)
     if result.ok:
         return Finding("patches", "wheel", PASS, result.message)
-    return Finding("patches", "wheel", FAIL, f"{patch_set.name} does not apply to {wheel.name}: {result.message}",
-                   "regenerate the patch set for this SGLang", profile.where("patch_set"))
+    return Finding(
+        "patches",
+        "wheel",
+        FAIL,
+        f"{patch_set.name} does not apply to {wheel.name}: {result.message}",
+        "regenerate the patch set for this SGLang",
+        profile.where("patch_set"),
+    )
 
 
 def _on_host(profile: Profile, patch_set) -> Finding:
@@ -32,11 +43,18 @@ def _on_host(profile: Profile, patch_set) -> Finding:
     if profile.engine == "simulator":
         return Finding("patches", "installed", SKIP, "simulator engine: no GPU code runs, patches not needed")
     if not python:
-        return Finding("patches", "installed", WARN, "no python: in the profile: cannot tell which SGLang will serve",
-                       "set python: to the SGLang venv's interpreter", profile.where("python"))
+        return Finding(
+            "patches",
+            "installed",
+            WARN,
+            "no python: in the profile: cannot tell which SGLang will serve",
+            "set python: to the SGLang venv's interpreter",
+            profile.where("python"),
+        )
     if not os.access(python, os.X_OK):
-        return Finding("patches", "installed", SKIP, f"interpreter {python} missing: patch state unknown (see the "
-                       "host layer)")
+        return Finding(
+            "patches", "installed", SKIP, f"interpreter {python} missing: patch state unknown (see the host layer)"
+        )
     try:
         st = status(site_packages_of(python), patch_set)
     except KimiServeError as exc:
@@ -45,10 +63,20 @@ def _on_host(profile: Profile, patch_set) -> Finding:
         return Finding("patches", "installed", PASS, f"{patch_set.name} applied to {st.site_packages}")
     if st.conflicts:
         names = ", ".join(p.name for p in st.conflicts)
-        return Finding("patches", "installed", FAIL, f"{patch_set.name} conflicts with local changes in "
-                       f"{st.site_packages} ({names})", "reinstall sglang, then kimi-serve patches apply")
-    return Finding("patches", "installed", FAIL, f"{patch_set.name} is not applied to {st.site_packages}",
-                   f"kimi-serve patches apply --python {python} --set {patch_set.name}")
+        return Finding(
+            "patches",
+            "installed",
+            FAIL,
+            f"{patch_set.name} conflicts with local changes in {st.site_packages} ({names})",
+            "reinstall sglang, then kimi-serve patches apply",
+        )
+    return Finding(
+        "patches",
+        "installed",
+        FAIL,
+        f"{patch_set.name} is not applied to {st.site_packages}",
+        f"kimi-serve patches apply --python {python} --set {patch_set.name}",
+    )
 
 
 def check_patches(profile: Profile, *, offline: bool) -> list[Finding]:

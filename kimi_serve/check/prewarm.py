@@ -50,11 +50,22 @@ class PrewarmResult:
         return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": 1, "kind": "kimi-serve-prewarm", "status": self.status, "reason": self.reason or None,
-                "checkpoint_bytes": self.checkpoint_bytes, "shards": self.shards, "cached_before": self.cached_before,
-                "to_read": self.to_read, "room": self.room, "bytes_read": self.bytes_read,
-                "seconds": round(self.seconds, 3), "bytes_per_s": round(self.bytes_per_s),
-                "cached_after": self.cached_after, "errors": self.errors}
+        return {
+            "version": 1,
+            "kind": "kimi-serve-prewarm",
+            "status": self.status,
+            "reason": self.reason or None,
+            "checkpoint_bytes": self.checkpoint_bytes,
+            "shards": self.shards,
+            "cached_before": self.cached_before,
+            "to_read": self.to_read,
+            "room": self.room,
+            "bytes_read": self.bytes_read,
+            "seconds": round(self.seconds, 3),
+            "bytes_per_s": round(self.bytes_per_s),
+            "cached_after": self.cached_after,
+            "errors": self.errors,
+        }
 
 
 def _spans(f: Path) -> list[tuple[int, int]]:
@@ -63,8 +74,14 @@ def _spans(f: Path) -> list[tuple[int, int]]:
 
 
 class _Reader:
-    def __init__(self, work: list[tuple[Path, list[tuple[int, int]]]], limit: int, mem_floor: int,
-                 mem: Callable[[], int], stop: threading.Event) -> None:
+    def __init__(
+        self,
+        work: list[tuple[Path, list[tuple[int, int]]]],
+        limit: int,
+        mem_floor: int,
+        mem: Callable[[], int],
+        stop: threading.Event,
+    ) -> None:
         self.work, self.limit, self.mem_floor, self.mem, self.stop = list(reversed(work)), limit, mem_floor, mem, stop
         self.lock = threading.Lock()
         self.read = 0
@@ -117,8 +134,15 @@ class _Reader:
             os.close(fd)
 
 
-def prewarm(fig: cs.Figures, *, progress: Progress | None = None, stop: threading.Event | None = None,
-            mem: Callable[[], int] | None = None, threads: int = THREADS, tick_s: float = 0.5) -> PrewarmResult:
+def prewarm(
+    fig: cs.Figures,
+    *,
+    progress: Progress | None = None,
+    stop: threading.Event | None = None,
+    mem: Callable[[], int] | None = None,
+    threads: int = THREADS,
+    tick_s: float = 0.5,
+) -> PrewarmResult:
     """Bring the uncached part of ``fig.checkpoint`` into the page cache (see the module doc for the bounds)."""
     ck = fig.checkpoint
     need, room = prewarm_room(fig)
@@ -131,8 +155,10 @@ def prewarm(fig: cs.Figures, *, progress: Progress | None = None, stop: threadin
         return res
     if need > room:
         res.status = "refused"
-        res.reason = (f"the uncached {cs.gb(need)} do not fit: {cs.gb(fig.mem_available)} available minus a margin "
-                      f"of {RAM_MARGIN:.0%} of {cs.gb(fig.mem_total)} leaves {cs.gb(room)}")
+        res.reason = (
+            f"the uncached {cs.gb(need)} do not fit: {cs.gb(fig.mem_available)} available minus a margin "
+            f"of {RAM_MARGIN:.0%} of {cs.gb(fig.mem_total)} leaves {cs.gb(room)}"
+        )
         return res
     mem = mem or (lambda: cs.meminfo().get("MemAvailable", 0))
     stop = stop or threading.Event()
@@ -161,8 +187,10 @@ def prewarm(fig: cs.Figures, *, progress: Progress | None = None, stop: threadin
         progress(reader.read, need)
     res.cached_after = cs.residency(ck)
     if reader.ram_short:
-        res.status, res.reason = "ram_short", (f"stopped: MemAvailable fell below the margin "
-                                               f"({cs.gb(RAM_MARGIN * fig.mem_total)}) while reading")
+        res.status, res.reason = (
+            "ram_short",
+            (f"stopped: MemAvailable fell below the margin ({cs.gb(RAM_MARGIN * fig.mem_total)}) while reading"),
+        )
     elif interrupted or (stop.is_set() and reader.read < need):
         res.status, res.reason = "interrupted", "stopped on request; what was read stays cached"
     elif reader.errors:
@@ -178,22 +206,35 @@ def run_prewarm(profile_ref: str, *, state_root: Path, progress: Progress | None
 
     p = load_profile(profile_ref)
     if not loads_weights(p):
-        raise KimiServeError(f"profile {p.name} reads no checkpoint (engine: simulator or --load-format dummy)",
-                             where="prewarm", hint="prewarm a profile that loads real weights")
+        raise KimiServeError(
+            f"profile {p.name} reads no checkpoint (engine: simulator or --load-format dummy)",
+            where="prewarm",
+            hint="prewarm a profile that loads real weights",
+        )
     try:
         fig = figures(p, state_root, probe="never")
     except OSError as exc:
-        raise KimiServeError(f"cannot read the checkpoint under {p.model.path}: {exc.strerror or exc}",
-                             where="prewarm", hint="run it as a user that can read the model files",
-                             exit_code=ExitCode.ENVIRONMENT) from None
+        raise KimiServeError(
+            f"cannot read the checkpoint under {p.model.path}: {exc.strerror or exc}",
+            where="prewarm",
+            hint="run it as a user that can read the model files",
+            exit_code=ExitCode.ENVIRONMENT,
+        ) from None
     if not fig.checkpoint.files:
-        raise KimiServeError(f"no safetensors shards under {p.model.path}", where="prewarm",
-                             hint="kimi-serve doctor --profile NAME shows what is missing",
-                             exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            f"no safetensors shards under {p.model.path}",
+            where="prewarm",
+            hint="kimi-serve doctor --profile NAME shows what is missing",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
     return prewarm(fig, progress=progress)
 
 
 def exit_code_of(res: PrewarmResult) -> ExitCode:
-    return {"done": ExitCode.FAILED if res.errors else ExitCode.OK, "nothing_to_do": ExitCode.OK,
-            "refused": ExitCode.ENVIRONMENT, "ram_short": ExitCode.ENVIRONMENT,
-            "interrupted": ExitCode.INTERRUPTED}[res.status]
+    return {
+        "done": ExitCode.FAILED if res.errors else ExitCode.OK,
+        "nothing_to_do": ExitCode.OK,
+        "refused": ExitCode.ENVIRONMENT,
+        "ram_short": ExitCode.ENVIRONMENT,
+        "interrupted": ExitCode.INTERRUPTED,
+    }[res.status]

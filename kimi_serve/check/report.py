@@ -82,8 +82,11 @@ def run_check(
     profile = load_profile(name_or_path, sets)  # YAML and schema errors raise: exit 2 with file:line: key
     say = progress or (lambda _msg: None)
     launch, findings = fast_validate(profile)
-    report = CheckReport(profile, launch, [Finding("schema", "profile", PASS, f"{display_path(profile.source)} "
-                                                   "is a valid profile")] + findings)
+    report = CheckReport(
+        profile,
+        launch,
+        [Finding("schema", "profile", PASS, f"{display_path(profile.source)} is a valid profile")] + findings,
+    )
     dry_run = None
     if contract:  # start the simulator now: its SGLang import overlaps the parser tier's
         from kimi_serve.check.contract import start_contract
@@ -101,8 +104,15 @@ def run_check(
         # flags SGLang rejects do.
         if failed(f for f in report.findings if f.layer in {"flags", "sglang"}):
             dry_run.cancel()
-            report.findings.append(Finding("contract", "dry-run", SKIP, "contract dry run skipped: SGLang would "
-                                           "not start with these flags", "fix the failures above"))
+            report.findings.append(
+                Finding(
+                    "contract",
+                    "dry-run",
+                    SKIP,
+                    "contract dry run skipped: SGLang would not start with these flags",
+                    "fix the failures above",
+                )
+            )
         else:
             say("contract dry run: running the verify suite against the simulator...")
             report.findings += dry_run.findings()

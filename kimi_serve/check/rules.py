@@ -40,24 +40,41 @@ def rule_parsers(p: Profile, _: Launch) -> Iterator[Finding]:
     if p.parsers.tool_call == "kimi_k2":
         yield _ok("parsers.tool_call", "tool-call parser kimi_k2: tool calls come back as structured tool_calls")
     else:
-        yield _bad(p, "parsers.tool_call", f"tool-call parser is {p.parsers.tool_call!r}, not kimi_k2: clients get "
-                   "raw <|tool_calls_section_begin|> text instead of tool_calls", "set parsers.tool_call: kimi_k2")
+        yield _bad(
+            p,
+            "parsers.tool_call",
+            f"tool-call parser is {p.parsers.tool_call!r}, not kimi_k2: clients get "
+            "raw <|tool_calls_section_begin|> text instead of tool_calls",
+            "set parsers.tool_call: kimi_k2",
+        )
     if p.parsers.reasoning == "kimi_k2":
         yield _ok("parsers.reasoning", "reasoning parser kimi_k2: reasoning comes back as reasoning_content")
     else:
-        yield _bad(p, "parsers.reasoning", f"reasoning parser is {p.parsers.reasoning!r}, not kimi_k2: reasoning "
-                   "and </think> end up in content", "set parsers.reasoning: kimi_k2")
+        yield _bad(
+            p,
+            "parsers.reasoning",
+            f"reasoning parser is {p.parsers.reasoning!r}, not kimi_k2: reasoning and </think> end up in content",
+            "set parsers.reasoning: kimi_k2",
+        )
 
 
 def rule_model(p: Profile, _: Launch) -> Iterator[Finding]:
     if not p.model.trust_remote_code:
-        yield _bad(p, "model.trust_remote_code", "Kimi-K2.5's tokenizer and config need --trust-remote-code",
-                   "set model.trust_remote_code: true")
+        yield _bad(
+            p,
+            "model.trust_remote_code",
+            "Kimi-K2.5's tokenizer and config need --trust-remote-code",
+            "set model.trust_remote_code: true",
+        )
     else:
         yield _ok("model.trust_remote_code", "--trust-remote-code is set")
     if ":" in p.model.served_name:
-        yield _bad(p, "model.served_name", f"served name {p.model.served_name!r} contains ':' (SGLang rejects it)",
-                   "remove the ':'")
+        yield _bad(
+            p,
+            "model.served_name",
+            f"served name {p.model.served_name!r} contains ':' (SGLang rejects it)",
+            "remove the ':'",
+        )
 
 
 def rule_parallel(p: Profile, _: Launch) -> Iterator[Finding]:
@@ -65,19 +82,35 @@ def rule_parallel(p: Profile, _: Launch) -> Iterator[Finding]:
     tp_size x pp_size divides by nnodes, :mod:`kimi_serve.check.topology_rules`)."""
     tp, pp, nodes = p.parallel.tp_size, p.parallel.pp_size, p.nodes.count
     if nodes == 1 and pp == 1 and tp != p.gpus:
-        yield _bad(p, "parallel.tp_size", f"tp_size {tp} differs from gpus {p.gpus}",
-                   f"set parallel.tp_size: {p.gpus} (one rank per GPU) or change gpus")
+        yield _bad(
+            p,
+            "parallel.tp_size",
+            f"tp_size {tp} differs from gpus {p.gpus}",
+            f"set parallel.tp_size: {p.gpus} (one rank per GPU) or change gpus",
+        )
     elif tp * pp != p.gpus * nodes:
         want = p.gpus * nodes // pp if (p.gpus * nodes) % pp == 0 else 0
-        fix = (f"set parallel.tp_size: {want}" if want and not p.model.attention_heads % want else
-               "make tp_size x pp_size equal gpus x nodes.count, with a tp_size that divides the "
-               f"{p.model.attention_heads} attention heads")
+        fix = (
+            f"set parallel.tp_size: {want}"
+            if want and not p.model.attention_heads % want
+            else "make tp_size x pp_size equal gpus x nodes.count, with a tp_size that divides the "
+            f"{p.model.attention_heads} attention heads"
+        )
         sglang = " (and SGLang asserts 'tp_size must be divisible by number of nodes')" if (tp * pp) % nodes else ""
-        yield _bad(p, "parallel.tp_size", f"tp_size {tp} x pp_size {pp} = {tp * pp} ranks, but gpus {p.gpus} x "
-                   f"nodes.count {nodes} = {p.gpus * nodes} GPUs (one rank per GPU on every host){sglang}", fix)
+        yield _bad(
+            p,
+            "parallel.tp_size",
+            f"tp_size {tp} x pp_size {pp} = {tp * pp} ranks, but gpus {p.gpus} x "
+            f"nodes.count {nodes} = {p.gpus * nodes} GPUs (one rank per GPU on every host){sglang}",
+            fix,
+        )
     elif p.model.attention_heads % tp:
-        yield _bad(p, "parallel.tp_size", f"tp_size {tp} does not divide the model's {p.model.attention_heads} "
-                   "attention heads", "use a divisor such as 8")
+        yield _bad(
+            p,
+            "parallel.tp_size",
+            f"tp_size {tp} does not divide the model's {p.model.attention_heads} attention heads",
+            "use a divisor such as 8",
+        )
     else:
         shape = f"TP={tp}" + (f" x PP={pp}" if pp > 1 else "")
         hosts = f"{p.gpus} GPUs" + (f" x {nodes} nodes" if nodes > 1 else "")
@@ -90,21 +123,39 @@ def rule_speculative(p: Profile, launch: Launch) -> Iterator[Finding]:
         yield _ok("speculative", "speculative decoding off")
         return
     if not s.draft_model_path:
-        yield _bad(p, "speculative.draft_model_path", "EAGLE-3 needs a draft model",
-                   "set speculative.draft_model_path to the local EAGLE-3 draft directory")
+        yield _bad(
+            p,
+            "speculative.draft_model_path",
+            "EAGLE-3 needs a draft model",
+            "set speculative.draft_model_path to the local EAGLE-3 draft directory",
+        )
     if s.eagle_topk == 1 and s.num_draft_tokens != s.num_steps + 1:
-        yield _bad(p, "speculative.num_draft_tokens",
-                   f"with eagle_topk 1, num_draft_tokens must be num_steps + 1 = {s.num_steps + 1}, got "
-                   f"{s.num_draft_tokens} (SGLang would silently rewrite it)",
-                   f"set speculative.num_draft_tokens: {s.num_steps + 1}")
+        yield _bad(
+            p,
+            "speculative.num_draft_tokens",
+            f"with eagle_topk 1, num_draft_tokens must be num_steps + 1 = {s.num_steps + 1}, got "
+            f"{s.num_draft_tokens} (SGLang would silently rewrite it)",
+            f"set speculative.num_draft_tokens: {s.num_steps + 1}",
+        )
     if s.overlap_schedule and s.eagle_topk != 1:
-        yield _bad(p, "speculative.eagle_topk", f"overlap (spec v2) scheduling here needs eagle_topk 1, got "
-                   f"{s.eagle_topk}", "set speculative.eagle_topk: 1, or overlap_schedule: false")
+        yield _bad(
+            p,
+            "speculative.eagle_topk",
+            f"overlap (spec v2) scheduling here needs eagle_topk 1, got {s.eagle_topk}",
+            "set speculative.eagle_topk: 1, or overlap_schedule: false",
+        )
     if s.overlap_schedule and "--disable-overlap-schedule" in p.extra_args:
-        yield _bad(p, "extra_args", "--disable-overlap-schedule contradicts speculative.overlap_schedule: true",
-                   "remove it from extra_args, or set speculative.overlap_schedule: false")
-    yield _ok("speculative", f"{s.algorithm} steps={s.num_steps} topk={s.eagle_topk} draft={s.num_draft_tokens}"
-              f" overlap={'on (spec v2)' if s.overlap_schedule else 'off'}")
+        yield _bad(
+            p,
+            "extra_args",
+            "--disable-overlap-schedule contradicts speculative.overlap_schedule: true",
+            "remove it from extra_args, or set speculative.overlap_schedule: false",
+        )
+    yield _ok(
+        "speculative",
+        f"{s.algorithm} steps={s.num_steps} topk={s.eagle_topk} draft={s.num_draft_tokens}"
+        f" overlap={'on (spec v2)' if s.overlap_schedule else 'off'}",
+    )
 
 
 def needed_features(p: Profile) -> list[str]:
@@ -123,29 +174,51 @@ def rule_patch_set(p: Profile, _: Launch) -> Iterator[Finding]:
         yield _ok("patch_set", "no SM120-gated feature used")
         return
     if not p.patch_set:
-        yield _bad(p, "patch_set", f"{', '.join(features)} need SGLang source patches on SM120 (unpatched: "
-                   "fusion crashes at init, torch symm mem silently disables itself)",
-                   "set patch_set: sglang-0.5.23-sm120")
+        yield _bad(
+            p,
+            "patch_set",
+            f"{', '.join(features)} need SGLang source patches on SM120 (unpatched: "
+            "fusion crashes at init, torch symm mem silently disables itself)",
+            "set patch_set: sglang-0.5.23-sm120",
+        )
         return
     try:
         from kimi_serve.patches import load_patch_set  # lazily: reads the manifest
     except ModuleNotFoundError:
-        yield _bad(p, "patch_set", f"cannot verify that {p.patch_set!r} covers {', '.join(features)}: this "
-                   "kimi-serve has no patch support", "upgrade kimi-serve", status=WARN)
+        yield _bad(
+            p,
+            "patch_set",
+            f"cannot verify that {p.patch_set!r} covers {', '.join(features)}: this kimi-serve has no patch support",
+            "upgrade kimi-serve",
+            status=WARN,
+        )
         return
     try:
         patch_set = load_patch_set(p.patch_set)
     except Exception as exc:  # noqa: BLE001 - any failure to load the named set is this rule's finding
-        yield _bad(p, "patch_set", f"patch set {p.patch_set!r} cannot be used: {exc}",
-                   "name a set under patches/ (kimi-serve patches status lists them)")
+        yield _bad(
+            p,
+            "patch_set",
+            f"patch set {p.patch_set!r} cannot be used: {exc}",
+            "name a set under patches/ (kimi-serve patches status lists them)",
+        )
         return
     missing = [f for f in features if f not in patch_set.features]
     if missing:
-        yield _bad(p, "patch_set", f"patch set {p.patch_set!r} does not cover {', '.join(missing)}",
-                   "use a set that covers them or turn the feature off in allreduce")
+        yield _bad(
+            p,
+            "patch_set",
+            f"patch set {p.patch_set!r} does not cover {', '.join(missing)}",
+            "use a set that covers them or turn the feature off in allreduce",
+        )
     elif patch_set.target_version != load_flag_table().sglang_version:
-        yield _bad(p, "patch_set", f"patch set {p.patch_set!r} targets SGLang {patch_set.target_version}, the "
-                   f"profile targets {load_flag_table().sglang_version}", "use the set made for the target SGLang")
+        yield _bad(
+            p,
+            "patch_set",
+            f"patch set {p.patch_set!r} targets SGLang {patch_set.target_version}, the "
+            f"profile targets {load_flag_table().sglang_version}",
+            "use the set made for the target SGLang",
+        )
     else:
         yield _ok("patch_set", f"patch set {p.patch_set} covers {', '.join(features)}")
 
@@ -167,37 +240,59 @@ def rule_patch_set_redact(p: Profile, _: Launch) -> Iterator[Finding]:
     if FEATURE_REDACT in features:
         yield _ok("patch_set.redact", f"patch set {p.patch_set} keeps the API key out of SGLang's startup log")
     else:
-        yield Finding("rules", "patch_set.redact", WARN,
-                      f"the API key from server.api_key_file would be written to the journal by SGLang's startup log "
-                      f"(server_args=...): patch set {p.patch_set or '(none)'} does not cover {FEATURE_REDACT}",
-                      f"use a patch set covering {FEATURE_REDACT} (patch_set: sglang-0.5.23-sm120)",
-                      p.where("patch_set"))
+        yield Finding(
+            "rules",
+            "patch_set.redact",
+            WARN,
+            f"the API key from server.api_key_file would be written to the journal by SGLang's startup log "
+            f"(server_args=...): patch set {p.patch_set or '(none)'} does not cover {FEATURE_REDACT}",
+            f"use a patch set covering {FEATURE_REDACT} (patch_set: sglang-0.5.23-sm120)",
+            p.where("patch_set"),
+        )
     if FEATURE_REDACT_INFO in features:
-        yield _ok("patch_set.redact_server_info", f"patch set {p.patch_set} keeps the API keys out of SGLang's "
-                  "/server_info")
+        yield _ok(
+            "patch_set.redact_server_info", f"patch set {p.patch_set} keeps the API keys out of SGLang's /server_info"
+        )
     else:
-        yield Finding("rules", "patch_set.redact_server_info", WARN,
-                      f"SGLang's /server_info would return the API key and the admin key (and a launch command "
-                      f"holding them) to every API client: patch set {p.patch_set or '(none)'} does not cover "
-                      f"{FEATURE_REDACT_INFO}",
-                      f"use a patch set covering {FEATURE_REDACT_INFO} (patch_set: sglang-0.5.23-sm120)",
-                      p.where("patch_set"))
+        yield Finding(
+            "rules",
+            "patch_set.redact_server_info",
+            WARN,
+            f"SGLang's /server_info would return the API key and the admin key (and a launch command "
+            f"holding them) to every API client: patch set {p.patch_set or '(none)'} does not cover "
+            f"{FEATURE_REDACT_INFO}",
+            f"use a patch set covering {FEATURE_REDACT_INFO} (patch_set: sglang-0.5.23-sm120)",
+            p.where("patch_set"),
+        )
 
 
 def rule_allreduce(p: Profile, launch: Launch) -> Iterator[Finding]:
     env_value = p.env.get(PCIE_IPC_ENV)
     pcie_ipc = launch.env.get(PCIE_IPC_ENV) == "1"
     if p.allreduce.pcie_ipc and env_value is not None and str(env_value) != "1":
-        yield _bad(p, "env", f"env {PCIE_IPC_ENV}={env_value} contradicts allreduce.pcie_ipc: true (the env wins: "
-                   "the PCIe-IPC all-reduce would be off)", f"remove {PCIE_IPC_ENV} from env, or set "
-                   "allreduce.pcie_ipc: false")
+        yield _bad(
+            p,
+            "env",
+            f"env {PCIE_IPC_ENV}={env_value} contradicts allreduce.pcie_ipc: true (the env wins: "
+            "the PCIe-IPC all-reduce would be off)",
+            f"remove {PCIE_IPC_ENV} from env, or set allreduce.pcie_ipc: false",
+        )
     elif not p.allreduce.pcie_ipc and pcie_ipc:
-        yield _bad(p, "env", f"env {PCIE_IPC_ENV}=1 turns on the PCIe-IPC all-reduce that allreduce.pcie_ipc: false "
-                   "says is off", f"set allreduce.pcie_ipc: true and remove {PCIE_IPC_ENV} from env", status=WARN)
+        yield _bad(
+            p,
+            "env",
+            f"env {PCIE_IPC_ENV}=1 turns on the PCIe-IPC all-reduce that allreduce.pcie_ipc: false says is off",
+            f"set allreduce.pcie_ipc: true and remove {PCIE_IPC_ENV} from env",
+            status=WARN,
+        )
     elif p.allreduce.nccl_symm_mem and pcie_ipc:
-        yield _bad(p, "allreduce.nccl_symm_mem", "NCCL symmetric memory takes precedence and bypasses the PCIe-IPC "
-                   "all-reduce", "set allreduce.nccl_symm_mem: false (PCIe-IPC is the fast path without NVLink)",
-                   status=WARN)
+        yield _bad(
+            p,
+            "allreduce.nccl_symm_mem",
+            "NCCL symmetric memory takes precedence and bypasses the PCIe-IPC all-reduce",
+            "set allreduce.nccl_symm_mem: false (PCIe-IPC is the fast path without NVLink)",
+            status=WARN,
+        )
     else:
         yield _ok("allreduce", "all-reduce path consistent")
 
@@ -205,16 +300,29 @@ def rule_allreduce(p: Profile, launch: Launch) -> Iterator[Finding]:
 def rule_auth(p: Profile, launch: Launch) -> Iterator[Finding]:
     secret_flags = [a.split("=")[0] for a in launch.server_args if a.split("=")[0] in SECRET_FLAGS]
     if secret_flags:
-        yield _bad(p, "extra_args", f"{secret_flags[0]} puts a secret on the command line (visible in ps and the "
-                   "unit)", "remove it and set server.api_key_file to a 0600 YAML file 'api-key: KEY'")
+        yield _bad(
+            p,
+            "extra_args",
+            f"{secret_flags[0]} puts a secret on the command line (visible in ps and the unit)",
+            "remove it and set server.api_key_file to a 0600 YAML file 'api-key: KEY'",
+        )
     if is_loopback(p.server.host) or p.server.api_key_file:
         yield _ok("server.api_key_file", "API reachable only locally or protected by an API key")
     elif p.allow_unauthenticated:
-        yield _bad(p, "allow_unauthenticated", f"binding {p.server.host} without an API key (allowed by the profile)",
-                   "set server.api_key_file", status=WARN)
+        yield _bad(
+            p,
+            "allow_unauthenticated",
+            f"binding {p.server.host} without an API key (allowed by the profile)",
+            "set server.api_key_file",
+            status=WARN,
+        )
     else:
-        yield _bad(p, "server.host", f"binding {p.server.host} without an API key exposes the server",
-                   "set server.api_key_file, or allow_unauthenticated: true, or host: 127.0.0.1")
+        yield _bad(
+            p,
+            "server.host",
+            f"binding {p.server.host} without an API key exposes the server",
+            "set server.api_key_file, or allow_unauthenticated: true, or host: 127.0.0.1",
+        )
 
 
 def admin_key_required(p: Profile) -> bool:
@@ -230,9 +338,13 @@ def rule_admin_key(p: Profile, _: Launch) -> Iterator[Finding]:
     if not p.server.api_key_file:
         yield _ok("server.admin_key", "no API key: admin endpoints follow server.host's reach")
     elif p.server.admin_key == "none" and not is_loopback(p.server.host):
-        yield _bad(p, "server.admin_key", f"binding {p.server.host} with one key for clients and admin: every client "
-                   "can update weights, load LoRA tensors, pause or slow the server",
-                   "set server.admin_key: required (or auto) and add 'admin-api-key: OTHER-KEY' to the key file")
+        yield _bad(
+            p,
+            "server.admin_key",
+            f"binding {p.server.host} with one key for clients and admin: every client "
+            "can update weights, load LoRA tensors, pause or slow the server",
+            "set server.admin_key: required (or auto) and add 'admin-api-key: OTHER-KEY' to the key file",
+        )
     elif admin_key_required(p):
         yield _ok("server.admin_key", "the key file must hold a distinct admin-api-key (checked on the host)")
     else:
@@ -240,32 +352,56 @@ def rule_admin_key(p: Profile, _: Launch) -> Iterator[Finding]:
 
 
 def rule_memory(p: Profile, _: Launch) -> Iterator[Finding]:
-    implicit = [k for k in ("mem_fraction_static", "chunked_prefill_size", "cuda_graph_max_bs_decode")
-                if getattr(p.memory, k) is None]
+    implicit = [
+        k
+        for k in ("mem_fraction_static", "chunked_prefill_size", "cuda_graph_max_bs_decode")
+        if getattr(p.memory, k) is None
+    ]
     if implicit:
-        yield _bad(p, f"memory.{implicit[0]}", f"{', '.join(implicit)} left to SGLang's auto-sizing",
-                   "set explicit memory knobs for a reproducible deployment", status=WARN)
+        yield _bad(
+            p,
+            f"memory.{implicit[0]}",
+            f"{', '.join(implicit)} left to SGLang's auto-sizing",
+            "set explicit memory knobs for a reproducible deployment",
+            status=WARN,
+        )
     else:
         yield _ok("memory", "memory and CUDA-graph knobs explicit")
 
 
-LOADER_FLAGS = ("--model-loader-extra-config", "--weight-loader-prefetch-checkpoints",
-                "--weight-loader-prefetch-num-threads")
+LOADER_FLAGS = (
+    "--model-loader-extra-config",
+    "--weight-loader-prefetch-checkpoints",
+    "--weight-loader-prefetch-num-threads",
+)
 
 
 def rule_loader(p: Profile, _: Launch) -> Iterator[Finding]:
     ld = p.loader
     dup = [f for f in LOADER_FLAGS if f in p.extra_args]
     if dup:
-        yield _bad(p, "extra_args", f"{dup[0]} in extra_args: the loader: section renders it (argparse would keep "
-                   "whichever comes last)", "set loader.multithread / num_threads / prefetch instead")
+        yield _bad(
+            p,
+            "extra_args",
+            f"{dup[0]} in extra_args: the loader: section renders it (argparse would keep whichever comes last)",
+            "set loader.multithread / num_threads / prefetch instead",
+        )
     elif ld.multithread is False and ld.num_threads is not None:
-        yield _bad(p, "loader.num_threads", "loader.num_threads is ignored with loader.multithread: false",
-                   "drop num_threads or set multithread: true", status=WARN)
+        yield _bad(
+            p,
+            "loader.num_threads",
+            "loader.num_threads is ignored with loader.multithread: false",
+            "drop num_threads or set multithread: true",
+            status=WARN,
+        )
     elif ld.prefetch and ld.multithread is None and ld.num_threads is None:
-        yield _bad(p, "loader.prefetch", "with loader.prefetch and neither multithread nor num_threads set, SGLang "
-                   "loads single-threaded", "set loader.multithread: true on local NVMe (docs/coldstart.md)",
-                   status=WARN)
+        yield _bad(
+            p,
+            "loader.prefetch",
+            "with loader.prefetch and neither multithread nor num_threads set, SGLang loads single-threaded",
+            "set loader.multithread: true on local NVMe (docs/coldstart.md)",
+            status=WARN,
+        )
     else:
         yield _ok("loader", "weight-loader options consistent")
 
@@ -275,25 +411,55 @@ def rule_flag_table(p: Profile, launch: Launch) -> Iterator[Finding]:
     problems = check_argv(launch.server_args, table)
     for prob in problems:
         key = "extra_args" if prob.flag in p.extra_args else "profile"
-        yield Finding("flags", f"flag {prob.flag}", FAIL, f"{prob.flag}: {prob.message}", prob.fix,
-                      p.where(key) if key == "extra_args" else "")
+        yield Finding(
+            "flags",
+            f"flag {prob.flag}",
+            FAIL,
+            f"{prob.flag}: {prob.message}",
+            prob.fix,
+            p.where(key) if key == "extra_args" else "",
+        )
     if not problems:
-        yield Finding("flags", "argv", PASS, f"all {sum(a.startswith('--') for a in launch.server_args)} flags "
-                      f"are full, current SGLang {table.sglang_version} flags")
+        yield Finding(
+            "flags",
+            "argv",
+            PASS,
+            f"all {sum(a.startswith('--') for a in launch.server_args)} flags "
+            f"are full, current SGLang {table.sglang_version} flags",
+        )
     unknown = unknown_sglang_env(list(launch.env), table)
     for name in unknown:
-        hint = ("spec v2 is the default EAGLE-3 worker in 0.5.23; remove it" if name == "SGLANG_ENABLE_SPEC_V2"
-                else "remove it or fix its spelling")
-        yield Finding("flags", f"env {name}", FAIL, f"{name} is unknown to SGLang {table.sglang_version} (it would "
-                      "be silently ignored)", hint, p.where(f"env.{name}") if f"env.{name}" in p.lines
-                      else p.where("env"))
+        hint = (
+            "spec v2 is the default EAGLE-3 worker in 0.5.23; remove it"
+            if name == "SGLANG_ENABLE_SPEC_V2"
+            else "remove it or fix its spelling"
+        )
+        yield Finding(
+            "flags",
+            f"env {name}",
+            FAIL,
+            f"{name} is unknown to SGLang {table.sglang_version} (it would be silently ignored)",
+            hint,
+            p.where(f"env.{name}") if f"env.{name}" in p.lines else p.where("env"),
+        )
     if not unknown:
         yield Finding("flags", "env", PASS, "every SGLANG_* variable is known to SGLang")
 
 
 RULES: tuple[Rule, ...] = (
-    rule_parsers, rule_model, rule_parallel, rule_speculative, rule_patch_set, rule_patch_set_redact, rule_allreduce,
-    rule_auth, rule_admin_key, rule_memory, rule_loader, rule_flag_table, *TOPOLOGY_RULES,
+    rule_parsers,
+    rule_model,
+    rule_parallel,
+    rule_speculative,
+    rule_patch_set,
+    rule_patch_set_redact,
+    rule_allreduce,
+    rule_auth,
+    rule_admin_key,
+    rule_memory,
+    rule_loader,
+    rule_flag_table,
+    *TOPOLOGY_RULES,
 )
 
 

@@ -55,32 +55,64 @@ def service_user_findings(p: Profile, *, accounts_root: Path, dev_root: Path, gp
     user = p.service.user
     where = p.where("service.user")
     if user == "root":
-        return [Finding("doctor", "service_user", WARN, "the service runs as root: a compromised SGLang owns the host",
-                        "set service.user: kimi-serve (install-service creates it)", where)]
+        return [
+            Finding(
+                "doctor",
+                "service_user",
+                WARN,
+                "the service runs as root: a compromised SGLang owns the host",
+                "set service.user: kimi-serve (install-service creates it)",
+                where,
+            )
+        ]
     account = lookup(user, accounts_root)
     if account is None:
-        return [Finding("doctor", "service_user", SKIP, f"user {user} does not exist yet (install-service creates "
-                        "it); its access to the GPUs and the model is not checked", "", where)]
+        return [
+            Finding(
+                "doctor",
+                "service_user",
+                SKIP,
+                f"user {user} does not exist yet (install-service creates "
+                "it); its access to the GPUs and the model is not checked",
+                "",
+                where,
+            )
+        ]
     gids = group_ids(account, accounts_root)
     found = [Finding("doctor", "service_user", PASS, f"service user {user} (uid {account.uid}) exists")]
     nodes = sorted(dev_root.glob(GPU_NODES)) if gpus else []
     closed = [n for n in nodes if n.is_char_device() and not may(account, gids, n, READ | WRITE)]
     if closed:
-        found.append(Finding("doctor", "service_user.devices", FAIL, f"{user} cannot open {closed[0]} (+"
-                             f"{len(closed) - 1} more): CUDA finds no GPU",
-                             f"usermod -a -G {_group_of(closed[0])} {user} (install-service does this)", where))
+        found.append(
+            Finding(
+                "doctor",
+                "service_user.devices",
+                FAIL,
+                f"{user} cannot open {closed[0]} (+{len(closed) - 1} more): CUDA finds no GPU",
+                f"usermod -a -G {_group_of(closed[0])} {user} (install-service does this)",
+                where,
+            )
+        )
     elif nodes:
-        found.append(Finding("doctor", "service_user.devices", PASS, f"{user} can open all {len(nodes)} "
-                             f"/dev/{GPU_NODES} nodes"))
+        found.append(
+            Finding("doctor", "service_user.devices", PASS, f"{user} can open all {len(nodes)} /dev/{GPU_NODES} nodes")
+        )
     dirs = [d for d in (p.model.path, p.speculative.draft_model_path if p.speculative.enabled else None) if d]
     for d in dirs:
         if not Path(d).is_dir():
             continue  # doctor's model check reports a missing directory
         problem = _model_problem(account, gids, Path(d))
         if problem:
-            found.append(Finding("doctor", "service_user.model", FAIL, f"{user} {problem}: SGLang cannot load "
-                                 "the model", f"make it readable: chmod -R o+rX {d} (or a group {user} is in)",
-                                 p.where("model.path")))
+            found.append(
+                Finding(
+                    "doctor",
+                    "service_user.model",
+                    FAIL,
+                    f"{user} {problem}: SGLang cannot load the model",
+                    f"make it readable: chmod -R o+rX {d} (or a group {user} is in)",
+                    p.where("model.path"),
+                )
+            )
         else:
             found.append(Finding("doctor", "service_user.model", PASS, f"{user} can read {d} (without owning it)"))
     return found

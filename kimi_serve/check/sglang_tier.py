@@ -43,16 +43,18 @@ def _adapt(server_args: tuple[str, ...], secret_file: Path) -> tuple[list[str], 
     return args, notes
 
 
-def run_probe(python: SGLangPython, args: list[str], platform: str | None = "sm120",
-              also: list[list[str]] | None = None) -> dict:
+def run_probe(
+    python: SGLangPython, args: list[str], platform: str | None = "sm120", also: list[list[str]] | None = None
+) -> dict:
     """SGLang's verdict on ``args`` (and, in the same interpreter, on each argv of ``also``: the other ranks)."""
     env = with_pythonpath(os.environ, package_root())
     request: dict = {"args": args, "platform": platform}
     if also:
         request["also"] = also
     try:
-        done = proc.run([python.path, "-m", "kimi_serve.sglang.probe"], timeout=PROBE_TIMEOUT_S, env=env,
-                        input=json.dumps(request))
+        done = proc.run(
+            [python.path, "-m", "kimi_serve.sglang.probe"], timeout=PROBE_TIMEOUT_S, env=env, input=json.dumps(request)
+        )
     except proc.NotInstalled:
         return {"error": f"interpreter {python.path} ({python.origin}) does not exist"}
     try:
@@ -67,7 +69,7 @@ def other_ranks(args: list[str], count: int) -> list[list[str]]:
     if count <= 1 or "--node-rank" not in args:
         return []
     i = args.index("--node-rank") + 1
-    return [[*args[:i], str(r), *args[i + 1:]] for r in range(count) if str(r) != args[i]]
+    return [[*args[:i], str(r), *args[i + 1 :]] for r in range(count) if str(r) != args[i]]
 
 
 def _rank_findings(results: list[dict], profile: Profile, version: str) -> list[Finding]:
@@ -77,11 +79,25 @@ def _rank_findings(results: list[dict], profile: Profile, version: str) -> list[
     for rank, res in zip(ranks, results, strict=False):
         step = "parse" if not res["parse"]["ok"] else "resolve" if not res.get("resolve", {}).get("ok") else None
         if step:
-            out.append(Finding("sglang", f"rank {rank}", FAIL, f"SGLang {version} rejects rank {rank}'s argv "
-                               f"({step}): {res[step]['error']}", "fix the profile key behind it"))
+            out.append(
+                Finding(
+                    "sglang",
+                    f"rank {rank}",
+                    FAIL,
+                    f"SGLang {version} rejects rank {rank}'s argv ({step}): {res[step]['error']}",
+                    "fix the profile key behind it",
+                )
+            )
         else:
-            out.append(Finding("sglang", f"rank {rank}", PASS, f"SGLang {version}'s parser and check_server_args "
-                               f"accept rank {rank}'s argv (only --node-rank differs)"))
+            out.append(
+                Finding(
+                    "sglang",
+                    f"rank {rank}",
+                    PASS,
+                    f"SGLang {version}'s parser and check_server_args "
+                    f"accept rank {rank}'s argv (only --node-rank differs)",
+                )
+            )
     return out
 
 
@@ -105,8 +121,11 @@ def check_with_sglang(profile: Profile, launch: Launch, python: SGLangPython | N
         except KimiServeError as exc:
             return [Finding("sglang", "sglang", FAIL, exc.message, exc.hint or "")]
     if python is None:
-        return [Finding("sglang", "sglang", SKIP, "SGLang not found: checked against the committed flag table only",
-                        BUILD_HINT)]
+        return [
+            Finding(
+                "sglang", "sglang", SKIP, "SGLang not found: checked against the committed flag table only", BUILD_HINT
+            )
+        ]
     with tempfile.TemporaryDirectory(prefix="kimi-serve-check-") as tmp:
         secret = Path(tmp) / "secrets.yaml"
         secret.write_text("api-key: stand-in-key-for-check\n")
@@ -125,37 +144,85 @@ def _verdict(profile: Profile, result: dict, notes: list[str], version: str) -> 
         findings.append(Finding("sglang", "stand-in", PASS, note))
     parse = result["parse"]
     if not parse["ok"]:
-        findings.append(Finding("sglang", "parse", FAIL, f"SGLang {version}'s parser rejects the argv: "
-                                f"{parse['error']}", "fix the flag it names"))
+        findings.append(
+            Finding(
+                "sglang",
+                "parse",
+                FAIL,
+                f"SGLang {version}'s parser rejects the argv: {parse['error']}",
+                "fix the flag it names",
+            )
+        )
         return findings
-    findings.append(Finding("sglang", "parse", PASS, f"SGLang {version}'s own parser accepts the argv"
-                            + (f" of rank {profile.nodes.rank}" if profile.nodes.count > 1 else "")))
+    findings.append(
+        Finding(
+            "sglang",
+            "parse",
+            PASS,
+            f"SGLang {version}'s own parser accepts the argv"
+            + (f" of rank {profile.nodes.rank}" if profile.nodes.count > 1 else ""),
+        )
+    )
     resolve = result["resolve"]
     if not resolve["ok"]:
-        findings.append(Finding("sglang", "resolve", FAIL, f"SGLang {version} rejects the configuration under SM120: "
-                                f"{resolve['error']}", "fix the profile key behind it"))
+        findings.append(
+            Finding(
+                "sglang",
+                "resolve",
+                FAIL,
+                f"SGLang {version} rejects the configuration under SM120: {resolve['error']}",
+                "fix the profile key behind it",
+            )
+        )
         return findings
     values = resolve["values"]
     loader = result.get("loader") or {}
     if loader and not loader.get("ok"):
-        findings.append(Finding("sglang", "loader", FAIL, f"SGLang {version}'s weight loader rejects "
-                                f"--model-loader-extra-config: {loader.get('error')}",
-                                "fix the loader: section (or the flag in extra_args)"))
+        findings.append(
+            Finding(
+                "sglang",
+                "loader",
+                FAIL,
+                f"SGLang {version}'s weight loader rejects --model-loader-extra-config: {loader.get('error')}",
+                "fix the loader: section (or the flag in extra_args)",
+            )
+        )
     elif loader.get("checked"):
-        findings.append(Finding("sglang", "loader", PASS, f"SGLang {version}'s weight loader accepts its extra "
-                                f"config {values.get('model_loader_extra_config')!r} (load format "
-                                f"{loader.get('load_format')})"))
+        findings.append(
+            Finding(
+                "sglang",
+                "loader",
+                PASS,
+                f"SGLang {version}'s weight loader accepts its extra "
+                f"config {values.get('model_loader_extra_config')!r} (load format "
+                f"{loader.get('load_format')})",
+            )
+        )
     rewrites = [
         f"{key}={values.get(key)!r} (asked {expect(profile)!r})"
         for key, expect in _EXPECTED.items()
         if expect(profile) is not None and key in values and values[key] != expect(profile)
     ]
     if rewrites:
-        findings.append(Finding("sglang", "resolve", WARN, "SGLang rewrote: " + "; ".join(rewrites),
-                                "set these values explicitly in the profile"))
+        findings.append(
+            Finding(
+                "sglang",
+                "resolve",
+                WARN,
+                "SGLang rewrote: " + "; ".join(rewrites),
+                "set these values explicitly in the profile",
+            )
+        )
     else:
-        findings.append(Finding("sglang", "resolve", PASS, f"resolves under simulated SM120 (attention "
-                                f"{values.get('attention_backend')}, draft tokens "
-                                f"{values.get('speculative_num_draft_tokens')}, fusion "
-                                f"{values.get('flashinfer_allreduce_fusion_backend')})"))
+        findings.append(
+            Finding(
+                "sglang",
+                "resolve",
+                PASS,
+                f"resolves under simulated SM120 (attention "
+                f"{values.get('attention_backend')}, draft tokens "
+                f"{values.get('speculative_num_draft_tokens')}, fusion "
+                f"{values.get('flashinfer_allreduce_fusion_backend')})",
+            )
+        )
     return findings

@@ -89,8 +89,11 @@ def overhead_s(starts: list[dict[str, Any]], checkpoint_bytes: int) -> float | N
         w = (s.get("phases") or {}).get("weights")
         fig = s.get("figures") or {}
         floor = fig.get("uncached_floor_s")
-        if isinstance(w, (int, float)) and isinstance(floor, (int, float)) and fig.get("checkpoint_bytes") == \
-                checkpoint_bytes:
+        if (
+            isinstance(w, (int, float))
+            and isinstance(floor, (int, float))
+            and fig.get("checkpoint_bytes") == checkpoint_bytes
+        ):
             extra.append(max(w - floor, 0.0))
     return statistics.median(extra) if extra else None
 

@@ -7,8 +7,19 @@ import importlib
 import typer
 
 # Order is the order in `kimi-serve --help`.
-_MODULES = ["up_cmd", "verify_cmd", "profile_cmds", "service_cmds", "gate_cmds", "prewarm_cmd", "bench_cmd",
-            "simulate_cmd", "patches_cmd", "engine_cmd", "logs_cmd"]
+_MODULES = [
+    "up_cmd",
+    "verify_cmd",
+    "profile_cmds",
+    "service_cmds",
+    "gate_cmds",
+    "prewarm_cmd",
+    "bench_cmd",
+    "simulate_cmd",
+    "patches_cmd",
+    "engine_cmd",
+    "logs_cmd",
+]
 
 
 def register_all(app: typer.Typer) -> None:

@@ -17,8 +17,11 @@ def _concurrency(text: str) -> list[int]:
     except ValueError:
         values = []
     if not values or values[0] < 1:
-        raise KimiServeError(f"invalid concurrency list {text!r}", where="--concurrency",
-                             hint="comma-separated positive integers, e.g. 1,4,16,32,64")
+        raise KimiServeError(
+            f"invalid concurrency list {text!r}",
+            where="--concurrency",
+            hint="comma-separated positive integers, e.g. 1,4,16,32,64",
+        )
     return values
 
 
@@ -33,8 +36,11 @@ def _perf_overrides(text: str | None) -> dict[str, Any] | None:
         PerfParams.from_json(text)
         data: dict[str, Any] = json.loads(text)
     except ValueError as exc:
-        raise KimiServeError(f"invalid performance model parameters: {exc}", where="--perf-model",
-                             hint='a JSON object such as {"per_token_ms": 0.3}; see docs/simulator.md') from None
+        raise KimiServeError(
+            f"invalid performance model parameters: {exc}",
+            where="--perf-model",
+            hint='a JSON object such as {"per_token_ms": 0.3}; see docs/simulator.md',
+        ) from None
     return data
 
 
@@ -45,18 +51,32 @@ def register(app: typer.Typer) -> None:
         against: str = typer.Option(..., "--against", help="Profile B, e.g. baseline or sim-baseline."),
         concurrency: str = typer.Option("1,4,16,32,64", "--concurrency", help="Requests in flight, comma-separated."),
         requests: int = typer.Option(64, "--requests", min=1, help="Requests per profile x concurrency x repeat."),
-        workload: str = typer.Option("agentic", "--workload", help="agentic (Kimi-shaped, shipped), random (fixed "
-                                     "1024/256 token ids) or a JSONL FILE of chat requests."),
+        workload: str = typer.Option(
+            "agentic",
+            "--workload",
+            help="agentic (Kimi-shaped, shipped), random (fixed 1024/256 token ids) or a JSONL FILE of chat requests.",
+        ),
         repeat: int = typer.Option(1, "--repeat", min=1, help="Runs per cell; the spread decides 'no difference'."),
-        out: Path = typer.Option(Path("bench-out"), "--out", help="Results folder (resumable: recorded cells are "
-                                 "skipped)."),
-        host: list[str] = typer.Option([], "--host", help="Use running servers instead of starting the profiles: "
-                                       "give it twice (A's, then B's HOST:PORT)."),
+        out: Path = typer.Option(
+            Path("bench-out"), "--out", help="Results folder (resumable: recorded cells are skipped)."
+        ),
+        host: list[str] = typer.Option(
+            [],
+            "--host",
+            help="Use running servers instead of starting the profiles: give it twice (A's, then B's HOST:PORT).",
+        ),
         api_key: str | None = typer.Option(None, "--api-key", help="API key for --host servers."),
-        speedup: float | None = typer.Option(None, "--speedup", min=0.01, help="Simulator profiles: run the "
-                                             "performance model's clock this many times faster."),
-        perf_model: str | None = typer.Option(None, "--perf-model", help="Simulator profiles: performance model "
-                                              "parameters to override, a JSON object (docs/simulator.md)."),
+        speedup: float | None = typer.Option(
+            None,
+            "--speedup",
+            min=0.01,
+            help="Simulator profiles: run the performance model's clock this many times faster.",
+        ),
+        perf_model: str | None = typer.Option(
+            None,
+            "--perf-model",
+            help="Simulator profiles: performance model parameters to override, a JSON object (docs/simulator.md).",
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print report.json instead of the Markdown table."),
     ) -> int:
         """A/B two profiles across concurrency: bring each up (or use --host), contract check, sweep with
@@ -71,10 +91,19 @@ def register(app: typer.Typer) -> None:
         def say(line: str) -> None:
             typer.echo(f"kimi-serve bench: {line}", err=True)
 
-        opts = BenchOptions(profile=profile, against=against, concurrency=_concurrency(concurrency),
-                            requests=requests, workload=workload, repeat=repeat, out=out, hosts=list(host),
-                            api_key=api_key or current().api_key, speedup=speedup,
-                            perf=_perf_overrides(perf_model))
+        opts = BenchOptions(
+            profile=profile,
+            against=against,
+            concurrency=_concurrency(concurrency),
+            requests=requests,
+            workload=workload,
+            repeat=repeat,
+            out=out,
+            hosts=list(host),
+            api_key=api_key or current().api_key,
+            speedup=speedup,
+            perf=_perf_overrides(perf_model),
+        )
         report = run_bench(opts, say)
         if as_json:
             typer.echo(json.dumps(report, indent=2))

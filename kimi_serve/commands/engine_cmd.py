@@ -9,8 +9,11 @@ from typing import Annotated
 
 import typer
 
-engine_app = typer.Typer(help="The SGLang engine venv: install it from a committed lock (atomic, patched, recorded), "
-                              "show its state and drift.", no_args_is_help=True)
+engine_app = typer.Typer(
+    help="The SGLang engine venv: install it from a committed lock (atomic, patched, recorded), "
+    "show its state and drift.",
+    no_args_is_help=True,
+)
 
 PREFIX_HELP = "The venv folder (default: the venv of the profile's `python:`, e.g. /opt/kimi-serve/venv)."
 LOCK_HELP = "Which lock: gpu (the serving host) or cpu (tests, quickstart), or a lock file's path."
@@ -31,13 +34,18 @@ def _profile_target(profile: str, prefix: Path | None) -> tuple[Path, str | None
         return prefix, patch_set
     python = prof.data.get("python")
     if not python:
-        raise KimiServeError(f"profile {prof.name} sets no python: location for the engine",
-                             hint="pass --prefix DIR, or use a profile with python: (e.g. prod)",
-                             exit_code=ExitCode.USAGE)
+        raise KimiServeError(
+            f"profile {prof.name} sets no python: location for the engine",
+            hint="pass --prefix DIR, or use a profile with python: (e.g. prod)",
+            exit_code=ExitCode.USAGE,
+        )
     path = Path(python)
     if path.parent.name != "bin":
-        raise KimiServeError(f"profile {prof.name}: python: {python} is not inside a venv's bin/",
-                             hint="pass --prefix DIR", exit_code=ExitCode.USAGE)
+        raise KimiServeError(
+            f"profile {prof.name}: python: {python} is not inside a venv's bin/",
+            hint="pass --prefix DIR",
+            exit_code=ExitCode.USAGE,
+        )
     return path.parent.parent, patch_set
 
 
@@ -46,10 +54,16 @@ def install_cmd(
     prefix: Prefix = None,
     lock: Annotated[str, typer.Option("--lock", help=LOCK_HELP)] = "gpu",
     profile: Profile = "prod",
-    no_patches: Annotated[bool, typer.Option("--no-patches", help="Do not apply the profile's patch set "
-                                             "(e.g. the CPU test engine, whose tests patch copies).")] = False,
-    installer: Annotated[str | None, typer.Option("--installer", help="uv or pip (default: uv when found, "
-                                                  "else pip).")] = None,
+    no_patches: Annotated[
+        bool,
+        typer.Option(
+            "--no-patches",
+            help="Do not apply the profile's patch set (e.g. the CPU test engine, whose tests patch copies).",
+        ),
+    ] = False,
+    installer: Annotated[
+        str | None, typer.Option("--installer", help="uv or pip (default: uv when found, else pip).")
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan; change nothing.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No installer progress.")] = False,
     as_json: AsJson = False,
@@ -67,12 +81,17 @@ def install_cmd(
             typer.echo(json.dumps({"dry_run": True, "plan": plan.to_dict()}, indent=2))
             return 0
         d = plan.to_dict()
-        typer.echo(f"would install the {d['lock']} lock ({d['packages']} packages, sglang {d['sglang']}, "
-                   f"sha256 {d['lock_sha256'][:12]}) into {d['prefix']}")
-        typer.echo(f"  installer: {d['installer']} ({d['installer_path']}), python {d['python_version']} "
-                   f"from {d['python']}")
-        typer.echo(f"  build in {d['staging']}, then " + ("replace the existing venv" if d["replaces_existing"]
-                                                           else "move it into place"))
+        typer.echo(
+            f"would install the {d['lock']} lock ({d['packages']} packages, sglang {d['sglang']}, "
+            f"sha256 {d['lock_sha256'][:12]}) into {d['prefix']}"
+        )
+        typer.echo(
+            f"  installer: {d['installer']} ({d['installer_path']}), python {d['python_version']} from {d['python']}"
+        )
+        typer.echo(
+            f"  build in {d['staging']}, then "
+            + ("replace the existing venv" if d["replaces_existing"] else "move it into place")
+        )
         typer.echo(f"  patch set: {d['patch_set'] or 'none'}; host lock: {d['host_lock']}")
         typer.echo("dry run: nothing changed")
         return 0
@@ -82,12 +101,16 @@ def install_cmd(
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return 0
     rec = result.record
-    typer.echo(f"installed the {rec['lock']} lock ({rec['packages']} packages, sha256 {rec['lock_sha256'][:12]}) "
-               f"into {plan.prefix} with {rec['installer']} in {result.seconds:.1f} s")
+    typer.echo(
+        f"installed the {rec['lock']} lock ({rec['packages']} packages, sha256 {rec['lock_sha256'][:12]}) "
+        f"into {plan.prefix} with {rec['installer']} in {result.seconds:.1f} s"
+    )
     versions = ", ".join(f"{k} {v}" for k, v in rec["versions"].items())
     typer.echo(f"  python {rec['python']}" + (f"; {versions}" if versions else ""))
-    typer.echo(f"  patch set: {rec['patch_set'] or 'none'}" + (f" ({len(rec['patches'])} patches applied)"
-                                                              if rec["patch_set"] else ""))
+    typer.echo(
+        f"  patch set: {rec['patch_set'] or 'none'}"
+        + (f" ({len(rec['patches'])} patches applied)" if rec["patch_set"] else "")
+    )
     return 0
 
 
@@ -95,8 +118,10 @@ def install_cmd(
 def status_cmd(
     prefix: Prefix = None,
     profile: Profile = "prod",
-    lock: Annotated[str | None, typer.Option("--lock", help="Compare with this lock (default: the one the "
-                                             "venv was installed from).")] = None,
+    lock: Annotated[
+        str | None,
+        typer.Option("--lock", help="Compare with this lock (default: the one the venv was installed from)."),
+    ] = None,
     as_json: AsJson = False,
 ) -> int:
     """Versions, lock hash, patch state and drift from the lock; exit 0 when it all matches, else 1."""
@@ -110,8 +135,10 @@ def status_cmd(
     rec = st.record or {}
     versions = ", ".join(f"{k} {v}" for k, v in st.versions.items())
     typer.echo(f"engine {st.prefix}: python {st.python}" + (f"; {versions}" if versions else ""))
-    typer.echo(f"  lock: {st.lock.name} sha256 {st.lock.sha256[:12]} ({len(st.lock.pins)} packages); installed "
-               f"from {str(rec.get('lock_sha256', 'unknown'))[:12]} at {rec.get('installed_at', 'unknown time')}")
+    typer.echo(
+        f"  lock: {st.lock.name} sha256 {st.lock.sha256[:12]} ({len(st.lock.pins)} packages); installed "
+        f"from {str(rec.get('lock_sha256', 'unknown'))[:12]} at {rec.get('installed_at', 'unknown time')}"
+    )
     typer.echo(f"  patch set: {st.patch_set}: {st.patch_state}" if st.patch_set else "  patch set: none")
     if st.omitted:
         typer.echo(f"  left out by the {st.lock.name} lock on purpose: {len(st.omitted)} GPU-only packages")

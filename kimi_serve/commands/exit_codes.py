@@ -10,73 +10,69 @@ COMMON = "2 invalid input; 70 internal error (a kimi-serve bug); 130 interrupted
 
 EXIT_CODES: dict[str, str] = {
     "up": (
-        '0 the server exited 0 on its own; 1 contract failed (server stopped); 3 never ready (startup '
-        'timeout or a hung distributed init); 4 the server exited, crashed, or logged a fatal failure '
-        '(one that keeps running is stopped: SIGTERM to the main PID, SIGKILL to its group after the '
-        'grace); 5 preflight failed, nothing started; 75 the host lock is held (another up, a patch or '
-        'service change); 130 stopped on request and the server stopped cleanly (a server that needed '
-        'SIGKILL is 4). Replicated profiles: 1, 3 or 4 name the replica or the router; a replica that dies '
-        'after ready leaves up running degraded, and its stop is then 4'
+        "0 the server exited 0 on its own; 1 contract failed (server stopped); 3 never ready (startup "
+        "timeout or a hung distributed init); 4 the server exited, crashed, or logged a fatal failure "
+        "(one that keeps running is stopped: SIGTERM to the main PID, SIGKILL to its group after the "
+        "grace); 5 preflight failed, nothing started; 75 the host lock is held (another up, a patch or "
+        "service change); 130 stopped on request and the server stopped cleanly (a server that needed "
+        "SIGKILL is 4). Replicated profiles: 1, 3 or 4 name the replica or the router; a replica that dies "
+        "after ready leaves up running degraded, and its stop is then 4"
     ),
     "doctor": "0 no check failed (warnings allowed); 5 a check failed",
     "verify": (
-        '0 contract holds; 1 contract violated (or the ready server answers errors); 3 unreachable or not '
-        'ready within --wait; 75 with --metrics-file: skipped, an earlier run is still checking and '
-        'writing that file (the verify unit counts 75 as success). --profile of a replicated profile: the '
-        'worst of the router and each replica (1 before 3)'
+        "0 contract holds; 1 contract violated (or the ready server answers errors); 3 unreachable or not "
+        "ready within --wait; 75 with --metrics-file: skipped, an earlier run is still checking and "
+        "writing that file (the verify unit counts 75 as success). --profile of a replicated profile: the "
+        "worst of the router and each replica (1 before 3)"
     ),
     "show": "0 the merged profile was printed",
     "render": (
-        "0 the launch was printed (with a router: each launch); 2 invalid profile, or --node-rank outside "
-        "nodes.count"
+        "0 the launch was printed (with a router: each launch); 2 invalid profile, or --node-rank outside nodes.count"
     ),
     "check": (
-        '0 nothing failed; 1 a host, patch or contract check failed; 2 the profile is invalid (YAML, '
+        "0 nothing failed; 1 a host, patch or contract check failed; 2 the profile is invalid (YAML, "
         "schema, rules, flags, SGLang's own parser or resolution)"
     ),
     "install-service": (
-        '0 installed (with --now: and verified; a deployment: every member); 1 check, key file or start '
+        "0 installed (with --now: and verified; a deployment: every member); 1 check, key file or start "
         "failed; 5 missing tool, foreign unit, not permitted; 70 (--now) kimi-serve's verify crashed: no "
-        'verdict; 75 the host lock is held'
+        "verdict; 75 the host lock is held"
     ),
     "uninstall-service": (
-        '0 removed (or nothing to remove); 5 missing tool, foreign unit, not permitted; 75 the host lock '
-        'is held'
+        "0 removed (or nothing to remove); 5 missing tool, foreign unit, not permitted; 75 the host lock is held"
     ),
     "restart": (
-        '0 the new unit passed (a deployment: every replica rolled); 1 it failed and the last good unit '
-        'is back and passing (a deployment: the roll stopped there, or the router did not see the replica '
-        'healthy again); 4 nothing is serving (no last good unit, or it failed too; a deployment: that '
-        'replica); 5 missing tool, not permitted, or (a deployment) refused before the first change: no '
+        "0 the new unit passed (a deployment: every replica rolled); 1 it failed and the last good unit "
+        "is back and passing (a deployment: the roll stopped there, or the router did not see the replica "
+        "healthy again); 4 nothing is serving (no last good unit, or it failed too; a deployment: that "
+        "replica); 5 missing tool, not permitted, or (a deployment) refused before the first change: no "
         "other healthy worker in the router, or the topology changed; 70 kimi-serve's own verify crashed "
         "(in restart or in the unit's ExecStartPost): no verdict, so no rollback; 75 the host lock is held"
     ),
     "status": (
-        '0 the unit is active and /health answers 200 (a deployment: every member, and the router '
-        'reports every worker healthy); 1 otherwise, or a service change was interrupted (killed part-way)'
+        "0 the unit is active and /health answers 200 (a deployment: every member, and the router "
+        "reports every worker healthy); 1 otherwise, or a service change was interrupted (killed part-way)"
     ),
     "wait-router": "0 the router reports --min healthy workers; 1 not within --wait (or unreachable)",
     "wait-joined": (
         "0 the node is connected to rank 0's store and its port answers; 1 not within --wait, or the "
-        'server process exited'
+        "server process exited"
     ),
     "simulate": (
-        "the simulator's own status (0 after a clean stop); 2 invalid profile or flags; 5 no SGLang "
-        'interpreter'
+        "the simulator's own status (0 after a clean stop); 2 invalid profile or flags; 5 no SGLang interpreter"
     ),
     "patches status": (
-        '0 every patch applied; 1 not (or a conflict, or a change was interrupted); 5 wrong SGLang '
-        'version or no SGLang'
+        "0 every patch applied; 1 not (or a conflict, or a change was interrupted); 5 wrong SGLang version or no SGLang"
     ),
     "patches apply": (
-        '0 done or already so (after recovering an interrupted change, if any); 1 a patch conflicts or '
-        'does not apply (nothing changed), or an interrupted change cannot be recovered; 5 wrong SGLang '
-        'version, not writable; 75 the host lock is held'
+        "0 done or already so (after recovering an interrupted change, if any); 1 a patch conflicts or "
+        "does not apply (nothing changed), or an interrupted change cannot be recovered; 5 wrong SGLang "
+        "version, not writable; 75 the host lock is held"
     ),
     "patches revert": (
-        '0 done or already so (after recovering an interrupted change, if any); 1 a restored file does '
+        "0 done or already so (after recovering an interrupted change, if any); 1 a restored file does "
         'not match the manifest\'s "before" hash, or an interrupted change cannot be recovered; 5 wrong '
-        'SGLang version, not writable; 75 the host lock is held'
+        "SGLang version, not writable; 75 the host lock is held"
     ),
     "prewarm": (
         "0 the checkpoint is cached (or nothing was left to read); 1 a shard could not be read; 2 the profile reads no "
@@ -84,20 +80,20 @@ EXIT_CODES: dict[str, str] = {
         "reading, or no shards; 130 interrupted (what was read stays cached)"
     ),
     "bench": (
-        '0 the sweep finished (report written); 1 a server failed the contract check (it is not '
-        'benchmarked) or bench_serving failed; 2 bad option, unknown profile, unreadable workload, an '
-        '--out holding another workload; 3 a server never became ready or a --host is unreachable; 4 a '
+        "0 the sweep finished (report written); 1 a server failed the contract check (it is not "
+        "benchmarked) or bench_serving failed; 2 bad option, unknown profile, unreadable workload, an "
+        "--out holding another workload; 3 a server never became ready or a --host is unreachable; 4 a "
         "profile's server exited; 5 no SGLang interpreter, a failed preflight"
     ),
     "logs": "0 the log was shown; 1 no log found; 5 journalctl missing",
     "engine install": (
-        '0 installed (or --dry-run printed the plan); 5 the install failed (download, hash, resolver, no '
+        "0 installed (or --dry-run printed the plan); 5 the install failed (download, hash, resolver, no "
         "Python of the lock's version; the previous venv is untouched) or a patch could not be applied; "
-        '75 the host lock is held'
+        "75 the host lock is held"
     ),
     "engine status": (
-        '0 the venv matches its lock: no drift, no dependency conflict, patch set applied as recorded; 1 '
-        'otherwise (each finding listed, with the fix); 5 no venv at the prefix'
+        "0 the venv matches its lock: no drift, no dependency conflict, patch set applied as recorded; 1 "
+        "otherwise (each finding listed, with the fix); 5 no venv at the prefix"
     ),
 }
 

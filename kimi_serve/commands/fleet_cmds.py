@@ -38,18 +38,46 @@ def recover(systemd: Systemd, base: str) -> None:
         typer.echo(f"kimi-serve: {message}", err=True)
 
 
-def _plan(profile: str, systemd: Systemd, unit_name: str | None, now: bool, contract: bool, sets: list[str] | None,
-          replace: bool, preview: bool = False) -> Fleet:
+def _plan(
+    profile: str,
+    systemd: Systemd,
+    unit_name: str | None,
+    now: bool,
+    contract: bool,
+    sets: list[str] | None,
+    replace: bool,
+    preview: bool = False,
+) -> Fleet:
     from kimi_serve.service.fleet import plan_fleet
     from kimi_serve.service.unit import UnitContext
 
-    return plan_fleet(profile, root=systemd.root, unit_name=unit_name, now=now, ctx=UnitContext.detect(),
-                      systemd=systemd, environ=os.environ, contract=contract, sets=sets or (), replace=replace,
-                      preview=preview)
+    return plan_fleet(
+        profile,
+        root=systemd.root,
+        unit_name=unit_name,
+        now=now,
+        ctx=UnitContext.detect(),
+        systemd=systemd,
+        environ=os.environ,
+        contract=contract,
+        sets=sets or (),
+        replace=replace,
+        preview=preview,
+    )
 
 
-def install(profile: str, systemd: Systemd, unit_name: str | None, *, now: bool, sets: list[str] | None,
-            replace: bool, dry_run: bool, as_json: bool, wait_lock: bool) -> int:
+def install(
+    profile: str,
+    systemd: Systemd,
+    unit_name: str | None,
+    *,
+    now: bool,
+    sets: list[str] | None,
+    replace: bool,
+    dry_run: bool,
+    as_json: bool,
+    wait_lock: bool,
+) -> int:
     from kimi_serve.commands.service_cmds import _host_lock, _print_result, _unit_of
     from kimi_serve.service.fleet import install_fleet
     from kimi_serve.service.verifier import contract_verifier
@@ -60,13 +88,15 @@ def install(profile: str, systemd: Systemd, unit_name: str | None, *, now: bool,
     with _host_lock("install-service", wait_lock):
         recover(systemd, _unit_of(profile, unit_name))
         fleet = _plan(profile, systemd, unit_name, now, False, sets, replace)
-        return _print_result(install_fleet(fleet, systemd, contract_verifier, os.environ), as_json,
-                             {"deployment": _members_json(fleet)})
+        return _print_result(
+            install_fleet(fleet, systemd, contract_verifier, os.environ), as_json, {"deployment": _members_json(fleet)}
+        )
 
 
 def _members_json(fleet: Fleet) -> list[dict[str, Any]]:
-    return [{"role": m.role, "index": m.index, "unit": m.unit.name, "endpoint": m.launch.endpoint}
-            for m, _ in fleet.members]
+    return [
+        {"role": m.role, "index": m.index, "unit": m.unit.name, "endpoint": m.launch.endpoint} for m, _ in fleet.members
+    ]
 
 
 def _print_fleet_plan(fleet: Fleet, systemd: Systemd, as_json: bool) -> int:
@@ -79,11 +109,28 @@ def _print_fleet_plan(fleet: Fleet, systemd: Systemd, as_json: bool) -> int:
     if as_json:
         from kimi_serve.core.output import envelope
 
-        units = [{"unit": p.unit.name, "unit_file": str(p.paths.unit_file), "unit_text": p.unit.text}
-                 for _, p in fleet.members]
-        typer.echo(json.dumps(envelope("install-service", code, {
-            "dry_run": True, "unit": fleet.base, "deployment": _members_json(fleet), "units": units,
-            "secret_file": fleet.profile.server.api_key_file, "actions": actions}, fleet.findings), indent=2))
+        units = [
+            {"unit": p.unit.name, "unit_file": str(p.paths.unit_file), "unit_text": p.unit.text}
+            for _, p in fleet.members
+        ]
+        typer.echo(
+            json.dumps(
+                envelope(
+                    "install-service",
+                    code,
+                    {
+                        "dry_run": True,
+                        "unit": fleet.base,
+                        "deployment": _members_json(fleet),
+                        "units": units,
+                        "secret_file": fleet.profile.server.api_key_file,
+                        "actions": actions,
+                    },
+                    fleet.findings,
+                ),
+                indent=2,
+            )
+        )
         return code
     for _, plan in fleet.members:
         typer.echo(f"# {plan.paths.unit_file}")
@@ -99,16 +146,26 @@ def uninstall(systemd: Systemd, base: str, *, dry_run: bool, as_json: bool, wait
     from kimi_serve.service.fleet import uninstall_fleet
 
     if dry_run:
-        return _print_result(uninstall_fleet(systemd.root, base, systemd, dry_run=True), as_json,
-                             command="uninstall-service")
+        return _print_result(
+            uninstall_fleet(systemd.root, base, systemd, dry_run=True), as_json, command="uninstall-service"
+        )
     with _host_lock("uninstall-service", wait_lock):
         recover(systemd, base)
-        return _print_result(uninstall_fleet(systemd.root, base, systemd, dry_run=False), as_json,
-                             command="uninstall-service")
+        return _print_result(
+            uninstall_fleet(systemd.root, base, systemd, dry_run=False), as_json, command="uninstall-service"
+        )
 
 
-def restart(profile: str, systemd: Systemd, unit_name: str | None, *, sets: list[str] | None, only: list[int],
-            as_json: bool, wait_lock: bool) -> int:
+def restart(
+    profile: str,
+    systemd: Systemd,
+    unit_name: str | None,
+    *,
+    sets: list[str] | None,
+    only: list[int],
+    as_json: bool,
+    wait_lock: bool,
+) -> int:
     from kimi_serve.commands.service_cmds import _host_lock, _print_result, _say, _unit_of
     from kimi_serve.service.rolling import rolling_restart
     from kimi_serve.service.verifier import contract_verifier
@@ -118,8 +175,9 @@ def restart(profile: str, systemd: Systemd, unit_name: str | None, *, sets: list
         fleet = _plan(profile, systemd, unit_name, True, True, sets, True)
         _say(f"rolling restart of {fleet.base.removesuffix('.service')} (one replica at a time)...")
         result, members = rolling_restart(fleet, systemd, contract_verifier, os.environ, only=only, progress=_say)
-        return _print_result(result, as_json, {"deployment": _members_json(fleet), "rolled": members},
-                             command="restart")
+        return _print_result(
+            result, as_json, {"deployment": _members_json(fleet), "rolled": members}, command="restart"
+        )
 
 
 def status(systemd: Systemd, base: str, as_json: bool) -> int:

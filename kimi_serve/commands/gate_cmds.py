@@ -12,8 +12,9 @@ def wait_router(
     host: str = typer.Option(..., "--host", help="The router, HOST:PORT."),
     minimum: int = typer.Option(1, "--min", min=1, help="Healthy workers to wait for."),
     wait: float = typer.Option(60.0, "--wait", min=0, help="Seconds to wait at most."),
-    api_key_file: Path | None = typer.Option(None, "--api-key-file", help="The key the router requires (SGLang's "
-                                             "--config YAML, api-key: KEY)."),
+    api_key_file: Path | None = typer.Option(
+        None, "--api-key-file", help="The key the router requires (SGLang's --config YAML, api-key: KEY)."
+    ),
 ) -> int:
     """Wait until SGLang's router reports --min healthy workers (GET /workers): the router unit's first ExecStartPost,
     since the router's own /health answers 200 with no worker at all."""
@@ -31,8 +32,12 @@ def wait_joined(
     host: str = typer.Option("127.0.0.1", "--host", help="This node's server.host."),
     port: int = typer.Option(..., "--port", min=1, max=65535, help="This node's server.port (its dummy /health)."),
     wait: float = typer.Option(600.0, "--wait", min=0, help="Seconds to wait at most."),
-    pid: int | None = typer.Option(None, "--pid", min=1, help="The node's server process (default: $MAINPID, which "
-                                   "systemd sets for ExecStartPost)."),
+    pid: int | None = typer.Option(
+        None,
+        "--pid",
+        min=1,
+        help="The node's server process (default: $MAINPID, which systemd sets for ExecStartPost).",
+    ),
 ) -> int:
     """Wait until this node (rank >= 1 of a multi-node server) has joined rank 0: its process tree holds a TCP
     connection to rank 0's store at --leader AND its port answers (SGLang opens it once its schedulers are ready)."""
@@ -43,8 +48,11 @@ def wait_joined(
 
     target = pid or current().main_pid
     if target is None:
-        raise KimiServeError("no server process to check", where="--pid",
-                             hint="pass --pid PID (inside a unit's ExecStartPost systemd sets $MAINPID)")
+        raise KimiServeError(
+            "no server process to check",
+            where="--pid",
+            hint="pass --pid PID (inside a unit's ExecStartPost systemd sets $MAINPID)",
+        )
     parsed = parse_worker(leader)
     if parsed is None:
         raise KimiServeError(f"invalid leader address {leader!r}", where="--leader", hint="use HOST:PORT")

@@ -13,12 +13,17 @@ def journal_argv(unit: str, lines: int, follow: bool) -> list[str]:
 
 
 def logs(
-    profile: str | None = typer.Option(None, "--profile", "-p", help="Profile NAME or PATH (default: the newest "
-                                       "`up` log of any profile, or the default unit's journal)."),
+    profile: str | None = typer.Option(
+        None,
+        "--profile",
+        "-p",
+        help="Profile NAME or PATH (default: the newest `up` log of any profile, or the default unit's journal).",
+    ),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines (Ctrl-C stops)."),
     lines: int = typer.Option(50, "--lines", "-n", min=0, help="Lines of history to print first."),
-    unit_name: str | None = typer.Option(None, "--unit-name", help="Unit name (default: the profile's "
-                                         "service.unit_name)."),
+    unit_name: str | None = typer.Option(
+        None, "--unit-name", help="Unit name (default: the profile's service.unit_name)."
+    ),
     up: bool = typer.Option(False, "--up", help="Show `up`'s log file even when the unit is installed."),
 ) -> int:
     """Show the server's log: journald for the installed service, `up`'s log file otherwise."""
@@ -34,8 +39,12 @@ def logs(
     unit = _unit_of(profile, unit_name)
     if not up and ServicePaths(Path("/"), unit).unit_file.exists():
         if shutil.which("journalctl") is None:
-            raise KimiServeError("journalctl not found", where=unit, hint="install systemd's journalctl, or pass --up",
-                                 exit_code=ExitCode.ENVIRONMENT)
+            raise KimiServeError(
+                "journalctl not found",
+                where=unit,
+                hint="install systemd's journalctl, or pass --up",
+                exit_code=ExitCode.ENVIRONMENT,
+            )
         typer.echo(f"==> journal of {unit} <==", err=True)
         argv = journal_argv(unit, lines, follow)
         os.execvp(argv[0], argv)  # journalctl takes over: its paging, following and exit status
@@ -47,8 +56,12 @@ def logs(
     found = logfiles.up_logs(name) if name else sorted(logfiles.log_dir().glob("up-*.log"), key=_mtime)
     if not found:
         where = f"profile {name}" if name else str(logfiles.log_dir())
-        raise KimiServeError(f"no `up` log found in {logfiles.log_dir()} and no unit {unit} installed", where=where,
-                             hint=f"start it with kimi-serve up -p {profile or 'NAME'}", exit_code=ExitCode.FAILED)
+        raise KimiServeError(
+            f"no `up` log found in {logfiles.log_dir()} and no unit {unit} installed",
+            where=where,
+            hint=f"start it with kimi-serve up -p {profile or 'NAME'}",
+            exit_code=ExitCode.FAILED,
+        )
     path = found[-1]
     typer.echo(f"==> {path} <==", err=True)
     for line in logfiles.tail(path, lines):

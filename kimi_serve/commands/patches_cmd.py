@@ -17,11 +17,15 @@ if TYPE_CHECKING:
 SITE_HELP = "site-packages folder holding sglang/ (default: found via --python)."
 PYTHON_HELP = "Interpreter whose sglang to use (default: the one running kimi-serve)."
 SET_HELP = "Patch set name or folder."
-STATE_HELP = ("kimi-serve state root; records and backups go to DIR/patches (default: $KIMI_SERVE_STATE_DIR or "
-              "/var/lib/kimi-serve).")
+STATE_HELP = (
+    "kimi-serve state root; records and backups go to DIR/patches (default: $KIMI_SERVE_STATE_DIR or "
+    "/var/lib/kimi-serve)."
+)
 JSON_HELP = "Print a JSON report."
-WAIT_LOCK_HELP = ("When another kimi-serve command holds the host lock, wait for it instead of exiting 75 (the state "
-                  "is read after the wait).")
+WAIT_LOCK_HELP = (
+    "When another kimi-serve command holds the host lock, wait for it instead of exiting 75 (the state "
+    "is read after the wait)."
+)
 
 # The options every patches command takes.
 SitePackages = Annotated[Path | None, typer.Option("--site-packages", help=SITE_HELP)]
@@ -31,8 +35,9 @@ StateDir = Annotated[Path | None, typer.Option("--state-dir", help=STATE_HELP)]
 AsJson = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 WaitLock = Annotated[bool, typer.Option("--wait-lock", help=WAIT_LOCK_HELP)]
 
-patches_app = typer.Typer(help="SGLang source patches for SM120: status, apply, revert (all-or-nothing, reversible).",
-                          no_args_is_help=True)
+patches_app = typer.Typer(
+    help="SGLang source patches for SM120: status, apply, revert (all-or-nothing, reversible).", no_args_is_help=True
+)
 
 
 def _target(site_packages: Path | None, python: str | None, set_name: str):  # noqa: ANN202 - lazy types
@@ -44,8 +49,9 @@ def _target(site_packages: Path | None, python: str | None, set_name: str):  # n
 
 
 def _render(st: PatchStatus) -> None:
-    typer.echo(f"patch set {st.set_name} for sglang {st.target_version}: sglang {st.sglang_version} in "
-               f"{st.site_packages}")
+    typer.echo(
+        f"patch set {st.set_name} for sglang {st.target_version}: sglang {st.sglang_version} in {st.site_packages}"
+    )
     width = max(len(p.name) for p in st.patches)
     for p in st.patches:
         detail = f"  ({p.detail})" if p.detail else ""
@@ -53,8 +59,10 @@ def _render(st: PatchStatus) -> None:
     features = ", ".join(f"{name} {'on' if on else 'off'}" for name, on in st.features.items())
     typer.echo(f"features: {features}")
     if st.record:
-        typer.echo(f"record: applied {st.record.get('applied_at')} by kimi-serve {st.record.get('kimi_serve_version')}"
-                   f", backups in {st.record.get('backup_dir')}")
+        typer.echo(
+            f"record: applied {st.record.get('applied_at')} by kimi-serve {st.record.get('kimi_serve_version')}"
+            f", backups in {st.record.get('backup_dir')}"
+        )
     else:
         typer.echo("record: none")
     if st.interrupted:
@@ -63,8 +71,14 @@ def _render(st: PatchStatus) -> None:
         typer.echo(f"INTERRUPTED: {describe(st.interrupted)}")
 
 
-def _finish(st: PatchStatus, as_json: bool, message: str | None = None, changed: bool | None = None,
-            command: str = "patches-status", exit_code: int = 0) -> None:
+def _finish(
+    st: PatchStatus,
+    as_json: bool,
+    message: str | None = None,
+    changed: bool | None = None,
+    command: str = "patches-status",
+    exit_code: int = 0,
+) -> None:
     if as_json:
         from kimi_serve.core.output import envelope
 
@@ -128,8 +142,15 @@ def revert_cmd(
     return _change(revert, site_packages, python, set_name, state_dir, as_json, wait_lock)
 
 
-def _change(action: Callable[..., ChangeResult], site_packages: Path | None, python: str | None, set_name: str,
-            state_dir: Path | None, as_json: bool, wait_lock: bool) -> int:
+def _change(
+    action: Callable[..., ChangeResult],
+    site_packages: Path | None,
+    python: str | None,
+    set_name: str,
+    state_dir: Path | None,
+    as_json: bool,
+    wait_lock: bool,
+) -> int:
     sp, patch_set = _target(site_packages, python, set_name)
     result = action(sp, patch_set, state_dir=state_dir, wait_lock=wait_lock)
     _finish(result.status, as_json, result.message, result.changed, command=f"patches-{action.__name__}")

@@ -42,11 +42,18 @@ def _progress(tty: bool):  # noqa: ANN202 - a local callback factory
 def render(res: PrewarmResult) -> str:
     from kimi_serve.check.coldstart import gb
 
-    head = {"done": "prewarm: done", "nothing_to_do": "prewarm: nothing to read", "refused": "prewarm: REFUSED",
-            "ram_short": "prewarm: STOPPED", "interrupted": "prewarm: INTERRUPTED"}[res.status]
+    head = {
+        "done": "prewarm: done",
+        "nothing_to_do": "prewarm: nothing to read",
+        "refused": "prewarm: REFUSED",
+        "ram_short": "prewarm: STOPPED",
+        "interrupted": "prewarm: INTERRUPTED",
+    }[res.status]
     lines = [head + (f": {res.reason}" if res.reason else "")]
-    lines.append(f"checkpoint {gb(res.checkpoint_bytes)} in {res.shards} shard(s); cached before "
-                 f"{gb(res.cached_before)}, to read {gb(res.to_read)}, room {gb(res.room)}")
+    lines.append(
+        f"checkpoint {gb(res.checkpoint_bytes)} in {res.shards} shard(s); cached before "
+        f"{gb(res.cached_before)}, to read {gb(res.to_read)}, room {gb(res.room)}"
+    )
     if res.bytes_read:
         lines.append(f"read {gb(res.bytes_read)} in {res.seconds:.1f}s ({res.bytes_per_s / 1e9:.2f} GB/s)")
     if res.cached_after is not None:
@@ -72,8 +79,12 @@ def prewarm(
     if res.status == "refused" and not as_json:
         from kimi_serve.core.errors import KimiServeError
 
-        raise KimiServeError(f"refused: {res.reason}", where="prewarm", exit_code=exit_code_of(res),
-                             hint="free memory (or add RAM); without prewarm the start reads the shards from disk")
+        raise KimiServeError(
+            f"refused: {res.reason}",
+            where="prewarm",
+            exit_code=exit_code_of(res),
+            hint="free memory (or add RAM); without prewarm the start reads the shards from disk",
+        )
     typer.echo(json.dumps(res.to_json(), indent=2) if as_json else render(res))
     return int(exit_code_of(res))
 
@@ -91,8 +102,12 @@ def prewarm_before_restart(profile: str, say: Callable[[str], None]) -> dict[str
         say(f"prewarm skipped: {exc.message}")
         return {"status": "skipped", "reason": exc.message}
     if res.status == "interrupted":
-        raise KimiServeError("interrupted during prewarm: nothing was restarted", where="restart --prewarm",
-                             hint="run it again, or restart without --prewarm", exit_code=ExitCode.INTERRUPTED)
+        raise KimiServeError(
+            "interrupted during prewarm: nothing was restarted",
+            where="restart --prewarm",
+            hint="run it again, or restart without --prewarm",
+            exit_code=ExitCode.INTERRUPTED,
+        )
     say(render(res).splitlines()[0])
     return res.to_json()
 

@@ -14,8 +14,9 @@ SetOpt = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP)
 _MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
 
-def show(profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
-         sets: list[str] | None = SetOpt) -> int:
+def show(
+    profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP), sets: list[str] | None = SetOpt
+) -> int:
     """Print the fully merged profile as standalone YAML (no extends)."""
     from kimi_serve.profile.loader import dump_profile, load_profile
 
@@ -25,11 +26,20 @@ def show(profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
 
 def render(
     profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
-    as_json: bool = typer.Option(False, "--json", help='Print the JSON envelope with "argv": [...] and "env": {...} '
-                                 '(with a router also "launches", multi-node also "node": docs/json.md).'),
-    node_rank: int | None = typer.Option(None, "--node-rank", min=0, metavar="R",
-                                         help="Render host R's launch of a multi-node profile (overrides "
-                                         "nodes.rank; 0 serves the API, R >= 1 only joins rank 0)."),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help='Print the JSON envelope with "argv": [...] and "env": {...} '
+        '(with a router also "launches", multi-node also "node": docs/json.md).',
+    ),
+    node_rank: int | None = typer.Option(
+        None,
+        "--node-rank",
+        min=0,
+        metavar="R",
+        help="Render host R's launch of a multi-node profile (overrides "
+        "nodes.rank; 0 serves the API, R >= 1 only joins rank 0).",
+    ),
     sets: list[str] | None = SetOpt,
 ) -> int:
     """Print the validated launch command and environment (fast checks only; `check` runs them all). A replicated
@@ -52,8 +62,12 @@ def render(
 def check(
     profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
     offline: bool = typer.Option(False, "--offline", help="Skip host facts (model files, GPUs, API-key file): for CI."),
-    contract: bool = typer.Option(False, "--contract", help="Also start the simulator with the profile's exact flags "
-                                  "and run the verify suite against it (the smoke test before a restart)."),
+    contract: bool = typer.Option(
+        False,
+        "--contract",
+        help="Also start the simulator with the profile's exact flags "
+        "and run the verify suite against it (the smoke test before a restart).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
     sets: list[str] | None = SetOpt,
 ) -> int:
@@ -75,8 +89,10 @@ def check(
         typer.echo(f"{_MARK[f.status]} [{f.layer}] {f.line()}")
     counts = {s: sum(f.status == s for f in report.findings) for s in _MARK}
     verdict = "PASSED" if report.exit_code == 0 else "FAILED"
-    typer.echo(f"check {verdict}: {counts['pass']} passed, {counts['warn']} warnings, {counts['fail']} failed, "
-               f"{counts['skip']} skipped ({display_path(report.profile.source)})")
+    typer.echo(
+        f"check {verdict}: {counts['pass']} passed, {counts['warn']} warnings, {counts['fail']} failed, "
+        f"{counts['skip']} skipped ({display_path(report.profile.source)})"
+    )
     return int(report.exit_code)
 
 

@@ -53,53 +53,85 @@ def _say(message: str) -> None:
         typer.echo(f"kimi-serve: {message}", err=True)
 
 
-def _print_result(result: Result, as_json: bool, extra: dict[str, Any] | None = None,
-                  command: str = "install-service") -> int:
+def _print_result(
+    result: Result, as_json: bool, extra: dict[str, Any] | None = None, command: str = "install-service"
+) -> int:
     if as_json:
         from kimi_serve.core.output import envelope
 
-        failed = [{"code": "step", "message": f"{s.action}: {s.detail}" if s.detail else s.action,
-                   "fix": "", "status": "fail"} for s in result.steps if s.status == "failed"]
-        typer.echo(json.dumps(envelope(command, result.exit_code, {**result.to_json(), **(extra or {})}, failed),
-                              indent=2))
+        failed = [
+            {
+                "code": "step",
+                "message": f"{s.action}: {s.detail}" if s.detail else s.action,
+                "fix": "",
+                "status": "fail",
+            }
+            for s in result.steps
+            if s.status == "failed"
+        ]
+        typer.echo(
+            json.dumps(envelope(command, result.exit_code, {**result.to_json(), **(extra or {})}, failed), indent=2)
+        )
         return int(result.exit_code)
     for step in result.steps:
         typer.echo(f"{_MARK[step.status]} {step.action}" + (f": {step.detail}" if step.detail else ""))
     for label, outcome in (("new unit", result.new), ("rollback", result.rollback)):
         if outcome is not None:
             verdict = "PASSED" if outcome.ok else "FAILED"
-            typer.echo(f"{label}: {verdict} (profile {outcome.profile}, sha256 {outcome.unit_sha256[:12]}): "
-                       f"{outcome.detail}")
+            typer.echo(
+                f"{label}: {verdict} (profile {outcome.profile}, sha256 {outcome.unit_sha256[:12]}): {outcome.detail}"
+            )
     return int(result.exit_code)
 
 
-def _plan(profile: str, root: Path, unit_name: str | None, now: bool, contract: bool,
-          sets: list[str] | None = None, replace: bool = True, preview: bool = False) -> tuple[Plan, Systemd]:
+def _plan(
+    profile: str,
+    root: Path,
+    unit_name: str | None,
+    now: bool,
+    contract: bool,
+    sets: list[str] | None = None,
+    replace: bool = True,
+    preview: bool = False,
+) -> tuple[Plan, Systemd]:
     from kimi_serve.service.install import plan_install
     from kimi_serve.service.unit import UnitContext
 
     systemd = _systemd(root)
     _say(f"checking profile {profile} (schema, rules, SGLang's parser, host)...")
-    plan = plan_install(profile, root=systemd.root, unit_name=unit_name, now=now, ctx=UnitContext.detect(),
-                        systemd=systemd, environ=os.environ, contract=contract, sets=sets or (),
-                        replace=replace, preview=preview)
+    plan = plan_install(
+        profile,
+        root=systemd.root,
+        unit_name=unit_name,
+        now=now,
+        ctx=UnitContext.detect(),
+        systemd=systemd,
+        environ=os.environ,
+        contract=contract,
+        sets=sets or (),
+        replace=replace,
+        preview=preview,
+    )
     return plan, systemd
 
 
 def install_service(
     profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the unit, the secret file's path and each action;"
-                                 " change nothing."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the unit, the secret file's path and each action; change nothing."
+    ),
     now: bool = typer.Option(False, "--now", help="Also restart the unit and wait until its contract check passed."),
     unit_name: str | None = typer.Option(None, "--unit-name", help=UNIT_HELP),
     root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
     wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
     sets: list[str] | None = SetOpt,
-    replace: bool = typer.Option(False, "--replace", help="Replace a unit of the same name that another profile "
-                                 "installed (refused otherwise)."),
-    node_rank: int | None = typer.Option(None, "--node-rank", min=0, help="This host's rank in a multi-node "
-                                         "profile (same as --set nodes.rank=R)."),
+    replace: bool = typer.Option(
+        False, "--replace", help="Replace a unit of the same name that another profile installed (refused otherwise)."
+    ),
+    node_rank: int | None = typer.Option(
+        None, "--node-rank", min=0, help="This host's rank in a multi-node profile (same as --set nodes.rank=R)."
+    ),
 ) -> int:
     """Check the profile, render and verify its systemd unit, write it (keeping the previous one) and enable it.
 
@@ -115,8 +147,17 @@ def install_service(
 
     sets = [*(sets or []), *([f"nodes.rank={node_rank}"] if node_rank is not None else [])]
     if fleet_cmds.replicated(profile, sets):
-        return fleet_cmds.install(profile, _systemd(root), unit_name, now=now, sets=sets, replace=replace,
-                                  dry_run=dry_run, as_json=as_json, wait_lock=wait_lock)
+        return fleet_cmds.install(
+            profile,
+            _systemd(root),
+            unit_name,
+            now=now,
+            sets=sets,
+            replace=replace,
+            dry_run=dry_run,
+            as_json=as_json,
+            wait_lock=wait_lock,
+        )
     if dry_run:
         plan, systemd = _plan(profile, root, unit_name, now, contract=False, sets=sets, replace=replace, preview=True)
         return _print_plan(plan, planned_actions(plan, systemd), as_json)
@@ -133,17 +174,37 @@ def _print_plan(plan: Plan, actions: list[str], as_json: bool) -> int:
     bad = [f for f in plan.findings if f.status == FAIL]
     code = 1 if bad else 0
     secret = plan.profile.server.api_key_file
-    secret_note = ("none (no server.api_key_file)" if secret is None else
-                   f"{secret} (will be created from $KIMI_SERVE_API_KEY, mode 0600)" if plan.create_secret else
-                   f"{secret} (exists, 0600; content not shown)" if plan.paths.under_root(secret).exists() else
-                   f"{secret} (missing: see the failing checks below)")
+    secret_note = (
+        "none (no server.api_key_file)"
+        if secret is None
+        else f"{secret} (will be created from $KIMI_SERVE_API_KEY, mode 0600)"
+        if plan.create_secret
+        else f"{secret} (exists, 0600; content not shown)"
+        if plan.paths.under_root(secret).exists()
+        else f"{secret} (missing: see the failing checks below)"
+    )
     if as_json:
         from kimi_serve.core.output import envelope
 
-        typer.echo(json.dumps(envelope("install-service", code, {"dry_run": True, "unit": plan.unit.name,
-                               "unit_file": str(plan.paths.unit_file), "unit_text": plan.unit.text,
-                               "secret_file": secret, "create_secret": plan.create_secret, "actions": actions},
-                                       plan.findings), indent=2))
+        typer.echo(
+            json.dumps(
+                envelope(
+                    "install-service",
+                    code,
+                    {
+                        "dry_run": True,
+                        "unit": plan.unit.name,
+                        "unit_file": str(plan.paths.unit_file),
+                        "unit_text": plan.unit.text,
+                        "secret_file": secret,
+                        "create_secret": plan.create_secret,
+                        "actions": actions,
+                    },
+                    plan.findings,
+                ),
+                indent=2,
+            )
+        )
         return code
     typer.echo(f"# {plan.paths.unit_file}")
     typer.echo(plan.unit.text, nl=False)
@@ -196,12 +257,14 @@ def uninstall_service(
     if fleet_cmds.installed(systemd.root, unit):
         return fleet_cmds.uninstall(systemd, unit, dry_run=dry_run, as_json=as_json, wait_lock=wait_lock)
     if dry_run:
-        return _print_result(uninstall(ServicePaths(systemd.root, unit), systemd, dry_run=True), as_json,
-                             command="uninstall-service")
+        return _print_result(
+            uninstall(ServicePaths(systemd.root, unit), systemd, dry_run=True), as_json, command="uninstall-service"
+        )
     with _host_lock("uninstall-service", wait_lock):
         _recover(systemd, unit)
-        return _print_result(uninstall(ServicePaths(systemd.root, unit), systemd, dry_run=False), as_json,
-                             command="uninstall-service")
+        return _print_result(
+            uninstall(ServicePaths(systemd.root, unit), systemd, dry_run=False), as_json, command="uninstall-service"
+        )
 
 
 def restart(
@@ -210,10 +273,18 @@ def restart(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
     wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
     sets: list[str] | None = SetOpt,
-    prewarm: bool = typer.Option(False, "--prewarm", help="First read the checkpoint into the page cache while the "
-                                 "old server still serves (kimi-serve prewarm; a refusal is a note, not an error)."),
-    replica: list[int] | None = typer.Option(None, "--replica", min=0, help="Replicated deployment: roll only this "
-                                             "replica (repeatable; in the order given). Default: all, in order."),
+    prewarm: bool = typer.Option(
+        False,
+        "--prewarm",
+        help="First read the checkpoint into the page cache while the "
+        "old server still serves (kimi-serve prewarm; a refusal is a note, not an error).",
+    ),
+    replica: list[int] | None = typer.Option(
+        None,
+        "--replica",
+        min=0,
+        help="Replicated deployment: roll only this replica (repeatable; in the order given). Default: all, in order.",
+    ),
 ) -> int:
     """Check, install the new unit, restart, verify; on failure restore the last unit that passed verify.
 
@@ -225,22 +296,37 @@ def restart(
     from kimi_serve.service.verifier import contract_verifier
 
     if fleet_cmds.replicated(profile, sets):
-        return fleet_cmds.restart(profile, _systemd(Path("/")), unit_name, sets=sets, only=list(replica or []),
-                                  as_json=as_json, wait_lock=wait_lock)
+        return fleet_cmds.restart(
+            profile,
+            _systemd(Path("/")),
+            unit_name,
+            sets=sets,
+            only=list(replica or []),
+            as_json=as_json,
+            wait_lock=wait_lock,
+        )
     if replica:
         from kimi_serve.core.errors import KimiServeError
 
-        raise KimiServeError("the profile has one replica (replicas: 1)", where="--replica",
-                             hint="drop --replica: restart rolls back the one unit")
+        raise KimiServeError(
+            "the profile has one replica (replicas: 1)",
+            where="--replica",
+            hint="drop --replica: restart rolls back the one unit",
+        )
 
     with _host_lock("restart", wait_lock):
         _recover(_systemd(Path("/")), _unit_of(profile, unit_name))
         plan, systemd = _plan(profile, Path("/"), unit_name, now=True, contract=True, sets=sets)
         warmed = _prewarm_first(profile) if prewarm else None
-        _say(f"restarting {plan.unit.name} (waits up to {plan.candidate.restart_timeout:.0f}s for the contract "
-             "check)...")
-        return _print_result(restart_core(plan, systemd, contract_verifier, os.environ), as_json,
-                             {"prewarm": warmed} if warmed else None, command="restart")
+        _say(
+            f"restarting {plan.unit.name} (waits up to {plan.candidate.restart_timeout:.0f}s for the contract check)..."
+        )
+        return _print_result(
+            restart_core(plan, systemd, contract_verifier, os.environ),
+            as_json,
+            {"prewarm": warmed} if warmed else None,
+            command="restart",
+        )
 
 
 def _prewarm_first(profile: str) -> dict[str, Any]:
@@ -286,26 +372,44 @@ def _print_status(st: Status) -> None:
     m = st.marker
     rows = [("unit", f"{st.unit} ({st.unit_file}{'' if st.installed else ', not installed'})")]
     if st.installed:
-        rows.append(("profile", f"{m.profile} (patch set {m.patch_set}, kimi-serve {m.version})" if m else
-                     "unknown: not written by kimi-serve"))
+        rows.append(
+            (
+                "profile",
+                f"{m.profile} (patch set {m.patch_set}, kimi-serve {m.version})"
+                if m
+                else "unknown: not written by kimi-serve",
+            )
+        )
         if m and m.overrides:
             rows.append(("overrides", " ".join(f"--set {o}" for o in m.overrides)))
         if m and not m.body_matches:
             rows.append(("edited", "the unit was edited after install (its hash no longer matches)"))
     s = st.state
-    rows.append(("state", f"{s.get('ActiveState')} ({s.get('SubState')}), {s.get('UnitFileState')}, main pid "
-                 f"{s.get('MainPID')}, restarts {s.get('NRestarts')}, since {s.get('ActiveEnterTimestamp') or '-'}"
-                 if s else st.state_error))
+    rows.append(
+        (
+            "state",
+            f"{s.get('ActiveState')} ({s.get('SubState')}), {s.get('UnitFileState')}, main pid "
+            f"{s.get('MainPID')}, restarts {s.get('NRestarts')}, since {s.get('ActiveEnterTimestamp') or '-'}"
+            if s
+            else st.state_error,
+        )
+    )
     rows.append(("health", f"{st.health} ({m.endpoint if m else ''}/health)" if st.health else "not checked"))
     for label, rec in (("last verify", st.last_verify), ("last good", st.last_good)):
         if rec is None:
             rows.append((label, "none recorded"))
         elif label == "last verify":
-            rows.append((label, f"{rec.get('status')} at {rec.get('time')} (profile {rec.get('profile')}): "
-                         f"{rec.get('detail')}"))
+            rows.append(
+                (label, f"{rec.get('status')} at {rec.get('time')} (profile {rec.get('profile')}): {rec.get('detail')}")
+            )
         else:
-            rows.append((label, f"profile {rec.get('profile')} (patch set {rec.get('patch_set')}, sha256 "
-                         f"{str(rec.get('unit_sha256'))[:12]}) at {rec.get('time')}"))
+            rows.append(
+                (
+                    label,
+                    f"profile {rec.get('profile')} (patch set {rec.get('patch_set')}, sha256 "
+                    f"{str(rec.get('unit_sha256'))[:12]}) at {rec.get('time')}",
+                )
+            )
     if st.interrupted:
         from kimi_serve.service.journal import describe
 
@@ -330,8 +434,10 @@ def _monitor_rows(st: Status) -> list[tuple[str, str]]:
         rows.append(("contract", f"BROKEN since {m['broken_since']} ({m['broken_for_s']:.0f}s), {held}"))
     else:
         rows.append(("contract", f"holds (last check {m['contract_held_last']})"))
-    rows += [("check", f"{r.get('status')} at {r.get('time')} ({r.get('elapsed_s')}s): {str(r.get('detail'))[:160]}")
-             for r in m["last"][-5:]]
+    rows += [
+        ("check", f"{r.get('status')} at {r.get('time')} ({r.get('elapsed_s')}s): {str(r.get('detail'))[:160]}")
+        for r in m["last"][-5:]
+    ]
     return rows
 
 

@@ -12,18 +12,20 @@ def register(app: typer.Typer) -> None:
         "simulate",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
         help="Serve the OpenAI API through SGLang's own serving code with a scripted Kimi-K2.5 (no GPU): the profile's "
-             "exact SGLang flags decide parsers, model name and API key. Raw SGLang flags: `simulate --raw -- FLAGS`.",
+        "exact SGLang flags decide parsers, model name and API key. Raw SGLang flags: `simulate --raw -- FLAGS`.",
     )
     def simulate(
         ctx: typer.Context,
         profile: str = typer.Option(None, "--profile", "-p", help="Profile name (configs/NAME.yaml) or path."),
         host: str = typer.Option(None, "--host", help="Override the profile's server.host."),
-        port: int = typer.Option(None, "--port", min=1, max=65535,
-                                 help="Override the profile's server.port (1..65535)."),
+        port: int = typer.Option(
+            None, "--port", min=1, max=65535, help="Override the profile's server.port (1..65535)."
+        ),
         warmup: float = typer.Option(2.0, "--warmup", min=0, help="Seconds /health and /ready answer 503 after bind."),
         load: float = typer.Option(0.0, "--load", min=0, help="Seconds of simulated loading (port closed) first."),
-        raw: bool = typer.Option(False, "--raw",
-                                 help="Take SGLang launch_server flags after `--` instead of a profile."),
+        raw: bool = typer.Option(
+            False, "--raw", help="Take SGLang launch_server flags after `--` instead of a profile."
+        ),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the command instead of running it."),
     ) -> int:
         import shlex
@@ -33,20 +35,29 @@ def register(app: typer.Typer) -> None:
         from kimi_serve.simulator import launcher
 
         if raw == bool(profile):
-            raise KimiServeError("give exactly one of --profile NAME and --raw -- FLAGS", where="simulate",
-                                 hint="kimi-serve simulate --profile sim")
+            raise KimiServeError(
+                "give exactly one of --profile NAME and --raw -- FLAGS",
+                where="simulate",
+                hint="kimi-serve simulate --profile sim",
+            )
         profile_python = None
         env_extra: dict[str, str] = {}
         if raw:
             args = list(ctx.args)
             if not args:
-                raise KimiServeError("--raw needs SGLang flags after `--`", where="simulate",
-                                     hint="kimi-serve simulate --raw -- --model-path /models/Kimi-K2.5 --port 30000")
+                raise KimiServeError(
+                    "--raw needs SGLang flags after `--`",
+                    where="simulate",
+                    hint="kimi-serve simulate --raw -- --model-path /models/Kimi-K2.5 --port 30000",
+                )
             where = "simulate --raw"
         else:
             if ctx.args:
-                raise KimiServeError(f"unexpected arguments {' '.join(ctx.args)}", where="simulate",
-                                     hint="pass raw SGLang flags only with --raw")
+                raise KimiServeError(
+                    f"unexpected arguments {' '.join(ctx.args)}",
+                    where="simulate",
+                    hint="pass raw SGLang flags only with --raw",
+                )
             from kimi_serve.check.report import launch_for
             from kimi_serve.profile.loader import load_profile
 

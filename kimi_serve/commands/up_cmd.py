@@ -11,18 +11,31 @@ from kimi_serve.commands.profile_cmds import SetOpt
 
 
 def up(
-    profile: str = typer.Option(..., "--profile", "-p",
-                                help="Profile NAME (configs/NAME.yaml) or PATH to a YAML file."),
+    profile: str = typer.Option(
+        ..., "--profile", "-p", help="Profile NAME (configs/NAME.yaml) or PATH to a YAML file."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Run the preflight and print the launch; start nothing."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the contract check once the server is ready."),
-    log_file: Path | None = typer.Option(None, "--log-file", help="Server log (default: "
-                                         "$KIMI_SERVE_STATE_DIR/logs/up-PROFILE-TIME.log, state dir default "
-                                         "/var/lib/kimi-serve)."),
-    wait_lock: bool = typer.Option(False, "--wait-lock", help="When another kimi-serve command holds the host lock, "
-                                   "wait for it instead of exiting 75."),
+    log_file: Path | None = typer.Option(
+        None,
+        "--log-file",
+        help="Server log (default: "
+        "$KIMI_SERVE_STATE_DIR/logs/up-PROFILE-TIME.log, state dir default "
+        "/var/lib/kimi-serve).",
+    ),
+    wait_lock: bool = typer.Option(
+        False,
+        "--wait-lock",
+        help="When another kimi-serve command holds the host lock, wait for it instead of exiting 75.",
+    ),
     sets: list[str] | None = SetOpt,
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not echo SGLang's own lines (they stay in the log "
-                               "file): only kimi-serve's phases, progress and verdict."),
+    quiet: bool = typer.Option(
+        False,
+        "--quiet",
+        "-q",
+        help="Do not echo SGLang's own lines (they stay in the log "
+        "file): only kimi-serve's phases, progress and verdict.",
+    ),
 ) -> int:
     """Start the server in the foreground: preflight, start, progress, contract check, supervise (Ctrl-C stops it).
 
@@ -30,8 +43,15 @@ def up(
     from kimi_serve.up.console import Console
     from kimi_serve.up.run import run_up
 
-    return run_up(profile, dry_run=dry_run, verify=not no_verify, log_file=log_file, sets=sets or (),
-                  console=Console(echo_server=not quiet), wait_lock=wait_lock)
+    return run_up(
+        profile,
+        dry_run=dry_run,
+        verify=not no_verify,
+        log_file=log_file,
+        sets=sets or (),
+        console=Console(echo_server=not quiet),
+        wait_lock=wait_lock,
+    )
 
 
 def doctor(

@@ -29,35 +29,66 @@ def _progress_printer(target: str) -> Any:
 
 
 def verify(
-    host: str | None = typer.Option(None, "--host", help="HOST:PORT, [V6]:PORT or http(s)://URL; 0.0.0.0 and "
-                                    "[::] mean this machine (default 127.0.0.1:30000, or the --profile's "
-                                    "deployment)."),
-    api_key: str | None = typer.Option(None, "--api-key", help="API key (else --api-key-file, else "
-                                       "$KIMI_SERVE_API_KEY)."),
-    api_key_file: str | None = typer.Option(None, "--api-key-file", help="File with `api-key: KEY` (SGLang --config"
-                                            " form) or the bare key; must be mode 600."),
+    host: str | None = typer.Option(
+        None,
+        "--host",
+        help="HOST:PORT, [V6]:PORT or http(s)://URL; 0.0.0.0 and "
+        "[::] mean this machine (default 127.0.0.1:30000, or the --profile's "
+        "deployment).",
+    ),
+    api_key: str | None = typer.Option(
+        None, "--api-key", help="API key (else --api-key-file, else $KIMI_SERVE_API_KEY)."
+    ),
+    api_key_file: str | None = typer.Option(
+        None,
+        "--api-key-file",
+        help="File with `api-key: KEY` (SGLang --config form) or the bare key; must be mode 600.",
+    ),
     model: str | None = typer.Option(None, "--model", help="Model id; default: the first one /v1/models lists."),
     wait: float = typer.Option(0.0, "--wait", min=0.0, help="Seconds to wait for /health to turn 200 (0: check once)."),
     timeout: float = typer.Option(180.0, "--timeout", min=1.0, help="Seconds allowed for all probes together."),
-    suite: Suite = typer.Option(Suite.quick, "--suite", help="quick: tool + reasoning; full adds instant, parallel, "
-                                "tool-result, 8 KB argument, raw + lossless; raw: /generate only (docs/raw-path.md)."),
-    expect_listener: list[int] = typer.Option([], "--expect-listener", min=1, max=65535, help="A port besides the "
-                                              "API port the server may listen on beyond loopback (repeatable; "
-                                              "e.g. a separate metrics or multi-node port)."),
+    suite: Suite = typer.Option(
+        Suite.quick,
+        "--suite",
+        help="quick: tool + reasoning; full adds instant, parallel, "
+        "tool-result, 8 KB argument, raw + lossless; raw: /generate only (docs/raw-path.md).",
+    ),
+    expect_listener: list[int] = typer.Option(
+        [],
+        "--expect-listener",
+        min=1,
+        max=65535,
+        help="A port besides the "
+        "API port the server may listen on beyond loopback (repeatable; "
+        "e.g. a separate metrics or multi-node port).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Write the JSON report (docs/verify.md) to stdout."),
-    max_tokens: int | None = typer.Option(None, "--max-tokens", min=16, help="Cap each probe's max_tokens "
-                                          "(monitoring keeps checks light)."),
-    metrics_file: Path | None = typer.Option(None, "--metrics-file", help="Also write the result as node_exporter "
-                                             "textfile metrics to PATH, atomically (docs/monitoring.md); a run "
-                                             "that finds another still writing PATH exits 75."),
-    profile: str = typer.Option("", "--profile", help="Without --host: check this profile's server, and for a "
-                                "replicated one its router and then each replica (the key: the profile's key file "
-                                "unless --api-key/--api-key-file). With --host: only the profile label of the "
-                                "metrics and history lines."),
-    unit_name: str | None = typer.Option(None, "--unit-name", help="Append the result to this unit's monitoring "
-                                         "history (shown by `kimi-serve status`)."),
-    root: Path = typer.Option(Path("/"), "--root", help="With --unit-name: the root whose var/lib/kimi-serve holds "
-                              "the history (as status --root)."),
+    max_tokens: int | None = typer.Option(
+        None, "--max-tokens", min=16, help="Cap each probe's max_tokens (monitoring keeps checks light)."
+    ),
+    metrics_file: Path | None = typer.Option(
+        None,
+        "--metrics-file",
+        help="Also write the result as node_exporter "
+        "textfile metrics to PATH, atomically (docs/monitoring.md); a run "
+        "that finds another still writing PATH exits 75.",
+    ),
+    profile: str = typer.Option(
+        "",
+        "--profile",
+        help="Without --host: check this profile's server, and for a "
+        "replicated one its router and then each replica (the key: the profile's key file "
+        "unless --api-key/--api-key-file). With --host: only the profile label of the "
+        "metrics and history lines.",
+    ),
+    unit_name: str | None = typer.Option(
+        None, "--unit-name", help="Append the result to this unit's monitoring history (shown by `kimi-serve status`)."
+    ),
+    root: Path = typer.Option(
+        Path("/"),
+        "--root",
+        help="With --unit-name: the root whose var/lib/kimi-serve holds the history (as status --root).",
+    ),
 ) -> int:
     """Check that the server answers tool prompts with structured tool_calls and reasoning in reasoning_content.
 
@@ -73,10 +104,23 @@ def verify(
         if metrics_file is not None or unit_name is not None:
             from kimi_serve.core.errors import KimiServeError
 
-            raise KimiServeError("--metrics-file/--unit-name check one server", where="--profile",
-                                 hint="pass --host HOST:PORT too (the monitoring units do)")
-        return _verify_profile(profile, api_key, api_key_file, as_json, model=model, wait=wait, timeout=timeout,
-                               suite=suite.value, max_tokens=max_tokens, expected_ports=tuple(expect_listener))
+            raise KimiServeError(
+                "--metrics-file/--unit-name check one server",
+                where="--profile",
+                hint="pass --host HOST:PORT too (the monitoring units do)",
+            )
+        return _verify_profile(
+            profile,
+            api_key,
+            api_key_file,
+            as_json,
+            model=model,
+            wait=wait,
+            timeout=timeout,
+            suite=suite.value,
+            max_tokens=max_tokens,
+            expected_ports=tuple(expect_listener),
+        )
     host = host or "127.0.0.1:30000"
     target = parse_target(host)
     key = resolve_key(api_key, api_key_file)
@@ -86,13 +130,32 @@ def verify(
         from kimi_serve.service.unit import unit_file_name
 
         unit = unit_file_name(unit_name, "--unit-name") if unit_name else None
-        report = run_monitored(host, Monitoring(metrics_file, unit, profile, root), api_key=key.value, model=model,
-                               wait=wait, timeout=timeout, suite=suite.value, max_tokens=max_tokens, progress=progress,
-                               key_source=key.source, expected_ports=tuple(expect_listener))
+        report = run_monitored(
+            host,
+            Monitoring(metrics_file, unit, profile, root),
+            api_key=key.value,
+            model=model,
+            wait=wait,
+            timeout=timeout,
+            suite=suite.value,
+            max_tokens=max_tokens,
+            progress=progress,
+            key_source=key.source,
+            expected_ports=tuple(expect_listener),
+        )
     else:
-        report = run_verify(target, api_key=key.value, key_source=key.source, model=model, wait=wait,
-                            timeout=timeout, suite=suite.value, progress=progress, max_tokens=max_tokens,
-                            expected_ports=tuple(expect_listener))
+        report = run_verify(
+            target,
+            api_key=key.value,
+            key_source=key.source,
+            model=model,
+            wait=wait,
+            timeout=timeout,
+            suite=suite.value,
+            progress=progress,
+            max_tokens=max_tokens,
+            expected_ports=tuple(expect_listener),
+        )
     if as_json:
         typer.echo(report.to_json())
     else:
@@ -110,8 +173,11 @@ def _verify_profile(ref: str, api_key: str | None, api_key_file: str | None, as_
     from kimi_serve.verify.render import render_lines, render_table
 
     p = load_profile(ref)
-    key = resolve_key(api_key, api_key_file or p.server.api_key_file,
-                      file_label="--api-key-file" if api_key_file else "profile key file")
+    key = resolve_key(
+        api_key,
+        api_key_file or p.server.api_key_file,
+        file_label="--api-key-file" if api_key_file else "profile key file",
+    )
     targets = deployment_targets(p)
     render = render_table if sys.stdout.isatty() else render_lines
     if not routed(p):

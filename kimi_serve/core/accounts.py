@@ -28,8 +28,7 @@ def lookup(name: str, accounts_root: Path) -> Account | None:
     """The account ``name`` in ``accounts_root``'s passwd/group files, or None."""
     for row in table(accounts_root / "etc/passwd"):
         if len(row) >= 4 and row[0] == name:
-            groups = tuple(g[0] for g in table(accounts_root / "etc/group")
-                           if len(g) >= 4 and name in g[3].split(","))
+            groups = tuple(g[0] for g in table(accounts_root / "etc/group") if len(g) >= 4 and name in g[3].split(","))
             return Account(name, int(row[2]), int(row[3]), groups)
     return None
 
@@ -43,5 +42,6 @@ def group_names(gids: Iterable[int], accounts_root: Path) -> list[str]:
 def group_ids(account: Account, accounts_root: Path) -> set[int]:
     """The account's primary and supplementary group ids."""
     named = set(account.groups)
-    return {account.gid} | {int(g[2]) for g in table(accounts_root / "etc/group")
-                            if len(g) >= 3 and g[0] in named and g[2].isdigit()}
+    return {account.gid} | {
+        int(g[2]) for g in table(accounts_root / "etc/group") if len(g) >= 3 and g[0] in named and g[2].isdigit()
+    }

@@ -28,19 +28,27 @@ class Finding:
         return f"{text} (fix: {self.fix})" if self.fix and self.status in (WARN, FAIL) else text
 
     def to_json(self) -> dict[str, Any]:
-        return {"layer": self.layer, "code": self.code, "status": self.status, "message": self.message,
-                "fix": self.fix, "where": self.where}
+        return {
+            "layer": self.layer,
+            "code": self.code,
+            "status": self.status,
+            "message": self.message,
+            "fix": self.fix,
+            "where": self.where,
+        }
 
 
 def failed(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.status == FAIL]
 
 
-def error_from(bad: list[Finding], *, more: str, prefix: str = "", where: str | None = None,
-               exit_code: ExitCode = ExitCode.USAGE) -> KimiServeError:
+def error_from(
+    bad: list[Finding], *, more: str, prefix: str = "", where: str | None = None, exit_code: ExitCode = ExitCode.USAGE
+) -> KimiServeError:
     """The one-line error for failed findings: the first one, with "+N more" and where to see them (``more``, e.g.
     "run kimi-serve check --profile prod") when there are several. ``where`` is used when the finding has none."""
     first = bad[0]
     extra = f" (+{len(bad) - 1} more: {more})" if len(bad) > 1 else ""
-    return KimiServeError(f"{prefix}{first.message}{extra}", where=first.where or where, hint=first.fix or None,
-                          exit_code=exit_code)
+    return KimiServeError(
+        f"{prefix}{first.message}{extra}", where=first.where or where, hint=first.fix or None, exit_code=exit_code
+    )

@@ -54,17 +54,23 @@ def admin_key_problem(path: str | Path) -> tuple[str, str] | None:
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         data = None
     if not isinstance(data, dict):
-        return (f"API-key file {path} has no admin-api-key (not a YAML mapping)",
-                f"write it as two lines 'api-key: KEY' and 'admin-api-key: OTHER-KEY' ({ADMIN_KEY_HINT})")
+        return (
+            f"API-key file {path} has no admin-api-key (not a YAML mapping)",
+            f"write it as two lines 'api-key: KEY' and 'admin-api-key: OTHER-KEY' ({ADMIN_KEY_HINT})",
+        )
     admin = data.get("admin-api-key", data.get("admin_api_key"))
     if admin is None or not str(admin).strip():
-        return (f"API-key file {path} has no admin-api-key: SGLang then accepts the clients' key on its admin "
-                "endpoints (weights, LoRA, pause, profiling)",
-                f"add a line 'admin-api-key: OTHER-KEY' ({ADMIN_KEY_HINT})")
+        return (
+            f"API-key file {path} has no admin-api-key: SGLang then accepts the clients' key on its admin "
+            "endpoints (weights, LoRA, pause, profiling)",
+            f"add a line 'admin-api-key: OTHER-KEY' ({ADMIN_KEY_HINT})",
+        )
     client = data.get("api-key", data.get("api_key"))
     if client is not None and str(client).strip() == str(admin).strip():
-        return (f"API-key file {path}: admin-api-key equals api-key, so every client holds the admin key",
-                f"use a distinct admin-api-key ({ADMIN_KEY_HINT})")
+        return (
+            f"API-key file {path}: admin-api-key equals api-key, so every client holds the admin key",
+            f"use a distinct admin-api-key ({ADMIN_KEY_HINT})",
+        )
     return None
 
 
@@ -89,15 +95,18 @@ def read_key_file(path: Path, where: str | None = None) -> str:
         st = path.stat()
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise KimiServeError("API key file not found", where=where,
-                             hint="pass the file SGLang reads via --config") from None
+        raise KimiServeError(
+            "API key file not found", where=where, hint="pass the file SGLang reads via --config"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise KimiServeError(f"cannot read API key file ({exc.__class__.__name__})", where=where,
-                             hint="make it a readable UTF-8 file") from None
+        raise KimiServeError(
+            f"cannot read API key file ({exc.__class__.__name__})", where=where, hint="make it a readable UTF-8 file"
+        ) from None
     if st.st_mode & PRIVATE_MASK:
         raise KimiServeError(
             f"API key file is accessible by group/others (mode {stat.S_IMODE(st.st_mode):04o})",
-            where=where, hint=f"chmod 600 {path}",
+            where=where,
+            hint=f"chmod 600 {path}",
         )
     import yaml
 
@@ -112,6 +121,9 @@ def read_key_file(path: Path, where: str | None = None) -> str:
     else:
         key = None
     if not isinstance(key, str | int) or not str(key).strip():
-        raise KimiServeError("no API key in file", where=where,
-                             hint="write one line `api-key: KEY` (the SGLang --config form) or the bare key")
+        raise KimiServeError(
+            "no API key in file",
+            where=where,
+            hint="write one line `api-key: KEY` (the SGLang --config form) or the bare key",
+        )
     return str(key).strip()

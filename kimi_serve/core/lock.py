@@ -46,8 +46,9 @@ def _describe(info: dict[str, Any] | None) -> str:
 
 
 @contextlib.contextmanager
-def host_lock(command: str, *, state_dir: Path | None = None, wait: bool = False,
-              wait_timeout: float | None = None) -> Iterator[Path]:
+def host_lock(
+    command: str, *, state_dir: Path | None = None, wait: bool = False, wait_timeout: float | None = None
+) -> Iterator[Path]:
     """Hold the host lock for ``command`` (e.g. ``"patches apply"``). Raises exit 75 when it is held and ``wait`` is
     false (or ``wait_timeout`` passes), exit 5 when the state root cannot be written."""
     path = lock_path(state_dir)
@@ -62,9 +63,11 @@ def host_lock(command: str, *, state_dir: Path | None = None, wait: bool = False
         path.parent.mkdir(parents=True, exist_ok=True)
         f: IO[str] = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the block
     except OSError as exc:
-        raise KimiServeError(f"cannot write the host lock {path}: {exc.strerror or exc}",
-                             hint=f"run as root, or set {STATE_DIR_ENV} to a writable directory",
-                             exit_code=ExitCode.ENVIRONMENT) from None
+        raise KimiServeError(
+            f"cannot write the host lock {path}: {exc.strerror or exc}",
+            hint=f"run as root, or set {STATE_DIR_ENV} to a writable directory",
+            exit_code=ExitCode.ENVIRONMENT,
+        ) from None
     with f:
         deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
         while True:
@@ -79,14 +82,20 @@ def host_lock(command: str, *, state_dir: Path | None = None, wait: bool = False
                             break
                         time.sleep(0.05)
                         info = holder(path)
-                    raise KimiServeError(f"{_describe(info)} is changing this host", where=str(path),
-                                         hint="wait for it to finish, or pass --wait-lock",
-                                         exit_code=ExitCode.LOCKED) from None
+                    raise KimiServeError(
+                        f"{_describe(info)} is changing this host",
+                        where=str(path),
+                        hint="wait for it to finish, or pass --wait-lock",
+                        exit_code=ExitCode.LOCKED,
+                    ) from None
                 time.sleep(0.2)
         f.seek(0)
         f.truncate()
-        f.write(json.dumps({"command": command, "pid": os.getpid(),
-                            "since": datetime.now(UTC).isoformat(timespec="seconds")}))
+        f.write(
+            json.dumps(
+                {"command": command, "pid": os.getpid(), "since": datetime.now(UTC).isoformat(timespec="seconds")}
+            )
+        )
         f.flush()
         _held[path] = 1
         try:

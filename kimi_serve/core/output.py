@@ -27,34 +27,54 @@ def finding_dict(f: Finding | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(f, Finding):
         return f.to_json()
     d = dict(f)
-    return {"code": str(d.pop("code", "")), "message": str(d.pop("message", "")), "fix": str(d.pop("fix", "") or ""),
-            **d}
+    return {
+        "code": str(d.pop("code", "")),
+        "message": str(d.pop("message", "")),
+        "fix": str(d.pop("fix", "") or ""),
+        **d,
+    }
 
 
-def envelope(command: str, exit_code: int, data: Mapping[str, Any] | None = None,
-             findings: Iterable[Finding | Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def envelope(
+    command: str,
+    exit_code: int,
+    data: Mapping[str, Any] | None = None,
+    findings: Iterable[Finding | Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The envelope around a command's own keys (``data``); ``findings`` default to ``data["findings"]``."""
     body = dict(data or {})
     listed = body.pop("findings", None) if findings is None else findings
     for key in ENVELOPE_KEYS:
         body.pop(key, None)
-    return {"kind": kind_of(command), "version": VERSION, "ok": int(exit_code) == 0, "exit_code": int(exit_code),
-            "findings": [finding_dict(f) for f in (listed or [])], **body}
+    return {
+        "kind": kind_of(command),
+        "version": VERSION,
+        "ok": int(exit_code) == 0,
+        "exit_code": int(exit_code),
+        "findings": [finding_dict(f) for f in (listed or [])],
+        **body,
+    }
 
 
 def dumps(doc: Mapping[str, Any]) -> str:
     return json.dumps(doc, indent=2)
 
 
-def error_document(command: str, exc: BaseException, *, code: str = "error",
-                   exit_code: int | None = None) -> dict[str, Any]:
+def error_document(
+    command: str, exc: BaseException, *, code: str = "error", exit_code: int | None = None
+) -> dict[str, Any]:
     """The envelope for a command that failed before it had a report: one finding from the error."""
     if isinstance(exc, KimiServeError):
         finding = Finding("cli", code, FAIL, exc.message, exc.hint or "", exc.where or "")
         rc = int(exc.exit_code) if exit_code is None else exit_code
     else:
-        finding = Finding("cli", code, FAIL, f"{type(exc).__name__}: {exc}".replace("\n", " "),
-                          "a bug in kimi-serve: rerun with --debug and report it")
+        finding = Finding(
+            "cli",
+            code,
+            FAIL,
+            f"{type(exc).__name__}: {exc}".replace("\n", " "),
+            "a bug in kimi-serve: rerun with --debug and report it",
+        )
         rc = int(ExitCode.INTERNAL) if exit_code is None else exit_code
     return envelope(command, rc, findings=[finding])
 

@@ -41,16 +41,30 @@ class NotInstalled(KimiServeError):
     """The program does not exist on this host."""
 
 
-def run(argv: Sequence[str], *, timeout: float, input: str | None = None, env: Mapping[str, str] | None = None,
-        install_hint: str | None = None) -> Completed:
+def run(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    input: str | None = None,
+    env: Mapping[str, str] | None = None,
+    install_hint: str | None = None,
+) -> Completed:
     """Run ``argv`` to completion and capture its output. A missing program raises :class:`NotInstalled` (exit 5);
     a timeout returns rc 124 with what it printed; other OS errors return rc 126 with the reason."""
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, input=input,
-                              env=dict(env) if env is not None else None, check=False)
+        proc = subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+            env=dict(env) if env is not None else None,
+            check=False,
+        )
     except FileNotFoundError:
-        raise NotInstalled(f"{argv[0]} is not installed", hint=install_hint or f"install {argv[0]}",
-                           exit_code=ExitCode.ENVIRONMENT) from None
+        raise NotInstalled(
+            f"{argv[0]} is not installed", hint=install_hint or f"install {argv[0]}", exit_code=ExitCode.ENVIRONMENT
+        ) from None
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         return Completed(tuple(argv), TIMED_OUT, "", f"{err}\ntimed out after {timeout:g}s")

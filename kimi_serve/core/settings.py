@@ -56,6 +56,7 @@ class Settings:
 
 def from_env(environ: Mapping[str, str]) -> Settings:
     """The settings an environment gives (unset or empty variables keep the defaults)."""
+
     def get(name: str) -> str | None:
         value = environ.get(name)
         return value if value else None

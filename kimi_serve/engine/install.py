@@ -33,9 +33,11 @@ from kimi_serve.engine import locks
 
 RECORD_NAME = "kimi-serve-engine.json"
 _SCHEMA = 1
-_VERSIONS = ("import importlib.metadata as m, json, sys; "
-             "print(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], 'packages': "
-             "{d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']}}))")
+_VERSIONS = (
+    "import importlib.metadata as m, json, sys; "
+    "print(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], 'packages': "
+    "{d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']}}))"
+)
 
 
 def _normalize(name: str) -> str:
@@ -63,9 +65,11 @@ def base_python(version: str) -> str:
     found = shutil.which(f"python{version}")
     if found:
         return found
-    raise KimiServeError(f"the lock targets Python {version} and no python{version} is on PATH",
-                         hint=f"install Python {version} (apt-get install python{version}-venv)",
-                         exit_code=ExitCode.ENVIRONMENT)
+    raise KimiServeError(
+        f"the lock targets Python {version} and no python{version} is on PATH",
+        hint=f"install Python {version} (apt-get install python{version}-venv)",
+        exit_code=ExitCode.ENVIRONMENT,
+    )
 
 
 def is_venv(path: Path) -> bool:
@@ -98,30 +102,46 @@ class Plan:
         return self.prefix.parent / f".{self.prefix.name}.kimi-serve-old"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"prefix": str(self.prefix), "lock": self.lock.name, "lock_file": str(self.lock.path),
-                "lock_sha256": self.lock.sha256, "packages": len(self.lock.pins),
-                "sglang": getattr(self.lock.pins.get("sglang"), "version", None),
-                "installer": self.installer, "installer_path": self.installer_path, "python": self.python,
-                "python_version": self.python_version, "patch_set": self.patch_set, "profile": self.profile,
-                "staging": str(self.staging), "replaces_existing": self.replaces,
-                "host_lock": str(lock_path())}
+        return {
+            "prefix": str(self.prefix),
+            "lock": self.lock.name,
+            "lock_file": str(self.lock.path),
+            "lock_sha256": self.lock.sha256,
+            "packages": len(self.lock.pins),
+            "sglang": getattr(self.lock.pins.get("sglang"), "version", None),
+            "installer": self.installer,
+            "installer_path": self.installer_path,
+            "python": self.python,
+            "python_version": self.python_version,
+            "patch_set": self.patch_set,
+            "profile": self.profile,
+            "staging": str(self.staging),
+            "replaces_existing": self.replaces,
+            "host_lock": str(lock_path()),
+        }
 
 
-def make_plan(prefix: Path, lock_name: str, patch_set: str | None, profile: str | None,
-              installer: str | None = None) -> Plan:
+def make_plan(
+    prefix: Path, lock_name: str, patch_set: str | None, profile: str | None, installer: str | None = None
+) -> Plan:
     lock = locks.load(lock_name)
     prefix = prefix.expanduser().absolute()
     if prefix.exists() and not is_venv(prefix) and any(prefix.iterdir()):
-        raise KimiServeError(f"{prefix} exists and is not a venv; refusing to replace it",
-                             hint="pass --prefix of an existing engine venv or of a new folder",
-                             exit_code=ExitCode.USAGE)
+        raise KimiServeError(
+            f"{prefix} exists and is not a venv; refusing to replace it",
+            hint="pass --prefix of an existing engine venv or of a new folder",
+            exit_code=ExitCode.USAGE,
+        )
     version = target_python(lock)
     uv = find_uv()
     if installer == "pip" or (installer is None and uv is None):
         kind, path = "pip", "python -m pip"
     elif uv is None:
-        raise KimiServeError("uv not found", hint="pip install uv (requirements/dev.txt pins it), or drop --installer",
-                             exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            "uv not found",
+            hint="pip install uv (requirements/dev.txt pins it), or drop --installer",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
     else:
         kind, path = "uv", uv
     return Plan(prefix, lock, kind, path, base_python(version), version, patch_set, profile)
@@ -144,21 +164,26 @@ def _run(cmd: list[str], what: str, *, progress: bool, env: dict[str, str] | Non
             lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
             tail = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
     except FileNotFoundError as exc:
-        raise KimiServeError(f"{what}: {cmd[0]} not found", hint="install it, or pass --installer pip",
-                             exit_code=ExitCode.ENVIRONMENT) from exc
+        raise KimiServeError(
+            f"{what}: {cmd[0]} not found", hint="install it, or pass --installer pip", exit_code=ExitCode.ENVIRONMENT
+        ) from exc
     if rc != 0:
         detail = f": {tail}" if tail else " (see the output above)"
-        raise KimiServeError(f"{what} failed (exit {rc}){detail}; the previous venv is untouched",
-                             hint="check the lock and the network (PyPI), then run engine install again",
-                             exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            f"{what} failed (exit {rc}){detail}; the previous venv is untouched",
+            hint="check the lock and the network (PyPI), then run engine install again",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
 
 
 def installed_versions(python: Path) -> dict[str, Any]:
     done = subprocess.run([str(python), "-I", "-c", _VERSIONS], capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
-        raise KimiServeError(f"{python} cannot list its packages: "
-                             f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}",
-                             hint="rebuild it with kimi-serve engine install", exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            f"{python} cannot list its packages: {(done.stderr.strip().splitlines() or ['no output'])[-1]}",
+            hint="rebuild it with kimi-serve engine install",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
     data = json.loads(done.stdout.strip().splitlines()[-1])
     data["packages"] = {_normalize(k): v for k, v in data["packages"].items()}
     return data
@@ -197,8 +222,12 @@ def _patch(plan: Plan, venv: Path) -> dict[str, Any] | None:
     # folder here: keep them out of the host's state. Hashes decide patch state, and revert works without a record.
     with tempfile.TemporaryDirectory(prefix="kimi-serve-engine-patch-") as state:
         result = apply(site_packages(venv, plan.python_version), ps, state_dir=Path(state))
-    return {"set": ps.name, "patches": [p.name for p in ps.patches], "applied": result.status.all_applied,
-            "message": result.message}
+    return {
+        "set": ps.name,
+        "patches": [p.name for p in ps.patches],
+        "applied": result.status.all_applied,
+        "message": result.message,
+    }
 
 
 @dataclass
@@ -221,27 +250,66 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
         try:
             py = staging / "bin" / "python"
             if plan.installer == "uv":
-                _run([plan.installer_path, "venv", "--quiet", "--python", plan.python, "--prompt", plan.prefix.name,
-                      str(staging)],
-                     "creating the venv", progress=False, env=env)
-                cmd = [plan.installer_path, "pip", "sync", "--python", str(py), "--require-hashes",
-                       *locks.INDEX_OPTIONS, str(plan.lock.path)]
+                _run(
+                    [
+                        plan.installer_path,
+                        "venv",
+                        "--quiet",
+                        "--python",
+                        plan.python,
+                        "--prompt",
+                        plan.prefix.name,
+                        str(staging),
+                    ],
+                    "creating the venv",
+                    progress=False,
+                    env=env,
+                )
+                cmd = [
+                    plan.installer_path,
+                    "pip",
+                    "sync",
+                    "--python",
+                    str(py),
+                    "--require-hashes",
+                    *locks.INDEX_OPTIONS,
+                    str(plan.lock.path),
+                ]
             else:
-                _run([plan.python, "-m", "venv", "--prompt", plan.prefix.name, str(staging)], "creating the venv",
-                     progress=False)
-                cmd = [str(py), "-m", "pip", "install", "--no-deps", "--require-hashes", "--no-compile",
-                       "--disable-pip-version-check", "-r", str(plan.lock.path)]
+                _run(
+                    [plan.python, "-m", "venv", "--prompt", plan.prefix.name, str(staging)],
+                    "creating the venv",
+                    progress=False,
+                )
+                cmd = [
+                    str(py),
+                    "-m",
+                    "pip",
+                    "install",
+                    "--no-deps",
+                    "--require-hashes",
+                    "--no-compile",
+                    "--disable-pip-version-check",
+                    "-r",
+                    str(plan.lock.path),
+                ]
             if not progress:
                 cmd.insert(3 if plan.installer == "uv" else 4, "--quiet")
-            _run(cmd, f"installing {len(plan.lock.pins)} packages from the {plan.lock.name} lock ({plan.installer})",
-                 progress=progress, env=env)
+            _run(
+                cmd,
+                f"installing {len(plan.lock.pins)} packages from the {plan.lock.name} lock ({plan.installer})",
+                progress=progress,
+                env=env,
+            )
             found = installed_versions(py)
             missing = sorted(n for n, p in plan.lock.pins.items() if found["packages"].get(n) != p.version)
             if missing:
-                raise KimiServeError(f"after the install {len(missing)} locked packages are missing or differ "
-                                     f"({', '.join(missing[:5])}); the previous venv is untouched",
-                                     hint="regenerate the lock (scripts/lock.py) or report a bug",
-                                     exit_code=ExitCode.ENVIRONMENT)
+                raise KimiServeError(
+                    f"after the install {len(missing)} locked packages are missing or differ "
+                    f"({', '.join(missing[:5])}); the previous venv is untouched",
+                    hint="regenerate the lock (scripts/lock.py) or report a bug",
+                    exit_code=ExitCode.ENVIRONMENT,
+                )
             patches = _patch(plan, staging)
             record = {
                 "schema": _SCHEMA,
@@ -252,9 +320,11 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
                 "packages": len(plan.lock.pins),
                 "installer": plan.installer,
                 "python": found["python"],
-                "versions": {k: found["packages"].get(k) for k in ("sglang", "torch", "flashinfer-python",
-                                                                   "sglang-kernel", "transformers")
-                             if found["packages"].get(k)},
+                "versions": {
+                    k: found["packages"].get(k)
+                    for k in ("sglang", "torch", "flashinfer-python", "sglang-kernel", "transformers")
+                    if found["packages"].get(k)
+                },
                 "patch_set": patches["set"] if patches else None,
                 "patches": patches["patches"] if patches else [],
                 "installed_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -280,4 +350,3 @@ def read_record(prefix: Path) -> dict[str, Any] | None:
         return json.loads((prefix / RECORD_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-

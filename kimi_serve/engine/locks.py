@@ -33,8 +33,16 @@ UV_VERSION = "0.13.9"
 # uv stops at the first index that has a package unless told otherwise; with extra indexes configured that loses
 # versions, so the locks are always resolved (and installed) with the best match across indexes.
 INDEX_OPTIONS = ("--index-strategy", "unsafe-best-match")
-RESOLVE_OPTIONS = ("--python-version", PYTHON_VERSION, "--python-platform", PLATFORM, "--generate-hashes",
-                   *INDEX_OPTIONS, "--exclude-newer", EXCLUDE_NEWER)
+RESOLVE_OPTIONS = (
+    "--python-version",
+    PYTHON_VERSION,
+    "--python-platform",
+    PLATFORM,
+    "--generate-hashes",
+    *INDEX_OPTIONS,
+    "--exclude-newer",
+    EXCLUDE_NEWER,
+)
 HEADER_PREFIX = "# kimi-serve lock:"
 _HEADER_KEY = re.compile(r"^# ([a-z0-9-]+): (.*)$")
 _REQ = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
@@ -53,11 +61,21 @@ class LockSpec:
     def command(self, uv: str, output: Path, cwd: Path) -> list[str]:
         """The uv command that resolves this lock; run it in ``cwd`` (paths are relative to it, so the lock's
         ``# via`` annotations name no machine's absolute paths)."""
+
         def rel(p: Path) -> str:
             return str(p.resolve().relative_to(cwd.resolve()))
 
-        cmd = [uv, "pip", "compile", *map(rel, self.requirements), *RESOLVE_OPTIONS, "--no-header",
-               "--quiet", "-o", str(output)]
+        cmd = [
+            uv,
+            "pip",
+            "compile",
+            *map(rel, self.requirements),
+            *RESOLVE_OPTIONS,
+            "--no-header",
+            "--quiet",
+            "-o",
+            str(output),
+        ]
         for extra in self.extras:
             cmd += ["--extra", extra]
         for o in self.overrides:
@@ -68,15 +86,28 @@ class LockSpec:
 def specs(repo: Path | None = None) -> dict[str, LockSpec]:
     """Every lock; the ``dev`` lock only when ``repo`` (a checkout) is given."""
     out = {
-        "gpu": LockSpec("gpu", LOCK_DIR / "gpu.txt", (LOCK_DIR / "gpu.in",),
-                        description=f"sglang {SGLANG_VERSION}, all its dependencies, CUDA 13 torch: the GPU host"),
-        "cpu": LockSpec("cpu", LOCK_DIR / "cpu.txt", (LOCK_DIR / "cpu.in",), (LOCK_DIR / "cpu-drop.txt",),
-                        description=f"sglang {SGLANG_VERSION} minus GPU-only kernels: tests, quickstart"),
+        "gpu": LockSpec(
+            "gpu",
+            LOCK_DIR / "gpu.txt",
+            (LOCK_DIR / "gpu.in",),
+            description=f"sglang {SGLANG_VERSION}, all its dependencies, CUDA 13 torch: the GPU host",
+        ),
+        "cpu": LockSpec(
+            "cpu",
+            LOCK_DIR / "cpu.txt",
+            (LOCK_DIR / "cpu.in",),
+            (LOCK_DIR / "cpu-drop.txt",),
+            description=f"sglang {SGLANG_VERSION} minus GPU-only kernels: tests, quickstart",
+        ),
     }
     if repo is not None:
-        out["dev"] = LockSpec("dev", repo / "requirements" / "dev.txt",
-                              (repo / "pyproject.toml", repo / "requirements" / "dev.in"), extras=("test",),
-                              description="kimi-serve's dev/test venv (.venv): runtime deps, [test] extra, uv")
+        out["dev"] = LockSpec(
+            "dev",
+            repo / "requirements" / "dev.txt",
+            (repo / "pyproject.toml", repo / "requirements" / "dev.in"),
+            extras=("test",),
+            description="kimi-serve's dev/test venv (.venv): runtime deps, [test] extra, uv",
+        )
     return out
 
 
@@ -84,8 +115,10 @@ def _input_text(path: Path, extras: tuple[str, ...]) -> str:
     if path.name == "pyproject.toml":  # only what the resolver reads: the dependency lists
         project = tomllib.loads(path.read_text(encoding="utf-8"))["project"]
         optional = project.get("optional-dependencies", {})
-        return json.dumps({"dependencies": project.get("dependencies", []),
-                           "extras": {e: optional.get(e, []) for e in extras}}, sort_keys=True)
+        return json.dumps(
+            {"dependencies": project.get("dependencies", []), "extras": {e: optional.get(e, []) for e in extras}},
+            sort_keys=True,
+        )
     return path.read_text(encoding="utf-8")
 
 
@@ -155,7 +188,7 @@ def parse(text: str, *, name: str = "?", path: Path = Path("?")) -> Lock:
             pin = Pin(normalize(m.group(1)), m.group(3), tuple(_HASH.findall(line)))
             pins[pin.name] = pin
     if text.startswith(HEADER_PREFIX):
-        meta["lock"] = text.splitlines()[0][len(HEADER_PREFIX):].strip()
+        meta["lock"] = text.splitlines()[0][len(HEADER_PREFIX) :].strip()
     return Lock(name, path, hashlib.sha256(text.encode()).hexdigest(), meta, pins)
 
 
@@ -166,8 +199,11 @@ def lock_path(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if path.is_file():
         return path
-    raise KimiServeError(f"unknown lock {name_or_path!r}", hint=f"pass --lock {' or '.join(ENGINE_LOCKS)}, "
-                         "or the path of a lock file", exit_code=ExitCode.USAGE)
+    raise KimiServeError(
+        f"unknown lock {name_or_path!r}",
+        hint=f"pass --lock {' or '.join(ENGINE_LOCKS)}, or the path of a lock file",
+        exit_code=ExitCode.USAGE,
+    )
 
 
 def load(name_or_path: str) -> Lock:
@@ -175,17 +211,22 @@ def load(name_or_path: str) -> Lock:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise KimiServeError(f"cannot read lock {path}: {exc.strerror}", hint="reinstall kimi-serve",
-                             exit_code=ExitCode.ENVIRONMENT) from exc
+        raise KimiServeError(
+            f"cannot read lock {path}: {exc.strerror}", hint="reinstall kimi-serve", exit_code=ExitCode.ENVIRONMENT
+        ) from exc
     name = name_or_path if name_or_path in ENGINE_LOCKS else path.stem
     lock = parse(text, name=name, path=path)
     if not lock.pins:
-        raise KimiServeError(f"{path} holds no pinned requirements", hint="regenerate it with scripts/lock.py",
-                             exit_code=ExitCode.USAGE)
+        raise KimiServeError(
+            f"{path} holds no pinned requirements", hint="regenerate it with scripts/lock.py", exit_code=ExitCode.USAGE
+        )
     unhashed = [p.name for p in lock.pins.values() if not p.hashes]
     if unhashed:
-        raise KimiServeError(f"{path}: {', '.join(unhashed[:5])} carry no --hash", hint="regenerate it with "
-                             "scripts/lock.py (uv pip compile --generate-hashes)", exit_code=ExitCode.USAGE)
+        raise KimiServeError(
+            f"{path}: {', '.join(unhashed[:5])} carry no --hash",
+            hint="regenerate it with scripts/lock.py (uv pip compile --generate-hashes)",
+            exit_code=ExitCode.USAGE,
+        )
     return lock
 
 

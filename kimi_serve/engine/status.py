@@ -67,16 +67,23 @@ class EngineStatus:
 
     @property
     def ok(self) -> bool:
-        return (self.record is not None and not self.drift and not self.lock_changed and not self.conflicts
-                and self.patch_state in ("applied", "none"))
+        return (
+            self.record is not None
+            and not self.drift
+            and not self.lock_changed
+            and not self.conflicts
+            and self.patch_state in ("applied", "none")
+        )
 
     def findings(self) -> list[str]:
         out = []
         if self.record is None:
             out.append("no install record: this venv was not built by kimi-serve engine install")
         if self.lock_changed:
-            out.append(f"the {self.lock.name} lock changed since the install (installed from "
-                       f"{(self.record or {}).get('lock_sha256', '?')[:12]}, lock is now {self.lock.sha256[:12]})")
+            out.append(
+                f"the {self.lock.name} lock changed since the install (installed from "
+                f"{(self.record or {}).get('lock_sha256', '?')[:12]}, lock is now {self.lock.sha256[:12]})"
+            )
         for d in self.drift:
             out.append(f"{d.name}: {d.kind} (lock {d.locked or '-'}, installed {d.installed or '-'})")
         for pkg, req, have in self.conflicts:
@@ -86,14 +93,25 @@ class EngineStatus:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"prefix": str(self.prefix), "ok": self.ok, "lock": self.lock.name, "lock_sha256": self.lock.sha256,
-                "installed_lock_sha256": (self.record or {}).get("lock_sha256"), "lock_changed": self.lock_changed,
-                "python": self.python, "versions": self.versions, "record": self.record,
-                "patch_set": self.patch_set, "patch_state": self.patch_state,
-                "drift": [{"name": d.name, "kind": d.kind, "locked": d.locked, "installed": d.installed}
-                          for d in self.drift],
-                "dependency_conflicts": self.conflicts, "omitted_by_lock": self.omitted,
-                "findings": self.findings()}
+        return {
+            "prefix": str(self.prefix),
+            "ok": self.ok,
+            "lock": self.lock.name,
+            "lock_sha256": self.lock.sha256,
+            "installed_lock_sha256": (self.record or {}).get("lock_sha256"),
+            "lock_changed": self.lock_changed,
+            "python": self.python,
+            "versions": self.versions,
+            "record": self.record,
+            "patch_set": self.patch_set,
+            "patch_state": self.patch_state,
+            "drift": [
+                {"name": d.name, "kind": d.kind, "locked": d.locked, "installed": d.installed} for d in self.drift
+            ],
+            "dependency_conflicts": self.conflicts,
+            "omitted_by_lock": self.omitted,
+            "findings": self.findings(),
+        }
 
 
 def dependency_problems(python: Path) -> list[list[Any]]:
@@ -122,28 +140,44 @@ def engine_status(prefix: Path, lock_name: str | None = None) -> EngineStatus:
     prefix = prefix.expanduser().absolute()
     python = prefix / "bin" / "python"
     if not python.exists():
-        raise KimiServeError(f"{prefix} is not an engine venv (no bin/python)",
-                             hint=f"kimi-serve engine install --prefix {prefix}", exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            f"{prefix} is not an engine venv (no bin/python)",
+            hint=f"kimi-serve engine install --prefix {prefix}",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
     record = read_record(prefix)
     name = lock_name or (record or {}).get("lock") or "gpu"
     lock = locks.load(name)
     found = installed_versions(python)
     installed: dict[str, str] = found["packages"]
-    drift = [Drift(n, p.version, installed.get(n)) for n, p in sorted(lock.pins.items())
-             if installed.get(n) != p.version]
-    drift += [Drift(n, None, v) for n, v in sorted(installed.items())
-              if n not in lock.pins and n not in _IGNORED_EXTRAS]
+    drift = [
+        Drift(n, p.version, installed.get(n)) for n, p in sorted(lock.pins.items()) if installed.get(n) != p.version
+    ]
+    drift += [
+        Drift(n, None, v) for n, v in sorted(installed.items()) if n not in lock.pins and n not in _IGNORED_EXTRAS
+    ]
     omitted = locks.omitted_from_cpu() if lock.name == "cpu" else set()
     problems = dependency_problems(python)
     conflicts = [p for p in problems if not (p[2] is None and locks.normalize(_req_name(p[1])) in omitted)]
     version = ".".join(found["python"].split(".")[:2])
     set_name = (record or {}).get("patch_set")
-    st = EngineStatus(prefix, record, lock, found["python"],
-                      {k: installed[k] for k in ("sglang", "torch", "flashinfer-python", "sglang-kernel",
-                                                 "transformers") if k in installed},
-                      drift, record is not None and record.get("lock_sha256") != lock.sha256,
-                      _patch_state(prefix, set_name, version) if set_name else "none", set_name, conflicts,
-                      sorted(omitted))
+    st = EngineStatus(
+        prefix,
+        record,
+        lock,
+        found["python"],
+        {
+            k: installed[k]
+            for k in ("sglang", "torch", "flashinfer-python", "sglang-kernel", "transformers")
+            if k in installed
+        },
+        drift,
+        record is not None and record.get("lock_sha256") != lock.sha256,
+        _patch_state(prefix, set_name, version) if set_name else "none",
+        set_name,
+        conflicts,
+        sorted(omitted),
+    )
     return st
 
 

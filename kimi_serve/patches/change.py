@@ -38,8 +38,9 @@ class ChangeResult:
     message: str
 
 
-def apply(site_packages: Path, patch_set: PatchSet, *, state_dir: Path | None = None,
-          wait_lock: bool = False) -> ChangeResult:
+def apply(
+    site_packages: Path, patch_set: PatchSet, *, state_dir: Path | None = None, wait_lock: bool = False
+) -> ChangeResult:
     """Apply every patch of ``patch_set`` or none; a no-op when already applied. Takes the host lock first, then
     recovers an interrupted change (:mod:`kimi_serve.patches.journal`), then reads the state."""
     with host_lock("patches apply", state_dir=state_dir, wait=wait_lock):
@@ -62,11 +63,13 @@ def _apply(site_packages: Path, patch_set: PatchSet, state_dir: Path | None, rec
         return ChangeResult(False, before, f"{patch_set.name}: already applied, nothing to do")
     if not before.pristine:
         bad = next(f for f in before.files if f.position != 0)
-        raise KimiServeError(f"{bad.path} is {bad.label}, not the original sglang {patch_set.target_version} file; "
-                             "nothing was changed", where=patch_set.name,
-                             hint=f"reinstall it (pip install --force-reinstall --no-deps "
-                                  f"sglang=={patch_set.target_version}), then apply",
-                             exit_code=ExitCode.FAILED)
+        raise KimiServeError(
+            f"{bad.path} is {bad.label}, not the original sglang {patch_set.target_version} file; nothing was changed",
+            where=patch_set.name,
+            hint=f"reinstall it (pip install --force-reinstall --no-deps "
+            f"sglang=={patch_set.target_version}), then apply",
+            exit_code=ExitCode.FAILED,
+        )
     originals = {f.path: read_content(site_packages / f.path) for f in patch_set.files}
     staged = stage_set(patch_set, {rel: c.data for rel, c in originals.items()}, patch_set.patches)
     check_hashes(patch_set, staged, "after")
@@ -77,26 +80,33 @@ def _apply(site_packages: Path, patch_set: PatchSet, state_dir: Path | None, rec
     shutil.rmtree(record_dir, ignore_errors=True)
     try:  # backups and the record first: nothing in the install changes unless both could be written
         write_backups(record_dir / "backup", originals)
-        journal.write_json_durably(pending, {
-            "set": patch_set.name,
-            "applied_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "kimi_serve_version": __version__,
-            "sglang_version": before.sglang_version,
-            "site_packages": str(site_packages),
-            "patches": [p.name for p in patch_set.patches],
-            "features": sorted(patch_set.features),
-            "files": {f.path: {"before": f.before, "after": f.after, "mode": oct(originals[f.path].mode)}
-                      for f in patch_set.files},
-            "backup_dir": str(record_dir / "backup"),
-        })
+        journal.write_json_durably(
+            pending,
+            {
+                "set": patch_set.name,
+                "applied_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "kimi_serve_version": __version__,
+                "sglang_version": before.sglang_version,
+                "site_packages": str(site_packages),
+                "patches": [p.name for p in patch_set.patches],
+                "features": sorted(patch_set.features),
+                "files": {
+                    f.path: {"before": f.before, "after": f.after, "mode": oct(originals[f.path].mode)}
+                    for f in patch_set.files
+                },
+                "backup_dir": str(record_dir / "backup"),
+            },
+        )
         checkpoint("patches.apply.backed-up")
         journal.begin(record_dir, "apply", patch_set, site_packages)
     except OSError as exc:
         shutil.rmtree(record_dir, ignore_errors=True)
         journal.end(record_dir)
-        raise KimiServeError(f"cannot write backups to {record_dir}: {exc.strerror or exc}; nothing was changed",
-                             hint=f"free space there, or pass --state-dir DIR (or set {STATE_DIR_ENV})",
-                             exit_code=ExitCode.ENVIRONMENT) from exc
+        raise KimiServeError(
+            f"cannot write backups to {record_dir}: {exc.strerror or exc}; nothing was changed",
+            hint=f"free space there, or pass --state-dir DIR (or set {STATE_DIR_ENV})",
+            exit_code=ExitCode.ENVIRONMENT,
+        ) from exc
     try:
         replace_all(site_packages, {rel: Content(staged[rel], c.mode) for rel, c in originals.items()})
     except OSError as exc:
@@ -109,15 +119,20 @@ def _apply(site_packages: Path, patch_set: PatchSet, state_dir: Path | None, rec
     checkpoint("patches.apply.recorded")
     journal.end(record_dir)
     after = status(site_packages, patch_set, state_dir=state_dir)
-    return ChangeResult(True, after, f"{patch_set.name}: applied {len(patch_set.patches)} patches to "
-                                     f"{len(patch_set.files)} files in {site_packages}")
+    return ChangeResult(
+        True,
+        after,
+        f"{patch_set.name}: applied {len(patch_set.patches)} patches to "
+        f"{len(patch_set.files)} files in {site_packages}",
+    )
 
 
 # --------------------------------------------------------------------------------------------------------- revert
 
 
-def revert(site_packages: Path, patch_set: PatchSet, *, state_dir: Path | None = None,
-           wait_lock: bool = False) -> ChangeResult:
+def revert(
+    site_packages: Path, patch_set: PatchSet, *, state_dir: Path | None = None, wait_lock: bool = False
+) -> ChangeResult:
     """Restore the original files byte for byte, checked against the manifest's "before" hashes afterwards (exit 1
     on a mismatch); a no-op when nothing is patched. Host lock and recovery as in :func:`apply`."""
     with host_lock("patches revert", state_dir=state_dir, wait=wait_lock):
@@ -135,21 +150,25 @@ def _revert(site_packages: Path, patch_set: PatchSet, state_dir: Path | None, re
     unknown = [f for f in before.files if f.position not in (0, f.chain_length - 1)]
     if unknown:
         bad = unknown[0]
-        raise KimiServeError(f"{bad.path} is {bad.label}; reverting would discard changes kimi-serve did not make, "
-                             "nothing was changed", where=patch_set.name,
-                             hint=f"reinstall sglang=={patch_set.target_version} (pip install --force-reinstall "
-                                  "--no-deps) to get the originals", exit_code=ExitCode.FAILED)
+        raise KimiServeError(
+            f"{bad.path} is {bad.label}; reverting would discard changes kimi-serve did not make, nothing was changed",
+            where=patch_set.name,
+            hint=f"reinstall sglang=={patch_set.target_version} (pip install --force-reinstall "
+            "--no-deps) to get the originals",
+            exit_code=ExitCode.FAILED,
+        )
     originals = journal.originals_from_backup(patch_set, record_dir / "backup")
     source = "backups"
     if originals is None:  # no record (patched elsewhere) or damaged backups: undo the patches instead
         source = "reverse patches"
         if before.conflicts:
-            raise KimiServeError(f"{before.conflicts[0].name} is only partly applied and there is no backup; "
-                                 "nothing was changed", where=patch_set.name,
-                                 hint=f"reinstall sglang=={patch_set.target_version} (pip install "
-                                      "--force-reinstall --no-deps)", exit_code=ExitCode.FAILED)
-        applied = tuple(p for p, r in zip(patch_set.patches, before.patches, strict=True)
-                        if r.state is State.APPLIED)
+            raise KimiServeError(
+                f"{before.conflicts[0].name} is only partly applied and there is no backup; nothing was changed",
+                where=patch_set.name,
+                hint=f"reinstall sglang=={patch_set.target_version} (pip install --force-reinstall --no-deps)",
+                exit_code=ExitCode.FAILED,
+            )
+        applied = tuple(p for p, r in zip(patch_set.patches, before.patches, strict=True) if r.state is State.APPLIED)
         current = {f.path: read_content(site_packages / f.path) for f in patch_set.files}
         restored = stage_set(patch_set, {rel: c.data for rel, c in current.items()}, applied, reverse=True)
         check_hashes(patch_set, restored, "before")
@@ -159,9 +178,11 @@ def _revert(site_packages: Path, patch_set: PatchSet, state_dir: Path | None, re
             write_backups(record_dir / "backup", originals)
         except OSError as exc:
             shutil.rmtree(record_dir, ignore_errors=True)
-            raise KimiServeError(f"cannot write backups to {record_dir}: {exc.strerror or exc}; nothing was "
-                                 "changed", hint=f"free space there, or pass --state-dir DIR (or set "
-                                 f"{STATE_DIR_ENV})", exit_code=ExitCode.ENVIRONMENT) from exc
+            raise KimiServeError(
+                f"cannot write backups to {record_dir}: {exc.strerror or exc}; nothing was changed",
+                hint=f"free space there, or pass --state-dir DIR (or set {STATE_DIR_ENV})",
+                exit_code=ExitCode.ENVIRONMENT,
+            ) from exc
     checkpoint("patches.revert.start")
     journal.begin(record_dir, "revert", patch_set, site_packages)
     changed = {f.path: originals[f.path] for f in before.files if f.position != 0}
@@ -175,5 +196,9 @@ def _revert(site_packages: Path, patch_set: PatchSet, state_dir: Path | None, re
     checkpoint("patches.revert.cleaned")
     journal.end(record_dir)
     after = status(site_packages, patch_set, state_dir=state_dir)
-    return ChangeResult(True, after, f"{patch_set.name}: restored {len(changed)} original files from {source} "
-                                     "(each checked against the manifest's 'before' hash)")
+    return ChangeResult(
+        True,
+        after,
+        f"{patch_set.name}: restored {len(changed)} original files from {source} "
+        "(each checked against the manifest's 'before' hash)",
+    )

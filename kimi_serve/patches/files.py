@@ -47,22 +47,39 @@ def patch_tool() -> str:
     """The GNU patch executable."""
     tool = shutil.which("patch")
     if tool is None:
-        raise KimiServeError("GNU patch is not installed", hint="install it (apt-get install patch)",
-                             exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            "GNU patch is not installed", hint="install it (apt-get install patch)", exit_code=ExitCode.ENVIRONMENT
+        )
     return tool
 
 
-def run_patch(tool: str, patch_file: Path, directory: Path, *, strip: int, reverse: bool = False,
-              dry_run: bool = False) -> str | None:
+def run_patch(
+    tool: str, patch_file: Path, directory: Path, *, strip: int, reverse: bool = False, dry_run: bool = False
+) -> str | None:
     """Run GNU patch on ``directory``; None on success, else the tool's first line of complaint."""
-    argv = [tool, f"-p{strip}", "--batch", "--forward", "--fuzz=0", "--no-backup-if-mismatch", "--reject-file=-",
-            "--directory", str(directory), "--input", str(patch_file.resolve())]
+    argv = [
+        tool,
+        f"-p{strip}",
+        "--batch",
+        "--forward",
+        "--fuzz=0",
+        "--no-backup-if-mismatch",
+        "--reject-file=-",
+        "--directory",
+        str(directory),
+        "--input",
+        str(patch_file.resolve()),
+    ]
     if reverse:
         argv.append("--reverse")
     if dry_run:
         argv.append("--dry-run")
-    done = proc.run(argv, timeout=_PATCH_TIMEOUT_S, env={**os.environ, "LC_ALL": "C"},
-                    install_hint="install GNU patch (apt-get install patch)")
+    done = proc.run(
+        argv,
+        timeout=_PATCH_TIMEOUT_S,
+        env={**os.environ, "LC_ALL": "C"},
+        install_hint="install GNU patch (apt-get install patch)",
+    )
     if done.ok:
         return None
     lines = [ln.strip() for ln in (done.out + done.err).splitlines() if ln.strip()]

@@ -53,11 +53,17 @@ def write_json_durably(path: Path, data: dict[str, Any]) -> None:
 
 
 def begin(record_dir: Path, op: str, ps: PatchSet, site_packages: Path) -> None:
-    write_json_durably(intent_path(record_dir), {
-        "op": op, "set": ps.name, "site_packages": str(site_packages), "pid": os.getpid(),
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "files": {f.path: {"before": f.before, "after": f.after} for f in ps.files},
-    })
+    write_json_durably(
+        intent_path(record_dir),
+        {
+            "op": op,
+            "set": ps.name,
+            "site_packages": str(site_packages),
+            "pid": os.getpid(),
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "files": {f.path: {"before": f.before, "after": f.after} for f in ps.files},
+        },
+    )
     checkpoint(f"patches.{op}.journal-written")
 
 
@@ -77,8 +83,10 @@ def read_intent(record_dir: Path) -> dict[str, Any] | None:
 
 
 def describe(intent: dict[str, Any]) -> str:
-    return (f"an interrupted `patches {intent.get('op', '?')}` (pid {intent.get('pid', '?')}, started "
-            f"{intent.get('started_at', '?')}): the next `patches apply` or `patches revert` finishes or rolls it back")
+    return (
+        f"an interrupted `patches {intent.get('op', '?')}` (pid {intent.get('pid', '?')}, started "
+        f"{intent.get('started_at', '?')}): the next `patches apply` or `patches revert` finishes or rolls it back"
+    )
 
 
 def originals_from_backup(ps: PatchSet, backup: Path) -> dict[str, Content] | None:
@@ -104,10 +112,12 @@ def verify_originals(site_packages: Path, ps: PatchSet, what: str) -> None:
     for f in ps.files:
         found = sha256_file(site_packages / f.path)
         if found != f.before:
-            raise KimiServeError(f"{what}: {f.path} hashes to {str(found)[:12]}, not the original's {f.before[:12]} "
-                                 "from the manifest", where=ps.name,
-                                 hint=f"reinstall sglang=={ps.target_version} (pip install --force-reinstall "
-                                      "--no-deps)", exit_code=ExitCode.FAILED)
+            raise KimiServeError(
+                f"{what}: {f.path} hashes to {str(found)[:12]}, not the original's {f.before[:12]} from the manifest",
+                where=ps.name,
+                hint=f"reinstall sglang=={ps.target_version} (pip install --force-reinstall --no-deps)",
+                exit_code=ExitCode.FAILED,
+            )
 
 
 def recover(site_packages: Path, ps: PatchSet, record_dir: Path) -> str | None:
@@ -125,11 +135,15 @@ def recover(site_packages: Path, ps: PatchSet, record_dir: Path) -> str | None:
     if any(now[f.path] != f.before for f in ps.files):
         originals = originals_from_backup(ps, record_dir / "backup")
         if originals is None:
-            raise KimiServeError(f"an interrupted `patches {op}` cannot be recovered: the backups in "
-                                 f"{record_dir / 'backup'} are missing or do not match the manifest's 'before' "
-                                 "hashes", where=ps.name, hint=f"reinstall sglang=={ps.target_version} (pip install "
-                                 "--force-reinstall --no-deps), then run `patches revert` to clear the journal",
-                                 exit_code=ExitCode.FAILED)
+            raise KimiServeError(
+                f"an interrupted `patches {op}` cannot be recovered: the backups in "
+                f"{record_dir / 'backup'} are missing or do not match the manifest's 'before' "
+                "hashes",
+                where=ps.name,
+                hint=f"reinstall sglang=={ps.target_version} (pip install "
+                "--force-reinstall --no-deps), then run `patches revert` to clear the journal",
+                exit_code=ExitCode.FAILED,
+            )
         checkpoint("patches.recover.restore")
         before = {f.path: f.before for f in ps.files}
         replace_all(site_packages, {rel: content for rel, content in originals.items() if now[rel] != before[rel]})

@@ -151,5 +151,3 @@ def load_patch_set(name: str) -> PatchSet:
         known = ", ".join(sorted(sets)) or "none"
         raise KimiServeError(f"unknown patch set {name!r} (known: {known})", hint="name a shipped patch set")
     return _read_manifest(sets[name])
-
-

@@ -93,8 +93,9 @@ class PatchStatus:
             "sglang_version": self.sglang_version,
             "applied": self.all_applied,
             "features": self.features,
-            "patches": [{"name": p.name, "feature": p.feature, "state": p.state.value, "detail": p.detail}
-                        for p in self.patches],
+            "patches": [
+                {"name": p.name, "feature": p.feature, "state": p.state.value, "detail": p.detail} for p in self.patches
+            ],
             "files": [{"path": f.path, "state": f.label, "sha256": f.sha256} for f in self.files],
             "record": self.record,
             "interrupted": self.interrupted,
@@ -107,7 +108,8 @@ def _require_version(site_packages: Path, ps: PatchSet) -> str:
         raise KimiServeError(
             f"patch set {ps.name} is for sglang {ps.target_version}, found sglang {found} in {site_packages}",
             hint=f"install sglang=={ps.target_version} or use a patch set made for {found}",
-            exit_code=ExitCode.ENVIRONMENT)
+            exit_code=ExitCode.ENVIRONMENT,
+        )
     return found
 
 
@@ -149,13 +151,23 @@ def status(site_packages: Path, patch_set: PatchSet, *, state_dir: Path | None =
     version = _require_version(site_packages, patch_set)
     files = _file_states(site_packages, patch_set)
     reports = _patch_reports(patch_set, files)
-    features = {feat: all(r.state is State.APPLIED for r in reports if r.feature == feat)
-                for feat in patch_set.features}
+    features = {
+        feat: all(r.state is State.APPLIED for r in reports if r.feature == feat) for feat in patch_set.features
+    }
     record_dir = record_dir_of(state_dir, patch_set, site_packages)
     record = read_record(record_dir / "record.json")
     intent = read_record(record_dir.parent / f"{record_dir.name}.intent.json")  # patches.journal.intent_path
-    return PatchStatus(patch_set.name, patch_set.target_version, site_packages, version, reports,
-                       list(files.values()), record, features, intent)
+    return PatchStatus(
+        patch_set.name,
+        patch_set.target_version,
+        site_packages,
+        version,
+        reports,
+        list(files.values()),
+        record,
+        features,
+        intent,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ state & records
@@ -189,13 +201,16 @@ def write_backups(backup: Path, originals: dict[str, Content]) -> None:
 
 
 def not_writable(site_packages: Path, exc: OSError) -> KimiServeError:
-    return KimiServeError(f"cannot write into {site_packages}: {exc.strerror or exc}",
-                          hint="run as root or as the owner of the SGLang venv", exit_code=ExitCode.ENVIRONMENT)
+    return KimiServeError(
+        f"cannot write into {site_packages}: {exc.strerror or exc}",
+        hint="run as root or as the owner of the SGLang venv",
+        exit_code=ExitCode.ENVIRONMENT,
+    )
 
 
-
-def stage_set(ps: PatchSet, files: dict[str, bytes], patches: tuple[Patch, ...], *, reverse: bool = False
-           ) -> dict[str, bytes]:
+def stage_set(
+    ps: PatchSet, files: dict[str, bytes], patches: tuple[Patch, ...], *, reverse: bool = False
+) -> dict[str, bytes]:
     """Dry-run then run each patch (forward in order, or reversed in reverse order) on a staging copy of ``files``."""
     tool = patch_tool()
     verb = "reverse" if reverse else "apply"
@@ -207,18 +222,22 @@ def stage_set(ps: PatchSet, files: dict[str, bytes], patches: tuple[Patch, ...],
             for dry_run in (True, False):
                 problem = run_patch(tool, patch.path, root, strip=ps.strip, reverse=reverse, dry_run=dry_run)
                 if problem:
-                    raise KimiServeError(f"{patch.name} does not {verb} cleanly: {problem}; nothing was changed",
-                                         where=ps.name, hint=f"reinstall sglang=={ps.target_version} "
-                                         f"(pip install --force-reinstall --no-deps) {after_fix}",
-                                         exit_code=ExitCode.FAILED)
+                    raise KimiServeError(
+                        f"{patch.name} does not {verb} cleanly: {problem}; nothing was changed",
+                        where=ps.name,
+                        hint=f"reinstall sglang=={ps.target_version} "
+                        f"(pip install --force-reinstall --no-deps) {after_fix}",
+                        exit_code=ExitCode.FAILED,
+                    )
         return {rel: (root / rel).read_bytes() for rel in files}
 
 
 def check_hashes(ps: PatchSet, staged: dict[str, bytes], which: str) -> None:
     for f in ps.files:
         if sha256_bytes(staged[f.path]) != getattr(f, which):
-            raise KimiServeError(f"{f.path} does not come out as the manifest's {which!r} hash; nothing was changed",
-                                 where=ps.name, hint="regenerate the patch set's manifest",
-                                 exit_code=ExitCode.FAILED)
-
-
+            raise KimiServeError(
+                f"{f.path} does not come out as the manifest's {which!r} hash; nothing was changed",
+                where=ps.name,
+                hint="regenerate the patch set's manifest",
+                exit_code=ExitCode.FAILED,
+            )

@@ -52,12 +52,18 @@ def check_applies_to_wheel(patch_set: PatchSet, wheel_path: Path) -> WheelCheck:
                 except KeyError:
                     return WheelCheck(False, wheel_path, version, f"{f.path} is not in the wheel")
     except (OSError, zipfile.BadZipFile) as exc:
-        raise KimiServeError(f"cannot read wheel {wheel_path}: {exc}",
-                             hint="scripts/fetch-sglang-wheel.sh downloads the pinned wheel",
-                             exit_code=ExitCode.ENVIRONMENT) from exc
+        raise KimiServeError(
+            f"cannot read wheel {wheel_path}: {exc}",
+            hint="scripts/fetch-sglang-wheel.sh downloads the pinned wheel",
+            exit_code=ExitCode.ENVIRONMENT,
+        ) from exc
     if version != patch_set.target_version:
-        return WheelCheck(False, wheel_path, version,
-                          f"{patch_set.name} is for sglang {patch_set.target_version}, the wheel is {version}")
+        return WheelCheck(
+            False,
+            wheel_path,
+            version,
+            f"{patch_set.name} is for sglang {patch_set.target_version}, the wheel is {version}",
+        )
     for f in patch_set.files:
         if sha256_bytes(originals[f.path]) != f.before:
             return WheelCheck(False, wheel_path, version, f"{f.path} in the wheel differs from the manifest's original")
@@ -68,5 +74,9 @@ def check_applies_to_wheel(patch_set: PatchSet, wheel_path: Path) -> WheelCheck:
         if exc.exit_code is ExitCode.ENVIRONMENT:
             raise
         return WheelCheck(False, wheel_path, version, exc.message)
-    return WheelCheck(True, wheel_path, version,
-                      f"{len(patch_set.patches)} patches apply cleanly to {wheel_path.name} and match the manifest")
+    return WheelCheck(
+        True,
+        wheel_path,
+        version,
+        f"{len(patch_set.patches)} patches apply cleanly to {wheel_path.name} and match the manifest",
+    )

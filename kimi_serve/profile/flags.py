@@ -89,8 +89,11 @@ def _value_problem(opt: Option, flag: str, value: str) -> ArgProblem | None:
         elif opt.type == "float":
             float(value)
     except ValueError:
-        return ArgProblem(flag, f"expected {'an integer' if opt.type == 'int' else 'a number'}, got {value!r}",
-                          f"give {flag} a numeric value")
+        return ArgProblem(
+            flag,
+            f"expected {'an integer' if opt.type == 'int' else 'a number'}, got {value!r}",
+            f"give {flag} a numeric value",
+        )
     return None
 
 
@@ -111,10 +114,13 @@ def check_argv(args: Sequence[str], table: FlagTable | None = None) -> list[ArgP
         if opt is None:
             longer = table.abbreviation_of(flag)
             if longer:
-                problems.append(ArgProblem(
-                    flag, "abbreviated flag (argparse would guess, or reject it as ambiguous)",
-                    _REPLACEMENTS.get(flag, f"write the full name: {' or '.join(longer[:3])}"),
-                ))
+                problems.append(
+                    ArgProblem(
+                        flag,
+                        "abbreviated flag (argparse would guess, or reject it as ambiguous)",
+                        _REPLACEMENTS.get(flag, f"write the full name: {' or '.join(longer[:3])}"),
+                    )
+                )
             else:
                 import difflib
 

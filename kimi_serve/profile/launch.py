@@ -51,8 +51,14 @@ def _num(v: float | int) -> str:
 def server_args_of(profile: Profile, port: int | None = None) -> list[str]:
     """The SGLang flags for a profile, full names only, in a stable order. ``port`` replaces server.port (replica i
     of a local replicated deployment listens at server.port + i, :mod:`kimi_serve.profile.topology`)."""
-    m, spec, par, ar, mem, srv = (profile.model, profile.speculative, profile.parsers, profile.allreduce,
-                                  profile.memory, profile.server)
+    m, spec, par, ar, mem, srv = (
+        profile.model,
+        profile.speculative,
+        profile.parsers,
+        profile.allreduce,
+        profile.memory,
+        profile.server,
+    )
     a: list[str] = ["--model-path", m.path, "--served-model-name", m.served_name]
     if m.trust_remote_code:
         a.append("--trust-remote-code")
@@ -70,9 +76,12 @@ def server_args_of(profile: Profile, port: int | None = None) -> list[str]:
         if spec.draft_model_path:
             a += ["--speculative-draft-model-path", spec.draft_model_path]
         a += [
-            "--speculative-num-steps", str(spec.num_steps),
-            "--speculative-eagle-topk", str(spec.eagle_topk),
-            "--speculative-num-draft-tokens", str(spec.num_draft_tokens),
+            "--speculative-num-steps",
+            str(spec.num_steps),
+            "--speculative-eagle-topk",
+            str(spec.eagle_topk),
+            "--speculative-num-draft-tokens",
+            str(spec.num_draft_tokens),
         ]
         if not spec.overlap_schedule:
             a.append("--disable-overlap-schedule")
@@ -123,8 +132,9 @@ def node_args(profile: Profile) -> list[str]:
 def loader_args(profile: Profile) -> list[str]:
     """The weight-loader flags of the ``loader:`` section (docs/coldstart.md)."""
     ld = profile.loader
-    extra = {k: v for k, v in (("enable_multithread_load", ld.multithread), ("num_threads", ld.num_threads))
-             if v is not None}
+    extra = {
+        k: v for k, v in (("enable_multithread_load", ld.multithread), ("num_threads", ld.num_threads)) if v is not None
+    }
     a = ["--model-loader-extra-config", json.dumps(extra, separators=(",", ":"), sort_keys=True)] if extra else []
     if ld.prefetch:
         a.append("--weight-loader-prefetch-checkpoints")
@@ -150,8 +160,9 @@ def interpreter_of(profile: Profile, *, sglang_python: str | None, fallback: str
     return fallback
 
 
-def build_launch(profile: Profile, interpreter: str, pythonpath: str | None = None, *,
-                 port: int | None = None) -> Launch:
+def build_launch(
+    profile: Profile, interpreter: str, pythonpath: str | None = None, *, port: int | None = None
+) -> Launch:
     """The launch for a profile, run by ``interpreter``. Pure (no environment, no I/O): the interpreter comes in as an
     argument (:func:`interpreter_of`); validation is :mod:`kimi_serve.check.report`'s job. ``pythonpath`` (the folder
     holding kimi_serve) goes in front of the simulator's PYTHONPATH: the SGLang interpreter does not have kimi_serve

@@ -26,8 +26,9 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MAX_EXTENDS_DEPTH = 16
 BUILTIN_PREFIX = "builtin:"  # `extends: builtin:prod` names the shipped profile, whatever the search path holds
 # Keys whose empty value (`server:` with nothing under it) means "overrides nothing", never "reset to defaults".
-_CONTAINERS = frozenset([*(s for s in SECTIONS if s), *(k for k, v in SECTIONS[""].items()
-                                                         if v.type in ("str_map", "str_list"))])
+_CONTAINERS = frozenset(
+    [*(s for s in SECTIONS if s), *(k for k, v in SECTIONS[""].items() if v.type in ("str_map", "str_list"))]
+)
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def find_profile(name_or_path: str, *, relative_to: Path | None = None, skip: Pa
     extending file, then the search path). ``builtin:NAME`` is the shipped profile. ``skip`` (the extending file
     itself) is passed over, so a ``prod.yaml`` with ``extends: prod`` extends the next ``prod`` on the search path."""
     builtin = name_or_path.startswith(BUILTIN_PREFIX)
-    name = name_or_path[len(BUILTIN_PREFIX):] if builtin else name_or_path
+    name = name_or_path[len(BUILTIN_PREFIX) :] if builtin else name_or_path
     looks_like_path = "/" in name or name.endswith((".yaml", ".yml"))
     if looks_like_path and not builtin:
         candidate = Path(name).expanduser()
@@ -123,8 +124,9 @@ def find_profile(name_or_path: str, *, relative_to: Path | None = None, skip: Pa
             hint="pass an existing YAML file or a profile name such as 'prod'",
         )
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
-        raise KimiServeError(f"invalid profile name {name_or_path!r}",
-                             hint="use a name like 'prod', 'builtin:prod' or a file path")
+        raise KimiServeError(
+            f"invalid profile name {name_or_path!r}", hint="use a name like 'prod', 'builtin:prod' or a file path"
+        )
     if builtin:
         dirs = [resource_dir("configs")]
     else:
@@ -137,8 +139,10 @@ def find_profile(name_or_path: str, *, relative_to: Path | None = None, skip: Pa
                 return candidate
     known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.y*ml")})
     if skipped is not None and skipped.stem == name:
-        raise KimiServeError(f"extends {name_or_path!r} names this file itself and no other profile {name!r} is on "
-                             "the search path", hint=f"extend another profile, e.g. '{BUILTIN_PREFIX}prod'")
+        raise KimiServeError(
+            f"extends {name_or_path!r} names this file itself and no other profile {name!r} is on the search path",
+            hint=f"extend another profile, e.g. '{BUILTIN_PREFIX}prod'",
+        )
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"did you mean {close[0]!r}?" if close else f"known profiles: {', '.join(known) or 'none'}"
     raise KimiServeError(f"no profile named {name_or_path!r}", hint=hint)
@@ -253,7 +257,7 @@ def _type_error(key: Key, value: Any) -> str | None:
             if not isinstance(k, str) or not _ENV_NAME.match(k):
                 return f"valid variable names (got {k!r})"
             if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-                return f"string values (quote {k}'s value, e.g. \"1\")"
+                return f'string values (quote {k}\'s value, e.g. "1")'
             if any(c in str(v) for c in "\n\r\x00"):
                 return f"single-line values ({k} has a newline or NUL)"
         return None
@@ -334,8 +338,15 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
             for kp in [f"{key}.{k2}" for k2 in value] if isinstance(value, dict) else [key]:
                 where[kp] = WHERE
     data = _validate(merged, where, path)
-    return Profile(name=path.stem, source=path, data=_freeze(data), chain=chain, lines=where,
-                   overrides=set_lines(overrides), ref=name_or_path)
+    return Profile(
+        name=path.stem,
+        source=path,
+        data=_freeze(data),
+        chain=chain,
+        lines=where,
+        overrides=set_lines(overrides),
+        ref=name_or_path,
+    )
 
 
 def dump_profile(profile: Profile) -> str:

@@ -25,20 +25,29 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
         key = key.strip()
         parts = key.split(".")
         if not sep or not key or any(not p for p in parts) or len(parts) > 2:
-            raise KimiServeError(f"expected KEY=VALUE with a dotted key such as server.port, got {item!r}",
-                                 where=WHERE, hint="write e.g. --set server.port=8080")
+            raise KimiServeError(
+                f"expected KEY=VALUE with a dotted key such as server.port, got {item!r}",
+                where=WHERE,
+                hint="write e.g. --set server.port=8080",
+            )
         try:
             value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
-            raise KimiServeError(f"the value of {key} is not valid YAML: {raw!r}", where=f"{WHERE} {key}",
-                                 hint=f"quote it: --set {key}='\"{raw}\"'") from None
+            raise KimiServeError(
+                f"the value of {key} is not valid YAML: {raw!r}",
+                where=f"{WHERE} {key}",
+                hint=f"quote it: --set {key}='\"{raw}\"'",
+            ) from None
         if len(parts) == 1:
             out[key] = value
             continue
         section = out.setdefault(parts[0], {})
         if not isinstance(section, dict):
-            raise KimiServeError(f"{parts[0]} is set as a whole and by key", where=f"{WHERE} {key}",
-                                 hint=f"use only --set {parts[0]}.KEY=VALUE")
+            raise KimiServeError(
+                f"{parts[0]} is set as a whole and by key",
+                where=f"{WHERE} {key}",
+                hint=f"use only --set {parts[0]}.KEY=VALUE",
+            )
         section[parts[1]] = value
     return out
 

@@ -23,11 +23,17 @@ def router_args_of(profile: Profile) -> list[str]:
     r = profile.router
     a = ["--worker-urls", *(rep.url for rep in replicas(profile))]
     a += ["--policy", r.policy, "--host", r.host, "--port", str(r.port)]
-    a += ["--health-check-interval-secs", str(r.health_check_interval),
-          "--health-failure-threshold", str(r.health_failure_threshold)]
+    a += [
+        "--health-check-interval-secs",
+        str(r.health_check_interval),
+        "--health-failure-threshold",
+        str(r.health_failure_threshold),
+    ]
     a += ["--prometheus-host", r.metrics_host, "--prometheus-port", str(r.metrics_port)]
-    a += ["--log-level", {"warning": "warn", "critical": "error"}.get(profile.server.log_level,
-                                                                        profile.server.log_level)]
+    a += [
+        "--log-level",
+        {"warning": "warn", "critical": "error"}.get(profile.server.log_level, profile.server.log_level),
+    ]
     return a
 
 
@@ -44,5 +50,12 @@ def build_router_launch(profile: Profile, interpreter: str, pythonpath: str | No
         from kimi_serve.core.settings import with_pythonpath
 
         env = with_pythonpath(env, pythonpath)
-    return Launch(argv=argv, env=env, server_args=tuple(args), engine="router", host=profile.router.host,
-                  port=profile.router.port, api_key_file=key_file)
+    return Launch(
+        argv=argv,
+        env=env,
+        server_args=tuple(args),
+        engine="router",
+        host=profile.router.host,
+        port=profile.router.port,
+        api_key_file=key_file,
+    )

@@ -40,193 +40,409 @@ SECTIONS: dict[str, dict[str, Key]] = {
             "Absolute path of the Python that has SGLang installed (systemd's PATH is not the shell's). "
             "Default: the interpreter running kimi-serve.",
         ),
-        "gpus": Key("int", "GPUs this deployment uses on each host; parallel.tp_size x parallel.pp_size must equal "
-                    "gpus x nodes.count.", default=8, min=1, max=64),
+        "gpus": Key(
+            "int",
+            "GPUs this deployment uses on each host; parallel.tp_size x parallel.pp_size must equal "
+            "gpus x nodes.count.",
+            default=8,
+            min=1,
+            max=64,
+        ),
         "patch_set": Key(
             "str",
             "The SGLang source patch set this profile needs (patches/NAME), or null when it needs none.",
         ),
-        "env": Key("str_map", "Extra environment for the server (NCCL tuning, SGLANG_* switches). Keys must be "
-                   "valid names; SGLANG_* names unknown to the target SGLang are errors.", default={}),
-        "extra_args": Key("str_list", "Further SGLang flags, appended verbatim after the generated ones; each is "
-                          "checked against SGLang's own parser (full names only).", default=[]),
-        "replicas": Key("int", "Independent copies of the server (each a full TP group) behind SGLang's router "
-                        "(`router:`, docs/scale-out.md). 1: no router.", default=1, min=1, max=64, nullable=False),
+        "env": Key(
+            "str_map",
+            "Extra environment for the server (NCCL tuning, SGLANG_* switches). Keys must be "
+            "valid names; SGLANG_* names unknown to the target SGLang are errors.",
+            default={},
+        ),
+        "extra_args": Key(
+            "str_list",
+            "Further SGLang flags, appended verbatim after the generated ones; each is "
+            "checked against SGLang's own parser (full names only).",
+            default=[],
+        ),
+        "replicas": Key(
+            "int",
+            "Independent copies of the server (each a full TP group) behind SGLang's router "
+            "(`router:`, docs/scale-out.md). 1: no router.",
+            default=1,
+            min=1,
+            max=64,
+            nullable=False,
+        ),
         "allow_unauthenticated": Key(
-            "bool", "Allow binding a non-loopback host without an API key (not recommended).", default=False,
+            "bool",
+            "Allow binding a non-loopback host without an API key (not recommended).",
+            default=False,
             nullable=False,
         ),
     },
     "model": {
-        "path": Key("path", "Directory of the Kimi-K2.5 checkpoint (config.json, safetensors shards, tokenizer).",
-                    required=True, nullable=False),
-        "served_name": Key("str", "Model id clients send and /v1/models returns (no ':').", required=True,
-                           nullable=False),
-        "trust_remote_code": Key("bool", "Pass --trust-remote-code (Kimi's tokenizer needs it; required).",
-                                 default=True, nullable=False),
-        "context_length": Key("int", "Maximum context length in tokens (null: the model's).", min=1024,
-                              max=1_048_576),
-        "kv_cache_dtype": Key("str", "KV cache data type.", default="auto",
-                              choices=("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16")),
-        "attention_heads": Key("int", "The model's attention heads; tp_size must divide it (Kimi-K2.5: 64).",
-                               default=64, min=1, nullable=False),
+        "path": Key(
+            "path",
+            "Directory of the Kimi-K2.5 checkpoint (config.json, safetensors shards, tokenizer).",
+            required=True,
+            nullable=False,
+        ),
+        "served_name": Key(
+            "str", "Model id clients send and /v1/models returns (no ':').", required=True, nullable=False
+        ),
+        "trust_remote_code": Key(
+            "bool", "Pass --trust-remote-code (Kimi's tokenizer needs it; required).", default=True, nullable=False
+        ),
+        "context_length": Key("int", "Maximum context length in tokens (null: the model's).", min=1024, max=1_048_576),
+        "kv_cache_dtype": Key(
+            "str", "KV cache data type.", default="auto", choices=("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16")
+        ),
+        "attention_heads": Key(
+            "int",
+            "The model's attention heads; tp_size must divide it (Kimi-K2.5: 64).",
+            default=64,
+            min=1,
+            nullable=False,
+        ),
     },
     "loader": {
-        "multithread": Key("bool", "Multithreaded safetensors loading (`enable_multithread_load` in "
-                           "--model-loader-extra-config). null: SGLang's default (on, but off when prefetch is on "
-                           "and neither this nor num_threads is set).", nullable=True),
-        "num_threads": Key("int", "Loader threads per rank (`num_threads` in --model-loader-extra-config; SGLang's "
-                           "default 8). Setting it also keeps multithreading on with prefetch.", min=1, max=128),
-        "prefetch": Key("bool", "Read the shards into the page cache in the background while loading, each rank a "
-                        "share of them (--weight-loader-prefetch-checkpoints).", default=False, nullable=False),
-        "prefetch_num_threads": Key("int", "Prefetch threads per rank (--weight-loader-prefetch-num-threads; "
-                                    "SGLang's default 4).", min=1, max=64),
+        "multithread": Key(
+            "bool",
+            "Multithreaded safetensors loading (`enable_multithread_load` in "
+            "--model-loader-extra-config). null: SGLang's default (on, but off when prefetch is on "
+            "and neither this nor num_threads is set).",
+            nullable=True,
+        ),
+        "num_threads": Key(
+            "int",
+            "Loader threads per rank (`num_threads` in --model-loader-extra-config; SGLang's "
+            "default 8). Setting it also keeps multithreading on with prefetch.",
+            min=1,
+            max=128,
+        ),
+        "prefetch": Key(
+            "bool",
+            "Read the shards into the page cache in the background while loading, each rank a "
+            "share of them (--weight-loader-prefetch-checkpoints).",
+            default=False,
+            nullable=False,
+        ),
+        "prefetch_num_threads": Key(
+            "int",
+            "Prefetch threads per rank (--weight-loader-prefetch-num-threads; SGLang's default 4).",
+            min=1,
+            max=64,
+        ),
     },
     "parallel": {
         "tp_size": Key("int", "Tensor parallel size (one rank per GPU).", default=8, min=1, max=64, nullable=False),
-        "pp_size": Key("int", "Pipeline parallel stages (--pp-size; 1: none). Across nodes, PP sends activations once "
-                       "per stage boundary instead of TP's all-reduces every layer; SGLang 0.5.23 rejects it with "
-                       "EAGLE-3 (docs/scale-out.md).", default=1, min=1, max=16, nullable=False),
+        "pp_size": Key(
+            "int",
+            "Pipeline parallel stages (--pp-size; 1: none). Across nodes, PP sends activations once "
+            "per stage boundary instead of TP's all-reduces every layer; SGLang 0.5.23 rejects it with "
+            "EAGLE-3 (docs/scale-out.md).",
+            default=1,
+            min=1,
+            max=16,
+            nullable=False,
+        ),
     },
     "nodes": {
-        "count": Key("int", "Hosts one server spans (multi-node tensor parallelism: --nnodes); parallel.tp_size is "
-                     "then gpus x count. 1: a single host.", default=1, min=1, max=16, nullable=False),
-        "rank": Key("int", "This host's rank (--node-rank): 0 serves the API, ranks >= 1 only join it. `render "
-                    "--node-rank R` renders another host's view.", default=0, min=0, max=15, nullable=False),
-        "leader_host": Key("str", "Address of the rank-0 host that the other ranks reach (the host part of "
-                           "--dist-init-addr); required when count > 1."),
-        "leader_port": Key("int", "Port of rank 0's torch.distributed rendezvous (--dist-init-addr HOST:PORT).",
-                           default=20000, min=1, max=65535, nullable=False),
+        "count": Key(
+            "int",
+            "Hosts one server spans (multi-node tensor parallelism: --nnodes); parallel.tp_size is "
+            "then gpus x count. 1: a single host.",
+            default=1,
+            min=1,
+            max=16,
+            nullable=False,
+        ),
+        "rank": Key(
+            "int",
+            "This host's rank (--node-rank): 0 serves the API, ranks >= 1 only join it. `render "
+            "--node-rank R` renders another host's view.",
+            default=0,
+            min=0,
+            max=15,
+            nullable=False,
+        ),
+        "leader_host": Key(
+            "str",
+            "Address of the rank-0 host that the other ranks reach (the host part of "
+            "--dist-init-addr); required when count > 1.",
+        ),
+        "leader_port": Key(
+            "int",
+            "Port of rank 0's torch.distributed rendezvous (--dist-init-addr HOST:PORT).",
+            default=20000,
+            min=1,
+            max=65535,
+            nullable=False,
+        ),
     },
     "speculative": {
         "enabled": Key("bool", "Use speculative decoding (EAGLE-3).", default=False, nullable=False),
-        "algorithm": Key("str", "Speculative algorithm.", default="EAGLE3", choices=("EAGLE3", "EAGLE"),
-                         nullable=False),
-        "draft_model_path": Key("path", "Directory of the EAGLE-3 draft model (e.g. a local copy of "
-                                "lightseekorg/kimi-k2.5-eagle3-mla)."),
+        "algorithm": Key(
+            "str", "Speculative algorithm.", default="EAGLE3", choices=("EAGLE3", "EAGLE"), nullable=False
+        ),
+        "draft_model_path": Key(
+            "path", "Directory of the EAGLE-3 draft model (e.g. a local copy of lightseekorg/kimi-k2.5-eagle3-mla)."
+        ),
         "num_steps": Key("int", "Draft steps per verify.", default=3, min=1, max=16, nullable=False),
-        "eagle_topk": Key("int", "Draft branching; 1 = chain (required for overlap/spec v2 here).", default=1,
-                          min=1, max=16, nullable=False),
-        "num_draft_tokens": Key("int", "Tokens verified per step; with topk=1 it must be num_steps + 1.", default=4,
-                                min=2, max=64, nullable=False),
+        "eagle_topk": Key(
+            "int",
+            "Draft branching; 1 = chain (required for overlap/spec v2 here).",
+            default=1,
+            min=1,
+            max=16,
+            nullable=False,
+        ),
+        "num_draft_tokens": Key(
+            "int",
+            "Tokens verified per step; with topk=1 it must be num_steps + 1.",
+            default=4,
+            min=2,
+            max=64,
+            nullable=False,
+        ),
         "overlap_schedule": Key(
             "bool",
-            "Overlap (\"spec v2\") scheduling. In SGLang 0.5.23 spec v2 is the only EAGLE-3 worker and overlap is "
+            'Overlap ("spec v2") scheduling. In SGLang 0.5.23 spec v2 is the only EAGLE-3 worker and overlap is '
             "on by default; false adds --disable-overlap-schedule.",
-            default=True, nullable=False,
+            default=True,
+            nullable=False,
         ),
     },
     "parsers": {
-        "tool_call": Key("str", "--tool-call-parser. Must be kimi_k2 (else tool calls come back as raw tokens).",
-                         default="kimi_k2"),
-        "reasoning": Key("str", "--reasoning-parser. Must be kimi_k2 (else reasoning lands in content).",
-                         default="kimi_k2"),
+        "tool_call": Key(
+            "str", "--tool-call-parser. Must be kimi_k2 (else tool calls come back as raw tokens).", default="kimi_k2"
+        ),
+        "reasoning": Key(
+            "str", "--reasoning-parser. Must be kimi_k2 (else reasoning lands in content).", default="kimi_k2"
+        ),
     },
     "allreduce": {
         "flashinfer_fusion_backend": Key(
-            "str", "FlashInfer allreduce+RMSNorm fusion backend (--flashinfer-allreduce-fusion-backend); needs the "
-            "SM120 patch set on this hardware. null disables it.", choices=("auto", "trtllm", "mnnvl", "cutedsl"),
+            "str",
+            "FlashInfer allreduce+RMSNorm fusion backend (--flashinfer-allreduce-fusion-backend); needs the "
+            "SM120 patch set on this hardware. null disables it.",
+            choices=("auto", "trtllm", "mnnvl", "cutedsl"),
         ),
-        "torch_symm_mem": Key("bool", "Torch symmetric-memory all-reduce (--enable-torch-symm-mem); needs the SM120 "
-                              "patch set.", default=False, nullable=False),
-        "nccl_symm_mem": Key("bool", "NCCL symmetric memory (--enable-symm-mem). It takes precedence over the "
-                             "PCIe-IPC all-reduce.", default=False, nullable=False),
-        "pcie_ipc": Key("bool", "FlashInfer PCIe-IPC all-reduce for PCIe-only multi-GPU "
-                        "(SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1).", default=False, nullable=False),
+        "torch_symm_mem": Key(
+            "bool",
+            "Torch symmetric-memory all-reduce (--enable-torch-symm-mem); needs the SM120 patch set.",
+            default=False,
+            nullable=False,
+        ),
+        "nccl_symm_mem": Key(
+            "bool",
+            "NCCL symmetric memory (--enable-symm-mem). It takes precedence over the PCIe-IPC all-reduce.",
+            default=False,
+            nullable=False,
+        ),
+        "pcie_ipc": Key(
+            "bool",
+            "FlashInfer PCIe-IPC all-reduce for PCIe-only multi-GPU (SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1).",
+            default=False,
+            nullable=False,
+        ),
     },
     "memory": {
         "mem_fraction_static": Key("float", "Fraction of GPU memory for weights and KV cache.", min=0.1, max=0.98),
-        "chunked_prefill_size": Key("int", "Chunked prefill size in tokens (-1 disables chunking).", min=-1,
-                                    max=1_048_576),
-        "max_running_requests": Key("int", "Concurrent requests (SGLang forces 48 with speculative decoding "
-                                    "if unset).", min=1, max=4096),
-        "cuda_graph_max_bs_decode": Key("int", "Largest decode batch captured in a CUDA graph "
-                                        "(--cuda-graph-max-bs-decode).", min=1, max=4096),
+        "chunked_prefill_size": Key(
+            "int", "Chunked prefill size in tokens (-1 disables chunking).", min=-1, max=1_048_576
+        ),
+        "max_running_requests": Key(
+            "int", "Concurrent requests (SGLang forces 48 with speculative decoding if unset).", min=1, max=4096
+        ),
+        "cuda_graph_max_bs_decode": Key(
+            "int", "Largest decode batch captured in a CUDA graph (--cuda-graph-max-bs-decode).", min=1, max=4096
+        ),
     },
     "server": {
         "host": Key("str", "Address to bind.", default="127.0.0.1", nullable=False),
         "port": Key("int", "HTTP port.", default=30000, min=1, max=65535, nullable=False),
         "api_key_file": Key(
-            "path", "Root-only (0600) YAML file `api-key: KEY`, passed to SGLang as --config FILE so the key is "
+            "path",
+            "Root-only (0600) YAML file `api-key: KEY`, passed to SGLang as --config FILE so the key is "
             "never on a command line or in the unit.",
         ),
         "admin_key": Key(
-            "str", "Whether server.api_key_file must also hold a distinct `admin-api-key` (SGLang then refuses the "
+            "str",
+            "Whether server.api_key_file must also hold a distinct `admin-api-key` (SGLang then refuses the "
             "clients' key on its ADMIN_OPTIONAL endpoints: weight updates, LoRA, pause, profiling, ...). `auto`: "
             "required when the profile has a key file and binds a non-loopback host; `none` on such a host fails "
-            "`check`.", default="auto", choices=("auto", "required", "none"), nullable=False,
+            "`check`.",
+            default="auto",
+            choices=("auto", "required", "none"),
+            nullable=False,
         ),
-        "log_level": Key("str", "SGLang log level.", default="info",
-                         choices=("debug", "info", "warning", "error", "critical"), nullable=False),
+        "log_level": Key(
+            "str",
+            "SGLang log level.",
+            default="info",
+            choices=("debug", "info", "warning", "error", "critical"),
+            nullable=False,
+        ),
         "enable_metrics": Key("bool", "Expose Prometheus /metrics.", default=True, nullable=False),
-        "watchdog_timeout": Key("float", "Seconds a scheduler step may hang before SGLang aborts.", min=10,
-                                max=86400),
+        "watchdog_timeout": Key("float", "Seconds a scheduler step may hang before SGLang aborts.", min=10, max=86400),
     },
     "router": {
-        "policy": Key("str", "SGLang router policy (--policy): cache_aware sends a prompt to the replica holding its "
-                      "prefix.", default="cache_aware",
-                      choices=("cache_aware", "round_robin", "random", "power_of_two"), nullable=False),
-        "host": Key("str", "Address the router binds (the deployment's front door).", default="127.0.0.1",
-                    nullable=False),
-        "port": Key("int", "Router HTTP port (clients and `verify` talk to it).", default=30000, min=1, max=65535,
-                    nullable=False),
-        "workers": Key("str_list", "Replica addresses HOST:PORT the router sends to, one per replica. Empty: the "
-                       "replicas run on this host at server.port, server.port + 1, ...", default=[]),
-        "health_check_interval": Key("int", "Seconds between the router's worker health checks (its own default, "
-                                     "60, keeps a dead replica 'healthy' for minutes).", default=5, min=1,
-                                     max=3600, nullable=False),
-        "health_failure_threshold": Key("int", "Failed health checks before the router stops sending to a "
-                                        "replica.", default=2, min=1, max=100, nullable=False),
-        "metrics_host": Key("str", "Address of the router's Prometheus endpoint (its own default is 0.0.0.0).",
-                            default="127.0.0.1", nullable=False),
-        "metrics_port": Key("int", "Port of the router's Prometheus endpoint.", default=29000, min=1, max=65535,
-                            nullable=False),
+        "policy": Key(
+            "str",
+            "SGLang router policy (--policy): cache_aware sends a prompt to the replica holding its prefix.",
+            default="cache_aware",
+            choices=("cache_aware", "round_robin", "random", "power_of_two"),
+            nullable=False,
+        ),
+        "host": Key(
+            "str", "Address the router binds (the deployment's front door).", default="127.0.0.1", nullable=False
+        ),
+        "port": Key(
+            "int",
+            "Router HTTP port (clients and `verify` talk to it).",
+            default=30000,
+            min=1,
+            max=65535,
+            nullable=False,
+        ),
+        "workers": Key(
+            "str_list",
+            "Replica addresses HOST:PORT the router sends to, one per replica. Empty: the "
+            "replicas run on this host at server.port, server.port + 1, ...",
+            default=[],
+        ),
+        "health_check_interval": Key(
+            "int",
+            "Seconds between the router's worker health checks (its own default, "
+            "60, keeps a dead replica 'healthy' for minutes).",
+            default=5,
+            min=1,
+            max=3600,
+            nullable=False,
+        ),
+        "health_failure_threshold": Key(
+            "int",
+            "Failed health checks before the router stops sending to a replica.",
+            default=2,
+            min=1,
+            max=100,
+            nullable=False,
+        ),
+        "metrics_host": Key(
+            "str",
+            "Address of the router's Prometheus endpoint (its own default is 0.0.0.0).",
+            default="127.0.0.1",
+            nullable=False,
+        ),
+        "metrics_port": Key(
+            "int", "Port of the router's Prometheus endpoint.", default=29000, min=1, max=65535, nullable=False
+        ),
     },
     "startup": {
-        "timeout": Key("int", "Seconds a cold start may take (weights, CUDA graphs, warmup): up's deadline and "
-                       "the unit's TimeoutStartSec.", default=1800, min=10, max=14400, nullable=False),
+        "timeout": Key(
+            "int",
+            "Seconds a cold start may take (weights, CUDA graphs, warmup): up's deadline and "
+            "the unit's TimeoutStartSec.",
+            default=1800,
+            min=10,
+            max=14400,
+            nullable=False,
+        ),
     },
     "verify": {
-        "suite": Key("str", "Contract suite run after start.", default="quick", choices=("quick", "full", "raw"),
-                     nullable=False),
-        "timeout": Key("float", "Seconds for the whole contract check.", default=120, min=1, max=3600,
-                       nullable=False),
+        "suite": Key(
+            "str", "Contract suite run after start.", default="quick", choices=("quick", "full", "raw"), nullable=False
+        ),
+        "timeout": Key("float", "Seconds for the whole contract check.", default=120, min=1, max=3600, nullable=False),
     },
     "monitor": {
-        "enabled": Key("bool", "install-service also installs a timer that checks the contract every `interval` "
-                       "seconds (NAME-verify.service/.timer, docs/monitoring.md); false installs neither.",
-                       default=True, nullable=False),
-        "interval": Key("int", "Seconds between contract checks (the timer's OnUnitActiveSec).", default=300, min=5,
-                        max=86400, nullable=False),
-        "randomized_delay": Key("int", "Up to this many seconds added to each check (RandomizedDelaySec).",
-                                default=30, min=0, max=3600, nullable=False),
-        "suite": Key("str", "Suite each check runs (quick keeps it light on a serving box).", default="quick",
-                     choices=("quick", "full"), nullable=False),
-        "timeout": Key("float", "Seconds one check may take (all probes together).", default=60, min=5, max=600,
-                       nullable=False),
-        "max_tokens": Key("int", "Cap on each probe's max_tokens (the full suite's 8 KB argument probe needs "
-                          "16384).", default=2048, min=256, max=16384, nullable=False),
-        "metrics_file": Key("path", "node_exporter textfile-collector file the checks write (null: "
-                            "/var/lib/prometheus/node-exporter/kimi-serve-UNIT.prom)."),
+        "enabled": Key(
+            "bool",
+            "install-service also installs a timer that checks the contract every `interval` "
+            "seconds (NAME-verify.service/.timer, docs/monitoring.md); false installs neither.",
+            default=True,
+            nullable=False,
+        ),
+        "interval": Key(
+            "int",
+            "Seconds between contract checks (the timer's OnUnitActiveSec).",
+            default=300,
+            min=5,
+            max=86400,
+            nullable=False,
+        ),
+        "randomized_delay": Key(
+            "int",
+            "Up to this many seconds added to each check (RandomizedDelaySec).",
+            default=30,
+            min=0,
+            max=3600,
+            nullable=False,
+        ),
+        "suite": Key(
+            "str",
+            "Suite each check runs (quick keeps it light on a serving box).",
+            default="quick",
+            choices=("quick", "full"),
+            nullable=False,
+        ),
+        "timeout": Key(
+            "float", "Seconds one check may take (all probes together).", default=60, min=5, max=600, nullable=False
+        ),
+        "max_tokens": Key(
+            "int",
+            "Cap on each probe's max_tokens (the full suite's 8 KB argument probe needs 16384).",
+            default=2048,
+            min=256,
+            max=16384,
+            nullable=False,
+        ),
+        "metrics_file": Key(
+            "path",
+            "node_exporter textfile-collector file the checks write (null: "
+            "/var/lib/prometheus/node-exporter/kimi-serve-UNIT.prom).",
+        ),
     },
     "service": {
         "unit_name": Key("str", "systemd unit name (without .service).", default="sglang-kimi", nullable=False),
-        "user": Key("str", "User the service runs as: a dedicated system user that install-service creates if absent "
-                    "(in the groups owning /dev/nvidia*, owning the key file and the state/cache directories, "
-                    "reading the model). root is allowed but not recommended.", default="kimi-serve",
-                    nullable=False),
-        "hardening": Key("str", "systemd sandboxing of the unit (docs/systemd.md): `strict` (exposure <= 5.0), "
-                         "`relaxed` (exposure 5.0: drops what a host may trip on: syscall filter, device policy, "
-                         "namespace and address-family limits) or `off` (quoted: YAML reads a bare off as "
-                         "false).", default="strict", choices=("strict", "relaxed", "off"), nullable=False),
-        "working_directory": Key("path", "Working directory (and home) of the service, owned by service.user; not "
-                                 "kimi-serve's own state root, which stays root's.",
-                                 default="/var/lib/kimi-serve/server", nullable=False),
-        "stop_timeout": Key("int", "Seconds SGLang gets to drain after SIGTERM before SIGKILL.", default=120,
-                            min=5, max=3600, nullable=False),
+        "user": Key(
+            "str",
+            "User the service runs as: a dedicated system user that install-service creates if absent "
+            "(in the groups owning /dev/nvidia*, owning the key file and the state/cache directories, "
+            "reading the model). root is allowed but not recommended.",
+            default="kimi-serve",
+            nullable=False,
+        ),
+        "hardening": Key(
+            "str",
+            "systemd sandboxing of the unit (docs/systemd.md): `strict` (exposure <= 5.0), "
+            "`relaxed` (exposure 5.0: drops what a host may trip on: syscall filter, device policy, "
+            "namespace and address-family limits) or `off` (quoted: YAML reads a bare off as "
+            "false).",
+            default="strict",
+            choices=("strict", "relaxed", "off"),
+            nullable=False,
+        ),
+        "working_directory": Key(
+            "path",
+            "Working directory (and home) of the service, owned by service.user; not "
+            "kimi-serve's own state root, which stays root's.",
+            default="/var/lib/kimi-serve/server",
+            nullable=False,
+        ),
+        "stop_timeout": Key(
+            "int",
+            "Seconds SGLang gets to drain after SIGTERM before SIGKILL.",
+            default=120,
+            min=5,
+            max=3600,
+            nullable=False,
+        ),
         "limit_nofile": Key("int", "LimitNOFILE for the service.", default=1_048_576, min=1024, nullable=False),
-        "limit_memlock": Key("str", "LimitMEMLOCK for the service (NCCL pins memory).", default="infinity",
-                             nullable=False),
+        "limit_memlock": Key(
+            "str", "LimitMEMLOCK for the service (NCCL pins memory).", default="infinity", nullable=False
+        ),
     },
 }
 

@@ -32,7 +32,7 @@ def _split(addr: str) -> tuple[str, int] | None:
     """``HOST:PORT`` or ``[V6]:PORT`` -> (host, port); None when malformed."""
     addr = addr.strip()
     if addr.startswith("http://"):
-        addr = addr[len("http://"):]
+        addr = addr[len("http://") :]
     if addr.startswith("["):
         host, _, rest = addr[1:].partition("]")
         port = rest[1:] if rest.startswith(":") else ""

@@ -23,9 +23,11 @@ def _check_duplicates(node: Any, prefix: str, file: str) -> None:
             kp = f"{prefix}.{key}" if prefix else key
             line = k.start_mark.line + 1
             if key in seen and key != "<<":
-                raise KimiServeError(f"key {key!r} is given twice in one mapping (first on line {seen[key]})",
-                                     where=f"{file}:{line}: {kp}",
-                                     hint="keep one of them (YAML would silently use the last)")
+                raise KimiServeError(
+                    f"key {key!r} is given twice in one mapping (first on line {seen[key]})",
+                    where=f"{file}:{line}: {kp}",
+                    hint="keep one of them (YAML would silently use the last)",
+                )
             seen[key] = line
             _check_duplicates(v, kp, file)
     elif isinstance(node, yaml.SequenceNode):
@@ -39,8 +41,9 @@ def read_yaml(path: Path, shown: str) -> tuple[dict[str, Any], dict[str, int]]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise KimiServeError(f"cannot read profile: {exc}", where=shown,
-                             hint="check the path and permissions") from None
+        raise KimiServeError(
+            f"cannot read profile: {exc}", where=shown, hint="check the path and permissions"
+        ) from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         _check_duplicates(node, "", shown)
@@ -49,8 +52,9 @@ def read_yaml(path: Path, shown: str) -> tuple[dict[str, Any], dict[str, int]]:
         mark = exc.problem_mark or exc.context_mark
         loc = f"{shown}:{mark.line + 1}:{mark.column + 1}" if mark else shown
         problem = (exc.problem or exc.context or "invalid YAML").strip()
-        raise KimiServeError(f"YAML syntax error: {problem}", where=loc,
-                             hint="fix the YAML at that line and column") from None
+        raise KimiServeError(
+            f"YAML syntax error: {problem}", where=loc, hint="fix the YAML at that line and column"
+        ) from None
     except yaml.YAMLError as exc:
         raise KimiServeError(f"YAML error: {str(exc).splitlines()[0]}", where=shown, hint="fix the YAML") from None
     if data is None:

@@ -55,13 +55,21 @@ class RouterHealth:
         if not self.reachable:
             return f"router unreachable: {self.detail}"
         sick = [w.url for w in self.workers if not w.healthy]
-        return (f"{self.healthy}/{self.total} workers healthy" + (f" (unhealthy: {', '.join(sick)})" if sick else "")
-                + ("" if self.ready else f"; not ready: {self.detail or 'no healthy worker'}"))
+        return (
+            f"{self.healthy}/{self.total} workers healthy"
+            + (f" (unhealthy: {', '.join(sick)})" if sick else "")
+            + ("" if self.ready else f"; not ready: {self.detail or 'no healthy worker'}")
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"reachable": self.reachable, "ready": self.ready, "healthy_workers": self.healthy,
-                "total_workers": self.total, "detail": self.detail,
-                "workers": [{"url": w.url, "healthy": w.healthy} for w in self.workers]}
+        return {
+            "reachable": self.reachable,
+            "ready": self.ready,
+            "healthy_workers": self.healthy,
+            "total_workers": self.total,
+            "detail": self.detail,
+            "workers": [{"url": w.url, "healthy": w.healthy} for w in self.workers],
+        }
 
 
 def router_url(profile: Profile) -> str:
@@ -104,16 +112,18 @@ def router_health(base_url: str, api_key: str | None = None, timeout: float = PO
         return RouterHealth(False, False, 0, 0, (), str(reason))
     ready = ready if isinstance(ready, dict) else {}
     entries = listed.get("workers") if w_status == 200 and isinstance(listed, dict) else None
-    workers = tuple(WorkerHealth(str(e.get("url", "?")), bool(e.get("is_healthy"))) for e in entries or []
-                    if isinstance(e, dict))
+    workers = tuple(
+        WorkerHealth(str(e.get("url", "?")), bool(e.get("is_healthy"))) for e in entries or [] if isinstance(e, dict)
+    )
     healthy = sum(w.healthy for w in workers) if entries is not None else int(ready.get("healthy_workers") or 0)
     total = len(workers) if entries is not None else int(ready.get("total_workers") or 0)
     reason = str(ready.get("reason") or "") if status != 200 else ""
     return RouterHealth(True, status == 200, healthy, total, workers, reason)
 
 
-def wait_healthy(base_url: str, deadline: float, api_key: str | None = None, *, want: int | None = None,
-                 interval: float = 0.5) -> RouterHealth:
+def wait_healthy(
+    base_url: str, deadline: float, api_key: str | None = None, *, want: int | None = None, interval: float = 0.5
+) -> RouterHealth:
     """Poll until ``want`` workers (default: all of them) are healthy or ``deadline`` (time.monotonic) passes; the
     last view either way."""
     while True:

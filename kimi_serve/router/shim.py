@@ -30,12 +30,15 @@ def split_argv(argv: Sequence[str]) -> tuple[Path | None, list[str]]:
     if "--" not in args:
         raise KimiServeError("missing `--` before the router's flags", where="router shim", hint=USAGE)
     cut = args.index("--")
-    own, flags = args[:cut], args[cut + 1:]
+    own, flags = args[:cut], args[cut + 1 :]
     if own and (len(own) != 2 or own[0] != "--api-key-file" or not own[1]):
         raise KimiServeError(f"unexpected arguments {' '.join(own) or '(none)'}", where="router shim", hint=USAGE)
     if any(f == "--api-key" or f.startswith("--api-key=") for f in flags):
-        raise KimiServeError("--api-key among the router's flags (the key would show in ps)", where="router shim",
-                             hint="drop it: the shim passes the key from --api-key-file")
+        raise KimiServeError(
+            "--api-key among the router's flags (the key would show in ps)",
+            where="router shim",
+            hint="drop it: the shim passes the key from --api-key-file",
+        )
     return (Path(own[1]) if own else None), flags
 
 
@@ -60,9 +63,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from sglang_router.router_args import RouterArgs
     except ImportError as exc:
-        print("kimi-serve: error: " + KimiServeError(f"cannot import sglang_router ({exc})", where="router shim",
-                             hint="run it with the engine interpreter (sglang-router is in the engine locks)",
-                             exit_code=ExitCode.ENVIRONMENT).one_line(), file=sys.stderr, flush=True)
+        print(
+            "kimi-serve: error: "
+            + KimiServeError(
+                f"cannot import sglang_router ({exc})",
+                where="router shim",
+                hint="run it with the engine interpreter (sglang-router is in the engine locks)",
+                exit_code=ExitCode.ENVIRONMENT,
+            ).one_line(),
+            file=sys.stderr,
+            flush=True,
+        )
         return int(ExitCode.ENVIRONMENT)
     launch(RouterArgs, flags)  # blocks while the router serves; raises as the router itself does
     return 0

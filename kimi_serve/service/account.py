@@ -48,9 +48,12 @@ def _prefix(accounts_root: Path) -> list[str]:
 def _must(runner: Runner, argv: list[str]) -> None:
     done = runner(argv, timeout=ACCOUNT_TIMEOUT)
     if not done.ok:
-        raise KimiServeError(done.describe(), where=" ".join(argv[:1] + argv[-1:]),
-                             hint="create the user by hand (useradd --system NAME), or set service.user",
-                             exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            done.describe(),
+            where=" ".join(argv[:1] + argv[-1:]),
+            hint="create the user by hand (useradd --system NAME), or set service.user",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
 
 
 def has_user_db(accounts_root: Path) -> bool:
@@ -72,8 +75,9 @@ def planned(user: str, accounts_root: Path, dev_root: Path) -> list[str]:
     return [*actions, f"make {user} the owner of the key file and the working directory (after creating them)"]
 
 
-def ensure(user: str, home: str, *, accounts_root: Path, dev_root: Path, runner: Runner) -> tuple[Account | None,
-                                                                                                    list[str]]:
+def ensure(
+    user: str, home: str, *, accounts_root: Path, dev_root: Path, runner: Runner
+) -> tuple[Account | None, list[str]]:
     """Create ``user`` if absent and add it to the GPU device groups; returns the account and what was done.
     root is used as it is (no account changes)."""
     if user == "root" or not has_user_db(accounts_root):  # an offline root without a user database: nothing to change
@@ -81,13 +85,32 @@ def ensure(user: str, home: str, *, accounts_root: Path, dev_root: Path, runner:
     done: list[str] = []
     if lookup(user, accounts_root) is None:
         group = ["--gid", user] if any(g[0] == user for g in table(accounts_root / "etc/group")) else ["--user-group"]
-        _must(runner, ["useradd", *_prefix(accounts_root), "--system", *group, "--no-create-home",
-                       "--home-dir", home, "--shell", NOLOGIN, "--comment", "kimi-serve (SGLang service)", user])
+        _must(
+            runner,
+            [
+                "useradd",
+                *_prefix(accounts_root),
+                "--system",
+                *group,
+                "--no-create-home",
+                "--home-dir",
+                home,
+                "--shell",
+                NOLOGIN,
+                "--comment",
+                "kimi-serve (SGLang service)",
+                user,
+            ],
+        )
         done.append(f"create system user {user}")
     found = lookup(user, accounts_root)
     if found is None:
-        raise KimiServeError(f"user {user} is still missing after useradd", where="service.user",
-                             hint=f"check {accounts_root / 'etc/passwd'}", exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            f"user {user} is still missing after useradd",
+            where="service.user",
+            hint=f"check {accounts_root / 'etc/passwd'}",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
     missing = [g for g in group_names(device_gids(dev_root), accounts_root) if g not in found.groups]
     if missing:
         _must(runner, ["usermod", *_prefix(accounts_root), "--append", "--groups", ",".join(missing), user])

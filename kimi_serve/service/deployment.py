@@ -37,12 +37,16 @@ from kimi_serve.service.unit import (
 
 ROUTER = "router"
 _REPLICA = re.compile(r"^(?P<base>.+)-r(?P<index>\d+)\.service$")
-ROUTER_STOP = ("SIGTERM to the router's main process: it stops taking requests and drains in flight ones itself.",
-               "Whatever is left after TimeoutStopSec gets SIGKILL.")
-RANK_STOP = ("Stop RANK 0 FIRST: its shutdown broadcast (ShutdownReq) is what ends the schedulers of every rank. A",
-             "rank >= 1 ignores SIGTERM while it waits for that broadcast (SGLang engine.py), so stopped alone it",
-             "lasts TimeoutStopSec and then gets SIGKILL (rank 0's collectives then fail). KillMode=mixed: SIGTERM",
-             "to the main process only, never to the schedulers directly (their crash path).")
+ROUTER_STOP = (
+    "SIGTERM to the router's main process: it stops taking requests and drains in flight ones itself.",
+    "Whatever is left after TimeoutStopSec gets SIGKILL.",
+)
+RANK_STOP = (
+    "Stop RANK 0 FIRST: its shutdown broadcast (ShutdownReq) is what ends the schedulers of every rank. A",
+    "rank >= 1 ignores SIGTERM while it waits for that broadcast (SGLang engine.py), so stopped alone it",
+    "lasts TimeoutStopSec and then gets SIGKILL (rank 0's collectives then fail). KillMode=mixed: SIGTERM",
+    "to the main process only, never to the schedulers directly (their crash path).",
+)
 
 
 @dataclass(frozen=True)
@@ -73,16 +77,34 @@ def is_replicated(profile: Profile) -> bool:
 
 
 def router_wait_argv(profile: Profile, router: Launch, ctx: UnitContext) -> list[str]:
-    argv = [ctx.kimi_serve, "wait-router", "--host", router.endpoint, "--min", "1",
-            "--wait", str(profile.startup.timeout)]
+    argv = [
+        ctx.kimi_serve,
+        "wait-router",
+        "--host",
+        router.endpoint,
+        "--min",
+        "1",
+        "--wait",
+        str(profile.startup.timeout),
+    ]
     return argv + (["--api-key-file", router.api_key_file] if router.api_key_file else [])
 
 
 def joined_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]:
     n = profile.nodes
     leader = f"[{n.leader_host}]" if ":" in (n.leader_host or "") else str(n.leader_host)
-    return [ctx.kimi_serve, "wait-joined", "--leader", f"{leader}:{n.leader_port}", "--host", launch.host,
-            "--port", str(launch.port), "--wait", str(profile.startup.timeout)]
+    return [
+        ctx.kimi_serve,
+        "wait-joined",
+        "--leader",
+        f"{leader}:{n.leader_port}",
+        "--host",
+        launch.host,
+        "--port",
+        str(launch.port),
+        "--wait",
+        str(profile.startup.timeout),
+    ]
 
 
 def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str) -> list[Member]:
@@ -91,36 +113,46 @@ def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str
     if not is_replicated(profile):
         return [_rank_member(profile, launch, ctx, base)]
     if profile.nodes.count > 1:
-        raise KimiServeError("a replicated deployment whose replicas each span several nodes is not rendered as "
-                             "services here", where=profile.where("nodes.count"),
-                             hint="install each replica's nodes from their own profile (replicas: 1, nodes:) and "
-                                  "front them with router.workers")
+        raise KimiServeError(
+            "a replicated deployment whose replicas each span several nodes is not rendered as services here",
+            where=profile.where("nodes.count"),
+            hint="install each replica's nodes from their own profile (replicas: 1, nodes:) and "
+            "front them with router.workers",
+        )
     local = [r for r in replicas(profile) if r.local]
     members = [_replica_member(profile, launch, ctx, base, r, len(local)) for r in local]
     router = build_router_launch(profile, launch.argv[0], pythonpath=ctx.package_root)
     units = [m.unit.name for m in members]
     shape = UnitShape(
-        role=ROUTER, what=f"router in front of {len(replicas(profile))} replicas",
+        role=ROUTER,
+        what=f"router in front of {len(replicas(profile))} replicas",
         posts=(tuple(router_wait_argv(profile, router, ctx)), tuple(verify_argv(profile, router, ctx))),
-        post_comment=("The router counts as started once it reports a healthy worker AND the API contract holds "
-                      "through it."),
+        post_comment=(
+            "The router counts as started once it reports a healthy worker AND the API contract holds through it."
+        ),
         unit_lines=tuple(line for u in units for line in (f"Wants={u}", f"After={u}")),
         stop_comment=ROUTER_STOP,
         timeout_comment="Waiting for a healthy worker + the contract check through the router.",
-        timeout_start_sec=2 * int(profile.startup.timeout) + int(profile.verify.timeout) + START_SLACK_SEC)
+        timeout_start_sec=2 * int(profile.startup.timeout) + int(profile.verify.timeout) + START_SLACK_SEC,
+    )
     unit = render_unit(profile, router, ctx, unit_name=router_unit(base), shape=shape)
     return [*members, Member(ROUTER, 0, unit, router)]
 
 
-def _replica_member(profile: Profile, launch: Launch, ctx: UnitContext, base: str, rep: Replica,
-                    count: int) -> Member:
+def _replica_member(profile: Profile, launch: Launch, ctx: UnitContext, base: str, rep: Replica, count: int) -> Member:
     own = build_launch(profile, launch.argv[0], port=rep.port)
-    shape = UnitShape(role=f"replica:{rep.index}", what=f"replica {rep.index} of {count}",
-                      posts=(tuple(verify_argv(profile, own, ctx)),),
-                      post_comment=("This replica counts as started only once the API contract holds on its own "
-                                    "port (structured tool_calls and reasoning_content)."))
-    return Member("replica", rep.index, render_unit(profile, own, ctx, unit_name=replica_unit(base, rep.index),
-                                                    shape=shape), own)
+    shape = UnitShape(
+        role=f"replica:{rep.index}",
+        what=f"replica {rep.index} of {count}",
+        posts=(tuple(verify_argv(profile, own, ctx)),),
+        post_comment=(
+            "This replica counts as started only once the API contract holds on its own "
+            "port (structured tool_calls and reasoning_content)."
+        ),
+    )
+    return Member(
+        "replica", rep.index, render_unit(profile, own, ctx, unit_name=replica_unit(base, rep.index), shape=shape), own
+    )
 
 
 def _rank_member(profile: Profile, launch: Launch, ctx: UnitContext, base: str) -> Member:
@@ -128,17 +160,28 @@ def _rank_member(profile: Profile, launch: Launch, ctx: UnitContext, base: str) 
     if n.count <= 1:
         return Member("single", 0, render_unit(profile, launch, ctx, unit_name=base), launch)
     if n.rank == 0:
-        shape = UnitShape(role="rank:0", what=f"node rank 0 of {n.count}, the leader",
-                          posts=(tuple(verify_argv(profile, launch, ctx)),),
-                          post_comment=("Rank 0 serves the API: the unit counts as started only once every rank has "
-                                        "joined and the contract holds."), stop_comment=RANK_STOP)
+        shape = UnitShape(
+            role="rank:0",
+            what=f"node rank 0 of {n.count}, the leader",
+            posts=(tuple(verify_argv(profile, launch, ctx)),),
+            post_comment=(
+                "Rank 0 serves the API: the unit counts as started only once every rank has "
+                "joined and the contract holds."
+            ),
+            stop_comment=RANK_STOP,
+        )
     else:
-        shape = UnitShape(role=f"rank:{n.rank}", what=f"node rank {n.rank} of {n.count}",
-                          posts=(tuple(joined_argv(profile, launch, ctx)),),
-                          post_comment=("A rank >= 1 serves no API (its /health is a dummy): it counts as started "
-                                        "once it holds a connection to rank 0's store and its schedulers are ready."),
-                          stop_comment=RANK_STOP,
-                          timeout_comment="Cold start (weights, joining rank 0) + the join check.")
+        shape = UnitShape(
+            role=f"rank:{n.rank}",
+            what=f"node rank {n.rank} of {n.count}",
+            posts=(tuple(joined_argv(profile, launch, ctx)),),
+            post_comment=(
+                "A rank >= 1 serves no API (its /health is a dummy): it counts as started "
+                "once it holds a connection to rank 0's store and its schedulers are ready."
+            ),
+            stop_comment=RANK_STOP,
+            timeout_comment="Cold start (weights, joining rank 0) + the join check.",
+        )
     return Member("rank", n.rank, render_unit(profile, launch, ctx, unit_name=base, shape=shape), launch)
 
 

@@ -55,20 +55,35 @@ class Fleet:
         return [mp for mp in self.members if mp[0].role == "replica"]
 
 
-def plan_fleet(profile_name: str, *, root: Path, unit_name: str | None, now: bool, ctx: UnitContext,
-               systemd: Systemd, environ: Mapping[str, str], contract: bool = False, sets: Sequence[str] = (),
-               replace: bool = True, preview: bool = False) -> Fleet:
+def plan_fleet(
+    profile_name: str,
+    *,
+    root: Path,
+    unit_name: str | None,
+    now: bool,
+    ctx: UnitContext,
+    systemd: Systemd,
+    environ: Mapping[str, str],
+    contract: bool = False,
+    sets: Sequence[str] = (),
+    replace: bool = True,
+    preview: bool = False,
+) -> Fleet:
     """Check the profile once, render every member and have systemd-analyze verify them side by side; change
     nothing. Like :func:`kimi_serve.service.install.plan_install`, per member."""
     from kimi_serve.core.errors import ExitCode, KimiServeError
 
     if now and not systemd.live:
-        raise KimiServeError("--now needs the running system, not --root", where="--now",
-                             hint="drop --now, or drop --root")
+        raise KimiServeError(
+            "--now needs the running system, not --root", where="--now", hint="drop --now, or drop --root"
+        )
     profile, launch, findings = check_for_service(profile_name, contract=contract, sets=sets, preview=preview)
     found: list[Finding] = []
-    base = unit_file_name(unit_name, "--unit-name") if unit_name else unit_file_name(
-        profile.service.unit_name, profile.where("service.unit_name"))
+    base = (
+        unit_file_name(unit_name, "--unit-name")
+        if unit_name
+        else unit_file_name(profile.service.unit_name, profile.where("service.unit_name"))
+    )
     members = render_members(profile, launch, ctx, base)
     monitor = None
     create = host_step(preview, found, lambda: needs_secret(profile, ServicePaths(root, base), environ), False)
@@ -82,15 +97,26 @@ def plan_fleet(profile_name: str, *, root: Path, unit_name: str | None, now: boo
         if not replace:
             current = read_text(paths.unit_file)
             marker = parse_marker(current) if current is not None else None
-            host_step(preview, found, lambda p=paths, mk=marker: refuse_other_profile(  # type: ignore[misc]
-                str(p.unit_file), mk.profile if mk else None, profile.name), None)
-        plans.append((m, Plan(profile, m.unit, paths, create and not plans, (), now,
-                              monitor if m.role == ROUTER else None)))
+            host_step(
+                preview,
+                found,
+                lambda p=paths, mk=marker: refuse_other_profile(  # type: ignore[misc]
+                    str(p.unit_file), mk.profile if mk else None, profile.name
+                ),
+                None,
+            )
+        plans.append(
+            (m, Plan(profile, m.unit, paths, create and not plans, (), now, monitor if m.role == ROUTER else None))
+        )
     units = [m.unit for m in members] + (list(monitor.files) if monitor else [])
     host_step(preview, found, lambda: mon.analyze_together(systemd, units), None)
     if not plans:
-        raise KimiServeError("the profile has no replica on this host and no router", where="router.workers",
-                             hint="check replicas: and router.workers", exit_code=ExitCode.USAGE)
+        raise KimiServeError(
+            "the profile has no replica on this host and no router",
+            where="router.workers",
+            hint="check replicas: and router.workers",
+            exit_code=ExitCode.USAGE,
+        )
     return Fleet(profile, base, tuple(plans), tuple(findings + found), now)
 
 
@@ -126,8 +152,7 @@ def install_fleet(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ: M
         if fleet.now:
             failed = None
             for m, plan in fleet.members:
-                outcome = start_and_verify(plan.candidate, plan.paths, systemd, verifier, result,
-                                           label=f" ({m.label})")
+                outcome = start_and_verify(plan.candidate, plan.paths, systemd, verifier, result, label=f" ({m.label})")
                 if not outcome.ok and failed is None:
                     failed = outcome
                 result.new = failed or outcome
@@ -138,8 +163,12 @@ def install_fleet(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ: M
                 result.exit_code = ExitCode.INTERNAL
             elif not result.new.ok:
                 result.exit_code = ExitCode.FAILED
-                result.add("outcome", "failed", "a member did not pass (above); the others run. `kimi-serve restart` "
-                           "rolls a failed replica back to its last good unit")
+                result.add(
+                    "outcome",
+                    "failed",
+                    "a member did not pass (above); the others run. `kimi-serve restart` "
+                    "rolls a failed replica back to its last good unit",
+                )
     return result
 
 
@@ -157,10 +186,12 @@ def recover_fleet(systemd: Systemd, base: str) -> list[str]:
     from the highest index: the reverse of the order they were journalled in."""
     stem = base.removesuffix(".service")
     state = systemd.root / STATE_DIR
-    names = [p.name[1:-len(".intent.json")] for p in state.glob(f".{stem}-*.intent.json")] if state.is_dir() else []
-    ours = [n for n in names if n == f"{stem}-{ROUTER}" or (n.startswith(f"{stem}-r") and n[len(stem) + 2:].isdigit())]
-    order = sorted(ours, key=lambda n: (n != f"{stem}-{ROUTER}", -int(n.rsplit("-r", 1)[-1]) if n.rsplit(
-        "-r", 1)[-1].isdigit() else 0))
+    names = [p.name[1 : -len(".intent.json")] for p in state.glob(f".{stem}-*.intent.json")] if state.is_dir() else []
+    ours = [n for n in names if n == f"{stem}-{ROUTER}" or (n.startswith(f"{stem}-r") and n[len(stem) + 2 :].isdigit())]
+    order = sorted(
+        ours,
+        key=lambda n: (n != f"{stem}-{ROUTER}", -int(n.rsplit("-r", 1)[-1]) if n.rsplit("-r", 1)[-1].isdigit() else 0),
+    )
     messages = []
     for name in order:
         message = recover(ServicePaths(systemd.root, f"{name}.service"), systemd)

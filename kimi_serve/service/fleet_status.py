@@ -40,21 +40,31 @@ class FleetStatus:
         """0 only when the whole deployment is up: the router serving with every worker healthy, every replica active
         and answering; 1 otherwise (degraded included)."""
         counts = self.healthy
-        whole = (self.serving and counts is not None and counts[0] == counts[1]
-                 and all(st.exit_code == ExitCode.OK and self.in_router(st) == "healthy" for _, st in self.replicas))
+        whole = (
+            self.serving
+            and counts is not None
+            and counts[0] == counts[1]
+            and all(st.exit_code == ExitCode.OK and self.in_router(st) == "healthy" for _, st in self.replicas)
+        )
         return ExitCode.OK if whole else ExitCode.FAILED
 
     def to_json(self) -> dict[str, Any]:
         counts = self.healthy
         router = self.router.to_json() if self.router else None
         if router is not None:
-            router["workers"] = ([{"url": w.url, "healthy": w.healthy} for w in self.workers]
-                                 if isinstance(self.workers, list) else None)
+            router["workers"] = (
+                [{"url": w.url, "healthy": w.healthy} for w in self.workers] if isinstance(self.workers, list) else None
+            )
             router["workers_error"] = self.workers if isinstance(self.workers, str) else None
             router["healthy_workers"], router["total_workers"] = counts if counts else (None, None)
-        return {"version": 1, "deployment": self.base.removesuffix(".service"), "serving": self.serving,
-                "exit_code": int(self.exit_code), "router": router,
-                "replicas": [{"index": i, **st.to_json(), "in_router": self.in_router(st)} for i, st in self.replicas]}
+        return {
+            "version": 1,
+            "deployment": self.base.removesuffix(".service"),
+            "serving": self.serving,
+            "exit_code": int(self.exit_code),
+            "router": router,
+            "replicas": [{"index": i, **st.to_json(), "in_router": self.in_router(st)} for i, st in self.replicas],
+        }
 
     def in_router(self, st: Status) -> str | None:
         """How the router sees this replica: healthy | unhealthy | missing (not in its rotation); None: unknown."""
@@ -65,23 +75,37 @@ class FleetStatus:
         return "missing" if url not in seen else "healthy" if seen[url] else "unhealthy"
 
     def rows(self) -> list[tuple[str, str]]:
-        rows = [("deployment", f"{self.base.removesuffix('.service')}: "
-                 + ("serving" if self.serving else "NOT serving through the router")
-                 + ("" if self.exit_code == ExitCode.OK else " (degraded: see below)"))]
+        rows = [
+            (
+                "deployment",
+                f"{self.base.removesuffix('.service')}: "
+                + ("serving" if self.serving else "NOT serving through the router")
+                + ("" if self.exit_code == ExitCode.OK else " (degraded: see below)"),
+            )
+        ]
         if self.router:
             counts = self.healthy
             view = f"{counts[0]}/{counts[1]} workers healthy" if counts else str(self.workers or "workers not checked")
             rows.append(("router", f"{_line(self.router)}; {view}"))
         for index, st in self.replicas:
             seen = self.in_router(st)
-            note = {"missing": "; NOT in the router's rotation (kimi-serve restart puts it back)",
-                    "healthy": "; router: healthy", "unhealthy": "; router: UNHEALTHY"}.get(seen or "", "")
+            note = {
+                "missing": "; NOT in the router's rotation (kimi-serve restart puts it back)",
+                "healthy": "; router: healthy",
+                "unhealthy": "; router: UNHEALTHY",
+            }.get(seen or "", "")
             rows.append((f"replica {index}", _line(st) + note))
             rows.append(("  verdict", _verdict(st.last_verify)))
         if self.router and self.router.monitor:
             m = self.router.monitor
-            rows.append(("contract", f"BROKEN since {m['broken_since']} ({m['broken_for_s']:.0f}s)"
-                         if m["broken_since"] else f"holds through the router (last check {m['contract_held_last']})"))
+            rows.append(
+                (
+                    "contract",
+                    f"BROKEN since {m['broken_since']} ({m['broken_for_s']:.0f}s)"
+                    if m["broken_since"]
+                    else f"holds through the router (last check {m['contract_held_last']})",
+                )
+            )
         elif self.router:
             rows.append(("router check", _verdict(self.router.last_verify)))
         members = [st for _, st in self.replicas] + ([self.router] if self.router else [])
@@ -104,8 +128,10 @@ def _line(st: Status) -> str:
 def _verdict(record: dict[str, Any] | None) -> str:
     if record is None:
         return "no contract check recorded"
-    return f"{record.get('status')} at {record.get('time')} (profile {record.get('profile')}): " \
-           f"{str(record.get('detail'))[:140]}"
+    return (
+        f"{record.get('status')} at {record.get('time')} (profile {record.get('profile')}): "
+        f"{str(record.get('detail'))[:140]}"
+    )
 
 
 def fleet_status(root: Path, base: str, systemd: Systemd) -> FleetStatus:

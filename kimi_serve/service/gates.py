@@ -110,8 +110,15 @@ def healthy_count(workers: list[Worker], exclude: str | None = None) -> int:
     return sum(1 for w in workers if w.healthy and w.url != exclude)
 
 
-def wait_router(endpoint: str, api_key: str | None, *, minimum: int, wait: float, exclude: str | None = None,
-                healthy: str | None = None) -> tuple[bool, str]:
+def wait_router(
+    endpoint: str,
+    api_key: str | None,
+    *,
+    minimum: int,
+    wait: float,
+    exclude: str | None = None,
+    healthy: str | None = None,
+) -> tuple[bool, str]:
     """Poll the router until it reports ``minimum`` healthy workers (not counting ``exclude``) and, with ``healthy``,
     that worker among them; (reached, one-line state) once reached or after ``wait`` seconds."""
     deadline = time.monotonic() + wait
@@ -153,7 +160,7 @@ def _decode(hex_addr: str) -> tuple[str, int]:
     raw = bytes.fromhex(host)
     if len(raw) == 4:
         return socket.inet_ntop(socket.AF_INET, raw[::-1]), int(port, 16)
-    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
     return socket.inet_ntop(socket.AF_INET6, words), int(port, 16)
 
 
@@ -193,8 +200,9 @@ def port_answers(host: str, port: int) -> bool:
         return False
 
 
-def wait_joined(pid: int, leader_host: str, leader_port: int, host: str, port: int, wait: float,
-                proc: Path = PROC) -> tuple[bool, str]:
+def wait_joined(
+    pid: int, leader_host: str, leader_port: int, host: str, port: int, wait: float, proc: Path = PROC
+) -> tuple[bool, str]:
     """Poll until node ``pid`` is connected to rank 0's store AND its own port answers (its schedulers are ready);
     (joined, one line) once joined, when the process is gone, or after ``wait`` seconds."""
     deadline = time.monotonic() + wait
@@ -210,8 +218,12 @@ def wait_joined(pid: int, leader_host: str, leader_port: int, host: str, port: i
             return True, f"joined rank 0 at {leader_host}:{leader_port}; schedulers ready (port {port} answers)"
         if time.monotonic() >= deadline:
             if not linked:
-                return False, (f"no TCP connection to rank 0's store at {leader_host}:{leader_port} after {wait:g}s "
-                               "(rank 0 not started, unreachable, or nodes.leader_host/leader_port wrong)")
-            return False, (f"connected to rank 0 at {leader_host}:{leader_port}, but its schedulers are not ready "
-                           f"after {wait:g}s (port {port} does not answer yet)")
+                return False, (
+                    f"no TCP connection to rank 0's store at {leader_host}:{leader_port} after {wait:g}s "
+                    "(rank 0 not started, unreachable, or nodes.leader_host/leader_port wrong)"
+                )
+            return False, (
+                f"connected to rank 0 at {leader_host}:{leader_port}, but its schedulers are not ready "
+                f"after {wait:g}s (port {port} does not answer yet)"
+            )
         time.sleep(POLL_S)

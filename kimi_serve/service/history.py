@@ -65,10 +65,19 @@ def run_record(report: Any, *, profile: str, endpoint: str, started: float, fini
         detail = next(p.reason for p in report.probes if not p.passed)
     else:
         detail = f"contract holds: {len(report.probes)} probes passed"
-    return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(finished)), "started": round(started, 3),
-            "finished": round(finished, 3), "status": report.status, "exit_code": report.exit_code,
-            "profile": profile, "endpoint": endpoint, "suite": report.suite, "elapsed_s": round(report.elapsed_s, 3),
-            "failed": failed, "detail": detail[:300]}
+    return {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(finished)),
+        "started": round(started, 3),
+        "finished": round(finished, 3),
+        "status": report.status,
+        "exit_code": report.exit_code,
+        "profile": profile,
+        "endpoint": endpoint,
+        "suite": report.suite,
+        "elapsed_s": round(report.elapsed_s, 3),
+        "failed": failed,
+        "detail": detail[:300],
+    }
 
 
 def summary(records: list[dict[str, Any]], now: float) -> dict[str, Any] | None:

@@ -60,15 +60,29 @@ class Candidate:
     restart_timeout: float
 
     def record(self) -> dict[str, Any]:
-        return {"profile": self.profile, "patch_set": self.patch_set, "unit_sha256": self.sha256,
-                "api_key_file": self.api_key_file, "suite": self.suite, "verify_timeout": self.verify_timeout,
-                "restart_timeout": self.restart_timeout}
+        return {
+            "profile": self.profile,
+            "patch_set": self.patch_set,
+            "unit_sha256": self.sha256,
+            "api_key_file": self.api_key_file,
+            "suite": self.suite,
+            "verify_timeout": self.verify_timeout,
+            "restart_timeout": self.restart_timeout,
+        }
 
     @classmethod
     def from_record(cls, name: str, text: str, record: Mapping[str, Any]) -> Candidate:
-        return cls(name, text, str(record["unit_sha256"]), str(record["profile"]), record.get("patch_set"),
-                   record.get("api_key_file"), str(record["suite"]), float(record["verify_timeout"]),
-                   float(record["restart_timeout"]))
+        return cls(
+            name,
+            text,
+            str(record["unit_sha256"]),
+            str(record["profile"]),
+            record.get("patch_set"),
+            record.get("api_key_file"),
+            str(record["suite"]),
+            float(record["verify_timeout"]),
+            float(record["restart_timeout"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -84,8 +98,17 @@ class Plan:
     @property
     def candidate(self) -> Candidate:
         p = self.profile
-        return Candidate(self.unit.name, self.unit.text, self.unit.sha256, p.name, p.patch_set,
-                         p.server.api_key_file, p.verify.suite, float(p.verify.timeout), restart_wait_sec(p))
+        return Candidate(
+            self.unit.name,
+            self.unit.text,
+            self.unit.sha256,
+            p.name,
+            p.patch_set,
+            p.server.api_key_file,
+            p.verify.suite,
+            float(p.verify.timeout),
+            restart_wait_sec(p),
+        )
 
 
 @dataclass
@@ -108,8 +131,14 @@ class Outcome:
         return self.verify_exit == ExitCode.INTERNAL
 
     def to_json(self) -> dict[str, Any]:
-        return {"profile": self.profile, "unit_sha256": self.unit_sha256, "started": self.started,
-                "verify_exit_code": self.verify_exit, "ok": self.ok, "detail": self.detail}
+        return {
+            "profile": self.profile,
+            "unit_sha256": self.unit_sha256,
+            "started": self.started,
+            "verify_exit_code": self.verify_exit,
+            "ok": self.ok,
+            "detail": self.detail,
+        }
 
 
 @dataclass
@@ -124,23 +153,40 @@ class Result:
         self.steps.append(Step(action, status, detail))
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": 1, "unit": self.unit, "ok": self.exit_code == ExitCode.OK, "exit_code": int(self.exit_code),
-                "steps": [s.to_json() for s in self.steps],
-                "new": self.new.to_json() if self.new else None,
-                "rollback": self.rollback.to_json() if self.rollback else None}
+        return {
+            "version": 1,
+            "unit": self.unit,
+            "ok": self.exit_code == ExitCode.OK,
+            "exit_code": int(self.exit_code),
+            "steps": [s.to_json() for s in self.steps],
+            "new": self.new.to_json() if self.new else None,
+            "rollback": self.rollback.to_json() if self.rollback else None,
+        }
 
 
 # ---------------------------------------------------------------------------------------------- planning
 
 
-def plan_install(profile_name: str, *, root: Path, unit_name: str | None, now: bool, ctx: UnitContext,
-                 systemd: Systemd, environ: Mapping[str, str], contract: bool = False,
-                 sets: Sequence[str] = (), replace: bool = True, preview: bool = False) -> Plan:
+def plan_install(
+    profile_name: str,
+    *,
+    root: Path,
+    unit_name: str | None,
+    now: bool,
+    ctx: UnitContext,
+    systemd: Systemd,
+    environ: Mapping[str, str],
+    contract: bool = False,
+    sets: Sequence[str] = (),
+    replace: bool = True,
+    preview: bool = False,
+) -> Plan:
     """Check the profile, render its unit and have systemd-analyze verify it; change nothing under ``root``. ``replace``
     False refuses a unit another profile installed; ``preview`` (--dry-run) lists host failures in ``findings``."""
     if now and not systemd.live:
-        raise KimiServeError("--now needs the running system, not --root", where="--now",
-                             hint="drop --now, or drop --root")
+        raise KimiServeError(
+            "--now needs the running system, not --root", where="--now", hint="drop --now, or drop --root"
+        )
     from kimi_serve.profile.loader import load_profile
 
     early = load_profile(profile_name, sets)  # the key file first: before the slow layers and any contract run
@@ -162,8 +208,12 @@ def plan_install(profile_name: str, *, root: Path, unit_name: str | None, now: b
     if not replace:
         current = read_text(paths.unit_file)
         marker = parse_marker(current) if current is not None else None
-        host_step(preview, found, lambda: refuse_other_profile(str(paths.unit_file), marker.profile if marker else None,
-                                                               profile.name), None)
+        host_step(
+            preview,
+            found,
+            lambda: refuse_other_profile(str(paths.unit_file), marker.profile if marker else None, profile.name),
+            None,
+        )
     host_step(preview, found, lambda: analyze(systemd, unit), None)
     follower = profile.nodes.count > 1 and profile.nodes.rank > 0  # serves no API: nothing for a timer to check
     monitor = None if follower else mon.render_monitor(profile, launch, ctx, unit.name)
@@ -176,9 +226,11 @@ def plan_install(profile_name: str, *, root: Path, unit_name: str | None, now: b
 def refuse_foreign(paths: ServicePaths) -> None:
     text = read_text(paths.unit_file)
     if text is not None and parse_marker(text) is None:
-        raise KimiServeError(f"{paths.unit_file} was not written by kimi-serve (no marker line); refusing to touch it",
-                             hint=f"move it aside first (mv {paths.unit_file} /root/), or use another --unit-name",
-                             exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            f"{paths.unit_file} was not written by kimi-serve (no marker line); refusing to touch it",
+            hint=f"move it aside first (mv {paths.unit_file} /root/), or use another --unit-name",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
 
 
 def analyze(systemd: Systemd, unit: RenderedUnit) -> None:
@@ -190,8 +242,12 @@ def analyze(systemd: Systemd, unit: RenderedUnit) -> None:
     complaints = [line.replace(str(path), unit.name) for line in done.err.strip().splitlines()]
     if done.rc != 0 or complaints:
         first = complaints[0] if complaints else f"exit status {done.rc}"
-        raise KimiServeError(f"systemd-analyze verify rejects the rendered unit: {first}", where=unit.name,
-                             hint="fix the profile value it names", exit_code=ExitCode.FAILED)
+        raise KimiServeError(
+            f"systemd-analyze verify rejects the rendered unit: {first}",
+            where=unit.name,
+            hint="fix the profile value it names",
+            exit_code=ExitCode.FAILED,
+        )
 
 
 def planned_actions(plan: Plan, systemd: Systemd) -> list[str]:
@@ -228,8 +284,12 @@ def must(result: Result, action: str, done: Completed) -> None:
         result.add(action, "done")
         return
     result.add(action, "failed", done.describe())
-    raise KimiServeError(done.describe(), where=action, hint="fix the host problem it names and run it again",
-                         exit_code=ExitCode.ENVIRONMENT)
+    raise KimiServeError(
+        done.describe(),
+        where=action,
+        hint="fix the host problem it names and run it again",
+        exit_code=ExitCode.ENVIRONMENT,
+    )
 
 
 def write_unit(plan: Plan, systemd: Systemd, result: Result, environ: Mapping[str, str]) -> None:
@@ -237,8 +297,9 @@ def write_unit(plan: Plan, systemd: Systemd, result: Result, environ: Mapping[st
     p, profile = plan.paths, plan.profile
     checkpoint("service.write.start")
     user, roots = profile.service.user, account.roots(p.root, systemd.live, from_env(environ).accounts_root)
-    owner, done = account.ensure(user, profile.service.working_directory, accounts_root=roots[0], dev_root=roots[1],
-                                 runner=systemd.runner)
+    owner, done = account.ensure(
+        user, profile.service.working_directory, accounts_root=roots[0], dev_root=roots[1], runner=systemd.runner
+    )
     for action in done:
         result.add(action, "done")
     if plan.create_secret and profile.server.api_key_file:
@@ -269,8 +330,13 @@ def journal_scope(plan: Plan, systemd: Systemd, op: str) -> contextlib.AbstractC
     from kimi_serve.service.journal import journalled
 
     p, secret = plan.paths, plan.profile.server.api_key_file
-    return journalled(p, systemd, op, secret=p.under_root(secret) if secret and plan.create_secret else None,
-                      workdir=p.under_root(plan.profile.service.working_directory))
+    return journalled(
+        p,
+        systemd,
+        op,
+        secret=p.under_root(secret) if secret and plan.create_secret else None,
+        workdir=p.under_root(plan.profile.service.working_directory),
+    )
 
 
 def install(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[str, str]) -> Result:
@@ -288,13 +354,18 @@ def _install(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[
             result.exit_code = ExitCode.INTERNAL
         elif not result.new.ok:
             result.exit_code = ExitCode.FAILED
-            result.add("outcome", "failed", "the new unit did not pass; `kimi-serve restart` would have rolled back "
-                       f"(the unit before this install is kept at {plan.paths.previous_unit})")
+            result.add(
+                "outcome",
+                "failed",
+                "the new unit did not pass; `kimi-serve restart` would have rolled back "
+                f"(the unit before this install is kept at {plan.paths.previous_unit})",
+            )
     return result
 
 
-def start_and_verify(c: Candidate, paths: ServicePaths, systemd: Systemd, verifier: Verifier, result: Result,
-                     label: str = "") -> Outcome:
+def start_and_verify(
+    c: Candidate, paths: ServicePaths, systemd: Systemd, verifier: Verifier, result: Result, label: str = ""
+) -> Outcome:
     """Restart the unit (systemd waits for its ExecStartPost verify), verify from outside, record the outcome;
     a unit that passes becomes the last good one."""
     outcome = Outcome(c.profile, c.sha256)
@@ -306,8 +377,9 @@ def start_and_verify(c: Candidate, paths: ServicePaths, systemd: Systemd, verifi
             outcome.verify_exit = int(ExitCode.INTERNAL)
             outcome.detail = f"ExecStartPost {INTERNAL_NOTE}; systemd stopped the unit: {outcome.detail}"
         tail = systemd.journal_tail(paths.unit) if systemd.live else ""
-        result.add(f"systemctl restart {paths.unit}{label}", "failed",
-                   outcome.detail + (f" | journal: {tail}" if tail else ""))
+        result.add(
+            f"systemctl restart {paths.unit}{label}", "failed", outcome.detail + (f" | journal: {tail}" if tail else "")
+        )
         record_verify(paths, outcome)
         return outcome
     outcome.started = True
@@ -317,8 +389,13 @@ def start_and_verify(c: Candidate, paths: ServicePaths, systemd: Systemd, verifi
     secret = paths.under_root(c.api_key_file) if c.api_key_file else None
     checkpoint("service.verify")
     if marker and marker.role.startswith("rank:") and marker.role != "rank:0":
-        outcome.verify_exit, outcome.detail = 0, ("joined rank 0 (its ExecStartPost wait-joined passed); a rank >= 1 "
-                                                  "serves no API to verify: rank 0's contract check covers it")
+        outcome.verify_exit, outcome.detail = (
+            0,
+            (
+                "joined rank 0 (its ExecStartPost wait-joined passed); a rank >= 1 "
+                "serves no API to verify: rank 0's contract check covers it"
+            ),
+        )
     else:
         outcome.verify_exit, outcome.detail = verifier(endpoint, secret, c.suite, c.verify_timeout)
     result.add(f"kimi-serve verify {endpoint}{label}", "done" if outcome.ok else "failed", outcome.detail)

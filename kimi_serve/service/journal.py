@@ -71,25 +71,44 @@ def _missing_dirs(paths: ServicePaths, leaves: list[Path]) -> list[str]:
 
 def snapshot(paths: ServicePaths, op: str, *, secret: Path | None, workdir: Path | None) -> dict[str, Any]:
     files: dict[str, Any] = {}
-    for p in (paths.unit_file, paths.previous_unit, paths.last_good_unit, paths.last_good_record,
-              paths.last_verify_record, *_monitor_files(paths)):
+    for p in (
+        paths.unit_file,
+        paths.previous_unit,
+        paths.last_good_unit,
+        paths.last_good_record,
+        paths.last_verify_record,
+        *_monitor_files(paths),
+    ):
         try:
             files[_rel(paths, p)] = {"text": p.read_text(encoding="utf-8"), "mode": p.stat().st_mode & 0o7777}
         except FileNotFoundError:
             files[_rel(paths, p)] = None
-    leaves = [paths.unit_file.parent, wants_link(paths).parent, _timer(paths)[1].parent, paths.state_dir,
-              *(x for x in (workdir,) if x)]
+    leaves = [
+        paths.unit_file.parent,
+        wants_link(paths).parent,
+        _timer(paths)[1].parent,
+        paths.state_dir,
+        *(x for x in (workdir,) if x),
+    ]
     if secret is not None:
         leaves.append(secret.parent)
-    return {"op": op, "unit": paths.unit, "pid": os.getpid(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "files": files, "enabled": wants_link(paths).is_symlink(), "timer_enabled": _timer(paths)[1].is_symlink(),
-            "secret": None if secret is None or secret.exists() else _rel(paths, secret),
-            "created_dirs": _missing_dirs(paths, leaves)}
+    return {
+        "op": op,
+        "unit": paths.unit,
+        "pid": os.getpid(),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "files": files,
+        "enabled": wants_link(paths).is_symlink(),
+        "timer_enabled": _timer(paths)[1].is_symlink(),
+        "secret": None if secret is None or secret.exists() else _rel(paths, secret),
+        "created_dirs": _missing_dirs(paths, leaves),
+    }
 
 
 @contextlib.contextmanager
-def journalled(paths: ServicePaths, systemd: Systemd, op: str, *, secret: Path | None = None,
-               workdir: Path | None = None) -> Iterator[None]:
+def journalled(
+    paths: ServicePaths, systemd: Systemd, op: str, *, secret: Path | None = None, workdir: Path | None = None
+) -> Iterator[None]:
     """Write the journal, run the block, remove the journal. A handled error (a KimiServeError: a failed systemctl
     step, say) also removes it, since the report says what was done; a kill, or a bug in kimi-serve (exit 70), leaves
     it for the next run to roll back."""
@@ -129,8 +148,10 @@ def read_intent(paths: ServicePaths) -> dict[str, Any] | None:
 
 
 def describe(intent: dict[str, Any]) -> str:
-    return (f"an interrupted `kimi-serve {intent.get('op', '?')}` (pid {intent.get('pid', '?')}, started "
-            f"{intent.get('started_at', '?')}): the next install-service, uninstall-service or restart rolls it back")
+    return (
+        f"an interrupted `kimi-serve {intent.get('op', '?')}` (pid {intent.get('pid', '?')}, started "
+        f"{intent.get('started_at', '?')}): the next install-service, uninstall-service or restart rolls it back"
+    )
 
 
 def recover(paths: ServicePaths, systemd: Systemd) -> str | None:

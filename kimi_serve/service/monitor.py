@@ -38,22 +38,43 @@ class Monitoring:
         return ServicePaths(self.root, self.unit).state_dir / "monitor" if self.unit else None
 
 
-def run_monitored(host: str, monitoring: Monitoring, *, api_key: str | None, model: str | None, wait: float,
-                  timeout: float, suite: str, max_tokens: int | None,
-                  progress: Progress | None = None, key_source: str | None = None,
-                  expected_ports: tuple[int, ...] = ()) -> VerifyReport:
+def run_monitored(
+    host: str,
+    monitoring: Monitoring,
+    *,
+    api_key: str | None,
+    model: str | None,
+    wait: float,
+    timeout: float,
+    suite: str,
+    max_tokens: int | None,
+    progress: Progress | None = None,
+    key_source: str | None = None,
+    expected_ports: tuple[int, ...] = (),
+) -> VerifyReport:
     target = parse_target(host)
     lock = monitoring.lock_target()
     with run_lock(lock) if lock is not None else contextlib.nullcontext():
         started = time.time()
-        report = run_verify(target, api_key=api_key, model=model, wait=wait, timeout=timeout, suite=suite,
-                            progress=progress, max_tokens=max_tokens, key_source=key_source,
-                            expected_ports=expected_ports)
+        report = run_verify(
+            target,
+            api_key=api_key,
+            model=model,
+            wait=wait,
+            timeout=timeout,
+            suite=suite,
+            progress=progress,
+            max_tokens=max_tokens,
+            key_source=key_source,
+            expected_ports=expected_ports,
+        )
         finished = time.time()
         labels = {"profile": monitoring.profile, "endpoint": target.base_url}
         if monitoring.metrics_file is not None:
             write_metrics(monitoring.metrics_file, report, **labels)
         if monitoring.unit is not None:
-            append_history(ServicePaths(monitoring.root, monitoring.unit),
-                           run_record(report, started=started, finished=finished, **labels))
+            append_history(
+                ServicePaths(monitoring.root, monitoring.unit),
+                run_record(report, started=started, finished=finished, **labels),
+            )
     return report

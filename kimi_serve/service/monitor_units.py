@@ -52,9 +52,24 @@ def metrics_file(profile: Profile, unit: str) -> str:
 def monitor_argv(profile: Profile, launch: Launch, ctx: UnitContext, unit: str) -> list[str]:
     """The check the timer runs: bounded (quick suite, capped max_tokens, its own timeout), no readiness wait."""
     m = profile.monitor
-    argv = [ctx.kimi_serve, "verify", "--host", launch.endpoint, "--timeout", f"{m.timeout:g}", "--suite", m.suite,
-            "--max-tokens", str(m.max_tokens), "--metrics-file", metrics_file(profile, unit),
-            "--profile", profile.name, "--unit-name", unit]
+    argv = [
+        ctx.kimi_serve,
+        "verify",
+        "--host",
+        launch.endpoint,
+        "--timeout",
+        f"{m.timeout:g}",
+        "--suite",
+        m.suite,
+        "--max-tokens",
+        str(m.max_tokens),
+        "--metrics-file",
+        metrics_file(profile, unit),
+        "--profile",
+        profile.name,
+        "--unit-name",
+        unit,
+    ]
     if launch.api_key_file:
         argv += ["--api-key-file", launch.api_key_file]
     return argv
@@ -64,8 +79,13 @@ def _render(template: str, values: dict[str, object], name: str, fields: dict[st
     import jinja2
 
     loader = jinja2.FileSystemLoader(str(resource_dir("systemd")))
-    body = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                              autoescape=False).get_template(template).render(**values)
+    body = (
+        jinja2.Environment(
+            loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+        )
+        .get_template(template)
+        .render(**values)
+    )
     digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
     marker = " ".join([MARKER_PREFIX, *(f"{k}={v}" for k, v in {**fields, "sha256": digest}.items())])
     return RenderedUnit(name=name, text=f"{marker}\n{body}", sha256=digest)
@@ -77,23 +97,47 @@ def render_monitor(profile: Profile, launch: Launch, ctx: UnitContext, unit: str
     if not m.enabled:
         return None
     service, timer = monitor_names(unit)
-    fields = {"version": ctx.version, "profile": profile.name.replace(" ", "_"),
-              "patch_set": profile.patch_set or "none", "endpoint": launch.endpoint}
+    fields = {
+        "version": ctx.version,
+        "profile": profile.name.replace(" ", "_"),
+        "patch_set": profile.patch_set or "none",
+        "endpoint": launch.endpoint,
+    }
     common = {"main_unit": unit, "timer_unit": timer, "service_unit": service}
     what = f"kimi-serve contract check of {unit} (profile {profile.name})".replace("%", "%%")
-    svc = _render("kimi-serve-verify.service.j2", {
-        # root, not service.user: the check appends to kimi-serve's own records (root-owned, so the server's user can
-        # never forge a "last good" unit) and writes the node_exporter directory; it only talks HTTP to the server
-        **common, "description": what, "user": "root",
-        "environment": [environment_line("PYTHONUNBUFFERED", "1", "monitor")],
-        "exec_start": exec_line(monitor_argv(profile, launch, ctx, unit), profile.where("monitor")),
-        "timeout_start_sec": int(m.timeout) + STUCK_MARGIN, "syslog_identifier": service.removesuffix(".service"),
-    }, service, fields)
-    tmr = _render("kimi-serve-verify.timer.j2", {
-        **common, "description": f"Every {m.interval}s: {what}", "interval": m.interval,
-        "randomized_delay": m.randomized_delay}, timer, fields)
-    alert = _render("kimi-serve-alert@.service.j2", {}, ALERT_UNIT,
-                    {"version": ctx.version, "profile": "-", "patch_set": "-", "endpoint": "-"})
+    svc = _render(
+        "kimi-serve-verify.service.j2",
+        {
+            # root, not service.user: the check appends to kimi-serve's own records (root-owned, so the server's user can
+            # never forge a "last good" unit) and writes the node_exporter directory; it only talks HTTP to the server
+            **common,
+            "description": what,
+            "user": "root",
+            "environment": [environment_line("PYTHONUNBUFFERED", "1", "monitor")],
+            "exec_start": exec_line(monitor_argv(profile, launch, ctx, unit), profile.where("monitor")),
+            "timeout_start_sec": int(m.timeout) + STUCK_MARGIN,
+            "syslog_identifier": service.removesuffix(".service"),
+        },
+        service,
+        fields,
+    )
+    tmr = _render(
+        "kimi-serve-verify.timer.j2",
+        {
+            **common,
+            "description": f"Every {m.interval}s: {what}",
+            "interval": m.interval,
+            "randomized_delay": m.randomized_delay,
+        },
+        timer,
+        fields,
+    )
+    alert = _render(
+        "kimi-serve-alert@.service.j2",
+        {},
+        ALERT_UNIT,
+        {"version": ctx.version, "profile": "-", "patch_set": "-", "endpoint": "-"},
+    )
     return MonitorUnits(svc, tmr, alert, metrics_file(profile, unit), int(m.interval))
 
 
@@ -110,8 +154,12 @@ def analyze_together(systemd: Systemd, units: list[RenderedUnit]) -> None:
     complaints = [line.replace(f"{tmp}/", "") for line in done.err.strip().splitlines()]
     if done.rc != 0 or complaints:
         first = complaints[0] if complaints else f"exit status {done.rc}"
-        raise KimiServeError(f"systemd-analyze verify rejects the rendered units: {first}", where=units[0].name,
-                             hint="fix the profile value it names", exit_code=ExitCode.FAILED)
+        raise KimiServeError(
+            f"systemd-analyze verify rejects the rendered units: {first}",
+            where=units[0].name,
+            hint="fix the profile value it names",
+            exit_code=ExitCode.FAILED,
+        )
 
 
 def refuse_foreign_monitor(paths: ServicePaths) -> None:
@@ -119,9 +167,11 @@ def refuse_foreign_monitor(paths: ServicePaths) -> None:
         path = paths.root / "etc/systemd/system" / name
         text = read_text(path)
         if text is not None and parse_marker(text) is None and name != ALERT_UNIT:
-            raise KimiServeError(f"{path} was not written by kimi-serve (no marker line); refusing to touch it",
-                                 hint=f"move it aside first (mv {path} /root/), or use another --unit-name",
-                                 exit_code=ExitCode.ENVIRONMENT)
+            raise KimiServeError(
+                f"{path} was not written by kimi-serve (no marker line); refusing to touch it",
+                hint=f"move it aside first (mv {path} /root/), or use another --unit-name",
+                exit_code=ExitCode.ENVIRONMENT,
+            )
 
 
 Step = Callable[[str, str, str], None]  # Result.add
@@ -130,11 +180,12 @@ Must = Callable[[str, Completed], None]
 
 def planned_monitor(monitor: MonitorUnits | None, paths: ServicePaths, now: bool) -> list[str]:
     if monitor is None:
-        return ([f"remove the monitoring units of {paths.unit} (monitor.enabled is false)"]
-                if _installed(paths) else [])
+        return [f"remove the monitoring units of {paths.unit} (monitor.enabled is false)"] if _installed(paths) else []
     names = ", ".join(u.name for u in monitor.files)
-    return [f"write {names} (contract check every {monitor.interval}s, metrics in {monitor.metrics_file})",
-            f"systemctl enable {monitor.timer.name}" + (f"; systemctl restart {monitor.timer.name}" if now else "")]
+    return [
+        f"write {names} (contract check every {monitor.interval}s, metrics in {monitor.metrics_file})",
+        f"systemctl enable {monitor.timer.name}" + (f"; systemctl restart {monitor.timer.name}" if now else ""),
+    ]
 
 
 def _unit_path(paths: ServicePaths, name: str) -> Path:
@@ -159,8 +210,9 @@ def write_monitor(monitor: MonitorUnits | None, paths: ServicePaths, add: Step) 
         add(f"write {path}", "done", f"sha256 {unit.sha256[:12]}")
 
 
-def enable_monitor(monitor: MonitorUnits | None, paths: ServicePaths, systemd: Systemd, must: Must, add: Step,
-                   start: bool) -> None:
+def enable_monitor(
+    monitor: MonitorUnits | None, paths: ServicePaths, systemd: Systemd, must: Must, add: Step, start: bool
+) -> None:
     """Enable the timer (after the main unit); with ``start``, (re)start it on the running system. Without a
     monitor, remove units a previous install left (the profile opted out since)."""
     if monitor is None:
@@ -182,10 +234,15 @@ def remove_monitor(paths: ServicePaths, systemd: Systemd, must: Must, add: Step,
     status = "planned" if dry_run else "done"
     steps: list[tuple[str, Callable[[], Completed]]] = []
     if systemd.live:
-        steps += [(f"systemctl stop {timer} {service}",
-                   lambda: systemd.runner(["systemctl", "stop", timer, service], timeout=SYSTEMCTL_TIMEOUT))]
-    steps.append((f"systemctl {'' if systemd.live else f'--root={paths.root} '}disable {timer}",
-                  lambda: systemd.disable(timer)))
+        steps += [
+            (
+                f"systemctl stop {timer} {service}",
+                lambda: systemd.runner(["systemctl", "stop", timer, service], timeout=SYSTEMCTL_TIMEOUT),
+            )
+        ]
+    steps.append(
+        (f"systemctl {'' if systemd.live else f'--root={paths.root} '}disable {timer}", lambda: systemd.disable(timer))
+    )
     for action, call in steps:
         if dry_run:
             add(action, "planned", "")

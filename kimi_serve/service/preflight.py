@@ -22,8 +22,9 @@ def adapt_findings(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if (f.layer, f.code) not in _SERVICE_OWNED]
 
 
-def check_for_service(profile_name: str, *, contract: bool, sets: Sequence[str] = (), preview: bool = False
-                      ) -> tuple[Profile, Launch, list[Finding]]:
+def check_for_service(
+    profile_name: str, *, contract: bool, sets: Sequence[str] = (), preview: bool = False
+) -> tuple[Profile, Launch, list[Finding]]:
     """Run the full check (host facts included); raise the first failure as a one-line error. With ``preview``
     (install-service --dry-run), only an invalid profile raises: host failures come back as findings."""
     from kimi_serve.check.report import INPUT_LAYERS, run_check
@@ -35,8 +36,12 @@ def check_for_service(profile_name: str, *, contract: bool, sets: Sequence[str] 
         bad = [f for f in bad if f.layer in INPUT_LAYERS]
     if bad:
         usage = any(f.layer in INPUT_LAYERS for f in bad)
-        raise error_from(bad, more=f"kimi-serve check {report.profile.cli_args()}", prefix="check failed: ",
-                         exit_code=ExitCode.USAGE if usage else ExitCode.FAILED)
+        raise error_from(
+            bad,
+            more=f"kimi-serve check {report.profile.cli_args()}",
+            prefix="check failed: ",
+            exit_code=ExitCode.USAGE if usage else ExitCode.FAILED,
+        )
     return report.profile, report.launch, findings
 
 
@@ -55,7 +60,9 @@ def host_step(preview: bool, found: list[Finding], call: Callable[[], T], defaul
 def refuse_other_profile(unit_file: str, installed: str | None, profile: str) -> None:
     """A unit name another profile's unit already has: installing would silently replace that deployment."""
     if installed is not None and installed != profile:
-        raise KimiServeError(f"{unit_file} is the unit of profile {installed!r}; installing {profile!r} would replace "
-                             "it", where="service.unit_name",
-                             hint="pass --replace to replace it, or give this profile its own service.unit_name "
-                                  "(or --unit-name)", exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            f"{unit_file} is the unit of profile {installed!r}; installing {profile!r} would replace it",
+            where="service.unit_name",
+            hint="pass --replace to replace it, or give this profile its own service.unit_name (or --unit-name)",
+            exit_code=ExitCode.ENVIRONMENT,
+        )

@@ -58,22 +58,36 @@ def _restart(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[
     if result.new.ok:
         return result
     if result.new.internal:
-        state = ("it is running but unverified" if result.new.started else
-                 "systemd stopped it (its ExecStartPost failed)")
-        result.add(f"roll back {paths.unit}", "skipped", f"{INTERNAL_NOTE}: the new unit was not judged, so it is not "
-                   f"rolled back ({state}) and not recorded as last good; the last good unit would be checked by the "
-                   "same broken verifier. Report the traceback it names; check by hand with `kimi-serve verify`")
+        state = (
+            "it is running but unverified" if result.new.started else "systemd stopped it (its ExecStartPost failed)"
+        )
+        result.add(
+            f"roll back {paths.unit}",
+            "skipped",
+            f"{INTERNAL_NOTE}: the new unit was not judged, so it is not "
+            f"rolled back ({state}) and not recorded as last good; the last good unit would be checked by the "
+            "same broken verifier. Report the traceback it names; check by hand with `kimi-serve verify`",
+        )
         result.exit_code = ExitCode.INTERNAL
         return result
     if previous_good is None:
         systemd.stop(paths.unit, timeout=plan.candidate.restart_timeout)
-        result.add(f"roll back {paths.unit}", "skipped", "nothing to roll back to: no unit of this name has passed "
-                   f"verify yet; stopped {paths.unit} so it does not restart in a loop")
+        result.add(
+            f"roll back {paths.unit}",
+            "skipped",
+            "nothing to roll back to: no unit of this name has passed "
+            f"verify yet; stopped {paths.unit} so it does not restart in a loop",
+        )
         result.exit_code = ExitCode.SERVER_EXITED
         return result
     result.rollback = roll_back(previous_good, paths, systemd, verifier, result)
-    result.exit_code = (ExitCode.FAILED if result.rollback.ok else
-                        ExitCode.INTERNAL if result.rollback.internal else ExitCode.SERVER_EXITED)
+    result.exit_code = (
+        ExitCode.FAILED
+        if result.rollback.ok
+        else ExitCode.INTERNAL
+        if result.rollback.internal
+        else ExitCode.SERVER_EXITED
+    )
     return result
 
 
@@ -81,8 +95,10 @@ def roll_back(good: Candidate, paths: ServicePaths, systemd: Systemd, verifier: 
     checkpoint("service.rollback")
     write_atomic(paths.unit_file, good.text, 0o644)
     result.add(f"restore the last good unit (profile {good.profile}, sha256 {good.sha256[:12]})", "done")
-    for action, call in (("systemctl daemon-reload", systemd.daemon_reload),
-                         (f"systemctl reset-failed {paths.unit}", lambda: systemd.reset_failed(paths.unit))):
+    for action, call in (
+        ("systemctl daemon-reload", systemd.daemon_reload),
+        (f"systemctl reset-failed {paths.unit}", lambda: systemd.reset_failed(paths.unit)),
+    ):
         done = call()
         result.add(action, "done" if done.ok else "failed", "" if done.ok else done.describe())
     return start_and_verify(good, paths, systemd, verifier, result, label=" (rollback)")

@@ -54,23 +54,36 @@ def _refuse_topology_change(fleet: Fleet) -> None:
     root = fleet.members[0][1].paths.root
     installed = {unit for role, _, unit in installed_members(root, fleet.base) if role == "replica"}
     planned = {m.unit.name for m, _ in fleet.replicas}
-    hint = (f"kimi-serve uninstall-service --unit-name {fleet.base.removesuffix('.service')}, then install-service "
-            "--now with the new profile")
+    hint = (
+        f"kimi-serve uninstall-service --unit-name {fleet.base.removesuffix('.service')}, then install-service "
+        "--now with the new profile"
+    )
     if not installed:
-        raise KimiServeError(f"{fleet.base.removesuffix('.service')} is not installed as a replicated deployment",
-                             where="restart", hint="kimi-serve install-service --profile P --now first",
-                             exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            f"{fleet.base.removesuffix('.service')} is not installed as a replicated deployment",
+            where="restart",
+            hint="kimi-serve install-service --profile P --now first",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
     if installed != planned:
-        raise KimiServeError(f"the replicas change (installed: {', '.join(sorted(installed))}; profile: "
-                             f"{', '.join(sorted(planned))}): a rolling restart keeps the topology",
-                             where="replicas", hint=hint, exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            f"the replicas change (installed: {', '.join(sorted(installed))}; profile: "
+            f"{', '.join(sorted(planned))}): a rolling restart keeps the topology",
+            where="replicas",
+            hint=hint,
+            exit_code=ExitCode.ENVIRONMENT,
+        )
     for m, plan in fleet.replicas:
         text = read_text(plan.paths.unit_file)
         marker = parse_marker(text) if text else None
         if marker and marker.endpoint != m.launch.endpoint:
-            raise KimiServeError(f"replica {m.index} moves from {marker.endpoint} to {m.launch.endpoint}: a rolling "
-                                 "restart keeps every replica's address (the router's worker list)",
-                                 where="server.port", hint=hint, exit_code=ExitCode.ENVIRONMENT)
+            raise KimiServeError(
+                f"replica {m.index} moves from {marker.endpoint} to {m.launch.endpoint}: a rolling "
+                "restart keeps every replica's address (the router's worker list)",
+                where="server.port",
+                hint=hint,
+                exit_code=ExitCode.ENVIRONMENT,
+            )
 
 
 def _put_back_missing(fleet: Fleet, endpoint: str, key: str | None, result: Result) -> None:
@@ -83,15 +96,17 @@ def _put_back_missing(fleet: Fleet, endpoint: str, key: str | None, result: Resu
         url = f"http://{m.launch.endpoint}"
         if url not in ids:
             problem = add_worker(endpoint, key, url)
-            result.add(f"put {url} back into the router's rotation (it was missing)", "failed" if problem else "done",
-                       problem or "")
+            result.add(
+                f"put {url} back into the router's rotation (it was missing)",
+                "failed" if problem else "done",
+                problem or "",
+            )
 
 
 def _settings(text: str | None) -> list[str]:
     """A unit's lines that change what runs: not the comments (the marker, the --set line), not the Description (the
     profile's name)."""
-    return [] if text is None else [line for line in text.splitlines()
-                                    if not line.startswith(("#", "Description="))]
+    return [] if text is None else [line for line in text.splitlines() if not line.startswith(("#", "Description="))]
 
 
 def _changed(plan: Plan) -> bool:
@@ -108,9 +123,15 @@ def _merge(result: Result, part: Result) -> None:
     result.new, result.rollback = part.new, part.rollback
 
 
-def rolling_restart(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ: Mapping[str, str], *,
-                    only: list[int] | None = None, progress: Progress | None = None
-                    ) -> tuple[Result, list[dict[str, Any]]]:
+def rolling_restart(
+    fleet: Fleet,
+    systemd: Systemd,
+    verifier: Verifier,
+    environ: Mapping[str, str],
+    *,
+    only: list[int] | None = None,
+    progress: Progress | None = None,
+) -> tuple[Result, list[dict[str, Any]]]:
     """Roll ``only`` (replica indexes, in that order; default all) and then the router if it changed; returns the
     combined report and one entry per replica restarted."""
     say = progress or (lambda _: None)
@@ -120,8 +141,11 @@ def rolling_restart(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ:
     unknown = [i for i in order if i not in by_index]
     if unknown:
         have = ", ".join(map(str, sorted(by_index)))
-        raise KimiServeError(f"no replica {unknown[0]} on this host (replicas: {have})", where="--replica",
-                             hint="pick a replica index from kimi-serve status")
+        raise KimiServeError(
+            f"no replica {unknown[0]} on this host (replicas: {have})",
+            where="--replica",
+            hint="pick a replica index from kimi-serve status",
+        )
     assert fleet.router is not None
     router, router_plan = fleet.router
     endpoint, key, wait = router.launch.endpoint, router_key(fleet), router_health_wait_sec(fleet.profile)
@@ -133,12 +157,17 @@ def rolling_restart(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ:
         say(f"replica {index}: waiting for the router to report another healthy worker...")
         ok, state = wait_router(endpoint, key, minimum=1, wait=wait, exclude=url)
         if not ok:
-            message = (f"the router {endpoint} reports no healthy worker other than replica {index} after {wait:.0f}s "
-                       f"({state}): restarting it would leave clients with none")
+            message = (
+                f"the router {endpoint} reports no healthy worker other than replica {index} after {wait:.0f}s "
+                f"({state}): restarting it would leave clients with none"
+            )
             if n == 0:
-                raise KimiServeError(message, where=f"replica {index}", exit_code=ExitCode.ENVIRONMENT,
-                                     hint="bring another replica up first (kimi-serve status shows which), then "
-                                          "run restart again")
+                raise KimiServeError(
+                    message,
+                    where=f"replica {index}",
+                    exit_code=ExitCode.ENVIRONMENT,
+                    hint="bring another replica up first (kimi-serve status shows which), then run restart again",
+                )
             result.add(f"stop the roll before {plan.paths.unit}", "failed", message)
             result.exit_code = ExitCode.FAILED
             break
@@ -148,8 +177,12 @@ def rolling_restart(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ:
         if problem:
             message = f"cannot take replica {index} out of the router's rotation: {problem}"
             if n == 0:
-                raise KimiServeError(message, where=f"replica {index}", exit_code=ExitCode.ENVIRONMENT,
-                                     hint="check the router (kimi-serve status), then run restart again")
+                raise KimiServeError(
+                    message,
+                    where=f"replica {index}",
+                    exit_code=ExitCode.ENVIRONMENT,
+                    hint="check the router (kimi-serve status), then run restart again",
+                )
             result.add(f"stop the roll before {plan.paths.unit}", "failed", message)
             result.exit_code = ExitCode.FAILED
             break
@@ -162,14 +195,25 @@ def rolling_restart(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ:
             problem = add_worker(endpoint, key, url)
             result.add(f"put {url} back into the router's rotation", "failed" if problem else "done", problem or "")
         _merge(result, part)
-        rolled.append({"replica": index, "unit": plan.paths.unit, "exit_code": int(part.exit_code),
-                       "ok": part.exit_code == ExitCode.OK, "seconds": round(time.monotonic() - t0, 1),
-                       "rolled_back": bool(part.rollback and part.rollback.ok)})
+        rolled.append(
+            {
+                "replica": index,
+                "unit": plan.paths.unit,
+                "exit_code": int(part.exit_code),
+                "ok": part.exit_code == ExitCode.OK,
+                "seconds": round(time.monotonic() - t0, 1),
+                "rolled_back": bool(part.rollback and part.rollback.ok),
+            }
+        )
         if part.exit_code != ExitCode.OK:
             result.exit_code = part.exit_code
-            rest = order[n + 1:]
-            result.add("stop the roll", "done", f"replica {index} did not pass"
-                       + (f"; replicas {', '.join(map(str, rest))} keep their units" if rest else ""))
+            rest = order[n + 1 :]
+            result.add(
+                "stop the roll",
+                "done",
+                f"replica {index} did not pass"
+                + (f"; replicas {', '.join(map(str, rest))} keep their units" if rest else ""),
+            )
             return result, rolled
         ok, state = wait_router(endpoint, key, minimum=0, wait=wait, healthy=url)
         result.add(f"router {endpoint} sees replica {index} healthy", "done" if ok else "failed", state)

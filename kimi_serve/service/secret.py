@@ -28,13 +28,19 @@ def needs_secret(profile: Profile, paths: ServicePaths, environ: Mapping[str, st
             raise KimiServeError(finding.message, where=finding.where, hint=finding.fix, exit_code=ExitCode.FAILED)
         return False
     if not environ.get(API_KEY_ENV, "").strip():
-        raise KimiServeError(f"API-key file {paths.under_root(secret)} does not exist", where=where,
-                             hint=f"set ${API_KEY_ENV} and install-service creates it (0600), or create it: "
-                                  f"install -m 600 /dev/null {paths.under_root(secret)}, then write 'api-key: KEY'",
-                             exit_code=ExitCode.FAILED)
+        raise KimiServeError(
+            f"API-key file {paths.under_root(secret)} does not exist",
+            where=where,
+            hint=f"set ${API_KEY_ENV} and install-service creates it (0600), or create it: "
+            f"install -m 600 /dev/null {paths.under_root(secret)}, then write 'api-key: KEY'",
+            exit_code=ExitCode.FAILED,
+        )
     if not secret.endswith(SUFFIXES):
-        raise KimiServeError(f"{secret}: SGLang's --config accepts only .yaml/.yml files", where=where,
-                             hint="name it e.g. /etc/kimi-serve/secrets.yaml")
+        raise KimiServeError(
+            f"{secret}: SGLang's --config accepts only .yaml/.yml files",
+            where=where,
+            hint="name it e.g. /etc/kimi-serve/secrets.yaml",
+        )
     return True
 
 

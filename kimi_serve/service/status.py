@@ -15,8 +15,16 @@ from kimi_serve.service.state import ServicePaths, read_record, read_text
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.unit import Marker, parse_marker
 
-PROPS = ("LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID", "NRestarts", "Result",
-         "ActiveEnterTimestamp")
+PROPS = (
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "UnitFileState",
+    "MainPID",
+    "NRestarts",
+    "Result",
+    "ActiveEnterTimestamp",
+)
 HEALTH_TIMEOUT = 3.0
 TIMER_PROPS = ("ActiveState", "UnitFileState", "LastTriggerUSec", "NextElapseUSecRealtime")
 
@@ -47,18 +55,36 @@ class Status:
     def to_json(self) -> dict[str, Any]:
         m = self.marker
         return {
-            "version": 1, "unit": self.unit, "unit_file": self.unit_file, "installed": self.installed,
-            "written_by_kimi_serve": m is not None, "edited_since_install": bool(m and not m.body_matches),
-            "profile": m.profile if m else None, "overrides": list(m.overrides) if m else [],
+            "version": 1,
+            "unit": self.unit,
+            "unit_file": self.unit_file,
+            "installed": self.installed,
+            "written_by_kimi_serve": m is not None,
+            "edited_since_install": bool(m and not m.body_matches),
+            "profile": m.profile if m else None,
+            "overrides": list(m.overrides) if m else [],
             "patch_set": m.patch_set if m else None,
-            "kimi_serve_version": m.version if m else None, "endpoint": m.endpoint if m else None,
-            "state": self.state or None, "state_error": self.state_error or None, "health": self.health or None,
-            "last_verify": self.last_verify, "last_good": self.last_good, "monitor": self.monitor,
-            "timer": self.timer, "exit_code": int(self.exit_code),
+            "kimi_serve_version": m.version if m else None,
+            "endpoint": m.endpoint if m else None,
+            "state": self.state or None,
+            "state_error": self.state_error or None,
+            "health": self.health or None,
+            "last_verify": self.last_verify,
+            "last_good": self.last_good,
+            "monitor": self.monitor,
+            "timer": self.timer,
+            "exit_code": int(self.exit_code),
             "listeners": [x.to_json() for x in self.listeners] if self.listeners is not None else None,
             "listener_findings": [f.to_json() for f in self.listener_findings],
-            "interrupted": ({"op": self.interrupted.get("op"), "pid": self.interrupted.get("pid"),
-                             "started_at": self.interrupted.get("started_at")} if self.interrupted else None),
+            "interrupted": (
+                {
+                    "op": self.interrupted.get("op"),
+                    "pid": self.interrupted.get("pid"),
+                    "started_at": self.interrupted.get("started_at"),
+                }
+                if self.interrupted
+                else None
+            ),
         }
 
 

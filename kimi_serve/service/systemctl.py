@@ -72,8 +72,9 @@ class Systemd:
 
     def journal_tail(self, unit: str, lines: int = 6) -> str:
         """The unit's last journal lines joined on one line ('' when journalctl has nothing or fails)."""
-        done = self.runner(["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "-u", unit],
-                           timeout=SYSTEMCTL_TIMEOUT)
+        done = self.runner(
+            ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "-u", unit], timeout=SYSTEMCTL_TIMEOUT
+        )
         return " / ".join(line.strip() for line in done.out.splitlines() if line.strip()) if done.ok else ""
 
     def show(self, unit: str, props: Sequence[str]) -> dict[str, str] | Completed:

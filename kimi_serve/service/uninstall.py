@@ -25,8 +25,12 @@ def uninstall(paths: ServicePaths, systemd: Systemd, *, dry_run: bool) -> Result
     mon.remove_monitor(paths, systemd, lambda a, d: must(result, a, d), result.add, dry_run=dry_run)
     if systemd.live:
         _step(result, f"systemctl stop {paths.unit}", dry_run, lambda: systemd.stop(paths.unit, timeout=3600))
-    _step(result, f"systemctl {'' if systemd.live else f'--root={paths.root} '}disable {paths.unit}", dry_run,
-          lambda: systemd.disable(paths.unit))
+    _step(
+        result,
+        f"systemctl {'' if systemd.live else f'--root={paths.root} '}disable {paths.unit}",
+        dry_run,
+        lambda: systemd.disable(paths.unit),
+    )
     if not dry_run:
         checkpoint("service.uninstall.remove")
         paths.unit_file.unlink()

@@ -63,10 +63,13 @@ class UnitContext:
         return cls(kimi_serve=str(Path(found).absolute()), package_root=str(package_root()))
 
 
-POST_COMMENT = ("The unit counts as started only once the API contract holds (structured tool_calls and "
-                "reasoning_content).")
-STOP_COMMENT = ("SIGTERM to the main process only: SGLang shuts its schedulers down itself (a SIGTERM to every process "
-                "in the", "cgroup trips its crash path). Whatever is left after TimeoutStopSec gets SIGKILL.")
+POST_COMMENT = (
+    "The unit counts as started only once the API contract holds (structured tool_calls and reasoning_content)."
+)
+STOP_COMMENT = (
+    "SIGTERM to the main process only: SGLang shuts its schedulers down itself (a SIGTERM to every process in the",
+    "cgroup trips its crash path). Whatever is left after TimeoutStopSec gets SIGKILL.",
+)
 TIMEOUT_COMMENT = "Cold start (weights, CUDA graphs, warmup) + the contract check."
 
 
@@ -107,8 +110,9 @@ class Marker:
 def unit_file_name(unit_name: str, where: str = "service.unit_name") -> str:
     name = unit_name.removesuffix(".service")
     if not name or not _UNIT_NAME.match(name) or len(name) > 200:
-        raise KimiServeError(f"invalid unit name {unit_name!r}", where=where,
-                             hint="use letters, digits and :_.- only, e.g. sglang-kimi")
+        raise KimiServeError(
+            f"invalid unit name {unit_name!r}", where=where, hint="use letters, digits and :_.- only, e.g. sglang-kimi"
+        )
     return f"{name}.service"
 
 
@@ -120,8 +124,11 @@ def _carryable(value: str, where: str) -> str:
         raise KimiServeError(f"value {value!r} is not valid UTF-8", where=where, hint="use plain text") from None
     bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
     if bad is not None:
-        raise KimiServeError(f"value {value!r} contains control character {bad!r}, which a systemd unit cannot carry",
-                             where=where, hint="remove it")
+        raise KimiServeError(
+            f"value {value!r} contains control character {bad!r}, which a systemd unit cannot carry",
+            where=where,
+            hint="remove it",
+        )
     return value
 
 
@@ -133,8 +140,11 @@ def _quote(text: str) -> str:
 def exec_line(argv: Sequence[str], where: str) -> str:
     """An ``Exec*=`` value whose words systemd hands to execve() exactly as ``argv``."""
     if not argv or not argv[0].startswith("/"):
-        raise KimiServeError(f"the command {argv[0] if argv else ''!r} is not an absolute path", where=where,
-                             hint="set python: to an absolute interpreter path (systemd's PATH is not the shell's)")
+        raise KimiServeError(
+            f"the command {argv[0] if argv else ''!r} is not an absolute path",
+            where=where,
+            hint="set python: to an absolute interpreter path (systemd's PATH is not the shell's)",
+        )
     return " ".join(_quote(_carryable(a, where).replace("$", "$$")) for a in argv)
 
 
@@ -156,9 +166,18 @@ def unit_environment(profile: Profile, launch: Launch, ctx: UnitContext) -> dict
 
 def verify_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]:
     """``kimi-serve verify`` as ExecStartPost runs it: wait out the cold start, then the contract suite."""
-    argv = [ctx.kimi_serve, "verify", "--host", launch.endpoint,
-            "--wait", str(profile.startup.timeout), "--timeout", f"{profile.verify.timeout:g}",
-            "--suite", profile.verify.suite]
+    argv = [
+        ctx.kimi_serve,
+        "verify",
+        "--host",
+        launch.endpoint,
+        "--wait",
+        str(profile.startup.timeout),
+        "--timeout",
+        f"{profile.verify.timeout:g}",
+        "--suite",
+        profile.verify.suite,
+    ]
     if launch.api_key_file:
         argv += ["--api-key-file", launch.api_key_file]
     return argv
@@ -168,8 +187,9 @@ def _body_hash(body: str) -> str:
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
-def render_unit(profile: Profile, launch: Launch, ctx: UnitContext, unit_name: str | None = None,
-                shape: UnitShape | None = None) -> RenderedUnit:
+def render_unit(
+    profile: Profile, launch: Launch, ctx: UnitContext, unit_name: str | None = None, shape: UnitShape | None = None
+) -> RenderedUnit:
     """The unit text for a validated launch (see :func:`kimi_serve.check.report.validated_launch`); ``unit_name``
     (NAME.service) overrides the profile's service.unit_name; ``shape`` makes it one member of a deployment."""
     import jinja2
@@ -179,8 +199,10 @@ def render_unit(profile: Profile, launch: Launch, ctx: UnitContext, unit_name: s
     what = f", {shape.what}" if shape else ""
     posts = shape.posts if shape else (tuple(verify_argv(profile, launch, ctx)),)
     values: Mapping[str, object] = {
-        "description": _specifiers(f"Kimi-K2.5 on SGLang (kimi-serve profile {profile.name}, engine {profile.engine}"
-                                   f"{what})", profile.where("service.unit_name")),
+        "description": _specifiers(
+            f"Kimi-K2.5 on SGLang (kimi-serve profile {profile.name}, engine {profile.engine}{what})",
+            profile.where("service.unit_name"),
+        ),
         "exec_start": exec_line(launch.argv, profile.where("python")),
         "exec_start_posts": [exec_line(list(a), profile.where("server")) for a in posts],
         "post_comment": shape.post_comment if shape else POST_COMMENT,
@@ -190,8 +212,9 @@ def render_unit(profile: Profile, launch: Launch, ctx: UnitContext, unit_name: s
         "environment": [environment_line(k, v, profile.where(f"env.{k}")) for k, v in sorted(env.items())],
         "user": _user(profile.service.user, profile.where("service.user")),
         "working_directory": _specifiers(profile.service.working_directory, profile.where("service.working_directory")),
-        "timeout_start_sec": (shape.timeout_start_sec if shape and shape.timeout_start_sec
-                              else start_timeout_sec(profile)),
+        "timeout_start_sec": (
+            shape.timeout_start_sec if shape and shape.timeout_start_sec else start_timeout_sec(profile)
+        ),
         "restart_sec": RESTART_SEC,
         "start_limit_burst": START_LIMIT_BURST,
         "start_limit_interval_sec": start_limit_interval_sec(profile),
@@ -204,14 +227,21 @@ def render_unit(profile: Profile, launch: Launch, ctx: UnitContext, unit_name: s
         "hardening": [f"{k}={v}" for k, v in _sandbox(profile, launch, ctx)],
     }
     loader = jinja2.FileSystemLoader(str(resource_dir("systemd")))
-    template = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                                  autoescape=False).get_template(TEMPLATE)
+    template = jinja2.Environment(
+        loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+    ).get_template(TEMPLATE)
     body = template.render(**values)
     if profile.overrides:  # recorded in the unit (under its hash), so `status` shows what is live
         body = OVERRIDES_PREFIX + shlex.join(profile.overrides) + "\n" + body
     digest = _body_hash(body)
-    fields = {"version": ctx.version, "profile": profile.name, "patch_set": profile.patch_set or "none",
-              "endpoint": launch.endpoint, **({"role": shape.role} if shape else {}), "sha256": digest}
+    fields = {
+        "version": ctx.version,
+        "profile": profile.name,
+        "patch_set": profile.patch_set or "none",
+        "endpoint": launch.endpoint,
+        **({"role": shape.role} if shape else {}),
+        "sha256": digest,
+    }
     marker = " ".join([MARKER_PREFIX] + [f"{k}={_marker_value(v)}" for k, v in fields.items()])
     return RenderedUnit(name=name, text=f"{marker}\n{body}", sha256=digest)
 
@@ -219,18 +249,28 @@ def render_unit(profile: Profile, launch: Launch, ctx: UnitContext, unit_name: s
 def _sandbox(profile: Profile, launch: Launch, ctx: UnitContext) -> list[tuple[str, str]]:
     """The sandbox lines (:mod:`kimi_serve.service.hardening`); ProtectHome= is read-only when the interpreter,
     kimi-serve or the model live under a home directory."""
-    used = [launch.argv[0], ctx.kimi_serve, ctx.package_root, profile.model.path or "",
-            profile.speculative.draft_model_path or "", profile.service.working_directory]
+    used = [
+        launch.argv[0],
+        ctx.kimi_serve,
+        ctx.package_root,
+        profile.model.path or "",
+        profile.speculative.draft_model_path or "",
+        profile.service.working_directory,
+    ]
     where = profile.where("service.working_directory")
-    return sandbox(profile.service.hardening, [_specifiers(profile.service.working_directory, where)],
-                   protect_home(used))
+    return sandbox(
+        profile.service.hardening, [_specifiers(profile.service.working_directory, where)], protect_home(used)
+    )
 
 
 def _specifiers(value: str, where: str) -> str:
     """For settings systemd takes verbatim (no quotes, no C escapes): only specifiers need escaping."""
     if value != value.strip():
-        raise KimiServeError(f"value {value!r} has leading or trailing whitespace, which systemd drops", where=where,
-                             hint="remove the whitespace")
+        raise KimiServeError(
+            f"value {value!r} has leading or trailing whitespace, which systemd drops",
+            where=where,
+            hint="remove the whitespace",
+        )
     return _carryable(value, where).replace("%", "%%")
 
 
@@ -255,10 +295,17 @@ def parse_marker(text: str) -> Marker | None:
     first, _, body = text.partition("\n")
     if not first.startswith(MARKER_PREFIX):
         return None
-    fields = dict(_MARKER_FIELD.findall(first[len(MARKER_PREFIX):]))
+    fields = dict(_MARKER_FIELD.findall(first[len(MARKER_PREFIX) :]))
     digest = fields.get("sha256", "")
     second = body.partition("\n")[0]
-    overrides = tuple(shlex.split(second[len(OVERRIDES_PREFIX):])) if second.startswith(OVERRIDES_PREFIX) else ()
-    return Marker(version=fields.get("version", "?"), profile=fields.get("profile", "?"),
-                  patch_set=fields.get("patch_set", "none"), endpoint=fields.get("endpoint", ""), sha256=digest,
-                  body_matches=_body_hash(body) == digest, overrides=overrides, role=fields.get("role", ""))
+    overrides = tuple(shlex.split(second[len(OVERRIDES_PREFIX) :])) if second.startswith(OVERRIDES_PREFIX) else ()
+    return Marker(
+        version=fields.get("version", "?"),
+        profile=fields.get("profile", "?"),
+        patch_set=fields.get("patch_set", "none"),
+        endpoint=fields.get("endpoint", ""),
+        sha256=digest,
+        body_matches=_body_hash(body) == digest,
+        overrides=overrides,
+        role=fields.get("role", ""),
+    )

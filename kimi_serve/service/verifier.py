@@ -19,8 +19,21 @@ VERIFY_WAIT_AFTER_START = 30.0  # the unit is active (its ExecStartPost passed),
 def contract_verifier(endpoint: str, secret: Path | None, suite: str, timeout: float) -> tuple[int, str]:
     """The real verifier: ``kimi-serve verify`` against the running unit, in its own process, so a kimi-serve bug
     in it is its exit 70 (reported as a bug), never an exception in restart's own decisions."""
-    argv = [sys.executable, "-m", "kimi_serve", "verify", "--host", endpoint, "--wait", f"{VERIFY_WAIT_AFTER_START:g}",
-            "--timeout", f"{timeout:g}", "--suite", suite, "--json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "kimi_serve",
+        "verify",
+        "--host",
+        endpoint,
+        "--wait",
+        f"{VERIFY_WAIT_AFTER_START:g}",
+        "--timeout",
+        f"{timeout:g}",
+        "--suite",
+        suite,
+        "--json",
+    ]
     if secret is not None:
         argv += ["--api-key-file", str(secret)]
     done = proc.run(argv, timeout=VERIFY_WAIT_AFTER_START + timeout + 60)

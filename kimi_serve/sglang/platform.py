@@ -12,7 +12,16 @@ DEVICE_CAPABILITY = (12, 0)
 EXPECTED_CC = "12.0"  # as nvidia-smi prints compute_cap
 
 SM120_FACTS: dict[str, Any] = {
-    "is_cuda": True, "is_hip": False, "is_sm120": True, "is_blackwell": True, "is_sm100": False, "is_sm90": False,
-    "is_sm100_or_sm110": False, "is_sm110": False, "has_flashinfer": True, "device_sm": 120,
-    "device_capability": DEVICE_CAPABILITY, "is_hopper_with_cuda_12_3": False,
+    "is_cuda": True,
+    "is_hip": False,
+    "is_sm120": True,
+    "is_blackwell": True,
+    "is_sm100": False,
+    "is_sm90": False,
+    "is_sm100_or_sm110": False,
+    "is_sm110": False,
+    "has_flashinfer": True,
+    "device_sm": 120,
+    "device_capability": DEVICE_CAPABILITY,
+    "is_hopper_with_cuda_12_3": False,
 }

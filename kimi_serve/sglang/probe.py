@@ -26,12 +26,31 @@ from kimi_serve.sglang.platform import SM120_FACTS
 
 # Resolved values worth reporting back (what SGLang will actually run with).
 REPORTED = (
-    "tp_size", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
-    "speculative_num_draft_tokens", "disable_overlap_schedule", "tool_call_parser", "reasoning_parser",
-    "flashinfer_allreduce_fusion_backend", "enable_torch_symm_mem", "enable_symm_mem", "attention_backend",
-    "moe_runner_backend", "max_running_requests", "mem_fraction_static", "chunked_prefill_size", "served_model_name",
-    "host", "port", "trust_remote_code", "page_size", "load_format", "model_loader_extra_config",
-    "weight_loader_prefetch_checkpoints", "weight_loader_prefetch_num_threads",
+    "tp_size",
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "disable_overlap_schedule",
+    "tool_call_parser",
+    "reasoning_parser",
+    "flashinfer_allreduce_fusion_backend",
+    "enable_torch_symm_mem",
+    "enable_symm_mem",
+    "attention_backend",
+    "moe_runner_backend",
+    "max_running_requests",
+    "mem_fraction_static",
+    "chunked_prefill_size",
+    "served_model_name",
+    "host",
+    "port",
+    "trust_remote_code",
+    "page_size",
+    "load_format",
+    "model_loader_extra_config",
+    "weight_loader_prefetch_checkpoints",
+    "weight_loader_prefetch_num_threads",
 )
 # Load formats served by SGLang's DefaultModelLoader, whose extra-config keys it validates at load time.
 DEFAULT_LOADER_FORMATS = ("auto", "safetensors", "pt", "fastsafetensors", "npcache", "instanttensor")

@@ -25,8 +25,9 @@ _FIND_SPEC = (
 )
 _FIND_TIMEOUT_S = 60
 _HAS_SGLANG = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sglang') else 1)"
-BUILD_HINT = ("build the CPU SGLang venv with scripts/build-cpu-venv.sh and export "
-              f"{SGLANG_PYTHON_ENV}=<the path it prints>")
+BUILD_HINT = (
+    f"build the CPU SGLang venv with scripts/build-cpu-venv.sh and export {SGLANG_PYTHON_ENV}=<the path it prints>"
+)
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,11 @@ def find_sglang_python(profile_python: str | None = None) -> SGLangPython | None
     env_python = current().sglang_python
     if env_python:
         if not has_sglang(env_python):
-            raise KimiServeError(f"{SGLANG_PYTHON_ENV}={env_python} is not a Python that can import sglang",
-                                 hint=BUILD_HINT, exit_code=ExitCode.ENVIRONMENT)
+            raise KimiServeError(
+                f"{SGLANG_PYTHON_ENV}={env_python} is not a Python that can import sglang",
+                hint=BUILD_HINT,
+                exit_code=ExitCode.ENVIRONMENT,
+            )
         return SGLangPython(env_python, SGLANG_PYTHON_ENV)
     if profile_python and Path(profile_python).exists() and has_sglang(profile_python):
         return SGLangPython(profile_python, "profile python")
@@ -64,8 +68,9 @@ def require_sglang_python(profile_python: str | None = None) -> str:
     found = find_sglang_python(profile_python)
     if found is None:
         tried = ", ".join(p for p in (profile_python, sys.executable) if p)
-        raise KimiServeError(f"no Python with sglang found (tried {tried})", hint=BUILD_HINT,
-                             exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            f"no Python with sglang found (tried {tried})", hint=BUILD_HINT, exit_code=ExitCode.ENVIRONMENT
+        )
     return found.path
 
 
@@ -74,18 +79,26 @@ def site_packages_of(python: str) -> Path:
     try:
         done = proc.run([python, "-c", _FIND_SPEC], timeout=_FIND_TIMEOUT_S)
     except proc.NotInstalled:
-        raise KimiServeError(f"interpreter {python} not found", hint="pass --python PATH of the SGLang venv",
-                             exit_code=ExitCode.ENVIRONMENT) from None
+        raise KimiServeError(
+            f"interpreter {python} not found",
+            hint="pass --python PATH of the SGLang venv",
+            exit_code=ExitCode.ENVIRONMENT,
+        ) from None
     lines = done.out.strip().splitlines()
     if done.rc != 0 or not lines:
         last = (done.err.strip().splitlines() or ["no output"])[-1]
-        raise KimiServeError(f"interpreter {python} could not look up sglang: {last}",
-                             hint="pass --python PATH of the SGLang venv", exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            f"interpreter {python} could not look up sglang: {last}",
+            hint="pass --python PATH of the SGLang venv",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
     locations = json.loads(lines[-1])
     if not locations:
-        raise KimiServeError(f"sglang is not installed for {python}",
-                             hint="pass --python PATH of the SGLang venv or --site-packages DIR",
-                             exit_code=ExitCode.ENVIRONMENT)
+        raise KimiServeError(
+            f"sglang is not installed for {python}",
+            hint="pass --python PATH of the SGLang venv or --site-packages DIR",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
     return Path(locations[0]).resolve().parent
 
 
@@ -96,8 +109,9 @@ def resolve_site_packages(site_packages: Path | None, python: str | None) -> Pat
     if site_packages is None:
         return site_packages_of(python or sys.executable)
     if not (site_packages / "sglang").is_dir():
-        raise KimiServeError(f"{site_packages} has no sglang package",
-                             hint="pass the site-packages folder that contains sglang/")
+        raise KimiServeError(
+            f"{site_packages} has no sglang package", hint="pass the site-packages folder that contains sglang/"
+        )
     return site_packages.resolve()
 
 
@@ -118,9 +132,12 @@ def installed_version(site_packages: Path) -> str:
         for line in metadata.read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("Version:"):
                 return line.split(":", 1)[1].strip()
-    raise KimiServeError(f"cannot tell which sglang is installed in {site_packages}: no sglang/_version.py or "
-                         "sglang-*.dist-info/METADATA", hint="reinstall sglang with pip",
-                         exit_code=ExitCode.ENVIRONMENT)
+    raise KimiServeError(
+        f"cannot tell which sglang is installed in {site_packages}: no sglang/_version.py or "
+        "sglang-*.dist-info/METADATA",
+        hint="reinstall sglang with pip",
+        exit_code=ExitCode.ENVIRONMENT,
+    )
 
 
 def wheel_version(wheel: zipfile.ZipFile) -> str | None:

@@ -47,8 +47,10 @@ def resolve(argv: list[str]) -> SimulatedArgs:
     tokenizer_dir: Path | None = Path(model_path) if Path(model_path).is_dir() else None
     if not _is_model_dir(model_path):
         sa.model_path = str(STANDIN_MODEL)
-        notes.append(f"model path {model_path} has no config.json here: using the stand-in config-only Kimi-K2.5"
-                     f" directory {STANDIN_MODEL}")
+        notes.append(
+            f"model path {model_path} has no config.json here: using the stand-in config-only Kimi-K2.5"
+            f" directory {STANDIN_MODEL}"
+        )
     if sa.tokenizer_path is not None:
         if Path(sa.tokenizer_path).is_dir():
             tokenizer_dir = Path(sa.tokenizer_path)
@@ -58,8 +60,10 @@ def resolve(argv: list[str]) -> SimulatedArgs:
     draft = sa.speculative_draft_model_path
     if draft and not _is_model_dir(draft):
         sa.speculative_draft_model_path = str(STANDIN_DRAFT)
-        notes.append(f"draft model path {draft} has no config.json here: using the stand-in EAGLE3 draft directory"
-                     f" {STANDIN_DRAFT}")
+        notes.append(
+            f"draft model path {draft} has no config.json here: using the stand-in EAGLE3 draft directory"
+            f" {STANDIN_DRAFT}"
+        )
     if sa.device is None:
         sa.device = "cuda"  # the simulated platform; auto-detection on this host would find no accelerator
     with override_platform(**SM120_FACTS):

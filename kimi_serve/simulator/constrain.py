@@ -36,8 +36,14 @@ _CONSTRAINTS = ("json_schema", "regex", "ebnf", "structural_tag")
 _PREFERRED = ('"', "@", "a", ".", "0", "-", ":")  # inside a JSON string: close it, else what formats need
 _PREFERRED_OUTSIDE = ("}", "]", '"', ",", "0", "-")  # outside one: close the object/array, else the next item
 _REPEAT_LIMIT = 16  # the same fallback token this many times in a row: try the next candidate (no endless "!!!!")
-_CALL = re.compile(re.escape(scripted.CALL_BEGIN) + r"functions\.(.+?):\d+" + re.escape(scripted.ARG_BEGIN)
-                   + r"(.*?)" + re.escape(scripted.CALL_END), re.S)
+_CALL = re.compile(
+    re.escape(scripted.CALL_BEGIN)
+    + r"functions\.(.+?):\d+"
+    + re.escape(scripted.ARG_BEGIN)
+    + r"(.*?)"
+    + re.escape(scripted.CALL_END),
+    re.S,
+)
 
 
 def has_constraint(params: Any) -> bool:
@@ -55,8 +61,9 @@ class _Req:
     grammar_key: Any = None
     abort: dict[str, Any] | None = None
 
-    def set_finish_with_abort(self, error_msg: str, status_code: HTTPStatus = HTTPStatus.BAD_REQUEST,
-                              err_type: str = "BadRequestError") -> None:
+    def set_finish_with_abort(
+        self, error_msg: str, status_code: HTTPStatus = HTTPStatus.BAD_REQUEST, err_type: str = "BadRequestError"
+    ) -> None:
         from sglang.srt.managers.schedule_batch import FINISH_ABORT
 
         self.grammar = None
@@ -99,14 +106,20 @@ class Constrainer:
 
         think_end_ids = None
         if get_serving().reasoning_parser:  # what the scheduler sets on model_config at startup
-            parser = ReasoningParser(model_type=get_serving().reasoning_parser, stream_reasoning=False,
-                                     tokenizer=self.tokenizer)
+            parser = ReasoningParser(
+                model_type=get_serving().reasoning_parser, stream_reasoning=False, tokenizer=self.tokenizer
+            )
             think_end_ids = parser.detector.get_think_end_token_ids(self.tokenizer) or None
             self.model_config.think_end_ids = think_end_ids
         backend = None
         if not get_serving().skip_tokenizer_init:
-            backend = create_grammar_backend(self.server_args, self.tokenizer, self.vocab_size,
-                                             self.model_config.hf_eos_token_id, think_end_ids=think_end_ids)
+            backend = create_grammar_backend(
+                self.server_args,
+                self.tokenizer,
+                self.vocab_size,
+                self.model_config.hf_eos_token_id,
+                think_end_ids=think_end_ids,
+            )
         manager = GrammarManager.__new__(GrammarManager)  # its per-request methods, without a scheduler's groups
         manager.grammar_backend = backend
         manager._enable_strict_thinking = backend.enable_strict_thinking if backend is not None else False
@@ -140,7 +153,8 @@ class Constrainer:
             manager._apply_request_reasoning_config(req)
             if isinstance(req.grammar, InvalidGrammarObject):
                 req.set_finish_with_abort(
-                    f"Failed to compile {req.grammar_key[0]} grammar: {req.grammar.error_message}")
+                    f"Failed to compile {req.grammar_key[0]} grammar: {req.grammar.error_message}"
+                )
         return req.grammar, req.abort
 
     def decode(self, grammar: Any, intended: list[int], limit: int) -> tuple[list[int], int | None]:
@@ -308,6 +322,14 @@ def sketch(schema: Any, answer: str, depth: int = 0) -> Any:
     return text.ljust(int(schema.get("minLength") or 0), ".")
 
 
-_FORMATS = {"email": "user@example.com", "date": "2026-01-01", "date-time": "2026-01-01T00:00:00Z",
-            "time": "00:00:00Z", "uri": "https://example.com/", "uuid": "00000000-0000-4000-8000-000000000000",
-            "ipv4": "127.0.0.1", "ipv6": "::1", "hostname": "example.com"}
+_FORMATS = {
+    "email": "user@example.com",
+    "date": "2026-01-01",
+    "date-time": "2026-01-01T00:00:00Z",
+    "time": "00:00:00Z",
+    "uri": "https://example.com/",
+    "uuid": "00000000-0000-4000-8000-000000000000",
+    "ipv4": "127.0.0.1",
+    "ipv6": "::1",
+    "hostname": "example.com",
+}

@@ -18,23 +18,120 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_NUMBER_WORDS = {"two": 2, "three": 3, "four": 4, "five": 5, "2": 2, "3": 3, "4": 4, "5": 5, "6": 6, "7": 7, "8": 8,
-                 "9": 9, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5}
+_NUMBER_WORDS = {
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "2": 2,
+    "3": 3,
+    "4": 4,
+    "5": 5,
+    "6": 6,
+    "7": 7,
+    "8": 8,
+    "9": 9,
+    "两": 2,
+    "二": 2,
+    "三": 3,
+    "四": 4,
+    "五": 5,
+}
 _STOP_WORDS = {
-    "the", "a", "an", "and", "or", "of", "to", "in", "on", "for", "with", "is", "are", "be", "it", "this", "that",
-    "please", "me", "my", "you", "your", "can", "could", "would", "should", "what", "which", "how", "do", "does",
-    "use", "call", "tool", "tools", "function", "functions", "at", "by", "from", "as", "i", "we", "all", "any",
-    "then", "now", "both", "two", "three", "each", "get", "give", "show", "tell", "not", "no", "don", "without",
+    "the",
+    "a",
+    "an",
+    "and",
+    "or",
+    "of",
+    "to",
+    "in",
+    "on",
+    "for",
+    "with",
+    "is",
+    "are",
+    "be",
+    "it",
+    "this",
+    "that",
+    "please",
+    "me",
+    "my",
+    "you",
+    "your",
+    "can",
+    "could",
+    "would",
+    "should",
+    "what",
+    "which",
+    "how",
+    "do",
+    "does",
+    "use",
+    "call",
+    "tool",
+    "tools",
+    "function",
+    "functions",
+    "at",
+    "by",
+    "from",
+    "as",
+    "i",
+    "we",
+    "all",
+    "any",
+    "then",
+    "now",
+    "both",
+    "two",
+    "three",
+    "each",
+    "get",
+    "give",
+    "show",
+    "tell",
+    "not",
+    "no",
+    "don",
+    "without",
 }
 # Words (Chinese mostly; stems elsewhere) for what tools commonly do, so a prompt in another language can match an
 # English tool name or description.
 _GLOSSES = {
-    "天气": "weather", "气温": "weather", "搜索": "search", "查找": "search find", "文件": "file", "读取": "read",
-    "写入": "write", "时间": "time", "日期": "date", "计算": "calculate", "翻译": "translate", "邮件": "email mail",
-    "股票": "stock", "新闻": "news", "目录": "directory list", "运行": "run command", "命令": "command",
-    "地图": "map", "航班": "flight", "酒店": "hotel", "汇率": "exchange rate",
-    "天気": "weather", "날씨": "weather", "погод": "weather", "wetter": "weather", "météo": "weather",
-    "файл": "file", "datei": "file", "fichier": "file", "suche": "search", "поиск": "search",
+    "天气": "weather",
+    "气温": "weather",
+    "搜索": "search",
+    "查找": "search find",
+    "文件": "file",
+    "读取": "read",
+    "写入": "write",
+    "时间": "time",
+    "日期": "date",
+    "计算": "calculate",
+    "翻译": "translate",
+    "邮件": "email mail",
+    "股票": "stock",
+    "新闻": "news",
+    "目录": "directory list",
+    "运行": "run command",
+    "命令": "command",
+    "地图": "map",
+    "航班": "flight",
+    "酒店": "hotel",
+    "汇率": "exchange rate",
+    "天気": "weather",
+    "날씨": "weather",
+    "погод": "weather",
+    "wetter": "weather",
+    "météo": "weather",
+    "файл": "file",
+    "datei": "file",
+    "fichier": "file",
+    "suche": "search",
+    "поиск": "search",
 }
 _DECLINES = re.compile(
     r"\b(?:do\s+not|don'?t|never|shouldn'?t|should\s+not|must\s+not|please\s+don'?t)\s+(?:use|call|invoke|run)\s+"
@@ -44,35 +141,136 @@ _DECLINES = re.compile(
     r"|\b(?:just|simply)\s+(?:answer|reply|respond|tell\s+me)\b|\banswer\s+(?:directly|from\s+memory)\b"
     r"|(?:不要|不应|不应该|不用|无需|无须|别|不能|禁止|请勿|勿)(?:再)?(?:使用|调用|用)(?:任何)?(?:的)?(?:工具|函数)"
     r"|不(?:使用|调用)(?:任何)?(?:工具|函数)|直接回答",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 _ASKS_FOR_TOOL = re.compile(
     r"\b(?:use|call|invoke|run)\s+(?:the\s+|a\s+|your\s+|its\s+)?(?:[\w.-]+\s+)?(?:tools?|functions?)\b"
-    r"|(?:使用|调用|用)(?:一下)?(?:\S{0,6})?(?:工具|函数)", re.IGNORECASE)
+    r"|(?:使用|调用|用)(?:一下)?(?:\S{0,6})?(?:工具|函数)",
+    re.IGNORECASE,
+)
 _ONCE = re.compile(r"\b(?:exactly|only|just)\s+once\b|\bonce\b(?!\s+(?:for|per)\b)|只(?:调用)?一次", re.IGNORECASE)
 _EACH = re.compile(r"\bonce\s+(?:for|per)\s+each\b|\bfor\s+each\b|\beach\s+of\b|\bin\s+parallel\b|分别|各", re.I)
-_TIMES = re.compile(r"\b(\d|two|three|four|five)\s+(?:separate\s+|parallel\s+|distinct\s+)?"
-                    r"(?:calls|times|tool\s+calls|function\s+calls|requests|lookups|searches|queries)\b"
-                    r"|\b(twice|thrice)\b|([两二三四五])次", re.IGNORECASE)
-_SEVERAL = re.compile(r"\b(\d|two|three|four|five)\s+(?:[^\W\d_]+\s+){0,2}?([^\W\d_]+s)\b|\bboth\b"
-                      r"|([两二三四五])(?:个|座)", re.IGNORECASE)
+_TIMES = re.compile(
+    r"\b(\d|two|three|four|five)\s+(?:separate\s+|parallel\s+|distinct\s+)?"
+    r"(?:calls|times|tool\s+calls|function\s+calls|requests|lookups|searches|queries)\b"
+    r"|\b(twice|thrice)\b|([两二三四五])次",
+    re.IGNORECASE,
+)
+_SEVERAL = re.compile(
+    r"\b(\d|two|three|four|five)\s+(?:[^\W\d_]+\s+){0,2}?([^\W\d_]+s)\b|\bboth\b"
+    r"|([两二三四五])(?:个|座)",
+    re.IGNORECASE,
+)
 _AT_LEAST = re.compile(r"\b(?:at\s+(?:least|most)|no\s+(?:more|fewer|less)\s+than|up\s+to)\s+\S+", re.I)
-_QUOTED = re.compile(r"\"([^\"]+)\"|`([^`]+)`|(?<!\w)'([^']+)'(?!\w)|“([^”]+)”|「([^」]+)」|『([^』]+)』|《([^》]+)》"
-                     r"|‘([^’]+)’")
+_QUOTED = re.compile(
+    r"\"([^\"]+)\"|`([^`]+)`|(?<!\w)'([^']+)'(?!\w)|“([^”]+)”|「([^」]+)」|『([^』]+)』|《([^》]+)》"
+    r"|‘([^’]+)’"
+)
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]+")
 # Common Chinese function and request words: what is left of a CJK run without them is a value (a place, a name).
-_CJK_COMMON = sorted((
-    "今天", "明天", "昨天", "现在", "天气", "怎么样", "如何", "什么", "请问", "请", "帮我", "帮忙", "查一下", "查询",
-    "查", "一下", "告诉", "我", "你", "他", "她", "的", "了", "吗", "呢", "吧", "是", "在", "和", "与", "及", "或",
-    "使用", "调用", "工具", "函数", "应当", "应该", "不应", "不要", "需要", "可以", "能", "要", "简要", "回答",
-    "简单", "介绍", "自己", "任何", "一个", "这个", "那个", "多少", "哪里", "为什么", "给", "把", "看看", "看",
-    "搜索", "温度", "气温", "情况", "最新", "关于", "以及", "还有", "分别", "每个", "城市", "天", "会", "下雨",
-    "获取", "得到", "读取", "文件", "写入", "运行", "命令", "时间", "日期", "好", "您", "们", "格式", "返回",
-    "包含", "字段", "以", "用",
-), key=len, reverse=True)
+_CJK_COMMON = sorted(
+    (
+        "今天",
+        "明天",
+        "昨天",
+        "现在",
+        "天气",
+        "怎么样",
+        "如何",
+        "什么",
+        "请问",
+        "请",
+        "帮我",
+        "帮忙",
+        "查一下",
+        "查询",
+        "查",
+        "一下",
+        "告诉",
+        "我",
+        "你",
+        "他",
+        "她",
+        "的",
+        "了",
+        "吗",
+        "呢",
+        "吧",
+        "是",
+        "在",
+        "和",
+        "与",
+        "及",
+        "或",
+        "使用",
+        "调用",
+        "工具",
+        "函数",
+        "应当",
+        "应该",
+        "不应",
+        "不要",
+        "需要",
+        "可以",
+        "能",
+        "要",
+        "简要",
+        "回答",
+        "简单",
+        "介绍",
+        "自己",
+        "任何",
+        "一个",
+        "这个",
+        "那个",
+        "多少",
+        "哪里",
+        "为什么",
+        "给",
+        "把",
+        "看看",
+        "看",
+        "搜索",
+        "温度",
+        "气温",
+        "情况",
+        "最新",
+        "关于",
+        "以及",
+        "还有",
+        "分别",
+        "每个",
+        "城市",
+        "天",
+        "会",
+        "下雨",
+        "获取",
+        "得到",
+        "读取",
+        "文件",
+        "写入",
+        "运行",
+        "命令",
+        "时间",
+        "日期",
+        "好",
+        "您",
+        "们",
+        "格式",
+        "返回",
+        "包含",
+        "字段",
+        "以",
+        "用",
+    ),
+    key=len,
+    reverse=True,
+)
 
 
-def offered(tools: list[dict[str, Any]], tool_choice: Any,
-            messages: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def offered(
+    tools: list[dict[str, Any]], tool_choice: Any, messages: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """The functions the model may call under ``tool_choice`` (empty: it answers in text). Kimi-K2.5's template shows
     the model only the request's tools; under "required" or a named function SGLang's grammar forces a call among its
     effective tools, which add those declared in root/system/developer messages, so the forced call may be one of
@@ -80,8 +278,13 @@ def offered(tools: list[dict[str, Any]], tool_choice: Any,
     if tool_choice == "none":
         return []
     if tool_choice == "required" or isinstance(tool_choice, dict):
-        tools = tools + [t for m in messages or [] if m.get("role") in ("root", "system", "developer")
-                         and isinstance(m.get("tools"), list) for t in m["tools"] if isinstance(t, dict)]
+        tools = tools + [
+            t
+            for m in messages or []
+            if m.get("role") in ("root", "system", "developer") and isinstance(m.get("tools"), list)
+            for t in m["tools"]
+            if isinstance(t, dict)
+        ]
     functions = [t["function"] for t in tools if t.get("type", "function") == "function" and t.get("function")]
     if isinstance(tool_choice, dict):
         wanted = (tool_choice.get("function") or {}).get("name")
@@ -139,15 +342,19 @@ def _single_value_tool(fn: dict[str, Any]) -> bool:
     params = params if isinstance(params, dict) else {}
     props = params.get("properties")
     props = props if isinstance(props, dict) else {}
-    strings = [k for k in params.get("required") or [] if isinstance(props.get(k), dict)
-               and props[k].get("type", "string") == "string" and not props[k].get("enum")]
+    strings = [
+        k
+        for k in params.get("required") or []
+        if isinstance(props.get(k), dict) and props[k].get("type", "string") == "string" and not props[k].get("enum")
+    ]
     return len(strings) == 1
 
 
 def _asks_for_tool(functions: list[dict[str, Any]], prompt: str) -> bool:
     lowered = prompt.lower()
     return bool(_ASKS_FOR_TOOL.search(prompt)) or any(
-        re.search(rf"\b{re.escape(str(fn.get('name', '')).lower())}\b", lowered) for fn in functions if fn.get("name"))
+        re.search(rf"\b{re.escape(str(fn.get('name', '')).lower())}\b", lowered) for fn in functions if fn.get("name")
+    )
 
 
 def _unquoted(prompt: str) -> str:
@@ -180,9 +387,12 @@ def joined_values(prompt: str) -> int:
     found = positioned(prompt)
     best = run = 1
     for (pos_a, a), (pos_b, _) in zip(found, found[1:], strict=False):
-        between = prompt[pos_a + len(a):pos_b]
-        run = run + 1 if re.fullmatch(r"\s*(?:,|and|&|or|和|与|及|、|，)\s*(?:and\s+)?(?:in\s+|for\s+)?", between,
-                                      re.IGNORECASE) else 1
+        between = prompt[pos_a + len(a) : pos_b]
+        run = (
+            run + 1
+            if re.fullmatch(r"\s*(?:,|and|&|or|和|与|及|、|，)\s*(?:and\s+)?(?:in\s+|for\s+)?", between, re.IGNORECASE)
+            else 1
+        )
         best = max(best, run)
     return best
 
@@ -190,13 +400,14 @@ def joined_values(prompt: str) -> int:
 def words(text: str) -> set[str]:
     """Content words of ``text``: Latin words (not stop words), CJK glosses and CJK character pairs."""
     lowered = text.lower()
-    found = {w for w in re.findall(r"[^\W_]+", lowered)
-             if w not in _STOP_WORDS and len(w) > 1 and not _CJK_RUN.search(w)}
+    found = {
+        w for w in re.findall(r"[^\W_]+", lowered) if w not in _STOP_WORDS and len(w) > 1 and not _CJK_RUN.search(w)
+    }
     for zh, en in _GLOSSES.items():
         if zh in lowered:
             found |= set(en.split())
     for run in _CJK_RUN.findall(text):
-        found |= {run[i:i + 2] for i in range(len(run) - 1)}
+        found |= {run[i : i + 2] for i in range(len(run) - 1)}
     return found
 
 
@@ -238,10 +449,17 @@ def positioned(prompt: str) -> list[tuple[int, str]]:
     quoted = [(m.start(), next(g for g in m.groups() if g)) for m in _QUOTED.finditer(prompt)]
     spans = [(m.start(), m.end()) for m in _QUOTED.finditer(prompt)]
     outside = [m for m in re.finditer(r"[^\W\d_]{2,}", prompt) if not any(a <= m.start() < b for a, b in spans)]
-    proper = [(m.start(), m.group()) for m in outside
-              if m.group()[0].isupper() and _mid_sentence(prompt, m.start()) and not _CJK_RUN.match(m.group())]
-    cjk = [(pos, phrase) for m in _CJK_RUN.finditer(prompt) if not any(a <= m.start() < b for a, b in spans)
-           for pos, phrase in _cjk_phrases(m.group(), m.start())]
+    proper = [
+        (m.start(), m.group())
+        for m in outside
+        if m.group()[0].isupper() and _mid_sentence(prompt, m.start()) and not _CJK_RUN.match(m.group())
+    ]
+    cjk = [
+        (pos, phrase)
+        for m in _CJK_RUN.finditer(prompt)
+        if not any(a <= m.start() < b for a, b in spans)
+        for pos, phrase in _cjk_phrases(m.group(), m.start())
+    ]
     return sorted(quoted + proper + cjk)
 
 

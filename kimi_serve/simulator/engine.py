@@ -75,8 +75,11 @@ class ScriptedTokenizerManager:
 
     def internal_states(self) -> list[dict[str, Any]]:
         """``/server_info``'s ``internal_states``: the accept length only with speculative decoding on, as SGLang."""
-        state: dict[str, Any] = {"simulated": True, "perf_model": self.clock.model.describe(),
-                                 "fixed_step_s": self.clock.fixed_step_s}
+        state: dict[str, Any] = {
+            "simulated": True,
+            "perf_model": self.clock.model.describe(),
+            "fixed_step_s": self.clock.fixed_step_s,
+        }
         if self.clock.model.spec is not None:
             state["avg_spec_accept_length"] = self.clock.avg_accept_length()
         return [state]
@@ -127,7 +130,8 @@ class ScriptedTokenizerManager:
         matched: int | str | None = STOP_TOKEN_ID
         if has_constraint(params) or self.constrainer.strict_thinking():
             grammar, abort = await asyncio.to_thread(
-                self.constrainer.grammar, params, prompt_ids, bool(getattr(parent, "require_reasoning", False)))
+                self.constrainer.grammar, params, prompt_ids, bool(getattr(parent, "require_reasoning", False))
+            )
             if abort is not None:  # SGLang's scheduler aborts it: 400 before a stream starts, an error chunk in one
                 if not obj.stream:
                     raise ValueError(abort["message"])
@@ -162,16 +166,18 @@ class ScriptedTokenizerManager:
                 last = done == len(ids)
                 # Incremental detokenization, as SGLang's detokenizer does it: decode only the new tokens; hold back
                 # an incomplete UTF-8 sequence until the next step completes it.
-                piece = self.tokenizer.decode([i for i in ids[decoded_upto:done] if i not in skip],
-                                              skip_special_tokens=False)
+                piece = self.tokenizer.decode(
+                    [i for i in ids[decoded_upto:done] if i not in skip], skip_special_tokens=False
+                )
                 if piece.endswith("\ufffd") and not last:
                     continue
                 emitted, decoded_upto = emitted + piece, done
                 if last and final_text is not None:
                     emitted = final_text
                 if (obj.stream and not holds_back(emitted, params)) or last:
-                    yield self._output(rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, truncated,
-                                       prompt_out, matched)
+                    yield self._output(
+                        rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, truncated, prompt_out, matched
+                    )
         finally:
             self.clock.leave(slot)
         if not ids:
@@ -183,9 +189,19 @@ class ScriptedTokenizerManager:
         markers are not among them, so they survive the default, as on SGLang with Kimi-K2.5."""
         return frozenset(self.tokenizer.all_special_ids)
 
-    def _output(self, rid: str, text: str, ids: list[int], prompt_ids: list[int], reasoning: int, last: bool,
-                truncated: bool, prompt_out: list[int] | None = None, matched: int | str | None = STOP_TOKEN_ID,
-                abort: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _output(
+        self,
+        rid: str,
+        text: str,
+        ids: list[int],
+        prompt_ids: list[int],
+        reasoning: int,
+        last: bool,
+        truncated: bool,
+        prompt_out: list[int] | None = None,
+        matched: int | str | None = STOP_TOKEN_ID,
+        abort: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         finish: dict[str, Any] | None = None
         output_ids = list(ids)
         if abort is not None:

@@ -23,6 +23,8 @@ from kimi_serve.core.resources import package_root
 from kimi_serve.core.settings import SIM_LOAD_ENV, SIM_WARMUP_ENV, with_pythonpath
 
 MODULE = "kimi_serve.simulator"
+
+
 def with_flag(args: list[str], flag: str, value: str) -> list[str]:
     """``args`` with ``flag``'s value replaced (or the flag appended); handles ``--flag V`` and ``--flag=V``."""
     out: list[str] = []
@@ -63,8 +65,9 @@ def command(python: str, server_args: list[str]) -> list[str]:
     return [python, "-m", MODULE, *server_args]
 
 
-def environment(base: dict[str, str] | None = None, *, warmup: float | None = None,
-                load: float | None = None) -> dict[str, str]:
+def environment(
+    base: dict[str, str] | None = None, *, warmup: float | None = None, load: float | None = None
+) -> dict[str, str]:
     env = with_pythonpath(os.environ if base is None else base, package_root())
     env["PYTHONUNBUFFERED"] = "1"
     if warmup is not None:
@@ -92,8 +95,9 @@ class Simulator:
     def start(cls, argv: list[str], env: dict[str, str], base_url: str, log_path: Path) -> Simulator:
         log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115 - the child owns it; closed in stop()
         try:
-            process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         finally:
             log.close()
         return cls(process, base_url, log_path)
@@ -116,16 +120,21 @@ class Simulator:
         while True:
             code = self.process.poll()
             if code is not None:
-                raise KimiServeError(f"the simulator exited with status {code} before it was ready; log "
-                                     f"{self.log_path}: {self.log_tail(3)!r}", hint="read the log above",
-                                     exit_code=ExitCode.SERVER_EXITED)
+                raise KimiServeError(
+                    f"the simulator exited with status {code} before it was ready; log "
+                    f"{self.log_path}: {self.log_tail(3)!r}",
+                    hint="read the log above",
+                    exit_code=ExitCode.SERVER_EXITED,
+                )
             # poll in short slices so a child that dies while loading is noticed at once
             if wait_ready(target, min(end, time.monotonic() + 1.0), interval=0.25, poll_timeout=2.0).ready:
                 return time.monotonic() - started
             if time.monotonic() >= end:
-                raise KimiServeError(f"the simulator was not ready within {timeout:g} s (log {self.log_path})",
-                                     hint="raise the startup timeout; a cold sglang import takes ~10-25 s on 2 cores",
-                                     exit_code=ExitCode.UNREACHABLE)
+                raise KimiServeError(
+                    f"the simulator was not ready within {timeout:g} s (log {self.log_path})",
+                    hint="raise the startup timeout; a cold sglang import takes ~10-25 s on 2 cores",
+                    exit_code=ExitCode.UNREACHABLE,
+                )
 
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM to the simulator's main process (as SGLang wants it), SIGKILL if it lingers; its exit status."""

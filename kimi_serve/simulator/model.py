@@ -62,8 +62,10 @@ def generate(turn: Turn) -> str:
     chosen = decision.choose(functions, prompt, turn.tool_choice)
     if chosen:
         hints = decision.hints_per_call(chosen, prompt)
-        calls = [(fn["name"], arguments(fn.get("parameters") or {}, prompt, h, min_chars, sequence))
-                 for fn, h in zip(chosen, hints, strict=True)]
+        calls = [
+            (fn["name"], arguments(fn.get("parameters") or {}, prompt, h, min_chars, sequence))
+            for fn, h in zip(chosen, hints, strict=True)
+        ]
         names = ", ".join(dict.fromkeys(name for name, _ in calls))
         reasoning = f"The user asks: {clip(prompt, 160)} The best matching tool is {names}, so I will call it."
         lead = "" if turn.thinking else f"I will call {names}."
@@ -74,11 +76,16 @@ def generate(turn: Turn) -> str:
     return _with_reasoning(turn.thinking, reasoning, pad(answer, min_chars))
 
 
-_ASKS_JSON = re.compile(r"\b(?:as|in|with|return|returns|respond|reply|output|answer|give)\s+(?:only\s+)?(?:an?\s+)?"
-                        r"(?:valid\s+|compact\s+)?json\b|\bjson\s+(?:object|format|only)\b|json\s*格式|以\s*json",
-                        re.IGNORECASE)
-_JSON_KEYS = re.compile(r"(?:\b(?:keys?|fields?|propert(?:y|ies)|attributes?)\b|字段|键|属性)"
-                        r"((?:\s*(?:named|called|,|and|:)?\s*[\"'`][^\"'`]+[\"'`])+)", re.IGNORECASE)
+_ASKS_JSON = re.compile(
+    r"\b(?:as|in|with|return|returns|respond|reply|output|answer|give)\s+(?:only\s+)?(?:an?\s+)?"
+    r"(?:valid\s+|compact\s+)?json\b|\bjson\s+(?:object|format|only)\b|json\s*格式|以\s*json",
+    re.IGNORECASE,
+)
+_JSON_KEYS = re.compile(
+    r"(?:\b(?:keys?|fields?|propert(?:y|ies)|attributes?)\b|字段|键|属性)"
+    r"((?:\s*(?:named|called|,|and|:)?\s*[\"'`][^\"'`]+[\"'`])+)",
+    re.IGNORECASE,
+)
 
 
 def json_answer(prompt: str) -> str | None:
@@ -90,8 +97,9 @@ def json_answer(prompt: str) -> str | None:
     keys = list(dict.fromkeys(keys)) or ["answer"]
     hints = [h for h in decision.candidates(prompt) if h not in keys and h.lower() != "json"]
     if keys == ["answer"]:
-        return json.dumps({"answer": f"Here is a direct answer to your request: {clip(prompt, 200)}"},
-                          ensure_ascii=False)
+        return json.dumps(
+            {"answer": f"Here is a direct answer to your request: {clip(prompt, 200)}"}, ensure_ascii=False
+        )
     schema = {"type": "object", "properties": {k: {"type": "string"} for k in keys}, "required": keys}
     return json.dumps(arguments(schema, prompt, hints), ensure_ascii=False)
 
@@ -140,8 +148,9 @@ def _sequence(prompt: str) -> str | None:
     return " ".join(str(i) for i in range(int(m.group(1)), int(m.group(2)) + 1))
 
 
-def arguments(schema: dict[str, Any], prompt: str, hints: list[str], min_chars: int = 0,
-              sequence: str | None = None) -> dict[str, Any]:
+def arguments(
+    schema: dict[str, Any], prompt: str, hints: list[str], min_chars: int = 0, sequence: str | None = None
+) -> dict[str, Any]:
     """A call's arguments: schema-complete values (schema_values.py), the long text where the prompt asks for one."""
     combined = any(k in schema for k in ("$ref", "anyOf", "oneOf", "allOf"))
     root = schema if schema.get("type") or combined else {**schema, "type": "object"}
@@ -151,8 +160,9 @@ def arguments(schema: dict[str, Any], prompt: str, hints: list[str], min_chars: 
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError, OverflowError) as exc:
         # a schema shape the generator does not expect (SGLang has already checked it against the metaschema):
         # empty arguments, as a model that gives up would send, rather than a failed request
-        logger.warning("simulated arguments: the schema could not be filled (%s: %s); sending {}",
-                       type(exc).__name__, exc)
+        logger.warning(
+            "simulated arguments: the schema could not be filled (%s: %s); sending {}", type(exc).__name__, exc
+        )
         return {}
     if not isinstance(value, dict):
         return {}

@@ -35,8 +35,9 @@ async def serve_generate(tm: Any, obj: Any, raw_request: Any) -> Any:
                 async for out in tm.generate_request(obj, raw_request):
                     yield b"data: " + dumps_json(out) + b"\n\n"
             except ValueError as exc:
-                error = {"error": {"message": str(exc), "type": "invalid_request_error", "code": 400,
-                                   "retryable": False}}
+                error = {
+                    "error": {"message": str(exc), "type": "invalid_request_error", "code": 400, "retryable": False}
+                }
                 yield b"data: " + dumps_json(error) + b"\n\n"
             yield b"data: [DONE]\n\n"
 

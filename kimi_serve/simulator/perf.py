@@ -94,7 +94,7 @@ def accept_probability(mean: float, steps: int) -> float:
     lo, hi = 0.0, 1.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        if sum(mid ** i for i in range(steps + 1)) < target:
+        if sum(mid**i for i in range(steps + 1)) < target:
             lo = mid
         else:
             hi = mid
@@ -136,7 +136,7 @@ class PerfModel:
         return n
 
     def mean_accept(self) -> float:
-        return sum(self._p ** i for i in range(self.spec.steps + 1)) if self.spec else 1.0
+        return sum(self._p**i for i in range(self.spec.steps + 1)) if self.spec else 1.0
 
     def expected_tok_s(self, concurrency: int, mean_ctx: float = 0.0) -> float:
         """Steady-state decode throughput the model implies at ``concurrency`` (model seconds, prefill excluded)."""
@@ -145,7 +145,14 @@ class PerfModel:
 
     def describe(self) -> dict[str, Any]:
         """What /server_info says about the model (bench copies it into its report)."""
-        return {"name": MODEL_NAME, "params": self.params.to_dict(), "max_running_requests": self.max_running,
-                "speculative": asdict(self.spec) if self.spec else None,
-                "accept_distribution": (f"truncated geometric on 1..{self.spec.steps + 1}, p={self._p:.4f}, "
-                                        f"mean {self.mean_accept():.3f}") if self.spec else None}
+        return {
+            "name": MODEL_NAME,
+            "params": self.params.to_dict(),
+            "max_running_requests": self.max_running,
+            "speculative": asdict(self.spec) if self.spec else None,
+            "accept_distribution": (
+                f"truncated geometric on 1..{self.spec.steps + 1}, p={self._p:.4f}, mean {self.mean_accept():.3f}"
+            )
+            if self.spec
+            else None,
+        }

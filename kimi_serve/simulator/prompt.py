@@ -43,9 +43,16 @@ def _typescript_tools(text: str) -> list[dict[str, Any]]:
             props[field.group(1)] = _ts_type(field.group(3))
             if not field.group(2):
                 required.append(field.group(1))
-        tools.append({"type": "function", "function": {
-            "name": m.group(2), "description": description,
-            "parameters": {"type": "object", "properties": props, "required": required}}})
+        tools.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": m.group(2),
+                    "description": description,
+                    "parameters": {"type": "object", "properties": props, "required": required},
+                },
+            }
+        )
     return tools
 
 
@@ -60,9 +67,14 @@ def _declared_tools(body: str) -> list[dict[str, Any]]:
 def _assistant(body: str) -> dict[str, Any]:
     text = body.split(THINK_END, 1)[1] if THINK_END in body else body
     content, _, section = text.partition(SECTION_BEGIN)
-    calls = [{"id": m.group(1), "type": "function",
-              "function": {"name": m.group(1).split(".", 1)[-1].rsplit(":", 1)[0], "arguments": m.group(2)}}
-             for m in _CALL.finditer(section)]
+    calls = [
+        {
+            "id": m.group(1),
+            "type": "function",
+            "function": {"name": m.group(1).split(".", 1)[-1].rsplit(":", 1)[0], "arguments": m.group(2)},
+        }
+        for m in _CALL.finditer(section)
+    ]
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
         message["tool_calls"] = calls
@@ -85,7 +97,7 @@ def read_prompt(text: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         if role == "system" and head == "tool_declare":
             tools = _declared_tools(body)
         elif role == "system" and body.startswith("## Return of "):
-            call_id, _, result = body[len("## Return of "):].partition("\n")
+            call_id, _, result = body[len("## Return of ") :].partition("\n")
             messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
         elif role == "assistant":
             messages.append(_assistant(body))

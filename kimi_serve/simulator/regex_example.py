@@ -24,11 +24,16 @@ except ImportError:  # Python < 3.11 names them sre_constants / sre_parse
 _MAX_REPEAT = 10_000  # a pattern that needs more repetitions than this gets no example (the caller falls back)
 _PREFERRED = "example0123456789EXAMPLEbcdfghijkmnoqrstuvwyz_-. "
 _CATEGORY = {
-    _c.CATEGORY_DIGIT: "1", _c.CATEGORY_NOT_DIGIT: "a", _c.CATEGORY_SPACE: " ", _c.CATEGORY_NOT_SPACE: "a",
-    _c.CATEGORY_WORD: "a", _c.CATEGORY_NOT_WORD: "-",
+    _c.CATEGORY_DIGIT: "1",
+    _c.CATEGORY_NOT_DIGIT: "a",
+    _c.CATEGORY_SPACE: " ",
+    _c.CATEGORY_NOT_SPACE: "a",
+    _c.CATEGORY_WORD: "a",
+    _c.CATEGORY_NOT_WORD: "-",
 }
 _CATEGORY_TEST = {
-    _c.CATEGORY_DIGIT: str.isdigit, _c.CATEGORY_SPACE: str.isspace,
+    _c.CATEGORY_DIGIT: str.isdigit,
+    _c.CATEGORY_SPACE: str.isspace,
     _c.CATEGORY_WORD: lambda ch: ch.isalnum() or ch == "_",
 }
 

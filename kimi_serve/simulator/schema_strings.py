@@ -32,9 +32,14 @@ FORMATS: dict[str, list[str]] = {  # formats format_example does not compute: a 
     "password": ["example-password", "kimi-password", "test-password"],
 }
 _FORMAT_SHAPES = {
-    "date": r"^\d{4}-\d{2}-\d{2}$", "date-time": r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}",
-    "email": r"^[^@\s]+@[^@\s]+\.[^@\s]+$", "idn-email": r"^[^@\s]+@[^@\s]+$", "uri": r"^[a-zA-Z][\w+.-]*:\S+$",
-    "url": r"^https?://\S+$", "ipv4": r"^(\d{1,3}\.){3}\d{1,3}$", "hostname": r"^[A-Za-z0-9.-]+\.[A-Za-z]{2,}$",
+    "date": r"^\d{4}-\d{2}-\d{2}$",
+    "date-time": r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}",
+    "email": r"^[^@\s]+@[^@\s]+\.[^@\s]+$",
+    "idn-email": r"^[^@\s]+@[^@\s]+$",
+    "uri": r"^[a-zA-Z][\w+.-]*:\S+$",
+    "url": r"^https?://\S+$",
+    "ipv4": r"^(\d{1,3}\.){3}\d{1,3}$",
+    "hostname": r"^[A-Za-z0-9.-]+\.[A-Za-z]{2,}$",
     "uuid": r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$",
 }
 _PATH_KEYS = {"path", "file", "filename", "file_path"}
@@ -70,8 +75,9 @@ def fits_string(schema: dict[str, Any], value: str) -> bool:
     return shape is None or bool(re.search(shape, value))
 
 
-def string_value(schema: dict[str, Any], name: str, prompt: str, hints: list[str], min_chars: int,
-                 variant: int = 0) -> str:
+def string_value(
+    schema: dict[str, Any], name: str, prompt: str, hints: list[str], min_chars: int, variant: int = 0
+) -> str:
     """A string for property ``name``: ``variant`` > 0 asks for a different one (uniqueItems)."""
     lo = max(min_chars, int(schema.get("minLength", 0)))
     hi = int(schema["maxLength"]) if "maxLength" in schema else None
@@ -97,11 +103,18 @@ def format_example(fmt: str, variant: int = 0) -> str | None:
     day = datetime.date(2025, 1, 15) + datetime.timedelta(days=n)
     clock = (datetime.datetime(2025, 1, 15, 9, 30) + datetime.timedelta(minutes=n)).strftime("%H:%M:%S")
     made = {
-        "date": day.isoformat(), "date-time": f"{day.isoformat()}T{clock}Z", "time": f"{clock}Z",
-        "duration": f"P{n + 1}D", "email": f"user{n or ''}@example.com", "idn-email": f"user{n or ''}@example.com",
-        "hostname": f"host{n}.example.com" if n else "example.com", "ipv4": f"192.0.2.{1 + n % 254}",
-        "ipv6": f"2001:db8::{n + 1:x}", "uri": f"https://example.com/{n or ''}",
-        "url": f"https://example.com/{n or ''}", "iri": f"https://example.com/{n or ''}",
+        "date": day.isoformat(),
+        "date-time": f"{day.isoformat()}T{clock}Z",
+        "time": f"{clock}Z",
+        "duration": f"P{n + 1}D",
+        "email": f"user{n or ''}@example.com",
+        "idn-email": f"user{n or ''}@example.com",
+        "hostname": f"host{n}.example.com" if n else "example.com",
+        "ipv4": f"192.0.2.{1 + n % 254}",
+        "ipv6": f"2001:db8::{n + 1:x}",
+        "uri": f"https://example.com/{n or ''}",
+        "url": f"https://example.com/{n or ''}",
+        "iri": f"https://example.com/{n or ''}",
         "uuid": f"123e4567-e89b-12d3-a456-{426614174000 + n:012d}",
     }
     if fmt in made:

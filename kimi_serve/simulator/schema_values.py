@@ -24,8 +24,16 @@ from kimi_serve.simulator.schema_refs import ids, merge, types
 from kimi_serve.simulator.schema_strings import number_value, string_value, takes_file
 
 DEEP = 3  # nesting depth after which optional parts are left out and recursion takes its way out
-_OBJECT_KEYS = ("properties", "required", "additionalProperties", "minProperties", "maxProperties",
-                "patternProperties", "propertyNames", "dependentRequired")
+_OBJECT_KEYS = (
+    "properties",
+    "required",
+    "additionalProperties",
+    "minProperties",
+    "maxProperties",
+    "patternProperties",
+    "propertyNames",
+    "dependentRequired",
+)
 _ARRAY_KEYS = ("items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains")
 _STRING_KEYS = ("minLength", "maxLength", "pattern", "format")
 _NUMBER_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
@@ -87,8 +95,16 @@ class Values:
         return out
 
     # -- values -----------------------------------------------------------------------------------------------------
-    def value(self, schema: Any, name: str, hints: list[str], min_chars: int = 0, depth: int = 0,
-              variant: int = 0, must: tuple[Any, ...] = ()) -> Any:
+    def value(
+        self,
+        schema: Any,
+        name: str,
+        hints: list[str],
+        min_chars: int = 0,
+        depth: int = 0,
+        variant: int = 0,
+        must: tuple[Any, ...] = (),
+    ) -> Any:
         """A value for ``schema`` (``must``: enclosing schemas a scalar must meet too, e.g. a oneOf's others)."""
         if schema is False or depth > 40:
             return None
@@ -121,13 +137,23 @@ class Values:
             return mentioned[0]
         return allowed[variant % len(allowed)]
 
-    def _choice(self, s: dict[str, Any], key: str, name: str, hints: list[str], min_chars: int, depth: int,
-                variant: int, must: tuple[Any, ...]) -> Any:
+    def _choice(
+        self,
+        s: dict[str, Any],
+        key: str,
+        name: str,
+        hints: list[str],
+        min_chars: int,
+        depth: int,
+        variant: int,
+        must: tuple[Any, ...],
+    ) -> Any:
         rest = {k: v for k, v in s.items() if k != key}
         branches = [self.flat(b) for b in s[key]]
         deep = depth >= DEEP
-        order = sorted(range(len(branches)), key=lambda i: (
-            (_recursive(branches[i]) if deep else _kind(branches[i]) == "null"), i))
+        order = sorted(
+            range(len(branches)), key=lambda i: ((_recursive(branches[i]) if deep else _kind(branches[i]) == "null"), i)
+        )
         first: Any = None
         for n, i in enumerate(order):
             candidate = self.value(merge(branches[i], rest), name, hints, min_chars, depth, variant, (*must, s))
@@ -172,8 +198,14 @@ class Values:
                     cursor += 1
                 else:  # the file name is the path's: not the content's as well
                     hints = hints[:cursor] + [h for h in hints[cursor:] if h != taken]
-            out[k] = self.value(sub, k, own, min_chars if k == long_key else 0, depth + 1,
-                                variant if k == (keys[0] if keys else None) else 0)
+            out[k] = self.value(
+                sub,
+                k,
+                own,
+                min_chars if k == long_key else 0,
+                depth + 1,
+                variant if k == (keys[0] if keys else None) else 0,
+            )
         return out
 
     def _property_schema(self, s: dict[str, Any], key: str) -> Any:
@@ -235,8 +267,12 @@ def _kind(s: dict[str, Any]) -> str:
         return next((t for t in declared if t != "null"), "null")
     if "const" in s or "enum" in s or "oneOf" in s or "anyOf" in s:
         return "any"
-    for keys, kind in ((_OBJECT_KEYS, "object"), (_ARRAY_KEYS, "array"), (_STRING_KEYS, "string"),
-                       (_NUMBER_KEYS, "number")):
+    for keys, kind in (
+        (_OBJECT_KEYS, "object"),
+        (_ARRAY_KEYS, "array"),
+        (_STRING_KEYS, "string"),
+        (_NUMBER_KEYS, "number"),
+    ):
         if any(k in s for k in keys):
             return kind
     return "string"
@@ -265,8 +301,14 @@ def _key(value: Any) -> str:
 
 
 def _long_text_key(props: dict[str, Any], keys: list[str]) -> str | None:
-    strings = [k for k in keys if k in props and isinstance(props[k], dict)
-               and (props[k].get("type") or "string") == "string" and not props[k].get("enum")]
+    strings = [
+        k
+        for k in keys
+        if k in props
+        and isinstance(props[k], dict)
+        and (props[k].get("type") or "string") == "string"
+        and not props[k].get("enum")
+    ]
     for preferred in ("content", "text", "body", "message", "code", "data"):
         if preferred in strings:
             return preferred
@@ -281,6 +323,7 @@ def long_text_key(props: dict[str, Any], keys: list[str]) -> str | None:
 def _validator(root: dict[str, Any]) -> Any:
     try:
         import jsonschema
+
         cls = jsonschema.validators.validator_for(root, default=jsonschema.Draft202012Validator)
         return cls(root)
     except Exception:  # noqa: BLE001 - no jsonschema, or a schema it cannot load: generation goes on unchecked

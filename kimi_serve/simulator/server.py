@@ -103,8 +103,15 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
     async def json_only(raw_request: Request) -> None:
         media_type = raw_request.headers.get("content-type", "").lower().split(";", 1)[0]
         if media_type != "application/json":
-            raise RequestValidationError(errors=[{"loc": ["header", "content-type"], "type": "value_error",
-                                                  "msg": "Unsupported Media Type: Only 'application/json' is allowed"}])
+            raise RequestValidationError(
+                errors=[
+                    {
+                        "loc": ["header", "content-type"],
+                        "type": "value_error",
+                        "msg": "Unsupported Media Type: Only 'application/json' is allowed",
+                    }
+                ]
+            )
 
     @app.get("/ready")
     async def ready() -> Response:
@@ -142,21 +149,30 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
         from sglang.srt.utils.common import build_server_info
         from sglang.srt.utils.msgspec_utils import msgspec_to_builtins
 
-        body = msgspec_to_builtins(redact_watermark_secrets({
-            **build_server_info(sa, {}),
-            "startup_time": state.startup_time,
-            "internal_states": tm.internal_states(),  # accept length only with speculative decoding (engine.py)
-            "version": __version__,
-            "frontend": "python",
-        }))
-        body["simulator"] = {"engine": "kimi-serve simulator", "tokenizer": loaded.description,
-                             "substitutions": sim.notes}
+        body = msgspec_to_builtins(
+            redact_watermark_secrets(
+                {
+                    **build_server_info(sa, {}),
+                    "startup_time": state.startup_time,
+                    "internal_states": tm.internal_states(),  # accept length only with speculative decoding (engine.py)
+                    "version": __version__,
+                    "frontend": "python",
+                }
+            )
+        )
+        body["simulator"] = {
+            "engine": "kimi-serve simulator",
+            "tokenizer": loaded.description,
+            "substitutions": sim.notes,
+        }
         return ORJSONResponse(body)
 
     @app.get("/get_server_info")
     async def get_server_info() -> Any:
-        logger.warning("Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
-                       "Please use '/server_info' instead.")
+        logger.warning(
+            "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+            "Please use '/server_info' instead."
+        )
         return await server_info()
 
     @app.get("/v1/models")
@@ -167,17 +183,33 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
     @app.get("/v1/models/{model:path}")
     async def retrieve_model(model: str) -> Any:
         if model != tm.served_model_name:
-            return ORJSONResponse(status_code=404, content={"error": {
-                "message": f"The model '{model}' does not exist", "type": "invalid_request_error",
-                "param": "model", "code": "model_not_found"}})
+            return ORJSONResponse(
+                status_code=404,
+                content={
+                    "error": {
+                        "message": f"The model '{model}' does not exist",
+                        "type": "invalid_request_error",
+                        "param": "model",
+                        "code": "model_not_found",
+                    }
+                },
+            )
         return model_json_response(ModelCard(id=model, root=model, max_model_len=model_config.context_len))
 
     @app.get("/remote_instance_transfer_engine_info")
     @auth_level(AuthLevel.ADMIN_OPTIONAL)
     async def remote_instance_transfer_engine_info(rank: int | None = None) -> Any:
         """One of SGLang's ADMIN_OPTIONAL endpoints, with its auth level: the one `verify` asks (no rank: 400)."""
-        return ORJSONResponse({"error": {"message": "Missing or invalid rank parameter" if rank is None or rank < 0
-                                         else "the simulator has no transfer engine"}}, status_code=400)
+        return ORJSONResponse(
+            {
+                "error": {
+                    "message": "Missing or invalid rank parameter"
+                    if rank is None or rank < 0
+                    else "the simulator has no transfer engine"
+                }
+            },
+            status_code=400,
+        )
 
     @app.post("/v1/chat/completions", dependencies=[Depends(json_only)])
     async def chat_completions(request: ChatCompletionRequest, raw_request: Request) -> Any:
@@ -200,8 +232,9 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
 
         # The grammar backend the scheduler would build at startup (--grammar-backend); its failure fails the start
         await asyncio.to_thread(tm.constrainer.prepare)
-        probe = ChatCompletionRequest(model=tm.served_model_name, max_tokens=8,
-                                      messages=[{"role": "user", "content": "warmup"}])
+        probe = ChatCompletionRequest(
+            model=tm.served_model_name, max_tokens=8, messages=[{"role": "user", "content": "warmup"}]
+        )
         raw = StarletteRequest({"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []})
         setattr(raw.state, CHAT_REQUEST_KEY, probe)
         resp = await chat.handle_request(probe, raw)
@@ -213,8 +246,12 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
 
 
 def _configure_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format="[%(asctime)s] %(message)s",
-                        datefmt="%Y-%m-%d %H:%M:%S", force=True)
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="[%(asctime)s] %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+        force=True,
+    )
 
 
 def _uvicorn_log_config() -> dict[str, Any]:
@@ -225,7 +262,8 @@ def _uvicorn_log_config() -> dict[str, Any]:
     config["formatters"]["default"]["fmt"] = "[%(asctime)s] %(levelprefix)s %(message)s"
     config["formatters"]["default"]["datefmt"] = "%Y-%m-%d %H:%M:%S"
     config["formatters"]["access"]["fmt"] = (
-        '[%(asctime)s] %(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s')
+        '[%(asctime)s] %(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s'
+    )
     config["formatters"]["access"]["datefmt"] = "%Y-%m-%d %H:%M:%S"
     return config
 
@@ -247,8 +285,14 @@ def _wait_loading(seconds: float, stop: threading.Event) -> bool:
 async def _serve(app: Any, host: str, port: int, state: State, warmup: float, log_level: str) -> int:
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_config=_uvicorn_log_config(), timeout_keep_alive=5,
-                            log_level=log_level.lower() if log_level.lower() in uvicorn.config.LOG_LEVELS else "info")
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=_uvicorn_log_config(),
+        timeout_keep_alive=5,
+        log_level=log_level.lower() if log_level.lower() in uvicorn.config.LOG_LEVELS else "info",
+    )
     server = uvicorn.Server(config)
 
     async def warm() -> None:
@@ -287,8 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     serving_cfg = sa.resolved_dict()
     _configure_logging(serving_cfg.get("log_level") or "info")
     logger.info(f"server_args={_redacted_info(sa)}")
-    logger.info("kimi-serve simulator: SGLang's own OpenAI serving layer with a SCRIPTED Kimi-K2.5 stand-in model"
-                " (no GPU, no weights)")
+    logger.info(
+        "kimi-serve simulator: SGLang's own OpenAI serving layer with a SCRIPTED Kimi-K2.5 stand-in model"
+        " (no GPU, no weights)"
+    )
     for note in sim.notes:
         logger.info(f"kimi-serve simulator: {note}")
     loaded = load_tokenizer(sim.tokenizer_dir)
@@ -306,5 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: None)
     logger.info(f"Engine startup timings (s): simulated=True, tokenizer_e2e={time.perf_counter() - started:.2f}")
-    return asyncio.run(_serve(app, serving_cfg["host"], int(serving_cfg["port"]), state, warmup,
-                              serving_cfg.get("log_level") or "info"))
+    return asyncio.run(
+        _serve(
+            app, serving_cfg["host"], int(serving_cfg["port"]), state, warmup, serving_cfg.get("log_level") or "info"
+        )
+    )

@@ -23,14 +23,29 @@ IM_END_ID = 163586
 
 # (id, token, special?) for the named slots; ids and flags from Kimi-K2 / K2.5 (K2-Instruct flags for tool markers).
 _NAMED: list[tuple[int, str, bool]] = [
-    (163584, "[BOS]", True), (163585, "[EOS]", True), (163586, "<|im_end|>", True), (163587, "<|im_user|>", True),
-    (163588, "<|im_assistant|>", True), (163590, "<|start_header_id|>", True), (163591, "<|end_header_id|>", True),
-    (163593, "[EOT]", True), (163594, "<|im_system|>", True),
-    (163595, "<|tool_calls_section_begin|>", False), (163596, "<|tool_calls_section_end|>", False),
-    (163597, "<|tool_call_begin|>", False), (163598, "<|tool_call_argument_begin|>", False),
-    (163599, "<|tool_call_end|>", False), (163601, "<|im_middle|>", True), (163602, "<|media_begin|>", True),
-    (163603, "<|media_content|>", True), (163604, "<|media_end|>", True), (163605, "<|media_pad|>", True),
-    (163606, "<think>", True), (163607, "</think>", True), (163838, "[UNK]", True), (163839, "[PAD]", True),
+    (163584, "[BOS]", True),
+    (163585, "[EOS]", True),
+    (163586, "<|im_end|>", True),
+    (163587, "<|im_user|>", True),
+    (163588, "<|im_assistant|>", True),
+    (163590, "<|start_header_id|>", True),
+    (163591, "<|end_header_id|>", True),
+    (163593, "[EOT]", True),
+    (163594, "<|im_system|>", True),
+    (163595, "<|tool_calls_section_begin|>", False),
+    (163596, "<|tool_calls_section_end|>", False),
+    (163597, "<|tool_call_begin|>", False),
+    (163598, "<|tool_call_argument_begin|>", False),
+    (163599, "<|tool_call_end|>", False),
+    (163601, "<|im_middle|>", True),
+    (163602, "<|media_begin|>", True),
+    (163603, "<|media_content|>", True),
+    (163604, "<|media_end|>", True),
+    (163605, "<|media_pad|>", True),
+    (163606, "<think>", True),
+    (163607, "</think>", True),
+    (163838, "[UNK]", True),
+    (163839, "[PAD]", True),
 ]
 _TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "tiktoken.model", "tokenizer.model")
 
@@ -80,7 +95,11 @@ def build_standin() -> Any:
         if core.token_to_id(content) != token_id:
             raise RuntimeError(f"stand-in tokenizer: {content} got id {core.token_to_id(content)}, wanted {token_id}")
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, bos_token="[BOS]", eos_token="[EOS]", unk_token="[UNK]", pad_token="[PAD]",
+        tokenizer_object=core,
+        bos_token="[BOS]",
+        eos_token="[EOS]",
+        unk_token="[UNK]",
+        pad_token="[PAD]",
         additional_special_tokens=["<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>"],
     )
     tok.chat_template = CHAT_TEMPLATE.read_text(encoding="utf-8")

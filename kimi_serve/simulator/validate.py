@@ -13,8 +13,12 @@ from __future__ import annotations
 import types
 from typing import Any
 
-_METHODS = ("_validate_one_request", "_validate_joint_schema_request", "_validate_token_ids_logprob",
-            "_validate_for_matryoshka_dim")
+_METHODS = (
+    "_validate_one_request",
+    "_validate_joint_schema_request",
+    "_validate_token_ids_logprob",
+    "_validate_for_matryoshka_dim",
+)
 
 
 class RequestChecks:

@@ -38,8 +38,9 @@ def status_text(progress: Progress, elapsed: float, deadline: float) -> str:
 
 
 class Console:
-    def __init__(self, out: TextIO | None = None, err: TextIO | None = None, tty: bool | None = None,
-                 echo_server: bool = True) -> None:
+    def __init__(
+        self, out: TextIO | None = None, err: TextIO | None = None, tty: bool | None = None, echo_server: bool = True
+    ) -> None:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.tty = self.out.isatty() if tty is None else tty
@@ -54,8 +55,13 @@ class Console:
             from rich.console import Console as RichConsole
             from rich.live import Live
 
-            self._live = Live(console=RichConsole(file=self.out, force_terminal=True), auto_refresh=False,
-                              transient=True, redirect_stdout=False, redirect_stderr=False)
+            self._live = Live(
+                console=RichConsole(file=self.out, force_terminal=True),
+                auto_refresh=False,
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
             self._live.start()
         return self._live
 

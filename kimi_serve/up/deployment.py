@@ -39,8 +39,9 @@ from kimi_serve.up.watch import Outcome, Signals
 
 
 class Deployment:
-    def __init__(self, parts: list[Part], router: Part, opts: UpOptions, console: Console, api_key: str | None,
-                 key_source: str) -> None:
+    def __init__(
+        self, parts: list[Part], router: Part, opts: UpOptions, console: Console, api_key: str | None, key_source: str
+    ) -> None:
         self.parts, self.router_part, self.opts, self.console = parts, router, opts, console
         self.api_key, self.key_source = api_key, key_source
         self.members: list[Member] = []
@@ -69,8 +70,11 @@ class Deployment:
             try:
                 server = Server.start(list(part.launch.argv), server_env(part.launch), part.log_path)
             except OSError as exc:
-                raise KimiServeError(f"cannot start {part.launch.argv[0]}: {exc.strerror or exc}",
-                                     hint="check the profile's python", exit_code=ExitCode.ENVIRONMENT) from None
+                raise KimiServeError(
+                    f"cannot start {part.launch.argv[0]}: {exc.strerror or exc}",
+                    hint="check the profile's python",
+                    exit_code=ExitCode.ENVIRONMENT,
+                ) from None
             self.members.append(Member(part, server, self.opts, self.console))
             self.console.info(f"{part.tag}: server pid {server.pid} (own session and process group)")
 
@@ -84,9 +88,14 @@ class Deployment:
         try:
             self.router = Server.start(list(part.launch.argv), server_env(part.launch), part.log_path)
         except OSError as exc:
-            self.begin_stop(Outcome(ExitCode.ENVIRONMENT, f"cannot start the router: {exc.strerror or exc}",
-                                    "check the profile's python (sglang-router is in the engine locks)"),
-                            "the router did not start")
+            self.begin_stop(
+                Outcome(
+                    ExitCode.ENVIRONMENT,
+                    f"cannot start the router: {exc.strerror or exc}",
+                    "check the profile's python (sglang-router is in the engine locks)",
+                ),
+                "the router did not start",
+            )
             return
         self.console.info(f"router: pid {self.router.pid} (own session and process group)")
         self.state = "router"
@@ -101,8 +110,9 @@ class Deployment:
                 self._pump_members()
                 self._pump_router()
                 self._step(signals, time.monotonic())
-                if all(m.outcome is not None for m in self.members) and (self.router is None
-                                                                         or self.router_rc is not None):
+                if all(m.outcome is not None for m in self.members) and (
+                    self.router is None or self.router_rc is not None
+                ):
                     return self._final(signals)
         finally:
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -134,8 +144,14 @@ class Deployment:
         self.router_rc = rc
         self.console.info(f"router: pid {self.router.pid} ended: {describe_status(rc)}")
         if self.reason is None:
-            self.begin_stop(Outcome(ExitCode.SERVER_EXITED, f"the router exited: {describe_status(rc)}",
-                                    f"read the router log {self.router_part.log_path}"), "the router exited")
+            self.begin_stop(
+                Outcome(
+                    ExitCode.SERVER_EXITED,
+                    f"the router exited: {describe_status(rc)}",
+                    f"read the router log {self.router_part.log_path}",
+                ),
+                "the router exited",
+            )
 
     def _member_ended(self, m: Member) -> None:
         o = m.outcome
@@ -151,11 +167,19 @@ class Deployment:
             self.unrouted[m.part.replica.url] = (m.part.name, time.monotonic())
         live = [x.part.name for x in self.members if x.outcome is None]
         if not live:
-            self.begin_stop(Outcome(ExitCode.SERVER_EXITED, f"every replica exited (last: {m.part.name}: "
-                                    f"{o.message})", "read the replica logs"), "no replica left")
+            self.begin_stop(
+                Outcome(
+                    ExitCode.SERVER_EXITED,
+                    f"every replica exited (last: {m.part.name}: {o.message})",
+                    "read the replica logs",
+                ),
+                "no replica left",
+            )
             return
-        self.console.problem(f"{m.part.name} exited ({o.message}); the router keeps serving through "
-                             f"{', '.join(live)} (degraded: `up` keeps running and exits 4 when stopped)")
+        self.console.problem(
+            f"{m.part.name} exited ({o.message}); the router keeps serving through "
+            f"{', '.join(live)} (degraded: `up` keeps running and exits 4 when stopped)"
+        )
 
     def _step(self, signals: Signals, now: float) -> None:
         if signals.count and self.reason is None:
@@ -166,8 +190,10 @@ class Deployment:
             return
         for m in self.members:  # a replica that stops on its own (failure, timeout, contract) stops the start
             if self.state != "serving" and m.watch.reason is not None and m.outcome is None:
-                self.begin_stop(Outcome(m.watch.reason.code, f"{m.part.name}: {m.watch.reason.message}",
-                                        m.watch.reason.hint), f"{m.part.name} is stopping")
+                self.begin_stop(
+                    Outcome(m.watch.reason.code, f"{m.part.name}: {m.watch.reason.message}", m.watch.reason.hint),
+                    f"{m.part.name} is stopping",
+                )
                 return
         if self.state == "replicas":
             self._status(now)
@@ -200,9 +226,15 @@ class Deployment:
         self.last_view = view or self.last_view
         if now > self.router_deadline:
             last = self.last_view
-            self.begin_stop(Outcome(ExitCode.UNREACHABLE, f"the router does not report every replica healthy "
-                                    f"after {ROUTER_READY_S:g}s ({last.line() if last else 'no answer'})",
-                                    f"read the router log {self.router_part.log_path}"), "router not ready")
+            self.begin_stop(
+                Outcome(
+                    ExitCode.UNREACHABLE,
+                    f"the router does not report every replica healthy "
+                    f"after {ROUTER_READY_S:g}s ({last.line() if last else 'no answer'})",
+                    f"read the router log {self.router_part.log_path}",
+                ),
+                "router not ready",
+            )
 
     def _watch_unrouted(self, now: float) -> None:
         """Say when the router stops sending to a replica that died (its health checks take a few seconds)."""
@@ -211,8 +243,10 @@ class Deployment:
             worker = view.worker(url) if view is not None else None
             if worker is not None and not worker.healthy:
                 del self.unrouted[url]
-                self.console.info(f"router: {name} marked unhealthy {now - since:.1f}s after it exited "
-                                  f"({view.line() if view else ''}); requests go to the others")
+                self.console.info(
+                    f"router: {name} marked unhealthy {now - since:.1f}s after it exited "
+                    f"({view.line() if view else ''}); requests go to the others"
+                )
 
     def _router_url(self) -> str:
         launch = self.router_part.launch
@@ -230,9 +264,15 @@ class Deployment:
     def _run_verify(self) -> Any:
         from kimi_serve.verify import AFTER_START_WAIT, run_verify
 
-        return run_verify(self._router_url(), api_key=self.api_key, key_source=self.key_source,
-                          model=self.opts.served_model, wait=AFTER_START_WAIT, timeout=self.opts.verify_timeout_s,
-                          suite=self.opts.verify_suite)
+        return run_verify(
+            self._router_url(),
+            api_key=self.api_key,
+            key_source=self.key_source,
+            model=self.opts.served_model,
+            wait=AFTER_START_WAIT,
+            timeout=self.opts.verify_timeout_s,
+            suite=self.opts.verify_suite,
+        )
 
     def _verified(self, report: Any) -> None:
         from kimi_serve.verify.render import render_lines
@@ -242,10 +282,15 @@ class Deployment:
         if report.exit_code != 0:
             code = ExitCode.UNREACHABLE if report.exit_code == ExitCode.UNREACHABLE else ExitCode.FAILED
             first = report.error or next((f for pr in report.probes for f in pr.findings), None)
-            self.begin_stop(Outcome(code, f"contract check through the {self.router_part.name} failed: "
-                                    f"{first.message if first else report.status}",
-                                    first.fix if first else "read the verify output above"),
-                            "contract check through the router failed")
+            self.begin_stop(
+                Outcome(
+                    code,
+                    f"contract check through the {self.router_part.name} failed: "
+                    f"{first.message if first else report.status}",
+                    first.fix if first else "read the verify output above",
+                ),
+                "contract check through the router failed",
+            )
             return
         self._serving()
 
@@ -253,8 +298,10 @@ class Deployment:
         self.state = "serving"
         assert self.router is not None
         pids = ", ".join(f"{m.part.tag} pid {m.server.pid}" for m in self.members)
-        self.console.info(f"supervising {len(self.members)} replicas ({pids}) and the router (pid {self.router.pid}); "
-                          f"clients use {self._router_url()}; Ctrl-C stops the router, then the replicas")
+        self.console.info(
+            f"supervising {len(self.members)} replicas ({pids}) and the router (pid {self.router.pid}); "
+            f"clients use {self._router_url()}; Ctrl-C stops the router, then the replicas"
+        )
 
     # -- stopping
     def begin_stop(self, outcome: Outcome, announce: str) -> None:
@@ -264,8 +311,9 @@ class Deployment:
         self.reason = outcome
         if self.router is not None and self.router_rc is None:
             self.router_stop_deadline = time.monotonic() + self.opts.stop_grace_s
-            self.console.info(f"{announce}; stopping the router first (SIGTERM to pid {self.router.pid}), then the "
-                              "replicas")
+            self.console.info(
+                f"{announce}; stopping the router first (SIGTERM to pid {self.router.pid}), then the replicas"
+            )
             self.router.terminate()
         else:
             self.console.info(f"{announce}; stopping the replicas")
@@ -283,15 +331,20 @@ class Deployment:
             if self.reason.code == ExitCode.INTERRUPTED:  # each replica's watch stops it as `up` stops one server
                 m.relay.count, m.relay.last = max(1, signals.count), signals.last
             else:
-                m.watch.begin_stop(Outcome(self.reason.code, self.reason.message, self.reason.hint),
-                                   f"the deployment is stopping ({self.reason.message})")
+                m.watch.begin_stop(
+                    Outcome(self.reason.code, self.reason.message, self.reason.hint),
+                    f"the deployment is stopping ({self.reason.message})",
+                )
 
     def _final(self, signals: Signals) -> Outcome:
         reason = self.reason or Outcome(ExitCode.SERVER_EXITED, "every process of the deployment exited")
         if reason.code != ExitCode.INTERRUPTED:
             return reason
-        unclean = [m.part.name for m in self.members if m.part.name not in self.degraded
-                   and (m.outcome is None or m.outcome.code != ExitCode.INTERRUPTED)]
+        unclean = [
+            m.part.name
+            for m in self.members
+            if m.part.name not in self.degraded and (m.outcome is None or m.outcome.code != ExitCode.INTERRUPTED)
+        ]
         if self.router is not None and (self.router_rc not in CLEAN_STOP or self.router.killed):
             unclean.append(f"{self.router_part.name} ({describe_status(self.router_rc or 0)})")
         said = [f"{', '.join(self.degraded)} had exited during the run"] if self.degraded else []
@@ -324,9 +377,11 @@ def serve_deployment(profile: Profile, first: Launch, opts: UpOptions, base_log:
             p.log_path.parent.mkdir(parents=True, exist_ok=True)
             p.log_path.touch()
         except OSError as exc:
-            raise KimiServeError(f"cannot write the log file {p.log_path}: {exc.strerror or exc}",
-                                 hint="pass --log-file PATH or set KIMI_SERVE_STATE_DIR",
-                                 exit_code=ExitCode.ENVIRONMENT) from None
+            raise KimiServeError(
+                f"cannot write the log file {p.log_path}: {exc.strerror or exc}",
+                hint="pass --log-file PATH or set KIMI_SERVE_STATE_DIR",
+                exit_code=ExitCode.ENVIRONMENT,
+            ) from None
     key = resolve_key(key_file=first.api_key_file, file_label="profile key file")
     deployment = Deployment(parts, router, opts, console, key.value, key.source)
     outcome = None
@@ -340,5 +395,6 @@ def serve_deployment(profile: Profile, first: Launch, opts: UpOptions, base_log:
     if outcome.code in (ExitCode.OK, ExitCode.INTERRUPTED):
         console.info(outcome.message)
         return int(outcome.code)
-    raise KimiServeError(outcome.message, where=f"logs {part_glob(base_log)}", hint=outcome.hint or None,
-                         exit_code=outcome.code)
+    raise KimiServeError(
+        outcome.message, where=f"logs {part_glob(base_log)}", hint=outcome.hint or None, exit_code=outcome.code
+    )

@@ -29,10 +29,15 @@ class UpOptions:
 
     @classmethod
     def from_profile(cls, p: Profile, *, verify: bool = True, **overrides: Any) -> UpOptions:
-        values = dict(verify=verify, startup_timeout_s=float(p.startup.timeout),
-                      stop_grace_s=float(p.service.stop_timeout),
-                      tp_size=p.parallel.tp_size, verify_suite=p.verify.suite, verify_timeout_s=float(p.verify.timeout),
-                      served_model=p.model.served_name)
+        values = dict(
+            verify=verify,
+            startup_timeout_s=float(p.startup.timeout),
+            stop_grace_s=float(p.service.stop_timeout),
+            tp_size=p.parallel.tp_size,
+            verify_suite=p.verify.suite,
+            verify_timeout_s=float(p.verify.timeout),
+            served_model=p.model.served_name,
+        )
         return cls(**{**values, **overrides})
 
 

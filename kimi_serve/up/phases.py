@@ -41,8 +41,9 @@ def clock_text(s: float) -> str:
 
 
 class PhaseClock:
-    def __init__(self, figures: Figures | None = None, predicted_weights_s: float | None = None,
-                 now: float | None = None) -> None:
+    def __init__(
+        self, figures: Figures | None = None, predicted_weights_s: float | None = None, now: float | None = None
+    ) -> None:
         self.figures = figures
         self.predicted = predicted_weights_s
         self.started = time.monotonic() if now is None else now
@@ -107,10 +108,18 @@ class PhaseClock:
     def record(self, *, profile: str, outcome: str, now: float | None = None) -> dict[str, Any]:
         now = time.monotonic() if now is None else now
         fig = self.figures.to_json() if self.figures is not None else {}
-        return {"version": 1, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "profile": profile, "outcome": outcome,
-                "phases": self.durations(), "sglang_load_weight_s": self.sglang_load_s,
-                "ready_s": round(self.ready_at - self.started, 3) if self.ready_at is not None else None,
-                "total_s": round(now - self.started, 3), "predicted_weights_s": self.predicted, "figures": fig}
+        return {
+            "version": 1,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "profile": profile,
+            "outcome": outcome,
+            "phases": self.durations(),
+            "sglang_load_weight_s": self.sglang_load_s,
+            "ready_s": round(self.ready_at - self.started, 3) if self.ready_at is not None else None,
+            "total_s": round(now - self.started, 3),
+            "predicted_weights_s": self.predicted,
+            "figures": fig,
+        }
 
     def record_to(self, state_root: Path, profile: str, say: Callable[[str], None] | None = None) -> None:
         """Where :meth:`settled` saves (`up` sets it; without it nothing is written), and where it says so."""
@@ -149,8 +158,11 @@ def summary(rec: dict[str, Any]) -> str:
     fig = rec.get("figures") or {}
     floor = fig.get("floor_s")
     w = ph.get("weights")
-    vs = (f"; weights took {w / floor:.1f}x the disk floor ({seconds(floor)})"
-          if isinstance(w, (int, float)) and isinstance(floor, (int, float)) and floor > 0 else "")
+    vs = (
+        f"; weights took {w / floor:.1f}x the disk floor ({seconds(floor)})"
+        if isinstance(w, (int, float)) and isinstance(floor, (int, float)) and floor > 0
+        else ""
+    )
     return "start phases: " + (", ".join(parts) or "none seen") + vs
 
 
@@ -174,8 +186,10 @@ def start_clock(profile: Any, state_root: Path, say: Callable[[str], None]) -> P
             cached = 100 * fig.cached / ck.total if ck.total else 0.0
             line = f"cold start: {gb(ck.total)} of weights in {ck.shards} shard(s), {cached:.0f}% in the page cache"
             if fig.floor_s is not None and predicted is not None:
-                line += (f"; disk floor {clock_text(fig.floor_s)} at {(fig.bandwidth or 0) / 1e9:.2f} GB/s; "
-                         f"predicted weight phase {clock_text(predicted)} ({how})")
+                line += (
+                    f"; disk floor {clock_text(fig.floor_s)} at {(fig.bandwidth or 0) / 1e9:.2f} GB/s; "
+                    f"predicted weight phase {clock_text(predicted)} ({how})"
+                )
             else:
                 line += f"; bandwidth unknown ({fig.bandwidth_source})"
             say(line)

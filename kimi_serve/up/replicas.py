@@ -50,16 +50,25 @@ def deployment_parts(profile: Profile, first: Launch, base_log: Path, pythonpath
     reps = replicas(profile)
     remote = [r.endpoint for r in reps if not r.local]
     if remote:
-        raise KimiServeError(f"router.workers names other hosts ({', '.join(remote)}): `up` starts local replicas only",
-                             where=f"{profile.name}: router.workers",
-                             hint="leave router.workers empty for `up`, or run each host's replica with "
-                                  "`up --set replicas=1` and the router under systemd (docs/scale-out.md)")
+        raise KimiServeError(
+            f"router.workers names other hosts ({', '.join(remote)}): `up` starts local replicas only",
+            where=f"{profile.name}: router.workers",
+            hint="leave router.workers empty for `up`, or run each host's replica with "
+            "`up --set replicas=1` and the router under systemd (docs/scale-out.md)",
+        )
     interpreter = first.argv[0]
     parts = []
     for rep in reps:
         launch = first if rep.index == 0 else build_launch(profile, interpreter, pythonpath=pythonpath, port=rep.port)
-        parts.append(Part(f"replica {rep.index} ({rep.endpoint})", f"replica{rep.index}", launch,
-                          part_log(base_log, f"replica{rep.index}"), rep))
+        parts.append(
+            Part(
+                f"replica {rep.index} ({rep.endpoint})",
+                f"replica{rep.index}",
+                launch,
+                part_log(base_log, f"replica{rep.index}"),
+                rep,
+            )
+        )
     router = build_router_launch(profile, interpreter, pythonpath=pythonpath)
     return parts, Part(f"router ({router.endpoint})", "router", router, part_log(base_log, "router"))
 
@@ -80,9 +89,13 @@ def port_preflight(parts: list[Part], router: Part, console: Console) -> None:
         clash = seen.get((host, port))
         problem = f"{name} and {clash} both use port {port}" if clash else port_problem(host, port)
         if problem:
-            raise KimiServeError(problem, where="preflight: port", exit_code=ExitCode.ENVIRONMENT,
-                                 hint="stop whatever listens there or change router.port / router.metrics_port / "
-                                      "server.port (--set KEY=VALUE)")
+            raise KimiServeError(
+                problem,
+                where="preflight: port",
+                exit_code=ExitCode.ENVIRONMENT,
+                hint="stop whatever listens there or change router.port / router.metrics_port / "
+                "server.port (--set KEY=VALUE)",
+            )
         seen[(host, port)] = name
     console.info(f"preflight: ports free for {len(parts)} replicas, the router and its metrics")
 
@@ -150,7 +163,6 @@ class Member:
         return "serving" if self.watch.verify_done else "contract check"
 
 
-
 class RouterPoller:
     """The router's health view (kimi_serve.router.client.router_health), one request at a time off the watch loop,
     at most every ``ROUTER_POLL_S``."""
@@ -181,10 +193,13 @@ def dry_run(profile: Profile, first: Launch, opts: UpOptions, base_log: Path, co
     for p in [*parts, router]:
         console.info(f"dry run: would start {p.name} (log: {p.log_path}):")
         console.info("$ " + p.launch.shell())
-    console.info(f"each replica: wait up to {opts.startup_timeout_s:g}s for /health"
-                 + (f", run the {opts.verify_suite} contract check" if opts.verify else "")
-                 + f"; then the router: wait up to {ROUTER_READY_S:g}s until it reports every replica healthy"
-                 + (", run the contract check through it" if opts.verify else "") + ", and supervise")
+    console.info(
+        f"each replica: wait up to {opts.startup_timeout_s:g}s for /health"
+        + (f", run the {opts.verify_suite} contract check" if opts.verify else "")
+        + f"; then the router: wait up to {ROUTER_READY_S:g}s until it reports every replica healthy"
+        + (", run the contract check through it" if opts.verify else "")
+        + ", and supervise"
+    )
     return int(ExitCode.OK)
 
 

@@ -43,16 +43,18 @@ def preflight(profile: Profile, launch: Launch, console: Console, host: Any = No
     """The doctor checks; a failing one stops `up` before anything starts (exit 5)."""
     from kimi_serve.check.doctor import Host, run_doctor
 
-    report = run_doctor(profile, launch, host or Host(coldstart_probe="if-unknown"),
-                        service=False)  # up runs as you, not as service.user
+    report = run_doctor(
+        profile, launch, host or Host(coldstart_probe="if-unknown"), service=False
+    )  # up runs as you, not as service.user
     for c in report.checks:
         if c.status in (WARN, FAIL):
             console.info(f"preflight {c.status}: {c.code}: {c.line()}")
     bad = failed(report.checks)
     if bad:
         raise error_from(bad, more="see above", prefix=f"preflight: {bad[0].code}: ", exit_code=ExitCode.ENVIRONMENT)
-    console.info(f"preflight: {len(report.checks)} checks passed ({sum(c.status == WARN for c in report.checks)} "
-                 "warning(s))")
+    console.info(
+        f"preflight: {len(report.checks)} checks passed ({sum(c.status == WARN for c in report.checks)} warning(s))"
+    )
 
 
 def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console, clock: PhaseClock | None = None) -> int:
@@ -64,16 +66,21 @@ def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console, clo
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.touch()
     except OSError as exc:
-        raise KimiServeError(f"cannot write the log file {log_path}: {exc.strerror or exc}",
-                             hint="pass --log-file PATH or set KIMI_SERVE_STATE_DIR",
-                             exit_code=ExitCode.ENVIRONMENT) from None
+        raise KimiServeError(
+            f"cannot write the log file {log_path}: {exc.strerror or exc}",
+            hint="pass --log-file PATH or set KIMI_SERVE_STATE_DIR",
+            exit_code=ExitCode.ENVIRONMENT,
+        ) from None
     console.info(f"starting {launch.engine} (log: {log_path})")
     console.info("$ " + launch.shell())
     try:
         server = Server.start(list(launch.argv), server_env(launch), log_path)
     except OSError as exc:
-        raise KimiServeError(f"cannot start {launch.argv[0]}: {exc.strerror or exc}", hint="check the profile's python",
-                             exit_code=ExitCode.ENVIRONMENT) from None
+        raise KimiServeError(
+            f"cannot start {launch.argv[0]}: {exc.strerror or exc}",
+            hint="check the profile's python",
+            exit_code=ExitCode.ENVIRONMENT,
+        ) from None
     console.info(f"server pid {server.pid} (own session and process group)")
     watch = Watch(server, launch, opts, console, log_path)
     if clock is not None:  # the prediction and the record (docs/coldstart.md)
@@ -95,9 +102,18 @@ def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console, clo
     raise KimiServeError(outcome.message, where=f"log {log_path}", hint=outcome.hint or None, exit_code=outcome.code)
 
 
-def run_up(profile_ref: str, *, dry_run: bool = False, verify: bool = True, log_file: Path | None = None,
-           console: Console | None = None, host: Any = None, wait_lock: bool = False, sets: Sequence[str] = (),
-           **overrides: Any) -> int:
+def run_up(
+    profile_ref: str,
+    *,
+    dry_run: bool = False,
+    verify: bool = True,
+    log_file: Path | None = None,
+    console: Console | None = None,
+    host: Any = None,
+    wait_lock: bool = False,
+    sets: Sequence[str] = (),
+    **overrides: Any,
+) -> int:
     """The `up` command: load and validate the profile, preflight, then :func:`serve` (or print, with dry_run).
 
     A real run holds the host lock (kimi_serve.core.lock) from before the preflight until the server is stopped: the
@@ -117,8 +133,16 @@ def run_up(profile_ref: str, *, dry_run: bool = False, verify: bool = True, log_
         return _up(profile, launch, console, host, dry_run, verify, log_file, overrides)
 
 
-def _up(profile: Profile, launch: Launch, console: Console, host: Any, dry_run: bool, verify: bool,
-        log_file: Path | None, overrides: dict[str, Any]) -> int:
+def _up(
+    profile: Profile,
+    launch: Launch,
+    console: Console,
+    host: Any,
+    dry_run: bool,
+    verify: bool,
+    log_file: Path | None,
+    overrides: dict[str, Any],
+) -> int:
     preflight(profile, launch, console, host)
     log_path = log_file or default_log_file(profile.name)
     if log_file is None and not dry_run:
@@ -134,9 +158,11 @@ def _up(profile: Profile, launch: Launch, console: Console, host: Any, dry_run: 
     if dry_run:
         console.info(f"dry run: would start {launch.engine} (log: {log_path}):")
         console.info("$ " + launch.shell())
-        console.info(f"then wait up to {opts.startup_timeout_s:g}s for /health, "
-                     + (f"run the {opts.verify_suite} contract check, " if verify else "")
-                     + "and supervise")
+        console.info(
+            f"then wait up to {opts.startup_timeout_s:g}s for /health, "
+            + (f"run the {opts.verify_suite} contract check, " if verify else "")
+            + "and supervise"
+        )
         return int(ExitCode.OK)
     from kimi_serve.core.settings import state_root
 

@@ -50,28 +50,65 @@ _KV = re.compile(r"KV Cache is allocated\. dtype: (\S+), #tokens: (\d+)")
 
 # Failure detectors, most specific first: (kind, pattern, what it means, fix).
 FAILURES: tuple[tuple[str, re.Pattern[str], str, str], ...] = (
-    ("cuda_oom", re.compile(r"OutOfMemoryError: CUDA out of memory|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED"
-                            r"|Not enough memory\. Please try to increase --mem-fraction-static"
-                            r"|Loaded weights leave no GPU memory for the KV cache|Capture (?:prefill )?cuda graph "
-                            r"failed", re.I),
-     "CUDA out of memory", "free the GPUs (nvidia-smi shows other processes) or lower memory.mem_fraction_static / "
-     "memory.cuda_graph_max_bs_decode"),
-    ("nccl", re.compile(r"NCCL error|DistBackendError|DistStoreError|DistNetworkError|\[E\d+ [^\]]*ProcessGroupNCCL|"
-                        r"Watchdog caught collective operation timeout"),
-     "NCCL / distributed init failed", "run kimi-serve doctor (GPU count, topology), check NCCL_* env, rerun with "
-     "NCCL_DEBUG=INFO in the profile's env"),
-    ("port_in_use", re.compile(r"\[Errno 98\] error while attempting to bind on address"),
-     "the HTTP port is already in use", "stop whatever listens on server.port or change it"),
-    ("warmup_failed", re.compile(r"Initialization failed\. warmup error"),
-     "SGLang's warmup request failed", "read the traceback in the log"),
-    ("rank_died", re.compile(r"Rank \d+ scheduler died during initialization"),
-     "a scheduler process died during initialization", "check `dmesg -T | grep -i oom` (host OOM killer) and the log"),
-    ("watchdog", re.compile(r"Scheduler watchdog timeout"),
-     "a scheduler step hung past --watchdog-timeout", "read the log; raise server.watchdog_timeout if it is legit"),
-    ("scheduler_exception", re.compile(r"(?:Scheduler|DetokenizerManager) hit an exception"),
-     "a scheduler process raised an exception", "read the traceback in the log"),
-    ("traceback", re.compile(r"^Traceback \(most recent call last\):"),
-     "the server raised an exception", "read the traceback in the log"),
+    (
+        "cuda_oom",
+        re.compile(
+            r"OutOfMemoryError: CUDA out of memory|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED"
+            r"|Not enough memory\. Please try to increase --mem-fraction-static"
+            r"|Loaded weights leave no GPU memory for the KV cache|Capture (?:prefill )?cuda graph "
+            r"failed",
+            re.I,
+        ),
+        "CUDA out of memory",
+        "free the GPUs (nvidia-smi shows other processes) or lower memory.mem_fraction_static / "
+        "memory.cuda_graph_max_bs_decode",
+    ),
+    (
+        "nccl",
+        re.compile(
+            r"NCCL error|DistBackendError|DistStoreError|DistNetworkError|\[E\d+ [^\]]*ProcessGroupNCCL|"
+            r"Watchdog caught collective operation timeout"
+        ),
+        "NCCL / distributed init failed",
+        "run kimi-serve doctor (GPU count, topology), check NCCL_* env, rerun with "
+        "NCCL_DEBUG=INFO in the profile's env",
+    ),
+    (
+        "port_in_use",
+        re.compile(r"\[Errno 98\] error while attempting to bind on address"),
+        "the HTTP port is already in use",
+        "stop whatever listens on server.port or change it",
+    ),
+    (
+        "warmup_failed",
+        re.compile(r"Initialization failed\. warmup error"),
+        "SGLang's warmup request failed",
+        "read the traceback in the log",
+    ),
+    (
+        "rank_died",
+        re.compile(r"Rank \d+ scheduler died during initialization"),
+        "a scheduler process died during initialization",
+        "check `dmesg -T | grep -i oom` (host OOM killer) and the log",
+    ),
+    (
+        "watchdog",
+        re.compile(r"Scheduler watchdog timeout"),
+        "a scheduler step hung past --watchdog-timeout",
+        "read the log; raise server.watchdog_timeout if it is legit",
+    ),
+    (
+        "scheduler_exception",
+        re.compile(r"(?:Scheduler|DetokenizerManager) hit an exception"),
+        "a scheduler process raised an exception",
+        "read the traceback in the log",
+    ),
+    (
+        "traceback",
+        re.compile(r"^Traceback \(most recent call last\):"),
+        "the server raised an exception",
+        "read the traceback in the log",
+    ),
 )
 _TRACEBACK = FAILURES[-1][0], FAILURES[-1][2], FAILURES[-1][3]
 _CHILD_FAILED = re.compile(r"Received sigquit from a child process|SIGQUIT received\. signum=")
@@ -190,8 +227,9 @@ class StartupTracker:
         assert self._trace is not None
         trace, self._trace = self._trace, None
         kind, summary, fix = self._base
-        specific = next(((k, s, f) for k, pattern, s, f in FAILURES[:-2] if any(pattern.search(t) for t in trace)),
-                        None)
+        specific = next(
+            ((k, s, f) for k, pattern, s, f in FAILURES[:-2] if any(pattern.search(t) for t in trace)), None
+        )
         if specific:
             kind, summary, fix = specific
         exc = next((t.strip() for t in reversed(trace) if _EXCEPTION_LINE.match(t)), "")
@@ -221,21 +259,32 @@ class StartupTracker:
                 p.url = m.group(1)
             if phase == "kv_cache" and (kv := _KV.search(msg)):
                 p.kv_tokens = int(kv.group(2))
-            detail = {"kv_cache": f" ({p.kv_tokens} tokens)" if p.kv_tokens else "",
-                      "http": f" at {p.url}" if p.url else ""}.get(phase, "")
+            detail = {
+                "kv_cache": f" ({p.kv_tokens} tokens)" if p.kv_tokens else "",
+                "http": f" at {p.url}" if p.url else "",
+            }.get(phase, "")
             self._advance(phase, events, f"{PHASE_TITLES[phase]}{detail}")
         if m := _INIT_END.search(msg):
             p.ranks_init_done.add(rank)
             if len(p.ranks_init_done) == self.tp_size:
-                events.append(Event("init_done", p.phase, f"distributed init done on {self.tp_size} rank(s) "
-                                    f"({m.group(1)} s)"))
+                events.append(
+                    Event("init_done", p.phase, f"distributed init done on {self.tp_size} rank(s) ({m.group(1)} s)")
+                )
         if m := _SHARDS.search(line):  # a bar fragment may have another rank's record glued after it
             done, total = int(m.group(2)), int(m.group(3))
             if (done, total) != (p.shards_done, p.shards_total):
                 p.shards_done, p.shards_total, p.shard_eta, p.shard_rate = done, total, m.group(5), m.group(6).strip()
                 self._advance("weights", events, PHASE_TITLES["weights"])
-                events.append(Event("shards", p.phase, f"weights {done}/{total} shards ({100 * done // max(total, 1)}%)"
-                                    f", {p.shard_rate}, ETA {p.shard_eta}", done, total))
+                events.append(
+                    Event(
+                        "shards",
+                        p.phase,
+                        f"weights {done}/{total} shards ({100 * done // max(total, 1)}%)"
+                        f", {p.shard_rate}, ETA {p.shard_eta}",
+                        done,
+                        total,
+                    )
+                )
         if (m := _WEIGHT_END.search(msg)) and rank == 0:
             p.weight_loads_done += 1
             which = "target" if p.weight_loads_done == 1 else "draft"
@@ -244,5 +293,6 @@ class StartupTracker:
         if m := _GRAPH_BAR.search(line):
             p.graphs_done, p.graphs_total = int(m.group(1)), int(m.group(2))
             self._advance("cuda_graph", events, PHASE_TITLES["cuda_graph"])
-            events.append(Event("graphs", p.phase, f"CUDA graphs {p.graphs_done}/{p.graphs_total}", p.graphs_done,
-                                p.graphs_total))
+            events.append(
+                Event("graphs", p.phase, f"CUDA graphs {p.graphs_done}/{p.graphs_total}", p.graphs_done, p.graphs_total)
+            )

@@ -43,8 +43,6 @@ class Signals:
             signal.signal(sig, handler)
 
 
-
-
 @dataclass
 class Outcome:
     code: ExitCode
@@ -86,8 +84,10 @@ class Watch:
         self.console.end_progress()
         self.reason = outcome
         self.stop_deadline = time.monotonic() + self.opts.stop_grace_s
-        self.console.info(f"{announce}; stopping the server (SIGTERM to pid {self.server.pid}, SIGKILL to its group "
-                          f"after {self.opts.stop_grace_s:g}s)")
+        self.console.info(
+            f"{announce}; stopping the server (SIGTERM to pid {self.server.pid}, SIGKILL to its group "
+            f"after {self.opts.stop_grace_s:g}s)"
+        )
         self.server.terminate()
 
     # -- the loop
@@ -119,8 +119,9 @@ class Watch:
             failure = None
         if failure is not None and self.failure_at is None:
             self.failure_at = now
-            self.console.problem(f"FAILURE in the server log ({failure.kind}, {now - self.started:.1f}s after "
-                                 f"start): {failure.report()}")
+            self.console.problem(
+                f"FAILURE in the server log ({failure.kind}, {now - self.started:.1f}s after start): {failure.report()}"
+            )
         if self.failure_at is not None:
             if now - self.failure_at >= self.opts.failure_grace_s:
                 self.begin_stop(self._failure_outcome(), "the server did not exit after its failure")
@@ -134,17 +135,31 @@ class Watch:
     def _watch_start(self, now: float) -> None:
         opts, p = self.opts, self.tracker.progress
         if now - self.started > opts.startup_timeout_s:
-            self.begin_stop(Outcome(ExitCode.UNREACHABLE, f"not ready after {opts.startup_timeout_s:g}s (phase: "
-                                     f"{p.phase})", "raise startup.timeout or read the log"), "startup timeout")
+            self.begin_stop(
+                Outcome(
+                    ExitCode.UNREACHABLE,
+                    f"not ready after {opts.startup_timeout_s:g}s (phase: {p.phase})",
+                    "raise startup.timeout or read the log",
+                ),
+                "startup timeout",
+            )
             return
-        if (self.init_started is not None and len(p.ranks_init_done) < opts.tp_size
-                and now - self.init_started > opts.init_timeout_s):
+        if (
+            self.init_started is not None
+            and len(p.ranks_init_done) < opts.tp_size
+            and now - self.init_started > opts.init_timeout_s
+        ):
             missing = sorted(set(range(opts.tp_size)) - p.ranks_init_done)
-            self.begin_stop(Outcome(
-                ExitCode.UNREACHABLE, f"distributed init hung: no 'Init parallel ends.' from rank(s) "
-                f"{', '.join(map(str, missing))} within {opts.init_timeout_s:g}s (NCCL/GPU problem; SGLang itself "
-                "waits 10 min or forever)", "run kimi-serve doctor; rerun with NCCL_DEBUG=INFO in the profile's env"),
-                "distributed init hung")
+            self.begin_stop(
+                Outcome(
+                    ExitCode.UNREACHABLE,
+                    f"distributed init hung: no 'Init parallel ends.' from rank(s) "
+                    f"{', '.join(map(str, missing))} within {opts.init_timeout_s:g}s (NCCL/GPU problem; SGLang itself "
+                    "waits 10 min or forever)",
+                    "run kimi-serve doctor; rerun with NCCL_DEBUG=INFO in the profile's env",
+                ),
+                "distributed init hung",
+            )
             return
         if self.health is not None and self.health.done():
             readiness, self.health = self.health.result(), None
@@ -152,8 +167,11 @@ class Watch:
                 self._ready()
                 return
         if self.health is None and now >= self.next_health:
-            self.next_health = now + (self.opts.health_every_s if PHASES.index(p.phase) >= PHASES.index("http")
-                                      else 3 * self.opts.health_every_s)
+            self.next_health = now + (
+                self.opts.health_every_s
+                if PHASES.index(p.phase) >= PHASES.index("http")
+                else 3 * self.opts.health_every_s
+            )
             self.health = self._pool.submit(self._poll_health)
 
     def _poll_health(self) -> Any:
@@ -166,8 +184,10 @@ class Watch:
         self.console.end_progress()
         self.ready_at = time.monotonic()
         self.phases.mark_ready(self.ready_at)
-        self.console.info(f"[ready] server ready in {self.ready_at - self.started:.1f}s "
-                          f"(GET /health 200 at {health_target(self.launch).base_url})")
+        self.console.info(
+            f"[ready] server ready in {self.ready_at - self.started:.1f}s "
+            f"(GET /health 200 at {health_target(self.launch).base_url})"
+        )
         if self.opts.verify:
             self.console.info(f"contract check ({self.opts.verify_suite} suite)...")
             self.verify = self._pool.submit(self._run_verify)
@@ -179,9 +199,15 @@ class Watch:
         from kimi_serve.verify import AFTER_START_WAIT, resolve_key, run_verify
 
         key = resolve_key(key_file=self.launch.api_key_file, file_label="profile key file")
-        return run_verify(health_target(self.launch), api_key=key.value, key_source=key.source,
-                          model=self.opts.served_model, wait=AFTER_START_WAIT, timeout=self.opts.verify_timeout_s,
-                          suite=self.opts.verify_suite)
+        return run_verify(
+            health_target(self.launch),
+            api_key=key.value,
+            key_source=key.source,
+            model=self.opts.served_model,
+            wait=AFTER_START_WAIT,
+            timeout=self.opts.verify_timeout_s,
+            suite=self.opts.verify_suite,
+        )
 
     def _verified(self, report: Any) -> None:
         from kimi_serve.verify.render import render_lines
@@ -193,9 +219,14 @@ class Watch:
         if report.exit_code != 0:
             code = ExitCode.UNREACHABLE if report.exit_code == ExitCode.UNREACHABLE else ExitCode.FAILED
             first = report.error or next((f for pr in report.probes for f in pr.findings), None)
-            self.begin_stop(Outcome(code, f"contract check failed: {first.message if first else report.status}",
-                                     first.fix if first else "read the verify output above"),
-                            "contract check failed")
+            self.begin_stop(
+                Outcome(
+                    code,
+                    f"contract check failed: {first.message if first else report.status}",
+                    first.fix if first else "read the verify output above",
+                ),
+                "contract check failed",
+            )
             return
         self._supervising()
 
@@ -206,8 +237,9 @@ class Watch:
     def _failure_outcome(self) -> Outcome:
         f = self.tracker.failure
         assert f is not None
-        return Outcome(ExitCode.SERVER_EXITED, f"server failed ({f.kind}): {f.summary} (it did not exit; stopped)",
-                        f.fix)
+        return Outcome(
+            ExitCode.SERVER_EXITED, f"server failed ({f.kind}): {f.summary} (it did not exit; stopped)", f.fix
+        )
 
     def finish(self, rc: int) -> Outcome:
         self.console.end_progress()
@@ -222,19 +254,20 @@ class Watch:
         self.console.info(f"server pid {self.server.pid} ended: {status}")
         if self.reason is not None:
             if self.reason.code == ExitCode.INTERRUPTED and (rc not in CLEAN_STOP or self.server.killed):
-                return Outcome(ExitCode.SERVER_EXITED, f"the server did not stop cleanly ({status})",
-                                "read the log")
+                return Outcome(ExitCode.SERVER_EXITED, f"the server did not stop cleanly ({status})", "read the log")
             return self.reason
         failure = self.tracker.failure
         if failure is not None:
             if self.failure_at is None:
                 self.console.problem(f"FAILURE in the server log ({failure.kind}): {failure.report()}")
-            return Outcome(ExitCode.SERVER_EXITED, f"server failed ({failure.kind}): {failure.summary} ({status})",
-                            failure.fix)
+            return Outcome(
+                ExitCode.SERVER_EXITED, f"server failed ({failure.kind}): {failure.summary} ({status})", failure.fix
+            )
         if self.ready_at is not None and rc == 0:
             return Outcome(ExitCode.OK, "the server exited with status 0")
-        when = ("after it was ready" if self.ready_at is not None
-                else f"during start (phase {self.tracker.progress.phase})")
+        when = (
+            "after it was ready" if self.ready_at is not None else f"during start (phase {self.tracker.progress.phase})"
+        )
         tail = list(self.tracker.recent)[-15:]
         if tail:
             self.console.problem("last log lines:\n" + "\n".join(f"  | {t}" for t in tail))

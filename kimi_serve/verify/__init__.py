@@ -11,6 +11,19 @@ from kimi_serve.verify.runner import AFTER_START_WAIT, DEFAULT_TIMEOUT, run_veri
 from kimi_serve.verify.target import ApiKey, Target, parse_target, resolve_api_key, resolve_key
 
 __all__ = [
-    "AFTER_START_WAIT", "API_KEY_ENV", "DEFAULT_TIMEOUT", "ApiKey", "REPORT_VERSION", "Finding", "ProbeResult",
-    "Readiness", "Target", "VerifyReport", "parse_target", "resolve_api_key", "resolve_key", "run_verify", "wait_ready",
+    "AFTER_START_WAIT",
+    "API_KEY_ENV",
+    "DEFAULT_TIMEOUT",
+    "ApiKey",
+    "REPORT_VERSION",
+    "Finding",
+    "ProbeResult",
+    "Readiness",
+    "Target",
+    "VerifyReport",
+    "parse_target",
+    "resolve_api_key",
+    "resolve_key",
+    "run_verify",
+    "wait_ready",
 ]

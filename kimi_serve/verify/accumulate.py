@@ -31,8 +31,15 @@ class Merge:
 
 
 def _type_name(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
-            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
 
 
 def _has_indexed_entries(value: Any) -> bool:
@@ -43,17 +50,24 @@ def _merge_list(acc: list[Any], delta: list[Any], path: str, merge: Merge) -> bo
     """Merge indexed entries into ``acc``; False where the SDK raises (the stream cannot be accumulated)."""
     for entry in delta:
         if not isinstance(entry, dict):
-            merge.add("stream_tool_delta", f"a `{path}` delta entry is {_type_name(entry)}, not an object: the "
-                      "openai SDK raises TypeError on it")
+            merge.add(
+                "stream_tool_delta",
+                f"a `{path}` delta entry is {_type_name(entry)}, not an object: the openai SDK raises TypeError on it",
+            )
             return False
         if "index" not in entry:
-            merge.add("stream_tool_index", f"a streamed `{path}` delta has no `index`: the openai SDK raises "
-                      "(\"Expected list delta entry to have an `index` key\") and the call is lost")
+            merge.add(
+                "stream_tool_index",
+                f"a streamed `{path}` delta has no `index`: the openai SDK raises "
+                '("Expected list delta entry to have an `index` key") and the call is lost',
+            )
             return False
         index = entry["index"]
         if not isinstance(index, int) or isinstance(index, bool):
-            merge.add("stream_tool_index", f"a streamed `{path}` delta has index {index!r}, not an integer: the "
-                      "openai SDK raises TypeError")
+            merge.add(
+                "stream_tool_index",
+                f"a streamed `{path}` delta has index {index!r}, not an integer: the openai SDK raises TypeError",
+            )
             return False
         if index < len(acc):
             if not isinstance(acc[index], dict):
@@ -62,9 +76,12 @@ def _merge_list(acc: list[Any], delta: list[Any], path: str, merge: Merge) -> bo
         elif index == len(acc):
             acc.append(merge_delta({}, entry, f"{path}[{index}]", merge))
         else:
-            merge.add("stream_tool_index", f"`{path}` index {index} arrives before index {len(acc)}: the openai "
-                      f"SDK stores it at position {len(acc)} and then fails to find it (IndexError); indices must "
-                      "count up from 0")
+            merge.add(
+                "stream_tool_index",
+                f"`{path}` index {index} arrives before index {len(acc)}: the openai "
+                f"SDK stores it at position {len(acc)} and then fails to find it (IndexError); indices must "
+                "count up from 0",
+            )
             return False
     return True
 
@@ -82,14 +99,20 @@ def merge_delta(acc: dict[str, Any], delta: dict[str, Any], path: str, merge: Me
         stored = acc[key]
         if key in ("index", "type"):
             if key == "type" and value is None and stored is not None:
-                merge.add("stream_type_reset", f"a later `{where}` delta sends null: the openai SDK takes it as the "
-                          f"new type (was {stored!r}), so the call loses its type")
+                merge.add(
+                    "stream_type_reset",
+                    f"a later `{where}` delta sends null: the openai SDK takes it as the "
+                    f"new type (was {stored!r}), so the call loses its type",
+                )
             acc[key] = value
             continue
         if isinstance(stored, str) and isinstance(value, str):
             if key in _IDENTIFIERS and stored and value:
-                merge.add("stream_repeated_field", f"`{where}` is sent again in a later chunk ({value!r}): clients "
-                          f"that accumulate deltas (the openai SDK) concatenate it to {stored + value!r}")
+                merge.add(
+                    "stream_repeated_field",
+                    f"`{where}` is sent again in a later chunk ({value!r}): clients "
+                    f"that accumulate deltas (the openai SDK) concatenate it to {stored + value!r}",
+                )
             acc[key] = stored + value
         elif isinstance(stored, (int, float)) and isinstance(value, (int, float)):
             acc[key] = stored + value
@@ -101,6 +124,9 @@ def merge_delta(acc: dict[str, Any], delta: dict[str, Any], path: str, merge: Me
             elif not _merge_list(stored, value, where, merge):
                 merge.add("stream_unmergeable", f"the openai SDK cannot merge the `{where}` deltas")
         elif value is not None:
-            merge.add("stream_type_change", f"`{where}` changes from {_type_name(stored)} to {_type_name(value)} "
-                      "mid-stream: the openai SDK keeps the first and silently drops the rest")
+            merge.add(
+                "stream_type_change",
+                f"`{where}` changes from {_type_name(stored)} to {_type_name(value)} "
+                "mid-stream: the openai SDK keeps the first and silently drops the rest",
+            )
     return acc

@@ -20,8 +20,10 @@ from kimi_serve.verify.transport import TransportError, request
 ADMIN_PROBE_PATH = "/remote_instance_transfer_engine_info"  # ADMIN_OPTIONAL, GET, read-only (see above)
 REFUSED = (401, 403)
 CODE = "admin_open_to_clients"
-FIX = ("add a distinct 'admin-api-key: OTHER-KEY' to the server's key file (server.api_key_file; install-service "
-       "creates one) and restart")
+FIX = (
+    "add a distinct 'admin-api-key: OTHER-KEY' to the server's key file (server.api_key_file; install-service "
+    "creates one) and restart"
+)
 
 
 def _loopback(target: Target) -> bool:
@@ -38,18 +40,39 @@ def check_admin(target: Target, api_key: str | None, deadline: float) -> Finding
         return Finding("verify", "admin_auth", SKIP, f"GET {path}: {err.detail}; admin auth not checked")
     if reply.status in REFUSED:
         who = "the clients' API key" if api_key else "requests without a key"
-        return Finding("verify", "admin_auth", PASS, f"SGLang's admin endpoints refuse {who} (GET {path}: "
-                       f"HTTP {reply.status})")
+        return Finding(
+            "verify", "admin_auth", PASS, f"SGLang's admin endpoints refuse {who} (GET {path}: HTTP {reply.status})"
+        )
     if reply.status in (404, 405):
-        return Finding("verify", "admin_auth", SKIP, f"GET {path}: HTTP {reply.status}: no SGLang admin endpoint "
-                       "here; admin auth not checked")
+        return Finding(
+            "verify",
+            "admin_auth",
+            SKIP,
+            f"GET {path}: HTTP {reply.status}: no SGLang admin endpoint here; admin auth not checked",
+        )
     if api_key:
-        return Finding("verify", CODE, FAIL, f"SGLang's admin endpoints accept the clients' API key (GET {path}: "
-                       f"HTTP {reply.status}, not 401): any client can update weights, load LoRA tensors, pause or "
-                       "slow the server", FIX)
+        return Finding(
+            "verify",
+            CODE,
+            FAIL,
+            f"SGLang's admin endpoints accept the clients' API key (GET {path}: "
+            f"HTTP {reply.status}, not 401): any client can update weights, load LoRA tensors, pause or "
+            "slow the server",
+            FIX,
+        )
     if _loopback(target):
-        return Finding("verify", "admin_auth", PASS, f"no API key: admin endpoints are open to local users only "
-                       f"(GET {path}: HTTP {reply.status} on a loopback address)")
-    return Finding("verify", "admin_open", WARN, f"no API key: SGLang's admin endpoints are open to anyone who "
-                   f"reaches {target.base_url} (GET {path}: HTTP {reply.status})",
-                   "set server.api_key_file with api-key and admin-api-key")
+        return Finding(
+            "verify",
+            "admin_auth",
+            PASS,
+            f"no API key: admin endpoints are open to local users only "
+            f"(GET {path}: HTTP {reply.status} on a loopback address)",
+        )
+    return Finding(
+        "verify",
+        "admin_open",
+        WARN,
+        f"no API key: SGLang's admin endpoints are open to anyone who "
+        f"reaches {target.base_url} (GET {path}: HTTP {reply.status})",
+        "set server.api_key_file with api-key and admin-api-key",
+    )

@@ -42,8 +42,9 @@ def json_kind(value: Any) -> str:
     """The JSON type name of a decoded value ("string", "object", "array", "number", "boolean", "null")."""
     if isinstance(value, bool):
         return "boolean"
-    return {str: "string", dict: "object", list: "array", int: "number", float: "number",
-            type(None): "null"}.get(type(value), type(value).__name__)
+    return {str: "string", dict: "object", list: "array", int: "number", float: "number", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )
 
 
 def as_object(value: Any) -> dict[str, Any]:
@@ -52,8 +53,11 @@ def as_object(value: Any) -> dict[str, Any]:
 
 
 def _malformed(what: str) -> Finding:
-    return problem("malformed_response", f"response is not an OpenAI chat completion: {what}",
-                   "point --host at SGLang's OpenAI server (/v1/chat/completions), not a proxy that rewrites it")
+    return problem(
+        "malformed_response",
+        f"response is not an OpenAI chat completion: {what}",
+        "point --host at SGLang's OpenAI server (/v1/chat/completions), not a proxy that rewrites it",
+    )
 
 
 def answer_from_json(obj: Any) -> Answer:
@@ -64,8 +68,11 @@ def answer_from_json(obj: Any) -> Answer:
     message = choice.get("message") if isinstance(choice, dict) else None
     if not isinstance(message, dict):
         return Answer(problems=[_malformed("choices[0] has no message")])
-    answer = Answer(content=_text(message.get("content")), reasoning=_text(message.get("reasoning_content")),
-                    finish_reason=_text(choice.get("finish_reason")))
+    answer = Answer(
+        content=_text(message.get("content")),
+        reasoning=_text(message.get("reasoning_content")),
+        finish_reason=_text(choice.get("finish_reason")),
+    )
     for name in OTHER_REASONING_FIELDS:
         if _text(message.get(name)):
             answer.other_reasoning[name] = message[name]
@@ -77,8 +84,14 @@ def answer_from_json(obj: Any) -> Answer:
         raw = raw if isinstance(raw, dict) else {}
         fn = as_object(raw.get("function"))
         index = raw.get("index")
-        answer.tool_calls.append(ToolCall(id=_text(raw.get("id")), type=_text(raw.get("type")),
-                                          index=index if isinstance(index, int) else None,
-                                          name=_text(fn.get("name")), arguments=_text(fn.get("arguments")),
-                                          arguments_kind=json_kind(fn.get("arguments"))))
+        answer.tool_calls.append(
+            ToolCall(
+                id=_text(raw.get("id")),
+                type=_text(raw.get("type")),
+                index=index if isinstance(index, int) else None,
+                name=_text(fn.get("name")),
+                arguments=_text(fn.get("arguments")),
+                arguments_kind=json_kind(fn.get("arguments")),
+            )
+        )
     return answer

@@ -57,8 +57,12 @@ class DeploymentReport:
     def summary(self) -> str:
         if not self.broken:
             return f"verify: deployment holds the contract: {', '.join(p.label for p in self.parts)}"
-        return "verify: deployment " + ("VIOLATED" if self.exit_code == ExitCode.FAILED else "unreachable in part") \
-            + ": " + "; ".join(f"{p.label} {p.report.status}: {p.first_problem()}" for p in self.broken)
+        return (
+            "verify: deployment "
+            + ("VIOLATED" if self.exit_code == ExitCode.FAILED else "unreachable in part")
+            + ": "
+            + "; ".join(f"{p.label} {p.report.status}: {p.first_problem()}" for p in self.broken)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The router's report at the top level (the schema of a single verify, docs/verify.md), with ``ok``,
@@ -66,15 +70,34 @@ class DeploymentReport:
         with its own full report."""
         router, *reps = self.parts
         top = router.report.to_dict()
-        findings = [{**f, "message": f"{p.name}: {f['message']}"}
-                    for p in self.parts for f in p.report.to_dict()["findings"]]
-        top.update({"ok": self.exit_code == 0, "exit_code": self.exit_code,
-                    "status": {0: "pass", 1: "fail", 3: "unreachable"}[self.exit_code], "findings": findings,
-                    "router": {"name": router.name, "status": router.report.status,
-                               "exit_code": router.report.exit_code, "health": self.router_view},
-                    "replicas": [{"name": p.name, "target": p.report.target, "status": p.report.status,
-                                  "exit_code": p.report.exit_code, "problem": None if p.report.exit_code == 0
-                                  else p.first_problem(), "report": p.report.to_dict()} for p in reps]})
+        findings = [
+            {**f, "message": f"{p.name}: {f['message']}"} for p in self.parts for f in p.report.to_dict()["findings"]
+        ]
+        top.update(
+            {
+                "ok": self.exit_code == 0,
+                "exit_code": self.exit_code,
+                "status": {0: "pass", 1: "fail", 3: "unreachable"}[self.exit_code],
+                "findings": findings,
+                "router": {
+                    "name": router.name,
+                    "status": router.report.status,
+                    "exit_code": router.report.exit_code,
+                    "health": self.router_view,
+                },
+                "replicas": [
+                    {
+                        "name": p.name,
+                        "target": p.report.target,
+                        "status": p.report.status,
+                        "exit_code": p.report.exit_code,
+                        "problem": None if p.report.exit_code == 0 else p.first_problem(),
+                        "report": p.report.to_dict(),
+                    }
+                    for p in reps
+                ],
+            }
+        )
         return top
 
     def to_json(self) -> str:
@@ -96,9 +119,11 @@ def render_deployment(report: DeploymentReport, render_one: Any) -> str:
     view = report.router_view
     if view is not None:
         sick = [w["url"] for w in view.get("workers", []) if not w.get("healthy")]
-        out.append(f"router health: {view.get('healthy_workers')}/{view.get('total_workers')} workers healthy"
-                   + (f" (unhealthy: {', '.join(sick)})" if sick else "") if view.get("reachable")
-                   else f"router health: unreachable: {view.get('detail')}")
+        out.append(
+            f"router health: {view.get('healthy_workers')}/{view.get('total_workers')} workers healthy"
+            + (f" (unhealthy: {', '.join(sick)})" if sick else "")
+            if view.get("reachable")
+            else f"router health: unreachable: {view.get('detail')}"
+        )
     out.append(report.summary())
     return "\n".join(out)
-

@@ -22,8 +22,9 @@ BARE_CALL = re.compile(r"functions\.[\w.\-]+:\d+")
 
 FIX_TOOL_PARSER = "start SGLang with --tool-call-parser kimi_k2 (profile: parsers.tool_call: kimi_k2)"
 FIX_REASONING_PARSER = "start SGLang with --reasoning-parser kimi_k2 (profile: parsers.reasoning: kimi_k2)"
-FIX_KEY = ("pass --api-key, set KIMI_SERVE_API_KEY or --api-key-file FILE (the `api-key:` file SGLang reads via "
-           "--config)")
+FIX_KEY = (
+    "pass --api-key, set KIMI_SERVE_API_KEY or --api-key-file FILE (the `api-key:` file SGLang reads via --config)"
+)
 
 
 def clip(text: str, limit: int = SHOW) -> str:
@@ -39,20 +40,30 @@ def _parser_note(server: dict[str, Any], key: str) -> str:
 
 # --- transport and HTTP -------------------------------------------------------------------------------------------
 
+
 def transport_finding(err: TransportError, *, timeout: float) -> Finding:
     if err.kind == "refused":
-        return problem("unreachable", "connection refused",
-                       "start the server, check --host, or pass --wait SECONDS to wait for it to come up")
+        return problem(
+            "unreachable",
+            "connection refused",
+            "start the server, check --host, or pass --wait SECONDS to wait for it to come up",
+        )
     if err.kind == "timeout":
-        return problem("timeout", f"no answer within --timeout {timeout:g}s",
-                       "the server accepts connections but does not answer; read its log, or raise --timeout")
+        return problem(
+            "timeout",
+            f"no answer within --timeout {timeout:g}s",
+            "the server accepts connections but does not answer; read its log, or raise --timeout",
+        )
     return problem("unreachable", f"cannot connect: {clip(err.detail)}", "check --host (scheme, host, port)")
 
 
 def model_not_found(model: str, served: list[str] | None) -> Finding:
     names = ", ".join(served) if served else "none listed"
-    return problem("http_404_model", f"HTTP 404: model {model!r} is not served (served: {names})",
-                   "pass --model with a served name, or omit it to use what /v1/models lists")
+    return problem(
+        "http_404_model",
+        f"HTTP 404: model {model!r} is not served (served: {names})",
+        "pass --model with a served name, or omit it to use what /v1/models lists",
+    )
 
 
 def http_finding(reply: Reply, *, api_key_sent: bool, model: str | None) -> Finding | None:
@@ -60,73 +71,119 @@ def http_finding(reply: Reply, *, api_key_sent: bool, model: str | None) -> Find
     body = reply.body.decode("utf-8", errors="replace").strip()
     if reply.status == 401:
         if api_key_sent:
-            return problem("http_401", "HTTP 401: the server rejected the API key",
-                           "use the key from the server's --config file: --api-key-file FILE or KIMI_SERVE_API_KEY")
+            return problem(
+                "http_401",
+                "HTTP 401: the server rejected the API key",
+                "use the key from the server's --config file: --api-key-file FILE or KIMI_SERVE_API_KEY",
+            )
         return problem("http_401", "HTTP 401: the server requires an API key and none was sent", FIX_KEY)
     if reply.status == 404 and model is not None:
         return model_not_found(model, None)
     if reply.status >= 500:
-        return problem("http_5xx", f"HTTP {reply.status} server error: {clip(body) or '(empty body)'}",
-                       "read the SGLang log for the traceback of this request")
+        return problem(
+            "http_5xx",
+            f"HTTP {reply.status} server error: {clip(body) or '(empty body)'}",
+            "read the SGLang log for the traceback of this request",
+        )
     if not 200 <= reply.status < 300:
-        return problem("http_error", f"HTTP {reply.status}: {clip(body) or '(empty body)'}",
-                       "check --host and the request the server rejected (see the message)")
+        return problem(
+            "http_error",
+            f"HTTP {reply.status}: {clip(body) or '(empty body)'}",
+            "check --host and the request the server rejected (see the message)",
+        )
     return None
 
 
 def parse_json_body(reply: Reply) -> tuple[Any, Finding | None]:
     if reply.timed_out:
-        return None, problem("timeout", "the answer did not finish before the deadline",
-                             "the server stalls mid-answer; read its log, or raise --timeout if it is only slow")
+        return None, problem(
+            "timeout",
+            "the answer did not finish before the deadline",
+            "the server stalls mid-answer; read its log, or raise --timeout if it is only slow",
+        )
     try:
         return json.loads(reply.body), None
     except ValueError:
         text = reply.body.decode("utf-8", errors="replace").strip()
-        return None, problem("non_json_body", f"HTTP {reply.status} body is not JSON: {clip(text)!r}",
-                             "point --host at SGLang's OpenAI server, not a web page or a proxy error page")
+        return None, problem(
+            "non_json_body",
+            f"HTTP {reply.status} body is not JSON: {clip(text)!r}",
+            "point --host at SGLang's OpenAI server, not a web page or a proxy error page",
+        )
 
 
 # --- text fields --------------------------------------------------------------------------------------------------
+
 
 def text_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
     """No Kimi special token and no <think>/</think> in content or reasoning; raw tool markup has its own cause."""
     found: list[Finding] = []
     content, reasoning = answer.content or "", answer.reasoning or ""
     if TOOL_TOKEN.search(content):
-        found.append(problem(
-            "raw_tool_tokens",
-            f"raw Kimi tool-call tokens in content (finish_reason {answer.finish_reason!r}, "
-            f"{len(answer.tool_calls)} tool_calls), so the tool-call parser is not active"
-            f"{_parser_note(server, 'tool_call_parser')}: {clip(content[content.find('<|tool_call'):])!r}",
-            FIX_TOOL_PARSER))
+        found.append(
+            problem(
+                "raw_tool_tokens",
+                f"raw Kimi tool-call tokens in content (finish_reason {answer.finish_reason!r}, "
+                f"{len(answer.tool_calls)} tool_calls), so the tool-call parser is not active"
+                f"{_parser_note(server, 'tool_call_parser')}: {clip(content[content.find('<|tool_call') :])!r}",
+                FIX_TOOL_PARSER,
+            )
+        )
     elif BARE_CALL.search(content) and not answer.tool_calls:
-        found.append(problem(
-            "raw_tool_text", f"tool-call text without markers in content (markers stripped, parser not active): "
-            f"{clip(content)!r}", FIX_TOOL_PARSER))
+        found.append(
+            problem(
+                "raw_tool_text",
+                f"tool-call text without markers in content (markers stripped, parser not active): {clip(content)!r}",
+                FIX_TOOL_PARSER,
+            )
+        )
     if TOOL_TOKEN.search(reasoning):
-        fix = ("use --reasoning-parser kimi_k2, which ends reasoning at <|tool_calls_section_begin|> "
-               "(profile: parsers.reasoning: kimi_k2)")
+        fix = (
+            "use --reasoning-parser kimi_k2, which ends reasoning at <|tool_calls_section_begin|> "
+            "(profile: parsers.reasoning: kimi_k2)"
+        )
         if server.get("reasoning_parser") == "kimi_k2":
-            fix = ("this SGLang's kimi_k2 reasoning parser does not end reasoning at <|tool_calls_section_begin|>: "
-                   "run SGLang 0.5.23 (the version kimi-serve pins), whose parser does")
-        found.append(problem(
-            "tool_call_in_reasoning", "tool-call tokens inside reasoning_content: the call was swallowed by reasoning"
-            f"{_parser_note(server, 'reasoning_parser')}", fix))
+            fix = (
+                "this SGLang's kimi_k2 reasoning parser does not end reasoning at <|tool_calls_section_begin|>: "
+                "run SGLang 0.5.23 (the version kimi-serve pins), whose parser does"
+            )
+        found.append(
+            problem(
+                "tool_call_in_reasoning",
+                "tool-call tokens inside reasoning_content: the call was swallowed by reasoning"
+                f"{_parser_note(server, 'reasoning_parser')}",
+                fix,
+            )
+        )
     if tag := THINK_TAG.search(content):
-        found.append(problem(
-            "think_in_content", f"`{tag.group(0)}` in content, so the reasoning parser is not "
-            f"active{_parser_note(server, 'reasoning_parser')}: {clip(content)!r}", FIX_REASONING_PARSER))
+        found.append(
+            problem(
+                "think_in_content",
+                f"`{tag.group(0)}` in content, so the reasoning parser is not "
+                f"active{_parser_note(server, 'reasoning_parser')}: {clip(content)!r}",
+                FIX_REASONING_PARSER,
+            )
+        )
     if THINK_TAG.search(reasoning):
-        found.append(problem("think_in_reasoning", "`<think>`/`</think>` inside reasoning_content",
-                             FIX_REASONING_PARSER + "; another reasoning parser leaves Kimi's tags in"))
+        found.append(
+            problem(
+                "think_in_reasoning",
+                "`<think>`/`</think>` inside reasoning_content",
+                FIX_REASONING_PARSER + "; another reasoning parser leaves Kimi's tags in",
+            )
+        )
     for field_name, text in (("content", content), ("reasoning_content", reasoning)):
         specials = {m.group(0) for m in SPECIAL_TOKEN.finditer(text)}
         leaked = sorted(specials - {m.group(0) for m in TOOL_TOKEN.finditer(text)})
         if leaked:
-            found.append(problem(
-                "special_token_leak", f"Kimi special token(s) {', '.join(leaked)} in {field_name}",
-                "serve the checkpoint's own tokenizer and chat template (--trust-remote-code, no --chat-template "
-                "override) and do not send skip_special_tokens=false"))
+            found.append(
+                problem(
+                    "special_token_leak",
+                    f"Kimi special token(s) {', '.join(leaked)} in {field_name}",
+                    "serve the checkpoint's own tokenizer and chat template (--trust-remote-code, no --chat-template "
+                    "override) and do not send skip_special_tokens=false",
+                )
+            )
     return found
 
 
@@ -135,13 +192,19 @@ def other_field_findings(answer: Answer) -> list[Finding]:
     Sent in both (vLLM-style servers and some proxies do), clients read reasoning_content fine: no finding."""
     if (answer.reasoning or "").strip():
         return []
-    return [problem("reasoning_field", f"reasoning came back in message.{name}, not message.reasoning_content",
-                    f"clients of this deployment read reasoning_content; SGLang writes it there, so a proxy or "
-                    f"another server renamed it to `{name}`: point --host at SGLang itself or configure the proxy")
-            for name in answer.other_reasoning]
+    return [
+        problem(
+            "reasoning_field",
+            f"reasoning came back in message.{name}, not message.reasoning_content",
+            f"clients of this deployment read reasoning_content; SGLang writes it there, so a proxy or "
+            f"another server renamed it to `{name}`: point --host at SGLang itself or configure the proxy",
+        )
+        for name in answer.other_reasoning
+    ]
 
 
 # --- tool calls ---------------------------------------------------------------------------------------------------
+
 
 def _validate(arguments: Any, schema: dict[str, Any]) -> str | None:
     import jsonschema
@@ -157,42 +220,68 @@ def call_findings(call: ToolCall, position: int, schemas: dict[str, dict[str, An
     label = f"tool call #{position}"
     found: list[Finding] = []
     if not call.id:
-        found.append(problem("tool_call_id", f"{label} has no id", FIX_TOOL_PARSER + "; clients need the id to "
-                             "send the result back"))
+        found.append(
+            problem(
+                "tool_call_id", f"{label} has no id", FIX_TOOL_PARSER + "; clients need the id to send the result back"
+            )
+        )
     if call.type != "function":
         found.append(problem("tool_call_type", f"{label} has type {call.type!r}, expected 'function'", FIX_TOOL_PARSER))
     if call.name not in schemas:
-        found.append(problem("unknown_function", f"{label} names function {call.name!r}, not one of the offered "
-                             f"tools ({', '.join(schemas)})", FIX_TOOL_PARSER + "; a wrong parser mangles names"))
+        found.append(
+            problem(
+                "unknown_function",
+                f"{label} names function {call.name!r}, not one of the offered tools ({', '.join(schemas)})",
+                FIX_TOOL_PARSER + "; a wrong parser mangles names",
+            )
+        )
         return found
     if call.arguments is None:
         if call.arguments_kind not in ("string", "null"):
-            found.append(problem(
-                "arguments_not_string", f"{label} ({call.name}) arguments is a JSON {call.arguments_kind}, not a "
-                "string holding JSON: clients json.loads() it (the openai SDK types it str) and fail",
-                "SGLang sends arguments as a JSON string; a proxy or another server in between decodes it: point "
-                "--host at SGLang itself or configure the proxy to pass tool_calls through unchanged"))
+            found.append(
+                problem(
+                    "arguments_not_string",
+                    f"{label} ({call.name}) arguments is a JSON {call.arguments_kind}, not a "
+                    "string holding JSON: clients json.loads() it (the openai SDK types it str) and fail",
+                    "SGLang sends arguments as a JSON string; a proxy or another server in between decodes it: point "
+                    "--host at SGLang itself or configure the proxy to pass tool_calls through unchanged",
+                )
+            )
         else:
             found.append(problem("arguments_missing", f"{label} ({call.name}) has no arguments", FIX_TOOL_PARSER))
         return found
     try:
         arguments = json.loads(call.arguments)
     except ValueError:
-        found.append(problem("arguments_not_json", f"{label} ({call.name}) arguments are not JSON: "
-                             f"{clip(call.arguments or '')!r}",
-                             "check the SGLang tool parser (--tool-call-parser kimi_k2) and any speculative "
-                             "decoding settings that can cut argument fragments"))
+        found.append(
+            problem(
+                "arguments_not_json",
+                f"{label} ({call.name}) arguments are not JSON: {clip(call.arguments or '')!r}",
+                "check the SGLang tool parser (--tool-call-parser kimi_k2) and any speculative "
+                "decoding settings that can cut argument fragments",
+            )
+        )
         return found
     if not isinstance(arguments, dict):
-        found.append(problem("arguments_not_object", f"{label} ({call.name}) arguments are not a JSON object: "
-                             f"{clip(call.arguments or '')!r}", FIX_TOOL_PARSER))
+        found.append(
+            problem(
+                "arguments_not_object",
+                f"{label} ({call.name}) arguments are not a JSON object: {clip(call.arguments or '')!r}",
+                FIX_TOOL_PARSER,
+            )
+        )
         return found
     invalid = _validate(arguments, schemas[call.name])
     if invalid:
-        found.append(problem("arguments_schema", f"{label} ({call.name}) arguments fail the tool schema: {invalid}; "
-                             f"arguments {clip(call.arguments or '')!r}",
-                             "the model ignored the tool schema: serve Kimi-K2.5's own chat template (the tool "
-                             "declaration must reach the model)"))
+        found.append(
+            problem(
+                "arguments_schema",
+                f"{label} ({call.name}) arguments fail the tool schema: {invalid}; "
+                f"arguments {clip(call.arguments or '')!r}",
+                "the model ignored the tool schema: serve Kimi-K2.5's own chat template (the tool "
+                "declaration must reach the model)",
+            )
+        )
     return found
 
 
@@ -202,28 +291,52 @@ def tool_turn_findings(answer: Answer, schemas: dict[str, dict[str, Any]], *, mi
     has_tokens = bool(TOOL_TOKEN.search((answer.content or "") + (answer.reasoning or "")))
     if not answer.tool_calls:
         if answer.finish_reason == "tool_calls":
-            found.append(problem("tool_calls_missing", "finish_reason is tool_calls but message.tool_calls is empty "
-                                 "(the parser saw a tool section and could not parse it)", FIX_TOOL_PARSER))
+            found.append(
+                problem(
+                    "tool_calls_missing",
+                    "finish_reason is tool_calls but message.tool_calls is empty "
+                    "(the parser saw a tool section and could not parse it)",
+                    FIX_TOOL_PARSER,
+                )
+            )
         elif answer.finish_reason == "length":
-            found.append(problem("length", "ran out of max_tokens before the tool call finished",
-                                 "raise the server's context length or check for degenerate output in the log"))
+            found.append(
+                problem(
+                    "length",
+                    "ran out of max_tokens before the tool call finished",
+                    "raise the server's context length or check for degenerate output in the log",
+                )
+            )
         elif not has_tokens:  # raw tool tokens are named by text_findings
-            found.append(problem("no_tool_call", f"no tool call (finish_reason {answer.finish_reason!r}); "
-                                 f"content: {clip(answer.content or '')!r}",
-                                 "with the tools offered Kimi-K2.5 calls one; an empty reply means the parser dropped "
-                                 "the call: " + FIX_TOOL_PARSER))
+            found.append(
+                problem(
+                    "no_tool_call",
+                    f"no tool call (finish_reason {answer.finish_reason!r}); content: {clip(answer.content or '')!r}",
+                    "with the tools offered Kimi-K2.5 calls one; an empty reply means the parser dropped "
+                    "the call: " + FIX_TOOL_PARSER,
+                )
+            )
         return found
     if answer.finish_reason != "tool_calls":
-        found.append(problem("finish_reason", f"finish_reason is {answer.finish_reason!r} though tool_calls are "
-                             "present (clients stop instead of running the tool)",
-                             "SGLang sets tool_calls when its parser produced calls; check --tool-call-parser "
-                             "kimi_k2 and stream/speculative settings"))
+        found.append(
+            problem(
+                "finish_reason",
+                f"finish_reason is {answer.finish_reason!r} though tool_calls are "
+                "present (clients stop instead of running the tool)",
+                "SGLang sets tool_calls when its parser produced calls; check --tool-call-parser "
+                "kimi_k2 and stream/speculative settings",
+            )
+        )
     for position, call in enumerate(answer.tool_calls):
         found.extend(call_findings(call, position, schemas))
     if len(answer.tool_calls) < min_calls:
-        found.append(problem("parallel_calls", f"{len(answer.tool_calls)} tool call(s), expected {min_calls} in one "
-                             "turn", "if the server log shows more calls in the raw output the parser dropped them: "
-                             + FIX_TOOL_PARSER))
+        found.append(
+            problem(
+                "parallel_calls",
+                f"{len(answer.tool_calls)} tool call(s), expected {min_calls} in one turn",
+                "if the server log shows more calls in the raw output the parser dropped them: " + FIX_TOOL_PARSER,
+            )
+        )
     ids = [c.id for c in answer.tool_calls if c.id]
     if len(set(ids)) != len(ids):
         found.append(problem("duplicate_ids", f"tool call ids repeat: {ids}", FIX_TOOL_PARSER))
@@ -235,34 +348,58 @@ def tool_turn_findings(answer: Answer, schemas: dict[str, dict[str, Any]], *, mi
 
 # --- reasoning and answers ----------------------------------------------------------------------------------------
 
+
 def reasoning_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
     """Thinking on: non-empty reasoning_content and non-empty content."""
     content, reasoning = (answer.content or "").strip(), (answer.reasoning or "").strip()
     if THINK_TAG.search(content) or (answer.other_reasoning and not reasoning):
         return []  # already named by text_findings / other_field_findings
     if answer.finish_reason == "length" and not content:
-        return [problem("length", "ran out of max_tokens while thinking (no final content)",
-                        "check the server log for degenerate output; the probe allows generous max_tokens")]
+        return [
+            problem(
+                "length",
+                "ran out of max_tokens while thinking (no final content)",
+                "check the server log for degenerate output; the probe allows generous max_tokens",
+            )
+        ]
     if not reasoning and content:
         if server.get("reasoning_parser") == "kimi_k2":
-            why = ("reasoning_content is empty and content holds the whole reply though thinking is on and the "
-                   "server reports reasoning_parser='kimi_k2': reasoning is being stripped")
-            fix = ("keep `</think>` in the decoded text (it is a special token: skip_special_tokens must not drop it) "
-                   "and serve the model's own chat template (it prefills <think>)")
+            why = (
+                "reasoning_content is empty and content holds the whole reply though thinking is on and the "
+                "server reports reasoning_parser='kimi_k2': reasoning is being stripped"
+            )
+            fix = (
+                "keep `</think>` in the decoded text (it is a special token: skip_special_tokens must not drop it) "
+                "and serve the model's own chat template (it prefills <think>)"
+            )
         else:
-            why = (f"reasoning_content is empty and content holds the whole reply though thinking is on"
-                   f"{_parser_note(server, 'reasoning_parser')}: {clip(content)!r}")
-            fix = (FIX_REASONING_PARSER + "; if it is set, `</think>` is stripped from the output "
-                   "(skip_special_tokens), so the parser cannot split")
+            why = (
+                f"reasoning_content is empty and content holds the whole reply though thinking is on"
+                f"{_parser_note(server, 'reasoning_parser')}: {clip(content)!r}"
+            )
+            fix = (
+                FIX_REASONING_PARSER + "; if it is set, `</think>` is stripped from the output "
+                "(skip_special_tokens), so the parser cannot split"
+            )
         return [problem("reasoning_missing", why, fix)]
     if reasoning and not content:
-        return [problem("content_missing", "content is empty and the whole reply is in reasoning_content: the end of "
-                        "thinking was never seen (`</think>` stripped by skip_special_tokens, or the wrong parser)",
-                        "keep `</think>` in decoded text and use --reasoning-parser kimi_k2 "
-                        "(profile: parsers.reasoning: kimi_k2)")]
+        return [
+            problem(
+                "content_missing",
+                "content is empty and the whole reply is in reasoning_content: the end of "
+                "thinking was never seen (`</think>` stripped by skip_special_tokens, or the wrong parser)",
+                "keep `</think>` in decoded text and use --reasoning-parser kimi_k2 "
+                "(profile: parsers.reasoning: kimi_k2)",
+            )
+        ]
     if not reasoning and not content:
-        return [problem("empty_reply", f"empty reply (finish_reason {answer.finish_reason!r})",
-                        "read the SGLang log for this request")]
+        return [
+            problem(
+                "empty_reply",
+                f"empty reply (finish_reason {answer.finish_reason!r})",
+                "read the SGLang log for this request",
+            )
+        ]
     return []
 
 
@@ -270,14 +407,29 @@ def final_answer_findings(answer: Answer, *, after: str) -> list[Finding]:
     """A plain final answer: content present, finish_reason stop, no tool call."""
     found: list[Finding] = []
     if answer.tool_calls:
-        found.append(problem("unexpected_tool_call", f"a tool call {after} where a final answer was expected",
-                             "check the server log; the tool result may not have reached the model"))
+        found.append(
+            problem(
+                "unexpected_tool_call",
+                f"a tool call {after} where a final answer was expected",
+                "check the server log; the tool result may not have reached the model",
+            )
+        )
     elif not (answer.content or "").strip():
-        found.append(problem("content_missing", f"empty content {after} (finish_reason {answer.finish_reason!r})",
-                             FIX_TOOL_PARSER + "; history tool-call ids must be functions.NAME:IDX"))
+        found.append(
+            problem(
+                "content_missing",
+                f"empty content {after} (finish_reason {answer.finish_reason!r})",
+                FIX_TOOL_PARSER + "; history tool-call ids must be functions.NAME:IDX",
+            )
+        )
     if answer.finish_reason not in ("stop", None) and not found:
-        found.append(problem("finish_reason", f"finish_reason {answer.finish_reason!r} {after}, expected 'stop'",
-                             "check the server log for this request"))
+        found.append(
+            problem(
+                "finish_reason",
+                f"finish_reason {answer.finish_reason!r} {after}, expected 'stop'",
+                "check the server log for this request",
+            )
+        )
     return found
 
 
@@ -286,8 +438,12 @@ def instant_findings(answer: Answer) -> list[Finding]:
     reasoning = (answer.reasoning or "").strip()
     if reasoning:
         where = "and content is empty" if not (answer.content or "").strip() else "next to the content"
-        return [problem("instant_reasoning", f"thinking=false was ignored: reasoning_content came back {where}: "
-                        f"{clip(reasoning)!r}",
-                        "serve Kimi-K2.5's own chat template (it switches on chat_template_kwargs.thinking, not "
-                        "enable_thinking); do not override --chat-template")]
+        return [
+            problem(
+                "instant_reasoning",
+                f"thinking=false was ignored: reasoning_content came back {where}: {clip(reasoning)!r}",
+                "serve Kimi-K2.5's own chat template (it switches on chat_template_kwargs.thinking, not "
+                "enable_thinking); do not override --chat-template",
+            )
+        ]
     return final_answer_findings(answer, after="in instant mode")

@@ -25,9 +25,22 @@ THINK_ID, THINK_END_ID = 163606, 163607
 EOS_ID, IM_END_ID = 163585, 163586
 STOP_IDS = (IM_END_ID, EOS_ID)  # generation_config's <|im_end|> and config.json's [EOS]; SGLang stops on both
 SECTION_BEGIN_ID = 163595
-SPECIAL_IDS = {"[BOS]": 163584, "[EOS]": EOS_ID, IM_END: IM_END_ID, IM_USER: 163587, IM_ASSISTANT: 163588,
-               IM_SYSTEM: 163594, SECTION_BEGIN: SECTION_BEGIN_ID, SECTION_END: 163596, CALL_BEGIN: 163597,
-               ARG_BEGIN: 163598, CALL_END: 163599, IM_MIDDLE: 163601, THINK: THINK_ID, THINK_END: THINK_END_ID}
+SPECIAL_IDS = {
+    "[BOS]": 163584,
+    "[EOS]": EOS_ID,
+    IM_END: IM_END_ID,
+    IM_USER: 163587,
+    IM_ASSISTANT: 163588,
+    IM_SYSTEM: 163594,
+    SECTION_BEGIN: SECTION_BEGIN_ID,
+    SECTION_END: 163596,
+    CALL_BEGIN: 163597,
+    ARG_BEGIN: 163598,
+    CALL_END: 163599,
+    IM_MIDDLE: 163601,
+    THINK: THINK_ID,
+    THINK_END: THINK_END_ID,
+}
 TOKEN_NAMES = {v: k for k, v in SPECIAL_IDS.items()}
 
 
@@ -46,16 +59,17 @@ def _tool_calls(message: dict[str, Any]) -> str:
     parts = [SECTION_BEGIN]
     for call in calls:
         args = call["function"]["arguments"]
-        parts += [CALL_BEGIN, str(call["id"]), ARG_BEGIN, args if isinstance(args, str) else json.dumps(args),
-                  CALL_END]
+        parts += [CALL_BEGIN, str(call["id"]), ARG_BEGIN, args if isinstance(args, str) else json.dumps(args), CALL_END]
     return "".join(parts + [SECTION_END])
 
 
-def render_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
-                  thinking: bool = True) -> str:
+def render_prompt(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *, thinking: bool = True
+) -> str:
     """The K2.5 chat template applied to ``messages`` (+ ``tools``) with the generation prompt."""
-    last_plain = max((i for i, m in enumerate(messages) if m.get("role") == "assistant" and not m.get("tool_calls")),
-                     default=-1)
+    last_plain = max(
+        (i for i, m in enumerate(messages) if m.get("role") == "assistant" and not m.get("tool_calls")), default=-1
+    )
     out: list[str] = []
     if tools:
         out.append(f"{IM_SYSTEM}tool_declare{IM_MIDDLE}{json.dumps(tools, separators=(',', ':'))}{IM_END}")
@@ -66,11 +80,15 @@ def render_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | 
             out.append(f"{IM_USER}{name}{IM_MIDDLE}{_content(m.get('content'))}{IM_END}")
         elif role == "assistant":
             reasoning = "" if i <= last_plain or not thinking else (m.get("reasoning_content") or "")
-            out.append(f"{IM_ASSISTANT}{name}{IM_MIDDLE}{THINK}{reasoning}{THINK_END}"
-                       f"{_content(m.get('content'))}{_tool_calls(m)}{IM_END}")
+            out.append(
+                f"{IM_ASSISTANT}{name}{IM_MIDDLE}{THINK}{reasoning}{THINK_END}"
+                f"{_content(m.get('content'))}{_tool_calls(m)}{IM_END}"
+            )
         elif role == "tool":
-            out.append(f"{IM_SYSTEM}{m.get('name') or 'tool'}{IM_MIDDLE}## Return of {m.get('tool_call_id')}\n"
-                       f"{_content(m.get('content'))}{IM_END}")
+            out.append(
+                f"{IM_SYSTEM}{m.get('name') or 'tool'}{IM_MIDDLE}## Return of {m.get('tool_call_id')}\n"
+                f"{_content(m.get('content'))}{IM_END}"
+            )
         else:
             out.append(f"{IM_SYSTEM}{name}{IM_MIDDLE}{_content(m.get('content'))}{IM_END}")
     out.append(f"{IM_ASSISTANT}assistant{IM_MIDDLE}{THINK if thinking else THINK + THINK_END}")
@@ -121,8 +139,9 @@ def parse_raw(text: str, *, thinking: bool = True) -> RawTurn:
     return turn
 
 
-def rebuild_raw(reasoning: str | None, content: str | None, tool_calls: list[dict[str, Any]], *,
-                thinking: bool = True) -> str:
+def rebuild_raw(
+    reasoning: str | None, content: str | None, tool_calls: list[dict[str, Any]], *, thinking: bool = True
+) -> str:
     """Kimi's raw text from the parsed fields (``reasoning_content``, ``content``, ``tool_calls``).
 
     Without a reasoning parser (``reasoning`` is None) the content carries the raw text, ``</think>`` included."""
@@ -158,9 +177,9 @@ def describe_difference(raw: str, rebuilt: str) -> str:
         kind = "differs in whitespace only (a parser stripped or added spaces/newlines)"
     elif rebuilt in raw:
         kind = f"lacks {len(raw) - len(rebuilt)} characters of the raw text (a fragment was lost)"
-    elif any(tok in raw[at:at + 40] and tok not in rebuilt[at:at + 40] for tok in SPECIAL_IDS):
+    elif any(tok in raw[at : at + 40] and tok not in rebuilt[at : at + 40] for tok in SPECIAL_IDS):
         kind = "lost a special token"
-    return (f"character {at} of {len(raw)} {kind}: raw {raw[lo:at + 24]!r} vs rebuilt {rebuilt[lo:at + 24]!r}")
+    return f"character {at} of {len(raw)} {kind}: raw {raw[lo : at + 24]!r} vs rebuilt {rebuilt[lo : at + 24]!r}"
 
 
 def first_id_difference(a: list[int], b: list[int]) -> int | None:

@@ -18,8 +18,10 @@ from kimi_serve.verify.transport import TransportError, request
 
 REDACTED = "<redacted>"
 _KEY_FLAG = re.compile(r"--(admin-)?api-key(?:=|\s+)(\S+)")
-FIX = ("apply kimi-serve's patch set (kimi-serve patches apply; its patch 0007 redacts /server_info), or block "
-       "/server_info and /get_server_info in front of the server")
+FIX = (
+    "apply kimi-serve's patch set (kimi-serve patches apply; its patch 0007 redacts /server_info), or block "
+    "/server_info and /get_server_info in front of the server"
+)
 
 
 def leaked_fields(info: Any, sent_key: str | None) -> list[str]:
@@ -50,5 +52,11 @@ def server_info_warnings(target: Target, deadline: float, api_key: str | None) -
     fields = leaked_fields(info, api_key)
     if not fields:
         return []
-    return [warning("server_info_leaks_key", f"GET /server_info returns the API key(s) to any client holding the "
-                    f"normal key ({', '.join(fields)} not redacted; /get_server_info returns the same)", FIX)]
+    return [
+        warning(
+            "server_info_leaks_key",
+            f"GET /server_info returns the API key(s) to any client holding the "
+            f"normal key ({', '.join(fields)} not redacted; /get_server_info returns the same)",
+            FIX,
+        )
+    ]

@@ -41,14 +41,19 @@ class Listener:
         return bool((mapped or ip).is_loopback)
 
     def to_json(self) -> dict[str, Any]:
-        return {"address": self.address, "port": self.port, "pid": self.pid, "command": self.command,
-                "loopback": self.loopback}
+        return {
+            "address": self.address,
+            "port": self.port,
+            "pid": self.pid,
+            "command": self.command,
+            "loopback": self.loopback,
+        }
 
 
 def _address(hex_addr: str) -> str:
     """/proc/net/tcp{,6} hex (each 32-bit word in host = little-endian order) to text."""
     raw = bytes.fromhex(hex_addr)
-    swapped = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    swapped = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
     return str(ipaddress.ip_address(swapped))
 
 
@@ -158,27 +163,49 @@ def tree_listeners(root: int, proc: Path = PROC) -> list[Listener]:
     return sorted(found, key=lambda lst: (lst.port, lst.address, lst.pid))
 
 
-def check_listeners(port: int, expected: Iterable[int] = (), proc: Path = PROC) -> tuple[list[Listener],
-                                                                                          list[Finding]]:
+def check_listeners(port: int, expected: Iterable[int] = (), proc: Path = PROC) -> tuple[list[Listener], list[Finding]]:
     """The listeners of the tree serving ``port``, and a finding per stray one (non-loopback, not ``port``, not in
     ``expected``); a single PASS or SKIP finding when there is none or the tree cannot be read."""
     try:
         owner = owner_of_port(port, proc)
     except PermissionError as exc:
-        return [], [Finding("verify", "listeners", SKIP, f"{exc}; listeners not checked",
-                            "run verify as the service user or root")]
+        return [], [
+            Finding(
+                "verify", "listeners", SKIP, f"{exc}; listeners not checked", "run verify as the service user or root"
+            )
+        ]
     if owner is None:
-        return [], [Finding("verify", "listeners", SKIP, f"no local process listens on port {port} (a remote "
-                            "server, or another network namespace); listeners not checked")]
+        return [], [
+            Finding(
+                "verify",
+                "listeners",
+                SKIP,
+                f"no local process listens on port {port} (a remote "
+                "server, or another network namespace); listeners not checked",
+            )
+        ]
     listeners = tree_listeners(owner, proc)
     allowed = {port, *expected}
     stray = [lst for lst in listeners if not lst.loopback and lst.port not in allowed]
     if not stray:
         open_ports = sorted({x.port for x in listeners if not x.loopback})
-        return listeners, [Finding("verify", "listeners", PASS, f"the server's {len(process_tree(owner, proc))} "
-                                   f"processes listen beyond loopback only on {open_ports or 'nothing'}")]
-    return listeners, [Finding("verify", "stray_listener", WARN,
-                               f"pid {lst.pid} ({lst.command}) of the server listens on {lst.endpoint}, "
-                               "reachable from outside this host",
-                               "firewall the port (only the API port should be reachable; multi-node ports only "
-                               "between the nodes), or bind that component to 127.0.0.1") for lst in stray]
+        return listeners, [
+            Finding(
+                "verify",
+                "listeners",
+                PASS,
+                f"the server's {len(process_tree(owner, proc))} "
+                f"processes listen beyond loopback only on {open_ports or 'nothing'}",
+            )
+        ]
+    return listeners, [
+        Finding(
+            "verify",
+            "stray_listener",
+            WARN,
+            f"pid {lst.pid} ({lst.command}) of the server listens on {lst.endpoint}, reachable from outside this host",
+            "firewall the port (only the API port should be reachable; multi-node ports only "
+            "between the nodes), or bind that component to 127.0.0.1",
+        )
+        for lst in stray
+    ]

@@ -91,8 +91,9 @@ def previous_state(path: Path, profile: str, endpoint: str) -> tuple[int, float]
     return failures, success
 
 
-def render_metrics(report: VerifyReport, *, profile: str, endpoint: str, finished: float,
-                   previous: tuple[int, float] = (0, 0.0)) -> str:
+def render_metrics(
+    report: VerifyReport, *, profile: str, endpoint: str, finished: float, previous: tuple[int, float] = (0, 0.0)
+) -> str:
     """The textfile for ``report``; ``previous`` is :func:`previous_state` of the file it replaces."""
     base = {"profile": profile, "endpoint": endpoint}
     ok = report.exit_code == 0
@@ -122,15 +123,23 @@ def render_metrics(report: VerifyReport, *, profile: str, endpoint: str, finishe
 
 def write_metrics(path: Path, report: VerifyReport, *, profile: str, endpoint: str) -> str:
     """Replace ``path`` with the metrics of ``report`` (mode 0644: node_exporter runs as its own user)."""
-    text = render_metrics(report, profile=profile, endpoint=endpoint, finished=time.time(),
-                          previous=previous_state(path, profile, endpoint))
+    text = render_metrics(
+        report,
+        profile=profile,
+        endpoint=endpoint,
+        finished=time.time(),
+        previous=previous_state(path, profile, endpoint),
+    )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise KimiServeError(f"cannot write the metrics file: {exc.strerror or exc}", where=str(path),
-                             hint="run as root, or pass a --metrics-file in a writable directory",
-                             exit_code=ExitCode.ENVIRONMENT) from None
+        raise KimiServeError(
+            f"cannot write the metrics file: {exc.strerror or exc}",
+            where=str(path),
+            hint="run as root, or pass a --metrics-file in a writable directory",
+            exit_code=ExitCode.ENVIRONMENT,
+        ) from None
     try:
         os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -165,18 +174,23 @@ def run_lock(path: Path) -> Iterator[None]:
         lock.parent.mkdir(parents=True, exist_ok=True)
         f: IO[str] = open(lock, "a+", encoding="utf-8")  # noqa: SIM115 - held for the block
     except OSError as exc:
-        raise KimiServeError(f"cannot open the lock {lock}: {exc.strerror or exc}", where="--metrics-file",
-                             hint="run as root, or pass a --metrics-file in a writable directory",
-                             exit_code=ExitCode.ENVIRONMENT) from None
+        raise KimiServeError(
+            f"cannot open the lock {lock}: {exc.strerror or exc}",
+            where="--metrics-file",
+            hint="run as root, or pass a --metrics-file in a writable directory",
+            exit_code=ExitCode.ENVIRONMENT,
+        ) from None
     with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            raise KimiServeError(f"skipped: {_holder(f.read())} is still checking and writing {path}",
-                                 where="--metrics-file",
-                                 hint="nothing to do: the next run is due at the next interval",
-                                 exit_code=ExitCode.LOCKED) from None
+            raise KimiServeError(
+                f"skipped: {_holder(f.read())} is still checking and writing {path}",
+                where="--metrics-file",
+                hint="nothing to do: the next run is due at the next interval",
+                exit_code=ExitCode.LOCKED,
+            ) from None
         f.seek(0)
         f.truncate()
         f.write(json.dumps({"pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}))

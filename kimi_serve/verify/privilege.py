@@ -31,15 +31,22 @@ def is_local(host: str) -> bool:
     return False
 
 
-def privilege_checks(target: Target, api_key: str | None, deadline: float,
-                     expected_ports: Iterable[int] = ()) -> tuple[list[Finding], list[Listener] | None]:
+def privilege_checks(
+    target: Target, api_key: str | None, deadline: float, expected_ports: Iterable[int] = ()
+) -> tuple[list[Finding], list[Listener] | None]:
     """(findings, the tree's listeners or None when not checked)."""
     findings = [check_admin(target, api_key, deadline)]
     parts = urlsplit(target.base_url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     if not is_local(parts.hostname or ""):
-        findings.append(Finding("verify", "listeners", SKIP, f"{parts.hostname} is not this machine; listeners "
-                                "not checked (run verify on the server host)"))
+        findings.append(
+            Finding(
+                "verify",
+                "listeners",
+                SKIP,
+                f"{parts.hostname} is not this machine; listeners not checked (run verify on the server host)",
+            )
+        )
         return findings, None
     listeners, found = check_listeners(port, expected_ports)
     api = [x for x in listeners if x.port == port]

@@ -21,8 +21,10 @@ LARGE_ARG_BYTES = 8192
 
 WEATHER = {
     "type": "object",
-    "properties": {"city": {"type": "string", "description": "City name, e.g. Paris"},
-                   "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    "properties": {
+        "city": {"type": "string", "description": "City name, e.g. Paris"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    },
     "required": ["city"],
     "additionalProperties": False,
 }
@@ -44,8 +46,10 @@ def _tool(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]
     return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
 
 
-WEATHER_TOOLS = [_tool("get_weather", "Current weather for a city.", WEATHER),
-                 _tool("get_time", "Current local time in a time zone.", CLOCK)]
+WEATHER_TOOLS = [
+    _tool("get_weather", "Current weather for a city.", WEATHER),
+    _tool("get_time", "Current local time in a time zone.", CLOCK),
+]
 FILE_TOOLS = [_tool("write_file", "Write text to a file, replacing it.", WRITE_FILE)]
 WEATHER_RESULT = '{"city": "Paris", "temperature_c": 18, "condition": "sunny"}'
 
@@ -69,8 +73,13 @@ class Probe:
     max_tokens: int = MAX_TOKENS
 
     def body(self, model: str, stream: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model, "messages": self.messages, "temperature": TEMPERATURE,
-                                "max_tokens": self.max_tokens, "stream": stream}
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": self.messages,
+            "temperature": TEMPERATURE,
+            "max_tokens": self.max_tokens,
+            "stream": stream,
+        }
         if self.tools:
             body["tools"] = list(self.tools)
             body["tool_choice"] = "auto"
@@ -83,8 +92,11 @@ def _tool_check(tools: list[dict[str, Any]], min_calls: int = 1) -> Callable[[An
     schemas = _schemas(tools)
 
     def check(answer: Answer, server: dict[str, Any]) -> list[Finding]:
-        return (dx.text_findings(answer, server) + dx.other_field_findings(answer)
-                + dx.tool_turn_findings(answer, schemas, min_calls=min_calls))
+        return (
+            dx.text_findings(answer, server)
+            + dx.other_field_findings(answer)
+            + dx.tool_turn_findings(answer, schemas, min_calls=min_calls)
+        )
 
     return check
 
@@ -105,15 +117,25 @@ def _large_arg_check(answer: Answer, server: dict[str, Any]) -> list[Finding]:
         return found
     arguments = answer.tool_calls[0].arguments or ""
     if len(arguments.encode()) < LARGE_ARG_BYTES:
-        return [problem("argument_small", f"the tool argument is {len(arguments.encode())} bytes, under "
-                        f"{LARGE_ARG_BYTES}: the large-argument path was not exercised",
-                        "rerun; if it repeats, the server cut the call short: read its log")]
+        return [
+            problem(
+                "argument_small",
+                f"the tool argument is {len(arguments.encode())} bytes, under "
+                f"{LARGE_ARG_BYTES}: the large-argument path was not exercised",
+                "rerun; if it repeats, the server cut the call short: read its log",
+            )
+        ]
     gap = _sequence_gap(json.loads(arguments)["content"])
     if gap:
-        return [problem("argument_corrupt", f"the streamed {len(arguments)}-byte argument is not the requested "
-                        f"sequence ({gap}): fragments were lost or reordered",
-                        "rerun; if it repeats, the stream drops argument fragments: check --tool-call-parser kimi_k2 "
-                        "and the speculative decoding settings, and read the SGLang log")]
+        return [
+            problem(
+                "argument_corrupt",
+                f"the streamed {len(arguments)}-byte argument is not the requested "
+                f"sequence ({gap}): fragments were lost or reordered",
+                "rerun; if it repeats, the stream drops argument fragments: check --tool-call-parser kimi_k2 "
+                "and the speculative decoding settings, and read the SGLang log",
+            )
+        ]
     return []
 
 
@@ -129,28 +151,60 @@ def _second_turn_check(answer: Answer, server: dict[str, Any]) -> list[Finding]:
     return dx.text_findings(answer, server) + dx.final_answer_findings(answer, after="after the tool result")
 
 
-TOOL = Probe("tool", _user("What is the weather in Paris right now? Use the get_weather tool."),
-             _tool_check(WEATHER_TOOLS), tools=tuple(WEATHER_TOOLS))
+TOOL = Probe(
+    "tool",
+    _user("What is the weather in Paris right now? Use the get_weather tool."),
+    _tool_check(WEATHER_TOOLS),
+    tools=tuple(WEATHER_TOOLS),
+)
 REASONING = Probe("reasoning", _user("What is 17 * 23? Think it through, then give the number."), _reasoning_check)
-INSTANT = Probe("instant", _user("What is the capital of France? Answer with one word."), _instant_check,
-                template_kwargs={"thinking": False})
-PARALLEL = Probe("parallel", _user("What is the weather in Paris and in Tokyo? Call get_weather once for each city, "
-                                   "both calls in this one turn."),
-                 _tool_check(WEATHER_TOOLS, min_calls=2), tools=tuple(WEATHER_TOOLS))
+INSTANT = Probe(
+    "instant",
+    _user("What is the capital of France? Answer with one word."),
+    _instant_check,
+    template_kwargs={"thinking": False},
+)
+PARALLEL = Probe(
+    "parallel",
+    _user(
+        "What is the weather in Paris and in Tokyo? Call get_weather once for each city, both calls in this one turn."
+    ),
+    _tool_check(WEATHER_TOOLS, min_calls=2),
+    tools=tuple(WEATHER_TOOLS),
+)
 SECOND_TURN = Probe(
     "tool-result",
-    [{"role": "user", "content": "What is the weather in Paris right now? Use the get_weather tool."},
-     {"role": "assistant", "content": "", "reasoning_content": "The user wants the Paris weather; call get_weather.",
-      "tool_calls": [{"id": "functions.get_weather:0", "type": "function",
-                      "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-     {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": WEATHER_RESULT}],
-    _second_turn_check, tools=tuple(WEATHER_TOOLS))
+    [
+        {"role": "user", "content": "What is the weather in Paris right now? Use the get_weather tool."},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "The user wants the Paris weather; call get_weather.",
+            "tool_calls": [
+                {
+                    "id": "functions.get_weather:0",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": WEATHER_RESULT},
+    ],
+    _second_turn_check,
+    tools=tuple(WEATHER_TOOLS),
+)
 LARGE_ARG = Probe(
     "large-argument",
-    _user("Call write_file exactly once with path \"count.txt\" and as content every integer from 1 to 2000 in "
-          "order, separated by single spaces and nothing else. Do not shorten it."),
-    _large_arg_check, modes=(STREAM,), tools=tuple(FILE_TOOLS),
-    template_kwargs={"thinking": False}, max_tokens=16384)
+    _user(
+        'Call write_file exactly once with path "count.txt" and as content every integer from 1 to 2000 in '
+        "order, separated by single spaces and nothing else. Do not shorten it."
+    ),
+    _large_arg_check,
+    modes=(STREAM,),
+    tools=tuple(FILE_TOOLS),
+    template_kwargs={"thinking": False},
+    max_tokens=16384,
+)
 
 QUICK = (TOOL, REASONING)
 FULL = QUICK + (INSTANT, PARALLEL, SECOND_TURN, LARGE_ARG)

@@ -24,8 +24,10 @@ GENERATE = "generate"  # the ProbeResult mode of a /generate probe
 MAX_NEW_TOKENS = MAX_TOKENS
 SEED = 1234
 _CALL_ID = re.compile(r"^functions\.(?P<name>[\w.\-]+):(?P<index>\d+)$")
-FIX_STRIPPED = ("send skip_special_tokens: false to SGLang's /generate itself (a proxy or engine in between drops "
-                "it), or decode output_ids with Kimi's tokenizer (skip_special_tokens=False) to get the raw text")
+FIX_STRIPPED = (
+    "send skip_special_tokens: false to SGLang's /generate itself (a proxy or engine in between drops "
+    "it), or decode output_ids with Kimi's tokenizer (skip_special_tokens=False) to get the raw text"
+)
 
 
 @dataclass(frozen=True)
@@ -36,20 +38,31 @@ class Posted:
     unreachable: bool = False
 
 
-def post(target: Any, path: str, body: dict[str, Any], *, api_key: str | None, deadline: float,
-         timeout: float) -> Posted:
+def post(
+    target: Any, path: str, body: dict[str, Any], *, api_key: str | None, deadline: float, timeout: float
+) -> Posted:
     """POST ``body`` as JSON and read a JSON answer (a finding when there is none)."""
     start = time.monotonic()
     try:
         reply = request("POST", target.url(path), deadline=deadline, api_key=api_key, json_body=body)
     except TransportError as err:
-        return Posted(None, time.monotonic() - start, dx.transport_finding(err, timeout=timeout),
-                      unreachable=err.kind != "timeout")
+        return Posted(
+            None,
+            time.monotonic() - start,
+            dx.transport_finding(err, timeout=timeout),
+            unreachable=err.kind != "timeout",
+        )
     latency = time.monotonic() - start
     if reply.status == 404 and path == "/generate":
-        return Posted(None, latency, problem("generate_missing", "POST /generate answered 404: the server has no "
-                                             "native generate endpoint", "point --host at SGLang itself (not an "
-                                             "OpenAI-only proxy); the raw path needs SGLang's /generate"))
+        return Posted(
+            None,
+            latency,
+            problem(
+                "generate_missing",
+                "POST /generate answered 404: the server has no native generate endpoint",
+                "point --host at SGLang itself (not an OpenAI-only proxy); the raw path needs SGLang's /generate",
+            ),
+        )
     failure = dx.http_finding(reply, api_key_sent=bool(api_key), model=body.get("model"))
     if failure:
         return Posted(None, latency, problem(failure.code, f"POST {path}: {failure.message}", failure.fix))
@@ -60,37 +73,73 @@ def post(target: Any, path: str, body: dict[str, Any], *, api_key: str | None, d
 def generate_body(probe: Probe, *, input_ids: list[int] | None = None) -> dict[str, Any]:
     """The /generate request for ``probe``: the rendered prompt (or exact ``input_ids``), greedy, specials kept."""
     thinking = (probe.template_kwargs or {}).get("thinking", True) is not False
-    prompt: dict[str, Any] = {"input_ids": input_ids} if input_ids is not None else {
-        "text": kf.render_prompt(probe.messages, list(probe.tools), thinking=thinking)}
-    return {**prompt, "stream": False,
-            "sampling_params": {"temperature": 0.0, "max_new_tokens": MAX_NEW_TOKENS, "skip_special_tokens": False,
-                                "sampling_seed": SEED}}
+    prompt: dict[str, Any] = (
+        {"input_ids": input_ids}
+        if input_ids is not None
+        else {"text": kf.render_prompt(probe.messages, list(probe.tools), thinking=thinking)}
+    )
+    return {
+        **prompt,
+        "stream": False,
+        "sampling_params": {
+            "temperature": 0.0,
+            "max_new_tokens": MAX_NEW_TOKENS,
+            "skip_special_tokens": False,
+            "sampling_seed": SEED,
+        },
+    }
 
 
 def _meta_findings(data: dict[str, Any]) -> list[Finding]:
     meta = data.get("meta_info")
     if not isinstance(meta, dict):
-        return [problem("raw_no_meta_info", "the /generate answer has no meta_info object",
-                        "point --host at SGLang's native server; a proxy that reshapes /generate loses meta_info")]
+        return [
+            problem(
+                "raw_no_meta_info",
+                "the /generate answer has no meta_info object",
+                "point --host at SGLang's native server; a proxy that reshapes /generate loses meta_info",
+            )
+        ]
     found: list[Finding] = []
     finish = meta.get("finish_reason")
     if not isinstance(finish, dict) or finish.get("type") not in ("stop", "length", "abort"):
-        found.append(problem("raw_finish_reason", f"meta_info.finish_reason is {dx.clip(json.dumps(finish))}, not "
-                             "{type, matched}", "point --host at SGLang 0.5.23's /generate"))
+        found.append(
+            problem(
+                "raw_finish_reason",
+                f"meta_info.finish_reason is {dx.clip(json.dumps(finish))}, not {{type, matched}}",
+                "point --host at SGLang 0.5.23's /generate",
+            )
+        )
     elif finish["type"] == "length":
-        found.append(problem("length", f"generation stopped at max_new_tokens {MAX_NEW_TOKENS} before a stop token",
-                             "the model did not finish; rerun, or read the SGLang log"))
+        found.append(
+            problem(
+                "length",
+                f"generation stopped at max_new_tokens {MAX_NEW_TOKENS} before a stop token",
+                "the model did not finish; rerun, or read the SGLang log",
+            )
+        )
     elif finish["type"] == "stop" and finish.get("matched") not in kf.STOP_IDS:
-        found.append(problem("raw_matched_stop", f"finish_reason.matched is {finish.get('matched')!r}, not a Kimi "
-                             f"stop id ({' or '.join(map(kf.id_name, kf.STOP_IDS))})",
-                             "serve Kimi-K2.5's own generation_config.json (eos <|im_end|> 163586)"))
+        found.append(
+            problem(
+                "raw_matched_stop",
+                f"finish_reason.matched is {finish.get('matched')!r}, not a Kimi "
+                f"stop id ({' or '.join(map(kf.id_name, kf.STOP_IDS))})",
+                "serve Kimi-K2.5's own generation_config.json (eos <|im_end|> 163586)",
+            )
+        )
     elif finish["type"] == "abort":
-        found.append(problem("raw_abort", f"the request was aborted: {dx.clip(json.dumps(finish))}",
-                             "read the SGLang log"))
+        found.append(
+            problem("raw_abort", f"the request was aborted: {dx.clip(json.dumps(finish))}", "read the SGLang log")
+        )
     for key in ("prompt_tokens", "completion_tokens"):
         if not isinstance(meta.get(key), int) or meta[key] <= 0:
-            found.append(problem("raw_token_counts", f"meta_info.{key} is {meta.get(key)!r}, not a positive count",
-                                 "point --host at SGLang 0.5.23's /generate"))
+            found.append(
+                problem(
+                    "raw_token_counts",
+                    f"meta_info.{key} is {meta.get(key)!r}, not a positive count",
+                    "point --host at SGLang 0.5.23's /generate",
+                )
+            )
     return found
 
 
@@ -99,23 +148,52 @@ def _think_findings(text: str, ids: list[int], thinking: bool) -> list[Finding]:
     if not in_ids and not in_text and kf.SECTION_BEGIN in text:
         return []  # Kimi sometimes opens the tool-call section with no </think>; the section ends the reasoning
     if not thinking:
-        return [] if not in_ids else [problem("raw_think_in_instant", "</think> (163607) was generated although "
-                                              "thinking is off", "render the prompt with <think></think>")]
+        return (
+            []
+            if not in_ids
+            else [
+                problem(
+                    "raw_think_in_instant",
+                    "</think> (163607) was generated although thinking is off",
+                    "render the prompt with <think></think>",
+                )
+            ]
+        )
     if in_ids == 1 and in_text == 1:
         return []
     if in_ids and not in_text:
-        return [problem("raw_special_stripped", "</think> is in output_ids as 163607 but not in the text: the "
-                        "server decoded with special tokens skipped although skip_special_tokens was false",
-                        FIX_STRIPPED)]
+        return [
+            problem(
+                "raw_special_stripped",
+                "</think> is in output_ids as 163607 but not in the text: the "
+                "server decoded with special tokens skipped although skip_special_tokens was false",
+                FIX_STRIPPED,
+            )
+        ]
     if in_text and not in_ids:
-        return [problem("raw_think_not_one_id", "the text holds </think> but output_ids lack 163607: the "
-                        "tokenizer splits </think> into pieces", "serve Kimi-K2.5's own tokenizer "
-                        "(--trust-remote-code, tiktoken.model), where </think> is the single id 163607")]
+        return [
+            problem(
+                "raw_think_not_one_id",
+                "the text holds </think> but output_ids lack 163607: the tokenizer splits </think> into pieces",
+                "serve Kimi-K2.5's own tokenizer "
+                "(--trust-remote-code, tiktoken.model), where </think> is the single id 163607",
+            )
+        ]
     if in_ids > 1 or in_text > 1:
-        return [problem("raw_think_repeated", f"</think> appears {max(in_ids, in_text)} times in one answer",
-                        "read the raw text: the model re-opened reasoning; rerun")]
-    return [problem("raw_no_think_end", "no </think> (163607) in the answer: the reasoning never closed",
-                    "the prompt must end with <think> (thinking on); read the raw text")]
+        return [
+            problem(
+                "raw_think_repeated",
+                f"</think> appears {max(in_ids, in_text)} times in one answer",
+                "read the raw text: the model re-opened reasoning; rerun",
+            )
+        ]
+    return [
+        problem(
+            "raw_no_think_end",
+            "no </think> (163607) in the answer: the reasoning never closed",
+            "the prompt must end with <think> (thinking on); read the raw text",
+        )
+    ]
 
 
 def _call_findings(turn: kf.RawTurn, names: set[str]) -> list[Finding]:
@@ -123,61 +201,107 @@ def _call_findings(turn: kf.RawTurn, names: set[str]) -> list[Finding]:
     for i, call in enumerate(turn.calls):
         m = _CALL_ID.match(call.id.strip())
         if not m or m.group("name") not in names:
-            found.append(problem("raw_call_id", f"tool call {i} id {call.id!r} is not functions.NAME:N for an "
-                                 f"offered tool ({', '.join(sorted(names))})", "read the raw text"))
+            found.append(
+                problem(
+                    "raw_call_id",
+                    f"tool call {i} id {call.id!r} is not functions.NAME:N for an "
+                    f"offered tool ({', '.join(sorted(names))})",
+                    "read the raw text",
+                )
+            )
         try:
             args = json.loads(call.arguments)
         except ValueError:
-            found.append(problem("raw_arguments_json", f"tool call {i} arguments are not JSON: "
-                                 f"{dx.clip(call.arguments)!r}", "read the raw text; rerun"))
+            found.append(
+                problem(
+                    "raw_arguments_json",
+                    f"tool call {i} arguments are not JSON: {dx.clip(call.arguments)!r}",
+                    "read the raw text; rerun",
+                )
+            )
             continue
         if not isinstance(args, dict):
-            found.append(problem("raw_arguments_json", f"tool call {i} arguments are {type(args).__name__}, not a "
-                                 "JSON object", "read the raw text; rerun"))
+            found.append(
+                problem(
+                    "raw_arguments_json",
+                    f"tool call {i} arguments are {type(args).__name__}, not a JSON object",
+                    "read the raw text; rerun",
+                )
+            )
     return found
 
 
 def check_raw(data: Any, probe: Probe) -> list[Finding]:
     """Every rule a /generate answer for ``probe`` must meet (an empty list: it holds)."""
     if not isinstance(data, dict):
-        return [problem("raw_malformed", f"/generate answered {type(data).__name__}, not an object "
-                        "(n=1 gives one object)", "point --host at SGLang's native server")]
+        return [
+            problem(
+                "raw_malformed",
+                f"/generate answered {type(data).__name__}, not an object (n=1 gives one object)",
+                "point --host at SGLang's native server",
+            )
+        ]
     text, ids = data.get("text"), data.get("output_ids")
     if not isinstance(text, str):
         return [problem("raw_malformed", "the /generate answer has no text", "point --host at SGLang's /generate")]
     if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
-        return [problem("raw_no_output_ids", f"the /generate answer has no output_ids ({dx.clip(repr(ids))})",
-                        "point --host at SGLang 0.5.23's native /generate (it returns output_ids)")] + \
-            _meta_findings(data)
+        return [
+            problem(
+                "raw_no_output_ids",
+                f"the /generate answer has no output_ids ({dx.clip(repr(ids))})",
+                "point --host at SGLang 0.5.23's native /generate (it returns output_ids)",
+            )
+        ] + _meta_findings(data)
     thinking = (probe.template_kwargs or {}).get("thinking", True) is not False
     found = _meta_findings(data) + _think_findings(text, ids, thinking)
     turn = kf.parse_raw(text, thinking=thinking)
     found += [problem("raw_format", f"not Kimi's raw format: {p}", "read the raw text") for p in turn.problems]
     if kf.IM_END in text:
-        found.append(problem("raw_stop_in_text", "<|im_end|> is part of the text: the stop token was not trimmed",
-                             "point --host at SGLang's /generate"))
+        found.append(
+            problem(
+                "raw_stop_in_text",
+                "<|im_end|> is part of the text: the stop token was not trimmed",
+                "point --host at SGLang's /generate",
+            )
+        )
     if thinking and turn.reasoning is not None and not turn.reasoning.strip():
-        found.append(problem("raw_empty_reasoning", "nothing before </think>: the reasoning is empty",
-                             "keep thinking on (the prompt ends with <think>); rerun"))
+        found.append(
+            problem(
+                "raw_empty_reasoning",
+                "nothing before </think>: the reasoning is empty",
+                "keep thinking on (the prompt ends with <think>); rerun",
+            )
+        )
     if probe.tools:
         if not turn.section:
-            found.append(problem("raw_no_tool_section", f"no <|tool_calls_section_begin|> in the text: "
-                                 f"{dx.clip(text)!r}", "the model answered in text; rerun"))
+            found.append(
+                problem(
+                    "raw_no_tool_section",
+                    f"no <|tool_calls_section_begin|> in the text: {dx.clip(text)!r}",
+                    "the model answered in text; rerun",
+                )
+            )
         elif kf.SECTION_BEGIN_ID not in ids:
-            found.append(problem("raw_section_not_one_id", "<|tool_calls_section_begin|> is in the text but 163595 "
-                                 "is not in output_ids", "serve Kimi-K2.5's own tokenizer"))
+            found.append(
+                problem(
+                    "raw_section_not_one_id",
+                    "<|tool_calls_section_begin|> is in the text but 163595 is not in output_ids",
+                    "serve Kimi-K2.5's own tokenizer",
+                )
+            )
         found += _call_findings(turn, {t["function"]["name"] for t in probe.tools})
     elif not turn.content.strip():
         found.append(problem("raw_empty_content", "nothing after </think>: the answer is empty", "rerun"))
     return found
 
 
-RAW_PROBES = (Probe("raw-reasoning", REASONING.messages, REASONING.check, modes=(GENERATE,)),
-              Probe("raw-tool", TOOL.messages, TOOL.check, modes=(GENERATE,), tools=tuple(WEATHER_TOOLS)))
+RAW_PROBES = (
+    Probe("raw-reasoning", REASONING.messages, REASONING.check, modes=(GENERATE,)),
+    Probe("raw-tool", TOOL.messages, TOOL.check, modes=(GENERATE,), tools=tuple(WEATHER_TOOLS)),
+)
 
 
-def run_raw_probe(probe: Probe, target: Any, *, api_key: str | None, deadline: float,
-                  timeout: float) -> ProbeResult:
+def run_raw_probe(probe: Probe, target: Any, *, api_key: str | None, deadline: float, timeout: float) -> ProbeResult:
     posted = post(target, "/generate", generate_body(probe), api_key=api_key, deadline=deadline, timeout=timeout)
     if posted.failure is not None:
         return ProbeResult(probe.name, GENERATE, posted.latency_s, (posted.failure,), unreachable=posted.unreachable)

@@ -15,13 +15,24 @@ from kimi_serve.verify.report import ProbeResult
 RawCall = tuple[Probe, str, Callable[[], ProbeResult]]
 
 
-def raw_calls(suite: str, target: Any, *, model: str, api_key: str | None, deadline: float,
-              timeout: float) -> list[RawCall]:
+def raw_calls(
+    suite: str, target: Any, *, model: str, api_key: str | None, deadline: float, timeout: float
+) -> list[RawCall]:
     calls: list[RawCall] = []
     if suite in ("raw", "full"):
-        calls += [(p, GENERATE, partial(run_raw_probe, p, target, api_key=api_key, deadline=deadline,
-                                        timeout=timeout)) for p in RAW_PROBES]
+        calls += [
+            (p, GENERATE, partial(run_raw_probe, p, target, api_key=api_key, deadline=deadline, timeout=timeout))
+            for p in RAW_PROBES
+        ]
     if suite == "full":
-        calls += [(p, MODE, partial(run_lossless_probe, p, target, model=model, api_key=api_key, deadline=deadline,
-                                    timeout=timeout)) for p in LOSSLESS_PROBES]
+        calls += [
+            (
+                p,
+                MODE,
+                partial(
+                    run_lossless_probe, p, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout
+                ),
+            )
+            for p in LOSSLESS_PROBES
+        ]
     return calls

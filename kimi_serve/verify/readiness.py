@@ -43,9 +43,15 @@ def _poll(target: Target, poll_end: float, api_key: str | None) -> tuple[str, st
     return f"http-{reply.status}", f"HTTP {reply.status} on /health"
 
 
-def wait_ready(target: Target, deadline: float, progress: Progress | None = None, *,
-               api_key: str | None = None, interval: float = POLL_INTERVAL,
-               poll_timeout: float = POLL_TIMEOUT) -> Readiness:
+def wait_ready(
+    target: Target,
+    deadline: float,
+    progress: Progress | None = None,
+    *,
+    api_key: str | None = None,
+    interval: float = POLL_INTERVAL,
+    poll_timeout: float = POLL_TIMEOUT,
+) -> Readiness:
     """Poll ``/health`` until it answers 200 or ``deadline`` (a ``time.monotonic()`` value) passes.
 
     One poll always happens: a deadline in the past means "check once" (that poll may take ``poll_timeout``).
@@ -54,8 +60,9 @@ def wait_ready(target: Target, deadline: float, progress: Progress | None = None
     phases: list[str] = []
     while True:
         now = time.monotonic()
-        phase, detail = _poll(target, now + poll_timeout if deadline <= now else min(deadline, now + poll_timeout),
-                              api_key)
+        phase, detail = _poll(
+            target, now + poll_timeout if deadline <= now else min(deadline, now + poll_timeout), api_key
+        )
         waited = time.monotonic() - start
         if not phases or phases[-1] != phase:
             phases.append(phase)

@@ -15,8 +15,7 @@ def _summary(report: VerifyReport) -> str:
     total = len(report.probes)
     bad_checks = [c for c in report.checks if c.status == "fail"]
     if not failed and bad_checks:
-        return (f"verify: contract holds ({total}/{total} probes) but least privilege VIOLATED: "
-                f"{bad_checks[0].line()}")
+        return f"verify: contract holds ({total}/{total} probes) but least privilege VIOLATED: {bad_checks[0].line()}"
     if not failed:
         return f"verify: contract holds ({total}/{total} probes passed in {report.elapsed_s:.1f}s)"
     if report.exit_code == 3:
@@ -63,8 +62,11 @@ def render_table(report: VerifyReport) -> str:
             rows.append((p.probe, p.mode, "pass" if p.passed else "FAIL", f"{p.latency_s:.2f}s", reason))
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         for r in rows:
-            lines.append("  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].ljust(widths[2]),
-                                    r[3].rjust(widths[3]), r[4]]).rstrip())
+            lines.append(
+                "  ".join(
+                    [r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].ljust(widths[2]), r[3].rjust(widths[3]), r[4]]
+                ).rstrip()
+            )
         lines.extend(f"{p.probe}/{p.mode}: {p.detail}" for p in report.probes if p.detail)
         failed = [p for p in report.probes if not p.passed]
         if failed:

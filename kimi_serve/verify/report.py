@@ -69,8 +69,13 @@ class Readiness:
     phases: tuple[str, ...] = ()  # distinct phases seen, in order
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ready": self.ready, "phase": self.phase, "waited_s": round(self.waited_s, 3),
-                "detail": self.detail, "phases": list(self.phases)}
+        return {
+            "ready": self.ready,
+            "phase": self.phase,
+            "waited_s": round(self.waited_s, 3),
+            "detail": self.detail,
+            "phases": list(self.phases),
+        }
 
 
 @dataclass
@@ -120,8 +125,12 @@ class VerifyReport:
             "elapsed_s": round(self.elapsed_s, 3),
             "key_source": self.key_source,
             "readiness": self.readiness.to_dict(),
-            "server": {"tool_call_parser": self.server.get("tool_call_parser"),
-                       "reasoning_parser": self.server.get("reasoning_parser")} if self.server else None,
+            "server": {
+                "tool_call_parser": self.server.get("tool_call_parser"),
+                "reasoning_parser": self.server.get("reasoning_parser"),
+            }
+            if self.server
+            else None,
             "error": finding_json(self.error) if self.error else None,
             "probes": [p.to_dict() for p in self.probes],
             "warnings": [finding_json(f) for f in self.warnings],

@@ -29,8 +29,17 @@ DEFAULT_TIMEOUT = 180.0
 AFTER_START_WAIT = 30.0
 # Findings a sampling model can produce on a healthy server (it answered in text, made one call instead of two,
 # drifted from the schema, miscounted): such a probe gets one more try, as Moonshot's vendor verifier reruns them.
-MODEL_NOISE = frozenset({"no_tool_call", "parallel_calls", "arguments_schema", "argument_small", "argument_corrupt",
-                         "unexpected_tool_call", "length"})
+MODEL_NOISE = frozenset(
+    {
+        "no_tool_call",
+        "parallel_calls",
+        "arguments_schema",
+        "argument_small",
+        "argument_corrupt",
+        "unexpected_tool_call",
+        "length",
+    }
+)
 _GRACE = 2.0  # each request ends by the deadline on its own; this only bounds the join
 _COMPLETE_DESPITE = frozenset({"stream_no_finish_reason", "stream_tool_index"})  # wire faults that leave the text whole
 
@@ -45,8 +54,9 @@ class _Outcome:
     attempts: int = 1
 
 
-def _get_json(target: Target, path: str, deadline: float, api_key: str | None,
-              timeout: float) -> tuple[Any, Finding | None, bool]:
+def _get_json(
+    target: Target, path: str, deadline: float, api_key: str | None, timeout: float
+) -> tuple[Any, Finding | None, bool]:
     """(json, finding, unreachable) for a GET."""
     try:
         reply = request("GET", target.url(path), deadline=deadline, api_key=api_key)
@@ -72,16 +82,27 @@ def _server_info(target: Target, deadline: float, api_key: str | None) -> dict[s
     return {k: data.get(k) for k in ("tool_call_parser", "reasoning_parser") if k in data}
 
 
-def _call(target: Target, probe: Probe, mode: str, model: str, api_key: str | None, deadline: float,
-          timeout: float) -> _Outcome:
+def _call(
+    target: Target, probe: Probe, mode: str, model: str, api_key: str | None, deadline: float, timeout: float
+) -> _Outcome:
     stream = mode == STREAM
     start = time.monotonic()
     try:
-        reply = request("POST", target.url("/v1/chat/completions"), deadline=deadline, api_key=api_key,
-                        json_body=probe.body(model, stream), stall_s=stall_limit(timeout) if stream else None)
+        reply = request(
+            "POST",
+            target.url("/v1/chat/completions"),
+            deadline=deadline,
+            api_key=api_key,
+            json_body=probe.body(model, stream),
+            stall_s=stall_limit(timeout) if stream else None,
+        )
     except TransportError as err:
-        return _Outcome(None, time.monotonic() - start, dx.transport_finding(err, timeout=timeout),
-                        unreachable=err.kind != "timeout")
+        return _Outcome(
+            None,
+            time.monotonic() - start,
+            dx.transport_finding(err, timeout=timeout),
+            unreachable=err.kind != "timeout",
+        )
     latency = time.monotonic() - start
     failure = dx.http_finding(reply, api_key_sent=bool(api_key), model=model)
     if failure:
@@ -89,19 +110,36 @@ def _call(target: Target, probe: Probe, mode: str, model: str, api_key: str | No
     if stream and "json" in reply.content_type and not reply.timed_out:
         data, failure = dx.parse_json_body(reply)
         if failure is None and isinstance(data, dict) and data.get("error"):
-            return _Outcome(None, latency, problem("stream_error", f"error instead of a stream: "
-                                                   f"{dx.clip(json.dumps(data['error']))}", "read the SGLang log"))
+            return _Outcome(
+                None,
+                latency,
+                problem(
+                    "stream_error",
+                    f"error instead of a stream: {dx.clip(json.dumps(data['error']))}",
+                    "read the SGLang log",
+                ),
+            )
     if stream:
-        return _Outcome(answer_from_sse(reply.body, timed_out=reply.timed_out, cut=reply.cut, stalled=reply.stalled,
-                                        idle_s=reply.idle_s, stall_s=stall_limit(timeout)), latency)
+        return _Outcome(
+            answer_from_sse(
+                reply.body,
+                timed_out=reply.timed_out,
+                cut=reply.cut,
+                stalled=reply.stalled,
+                idle_s=reply.idle_s,
+                stall_s=stall_limit(timeout),
+            ),
+            latency,
+        )
     data, failure = dx.parse_json_body(reply)
     if failure:
         return _Outcome(None, latency, failure)
     return _Outcome(answer_from_json(data), latency)
 
 
-def _attempt(target: Target, probe: Probe, mode: str, model: str, api_key: str | None, deadline: float,
-             timeout: float) -> _Outcome:
+def _attempt(
+    target: Target, probe: Probe, mode: str, model: str, api_key: str | None, deadline: float, timeout: float
+) -> _Outcome:
     """One call, and a second one when the first answer failed only in ways a sampling model can."""
     first = _call(target, probe, mode, model, api_key, deadline, timeout)
     if first.answer is None or first.answer.problems:
@@ -126,8 +164,9 @@ def judge(probe: Probe, answer: Answer, server: dict[str, Any]) -> tuple[tuple[F
 def _result(probe: Probe, mode: str, outcome: _Outcome, server: dict[str, Any]) -> ProbeResult:
     if outcome.failure is not None or outcome.answer is None:
         failure = outcome.failure or problem("no_answer", "no answer", "read the server log")
-        return ProbeResult(probe.name, mode, outcome.latency_s, (failure,), unreachable=outcome.unreachable,
-                           attempts=outcome.attempts)
+        return ProbeResult(
+            probe.name, mode, outcome.latency_s, (failure,), unreachable=outcome.unreachable, attempts=outcome.attempts
+        )
     failures, warnings = judge(probe, outcome.answer, server)
     return ProbeResult(probe.name, mode, outcome.latency_s, failures, attempts=outcome.attempts, warnings=warnings)
 
@@ -139,10 +178,19 @@ def _name_key_source(finding: Finding, source: str) -> Finding:
     return problem(finding.code, f"{finding.message} (key from {source})", finding.fix)
 
 
-def run_verify(target: Target | str, *, api_key: str | None = None, model: str | None = None, wait: float = 0.0,
-               timeout: float = DEFAULT_TIMEOUT, suite: str = "quick",
-               progress: Progress | None = None, key_source: str | None = None,
-               max_tokens: int | None = None, expected_ports: tuple[int, ...] = ()) -> VerifyReport:
+def run_verify(
+    target: Target | str,
+    *,
+    api_key: str | None = None,
+    model: str | None = None,
+    wait: float = 0.0,
+    timeout: float = DEFAULT_TIMEOUT,
+    suite: str = "quick",
+    progress: Progress | None = None,
+    key_source: str | None = None,
+    max_tokens: int | None = None,
+    expected_ports: tuple[int, ...] = (),
+) -> VerifyReport:
     """Check that the server at ``target`` keeps the Kimi API contract; never prints, never raises for server faults.
 
     ``wait``: seconds to wait for readiness (0 = check once). ``timeout``: the limit for everything after readiness.
@@ -158,13 +206,22 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
         probes = tuple(dataclasses.replace(p, max_tokens=min(p.max_tokens, max_tokens)) for p in probes)
     started = time.monotonic()
     readiness = wait_ready(target, started + wait, progress, api_key=api_key, poll_timeout=min(POLL_TIMEOUT, timeout))
-    report = VerifyReport(target=target.base_url, suite=suite, readiness=readiness, model=model,
-                          key_source=key_source or ("caller" if api_key else "none"))
+    report = VerifyReport(
+        target=target.base_url,
+        suite=suite,
+        readiness=readiness,
+        model=model,
+        key_source=key_source or ("caller" if api_key else "none"),
+    )
     if not readiness.ready:
-        fix = "start the server, or pass --wait SECONDS to wait while it loads" if wait <= 0 else \
-            "raise --wait (a cold start loads ~600 GB and captures CUDA graphs) or read the server log"
-        report.error = problem("not_ready", f"server not ready after {readiness.waited_s:.1f}s: {readiness.detail}",
-                               fix)
+        fix = (
+            "start the server, or pass --wait SECONDS to wait while it loads"
+            if wait <= 0
+            else "raise --wait (a cold start loads ~600 GB and captures CUDA graphs) or read the server log"
+        )
+        report.error = problem(
+            "not_ready", f"server not ready after {readiness.waited_s:.1f}s: {readiness.detail}", fix
+        )
         report.error_unreachable = True
         report.elapsed_s = time.monotonic() - started
         return report
@@ -178,8 +235,9 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
             data, failure, unreachable = _get_json(target, "/v1/models", deadline, api_key, timeout)
             served = _served_models(data) if failure is None else None
             if failure is None and not served:
-                failure = problem("no_models", f"GET /v1/models lists no model: {dx.clip(json.dumps(data))}",
-                                  "pass --model NAME")
+                failure = problem(
+                    "no_models", f"GET /v1/models lists no model: {dx.clip(json.dumps(data))}", "pass --model NAME"
+                )
             if failure is not None or not served:
                 report.error = _name_key_source(failure, report.key_source) if failure else failure
                 report.error_unreachable = unreachable
@@ -190,7 +248,8 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
             model = served[0]
         report.model = model
         futures: list[Future[_Outcome]] = [
-            pool.submit(_attempt, target, p, m, model, api_key, deadline, timeout) for p, m in calls]
+            pool.submit(_attempt, target, p, m, model, api_key, deadline, timeout) for p, m in calls
+        ]
         extras = raw_calls(suite, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout)
         extra_futures = [pool.submit(fn) for _, _, fn in extras]
         pending: list[Future[Any]] = [*futures, *extra_futures, info_future, leak_future]
@@ -199,8 +258,13 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
         report.warnings += leak_future.result() if leak_future.done() else []
         report.server = server
         for (probe, mode), future in zip(calls, futures, strict=True):
-            outcome = future.result() if future.done() else _Outcome(
-                None, timeout, problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"))
+            outcome = (
+                future.result()
+                if future.done()
+                else _Outcome(
+                    None, timeout, problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log")
+                )
+            )
             if outcome.failure is not None:
                 outcome.failure = _name_key_source(outcome.failure, report.key_source)
             result = _result(probe, mode, outcome, server)
@@ -208,15 +272,25 @@ def run_verify(target: Target | str, *, api_key: str | None = None, model: str |
                 if served is None:
                     data, _, _ = _get_json(target, "/v1/models", time.monotonic() + POLL_TIMEOUT, api_key, POLL_TIMEOUT)
                     served = _served_models(data)
-                result = ProbeResult(probe.name, mode, result.latency_s, (dx.model_not_found(model, served),),
-                                     attempts=result.attempts)
+                result = ProbeResult(
+                    probe.name, mode, result.latency_s, (dx.model_not_found(model, served),), attempts=result.attempts
+                )
             report.probes.append(result)
         for (probe, mode, _), extra in zip(extras, extra_futures, strict=True):
-            report.probes.append(extra.result() if extra.done() else ProbeResult(probe.name, mode, timeout, (
-                problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"),)))
+            report.probes.append(
+                extra.result()
+                if extra.done()
+                else ProbeResult(
+                    probe.name,
+                    mode,
+                    timeout,
+                    (problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"),),
+                )
+            )
     from kimi_serve.verify.privilege import privilege_checks
 
-    report.checks, report.listeners = privilege_checks(target, api_key, max(deadline, time.monotonic() + POLL_TIMEOUT),
-                                                       expected_ports)
+    report.checks, report.listeners = privilege_checks(
+        target, api_key, max(deadline, time.monotonic() + POLL_TIMEOUT), expected_ports
+    )
     report.elapsed_s = time.monotonic() - started
     return report

@@ -32,13 +32,16 @@ def _events(body: bytes) -> list[str]:
 
 
 _CHUNK_OBJECT = "chat.completion.chunk"
-_FIX_WIRE = ("SGLang's own stream has this shape right; a proxy or another server in between rewrites the chunks: "
-             "point --host at SGLang itself or configure the proxy to pass server-sent events through unchanged")
+_FIX_WIRE = (
+    "SGLang's own stream has this shape right; a proxy or another server in between rewrites the chunks: "
+    "point --host at SGLang itself or configure the proxy to pass server-sent events through unchanged"
+)
 
 
 def _carries_data(choices: Any) -> bool:
-    return isinstance(choices, list) and any(isinstance(c, dict) and (as_object(c.get("delta")) or
-                                                                      c.get("finish_reason")) for c in choices)
+    return isinstance(choices, list) and any(
+        isinstance(c, dict) and (as_object(c.get("delta")) or c.get("finish_reason")) for c in choices
+    )
 
 
 def _check_tool_lookup(delta: dict[str, Any], message: dict[str, Any], merge: Merge) -> None:
@@ -47,12 +50,18 @@ def _check_tool_lookup(delta: dict[str, Any], message: dict[str, Any], merge: Me
     for entry in delta.get("tool_calls") or [] if isinstance(delta.get("tool_calls"), list) else []:
         index = entry.get("index") if isinstance(entry, dict) else None
         if not isinstance(index, int) or isinstance(index, bool):
-            merge.add("stream_tool_index", f"a streamed tool-call delta has index {index!r}, not an integer: the "
-                      "openai SDK cannot place it (TypeError) and the stream is lost")
+            merge.add(
+                "stream_tool_index",
+                f"a streamed tool-call delta has index {index!r}, not an integer: the "
+                "openai SDK cannot place it (TypeError) and the stream is lost",
+            )
         elif not isinstance(stored, list) or index >= len(stored):
-            merge.add("stream_tool_index", f"a streamed tool-call delta has index {index} but only "
-                      f"{len(stored) if isinstance(stored, list) else 0} call(s) exist: the openai SDK raises "
-                      "IndexError; indices must count up from 0")
+            merge.add(
+                "stream_tool_index",
+                f"a streamed tool-call delta has index {index} but only "
+                f"{len(stored) if isinstance(stored, list) else 0} call(s) exist: the openai SDK raises "
+                "IndexError; indices must count up from 0",
+            )
 
 
 def _tool_call(raw: Any, position: int) -> ToolCall:
@@ -60,12 +69,14 @@ def _tool_call(raw: Any, position: int) -> ToolCall:
     fn = as_object(raw.get("function"))
     arguments = fn.get("arguments")
     index = raw.get("index")
-    return ToolCall(id=raw["id"] if isinstance(raw.get("id"), str) else None,
-                    type=raw["type"] if isinstance(raw.get("type"), str) else None,
-                    index=index if isinstance(index, int) else position,
-                    name=fn["name"] if isinstance(fn.get("name"), str) else None,
-                    arguments=arguments if isinstance(arguments, str) else None,
-                    arguments_kind=json_kind(arguments))
+    return ToolCall(
+        id=raw["id"] if isinstance(raw.get("id"), str) else None,
+        type=raw["type"] if isinstance(raw.get("type"), str) else None,
+        index=index if isinstance(index, int) else position,
+        name=fn["name"] if isinstance(fn.get("name"), str) else None,
+        arguments=arguments if isinstance(arguments, str) else None,
+        arguments_kind=json_kind(arguments),
+    )
 
 
 def stall_limit(timeout: float) -> float:
@@ -75,20 +86,36 @@ def stall_limit(timeout: float) -> float:
 
 def _stall_problem(events: int, stalled: bool, idle_s: float | None, stall_s: float | None) -> Finding:
     if stalled:
-        return problem("timeout", f"the stream stalled: no bytes for {stall_s or 0:g}s after {events} events",
-                       "the server hangs mid-generation; read its log")
+        return problem(
+            "timeout",
+            f"the stream stalled: no bytes for {stall_s or 0:g}s after {events} events",
+            "the server hangs mid-generation; read its log",
+        )
     if stall_s is not None and idle_s is not None:
-        return problem("too_slow", f"the stream was still arriving when the time ran out ({events} events; the last "
-                       f"byte {idle_s:.1f}s before the deadline, no pause reached the {stall_s:g}s stall limit): the "
-                       "server is slow, not hung",
-                       "raise the profile's verify.timeout (or --timeout) if this speed is expected; else read the "
-                       "server's decode speed in its log")
-    return problem("timeout", f"the stream did not finish before the deadline ({events} events received)",
-                   "the server hangs or is slow; read its log, or raise --timeout")
+        return problem(
+            "too_slow",
+            f"the stream was still arriving when the time ran out ({events} events; the last "
+            f"byte {idle_s:.1f}s before the deadline, no pause reached the {stall_s:g}s stall limit): the "
+            "server is slow, not hung",
+            "raise the profile's verify.timeout (or --timeout) if this speed is expected; else read the "
+            "server's decode speed in its log",
+        )
+    return problem(
+        "timeout",
+        f"the stream did not finish before the deadline ({events} events received)",
+        "the server hangs or is slow; read its log, or raise --timeout",
+    )
 
 
-def answer_from_sse(body: bytes, *, timed_out: bool = False, cut: bool = False, stalled: bool = False,
-                    idle_s: float | None = None, stall_s: float | None = None) -> Answer:
+def answer_from_sse(
+    body: bytes,
+    *,
+    timed_out: bool = False,
+    cut: bool = False,
+    stalled: bool = False,
+    idle_s: float | None = None,
+    stall_s: float | None = None,
+) -> Answer:
     """Reassemble a streamed chat completion as the openai SDK does and record what is wrong with the stream itself.
 
     ``timed_out``/``stalled``/``idle_s``/``stall_s``: how reading ended (transport.Reply), to tell a hung stream
@@ -100,9 +127,13 @@ def answer_from_sse(body: bytes, *, timed_out: bool = False, cut: bool = False, 
     done = False
     events = _events(body)
     if not events and body.strip():
-        answer.problems.append(problem(
-            "stream_not_sse", f"stream=true answered with a non-SSE body: {body[:_SHOW].decode('utf-8', 'replace')!r}",
-            "point --host at SGLang's OpenAI server; a proxy in between must pass server-sent events through"))
+        answer.problems.append(
+            problem(
+                "stream_not_sse",
+                f"stream=true answered with a non-SSE body: {body[:_SHOW].decode('utf-8', 'replace')!r}",
+                "point --host at SGLang's OpenAI server; a proxy in between must pass server-sent events through",
+            )
+        )
         return answer
     for data in events:
         if data.strip().startswith("[DONE]"):
@@ -111,31 +142,52 @@ def answer_from_sse(body: bytes, *, timed_out: bool = False, cut: bool = False, 
         try:
             chunk = json.loads(data)
         except ValueError:
-            answer.problems.append(problem("stream_bad_chunk", f"a stream chunk is not JSON: {data[:_SHOW]!r}",
-                                           "check the server log for the request; the stream is corrupt"))
+            answer.problems.append(
+                problem(
+                    "stream_bad_chunk",
+                    f"a stream chunk is not JSON: {data[:_SHOW]!r}",
+                    "check the server log for the request; the stream is corrupt",
+                )
+            )
             continue
         if isinstance(chunk, dict) and chunk.get("error"):
             err = chunk["error"]
             text = err.get("message", err) if isinstance(err, dict) else err
-            answer.problems.append(problem("stream_error", f"the server sent an error mid-stream: {str(text)[:_SHOW]}",
-                                           "read the SGLang log for this request"))
+            answer.problems.append(
+                problem(
+                    "stream_error",
+                    f"the server sent an error mid-stream: {str(text)[:_SHOW]}",
+                    "read the SGLang log for this request",
+                )
+            )
             continue
         if not isinstance(chunk, dict):
-            answer.problems.append(problem("stream_bad_chunk", f"a stream chunk is not a JSON object: {data[:_SHOW]!r}",
-                                           "check the server log for the request; the stream is corrupt"))
+            answer.problems.append(
+                problem(
+                    "stream_bad_chunk",
+                    f"a stream chunk is not a JSON object: {data[:_SHOW]!r}",
+                    "check the server log for the request; the stream is corrupt",
+                )
+            )
             continue
         choices = chunk.get("choices") or []
         if chunk.get("object") != _CHUNK_OBJECT:
             if _carries_data(choices):
-                merge.add("stream_chunk_object", f"a chunk with data has object {chunk.get('object')!r}, not "
-                          f"{_CHUNK_OBJECT!r}: the openai SDK's stream helper skips such chunks, so their text is lost")
+                merge.add(
+                    "stream_chunk_object",
+                    f"a chunk with data has object {chunk.get('object')!r}, not "
+                    f"{_CHUNK_OBJECT!r}: the openai SDK's stream helper skips such chunks, so their text is lost",
+                )
             continue
         for choice in choices if isinstance(choices, list) else []:
             choice = as_object(choice)
             index = choice.get("index")
             if not isinstance(index, int) or isinstance(index, bool):
-                merge.add("stream_choice_index", f"a stream choice has index {index!r}, not an integer: the openai "
-                          "SDK cannot place it (TypeError) and the stream is lost")
+                merge.add(
+                    "stream_choice_index",
+                    f"a stream choice has index {index!r}, not an integer: the openai "
+                    "SDK cannot place it (TypeError) and the stream is lost",
+                )
                 index = 0
             if index != 0:
                 continue
@@ -157,20 +209,41 @@ def answer_from_sse(body: bytes, *, timed_out: bool = False, cut: bool = False, 
     raw_calls = message.get("tool_calls")
     answer.tool_calls = [_tool_call(c, i) for i, c in enumerate(raw_calls if isinstance(raw_calls, list) else [])]
     if message.get("role") is None and answer.finish_reason and not merge.faults and not timed_out:
-        answer.problems.append(problem("stream_no_role", "no chunk carried `role: \"assistant\"`: the openai SDK's "
-                                       "message has role None, which a client cannot send back as history",
-                                       _FIX_WIRE))
+        answer.problems.append(
+            problem(
+                "stream_no_role",
+                'no chunk carried `role: "assistant"`: the openai SDK\'s '
+                "message has role None, which a client cannot send back as history",
+                _FIX_WIRE,
+            )
+        )
     if timed_out:
         answer.problems.append(_stall_problem(len(events), stalled, idle_s, stall_s))
     elif not done and (cut or answer.finish_reason is None):
         how = "the connection broke" if cut else "the stream ended"
-        answer.problems.append(problem("stream_no_done", f"{how} without `data: [DONE]` ({len(events)} events)",
-                                       "the stream is truncated; read the SGLang log for an error on this request"))
+        answer.problems.append(
+            problem(
+                "stream_no_done",
+                f"{how} without `data: [DONE]` ({len(events)} events)",
+                "the stream is truncated; read the SGLang log for an error on this request",
+            )
+        )
     elif not done:
-        answer.warnings.append(warning("stream_no_done", f"the stream ended cleanly after finish_reason "
-                                       f"{answer.finish_reason!r} but without `data: [DONE]`: the openai SDK reads it "
-                                       "whole, clients that wait for [DONE] hang", _FIX_WIRE))
+        answer.warnings.append(
+            warning(
+                "stream_no_done",
+                f"the stream ended cleanly after finish_reason "
+                f"{answer.finish_reason!r} but without `data: [DONE]`: the openai SDK reads it "
+                "whole, clients that wait for [DONE] hang",
+                _FIX_WIRE,
+            )
+        )
     if answer.finish_reason is None and not timed_out:
-        answer.problems.append(problem("stream_no_finish_reason", "no chunk carried a finish_reason",
-                                       "the stream is truncated or the server is not SGLang's OpenAI server"))
+        answer.problems.append(
+            problem(
+                "stream_no_finish_reason",
+                "no chunk carried a finish_reason",
+                "the stream is truncated or the server is not SGLang's OpenAI server",
+            )
+        )
     return answer

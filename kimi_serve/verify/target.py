@@ -80,8 +80,13 @@ class ApiKey:
     source: str  # "--api-key" | "profile key file PATH" | "--api-key-file PATH" | "$KIMI_SERVE_API_KEY" | "none"
 
 
-def resolve_key(api_key: str | None = None, key_file: str | Path | None = None,
-                environ: dict[str, str] | None = None, *, file_label: str = "--api-key-file") -> ApiKey:
+def resolve_key(
+    api_key: str | None = None,
+    key_file: str | Path | None = None,
+    environ: dict[str, str] | None = None,
+    *,
+    file_label: str = "--api-key-file",
+) -> ApiKey:
     """The API key from, in order: ``api_key`` (--api-key), ``key_file``, $KIMI_SERVE_API_KEY; none if none is given.
 
     A named key file beats the environment: it is the file the server itself reads its key from (SGLang's
@@ -98,7 +103,8 @@ def resolve_key(api_key: str | None = None, key_file: str | Path | None = None,
     return ApiKey(None, "none")
 
 
-def resolve_api_key(api_key: str | None = None, key_file: str | Path | None = None,
-                    environ: dict[str, str] | None = None) -> str | None:
+def resolve_api_key(
+    api_key: str | None = None, key_file: str | Path | None = None, environ: dict[str, str] | None = None
+) -> str | None:
     """:func:`resolve_key`'s key alone."""
     return resolve_key(api_key, key_file, environ).value

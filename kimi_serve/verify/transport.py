@@ -57,8 +57,15 @@ def _classify(exc: Exception) -> TransportError:
     return TransportError("connection", text[:200])
 
 
-def request(method: str, url: str, *, deadline: float, api_key: str | None = None,
-            json_body: dict[str, Any] | None = None, stall_s: float | None = None) -> Reply:
+def request(
+    method: str,
+    url: str,
+    *,
+    deadline: float,
+    api_key: str | None = None,
+    json_body: dict[str, Any] | None = None,
+    stall_s: float | None = None,
+) -> Reply:
     """Send one request and read the whole body (streamed or not) before ``deadline``.
 
     ``stall_s`` (for streams): stop early when no bytes arrive for that long after the response head, so a hung
@@ -70,8 +77,14 @@ def request(method: str, url: str, *, deadline: float, api_key: str | None = Non
     if remaining <= 0:
         raise TransportError("timeout", "no time left before the deadline")
     try:
-        resp = requests.request(method, url, json=json_body, headers=_headers(api_key, json_body is not None),
-                                stream=True, timeout=(min(CONNECT_TIMEOUT, remaining), remaining))
+        resp = requests.request(
+            method,
+            url,
+            json=json_body,
+            headers=_headers(api_key, json_body is not None),
+            stream=True,
+            timeout=(min(CONNECT_TIMEOUT, remaining), remaining),
+        )
     except requests.RequestException as exc:
         raise _classify(exc) from None
     fired = threading.Event()
@@ -114,6 +127,12 @@ def request(method: str, url: str, *, deadline: float, api_key: str | None = Non
         finished.set()
         resp.close()
     timed_out = fired.is_set()
-    return Reply(resp.status_code, resp.headers.get("content-type", ""), b"".join(chunks),
-                 timed_out=timed_out, cut=cut and not timed_out, stalled=stalled[0],
-                 idle_s=time.monotonic() - last[0])
+    return Reply(
+        resp.status_code,
+        resp.headers.get("content-type", ""),
+        b"".join(chunks),
+        timed_out=timed_out,
+        cut=cut and not timed_out,
+        stalled=stalled[0],
+        idle_s=time.monotonic() - last[0],
+    )

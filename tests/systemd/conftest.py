@@ -26,12 +26,19 @@ class Sandbox:
     leader: int  # host pid of the container's systemd
     bus: str
 
-    def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
-            timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` on the host side of the sandbox (systemctl there talks to the container's systemd)."""
         full_env = {**os.environ, **(env or {}), "SYSTEMCTL_FORCE_BUS": "1", "DBUS_SYSTEM_BUS_ADDRESS": self.bus}
-        return subprocess.run(["nsenter", "-t", str(self.holder), "-m", "--wdns=/", "--", *argv], env=full_env,
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        return subprocess.run(
+            ["nsenter", "-t", str(self.holder), "-m", "--wdns=/", "--", *argv],
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
 
 def _unavailable() -> str | None:
@@ -57,8 +64,14 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     env = {**os.environ, "SBX_BIND": " ".join(sorted(binds))}
     hold = 'echo "$$ $SBX_LEADER $DBUS_SYSTEM_BUS_ADDRESS"; exec cat >/dev/null'
     with open(log, "w") as err:
-        proc = subprocess.Popen([str(SANDBOX), "sh", "-c", hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=err, text=True, env=env)
+        proc = subprocess.Popen(
+            [str(SANDBOX), "sh", "-c", hold],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
+        )
     assert proc.stdout is not None and proc.stdin is not None
     line = proc.stdout.readline().split()
     if len(line) != 3:

@@ -82,7 +82,8 @@ def test_router_and_replicas_as_units(sandbox: Any, sglang_python: str, tmp_path
     profile.write_text(
         f"extends: sim-dp2\nserver:\n  port: {port}\nstartup:\n  timeout: 180\n"
         f"router:\n  port: {router_port}\n  metrics_port: {metrics_port}\n  health_check_interval: 2\n"
-        f"  health_failure_threshold: 2\nservice:\n  unit_name: {BASE}\nmonitor:\n  interval: 600\n")
+        f"  health_failure_threshold: 2\nservice:\n  unit_name: {BASE}\nmonitor:\n  interval: 600\n"
+    )
     kimi = UnitContext.detect().kimi_serve
     env = {"KIMI_SERVE_SGLANG_PYTHON": sglang_python, "KIMI_SERVE_ACCOUNTS_ROOT": f"/proc/{sandbox.leader}/root"}
     subprocess.run(["nsenter", "-t", str(sandbox.leader), "-m", "--", "chmod", "711", "/root"], check=True)
@@ -133,7 +134,9 @@ def test_router_and_replicas_as_units(sandbox: Any, sglang_python: str, tmp_path
     assert rc == 0, out + err
     assert st["serving"] is True and (st["router"]["healthy_workers"], st["router"]["total_workers"]) == (2, 2)
     assert [(r["index"], r["state"]["ActiveState"], r["last_verify"]["status"]) for r in st["replicas"]] == [
-        (0, "active", "pass"), (1, "active", "pass")]
+        (0, "active", "pass"),
+        (1, "active", "pass"),
+    ]
     assert st["router"]["last_verify"]["status"] == "pass"
 
     # 3. a rolling restart whose replica 1 cannot start in time (a slow simulated load, a short startup deadline;
@@ -141,8 +144,20 @@ def test_router_and_replicas_as_units(sandbox: Any, sglang_python: str, tmp_path
     good_r0, good_r1 = unit_text(R0), unit_text(R1)
     with Load(router) as load:
         t0 = time.monotonic()
-        rc, out, err = cli("restart", "--profile", str(profile), "--replica", "1", "--replica", "0",
-                           "--set", "env.KIMI_SERVE_SIM_LOAD_SECONDS=120", "--set", "startup.timeout=10", "--json")
+        rc, out, err = cli(
+            "restart",
+            "--profile",
+            str(profile),
+            "--replica",
+            "1",
+            "--replica",
+            "0",
+            "--set",
+            "env.KIMI_SERVE_SIM_LOAD_SECONDS=120",
+            "--set",
+            "startup.timeout=10",
+            "--json",
+        )
         bad_s = time.monotonic() - t0
     report = json.loads(out)
     assert rc == 1, out + err
@@ -165,9 +180,11 @@ def test_router_and_replicas_as_units(sandbox: Any, sglang_python: str, tmp_path
     assert "KIMI_TEST_ROLL=2" in unit_text(R0) and "KIMI_TEST_ROLL=2" in unit_text(R1)
     assert systemctl("show", "-p", "MainPID", "--value", ROUTER) == router_pid
     assert load.ok > 0 and not load.failed, load.failed
-    print(f"\nmeasured: install --now {install_s:.1f}s; bad roll (rollback) {bad_s:.1f}s; good roll of 2 replicas "
-          f"{roll_s:.1f}s (per replica {[r['seconds'] for r in report['rolled']]}); requests served during it "
-          f"{load.ok}")
+    print(
+        f"\nmeasured: install --now {install_s:.1f}s; bad roll (rollback) {bad_s:.1f}s; good roll of 2 replicas "
+        f"{roll_s:.1f}s (per replica {[r['seconds'] for r in report['rolled']]}); requests served during it "
+        f"{load.ok}"
+    )
 
     # 5. with replica 0 down, restarting replica 1 would leave the router with no worker: refused, nothing changed
     assert systemctl("stop", R0) == "" and systemctl("is-active", R0) != "active"

@@ -48,10 +48,12 @@ def _wait(what: str, check: Callable[[], Any], timeout: float = 90.0) -> Any:
 def test_timer_keeps_metrics_and_history_true(sandbox: Any, sglang_python: str, tmp_path: Path) -> None:
     port = _free_port()
     profile = tmp_path / "mon.yaml"
-    profile.write_text(f"extends: sim\nserver:\n  port: {port}\nstartup:\n  timeout: 180\n"
-                       f"service:\n  unit_name: {UNIT.removesuffix('.service')}\n"
-                       f"monitor:\n  interval: {INTERVAL}\n  randomized_delay: 0\n  timeout: 30\n"
-                       f"  metrics_file: {METRICS}\n")
+    profile.write_text(
+        f"extends: sim\nserver:\n  port: {port}\nstartup:\n  timeout: 180\n"
+        f"service:\n  unit_name: {UNIT.removesuffix('.service')}\n"
+        f"monitor:\n  interval: {INTERVAL}\n  randomized_delay: 0\n  timeout: 30\n"
+        f"  metrics_file: {METRICS}\n"
+    )
     kimi = UnitContext.detect().kimi_serve
     # service.user (kimi-serve) is created in the container's own user database, and may traverse /root (0700, where
     # CI keeps the interpreters) inside the container only, as test_service_systemd does
@@ -70,15 +72,20 @@ def test_timer_keeps_metrics_and_history_true(sandbox: Any, sglang_python: str, 
         text = sandbox.run(["cat", METRICS]).stdout
         if not text:
             return None
-        values = [s.value for f in text_string_to_metric_families(text) for s in f.samples
-                  if s.name == "kimi_serve_contract_ok" and s.labels == {"profile": "mon", "endpoint": endpoint}]
+        values = [
+            s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "kimi_serve_contract_ok" and s.labels == {"profile": "mon", "endpoint": endpoint}
+        ]
         assert len(values) == 1, text
         return values[0]
 
     def history() -> list[dict[str, Any]]:
         """Every record the checks appended (status shows the last 10 of them)."""
-        text = sandbox.run(["cat", f"/var/lib/kimi-serve/service/{UNIT.removesuffix('.service')}/"
-                                   "monitor-history.jsonl"]).stdout
+        text = sandbox.run(
+            ["cat", f"/var/lib/kimi-serve/service/{UNIT.removesuffix('.service')}/monitor-history.jsonl"]
+        ).stdout
         return [json.loads(line) for line in text.splitlines()]
 
     endpoint = f"http://127.0.0.1:{port}"
@@ -91,8 +98,15 @@ def test_timer_keeps_metrics_and_history_true(sandbox: Any, sglang_python: str, 
     sandbox.run(["systemctl", "stop", UNIT])
     with ContractServer("no-tool-parser", port=port, served_model="kimi-k2.5"):
         _wait("the metric to drop to 0", lambda: ok() == 0)
-        _wait("the alert hook to run", lambda: "contract check kimi-mon-test-verify.service failed" in
-              sandbox.run(["journalctl", "--no-pager", "-o", "cat", "-u", f"kimi-serve-alert@{VERIFY}.service"]).stdout)
+        _wait(
+            "the alert hook to run",
+            lambda: (
+                "contract check kimi-mon-test-verify.service failed"
+                in sandbox.run(
+                    ["journalctl", "--no-pager", "-o", "cat", "-u", f"kimi-serve-alert@{VERIFY}.service"]
+                ).stdout
+            ),
+        )
         rc, out = cli("status", "--unit-name", UNIT, "--json")
         st = json.loads(out)["monitor"]
         assert st["broken_since"] is not None and st["broken_for_s"] >= 0 and st["contract_held_last"], st

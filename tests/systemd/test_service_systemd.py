@@ -116,8 +116,9 @@ def _served(port: int, key: str | None) -> requests.Response:
     return requests.get(f"http://127.0.0.1:{port}/v1/models", headers=headers, timeout=10)
 
 
-def test_install_restart_rollback_uninstall(sandbox: Any, sglang_python: str, tmp_path: Path, stranger_port: int,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_install_restart_rollback_uninstall(
+    sandbox: Any, sglang_python: str, tmp_path: Path, stranger_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     port = _free_port()
     profiles = tmp_path / "profiles"
     profiles.mkdir()
@@ -127,10 +128,15 @@ def test_install_restart_rollback_uninstall(sandbox: Any, sglang_python: str, tm
         path.write_text(body)
         return path
 
-    base = (f"extends: sim\nserver:\n  port: {port}\n  api_key_file: {SECRET}\nstartup:\n  timeout: 180\n"
-            f"service:\n  unit_name: {UNIT.removesuffix('.service')}\n")
-    good = profile("good", base + f"model:\n  served_name: {json.dumps(HOSTILE, ensure_ascii=False)}\n"
-                   f"env:\n  KIMI_TEST_VALUE: {json.dumps(HOSTILE, ensure_ascii=False)}\n")
+    base = (
+        f"extends: sim\nserver:\n  port: {port}\n  api_key_file: {SECRET}\nstartup:\n  timeout: 180\n"
+        f"service:\n  unit_name: {UNIT.removesuffix('.service')}\n"
+    )
+    good = profile(
+        "good",
+        base + f"model:\n  served_name: {json.dumps(HOSTILE, ensure_ascii=False)}\n"
+        f"env:\n  KIMI_TEST_VALUE: {json.dumps(HOSTILE, ensure_ascii=False)}\n",
+    )
     good2 = profile("good2", base + "model:\n  served_name: kimi-k2.5-second\n")
     broken = profile("broken", f"extends: good2\nserver:\n  port: {stranger_port}\n")
     kimi = UnitContext.detect().kimi_serve

@@ -22,8 +22,14 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size: in
     heads[..., :rot_dim] = rotated.to(x.dtype)
 
 
-def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
-                     cos_sin_cache: torch.Tensor, is_neox: bool) -> None:
+def rotary_embedding(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor | None,
+    head_size: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox: bool,
+) -> None:
     cos, sin = cos_sin_cache[positions.long()].chunk(2, dim=-1)
     _rotate(query, cos, sin, head_size, is_neox)
     if key is not None:
