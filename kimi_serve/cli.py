@@ -43,7 +43,7 @@ def _root(
 ) -> None:
     """Exit codes: 0 ok, 1 check or contract failed, 2 invalid input, 3 server unreachable or not ready,
     4 server exited, 5 host cannot do it, 70 internal error (a kimi-serve bug), 75 another kimi-serve command holds
-    the host lock, 130 interrupted (docs/exit-codes.md)."""
+    what this one changes or takes (a lock), 130 interrupted (docs/exit-codes.md)."""
 
 
 def _register_commands() -> None:
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 def _command(args: list[str]) -> str:
     from kimi_serve.core.output import command_of
 
-    return command_of(args, groups=("patches",))
+    return command_of(args, groups=[g.name for g in app.registered_groups if g.name])
 
 
 def _save_traceback(args: list[str]) -> str:

@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
-# Run the whole test suite: sets up what it needs (idempotent, cached), then pytest. Extra arguments go to pytest.
-#   ./scripts/test.sh            everything (CI runs exactly this via .ci/run)
-#   ./scripts/test.sh -k verify  a subset
+# Run the test suite: sets up what it needs (idempotent, cached), then pytest in parallel (pytest-xdist).
+#   ./scripts/test.sh                  everything (CI runs exactly this via .ci/run)
+#   ./scripts/test.sh --fast           the fast tier: no SGLang process, no container, no engine install (~2 min)
+#   ./scripts/test.sh --tier sglang    one tier (sglang, systemd, engine; docs/testing.md)
+#   ./scripts/test.sh -k verify        a subset; any other argument goes to pytest
+#   KIMI_SERVE_TEST_WORKERS=N          xdist workers (default: docs/testing.md; 0 = no xdist, one process)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+marks=()
+fast=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --fast) fast=1; marks=(-m "not sglang and not systemd and not engine"); shift ;;
+    --tier) [ $# -ge 2 ] || { echo "scripts/test.sh: --tier needs a name (sglang, systemd, engine)" >&2; exit 2; }
+            case "$2" in sglang|systemd|engine) ;; *) echo "scripts/test.sh: unknown tier '$2' (sglang, systemd, engine)" >&2; exit 2 ;; esac
+            marks=(-m "$2"); shift 2 ;;
+    *) break ;;
+  esac
+done
 
 # kimi-serve and its test tools in .venv, from the dev lock (requirements/dev.txt; a no-op when up to date).
 scripts/dev-venv.sh
 
-# Real SGLang 0.5.23 on CPU for the sglang-marked tests, from the CPU lock (cached under ~/.cache/kimi-serve, keyed
-# on the lock's hash; ~30 s cold with uv).
-if [ -z "${KIMI_SERVE_SGLANG_PYTHON:-}" ]; then
+# Real SGLang 0.5.23 on CPU for the sglang tier, from the CPU lock (cached under ~/.cache/kimi-serve, keyed on the
+# lock's hash; ~30 s cold with uv). The fast tier never starts it, so it is not built for --fast.
+if [ "$fast" = 0 ] && [ -z "${KIMI_SERVE_SGLANG_PYTHON:-}" ]; then
   KIMI_SERVE_SGLANG_PYTHON="$(scripts/build-cpu-venv.sh | tail -n 1)"
   export KIMI_SERVE_SGLANG_PYTHON
 fi
@@ -18,4 +33,14 @@ fi
 # The pinned SGLang wheel the SM120 patch tests apply to (cached under ~/.cache/kimi-serve/wheels).
 scripts/fetch-sglang-wheel.sh >/dev/null
 
-exec .venv/bin/python -m pytest "$@"
+# Workers: the suite mostly waits (servers starting, timeouts, kill points), so more workers than cores pay off;
+# the SGLang imports are CPU-bound, so not many more. The scheduler (tests/conftest.py) keeps modules, the systemd
+# sandbox and the simulator pool each on one worker; in collection order (the systemd tier, the longest unit,
+# first), not xdist's largest-count-first.
+workers="${KIMI_SERVE_TEST_WORKERS:-4}"
+xdist=()
+if [ "$workers" != 0 ]; then
+  xdist=(-n "$workers" --dist loadscope --no-loadscope-reorder)
+fi
+
+exec .venv/bin/python -m pytest "${xdist[@]}" "${marks[@]}" "$@"

@@ -16,7 +16,18 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-CORRECT_MODES = ("correct", "call-ids", "content-with-calls", "no-tool-reasoning", "flaky-model")
+CORRECT_MODES = (
+    "correct",
+    "call-ids",
+    "content-with-calls",
+    "no-tool-reasoning",
+    "flaky-model",
+    "sse-event-ids",
+    "sse-keepalive",
+    "sse-named-events",
+    "sse-crlf",
+    "answer-restates-result",
+)
 FAILURE_MODES = (
     "no-tool-parser",
     "no-reasoning-parser",
@@ -44,7 +55,34 @@ FAILURE_MODES = (
     "second-turn-empty",
     "single-call",
     "slow-stream",
+    "think-vl-markers",
+    "think-k3-markers",
+    "reasoning-echo",
+    "sse-ids-keepalive",
+    "sse-retry-block",
+    "sse-ping-events",
 )
+RESTATED = "17 * 23 = 340 + 51 = 391."  # "answer-restates-result": a summary of the reasoning, not a copy
+MARKERS = {  # think markers of other Kimi families, wrapped around the reasoning in content
+    "think-vl-markers": ("◁think▷", "◁/think▷"),
+    "think-k3-markers": ("<|open|>think<|sep|>", "<|close|>think<|sep|>"),
+}
+# How each SSE mode frames an event (``data: ...`` lines as SGLang sends them, plus what a gateway adds): a field
+# line before the data, and a block after the event. "sse-*" correct modes: what the openai SDK reads whole.
+SSE_FRAMING = {
+    "sse-event-ids": (lambda n: f"id: {n}\n", ""),
+    "sse-keepalive": (lambda n: "", ": keep-alive\n\n"),
+    "sse-named-events": (lambda n: ("retry: 3000\n" if n == 0 else "") + "event: message\n", ""),
+    "sse-ids-keepalive": (lambda n: f"id: {n}\n", ": keep-alive\n\n"),
+    "sse-retry-block": (lambda n: "retry: 3000\n\n" if n == 0 else "", ""),
+    "sse-ping-events": (lambda n: "", "event: ping\n\n"),
+}
+# Hostile servers (verify must end within its deadline and its read limits against them), on /v1/chat/completions:
+# "endless-body" a JSON body that never ends; "endless-stream" SSE events without end, as fast as they go;
+# "huge-line" one `data:` line that never ends; "trickle-head" the response head a byte every TRICKLE_GAP s (slowloris);
+# "trickle-body" a complete head, then the body a byte every TRICKLE_GAP s.
+HOSTILE_MODES = ("endless-body", "endless-stream", "huge-line", "trickle-head", "trickle-body")
+TRICKLE_GAP = 0.2
 SLOW_GAP = 0.25  # "slow-stream": seconds between events (a slow decoder that keeps sending)
 SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 CALL_BEGIN, ARG_BEGIN, CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
@@ -124,6 +162,13 @@ def shape(turn: Turn, mode: str, thinking: bool) -> Shaped:
         content, reasoning = "", reasoning + content
     if mode == "special-token-leak":
         content += "<|im_end|>"
+    if mode in ("think-vl-markers", "think-k3-markers") and reasoning is not None:
+        start, end = MARKERS[mode]
+        content, reasoning = f"{start}{reasoning}{end}{content}", None
+    if mode == "reasoning-echo" and reasoning:
+        content = f"{reasoning}\n\n{content}"
+    if mode == "answer-restates-result" and reasoning and not calls:
+        content = RESTATED
     if mode == "second-turn-empty" and not turn.calls:
         content, reasoning = "", None
     if mode == "tool-calls-empty" and calls:
@@ -165,6 +210,8 @@ def raw_completion(prompt: str, mode: str) -> dict[str, Any]:
     turn = _model_turn({"messages": [{"role": role, "content": prompt}], "tools": tools})
     reasoning = turn.reasoning if thinking and not (mode == "no-tool-reasoning" and turn.calls) else None
     content = "Let me check that for you." if mode == "content-with-calls" and turn.calls else turn.content
+    if mode == "answer-restates-result" and reasoning and not turn.calls:
+        content = RESTATED
     text = (
         (f"{reasoning}</think>" if reasoning is not None else "")
         + content
@@ -278,7 +325,7 @@ class ContractServer:
         report_parsers: bool = True,
         server_info: dict[str, Any] | None = None,
     ) -> None:
-        if mode not in CORRECT_MODES + FAILURE_MODES:
+        if mode not in CORRECT_MODES + FAILURE_MODES + HOSTILE_MODES:
             raise ValueError(f"unknown mode {mode!r}")
         self.mode, self.api_key, self.served_model, self.delay = mode, api_key, served_model, delay
         self.warm_for, self.health_hang, self.report_parsers = warm_for, health_hang, report_parsers
@@ -409,6 +456,8 @@ class _Handler(BaseHTTPRequestHandler):
             )
         if own.mode == "hang":
             return self._hang()
+        if own.mode in HOSTILE_MODES:
+            return self._hostile(own.mode)
         own._stop.wait(own.delay)
         if own.mode == "http-500":
             return self._json(500, {"object": "error", "message": "Internal server error: CUDA error", "code": 500})
@@ -462,10 +511,47 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._hang()
             if self.owner.mode == "slow-stream" and n:
                 time.sleep(SLOW_GAP)
-            data = f"data: {event}\n\n".encode()
+            field_lines, after = SSE_FRAMING.get(self.owner.mode, (lambda n: "", ""))
+            data = f"{field_lines(n)}data: {event}\n\n{after}".encode()
+            if self.owner.mode == "sse-crlf":
+                data = data.replace(b"\n", b"\r\n")
             try:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
             except OSError:
                 return None
         self.wfile.write(b"0\r\n\r\n")
+
+    def _hostile(self, mode: str) -> None:
+        """Play one of HOSTILE_MODES until the client goes away (or the server stops)."""
+        self.close_connection = True
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nConnection: close\r\n\r\n" % (
+            b"application/json" if mode in ("endless-body", "trickle-body") else b"text/event-stream"
+        )
+        event = b'data: {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n'
+        block = {
+            "endless-body": b'{"choices": [' + b'{"index": 0}, ' * 4096,
+            "endless-stream": event * 512,
+            "huge-line": b"x" * 65536,
+        }
+        try:
+            if mode == "trickle-head":
+                trickle = b"HTTP/1.1 200 OK\r\nX-Trickle: "  # a byte at a time; never the end of the head
+                n = 0
+                while not self.owner._stop.wait(TRICKLE_GAP):
+                    self.wfile.write(trickle[n : n + 1] or b"a")
+                    self.wfile.flush()
+                    n += 1
+                return
+            self.wfile.write(head)
+            if mode == "trickle-body":
+                while not self.owner._stop.wait(TRICKLE_GAP):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                return
+            if mode == "huge-line":
+                self.wfile.write(b"data: ")
+            while not self.owner._stop.is_set():
+                self.wfile.write(block[mode])
+        except OSError:
+            return

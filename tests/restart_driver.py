@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from kimi_serve.check.report import validated_launch
+from kimi_serve.check.launch import validated_launch
 from kimi_serve.core.lock import host_lock
 from kimi_serve.core.proc import Completed
 from kimi_serve.profile.loader import load_profile

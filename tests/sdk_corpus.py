@@ -36,6 +36,7 @@ class Truth:
 
 TOOL_TURN = Truth("", TOOL_REASONING, (("functions.get_weather:0", "get_weather", {"city": "Paris"}),), "tool_calls")
 SOLVE_TURN = Truth("391", SOLVE_REASONING, (), "stop")
+LINE_SEP_TURN = Truth("3\u20289\u20291", SOLVE_REASONING, (), "stop")  # U+2028/2029 are no SSE line ends
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,18 @@ def _usage_chunk() -> dict[str, Any]:
 def sse(chunks: list[Any], *, done: bool = True) -> bytes:
     text = "".join(f"data: {c if isinstance(c, str) else json.dumps(c)}\n\n" for c in chunks)
     return (text + ("data: [DONE]\n\n" if done else "")).encode()
+
+
+def framed(
+    chunks: list[Any], *, head: str = "", each: Any = None, after: str = "", eol: str = "\n", ascii_only: bool = True
+) -> bytes:
+    """An SSE body with fields beyond ``data:`` (the shapes gateways add): ``head`` before the first event, ``each(i)``
+    lines inside event i (before its ``data:``), ``after`` after every event, ``eol`` for every line end."""
+    parts = [head]
+    for i, c in enumerate([*chunks, "[DONE]"]):
+        data = c if isinstance(c, str) else json.dumps(c, ensure_ascii=ascii_only)
+        parts.append(f"{each(i) if each else ''}data: {data}\n\n{after}")
+    return "".join(parts).replace("\n", eol).encode()
 
 
 def _pieces(text: str, size: int = 9) -> list[str]:
@@ -278,7 +291,54 @@ def _cases() -> list[Case]:
         Case("proxy-whole-arguments-in-one-delta", sse(_whole_arguments_in_head(TOOL_TURN)), True, TOOL_TURN, True),
         Case("no-usage-chunk", sse(tool[:-1]), True, TOOL_TURN, True),
         Case("done-missing-after-finish", sse(tool, done=False), True, TOOL_TURN, True),
+        # SSE fields beyond data: that the SDK's reader reads whole (measured; sse.py says why)
+        Case("sse-event-ids", framed(tool, each=lambda i: f"id: {i}\n"), True, TOOL_TURN, True),
+        Case("sse-keepalive-comments", framed(solve, after=": keep-alive\n\n"), True, SOLVE_TURN, True),
+        Case(
+            "sse-retry-and-event-names",
+            framed(solve, head="retry: 3000\n", each=lambda i: "event: message\n"),
+            True,
+            SOLVE_TURN,
+            True,
+        ),
+        Case(
+            "sse-comment-line-in-events-with-ids",
+            framed(tool, each=lambda i: f": ka\nid: {i}\n"),
+            True,
+            TOOL_TURN,
+            True,
+        ),
+        Case("sse-crlf", framed(tool, eol="\r\n"), True, TOOL_TURN, True),
+        Case("sse-cr", framed(solve, eol="\r"), True, SOLVE_TURN, True),
+        Case("sse-u2028-in-content", framed(sglang_chunks(LINE_SEP_TURN), ascii_only=False), True, LINE_SEP_TURN, True),
         # what makes the SDK raise or lose data: verify fails, naming the cause
+        Case(
+            "sse-ids-with-keepalives",
+            framed(tool, each=lambda i: f"id: {i}\n", after=": keep-alive\n\n"),
+            True,
+            TOOL_TURN,
+            False,
+            "stream_sse_field",
+        ),
+        Case(
+            "sse-ids-extra-blank-lines",
+            framed(solve, each=lambda i: f"id: evt-{i}\n", after="\n"),
+            True,
+            SOLVE_TURN,
+            False,
+            "stream_sse_field",
+        ),
+        Case("sse-retry-alone", framed(solve, head="retry: 3000\n\n"), True, SOLVE_TURN, False, "stream_sse_field"),
+        Case("sse-event-ping-alone", framed(tool, after="event: ping\n\n"), True, TOOL_TURN, False, "stream_sse_field"),
+        Case("sse-id-alone", framed(solve, head="id: 0\n\n"), True, SOLVE_TURN, False, "stream_sse_field"),
+        Case(
+            "sse-thread-event-name",
+            framed(solve, each=lambda i: "event: thread.message.delta\n"),
+            True,
+            SOLVE_TURN,
+            False,
+            "stream_sse_field",
+        ),
         Case(
             "arguments-object-stream",
             sse(_edit(tool, _arguments_object)),

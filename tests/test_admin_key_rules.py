@@ -58,3 +58,17 @@ def test_two_new_admin_keys_differ_and_render_as_sglang_config() -> None:
     import yaml
 
     assert yaml.safe_load(render_key_file("k", a)) == {"api-key": "k", "admin-api-key": a}
+
+
+def test_a_keyed_router_needs_an_admin_key_even_on_loopback(tmp_path: Path, write_profile) -> None:  # type: ignore[no-untyped-def]
+    """The router's control plane (/workers) takes the admin key alone (kimi_serve/router/shim.py): a keyed
+    sim-dp2 on 127.0.0.1 needs one, and server.admin_key: none with a router fails."""
+    key = _key(tmp_path, "api-key: k1\n")
+    body = f"extends: sim-dp2\nserver:\n  api_key_file: {key}\n"
+    routed = load_profile(str(write_profile(body, name="dp2-auto")))
+    assert admin_key_required(routed)
+    finding = check_api_key_file(str(key), routed)
+    assert (finding.status, finding.code) == (FAIL, "server.admin_key")
+    none = load_profile(str(write_profile(body + "  admin_key: none\n", name="dp2-none")))
+    [rule] = list(rule_admin_key(none, build_launch(none, "/usr/bin/python3")))
+    assert rule.status == FAIL and "worker management" in rule.message and "admin-api-key" in rule.fix

@@ -25,6 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "up": {"core", "profile", "sglang", "verify", "simulator", "check", "router"},
     "engine": {"core", "profile", "sglang", "patches", "check"},
     "bench": {"core", "profile", "sglang", "verify", "simulator", "check", "up"},
+    "k8s": {"core", "profile", "check", "service"},
     "commands": {
         "core",
         "profile",
@@ -38,10 +39,13 @@ ALLOWED: dict[str, set[str]] = {
         "engine",
         "bench",
         "router",
+        "k8s",
     },
 }
 TOP_LEVEL = {"__init__", "__main__", "cli"}
-MAX_LINES = 350
+# A module's size in statements (ast), which formatting does not change: 350 unformatted lines was the old budget,
+# and the largest module within it has 259 statements.
+MAX_STATEMENTS = 260
 
 
 def _modules() -> list[Path]:
@@ -116,10 +120,87 @@ def test_the_environment_is_read_in_one_place():
     assert homes == ["core/settings.py"], homes
 
 
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the kimi_serve modules it imports, anywhere in it (a function-local import is an edge too).
+    ``from PKG import NAME`` points at PKG.NAME when that is a module, else at PKG's ``__init__``."""
+    names = {}
+    for path in _modules():
+        parts = path.relative_to(PKG.parent).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        edges = graph.setdefault(name, set())
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name in names}
+            elif isinstance(node, ast.ImportFrom) and node.module in names and node.level == 0:
+                edges |= {
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names else node.module for a in node.names
+                }
+        edges.discard(name)
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_circles_also_not_through_function_local_imports():
+    # An import inside a function hides a circle from Python's import machinery, not from the reader: each of these
+    # modules needs the others to make sense. Move what they share into a module of its own (check/launch.py).
+    graph = _module_graph()
+    circles = _circles(graph)
+    described = [" <-> ".join(c) + ": " + "; ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) for c in circles]
+    assert not circles, "\n".join(described)
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PKG)))
 def test_no_module_is_too_long(path):
-    lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_LINES, f"{path.name} has {lines} lines: split it by concern"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    statements = sum(isinstance(node, ast.stmt) for node in ast.walk(tree))
+    assert statements <= MAX_STATEMENTS, f"{path.name} has {statements} statements: split it by concern"
 
 
 def test_the_service_deadlines_agree():
@@ -132,3 +213,94 @@ def test_the_service_deadlines_agree():
     assert p.startup.timeout >= 1800
     assert start_timeout_sec(p) >= p.startup.timeout + p.verify.timeout
     assert restart_wait_sec(p) > p.service.stop_timeout + start_timeout_sec(p)
+
+
+def _literal_homes(pattern: str) -> list[str]:
+    """Modules whose source (comments and docstrings included) matches ``pattern``."""
+    found = re.compile(pattern)
+    return [str(p.relative_to(PKG)) for p in _modules() if found.search(p.read_text(encoding="utf-8"))]
+
+
+def test_one_home_for_the_unit_directory():
+    # etc/systemd/system under a root: service/state.py's UNIT_DIR and ServicePaths.unit_path.
+    assert _literal_homes(r"etc/systemd/system") == ["service/state.py"]
+
+
+def test_one_home_for_the_wildcard_to_loopback_map():
+    # 0.0.0.0 / :: -> 127.0.0.1 / ::1 for a local client: core/net.py's connect_host and client_url.
+    assert _literal_homes(r"[\"']0\.0\.0\.0[\"']\s*:|==\s*[\"']0\.0\.0\.0[\"']|in \([\"']0\.0\.0\.0") == ["core/net.py"]
+
+
+def _code_strings(path: Path) -> list[str]:
+    """The string constants of a module that are not docstrings (prose may name the version it describes)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    ]
+
+
+def test_one_home_for_the_sglang_pin():
+    # the pinned version and the patch set made for it: core/pin.py (SGLANG_VERSION, PATCH_SET)
+    pin = re.compile(r"^0\.5\.23$|sglang-0\.5\.23-sm120|sglang==0\.5\.23")
+    homes = [str(p.relative_to(PKG)) for p in _modules() if any(pin.search(s) for s in _code_strings(p))]
+    assert homes == ["core/pin.py"], homes
+
+
+def test_one_home_for_the_verify_suite_names():
+    # quick / full / raw: core/suites.py; a bare suite name in code elsewhere is the fact re-typed
+    names = {"quick", "full", "raw"}
+    allowed = {"core/suites.py", "service/hardening.py"}  # hardening: systemd's ProtectSystem=full, not a suite
+    homes = [str(p.relative_to(PKG)) for p in _modules() if names & set(_code_strings(p))]
+    assert sorted(set(homes) - allowed) == [], homes
+
+
+def test_one_writer_of_key_files():
+    # core/keyfile.py's write_key_file(_text): mode 0600 from the first byte, temp + fsync + rename. A key file's text
+    # typed by hand ("api-key: ...\n") or rendered for a writer of its own is the writer written twice.
+    bad = []
+    for path in _modules():
+        rel = str(path.relative_to(PKG))
+        if rel == "core/keyfile.py":
+            continue
+        source = path.read_text(encoding="utf-8")
+        formatted = [  # f"api-key: {key}\n": its first and last parts
+            "".join(str(v.value) for v in (n.values[0], n.values[-1]) if isinstance(v, ast.Constant))
+            for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.JoinedStr) and n.values
+        ]
+        texts = [*_code_strings(path), *formatted]
+        if "render_key_file" in source or any(
+            t.startswith(("api-key: ", "admin-api-key: ")) and t.endswith("\n") for t in texts
+        ):
+            bad.append(rel)
+    assert not bad, bad
+
+
+def test_every_subprocess_goes_through_core_proc():
+    # short-lived programs: core/proc.py (run, stream, run_to_log). The long-running children, whose lifecycles their
+    # modules own, are the documented exceptions: the server under `up` and the simulator of a dry run or bench.
+    exceptions = {"core/proc.py", "up/supervisor.py", "simulator/launcher.py"}
+    bad = []
+    for path in _modules():
+        rel = str(path.relative_to(PKG))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(n.split(".")[0] in {"subprocess", "pty"} for n in names) and rel not in exceptions:
+                bad.append(f"{rel}:{node.lineno}")
+    assert not bad, bad

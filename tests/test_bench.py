@@ -5,6 +5,7 @@ SGLang's own bench_serving) is in test_bench_sim.py."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,9 @@ from kimi_serve.bench.sweep import BenchOptions, run_bench
 from kimi_serve.bench.workload import agentic_requests, prepare
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.simulator.perf import PerfModel, PerfParams, SpecSettings, accept_probability
+
+# its servers (or the code under test's port probes) bind loopback sockets: the listener tier
+pytestmark = pytest.mark.usefixtures("loopback_port")
 
 REPO = Path(__file__).resolve().parent.parent
 EAGLE = SpecSettings("EAGLE3", steps=3, topk=1, draft_tokens=4)
@@ -272,6 +276,28 @@ def test_usage_errors(tmp_path: Path, cli) -> None:
     assert r.code == 2 and "nope" in r.err
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("--repeat", "100000000000000000000000", "1..100"),
+        ("--repeat", "1e23", "1..100"),
+        ("--requests", "10000000", "1..100000"),
+        ("--concurrency", "1e20", "1..4096"),
+        ("--concurrency", "100000000000000000000", "1..4096"),
+        ("--concurrency", "0,4", "1..4096"),
+        ("--concurrency", ",".join(str(n) for n in range(1, 40)), "at most 32 values"),
+    ],
+)
+def test_out_of_range_sizes_are_usage_errors_at_once(option: str, value: str, words: str, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """Range-checked before anything starts: exit 2, one line naming the option and its range, at once."""
+    started = time.monotonic()
+    r = cli("bench", "--profile", "sim", "--against", "sim-baseline", option, value, "--out", str(tmp_path / "o"))
+    assert r.code == 2, r.err
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and option in lines[0] and words in lines[0] and "fix:" in lines[0]
+    assert time.monotonic() - started < 10 and not (tmp_path / "o").exists()
+
+
 # ----------------------------------------------------------------------------------------------------- workload
 
 
@@ -318,3 +344,41 @@ def test_perf_params_overrides_are_checked() -> None:
         PerfParams.from_json('{"per_token": 2}')
     with pytest.raises(ValueError):
         PerfParams.from_json(None, "0")
+
+
+def test_progress_and_table_agree_under_speedup(tmp_path: Path, monkeypatch) -> None:
+    """--speedup 4: the simulators run 4x faster than the model; the progress line shows the table's figure (model
+    time) and says so, not the raw 4x one."""
+    import contextlib
+
+    from kimi_serve.bench.loadgen import Endpoint
+
+    info = {"simulator": True, "internal_states": [{"perf_model": {"params": {"speedup": 4.0}}}]}
+
+    @contextlib.contextmanager
+    def bring_up(*_a, **_k):  # type: ignore[no-untyped-def]
+        yield servers.Served(Endpoint("http://127.0.0.1:9", "kimi-k2.5", None, None), info)
+
+    monkeypatch.setattr("kimi_serve.bench.servers.bring_up", bring_up)
+    monkeypatch.setattr("kimi_serve.bench.servers.contract_check", lambda *a, **k: None)
+    monkeypatch.setattr("kimi_serve.sglang.site.require_sglang_python", lambda *_a: "python")
+    monkeypatch.setattr("kimi_serve.bench.sweep._standin_tokenizer", lambda *_a: "tok")
+    monkeypatch.setattr("kimi_serve.bench.loadgen.run_cell", lambda *a, **k: _cell(400.0))
+    monkeypatch.setattr("kimi_serve.bench.chart.matplotlib_missing", lambda: "skipped in this test")
+    opts = BenchOptions(
+        profile="sim",
+        against="sim-baseline",
+        concurrency=[1],
+        requests=2,
+        workload="agentic",
+        repeat=1,
+        out=tmp_path / "out",
+        speedup=4.0,
+    )
+    lines: list[str] = []
+    report = run_bench(opts, lines.append)
+    table = report["results"]["sim"]["1"]["output_tok_s"]["mean"]
+    assert table == 100.0, report["results"]["sim"]["1"]
+    done = [line for line in lines if line.startswith("sim: concurrency 1:")]
+    assert done and "100.0 tok/s" in done[0] and "400.0" not in done[0], lines
+    assert "model time" in done[0] and "4x faster" in done[0], done

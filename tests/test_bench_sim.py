@@ -52,7 +52,6 @@ def test_the_model_implies_a_crossover_between_1_and_8() -> None:
     assert base.expected_tok_s(8) > 1.2 * spec.expected_tok_s(8)
 
 
-@pytest.mark.sglang
 def test_ab_on_the_simulator_finds_the_models_crossover_and_resumes(tmp_path: Path, sglang_python: str, cli) -> None:
     out = tmp_path / "out"
     args = [

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
-
-pytestmark = pytest.mark.sglang
 
 
 def _contract(res):
@@ -32,18 +31,23 @@ def test_removing_the_tool_parser_fails_with_the_seeds_diagnosis(cli, write_prof
 
 
 def _child_env(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
-    return dict(kv.split("=", 1) for kv in raw.split("\0") if "=" in kv)
+    """The simulator's environment, once it has one: read between fork and exec (a busy machine), it is empty."""
+    deadline = time.monotonic() + 30
+    while True:
+        raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+        env = dict(kv.split("=", 1) for kv in raw.split("\0") if "=" in kv)
+        if "PYTHONUNBUFFERED" in env or time.monotonic() > deadline:  # launcher.environment always sets it
+            return env
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("profile_text", [None, "extends: sim\nenv:\n  KIMI_SERVE_SIM_STEP_SECONDS: '0.02'\n"])
 def test_the_dry_run_paces_and_waits_like_up(sglang_python, write_profile, tmp_path, profile_text) -> None:
     """Same decode pacing as `up` (the simulator's default step or the profile's env), same start deadline."""
     from kimi_serve.check.dryrun import start_contract_dryrun
-    from kimi_serve.check.report import launch_for
+    from kimi_serve.check.launch import launch_for, server_env
     from kimi_serve.core.settings import SIM_STEP_ENV
     from kimi_serve.profile.loader import load_profile
-    from kimi_serve.up.run import server_env
 
     profile = load_profile(str(write_profile(profile_text)) if profile_text else "sim")
     pending = start_contract_dryrun(profile, stand_in_key=True, log_dir=tmp_path)

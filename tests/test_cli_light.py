@@ -26,6 +26,7 @@ print(json.dumps({{"code": code, "heavy": sorted({{m.split('.')[0] for m in sys.
         ["show", "--profile", "prod"],
         ["verify", "--help"],
         ["render", "--profile", "prod"],
+        ["render", "--profile", "prod-tp16", "--format", "k8s", "--image", "registry.example/kimi-serve:1"],
     ],
 )
 def test_fast_paths_import_nothing_heavy(args):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -150,6 +152,34 @@ def test_prewarm_cli_json_and_refusal(ckpt_dir: Path, tmp_path: Path, cli) -> No
     assert sim.code == 2 and "reads no checkpoint" in sim.err
 
 
+@pytest.mark.parametrize("fault", ["dangling", "missing", "fifo", "directory"])
+def test_prewarm_refuses_a_shard_that_is_not_a_regular_file_at_once(fault: str, ckpt_dir: Path, tmp_path: Path) -> None:
+    """A dangling link or a missing shard would fail the load anyway ("100% cached" was a lie); a FIFO would block the
+    reader forever. Each is exit 5 naming the shard, before anything is read (a FIFO is never opened)."""
+    shard = sorted(ckpt_dir.glob("*.safetensors"))[1]
+    shard.unlink()
+    if fault == "dangling":
+        shard.symlink_to(tmp_path / "gone.safetensors")
+    elif fault == "fifo":
+        os.mkfifo(shard)
+    elif fault == "directory":
+        shard.mkdir()
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "kimi_serve", "prewarm", "--profile", str(_profile(tmp_path, ckpt_dir))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 5, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"shard {shard} is" in lines[0] and "nothing was read" in lines[0], done.stderr
+    words = {"dangling": "dangling symlink", "missing": "missing", "fifo": "a FIFO", "directory": "a directory"}
+    assert words[fault] in lines[0] and "fix:" in lines[0] and "Traceback" not in done.stderr
+    assert time.monotonic() - started < 30
+    assert all(cs.cached_bytes(f) == 0 for f in ckpt_dir.glob("*.safetensors") if f.is_file())  # nothing read
+
+
 def test_history_is_bounded_and_predicts_from_overhead(tmp_path: Path, ckpt_dir: Path) -> None:
     for i in range(MAX_STARTS + 5):
         append_start(
@@ -199,11 +229,14 @@ def test_eta_line_uses_the_pace_then_the_prediction() -> None:
 
 def test_restart_prewarm_fills_the_cache_first_or_notes_why_not(ckpt_dir: Path, tmp_path: Path, cli) -> None:
     from kimi_serve.commands.prewarm_cmd import prewarm_before_restart
+    from kimi_serve.profile.loader import load_profile
 
     said: list[str] = []
-    done = prewarm_before_restart(str(_profile(tmp_path, ckpt_dir)), said.append)
+    done = prewarm_before_restart(load_profile(str(_profile(tmp_path, ckpt_dir))), said.append)
     assert done["status"] == "done" and done["cached_after"] == done["checkpoint_bytes"]
     assert said[0].startswith("prewarming") and said[-1] == "prewarm: done"
-    skipped = prewarm_before_restart("sim", said.append)  # the simulator reads no checkpoint: restart goes on
+    skipped = prewarm_before_restart(
+        load_profile("sim"), said.append
+    )  # the simulator reads no checkpoint: restart goes on
     assert skipped["status"] == "skipped" and "reads no checkpoint" in said[-1]
     assert "--prewarm" in cli("restart", "--help").out

@@ -14,12 +14,10 @@ from pathlib import Path
 
 import pytest
 from ckpt_helpers import llama_checkpoint
-from up_helpers import CPU_DIR, free_port, live_group, server_pid
+from up_helpers import CPU_DIR, free_port, live_group, nccl_port, server_pid
 from up_helpers import UpProcess as Up
 
 from kimi_serve.check import coldstart as cs
-
-pytestmark = pytest.mark.sglang
 
 
 def _profile(tmp: Path, model: Path, port: int, python: str) -> Path:
@@ -59,7 +57,7 @@ def _profile(tmp: Path, model: Path, port: int, python: str) -> Path:
           enable_metrics: false
         env:
           PYTHONPATH: {CPU_DIR / "stubs"}
-        extra_args: [--device, cpu, --skip-tokenizer-init, --max-total-tokens, "4096"]
+        extra_args: [--device, cpu, --skip-tokenizer-init, --max-total-tokens, "4096", --nccl-port, "{nccl_port()}"]
         startup:
           timeout: 300
         service:

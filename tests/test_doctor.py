@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -13,10 +14,13 @@ from pathlib import Path
 import pytest
 
 from kimi_serve.check.doctor import DoctorReport, Host, run_doctor
-from kimi_serve.check.report import validated_launch
+from kimi_serve.check.launch import validated_launch
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.proc import Completed
 from kimi_serve.profile.loader import load_profile
+
+# its servers (or the code under test's port probes) bind loopback sockets: the listener tier
+pytestmark = pytest.mark.usefixtures("loopback_port")
 
 RTX = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 SMI_HEADER = "| NVIDIA-SMI 580.65.06    Driver Version: 580.65.06    CUDA Version: 13.0     |\n"
@@ -197,14 +201,21 @@ def test_port_in_use_fails(gpu_profile: Callable[..., Path], tmp_path: Path) -> 
     assert "~2 min later" in checks["port"][1]
 
 
-@pytest.mark.sglang
 def test_unapplied_patch_set_is_refused_naming_the_apply_command(
     gpu_profile: Callable[..., Path], tmp_path: Path, sglang_python: str
 ) -> None:
-    # the CPU venv's real, unpatched SGLang 0.5.23 (read only)
+    # the CPU venv's real SGLang 0.5.23, its files the patch set touches copied unpatched into a scratch site (the
+    # venv itself is patched when scripts/build-cpu-venv.sh built it; an older one is not)
+    from kimi_serve.patches import load_patch_set, revert
     from kimi_serve.sglang.site import site_packages_of
 
-    site = site_packages_of(sglang_python)
+    real = site_packages_of(sglang_python)
+    site = tmp_path / "site"
+    patch_set = load_patch_set("sglang-0.5.23-sm120")
+    for rel in {"sglang/_version.py", *(f for p in patch_set.patches for f in p.files)}:
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(real / rel, site / rel)
+    revert(site, patch_set, state_dir=tmp_path / "scratch-state")  # a no-op on an unpatched venv's files
     checks = by_name(
         doctor(
             gpu_profile(patch_set="sglang-0.5.23-sm120"),

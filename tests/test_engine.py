@@ -71,7 +71,7 @@ def _bogus_lock(tmp_path: Path, line: str) -> Path:
         f"six==1.17.0 --hash=sha256:{BOGUS_HASH}",  # a real package, a wrong hash
     ],
 )
-def test_failed_install_leaves_the_old_venv_byte_identical(cli, tmp_path, old_venv, installer, line):
+def test_failed_install_leaves_the_old_venv_byte_identical(cli, tmp_path, old_venv, installer, line, package_index):
     if installer == "uv" and eng.find_uv() is None:
         pytest.skip("uv not installed (scripts/dev-venv.sh installs it into .venv)")
     before = _tree(old_venv)
@@ -90,8 +90,22 @@ def test_failed_install_leaves_the_old_venv_byte_identical(cli, tmp_path, old_ve
     assert r.code == 5, r.err
     assert r.err.startswith("kimi-serve: error: ") and r.err.count("\n") == 1 and "Traceback" not in r.err
     assert "previous venv is untouched" in r.err
+    if line.startswith("six=="):  # a tampered hash: the message names the package and the cause
+        assert "hash mismatch for six==1.17.0" in r.err
     assert _tree(old_venv) == before
-    assert sorted(p.name for p in old_venv.parent.iterdir()) == ["venv"]  # no staging or old folder left behind
+    # no staging or old folder left behind (the install lock, an empty flock file, stays)
+    assert sorted(p.name for p in old_venv.parent.iterdir()) == [".venv.kimi-serve.lock", "venv"]
+
+
+def test_a_lock_file_that_is_not_text_is_a_usage_error_naming_it(cli, tmp_path, old_venv):
+    lock = tmp_path / "binary.txt"
+    lock.write_bytes(b"# kimi-serve lock\n" + bytes(range(128, 256)) * 8)
+    before = _tree(old_venv)
+    r = cli("engine", "install", "--prefix", str(old_venv), "--lock", str(lock), "--no-patches", "--quiet")
+    assert r.code == 2, r.err
+    assert r.err.count("\n") == 1 and "Traceback" not in r.err
+    assert f"lock file {lock} is not UTF-8 text" in r.err and "fix:" in r.err
+    assert _tree(old_venv) == before
 
 
 def test_dry_run_shows_the_plan_and_changes_nothing(cli, tmp_path, old_venv):
@@ -111,19 +125,26 @@ def test_dry_run_shows_the_plan_and_changes_nothing(cli, tmp_path, old_venv):
 def test_default_prefix_is_the_profiles_python_venv(cli):
     r = cli("engine", "install", "--dry-run", "--json")
     plan = json.loads(r.out)["plan"]
-    assert plan["prefix"] == "/opt/kimi-serve/venv" and plan["patch_set"] == "sglang-0.5.23-sm120"
+    assert plan["prefix"] == "/opt/kimi-serve/venv" and plan["patch_set"] == "sglang-0.5.23-sm120+sglang-0.5.23-kimi"
     r = cli("engine", "install", "--profile", "sim", "--dry-run")
     assert r.code == 2 and "sets no python:" in r.err and "--prefix" in r.err
 
 
 def test_a_second_install_waits_for_no_one_and_exits_75(cli, tmp_path, _own_host_lock):
-    with open(_own_host_lock, "w") as held:
+    """The lock of the venv being installed (a sibling of its prefix), not the host lock: held, 75; the host lock
+    held (say, by an `up`), an install takes its own lock all the same."""
+    with open(_own_host_lock, "w") as host:
+        fcntl.flock(host, fcntl.LOCK_EX)
+        with eng._venv_lock(eng.make_plan(tmp_path / "w", "cpu", None, None)):
+            assert (tmp_path / ".w.kimi-serve.lock").exists()
+    with open(tmp_path / ".v.kimi-serve.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         held.write('{"command": "engine install", "pid": 4242, "since": "2026-01-01T00:00:00+00:00"}')
         held.flush()
         r = cli("engine", "install", "--prefix", str(tmp_path / "v"), "--lock", "cpu", "--quiet")
     assert r.code == 75
-    assert "`kimi-serve engine install` (pid 4242, since 2026-01-01T00:00:00+00:00) is changing this host" in r.err
+    since = "since 2026-01-01T00:00:00+00:00"
+    assert f"`kimi-serve engine install` (pid 4242, {since}) is installing {tmp_path / 'v'}" in r.err
     assert not (tmp_path / "v").exists()
 
 
@@ -184,14 +205,13 @@ def cpu_engine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return prefix
 
 
-@pytest.mark.sglang
 def test_install_builds_records_and_patches_the_cpu_engine(cli, cpu_engine):
     record = json.loads((cpu_engine / eng.RECORD_NAME).read_text())
     lock = locks.load("cpu")
     assert record["lock"] == "cpu" and record["lock_sha256"] == lock.sha256
     assert record["lock_input_sha256"] == lock.input_sha256 and record["packages"] == len(lock.pins)
     assert record["versions"]["sglang"] == locks.SGLANG_VERSION and record["versions"]["torch"] == "2.14.1"
-    assert record["patch_set"] == "sglang-0.5.23-sm120" and len(record["patches"]) >= 6
+    assert record["patch_set"] == "sglang-0.5.23-sm120+sglang-0.5.23-kimi" and len(record["patches"]) >= 9
     # relocated: nothing names the staging folder
     for p in (cpu_engine / "bin").iterdir():
         if p.is_file() and not p.is_symlink():
@@ -210,7 +230,6 @@ def test_install_builds_records_and_patches_the_cpu_engine(cli, cpu_engine):
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-@pytest.mark.sglang
 def test_status_reports_drift_after_a_hand_change(cli, cpu_engine):
     uv = eng.find_uv()
     subprocess.run(

@@ -110,8 +110,7 @@ def test_engine_lock_satisfies_every_sglang_pin(name):
     assert not problems, problems
 
 
-@pytest.mark.sglang
-def test_locks_are_what_the_resolver_gives_today():
+def test_locks_are_what_the_resolver_gives_today(package_index: None):
     """Re-resolve every lock (uv, PyPI; resolution ignores uploads after the locks' cut-off) and compare."""
     from kimi_serve.engine.install import find_uv
 

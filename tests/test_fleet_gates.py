@@ -22,6 +22,9 @@ import pytest
 
 from kimi_serve.service.gates import connected_to, leader_addresses
 
+# its servers (or the code under test's port probes) bind loopback sockets: the listener tier
+pytestmark = pytest.mark.usefixtures("loopback_port")
+
 
 @pytest.fixture
 def store() -> Iterator[int]:

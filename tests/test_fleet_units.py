@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -22,10 +21,7 @@ from kimi_serve.service.deployment import installed_members, render_members
 from kimi_serve.service.systemctl import Systemd, run
 from kimi_serve.service.unit import UnitContext, parse_marker, render_unit
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
-    reason="systemctl/systemd-analyze not installed (apt-get install systemd)",
-)
+pytestmark = pytest.mark.usefixtures("systemd_tools")
 
 
 @pytest.fixture(autouse=True)

@@ -4,15 +4,11 @@ are shown, then every host check that would fail (exit 1); nothing is written; m
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
-    reason="systemctl/systemd-analyze not installed (apt-get install systemd)",
-)
+pytestmark = pytest.mark.usefixtures("systemd_tools")
 
 
 def test_preview_of_prod_on_a_bare_host(cli, tmp_path: Path, monkeypatch) -> None:

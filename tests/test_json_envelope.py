@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.up_helpers import free_port
+
+# its servers (or the code under test's port probes) bind loopback sockets: the listener tier
+pytestmark = pytest.mark.usefixtures("loopback_port")
 
 ENVELOPE = ("kind", "version", "ok", "exit_code", "findings")
 
@@ -75,7 +77,7 @@ def test_internal_error_is_an_envelope(cli, monkeypatch) -> None:
     assert "ZeroDivisionError: injected fault" in doc["findings"][0]["message"]
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+@pytest.mark.usefixtures("systemd_tools")
 def test_service_commands_emit_the_envelope(cli, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("KIMI_SERVE_SGLANG_PYTHON", raising=False)
     root = tmp_path / "root"

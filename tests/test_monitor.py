@@ -7,7 +7,7 @@ run lock, the bounded history and what `status` makes of it, and the timer units
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,10 +24,10 @@ from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.unit import RenderedUnit
 from kimi_serve.verify.metrics import run_lock
 
-needs_systemd = pytest.mark.skipif(
-    shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
-    reason="systemctl/systemd-analyze not installed (apt-get install systemd)",
-)
+# its servers (or the code under test's port probes) bind loopback sockets: the listener tier
+pytestmark = pytest.mark.usefixtures("loopback_port")
+
+needs_systemd = pytest.mark.usefixtures("systemd_tools")
 UNIT = "mon-test.service"
 
 
@@ -162,6 +162,11 @@ def test_install_writes_the_timer_units_and_uninstall_removes_them(
     assert '"--suite" "quick" "--max-tokens" "2048"' in service and "SuccessExitStatus=75" in service
     assert (units / "timers.target.wants/mon-test-verify.timer").is_symlink()
     assert (units / "kimi-serve-alert@.service").exists()
+    # the check's only writable paths (ProtectSystem=strict: it cannot create them): made by install, root's, 0755
+    for made in (root / "m", root / "var/lib/kimi-serve/service/mon-test"):
+        st = made.stat()
+        assert (st.st_uid, oct(st.st_mode & 0o777)) == (os.getuid(), "0o755"), made
+        assert f'ReadWritePaths="-/{made.relative_to(root)}"' in service
     # the profile opts out: the next install removes what the last one installed
     again = cli("install-service", "-p", str(off), "--root", str(root), "--replace")
     assert again.code == 0, again.err

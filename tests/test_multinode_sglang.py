@@ -13,8 +13,6 @@ from kimi_serve.check.sglang_tier import SGLangPython, _adapt, other_ranks, run_
 from kimi_serve.profile.launch import build_launch
 from kimi_serve.profile.loader import load_profile
 
-pytestmark = pytest.mark.sglang
-
 NO_FAST_AR = "allreduce:\n  flashinfer_fusion_backend: null\n  torch_symm_mem: false\n  pcie_ipc: false\n"
 TWO_NODES = "nodes:\n  count: 2\n  leader_host: 10.0.0.1\n" + NO_FAST_AR
 

@@ -343,3 +343,102 @@ def _set_with_broken_last_patch(patch_set, tmp_path: Path):
     manifest["patches"][-1]["sha256"] = patch_files.sha256_file(last)
     (copy / "manifest.json").write_text(json.dumps(manifest))
     return load_patch_set(str(copy))  # loads: every hash check passes
+
+
+# ------------------------------------------------------------------------------------- one SGLang, two state dirs
+
+
+def test_two_applies_with_different_state_dirs_on_one_sglang_serialise(site: Path, tmp_path: Path, cli) -> None:
+    """The lock belongs with what is changed: whatever their --state-dir, both need the lock of the site-packages
+    they patch, so the second one exits 75 naming the first, changing nothing, or waits."""
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, KIMI_SERVE_TEST_HOOK="pause-at=patches.apply.start:3")
+    first = subprocess.Popen(
+        [sys.executable, "-m", "kimi_serve", "patches", "apply", "--site-packages", str(site)]
+        + ["--state-dir", str(tmp_path / "state-a")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lock = f"{os.major(site.stat().st_dev):02x}:{os.minor(site.stat().st_dev):02x}:{site.stat().st_ino}"
+        end = time.monotonic() + 30  # until the first holds the flock on the site-packages folder (/proc/locks)
+        while f" {first.pid} {lock} " not in Path("/proc/locks").read_text() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert f" {first.pid} {lock} " in Path("/proc/locks").read_text(), "the first apply never took the site lock"
+        before = snapshot(site)
+        r = cli("patches", "apply", "--site-packages", str(site), "--state-dir", str(tmp_path / "state-b"))
+        assert r.code == ExitCode.LOCKED, (r.out, r.err)
+        assert (
+            f"pid {first.pid} (" in r.err and "patches apply" in r.err and f"is changing the SGLang in {site}" in r.err
+        )
+        assert r.err.count("\n") == 1 and "--wait-lock" in r.err
+        assert snapshot(site) == before  # nothing changed by the refused run
+        # with --wait-lock the second waits for the first and then finds the set applied
+        r = cli(
+            "patches", "apply", "--site-packages", str(site), "--state-dir", str(tmp_path / "state-b"), "--wait-lock"
+        )
+        assert r.code == 0, (r.out, r.err)
+        assert first.wait(30) == 0, first.stderr.read() if first.stderr else ""
+    finally:
+        first.kill()
+        first.wait()
+    assert set(states(status(site, load_patch_set(SET), state_dir=tmp_path / "state-b"))) == {"applied"}
+
+
+def test_the_host_lock_does_not_stop_a_patch_of_a_venv_and_a_server_running_from_it_does(
+    site: Path, state: Path, cli
+) -> None:
+    """Locks per resource: the host lock (held by, say, an `up` of the simulator or a service change) is not the
+    venv's; `up` of an SGLang server holds its venv shared, and a change of that venv is refused (75, naming it)."""
+    import fcntl
+
+    from kimi_serve.core.lock import lock_path
+
+    host = lock_path()
+    host.parent.mkdir(parents=True, exist_ok=True)
+    with open(host, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        r = cli("patches", "apply", "--site-packages", str(site), "--state-dir", str(state))
+    assert r.code == 0 and "applied 7 patches" in r.out, r.err
+    fd = os.open(site, os.O_RDONLY | os.O_DIRECTORY)  # what `up` holds while its server runs from this venv
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        before = snapshot(site)
+        r = cli("patches", "revert", "--site-packages", str(site), "--state-dir", str(state))
+    finally:
+        os.close(fd)
+    assert r.code == ExitCode.LOCKED and f"serves from the SGLang in {site.resolve()}" in r.err, r.err
+    assert r.err.count("\n") == 1 and snapshot(site) == before
+
+
+@pytest.mark.parametrize("unreadable", ["site-packages", "a patched file"])
+def test_an_unreadable_sglang_is_exit_5_not_a_bug(
+    site: Path, state: Path, cli, monkeypatch: pytest.MonkeyPatch, unreadable: str
+) -> None:
+    """What a non-root user meets in a root-owned venv (the tests run as root, so chmod would not stop them: the
+    kernel's answer is stood in for): a one-line exit 5 with the fix, never 70 ("a bug in kimi-serve")."""
+    denied = site / "sglang" if unreadable == "site-packages" else site / FUSION
+    real_is_dir, real_read_bytes = Path.is_dir, Path.read_bytes
+
+    def refuse(real):
+        def call(self: Path, *a, **k):
+            if self == denied:
+                raise PermissionError(13, "Permission denied", str(self))
+            return real(self, *a, **k)
+
+        return call
+
+    before = snapshot(site)
+    monkeypatch.setattr(Path, "is_dir", refuse(real_is_dir))
+    monkeypatch.setattr(Path, "read_bytes", refuse(real_read_bytes))
+    r = cli("patches", "apply", "--site-packages", str(site), "--state-dir", str(state))
+    assert r.code == ExitCode.ENVIRONMENT, (r.out, r.err)
+    assert "Permission denied" in r.err and "fix its permissions" in r.err and r.err.count("\n") == 1
+    assert "internal error" not in r.err
+    monkeypatch.undo()
+    assert snapshot(site) == before

@@ -1,48 +1,43 @@
 """Behaviour of the patched code in SGLang 0.5.23's own sources, unpatched vs patched: the SM120 gates under a simulated
-SM120 machine, and the API keys in the startup log and in /server_info.
+SM120 machine, the API keys in the startup log and in /server_info (the SM120 set, patches/sglang-0.5.23), and the
+kimi_k2 parser faults on SGLang's own detector and OpenAI serving layer (the Kimi set, patches/sglang-0.5.23-kimi).
 
-Two scratch copies of the whole sglang package come from the pinned wheel; one is patched with `apply`. Each is probed
-by tests/sm120_gate_probe.py, tests/redact_log_probe.py and tests/redact_server_info_probe.py in the CPU SGLang
-interpreter (KIMI_SERVE_SGLANG_PYTHON)
-with the copy first on sys.path, so the venv's own site-packages is only read, never changed. The probes list their
-stand-ins.
+Two scratch copies of the whole sglang package come from the pinned wheel; one gets `apply` of both sets (they touch
+different files). Each is probed by tests/sm120_gate_probe.py, tests/redact_log_probe.py,
+tests/redact_server_info_probe.py and tests/kimi_parser_probe.py in the CPU SGLang interpreter
+(KIMI_SERVE_SGLANG_PYTHON) with the copy first on sys.path, so the venv's own site-packages is only read, never
+changed: one interpreter per copy imports it once, and each probe runs in a forked child of it (tests/probe_batch.py).
+The probes list their stand-ins.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 from patches_support import extract, pinned_wheel
+from sim_pool import SGLangSession
 
 from kimi_serve.patches import apply, load_patch_set
-
-pytestmark = pytest.mark.sglang
 
 PROBE = Path(__file__).with_name("sm120_gate_probe.py")
 REDACT_PROBE = Path(__file__).with_name("redact_log_probe.py")
 INFO_PROBE = Path(__file__).with_name("redact_server_info_probe.py")
+KIMI_PROBE = Path(__file__).with_name("kimi_parser_probe.py")
+REPO = Path(__file__).resolve().parent.parent
 API_KEY, ADMIN_KEY = "sk-kimi-probe-7f3a9c", "adm-kimi-probe-51d2e8"
 SM120_ONLY = "FlashInfer allreduce fusion on SM120 supports only the trtllm backend on a single node."
 
 
-def _run(python: str, probe: Path, site: Path, arg: Path) -> dict:
-    proc = subprocess.run([python, str(probe), str(site), str(arg)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["module"].startswith(str(site)), "the probe imported another sglang than the scratch copy"
-    return result
+BATCH = Path(__file__).with_name("probe_batch.py")
 
 
 @pytest.fixture(scope="module")
-def copies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def copies(sglang_session: SGLangSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The CPU SGLang interpreter, an unpatched and a patched scratch copy of sglang, and the stand-in flashinfer."""
-    python = os.environ.get("KIMI_SERVE_SGLANG_PYTHON")
-    if not python:
-        pytest.skip("KIMI_SERVE_SGLANG_PYTHON is not set (CI sets it)")
+    python = sglang_session.python
     patch_set = load_patch_set("sglang-0.5.23-sm120")
     wheel = pinned_wheel(patch_set)
     root = tmp_path_factory.mktemp("sglang-copies")
@@ -52,32 +47,49 @@ def copies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     unpatched = extract(wheel, root / "unpatched", whole_package=True)
     patched = extract(wheel, root / "patched", whole_package=True)
     assert apply(patched, patch_set, state_dir=root / "state").status.all_applied
+    assert apply(patched, load_patch_set("sglang-0.5.23-kimi"), state_dir=root / "state").status.all_applied
     return {"python": Path(python), "unpatched": unpatched, "patched": patched, "stub": stub, "root": root}
 
 
 @pytest.fixture(scope="module")
-def probes(copies: dict[str, Path]) -> dict[str, dict]:
-    return {
-        which: _run(str(copies["python"]), PROBE, copies[which], copies["stub"]) for which in ("unpatched", "patched")
-    }
-
-
-@pytest.fixture(scope="module")
-def startup_log(copies: dict[str, Path]) -> dict[str, dict]:
+def answers(copies: dict[str, Path]) -> dict[str, dict[str, dict]]:
+    """Each copy's four probes, run by tests/probe_batch.py: one sglang import per copy, a forked child per probe."""
     key_file = copies["root"] / "secrets.yaml"  # as kimi-serve hands the key to SGLang: --config FILE
     key_file.write_text(f"api-key: {API_KEY}\nadmin-api-key: {ADMIN_KEY}\n")
-    return {
-        which: _run(str(copies["python"]), REDACT_PROBE, copies[which], key_file) for which in ("unpatched", "patched")
-    }
+    out = {}
+    for which in ("unpatched", "patched"):
+        site = copies[which]
+        argv = [str(copies["python"]), str(BATCH), str(site)]
+        argv += [str(PROBE), str(copies["stub"]), str(REDACT_PROBE), str(key_file), str(INFO_PROBE), str(key_file)]
+        argv += [str(KIMI_PROBE), str(REPO)]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results = json.loads(proc.stdout.strip().splitlines()[-1])
+        for name, result in results.items():
+            assert "module" in result, f"{which} {name} failed: {result}"
+            assert result["module"].startswith(str(site)), f"{name} imported another sglang than the scratch copy"
+        out[which] = results
+    return out
 
 
 @pytest.fixture(scope="module")
-def server_info(copies: dict[str, Path]) -> dict[str, dict]:
-    key_file = copies["root"] / "secrets-info.yaml"
-    key_file.write_text(f"api-key: {API_KEY}\nadmin-api-key: {ADMIN_KEY}\n")
-    return {
-        which: _run(str(copies["python"]), INFO_PROBE, copies[which], key_file) for which in ("unpatched", "patched")
-    }
+def probes(answers: dict[str, dict[str, dict]]) -> dict[str, dict]:
+    return {which: answers[which][PROBE.name] for which in answers}
+
+
+@pytest.fixture(scope="module")
+def startup_log(answers: dict[str, dict[str, dict]]) -> dict[str, dict]:
+    return {which: answers[which][REDACT_PROBE.name] for which in answers}
+
+
+@pytest.fixture(scope="module")
+def server_info(answers: dict[str, dict[str, dict]]) -> dict[str, dict]:
+    return {which: answers[which][INFO_PROBE.name] for which in answers}
+
+
+@pytest.fixture(scope="module")
+def kimi(answers: dict[str, dict[str, dict]]) -> dict[str, dict]:
+    return {which: answers[which][KIMI_PROBE.name] for which in answers}
 
 
 def test_fusion_backend_resolves_to_trtllm_instead_of_raising(probes: dict[str, dict]) -> None:
@@ -157,3 +169,32 @@ def test_server_info_redacts_the_api_keys(server_info: dict[str, dict]) -> None:
     # The server still authenticates with the real keys, and unset keys stay unset.
     assert (after["api_key"], after["admin_api_key"]) == (API_KEY, ADMIN_KEY)
     assert after["unkeyed"] == {"api_key": None, "admin_api_key": None}
+
+
+def test_a_tool_call_id_outside_the_patterns_keeps_its_call(kimi: dict[str, dict]) -> None:
+    before, after = kimi["unpatched"]["unexpected_id"], kimi["patched"]["unexpected_id"]
+    assert before["non_stream"]["finish_reason"] == "stop" and before["non_stream"]["calls"] == []  # the call lost
+    assert before["stream"]["names"] == [] and before["stream"]["finish_reason"] == "stop"
+    assert after["non_stream"]["finish_reason"] == "tool_calls"
+    assert [c[:2] for c in after["non_stream"]["calls"]] == [["functions.get_weather:0", "get_weather"]]
+    assert after["stream"]["names"] == ["get_weather"] and after["stream"]["finish_reason"] == "tool_calls"
+
+
+def test_streamed_argument_deltas_carry_no_null_id_or_name(kimi: dict[str, dict]) -> None:
+    before, after = kimi["unpatched"]["continuation"]["stream"], kimi["patched"]["continuation"]["stream"]
+    assert len(before["deltas"]) > 1 and len(after["deltas"]) == len(before["deltas"])
+    for run in (before, after):  # the first delta of the call has both
+        assert "id" in run["deltas"][0]["keys"] and "name" in run["deltas"][0]["function_keys"]
+    assert all("id" in d["keys"] and "name" in d["function_keys"] for d in before["deltas"][1:])  # "id": null ...
+    assert all("id" not in d["keys"] and d["function_keys"] == ["arguments"] for d in after["deltas"][1:])
+    assert kimi["patched"]["continuation"]["non_stream"] == kimi["unpatched"]["continuation"]["non_stream"]
+
+
+def test_a_bare_tool_call_begin_parses_the_same_streamed_and_not(kimi: dict[str, dict]) -> None:
+    before, after = kimi["unpatched"]["bare_begin"], kimi["patched"]["bare_begin"]
+    assert before["stream"]["names"] == ["get_weather"]  # streaming took it
+    assert before["non_stream"]["calls"] == [] and "<|tool_call_begin|>" in before["non_stream"]["content"]
+    assert before["non_stream"]["finish_reason"] == "stop"
+    assert [c[1] for c in after["non_stream"]["calls"]] == after["stream"]["names"] == ["get_weather"]
+    assert after["non_stream"]["finish_reason"] == after["stream"]["finish_reason"] == "tool_calls"
+    assert not after["non_stream"]["content"]

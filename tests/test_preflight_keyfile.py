@@ -4,16 +4,18 @@ check, doctor and up; an env override that contradicts a profile switch is a fin
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from kimi_serve.check.facts import check_model_dir
-from kimi_serve.check.report import launch_for
+from kimi_serve.check.launch import launch_for
 from kimi_serve.check.rules import run_rules
 from kimi_serve.core.findings import FAIL, WARN
 from kimi_serve.profile.loader import load_profile
+
+# its servers (or the code under test's port probes) bind loopback sockets: the listener tier
+pytestmark = pytest.mark.usefixtures("loopback_port")
 
 
 def _one_line(res, code: int) -> str:  # type: ignore[no-untyped-def]
@@ -36,7 +38,6 @@ def test_up_refuses_a_missing_key_file_before_starting(cli, keyed) -> None:
     assert "keyed.yaml:3: server.api_key_file" in line
 
 
-@pytest.mark.sglang
 def test_up_and_doctor_refuse_a_0644_key_file(cli, keyed, sglang_python: str) -> None:
     key, profile = keyed
     key.write_text("api-key: k\n")
@@ -48,10 +49,12 @@ def test_up_and_doctor_refuse_a_0644_key_file(cli, keyed, sglang_python: str) ->
     assert cli("up", "-p", str(profile), "--dry-run").code == 0
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+@pytest.mark.usefixtures("systemd_tools")
 @pytest.mark.parametrize("command", ["install-service", "restart"])
 def test_service_commands_refuse_a_0644_key_file_first(cli, keyed, command, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("KIMI_SERVE_SGLANG_PYTHON", raising=False)
+    # STAND-IN: a running systemd (this host has none: both would refuse with 5 first, tests/test_no_systemd.py)
+    monkeypatch.setattr("kimi_serve.service.systemctl.Systemd.unreachable", lambda self: None)
     key, profile = keyed
     key.write_text("api-key: k\n")
     key.chmod(0o644)

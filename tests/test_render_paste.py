@@ -38,7 +38,6 @@ def _health(port: int) -> int:
         return int(getattr(exc, "code", 0) or 0)
 
 
-@pytest.mark.sglang
 @pytest.mark.parametrize("how", ["render", "up --dry-run"])
 def test_printed_command_starts_the_simulator_when_pasted(cli, sglang_python: str, tmp_path: Path, how: str) -> None:
     port = free_port()

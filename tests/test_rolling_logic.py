@@ -28,6 +28,9 @@ from kimi_serve.service.state import ServicePaths
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.unit import UnitContext
 
+# its servers (or the code under test's port probes) bind loopback sockets: the listener tier
+pytestmark = pytest.mark.usefixtures("loopback_port")
+
 CTX = UnitContext(kimi_serve="/opt/kimi-serve/venv/bin/kimi-serve", package_root="/opt/kimi-serve/src")
 
 

@@ -23,16 +23,25 @@ from kimi_serve.verify.report import ProbeResult, Readiness, VerifyReport, probl
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _key_file(tmp_path: Path, text: str = "api-key: k-123\n", mode: int = 0o600) -> Path:
+def _key_file(tmp_path: Path, text: str = "api-key: k-123\nadmin-api-key: adm-456\n", mode: int = 0o600) -> Path:
     path = tmp_path / "key.yaml"
     path.write_text(text)
     path.chmod(mode)
     return path
 
 
-def test_shim_appends_the_key_from_the_file(tmp_path: Path) -> None:
+def test_shim_appends_the_keys_from_the_file(tmp_path: Path) -> None:
+    """The clients' key as --api-key, the admin key as the router's only control-plane key (sglang-router 0.3.2
+    then refuses the clients' key on /workers: tests/test_router_control_plane.py)."""
     key = _key_file(tmp_path)
-    assert router_flags(["--api-key-file", str(key), "--", "--port", "1"]) == ["--port", "1", "--api-key", "k-123"]
+    assert router_flags(["--api-key-file", str(key), "--", "--port", "1"]) == [
+        "--port",
+        "1",
+        "--api-key",
+        "k-123",
+        "--control-plane-api-keys",
+        "kimi-serve:kimi-serve:admin:adm-456",
+    ]
     assert split_argv(["--api-key-file", str(key), "--"]) == (key, [])
     assert router_flags(["--", "--port", "1"]) == ["--port", "1"]  # no key file: no key
 
@@ -45,6 +54,7 @@ def test_shim_appends_the_key_from_the_file(tmp_path: Path) -> None:
         (["--key", "k.yaml", "--", "--port", "1"], "unexpected arguments --key k.yaml"),
         (["--api-key-file", "k.yaml", "--", "--api-key", "x"], "--api-key among the router's flags"),
         (["--api-key-file", "k.yaml", "--", "--api-key=x"], "--api-key among the router's flags"),
+        (["--", "--control-plane-api-keys", "a:b:admin:x"], "--control-plane-api-keys among the router's flags"),
     ],
 )
 def test_shim_refuses_bad_arguments(argv: list[str], says: str) -> None:
@@ -70,6 +80,18 @@ def test_shim_process_errors_are_one_line(tmp_path: Path) -> None:
     open_file = _shim("--api-key-file", str(_key_file(tmp_path, mode=0o644)), "--")
     assert open_file.returncode == 2 and "accessible by group/others" in open_file.stderr
     assert "Traceback" not in open_file.stderr + missing.stderr
+
+
+@pytest.mark.parametrize("text", ["api-key: k-123\n", "api-key: k-123\nadmin-api-key: k-123\n", "k-123\n"])
+def test_shim_refuses_a_key_file_without_a_distinct_admin_key(tmp_path: Path, text: str) -> None:
+    """Without one the router's worker management (/workers) would take the clients' key: exit 2, one line naming
+    the file and the fix, no key shown, the router never started."""
+    path = _key_file(tmp_path, text)
+    res = _shim("--api-key-file", str(path), "--", "--port", "1")
+    assert res.returncode == 2 and res.stdout == ""
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"kimi-serve: error: router shim --api-key-file {path}: no admin-api-key distinct")
+    assert f"(fix: add a line 'admin-api-key: OTHER-KEY' to {path}" in line and "k-123" not in line
 
 
 def test_shim_without_sglang_router_says_so(tmp_path: Path) -> None:
@@ -202,3 +224,53 @@ def test_router_port_clashing_with_a_replica_stops_up_before_anything_starts(
     assert res.code == 5, res.err
     assert "preflight: port" in res.err and "41700" in res.err
     assert "starting" not in res.out and not list(tmp_path.glob("u-*.log"))
+
+
+# ------------------------------------------------------------------- up's router readiness counts the replicas
+
+R0, R1 = "http://127.0.0.1:30001", "http://127.0.0.1:30002"
+
+
+def _one_of_two(listed: bool = True) -> Any:
+    from kimi_serve.router.client import RouterHealth, WorkerHealth
+
+    return RouterHealth(True, False, 1, 1, (WorkerHealth(R0, True),) if listed else (), "", listed)
+
+
+def test_the_readiness_line_counts_the_expected_workers() -> None:
+    """2 replicas, the router holds one (healthy): not "1/1 workers healthy; not ready", but 1 of the 2 expected."""
+    line = _one_of_two().line([R0, R1])
+    assert line.startswith("1/2 expected workers healthy") and f"not registered: {R1}" in line, line
+    assert "not ready" in line and not _one_of_two().serves_all([R0, R1])
+    assert "1/2 expected" in _one_of_two(listed=False).line([R0, R1])
+    assert "(the router lists 1)" in _one_of_two(listed=False).line([R0, R1])
+    from kimi_serve.router.client import RouterHealth, WorkerHealth
+
+    both = RouterHealth(True, True, 2, 2, (WorkerHealth(R0, True), WorkerHealth(R1, True)), "", True)
+    assert both.serves_all([R0, R1]) and both.line([R0, R1]) == "2/2 expected workers healthy"
+
+
+def test_up_waits_for_every_replica_not_every_listed_worker() -> None:
+    """The router lists 1 of 2 replicas, all healthy (`all_healthy` holds): `up` does not call it ready, and its
+    timeout names 1/2."""
+    from types import SimpleNamespace
+
+    from kimi_serve.up.deployment import Deployment
+
+    said: list[str] = []
+    stops: list[Any] = []
+    view = _one_of_two()
+    me = SimpleNamespace(
+        poller=SimpleNamespace(poll=lambda _now: view, expected=[R0, R1]),
+        console=SimpleNamespace(end_progress=lambda: None, info=said.append),
+        router_started=0.0,
+        router_deadline=5.0,
+        last_view=None,
+        router_part=SimpleNamespace(log_path="router.log"),
+        _router_ready=lambda: said.append("READY"),
+        begin_stop=lambda outcome, why: stops.append(outcome),
+    )
+    Deployment._watch_router(me, 1.0)  # type: ignore[arg-type]
+    assert "READY" not in said and not stops, said
+    Deployment._watch_router(me, 6.0)  # type: ignore[arg-type]
+    assert stops and "1/2 expected workers healthy" in stops[0].message, stops

@@ -22,8 +22,9 @@ import pytest
 from up_helpers import UpProcess, live_group
 
 from kimi_serve.router.client import router_health
+from kimi_serve.service.gates import worker_ids
 
-KEY = "router-test-key-5f2c"
+KEY, ADMIN = "router-test-key-5f2c", "router-admin-key-8e41"
 
 
 def _free_pair() -> int:
@@ -79,6 +80,20 @@ def _chat(router_port: int, api_key: str) -> Any:
     )
 
 
+def _manage(router_port: int, method: str, path: str, key: str, body: dict[str, str] | None = None) -> int:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{router_port}{path}",
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        method=method,
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+
+
 def _status_without_key(router_port: int) -> int:
     body = json.dumps({"model": "kimi-k2.5", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
     req = urllib.request.Request(
@@ -93,15 +108,14 @@ def _status_without_key(router_port: int) -> int:
         return int(err.code)
 
 
-@pytest.mark.sglang
 def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python: str, cli: Callable[..., Any]) -> None:
     import openai
 
     key_file = tmp_path / "key.yaml"
-    key_file.write_text(f"api-key: {KEY}\n")
+    key_file.write_text(f"api-key: {KEY}\nadmin-api-key: {ADMIN}\n")
     key_file.chmod(0o600)
     profile, base, router_port = dp2_profile(tmp_path, key_file)
-    up = UpProcess(["--profile", str(profile), "--log-file", str(tmp_path / "up.log"), "-q"], tmp_path)
+    up = UpProcess(["--profile", str(profile), "--log-file", str(tmp_path / "up.log"), "-q"], tmp_path / "state")
     pids: list[int] = []
     seen, router_ready = 0.0, ""
     try:
@@ -117,9 +131,10 @@ def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python
         ]
         router_pid = pids[2]
         assert "-m kimi_serve.router.shim --api-key-file" in out and KEY not in out
-        for pid in pids:  # the key is on no command line and in no environment of the deployment
-            assert KEY not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            assert KEY not in Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+        for pid in pids:  # the keys are on no command line and in no environment of the deployment
+            for secret in (KEY, ADMIN):
+                assert secret not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+                assert secret not in Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
         for log in (tmp_path / "up-router.log", tmp_path / "up-replica0.log", tmp_path / "up-replica1.log"):
             assert log.is_file() and log.stat().st_size > 0, log
 
@@ -128,9 +143,24 @@ def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python
             _chat(router_port, "wrong-key")
         assert _status_without_key(router_port) == 401
         assert _chat(router_port, KEY).choices[0].message is not None
-        view = router_health(f"http://127.0.0.1:{router_port}", KEY)
-        assert view.all_healthy and view.total == 2, view
+        view = router_health(f"http://127.0.0.1:{router_port}", ADMIN)  # /workers: the admin key only
+        assert view.all_healthy and view.total == 2 and view.listed, view
         assert view.others_healthy(f"http://127.0.0.1:{base + 1}") == 1  # what a rolling restart asks first
+        assert not router_health(f"http://127.0.0.1:{router_port}", KEY).listed
+
+        # the router's worker management: the clients' key is refused; a worker added with the admin key (behind
+        # up's back) makes up say the deployment is degraded, naming it; removing it again, that it is whole again
+        extra = f"http://localhost:{base}"
+        assert _manage(router_port, "POST", "/workers", KEY, {"url": extra}) == 401
+        assert _manage(router_port, "POST", "/workers", ADMIN, {"url": extra}) == 202
+        assert up.wait_for(
+            f"router: DEGRADED: the router's workers are not the profile's replicas (unexpected: {extra})", 30
+        ), up.output[-3000:]
+        ids = worker_ids(f"127.0.0.1:{router_port}", ADMIN)
+        assert isinstance(ids, dict) and extra in ids, ids
+        assert _manage(router_port, "DELETE", f"/workers/{ids[extra]}", KEY) == 401
+        assert _manage(router_port, "DELETE", f"/workers/{ids[extra]}", ADMIN) in (200, 202, 204)
+        assert up.wait_for("router: the router's workers are the profile's replicas again", 30), up.output[-3000:]
 
         ok = cli("verify", "--profile", str(profile), "--json")
         doc = json.loads(ok.out)
@@ -142,7 +172,7 @@ def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python
         killed = time.monotonic()
         os.killpg(pids[1], signal.SIGKILL)
         while time.monotonic() - killed < 90:
-            view = router_health(f"http://127.0.0.1:{router_port}", KEY)
+            view = router_health(f"http://127.0.0.1:{router_port}", ADMIN)
             if view.healthy == 1:
                 break
             time.sleep(0.2)
@@ -189,13 +219,12 @@ def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python
     )
 
 
-@pytest.mark.sglang
 def test_a_replica_that_never_gets_ready_stops_the_deployment_and_is_named(tmp_path: Path, sglang_python: str) -> None:
     """Both replicas load for 600 s (the simulator's KIMI_SERVE_SIM_LOAD_SECONDS) against startup.timeout 10 s: `up`
     names the replica, exits 3, never starts the router, leaves no process behind."""
     profile, base, _ = dp2_profile(tmp_path, None)
     profile.write_text(profile.read_text() + "startup: {timeout: 10}\nenv: {KIMI_SERVE_SIM_LOAD_SECONDS: '600'}\n")
-    up = UpProcess(["--profile", str(profile), "--log-file", str(tmp_path / "up.log"), "-q"], tmp_path)
+    up = UpProcess(["--profile", str(profile), "--log-file", str(tmp_path / "up.log"), "-q"], tmp_path / "state")
     try:
         code = up.finish(180)
     finally:

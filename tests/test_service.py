@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -17,10 +16,7 @@ import pytest
 
 KEY = "sk-test-5%$HOME\"'\\-ünïcode"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
-    reason="systemctl/systemd-analyze not installed (apt-get install systemd)",
-)
+pytestmark = pytest.mark.usefixtures("systemd_tools")
 
 
 @pytest.fixture(autouse=True)
@@ -170,7 +166,7 @@ def test_status_reports_profile_records_and_hand_edits(
     assert (data["installed"], data["profile"], data["patch_set"], data["edited_since_install"]) == (
         True,
         "svc",
-        "sglang-0.5.23-sm120",
+        "sglang-0.5.23-sm120+sglang-0.5.23-kimi",
         False,
     )
     assert data["last_verify"] is None and "not the running system" in data["state_error"]

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("systemctl") is None or shutil.which("systemd-analyze") is None,
-    reason="systemctl/systemd-analyze not installed (apt-get install systemd)",
-)
+pytestmark = pytest.mark.usefixtures("systemd_tools")
 
 
 def test_install_with_set_is_recorded_and_shown_by_status(cli, tmp_path: Path, monkeypatch) -> None:

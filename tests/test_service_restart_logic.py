@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.check.report import validated_launch
+from kimi_serve.check.launch import validated_launch
 from kimi_serve.core.proc import Completed
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.service.install import Plan

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -11,7 +12,6 @@ import pytest
 from kimi_serve.check.sglang_tier import SGLangPython, run_probe
 from kimi_serve.simulator.stand_in import STANDIN_MODEL
 
-pytestmark = pytest.mark.sglang
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -69,3 +69,18 @@ def test_check_without_sglang_says_it_used_the_table(cli, monkeypatch):
     sg = [f for f in json.loads(res.out)["findings"] if f["layer"] == "sglang"]
     assert sg[0]["status"] == "skip" and "flag table" in sg[0]["message"]
     assert res.code == 0
+
+
+def test_the_probe_server_answers_as_a_fresh_interpreter_does(sglang_python, sglang_session, tmp_path, monkeypatch):
+    """The run's probe server (one SGLang import for every probe) gives the verdict a cold `python -m
+    kimi_serve.sglang.probe` gives, in the caller's working directory: a relative model path resolves from there."""
+    assert sglang_session.probe_socket, "scripts/test.sh's runs start a probe server (tests/conftest.py)"
+    model = tmp_path / "model"
+    shutil.copytree(STANDIN_MODEL, model)
+    monkeypatch.chdir(tmp_path)
+    args = ["--model-path", "model", "--trust-remote-code", "--tp-size", "8", "--device", "cuda"]
+    served = run_probe(SGLangPython(sglang_python, "test"), args)
+    monkeypatch.delenv("KIMI_SERVE_PROBE_SOCKET")
+    cold = run_probe(SGLangPython(sglang_python, "test"), args)
+    assert served == cold and served["resolve"]["ok"], served
+    assert served["resolve"]["values"]["tp_size"] == 8

@@ -5,39 +5,16 @@ backend (xgrammar), and the same with `--grammar-backend none`."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import jsonschema
 import openai
 import pytest
+from sim_pool import PARSED_TP8, SHARED_KEY, SHARED_MODEL, SimulatorPool
 
-from kimi_serve.core.settings import SIM_STEP_ENV
-from kimi_serve.simulator import launcher
-
-pytestmark = pytest.mark.sglang
-
-MODEL = "kimi-k2.5"
-FLAGS = [
-    "--model-path",
-    "/models/Kimi-K2.5",
-    "--served-model-name",
-    MODEL,
-    "--trust-remote-code",
-    "--tp-size",
-    "8",
-    "--tool-call-parser",
-    "kimi_k2",
-    "--reasoning-parser",
-    "kimi_k2",
-    "--host",
-    "127.0.0.1",
-]
+FLAGS, KEY, MODEL = PARSED_TP8, SHARED_KEY, SHARED_MODEL  # the pool's standard server
 OFF = {"chat_template_kwargs": {"thinking": False}}
 NO_BACKEND = (
     "Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not supported when the server is"
@@ -74,47 +51,16 @@ CLOCK = {
 }
 
 
-def _python() -> str:
-    path = os.environ.get("KIMI_SERVE_SGLANG_PYTHON")
-    if not path:
-        pytest.skip("KIMI_SERVE_SGLANG_PYTHON is not set (CI sets it: scripts/build-cpu-venv.sh)")
-    return path
-
-
-def _start(tmp: Path, flags: list[str]) -> launcher.Simulator:
-    python = _python()
-    port = launcher.free_port()
-    env = launcher.environment(warmup=0.0)
-    env[SIM_STEP_ENV] = "0.001"
-    sim = launcher.Simulator.start(
-        launcher.command(python, [*flags, "--port", str(port)]), env, f"http://127.0.0.1:{port}", tmp / "simulator.log"
-    )
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        assert sim.process.poll() is None, sim.log_tail()
-        try:
-            with urllib.request.urlopen(sim.base_url + "/health", timeout=5) as resp:
-                if resp.status == 200:
-                    return sim
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.2)
-    sim.stop()
-    raise AssertionError(f"simulator not ready: {sim.log_tail()}")
+@pytest.fixture(scope="module")
+def client(simulator_pool: SimulatorPool) -> openai.OpenAI:
+    sim = simulator_pool.get(FLAGS, key=KEY)
+    return openai.OpenAI(base_url=sim.base_url + "/v1", api_key=KEY, max_retries=0, timeout=120)
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
-    sim = _start(tmp_path_factory.mktemp("sim-xgrammar"), FLAGS)
-    yield openai.OpenAI(base_url=sim.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
-    sim.stop()
-
-
-@pytest.fixture(scope="module")
-def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
-    sim = _start(tmp_path_factory.mktemp("sim-no-grammar"), [*FLAGS, "--grammar-backend", "none"])
-    yield openai.OpenAI(base_url=sim.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
-    sim.stop()
+def bare(simulator_pool: SimulatorPool) -> openai.OpenAI:
+    sim = simulator_pool.get([*FLAGS, "--grammar-backend", "none"], key=KEY)
+    return openai.OpenAI(base_url=sim.base_url + "/v1", api_key=KEY, max_retries=0, timeout=120)
 
 
 def _ask(client: openai.OpenAI, text: str = "Describe Paris as JSON", **kw: object) -> object:
@@ -305,7 +251,9 @@ def test_stop_strings_end_and_trim_the_answer(client: openai.OpenAI) -> None:
 def _generate(client: openai.OpenAI, body: dict) -> object:
     base = str(client.base_url).rstrip("/").removesuffix("/v1")
     req = urllib.request.Request(
-        base + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        base + "/generate",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"},
     )
     with urllib.request.urlopen(req, timeout=60) as resp:
         return json.loads(resp.read())

@@ -9,8 +9,6 @@ import pytest
 
 from kimi_serve.check.dryrun import run_contract_dryrun
 
-pytestmark = pytest.mark.sglang
-
 
 @pytest.fixture
 def key_file(tmp_path: Path) -> Path:

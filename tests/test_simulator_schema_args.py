@@ -444,3 +444,89 @@ def test_an_answer_asked_for_as_json_is_a_json_object_with_the_named_keys(prompt
     answer = generate(Turn([{"role": "user", "content": prompt}], [])).partition(THINK_END)[2]
     assert json.loads(answer) == expected
     assert "{" not in generate(Turn([{"role": "user", "content": "Explain what JSON is"}], [])).partition(THINK_END)[2]
+
+
+# -- the model-like decision under auto (intent.py): tasks a tool performs call it, knowledge and "don't" decline ------
+
+SEARCH = tool(
+    "web_search",
+    {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+    "Search the web",
+)
+RUN = tool(
+    "run_command",
+    {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+    "Run a shell command",
+)
+AGENT_TOOLS = [READ, WRITE, WEATHER, SEARCH, RUN]
+
+
+@pytest.mark.parametrize(
+    "prompt, expected",
+    [
+        (
+            "Open config/settings.yaml and tell me which port the server uses.",
+            ("read_file", "path", "config/settings.yaml"),
+        ),
+        ("What's in main.py?", ("read_file", "path", "main.py")),
+        ("Can you take a look at src/app.ts?", ("read_file", "path", "src/app.ts")),
+        ("Explain what utils/retry.py does", ("read_file", "path", "utils/retry.py")),
+        ("帮我打开 notes.md 看看", ("read_file", "path", "notes.md")),
+        ("Save this as todo.txt: buy milk", ("write_file", "path", "todo.txt")),
+        ("Is it raining in Paris right now?", ("get_weather", "city", "Paris")),
+        ("Do I need an umbrella in London today?", ("get_weather", "city", "London")),
+        ("Look up the population of Tokyo", ("web_search", "query", "population of Tokyo")),
+        ("Find the latest news about SGLang releases", ("web_search", "query", "SGLang releases")),
+    ],
+)
+def test_auto_calls_a_tool_for_a_task_it_performs_without_its_words(
+    prompt: str, expected: tuple[str, str, str]
+) -> None:
+    name, key, value = expected
+    (found,) = calls(prompt, AGENT_TOOLS)
+    assert found[0] == name and found[1][key] == value
+    # the decision is the request's, not the shared words': none of these prompts names the tool or its description
+    assert not set(re.findall(r"\w+", prompt.lower())) & {name, *name.split("_")} - {"file"}
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "Explain how weather forecasts work",
+        "What is a binary tree?",
+        "Why is the sky blue?",
+        "Tell me about the history of Paris.",
+        "What is the capital of France?",
+        "Describe what a file system does.",
+        "How does web search ranking work in general?",
+        "Write a haiku about autumn",
+    ],
+)
+def test_auto_answers_a_knowledge_request_in_text(prompt: str) -> None:
+    assert calls(prompt, AGENT_TOOLS) == []
+    assert calls(prompt, AGENT_TOOLS, "required") != []  # required still forces one
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "Is it raining in Paris? Don't look it up, just guess.",
+        "What's the weather usually like in Rome in May? Answer from memory.",
+        "Off the top of your head, what does config.yaml usually hold?",
+        "No need to search, what is SGLang?",
+        "北京天气怎么样？不用查，随便说说。",
+    ],
+)
+def test_auto_answers_in_text_when_the_prompt_says_not_to(prompt: str) -> None:
+    assert calls(prompt, AGENT_TOOLS) == []
+
+
+def test_moonshot_verifier_cases_under_auto_still_decide_as_before() -> None:
+    """The tool_choice cases of Moonshot's Kimi Vendor Verifier (their prompts, our tool set)."""
+    assert [n for n, _ in calls("北京今天天气怎么样？请查一下，你应当使用工具。", [WEATHER])] == ["get_weather"]
+    assert [
+        n for n, _ in calls("北京今天天气怎么样？请务必调用工具 get_weather 查询，不要直接文字回答。", [WEATHER])
+    ] == ["get_weather"]
+    assert calls("你好，请简单介绍一下你自己。你不应使用任何工具。", [WEATHER]) == []
+    assert [n for n, _ in calls("请简要回答：北京天气怎么样？", [WEATHER], "required")] == ["get_weather"]
+    assert calls("请查一下北京的天气。", [WEATHER], "none") == []

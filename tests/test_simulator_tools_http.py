@@ -5,40 +5,15 @@ not. Every returned argument string is validated against the offered schema with
 from __future__ import annotations
 
 import json
-import os
 import re
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 import openai
 import pytest
+from sim_pool import PARSED_TP8, SHARED_KEY, SHARED_MODEL, SimulatorPool
 
-from kimi_serve.core.settings import SIM_STEP_ENV
-from kimi_serve.simulator import launcher
-
-pytestmark = pytest.mark.sglang
-
-MODEL = "kimi-k2.5"
-FLAGS = [
-    "--model-path",
-    "/models/Kimi-K2.5",
-    "--served-model-name",
-    MODEL,
-    "--trust-remote-code",
-    "--tp-size",
-    "8",
-    "--tool-call-parser",
-    "kimi_k2",
-    "--reasoning-parser",
-    "kimi_k2",
-    "--host",
-    "127.0.0.1",
-]
+FLAGS, KEY, MODEL = PARSED_TP8, SHARED_KEY, SHARED_MODEL  # the pool's standard server
 ASK = "Call the submit tool exactly once with arguments that satisfy its parameter schema."
 WEATHER = {
     "type": "function",
@@ -64,32 +39,9 @@ MODES = ["non-stream", "stream"]
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
-    python = os.environ.get("KIMI_SERVE_SGLANG_PYTHON")
-    if not python:
-        pytest.skip("KIMI_SERVE_SGLANG_PYTHON is not set (CI sets it: scripts/build-cpu-venv.sh)")
-    port = launcher.free_port()
-    env = launcher.environment(warmup=0.0)
-    env[SIM_STEP_ENV] = "0.001"
-    tmp: Path = tmp_path_factory.mktemp("sim-tools")
-    sim = launcher.Simulator.start(
-        launcher.command(python, [*FLAGS, "--port", str(port)]), env, f"http://127.0.0.1:{port}", tmp / "simulator.log"
-    )
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert sim.process.poll() is None, sim.log_tail()
-            assert time.monotonic() < deadline, sim.log_tail()
-            try:
-                with urllib.request.urlopen(sim.base_url + "/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.2)
-        yield openai.OpenAI(base_url=sim.base_url + "/v1", api_key="none", max_retries=0, timeout=120)
-    finally:
-        sim.stop()
+def client(simulator_pool: SimulatorPool) -> openai.OpenAI:
+    sim = simulator_pool.get(FLAGS, key=KEY)
+    return openai.OpenAI(base_url=sim.base_url + "/v1", api_key=KEY, max_retries=0, timeout=120)
 
 
 def ask(
@@ -222,6 +174,28 @@ def test_auto_answers_without_a_call_when_the_prompt_declines_tools(client: open
         assert found == [] and content and finish == "stop"
     found, _, finish = ask(client, mode, "What is the weather in Paris? Do not use any tools.", [WEATHER], "required")
     assert [n for n, _ in found] == ["get_weather"] and finish == "tool_calls"  # required still forces one
+
+
+READ = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file from the workspace",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    },
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_auto_calls_for_a_natural_agentic_request_and_answers_knowledge(client: openai.OpenAI, mode: str) -> None:
+    """No word of the tool's name or description in the prompt: the request is a task the tool performs."""
+    found, _, finish = ask(client, mode, "Open config/settings.yaml and tell me which port it uses.", [READ, WRITE])
+    assert [(n, json.loads(a)) for n, a in found] == [("read_file", {"path": "config/settings.yaml"})]
+    assert finish == "tool_calls"
+    found, _, finish = ask(client, mode, "Is it raining in Oslo right now?", [READ, WEATHER])
+    assert [(n, json.loads(a)) for n, a in found] == [("get_weather", {"city": "Oslo"})]
+    found, content, finish = ask(client, mode, "Explain how weather forecasts work.", [READ, WEATHER])
+    assert found == [] and content and finish == "stop"
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.check.report import validated_launch
+from kimi_serve.check.launch import validated_launch
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.service.unit import (
@@ -168,7 +168,7 @@ def test_marker_names_profile_and_detects_hand_edits() -> None:
     assert marker is not None
     assert (marker.profile, marker.patch_set, marker.endpoint, marker.version) == (
         "prod",
-        "sglang-0.5.23-sm120",
+        "sglang-0.5.23-sm120+sglang-0.5.23-kimi",
         "0.0.0.0:30000",
         "0.0.0-golden",
     )

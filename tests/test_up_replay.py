@@ -20,6 +20,9 @@ from kimi_serve.up.console import Console
 from kimi_serve.up.options import UpOptions
 from kimi_serve.up.run import serve
 
+# its servers (or the code under test's port probes) bind loopback sockets: the listener tier
+pytestmark = pytest.mark.usefixtures("loopback_port")
+
 
 def replay_launch(scenario: str, port: int, tp: int = 8) -> Launch:
     args = ("--model-path", "/models/Kimi-K2.5", "--tp-size", str(tp), "--host", "127.0.0.1", "--port", str(port))

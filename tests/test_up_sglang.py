@@ -4,7 +4,6 @@ readiness, signal behaviour and exit codes. Three real starts in all (each 10-60
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import urllib.request
@@ -12,22 +11,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sim_pool import SGLangSession
 from up_helpers import UpProcess, cpu_profile, free_port, live_group, server_pid
 
-pytestmark = pytest.mark.sglang
 READY_LINE = "supervising pid"
 
 
-def sglang_python_or_skip() -> str:
-    path = os.environ.get("KIMI_SERVE_SGLANG_PYTHON")
-    if not path:
-        pytest.skip("KIMI_SERVE_SGLANG_PYTHON is not set (scripts/test.sh sets it; CI always does)")
-    return path
-
-
 @pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[UpProcess, Path, int]]:
-    python = sglang_python_or_skip()
+def running(
+    sglang_session: SGLangSession, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[UpProcess, Path, int]]:
+    python = sglang_session.python
     tmp = tmp_path_factory.mktemp("up-sglang")
     port = free_port()
     profile = cpu_profile(tmp, port, python)
@@ -53,21 +47,21 @@ def test_real_start_shows_phases_and_readiness(running: tuple[UpProcess, Path, i
     assert "[Errno 98]" not in up.output
 
 
-def test_a_second_up_on_this_host_exits_75_naming_the_first(running: tuple[UpProcess, Path, int]) -> None:
-    up, tmp, port = running  # `up` holds the host lock until its server is stopped
-    again = cpu_profile(
-        tmp, port + 1 if port < 65535 else port - 1, os.environ["KIMI_SERVE_SGLANG_PYTHON"], name="again2"
-    )
+def test_a_second_up_on_this_host_exits_75_naming_the_first(
+    running: tuple[UpProcess, Path, int], sglang_python: str
+) -> None:
+    up, tmp, port = running  # `up` holds its GPUs (and port, and its venv shared) until its server is stopped
+    again = cpu_profile(tmp, port + 1 if port < 65535 else port - 1, sglang_python, name="again2")
     second = UpProcess(["--profile", str(again), "--no-verify", "--log-file", str(tmp / "again2.log")], tmp)
     assert second.finish(60) == 75
-    assert f"`kimi-serve up` (pid {up.proc.pid}, since " in second.output and "is changing this host" in second.output
+    assert f"`kimi-serve up` (pid {up.proc.pid}, since " in second.output and "holds gpu " in second.output
     assert "starting sglang" not in second.output and "preflight" not in second.output
 
 
-def test_port_in_use_is_refused_before_launch(running: tuple[UpProcess, Path, int]) -> None:
+def test_port_in_use_is_refused_before_launch(running: tuple[UpProcess, Path, int], sglang_python: str) -> None:
     _up, tmp, port = running  # the real SGLang server holds the port
-    again = cpu_profile(tmp, port, os.environ["KIMI_SERVE_SGLANG_PYTHON"], name="again")
-    other_state = tmp / "other-state"  # another state root: the host lock does not answer, the port check must
+    again = cpu_profile(tmp, port, sglang_python, name="again")
+    other_state = tmp / "other-state"  # another state root: the port lock does not answer, the port check must
     second = UpProcess(["--profile", str(again), "--no-verify", "--log-file", str(tmp / "again.log")], other_state)
     assert second.finish(60) == 5
     assert f"port {port} on 127.0.0.1 is already in use" in second.output
@@ -85,9 +79,9 @@ def test_sigterm_stops_the_real_server_cleanly(running: tuple[UpProcess, Path, i
     assert "Finished server process" in (tmp / "server.log").read_text(errors="replace")
 
 
-def test_contract_failure_stops_the_real_server(tmp_path: Path) -> None:
+def test_contract_failure_stops_the_real_server(tmp_path: Path, sglang_python: str) -> None:
     # a tiny random Llama without tokenizer cannot answer the chat contract: up must stop it and exit 1
-    python = sglang_python_or_skip()
+    python = sglang_python
     up = UpProcess(
         ["--profile", str(cpu_profile(tmp_path, free_port(), python)), "--log-file", str(tmp_path / "s.log")], tmp_path
     )
@@ -97,9 +91,9 @@ def test_contract_failure_stops_the_real_server(tmp_path: Path) -> None:
     assert live_group(server_pid(up.output)) == []
 
 
-def test_real_model_error_is_reported_from_the_traceback(tmp_path: Path) -> None:
+def test_real_model_error_is_reported_from_the_traceback(tmp_path: Path, sglang_python: str) -> None:
     # SGLang's main process raises "Unrecognized model" for a config without model_type and exits 1 within seconds
-    python = sglang_python_or_skip()
+    python = sglang_python
     model = tmp_path / "broken-model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"hidden_size": 64}))

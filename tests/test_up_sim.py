@@ -9,7 +9,6 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from test_up_sglang import UpProcess
 from up_helpers import free_port, live_group, server_pid
 
@@ -25,7 +24,6 @@ def sim_profile(directory: Path, port: int) -> Path:
     return path
 
 
-@pytest.mark.sglang
 def test_up_sim_reaches_a_passing_contract_and_stops_on_ctrl_c(tmp_path: Path, sglang_python: str) -> None:
     up = UpProcess(
         ["--profile", str(sim_profile(tmp_path, free_port())), "--log-file", str(tmp_path / "s.log")], tmp_path

@@ -12,6 +12,9 @@ from kimi_serve.cli import main
 from kimi_serve.verify import run_verify
 from kimi_serve.verify.report import VerifyReport
 
+# its servers (or the code under test's port probes) bind loopback sockets: the listener tier
+pytestmark = pytest.mark.usefixtures("loopback_port")
+
 TIMEOUT = 20.0
 
 # mode -> (suite, probe that must fail, mode of that probe or None for both, finding code, words in message + fix)
@@ -33,6 +36,12 @@ FAILURES = {
     "stream-no-finish": ("quick", "reasoning", "stream", "stream_no_finish_reason", "finish_reason"),
     "http-500": ("quick", "tool", None, "http_5xx", "HTTP 500"),
     "non-json": ("quick", "tool", "non-stream", "non_json_body", "502 Bad Gateway"),
+    "think-vl-markers": ("quick", "reasoning", None, "think_in_content", "◁think▷"),
+    "think-k3-markers": ("quick", "tool", None, "think_in_content", "<|open|>think<|sep|>"),
+    "reasoning-echo": ("quick", "reasoning", None, "reasoning_in_content", "merges reasoning_content into content"),
+    "sse-ids-keepalive": ("quick", "tool", "stream", "stream_sse_field", "keep-alive (`: ...` then a blank line)"),
+    "sse-retry-block": ("quick", "reasoning", "stream", "stream_sse_field", "`retry:` directive"),
+    "sse-ping-events": ("quick", "tool", "stream", "stream_sse_field", "`event: ping` block"),
     "instant-ignored": ("full", "instant", None, "instant_reasoning", "chat_template_kwargs.thinking"),
     "duplicate-ids": ("full", "parallel", None, "duplicate_ids", "functions.get_weather:0"),
     "single-call": ("full", "parallel", None, "parallel_calls", "expected 2"),
@@ -291,5 +300,38 @@ def test_a_clean_end_without_done_passes_with_a_warning() -> None:
         report = run_verify(srv.host, timeout=TIMEOUT)
     assert report.exit_code == 0, [p.to_dict() for p in report.probes]
     streamed = [p for p in report.probes if p.mode == "stream"]
-    assert streamed and all(w.code == "stream_no_done" for p in streamed for w in p.warnings)
-    assert all(p.warnings for p in streamed)
+    assert streamed and all("stream_no_done" in {w.code for w in p.warnings} for p in streamed)
+    assert {w.code for p in streamed for w in p.warnings} == {"stream_no_done", "stream_null_tool_fields"}
+
+
+SSE_MODES = ("sse-event-ids", "sse-keepalive", "sse-named-events", "sse-crlf", "sse-ids-keepalive", "sse-retry-block")
+
+
+def _sdk_streams_it(host: str, tools: bool) -> bool:
+    """The official openai SDK's stream helper reads the turn over loopback (no exception, a reply in it)."""
+    import openai
+
+    client = openai.OpenAI(api_key="none", base_url=f"http://{host}/v1", max_retries=0, timeout=TIMEOUT)
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    try:
+        with client.chat.completions.stream(
+            model="kimi-k2.5", messages=[{"role": "user", "content": "17 x 23?"}], tools=[weather] if tools else []
+        ) as events:
+            for _event in events:
+                pass
+            message = events.get_final_completion().choices[0].message
+    except Exception:  # noqa: BLE001 - any exception is the SDK failing to read the stream
+        return False
+    return bool(message.tool_calls if tools else message.content)
+
+
+@pytest.mark.parametrize("mode", SSE_MODES)
+def test_sse_framings_fail_in_quick_exactly_where_the_sdk_fails(mode: str) -> None:
+    pytest.importorskip("openai")
+    with ContractServer(mode) as srv:
+        sdk = {"tool": _sdk_streams_it(srv.host, True), "reasoning": _sdk_streams_it(srv.host, False)}
+        report = run_verify(srv.host, suite="quick", timeout=TIMEOUT)
+    streamed = {p.probe: p for p in report.probes if p.mode == "stream"}
+    assert {name: p.passed for name, p in streamed.items()} == sdk, [p.to_dict() for p in streamed.values()]
+    assert sdk["tool"] == (mode in CORRECT_MODES)
+    assert all(p.findings[0].code == "stream_sse_field" for p in streamed.values() if not p.passed)

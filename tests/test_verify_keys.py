@@ -12,6 +12,9 @@ from kimi_serve.service.verifier import contract_verifier
 from kimi_serve.verify import run_verify
 from kimi_serve.verify.target import API_KEY_ENV, resolve_key
 
+# its servers (or the code under test's port probes) bind loopback sockets: the listener tier
+pytestmark = pytest.mark.usefixtures("loopback_port")
+
 GOOD, STALE = "the-current-key-1234", "a-stale-key-from-last-month"
 
 

@@ -8,21 +8,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
 import requests
 from raw_proxy import RawProxy
+from sim_pool import SimulatorPool
 
-from kimi_serve.core.settings import SIM_STEP_ENV
 from kimi_serve.simulator import launcher
 from kimi_serve.verify import kimi_format as kf
 from kimi_serve.verify import run_verify
 from kimi_serve.verify.raw import RAW_PROBES, generate_body
-
-pytestmark = pytest.mark.sglang
 
 KEY = "raw-test-key"
 MODEL = "kimi-k2.5"
@@ -39,44 +36,14 @@ FLAGS = [
 PARSERS = ["--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2"]
 
 
-def _python() -> str:
-    path = os.environ.get("KIMI_SERVE_SGLANG_PYTHON")
-    if not path:
-        pytest.skip("KIMI_SERVE_SGLANG_PYTHON is not set (scripts/test.sh sets it; CI always does)")
-    return path
-
-
-def _start(python: str, tmp: Path, flags: list[str]) -> launcher.Simulator:
-    port = launcher.free_port()
-    env = launcher.environment(warmup=0.0)
-    env[SIM_STEP_ENV] = "0"
-    sim = launcher.Simulator.start(
-        launcher.command(python, [*flags, "--port", str(port)]), env, f"http://127.0.0.1:{port}", tmp / "simulator.log"
-    )
-    try:
-        sim.wait_ready(240)
-    except BaseException:
-        sim.stop()
-        raise
-    return sim
+@pytest.fixture(scope="module")
+def parsed(simulator_pool: SimulatorPool) -> launcher.Simulator:
+    return simulator_pool.get([*FLAGS, *PARSERS], key=KEY, step="0")
 
 
 @pytest.fixture(scope="module")
-def parsed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[launcher.Simulator]:
-    tmp = tmp_path_factory.mktemp("raw-parsers")
-    secrets = tmp / "secrets.yaml"
-    secrets.write_text(f"api-key: {KEY}\n")
-    secrets.chmod(0o600)
-    sim = _start(_python(), tmp, [*FLAGS, *PARSERS, "--config", str(secrets)])
-    yield sim
-    sim.stop()
-
-
-@pytest.fixture(scope="module")
-def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[launcher.Simulator]:
-    sim = _start(_python(), tmp_path_factory.mktemp("raw-bare"), FLAGS)
-    yield sim
-    sim.stop()
+def bare(simulator_pool: SimulatorPool) -> launcher.Simulator:
+    return simulator_pool.get(FLAGS, step="0")
 
 
 def _by_name(report: object) -> dict[str, object]:

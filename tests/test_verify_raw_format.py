@@ -16,6 +16,9 @@ from kimi_serve.verify.lossless import compare, reasoning_fields
 from kimi_serve.verify.probes import FULL, WEATHER_TOOLS
 from kimi_serve.verify.raw import RAW_PROBES, check_raw
 
+# its servers (or the code under test's port probes) bind loopback sockets: the listener tier
+pytestmark = pytest.mark.usefixtures("loopback_port")
+
 RAW_TOOL = (
     "Let me look.</think><|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
     '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>'

@@ -6,10 +6,14 @@ import socket
 import threading
 import time
 
+import pytest
 from contract_server import ContractServer
 
 from kimi_serve.cli import main
 from kimi_serve.verify import parse_target, run_verify, wait_ready
+
+# its servers (or the code under test's port probes) bind loopback sockets: the listener tier
+pytestmark = pytest.mark.usefixtures("loopback_port")
 
 
 def _free_port() -> int:

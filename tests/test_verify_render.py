@@ -5,11 +5,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from contract_server import ContractServer
 
 from kimi_serve.commands.verify_cmd import _progress_printer
 from kimi_serve.verify import run_verify
 from kimi_serve.verify.render import render_table
+
+# its servers (or the code under test's port probes) bind loopback sockets: the listener tier
+pytestmark = pytest.mark.usefixtures("loopback_port")
 
 
 def test_table_has_probe_by_mode_rows_and_the_fixes() -> None:

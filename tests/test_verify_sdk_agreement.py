@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import pytest
-from sdk_corpus import CASES, Case, Truth, sdk_final_completion
+from sdk_corpus import CASES, TOOL_TURN, Case, Truth, _edit, sdk_final_completion, sglang_chunks, sse
 
 from kimi_serve.verify.answer import answer_from_json
 from kimi_serve.verify.probes import REASONING, TOOL
@@ -93,5 +93,26 @@ def test_diagnoses_say_what_is_wrong() -> None:
 def test_a_clean_end_without_done_is_a_warning_not_a_failure() -> None:
     case = next(c for c in CASES if c.name == "done-missing-after-finish")
     failures, warnings = verify_judges(case)
-    assert failures == () and [w.code for w in warnings] == ["stream_no_done"]
-    assert warnings[0].status == "warn"
+    assert failures == () and [w.code for w in warnings] == ["stream_null_tool_fields", "stream_no_done"]
+    assert {w.status for w in warnings} == {"warn"}
+
+
+def test_an_unpatched_sglang_stream_is_reported_and_a_patched_one_is_not() -> None:
+    """SGLang 0.5.23 sends "id": null, "name": null in argument deltas (Kimi patch 0002 removes the keys): a warning
+    naming the Kimi patch set, never a failure (the SDK reads both)."""
+    by_name = {c.name: c for c in CASES}
+    failures, warnings = verify_judges(by_name["sglang-tool"])
+    assert failures == () and [w.code for w in warnings] == ["stream_null_tool_fields"]
+    assert "sglang-0.5.23-kimi" in warnings[0].fix
+    patched = Case("patched", sse(_edit(sglang_chunks(TOOL_TURN), _drop_null_ids)), True, TOOL_TURN, True)
+    assert sdk_reads(patched)[0]
+    assert verify_judges(patched) == ((), ())
+
+
+def _drop_null_ids(chunks: list[dict[str, Any]]) -> None:
+    for c in chunks:
+        for choice in c["choices"]:
+            for tc in (choice["delta"] or {}).get("tool_calls") or []:
+                if tc.get("id") is None:
+                    del tc["id"]
+                    del tc["function"]["name"]

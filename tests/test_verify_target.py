@@ -36,6 +36,16 @@ def test_host_forms(host: str, base: str) -> None:
         ("gpu-box:99999", "invalid host or port"),
         ("gpu-box:abc", "invalid host or port"),
         ("gpu-box:0", "port 0"),
+        ("a" * 300, "253 in all"),
+        ("http://gpu-box:30000/" + "p" * 600, "characters long (at most 512)"),
+        ("a" * 300 + ":30000", "not a host name"),
+        ("30000", "HOST:PORT"),
+        ("http//127.0.0.1:30000", "HOST:PORT"),
+        ("gpu box:30000", "spaces or control characters"),
+        ("gpu-box:30000/v1", "neither HOST:PORT nor a URL"),
+        ("300.1.2.3:30000", "not a valid IPv4 address"),
+        ("http://gpu_box!:30000", "not a host name"),
+        ("http://gpu-box:30000/a b", "spaces"),
     ],
 )
 def test_bad_hosts_are_usage_errors(host: str, words: str) -> None:
@@ -93,3 +103,11 @@ def test_key_file_without_a_key(tmp_path, text: str, words: str) -> None:
 def test_missing_key_file(tmp_path) -> None:
     with pytest.raises(KimiServeError, match="not found"):
         resolve_api_key(None, tmp_path / "absent", {})
+
+
+@pytest.mark.parametrize("host", ["a" * 300, "30000", "http//127.0.0.1:30000", "exa\x00mple:80"])
+def test_cli_bad_host_is_one_line_exit_2(host: str, cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("verify", "--host", host, "--timeout", "2")
+    assert result.code == ExitCode.USAGE, result.err
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and "--host" in lines[0] and "fix:" in lines[0] and "Traceback" not in result.err

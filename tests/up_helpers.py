@@ -23,6 +23,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+_NCCL_BLOCK = 100
+_nccl_next = 0
+
+
+def nccl_port() -> int:
+    """A port for a real SGLang's torch.distributed store (``--nccl-port``), from this xdist worker's own block of
+    20000-21999: below SGLang's own random draw (22000-29999, checked free at start, bound by the scheduler minutes
+    later) and the kernel's ephemeral range, so two real servers of one run never hold the same one. CI saw
+    EADDRINUSE when two concurrent servers drew the same port themselves."""
+    global _nccl_next
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    base = 20000 + (int(worker) if worker.isdigit() else 0) % (2000 // _NCCL_BLOCK) * _NCCL_BLOCK
+    for _ in range(_NCCL_BLOCK):
+        port = base + _nccl_next % _NCCL_BLOCK
+        _nccl_next += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {base}-{base + _NCCL_BLOCK - 1}")
+
+
 def live_group(pgid: int) -> list[int]:
     """Non-zombie processes in process group ``pgid`` (read from /proc, independently of kimi_serve.up.supervisor)."""
     pids = []
@@ -76,7 +100,8 @@ def cpu_profile(directory: Path, port: int, python: str, *, model: Path | None =
           enable_metrics: false
         env:
           PYTHONPATH: {CPU_DIR / "stubs"}
-        extra_args: [--device, cpu, --load-format, dummy, --skip-tokenizer-init, --max-total-tokens, "4096"]
+        extra_args: [--device, cpu, --load-format, dummy, --skip-tokenizer-init, --max-total-tokens, "4096",
+                     --nccl-port, "{nccl_port()}"]
         startup:
           timeout: 300
         verify:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.bench.workload import Workload
+from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.resources import package_root
 from kimi_serve.core.settings import with_pythonpath
@@ -130,18 +130,7 @@ def run_cell(
     env = environment(os.environ if base_env is None else base_env, endpoint)
     started = time.monotonic()
     with log.open("wb") as sink:
-        try:
-            rc = subprocess.run(
-                argv,
-                env=env,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                timeout=timeout,
-                check=False,
-            ).returncode
-        except subprocess.TimeoutExpired:
-            rc = 124
+        rc = proc.run_to_log(argv, sink, timeout=timeout, env=env)
     lines = output.read_text(encoding="utf-8").splitlines() if output.is_file() else []
     if rc != 0 or not lines:
         tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])

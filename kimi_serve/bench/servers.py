@@ -52,7 +52,7 @@ class SimKnobs:
 
 def fingerprint(profile: Any) -> str:
     """What the profile runs (its SGLang flags and environment): cells recorded for another fingerprint are stale."""
-    from kimi_serve.check.report import launch_for
+    from kimi_serve.check.launch import launch_for
 
     launch = launch_for(profile)
     data = json.dumps({"args": list(launch.server_args), "env": launch.env, "engine": launch.engine}, sort_keys=True)
@@ -110,10 +110,9 @@ def attach(base_url: str, api_key: str | None, model: str | None, tokenizer: str
 @contextlib.contextmanager
 def bring_up(profile: Any, log_dir: Path, knobs: SimKnobs, say: Say) -> Iterator[Served]:
     """Start ``profile`` as `up` does, wait until ready, yield it, stop it (SIGTERM, then SIGKILL to its group)."""
-    from kimi_serve.check.report import validated_launch
+    from kimi_serve.check.launch import server_env, validated_launch
     from kimi_serve.core.keyfile import read_key_file
     from kimi_serve.simulator import launcher
-    from kimi_serve.up.run import server_env
     from kimi_serve.up.supervisor import Server
     from kimi_serve.verify import parse_target, wait_ready
 
@@ -145,7 +144,7 @@ def bring_up(profile: Any, log_dir: Path, knobs: SimKnobs, say: Say) -> Iterator
             exit_code=ExitCode.ENVIRONMENT,
         ) from None
     try:
-        deadline = started + float(profile.startup.timeout)
+        deadline = started + profile.startup.timeout
         while True:
             server.lines(0)  # drain: the log file has every line
             if server.poll() is not None:
@@ -174,6 +173,6 @@ def bring_up(profile: Any, log_dir: Path, knobs: SimKnobs, say: Say) -> Iterator
         )
         yield served
     finally:
-        code = server.stop(float(profile.service.stop_timeout))
+        code = server.stop(profile.service.stop_timeout)
         server.close()
         say(f"{profile.name}: stopped (status {code})")

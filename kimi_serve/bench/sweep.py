@@ -21,6 +21,7 @@ from kimi_serve.bench import loadgen, servers
 from kimi_serve.bench import report as rp
 from kimi_serve.bench.workload import Workload, prepare
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.profile.schema import default_of
 
 CELL_TIMEOUT_S = 1800.0
 Say = Callable[[str], None]
@@ -141,6 +142,21 @@ def _standin_tokenizer(out: Path, python: str) -> str:
     return str(folder)
 
 
+def progress_line(name: str, concurrency: int, figures: dict[str, Any], simulated: bool, speedup: float) -> str:
+    """One finished cell, in the table's time base: a simulator run ``speedup`` times faster is converted back to
+    the model's time (as the report does), and the line says which base it shows."""
+    from kimi_serve.bench.verdict import to_model_time
+
+    shown = to_model_time(figures, speedup) if simulated else figures
+    base = ""
+    if simulated:
+        base = " (MODEL numbers, model time" + (f"; run {speedup:g}x faster" if speedup != 1 else "") + ")"
+    return (
+        f"{name}: concurrency {concurrency}: {shown.get('output_throughput') or 0:.1f} tok/s, "
+        f"{figures.get('errors', 0)} errors{base}"
+    )
+
+
 def _run_arm(arm: Arm, todo: list[tuple[int, int]], opts: BenchOptions, workload: Workload, say: Say) -> None:
     import contextlib
 
@@ -153,8 +169,8 @@ def _run_arm(arm: Arm, todo: list[tuple[int, int]], opts: BenchOptions, workload
             served = servers.attach(arm.host, opts.api_key, prof.model.served_name if prof else None, opts.tokenizer)
         else:
             served = stack.enter_context(servers.bring_up(prof, opts.out, knobs, say))
-        suite = prof.verify.suite if prof is not None else "quick"
-        timeout = float(prof.verify.timeout) if prof is not None else 120.0
+        suite = prof.verify.suite if prof is not None else str(default_of("verify.suite"))
+        timeout = float(prof.verify.timeout if prof is not None else default_of("verify.timeout"))
         servers.contract_check(served.endpoint, arm.name, suite=suite, timeout=timeout, wait=10.0, say=say)
         python = require_sglang_python(str(prof.python) if prof is not None and prof.python else None)
         endpoint = served.endpoint
@@ -206,10 +222,7 @@ def _run_arm(arm: Arm, todo: list[tuple[int, int]], opts: BenchOptions, workload
                     "figures": figures,
                 },
             )
-            say(
-                f"{arm.name}: concurrency {concurrency}: {figures.get('output_throughput') or 0:.1f} tok/s, "
-                f"{figures['errors']} errors" + (" (MODEL numbers, simulator clock)" if served.simulated else "")
-            )
+            say(progress_line(arm.name, concurrency, figures, served.simulated, float(meta["speedup"] or 1.0)))
 
 
 def run_bench(opts: BenchOptions, say: Say) -> dict[str, Any]:

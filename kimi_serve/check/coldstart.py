@@ -18,6 +18,7 @@ import ctypes.util
 import json
 import mmap
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -45,9 +46,10 @@ class ProbeError(Exception):
 
 @dataclass(frozen=True)
 class Checkpoint:
-    files: tuple[Path, ...]  # the shards SGLang reads, in load order, existing ones only
+    files: tuple[Path, ...]  # the shards SGLang reads, in load order, existing regular files only
     sizes: tuple[int, ...]
     missing: int = 0
+    problems: tuple[tuple[Path, str], ...] = ()  # shards that are missing, dangling links or not regular files: why
 
     @property
     def total(self) -> int:
@@ -68,28 +70,38 @@ def shard_files(model_dir: Path) -> tuple[list[Path], int]:
         except (OSError, ValueError, KeyError, AttributeError):
             names = []
         if names:
-            paths = [model_dir / n for n in names]
-            present = [p for p in paths if p.is_file()]
-            return present, len(paths) - len(present)
+            return [model_dir / n for n in names], 0
     return sorted(model_dir.glob("*.safetensors")), 0
 
 
+def shard_problem(path: Path) -> tuple[int, str | None]:
+    """(size, None) for a regular file, else (0, why it is no shard): checked with stat alone, never opened (a FIFO
+    would block the reader forever)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        if path.is_symlink():
+            return 0, f"a dangling symlink (to {os.readlink(path)})"
+        return 0, "missing"
+    except OSError as exc:
+        return 0, f"unreadable ({exc.strerror or exc})"
+    if not stat.S_ISREG(st.st_mode):
+        kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a directory", stat.S_IFSOCK: "a socket"}
+        return 0, f"{kinds.get(stat.S_IFMT(st.st_mode), 'a device file')}, not a regular file"
+    return st.st_size, None
+
+
 def checkpoint_of(dirs: list[Path]) -> Checkpoint:
-    files: list[Path] = []
-    missing = 0
-    for d in dirs:
-        found, gone = shard_files(d)
-        files += found
-        missing += gone
-    sizes = []
-    kept = []
-    for f in files:
-        try:
-            sizes.append(f.stat().st_size)
+    candidates = [f for d in dirs for f in shard_files(d)[0]]
+    sizes, kept, problems = [], [], []
+    for f in candidates:
+        size, why = shard_problem(f)
+        if why is None:
+            sizes.append(size)
             kept.append(f)
-        except OSError:
-            missing += 1
-    return Checkpoint(tuple(kept), tuple(sizes), missing)
+        else:
+            problems.append((f, why))
+    return Checkpoint(tuple(kept), tuple(sizes), len(problems), tuple(problems))
 
 
 # ---------------------------------------------------------------------------------------------- page cache

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kimi_serve.check.report import validated_launch
+from kimi_serve.check.launch import validated_launch
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.profile.launch import Launch, build_launch
 from kimi_serve.profile.loader import Profile, display_path, load_profile

@@ -19,6 +19,7 @@ from kimi_serve.check.facts import model_findings, patch_state_finding
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding, failed
+from kimi_serve.core.pin import SGLANG_VERSION
 from kimi_serve.core.proc import Completed
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile, display_path
@@ -86,6 +87,7 @@ class Host:
 class DoctorReport:
     profile: str
     checks: list[Finding] = field(default_factory=list)
+    figures: dict[str, Any] | None = None  # the cold start's numbers (floor.figures_json); None: not measured
 
     @property
     def exit_code(self) -> ExitCode:
@@ -99,6 +101,7 @@ class DoctorReport:
             "ok": self.exit_code == ExitCode.OK,
             "exit_code": int(self.exit_code),
             "checks": [c.to_json() for c in self.checks],
+            "figures": self.figures,
         }
 
 
@@ -275,8 +278,8 @@ def check_sglang(p: Profile, launch: Launch, host: Host) -> list[Finding]:
         fix = (
             BUILD_HINT
             if p.engine == "simulator"
-            else "install sglang==0.5.23 there (pip install 'kimi-serve[serve]'), or point the profile's python: at the "
-            "venv that has it"
+            else f"install sglang=={SGLANG_VERSION} there (pip install 'kimi-serve[serve]'), or point the profile's "
+            "python: at the venv that has it"
         )
         return [_f("sglang", FAIL, exc.message, fix)]
     want = load_flag_table().sglang_version
@@ -347,11 +350,12 @@ def uses_gpus(p: Profile) -> bool:
     return p.engine == "sglang" and device != "cpu"
 
 
-def _coldstart(p: Profile, host: Host) -> list[Finding]:
-    from kimi_serve.check.floor import coldstart_findings
+def _coldstart(p: Profile, host: Host, report: DoctorReport) -> list[Finding]:
+    from kimi_serve.check.floor import coldstart_report
     from kimi_serve.core.settings import state_root
 
-    return coldstart_findings(p, state_root(host.state_dir), probe=host.coldstart_probe)
+    found, report.figures = coldstart_report(p, state_root(host.state_dir), probe=host.coldstart_probe)
+    return found
 
 
 def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service: bool = True) -> DoctorReport:
@@ -373,7 +377,7 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service:
     if p.engine == "sglang":
         checks.append(check_disk(host, p.model.path))
         checks += model_findings(p, layer="doctor")
-        checks += _coldstart(p, host)
+        checks += _coldstart(p, host, report)
     checks.append(check_key_file(p))  # before SGLang's: the first failure is the one up's preflight names
     checks += check_sglang(p, launch, host)
     checks.append(check_port(launch, host))

@@ -8,7 +8,6 @@ SGLang) runs it; elsewhere ``$KIMI_SERVE_SGLANG_PYTHON`` (the CPU venv).
 
 from __future__ import annotations
 
-import os
 import secrets
 import tempfile
 import time
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.core.keyfile import write_key_file
 from kimi_serve.profile.loader import Profile
 from kimi_serve.sglang.site import require_sglang_python
 from kimi_serve.simulator import launcher
@@ -39,9 +39,7 @@ class DryRun:
 def _stand_in_key_file(directory: Path) -> Path:
     """A throwaway 0600 SGLang config holding a random key: the API-key path is exercised, no real key is needed."""
     path = directory / "stand-in-secrets.yaml"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(f"api-key: {secrets.token_urlsafe(24)}\n")
+    write_key_file(path, secrets.token_urlsafe(24))
     return path
 
 
@@ -102,7 +100,7 @@ def start_contract_dryrun(
     that passes here passes `up`'s contract check on the same SGLang. ``stand_in_key``: when the profile's API-key file
     does not exist here (CI, a laptop), use a throwaway one.
     """
-    from kimi_serve.check.report import launch_for
+    from kimi_serve.check.launch import launch_for
     from kimi_serve.core.keyfile import read_key_file
     from kimi_serve.profile.loader import load_profile
     from kimi_serve.verify import ApiKey

@@ -114,27 +114,37 @@ def check_model_dir(
 def patch_state_finding(
     p: Profile, site: Path, *, python: str, state_dir: Path | None, layer: str, code: str
 ) -> Finding:
-    """Is the profile's patch set applied to the SGLang in ``site`` (the one ``python`` imports)?"""
+    """Are the profile's patch sets (all of them) applied to the SGLang in ``site`` (the one ``python`` imports)?"""
+    assert p.patch_set, "asked only of a profile that names a patch set"
+    applied = []
+    for name in p.patch_set:
+        finding = _set_state_finding(p, name, site, python=python, state_dir=state_dir, layer=layer, code=code)
+        if finding.status != PASS:
+            return finding
+        applied.append(finding.message.removeprefix("patch set "))
+    return Finding(layer, code, PASS, "patch set " + "; ".join(applied))
+
+
+def _set_state_finding(
+    p: Profile, name: str, site: Path, *, python: str, state_dir: Path | None, layer: str, code: str
+) -> Finding:
     from kimi_serve.patches import load_patch_set, status
 
-    apply = f"kimi-serve patches apply --python {python} --set {p.patch_set}"
+    sets = " ".join(f"--set {n}" for n in p.patch_set)
+    apply = f"kimi-serve patches apply --python {python} {sets}"
     try:
-        st = status(site, load_patch_set(p.patch_set), state_dir=state_dir)
+        st = status(site, load_patch_set(name), state_dir=state_dir)
     except KimiServeError as exc:
-        return Finding(
-            layer, code, FAIL, f"patch set {p.patch_set}: {exc.message}", exc.hint or apply, p.where("python")
-        )
+        return Finding(layer, code, FAIL, f"patch set {name}: {exc.message}", exc.hint or apply, p.where("python"))
     if st.all_applied:
-        return Finding(
-            layer, code, PASS, f"patch set {p.patch_set} applied to {st.site_packages} ({len(st.patches)} patches)"
-        )
+        return Finding(layer, code, PASS, f"patch set {name} applied to {st.site_packages} ({len(st.patches)} patches)")
     if st.conflicts:
         c = st.conflicts[0]
         return Finding(
             layer,
             code,
             FAIL,
-            f"patch set {p.patch_set}: {c.name} conflicts with local changes in {st.site_packages}: {c.detail}",
+            f"patch set {name}: {c.name} conflicts with local changes in {st.site_packages}: {c.detail}",
             f"reinstall sglang=={st.target_version}, then {apply}",
         )
     todo = [r.name for r in st.patches if r.state.value != "applied"]
@@ -142,7 +152,6 @@ def patch_state_finding(
         layer,
         code,
         FAIL,
-        f"patch set {p.patch_set} is not applied to {st.site_packages} ({len(todo)} of "
-        f"{len(st.patches)} patches missing)",
+        f"patch set {name} is not applied to {st.site_packages} ({len(todo)} of {len(st.patches)} patches missing)",
         apply,
     )

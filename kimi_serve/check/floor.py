@@ -7,6 +7,7 @@ per filesystem; ``up`` reuses that measurement and only probes when there is non
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from kimi_serve.check import coldstart as cs
 from kimi_serve.check.starts import (
@@ -76,15 +77,35 @@ def _f(code: str, status: str, message: str, fix: str = "") -> Finding:
 
 def coldstart_findings(p: Profile, state_root: Path, *, probe: str = "always") -> list[Finding]:
     """Doctor's lines: checkpoint bytes, bandwidth, cache, RAM, the floor and the prediction, the last starts."""
+    return coldstart_report(p, state_root, probe=probe)[0]
+
+
+def figures_json(fig: cs.Figures, starts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures behind doctor's cold-start lines, as numbers (``doctor --json`` ``figures``, docs/json.md)."""
+    predicted, how = predict_weights_s(fig, starts)
+    total = fig.checkpoint.total
+    return {
+        **fig.to_json(),
+        "cached_fraction": round(fig.cached / total, 4) if total else None,
+        "ram_margin_fraction": RAM_MARGIN,
+        "predicted_weights_s": round(predicted, 2) if predicted is not None else None,
+        "prediction_basis": how,
+    }
+
+
+def coldstart_report(
+    p: Profile, state_root: Path, *, probe: str = "always"
+) -> tuple[list[Finding], dict[str, Any] | None]:
+    """:func:`coldstart_findings` and the figures behind them (None when nothing was measured)."""
     if not loads_weights(p):
-        return [_f("coldstart", SKIP, "no checkpoint is read (engine: simulator or --load-format dummy)")]
+        return [_f("coldstart", SKIP, "no checkpoint is read (engine: simulator or --load-format dummy)")], None
     try:
         fig = figures(p, state_root, probe=probe)
     except OSError as exc:
-        return [_f("coldstart", WARN, f"cannot measure the cold start: {exc}", "check the model directory")]
+        return [_f("coldstart", WARN, f"cannot measure the cold start: {exc}", "check the model directory")], None
     ck = fig.checkpoint
     if not ck.files:
-        return [_f("coldstart", SKIP, "no shards to measure (see the model check)")]
+        return [_f("coldstart", SKIP, "no shards to measure (see the model check)")], None
     out = [
         _f(
             "checkpoint",
@@ -136,7 +157,7 @@ def coldstart_findings(p: Profile, state_root: Path, *, probe: str = "always") -
         )
     for s in starts[-LAST_STARTS_SHOWN:]:
         out.append(_f("last_start", PASS, describe_start(s)))
-    return out
+    return out, figures_json(fig, starts)
 
 
 def prediction_line(p: Profile, state_root: Path) -> str:

@@ -4,13 +4,17 @@ to the SGLang that will serve (on the host)?"""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding
 from kimi_serve.profile.loader import Profile
 
+if TYPE_CHECKING:
+    from kimi_serve.patches import PatchSet
 
-def _offline(profile: Profile, patch_set) -> Finding:
+
+def _offline(profile: Profile, patch_set: PatchSet) -> Finding:
     from kimi_serve.patches import cached_wheel, check_applies_to_wheel
 
     wheel = cached_wheel(patch_set.target_version)
@@ -35,7 +39,7 @@ def _offline(profile: Profile, patch_set) -> Finding:
     )
 
 
-def _on_host(profile: Profile, patch_set) -> Finding:
+def _on_host(profile: Profile, patch_set: PatchSet) -> Finding:
     from kimi_serve.patches import status
     from kimi_serve.sglang.site import site_packages_of
 
@@ -84,11 +88,13 @@ def check_patches(profile: Profile, *, offline: bool) -> list[Finding]:
         return []
     from kimi_serve.patches import load_patch_set
 
-    try:
-        patch_set = load_patch_set(profile.patch_set)
-    except KimiServeError:
-        return []  # the rules layer already reported an unknown set
-    findings = [_offline(profile, patch_set)]
-    if not offline:
-        findings.append(_on_host(profile, patch_set))
+    findings = []
+    for name in profile.patch_set:  # each set the profile names, checked on its own (they touch disjoint files)
+        try:
+            patch_set = load_patch_set(name)
+        except KimiServeError:
+            continue  # the rules layer already reported an unknown set
+        findings.append(_offline(profile, patch_set))
+        if not offline:
+            findings.append(_on_host(profile, patch_set))
     return findings

@@ -25,6 +25,7 @@ from typing import Any
 from kimi_serve.check import coldstart as cs
 from kimi_serve.check.floor import RAM_MARGIN, prewarm_room
 from kimi_serve.core.errors import ExitCode
+from kimi_serve.profile.loader import Profile
 
 BLOCK = 16 * cs.MIB
 THREADS = 4
@@ -198,13 +199,11 @@ def prewarm(
     return res
 
 
-def run_prewarm(profile_ref: str, *, state_root: Path, progress: Progress | None = None) -> PrewarmResult:
+def run_prewarm(p: Profile, *, state_root: Path, progress: Progress | None = None) -> PrewarmResult:
     """The `prewarm` command's core: the profile's checkpoint (model and draft) into the page cache."""
     from kimi_serve.check.floor import figures, loads_weights
     from kimi_serve.core.errors import KimiServeError
-    from kimi_serve.profile.loader import load_profile
 
-    p = load_profile(profile_ref)
     if not loads_weights(p):
         raise KimiServeError(
             f"profile {p.name} reads no checkpoint (engine: simulator or --load-format dummy)",
@@ -220,6 +219,16 @@ def run_prewarm(profile_ref: str, *, state_root: Path, progress: Progress | None
             hint="run it as a user that can read the model files",
             exit_code=ExitCode.ENVIRONMENT,
         ) from None
+    bad = fig.checkpoint.problems
+    if bad:  # refused before reading anything: a missing shard fails the load anyway, a FIFO would hang the reader
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise KimiServeError(
+            f"shard {bad[0][0]} is {bad[0][1]}{more}; nothing was read",
+            where="prewarm",
+            hint="restore the checkpoint's shards as regular files (re-download or fix the link), then run prewarm "
+            "again; kimi-serve doctor --profile NAME shows the checkpoint",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
     if not fig.checkpoint.files:
         raise KimiServeError(
             f"no safetensors shards under {p.model.path}",

@@ -8,15 +8,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_serve.check.rules import run_rules
+from kimi_serve.check.launch import fast_validate
+from kimi_serve.check.launch import launch_for as launch_for  # re-exported for callers of the old home
+from kimi_serve.check.launch import validated_launch as validated_launch  # (launch resolution: check/launch.py)
 from kimi_serve.core.errors import ExitCode
-from kimi_serve.core.findings import PASS, SKIP, Finding, error_from, failed
-from kimi_serve.profile.launch import Launch, build_launch, interpreter_of
-from kimi_serve.profile.loader import Profile, display_path, load_profile
+from kimi_serve.core.findings import PASS, SKIP, Finding, failed
+from kimi_serve.profile.launch import Launch
+from kimi_serve.profile.loader import Profile, display_path
 
 # Layers whose failures mean the profile itself is invalid (exit 2); other failures are the host's or the server's (1).
 INPUT_LAYERS = {"schema", "flags", "rules", "sglang"}  # "contract" failures: exit 1, like verify
@@ -46,40 +48,14 @@ class CheckReport:
         }
 
 
-def launch_for(profile: Profile) -> Launch:
-    """The profile's launch, run by the interpreter this process's settings pick (where the environment is read)."""
-    import sys
-
-    from kimi_serve.core.resources import package_root
-    from kimi_serve.core.settings import current
-
-    python = interpreter_of(profile, sglang_python=current().sglang_python, fallback=sys.executable)
-    return build_launch(profile, python, pythonpath=str(package_root()))
-
-
-def fast_validate(profile: Profile) -> tuple[Launch, list[Finding]]:
-    launch = launch_for(profile)
-    return launch, run_rules(profile, launch)
-
-
-def validated_launch(profile: Profile) -> Launch:
-    """The launch, or a one-line error for the first failing fast rule (what `render`, `up`, `install-service` use)."""
-    launch, findings = fast_validate(profile)
-    bad = failed(findings)
-    if bad:
-        raise error_from(bad, more=f"run kimi-serve check {profile.cli_args()}", where=display_path(profile.source))
-    return launch
-
-
 def run_check(
-    name_or_path: str,
+    profile: Profile,
     *,
     offline: bool = False,
     contract: bool = False,
     progress: Callable[[str], None] | None = None,
-    sets: Sequence[str] = (),
 ) -> CheckReport:
-    profile = load_profile(name_or_path, sets)  # YAML and schema errors raise: exit 2 with file:line: key
+    """Every layer on a loaded profile (YAML and schema errors raised already, in :func:`load_profile`: exit 2)."""
     say = progress or (lambda _msg: None)
     launch, findings = fast_validate(profile)
     report = CheckReport(

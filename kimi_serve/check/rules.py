@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from kimi_serve.check.owned_paths import rule_owned_paths
 from kimi_serve.check.topology_rules import TOPOLOGY_RULES
 from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
 from kimi_serve.core.net import is_loopback
+from kimi_serve.core.pin import PATCH_SET
 from kimi_serve.profile.flags import check_argv, load_flag_table, unknown_sglang_env
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
@@ -179,48 +181,53 @@ def rule_patch_set(p: Profile, _: Launch) -> Iterator[Finding]:
             "patch_set",
             f"{', '.join(features)} need SGLang source patches on SM120 (unpatched: "
             "fusion crashes at init, torch symm mem silently disables itself)",
-            "set patch_set: sglang-0.5.23-sm120",
+            f"set patch_set: {PATCH_SET}",
         )
         return
+    named = "+".join(p.patch_set)
     try:
         from kimi_serve.patches import load_patch_set  # lazily: reads the manifest
     except ModuleNotFoundError:
         yield _bad(
             p,
             "patch_set",
-            f"cannot verify that {p.patch_set!r} covers {', '.join(features)}: this kimi-serve has no patch support",
+            f"cannot verify that {named!r} covers {', '.join(features)}: this kimi-serve has no patch support",
             "upgrade kimi-serve",
             status=WARN,
         )
         return
-    try:
-        patch_set = load_patch_set(p.patch_set)
-    except Exception as exc:  # noqa: BLE001 - any failure to load the named set is this rule's finding
-        yield _bad(
-            p,
-            "patch_set",
-            f"patch set {p.patch_set!r} cannot be used: {exc}",
-            "name a set under patches/ (kimi-serve patches status lists them)",
-        )
-        return
-    missing = [f for f in features if f not in patch_set.features]
+    sets = []
+    for name in p.patch_set:
+        try:
+            sets.append(load_patch_set(name))
+        except Exception as exc:  # noqa: BLE001 - any failure to load a named set is this rule's finding
+            yield _bad(
+                p,
+                "patch_set",
+                f"patch set {name!r} cannot be used: {exc}",
+                "name sets under patches/ (kimi-serve patches status lists them)",
+            )
+            return
+    covered = {f for ps in sets for f in ps.features}
+    missing = [f for f in features if f not in covered]
+    other = [ps for ps in sets if ps.target_version != load_flag_table().sglang_version]
     if missing:
         yield _bad(
             p,
             "patch_set",
-            f"patch set {p.patch_set!r} does not cover {', '.join(missing)}",
+            f"patch set {named!r} does not cover {', '.join(missing)}",
             "use a set that covers them or turn the feature off in allreduce",
         )
-    elif patch_set.target_version != load_flag_table().sglang_version:
+    elif other:
         yield _bad(
             p,
             "patch_set",
-            f"patch set {p.patch_set!r} targets SGLang {patch_set.target_version}, the "
+            f"patch set {other[0].name!r} targets SGLang {other[0].target_version}, the "
             f"profile targets {load_flag_table().sglang_version}",
             "use the set made for the target SGLang",
         )
     else:
-        yield _ok("patch_set", f"patch set {p.patch_set} covers {', '.join(features)}")
+        yield _ok("patch_set", f"patch set {named} covers {', '.join(features)}")
 
 
 def rule_patch_set_redact(p: Profile, _: Launch) -> Iterator[Finding]:
@@ -230,38 +237,38 @@ def rule_patch_set_redact(p: Profile, _: Launch) -> Iterator[Finding]:
         yield _ok("patch_set.redact", "no API key handed to SGLang")
         return
     features: dict[str, str] = {}
+    named = "+".join(p.patch_set)
     if p.patch_set:
         from kimi_serve.patches import load_patch_set  # lazily: reads the manifest
 
         try:
-            features = load_patch_set(p.patch_set).features
+            for name in p.patch_set:
+                features.update(load_patch_set(name).features)
         except Exception:  # noqa: BLE001 - rule_patch_set reports a set that cannot be loaded
             return
     if FEATURE_REDACT in features:
-        yield _ok("patch_set.redact", f"patch set {p.patch_set} keeps the API key out of SGLang's startup log")
+        yield _ok("patch_set.redact", f"patch set {named} keeps the API key out of SGLang's startup log")
     else:
         yield Finding(
             "rules",
             "patch_set.redact",
             WARN,
             f"the API key from server.api_key_file would be written to the journal by SGLang's startup log "
-            f"(server_args=...): patch set {p.patch_set or '(none)'} does not cover {FEATURE_REDACT}",
-            f"use a patch set covering {FEATURE_REDACT} (patch_set: sglang-0.5.23-sm120)",
+            f"(server_args=...): patch set {named or '(none)'} does not cover {FEATURE_REDACT}",
+            f"use a patch set covering {FEATURE_REDACT} (patch_set: {PATCH_SET})",
             p.where("patch_set"),
         )
     if FEATURE_REDACT_INFO in features:
-        yield _ok(
-            "patch_set.redact_server_info", f"patch set {p.patch_set} keeps the API keys out of SGLang's /server_info"
-        )
+        yield _ok("patch_set.redact_server_info", f"patch set {named} keeps the API keys out of SGLang's /server_info")
     else:
         yield Finding(
             "rules",
             "patch_set.redact_server_info",
             WARN,
             f"SGLang's /server_info would return the API key and the admin key (and a launch command "
-            f"holding them) to every API client: patch set {p.patch_set or '(none)'} does not cover "
+            f"holding them) to every API client: patch set {named or '(none)'} does not cover "
             f"{FEATURE_REDACT_INFO}",
-            f"use a patch set covering {FEATURE_REDACT_INFO} (patch_set: sglang-0.5.23-sm120)",
+            f"use a patch set covering {FEATURE_REDACT_INFO} (patch_set: {PATCH_SET})",
             p.where("patch_set"),
         )
 
@@ -327,16 +334,29 @@ def rule_auth(p: Profile, launch: Launch) -> Iterator[Finding]:
 
 def admin_key_required(p: Profile) -> bool:
     """Whether the key file must hold a distinct admin-api-key: ``server.admin_key``, ``auto`` meaning a keyed profile
-    on a non-loopback host (the host layer reads the file; this rule only sees the profile)."""
+    on a non-loopback host or behind a router (the host layer reads the file; this rule only sees the profile)."""
+    from kimi_serve.profile.topology import routed
+
     if p.server.admin_key == "auto":
-        return bool(p.server.api_key_file) and not is_loopback(p.server.host)
+        return bool(p.server.api_key_file) and (routed(p) or not is_loopback(p.server.host))
     return bool(p.server.admin_key == "required")
 
 
 def rule_admin_key(p: Profile, _: Launch) -> Iterator[Finding]:
-    """SGLang lets the clients' api-key into its ~43 ADMIN_OPTIONAL endpoints unless an admin-api-key is set."""
+    """SGLang lets the clients' api-key into its ~43 ADMIN_OPTIONAL endpoints unless an admin-api-key is set; the
+    router's worker management (/workers) is guarded by the admin key alone (kimi_serve/router/shim.py)."""
+    from kimi_serve.profile.topology import routed
+
     if not p.server.api_key_file:
         yield _ok("server.admin_key", "no API key: admin endpoints follow server.host's reach")
+    elif p.server.admin_key == "none" and routed(p):
+        yield _bad(
+            p,
+            "server.admin_key",
+            "a keyed router needs a distinct admin key: without one its worker management (/workers) would take "
+            "the clients' key, and any client could swap the replicas for its own server",
+            "set server.admin_key: required (or auto) and add 'admin-api-key: OTHER-KEY' to the key file",
+        )
     elif p.server.admin_key == "none" and not is_loopback(p.server.host):
         yield _bad(
             p,
@@ -459,6 +479,7 @@ RULES: tuple[Rule, ...] = (
     rule_memory,
     rule_loader,
     rule_flag_table,
+    rule_owned_paths,
     *TOPOLOGY_RULES,
 )
 

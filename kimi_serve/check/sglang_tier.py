@@ -2,24 +2,30 @@
 
 The launch argv is adapted only where a CI machine must differ from the GPU host, and each adaptation is a named
 stand-in: missing model/draft directories become bundled config-only copies of Kimi-K2.5 and its EAGLE-3 draft (the
-resolution only reads config.json), the API-key file becomes a throwaway one, and `--device cuda` plus a simulated SM120
-platform replace the GPUs. Everything else is passed to SGLang exactly as rendered.
+resolution only reads config.json), the API-key file is read through a copy (a throwaway one when absent), and
+`--device cuda` plus a simulated SM120 platform replace the GPUs. Everything else is passed to SGLang
+exactly as rendered.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from kimi_serve.core import proc
+from kimi_serve.core import proc, settings
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding
+from kimi_serve.core.keyfile import write_key_file, write_key_file_text
 from kimi_serve.core.resources import package_root
 from kimi_serve.core.settings import with_pythonpath
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
+from kimi_serve.sglang.probe import mount_namespace
 from kimi_serve.sglang.site import BUILD_HINT, SGLangPython, find_sglang_python
 from kimi_serve.simulator.stand_in import STANDIN_DRAFT, STANDIN_MODEL
 
@@ -35,22 +41,40 @@ def _adapt(server_args: tuple[str, ...], secret_file: Path) -> tuple[list[str], 
         if a in subs and not (Path(args[i + 1]) / "config.json").is_file():
             notes.append(f"{a} {args[i + 1]} absent here: bundled config-only stand-in used")
             args[i + 1] = str(subs[a])
-        elif a == "--config" and not Path(args[i + 1]).is_file():
-            notes.append("API-key file absent here: a throwaway one used")
+        elif a == "--config":  # the probe server may run in another mount namespace (a container's host): a copy
+            text = _readable(Path(args[i + 1]))
+            if text is None:
+                notes.append("API-key file absent here: a throwaway one used")
+            else:
+                write_key_file_text(secret_file, text)
             args[i + 1] = str(secret_file)
     if "--device" not in args:
         args += ["--device", "cuda"]
     return args, notes
 
 
+def _readable(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def run_probe(
     python: SGLangPython, args: list[str], platform: str | None = "sm120", also: list[list[str]] | None = None
-) -> dict:
-    """SGLang's verdict on ``args`` (and, in the same interpreter, on each argv of ``also``: the other ranks)."""
-    env = with_pythonpath(os.environ, package_root())
-    request: dict = {"args": args, "platform": platform}
+) -> dict[str, Any]:
+    """SGLang's verdict on ``args`` (and, in the same interpreter, on each argv of ``also``: the other ranks).
+
+    With ``$KIMI_SERVE_PROBE_SOCKET`` naming a running probe server of the same interpreter
+    (``PYTHON -m kimi_serve.sglang.probe --serve SOCKET``), the request goes there and SGLang is not imported again;
+    otherwise (and whenever that server cannot answer) a fresh interpreter runs it."""
+    request: dict[str, Any] = {"args": args, "platform": platform}
     if also:
         request["also"] = also
+    served = _ask_probe_server(python, request)
+    if served is not None:
+        return served
+    env = with_pythonpath(os.environ, package_root())
     try:
         done = proc.run(
             [python.path, "-m", "kimi_serve.sglang.probe"], timeout=PROBE_TIMEOUT_S, env=env, input=json.dumps(request)
@@ -58,10 +82,35 @@ def run_probe(
     except proc.NotInstalled:
         return {"error": f"interpreter {python.path} ({python.origin}) does not exist"}
     try:
-        return json.loads(done.out.strip().splitlines()[-1])
+        verdict: dict[str, Any] = json.loads(done.out.strip().splitlines()[-1])
+        return verdict
     except (ValueError, IndexError):
         tail = (done.err.strip().splitlines() or ["no output"])[-1]
         return {"error": f"{python.path} -m kimi_serve.sglang.probe failed (exit {done.rc}): {tail}"}
+
+
+def _ask_probe_server(python: SGLangPython, request: dict[str, Any]) -> dict[str, Any] | None:
+    """The probe server's reply (its forked child runs in this process's working directory and environment), or
+    None when there is none, it runs another interpreter or in another mount namespace, or it fails to answer."""
+    path = settings.current().probe_socket
+    if not path:
+        return None
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(PROBE_TIMEOUT_S)
+            conn.connect(path)
+            with conn.makefile("rwb") as stream:
+                body = {**request, "cwd": os.getcwd(), "env": dict(os.environ)}
+                stream.write(json.dumps(body).encode() + b"\n")
+                stream.flush()
+                reply = json.loads(stream.readline())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(reply, dict) or os.path.realpath(str(reply.pop("python", ""))) != os.path.realpath(python.path):
+        return None
+    if reply.pop("mount_ns", None) != mount_namespace():  # it sees other files (a container's client, a host server)
+        return None
+    return reply
 
 
 def other_ranks(args: list[str], count: int) -> list[list[str]]:
@@ -72,7 +121,7 @@ def other_ranks(args: list[str], count: int) -> list[list[str]]:
     return [[*args[:i], str(r), *args[i + 1 :]] for r in range(count) if str(r) != args[i]]
 
 
-def _rank_findings(results: list[dict], profile: Profile, version: str) -> list[Finding]:
+def _rank_findings(results: list[dict[str, Any]], profile: Profile, version: str) -> list[Finding]:
     """One finding per other rank: SGLang's parser and resolution (check_server_args) on that rank's argv."""
     ranks = [r for r in range(profile.nodes.count) if r != profile.nodes.rank]
     out = []
@@ -102,7 +151,7 @@ def _rank_findings(results: list[dict], profile: Profile, version: str) -> list[
 
 
 # Requested value -> resolved key: SGLang must run what the profile asked for, not a silent rewrite.
-_EXPECTED = {
+_EXPECTED: dict[str, Callable[[Profile], object]] = {
     "speculative_num_draft_tokens": lambda p: p.speculative.num_draft_tokens if p.speculative.enabled else None,
     "speculative_eagle_topk": lambda p: p.speculative.eagle_topk if p.speculative.enabled else None,
     "tool_call_parser": lambda p: p.parsers.tool_call,
@@ -127,8 +176,8 @@ def check_with_sglang(profile: Profile, launch: Launch, python: SGLangPython | N
             )
         ]
     with tempfile.TemporaryDirectory(prefix="kimi-serve-check-") as tmp:
-        secret = Path(tmp) / "secrets.yaml"
-        secret.write_text("api-key: stand-in-key-for-check\n")
+        secret = Path(tmp) / "secrets.yaml"  # in a 0700 directory: it may get a copy of the real key file
+        write_key_file(secret, "stand-in-key-for-check")
         args, notes = _adapt(launch.server_args, secret)
         result = run_probe(python, args, also=other_ranks(args, profile.nodes.count))
     if "error" in result:
@@ -137,7 +186,7 @@ def check_with_sglang(profile: Profile, launch: Launch, python: SGLangPython | N
     return _verdict(profile, result, notes, version) + _rank_findings(result.get("also") or [], profile, version)
 
 
-def _verdict(profile: Profile, result: dict, notes: list[str], version: str) -> list[Finding]:
+def _verdict(profile: Profile, result: dict[str, Any], notes: list[str], version: str) -> list[Finding]:
     """Findings for the profile's own argv (this host's rank on a multi-node profile)."""
     findings = []
     for note in notes:

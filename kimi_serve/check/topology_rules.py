@@ -348,6 +348,26 @@ def rule_router_auth(p: Profile, _: Launch) -> Iterator[Finding]:
         )
 
 
+def rule_ports(p: Profile, _: Launch) -> Iterator[Finding]:
+    """Ports one process group opens side by side: the router's API and Prometheus ports (wherever its replicas
+    are: local ones are :func:`_local_replicas`'), and rank 0's API beside its torch.distributed rendezvous."""
+    r, n = p.router, p.nodes
+    if routed(p) and r.workers and r.metrics_port == r.port:
+        yield _bad(
+            p,
+            "router.metrics_port",
+            f"router.metrics_port {r.metrics_port} is router.port",
+            "give the router's Prometheus endpoint a port of its own",
+        )
+    if n.count > 1 and n.leader_port == p.server.port:
+        yield _bad(
+            p,
+            "nodes.leader_port",
+            f"nodes.leader_port {n.leader_port} is server.port: rank 0 listens on both",
+            "give the rendezvous (--dist-init-addr) a port of its own (20000 is SGLang's examples')",
+        )
+
+
 TOPOLOGY_RULES: tuple[Rule, ...] = (
     rule_nodes,
     rule_topology_flags,
@@ -356,4 +376,5 @@ TOPOLOGY_RULES: tuple[Rule, ...] = (
     rule_interconnect,
     rule_replicas,
     rule_router_auth,
+    rule_ports,
 )

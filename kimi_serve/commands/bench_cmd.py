@@ -8,19 +8,29 @@ from typing import Any
 
 import typer
 
+# Sane upper bounds (docs/bench.md): beyond them a sweep cannot finish (or even be planned) on any server.
+MAX_CONCURRENCY = 4096
+MAX_REQUESTS = 100_000
+MAX_REPEAT = 100
+_MAX_CONCURRENCY_VALUES = 32
+
 
 def _concurrency(text: str) -> list[int]:
     from kimi_serve.core.errors import KimiServeError
 
-    try:
-        values = sorted({int(v) for v in text.split(",") if v.strip()})
-    except ValueError:
-        values = []
-    if not values or values[0] < 1:
+    parts = [v.strip() for v in text.split(",") if v.strip()] if len(text) <= 1000 else []
+    values = sorted({int(v) for v in parts if v.isdigit() and len(v) <= 6})
+    if not parts or len(values) != len(set(parts)) or values[0] < 1 or values[-1] > MAX_CONCURRENCY:
         raise KimiServeError(
-            f"invalid concurrency list {text!r}",
+            f"invalid concurrency list {text[:80]!r}",
             where="--concurrency",
-            hint="comma-separated positive integers, e.g. 1,4,16,32,64",
+            hint=f"comma-separated integers 1..{MAX_CONCURRENCY}, e.g. 1,4,16,32,64",
+        )
+    if len(values) > _MAX_CONCURRENCY_VALUES:
+        raise KimiServeError(
+            f"{len(values)} concurrency values",
+            where="--concurrency",
+            hint=f"at most {_MAX_CONCURRENCY_VALUES} values, e.g. 1,4,16,32,64",
         )
     return values
 
@@ -50,13 +60,17 @@ def register(app: typer.Typer) -> None:
         profile: str = typer.Option(..., "--profile", "-p", help="Profile A (name or path), e.g. prod or sim."),
         against: str = typer.Option(..., "--against", help="Profile B, e.g. baseline or sim-baseline."),
         concurrency: str = typer.Option("1,4,16,32,64", "--concurrency", help="Requests in flight, comma-separated."),
-        requests: int = typer.Option(64, "--requests", min=1, help="Requests per profile x concurrency x repeat."),
+        requests: int = typer.Option(
+            64, "--requests", min=1, max=MAX_REQUESTS, help="Requests per profile x concurrency x repeat."
+        ),
         workload: str = typer.Option(
             "agentic",
             "--workload",
             help="agentic (Kimi-shaped, shipped), random (fixed 1024/256 token ids) or a JSONL FILE of chat requests.",
         ),
-        repeat: int = typer.Option(1, "--repeat", min=1, help="Runs per cell; the spread decides 'no difference'."),
+        repeat: int = typer.Option(
+            1, "--repeat", min=1, max=MAX_REPEAT, help="Runs per cell; the spread decides 'no difference'."
+        ),
         out: Path = typer.Option(
             Path("bench-out"), "--out", help="Results folder (resumable: recorded cells are skipped)."
         ),
@@ -77,7 +91,7 @@ def register(app: typer.Typer) -> None:
             "--perf-model",
             help="Simulator profiles: performance model parameters to override, a JSON object (docs/simulator.md).",
         ),
-        as_json: bool = typer.Option(False, "--json", help="Print report.json instead of the Markdown table."),
+        as_json: bool = typer.Option(False, "--json", help="Print the report in the JSON envelope (docs/json.md)."),
     ) -> int:
         """A/B two profiles across concurrency: bring each up (or use --host), contract check, sweep with
         sglang.bench_serving, stop; table, verdict per concurrency, crossover, report.json and PNG charts in --out.
@@ -106,7 +120,13 @@ def register(app: typer.Typer) -> None:
         )
         report = run_bench(opts, say)
         if as_json:
-            typer.echo(json.dumps(report, indent=2))
+            from kimi_serve.core.output import dumps, envelope
+
+            verdicts = [
+                {"layer": "bench", "code": "verdict", "status": "pass", "message": str(v.get("text", "")), "fix": ""}
+                for v in report.get("verdicts") or []
+            ]
+            typer.echo(dumps(envelope("bench", 0, report, findings=verdicts)))
         else:
             from kimi_serve.bench.report import markdown
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from kimi_serve.core.output import dumps, envelope
 
 engine_app = typer.Typer(
     help="The SGLang engine venv: install it from a committed lock (atomic, patched, recorded), "
@@ -24,12 +25,12 @@ Profile = Annotated[str, typer.Option("--profile", help=PROFILE_HELP)]
 AsJson = Annotated[bool, typer.Option("--json", help="Print a JSON report.")]
 
 
-def _profile_target(profile: str, prefix: Path | None) -> tuple[Path, str | None]:
+def _profile_target(profile: str, prefix: Path | None) -> tuple[Path, tuple[str, ...]]:
     from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.profile.loader import load_profile
 
     prof = load_profile(profile)
-    patch_set = prof.data.get("patch_set")
+    patch_set = prof.patch_set  # every set the profile names, applied together
     if prefix is not None:
         return prefix, patch_set
     python = prof.data.get("python")
@@ -78,7 +79,7 @@ def install_cmd(
     plan = make_plan(target, lock, None if no_patches else patch_set, profile, installer)
     if dry_run:
         if as_json:
-            typer.echo(json.dumps({"dry_run": True, "plan": plan.to_dict()}, indent=2))
+            typer.echo(dumps(envelope("engine-install", 0, {"dry_run": True, "plan": plan.to_dict()})))
             return 0
         d = plan.to_dict()
         typer.echo(
@@ -92,13 +93,13 @@ def install_cmd(
             f"  build in {d['staging']}, then "
             + ("replace the existing venv" if d["replaces_existing"] else "move it into place")
         )
-        typer.echo(f"  patch set: {d['patch_set'] or 'none'}; host lock: {d['host_lock']}")
+        typer.echo(f"  patch set: {d['patch_set'] or 'none'}; install lock: {d['lock_path']}")
         typer.echo("dry run: nothing changed")
         return 0
     progress = not quiet and not as_json and sys.stderr.isatty()
     result = install(plan, progress=progress)
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(dumps(envelope("engine-install", 0, {"dry_run": False, **result.to_dict()})))
         return 0
     rec = result.record
     typer.echo(
@@ -130,7 +131,12 @@ def status_cmd(
     target, _ = _profile_target(profile, prefix)
     st = engine_status(target, lock)
     if as_json:
-        typer.echo(json.dumps(st.to_dict(), indent=2))
+        fix = f"kimi-serve engine install --prefix {st.prefix} --lock {st.lock.name}"
+        found = [
+            {"layer": "engine", "code": "drift", "status": "fail", "message": line, "fix": fix}
+            for line in st.findings()
+        ]
+        typer.echo(dumps(envelope("engine-status", 0 if st.ok else 1, st.to_dict(), findings=found)))
         return 0 if st.ok else 1
     rec = st.record or {}
     versions = ", ".join(f"{k} {v}" for k, v in st.versions.items())

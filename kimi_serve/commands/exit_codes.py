@@ -13,10 +13,10 @@ EXIT_CODES: dict[str, str] = {
         "0 the server exited 0 on its own; 1 contract failed (server stopped); 3 never ready (startup "
         "timeout or a hung distributed init); 4 the server exited, crashed, or logged a fatal failure "
         "(one that keeps running is stopped: SIGTERM to the main PID, SIGKILL to its group after the "
-        "grace); 5 preflight failed, nothing started; 75 the host lock is held (another up, a patch or "
-        "service change); 130 stopped on request and the server stopped cleanly (a server that needed "
-        "SIGKILL is 4). Replicated profiles: 1, 3 or 4 name the replica or the router; a replica that dies "
-        "after ready leaves up running degraded, and its stop is then 4"
+        "grace); 5 preflight failed, nothing started; 75 a port or GPU it takes is held (another up on "
+        "them), or its venv is being changed; 130 stopped on request and the server stopped cleanly (a "
+        "server that needed SIGKILL is 4). Replicated profiles: 1, 3 or 4 name the replica or the router; a "
+        "replica that dies after ready leaves up running degraded, and its stop is then 4"
     ),
     "doctor": "0 no check failed (warnings allowed); 5 a check failed",
     "verify": (
@@ -27,7 +27,8 @@ EXIT_CODES: dict[str, str] = {
     ),
     "show": "0 the merged profile was printed",
     "render": (
-        "0 the launch was printed (with a router: each launch); 2 invalid profile, or --node-rank outside nodes.count"
+        "0 the launch was printed (with a router: each launch; --format k8s: the manifests); 2 invalid profile, "
+        "--node-rank outside nodes.count (or with --format k8s), a bad --namespace or --image"
     ),
     "check": (
         "0 nothing failed; 1 a host, patch or contract check failed; 2 the profile is invalid (YAML, "
@@ -35,19 +36,23 @@ EXIT_CODES: dict[str, str] = {
     ),
     "install-service": (
         "0 installed (with --now: and verified; a deployment: every member); 1 check, key file or start "
-        "failed; 5 missing tool, foreign unit, not permitted; 70 (--now) kimi-serve's verify crashed: no "
-        "verdict; 75 the host lock is held"
+        "failed; 5 missing tool, foreign unit, not permitted, systemd not running here (nothing written); 70 "
+        "(--now) kimi-serve's verify crashed: no "
+        "verdict; 75 the lock of the target root is held (the host lock for /)"
     ),
     "uninstall-service": (
-        "0 removed (or nothing to remove); 5 missing tool, foreign unit, not permitted; 75 the host lock is held"
+        "0 removed (or nothing to remove); 5 missing tool, foreign unit, not permitted; 75 the lock of the "
+        "target root is held"
     ),
     "restart": (
         "0 the new unit passed (a deployment: every replica rolled); 1 it failed and the last good unit "
         "is back and passing (a deployment: the roll stopped there, or the router did not see the replica "
         "healthy again); 4 nothing is serving (no last good unit, or it failed too; a deployment: that "
-        "replica); 5 missing tool, not permitted, or (a deployment) refused before the first change: no "
+        "replica); 5 missing tool, not permitted, systemd not running here (nothing written), or (a "
+        "deployment) refused before the first change: no "
         "other healthy worker in the router, or the topology changed; 70 kimi-serve's own verify crashed "
-        "(in restart or in the unit's ExecStartPost): no verdict, so no rollback; 75 the host lock is held"
+        "(in restart or in the unit's ExecStartPost): no verdict, so no rollback; 75 the host lock is held "
+        "(another restart or service change)"
     ),
     "status": (
         "0 the unit is active and /health answers 200 (a deployment: every member, and the router "
@@ -67,17 +72,18 @@ EXIT_CODES: dict[str, str] = {
     "patches apply": (
         "0 done or already so (after recovering an interrupted change, if any); 1 a patch conflicts or "
         "does not apply (nothing changed), or an interrupted change cannot be recovered; 5 wrong SGLang "
-        "version, not writable; 75 the host lock is held"
+        "version, not writable; 75 another run changes that SGLang, or an up serves from it"
     ),
     "patches revert": (
         "0 done or already so (after recovering an interrupted change, if any); 1 a restored file does "
         'not match the manifest\'s "before" hash, or an interrupted change cannot be recovered; 5 wrong '
-        "SGLang version, not writable; 75 the host lock is held"
+        "SGLang version, not writable; 75 another run changes that SGLang, or an up serves from it"
     ),
     "prewarm": (
         "0 the checkpoint is cached (or nothing was left to read); 1 a shard could not be read; 2 the profile reads no "
         "checkpoint; 5 refused (the uncached bytes do not fit in MemAvailable minus 10% of RAM), RAM ran short while "
-        "reading, or no shards; 130 interrupted (what was read stays cached)"
+        "reading, no shards, or a shard is missing, a dangling symlink or not a regular file (a FIFO, a directory: "
+        "refused before anything is read, never opened); 130 interrupted (what was read stays cached)"
     ),
     "bench": (
         "0 the sweep finished (report written); 1 a server failed the contract check (it is not "
@@ -89,7 +95,7 @@ EXIT_CODES: dict[str, str] = {
     "engine install": (
         "0 installed (or --dry-run printed the plan); 5 the install failed (download, hash, resolver, no "
         "Python of the lock's version; the previous venv is untouched) or a patch could not be applied; "
-        "75 the host lock is held"
+        "75 another install of that prefix runs, or an up serves from it"
     ),
     "engine status": (
         "0 the venv matches its lock: no drift, no dependency conflict, patch set applied as recorded; 1 "

@@ -13,15 +13,17 @@ def wait_router(
     minimum: int = typer.Option(1, "--min", min=1, help="Healthy workers to wait for."),
     wait: float = typer.Option(60.0, "--wait", min=0, help="Seconds to wait at most."),
     api_key_file: Path | None = typer.Option(
-        None, "--api-key-file", help="The key the router requires (SGLang's --config YAML, api-key: KEY)."
+        None,
+        "--api-key-file",
+        help="The deployment's key file (SGLang's --config YAML): its admin-api-key opens the router's /workers.",
     ),
 ) -> int:
     """Wait until SGLang's router reports --min healthy workers (GET /workers): the router unit's first ExecStartPost,
     since the router's own /health answers 200 with no worker at all."""
-    from kimi_serve.core.keyfile import read_key_file
+    from kimi_serve.core.keyfile import read_admin_key
     from kimi_serve.service.gates import wait_router as wait_core
 
-    key = read_key_file(api_key_file) if api_key_file else None
+    key = read_admin_key(api_key_file) if api_key_file else None
     ok, state = wait_core(host, key, minimum=minimum, wait=wait)
     typer.echo(f"router {host}: {state}" + ("" if ok else f" (wanted {minimum} healthy within {wait:g}s)"))
     return 0 if ok else 1
@@ -42,6 +44,7 @@ def wait_joined(
     """Wait until this node (rank >= 1 of a multi-node server) has joined rank 0: its process tree holds a TCP
     connection to rank 0's store at --leader AND its port answers (SGLang opens it once its schedulers are ready)."""
     from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.core.net import connect_host
     from kimi_serve.core.settings import current
     from kimi_serve.profile.topology import parse_worker
     from kimi_serve.service.gates import wait_joined as wait_core
@@ -56,7 +59,7 @@ def wait_joined(
     parsed = parse_worker(leader)
     if parsed is None:
         raise KimiServeError(f"invalid leader address {leader!r}", where="--leader", hint="use HOST:PORT")
-    connect = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host.strip("[]")
+    connect = connect_host(host.strip("[]"))
     ok, state = wait_core(target, parsed[0], parsed[1], connect, port, wait)
     typer.echo(state)
     return 0 if ok else 1

@@ -31,12 +31,14 @@ def logs(
     import shutil
     from pathlib import Path
 
-    from kimi_serve.commands.service_cmds import _unit_of
     from kimi_serve.core.errors import ExitCode, KimiServeError
+    from kimi_serve.profile.loader import load_profile
     from kimi_serve.service.state import ServicePaths
+    from kimi_serve.service.target import unit_of
     from kimi_serve.up import logfiles
 
-    unit = _unit_of(profile, unit_name)
+    loaded = load_profile(profile) if profile else None
+    unit = unit_of(loaded, unit_name)
     if not up and ServicePaths(Path("/"), unit).unit_file.exists():
         if shutil.which("journalctl") is None:
             raise KimiServeError(
@@ -48,11 +50,7 @@ def logs(
         typer.echo(f"==> journal of {unit} <==", err=True)
         argv = journal_argv(unit, lines, follow)
         os.execvp(argv[0], argv)  # journalctl takes over: its paging, following and exit status
-    name = None
-    if profile:
-        from kimi_serve.profile.loader import load_profile
-
-        name = load_profile(profile).name
+    name = loaded.name if loaded else None
     found = logfiles.up_logs(name) if name else sorted(logfiles.log_dir().glob("up-*.log"), key=_mtime)
     if not found:
         where = f"profile {name}" if name else str(logfiles.log_dir())

@@ -12,7 +12,7 @@ import typer
 from kimi_serve.patches.names import DEFAULT_SET
 
 if TYPE_CHECKING:
-    from kimi_serve.patches import ChangeResult, PatchStatus
+    from kimi_serve.patches import ChangeResult, PatchSet, PatchStatus
 
 SITE_HELP = "site-packages folder holding sglang/ (default: found via --python)."
 PYTHON_HELP = "Interpreter whose sglang to use (default: the one running kimi-serve)."
@@ -23,8 +23,8 @@ STATE_HELP = (
 )
 JSON_HELP = "Print a JSON report."
 WAIT_LOCK_HELP = (
-    "When another kimi-serve command holds the host lock, wait for it instead of exiting 75 (the state "
-    "is read after the wait)."
+    "When another kimi-serve command changes this SGLang (or `up` serves from it), wait for it instead of exiting "
+    "75 (the state is read after the wait)."
 )
 
 # The options every patches command takes.
@@ -40,7 +40,7 @@ patches_app = typer.Typer(
 )
 
 
-def _target(site_packages: Path | None, python: str | None, set_name: str):  # noqa: ANN202 - lazy types
+def _target(site_packages: Path | None, python: str | None, set_name: str) -> tuple[Path, PatchSet]:
     from kimi_serve.patches import load_patch_set
     from kimi_serve.sglang.site import resolve_site_packages
 
@@ -71,6 +71,36 @@ def _render(st: PatchStatus) -> None:
         typer.echo(f"INTERRUPTED: {describe(st.interrupted)}")
 
 
+def _findings(st: PatchStatus, message: str | None) -> list[dict[str, str]]:
+    """The envelope's findings: what apply/revert did, or (status) each patch's state and an interrupted change."""
+    if message is not None:
+        return [{"layer": "patches", "code": "change", "status": "pass", "message": message, "fix": ""}]
+    fix = f"kimi-serve patches apply --site-packages {st.site_packages} --set {st.set_name}"
+    out = [
+        {
+            "layer": "patches",
+            "code": p.name,
+            "status": "pass" if p.state.value == "applied" else "fail",
+            "message": f"{p.name}: {p.state.value}" + (f" ({p.detail})" if p.detail else ""),
+            "fix": "" if p.state.value == "applied" else fix,
+        }
+        for p in st.patches
+    ]
+    if st.interrupted:
+        from kimi_serve.patches.journal import describe
+
+        out.append(
+            {
+                "layer": "patches",
+                "code": "interrupted",
+                "status": "fail",
+                "message": f"interrupted: {describe(st.interrupted)}",
+                "fix": "run kimi-serve patches apply or revert: it finishes or rolls back the change first",
+            }
+        )
+    return out
+
+
 def _finish(
     st: PatchStatus,
     as_json: bool,
@@ -85,7 +115,7 @@ def _finish(
         data = st.to_dict()
         if message is not None:
             data |= {"changed": changed, "message": message}
-        typer.echo(json.dumps(envelope(command, exit_code, data), indent=2))
+        typer.echo(json.dumps(envelope(command, exit_code, data, _findings(st, message)), indent=2))
         return
     if message:
         typer.echo(message)
@@ -119,8 +149,8 @@ def apply_cmd(
     as_json: AsJson = False,
     wait_lock: WaitLock = False,
 ) -> int:
-    """Apply every patch or none (checked on a staging copy first); applying again is a no-op. One change at a time
-    (host lock, exit 75); a change killed part-way is finished or rolled back first."""
+    """Apply every patch or none (checked on a staging copy first); applying again is a no-op. One change of an SGLang
+    at a time (the lock of its site-packages, exit 75); a change killed part-way is finished or rolled back first."""
     from kimi_serve.patches import apply
 
     return _change(apply, site_packages, python, set_name, state_dir, as_json, wait_lock)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -12,12 +11,13 @@ import typer
 
 if TYPE_CHECKING:
     from kimi_serve.check.prewarm import PrewarmResult
+    from kimi_serve.profile.loader import Profile
 
 PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
 PLAIN_EVERY_S = 5.0
 
 
-def _progress(tty: bool):  # noqa: ANN202 - a local callback factory
+def _progress(tty: bool) -> Callable[[int, int], None]:
     from kimi_serve.check.coldstart import gb
 
     last = [0.0]
@@ -73,9 +73,12 @@ def prewarm(
     short, 130 interrupted (what was read stays cached)."""
     from kimi_serve.check.prewarm import exit_code_of, run_prewarm
     from kimi_serve.core.settings import state_root
+    from kimi_serve.profile.loader import load_profile
 
     tty = sys.stderr.isatty()
-    res = run_prewarm(profile, state_root=state_root(), progress=_progress(tty) if tty or not as_json else None)
+    res = run_prewarm(
+        load_profile(profile), state_root=state_root(), progress=_progress(tty) if tty or not as_json else None
+    )
     if res.status == "refused" and not as_json:
         from kimi_serve.core.errors import KimiServeError
 
@@ -85,11 +88,35 @@ def prewarm(
             exit_code=exit_code_of(res),
             hint="free memory (or add RAM); without prewarm the start reads the shards from disk",
         )
-    typer.echo(json.dumps(res.to_json(), indent=2) if as_json else render(res))
+    if as_json:
+        from kimi_serve.core.output import dumps, envelope
+
+        typer.echo(dumps(envelope("prewarm", exit_code_of(res), res.to_json(), findings=_findings(res))))
+    else:
+        typer.echo(render(res))
     return int(exit_code_of(res))
 
 
-def prewarm_before_restart(profile: str, say: Callable[[str], None]) -> dict[str, Any]:
+def _findings(res: PrewarmResult) -> list[dict[str, Any]]:
+    """The envelope's findings of a prewarm: each unreadable shard, a refusal or a stop; else what it did."""
+    fix = {
+        "refused": "free memory (or add RAM); without prewarm the start reads the shards from disk",
+        "ram_short": "free memory (or add RAM); what was read stays cached",
+        "interrupted": "run kimi-serve prewarm again: it reads only what is not cached",
+    }
+    out: list[dict[str, Any]] = [
+        {"layer": "prewarm", "code": "unreadable", "status": "fail", "message": e, "fix": "check the model directory"}
+        for e in res.errors
+    ]
+    status = "fail" if res.status in fix else "pass"
+    message = render(res).splitlines()[0]
+    out.append(
+        {"layer": "prewarm", "code": res.status, "status": status, "message": message, "fix": fix.get(res.status, "")}
+    )
+    return out
+
+
+def prewarm_before_restart(profile: Profile, say: Callable[[str], None]) -> dict[str, Any]:
     """`restart --prewarm`: prewarm first; a refusal is a note (the restart reads from disk), Ctrl-C stops it all."""
     from kimi_serve.check.prewarm import run_prewarm
     from kimi_serve.core.errors import ExitCode, KimiServeError
@@ -120,7 +147,7 @@ def start_history(limit: int = 5) -> list[dict[str, Any]]:
     return read_starts(state_root())[-limit:]
 
 
-def start_rows(profile: str | None, limit: int = 3) -> list[tuple[str, str]]:
+def start_rows(profile: Profile | None, limit: int = 3) -> list[tuple[str, str]]:
     """`status` lines: the last starts against the disk floor; with a profile, the next start's prediction."""
     from kimi_serve.check.starts import describe_start
 
@@ -129,9 +156,8 @@ def start_rows(profile: str | None, limit: int = 3) -> list[tuple[str, str]]:
     if profile:
         from kimi_serve.check.floor import prediction_line
         from kimi_serve.core.settings import state_root
-        from kimi_serve.profile.loader import load_profile
 
-        rows.append(("next start", prediction_line(load_profile(profile), state_root())))
+        rows.append(("next start", prediction_line(profile, state_root())))
     return rows
 
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from kimi_serve.profile.loader import Profile
 
 PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
 
@@ -30,7 +34,7 @@ def render(
         False,
         "--json",
         help='Print the JSON envelope with "argv": [...] and "env": {...} '
-        '(with a router also "launches", multi-node also "node": docs/json.md).',
+        '(with a router also "launches", multi-node also "node"; --format k8s: "manifests": docs/json.md).',
     ),
     node_rank: int | None = typer.Option(
         None,
@@ -40,12 +44,42 @@ def render(
         help="Render host R's launch of a multi-node profile (overrides "
         "nodes.rank; 0 serves the API, R >= 1 only joins rank 0).",
     ),
+    fmt: str = typer.Option(
+        "launch",
+        "--format",
+        metavar="launch|k8s",
+        help="launch: the command line(s); k8s: Kubernetes manifests (YAML) for every pod of the deployment "
+        "(docs/kubernetes.md).",
+    ),
+    namespace: str = typer.Option("default", "--namespace", metavar="NS", help="--format k8s: the namespace."),
+    image: str | None = typer.Option(
+        None,
+        "--image",
+        metavar="IMG",
+        help="--format k8s: the container image (kimi-serve in the engine venv, docs/kubernetes.md); "
+        "default kimi-serve:VERSION.",
+    ),
     sets: list[str] | None = SetOpt,
 ) -> int:
     """Print the validated launch command and environment (fast checks only; `check` runs them all). A replicated
-    profile prints the router's launch and each replica's, each under a # comment naming it."""
-    from kimi_serve.check.deployment import render_plan
+    profile prints the router's launch and each replica's, each under a # comment naming it. --format k8s prints
+    the Kubernetes manifests instead (the same validated launch in every pod)."""
+    from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.profile.loader import load_profile
+
+    if fmt not in ("launch", "k8s"):
+        raise KimiServeError(
+            f"--format {fmt!r}: not a format", hint="pass --format launch or --format k8s", exit_code=ExitCode.USAGE
+        )
+    if fmt == "k8s":
+        if node_rank is not None:
+            raise KimiServeError(
+                "--node-rank with --format k8s: the manifests hold every rank (LeaderWorkerSet's worker index)",
+                hint="drop --node-rank",
+                exit_code=ExitCode.USAGE,
+            )
+        return _render_k8s(load_profile(profile, sets or ()), namespace, image, as_json)
+    from kimi_serve.check.deployment import render_plan
 
     plan = render_plan(load_profile(profile, sets or ()), node_rank)
     if as_json:
@@ -56,6 +90,22 @@ def render(
         typer.echo(json.dumps(envelope("render", 0, plan.to_json()), indent=2))
     else:
         typer.echo(plan.text())
+    return 0
+
+
+def _render_k8s(profile: Profile, namespace: str, image: str | None, as_json: bool) -> int:
+    from kimi_serve import __version__
+    from kimi_serve.k8s.manifests import render_manifests, to_yaml
+
+    docs = render_manifests(profile, namespace=namespace, image=image or f"kimi-serve:{__version__}")
+    if as_json:
+        import json
+
+        from kimi_serve.core.output import envelope
+
+        typer.echo(json.dumps(envelope("render", 0, {"manifests": docs}), indent=2))
+    else:
+        typer.echo(to_yaml(docs), nl=False)
     return 0
 
 
@@ -73,11 +123,11 @@ def check(
 ) -> int:
     """Run every validation that needs no GPU; exit 0 only if nothing fails (1 host/contract, 2 invalid profile)."""
     from kimi_serve.check.report import run_check
-    from kimi_serve.profile.loader import display_path
+    from kimi_serve.profile.loader import display_path, load_profile
 
     tty = sys.stderr.isatty() and not as_json
     progress = (lambda m: typer.echo(m, err=True)) if tty else None
-    report = run_check(profile, offline=offline, contract=contract, progress=progress, sets=sets or ())
+    report = run_check(load_profile(profile, sets or ()), offline=offline, contract=contract, progress=progress)
     if as_json:
         import json
 

@@ -4,115 +4,55 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from kimi_serve.commands.profile_cmds import SetOpt
+from kimi_serve.commands.service_io import (
+    current_runs,
+    host_lock,
+    print_dry_run_plan,
+    print_result,
+    recover,
+    require_systemd,
+    resolve,
+    run_rows,
+    say,
+)
+from kimi_serve.service.state import UNIT_DIR
 
 if TYPE_CHECKING:
-    from kimi_serve.service.install import Plan, Result
+    from kimi_serve.profile.loader import Profile
+    from kimi_serve.service.install import Plan
     from kimi_serve.service.status import Status
-    from kimi_serve.service.systemctl import Systemd
+    from kimi_serve.service.target import Target
 
 PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
-ROOT_HELP = "Install under this directory instead of / (unit in ROOT/etc/systemd/system; only offline systemctl)."
+ROOT_HELP = f"Install under this directory instead of / (unit in ROOT/{UNIT_DIR}; only offline systemctl)."
 UNIT_HELP = "Unit name (default: the profile's service.unit_name)."
-WAIT_LOCK_HELP = "When another kimi-serve command holds the host lock, wait for it instead of exiting 75."
-_MARK = {"done": "ok  ", "planned": "plan", "failed": "FAIL", "skipped": "skip"}
+WAIT_LOCK_HELP = (
+    "When another kimi-serve command holds the lock of this root (the host lock for /), wait for it instead of "
+    "exiting 75."
+)
 
 
-def _systemd(root: Path) -> Systemd:
-    from kimi_serve.service.systemctl import Systemd, run
-
-    return Systemd(run, root.resolve())
-
-
-def _host_lock(command: str, wait: bool):  # noqa: ANN202 - a lazy context manager
-    """The host lock (kimi_serve.core.lock, STATE_ROOT/host.lock), also under --root: one change at a time."""
-    from kimi_serve.core.lock import host_lock
-
-    return host_lock(command, wait=wait)
-
-
-def _recover(systemd: Systemd, unit: str) -> None:
-    """Roll back a change of ``unit`` that was killed part-way (kimi_serve.service.journal), and say so."""
-    from kimi_serve.service.journal import recover
-    from kimi_serve.service.state import ServicePaths
-
-    message = recover(ServicePaths(systemd.root, unit), systemd)
-    if message:
-        typer.echo(f"kimi-serve: {message}", err=True)
-
-
-def _say(message: str) -> None:
-    """Progress on a terminal only: scripts and tests get the result alone."""
-    if sys.stderr.isatty():
-        typer.echo(f"kimi-serve: {message}", err=True)
-
-
-def _print_result(
-    result: Result, as_json: bool, extra: dict[str, Any] | None = None, command: str = "install-service"
-) -> int:
-    if as_json:
-        from kimi_serve.core.output import envelope
-
-        failed = [
-            {
-                "code": "step",
-                "message": f"{s.action}: {s.detail}" if s.detail else s.action,
-                "fix": "",
-                "status": "fail",
-            }
-            for s in result.steps
-            if s.status == "failed"
-        ]
-        typer.echo(
-            json.dumps(envelope(command, result.exit_code, {**result.to_json(), **(extra or {})}, failed), indent=2)
-        )
-        return int(result.exit_code)
-    for step in result.steps:
-        typer.echo(f"{_MARK[step.status]} {step.action}" + (f": {step.detail}" if step.detail else ""))
-    for label, outcome in (("new unit", result.new), ("rollback", result.rollback)):
-        if outcome is not None:
-            verdict = "PASSED" if outcome.ok else "FAILED"
-            typer.echo(
-                f"{label}: {verdict} (profile {outcome.profile}, sha256 {outcome.unit_sha256[:12]}): {outcome.detail}"
-            )
-    return int(result.exit_code)
-
-
-def _plan(
-    profile: str,
-    root: Path,
-    unit_name: str | None,
-    now: bool,
-    contract: bool,
-    sets: list[str] | None = None,
-    replace: bool = True,
-    preview: bool = False,
-) -> tuple[Plan, Systemd]:
+def _plan(target: Target, now: bool, contract: bool, replace: bool = True, preview: bool = False) -> Plan:
     from kimi_serve.service.install import plan_install
     from kimi_serve.service.unit import UnitContext
 
-    systemd = _systemd(root)
-    _say(f"checking profile {profile} (schema, rules, SGLang's parser, host)...")
-    plan = plan_install(
-        profile,
-        root=systemd.root,
-        unit_name=unit_name,
+    assert target.profile is not None
+    say(f"checking profile {target.profile.ref} (schema, rules, SGLang's parser, host)...")
+    return plan_install(
+        target,
         now=now,
         ctx=UnitContext.detect(),
-        systemd=systemd,
         environ=os.environ,
         contract=contract,
-        sets=sets or (),
         replace=replace,
         preview=preview,
     )
-    return plan, systemd
 
 
 def install_service(
@@ -146,25 +86,20 @@ def install_service(
     from kimi_serve.service.verifier import contract_verifier
 
     sets = [*(sets or []), *([f"nodes.rank={node_rank}"] if node_rank is not None else [])]
-    if fleet_cmds.replicated(profile, sets):
+    target = resolve(profile, sets, unit_name, root)
+    if not dry_run:
+        require_systemd(target.systemd)  # before any lock, recovery or write (exit 5, nothing changed)
+    if target.replicated:
         return fleet_cmds.install(
-            profile,
-            _systemd(root),
-            unit_name,
-            now=now,
-            sets=sets,
-            replace=replace,
-            dry_run=dry_run,
-            as_json=as_json,
-            wait_lock=wait_lock,
+            target, now=now, replace=replace, dry_run=dry_run, as_json=as_json, wait_lock=wait_lock
         )
     if dry_run:
-        plan, systemd = _plan(profile, root, unit_name, now, contract=False, sets=sets, replace=replace, preview=True)
-        return _print_plan(plan, planned_actions(plan, systemd), as_json)
-    with _host_lock("install-service", wait_lock):
-        _recover(_systemd(root), _unit_of(profile, unit_name))
-        plan, systemd = _plan(profile, root, unit_name, now, contract=False, sets=sets, replace=replace)
-        return _print_result(install(plan, systemd, contract_verifier, os.environ), as_json)
+        plan = _plan(target, now, contract=False, replace=replace, preview=True)
+        return _print_plan(plan, planned_actions(plan, target.systemd), as_json)
+    with host_lock("install-service", wait_lock, target.systemd.root):
+        recover(target, deployment=False)
+        plan = _plan(target, now, contract=False, replace=replace)
+        return print_result(install(plan, target.systemd, contract_verifier, os.environ), as_json)
 
 
 def _print_plan(plan: Plan, actions: list[str], as_json: bool) -> int:
@@ -213,32 +148,6 @@ def _print_plan(plan: Plan, actions: list[str], as_json: bool) -> int:
     return code
 
 
-def print_dry_run_plan(actions: list[str], bad: list[Any]) -> None:
-    """install-service --dry-run's tail, for one unit and for a deployment: the numbered actions, then the failing
-    host checks that would make it refuse."""
-    typer.echo("dry run: nothing was changed; install-service would:")
-    for i, action in enumerate(actions, 1):
-        typer.echo(f"  {i}. {action}")
-    if bad:
-        typer.echo(f"on this host, {len(bad)} check(s) would fail (install-service would refuse):")
-        for f in bad:
-            typer.echo(f"  FAIL [{f.layer}] {f.line()}")
-
-
-def _unit_of(profile: str | None, unit_name: str | None) -> str:
-    from kimi_serve.profile.schema import SECTIONS
-    from kimi_serve.service.unit import unit_file_name
-
-    if unit_name:
-        return unit_file_name(unit_name, "--unit-name")
-    if profile:
-        from kimi_serve.profile.loader import load_profile
-
-        p = load_profile(profile)
-        return unit_file_name(p.service.unit_name, p.where("service.unit_name"))
-    return unit_file_name(SECTIONS["service"]["unit_name"].default)
-
-
 def uninstall_service(
     profile: str | None = typer.Option(None, "--profile", "-p", help="Take the unit name from this profile."),
     unit_name: str | None = typer.Option(None, "--unit-name", help="Unit name (default: sglang-kimi)."),
@@ -246,24 +155,21 @@ def uninstall_service(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print each action; change nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
     wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
+    sets: list[str] | None = SetOpt,
 ) -> int:
     """Stop, disable and remove the unit and its records (the API-key file stays)."""
     from kimi_serve.commands import fleet_cmds
-    from kimi_serve.service.state import ServicePaths
     from kimi_serve.service.uninstall import uninstall
 
-    systemd = _systemd(root)
-    unit = _unit_of(profile, unit_name)
-    if fleet_cmds.installed(systemd.root, unit):
-        return fleet_cmds.uninstall(systemd, unit, dry_run=dry_run, as_json=as_json, wait_lock=wait_lock)
+    target = resolve(profile, sets, unit_name, root)
+    if target.installed_as_deployment:
+        return fleet_cmds.uninstall(target, dry_run=dry_run, as_json=as_json, wait_lock=wait_lock)
     if dry_run:
-        return _print_result(
-            uninstall(ServicePaths(systemd.root, unit), systemd, dry_run=True), as_json, command="uninstall-service"
-        )
-    with _host_lock("uninstall-service", wait_lock):
-        _recover(systemd, unit)
-        return _print_result(
-            uninstall(ServicePaths(systemd.root, unit), systemd, dry_run=False), as_json, command="uninstall-service"
+        return print_result(uninstall(target.paths, target.systemd, dry_run=True), as_json, command="uninstall-service")
+    with host_lock("uninstall-service", wait_lock, target.systemd.root):
+        recover(target, deployment=False)
+        return print_result(
+            uninstall(target.paths, target.systemd, dry_run=False), as_json, command="uninstall-service"
         )
 
 
@@ -295,17 +201,8 @@ def restart(
     from kimi_serve.service.restart import restart as restart_core
     from kimi_serve.service.verifier import contract_verifier
 
-    if fleet_cmds.replicated(profile, sets):
-        return fleet_cmds.restart(
-            profile,
-            _systemd(Path("/")),
-            unit_name,
-            sets=sets,
-            only=list(replica or []),
-            as_json=as_json,
-            wait_lock=wait_lock,
-        )
-    if replica:
+    target = resolve(profile, sets, unit_name, Path("/"))
+    if replica and not target.replicated:
         from kimi_serve.core.errors import KimiServeError
 
         raise KimiServeError(
@@ -313,26 +210,29 @@ def restart(
             where="--replica",
             hint="drop --replica: restart rolls back the one unit",
         )
+    require_systemd(target.systemd)  # before any lock, recovery or write (exit 5, nothing changed)
+    if target.replicated:
+        return fleet_cmds.restart(target, only=list(replica or []), as_json=as_json, wait_lock=wait_lock)
 
-    with _host_lock("restart", wait_lock):
-        _recover(_systemd(Path("/")), _unit_of(profile, unit_name))
-        plan, systemd = _plan(profile, Path("/"), unit_name, now=True, contract=True, sets=sets)
-        warmed = _prewarm_first(profile) if prewarm else None
-        _say(
+    with host_lock("restart", wait_lock):
+        recover(target, deployment=False)
+        plan = _plan(target, now=True, contract=True)
+        warmed = _prewarm_first(plan.profile) if prewarm else None
+        say(
             f"restarting {plan.unit.name} (waits up to {plan.candidate.restart_timeout:.0f}s for the contract check)..."
         )
-        return _print_result(
-            restart_core(plan, systemd, contract_verifier, os.environ),
+        return print_result(
+            restart_core(plan, target.systemd, contract_verifier, os.environ),
             as_json,
             {"prewarm": warmed} if warmed else None,
             command="restart",
         )
 
 
-def _prewarm_first(profile: str) -> dict[str, Any]:
+def _prewarm_first(profile: Profile) -> dict[str, Any]:
     from kimi_serve.commands.prewarm_cmd import prewarm_before_restart
 
-    return prewarm_before_restart(profile, _say)
+    return prewarm_before_restart(profile, say)
 
 
 def status(
@@ -340,32 +240,30 @@ def status(
     unit_name: str | None = typer.Option(None, "--unit-name", help="Unit name (default: sglang-kimi)."),
     root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    sets: list[str] | None = SetOpt,
 ) -> int:
     """The unit's state, the live profile and patch set, the last verify, and /health now (exit 0: active, healthy)."""
     from kimi_serve.commands import fleet_cmds
-    from kimi_serve.service.state import ServicePaths
     from kimi_serve.service.status import status as status_core
 
-    systemd = _systemd(root)
-    if fleet_cmds.installed(systemd.root, _unit_of(profile, unit_name)):
-        return fleet_cmds.status(systemd, _unit_of(profile, unit_name), as_json)
-    st = status_core(ServicePaths(systemd.root, _unit_of(profile, unit_name)), systemd)
+    target = resolve(profile, sets, unit_name, root)
+    runs = current_runs()
+    if target.installed_as_deployment:
+        return fleet_cmds.status(target, as_json, runs)
+    st = status_core(target.paths, target.systemd)
     if as_json:
         from kimi_serve.commands.prewarm_cmd import start_history
         from kimi_serve.core.output import envelope
 
-        typer.echo(json.dumps(envelope("status", st.exit_code, {**st.to_json(), "starts": start_history()}), indent=2))
+        data = {**st.to_json(), "starts": start_history(), "runs": [r.to_json() for r in runs]}
+        typer.echo(json.dumps(envelope("status", st.exit_code, data, st.findings()), indent=2))
     else:
         _print_status(st)
-        for label, value in _start_rows(profile):
+        from kimi_serve.commands.prewarm_cmd import start_rows
+
+        for label, value in [*start_rows(target.profile), *run_rows(runs)]:
             typer.echo(f"{label + ':':13} {value}")
     return int(st.exit_code)
-
-
-def _start_rows(profile: str | None) -> list[tuple[str, str]]:
-    from kimi_serve.commands.prewarm_cmd import start_rows
-
-    return start_rows(profile)
 
 
 def _print_status(st: Status) -> None:
@@ -391,7 +289,7 @@ def _print_status(st: Status) -> None:
             f"{s.get('ActiveState')} ({s.get('SubState')}), {s.get('UnitFileState')}, main pid "
             f"{s.get('MainPID')}, restarts {s.get('NRestarts')}, since {s.get('ActiveEnterTimestamp') or '-'}"
             if s
-            else st.state_error,
+            else next((f.line() for f in st.findings() if f.code == "systemd.unreachable"), st.state_error),
         )
     )
     rows.append(("health", f"{st.health} ({m.endpoint if m else ''}/health)" if st.health else "not checked"))
@@ -427,6 +325,8 @@ def _monitor_rows(st: Status) -> list[tuple[str, str]]:
     live = t is not None and "ActiveState" in t
     state = f" {t['ActiveState']}, next run {t.get('NextElapseUSecRealtime') or '-'}" if t and live else ""
     rows = [("monitor", "not installed" if t is None else f"{t['unit']}{state}")]
+    if st.traffic is not None:
+        rows.append(("traffic", _traffic_row(st.traffic)))
     if m is None:
         return [*rows, ("checks", "none recorded")]
     if m["broken_since"]:
@@ -439,6 +339,15 @@ def _monitor_rows(st: Status) -> list[tuple[str, str]]:
         for r in m["last"][-5:]
     ]
     return rows
+
+
+def _traffic_row(tr: dict[str, Any]) -> str:
+    """The real-traffic counters (service/traffic.py): parse failures by kind, and why the journal was not read."""
+    counts = ", ".join(f"{k} {n}" for k, n in tr["counts"].items() if n) or "none"
+    row = f"parse failures {tr['total']} ({counts}) in {tr['lines_read']} log lines"
+    if tr["capped_runs"]:
+        row += f", {tr['capped_runs']} runs capped"
+    return row + (f"; journal not read: {tr['error']}" if tr["error"] else "")
 
 
 def register(app: typer.Typer) -> None:

@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
                     where="simulate",
                     hint="pass raw SGLang flags only with --raw",
                 )
-            from kimi_serve.check.report import launch_for
+            from kimi_serve.check.launch import launch_for
             from kimi_serve.profile.loader import load_profile
 
             prof = load_profile(profile)

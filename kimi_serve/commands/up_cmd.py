@@ -26,7 +26,8 @@ def up(
     wait_lock: bool = typer.Option(
         False,
         "--wait-lock",
-        help="When another kimi-serve command holds the host lock, wait for it instead of exiting 75.",
+        help="When another kimi-serve command holds a port, GPU or the venv this server takes, wait for it instead "
+        "of exiting 75.",
     ),
     sets: list[str] | None = SetOpt,
     quiet: bool = typer.Option(
@@ -39,7 +40,7 @@ def up(
 ) -> int:
     """Start the server in the foreground: preflight, start, progress, contract check, supervise (Ctrl-C stops it).
 
-    `up` holds the host lock until its server is stopped."""
+    `up` holds its ports, an SGLang server's GPUs and (shared) its venv until its server is stopped."""
     from kimi_serve.up.console import Console
     from kimi_serve.up.run import run_up
 
@@ -61,7 +62,7 @@ def doctor(
     """Check this host for the profile: GPUs (SM120), driver/CUDA, topology, GPU memory, disk, model files, draft,
     SGLang version and patch set, API-key file, port, memlock and open-file limits."""
     from kimi_serve.check.doctor import render, run_doctor
-    from kimi_serve.check.report import validated_launch
+    from kimi_serve.check.launch import validated_launch
     from kimi_serve.profile.loader import load_profile
 
     p = load_profile(profile)

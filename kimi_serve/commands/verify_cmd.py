@@ -9,11 +9,9 @@ from typing import Any
 
 import typer
 
+from kimi_serve.core.suites import QUICK, SUITES
 
-class Suite(str, Enum):
-    quick = "quick"
-    full = "full"
-    raw = "raw"
+Suite = Enum("Suite", {name: name for name in SUITES}, type=str)  # type: ignore[misc]  # quick, full, raw
 
 
 def _progress_printer(target: str) -> Any:
@@ -48,7 +46,7 @@ def verify(
     wait: float = typer.Option(0.0, "--wait", min=0.0, help="Seconds to wait for /health to turn 200 (0: check once)."),
     timeout: float = typer.Option(180.0, "--timeout", min=1.0, help="Seconds allowed for all probes together."),
     suite: Suite = typer.Option(
-        Suite.quick,
+        Suite(QUICK),
         "--suite",
         help="quick: tool + reasoning; full adds instant, parallel, "
         "tool-result, 8 KB argument, raw + lossless; raw: /generate only (docs/raw-path.md).",
@@ -167,7 +165,7 @@ def _verify_profile(ref: str, api_key: str | None, api_key_file: str | None, as_
     """`verify --profile P`: the profile's own server, or its router and then each replica (docs/verify.md)."""
     from kimi_serve.profile.loader import load_profile
     from kimi_serve.profile.topology import routed
-    from kimi_serve.router.client import deployment_targets, router_health
+    from kimi_serve.router.client import admin_key_of, deployment_targets, router_health
     from kimi_serve.verify import resolve_key, run_verify
     from kimi_serve.verify.deployment import render_deployment, run_deployment
     from kimi_serve.verify.render import render_lines, render_table
@@ -185,7 +183,8 @@ def _verify_profile(ref: str, api_key: str | None, api_key_file: str | None, as_
         typer.echo(report.to_json() if as_json else render(report))
         return report.exit_code
     deployment = run_deployment(targets, api_key=key.value, key_source=key.source, **args)
-    deployment.router_view = router_health(targets[0][1], key.value).to_json()
+    # /workers takes the control plane's admin key only (the key file's admin-api-key), never the clients'
+    deployment.router_view = router_health(targets[0][1], admin_key_of(api_key_file or p.server.api_key_file)).to_json()
     typer.echo(deployment.to_json() if as_json else render_deployment(deployment, render))
     return deployment.exit_code
 

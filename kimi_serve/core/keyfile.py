@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.files import write_atomic
 
 PRIVATE_MASK = stat.S_IRWXG | stat.S_IRWXO
 SUFFIXES = (".yaml", ".yml")
@@ -87,6 +88,18 @@ def render_key_file(api_key: str, admin_api_key: str | None = None) -> str:
     return yaml.safe_dump(data, default_flow_style=False)
 
 
+def write_key_file_text(path: Path, text: str, step: str | None = None) -> None:
+    """Replace ``path`` with the key file ``text``, mode 0600 from its first byte: a temporary file beside it, fsync,
+    one rename (a reader sees the old file or the new one). ``step`` names a :func:`checkpoint` before the rename.
+    The one writer of key files: the service's, the dry run's stand-in, the SGLang tier's copy."""
+    write_atomic(path, text, 0o600, step)
+
+
+def write_key_file(path: Path, api_key: str, admin_api_key: str | None = None, step: str | None = None) -> None:
+    """Write a key file SGLang reads with ``--config`` (:func:`render_key_file`, :func:`write_key_file_text`)."""
+    write_key_file_text(path, render_key_file(api_key, admin_api_key), step)
+
+
 def read_key_file(path: Path, where: str | None = None) -> str:
     """The key in an API-key file: SGLang's ``--config`` YAML (``api-key: KEY``) or a bare one-line key. The file must
     be private (no group/other bits). ``where`` names it in errors (default: the --api-key-file option)."""
@@ -127,3 +140,17 @@ def read_key_file(path: Path, where: str | None = None) -> str:
             hint="write one line `api-key: KEY` (the SGLang --config form) or the bare key",
         )
     return str(key).strip()
+
+
+def read_admin_key(path: Path, where: str | None = None) -> str | None:
+    """The ``admin-api-key`` of a key file (the file's rules as :func:`read_key_file`), None when it holds none. The
+    router's control plane (``/workers``) takes it; SGLang's ADMIN_OPTIONAL endpoints too."""
+    read_key_file(path, where)
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError:
+        return None
+    admin = data.get("admin-api-key", data.get("admin_api_key")) if isinstance(data, dict) else None
+    return str(admin).strip() if isinstance(admin, str | int) and str(admin).strip() else None

@@ -1,6 +1,12 @@
-"""The host lock: one kimi-serve command that changes the host (patches, engine, unit, `up`) at a time.
+"""Locks per resource: one kimi-serve command at a time changes a thing, and only commands that share a thing wait.
 
-An ``fcntl.flock`` on ``STATE_ROOT/host.lock``, taken *before* the command reads the state it will change, so two
+- the state of a target root (:func:`root_lock`): ``STATE_ROOT/host.lock`` for ``/`` (the host lock:
+  install-service, uninstall-service, restart), ``STATE_ROOT/locks/root-HASH.lock`` for a scratch ``--root``;
+- an engine venv (:func:`directory_lock` on its site-packages: ``patches apply|revert`` and ``engine install``
+  exclusive, ``up`` of an SGLang profile shared);
+- a GPU and a port a server takes (:func:`resource_lock`, ``STATE_ROOT/locks/gpu-N.lock``, ``port-P.lock``: ``up``).
+
+Each is an ``fcntl.flock`` taken *before* the command reads the state it will change, so two
 runs started together cannot both pass their checks. The kernel drops the lock when its holder dies (SIGKILL, power
 loss), so a crash never leaves it stale. The holder writes ``{"command", "pid", "since"}`` into the file; a second run
 names it in its one-line error (exit 75) or, with ``wait``, waits for it. Re-entrant within one process (restart runs
@@ -11,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import time
@@ -23,7 +30,20 @@ from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.settings import STATE_DIR_ENV, state_root
 
 LOCK_NAME = "host.lock"
+LOCKS_DIR = "locks"  # STATE_ROOT/locks/: the GPUs and ports `up` holds
 _held: dict[Path, int] = {}  # lock path -> depth, for re-entry in this process
+
+
+@contextlib.contextmanager
+def _depth(path: Path) -> Iterator[None]:
+    """Count one hold of ``path`` by this process (the first takes the flock; a nested one only counts)."""
+    _held[path] = _held.get(path, 0) + 1
+    try:
+        yield
+    finally:
+        _held[path] -= 1
+        if not _held[path]:
+            del _held[path]
 
 
 def lock_path(state_dir: Path | None = None) -> Path:
@@ -51,22 +71,84 @@ def host_lock(
 ) -> Iterator[Path]:
     """Hold the host lock for ``command`` (e.g. ``"patches apply"``). Raises exit 75 when it is held and ``wait`` is
     false (or ``wait_timeout`` passes), exit 5 when the state root cannot be written."""
-    path = lock_path(state_dir)
-    if path in _held:
-        _held[path] += 1
-        try:
+    with file_lock(
+        lock_path(state_dir),
+        command,
+        wait=wait,
+        wait_timeout=wait_timeout,
+        doing="is changing this host",
+        cannot=f"run as root, or set {STATE_DIR_ENV} to a writable directory",
+    ) as path:
+        yield path
+
+
+def root_lock_path(root: Path) -> Path:
+    """The lock of what a command changes under ``root``: the host lock for ``/``, else the scratch root's own
+    ``STATE_ROOT/locks/root-HASH.lock`` (keyed by its real path; nothing is written into the root itself), so an
+    offline install into a staging tree waits for nothing else on this host."""
+    real = os.path.realpath(root)
+    if Path(real) == Path("/"):
+        return lock_path()
+    return state_root() / LOCKS_DIR / f"root-{hashlib.sha256(real.encode()).hexdigest()[:16]}.lock"
+
+
+@contextlib.contextmanager
+def root_lock(command: str, root: Path, *, wait: bool = False) -> Iterator[Path]:
+    """Hold the lock of ``root``'s state for ``command`` (the host lock when ``root`` is ``/``); exit 75 when held."""
+    path = root_lock_path(root)
+    if path == lock_path():
+        with host_lock(command, wait=wait) as held:
+            yield held
+        return
+    with file_lock(
+        path, command, wait=wait, doing=f"is changing {root}", cannot=f"set {STATE_DIR_ENV} to a writable directory"
+    ) as held:
+        yield held
+
+
+def resource_lock_path(kind: str, name: str, state_dir: Path | None = None) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    return state_root(state_dir) / LOCKS_DIR / f"{kind}-{safe}.lock"
+
+
+@contextlib.contextmanager
+def resource_lock(
+    command: str, kind: str, name: str, *, state_dir: Path | None = None, wait: bool = False
+) -> Iterator[Path]:
+    """Hold ``kind`` ``name`` (``gpu 3``, ``port 30000``) for ``command``: exit 75 naming the holder when another
+    kimi-serve command has it (or wait, with ``wait``)."""
+    with file_lock(
+        resource_lock_path(kind, name, state_dir),
+        command,
+        wait=wait,
+        doing=f"holds {kind} {name}",
+        cannot=f"set {STATE_DIR_ENV} to a writable directory",
+    ) as held:
+        yield held
+
+
+@contextlib.contextmanager
+def file_lock(
+    path: Path,
+    command: str,
+    *,
+    wait: bool = False,
+    wait_timeout: float | None = None,
+    doing: str = "is changing this host",
+    cannot: str = "run as root",
+) -> Iterator[Path]:
+    """Hold the flock on ``path`` for ``command`` (the host lock, or a lock on what a command changes). ``doing``
+    completes the exit-75 message after the holder's name; ``cannot`` is the fix when ``path`` cannot be written."""
+    if path in _held:  # this process holds it already: no second flock
+        with _depth(path):
             yield path
-        finally:
-            _held[path] -= 1
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         f: IO[str] = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the block
     except OSError as exc:
         raise KimiServeError(
-            f"cannot write the host lock {path}: {exc.strerror or exc}",
-            hint=f"run as root, or set {STATE_DIR_ENV} to a writable directory",
-            exit_code=ExitCode.ENVIRONMENT,
+            f"cannot write the lock {path}: {exc.strerror or exc}", hint=cannot, exit_code=ExitCode.ENVIRONMENT
         ) from None
     with f:
         deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
@@ -83,7 +165,7 @@ def host_lock(
                         time.sleep(0.05)
                         info = holder(path)
                     raise KimiServeError(
-                        f"{_describe(info)} is changing this host",
+                        f"{_describe(info)} {doing}",
                         where=str(path),
                         hint="wait for it to finish, or pass --wait-lock",
                         exit_code=ExitCode.LOCKED,
@@ -97,11 +179,74 @@ def host_lock(
             )
         )
         f.flush()
-        _held[path] = 1
         try:
-            yield path
+            with _depth(path):
+                yield path
         finally:
-            del _held[path]
             f.seek(0)
             f.truncate()
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _flock_holder(st: os.stat_result, locks: Path = Path("/proc/locks")) -> tuple[str, bool]:
+    """Who holds a flock on the file ``st`` describes, from /proc/locks (pid and command line), or a stand-in; and
+    whether that hold is shared (READ)."""
+    try:
+        lines = locks.read_text(encoding="ascii", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:
+        cols = line.split()
+        if len(cols) >= 6 and cols[1] == "FLOCK" and cols[5] == wanted and not cols[0].endswith("->"):
+            try:
+                argv = Path(f"/proc/{cols[4]}/cmdline").read_bytes().split(b"\0")
+                shown = " ".join(a.decode(errors="replace") for a in argv if a)[:120]
+            except OSError:
+                shown = "?"
+            return f"pid {cols[4]} ({shown})", cols[3] == "READ"
+    return "another kimi-serve command", False
+
+
+@contextlib.contextmanager
+def directory_lock(
+    path: Path,
+    *,
+    wait: bool = False,
+    doing: str = "is changing it",
+    shared: bool = False,
+    doing_shared: str = "is using it",
+) -> Iterator[Path]:
+    """A flock on the directory ``path`` itself: nothing is written into it (a byte-identical tree stays so), and any
+    run that changes it takes the same lock whatever its state root. ``shared``: a hold that only keeps it from
+    changing (a server running from it; any number at once). Exit 75 naming the holder (from /proc/locks) and
+    ``doing`` (``doing_shared`` for a shared holder) when held and not ``wait``."""
+    if path in _held:  # this process holds it already: no second flock
+        with _depth(path):
+            yield path
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise KimiServeError(
+            f"cannot open {path}: {exc.strerror or exc}", hint="check the path", exit_code=ExitCode.ENVIRONMENT
+        ) from None
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not wait:
+                    who, reading = _flock_holder(os.fstat(fd))
+                    raise KimiServeError(
+                        f"{who} {doing_shared if reading else doing}",
+                        where=str(path),
+                        hint="wait for it to finish, or pass --wait-lock",
+                        exit_code=ExitCode.LOCKED,
+                    ) from None
+                time.sleep(0.2)
+        with _depth(path):
+            yield path
+    finally:
+        os.close(fd)

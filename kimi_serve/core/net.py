@@ -13,3 +13,19 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+# A wildcard bind address is what a server listens on, not where a client connects: it means this machine, reached
+# through the loopback address of the same family ("" is what an unset bind address reads as).
+WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+
+
+def connect_host(host: str) -> str:
+    """Where a local client connects to a server bound to ``host``: a wildcard maps to loopback, else ``host``."""
+    return WILDCARDS.get(host, host)
+
+
+def client_url(host: str, port: int) -> str:
+    """``http://HOST:PORT`` for a local client of a server bound to ``host`` (``[V6]`` for an IPv6 address)."""
+    host = connect_host(host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

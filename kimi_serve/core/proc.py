@@ -7,9 +7,9 @@ Long-running children (the server under `up`, the simulator in a dry run) are st
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 
@@ -44,18 +44,21 @@ class NotInstalled(KimiServeError):
 def run(
     argv: Sequence[str],
     *,
-    timeout: float,
+    timeout: float | None,
     input: str | None = None,
     env: Mapping[str, str] | None = None,
     install_hint: str | None = None,
+    errors: str | None = None,
 ) -> Completed:
     """Run ``argv`` to completion and capture its output. A missing program raises :class:`NotInstalled` (exit 5);
-    a timeout returns rc 124 with what it printed; other OS errors return rc 126 with the reason."""
+    a timeout returns rc 124 with what it printed; other OS errors return rc 126 with the reason. ``timeout`` None
+    waits as long as it takes (an install); ``errors="replace"`` survives output that is not UTF-8."""
     try:
         proc = subprocess.run(
             list(argv),
             capture_output=True,
             text=True,
+            errors=errors,
             timeout=timeout,
             input=input,
             env=dict(env) if env is not None else None,
@@ -71,3 +74,42 @@ def run(
     except OSError as exc:
         return Completed(tuple(argv), 126, "", f"cannot run {argv[0]}: {exc.strerror or exc}")
     return Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+
+
+def stream(
+    argv: Sequence[str], on_line: Callable[[str], object], *, env: Mapping[str, str] | None = None, keep: int = 200
+) -> Completed:
+    """Run ``argv`` to completion, stdout and stderr merged, handing each line to ``on_line`` as it comes (a long
+    download shown live); ``out`` holds the last ``keep`` lines. A missing program raises FileNotFoundError."""
+    with subprocess.Popen(
+        list(argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        env=dict(env) if env is not None else None,
+    ) as child:
+        assert child.stdout is not None
+        kept: list[str] = []
+        for line in child.stdout:
+            on_line(line)
+            kept = [*kept[-(keep - 1) :], line]
+        rc = child.wait()
+    return Completed(tuple(argv), rc, "".join(kept), "")
+
+
+def run_to_log(argv: Sequence[str], log: BinaryIO, *, timeout: float, env: Mapping[str, str] | None = None) -> int:
+    """Run ``argv`` to completion with no stdin, stdout and stderr into the open file ``log``; its exit status, or
+    :data:`TIMED_OUT` when it ran past ``timeout`` (it is killed)."""
+    try:
+        return subprocess.run(
+            list(argv),
+            env=dict(env) if env is not None else None,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+            check=False,
+        ).returncode
+    except subprocess.TimeoutExpired:
+        return TIMED_OUT

@@ -16,6 +16,9 @@ from pathlib import Path
 STATE_DIR_ENV = "KIMI_SERVE_STATE_DIR"  # state root: patch records, service records, locks, history
 PROFILE_PATH_ENV = "KIMI_SERVE_PROFILE_PATH"  # extra profile folders, ':'-separated, searched before the shipped ones
 SGLANG_PYTHON_ENV = "KIMI_SERVE_SGLANG_PYTHON"  # an interpreter that can import sglang (the CPU venv in CI)
+# a running SGLang probe server (``PYTHON -m kimi_serve.sglang.probe --serve SOCKET``) that `check` asks instead of
+# importing SGLang again; the test suite starts one per session
+PROBE_SOCKET_ENV = "KIMI_SERVE_PROBE_SOCKET"
 SGLANG_WHEEL_ENV = "KIMI_SERVE_SGLANG_WHEEL"  # the pinned sglang wheel, for the offline patch check
 WHEEL_CACHE_ENV = "KIMI_SERVE_WHEEL_CACHE"  # where scripts/fetch-sglang-wheel.sh keeps that wheel
 ACCOUNTS_ROOT_ENV = "KIMI_SERVE_ACCOUNTS_ROOT"  # the root whose etc/passwd holds service.user (default /)
@@ -41,6 +44,7 @@ class Settings:
     state_root: Path = DEFAULT_STATE_ROOT
     profile_path: tuple[Path, ...] = ()
     sglang_python: str | None = None
+    probe_socket: str | None = None
     sglang_wheel: Path | None = None
     wheel_cache: Path | None = None
     api_key: str | None = None
@@ -68,6 +72,7 @@ def from_env(environ: Mapping[str, str]) -> Settings:
         state_root=Path(state) if state else DEFAULT_STATE_ROOT,
         profile_path=tuple(Path(p) for p in (get(PROFILE_PATH_ENV) or "").split(os.pathsep) if p),
         sglang_python=get(SGLANG_PYTHON_ENV),
+        probe_socket=get(PROBE_SOCKET_ENV),
         sglang_wheel=Path(wheel) if wheel else None,
         wheel_cache=Path(cache) if cache else None,
         api_key=get(API_KEY_ENV),

@@ -6,28 +6,31 @@ recorded; only then is it swapped in by two renames (old -> ``.NAME.kimi-serve-o
 one removed. A failed or killed install therefore leaves the previous venv where it was; the next install clears the
 staging leftovers and, if it was killed between the two renames, puts the old venv back first.
 
-One change of the host at a time: the install runs under kimi-serve's host lock (:mod:`kimi_serve.core.lock`); a
-second install (or any other host-changing command) exits 75 naming the holder.
+One install of a venv at a time: the install holds the lock of its prefix (``.NAME.kimi-serve.lock`` next to it) and,
+over an existing venv, its site-packages (:mod:`kimi_serve.core.lock`); a second install of that prefix, or one under
+a server `up` runs from it, exits 75 naming the holder. Installs of other prefixes run beside it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from kimi_serve import __version__
+from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.lock import host_lock, lock_path
+from kimi_serve.core.lock import directory_lock, file_lock
 from kimi_serve.core.settings import current
 from kimi_serve.engine import locks
 
@@ -88,7 +91,7 @@ class Plan:
     installer_path: str
     python: str  # the base interpreter
     python_version: str
-    patch_set: str | None
+    patch_set: tuple[str, ...]  # the sets to apply together (a profile's patch_set list); () for none
     profile: str | None
     staging: Path = field(init=False)
     replaces: bool = field(init=False)
@@ -96,6 +99,11 @@ class Plan:
     def __post_init__(self) -> None:
         self.staging = self.prefix.parent / f".{self.prefix.name}.kimi-serve-new"
         self.replaces = self.prefix.exists()
+
+    @property
+    def lock_file(self) -> Path:
+        """The install lock of this prefix (a sibling file: the prefix itself is swapped by a rename)."""
+        return self.prefix.parent / f".{self.prefix.name}.kimi-serve.lock"
 
     @property
     def old(self) -> Path:
@@ -113,16 +121,20 @@ class Plan:
             "installer_path": self.installer_path,
             "python": self.python,
             "python_version": self.python_version,
-            "patch_set": self.patch_set,
+            "patch_set": "+".join(self.patch_set) or None,
             "profile": self.profile,
             "staging": str(self.staging),
             "replaces_existing": self.replaces,
-            "host_lock": str(lock_path()),
+            "lock_path": str(self.lock_file),
         }
 
 
 def make_plan(
-    prefix: Path, lock_name: str, patch_set: str | None, profile: str | None, installer: str | None = None
+    prefix: Path,
+    lock_name: str,
+    patch_set: str | Sequence[str] | None,
+    profile: str | None,
+    installer: str | None = None,
 ) -> Plan:
     lock = locks.load(lock_name)
     prefix = prefix.expanduser().absolute()
@@ -144,7 +156,8 @@ def make_plan(
         )
     else:
         kind, path = "uv", uv
-    return Plan(prefix, lock, kind, path, base_python(version), version, patch_set, profile)
+    sets = (patch_set,) if isinstance(patch_set, str) else tuple(patch_set or ())
+    return Plan(prefix, lock, kind, path, base_python(version), version, sets, profile)
 
 
 # --------------------------------------------------------------------------------------------------------- lock
@@ -153,21 +166,43 @@ def make_plan(
 # ------------------------------------------------------------------------------------------------------ install
 
 
+_UV_MISMATCH = re.compile(r"Hash mismatch for `([^`]+)`")
+_PIP_MISMATCH = re.compile(r"^\s+(\S+==\S+) from \S+", re.MULTILINE)
+
+
+def hash_mismatch(output: str) -> list[str]:
+    """The packages (``name==version``) uv's or pip's output reports a sha256 mismatch for."""
+    found = _UV_MISMATCH.findall(output)
+    if "DO NOT MATCH THE HASHES" in output:
+        found += _PIP_MISMATCH.findall(output.split("DO NOT MATCH THE HASHES", 1)[1])
+    return list(dict.fromkeys(found))
+
+
 def _run(cmd: list[str], what: str, *, progress: bool, env: dict[str, str] | None = None) -> None:
     try:
-        if progress:  # the long download: let uv/pip draw on the terminal (stderr, so --json stays clean)
-            rc = subprocess.run(cmd, stdout=sys.stderr, env=env).returncode
-            tail = ""
+        if progress:  # the long download: show uv/pip's output as it comes (stderr, so --json stays clean)
+            streamed = proc.stream(cmd, sys.stderr.write, env=env)
+            rc, output = streamed.rc, streamed.out
         else:
-            done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            rc = done.returncode
-            lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
-            tail = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
-    except FileNotFoundError as exc:
+            done = proc.run(cmd, timeout=None, env=env, errors="replace")
+            rc = done.rc
+            output = done.err.strip() or done.out.strip()
+    except (FileNotFoundError, proc.NotInstalled) as exc:
         raise KimiServeError(
             f"{what}: {cmd[0]} not found", hint="install it, or pass --installer pip", exit_code=ExitCode.ENVIRONMENT
         ) from exc
     if rc != 0:
+        mismatched = hash_mismatch(output)
+        if mismatched:
+            raise KimiServeError(
+                f"{what} failed: hash mismatch for {', '.join(mismatched[:5])}: the downloaded file's sha256 is not "
+                "the one the lock pins; nothing was installed and the previous venv is untouched",
+                hint="use the lock shipped with kimi-serve (--lock gpu|cpu) or regenerate it with scripts/lock.py; "
+                "if the lock is right, the index served another file: check the index or mirror",
+                exit_code=ExitCode.ENVIRONMENT,
+            )
+        lines = output.splitlines()
+        tail = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
         detail = f": {tail}" if tail else " (see the output above)"
         raise KimiServeError(
             f"{what} failed (exit {rc}){detail}; the previous venv is untouched",
@@ -177,14 +212,14 @@ def _run(cmd: list[str], what: str, *, progress: bool, env: dict[str, str] | Non
 
 
 def installed_versions(python: Path) -> dict[str, Any]:
-    done = subprocess.run([str(python), "-I", "-c", _VERSIONS], capture_output=True, text=True, timeout=60)
-    if done.returncode != 0:
+    done = proc.run([str(python), "-I", "-c", _VERSIONS], timeout=60)
+    if done.rc != 0:
         raise KimiServeError(
-            f"{python} cannot list its packages: {(done.stderr.strip().splitlines() or ['no output'])[-1]}",
+            f"{python} cannot list its packages: {(done.err.strip().splitlines() or ['no output'])[-1]}",
             hint="rebuild it with kimi-serve engine install",
             exit_code=ExitCode.ENVIRONMENT,
         )
-    data = json.loads(done.stdout.strip().splitlines()[-1])
+    data: dict[str, Any] = json.loads(done.out.strip().splitlines()[-1])
     data["packages"] = {_normalize(k): v for k, v in data["packages"].items()}
     return data
 
@@ -215,18 +250,19 @@ def _recover(plan: Plan) -> None:
 def _patch(plan: Plan, venv: Path) -> dict[str, Any] | None:
     if not plan.patch_set:
         return None
-    from kimi_serve.patches import apply, load_patch_set
+    from kimi_serve.patches import apply_sets, load_patch_set
 
-    ps = load_patch_set(plan.patch_set)
+    sets = [load_patch_set(name) for name in plan.patch_set]
     # The patch record and backups of `patches apply` are keyed by the site-packages path, which is the staging
     # folder here: keep them out of the host's state. Hashes decide patch state, and revert works without a record.
+    # All the sets or none (apply_sets); the staging venv is thrown away on a failure anyway.
     with tempfile.TemporaryDirectory(prefix="kimi-serve-engine-patch-") as state:
-        result = apply(site_packages(venv, plan.python_version), ps, state_dir=Path(state))
+        results = apply_sets(site_packages(venv, plan.python_version), sets, state_dir=Path(state))
     return {
-        "set": ps.name,
-        "patches": [p.name for p in ps.patches],
-        "applied": result.status.all_applied,
-        "message": result.message,
+        "set": "+".join(ps.name for ps in sets),
+        "patches": [p.name for ps in sets for p in ps.patches],
+        "applied": all(r.status.all_applied for r in results),
+        "message": "\n".join(r.message for r in results),
     }
 
 
@@ -240,9 +276,34 @@ class InstallResult:
         return {"plan": self.plan.to_dict(), "record": self.record, "seconds": round(self.seconds, 1)}
 
 
+@contextlib.contextmanager
+def _venv_lock(plan: Plan) -> Iterator[None]:
+    """The lock of the venv being installed: its prefix's install lock (one install per prefix), and, over a venv that
+    exists, its site-packages exclusively (a server `up` runs from it, or a patch change in it, refuses: exit 75)."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(
+            file_lock(
+                plan.lock_file,
+                "engine install",
+                doing=f"is installing {plan.prefix}",
+                cannot=f"pass a --prefix whose folder ({plan.prefix.parent}) you can write",
+            )
+        )
+        current = site_packages(plan.prefix, plan.python_version)
+        if current.is_dir():
+            stack.enter_context(
+                directory_lock(
+                    current,
+                    doing=f"is changing the SGLang in {current}",
+                    doing_shared=f"serves from the SGLang in {current}",
+                )
+            )
+        yield
+
+
 def install(plan: Plan, *, progress: bool = False) -> InstallResult:
     start = time.monotonic()
-    with host_lock("engine install"):
+    with _venv_lock(plan):
         _recover(plan)
         plan.prefix.parent.mkdir(parents=True, exist_ok=True)
         staging = plan.staging
@@ -347,6 +408,7 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
 
 def read_record(prefix: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((prefix / RECORD_NAME).read_text(encoding="utf-8"))
+        record: dict[str, Any] = json.loads((prefix / RECORD_NAME).read_text(encoding="utf-8"))
+        return record
     except (OSError, ValueError):
         return None

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.pin import SGLANG_VERSION
 
 LOCK_DIR = Path(__file__).resolve().parent / "lockfiles"
 ENGINE_LOCKS = ("gpu", "cpu")
-SGLANG_VERSION = "0.5.23"
 PYTHON_VERSION = "3.11"
 PLATFORM = "x86_64-manylinux_2_34"  # sglang 0.5.23's Linux wheel is manylinux_2_34
 # Resolution ignores anything uploaded after this instant, so re-resolving gives the same lock until an input changes.
@@ -210,6 +210,13 @@ def load(name_or_path: str) -> Lock:
     path = lock_path(name_or_path)
     try:
         text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise KimiServeError(
+            f"lock file {path} is not UTF-8 text (byte {exc.start}: {exc.object[exc.start : exc.start + 1]!r})",
+            where="--lock",
+            hint="pass a requirements-style lock (--lock gpu|cpu, or a file from scripts/lock.py)",
+            exit_code=ExitCode.USAGE,
+        ) from None
     except OSError as exc:
         raise KimiServeError(
             f"cannot read lock {path}: {exc.strerror}", hint="reinstall kimi-serve", exit_code=ExitCode.ENVIRONMENT

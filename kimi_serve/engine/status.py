@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.engine import locks
 from kimi_serve.engine.install import installed_versions, read_record, site_packages
@@ -115,25 +115,26 @@ class EngineStatus:
 
 
 def dependency_problems(python: Path) -> list[list[Any]]:
-    done = subprocess.run([str(python), "-I", "-c", _DEPS_CHECK], capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    done = proc.run([str(python), "-I", "-c", _DEPS_CHECK], timeout=120)
+    if done.rc != 0:
+        last = (done.err.strip().splitlines() or ["no output"])[-1]
         return [["?", f"dependency check failed: {last}", None]]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    conflicts: list[list[Any]] = json.loads(done.out.strip().splitlines()[-1])
+    return conflicts
 
 
 def _patch_state(prefix: Path, set_name: str, version: str) -> str:
     from kimi_serve.patches import load_patch_set, status
 
-    try:
-        st = status(site_packages(prefix, version), load_patch_set(set_name))
+    try:  # the record names the sets applied together as "a+b" (one name before patch_set lists)
+        sts = [status(site_packages(prefix, version), load_patch_set(name)) for name in set_name.split("+")]
     except KimiServeError as exc:
         return f"unknown: {exc.message}"
-    if st.all_applied:
+    if all(st.all_applied for st in sts):
         return "applied"
-    if st.pristine:
+    if all(st.pristine for st in sts):
         return "not applied"
-    return "conflict" if any(p.state.value == "conflict" for p in st.patches) else "partial"
+    return "conflict" if any(p.state.value == "conflict" for st in sts for p in st.patches) else "partial"
 
 
 def engine_status(prefix: Path, lock_name: str | None = None) -> EngineStatus:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 _HOME = {
     "ChangeResult": "change",
     "apply": "change",
+    "apply_sets": "change",
     "revert": "change",
     "DEFAULT_SET": "names",
     "MANIFEST": "manifest",
@@ -43,6 +44,7 @@ __all__ = [
     "State",
     "WheelCheck",
     "apply",
+    "apply_sets",
     "available_patch_sets",
     "cached_wheel",
     "check_applies_to_wheel",
@@ -52,7 +54,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from kimi_serve.patches.change import ChangeResult, apply, revert
+    from kimi_serve.patches.change import ChangeResult, apply, apply_sets, revert
     from kimi_serve.patches.manifest import MANIFEST, Patch, PatchSet, available_patch_sets, load_patch_set
     from kimi_serve.patches.names import DEFAULT_SET
     from kimi_serve.patches.state import FileState, PatchReport, PatchStatus, State, status

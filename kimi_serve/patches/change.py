@@ -1,10 +1,13 @@
 """Apply and revert a patch set, all-or-nothing, with backups, a record and an intent journal (crash recovery, see
-kimi_serve.patches.journal), one change at a time under the host lock (kimi_serve.core.lock)."""
+kimi_serve.patches.journal), one change at a time under the lock of the site-packages it changes (:func:`site_lock`,
+kimi_serve.core.lock): the lock of the venv, not of the host, so a change of another venv never waits for it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,7 +15,7 @@ from pathlib import Path
 from kimi_serve import __version__
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
-from kimi_serve.core.lock import host_lock
+from kimi_serve.core.lock import directory_lock
 from kimi_serve.core.settings import STATE_DIR_ENV
 from kimi_serve.patches import journal
 from kimi_serve.patches.files import Content, read_content, replace_all
@@ -22,11 +25,28 @@ from kimi_serve.patches.state import (
     State,
     check_hashes,
     not_writable,
+    permitted,
     record_dir_of,
     stage_set,
     status,
     write_backups,
 )
+
+
+@contextlib.contextmanager
+def site_lock(site_packages: Path, *, wait: bool) -> Iterator[Path]:
+    """The lock of what a patch change changes: a flock on the (real) site-packages folder itself, so two runs on one
+    SGLang serialise whatever their ``--state-dir``, and one under a server `up` runs from it (a shared hold) is
+    refused; nothing is written there. Exit 5 (not 70) when the folder cannot be opened."""
+    real = Path(os.path.realpath(site_packages))
+    with directory_lock(
+        real,
+        wait=wait,
+        doing=f"is changing the SGLang in {real}",
+        doing_shared=f"serves from the SGLang in {real}",
+    ) as held:
+        yield held
+
 
 # ---------------------------------------------------------------------------------------------------------- apply
 
@@ -41,13 +61,31 @@ class ChangeResult:
 def apply(
     site_packages: Path, patch_set: PatchSet, *, state_dir: Path | None = None, wait_lock: bool = False
 ) -> ChangeResult:
-    """Apply every patch of ``patch_set`` or none; a no-op when already applied. Takes the host lock first, then
-    recovers an interrupted change (:mod:`kimi_serve.patches.journal`), then reads the state."""
-    with host_lock("patches apply", state_dir=state_dir, wait=wait_lock):
+    """Apply every patch of ``patch_set`` or none; a no-op when already applied. Takes the site-packages lock
+    first, then recovers an interrupted change (:mod:`kimi_serve.patches.journal`), then reads the state."""
+    with site_lock(site_packages, wait=wait_lock), permitted(site_packages):
         record_dir = record_dir_of(state_dir, patch_set, site_packages)
         recovered = journal.recover(site_packages, patch_set, record_dir)
         result = _apply(site_packages, patch_set, state_dir, record_dir)
     return _noting(result, recovered)
+
+
+def apply_sets(
+    site_packages: Path, patch_sets: Sequence[PatchSet], *, state_dir: Path | None = None, wait_lock: bool = False
+) -> list[ChangeResult]:
+    """Apply several sets (a profile's ``patch_set`` list) all-or-nothing across them: each through :func:`apply`
+    (all-or-nothing within the set, journalled); when one fails, the sets this call applied before it are reverted
+    (:func:`revert`, newest first) and the failure is raised, so the install is as it was."""
+    done: list[ChangeResult] = []
+    for i, ps in enumerate(patch_sets):
+        try:
+            done.append(apply(site_packages, ps, state_dir=state_dir, wait_lock=wait_lock))
+        except BaseException:
+            for earlier, result in reversed(list(zip(patch_sets[:i], done, strict=True))):
+                if result.changed:
+                    revert(site_packages, earlier, state_dir=state_dir, wait_lock=True)
+            raise
+    return done
 
 
 def _noting(result: ChangeResult, recovered: str | None) -> ChangeResult:
@@ -134,8 +172,8 @@ def revert(
     site_packages: Path, patch_set: PatchSet, *, state_dir: Path | None = None, wait_lock: bool = False
 ) -> ChangeResult:
     """Restore the original files byte for byte, checked against the manifest's "before" hashes afterwards (exit 1
-    on a mismatch); a no-op when nothing is patched. Host lock and recovery as in :func:`apply`."""
-    with host_lock("patches revert", state_dir=state_dir, wait=wait_lock):
+    on a mismatch); a no-op when nothing is patched. Site lock and recovery as in :func:`apply`."""
+    with site_lock(site_packages, wait=wait_lock), permitted(site_packages):
         record_dir = record_dir_of(state_dir, patch_set, site_packages)
         recovered = journal.recover(site_packages, patch_set, record_dir)
         result = _revert(site_packages, patch_set, state_dir, record_dir)

@@ -2,7 +2,7 @@
 written (atomically, fsync'd) before the first file is swapped, removed once the change is complete.
 
 A run killed at any step (SIGKILL, power loss) leaves the journal behind. The next `patches status` reports the
-interrupted change; the next `apply` or `revert` first recovers, under the host lock:
+interrupted change; the next `apply` or `revert` first recovers, under the site-packages lock:
 
 - an apply whose every file is patched and whose record was committed is *finished* (the journal is dropped);
 - anything else is *rolled back* (an apply) or *finished* (a revert) the same way: every file that is not the

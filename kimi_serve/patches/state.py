@@ -3,9 +3,11 @@ staging a patch set on in-memory copies."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -146,8 +148,27 @@ def _patch_reports(ps: PatchSet, files: dict[str, FileState]) -> list[PatchRepor
     return reports
 
 
+@contextlib.contextmanager
+def permitted(site_packages: Path) -> Iterator[None]:
+    """A file of ``site_packages`` this user may not read or write is the host's refusal (exit 5), not a bug (70)."""
+    try:
+        yield
+    except PermissionError as exc:
+        raise KimiServeError(
+            f"cannot read or write {exc.filename or site_packages}: {exc.strerror or exc}",
+            where=str(site_packages),
+            hint="run as the owner of that SGLang (or root), or fix its permissions",
+            exit_code=ExitCode.ENVIRONMENT,
+        ) from None
+
+
 def status(site_packages: Path, patch_set: PatchSet, *, state_dir: Path | None = None) -> PatchStatus:
     """Per-patch state of ``patch_set`` in ``site_packages`` (refuses another sglang version)."""
+    with permitted(site_packages):
+        return _status(site_packages, patch_set, state_dir)
+
+
+def _status(site_packages: Path, patch_set: PatchSet, state_dir: Path | None) -> PatchStatus:
     version = _require_version(site_packages, patch_set)
     files = _file_states(site_packages, patch_set)
     reports = _patch_reports(patch_set, files)
@@ -180,7 +201,8 @@ def record_dir_of(state_dir: Path | None, ps: PatchSet, site_packages: Path) -> 
 
 def read_record(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return record
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:

@@ -16,7 +16,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-TARGET_SGLANG = "0.5.23"
+from kimi_serve.core.pin import SGLANG_VERSION as TARGET_SGLANG
+
 _TABLE = Path(__file__).resolve().parent / "data" / f"sglang-{TARGET_SGLANG}-flags.json"
 
 # What replaces each deprecated spelling (shown in the fix).

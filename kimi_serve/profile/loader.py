@@ -19,7 +19,9 @@ import yaml
 
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.resources import resource_dir
+from kimi_serve.core.text import line_breaker, string_problem
 from kimi_serve.profile.schema import SECTIONS, TOP_LEVEL_ONLY, Key
+from kimi_serve.profile.sections import SECTION_TYPES, ProfileKeys
 from kimi_serve.profile.yamlfile import read_yaml
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -32,20 +34,10 @@ _CONTAINERS = frozenset(
 
 
 @dataclass(frozen=True)
-class Section:
-    """Read-only attribute access to one profile section (``profile.server.port``)."""
+class Profile(ProfileKeys):
+    """A loaded profile: its typed keys and sections (:class:`ProfileKeys`, generated from the schema) and where they
+    came from."""
 
-    _values: Mapping[str, Any]
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self._values[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-
-@dataclass(frozen=True)
-class Profile:
     name: str
     source: Path
     data: Mapping[str, Any]  # fully merged, defaults filled, no `extends`
@@ -53,14 +45,6 @@ class Profile:
     lines: Mapping[str, str] = field(default_factory=dict)  # key path -> "file:line" where it was set
     overrides: tuple[str, ...] = field(default=())  # the --set KEY=VALUE items applied last, as given
     ref: str = ""  # --profile as the user typed it (hints repeat it)
-
-    def __getattr__(self, name: str) -> Any:
-        data = object.__getattribute__(self, "data")
-        if name in SECTIONS and name:
-            return Section(MappingProxyType(data[name]))
-        if name in data:
-            return data[name]
-        raise AttributeError(name)
 
     def where(self, key_path: str) -> str:
         """Breadcrumb for a key: ``configs/prod.yaml:12: server.port`` (the file that set it, else the profile)."""
@@ -225,13 +209,10 @@ def _type_error(key: Key, value: Any) -> str | None:
     if t in ("str", "path"):
         if not isinstance(value, str):
             return "a string"
-        if any(c in value for c in "\n\r\x00"):
-            return "a single-line string without NUL"
-        if t == "path" and not value.startswith("/"):
-            return "an absolute path"
-        if key.choices and value not in key.choices:
-            return "one of " + ", ".join(map(str, key.choices))
-        return None
+        choice = key.choices and value not in key.choices
+        return string_problem(value, path=t == "path") or (
+            "one of " + ", ".join(map(str, key.choices or ())) if choice else None
+        )
     if t == "bool":
         return None if isinstance(value, bool) else "true or false"
     if t in ("int", "float"):
@@ -247,9 +228,15 @@ def _type_error(key: Key, value: Any) -> str | None:
     if t == "str_list":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             return "a list of strings"
-        if any(any(c in v for c in "\n\r\x00") for v in value):
-            return "strings without newline or NUL"
+        if any(line_breaker(v) for v in value):
+            return "strings without control characters (newline, CR, NUL, tab, ...)"
         return None
+    if t == "names":  # one name or a list of names, each once
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, list) or not all(isinstance(v, str) and v for v in names):
+            return "a name or a list of names"
+        bad = next((p for p in (string_problem(v, path=False) for v in names) if p), None)
+        return bad or ("each name once" if len(set(names)) != len(names) else None)
     if t == "str_map":
         if not isinstance(value, dict):
             return "a mapping of NAME: value"
@@ -258,8 +245,8 @@ def _type_error(key: Key, value: Any) -> str | None:
                 return f"valid variable names (got {k!r})"
             if isinstance(v, bool) or not isinstance(v, (str, int, float)):
                 return f'string values (quote {k}\'s value, e.g. "1")'
-            if any(c in str(v) for c in "\n\r\x00"):
-                return f"single-line values ({k} has a newline or NUL)"
+            if line_breaker(str(v)):
+                return f"single-line values without control characters ({k} has {line_breaker(str(v))!r})"
         return None
     raise AssertionError(f"unknown schema type {t}")
 
@@ -284,8 +271,17 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
         if value is None and (key not in data or key in _CONTAINERS):  # `env:` left empty: nothing set
             value = copy.deepcopy(spec.default)
         problem = _type_error(spec, value)
-        if problem:
-            raise KimiServeError(f"expected {problem}, got {value!r}", where=loc(key), hint=f"set {key} to {problem}")
+        if problem:  # a bad env value is named by its own key (env.NAME)
+            sub = (
+                [f"{key}.{k}" for k, v in (value or {}).items() if line_breaker(str(v))]
+                if isinstance(value, dict)
+                else []
+            )
+            raise KimiServeError(
+                f"expected {problem}, got {value!r}", where=loc((sub or [key])[0]), hint=f"set {key} to {problem}"
+            )
+        if spec.type == "names":  # `patch_set: null` (an override of a parent's sets) is none; one name a 1-list
+            value = [value] if isinstance(value, str) else list(value or [])
         out[key] = {str(k): str(v) for k, v in (value or {}).items()} if spec.type == "str_map" else value
     for section, keys in SECTIONS.items():
         if not section:
@@ -329,6 +325,12 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
     from kimi_serve.profile.overrides import WHERE, parse_sets, set_lines
 
     path = find_profile(name_or_path)
+    if line_breaker(path.stem) or path.stem != path.stem.strip():  # the name is in units, records and metrics labels
+        raise KimiServeError(
+            f"profile name {path.stem!r} has a control character or surrounding whitespace",
+            where=display_path(path),
+            hint="rename the file to letters, digits and -_. (e.g. prod-a.yaml)",
+        )
     merged, chain, where = _load_chain(path)
     if overrides:
         sets = parse_sets(overrides)
@@ -337,11 +339,13 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
             where.setdefault(key, WHERE)
             for kp in [f"{key}.{k2}" for k2 in value] if isinstance(value, dict) else [key]:
                 where[kp] = WHERE
-    data = _validate(merged, where, path)
+    data = _freeze(_validate(merged, where, path))
     return Profile(
+        **{key: data[key] for key in SECTIONS[""]},
+        **{section: SECTION_TYPES[section](**data[section]) for section in SECTIONS if section},
         name=path.stem,
         source=path,
-        data=_freeze(data),
+        data=data,
         chain=chain,
         lines=where,
         overrides=set_lines(overrides),

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.text import line_breaker
 
 WHERE = "--set"
 
@@ -23,6 +24,13 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip()
+        bad = line_breaker(item)
+        if bad is not None:  # YAML would fold a newline into a space, but the item itself is recorded in the unit
+            raise KimiServeError(
+                f"the --set item {item!r} contains control character {bad!r}",
+                where=f"{WHERE} {repr(key) if line_breaker(key) else key}",
+                hint="pass the value on one line without control characters (newline, CR, NUL, tab)",
+            )
         parts = key.split(".")
         if not sep or not key or any(not p for p in parts) or len(parts) > 2:
             raise KimiServeError(

@@ -3,9 +3,9 @@
 The router fronts the replicas of :mod:`kimi_serve.profile.topology`. It runs in the engine interpreter (the engine
 locks hold sglang-router), always through kimi-serve's shim (``python -m kimi_serve.router.shim [--api-key-file FILE]
 -- FLAGS``, :mod:`kimi_serve.router.shim`): sglang-router takes a key only as ``--api-key KEY`` on its command line,
-so the shim reads it from the profile's key file and starts the router in-process (the key never shows in ps, /proc
-or the unit); and ``python -m sglang_router.launch_router`` imports all of SGLang first (12-20 s here, against about
-1 s through the shim).
+so the shim reads it (and the control plane's admin key, the file's ``admin-api-key``) from the profile's key file
+and starts the router in-process (no key ever shows in ps, /proc or the unit); and ``python -m
+sglang_router.launch_router`` imports all of SGLang first (12-20 s here, against about 1 s through the shim).
 """
 
 from __future__ import annotations

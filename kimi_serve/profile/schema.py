@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# A scalar "type" is one of: "str", "int", "float", "bool", "path" (absolute path string), "str_map", "str_list".
+from kimi_serve.core.suites import MONITOR_SUITES, QUICK, SUITES
+
+# A scalar "type" is one of: "str", "int", "float", "bool", "path" (absolute path string), "str_map", "str_list",
+# "names" (one name or a list of names; typed as a tuple, a single string becoming a 1-tuple, null the empty one).
 
 
 @dataclass(frozen=True)
@@ -47,10 +50,13 @@ SECTIONS: dict[str, dict[str, Key]] = {
             default=8,
             min=1,
             max=64,
+            nullable=False,
         ),
         "patch_set": Key(
-            "str",
-            "The SGLang source patch set this profile needs (patches/NAME), or null when it needs none.",
+            "names",
+            "The SGLang source patch sets this profile needs (patches/NAME): one name or a list, applied together "
+            "all-or-nothing; null or [] when it needs none.",
+            default=[],
         ),
         "env": Key(
             "str_map",
@@ -95,7 +101,11 @@ SECTIONS: dict[str, dict[str, Key]] = {
         ),
         "context_length": Key("int", "Maximum context length in tokens (null: the model's).", min=1024, max=1_048_576),
         "kv_cache_dtype": Key(
-            "str", "KV cache data type.", default="auto", choices=("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16")
+            "str",
+            "KV cache data type.",
+            default="auto",
+            choices=("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16"),
+            nullable=False,
         ),
         "attention_heads": Key(
             "int",
@@ -265,7 +275,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "api_key_file": Key(
             "path",
             "Root-only (0600) YAML file `api-key: KEY`, passed to SGLang as --config FILE so the key is "
-            "never on a command line or in the unit.",
+            "never on a command line or in the unit. Owned by service.user, so under /etc only in /etc/kimi-serve/ "
+            "(the same places as service.working_directory are refused).",
         ),
         "admin_key": Key(
             "str",
@@ -311,6 +322,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
             "Replica addresses HOST:PORT the router sends to, one per replica. Empty: the "
             "replicas run on this host at server.port, server.port + 1, ...",
             default=[],
+            nullable=False,
         ),
         "health_check_interval": Key(
             "int",
@@ -351,9 +363,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
         ),
     },
     "verify": {
-        "suite": Key(
-            "str", "Contract suite run after start.", default="quick", choices=("quick", "full", "raw"), nullable=False
-        ),
+        "suite": Key("str", "Contract suite run after start.", default=QUICK, choices=SUITES, nullable=False),
         "timeout": Key("float", "Seconds for the whole contract check.", default=120, min=1, max=3600, nullable=False),
     },
     "monitor": {
@@ -383,8 +393,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
         "suite": Key(
             "str",
             "Suite each check runs (quick keeps it light on a serving box).",
-            default="quick",
-            choices=("quick", "full"),
+            default=QUICK,
+            choices=MONITOR_SUITES,
             nullable=False,
         ),
         "timeout": Key(
@@ -426,8 +436,9 @@ SECTIONS: dict[str, dict[str, Key]] = {
         ),
         "working_directory": Key(
             "path",
-            "Working directory (and home) of the service, owned by service.user; not "
-            "kimi-serve's own state root, which stays root's.",
+            "Working directory (and home) of the service, owned by service.user: a directory of its own, never "
+            "kimi-serve's state root (only /var/lib/kimi-serve/server inside it), a systemd unit directory, /etc, "
+            "/usr, / or the model, nor one containing them (`check` and install-service refuse those).",
             default="/var/lib/kimi-serve/server",
             nullable=False,
         ),
@@ -444,6 +455,29 @@ SECTIONS: dict[str, dict[str, Key]] = {
             "str", "LimitMEMLOCK for the service (NCCL pins memory).", default="infinity", nullable=False
         ),
     },
+    "kubernetes": {
+        "node_selector": Key(
+            "str_list",
+            "`render --format k8s` only: the server pods' nodeSelector, each LABEL=VALUE (e.g. "
+            "nvidia.com/gpu.product=NAME), docs/kubernetes.md.",
+            default=[],
+            nullable=False,
+        ),
+        "tolerations": Key(
+            "str_list",
+            "`render --format k8s` only: taints the server pods tolerate, each KEY[=VALUE]:EFFECT as `kubectl taint` "
+            "writes them (EFFECT NoSchedule, PreferNoSchedule or NoExecute).",
+            default=[],
+            nullable=False,
+        ),
+        "shm_size": Key(
+            "str",
+            "`render --format k8s` only: the size of the server pods' /dev/shm (a memory-backed emptyDir; NCCL and "
+            "torch put their shared memory there), a Kubernetes quantity.",
+            default="64Gi",
+            nullable=False,
+        ),
+    },
 }
 
 TOP_LEVEL_ONLY = {"extends"}
@@ -456,3 +490,9 @@ def all_key_paths() -> list[str]:
     for section, keys in SECTIONS.items():
         paths.extend(f"{section}.{k}" if section else k for k in keys)
     return paths
+
+
+def default_of(key_path: str) -> Any:
+    """The schema's default of ``section.key`` (or a top-level key): the one place a default is written down."""
+    section, _, key = key_path.rpartition(".")
+    return SECTIONS[section][key].default

@@ -4,9 +4,12 @@ Measured on 0.3.2: ``/readiness`` answers 200 ``{"status": "ready", "healthy_wor
 least one worker is healthy and 503 ``{"status": "not ready", ...}`` with none; ``/workers`` lists each worker with its
 ``url`` and ``is_healthy``; ``/health`` and ``/liveness`` answer 200 whenever the router itself runs (they say nothing
 about workers). A worker turns unhealthy after ``--health-failure-threshold`` failed checks
-``--health-check-interval-secs`` apart (and healthy again after 2 good ones). With ``--api-key``, ``/workers`` and
-the inference routes need the key (401 without) while ``/readiness``, ``/health`` and ``/v1/models`` stay open; the
-key is sent whenever given. Used by `up` (ready = every worker healthy) and by the rolling restart (never leave the
+``--health-check-interval-secs`` apart (and healthy again after 2 good ones). With ``--api-key``, the inference
+routes need the clients' key (401 without) while ``/readiness``, ``/health`` and ``/v1/models`` stay open; with
+``--control-plane-api-keys`` (which kimi-serve's shim always sets for a keyed router) ``/workers`` takes only the
+control plane's admin key, the key file's ``admin-api-key`` (:func:`admin_key_of`), and refuses the clients' (401).
+The key is sent whenever given. Used by `up` (ready = every worker healthy; while supervising: the router's worker
+set must be the profile's replicas, :meth:`RouterHealth.membership`) and by the rolling restart (never leave the
 router with zero healthy workers: :meth:`RouterHealth.others_healthy`). Standard library only.
 """
 
@@ -16,9 +19,12 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from kimi_serve.core.net import client_url
 from kimi_serve.profile.loader import Profile
 
 POLL_TIMEOUT_S = 5.0
@@ -38,6 +44,7 @@ class RouterHealth:
     total: int
     workers: tuple[WorkerHealth, ...] = ()
     detail: str = ""  # why not reachable, or the router's reason
+    listed: bool = False  # /workers answered with the list (the key opened the control plane)
 
     @property
     def all_healthy(self) -> bool:
@@ -51,15 +58,53 @@ class RouterHealth:
         needs at least 1)."""
         return sum(w.healthy for w in self.workers if w.url.rstrip("/") != url.rstrip("/"))
 
-    def line(self) -> str:
+    def membership(self, expected: Iterable[str]) -> tuple[list[str], list[str]]:
+        """(missing, unexpected): the ``expected`` worker URLs the router does not list, and the workers it lists that
+        are not expected (someone added or removed workers behind kimi-serve's back). Both empty when /workers was
+        not read (:attr:`listed` false): nothing is known then."""
+        if not self.listed:
+            return [], []
+        want = [u.rstrip("/") for u in expected]
+        have = [w.url.rstrip("/") for w in self.workers]
+        return [u for u in want if u not in have], [u for u in have if u not in want]
+
+    def membership_line(self, expected: Iterable[str]) -> str:
+        """One line naming how the router's workers differ from ``expected``; "" when they do not."""
+        missing, unexpected = self.membership(expected)
+        parts = ([f"unexpected: {', '.join(unexpected)}"] if unexpected else []) + (
+            [f"missing: {', '.join(missing)}"] if missing else []
+        )
+        return f"the router's workers are not the profile's replicas ({'; '.join(parts)})" if parts else ""
+
+    def healthy_of(self, expected: Sequence[str]) -> int:
+        """Healthy workers among ``expected`` (the replicas' URLs); without the list, the router's count, capped."""
+        if not self.listed:
+            return min(self.healthy, len(expected))
+        want = {u.rstrip("/") for u in expected}
+        return sum(w.healthy for w in self.workers if w.url.rstrip("/") in want)
+
+    def serves_all(self, expected: Sequence[str]) -> bool:
+        """Every expected worker is registered and healthy: what `up` of a replicated profile waits for (a router that
+        holds 1 of 2 replicas reports 1/1 healthy, which is not the deployment ready)."""
+        return self.reachable and bool(expected) and self.healthy_of(expected) == len(expected)
+
+    def line(self, expected: Sequence[str] | None = None) -> str:
+        """``expected``: the replicas' URLs; the count is then against them, not against what the router lists."""
         if not self.reachable:
             return f"router unreachable: {self.detail}"
         sick = [w.url for w in self.workers if not w.healthy]
-        return (
-            f"{self.healthy}/{self.total} workers healthy"
-            + (f" (unhealthy: {', '.join(sick)})" if sick else "")
-            + ("" if self.ready else f"; not ready: {self.detail or 'no healthy worker'}")
-        )
+        if expected is None:
+            head, ready = f"{self.healthy}/{self.total} workers healthy", self.ready
+        else:
+            missing, _unexpected = self.membership(expected)
+            head = f"{self.healthy_of(expected)}/{len(expected)} expected workers healthy"
+            if missing:
+                head += f" (not registered: {', '.join(missing)})"
+            elif not self.listed and self.total < len(expected):
+                head += f" (the router lists {self.total})"
+            ready = self.ready and self.serves_all(expected)
+        why = self.detail or ("no healthy worker" if not self.ready else "not every replica is healthy yet")
+        return head + (f" (unhealthy: {', '.join(sick)})" if sick else "") + ("" if ready else f"; not ready: {why}")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -68,14 +113,14 @@ class RouterHealth:
             "healthy_workers": self.healthy,
             "total_workers": self.total,
             "detail": self.detail,
+            "listed": self.listed,
             "workers": [{"url": w.url, "healthy": w.healthy} for w in self.workers],
         }
 
 
 def router_url(profile: Profile) -> str:
     """Where clients reach the profile's router (a wildcard bind address means this machine's loopback)."""
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(profile.router.host, profile.router.host)
-    return f"http://[{host}]:{profile.router.port}" if ":" in host else f"http://{host}:{profile.router.port}"
+    return client_url(profile.router.host, profile.router.port)
 
 
 def deployment_targets(profile: Profile) -> list[tuple[str, str]]:
@@ -100,7 +145,8 @@ def _get(url: str, api_key: str | None, timeout: float) -> tuple[int, Any]:
 
 
 def router_health(base_url: str, api_key: str | None = None, timeout: float = POLL_TIMEOUT_S) -> RouterHealth:
-    """One look at the router: /readiness, then /workers. Never raises for a router that is down or odd."""
+    """One look at the router: /readiness, then /workers. ``api_key``: the control plane's admin key
+    (:func:`admin_key_of`), which /workers needs. Never raises for a router that is down or odd."""
     base = base_url.rstrip("/")
     try:
         status, ready = _get(base + "/readiness", api_key, timeout)
@@ -118,7 +164,21 @@ def router_health(base_url: str, api_key: str | None = None, timeout: float = PO
     healthy = sum(w.healthy for w in workers) if entries is not None else int(ready.get("healthy_workers") or 0)
     total = len(workers) if entries is not None else int(ready.get("total_workers") or 0)
     reason = str(ready.get("reason") or "") if status != 200 else ""
-    return RouterHealth(True, status == 200, healthy, total, workers, reason)
+    return RouterHealth(True, status == 200, healthy, total, workers, reason, entries is not None)
+
+
+def admin_key_of(key_file: str | Path | None) -> str | None:
+    """The router control plane's key: the key file's ``admin-api-key`` (None without a file, or when it holds none,
+    or cannot be read: then /workers is not read, and the counts come from /readiness)."""
+    if not key_file:
+        return None
+    from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.core.keyfile import read_admin_key
+
+    try:
+        return read_admin_key(Path(key_file))
+    except KimiServeError:
+        return None
 
 
 def wait_healthy(

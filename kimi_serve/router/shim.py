@@ -1,11 +1,17 @@
-"""``python -m kimi_serve.router.shim --api-key-file FILE -- ROUTER_FLAGS``: start SGLang's router with the key read
-from a file, so the key never appears on a command line (ps, /proc/PID/cmdline, the unit file).
+"""``python -m kimi_serve.router.shim --api-key-file FILE -- ROUTER_FLAGS``: start SGLang's router with the keys read
+from a file, so no key ever appears on a command line (ps, /proc/PID/cmdline, the unit file).
 
-sglang-router 0.3.2 takes its client key only as ``--api-key KEY``. This shim runs in the engine interpreter (where
-``sglang_router`` is installed; PYTHONPATH holds kimi_serve), reads the key with kimi_serve's key-file rules
-(:func:`kimi_serve.core.keyfile.read_key_file`: ``api-key: KEY`` YAML or a bare key, mode 600), appends ``--api-key``
-to the flags in memory and calls the router's own launcher in this process. The router then is this process: its
-exit status is the shim's, and SIGTERM stops it as it stops the router (the router handles it itself).
+sglang-router 0.3.2 takes its client key only as ``--api-key KEY``, and with that alone its worker-management API
+(``GET/POST /workers``, ``DELETE /workers/ID``, ``/get_loads``, ``/flush_cache``) takes the clients' key too: any
+client could add a worker of its own and remove the real ones (measured). Its ``--control-plane-api-keys
+'ID:NAME:admin:KEY'`` guards exactly those routes with a separate key and then refuses the clients' key there (401),
+while the inference routes keep taking only the clients' key (measured against 0.3.2). So the key file must hold a
+distinct ``admin-api-key`` as well (the same one SGLang's admin endpoints take): this shim runs in the engine
+interpreter (where ``sglang_router`` is installed; PYTHONPATH holds kimi_serve), reads both keys with kimi_serve's
+key-file rules (:mod:`kimi_serve.core.keyfile`: mode 600), appends ``--api-key`` and ``--control-plane-api-keys`` to
+the flags in memory and calls the router's own launcher in this process. A key file without a distinct admin key is
+refused (one line, exit 2). The router then is this process: its exit status is the shim's, and SIGTERM stops it as
+it stops the router (the router handles it itself).
 
 Only the standard library, yaml and kimi_serve.core are imported here: they are what the engine interpreter has.
 """
@@ -33,25 +39,45 @@ def split_argv(argv: Sequence[str]) -> tuple[Path | None, list[str]]:
     own, flags = args[:cut], args[cut + 1 :]
     if own and (len(own) != 2 or own[0] != "--api-key-file" or not own[1]):
         raise KimiServeError(f"unexpected arguments {' '.join(own) or '(none)'}", where="router shim", hint=USAGE)
-    if any(f == "--api-key" or f.startswith("--api-key=") for f in flags):
-        raise KimiServeError(
-            "--api-key among the router's flags (the key would show in ps)",
-            where="router shim",
-            hint="drop it: the shim passes the key from --api-key-file",
-        )
+    for flag in SECRET_FLAGS:
+        if any(f == flag or f.startswith(flag + "=") for f in flags):
+            raise KimiServeError(
+                f"{flag} among the router's flags (the key would show in ps)",
+                where="router shim",
+                hint="drop it: the shim passes the keys from --api-key-file",
+            )
     return (Path(own[1]) if own else None), flags
 
 
+SECRET_FLAGS = ("--api-key", "--control-plane-api-keys")
+CONTROL_PLANE_ID = "kimi-serve:kimi-serve:admin"  # ID:NAME:ROLE of the one control-plane key
+
+
 def router_flags(argv: Sequence[str]) -> list[str]:
-    """The router's full flag list, the key from the file included (never printed)."""
+    """The router's full flag list, the keys from the file included (never printed)."""
     key_file, flags = split_argv(argv)
-    return flags if key_file is None else [*flags, "--api-key", read_key(key_file)]
+    if key_file is None:
+        return flags
+    client, admin = read_keys(key_file)
+    return [*flags, "--api-key", client, "--control-plane-api-keys", f"{CONTROL_PLANE_ID}:{admin}"]
 
 
-def read_key(key_file: Path) -> str:
-    from kimi_serve.core.keyfile import read_key_file
+def read_keys(key_file: Path) -> tuple[str, str]:
+    """(the clients' key, the control plane's admin key); a one-line KimiServeError when the file holds no distinct
+    admin key (the router's worker management would then take the clients' key)."""
+    from kimi_serve.core.keyfile import ADMIN_KEY_HINT, read_admin_key, read_key_file
 
-    return read_key_file(key_file, where=f"router shim --api-key-file {key_file}")
+    where = f"router shim --api-key-file {key_file}"
+    client = read_key_file(key_file, where=where)
+    admin = read_admin_key(key_file, where=where)
+    if admin is None or admin == client:
+        raise KimiServeError(
+            "no admin-api-key distinct from the api-key: the router's worker management (/workers) would take the "
+            "clients' key",
+            where=where,
+            hint=f"add a line 'admin-api-key: OTHER-KEY' to {key_file} ({ADMIN_KEY_HINT})",
+        )
+    return client, admin
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -133,7 +133,7 @@ def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str
         unit_lines=tuple(line for u in units for line in (f"Wants={u}", f"After={u}")),
         stop_comment=ROUTER_STOP,
         timeout_comment="Waiting for a healthy worker + the contract check through the router.",
-        timeout_start_sec=2 * int(profile.startup.timeout) + int(profile.verify.timeout) + START_SLACK_SEC,
+        timeout_start_sec=2 * profile.startup.timeout + int(profile.verify.timeout) + START_SLACK_SEC,
     )
     unit = render_unit(profile, router, ctx, unit_name=router_unit(base), shape=shape)
     return [*members, Member(ROUTER, 0, unit, router)]

@@ -10,10 +10,11 @@ member's journal behind and the next command rolls every one of them back (:func
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_serve.check.owned_paths import refuse_owned_paths
 from kimi_serve.core.findings import Finding
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service import monitor_units as mon
@@ -30,12 +31,13 @@ from kimi_serve.service.install import (
     write_unit,
 )
 from kimi_serve.service.journal import recover
-from kimi_serve.service.preflight import check_for_service, host_step, refuse_other_profile
+from kimi_serve.service.preflight import check_for_service, host_step, refuse_other_profile, require_systemd
 from kimi_serve.service.secret import needs_secret
 from kimi_serve.service.state import STATE_DIR, ServicePaths, read_text
 from kimi_serve.service.systemctl import Systemd
+from kimi_serve.service.target import Target
 from kimi_serve.service.uninstall import uninstall
-from kimi_serve.service.unit import UnitContext, parse_marker, unit_file_name
+from kimi_serve.service.unit import UnitContext, parse_marker
 
 
 @dataclass(frozen=True)
@@ -56,16 +58,12 @@ class Fleet:
 
 
 def plan_fleet(
-    profile_name: str,
+    target: Target,
     *,
-    root: Path,
-    unit_name: str | None,
     now: bool,
     ctx: UnitContext,
-    systemd: Systemd,
     environ: Mapping[str, str],
     contract: bool = False,
-    sets: Sequence[str] = (),
     replace: bool = True,
     preview: bool = False,
 ) -> Fleet:
@@ -73,17 +71,16 @@ def plan_fleet(
     nothing. Like :func:`kimi_serve.service.install.plan_install`, per member."""
     from kimi_serve.core.errors import ExitCode, KimiServeError
 
+    systemd, root, base, profile = target.systemd, target.systemd.root, target.unit, target.profile
+    assert profile is not None, "install-service and restart resolve a profile"
     if now and not systemd.live:
         raise KimiServeError(
             "--now needs the running system, not --root", where="--now", hint="drop --now, or drop --root"
         )
-    profile, launch, findings = check_for_service(profile_name, contract=contract, sets=sets, preview=preview)
     found: list[Finding] = []
-    base = (
-        unit_file_name(unit_name, "--unit-name")
-        if unit_name
-        else unit_file_name(profile.service.unit_name, profile.where("service.unit_name"))
-    )
+    host_step(preview, found, lambda: require_systemd(systemd), None)  # before anything slow or written
+    launch, findings = check_for_service(profile, contract=contract, preview=preview)
+    refuse_owned_paths(profile, root)  # symlinks resolved inside the root, before anything is written
     members = render_members(profile, launch, ctx, base)
     monitor = None
     create = host_step(preview, found, lambda: needs_secret(profile, ServicePaths(root, base), environ), False)

@@ -30,6 +30,15 @@ class FleetStatus:
         return sum(w.healthy for w in self.workers), len(self.workers)
 
     @property
+    def unexpected(self) -> list[str]:
+        """Workers the router lists that are no replica of this deployment (added behind kimi-serve's back: clients'
+        requests, keys included, may go there)."""
+        if not isinstance(self.workers, list):
+            return []
+        ours = {f"http://{st.marker.endpoint}" for _, st in self.replicas if st.marker}
+        return [w.url for w in self.workers if w.url not in ours]
+
+    @property
     def serving(self) -> bool:
         """The router is up and reports at least one healthy worker."""
         counts = self.healthy
@@ -44,6 +53,7 @@ class FleetStatus:
             self.serving
             and counts is not None
             and counts[0] == counts[1]
+            and not self.unexpected
             and all(st.exit_code == ExitCode.OK and self.in_router(st) == "healthy" for _, st in self.replicas)
         )
         return ExitCode.OK if whole else ExitCode.FAILED
@@ -57,6 +67,7 @@ class FleetStatus:
             )
             router["workers_error"] = self.workers if isinstance(self.workers, str) else None
             router["healthy_workers"], router["total_workers"] = counts if counts else (None, None)
+            router["unexpected_workers"] = self.unexpected
         return {
             "version": 1,
             "deployment": self.base.removesuffix(".service"),
@@ -86,6 +97,11 @@ class FleetStatus:
         if self.router:
             counts = self.healthy
             view = f"{counts[0]}/{counts[1]} workers healthy" if counts else str(self.workers or "workers not checked")
+            if self.unexpected:
+                view += (
+                    f"; UNEXPECTED workers (no replica of this deployment): {', '.join(self.unexpected)} "
+                    "(degraded: remove them and rotate the admin-api-key)"
+                )
             rows.append(("router", f"{_line(self.router)}; {view}"))
         for index, st in self.replicas:
             seen = self.in_router(st)
@@ -152,10 +168,7 @@ def _key(root: Path, router: Status) -> str | None:
     key_file = record.get("api_key_file")
     if not key_file:
         return None
-    from kimi_serve.core.errors import KimiServeError
-    from kimi_serve.core.keyfile import read_key_file
+    from kimi_serve.router.client import admin_key_of
 
-    try:
-        return read_key_file(ServicePaths(root, router.unit).under_root(str(key_file)))
-    except KimiServeError:
-        return None
+    # /workers takes the router control plane's admin key (the key file's admin-api-key), not the clients' key
+    return admin_key_of(ServicePaths(root, router.unit).under_root(str(key_file)))

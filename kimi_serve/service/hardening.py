@@ -52,7 +52,8 @@ def protect_home(paths: Iterable[str]) -> str:
 
 def sandbox(level: str, writable: Iterable[str], home: str) -> list[tuple[str, str]]:
     """``(setting, value)`` lines of the sandbox at ``level``; ``writable``: directories the service writes besides
-    its State/Cache directories (e.g. its working directory), ``home``: the ProtectHome= value."""
+    its State/Cache directories (e.g. its working directory) as ReadWritePaths= words, already quoted and escaped
+    (``"-/var/lib/x"``: the ``-`` ignores a missing one), ``home``: the ProtectHome= value."""
     if level == "off":
         return []
     lines = [
@@ -60,7 +61,7 @@ def sandbox(level: str, writable: Iterable[str], home: str) -> list[tuple[str, s
         ("CapabilityBoundingSet", ""),
         ("AmbientCapabilities", ""),
         ("ProtectSystem", "strict" if level == "strict" else "full"),
-        *[("ReadWritePaths", f"-{path}") for path in writable],
+        *[("ReadWritePaths", word) for word in writable],
         ("ProtectHome", home),
         ("PrivateTmp", "yes"),
         ("PrivateMounts", "yes"),
@@ -88,3 +89,46 @@ def sandbox(level: str, writable: Iterable[str], home: str) -> list[tuple[str, s
             ("SystemCallErrorNumber", "EPERM"),
         ]
     return lines
+
+
+# The monitoring units (the verify oneshot, the alert template) are HTTP clients: no devices, no netlink, no JIT, no
+# capabilities; the verify oneshot writes only its records' and the metrics file's directories (ReadWritePaths=).
+CLIENT_FAMILIES = "AF_UNIX AF_INET AF_INET6"
+
+
+def client_sandbox(writable: Iterable[str]) -> list[tuple[str, str]]:
+    """``(setting, value)`` lines of a monitoring unit's sandbox; ``writable``: its ReadWritePaths= words, already
+    quoted and escaped. Root without capabilities can still write root-owned files, but no other user's."""
+    return [
+        ("NoNewPrivileges", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("AmbientCapabilities", ""),
+        ("ProtectSystem", "strict"),
+        *[("ReadWritePaths", word) for word in writable],
+        ("ProtectHome", "read-only"),  # kimi-serve's interpreter may live under /root (pyenv, a venv)
+        ("PrivateTmp", "yes"),
+        ("PrivateDevices", "yes"),
+        ("PrivateIPC", "yes"),
+        ("PrivateMounts", "yes"),
+        ("ProtectKernelTunables", "yes"),
+        ("ProtectKernelModules", "yes"),
+        ("ProtectKernelLogs", "yes"),
+        ("ProtectControlGroups", "yes"),
+        ("ProtectClock", "yes"),
+        ("ProtectHostname", "yes"),
+        ("ProtectProc", "invisible"),
+        ("ProcSubset", "pid"),
+        ("RestrictSUIDSGID", "yes"),
+        ("RestrictRealtime", "yes"),
+        ("RestrictNamespaces", "yes"),
+        ("LockPersonality", "yes"),
+        ("MemoryDenyWriteExecute", "yes"),
+        ("RemoveIPC", "yes"),
+        ("KeyringMode", "private"),
+        ("UMask", "0077"),
+        ("RestrictAddressFamilies", CLIENT_FAMILIES),
+        ("SystemCallArchitectures", "native"),
+        ("SystemCallFilter", "@system-service"),
+        ("SystemCallFilter", "~@privileged @resources"),
+        ("SystemCallErrorNumber", "EPERM"),
+    ]

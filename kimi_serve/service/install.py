@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.check.owned_paths import refuse_owned_paths
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.findings import Finding
@@ -23,12 +24,13 @@ from kimi_serve.core.settings import API_KEY_ENV, from_env
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service import account
 from kimi_serve.service import monitor_units as mon
-from kimi_serve.service.preflight import check_for_service, host_step, refuse_other_profile
+from kimi_serve.service.preflight import check_for_service, host_step, refuse_other_profile, require_systemd
 from kimi_serve.service.secret import create_secret, needs_secret
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic, write_record
 from kimi_serve.service.systemctl import Systemd
+from kimi_serve.service.target import Target
 from kimi_serve.service.timeouts import restart_wait_sec
-from kimi_serve.service.unit import RenderedUnit, UnitContext, parse_marker, render_unit, unit_file_name
+from kimi_serve.service.unit import RenderedUnit, UnitContext, parse_marker, render_unit
 from kimi_serve.service.verifier import INTERNAL_NOTE, post_verify_crashed
 
 # (endpoint HOST:PORT, API-key file or None, suite, timeout) -> (verify exit code, one-line summary)
@@ -103,7 +105,7 @@ class Plan:
             self.unit.text,
             self.unit.sha256,
             p.name,
-            p.patch_set,
+            "+".join(p.patch_set) or None,  # the sets, as the unit's marker names them
             p.server.api_key_file,
             p.verify.suite,
             float(p.verify.timeout),
@@ -168,40 +170,36 @@ class Result:
 
 
 def plan_install(
-    profile_name: str,
+    target: Target,
     *,
-    root: Path,
-    unit_name: str | None,
     now: bool,
     ctx: UnitContext,
-    systemd: Systemd,
     environ: Mapping[str, str],
     contract: bool = False,
-    sets: Sequence[str] = (),
     replace: bool = True,
     preview: bool = False,
 ) -> Plan:
-    """Check the profile, render its unit and have systemd-analyze verify it; change nothing under ``root``. ``replace``
-    False refuses a unit another profile installed; ``preview`` (--dry-run) lists host failures in ``findings``."""
+    """Check the target's profile, render its unit and have systemd-analyze verify it; change nothing under the root.
+    ``replace`` False refuses a unit another profile installed; ``preview`` (--dry-run) lists host failures in
+    ``findings``."""
+    systemd, root, profile = target.systemd, target.systemd.root, target.profile
+    assert profile is not None, "install-service and restart resolve a profile"
     if now and not systemd.live:
         raise KimiServeError(
             "--now needs the running system, not --root", where="--now", hint="drop --now, or drop --root"
         )
-    from kimi_serve.profile.loader import load_profile
-
-    early = load_profile(profile_name, sets)  # the key file first: before the slow layers and any contract run
-    early_paths = ServicePaths(root, unit_file_name(unit_name or early.service.unit_name, "--unit-name"))
+    early_paths = ServicePaths(root, target.unit)  # the key file first: before the slow layers and any contract run
+    refuse_owned_paths(profile, root)  # before the slow layers; symlinks resolved inside the root
     found: list[Finding] = []
-    host_step(preview, found, lambda: needs_secret(early, early_paths, environ), False)
-    profile, launch, findings = check_for_service(profile_name, contract=contract, sets=sets, preview=preview)
-    name = unit_file_name(unit_name, "--unit-name") if unit_name else None
+    host_step(preview, found, lambda: require_systemd(systemd), None)  # before anything slow or written
+    host_step(preview, found, lambda: needs_secret(profile, early_paths, environ), False)
+    launch, findings = check_for_service(profile, contract=contract, preview=preview)
     if profile.nodes.count > 1:  # this host's rank of a multi-node server (service/deployment.py)
         from kimi_serve.service.deployment import render_members
 
-        base = name or unit_file_name(profile.service.unit_name, profile.where("service.unit_name"))
-        unit = render_members(profile, launch, ctx, base)[0].unit
+        unit = render_members(profile, launch, ctx, target.unit)[0].unit
     else:
-        unit = render_unit(profile, launch, ctx, unit_name=name)
+        unit = render_unit(profile, launch, ctx, unit_name=target.unit)
     paths = ServicePaths(root, unit.name)
     refuse_foreign(paths)
     mon.refuse_foreign_monitor(paths)
@@ -295,6 +293,7 @@ def must(result: Result, action: str, done: Completed) -> None:
 def write_unit(plan: Plan, systemd: Systemd, result: Result, environ: Mapping[str, str]) -> None:
     """Secret (if planned), working dir, unit file (keeping the previous one), daemon-reload, enable."""
     p, profile = plan.paths, plan.profile
+    refuse_owned_paths(profile, p.root)  # again right before the chown, whatever the plan was built from
     checkpoint("service.write.start")
     user, roots = profile.service.user, account.roots(p.root, systemd.live, from_env(environ).accounts_root)
     owner, done = account.ensure(

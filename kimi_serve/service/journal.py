@@ -26,11 +26,11 @@ from typing import Any
 
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.faults import checkpoint
-from kimi_serve.service.state import ServicePaths, read_record, write_atomic
+from kimi_serve.service.state import UNIT_DIR, ServicePaths, read_record, write_atomic
 from kimi_serve.service.systemctl import Systemd
 
-WANTS = "etc/systemd/system/multi-user.target.wants"  # the template's WantedBy=multi-user.target
-TIMER_WANTS = "etc/systemd/system/timers.target.wants"  # the verify timer's WantedBy=timers.target
+WANTS = f"{UNIT_DIR}/multi-user.target.wants"  # the template's WantedBy=multi-user.target
+TIMER_WANTS = f"{UNIT_DIR}/timers.target.wants"  # the verify timer's WantedBy=timers.target
 
 
 def intent_path(paths: ServicePaths) -> Path:
@@ -45,7 +45,7 @@ def _monitor_files(paths: ServicePaths) -> list[Path]:
     """The verify timer's units (service/monitor_units.py): written by the same change, so journalled with it."""
     from kimi_serve.service.monitor_units import ALERT_UNIT, monitor_names
 
-    return [paths.root / "etc/systemd/system" / n for n in (*monitor_names(paths.unit), ALERT_UNIT)]
+    return [paths.unit_path(n) for n in (*monitor_names(paths.unit), ALERT_UNIT)]
 
 
 def _timer(paths: ServicePaths) -> tuple[str, Path]:

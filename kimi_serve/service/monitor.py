@@ -1,4 +1,5 @@
-"""One monitoring run (what the verify timer starts): the contract check, then its metrics file and history line.
+"""One monitoring run (what the verify timer starts): the contract check, the unit's real-traffic parse-failure
+counters (:mod:`kimi_serve.service.traffic`), then its metrics file and history line.
 
 The run holds the metrics file's run lock (:func:`kimi_serve.verify.metrics.run_lock`) from before the check to after
 the writes, so a run started while another is still going stops with exit 75 instead of doubling the load; the
@@ -12,8 +13,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_serve.core.proc import Runner
 from kimi_serve.service.history import append_history, run_record
 from kimi_serve.service.state import ServicePaths
+from kimi_serve.service.traffic import collect, journalctl, render
 from kimi_serve.verify import VerifyReport, parse_target, run_verify
 from kimi_serve.verify.metrics import run_lock, write_metrics
 from kimi_serve.verify.readiness import Progress
@@ -27,6 +30,13 @@ class Monitoring:
     unit: str | None = None  # NAME.service whose history gets the run
     profile: str = ""
     root: Path = Path("/")
+    # runs journalctl for the traffic counters; None: the real one, and only when root is the running system's "/"
+    journal: Runner | None = None
+
+    def journal_runner(self) -> Runner | None:
+        if self.journal is not None:
+            return self.journal
+        return journalctl if self.root == Path("/") else None
 
     @property
     def active(self) -> bool:
@@ -70,8 +80,14 @@ def run_monitored(
         )
         finished = time.time()
         labels = {"profile": monitoring.profile, "endpoint": target.base_url}
+        # the unit's real traffic since the last run: SGLang's parse-failure log lines (service/traffic.py)
+        runner = monitoring.journal_runner()
+        traffic = None
+        if monitoring.unit is not None and runner is not None:
+            traffic = collect(ServicePaths(monitoring.root, monitoring.unit), runner=runner)
         if monitoring.metrics_file is not None:
-            write_metrics(monitoring.metrics_file, report, **labels)
+            extra = render(traffic, labels) if traffic is not None else None
+            write_metrics(monitoring.metrics_file, report, **labels, extra=extra)
         if monitoring.unit is not None:
             append_history(
                 ServicePaths(monitoring.root, monitoring.unit),

@@ -17,12 +17,24 @@ from kimi_serve.core.proc import Completed
 from kimi_serve.core.resources import resource_dir
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
+from kimi_serve.service.hardening import client_sandbox
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic
 from kimi_serve.service.systemctl import SYSTEMCTL_TIMEOUT, Systemd
-from kimi_serve.service.unit import MARKER_PREFIX, RenderedUnit, UnitContext, environment_line, exec_line, parse_marker
+from kimi_serve.service.unit import (
+    MARKER_PREFIX,
+    RenderedUnit,
+    UnitContext,
+    environment_line,
+    exec_line,
+    marker_value,
+    parse_marker,
+    quote,
+    specifiers,
+)
 
 ALERT_UNIT = "kimi-serve-alert@.service"
 DEFAULT_METRICS_DIR = "/var/lib/prometheus/node-exporter"  # Debian's node_exporter --collector.textfile.directory
+KEY_CREDENTIAL = "api-key.yaml"  # LoadCredential= name of the profile's key file (SGLang's --config YAML)
 STUCK_MARGIN = 60  # TimeoutStartSec beyond the check's own --timeout
 
 
@@ -33,6 +45,7 @@ class MonitorUnits:
     alert: RenderedUnit
     metrics_file: str
     interval: int
+    writable: tuple[str, ...] = ()  # the verify oneshot's ReadWritePaths= (created by install: root's, 0755)
 
     @property
     def files(self) -> tuple[RenderedUnit, ...]:
@@ -49,8 +62,19 @@ def metrics_file(profile: Profile, unit: str) -> str:
     return profile.monitor.metrics_file or f"{DEFAULT_METRICS_DIR}/kimi-serve-{unit.removesuffix('.service')}.prom"
 
 
+def credential_path(unit: str) -> str:
+    """Where systemd hands the verify oneshot its copy of the key file ($CREDENTIALS_DIRECTORY, systemd.exec(5))."""
+    return f"/run/credentials/{monitor_names(unit)[0]}/{KEY_CREDENTIAL}"
+
+
+def record_dirs(profile: Profile, unit: str) -> tuple[str, str]:
+    """(the unit's state directory, the metrics file's directory): all the verify oneshot may write."""
+    return str(ServicePaths(Path("/"), unit).state_dir), str(Path(metrics_file(profile, unit)).parent)
+
+
 def monitor_argv(profile: Profile, launch: Launch, ctx: UnitContext, unit: str) -> list[str]:
-    """The check the timer runs: bounded (quick suite, capped max_tokens, its own timeout), no readiness wait."""
+    """The check the timer runs: bounded (quick suite, capped max_tokens, its own timeout), no readiness wait. The key
+    is systemd's copy of the key file (LoadCredential=): the file is the service user's, 0600."""
     m = profile.monitor
     argv = [
         ctx.kimi_serve,
@@ -71,7 +95,7 @@ def monitor_argv(profile: Profile, launch: Launch, ctx: UnitContext, unit: str) 
         unit,
     ]
     if launch.api_key_file:
-        argv += ["--api-key-file", launch.api_key_file]
+        argv += ["--api-key-file", credential_path(unit)]
     return argv
 
 
@@ -87,7 +111,7 @@ def _render(template: str, values: dict[str, object], name: str, fields: dict[st
         .render(**values)
     )
     digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
-    marker = " ".join([MARKER_PREFIX, *(f"{k}={v}" for k, v in {**fields, "sha256": digest}.items())])
+    marker = " ".join([MARKER_PREFIX, *(f"{k}={marker_value(v)}" for k, v in {**fields, "sha256": digest}.items())])
     return RenderedUnit(name=name, text=f"{marker}\n{body}", sha256=digest)
 
 
@@ -99,20 +123,26 @@ def render_monitor(profile: Profile, launch: Launch, ctx: UnitContext, unit: str
     service, timer = monitor_names(unit)
     fields = {
         "version": ctx.version,
-        "profile": profile.name.replace(" ", "_"),
-        "patch_set": profile.patch_set or "none",
+        "profile": profile.name,
+        "patch_set": "+".join(profile.patch_set) or "none",
         "endpoint": launch.endpoint,
     }
     common = {"main_unit": unit, "timer_unit": timer, "service_unit": service}
-    what = f"kimi-serve contract check of {unit} (profile {profile.name})".replace("%", "%%")
+    what = specifiers(f"kimi-serve contract check of {unit} (profile {profile.name})", profile.where("monitor"))
+    key = launch.api_key_file
     svc = _render(
         "kimi-serve-verify.service.j2",
         {
-            # root, not service.user: the check appends to kimi-serve's own records (root-owned, so the server's user can
-            # never forge a "last good" unit) and writes the node_exporter directory; it only talks HTTP to the server
+            # root, not service.user: the check appends to kimi-serve's own records (root-owned, so the server's user
+            # can never forge a "last good" unit) and writes the node_exporter directory; it talks HTTP to the server.
+            # Root without capabilities, in a sandbox that leaves only those two directories writable.
             **common,
             "description": what,
             "user": "root",
+            "credentials": (
+                [f"{KEY_CREDENTIAL}:{specifiers(key, profile.where('server.api_key_file'))}"] if key else []
+            ),
+            "hardening": [f"{k}={v}" for k, v in client_sandbox(quote("-" + d) for d in record_dirs(profile, unit))],
             "environment": [environment_line("PYTHONUNBUFFERED", "1", "monitor")],
             "exec_start": exec_line(monitor_argv(profile, launch, ctx, unit), profile.where("monitor")),
             "timeout_start_sec": int(m.timeout) + STUCK_MARGIN,
@@ -134,11 +164,11 @@ def render_monitor(profile: Profile, launch: Launch, ctx: UnitContext, unit: str
     )
     alert = _render(
         "kimi-serve-alert@.service.j2",
-        {},
+        {"hardening": ["DynamicUser=yes", *(f"{k}={v}" for k, v in client_sandbox(()))]},
         ALERT_UNIT,
         {"version": ctx.version, "profile": "-", "patch_set": "-", "endpoint": "-"},
     )
-    return MonitorUnits(svc, tmr, alert, metrics_file(profile, unit), int(m.interval))
+    return MonitorUnits(svc, tmr, alert, metrics_file(profile, unit), int(m.interval), record_dirs(profile, unit))
 
 
 def analyze_together(systemd: Systemd, units: list[RenderedUnit]) -> None:
@@ -164,7 +194,7 @@ def analyze_together(systemd: Systemd, units: list[RenderedUnit]) -> None:
 
 def refuse_foreign_monitor(paths: ServicePaths) -> None:
     for name in (*monitor_names(paths.unit), ALERT_UNIT):
-        path = paths.root / "etc/systemd/system" / name
+        path = paths.unit_path(name)
         text = read_text(path)
         if text is not None and parse_marker(text) is None and name != ALERT_UNIT:
             raise KimiServeError(
@@ -183,13 +213,14 @@ def planned_monitor(monitor: MonitorUnits | None, paths: ServicePaths, now: bool
         return [f"remove the monitoring units of {paths.unit} (monitor.enabled is false)"] if _installed(paths) else []
     names = ", ".join(u.name for u in monitor.files)
     return [
+        f"create {' and '.join(monitor.writable)} if missing (root's, 0755: the check's only writable paths)",
         f"write {names} (contract check every {monitor.interval}s, metrics in {monitor.metrics_file})",
         f"systemctl enable {monitor.timer.name}" + (f"; systemctl restart {monitor.timer.name}" if now else ""),
     ]
 
 
 def _unit_path(paths: ServicePaths, name: str) -> Path:
-    return paths.root / "etc/systemd/system" / name
+    return paths.unit_path(name)
 
 
 def _installed(paths: ServicePaths) -> bool:
@@ -200,6 +231,11 @@ def write_monitor(monitor: MonitorUnits | None, paths: ServicePaths, add: Step) 
     """Write the units (before daemon-reload); an alert template the operator replaced is kept."""
     if monitor is None:
         return
+    for directory in monitor.writable:  # ProtectSystem=strict: the check cannot create them itself
+        target = paths.under_root(directory)
+        if not target.is_dir():
+            target.mkdir(mode=0o755, parents=True)
+            add(f"create {target}", "done", "")
     for unit in monitor.files:
         path = _unit_path(paths, unit.name)
         current = read_text(path)

@@ -6,13 +6,14 @@ With ``contract``, the check's contract dry run (the profile's flags through the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TypeVar
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, Finding, error_from, failed
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
+from kimi_serve.service.systemctl import Systemd
 
 T = TypeVar("T")
 _SERVICE_OWNED = {("host", "server.api_key_file")}
@@ -22,14 +23,12 @@ def adapt_findings(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if (f.layer, f.code) not in _SERVICE_OWNED]
 
 
-def check_for_service(
-    profile_name: str, *, contract: bool, sets: Sequence[str] = (), preview: bool = False
-) -> tuple[Profile, Launch, list[Finding]]:
+def check_for_service(profile: Profile, *, contract: bool, preview: bool = False) -> tuple[Launch, list[Finding]]:
     """Run the full check (host facts included); raise the first failure as a one-line error. With ``preview``
     (install-service --dry-run), only an invalid profile raises: host failures come back as findings."""
     from kimi_serve.check.report import INPUT_LAYERS, run_check
 
-    report = run_check(profile_name, offline=False, contract=contract, sets=sets)
+    report = run_check(profile, offline=False, contract=contract)
     findings = adapt_findings(report.findings)
     bad = failed(findings)
     if preview:
@@ -42,7 +41,20 @@ def check_for_service(
             prefix="check failed: ",
             exit_code=ExitCode.USAGE if usage else ExitCode.FAILED,
         )
-    return report.profile, report.launch, findings
+    return report.launch, findings
+
+
+def require_systemd(systemd: Systemd) -> None:
+    """install-service, restart and uninstall drive the running systemd: without one (a container, a chroot, WSL)
+    they refuse before anything is written (exit 5) instead of failing at the first systemctl call half-way."""
+    reason = systemd.unreachable()
+    if reason:
+        raise KimiServeError(
+            f"systemd is not running here, nothing was changed (systemctl: {reason})",
+            where="systemd",
+            hint="run on a host booted with systemd (PID 1), or install offline with --root DIR",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
 
 
 def host_step(preview: bool, found: list[Finding], call: Callable[[], T], default: T) -> T:

@@ -40,13 +40,23 @@ DRAIN_S = 2.0  # after the router stops sending to a replica: let its last reque
 
 
 def router_key(fleet: Fleet) -> str | None:
-    """The key the router requires (the profile's API-key file, read under the install root), or None."""
+    """The key the router's worker management (/workers) requires: the control plane's admin key, the profile key
+    file's ``admin-api-key`` (read under the install root; never the clients' key, which the router refuses there),
+    or None for an unkeyed router. A keyed file without one is an error naming the fix."""
     key_file = fleet.profile.server.api_key_file
     if not key_file:
         return None
-    from kimi_serve.core.keyfile import read_key_file
+    from kimi_serve.core.keyfile import ADMIN_KEY_HINT, read_admin_key
 
-    return read_key_file(fleet.members[0][1].paths.under_root(key_file), fleet.profile.where("server.api_key_file"))
+    where = fleet.profile.where("server.api_key_file")
+    admin = read_admin_key(fleet.members[0][1].paths.under_root(key_file), where)
+    if admin is None:
+        raise KimiServeError(
+            f"{key_file} has no admin-api-key: the router's worker management takes only that key",
+            where=where,
+            hint=f"add a line 'admin-api-key: OTHER-KEY' to {key_file} ({ADMIN_KEY_HINT}) and restart the router",
+        )
+    return admin
 
 
 def _refuse_topology_change(fleet: Fleet) -> None:
@@ -115,7 +125,7 @@ def _changed(plan: Plan) -> bool:
     if _settings(read_text(plan.paths.unit_file)) != _settings(plan.unit.text):
         return True
     files = list(plan.monitor.files) if plan.monitor else []
-    return any(read_text(plan.paths.root / "etc/systemd/system" / u.name) != u.text for u in files)
+    return any(read_text(plan.paths.unit_path(u.name)) != u.text for u in files)
 
 
 def _merge(result: Result, part: Result) -> None:

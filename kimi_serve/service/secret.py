@@ -8,10 +8,11 @@ from pathlib import Path
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL
-from kimi_serve.core.keyfile import SUFFIXES, new_admin_key, render_key_file
+from kimi_serve.core.keyfile import SUFFIXES, new_admin_key, write_key_file
 from kimi_serve.core.settings import API_KEY_ENV
+from kimi_serve.core.text import line_breaker
 from kimi_serve.profile.loader import Profile
-from kimi_serve.service.state import ServicePaths, write_atomic
+from kimi_serve.service.state import ServicePaths
 
 
 def needs_secret(profile: Profile, paths: ServicePaths, environ: Mapping[str, str]) -> bool:
@@ -41,12 +42,22 @@ def needs_secret(profile: Profile, paths: ServicePaths, environ: Mapping[str, st
             where=where,
             hint="name it e.g. /etc/kimi-serve/secrets.yaml",
         )
+    _one_line_key(environ[API_KEY_ENV])  # refused at planning, before anything is written
     return True
 
 
-def create_secret(path: Path, profile: Profile, key: str) -> None:
+def _one_line_key(key: str) -> str:
     key = key.strip()
-    if any(c in key for c in "\r\n\0"):
-        raise KimiServeError(f"${API_KEY_ENV} spans several lines", where=API_KEY_ENV, hint="set it to the key alone")
+    if line_breaker(key) is not None:  # the key file is YAML: one line, no control characters
+        raise KimiServeError(
+            f"${API_KEY_ENV} contains control character {line_breaker(key)!r} (or spans several lines)",
+            where=API_KEY_ENV,
+            hint="set it to the key alone",
+        )
+    return key
+
+
+def create_secret(path: Path, profile: Profile, key: str) -> None:
+    key = _one_line_key(key)
     admin = new_admin_key() if profile.server.admin_key != "none" else None  # never printed, only in the file
-    write_atomic(path, render_key_file(key, admin), 0o600)
+    write_key_file(path, key, admin, step="service.write-atomic")

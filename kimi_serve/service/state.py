@@ -10,16 +10,14 @@ Every write is atomic (temporary file in the same directory, fsync, rename).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.core.faults import checkpoint
+from kimi_serve.core import files
 
-UNIT_DIR = "etc/systemd/system"
+UNIT_DIR = "etc/systemd/system"  # where systemd reads units from, under a root: the one home of this path
 STATE_DIR = "var/lib/kimi-serve/service"
 
 
@@ -34,7 +32,11 @@ class ServicePaths:
 
     @property
     def unit_file(self) -> Path:
-        return self.root / UNIT_DIR / self.unit
+        return self.unit_path(self.unit)
+
+    def unit_path(self, name: str) -> Path:
+        """A unit file (this service's or one beside it: the verify timer's, the alert's) in this root."""
+        return self.root / UNIT_DIR / name
 
     @property
     def state_dir(self) -> Path:
@@ -58,20 +60,9 @@ class ServicePaths:
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``text`` in one rename; a reader sees the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        checkpoint("service.write-atomic")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Replace ``path`` with ``text`` in one rename (:func:`kimi_serve.core.files.write_atomic`), the service's
+    fault checkpoint before it."""
+    files.write_atomic(path, text, mode, step="service.write-atomic")
 
 
 def read_text(path: Path) -> str | None:

@@ -3,16 +3,20 @@ change that was killed part-way (its journal)."""
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode
+from kimi_serve.core.findings import FAIL, Finding
 from kimi_serve.service.history import read_history, summary
 from kimi_serve.service.journal import read_intent
 from kimi_serve.service.monitor_units import monitor_names
 from kimi_serve.service.state import ServicePaths, read_record, read_text
 from kimi_serve.service.systemctl import Systemd
+from kimi_serve.service.traffic import read_state as read_traffic
+from kimi_serve.service.traffic import summary as traffic_summary
 from kimi_serve.service.unit import Marker, parse_marker
 
 PROPS = (
@@ -26,6 +30,8 @@ PROPS = (
     "ActiveEnterTimestamp",
 )
 HEALTH_TIMEOUT = 3.0
+# what systemctl prints where systemd is not PID 1 or its bus cannot be reached (a container, a chroot, no D-Bus)
+_NO_SYSTEMD = re.compile(r"Failed to connect to bus|System has not been booted with systemd|Host is down", re.I)
 TIMER_PROPS = ("ActiveState", "UnitFileState", "LastTriggerUSec", "NextElapseUSecRealtime")
 
 
@@ -42,9 +48,69 @@ class Status:
     health: str = ""  # ready | refused | warming | ... ; "" when not checked
     interrupted: dict[str, Any] | None = None  # the journal of a change killed part-way (service.journal)
     monitor: dict[str, Any] | None = None  # history.summary(): last checks, when the contract last held, broken for
+    traffic: dict[str, Any] | None = None  # traffic.summary(): parse-failure log lines of real traffic, counted
     timer: dict[str, Any] | None = None  # the verify timer: its unit and state (None: not installed)
     listeners: list[Any] | None = None  # verify.listeners.Listener of the server's process tree; None: not checked
     listener_findings: list[Any] = field(default_factory=list)  # stray_listener warnings, or why not checked
+
+    def findings(self) -> list[Finding]:
+        """Why the status is not OK, one line each with the fix (empty when it is)."""
+        out: list[Finding] = []
+        if not self.installed:
+            out.append(
+                Finding(
+                    "status",
+                    "unit.not_installed",
+                    FAIL,
+                    f"{self.unit} is not installed ({self.unit_file})",
+                    "kimi-serve install-service --profile P; a foreground `up` is listed under runs",
+                )
+            )
+        if self.state_error and _NO_SYSTEMD.search(self.state_error):
+            out.append(
+                Finding(
+                    "status",
+                    "systemd.unreachable",
+                    FAIL,
+                    "systemd is not reachable here (systemctl: cannot connect to the system bus; PID 1 is not systemd)",
+                    "run status on the host whose systemd runs the unit (or as a user allowed on its bus); "
+                    "pass --root DIR to read an offline tree",
+                )
+            )
+        elif self.state_error and self.installed:
+            out.append(Finding("status", "unit.state", FAIL, self.state_error, "see systemctl status " + self.unit))
+        elif self.state and self.state.get("ActiveState") != "active":
+            out.append(
+                Finding(
+                    "status",
+                    "unit.inactive",
+                    FAIL,
+                    f"{self.unit} is {self.state.get('ActiveState')} ({self.state.get('SubState')})",
+                    f"kimi-serve restart --profile {self.marker.profile if self.marker else 'P'}; journalctl -u "
+                    f"{self.unit}",
+                )
+            )
+        elif self.state and self.health != "ready":
+            out.append(
+                Finding(
+                    "status",
+                    "health",
+                    FAIL,
+                    f"/health is {self.health or 'not checked'}",
+                    f"kimi-serve logs --unit-name {self.unit.removesuffix('.service')}",
+                )
+            )
+        if self.interrupted:
+            out.append(
+                Finding(
+                    "status",
+                    "interrupted",
+                    FAIL,
+                    f"a {self.interrupted.get('op')} was interrupted part-way",
+                    "run install-service, uninstall-service or restart again: it rolls the change back first",
+                )
+            )
+        return out
 
     @property
     def exit_code(self) -> ExitCode:
@@ -72,6 +138,7 @@ class Status:
             "last_verify": self.last_verify,
             "last_good": self.last_good,
             "monitor": self.monitor,
+            "traffic": self.traffic,
             "timer": self.timer,
             "exit_code": int(self.exit_code),
             "listeners": [x.to_json() for x in self.listeners] if self.listeners is not None else None,
@@ -96,8 +163,9 @@ def status(paths: ServicePaths, systemd: Systemd) -> Status:
     st.last_good = read_record(paths.last_good_record)
     st.interrupted = read_intent(paths)
     st.monitor = summary(read_history(paths), time.time())
+    st.traffic = traffic_summary(read_traffic(paths))
     timer = monitor_names(paths.unit)[1]
-    if (paths.root / "etc/systemd/system" / timer).exists():
+    if paths.unit_path(timer).exists():
         st.timer = {"unit": timer}
         shown_timer = systemd.show(timer, TIMER_PROPS) if systemd.live else None
         if isinstance(shown_timer, dict):
@@ -109,7 +177,7 @@ def status(paths: ServicePaths, systemd: Systemd) -> Status:
     if isinstance(shown, dict):
         st.state = shown
     else:
-        st.state_error = shown.describe()
+        st.state_error = shown.describe().replace("\n", " ")
     if st.marker and st.state.get("ActiveState") in ("active", "activating", "reloading"):
         st.health = _health(st.marker.endpoint)
         st.listeners, st.listener_findings = _listeners(st.marker.endpoint)

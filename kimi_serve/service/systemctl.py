@@ -34,15 +34,27 @@ def run(argv: Sequence[str], *, timeout: float) -> Completed:
 class Systemd:
     runner: Runner
     root: Path  # "/" for the running system
+    offline: bool = False  # "/" whose systemd is not running: only offline (--root=/) operations, as for a root
 
     @property
     def live(self) -> bool:
         """True when ``root`` is the running system (daemon-reload, restart, show make sense)."""
-        return self.root == Path("/")
+        return self.root == Path("/") and not self.offline
 
     def _systemctl(self, *args: str, timeout: float = SYSTEMCTL_TIMEOUT) -> Completed:
         root = [] if self.live else [f"--root={self.root}"]
         return self.runner(["systemctl", *root, *args], timeout=timeout)
+
+    def unreachable(self) -> str | None:
+        """Why systemd cannot be driven here (PID 1 is not systemd, its bus is down: a container, a chroot, WSL), as
+        systemctl says it in one line; None when it answers, or for an offline --root (nothing to reach)."""
+        if self.root != Path("/"):
+            return None
+        done = self.runner(["systemctl", "show", "--property=Version"], timeout=30)
+        if done.ok:
+            return None
+        lines = [line.strip() for line in (done.err or done.out).splitlines() if line.strip()]
+        return " ".join(lines)[:300] or f"systemctl exited {done.rc}"
 
     def analyze_verify(self, unit_file: Path) -> Completed:
         """``systemd-analyze verify``; callers must treat any stderr as a failure (it exits 0 on many mistakes)."""

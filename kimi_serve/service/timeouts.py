@@ -17,7 +17,7 @@ RESTART_MARGIN_SEC = 30  # systemctl's own overhead (daemon-reload, job queueing
 
 def start_timeout_sec(p: Profile) -> int:
     """``TimeoutStartSec``: the profile's startup deadline, plus the contract check, plus slack."""
-    return int(p.startup.timeout) + math.ceil(float(p.verify.timeout)) + START_SLACK_SEC
+    return p.startup.timeout + math.ceil(p.verify.timeout) + START_SLACK_SEC
 
 
 def start_limit_interval_sec(p: Profile) -> int:

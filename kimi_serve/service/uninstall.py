@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.proc import Completed
@@ -22,6 +23,14 @@ def uninstall(paths: ServicePaths, systemd: Systemd, *, dry_run: bool) -> Result
         result.add(f"{paths.unit_file} is not installed", "skipped", "nothing to do")
         return result
     status = "planned" if dry_run else "done"
+    gone = systemd.unreachable()
+    if gone:  # a container, a chroot, WSL: remove what kimi-serve wrote; systemctl --root=/ edits the links offline
+        systemd = replace(systemd, offline=True)
+        result.add(
+            f"systemctl stop {paths.unit}",
+            "skipped",
+            f"systemd is not running here ({gone}); the files and records are removed, nothing could be stopped",
+        )
     mon.remove_monitor(paths, systemd, lambda a, d: must(result, a, d), result.add, dry_run=dry_run)
     if systemd.live:
         _step(result, f"systemctl stop {paths.unit}", dry_run, lambda: systemd.stop(paths.unit, timeout=3600))

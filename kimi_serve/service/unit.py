@@ -3,7 +3,8 @@
 systemd reads an ``ExecStart=`` line in three passes, and each needs its own escape (systemd.service(5)):
 1. unit specifiers over the whole line: ``%`` -> ``%%``;
 2. splitting into words, C-unescaping inside double quotes: every argument is quoted, ``\\`` and ``"`` escaped;
-3. at exec time, ``$VAR``/``${VAR}`` expansion of each word: ``$`` -> ``$$``.
+3. at exec time, ``$VAR``/``${VAR}`` expansion of each argument: ``$`` -> ``$$`` (not in the executable's path, which
+   systemd takes verbatim and where it refuses quotes and backslashes: those are rejected).
 ``Environment=`` gets passes 1 and 2 only (systemd does not expand variables there). What systemd cannot carry (NUL,
 control characters, text that is not UTF-8) is rejected with the profile key that holds it.
 
@@ -18,7 +19,6 @@ import re
 import shlex
 import shutil
 import sys
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from kimi_serve import __version__
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.resources import package_root, resource_dir
 from kimi_serve.core.settings import with_pythonpath
+from kimi_serve.core.text import line_breaker
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service.hardening import CACHE_NAME, cache_environment, protect_home, sandbox
@@ -109,7 +110,7 @@ class Marker:
 
 def unit_file_name(unit_name: str, where: str = "service.unit_name") -> str:
     name = unit_name.removesuffix(".service")
-    if not name or not _UNIT_NAME.match(name) or len(name) > 200:
+    if not name or not _UNIT_NAME.fullmatch(name) or len(name) > 200:
         raise KimiServeError(
             f"invalid unit name {unit_name!r}", where=where, hint="use letters, digits and :_.- only, e.g. sglang-kimi"
         )
@@ -122,7 +123,7 @@ def _carryable(value: str, where: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise KimiServeError(f"value {value!r} is not valid UTF-8", where=where, hint="use plain text") from None
-    bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+    bad = line_breaker(value)
     if bad is not None:
         raise KimiServeError(
             f"value {value!r} contains control character {bad!r}, which a systemd unit cannot carry",
@@ -132,7 +133,7 @@ def _carryable(value: str, where: str) -> str:
     return value
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
     """Passes 1 and 2: a double-quoted word that systemd turns back into ``text``."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"'
 
@@ -145,12 +146,21 @@ def exec_line(argv: Sequence[str], where: str) -> str:
             where=where,
             hint="set python: to an absolute interpreter path (systemd's PATH is not the shell's)",
         )
-    return " ".join(_quote(_carryable(a, where).replace("$", "$$")) for a in argv)
+    bad = next((c for c in argv[0] if c in "\"'\\$"), None)
+    if bad is not None:  # systemd refuses quotes and backslashes there, and takes $ in the path verbatim ($$ too)
+        raise KimiServeError(
+            f"the command {argv[0]!r} contains {bad!r}, which systemd cannot carry in an executable path",
+            where=where,
+            hint="install it under a path without quotes, backslashes or $",
+        )
+    return " ".join(
+        [quote(_carryable(argv[0], where)), *(quote(_carryable(a, where).replace("$", "$$")) for a in argv[1:])]
+    )
 
 
 def environment_line(name: str, value: str, where: str) -> str:
     """An ``Environment=`` value setting ``name`` to ``value`` exactly."""
-    return _quote(f"{name}={_carryable(value, where)}")
+    return quote(f"{name}={_carryable(value, where)}")
 
 
 def unit_environment(profile: Profile, launch: Launch, ctx: UnitContext) -> dict[str, str]:
@@ -190,7 +200,7 @@ def _body_hash(body: str) -> str:
 def render_unit(
     profile: Profile, launch: Launch, ctx: UnitContext, unit_name: str | None = None, shape: UnitShape | None = None
 ) -> RenderedUnit:
-    """The unit text for a validated launch (see :func:`kimi_serve.check.report.validated_launch`); ``unit_name``
+    """The unit text for a validated launch (see :func:`kimi_serve.check.launch.validated_launch`); ``unit_name``
     (NAME.service) overrides the profile's service.unit_name; ``shape`` makes it one member of a deployment."""
     import jinja2
 
@@ -199,7 +209,7 @@ def render_unit(
     what = f", {shape.what}" if shape else ""
     posts = shape.posts if shape else (tuple(verify_argv(profile, launch, ctx)),)
     values: Mapping[str, object] = {
-        "description": _specifiers(
+        "description": specifiers(
             f"Kimi-K2.5 on SGLang (kimi-serve profile {profile.name}, engine {profile.engine}{what})",
             profile.where("service.unit_name"),
         ),
@@ -211,7 +221,7 @@ def render_unit(
         "timeout_comment": shape.timeout_comment if shape else TIMEOUT_COMMENT,
         "environment": [environment_line(k, v, profile.where(f"env.{k}")) for k, v in sorted(env.items())],
         "user": _user(profile.service.user, profile.where("service.user")),
-        "working_directory": _specifiers(profile.service.working_directory, profile.where("service.working_directory")),
+        "working_directory": specifiers(profile.service.working_directory, profile.where("service.working_directory")),
         "timeout_start_sec": (
             shape.timeout_start_sec if shape and shape.timeout_start_sec else start_timeout_sec(profile)
         ),
@@ -237,12 +247,12 @@ def render_unit(
     fields = {
         "version": ctx.version,
         "profile": profile.name,
-        "patch_set": profile.patch_set or "none",
+        "patch_set": "+".join(profile.patch_set) or "none",
         "endpoint": launch.endpoint,
         **({"role": shape.role} if shape else {}),
         "sha256": digest,
     }
-    marker = " ".join([MARKER_PREFIX] + [f"{k}={_marker_value(v)}" for k, v in fields.items()])
+    marker = " ".join([MARKER_PREFIX] + [f"{k}={marker_value(v)}" for k, v in fields.items()])
     return RenderedUnit(name=name, text=f"{marker}\n{body}", sha256=digest)
 
 
@@ -258,12 +268,11 @@ def _sandbox(profile: Profile, launch: Launch, ctx: UnitContext) -> list[tuple[s
         profile.service.working_directory,
     ]
     where = profile.where("service.working_directory")
-    return sandbox(
-        profile.service.hardening, [_specifiers(profile.service.working_directory, where)], protect_home(used)
-    )
+    writable = quote("-" + _carryable(profile.service.working_directory, where))  # a list setting: one quoted word
+    return sandbox(profile.service.hardening, [writable], protect_home(used))
 
 
-def _specifiers(value: str, where: str) -> str:
+def specifiers(value: str, where: str) -> str:
     """For settings systemd takes verbatim (no quotes, no C escapes): only specifiers need escaping."""
     if value != value.strip():
         raise KimiServeError(
@@ -271,11 +280,17 @@ def _specifiers(value: str, where: str) -> str:
             where=where,
             hint="remove the whitespace",
         )
+    if value.endswith("\\"):
+        raise KimiServeError(
+            f"value {value!r} ends with a backslash, which systemd reads as a line continuation",
+            where=where,
+            hint="remove the trailing backslash",
+        )
     return _carryable(value, where).replace("%", "%%")
 
 
 def _user(value: str, where: str) -> str:
-    if not _USER.match(value):
+    if not _USER.fullmatch(value):
         raise KimiServeError(f"invalid user name {value!r}", where=where, hint="use a system user such as root")
     return value
 
@@ -286,7 +301,7 @@ def _limit(value: str, where: str) -> str:
     raise KimiServeError(f"invalid resource limit {value!r}", where=where, hint="use 'infinity' or a size like 64G")
 
 
-def _marker_value(value: str) -> str:
+def marker_value(value: str) -> str:
     return re.sub(r"\s", "_", value)
 
 

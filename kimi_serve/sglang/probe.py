@@ -4,7 +4,8 @@ Invoked by :mod:`kimi_serve.check.sglang_tier` as ``PYTHON -m kimi_serve.sglang.
 ``{"args": [...], "platform": "sm120" | null, "also": [[...], ...]}``; prints one JSON object on stdout:
 ``{"sglang_version", "parse": {"ok", "error"}, "resolve": {"ok", "error", "values"}, "also": [...]}``, where
 ``also`` (optional: the other ranks of a multi-node launch) holds one such result per further argv, probed in the same
-interpreter so SGLang is imported once.
+interpreter so SGLang is imported once. ``--serve SOCKET`` keeps SGLang imported and answers many requests
+(:func:`serve`; the test suite runs one per session, ``$KIMI_SERVE_PROBE_SOCKET``).
 
 1. Parse with SGLang's real parser (``prepare_server_args``: ``ServerArgs.add_cli_args`` plus its ``--config`` merge).
 2. ``resolve_once()`` + ``check_server_args()`` under a simulated platform (``override_platform``), so SGLang's own
@@ -115,17 +116,102 @@ def _loader(server_args: Any) -> dict[str, Any]:
     return {"ok": True, "error": None, "checked": True, "load_format": fmt}
 
 
-def main() -> int:
-    request = json.load(sys.stdin)
-    logging.disable(logging.WARNING)
+def answer(request: dict[str, Any]) -> dict[str, Any]:
+    """The probe's reply to one request (its own argv, then each of ``also`` in the same interpreter)."""
     real_stdout = sys.stdout
     with contextlib.redirect_stdout(io.StringIO()):  # SGLang prints; keep stdout for our JSON
         result = probe(request["args"], request.get("platform"))
         also = request.get("also") or []
         if also:
             result["also"] = [probe(list(a), request.get("platform")) for a in also]
-    json.dump(result, real_stdout, default=str)
-    real_stdout.write("\n")
+    sys.stdout = real_stdout
+    return result
+
+
+def warm() -> None:
+    """Import what :func:`probe` imports, once (about 20 s of CPU on 2 cores: most of a cold probe's time)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        import sglang  # noqa: F401
+        from sglang.srt import runtime_context  # noqa: F401
+        from sglang.srt.configs.load_config import LoadConfig  # noqa: F401
+        from sglang.srt.model_loader.loader import _validate_default_loader_extra_config  # noqa: F401
+        from sglang.srt.server_args import prepare_server_args  # noqa: F401
+
+
+def mount_namespace() -> str | None:
+    """This process's mount namespace (``mnt:[INODE]``): a probe server answers only clients that see the same
+    files (a client inside a container would otherwise get answers about the host's files)."""
+    import os
+
+    try:
+        return os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return None
+
+
+def serve(socket_path: str) -> int:
+    """A probe server: SGLang imported once, then one forked child per request on a unix socket, so every probe
+    runs on fresh interpreter state (SGLang's resolution sets globals and environment variables) without paying the
+    import again. The client (:func:`kimi_serve.check.sglang_tier.run_probe`) writes one JSON request line and reads
+    one JSON reply line; the reply names this interpreter (``python``) and mount namespace (``mount_ns``), which the
+    client checks against its own.
+    Prints ``ready`` on stdout once listening; ends when stdin closes (its parent is gone)."""
+    import os
+    import selectors
+    import socket
+
+    logging.disable(logging.WARNING)
+    warm()
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(socket_path)
+    os.chmod(socket_path, 0o600)
+    server.listen(16)
+    print("ready", flush=True)
+    sel = selectors.DefaultSelector()
+    sel.register(server, selectors.EVENT_READ, "accept")
+    sel.register(sys.stdin, selectors.EVENT_READ, "stdin")
+    try:
+        while True:
+            for key, _ in sel.select(timeout=1.0):
+                if key.data == "stdin":
+                    if not sys.stdin.readline():
+                        return 0
+                    continue
+                conn, _ = server.accept()
+                if os.fork() == 0:  # the child answers; the parent goes back to accepting
+                    code = 0
+                    try:
+                        server.close()
+                        with conn, conn.makefile("rwb") as stream:
+                            request = json.loads(stream.readline())
+                            os.chdir(request.get("cwd") or "/")
+                            os.environ.clear()
+                            os.environ.update(request.get("env") or {})
+                            reply = {"python": sys.executable, "mount_ns": mount_namespace(), **answer(request)}
+                            stream.write(json.dumps(reply, default=str).encode() + b"\n")
+                    except BaseException:  # noqa: BLE001 - the child must never return into the parent's loop
+                        code = 1
+                    finally:
+                        os._exit(code)
+                conn.close()
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+    finally:
+        server.close()
+        with contextlib.suppress(OSError):
+            os.unlink(socket_path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--serve"] and len(argv) == 2:
+        return serve(argv[1])
+    request = json.load(sys.stdin)
+    logging.disable(logging.WARNING)
+    result = answer(request)
+    json.dump(result, sys.stdout, default=str)
+    sys.stdout.write("\n")
     return 0
 
 

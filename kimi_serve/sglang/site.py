@@ -108,7 +108,16 @@ def resolve_site_packages(site_packages: Path | None, python: str | None) -> Pat
         raise KimiServeError("--site-packages and --python are mutually exclusive", hint="pass only one")
     if site_packages is None:
         return site_packages_of(python or sys.executable)
-    if not (site_packages / "sglang").is_dir():
+    try:
+        has_sglang = (site_packages / "sglang").is_dir()
+    except PermissionError as exc:  # a folder this user may not list: the host's refusal, not a kimi-serve bug
+        raise KimiServeError(
+            f"cannot read {site_packages}: {exc.strerror or exc}",
+            where="--site-packages",
+            hint="run as the owner of that SGLang (or root), or fix its permissions",
+            exit_code=ExitCode.ENVIRONMENT,
+        ) from None
+    if not has_sglang:
         raise KimiServeError(
             f"{site_packages} has no sglang package", hint="pass the site-packages folder that contains sglang/"
         )

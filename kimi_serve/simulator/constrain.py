@@ -202,7 +202,7 @@ class Constrainer:
     def _choose(self, grammar: Any, row: Any, avoid: int | None = None, in_string: bool = True) -> int:
         for stop in self.stop_order:
             if self._allowed(row, stop):
-                return stop
+                return int(stop)
         try:
             forced = grammar.try_jump_forward(self.tokenizer)
             text = grammar.jump_forward_str_state(forced)[0] if forced else ""

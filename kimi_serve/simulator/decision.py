@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from kimi_serve.simulator import intent
+
 _NUMBER_WORDS = {
     "two": 2,
     "three": 3,
@@ -293,8 +295,8 @@ def offered(
 
 
 def declines(prompt: str) -> bool:
-    """The prompt asks for an answer without tools."""
-    return bool(_DECLINES.search(prompt))
+    """The prompt asks for an answer without tools (or says not to do what a tool does: "don't look it up")."""
+    return bool(_DECLINES.search(prompt)) or intent.says_not_to(prompt)
 
 
 def choose(functions: list[dict[str, Any]], prompt: str, tool_choice: Any = "auto") -> list[dict[str, Any]]:
@@ -302,13 +304,23 @@ def choose(functions: list[dict[str, Any]], prompt: str, tool_choice: Any = "aut
     forced = tool_choice == "required" or isinstance(tool_choice, dict)
     if not functions or (not forced and declines(prompt)):
         return []
-    prompt_words = words(prompt)
+    values = candidates(prompt)
+    asked = _asks_for_tool(functions, prompt)
+    if (
+        not forced
+        and not asked
+        and intent.asks_knowledge(prompt)
+        and not intent.has_object_for(functions, prompt, values)
+    ):
+        return []  # a question of knowledge, nothing a tool would act on
+    # the prompt's words, and the tool words its requests stand for ("open config.yaml" reads a file): intent.py
+    prompt_words = words(prompt).union(*(intent.request_words(fn, prompt, values) for fn in functions))
     scored = sorted(enumerate(functions), key=lambda p: (-score(p[1], prompt_words), p[0]))
     matching = [fn for _, fn in scored if score(fn, prompt_words) > 0]
-    if not matching and not forced and not _asks_for_tool(functions, prompt):
+    if not matching and not forced and not asked:
         return []
     pool = matching or [scored[0][1]]
-    count = requested_count(prompt, len(candidates(prompt)))
+    count = requested_count(prompt, len(values))
     if not count:  # the prompt names no number of calls: one per tool it names, or per value it joins
         named = _distinct(matching, prompt_words)
         if len(named) > 1 and re.search(r"\band\b|和|以及|并且|然后", _unquoted(prompt).lower()):
@@ -488,7 +500,12 @@ def _cjk_phrases(run: str, start: int) -> list[tuple[int, str]]:
     return [(pos, p) for pos, p in pieces if len(p) >= 2]
 
 
+def quoted(prompt: str) -> list[str]:
+    """The prompt's quoted values, in order."""
+    return [next(g for g in m.groups() if g) for m in _QUOTED.finditer(prompt)]
+
+
 def candidates(prompt: str) -> list[str]:
     """Quoted values first, then the other values in prompt order."""
-    quoted = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(prompt)]
-    return list(dict.fromkeys(quoted + [v for _, v in positioned(prompt) if v not in quoted]))
+    first = quoted(prompt)
+    return list(dict.fromkeys(first + [v for _, v in positioned(prompt) if v not in first]))

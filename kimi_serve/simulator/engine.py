@@ -25,6 +25,7 @@ from kimi_serve.simulator.clock import StepClock
 from kimi_serve.simulator.constrain import Constrainer, has_constraint, intended_text
 from kimi_serve.simulator.perf import PerfModel, PerfParams, SpecSettings
 from kimi_serve.simulator.prompt import read_prompt
+from kimi_serve.simulator.schema_strings import FILLER
 from kimi_serve.simulator.stops import find_stop, holds_back
 from kimi_serve.simulator.validate import RequestChecks
 
@@ -147,7 +148,7 @@ class ScriptedTokenizerManager:
         else:
             ids = self.tokenizer.encode(text, add_special_tokens=False)
             if params.ignore_eos and limit:  # benchmarks: no stop token, generate exactly max_new_tokens
-                filler = self.tokenizer.encode(" " + scripted.FILLER, add_special_tokens=False)
+                filler = self.tokenizer.encode(" " + FILLER, add_special_tokens=False)
                 ids = ids + list(itertools.islice(itertools.cycle(filler), max(0, limit - len(ids) + 1)))
             if limit is not None and len(ids) > limit:
                 ids, matched = ids[:limit], None

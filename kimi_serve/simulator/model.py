@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kimi_serve.simulator import decision
+from kimi_serve.simulator import decision, intent
 from kimi_serve.simulator.schema_strings import FILLER, clip, pad  # noqa: F401 - FILLER: engine.py's filler text
 from kimi_serve.simulator.schema_values import Values, long_text_key
 
@@ -62,6 +62,8 @@ def generate(turn: Turn) -> str:
     chosen = decision.choose(functions, prompt, turn.tool_choice)
     if chosen:
         hints = decision.hints_per_call(chosen, prompt)
+        query = intent.topic(chosen[0], prompt) if len(chosen) == 1 and not decision.quoted(prompt) else None
+        hints = [[query, *hints[0]]] if query else hints  # a search tool's query: what the request asks about
         calls = [
             (fn["name"], arguments(fn.get("parameters") or {}, prompt, h, min_chars, sequence))
             for fn, h in zip(chosen, hints, strict=True)

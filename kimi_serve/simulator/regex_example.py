@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable
 from typing import Any
 
 try:
@@ -31,7 +32,7 @@ _CATEGORY = {
     _c.CATEGORY_WORD: "a",
     _c.CATEGORY_NOT_WORD: "-",
 }
-_CATEGORY_TEST = {
+_CATEGORY_TEST: dict[Any, Callable[[str], bool]] = {
     _c.CATEGORY_DIGIT: str.isdigit,
     _c.CATEGORY_SPACE: str.isspace,
     _c.CATEGORY_WORD: lambda ch: ch.isalnum() or ch == "_",

@@ -42,8 +42,8 @@ _FORMAT_SHAPES = {
     "hostname": r"^[A-Za-z0-9.-]+\.[A-Za-z]{2,}$",
     "uuid": r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$",
 }
-_PATH_KEYS = {"path", "file", "filename", "file_path"}
-_FILE_LIKE = re.compile(r"(?<![\w/.])((?:[\w-]+/)*[\w-]+\.[A-Za-z0-9]{1,8})(?![\w/])")
+_PATH_KEYS = {"path", "file", "filename", "file_path", "filepath", "file_name"}
+FILE_LIKE = re.compile(r"(?<![\w/.])((?:[\w-]+/)*[\w-]+\.[A-Za-z0-9]{1,8})(?![\w/])")
 _NUMBER = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)(?![\w.])")
 
 
@@ -130,7 +130,7 @@ def takes_file(name: str, prompt: str, hints: list[str]) -> str | None:
     prompt's values in turn), else the prompt's first; None for other properties or without a file name."""
     if name not in _PATH_KEYS:
         return None
-    named = [h for h in hints if _FILE_LIKE.fullmatch(h)] + _FILE_LIKE.findall(prompt)
+    named = [h for h in hints if FILE_LIKE.fullmatch(h)] + FILE_LIKE.findall(prompt)
     return named[0] if named else None
 
 

@@ -18,9 +18,19 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from kimi_serve.core.settings import SIM_LOAD_ENV, SIM_WARMUP_ENV
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+def _typed(decorator: Any) -> Callable[[Handler], Handler]:
+    """FastAPI's route decorators keep the handler's type (mypy sees FastAPI, not installed beside kimi-serve, as
+    Any, so an undecorated use would make every handler untyped)."""
+    return cast(Callable[[Handler], Handler], decorator)
+
 
 logger = logging.getLogger("kimi_serve.simulator")
 
@@ -43,7 +53,7 @@ class State:
 
 def _redacted_info(server_args: Any) -> dict[str, Any]:
     """``resolved_dict()`` + ``launch_command`` with the API keys blanked (the simulator's startup log line)."""
-    info = server_args.resolved_dict()
+    info: dict[str, Any] = server_args.resolved_dict()
     command = server_args.launch_command or ""
     for key in ("api_key", "admin_api_key"):
         secret = info.get(key)
@@ -95,7 +105,7 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
     app.state.tokenizer_manager = tm
     add_api_key_middleware(app, api_key=serving.api_key, admin_api_key=serving.admin_api_key)
 
-    @app.exception_handler(RequestValidationError)
+    @_typed(app.exception_handler(RequestValidationError))
     async def _invalid(request: Request, exc: RequestValidationError) -> Any:  # SGLang turns FastAPI's 422 into 400
         err = ErrorResponse(message=f"{exc} {exc.errors()}", type="Bad Request", code=400)
         return ORJSONResponse(status_code=400, content=err.model_dump())
@@ -113,16 +123,16 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
                 ]
             )
 
-    @app.get("/ready")
+    @_typed(app.get("/ready"))
     async def ready() -> Response:
         return Response(status_code=200 if state.up and not state.exiting else 503)
 
-    @app.get("/health")
-    @app.get("/health_generate")
+    @_typed(app.get("/health"))
+    @_typed(app.get("/health_generate"))
     async def health() -> Response:
         return Response(status_code=200 if state.up and not state.exiting else 503)
 
-    @app.get("/model_info")
+    @_typed(app.get("/model_info"))
     async def model_info() -> dict[str, Any]:
         return {
             "model_path": sim.model_path,
@@ -141,7 +151,7 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
             "architectures": getattr(model_config.hf_config, "architectures", None),
         }
 
-    @app.get("/server_info")
+    @_typed(app.get("/server_info"))
     async def server_info() -> Any:
         # SGLang's own body (build_server_info + watermark redaction), so the simulator returns what the SGLang it
         # runs on returns: the API keys in clear text unless that SGLang is patched (patch 0007).
@@ -167,7 +177,7 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
         }
         return ORJSONResponse(body)
 
-    @app.get("/get_server_info")
+    @_typed(app.get("/get_server_info"))
     async def get_server_info() -> Any:
         logger.warning(
             "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
@@ -175,12 +185,12 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
         )
         return await server_info()
 
-    @app.get("/v1/models")
+    @_typed(app.get("/v1/models"))
     async def models() -> Any:
         card = ModelCard(id=tm.served_model_name, root=tm.served_model_name, max_model_len=model_config.context_len)
         return model_json_response(ModelList(data=[card]))
 
-    @app.get("/v1/models/{model:path}")
+    @_typed(app.get("/v1/models/{model:path}"))
     async def retrieve_model(model: str) -> Any:
         if model != tm.served_model_name:
             return ORJSONResponse(
@@ -196,8 +206,8 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
             )
         return model_json_response(ModelCard(id=model, root=model, max_model_len=model_config.context_len))
 
-    @app.get("/remote_instance_transfer_engine_info")
-    @auth_level(AuthLevel.ADMIN_OPTIONAL)
+    @_typed(app.get("/remote_instance_transfer_engine_info"))
+    @_typed(auth_level(AuthLevel.ADMIN_OPTIONAL))
     async def remote_instance_transfer_engine_info(rank: int | None = None) -> Any:
         """One of SGLang's ADMIN_OPTIONAL endpoints, with its auth level: the one `verify` asks (no rank: 400)."""
         return ORJSONResponse(
@@ -211,16 +221,16 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
             status_code=400,
         )
 
-    @app.post("/v1/chat/completions", dependencies=[Depends(json_only)])
+    @_typed(app.post("/v1/chat/completions", dependencies=[Depends(json_only)]))
     async def chat_completions(request: ChatCompletionRequest, raw_request: Request) -> Any:
         setattr(raw_request.state, CHAT_REQUEST_KEY, request)
         return model_json_response(await chat.handle_request(request, raw_request))
 
-    @app.post("/v1/completions", dependencies=[Depends(json_only)])
+    @_typed(app.post("/v1/completions", dependencies=[Depends(json_only)]))
     async def completions(request: CompletionRequest, raw_request: Request) -> Any:
         return model_json_response(await completion.handle_request(request, raw_request))
 
-    @app.api_route("/generate", methods=["POST", "PUT"])
+    @_typed(app.api_route("/generate", methods=["POST", "PUT"]))
     async def generate(obj: GenerateReqInput, raw_request: Request) -> Any:
         from kimi_serve.simulator.native import serve_generate
 

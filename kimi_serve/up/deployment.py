@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.net import client_url
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.up.console import PREFIX, Console
@@ -62,7 +63,7 @@ class Deployment:
 
     # -- start
     def start_replicas(self) -> None:
-        from kimi_serve.up.run import server_env
+        from kimi_serve.check.launch import server_env
 
         for part in self.parts:
             self.console.info(f"starting {part.name} (log: {part.log_path})")
@@ -79,7 +80,7 @@ class Deployment:
             self.console.info(f"{part.tag}: server pid {server.pid} (own session and process group)")
 
     def _start_router(self) -> None:
-        from kimi_serve.up.run import server_env
+        from kimi_serve.check.launch import server_env
 
         part = self.router_part
         self.console.end_progress()
@@ -99,7 +100,9 @@ class Deployment:
             return
         self.console.info(f"router: pid {self.router.pid} (own session and process group)")
         self.state = "router"
-        self.poller = RouterPoller(self._pool, self._router_url(), self.api_key)
+        self.poller = RouterPoller(
+            self._pool, self._router_url(), part.launch.api_key_file, [p.replica.url for p in self.parts if p.replica]
+        )
         self.router_started = time.monotonic()
         self.router_deadline = self.router_started + ROUTER_READY_S
 
@@ -204,7 +207,7 @@ class Deployment:
             self._watch_router(now)
         elif self.state == "contract" and self.verify is not None and self.verify.done():
             self._verified(self.verify.result())
-        elif self.state == "serving" and self.unrouted:
+        elif self.state == "serving":
             self._watch_unrouted(now)
 
     def _status(self, now: float) -> None:
@@ -218,9 +221,10 @@ class Deployment:
 
     def _watch_router(self, now: float) -> None:
         view = self.poller.poll(now)
-        if view is not None and view.all_healthy:
+        expected = self.poller.expected
+        if view is not None and view.serves_all(expected):
             self.console.end_progress()
-            self.console.info(f"[ready] router ready in {now - self.router_started:.1f}s: {view.line()}")
+            self.console.info(f"[ready] router ready in {now - self.router_started:.1f}s: {view.line(expected)}")
             self._router_ready()
             return
         self.last_view = view or self.last_view
@@ -230,28 +234,30 @@ class Deployment:
                 Outcome(
                     ExitCode.UNREACHABLE,
                     f"the router does not report every replica healthy "
-                    f"after {ROUTER_READY_S:g}s ({last.line() if last else 'no answer'})",
+                    f"after {ROUTER_READY_S:g}s ({last.line(expected) if last else 'no answer'})",
                     f"read the router log {self.router_part.log_path}",
                 ),
                 "router not ready",
             )
 
     def _watch_unrouted(self, now: float) -> None:
-        """Say when the router stops sending to a replica that died (its health checks take a few seconds)."""
+        """Say when the router stops sending to a replica that died (its health checks take a few seconds), and when
+        its worker set stops (or starts again) being the replicas (workers added or removed behind up's back)."""
         view = self.poller.poll(now)
+        if note := self.poller.membership_note(view):
+            self.console.info(f"router: {note}")
         for url, (name, since) in list(self.unrouted.items()):
             worker = view.worker(url) if view is not None else None
             if worker is not None and not worker.healthy:
                 del self.unrouted[url]
                 self.console.info(
                     f"router: {name} marked unhealthy {now - since:.1f}s after it exited "
-                    f"({view.line() if view else ''}); requests go to the others"
+                    f"({view.line(self.poller.expected) if view else ''}); requests go to the others"
                 )
 
     def _router_url(self) -> str:
         launch = self.router_part.launch
-        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(launch.host, launch.host)
-        return f"http://[{host}]:{launch.port}" if ":" in host else f"http://{host}:{launch.port}"
+        return client_url(launch.host, launch.port)
 
     def _router_ready(self) -> None:
         if not self.opts.verify:

@@ -8,6 +8,7 @@ from typing import Any
 
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
+from kimi_serve.profile.schema import default_of
 
 # After SIGTERM, SGLang drains and exits 0; during load it has no handler and dies by SIGTERM: both are clean stops.
 CLEAN_STOP = (0, -signal.SIGTERM)
@@ -17,14 +18,14 @@ HEALTH_TIMEOUT_S = 20.0  # SGLang's SGLANG_HEALTH_CHECK_TIMEOUT: /health generat
 @dataclass(frozen=True)
 class UpOptions:
     verify: bool = True
-    startup_timeout_s: float = 1800.0  # profile startup.timeout
+    startup_timeout_s: float = float(default_of("startup.timeout"))
     init_timeout_s: float = 180.0  # all ranks past "Init parallel ends." (SGLang's own limit: 10 min or none)
-    stop_grace_s: float = 120.0  # SIGTERM -> SIGKILL of the group (profile service.stop_timeout)
+    stop_grace_s: float = float(default_of("service.stop_timeout"))  # SIGTERM -> SIGKILL of the group
     failure_grace_s: float = 10.0  # after a failure in the log, time for the server to exit on its own
     health_every_s: float = 1.0
     tp_size: int = 1
-    verify_suite: str = "quick"
-    verify_timeout_s: float = 120.0
+    verify_suite: str = str(default_of("verify.suite"))
+    verify_timeout_s: float = float(default_of("verify.timeout"))
     served_model: str | None = None
 
     @classmethod

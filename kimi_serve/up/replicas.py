@@ -165,12 +165,33 @@ class Member:
 
 class RouterPoller:
     """The router's health view (kimi_serve.router.client.router_health), one request at a time off the watch loop,
-    at most every ``ROUTER_POLL_S``."""
+    at most every ``ROUTER_POLL_S``; read with the control plane's admin key (the key file's ``admin-api-key``:
+    /workers refuses the clients' key). ``expected``: the replicas' URLs, the worker set the router must hold."""
 
-    def __init__(self, pool: ThreadPoolExecutor, url: str, api_key: str | None) -> None:
-        self.pool, self.url, self.api_key = pool, url, api_key
+    def __init__(self, pool: ThreadPoolExecutor, url: str, key_file: str | None, expected: list[str]) -> None:
+        from kimi_serve.router.client import admin_key_of
+
+        self.pool, self.url, self.api_key, self.expected = pool, url, admin_key_of(key_file), expected
         self.future: Future[Any] | None = None
         self.next = 0.0
+        self.differs = ""  # the last membership line said ("" while the router holds exactly the replicas)
+
+    def membership_note(self, view: Any) -> str:
+        """A line to say when the router's worker set starts or stops differing from the replicas (someone with the
+        control plane's key added or removed workers: the deployment is degraded), else ""."""
+        if view is None or not view.listed:
+            return ""
+        line = view.membership_line(self.expected)
+        if line == self.differs:
+            return ""
+        self.differs = line
+        if not line:
+            return "the router's workers are the profile's replicas again"
+        return (
+            f"DEGRADED: {line}: clients' requests (and their keys) may go to a server that is not part of this "
+            "deployment (fix: kimi-serve restart puts missing replicas back; remove unknown workers and rotate the "
+            "admin-api-key)"
+        )
 
     def poll(self, now: float) -> Any:
         """A fresh view when one arrived since the last call, else None."""

@@ -9,11 +9,11 @@ or exited with another status) is 4, not 130.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.check.launch import server_env
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, WARN, error_from, failed
 from kimi_serve.profile.launch import Launch
@@ -24,17 +24,6 @@ from kimi_serve.up.options import UpOptions
 from kimi_serve.up.phases import PhaseClock, start_clock
 from kimi_serve.up.supervisor import Server
 from kimi_serve.up.watch import Signals, Watch
-
-
-def server_env(launch: Launch) -> dict[str, str]:
-    from kimi_serve.core.resources import package_root
-    from kimi_serve.core.settings import with_pythonpath
-
-    env = {**os.environ, **launch.env, "PYTHONUNBUFFERED": "1"}
-    if launch.engine == "simulator":  # the SGLang interpreter imports kimi_serve from here
-        env = with_pythonpath(env, package_root())
-    return env
-
 
 # ---------------------------------------------------------------------------------------------- preflight
 
@@ -116,20 +105,22 @@ def run_up(
 ) -> int:
     """The `up` command: load and validate the profile, preflight, then :func:`serve` (or print, with dry_run).
 
-    A real run holds the host lock (kimi_serve.core.lock) from before the preflight until the server is stopped: the
-    GPUs and the port are only taken minutes into a cold start, so a second `up` (or a `patches apply` under the
-    running server) started meanwhile would pass every check; it exits 75 instead (or waits, with ``wait_lock``).
+    A real run holds the locks of what its server takes (kimi_serve.up.locks: its ports, an SGLang server's GPUs and,
+    shared, its venv) from before the preflight until the server is stopped: the GPUs and the port are only taken
+    minutes into a cold start, so a second `up` on them (or a `patches apply` under the running server) started
+    meanwhile would pass every check; it exits 75 instead (or waits, with ``wait_lock``). The host lock is not taken:
+    a service change, or a change of another venv, runs beside it.
     """
-    from kimi_serve.check.report import validated_launch
-    from kimi_serve.core.lock import host_lock
+    from kimi_serve.check.launch import validated_launch
     from kimi_serve.profile.loader import load_profile
+    from kimi_serve.up.locks import up_locks
 
     console = console or Console()
     profile = load_profile(profile_ref, sets)
     launch = validated_launch(profile)
     if dry_run:
         return _up(profile, launch, console, host, dry_run, verify, log_file, overrides)
-    with host_lock("up", wait=wait_lock):
+    with up_locks(profile, launch, wait=wait_lock):
         return _up(profile, launch, console, host, dry_run, verify, log_file, overrides)
 
 
@@ -150,20 +141,32 @@ def _up(
     opts = UpOptions.from_profile(profile, verify=verify, **overrides)
     from kimi_serve.profile.topology import routed
 
-    if routed(profile):  # replicas behind SGLang's router (up/deployment.py)
-        from kimi_serve.up.deployment import serve_deployment
+    if not dry_run:  # what runs now, for `status` (kimi_serve.core.runs): removed when `up` ends
+        from kimi_serve.core.runs import run_record
+        from kimi_serve.up.locks import run_fields
+
+        with run_record(run_fields(profile, launch, log_path)):
+            return _serve(profile, launch, console, opts, log_path)
+    if routed(profile):
         from kimi_serve.up.replicas import dry_run as dry_run_deployment
 
-        return (dry_run_deployment if dry_run else serve_deployment)(profile, launch, opts, log_path, console)
-    if dry_run:
-        console.info(f"dry run: would start {launch.engine} (log: {log_path}):")
-        console.info("$ " + launch.shell())
-        console.info(
-            f"then wait up to {opts.startup_timeout_s:g}s for /health, "
-            + (f"run the {opts.verify_suite} contract check, " if verify else "")
-            + "and supervise"
-        )
-        return int(ExitCode.OK)
-    from kimi_serve.core.settings import state_root
+        return dry_run_deployment(profile, launch, opts, log_path, console)
+    console.info(f"dry run: would start {launch.engine} (log: {log_path}):")
+    console.info("$ " + launch.shell())
+    console.info(
+        f"then wait up to {opts.startup_timeout_s:g}s for /health, "
+        + (f"run the {opts.verify_suite} contract check, " if verify else "")
+        + "and supervise"
+    )
+    return int(ExitCode.OK)
 
+
+def _serve(profile: Profile, launch: Launch, console: Console, opts: UpOptions, log_path: Path) -> int:
+    from kimi_serve.core.settings import state_root
+    from kimi_serve.profile.topology import routed
+
+    if routed(profile):  # replicas behind SGLang's router (up/deployment.py)
+        from kimi_serve.up.deployment import serve_deployment
+
+        return serve_deployment(profile, launch, opts, log_path, console)
     return serve(launch, opts, log_path, console, start_clock(profile, state_root(), console.info))

@@ -10,14 +10,16 @@ import re
 from typing import Any
 
 from kimi_serve.core.findings import Finding
+from kimi_serve.core.pin import SGLANG_VERSION
 from kimi_serve.verify.answer import Answer, ToolCall
 from kimi_serve.verify.report import problem
+from kimi_serve.verify.thinking import ANY_MARKER, FAMILIES, echoed_reasoning, marker
 from kimi_serve.verify.transport import Reply, TransportError
 
 SHOW = 160
 TOOL_TOKEN = re.compile(r"<\|tool_call[a-z_]*\|>")
 SPECIAL_TOKEN = re.compile(r"<\|[A-Za-z0-9_]+\|>|\[(?:EOS|BOS|EOT)\]")
-THINK_TAG = re.compile(r"</?think>")
+THINK_TAG = ANY_MARKER  # every Kimi family's think markers (verify/thinking.py)
 BARE_CALL = re.compile(r"functions\.[\w.\-]+:\d+")
 
 FIX_TOOL_PARSER = "start SGLang with --tool-call-parser kimi_k2 (profile: parsers.tool_call: kimi_k2)"
@@ -94,7 +96,20 @@ def http_finding(reply: Reply, *, api_key_sent: bool, model: str | None) -> Find
     return None
 
 
+FIX_TOO_LARGE = (
+    "the server sends an endless or oversized answer; read its log, and check that --host is SGLang's OpenAI server "
+    "(not a proxy or another service)"
+)
+
+
+def too_large(limit: str, what: str) -> Finding:
+    """Reading stopped at one of verify's read limits (transport.LIMITS); ``limit`` names it."""
+    return problem("too_large", f"{what} passed verify's read limit ({limit}) and was cut off there", FIX_TOO_LARGE)
+
+
 def parse_json_body(reply: Reply) -> tuple[Any, Finding | None]:
+    if reply.limit:
+        return None, too_large(reply.limit, f"the HTTP {reply.status} answer")
     if reply.timed_out:
         return None, problem(
             "timeout",
@@ -116,7 +131,8 @@ def parse_json_body(reply: Reply) -> tuple[Any, Finding | None]:
 
 
 def text_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
-    """No Kimi special token and no <think>/</think> in content or reasoning; raw tool markup has its own cause."""
+    """No Kimi special token and no think marker (any Kimi family) in content or reasoning, no reasoning repeated in
+    content; raw tool markup has its own cause."""
     found: list[Finding] = []
     content, reasoning = answer.content or "", answer.reasoning or ""
     if TOOL_TOKEN.search(content):
@@ -145,7 +161,7 @@ def text_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
         if server.get("reasoning_parser") == "kimi_k2":
             fix = (
                 "this SGLang's kimi_k2 reasoning parser does not end reasoning at <|tool_calls_section_begin|>: "
-                "run SGLang 0.5.23 (the version kimi-serve pins), whose parser does"
+                f"run SGLang {SGLANG_VERSION} (the version kimi-serve pins), whose parser does"
             )
         found.append(
             problem(
@@ -155,25 +171,9 @@ def text_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
                 fix,
             )
         )
-    if tag := THINK_TAG.search(content):
-        found.append(
-            problem(
-                "think_in_content",
-                f"`{tag.group(0)}` in content, so the reasoning parser is not "
-                f"active{_parser_note(server, 'reasoning_parser')}: {clip(content)!r}",
-                FIX_REASONING_PARSER,
-            )
-        )
-    if THINK_TAG.search(reasoning):
-        found.append(
-            problem(
-                "think_in_reasoning",
-                "`<think>`/`</think>` inside reasoning_content",
-                FIX_REASONING_PARSER + "; another reasoning parser leaves Kimi's tags in",
-            )
-        )
+    found += _think_findings(content, reasoning, server)
     for field_name, text in (("content", content), ("reasoning_content", reasoning)):
-        specials = {m.group(0) for m in SPECIAL_TOKEN.finditer(text)}
+        specials = {m.group(0) for m in SPECIAL_TOKEN.finditer(THINK_TAG.sub(" ", text))}  # markers: named above
         leaked = sorted(specials - {m.group(0) for m in TOOL_TOKEN.finditer(text)})
         if leaked:
             found.append(
@@ -184,6 +184,54 @@ def text_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
                     "override) and do not send skip_special_tokens=false",
                 )
             )
+    return found
+
+
+_FIX_OTHER_FAMILY = (
+    "serve Kimi-K2.5 with --reasoning-parser kimi_k2 and its own chat template (profile: parsers.reasoning: "
+    "kimi_k2); if SGLang itself returns clean fields (verify --host pointed at it), a gateway in between rewrites "
+    "reasoning into content: make it pass reasoning_content through unchanged"
+)
+
+
+def _think_findings(content: str, reasoning: str, server: dict[str, Any]) -> list[Finding]:
+    """Think markers of any Kimi family in content or reasoning_content; content that repeats the reasoning."""
+    found: list[Finding] = []
+    if hit := marker(content):
+        tag, family = hit
+        if family is FAMILIES[0]:  # Kimi-K2.5's own markers: its parser is not active
+            note = _parser_note(server, "reasoning_parser")
+            text = f"`{tag}` in content, so the reasoning parser is not active{note}"
+            fix = FIX_REASONING_PARSER
+        else:
+            text = (
+                f"reasoning wrapped in {family.name} think markers (`{tag}`) in content: not Kimi-K2.5's own "
+                "`<think>` format, so SGLang's kimi_k2 parser cannot split it; another Kimi model's template or "
+                "parser serves it, or a gateway folds reasoning into content"
+            )
+            fix = _FIX_OTHER_FAMILY
+        found.append(problem("think_in_content", f"{text}: {clip(content)!r}", fix))
+    if hit := marker(reasoning):
+        found.append(
+            problem(
+                "think_in_reasoning",
+                f"think marker `{hit[0]}` ({hit[1].name}) inside reasoning_content",
+                FIX_REASONING_PARSER + "; another reasoning parser leaves Kimi's tags in",
+            )
+        )
+    if reasoning.strip() and echoed_reasoning(content, reasoning):
+        found.append(
+            problem(
+                "reasoning_in_content",
+                "content repeats the reasoning before the answer (reasoning_content is also sent): a client shows "
+                "the reasoning to the user as the answer, and sends it back as history"
+                f"{_parser_note(server, 'reasoning_parser')}: {clip(content)!r}",
+                "SGLang's kimi_k2 reasoning parser sends each once, so the likely culprit is a gateway in between "
+                "that merges reasoning_content into content (a 'show reasoning' / merge option): turn that off, or "
+                "point --host at SGLang itself to confirm; if SGLang itself does it, serve --reasoning-parser "
+                "kimi_k2 (profile: parsers.reasoning: kimi_k2)",
+            )
+        )
     return found
 
 

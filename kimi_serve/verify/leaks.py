@@ -2,7 +2,8 @@
 ``/get_server_info``) returns ``api_key``, ``admin_api_key`` and a ``launch_command`` built after ``--config`` is
 merged, so holding the normal key is enough to learn the admin key. Patch 0007 of kimi-serve's set redacts them.
 
-A finding here is a warning: the chat contract still holds. The key itself never appears in a message.
+A finding here is a least-privilege FAIL (``server_info_leaks_key``, exit 1): any client can become admin. The key
+itself never appears in a message.
 """
 
 from __future__ import annotations
@@ -11,16 +12,15 @@ import json
 import re
 from typing import Any
 
-from kimi_serve.core.findings import Finding
-from kimi_serve.verify.report import warning
+from kimi_serve.core.findings import FAIL, Finding
 from kimi_serve.verify.target import Target
 from kimi_serve.verify.transport import TransportError, request
 
 REDACTED = "<redacted>"
 _KEY_FLAG = re.compile(r"--(admin-)?api-key(?:=|\s+)(\S+)")
 FIX = (
-    "apply kimi-serve's patch set (kimi-serve patches apply; its patch 0007 redacts /server_info), or block "
-    "/server_info and /get_server_info in front of the server"
+    "apply kimi-serve's patch set to the engine (kimi-serve patches apply; its patch 0007 redacts /server_info and "
+    "/get_server_info), then restart; or block both routes in front of the server"
 )
 
 
@@ -37,26 +37,38 @@ def leaked_fields(info: Any, sent_key: str | None) -> list[str]:
     return found
 
 
-def server_info_warnings(target: Target, deadline: float, api_key: str | None) -> list[Finding]:
-    """A ``server_info_leaks_key`` warning when /server_info returns a key; nothing when it is redacted or absent."""
-    try:
-        reply = request("GET", target.url("/server_info"), deadline=deadline, api_key=api_key)
-    except TransportError:
-        return []
-    if reply.status != 200 or reply.timed_out:
-        return []  # not SGLang, or the route is blocked: nothing leaks here
-    try:
-        info = json.loads(reply.body)
-    except ValueError:
-        return []
-    fields = leaked_fields(info, api_key)
-    if not fields:
+INFO_PATHS = ("/server_info", "/get_server_info")
+
+
+def server_info_leaks(target: Target, deadline: float, api_key: str | None) -> list[Finding]:
+    """A ``server_info_leaks_key`` FAIL when /server_info or /get_server_info returns a key to a client holding
+    ``api_key``; nothing when they redact it, or answer anything but a JSON 200 (not SGLang, or blocked)."""
+    leaking: list[str] = []
+    fields: list[str] = []
+    for path in INFO_PATHS:
+        try:
+            reply = request("GET", target.url(path), deadline=deadline, api_key=api_key)
+        except TransportError:
+            continue
+        if reply.status != 200 or reply.timed_out:
+            continue
+        try:
+            info = json.loads(reply.body)
+        except ValueError:
+            continue
+        found = leaked_fields(info, api_key)
+        if found:
+            leaking.append(path)
+            fields += [f for f in found if f not in fields]
+    if not leaking:
         return []
     return [
-        warning(
+        Finding(
+            "verify",
             "server_info_leaks_key",
-            f"GET /server_info returns the API key(s) to any client holding the "
-            f"normal key ({', '.join(fields)} not redacted; /get_server_info returns the same)",
+            FAIL,
+            f"GET {' and '.join(leaking)} return(s) the API key(s) to any client holding the normal key "
+            f"({', '.join(fields)} not redacted): every client can learn the admin key",
             FIX,
         )
     ]

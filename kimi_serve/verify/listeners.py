@@ -1,11 +1,15 @@
-"""Which TCP sockets does the server's process tree listen on? Read from /proc, no psutil.
+"""Which sockets does the server listen on, TCP and UDP? Read from /proc, no psutil.
 
-The tree is the process holding the API port's listening socket and all its descendants (SGLang: the launcher with
-uvicorn, its scheduler and detokenizer processes). Its listening sockets come from ``/proc/PID/net/tcp{,6}`` (state
-``0A``) matched by inode to the ``socket:[INODE]`` links in ``/proc/PID/fd``. Anything bound beyond loopback other
-than the API port (and ports the caller expects, e.g. a separate metrics port) is a stray listener: ZMQ, torch's
-distributed-init store (TCPStore binds every interface), NCCL bootstrap, a debugger. Reading another user's
-``/proc/PID/fd`` needs that user or root; otherwise the check is skipped with the reason.
+The server is the process holding the API port's listening socket, all its descendants (SGLang: the launcher with
+uvicorn, its scheduler and detokenizer processes), and every process that left the tree but not the server: one in
+the same cgroup (a systemd unit's, read from ``/proc/PID/cgroup``; not the root cgroup, which is everyone's) or the
+same session (``/proc/PID/stat``; a double fork keeps it). A descendant that detached (double fork, ``setsid``) is so
+still seen. Its sockets come from ``/proc/PID/net/{tcp,tcp6}`` (listening, state ``0A``) and ``{udp,udp6}`` (bound and
+unconnected, state ``07``: a UDP socket takes datagrams from anyone) matched by inode to the ``socket:[INODE]`` links
+in ``/proc/PID/fd``. Anything bound beyond loopback other than the API port (and ports the caller expects, e.g. a
+separate metrics port) is a stray listener: ZMQ, torch's distributed-init store (TCPStore binds every interface), NCCL
+bootstrap, a debugger. Reading another user's ``/proc/PID/fd`` needs that user or root; otherwise the check is
+skipped with the reason.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
 
 LISTEN = "0A"
+UDP_UNCONNECTED = "07"
 PROC = Path("/proc")
 
 
@@ -29,10 +34,12 @@ class Listener:
     port: int
     pid: int
     command: str
+    protocol: str = "tcp"
 
     @property
     def endpoint(self) -> str:
-        return f"[{self.address}]:{self.port}" if ":" in self.address else f"{self.address}:{self.port}"
+        where = f"[{self.address}]:{self.port}" if ":" in self.address else f"{self.address}:{self.port}"
+        return where if self.protocol == "tcp" else f"{where} ({self.protocol.upper()})"
 
     @property
     def loopback(self) -> bool:
@@ -46,6 +53,7 @@ class Listener:
             "port": self.port,
             "pid": self.pid,
             "command": self.command,
+            "protocol": self.protocol,
             "loopback": self.loopback,
         }
 
@@ -57,12 +65,13 @@ def _address(hex_addr: str) -> str:
     return str(ipaddress.ip_address(swapped))
 
 
-def parse_proc_net(text: str) -> list[tuple[str, int, int]]:
-    """``(address, port, inode)`` of each listening socket in a /proc/net/tcp or tcp6 table."""
+def parse_proc_net(text: str, state: str = LISTEN) -> list[tuple[str, int, int]]:
+    """``(address, port, inode)`` of each socket in ``state`` in a /proc/net/{tcp,tcp6,udp,udp6} table (for UDP:
+    state 07, unconnected, with a bound port)."""
     found = []
     for line in text.splitlines()[1:]:
         cols = line.split()
-        if len(cols) < 10 or cols[3] != LISTEN:
+        if len(cols) < 10 or cols[3] != state or cols[1].endswith(":0000"):
             continue
         addr, _, port = cols[1].partition(":")
         found.append((_address(addr), int(port, 16), int(cols[9])))
@@ -76,12 +85,18 @@ def _read(path: Path) -> str:
         return ""
 
 
-def listening_table(pid: int | str = "self", proc: Path = PROC) -> dict[int, tuple[str, int]]:
-    """inode -> (address, port) for every listening TCP socket in ``pid``'s network namespace."""
-    table: dict[int, tuple[str, int]] = {}
-    for name in ("tcp", "tcp6"):
-        for addr, port, inode in parse_proc_net(_read(proc / str(pid) / "net" / name)):
-            table[inode] = (addr, port)
+def listening_table(
+    pid: int | str = "self", proc: Path = PROC, *, udp: bool = False
+) -> dict[int, tuple[str, int, str]]:
+    """inode -> (address, port, protocol) for every listening TCP socket (and with ``udp``, every bound, unconnected
+    UDP socket) in ``pid``'s network namespace."""
+    table: dict[int, tuple[str, int, str]] = {}
+    tables = [("tcp", LISTEN), ("tcp6", LISTEN)] + (
+        [("udp", UDP_UNCONNECTED), ("udp6", UDP_UNCONNECTED)] if udp else []
+    )
+    for name, state in tables:
+        for addr, port, inode in parse_proc_net(_read(proc / str(pid) / "net" / name), state):
+            table[inode] = (addr, port, name.rstrip("6"))
     return table
 
 
@@ -106,33 +121,78 @@ def _pids(proc: Path) -> list[int]:
     return [int(p) for p in os.listdir(proc) if p.isdigit()]
 
 
-def _ppid(pid: int, proc: Path) -> int | None:
+def _stat_field(pid: int, proc: Path, index: int) -> int | None:
+    """A numeric field of /proc/PID/stat after the command (0: state, 1: ppid, 2: pgrp, 3: session)."""
     stat = _read(proc / str(pid) / "stat")
     try:
-        return int(stat.rsplit(")", 1)[1].split()[1])
+        return int(stat.rsplit(")", 1)[1].split()[index])
     except (IndexError, ValueError):
         return None
 
 
-def process_tree(root: int, proc: Path = PROC) -> list[int]:
-    """``root`` and every descendant."""
+def _ppid(pid: int, proc: Path) -> int | None:
+    return _stat_field(pid, proc, 1)
+
+
+def _cgroup(pid: int, proc: Path) -> str | None:
+    """The unified (v2) cgroup of ``pid``, else the v1 systemd one, when it is a systemd service's own (``*.service``);
+    None otherwise: the root cgroup is every process's, and a login session's scope (``session-N.scope``, where a
+    server `up` started sits) holds the user's other programs too."""
+    lines = _read(proc / str(pid) / "cgroup").splitlines()
+    path = next((ln[3:] for ln in lines if ln.startswith("0::")), None)
+    if path in (None, "/"):
+        path = next((ln.split(":", 2)[2] for ln in lines if ":name=systemd:" in ln), None)
+    return path if path and path.rstrip("/").endswith(".service") else None
+
+
+def _children(proc: Path) -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for pid in _pids(proc):
         parent = _ppid(pid, proc)
         if parent is not None:
             children.setdefault(parent, []).append(pid)
-    tree, todo = [], [root]
+    return children
+
+
+def _descendants(roots: Iterable[int], children: dict[int, list[int]]) -> set[int]:
+    tree, todo = set(), list(roots)
     while todo:
         pid = todo.pop()
-        tree.append(pid)
-        todo.extend(children.get(pid, []))
-    return sorted(tree)
+        if pid not in tree:
+            tree.add(pid)
+            todo.extend(children.get(pid, []))
+    return tree
+
+
+def process_tree(root: int, proc: Path = PROC) -> list[int]:
+    """``root`` and every descendant."""
+    return sorted(_descendants([root], _children(proc)))
+
+
+def server_processes(root: int, proc: Path = PROC) -> list[int]:
+    """``root``'s tree, plus what left it but is still the server's (and their descendants): every process in
+    ``root``'s cgroup (unless that is the root cgroup, everyone's) and every process in a session a member of the tree
+    leads (systemd makes a service's main process a session leader; a double fork keeps the session, ``setsid``
+    leaves it, the cgroup stays). This process (verify) is not counted unless it is ``root``."""
+    children = _children(proc)
+    tree = _descendants([root], children)
+    group = _cgroup(root, proc)
+    joined = []
+    for pid in _pids(proc):
+        if pid in tree:
+            continue
+        if (group is not None and _cgroup(pid, proc) == group) or _stat_field(pid, proc, 3) in tree:
+            joined.append(pid)
+    members = tree | _descendants(joined, children)
+    if root != os.getpid():
+        members.discard(os.getpid())
+    return sorted(members)
 
 
 def owner_of_port(port: int, proc: Path = PROC) -> int | None:
     """The topmost process holding a socket listening on ``port`` (a forked child may share it), or None;
     raises PermissionError when a candidate's fds are unreadable and no owner was found."""
-    wanted = {inode for inode, (_, p) in listening_table("self", proc).items() if p == port}
+    wanted = {inode for inode, (_, p, _) in listening_table("self", proc).items() if p == port}
     if not wanted:
         return None
     owners, denied = set(), False
@@ -150,16 +210,16 @@ def owner_of_port(port: int, proc: Path = PROC) -> int | None:
 
 
 def tree_listeners(root: int, proc: Path = PROC) -> list[Listener]:
-    """Every listening TCP socket held by ``root``'s process tree."""
-    table = listening_table(root, proc)
+    """Every listening TCP and bound UDP socket held by the server of ``root`` (:func:`server_processes`)."""
+    table = listening_table(root, proc, udp=True)
     found = set()
-    for pid in process_tree(root, proc):
+    for pid in server_processes(root, proc):
         try:
             inodes = socket_inodes(pid, proc)
         except PermissionError:
             continue
         command = _read(proc / str(pid) / "comm").strip()
-        found |= {Listener(*table[i], pid, command) for i in inodes if i in table}
+        found |= {Listener(table[i][0], table[i][1], pid, command, table[i][2]) for i in inodes if i in table}
     return sorted(found, key=lambda lst: (lst.port, lst.address, lst.pid))
 
 
@@ -194,7 +254,7 @@ def check_listeners(port: int, expected: Iterable[int] = (), proc: Path = PROC) 
                 "verify",
                 "listeners",
                 PASS,
-                f"the server's {len(process_tree(owner, proc))} "
+                f"the server's {len(server_processes(owner, proc))} "
                 f"processes listen beyond loopback only on {open_ports or 'nothing'}",
             )
         ]

@@ -15,13 +15,13 @@ import fcntl
 import json
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.files import write_atomic
 from kimi_serve.verify.report import VerifyReport
 
 PREFIX = "kimi_serve_contract"
@@ -91,8 +91,17 @@ def previous_state(path: Path, profile: str, endpoint: str) -> tuple[int, float]
     return failures, success
 
 
+Family = tuple[str, str, str, list[tuple[dict[str, str], float]]]  # name, type, help, [(labels, value)]
+
+
 def render_metrics(
-    report: VerifyReport, *, profile: str, endpoint: str, finished: float, previous: tuple[int, float] = (0, 0.0)
+    report: VerifyReport,
+    *,
+    profile: str,
+    endpoint: str,
+    finished: float,
+    previous: tuple[int, float] = (0, 0.0),
+    extra: list[Family] | None = None,
 ) -> str:
     """The textfile for ``report``; ``previous`` is :func:`previous_state` of the file it replaces."""
     base = {"profile": profile, "endpoint": endpoint}
@@ -118,10 +127,15 @@ def render_metrics(
             continue
         out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
         out += [f"{name}{_labels(labels)} {_number(value)}" for labels, value in rows[name]]
+    for name, kind, help_text, samples in extra or []:  # the caller's families (service/traffic.py's counters)
+        out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        out += [f"{name}{_labels(labels)} {_number(value)}" for labels, value in samples]
     return "\n".join(out) + "\n"
 
 
-def write_metrics(path: Path, report: VerifyReport, *, profile: str, endpoint: str) -> str:
+def write_metrics(
+    path: Path, report: VerifyReport, *, profile: str, endpoint: str, extra: list[Family] | None = None
+) -> str:
     """Replace ``path`` with the metrics of ``report`` (mode 0644: node_exporter runs as its own user)."""
     text = render_metrics(
         report,
@@ -129,10 +143,10 @@ def write_metrics(path: Path, report: VerifyReport, *, profile: str, endpoint: s
         endpoint=endpoint,
         finished=time.time(),
         previous=previous_state(path, profile, endpoint),
+        extra=extra,
     )
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        write_atomic(path, text)
     except OSError as exc:
         raise KimiServeError(
             f"cannot write the metrics file: {exc.strerror or exc}",
@@ -140,16 +154,6 @@ def write_metrics(path: Path, report: VerifyReport, *, profile: str, endpoint: s
             hint="run as root, or pass a --metrics-file in a writable directory",
             exit_code=ExitCode.ENVIRONMENT,
         ) from None
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return text
 
 

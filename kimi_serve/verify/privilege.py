@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from kimi_serve.core.findings import FAIL, SKIP, WARN, Finding
+from kimi_serve.verify.admin import CODE as ADMIN_CODE
 from kimi_serve.verify.admin import check_admin
 from kimi_serve.verify.listeners import Listener, check_listeners
 from kimi_serve.verify.target import Target
@@ -50,7 +51,7 @@ def privilege_checks(
         return findings, None
     listeners, found = check_listeners(port, expected_ports)
     api = [x for x in listeners if x.port == port]
-    if findings[0].status == FAIL and api and all(x.loopback for x in api):
+    if findings[0].status == FAIL and findings[0].code == ADMIN_CODE and api and all(x.loopback for x in api):
         # a server only this machine reaches: what the rules allow (server.admin_key: auto on loopback), so a warning
         f = findings[0]
         findings[0] = Finding(f.layer, f.code, WARN, f"{f.message} (the API listens on loopback only)", f.fix)

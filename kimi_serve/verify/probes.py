@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kimi_serve.core import suites
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.findings import Finding
 from kimi_serve.verify import diagnose as dx
@@ -14,7 +15,6 @@ from kimi_serve.verify.answer import Answer
 from kimi_serve.verify.report import problem
 
 NON_STREAM, STREAM = "non-stream", "stream"
-SUITES = ("quick", "full", "raw")  # raw: /generate only (verify/raw.py); full adds raw + lossless
 TEMPERATURE = 0.6  # Kimi-K2.5's instant-mode recommendation; low enough for stable tool use
 MAX_TOKENS = 4096
 LARGE_ARG_BYTES = 8192
@@ -211,6 +211,10 @@ FULL = QUICK + (INSTANT, PARALLEL, SECOND_TURN, LARGE_ARG)
 
 
 def suite(name: str) -> tuple[Probe, ...]:
-    if name not in SUITES:
-        raise KimiServeError(f"unknown verify suite {name!r}", where="suite", hint="use quick, full or raw")
-    return {"quick": QUICK, "full": FULL, "raw": ()}[name]
+    if name not in suites.SUITES:
+        raise KimiServeError(
+            f"unknown verify suite {name!r}",
+            where="suite",
+            hint=f"use {', '.join(suites.SUITES[:-1])} or {suites.SUITES[-1]}",
+        )
+    return {suites.QUICK: QUICK, suites.FULL: FULL, suites.RAW: ()}[name]

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from kimi_serve.core.suites import FULL, RAW
 from kimi_serve.verify.lossless import LOSSLESS_PROBES, MODE, run_lossless_probe
 from kimi_serve.verify.probes import Probe
 from kimi_serve.verify.raw import GENERATE, RAW_PROBES, run_raw_probe
@@ -19,12 +20,12 @@ def raw_calls(
     suite: str, target: Any, *, model: str, api_key: str | None, deadline: float, timeout: float
 ) -> list[RawCall]:
     calls: list[RawCall] = []
-    if suite in ("raw", "full"):
+    if suite in (RAW, FULL):
         calls += [
             (p, GENERATE, partial(run_raw_probe, p, target, api_key=api_key, deadline=deadline, timeout=timeout))
             for p in RAW_PROBES
         ]
-    if suite == "full":
+    if suite == FULL:
         calls += [
             (
                 p,

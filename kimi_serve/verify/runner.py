@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.core.findings import Finding
+from kimi_serve.core.suites import QUICK
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify.answer import Answer, answer_from_json
-from kimi_serve.verify.leaks import server_info_warnings
+from kimi_serve.verify.leaks import server_info_leaks
 from kimi_serve.verify.probes import STREAM, Probe
 from kimi_serve.verify.probes import suite as suite_probes
 from kimi_serve.verify.raw_suite import raw_calls
@@ -21,7 +22,7 @@ from kimi_serve.verify.readiness import POLL_TIMEOUT, Progress, wait_ready
 from kimi_serve.verify.report import ProbeResult, VerifyReport, problem
 from kimi_serve.verify.stream import answer_from_sse, stall_limit
 from kimi_serve.verify.target import Target, parse_target
-from kimi_serve.verify.transport import TransportError, request
+from kimi_serve.verify.transport import LIMITS, Limits, TransportError, read_limits, request
 
 DEFAULT_TIMEOUT = 180.0
 # How long a contract check after a start (`up`, `check --contract`) waits for /health: the same in both, so the dry
@@ -107,7 +108,7 @@ def _call(
     failure = dx.http_finding(reply, api_key_sent=bool(api_key), model=model)
     if failure:
         return _Outcome(None, latency, failure, model_404=failure.code == "http_404_model")
-    if stream and "json" in reply.content_type and not reply.timed_out:
+    if stream and "json" in reply.content_type and not reply.timed_out and not reply.limit:
         data, failure = dx.parse_json_body(reply)
         if failure is None and isinstance(data, dict) and data.get("error"):
             return _Outcome(
@@ -128,6 +129,7 @@ def _call(
                 stalled=reply.stalled,
                 idle_s=reply.idle_s,
                 stall_s=stall_limit(timeout),
+                limit=reply.limit,
             ),
             latency,
         )
@@ -185,11 +187,12 @@ def run_verify(
     model: str | None = None,
     wait: float = 0.0,
     timeout: float = DEFAULT_TIMEOUT,
-    suite: str = "quick",
+    suite: str = QUICK,
     progress: Progress | None = None,
     key_source: str | None = None,
     max_tokens: int | None = None,
     expected_ports: tuple[int, ...] = (),
+    limits: Limits = LIMITS,
 ) -> VerifyReport:
     """Check that the server at ``target`` keeps the Kimi API contract; never prints, never raises for server faults.
 
@@ -198,9 +201,26 @@ def run_verify(
     (:attr:`kimi_serve.verify.target.ApiKey.source`; default "caller" when a key is given, else "none").
     ``max_tokens`` caps every probe's max_tokens (monitoring keeps runs light). After the probes come the
     least-privilege checks (admin endpoints, stray listeners; ``expected_ports``: listeners beyond loopback besides
-    the API port that are fine). The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
+    the API port that are fine). ``limits``: what verify reads at most (transport.Limits). The report's
+    ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
+    with read_limits(limits):  # what the whole run may read
+        return _run(target, api_key, model, wait, timeout, suite, progress, key_source, max_tokens, expected_ports)
+
+
+def _run(
+    target: Target,
+    api_key: str | None,
+    model: str | None,
+    wait: float,
+    timeout: float,
+    suite: str,
+    progress: Progress | None,
+    key_source: str | None,
+    max_tokens: int | None,
+    expected_ports: tuple[int, ...],
+) -> VerifyReport:
     probes = suite_probes(suite)
     if max_tokens is not None:
         probes = tuple(dataclasses.replace(p, max_tokens=min(p.max_tokens, max_tokens)) for p in probes)
@@ -230,7 +250,7 @@ def run_verify(
     calls = [(p, m) for p in probes for m in p.modes]
     with ThreadPoolExecutor(max_workers=len(calls) + 5, thread_name_prefix="verify") as pool:
         info_future = pool.submit(_server_info, target, deadline, api_key)
-        leak_future = pool.submit(server_info_warnings, target, deadline, api_key)
+        leak_future = pool.submit(server_info_leaks, target, deadline, api_key)
         if model is None:
             data, failure, unreachable = _get_json(target, "/v1/models", deadline, api_key, timeout)
             served = _served_models(data) if failure is None else None
@@ -255,7 +275,7 @@ def run_verify(
         pending: list[Future[Any]] = [*futures, *extra_futures, info_future, leak_future]
         wait_futures(pending, timeout=max(0.0, deadline - time.monotonic()) + _GRACE)
         server = info_future.result() if info_future.done() else {}
-        report.warnings += leak_future.result() if leak_future.done() else []
+        leaks = leak_future.result() if leak_future.done() else []
         report.server = server
         for (probe, mode), future in zip(calls, futures, strict=True):
             outcome = (
@@ -292,5 +312,6 @@ def run_verify(
     report.checks, report.listeners = privilege_checks(
         target, api_key, max(deadline, time.monotonic() + POLL_TIMEOUT), expected_ports
     )
+    report.checks += leaks  # a key handed to clients: a least-privilege FAIL (verify/leaks.py)
     report.elapsed_s = time.monotonic() - started
     return report

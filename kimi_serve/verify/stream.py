@@ -9,32 +9,55 @@ from kimi_serve.core.findings import Finding
 from kimi_serve.verify.accumulate import Merge, merge_delta
 from kimi_serve.verify.answer import OTHER_REASONING_FIELDS, Answer, ToolCall, as_object, json_kind
 from kimi_serve.verify.report import problem, warning
+from kimi_serve.verify.sse import events as sse_events
 
 _SHOW = 160
 # No bytes for this long: the stream is stalled (the transport stops it). One that keeps sending is only slow.
 STALL_SECONDS = 30.0
 
 
-def _events(body: bytes) -> list[str]:
-    """The ``data:`` payloads of an SSE body, in order (multi-line data joined with newlines)."""
-    events: list[str] = []
-    data: list[str] = []
-    for line in body.decode("utf-8", errors="replace").splitlines():
-        if not line.strip():
-            if data:
-                events.append("\n".join(data))
-                data = []
-        elif line.startswith("data:"):
-            data.append(line[5:].removeprefix(" "))
-    if data:
-        events.append("\n".join(data))
-    return events
-
-
 _CHUNK_OBJECT = "chat.completion.chunk"
 _FIX_WIRE = (
     "SGLang's own stream has this shape right; a proxy or another server in between rewrites the chunks: "
     "point --host at SGLang itself or configure the proxy to pass server-sent events through unchanged"
+)
+
+
+def _sse_problem(faults: list[str]) -> Finding:
+    return problem(
+        "stream_sse_field",
+        f"the stream has SSE fields the openai SDK's stream reader fails on: {'; '.join(faults)}. The SDK "
+        "dispatches such a block as an event without data (an event id persists across events, as the SSE "
+        "specification says) and raises json.JSONDecodeError on it (or, for `thread.*`, loses the chunk), so the "
+        "client's stream is lost",
+        "SGLang's own stream sends only `data:` lines; a gateway or proxy in between adds event ids, retry "
+        "directives, event names or keep-alives: configure it to pass server-sent events through unchanged (or to "
+        "send no event ids with its keep-alives), or point --host at SGLang itself",
+    )
+
+
+def _null_continuation(delta: dict[str, Any], message: dict[str, Any]) -> bool:
+    """A tool-call delta for a call already started that sends ``"id": null`` or ``"name": null``."""
+    started = message.get("tool_calls")
+    count = len(started) if isinstance(started, list) else 0
+    entries = delta.get("tool_calls")
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("index"), int) or entry["index"] >= count:
+            continue
+        fn = entry.get("function")
+        if ("id" in entry and entry["id"] is None) or (isinstance(fn, dict) and "name" in fn and fn["name"] is None):
+            return True
+    return False
+
+
+_NULL_FIELDS = warning(
+    "stream_null_tool_fields",
+    'streamed tool-call argument deltas carry "id": null and "function.name": null (SGLang 0.5.23\'s serving layer '
+    "without kimi-serve's Kimi patch set, sgl-project/sglang#35542): the openai SDK reads the call whole, but "
+    "clients and proxies that copy each delta's fields over the call lose its id and name; such a server also "
+    "has the set's other kimi_k2 faults (a call with an id outside functions.NAME:N dropped, a bare "
+    "<|tool_call_begin|> parsed only when streaming)",
+    "apply the Kimi patch set to the engine (kimi-serve patches apply --set sglang-0.5.23-kimi), then restart",
 )
 
 
@@ -115,18 +138,27 @@ def answer_from_sse(
     stalled: bool = False,
     idle_s: float | None = None,
     stall_s: float | None = None,
+    limit: str | None = None,
 ) -> Answer:
     """Reassemble a streamed chat completion as the openai SDK does and record what is wrong with the stream itself.
 
     ``timed_out``/``stalled``/``idle_s``/``stall_s``: how reading ended (transport.Reply), to tell a hung stream
-    (no bytes for ``stall_s``) from a slow one (still arriving at the deadline).
+    (no bytes for ``stall_s``) from a slow one (still arriving at the deadline). ``limit``: reading stopped at this
+    read limit (transport.LIMITS); the stream is judged as cut there.
     """
+    if limit:  # cut at a read limit: like a deadline, the whole events that came are judged for wire faults only
+        timed_out = True
+        body = body[: body.rfind(b"\n\n") + 2] if b"\n\n" in body else b""
     answer = Answer()
     merge = Merge()
     message: dict[str, Any] = {}
-    done = False
-    events = _events(body)
-    if not events and body.strip():
+    done = nulls = False
+    dispatched = sse_events(body)
+    events = [e.data for e in dispatched if e.fault is None]
+    faults = list(dict.fromkeys(e.fault for e in dispatched if e.fault))
+    if faults:
+        answer.problems.append(_sse_problem(faults))
+    if not dispatched and body.strip() and not limit and b"data:" not in body:
         answer.problems.append(
             problem(
                 "stream_not_sse",
@@ -196,6 +228,7 @@ def answer_from_sse(
                 if delta is not None or not choice.get("finish_reason"):
                     merge.add("stream_no_delta", f"a stream choice has no `delta` object ({delta!r})")
             else:
+                nulls = nulls or _null_continuation(delta, message)
                 merge_delta(message, delta, "delta", merge)
                 _check_tool_lookup(delta, message, merge)
             if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
@@ -217,7 +250,18 @@ def answer_from_sse(
                 _FIX_WIRE,
             )
         )
-    if timed_out:
+    if nulls:
+        answer.warnings.append(_NULL_FIELDS)
+    if limit:
+        answer.problems.append(
+            problem(
+                "too_large",
+                f"the stream passed verify's read limit ({limit}) after {len(events)} events and was cut off there",
+                "the server sends an endless or oversized stream; read its log, and check that --host is "
+                "SGLang's OpenAI server (not a proxy or another service)",
+            )
+        )
+    elif timed_out:
         answer.problems.append(_stall_problem(len(events), stalled, idle_s, stall_s))
     elif not done and (cut or answer.finish_reason is None):
         how = "the connection broke" if cut else "the stream ended"

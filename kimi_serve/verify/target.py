@@ -7,17 +7,23 @@ connects, so it maps to the loopback address of the same family.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.keyfile import read_key_file
+from kimi_serve.core.net import connect_host
 from kimi_serve.core.settings import API_KEY_ENV
 
 DEFAULT_PORT = 30000
-_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+MAX_HOST_TEXT = 512  # the whole --host value (a URL with a path prefix); a host name itself is at most 253
+_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+_PATH = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@%/-]*")
+_FORM = "use HOST:PORT (e.g. 127.0.0.1:30000, [::1]:30000) or a URL such as http://host:30000"
 
 
 @dataclass(frozen=True)
@@ -35,16 +41,46 @@ def _usage(message: str, hint: str) -> KimiServeError:
 
 
 def _host_for_url(host: str) -> str:
-    host = _WILDCARDS.get(host, host)
+    host = connect_host(host)
     return f"[{host}]" if ":" in host else host
+
+
+def _check_host(host: str, raw: str) -> None:
+    """A host name (RFC 1123 labels, at most 253 characters) or an IP address; else a USAGE error."""
+    shown = raw if len(raw) <= 80 else raw[:77] + "..."
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    if host.isdigit():
+        raise _usage(f"{shown!r} is a port alone, with no host", "use the form HOST:PORT, e.g. 127.0.0.1:30000")
+    labels = host.rstrip(".").split(".")
+    if len(host) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise _usage(
+            f"{shown!r}: {host[:40]!r} is not a host name or an IP address (labels of letters, digits and '-', "
+            "each at most 63 characters, 253 in all)",
+            _FORM,
+        )
+    if all(label.isdigit() for label in labels):
+        raise _usage(f"{shown!r}: {host!r} is not a valid IPv4 address", _FORM)
 
 
 def parse_target(text: str) -> Target:
     """Turn what a user types after ``--host`` into a :class:`Target`; raise a USAGE error for anything else."""
     raw = text.strip()
-    hint = "use HOST:PORT (e.g. 127.0.0.1:30000, [::1]:30000) or a URL such as http://host:30000"
+    hint = _FORM
     if not raw:
         raise _usage("empty host", hint)
+    if len(raw) > MAX_HOST_TEXT:
+        raise _usage(f"the value is {len(raw)} characters long (at most {MAX_HOST_TEXT})", hint)
+    if not raw.isprintable() or any(c.isspace() for c in raw):
+        raise _usage(f"{raw[:80]!r} contains spaces or control characters", hint)
+    if "://" not in raw and "/" in raw:
+        raise _usage(
+            f"{raw[:80]!r} is neither HOST:PORT nor a URL",
+            "use the form HOST:PORT (e.g. 127.0.0.1:30000), or a full URL such as http://127.0.0.1:30000",
+        )
     scheme, rest = "http", raw
     if "://" in raw:
         scheme = raw.split("://", 1)[0].lower()
@@ -62,6 +98,10 @@ def parse_target(text: str) -> Target:
     if parts.query or parts.fragment or parts.username:
         raise _usage(f"unexpected query, fragment or user in {raw!r}", hint)
     host = parts.hostname or ""
+    if host:
+        _check_host(host, raw)
+    if not _PATH.fullmatch(parts.path):
+        raise _usage(f"unexpected characters in the path of {raw[:80]!r}", hint)
     if port is None:
         port = DEFAULT_PORT if "://" not in raw else (443 if scheme == "https" else 80)
     if port == 0:

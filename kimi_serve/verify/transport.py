@@ -1,18 +1,46 @@
-"""HTTP with a hard deadline: every request ends by ``deadline`` (a ``time.monotonic()`` value), whatever the server
-does.
+"""HTTP with a hard deadline and bounded reads: every request ends by ``deadline`` (a ``time.monotonic()`` value) and
+holds at most :data:`LIMITS` of what the server sends, whatever the server does.
 
-``requests``' own timeouts bound the connect and each socket read; a watchdog thread shuts the socket down at the
-deadline, so a server that streams a few bytes and then stalls (or trickles forever) cannot hold a probe past it.
+A watchdog thread runs from before the connect to the end of the body and shuts the socket down at the deadline, so
+a server that trickles the response head or the body a byte at a time (slowloris), or stalls after a few bytes,
+cannot hold a probe past it. Reading stops at the per-response body limit, at the run's total budget
+(:func:`read_limits`), and for server-sent events at the longest line and the most events verify accepts: the
+:attr:`Reply.limit` of such a reply names the limit, for the finding. Response heads are bounded by ``http.client``
+(64 KiB a line, 100 header lines). ``http.client`` rather than ``requests``: the deadline must cover the response
+head too, which ``requests`` reads before it hands over the socket. Proxies from the environment are not used:
+verify talks to the server itself.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import json
+import socket
+import ssl
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 CONNECT_TIMEOUT = 5.0
+_MIB = 1024 * 1024
+_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What verify reads of one response, and of one run."""
+
+    body_bytes: int = 16 * _MIB  # one response body (a 16k-token stream is ~4 MiB)
+    total_bytes: int = 256 * _MIB  # every response of one run together
+    sse_line_bytes: int = 1 * _MIB  # one line of a server-sent event stream
+    sse_events: int = 100_000  # ``data:`` lines of one stream (a 16k-token answer has ~16k)
+
+
+LIMITS = Limits()
 
 
 class TransportError(Exception):
@@ -33,10 +61,42 @@ class Reply:
     cut: bool = False  # the connection broke while the body was arriving
     stalled: bool = False  # no bytes for ``stall_s`` once the body had started: stopped before the deadline
     idle_s: float = 0.0  # seconds from the last byte (or the response head) to the end of reading
+    limit: str | None = None  # reading stopped at this limit (e.g. "16 MiB per response body"); ``body`` is the part
+
+
+def _size(n: int) -> str:
+    return f"{n // _MIB} MiB" if n >= _MIB and n % _MIB == 0 else f"{n} bytes"
+
+
+class _Budget:
+    """Bytes every request of one run may still read together (thread-safe)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.left = total, total
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            self.left -= n
+            return self.left >= 0
+
+
+_current = (LIMITS, _Budget(LIMITS.total_bytes))  # the limits and the total budget of the run under way
+
+
+@contextlib.contextmanager
+def read_limits(limits: Limits = LIMITS) -> Iterator[None]:
+    """``limits`` and a fresh total-bytes budget for the requests made inside (one verify run, all its threads)."""
+    global _current
+    previous, _current = _current, (limits, _Budget(limits.total_bytes))
+    try:
+        yield
+    finally:
+        _current = previous
 
 
 def _headers(api_key: str | None, json_body: bool) -> dict[str, str]:
-    headers = {"Accept": "application/json, text/event-stream"}
+    headers = {"Accept": "application/json, text/event-stream", "Connection": "close"}
     if json_body:
         headers["Content-Type"] = "application/json"
     if api_key:
@@ -44,17 +104,58 @@ def _headers(api_key: str | None, json_body: bool) -> dict[str, str]:
     return headers
 
 
-def _classify(exc: Exception) -> TransportError:
-    import requests
-
-    text = str(exc)
-    if isinstance(exc, requests.exceptions.Timeout):
+def _classify(exc: BaseException, fired: bool) -> TransportError:
+    text = str(exc) or type(exc).__name__
+    if fired or isinstance(exc, TimeoutError):
         return TransportError("timeout", "no answer before the deadline")
-    if isinstance(exc, requests.exceptions.SSLError):
+    if isinstance(exc, ssl.SSLError):
         return TransportError("connection", f"TLS error: {text[:200]}")
-    if "refused" in text.lower():
+    if isinstance(exc, ConnectionRefusedError) or "refused" in text.lower():
         return TransportError("refused", "connection refused")
+    if isinstance(exc, http.client.LineTooLong):
+        return TransportError("connection", f"the response head has a line over 64 KiB ({text[:120]})")
+    if isinstance(exc, http.client.HTTPException):
+        return TransportError("connection", f"not an HTTP response: {type(exc).__name__}: {text[:160]}")
     return TransportError("connection", text[:200])
+
+
+class _SseCounter:
+    """Line lengths and ``data:`` lines of a stream as it arrives (keeping only the head of the current line)."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.line = 0  # bytes of the current, unfinished line
+        self.head = b""  # its first bytes (to see "data:")
+        self.events = 0
+
+    def feed(self, chunk: bytes) -> str | None:
+        pieces = chunk.split(b"\n")
+        for i, piece in enumerate(pieces):
+            if self.line < 5:
+                self.head += piece[: 5 - self.line]
+            self.line += len(piece)
+            if self.line > self.limits.sse_line_bytes:
+                return f"{_size(self.limits.sse_line_bytes)} per server-sent-event line"
+            if i < len(pieces) - 1:  # the line ended
+                if self.head.startswith(b"data:"):
+                    self.events += 1
+                    if self.events > self.limits.sse_events:
+                        return f"{self.limits.sse_events} events per stream"
+                self.line, self.head = 0, b""
+        return None
+
+
+def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        raise TransportError("connection", f"invalid port in {url!r}") from None
+    host = parts.hostname or ""
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if parts.scheme == "https":
+        return http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context()), path
+    return http.client.HTTPConnection(host, port, timeout=timeout), path
 
 
 def request(
@@ -66,43 +167,32 @@ def request(
     json_body: dict[str, Any] | None = None,
     stall_s: float | None = None,
 ) -> Reply:
-    """Send one request and read the whole body (streamed or not) before ``deadline``.
+    """Send one request and read the whole body (streamed or not) before ``deadline``, within the run's limits.
 
     ``stall_s`` (for streams): stop early when no bytes arrive for that long after the response head, so a hung
     stream is told apart from a slow one (which keeps sending and runs until the deadline).
     """
-    import requests
-
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise TransportError("timeout", "no time left before the deadline")
-    try:
-        resp = requests.request(
-            method,
-            url,
-            json=json_body,
-            headers=_headers(api_key, json_body is not None),
-            stream=True,
-            timeout=(min(CONNECT_TIMEOUT, remaining), remaining),
-        )
-    except requests.RequestException as exc:
-        raise _classify(exc) from None
-    fired = threading.Event()
-    finished = threading.Event()
+    conn, path = _connection(url, min(CONNECT_TIMEOUT, remaining))
+    fired, finished, headed = threading.Event(), threading.Event(), threading.Event()
     last = [time.monotonic()]
     stalled = [False]
 
+    held: list[socket.socket] = []  # http.client drops conn.sock once the response owns it (Connection: close)
+
     def _stop() -> None:
         fired.set()
-        try:
-            resp.raw.shutdown()
-        except (ValueError, RuntimeError, OSError):
-            resp.close()
+        sock = held[0] if held else conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def _watch() -> None:
-        while not finished.wait(0.1 if stall_s else max(0.0, deadline - time.monotonic())):
+        while not finished.wait(0.1 if stall_s else max(0.0, min(0.5, deadline - time.monotonic()))):
             now = time.monotonic()
-            if stall_s is not None and now - last[0] >= stall_s:
+            if stall_s is not None and headed.is_set() and now - last[0] >= stall_s:
                 stalled[0] = True
                 _stop()
                 return
@@ -112,27 +202,68 @@ def request(
 
     watchdog = threading.Thread(target=_watch, name="verify-watchdog", daemon=True)
     watchdog.start()
-    chunks: list[bytes] = []
-    cut = False
     try:
-        for chunk in resp.iter_content(chunk_size=None):
-            chunks.append(chunk)
-            last[0] = time.monotonic()
-            if last[0] >= deadline:
-                fired.set()
-                break
-    except (requests.RequestException, OSError, ValueError):
-        cut = True
+        return _exchange(conn, method, path, api_key, json_body, fired, headed, last, stalled, held)
     finally:
         finished.set()
-        resp.close()
+        conn.close()
+
+
+def _exchange(
+    conn: http.client.HTTPConnection,
+    method: str,
+    path: str,
+    api_key: str | None,
+    json_body: dict[str, Any] | None,
+    fired: threading.Event,
+    headed: threading.Event,
+    last: list[float],
+    stalled: list[bool],
+    held: list[socket.socket],
+) -> Reply:
+    data = json.dumps(json_body).encode() if json_body is not None else None
+    try:
+        conn.request(method, path, body=data, headers=_headers(api_key, json_body is not None))
+        if conn.sock is not None:
+            held.append(conn.sock)
+            conn.sock.settimeout(None)  # the watchdog ends every read at the deadline
+        resp = conn.getresponse()
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        raise _classify(exc, fired.is_set()) from None
+    headed.set()
+    last[0] = time.monotonic()
+    limits, budget = _current
+    content_type = resp.getheader("content-type", "") or ""
+    sse = "text/event-stream" in content_type
+    counter = _SseCounter(limits) if sse else None
+    chunks: list[bytes] = []
+    size, cut, limit = 0, False, None
+    try:
+        while True:
+            chunk = resp.read1(_CHUNK)
+            if not chunk:
+                break
+            last[0] = time.monotonic()
+            size += len(chunk)
+            if size > limits.body_bytes:
+                limit = f"{_size(limits.body_bytes)} per response body"
+            elif not budget.take(len(chunk)):
+                limit = f"{_size(budget.total)} in total for one verify run"
+            elif counter is not None:
+                limit = counter.feed(chunk)
+            if limit:
+                break
+            chunks.append(chunk)
+    except (OSError, http.client.HTTPException, ValueError):
+        cut = True
     timed_out = fired.is_set()
     return Reply(
-        resp.status_code,
-        resp.headers.get("content-type", ""),
+        resp.status,
+        content_type,
         b"".join(chunks),
         timed_out=timed_out,
         cut=cut and not timed_out,
         stalled=stalled[0],
         idle_s=time.monotonic() - last[0],
+        limit=limit,
     )

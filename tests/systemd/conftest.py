@@ -15,6 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sim_pool import SGLangSession, wait_probe_server
+
+from kimi_serve.core.resources import package_root
+from kimi_serve.core.settings import PROBE_SOCKET_ENV, with_pythonpath
 
 SANDBOX = Path(__file__).resolve().parent / "sandbox.sh"
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -25,12 +29,16 @@ class Sandbox:
     holder: int  # host pid of a process inside the sandbox's mount namespace
     leader: int  # host pid of the container's systemd
     bus: str
+    probe_socket: str | None = None  # a probe server in the sandbox's mount namespace (the run's own is not)
 
     def run(
         self, argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 600
     ) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` on the host side of the sandbox (systemctl there talks to the container's systemd)."""
         full_env = {**os.environ, **(env or {}), "SYSTEMCTL_FORCE_BUS": "1", "DBUS_SYSTEM_BUS_ADDRESS": self.bus}
+        full_env.pop(PROBE_SOCKET_ENV, None)  # the run's probe server sees the host's files: it would not answer
+        if self.probe_socket:
+            full_env[PROBE_SOCKET_ENV] = self.probe_socket
         return subprocess.run(
             ["nsenter", "-t", str(self.holder), "-m", "--wdns=/", "--", *argv],
             env=full_env,
@@ -50,8 +58,9 @@ def _unavailable() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+@pytest.fixture(scope="session")
+def _container(sglang_session: SGLangSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    """One container for the whole systemd tier (its tests share one xdist worker: tests/conftest.py)."""
     reason = _unavailable()
     if reason:
         pytest.skip(reason)
@@ -59,8 +68,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     # nspawn gives the container its own /tmp: bind in what the unit executes (this checkout, its venv, the SGLang
     # venv), wherever CI cloned them.
     binds = {str(REPO), str(Path(sys.prefix).resolve())}
-    if os.environ.get("KIMI_SERVE_SGLANG_PYTHON"):
-        binds.add(str(Path(os.environ["KIMI_SERVE_SGLANG_PYTHON"]).resolve().parent.parent))
+    binds.add(str(Path(sglang_session.python).resolve().parent.parent))
     env = {**os.environ, "SBX_BIND": " ".join(sorted(binds))}
     hold = 'echo "$$ $SBX_LEADER $DBUS_SYSTEM_BUS_ADDRESS"; exec cat >/dev/null'
     with open(log, "w") as err:
@@ -77,8 +85,50 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     if len(line) != 3:
         proc.wait(timeout=60)
         pytest.fail(f"the systemd sandbox did not start: {log.read_text()}")
+    sandbox = Sandbox(holder=int(line[0]), leader=int(line[1]), bus=line[2])
+    probe = _start_probe_server(sandbox, sglang_session.python, log.parent)
     try:
-        yield Sandbox(holder=int(line[0]), leader=int(line[1]), bus=line[2])
+        yield sandbox
     finally:
+        if probe.stdin:
+            probe.stdin.close()  # it ends when its stdin closes
+        probe.wait(timeout=30)
         proc.stdin.close()  # the holder exits; sandbox.sh powers the container off and unmounts everything
         proc.wait(timeout=120)
+
+
+def _start_probe_server(sandbox: Sandbox, python: str, directory: Path) -> subprocess.Popen[bytes]:
+    """`check`'s SGLang tier, run by the CLI inside the sandbox's mount namespace, is answered by a probe server
+    there (the run's own answers only its own namespace): one SGLang import for the tier instead of one per check."""
+    sock = directory / "probe.sock"
+    with open(directory / "probe.log", "wb") as log:
+        probe = subprocess.Popen(
+            ["nsenter", "-t", str(sandbox.holder), "-m", "--wdns=/", "--", python, "-m", "kimi_serve.sglang.probe"]
+            + ["--serve", str(sock)],
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=with_pythonpath(os.environ, package_root()),
+        )
+    if wait_probe_server(str(sock)):
+        sandbox.probe_socket = str(sock)
+    return probe
+
+
+# what a test may leave in the container: its units (kimi-*), kimi-serve's records and key files
+RESET = (
+    "systemctl stop 'kimi-*' >/dev/null 2>&1; "
+    "rm -f /etc/systemd/system/kimi-* /etc/systemd/system/*.wants/kimi-*; rm -rf /etc/systemd/system/kimi-*.d; "
+    "rm -rf /var/lib/kimi-serve/* /etc/kimi-serve/*; "
+    "systemctl daemon-reload; systemctl reset-failed"
+)
+
+
+@pytest.fixture
+def sandbox(_container: Sandbox) -> Iterator[Sandbox]:
+    """The session's container, reset after each test (units stopped and removed, records wiped), so a failed test
+    leaves nothing for the next."""
+    try:
+        yield _container
+    finally:
+        _container.run(["sh", "-c", RESET], timeout=120)

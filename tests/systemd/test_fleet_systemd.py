@@ -22,8 +22,6 @@ import requests
 
 from kimi_serve.service.unit import UnitContext
 
-pytestmark = pytest.mark.systemd
-
 BASE = "kimi-fleet-test"
 R0, R1, ROUTER = f"{BASE}-r0.service", f"{BASE}-r1.service", f"{BASE}-router.service"
 TIMER = f"{BASE}-router-verify.timer"
@@ -140,7 +138,9 @@ def test_router_and_replicas_as_units(sandbox: Any, sglang_python: str, tmp_path
     assert st["router"]["last_verify"]["status"] == "pass"
 
     # 3. a rolling restart whose replica 1 cannot start in time (a slow simulated load, a short startup deadline;
-    #    the contract dry run passes): replica 1 rolls back, the roll stops, replica 0 is never touched
+    #    the contract dry run, which simulates no load, passes): replica 1 rolls back, the roll stops, replica 0 is
+    #    never touched. The deadline must still hold the dry run's own start (an SGLang import: 10-25 s on 2 cores,
+    #    over 45 s on an overloaded machine): at 10 s it failed the check on CI instead of the replica.
     good_r0, good_r1 = unit_text(R0), unit_text(R1)
     with Load(router) as load:
         t0 = time.monotonic()
@@ -153,15 +153,17 @@ def test_router_and_replicas_as_units(sandbox: Any, sglang_python: str, tmp_path
             "--replica",
             "0",
             "--set",
-            "env.KIMI_SERVE_SIM_LOAD_SECONDS=120",
+            "env.KIMI_SERVE_SIM_LOAD_SECONDS=900",
             "--set",
-            "startup.timeout=10",
+            "startup.timeout=90",
             "--json",
         )
         bad_s = time.monotonic() - t0
     report = json.loads(out)
     assert rc == 1, out + err
-    assert [(r["replica"], r["ok"], r["rolled_back"]) for r in report["rolled"]] == [(1, False, True)]
+    assert [(r["replica"], r["ok"], r.get("rolled_back")) for r in report.get("rolled", [])] == [(1, False, True)], (
+        out + err
+    )
     assert report["rollback"]["ok"] is True
     assert unit_text(R1) == good_r1 and unit_text(R0) == good_r0
     assert systemctl("is-active", R0) == systemctl("is-active", R1) == "active"

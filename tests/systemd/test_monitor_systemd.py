@@ -2,7 +2,9 @@
 simulator unit plus its verify timer; the timer keeps the metrics file and the status history true as the served API
 breaks (the simulator replaced by the contract STAND-IN in its no-tool-parser mode: raw tool-call tokens in content)
 and recovers (the simulator back); OnFailure= starts the alert template; a check slower than the interval is never
-run twice at once; uninstall-service removes the timer units.
+run twice at once; uninstall-service removes the timer units. The monitoring units run sandboxed (#29.6): the check as
+root without capabilities, reading the service user's 0600 key file only through LoadCredential= and writing only its
+records (which stay root's: the service user cannot write them) and the metrics directory; the alert as a DynamicUser.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kimi_serve.service.unit import UnitContext
 
-pytestmark = pytest.mark.systemd
-
 UNIT = "kimi-mon-test.service"
 VERIFY, TIMER = "kimi-mon-test-verify.service", "kimi-mon-test-verify.timer"
 METRICS = "/var/lib/kimi-serve/mon-test.prom"  # a directory the sandbox shares (scratch copy)
+SECRET = "/etc/kimi-serve/mon-test.yaml"
+KEY = "mon-test-key-7d1c"
 INTERVAL = 5
 
 
@@ -49,7 +51,7 @@ def test_timer_keeps_metrics_and_history_true(sandbox: Any, sglang_python: str, 
     port = _free_port()
     profile = tmp_path / "mon.yaml"
     profile.write_text(
-        f"extends: sim\nserver:\n  port: {port}\nstartup:\n  timeout: 180\n"
+        f"extends: sim\nserver:\n  port: {port}\n  api_key_file: {SECRET}\nstartup:\n  timeout: 180\n"
         f"service:\n  unit_name: {UNIT.removesuffix('.service')}\n"
         f"monitor:\n  interval: {INTERVAL}\n  randomized_delay: 0\n  timeout: 30\n"
         f"  metrics_file: {METRICS}\n"
@@ -57,7 +59,11 @@ def test_timer_keeps_metrics_and_history_true(sandbox: Any, sglang_python: str, 
     kimi = UnitContext.detect().kimi_serve
     # service.user (kimi-serve) is created in the container's own user database, and may traverse /root (0700, where
     # CI keeps the interpreters) inside the container only, as test_service_systemd does
-    env = {"KIMI_SERVE_SGLANG_PYTHON": sglang_python, "KIMI_SERVE_ACCOUNTS_ROOT": f"/proc/{sandbox.leader}/root"}
+    env = {
+        "KIMI_SERVE_SGLANG_PYTHON": sglang_python,
+        "KIMI_SERVE_ACCOUNTS_ROOT": f"/proc/{sandbox.leader}/root",
+        "KIMI_SERVE_API_KEY": KEY,
+    }
     subprocess.run(["nsenter", "-t", str(sandbox.leader), "-m", "--", "chmod", "711", "/root"], check=True)
 
     def cli(*args: str) -> tuple[int, str]:
@@ -92,11 +98,34 @@ def test_timer_keeps_metrics_and_history_true(sandbox: Any, sglang_python: str, 
     rc, out = cli("install-service", "--profile", str(profile), "--now")
     assert rc == 0, out
     assert systemctl("is-active", TIMER) == "active" and systemctl("is-enabled", TIMER) == "enabled"
-    _wait("the first check to pass", lambda: ok() == 1)
+    _wait("the first check to pass", lambda: ok() == 1)  # with the key: systemd handed the 0600 file over
+
+    # the sandbox is live, and the records stay root's: the service user (the key file's owner) cannot write them
+    shown = sandbox.run(
+        ["systemctl", "show", VERIFY, "-p", "User", "-p", "CapabilityBoundingSet", "-p", "ProtectSystem"]
+    ).stdout.split()
+    assert sorted(shown) == ["CapabilityBoundingSet=", "ProtectSystem=strict", "User=root"], shown
+    uid = sandbox.run(["stat", "-c", "%u", SECRET]).stdout.strip()
+    assert uid not in ("", "0"), uid
+    records = f"/var/lib/kimi-serve/service/{UNIT.removesuffix('.service')}"
+    for path in (records, f"{records}/monitor-history.jsonl", METRICS):
+        assert sandbox.run(["stat", "-c", "%u", path]).stdout.strip() == "0", path
+    forge = sandbox.run(
+        [
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "sh",
+            "-c",
+            f"echo forged >> {records}/monitor-history.jsonl || echo x > {records}/last-good.json",
+        ]
+    )
+    assert forge.returncode != 0 and "forged" not in sandbox.run(["cat", f"{records}/monitor-history.jsonl"]).stdout
 
     # broken: the simulator replaced by a server that returns raw tool-call tokens
     sandbox.run(["systemctl", "stop", UNIT])
-    with ContractServer("no-tool-parser", port=port, served_model="kimi-k2.5"):
+    with ContractServer("no-tool-parser", port=port, served_model="kimi-k2.5", api_key=KEY):
         _wait("the metric to drop to 0", lambda: ok() == 0)
         _wait(
             "the alert hook to run",
@@ -107,6 +136,8 @@ def test_timer_keeps_metrics_and_history_true(sandbox: Any, sglang_python: str, 
                 ).stdout
             ),
         )
+        alert = sandbox.run(["systemctl", "show", f"kimi-serve-alert@{VERIFY}.service", "-p", "DynamicUser"])
+        assert alert.stdout.strip() == "DynamicUser=yes", alert.stdout
         rc, out = cli("status", "--unit-name", UNIT, "--json")
         st = json.loads(out)["monitor"]
         assert st["broken_since"] is not None and st["broken_for_s"] >= 0 and st["contract_held_last"], st
@@ -114,7 +145,7 @@ def test_timer_keeps_metrics_and_history_true(sandbox: Any, sglang_python: str, 
 
     # a correct but slow server: every check takes longer than the interval, and none overlaps another
     slow_since = time.time()
-    with ContractServer("correct", port=port, served_model="kimi-k2.5", delay=INTERVAL * 1.6) as slow:
+    with ContractServer("correct", port=port, served_model="kimi-k2.5", delay=INTERVAL * 1.6, api_key=KEY) as slow:
         _wait("a slow check to pass", lambda: ok() == 1)
         runs_before = len(history())
         time.sleep(INTERVAL * 4)

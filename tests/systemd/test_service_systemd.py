@@ -18,11 +18,9 @@ from typing import Any
 import pytest
 import requests
 
-from kimi_serve.check.report import validated_launch
+from kimi_serve.check.launch import validated_launch
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.service.unit import UnitContext
-
-pytestmark = pytest.mark.systemd
 
 KEY = "sk-sandbox-7f3a%$x"
 UNIT = "kimi-sbx-test.service"

@@ -1,0 +1,45 @@
+"""Launch resolution: a profile's launch as this process runs it (the interpreter its settings pick), the same launch
+held to the fast rules (what `render`, `up`, `install-service`, `bench` and `simulate` start from), and the environment
+a server process runs under. `check`'s report (report.py), the contract dry run (dryrun.py), `up` and `bench` all
+resolve a launch here, so none of them imports another for it."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from kimi_serve.check.rules import run_rules
+from kimi_serve.core.findings import Finding, error_from, failed
+from kimi_serve.core.resources import package_root
+from kimi_serve.core.settings import current, with_pythonpath
+from kimi_serve.profile.launch import Launch, build_launch, interpreter_of
+from kimi_serve.profile.loader import Profile, display_path
+
+
+def launch_for(profile: Profile) -> Launch:
+    """The profile's launch, run by the interpreter this process's settings pick (where the environment is read)."""
+    python = interpreter_of(profile, sglang_python=current().sglang_python, fallback=sys.executable)
+    return build_launch(profile, python, pythonpath=str(package_root()))
+
+
+def fast_validate(profile: Profile) -> tuple[Launch, list[Finding]]:
+    launch = launch_for(profile)
+    return launch, run_rules(profile, launch)
+
+
+def validated_launch(profile: Profile) -> Launch:
+    """The launch, or a one-line error for the first failing fast rule (what `render`, `up`, `install-service` use)."""
+    launch, findings = fast_validate(profile)
+    bad = failed(findings)
+    if bad:
+        raise error_from(bad, more=f"run kimi-serve check {profile.cli_args()}", where=display_path(profile.source))
+    return launch
+
+
+def server_env(launch: Launch) -> dict[str, str]:
+    """The environment a server process (SGLang, the simulator, the router) starts with: this process's, then the
+    launch's own, unbuffered; the simulator's interpreter also imports kimi_serve from here."""
+    env = {**os.environ, **launch.env, "PYTHONUNBUFFERED": "1"}
+    if launch.engine == "simulator":
+        env = with_pythonpath(env, package_root())
+    return env

@@ -1,0 +1,99 @@
+"""Paths the service user is made owner of (``service.working_directory``, ``server.api_key_file``) must be its own:
+never kimi-serve's state root (the "last good" records rollback trusts), a systemd unit directory (units root runs),
+/etc, /usr, /, or the model (weights the server would then be able to swap). Checked on the profile by `check`
+(:func:`rule_owned_paths`) and again by install-service right before the chown (:func:`owned_path_problem`), with
+symlinks resolved inside the install root.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.findings import FAIL, PASS, Finding
+from kimi_serve.core.settings import DEFAULT_STATE_ROOT, state_root
+from kimi_serve.profile.launch import Launch
+from kimi_serve.profile.loader import Profile
+
+SERVER_HOME = str(DEFAULT_STATE_ROOT / "server")  # the one place under a state root that is the server's (ROOT/server)
+KEY_HOME = "/etc/kimi-serve"  # the one place under /etc for the key file
+UNIT_TREES = ("/etc/systemd", "/run/systemd", "/usr/lib/systemd", "/lib/systemd")
+SYSTEM_TREES = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/dev", "/proc", "/sys")
+OWNED_KEYS = ("service.working_directory", "server.api_key_file")
+
+
+def _within(path: str, tree: str) -> bool:
+    return path == tree or path.startswith(tree.rstrip("/") + "/")
+
+
+def resolve_in(root: Path, path: str) -> str:
+    """``path`` with its symlinks resolved as the system under ``root`` sees them (absolute links stay inside)."""
+    parts, hops = [p for p in path.split("/") if p], 0
+    done: list[str] = []
+    while parts:
+        part = parts.pop(0)
+        if part in (".", ".."):
+            done = done[:-1] if part == ".." else done
+            continue
+        here = root.joinpath(*done, part)
+        if here.is_symlink() and hops < 40:
+            hops += 1
+            target = os.readlink(here)
+            done = [] if target.startswith("/") else done
+            parts = [p for p in target.split("/") if p] + parts
+            continue
+        done.append(part)
+    return "/" + "/".join(done)
+
+
+def owned_path_problem(p: Profile, key: str, root: Path = Path("/")) -> str | None:
+    """Why the service user must not own the path at ``key`` (under ``root``), or None."""
+    value = p.service.working_directory if key == OWNED_KEYS[0] else p.server.api_key_file
+    if not value:
+        return None
+    path = resolve_in(root, value)
+    shown = value if path == value else f"{value} (resolves to {path})"
+    states = sorted({str(DEFAULT_STATE_ROOT), str(state_root())})
+    models = [d for d in (p.model.path, p.speculative.draft_model_path) if d]
+    guarded = [
+        *((t, "kimi-serve's state root (its records, locks, the last good unit)") for t in states),
+        *((t, "a systemd unit directory (units root runs)") for t in UNIT_TREES),
+        *((t, "a system directory") for t in SYSTEM_TREES),
+        *((resolve_in(root, m), "the model") for m in models),
+    ]
+    if path == "/":
+        return f"{shown} is / itself"
+    for tree, what in guarded:
+        if _within(tree, path):
+            return f"{shown} is or contains {tree}, {what}"
+        # the exceptions: the server's own home under the state root, the key file's directory under /etc
+        home = f"{tree}/server" if tree in states else None
+        keys = KEY_HOME if tree == "/etc" and key == OWNED_KEYS[1] else None
+        if _within(path, tree) and not ((home and _within(path, home)) or (keys and path.startswith(keys + "/"))):
+            return f"{shown} is inside {tree}, {what}"
+    return None
+
+
+def owned_path_fix(key: str) -> str:
+    default = SERVER_HOME if key == OWNED_KEYS[0] else f"{KEY_HOME}/secrets.yaml"
+    return f"set {key} to a path of the service's own, e.g. {default} (service.user is made its owner)"
+
+
+def refuse_owned_paths(p: Profile, root: Path) -> None:
+    """install-service's guard: a one-line error (exit 2) before anything is written or chowned."""
+    for key in OWNED_KEYS:
+        problem = owned_path_problem(p, key, root)
+        if problem:
+            raise KimiServeError(f"{problem}: service.user would own it", where=p.where(key), hint=owned_path_fix(key))
+
+
+def rule_owned_paths(p: Profile, _: Launch) -> Iterator[Finding]:
+    for key in OWNED_KEYS:
+        problem = owned_path_problem(p, key)
+        if problem:
+            yield Finding(
+                "rules", key, FAIL, f"{problem}: service.user would own it", owned_path_fix(key), p.where(key)
+            )
+    yield Finding("rules", "owned_paths", PASS, "the service user owns only its own working directory and key file")

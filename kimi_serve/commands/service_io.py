@@ -1,0 +1,126 @@
+"""What the service commands (service_cmds.py) and their replicated-deployment branches (fleet_cmds.py) share: the
+one resolution of their options into a :class:`~kimi_serve.service.target.Target`, the host lock, the rollback of
+an interrupted change, progress, and how a result or a dry-run plan is printed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+if TYPE_CHECKING:
+    import contextlib
+
+    from kimi_serve.core.findings import Finding
+    from kimi_serve.service.install import Result
+    from kimi_serve.service.systemctl import Systemd
+    from kimi_serve.service.target import Target
+
+_MARK = {"done": "ok  ", "planned": "plan", "failed": "FAIL", "skipped": "skip"}
+
+
+def resolve(profile: str | None, sets: list[str] | None, unit_name: str | None, root: Path) -> Target:
+    """The command's options as one value: the profile loaded once (with ``--set``), the unit name, the root."""
+    from kimi_serve.profile.loader import load_profile
+    from kimi_serve.service.systemctl import Systemd, run
+    from kimi_serve.service.target import resolve_target
+
+    loaded = load_profile(profile, sets or ()) if profile else None
+    return resolve_target(loaded, unit_name, Systemd(run, root.resolve()))
+
+
+def host_lock(command: str, wait: bool, root: Path = Path("/")) -> contextlib.AbstractContextManager[Path]:
+    """The lock of ``root``'s state (kimi_serve.core.lock.root_lock): the host lock (STATE_ROOT/host.lock) for ``/``,
+    a scratch --root's own STATE_ROOT/locks/root-HASH.lock otherwise: one change of a root at a time."""
+    from kimi_serve.core.lock import root_lock
+
+    return root_lock(command, root, wait=wait)
+
+
+def recover(target: Target, *, deployment: bool) -> None:
+    """Roll back a change of the target's unit (or of every member of its deployment) that was killed part-way
+    (kimi_serve.service.journal), and say so."""
+    from kimi_serve.service.fleet import recover_fleet
+    from kimi_serve.service.journal import recover as recover_unit
+
+    if deployment:
+        messages = recover_fleet(target.systemd, target.unit)
+    else:
+        message = recover_unit(target.paths, target.systemd)
+        messages = [message] if message else []
+    for message in messages:
+        typer.echo(f"kimi-serve: {message}", err=True)
+
+
+def say(message: str) -> None:
+    """Progress on a terminal only: scripts and tests get the result alone."""
+    if sys.stderr.isatty():
+        typer.echo(f"kimi-serve: {message}", err=True)
+
+
+def print_result(
+    result: Result, as_json: bool, extra: dict[str, Any] | None = None, command: str = "install-service"
+) -> int:
+    if as_json:
+        from kimi_serve.core.output import envelope
+
+        failed = [
+            {
+                "code": "step",
+                "message": f"{s.action}: {s.detail}" if s.detail else s.action,
+                "fix": "",
+                "status": "fail",
+            }
+            for s in result.steps
+            if s.status == "failed"
+        ]
+        typer.echo(
+            json.dumps(envelope(command, result.exit_code, {**result.to_json(), **(extra or {})}, failed), indent=2)
+        )
+        return int(result.exit_code)
+    for step in result.steps:
+        typer.echo(f"{_MARK[step.status]} {step.action}" + (f": {step.detail}" if step.detail else ""))
+    for label, outcome in (("new unit", result.new), ("rollback", result.rollback)):
+        if outcome is not None:
+            verdict = "PASSED" if outcome.ok else "FAILED"
+            typer.echo(
+                f"{label}: {verdict} (profile {outcome.profile}, sha256 {outcome.unit_sha256[:12]}): {outcome.detail}"
+            )
+    return int(result.exit_code)
+
+
+def print_dry_run_plan(actions: list[str], bad: list[Finding]) -> None:
+    """install-service --dry-run's tail, for one unit and for a deployment: the numbered actions, then the failing
+    host checks that would make it refuse."""
+    typer.echo("dry run: nothing was changed; install-service would:")
+    for i, action in enumerate(actions, 1):
+        typer.echo(f"  {i}. {action}")
+    if bad:
+        typer.echo(f"on this host, {len(bad)} check(s) would fail (install-service would refuse):")
+        for f in bad:
+            typer.echo(f"  FAIL [{f.layer}] {f.line()}")
+
+
+def current_runs() -> list[Any]:
+    """The servers a foreground `up` runs now (kimi_serve.core.runs); stale records are reported once and pruned."""
+    from kimi_serve.core.runs import prune, read_runs
+
+    runs = read_runs()
+    prune(runs)
+    return runs
+
+
+def run_rows(runs: list[Any]) -> list[tuple[str, str]]:
+    """status's `up:` lines: one per run record, or a line saying none runs."""
+    return [("up", r.line()) for r in runs] or [("up", "no foreground `kimi-serve up` runs now")]
+
+
+def require_systemd(systemd: Systemd) -> None:
+    """install-service and restart on the running system: refuse before anything is written when systemd is not
+    running here (kimi_serve.service.preflight.require_systemd, exit 5)."""
+    from kimi_serve.service.preflight import require_systemd as require
+
+    require(systemd)

@@ -1,0 +1,116 @@
+"""Run records: what a foreground `kimi-serve up` runs now, for `status` (docs/up.md, "Run records").
+
+`up` writes ``STATE_ROOT/runs/up-PID.json`` (temporary file, fsync, rename: never half-written) once its locks are
+held, and removes it when it ends: ``pid`` (the `up` process), ``pid_start`` (its start time in clock ticks since
+boot, /proc/PID/stat field 22, so a reused pid is told apart), ``profile``, ``engine``, ``endpoint``, ``port``,
+``log``, ``started``, and for a replicated profile ``router`` (``endpoint``) and ``replicas`` (``index``,
+``endpoint``, ``log``). A record whose `up` was killed (SIGKILL, power loss) stays behind: :func:`read_runs` reports
+it stale (its pid is gone, or now another process) and :func:`prune` removes it; a stale record is never reported
+running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kimi_serve.core.files import write_atomic
+from kimi_serve.core.settings import state_root
+
+RUNS_DIR = "runs"
+
+
+def runs_dir(state_dir: Path | None = None) -> Path:
+    return state_root(state_dir) / RUNS_DIR
+
+
+def process_start(pid: int, proc: Path = Path("/proc")) -> int | None:
+    """The start time of ``pid`` (clock ticks after boot), or None when no such process."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": field 3 onwards
+    try:
+        return int(fields[19])  # field 22
+    except (IndexError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Run:
+    path: Path
+    record: dict[str, Any]
+    running: bool  # False: stale (its `up` is gone, or its pid now belongs to another process)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.record, "state": "running" if self.running else "stale", "record": str(self.path)}
+
+    def line(self) -> str:
+        r = self.record
+        head = f"up of profile {r.get('profile')} ({r.get('engine')}) on {r.get('endpoint')}, pid {r.get('pid')}"
+        if not self.running:
+            return f"STALE record {self.path.name}: {head}; that `up` is gone (record pruned)"
+        parts = [f"{head}, since {r.get('started')}, log {r.get('log')}"]
+        if r.get("router"):
+            parts.append(f"router {r['router'].get('endpoint')}")
+            parts += [f"replica {x.get('index')} {x.get('endpoint')} (log {x.get('log')})" for x in r["replicas"]]
+        return "; ".join(parts)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    write_atomic(path, text)
+
+
+@contextlib.contextmanager
+def run_record(fields: Mapping[str, Any], *, state_dir: Path | None = None) -> Iterator[Path | None]:
+    """Leave a record of this process's run while the block runs (None when the state root cannot be written: the
+    server still starts, `status` just cannot list it)."""
+    pid = os.getpid()
+    path = runs_dir(state_dir) / f"up-{pid}.json"
+    record = {
+        "pid": pid,
+        "pid_start": process_start(pid),
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        **fields,
+    }
+    try:
+        _write_atomic(path, json.dumps(record, indent=2))
+    except OSError:
+        yield None
+        return
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def read_runs(state_dir: Path | None = None, proc: Path = Path("/proc")) -> list[Run]:
+    """Every run record, each marked running or stale (a torn or foreign file in the folder is skipped)."""
+    runs = []
+    for path in sorted(runs_dir(state_dir).glob("up-*.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
+            continue
+        started = process_start(record["pid"], proc)
+        running = started is not None and record.get("pid_start") in (None, started)
+        runs.append(Run(path, record, running))
+    return runs
+
+
+def prune(runs: list[Run]) -> None:
+    """Remove the records of stale runs."""
+    for run in runs:
+        if not run.running:
+            with contextlib.suppress(OSError):
+                run.path.unlink()

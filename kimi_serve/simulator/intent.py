@@ -1,0 +1,252 @@
+"""The scripted model's sense of what a request is for, beyond the words it shares with a tool (decision.py).
+
+A stand-in, not understanding: a small lexicon of what common tools do and the words requests for them use, plus the
+object each tool's parameters take. Under ``tool_choice: "auto"``:
+
+- a **task** for an offered tool calls it even when no word of the tool's name or description is in the prompt: a
+  request word of the tool's kind ("open", "show", "cat" for a file-reading tool; "raining", "umbrella", "forecast"
+  for a weather tool; "look up", "latest", "google" for a search tool) together with the object the tool's
+  parameter takes (a path or file name for ``path``/``file``; a place for ``city``/``location``; any topic for
+  ``query``), e.g. "Open config/settings.yaml and tell me the port" with ``read_file(path)``;
+- a **knowledge** request ("explain", "why", "how does", "what is a", "tell me about", "define", "summarise") with no
+  object for any offered tool is answered in text, even when it shares words with a tool ("Explain how weather
+  forecasts work" with ``get_weather(city)``);
+- a prompt that **says not to** ("don't look it up", "no need to search", "off the top of your head", and the
+  declines of decision.py) is answered in text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from kimi_serve.simulator.schema_strings import FILE_LIKE
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of tool: the words that mark a tool as one (its name, description, parameter names), the words of a
+    request for it (mapped to the tool's own vocabulary: "open" reads), and the parameter keys of its object."""
+
+    marks: frozenset[str]
+    requests: dict[str, str]  # request word -> the tool word it stands for
+    object_keys: re.Pattern[str]
+    object: str  # "path", "place" or "topic"
+
+
+def _same(word: str, *others: str) -> dict[str, str]:
+    return dict.fromkeys(others, word)
+
+
+KINDS = (
+    Kind(
+        frozenset({"file", "files", "path", "filesystem", "directory", "folder", "fs"}),
+        {
+            **_same("read", "open", "show", "view", "cat", "print", "display", "inspect", "load", "see", "look"),
+            **_same("read", "contents", "check", "review", "examine", "peek", "what's", "whats"),
+            **_same("read", "explain", "describe", "summarize", "summarise", "analyze", "analyse", "debug", "fix"),
+            **_same("write", "save", "store", "create", "overwrite", "put", "append", "update", "edit"),
+            **_same("read", "打开", "查看", "读", "显示"),
+            **_same("write", "保存", "写"),
+            **_same("list", "ls", "browse", "enumerate"),
+            **_same("delete", "remove", "rm", "erase"),
+        },
+        re.compile(r"^(?:path|file|filename|file_?name|file_?path|filepath|target|src|source|dest|destination)$", re.I),
+        "path",
+    ),
+    Kind(
+        frozenset({"weather", "forecast", "temperature", "climate"}),
+        _same(
+            "weather",
+            "rain",
+            "raining",
+            "rainy",
+            "snow",
+            "snowing",
+            "sunny",
+            "cloudy",
+            "forecast",
+            "temperature",
+            "hot",
+            "cold",
+            "warm",
+            "umbrella",
+            "wind",
+            "windy",
+            "humid",
+            "humidity",
+            "degrees",
+            "storm",
+            "jacket",
+            "coat",
+            "下雨",
+            "冷",
+            "热",
+            "温度",
+            "下雪",
+        ),
+        re.compile(r"^(?:city|location|place|town|region|country|area|where|city_?name|loc)$", re.I),
+        "place",
+    ),
+    Kind(
+        frozenset({"search", "web", "lookup", "internet", "google", "bing", "browse", "news"}),
+        {
+            **_same("search", "find", "look", "lookup", "google", "latest", "news", "recent", "online"),
+            **_same("search", "research", "newest", "updates", "headlines", "搜", "新闻", "最新"),
+        },
+        re.compile(r"^(?:query|q|search|search_?query|term|terms|keywords?|question|topic|text)$", re.I),
+        "topic",
+    ),
+    Kind(
+        frozenset({"command", "commands", "shell", "bash", "terminal", "execute", "exec"}),
+        {
+            **_same("run", "运行", "执行", "execute", "install", "build", "compile", "test", "tests"),
+            **_same("run", "git", "npm", "pip", "make", "pytest"),
+        },
+        re.compile(r"^(?:command|cmd|script|commandline|command_?line|shell_?command)$", re.I),
+        "topic",
+    ),
+)
+
+KNOWLEDGE = re.compile(
+    r"^\W*(?:please\s+|can\s+you\s+|could\s+you\s+)?(?:explain|why\b|how\s+(?:does|do|did|is|are|can|would)\b|define|"
+    r"describe|summari[sz]e|tell\s+me\s+about|what\s+(?:is|are)\s+(?:a|an)\b|what\s+does\s+.+\s+mean|"
+    r"give\s+me\s+an?\s+(?:overview|explanation|summary)|write\s+(?:a|an)\s+(?:poem|haiku|story|essay|joke))"
+    r"|\bin\s+general\b|\bconceptually\b|\bin\s+theory\b",
+    re.IGNORECASE,
+)
+SAYS_NOT_TO = re.compile(
+    r"\b(?:do\s+not|don'?t|never|no\s+need\s+to|without)\s+(?:look(?:ing)?\s+(?:it|that|this|anything)?\s*up|"
+    r"search(?:ing)?\b|brows(?:e|ing)\b|googl(?:e|ing)\b|"
+    r"(?:open(?:ing)?|read(?:ing)?|check(?:ing)?|access(?:ing)?|touch(?:ing)?)\s+(?:it|that|anything|the\s+files?|"
+    r"any\s+files?)\b)"
+    r"|\boff\s+the\s+top\s+of\s+your\s+head\b|\bfrom\s+(?:your\s+own\s+)?(?:memory|knowledge)\b"
+    r"|(?:不用|不要|别|无需|不必)(?:去)?(?:查|搜索|搜|打开|读取)",
+    re.IGNORECASE,
+)
+_PLACE_AFTER = re.compile(r"\b(?:in|at|near|around)\s+([A-Za-z][\w'-]+)")
+_NOT_PLACES = frozenset(
+    [
+        "general",
+        "theory",
+        "detail",
+        "details",
+        "practice",
+        "short",
+        "brief",
+        "english",
+        "chinese",
+        "order",
+        "total",
+        "advance",
+        "the",
+        "a",
+        "an",
+        "my",
+        "your",
+        "his",
+        "her",
+        "our",
+        "their",
+        "this",
+        "that",
+        "these",
+        "those",
+        "me",
+        "us",
+        "it",
+        "them",
+        "all",
+        "each",
+        "any",
+        "every",
+        "some",
+        "one",
+        "two",
+        "case",
+        "time",
+        "fact",
+        "particular",
+        "summary",
+        "words",
+        "mind",
+        "front",
+    ]
+)
+_PROMPT_WORD = re.compile(r"[^\W_]+(?:'[a-z]+)?|[\u3400-\u9fff]", re.IGNORECASE)
+
+
+def says_not_to(prompt: str) -> bool:
+    return bool(SAYS_NOT_TO.search(prompt))
+
+
+def asks_knowledge(prompt: str) -> bool:
+    return bool(KNOWLEDGE.search(prompt.strip()))
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in re.findall(r"[^\W\d_]+", text.replace("_", " ").replace("-", " "))}
+
+
+def _kind(fn: dict[str, Any]) -> Kind | None:
+    """The kind of tool ``fn`` is: the first kind its name, description or parameter keys mark it as."""
+    params = fn.get("parameters")
+    props = params.get("properties") if isinstance(params, dict) else None
+    keys = [k for k in props if isinstance(k, str)] if isinstance(props, dict) else []
+    own = _words(f"{fn.get('name', '')} {fn.get('description', '') or ''}")
+    for kind in KINDS:
+        if own & kind.marks or (any(kind.object_keys.match(k) for k in keys) and own & set(kind.requests.values())):
+            return kind
+    return None
+
+
+def _has_object(kind: Kind, prompt: str, values: list[str]) -> bool:
+    if kind.object == "path":
+        return bool(FILE_LIKE.search(prompt)) or any("/" in v or FILE_LIKE.fullmatch(v) for v in values)
+    if kind.object == "place":
+        return bool(values) or any(m.group(1).lower() not in _NOT_PLACES for m in _PLACE_AFTER.finditer(prompt))
+    return len(_words(prompt) - set(kind.requests)) >= 2  # a topic: anything beyond the request words
+
+
+def request_words(fn: dict[str, Any], prompt: str, values: list[str]) -> set[str]:
+    """The tool words a request for ``fn`` stands for ("open" -> "read"): empty unless the prompt both uses a request
+    word of the tool's kind and names the object the tool takes."""
+    kind = _kind(fn)
+    if kind is None:
+        return set()
+    lowered = prompt.lower()
+    found = {w.lower() for w in _PROMPT_WORD.findall(lowered)}
+    found |= {w for w in kind.requests if not w.isascii() and w in prompt}
+    wanted = {kind.requests[w] for w in found if w in kind.requests}
+    if not wanted or not _has_object(kind, prompt, values):
+        return set()
+    return wanted | {w for w, meant in kind.requests.items() if meant in wanted}  # "open_file" is named by "show" too
+
+
+def has_object_for(functions: list[dict[str, Any]], prompt: str, values: list[str]) -> bool:
+    """Some offered tool's parameters take an object the prompt names (a path, a place; a topic does not count: any
+    prompt has one)."""
+    for fn in functions:
+        kind = _kind(fn)
+        if kind is not None and kind.object != "topic" and _has_object(kind, prompt, values):
+            return True
+    return False
+
+
+_TOPIC_LEAD = re.compile(
+    r"^\W*(?:please\s+)?(?:(?:can|could)\s+you\s+)?(?:search(?:\s+the\s+web|\s+online)?(?:\s+for)?|look\s+up|"
+    r"find(?:\s+me)?(?:\s+out)?|google|research)\s+(?:(?:the|some)\s+)?"
+    r"(?:(?:latest|recent|newest|current)\s+)?(?:(?:news|updates|headlines)\s+)?(?:about\s+|on\s+|for\s+|of\s+)?",
+    re.IGNORECASE,
+)
+
+
+def topic(fn: dict[str, Any], prompt: str) -> str | None:
+    """The query a search tool takes for the request: the prompt without its request words ("Look up the
+    population of Tokyo" -> "population of Tokyo"); None for other tools."""
+    kind = _kind(fn)
+    if kind is None or "search" not in kind.requests.values():
+        return None
+    text = _TOPIC_LEAD.sub("", prompt.strip()).strip().rstrip("?.!").strip()
+    return text or None

@@ -1,0 +1,108 @@
+"""What `up` holds while its server runs: the locks of the resources it takes (kimi_serve.core.lock), not the host.
+
+- every port it listens on (each local replica's and the router's, or the server's): ``STATE_ROOT/locks/port-P.lock``;
+- an SGLang server's GPUs (``CUDA_VISIBLE_DEVICES`` of its environment, else ``0..gpus-1``):
+  ``STATE_ROOT/locks/gpu-N.lock``; the simulator takes none;
+- an SGLang server's engine venv: a shared flock on its site-packages, so a `patches apply` or `engine install` of
+  that venv is refused while it runs, and any number of servers can run from one venv.
+
+Taken in one order (venv, GPUs by index, ports by number) so two `up --wait-lock` never wait for each other in a ring.
+A second `up` on a held port or GPU exits 75 naming the holder and the resource; on other GPUs and ports it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kimi_serve.core.errors import KimiServeError
+from kimi_serve.profile.launch import Launch
+from kimi_serve.profile.loader import Profile
+
+
+def ports_of(profile: Profile) -> list[int]:
+    """The ports `up` of ``profile`` listens on (local replicas and the router, or the one server)."""
+    from kimi_serve.profile.topology import replicas, routed
+
+    if not routed(profile):
+        return [profile.server.port]
+    return sorted({r.port for r in replicas(profile) if r.local} | {profile.router.port})
+
+
+def gpus_of(profile: Profile, launch: Launch, environ: dict[str, str] | None = None) -> list[str]:
+    """The GPUs an SGLang server of ``profile`` takes (none for the simulator)."""
+    if launch.engine != "sglang":
+        return []
+    env = {**(os.environ if environ is None else environ), **launch.env}
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        return sorted(ids, key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0, v))
+    return [str(i) for i in range(profile.gpus)]
+
+
+@contextlib.contextmanager
+def up_locks(profile: Profile, launch: Launch, *, wait: bool = False) -> Iterator[None]:
+    """Hold the venv (shared), the GPUs and the ports of ``profile``'s server until the block ends; exit 75 naming the
+    holder when another kimi-serve command has one of them (or wait, with ``wait``)."""
+    from kimi_serve.core.lock import directory_lock, resource_lock
+
+    with contextlib.ExitStack() as stack:
+        if launch.engine == "sglang":
+            site = _site_packages(launch.argv[0])
+            if site is not None:  # none: the preflight names what is wrong with the interpreter
+                stack.enter_context(
+                    directory_lock(
+                        site,
+                        wait=wait,
+                        shared=True,
+                        doing=f"is changing the SGLang in {site}: `up` would serve from it",
+                    )
+                )
+        for gpu in gpus_of(profile, launch):
+            stack.enter_context(resource_lock("up", "gpu", gpu, wait=wait))
+        for port in ports_of(profile):
+            stack.enter_context(resource_lock("up", "port", str(port), wait=wait))
+        yield
+
+
+def _site_packages(python: str) -> Path | None:
+    from kimi_serve.sglang.site import site_packages_of
+
+    try:
+        return site_packages_of(python)
+    except KimiServeError:
+        return None
+
+
+def run_fields(profile: Profile, launch: Launch, log_path: Path) -> dict[str, Any]:
+    """What `up` of ``profile`` records for `status` (kimi_serve.core.runs): the profile, the endpoint, the log, and
+    for a replicated profile its router and replicas."""
+    from kimi_serve.profile.topology import replicas, routed
+
+    fields: dict[str, Any] = {
+        "profile": profile.name,
+        "engine": launch.engine,
+        "endpoint": launch.endpoint,
+        "port": launch.port,
+        "log": str(log_path),
+        "router": None,
+        "replicas": [],
+    }
+    if routed(profile):
+        from kimi_serve.up.replicas import part_log
+
+        r = profile.router
+        fields["endpoint"] = f"[{r.host}]:{r.port}" if ":" in r.host else f"{r.host}:{r.port}"
+        fields["port"] = r.port
+        fields["log"] = str(part_log(log_path, "router"))
+        fields["router"] = {"endpoint": fields["endpoint"], "log": fields["log"]}
+        fields["replicas"] = [
+            {"index": x.index, "endpoint": x.endpoint, "log": str(part_log(log_path, f"replica{x.index}"))}
+            for x in replicas(profile)
+            if x.local
+        ]
+    return fields

@@ -1,0 +1,90 @@
+"""The server-sent-event grammar the official openai SDK reads, as its stream reader reads it (its ``SSEDecoder``):
+lines end at CR, LF or CRLF (nothing else: a U+2028 inside a JSON string is not a line end); a line starting with
+``:`` is a comment; ``event``, ``data``, ``id`` and ``retry`` fields, others ignored; a blank line dispatches an event
+when an event name, data, a last event id or a retry is pending, and the last event id is **not** reset after a
+dispatch (the SSE specification's rule). The SDK then ``json.loads`` every dispatched event's data (``[DONE]`` ends the
+stream), so an event dispatched without data makes it raise ``JSONDecodeError``, and an event named ``thread.*`` is
+wrapped as an Assistants event and its chunk is lost.
+
+Measured against openai 3.x's reader (``chat.completions.create(stream=True)`` and ``chat.completions.stream``) on a
+loopback server: event ids on each event, comment keep-alives without ids, ``retry:`` or ``event:`` next to ``data:``,
+CRLF or CR line ends, unknown fields: read whole. Fatal: a comment keep-alive or an extra blank line after an event id
+was seen (the id persists, the blank line dispatches an empty event), a ``retry:`` or ``event:`` or ``id:`` block
+without data, an ``event: thread.*`` name. verify reads the stream with this grammar and names the construct.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One dispatched event: its data, its event name, and (for an event the SDK cannot read) the construct."""
+
+    data: str
+    name: str | None = None
+    fault: str | None = None  # what the SDK fails on, in words; None: it reads the event
+
+
+def _empty_cause(*, name: str | None, retry: bool, id_here: bool, comment: bool) -> str:
+    if name is not None:
+        return f"an `event: {name}` block without a `data:` line"
+    if retry:
+        return "a `retry:` directive in a block of its own (no `data:` line)"
+    if id_here:
+        return "an `id:` line in a block of its own (no `data:` line)"
+    if comment:
+        return "a comment keep-alive (`: ...` then a blank line) after an event id (`id:`) was sent"
+    return "an extra blank line after an event id (`id:`) was sent"
+
+
+def events(body: bytes) -> list[Event]:
+    """The events the openai SDK's reader dispatches from ``body``, in order, up to ``[DONE]`` (where it stops
+    reading). A block the body does not end with a blank line is not dispatched (the SDK drops it too)."""
+    found: list[Event] = []
+    name: str | None = None
+    data: list[str] = []
+    last_id: str | None = None
+    retry: int | None = None
+    id_here = comment = False
+    for line in _LINE_END.split(body.decode("utf-8", errors="replace"))[:-1]:
+        if not line:
+            if name is None and not data and not last_id and retry is None:
+                comment = id_here = False
+                continue
+            fault = None
+            if not data:
+                fault = _empty_cause(name=name, retry=retry is not None, id_here=id_here, comment=comment)
+            elif name is not None and name.startswith("thread."):
+                fault = f"an `event: {name}` name (the SDK takes it for an Assistants event and loses the chunk)"
+            found.append(Event("\n".join(data), name, fault))
+            if found[-1].data.startswith("[DONE]"):
+                return found  # the SDK stops reading here
+            name, data, retry = None, [], None
+            id_here = comment = False
+            continue
+        if line.startswith(":"):
+            comment = True
+            continue
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "event":
+            name = value or None
+        elif field == "data":
+            data.append(value)
+        elif field == "id" and "\0" not in value:
+            last_id, id_here = value, True
+        elif field == "retry":
+            retry = _int(value, retry)
+    return found
+
+
+def _int(value: str, default: int | None) -> int | None:
+    try:
+        return int(value)
+    except ValueError:  # the SDK ignores a retry that is not a number
+        return default

@@ -1,0 +1,100 @@
+"""Drive SGLang 0.5.23's own OpenAI serving layer and kimi_k2 parsers, in one copy of the sglang package, into each
+kimi_k2 parser fault the Kimi patch set (patches/sglang-0.5.23-kimi) fixes; prints one JSON object.
+
+Run with the CPU SGLang interpreter: ``python kimi_parser_probe.py SITE_DIR REPO_DIR``. SITE_DIR goes first on
+sys.path (this copy of sglang, patched or not), REPO_DIR next (kimi_serve). The app is the simulator's
+(``kimi_serve.simulator.server.build_app``: SGLang's ``OpenAIServingChat``, ``TemplateManager``, protocol models and
+parsers, called through FastAPI's in-process test client; no socket). STAND-IN: the model. Its output is set per
+scenario to the raw text a Kimi model emits in each fault (``kimi_serve.simulator.model.generate`` replaced), so
+everything after the model, the parsing included, is SGLang's.
+
+Scenarios, each non-streamed and streamed:
+- ``unexpected_id``: a call whose id is ``call_8f2a`` (neither ``functions.NAME:N`` nor a bare counter);
+- ``continuation``: a normal call whose arguments arrive in several deltas (the raw keys of each tool-call delta);
+- ``bare_begin``: a call opened by ``<|tool_call_begin|>`` without ``<|tool_calls_section_begin|>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+SITE, REPO = sys.argv[1], sys.argv[2]
+sys.path[:0] = [SITE, REPO]
+os.environ.setdefault("KIMI_SERVE_SIM_STEP_SECONDS", "0")
+
+import sglang  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+
+from kimi_serve.simulator import engine, server  # noqa: E402
+from kimi_serve.simulator.args import resolve  # noqa: E402
+from kimi_serve.simulator.tokenizer import load_tokenizer  # noqa: E402
+
+ARGS = '{"city": "Paris", "unit": "celsius", "note": "' + "x" * 80 + '"}'
+OUTPUTS = {
+    "unexpected_id": "Call it.</think><|tool_calls_section_begin|><|tool_call_begin|>call_8f2a"
+    f"<|tool_call_argument_begin|>{ARGS}<|tool_call_end|><|tool_calls_section_end|>",
+    "continuation": "Call it.</think><|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+    f"<|tool_call_argument_begin|>{ARGS}<|tool_call_end|><|tool_calls_section_end|>",
+    "bare_begin": f"Call it.</think><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{ARGS}"
+    "<|tool_call_end|>",
+}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "unit": {"type": "string"}, "note": {"type": "string"}},
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}},
+    },
+]
+
+current = {"text": ""}
+engine.scripted.generate = lambda turn: current["text"]  # the STAND-IN model's output for the scenario
+
+sim = resolve(["--model-path", "/models/Kimi-K2.5", "--served-model-name", "kimi-k2.5", "--tool-call-parser",
+               "kimi_k2", "--reasoning-parser", "kimi_k2", "--port", "30000"])  # fmt: skip
+client = TestClient(server.build_app(sim, load_tokenizer(sim.tokenizer_dir), server.State()))
+body = {"model": "kimi-k2.5", "messages": [{"role": "user", "content": "weather?"}], "tools": TOOLS}
+
+
+def non_stream() -> dict:
+    message = client.post("/v1/chat/completions", json=body).json()["choices"][0]
+    calls = message["message"].get("tool_calls") or []
+    return {
+        "finish_reason": message["finish_reason"],
+        "calls": [[c["id"], c["function"]["name"], c["function"]["arguments"]] for c in calls],
+        "content": message["message"].get("content"),
+    }
+
+
+def stream() -> dict:
+    deltas, names, finish, content = [], {}, None, ""
+    with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as reply:
+        for line in reply.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            for choice in json.loads(line[6:]).get("choices") or []:
+                delta = choice.get("delta") or {}
+                content += delta.get("content") or ""
+                finish = choice.get("finish_reason") or finish
+                for tc in delta.get("tool_calls") or []:
+                    deltas.append({"keys": sorted(tc), "function_keys": sorted(tc.get("function") or {})})
+                    if (tc.get("function") or {}).get("name"):
+                        names[tc["index"]] = tc["function"]["name"]
+    return {"finish_reason": finish, "names": [names[i] for i in sorted(names)], "deltas": deltas, "content": content}
+
+
+result: dict = {"module": sglang.__file__}
+for scenario, text in OUTPUTS.items():
+    current["text"] = text
+    result[scenario] = {"non_stream": non_stream(), "stream": stream()}
+print(json.dumps(result))

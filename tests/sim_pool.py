@@ -1,0 +1,113 @@
+"""The session's SGLang interpreter and shared simulators (tests/conftest.py ``sglang_session``, ``simulator_pool``)."""
+
+from __future__ import annotations
+
+import functools
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kimi_serve.core.settings import SIM_STEP_ENV
+from kimi_serve.simulator import launcher
+
+# The pool's standard servers: prod's parsers (PARSED), and at TP8 (PARSED_TP8). Modules that ask for the same flags,
+# keys and step share one simulator: test_simulator_constrain and test_simulator_tools_http (PARSED_TP8,
+# SHARED_KEY); test_admin_key_sglang and test_router_control_plane (PARSED, their client and admin keys).
+SHARED_MODEL = "kimi-k2.5"
+SHARED_KEY = "sim-shared-key"
+PARSED = [
+    "--model-path",
+    "/models/Kimi-K2.5",
+    "--served-model-name",
+    SHARED_MODEL,
+    "--trust-remote-code",
+    "--tool-call-parser",
+    "kimi_k2",
+    "--reasoning-parser",
+    "kimi_k2",
+    "--host",
+    "127.0.0.1",
+]
+PARSED_TP8 = [*PARSED[:5], "--tp-size", "8", *PARSED[5:]]
+
+
+@dataclass(frozen=True)
+class SGLangSession:
+    python: str  # the CPU SGLang interpreter
+    probe_socket: str | None  # the run's probe server, when one is up
+
+
+def wait_probe_server(sock: str, timeout: float = 240) -> bool:
+    """Until a probe server listens on ``sock`` (its first ~25 s: importing SGLang); False if it never does."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.connect(sock)
+            return True
+        except OSError:
+            time.sleep(0.25)
+    return False
+
+
+def venv_redacts_server_info(python: str) -> bool:
+    """Whether the CPU venv's own sglang carries patch 0007 (the /server_info key redaction), as `kimi-serve patches
+    status` reads it: scripts/build-cpu-venv.sh builds it patched; an engine built before that is not."""
+    return _redacts(python)
+
+
+@functools.cache
+def _redacts(python: str) -> bool:
+    from kimi_serve.patches import load_patch_set, status
+    from kimi_serve.sglang.site import resolve_site_packages
+
+    site = resolve_site_packages(None, python)
+    return bool(status(site, load_patch_set("sglang-0.5.23-sm120")).features.get("redact_api_key_in_server_info"))
+
+
+class SimulatorPool:
+    """Simulators shared by every test of a worker that asks for the same flags: one start per flag set (an SGLang
+    import, ~20 s of CPU), stopped when the session ends. A test that stops or reconfigures its server starts its
+    own instead."""
+
+    def __init__(self, python: str, directory: Path) -> None:
+        self.python, self.directory = python, directory
+        self._running: dict[tuple[tuple[str, ...], str, str | None, str | None], launcher.Simulator] = {}
+
+    def get(
+        self, flags: list[str], *, key: str | None = None, admin_key: str | None = None, step: str = "0.001"
+    ) -> launcher.Simulator:
+        """A ready simulator with ``flags`` (plus ``--config`` with the keys, and a free ``--port``)."""
+        ident = (tuple(flags), step, key, admin_key)
+        sim = self._running.get(ident)
+        if sim is not None and sim.process.poll() is None:
+            return sim
+        run = self.directory / f"sim-{len(self._running)}"
+        run.mkdir()
+        args = list(flags)
+        if key is not None:
+            secrets = run / "secrets.yaml"
+            secrets.write_text(f"api-key: {key}\n" + (f"admin-api-key: {admin_key}\n" if admin_key else ""))
+            secrets.chmod(0o600)
+            args += ["--config", str(secrets)]
+        port = launcher.free_port()
+        env = launcher.environment(warmup=0.0)
+        env[SIM_STEP_ENV] = step
+        sim = launcher.Simulator.start(
+            launcher.command(self.python, [*args, "--port", str(port)]),
+            env,
+            f"http://127.0.0.1:{port}",
+            run / "simulator.log",
+        )
+        try:
+            sim.wait_ready(240)
+        except BaseException:
+            sim.stop()
+            raise
+        self._running[ident] = sim
+        return sim
+
+    def stop_all(self) -> None:
+        for sim in self._running.values():
+            sim.stop()

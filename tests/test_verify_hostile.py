@@ -1,0 +1,110 @@
+"""verify against hostile servers: it ends within --timeout plus a few seconds and holds no more than its read limits
+(transport.Limits), whatever a server sends: an endless body or stream, one endless line, a head or a body trickled a
+byte at a time. Each fails with a finding that names what happened (and the limit it hit); memory is measured in
+benchmarks/bench_verify_hostile.py, not here."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from contract_server import ContractServer
+
+from kimi_serve.verify import run_verify
+from kimi_serve.verify.transport import LIMITS, Limits, read_limits, request
+
+KIB = 1024
+SMALL = Limits(body_bytes=256 * KIB, total_bytes=2048 * KIB, sse_line_bytes=32 * KIB, sse_events=500)
+SLACK = 5.0  # the bound: --timeout plus this; each request ends at the deadline on its own
+
+
+def _chat(srv: ContractServer, *, stream: bool = False, within: float = 5.0):  # type: ignore[no-untyped-def]
+    body = {"model": srv.served_model, "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+    return request("POST", f"http://{srv.host}/v1/chat/completions", deadline=time.monotonic() + within, json_body=body)
+
+
+def test_reading_an_endless_body_stops_at_the_body_limit(loopback_port: Callable[[], int]) -> None:
+    with ContractServer("endless-body", port=loopback_port()) as srv, read_limits(SMALL):
+        reply = _chat(srv)
+    assert reply.limit == f"{256 * KIB} bytes per response body"
+    assert len(reply.body) <= SMALL.body_bytes  # what is held: at most the limit (bytes counted)
+    assert not reply.timed_out
+
+
+def test_the_total_budget_is_shared_by_every_request_of_a_run(loopback_port: Callable[[], int]) -> None:
+    limits = Limits(body_bytes=1024 * KIB, total_bytes=1536 * KIB)
+    with ContractServer("endless-body", port=loopback_port()) as srv, read_limits(limits):
+        first, second = _chat(srv), _chat(srv)
+    assert first.limit == "1 MiB per response body"
+    assert second.limit == f"{1536 * KIB} bytes in total for one verify run"
+    assert len(first.body) + len(second.body) <= limits.total_bytes
+
+
+@pytest.mark.parametrize(
+    ("mode", "limit"),
+    [
+        ("endless-body", f"{256 * KIB} bytes per response body"),
+        ("endless-stream", "500 events per stream"),
+        ("huge-line", f"{32 * KIB} bytes per server-sent-event line"),
+    ],
+)
+def test_endless_answers_fail_at_a_named_limit_within_the_deadline(
+    mode: str, limit: str, loopback_port: Callable[[], int]
+) -> None:
+    with ContractServer(mode, port=loopback_port()) as srv:
+        started = time.monotonic()
+        report = run_verify(srv.host, timeout=10.0, limits=SMALL)
+        took = time.monotonic() - started
+    assert report.exit_code == 1
+    assert took < 10.0 + SLACK
+    chat = [p for p in report.probes if p.probe != "raw"]
+    assert chat and all(not p.passed for p in chat), [(p.probe, p.mode, p.findings) for p in chat]
+    cut = [f for p in chat for f in p.findings if f.code == "too_large"]
+    assert cut, [p.findings for p in chat]
+    assert any(limit in f.message for f in cut), {f.message for f in cut}
+    assert all("read limit" in f.message and "endless or oversized" in f.fix for f in cut)
+
+
+def test_the_default_limits_hold_an_endless_stream_too(loopback_port: Callable[[], int]) -> None:
+    """With verify's own limits (no test sizes): every stream probe is cut at one of them, well before --timeout."""
+    with ContractServer("endless-stream", port=loopback_port()) as srv:
+        report = run_verify(srv.host, timeout=20.0)
+    streams = [p for p in report.probes if p.mode == "stream"]
+    assert report.exit_code == 1 and streams
+    for p in streams:
+        assert [f.code for f in p.findings] == ["too_large"], p.findings  # the whole events before the cut are sound
+        assert any(
+            text in p.findings[0].message
+            for text in (f"{LIMITS.sse_events} events", "MiB per response body", "in total for one verify run")
+        )
+    assert report.elapsed_s < 20.0 + SLACK
+
+
+@pytest.mark.parametrize("mode", ["trickle-head", "trickle-body"])
+def test_a_trickling_server_cannot_hold_verify_past_the_deadline(mode: str, loopback_port: Callable[[], int]) -> None:
+    """Slowloris: a byte every 0.2 s keeps every socket read short, so only a deadline on the whole request ends it."""
+    timeout = 2.0
+    with ContractServer(mode, port=loopback_port()) as srv:
+        started = time.monotonic()
+        report = run_verify(srv.host, timeout=timeout)
+        took = time.monotonic() - started
+    assert report.exit_code == 1
+    assert took < timeout + SLACK, took
+    chat = [p for p in report.probes if p.probe != "raw"]
+    assert chat and all(p.findings and p.findings[0].code in ("timeout", "too_slow") for p in chat), [
+        (p.name, p.mode, p.findings) for p in chat
+    ]
+
+
+def test_cli_names_the_limit_and_ends_in_time(
+    loopback_port: Callable[[], int], cli: Callable[..., object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with ContractServer("huge-line", port=loopback_port()) as srv:
+        started = time.monotonic()
+        result = cli("verify", "--host", srv.host, "--timeout", "10")
+        took = time.monotonic() - started
+    assert result.code == 1  # type: ignore[attr-defined]
+    assert "per server-sent-event line" in result.out + result.err  # type: ignore[attr-defined]
+    assert "Traceback" not in result.out + result.err  # type: ignore[attr-defined]
+    assert took < 10 + SLACK
