@@ -4,6 +4,12 @@ serving layer, the performance model's clock) with SGLang's own bench_serving, t
 The model's parameters are chosen so the crossover is at low concurrency and the test is short: a compute-heavy
 forward (per_token_ms 8) makes EAGLE-3's 4-token verify cost more than its 2.9 accepted tokens are worth once the
 batch grows, so the model implies spec wins at concurrency 1 and baseline wins at 8.
+
+The clock runs at the modelled hardware's speed (speedup 1) with short answers, not twice as fast with long ones: the
+serving layer's own CPU per streamed token is the same for both profiles, and on a loaded 2-core machine (CI, with
+SGLang servers and the systemd tier beside it) it capped both at one CPU-bound rate, so at concurrency 8 the
+profile that streams fewer tokens per second won (the spec one: 2.9 per verify step). At half the token rate the
+modelled step times dominate again.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from kimi_serve.bench.report import MODEL_NOTICE
 from kimi_serve.simulator.perf import PerfModel, PerfParams, SpecSettings
 
 PERF = {"per_token_ms": 8.0}
-SPEEDUP = "2"
+SPEEDUP = "1"
 CONCURRENCY = (1, 8)
 
 
@@ -33,7 +39,7 @@ def _workload(path: Path) -> Path:
                         "content": f"Plan step {i} of the config loader migration in at least 500 characters.",
                     },
                 ],
-                "max_tokens": 400,
+                "max_tokens": 160,
                 "chat_template_kwargs": {"thinking": True},
                 "ignore_eos": False,
             }
@@ -85,7 +91,7 @@ def test_ab_on_the_simulator_finds_the_models_crossover_and_resumes(tmp_path: Pa
     assert res["sim-baseline"]["1"]["accept_length"] is None
     assert all(res[p][str(c)]["errors"]["max"] == 0 for p in res for c in CONCURRENCY)
     meta = {p["name"]: p for p in report["profiles"]}
-    assert meta["sim"]["perf_model"]["params"]["per_token_ms"] == 8.0 and meta["sim"]["speedup"] == 2.0
+    assert meta["sim"]["perf_model"]["params"]["per_token_ms"] == 8.0 and meta["sim"]["speedup"] == 1.0
     assert meta["sim-baseline"]["perf_model"]["speculative"] is None
     assert "contract check passed" in r.err and r.err.count("stopped (status 0)") == 2
     table = r.out

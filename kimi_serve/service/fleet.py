@@ -25,6 +25,7 @@ from kimi_serve.service.install import (
     Verifier,
     journal_scope,
     planned_actions,
+    reach_step,
     refuse_foreign,
     start_and_verify,
     start_monitor,
@@ -82,6 +83,7 @@ def plan_fleet(
     launch, findings = check_for_service(profile, contract=contract, preview=preview)
     refuse_owned_paths(profile, root)  # symlinks resolved inside the root, before anything is written
     members = render_members(profile, launch, ctx, base)
+    reach_step(profile, [m.launch for m in members], ctx, systemd, environ, preview, found)
     monitor = None
     create = host_step(preview, found, lambda: needs_secret(profile, ServicePaths(root, base), environ), False)
     plans: list[tuple[Member, Plan]] = []

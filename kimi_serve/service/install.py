@@ -18,9 +18,10 @@ from typing import Any
 from kimi_serve.check.owned_paths import refuse_owned_paths
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
-from kimi_serve.core.findings import Finding
+from kimi_serve.core.findings import Finding, error_from
 from kimi_serve.core.proc import Completed
 from kimi_serve.core.settings import API_KEY_ENV, from_env
+from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service import account
 from kimi_serve.service import monitor_units as mon
@@ -30,7 +31,7 @@ from kimi_serve.service.state import ServicePaths, read_text, write_atomic, writ
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.target import Target
 from kimi_serve.service.timeouts import restart_wait_sec
-from kimi_serve.service.unit import RenderedUnit, UnitContext, parse_marker, render_unit
+from kimi_serve.service.unit import RenderedUnit, UnitContext, parse_marker, render_unit, unit_reach
 from kimi_serve.service.verifier import INTERNAL_NOTE, post_verify_crashed
 
 # (endpoint HOST:PORT, API-key file or None, suite, timeout) -> (verify exit code, one-line summary)
@@ -200,6 +201,7 @@ def plan_install(
         unit = render_members(profile, launch, ctx, target.unit)[0].unit
     else:
         unit = render_unit(profile, launch, ctx, unit_name=target.unit)
+    reach_step(profile, [launch], ctx, systemd, environ, preview, found)
     paths = ServicePaths(root, unit.name)
     refuse_foreign(paths)
     mon.refuse_foreign_monitor(paths)
@@ -219,6 +221,27 @@ def plan_install(
         host_step(preview, found, lambda: mon.analyze_together(systemd, list(monitor.files)), None)
     create = host_step(preview, [], lambda: needs_secret(profile, paths, environ), False)
     return Plan(profile, unit, paths, create, tuple(findings + found), now, monitor)
+
+
+def reach_step(
+    profile: Profile,
+    launches: list[Launch],
+    ctx: UnitContext,
+    systemd: Systemd,
+    environ: Mapping[str, str],
+    preview: bool,
+    found: list[Finding],
+) -> None:
+    """Can each unit's own user, in its sandbox, start it (:func:`kimi_serve.service.unit.unit_reach`)? A unit that
+    cannot (203/EXEC, restart loops, a rollback to the same flaw) is refused before anything is written (exit 5); a
+    preview lists why."""
+    accounts = account.roots(systemd.root, systemd.live, from_env(environ).accounts_root)[0]
+    reach = {f.line(): f for one in launches for f in unit_reach(profile, one, ctx, systemd.root, accounts)}
+    if reach and not preview:
+        raise error_from(
+            list(reach.values()), more="kimi-serve install-service --dry-run", exit_code=ExitCode.ENVIRONMENT
+        )
+    found += reach.values()
 
 
 def refuse_foreign(paths: ServicePaths) -> None:

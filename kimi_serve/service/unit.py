@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_serve import __version__
+from kimi_serve.check.unit_reach import ENTER, LOAD, RUN, Need, Sandbox, reach_findings
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.findings import Finding
 from kimi_serve.core.resources import package_root, resource_dir
 from kimi_serve.core.settings import with_pythonpath
 from kimi_serve.core.text import line_breaker
@@ -270,6 +272,34 @@ def _sandbox(profile: Profile, launch: Launch, ctx: UnitContext) -> list[tuple[s
     where = profile.where("service.working_directory")
     writable = quote("-" + _carryable(profile.service.working_directory, where))  # a list setting: one quoted word
     return sandbox(profile.service.hardening, [writable], protect_home(used))
+
+
+def unit_reach(
+    profile: Profile,
+    launch: Launch,
+    ctx: UnitContext,
+    root: Path,
+    accounts_root: Path | None = None,
+    shape: UnitShape | None = None,
+) -> list[Finding]:
+    """Whether the unit's user, inside the unit's sandbox, can run its interpreter and start gate and read its model
+    (:mod:`kimi_serve.check.unit_reach`): failed ``unit.reach`` findings, none when it can."""
+    posts = shape.posts if shape else (tuple(verify_argv(profile, launch, ctx)),)
+    needs = [Need("interpreter", launch.argv[0], RUN, profile.where("python"))]
+    needs += [
+        Need("start gate command", a[0], RUN, profile.where("server")) for a in dict.fromkeys(p[0] for p in posts)
+    ]
+    if profile.engine == "simulator":  # the unit imports kimi-serve's own package from there (PYTHONPATH)
+        needs.append(Need("kimi-serve package directory", ctx.package_root, ENTER, profile.where("engine")))
+    models: list[tuple[str, str, str | None]] = [("model", "model.path", profile.model.path)]
+    if profile.speculative.enabled:
+        models.append(("draft model", "speculative.draft_model_path", profile.speculative.draft_model_path))
+    needs += [Need(role, path, LOAD, profile.where(key)) for role, key, path in models if path]
+    needs.append(
+        Need("working directory", profile.service.working_directory, ENTER, profile.where("service.working_directory"))
+    )
+    box = Sandbox.from_lines(_sandbox(profile, launch, ctx))
+    return reach_findings(needs, box, profile.service.user, root=root, accounts_root=accounts_root)
 
 
 def specifiers(value: str, where: str) -> str:

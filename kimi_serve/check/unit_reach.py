@@ -1,0 +1,162 @@
+"""Can the unit start? What a unit runs and reads, judged as its own ``User=`` inside its own sandbox, before it is
+installed: a unit whose interpreter its user cannot execute starts with 203/EXEC, loops on Restart= and is rolled
+back to a unit with the same flaw. Judged from the files, not by trying (the installer runs as root):
+
+- **the sandbox hides it**: ``PrivateTmp=yes`` gives the unit an empty /tmp and /var/tmp, ``ProtectHome=yes`` (or
+  ``tmpfs``) an empty /home, /root and /run/user; a path is checked as written and with its symlinks resolved (a
+  venv's ``bin/python`` is a link into the interpreter it was made from, often pyenv's under /root);
+- **the user cannot reach it**: every directory on the way needs ``x`` for the user (owner, group, other bits, as
+  :mod:`kimi_serve.check.service_user` reads them), the file itself ``x`` (a command) or ``r`` (the model's files).
+  Under the hardened sandbox even root has no capabilities (``CapabilityBoundingSet=`` is empty), so root is judged by
+  the bits too;
+- **a script's interpreter**: a command that starts with ``#!`` (``kimi-serve`` itself, for the start gate) needs its
+  interpreter checked the same way.
+
+A path missing under the root is only checked against the sandbox (check's host layer reports a missing interpreter
+or model; an offline ``--root`` install may name files that only the target host has).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kimi_serve.check.owned_paths import resolve_in
+from kimi_serve.check.service_user import EXEC, READ, may
+from kimi_serve.core.accounts import Account, group_ids, lookup
+from kimi_serve.core.findings import FAIL, Finding
+
+HOME_TREES = ("/home", "/root", "/run/user")
+TMP_TREES = ("/tmp", "/var/tmp")
+RUN, LOAD, ENTER = "run", "load", "enter"  # a command to execute, a directory of files to read, a directory to cd into
+
+
+@dataclass(frozen=True)
+class Need:
+    """One thing the unit must reach: ``role`` says what it is (``interpreter``, ``start gate``, ``model``)."""
+
+    role: str
+    path: str
+    kind: str  # RUN | LOAD | ENTER
+    where: str = ""  # the profile key it comes from
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """The sandbox settings that decide what the unit sees, from its ``(setting, value)`` lines."""
+
+    protect_home: str = "no"  # yes | read-only | tmpfs | no (systemd's default)
+    private_tmp: bool = False
+    capabilities: bool = True  # False under CapabilityBoundingSet= (empty): root has no DAC override
+
+    @classmethod
+    def from_lines(cls, lines: Iterable[tuple[str, str]]) -> Sandbox:
+        settings = dict(lines)
+        return cls(
+            protect_home=settings.get("ProtectHome", "no"),
+            private_tmp=settings.get("PrivateTmp", "no") == "yes",
+            capabilities=settings.get("CapabilityBoundingSet") != "",
+        )
+
+
+def _within(path: str, trees: Iterable[str]) -> str | None:
+    return next((t for t in trees if path == t or path.startswith(t + "/")), None)
+
+
+def _hidden(path: str, box: Sandbox) -> str | None:
+    """The setting that hides ``path`` from the unit, or None."""
+    tree = _within(path, TMP_TREES)
+    if tree and box.private_tmp:
+        return f"PrivateTmp=yes gives the unit an empty {tree}"
+    tree = _within(path, HOME_TREES)
+    if tree and box.protect_home in ("yes", "tmpfs"):
+        return f"ProtectHome={box.protect_home} gives the unit an empty {tree}"
+    return None
+
+
+def _blocked(root: Path, link: str, path: str, account: Account, gids: set[int], kind: str) -> str | None:
+    """Why ``account`` cannot reach ``path`` (real, under ``root``; ``link``: the directory the need names it in, with
+    its own links resolved) for ``kind``, or None."""
+    here = root / path.lstrip("/")
+    on_the_way = [*Path(link).parents, Path(link), *Path(path).parents]
+    for parent in dict.fromkeys(d for d in on_the_way if str(d) != "/"):  # "/" itself: open on every booted host
+        if not may(account, gids, root / str(parent).lstrip("/"), EXEC):
+            return f"cannot enter {parent}"
+    if kind in (RUN, ENTER) and not may(account, gids, here, EXEC):
+        return f"cannot {'execute' if kind == RUN else 'enter'} {path}"
+    if kind == LOAD:
+        if not may(account, gids, here, READ | EXEC):
+            return f"cannot list {path}"
+        for entry in sorted(here.iterdir()):
+            if entry.is_file() and not may(account, gids, entry, READ):
+                return f"cannot read {path.rstrip('/')}/{entry.name}"
+    return None
+
+
+def _interpreter(root: Path, real: str) -> str | None:
+    """The absolute interpreter of a ``#!`` script at ``real`` (None for a binary or ``#!/usr/bin/env``'s PATH)."""
+    try:
+        with (root / real.lstrip("/")).open("rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode("utf-8", "replace").split()
+    return words[0] if words and words[0].startswith("/") and not words[0].endswith("/env") else None
+
+
+def _problem(root: Path, need: Need, box: Sandbox, account: Account, gids: set[int], depth: int = 0) -> str | None:
+    real = resolve_in(root, need.path)
+    shown = need.path if real == need.path else f"{need.path} (resolves to {real})"
+    for path in dict.fromkeys((need.path, real)):
+        why = _hidden(path, box)
+        if why:
+            return f"the {need.role} {shown} is hidden from the unit: {why}"
+    if not (root / real.lstrip("/")).exists():
+        return None  # not judged further (the module's docstring)
+    judged = None if account.uid == 0 and box.capabilities else account  # root with capabilities reads anything
+    link = resolve_in(root, str(Path(need.path).parent))
+    why = _blocked(root, link, real, judged, gids, need.kind) if judged is not None else None
+    if why:
+        return f"the {need.role} {shown} is out of reach: {account.name or 'the service user'} {why}"
+    script = _interpreter(root, real) if need.kind == RUN and depth < 4 else None
+    if script:
+        inner = Need(f"interpreter of {need.path}", script, RUN, need.where)
+        return _problem(root, inner, box, account, gids, depth + 1)
+    return None
+
+
+def reach_findings(
+    needs: Iterable[Need],
+    box: Sandbox,
+    user: str,
+    *,
+    root: Path = Path("/"),
+    accounts_root: Path | None = None,
+    layer: str = "host",
+) -> list[Finding]:
+    """One failed ``unit.reach`` finding per need the unit's ``user`` cannot reach under ``box`` (none: all fine).
+    Files are read under ``root``, the user from ``accounts_root``'s passwd/group files (default: ``root``'s). A user
+    that does not exist yet (install-service creates it) owns nothing and is in no group."""
+    accounts = root if accounts_root is None else accounts_root
+    account = lookup(user, accounts) or Account(user, -1, -1, ())
+    gids = group_ids(account, accounts) if account.uid >= 0 else set()
+    found = []
+    for need in needs:
+        problem = _problem(root, need, box, account, gids)
+        if problem:
+            found.append(
+                Finding(layer, "unit.reach", FAIL, f"{problem}; the unit cannot start", _fix(need), need.where)
+            )
+    return found
+
+
+def _fix(need: Need) -> str:
+    if need.kind == RUN:
+        return (
+            "install it where the service user can run it: a venv outside /root, /home and /tmp, made from a Python "
+            "that is outside them too (e.g. /usr/bin/python3 -m venv /opt/kimi-serve)"
+        )
+    return "move it outside /root, /home and /tmp, readable by the service user (chmod -R o+rX, or a group it is in)"
