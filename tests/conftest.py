@@ -18,6 +18,7 @@ Tiers (docs/testing.md): a test's tier markers come from the fixtures it request
 from __future__ import annotations
 
 import os
+import re
 import resource
 import shutil
 import socket
@@ -69,23 +70,42 @@ def _pool_modules() -> frozenset[str]:
     )
 
 
-def _scope(nodeid: str, pool_modules: frozenset[str]) -> str:
+_OWN_SCOPE = re.compile(r"""scope\s*=\s*["'](module|class|package)["']""")
+SPREAD_FLAG = "SPREAD_ACROSS_WORKERS = True"  # a module whose module fixtures are cheap enough to build per worker
+
+
+def _spread_modules() -> frozenset[str]:
+    """Test modules whose tests go out one by one, each to the next free worker, instead of as one unit: those that
+    define no fixture of module, class or package scope (nothing to build once), and those that say
+    ``SPREAD_ACROSS_WORKERS = True`` (their module fixtures cost less than the wait). A long module as one unit was
+    the fast tier's tail: the kill-point modules (90 s each) held one worker while the others were done."""
+    out = set()
+    for p in TESTS.glob("test_*.py"):
+        text = p.read_text(encoding="utf-8")
+        if SPREAD_FLAG in text or not _OWN_SCOPE.search(text):
+            out.add(f"tests/{p.name}")
+    return frozenset(out)
+
+
+def _scope(nodeid: str, pool_modules: frozenset[str], spread: frozenset[str] = frozenset()) -> str:
     module = nodeid.split("::", 1)[0]
     if module.startswith("tests/systemd/"):
         return SANDBOX_GROUP
     if module in pool_modules:
         return POOL_GROUP
+    if module in spread:
+        return nodeid
     return module
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     from xdist.scheduler import LoadScopeScheduling
 
-    pool_modules = _pool_modules()
+    pool_modules, spread = _pool_modules(), _spread_modules()
 
     class TierScheduling(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            return _scope(nodeid, pool_modules)
+            return _scope(nodeid, pool_modules, spread)
 
     return TierScheduling(config, log)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from patches_support import extract, pinned_wheel, snapshot
+from zygote import shared
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.patches import apply, load_patch_set, revert, status
@@ -22,6 +23,9 @@ from kimi_serve.patches import change as patch_change
 
 SET = "sglang-0.5.23-sm120"
 MAX_CHECKPOINTS = 200  # a guard: a command with more checkpoints than this is a test bug
+# tests/conftest.py: the module fixtures (the patch set, a pristine copy: 0.2 s) are rebuilt on each worker rather
+# than holding one worker for the module's 90 s
+SPREAD_ACROSS_WORKERS = True
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +43,7 @@ def kimi(*args: str, hook: str | None = None) -> subprocess.CompletedProcess[str
     env.pop("KIMI_SERVE_TEST_HOOK", None)
     if hook:
         env["KIMI_SERVE_TEST_HOOK"] = hook
-    return subprocess.run(
-        [sys.executable, "-m", "kimi_serve", *args], capture_output=True, text=True, env=env, timeout=300, check=False
-    )
+    return shared().run(list(args), env=env)
 
 
 def patches(

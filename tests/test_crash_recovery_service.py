@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from zygote import shared
 
 from kimi_serve.core.proc import Completed
 from kimi_serve.service.journal import intent_path, recover
@@ -63,14 +64,7 @@ def install(profile: Path, root: Path, hook: str | None = None) -> subprocess.Co
     env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK"}
     if hook:
         env["KIMI_SERVE_TEST_HOOK"] = hook
-    return subprocess.run(
-        [sys.executable, "-m", "kimi_serve", "install-service", "-p", str(profile), "--root", str(root), "--replace"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
+    return shared().run(["install-service", "-p", str(profile), "--root", str(root), "--replace"], env=env)
 
 
 @pytest.mark.parametrize("start", ["fresh", "over-an-installed-unit"])
@@ -160,13 +154,8 @@ def restart_driver(
     env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK"}
     if hook:
         env["KIMI_SERVE_TEST_HOOK"] = hook
-    return subprocess.run(
-        [sys.executable, str(Path(__file__).parent / "restart_driver.py"), str(root), str(profile), scenario],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
+    return shared().run(
+        [str(root), str(profile), scenario], env=env, script=str(Path(__file__).parent / "restart_driver.py")
     )
 
 

@@ -11,13 +11,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from test_crash_recovery_service import files_of
+from zygote import shared
 
 from kimi_serve.service.journal import intent_path
 from kimi_serve.service.state import ServicePaths
@@ -40,8 +40,7 @@ def _no_sglang_tier(monkeypatch: pytest.MonkeyPatch) -> None:
 def _install(profile: Path, root: Path, key: str, state: Path, hook: str) -> subprocess.CompletedProcess[str]:
     root.mkdir()
     env = {**os.environ, "KIMI_SERVE_API_KEY": key, "KIMI_SERVE_STATE_DIR": str(state), "KIMI_SERVE_TEST_HOOK": hook}
-    argv = [sys.executable, "-m", "kimi_serve", "install-service", "-p", str(profile), "--root", str(root)]
-    return subprocess.run([*argv, "--replace", *SET], capture_output=True, text=True, env=env, timeout=300, check=False)
+    return shared().run(["install-service", "-p", str(profile), "--root", str(root), "--replace", *SET], env=env)
 
 
 def test_a_set_renamed_install_killed_at_every_checkpoint_is_rolled_back_by_the_next_run(
