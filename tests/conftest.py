@@ -28,12 +28,19 @@ import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pytest
-from sim_pool import SGLangSession, SimulatorPool, wait_probe_server
+# Bytecode for the suite's own tree even where the environment sets PYTHONDONTWRITEBYTECODE (this project's machines
+# do): the test processes write kimi_serve/ and tests/ __pycache__ (pytest's rewritten test modules among them, which
+# every xdist worker otherwise rewrites again, ~2 s of CPU each), and the CLI subprocesses read them (else each
+# `python -m kimi_serve` compiles its modules from source). The variable stays in the environment, so child
+# processes never write caches into what the tests compare (scratch copies of SGLang, an install root).
+sys.dont_write_bytecode = False
 
-from kimi_serve.cli import main
-from kimi_serve.core.resources import package_root
-from kimi_serve.core.settings import PROBE_SOCKET_ENV, SGLANG_PYTHON_ENV, with_pythonpath
+import pytest  # noqa: E402
+from sim_pool import SGLangSession, SimulatorPool, wait_probe_server  # noqa: E402
+
+from kimi_serve.cli import main  # noqa: E402
+from kimi_serve.core.resources import package_root  # noqa: E402
+from kimi_serve.core.settings import PROBE_SOCKET_ENV, SGLANG_PYTHON_ENV, with_pythonpath  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
