@@ -134,15 +134,13 @@ def reach_findings(
     user: str,
     *,
     root: Path = Path("/"),
-    accounts_root: Path | None = None,
     layer: str = "host",
 ) -> list[Finding]:
     """One failed ``unit.reach`` finding per need the unit's ``user`` cannot reach under ``box`` (none: all fine).
-    Files are read under ``root``, the user from ``accounts_root``'s passwd/group files (default: ``root``'s). A user
-    that does not exist yet (install-service creates it) owns nothing and is in no group."""
-    accounts = root if accounts_root is None else accounts_root
-    account = lookup(user, accounts) or Account(user, -1, -1, ())
-    gids = group_ids(account, accounts) if account.uid >= 0 else set()
+    ``root`` is the system the unit runs on, its files and its passwd/group files. A user that does not exist yet
+    (install-service creates it) owns nothing and is in no group."""
+    account = lookup(user, root) or Account(user, -1, -1, ())
+    gids = group_ids(account, root) if account.uid >= 0 else set()
     found = []
     for need in needs:
         problem = _problem(root, need, box, account, gids)

@@ -235,8 +235,10 @@ def reach_step(
     """Can each unit's own user, in its sandbox, start it (:func:`kimi_serve.service.unit.unit_reach`)? A unit that
     cannot (203/EXEC, restart loops, a rollback to the same flaw) is refused before anything is written (exit 5); a
     preview lists why."""
-    accounts = account.roots(systemd.root, systemd.live, from_env(environ).accounts_root)[0]
-    reach = {f.line(): f for one in launches for f in unit_reach(profile, one, ctx, systemd.root, accounts)}
+    # the system the units run on: the install root, or the live one whose users kimi-serve manages (a container's
+    # root seen from its host, $KIMI_SERVE_ACCOUNTS_ROOT), whose files the unit sees
+    system = account.roots(systemd.root, systemd.live, from_env(environ).accounts_root)[0]
+    reach = {f.line(): f for one in launches for f in unit_reach(profile, one, ctx, system)}
     if reach and not preview:
         raise error_from(
             list(reach.values()), more="kimi-serve install-service --dry-run", exit_code=ExitCode.ENVIRONMENT

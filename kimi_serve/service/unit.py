@@ -279,11 +279,11 @@ def unit_reach(
     launch: Launch,
     ctx: UnitContext,
     root: Path,
-    accounts_root: Path | None = None,
     shape: UnitShape | None = None,
 ) -> list[Finding]:
     """Whether the unit's user, inside the unit's sandbox, can run its interpreter and start gate and read its model
-    (:mod:`kimi_serve.check.unit_reach`): failed ``unit.reach`` findings, none when it can."""
+    (:mod:`kimi_serve.check.unit_reach`): failed ``unit.reach`` findings, none when it can. ``root``: the system the
+    unit runs on (an install root, or a container's root seen from its host)."""
     posts = shape.posts if shape else (tuple(verify_argv(profile, launch, ctx)),)
     needs = [Need("interpreter", launch.argv[0], RUN, profile.where("python"))]
     needs += [
@@ -299,7 +299,7 @@ def unit_reach(
         Need("working directory", profile.service.working_directory, ENTER, profile.where("service.working_directory"))
     )
     box = Sandbox.from_lines(_sandbox(profile, launch, ctx))
-    return reach_findings(needs, box, profile.service.user, root=root, accounts_root=accounts_root)
+    return reach_findings(needs, box, profile.service.user, root=root)
 
 
 def specifiers(value: str, where: str) -> str:
