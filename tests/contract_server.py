@@ -303,6 +303,14 @@ def _sse_events(s: Shaped, mode: str, model: str) -> list[str]:
     return events
 
 
+class BackloggedServer(ThreadingHTTPServer):
+    """A listen backlog like a real server's (uvicorn's is 2048): verify sends every probe at once (20+ connections),
+    and the standard library's 5 overflowed on a loaded machine, where the kernel's SYN cookies then answered one
+    of them with a reset ("Connection reset by peer", seen once in a full run)."""
+
+    request_queue_size = 128
+
+
 class ContractServer:
     """The stand-in server. ``with ContractServer("no-tool-parser") as srv: run_verify(srv.host)``.
 
@@ -352,7 +360,7 @@ class ContractServer:
         class Handler(_Handler):
             owner = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
+        self._httpd = BackloggedServer(("127.0.0.1", self._port), Handler)
         self._httpd.daemon_threads = True
         self._started = time.monotonic()
         threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()

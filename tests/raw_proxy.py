@@ -17,8 +17,10 @@ import re
 import threading
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from contract_server import BackloggedServer
 
 MODES = ("strip-special", "compact-arguments", "strip-reasoning", "perturb-generate")
 _SPECIAL = re.compile(r"<\|[a-z_]+\|>|</?think>")
@@ -79,7 +81,7 @@ class RawProxy:
             def do_POST(self) -> None:
                 self._forward("POST")
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = BackloggedServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
