@@ -23,6 +23,10 @@ done
 # kimi-serve and its test tools in .venv, from the dev lock (requirements/dev.txt; a no-op when up to date).
 scripts/dev-venv.sh
 
+# kimi-serve's own bytecode, once (a no-op when current): the CLI subprocesses the tests start read it instead of
+# compiling kimi-serve from source each time, also where PYTHONDONTWRITEBYTECODE is set (docs/testing.md).
+.venv/bin/python -m compileall -q kimi_serve >/dev/null
+
 # Real SGLang 0.5.23 on CPU for the sglang tier, from the CPU lock (cached under ~/.cache/kimi-serve, keyed on the
 # lock's hash; ~30 s cold with uv). The fast tier never starts it, so it is not built for --fast.
 if [ "$fast" = 0 ] && [ -z "${KIMI_SERVE_SGLANG_PYTHON:-}" ]; then

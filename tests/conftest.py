@@ -29,10 +29,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # Bytecode for the suite's own tree even where the environment sets PYTHONDONTWRITEBYTECODE (this project's machines
-# do): the test processes write kimi_serve/ and tests/ __pycache__ (pytest's rewritten test modules among them, which
-# every xdist worker otherwise rewrites again, ~2 s of CPU each), and the CLI subprocesses read them (else each
-# `python -m kimi_serve` compiles its modules from source). The variable stays in the environment, so child
-# processes never write caches into what the tests compare (scratch copies of SGLang, an install root).
+# do): while pytest collects, the test processes write the caches of what they import (pytest's rewritten test
+# modules among them, which every xdist worker otherwise rewrites again, ~2 s of CPU each); scripts/test.sh compiles
+# kimi_serve/ before, so the CLI subprocesses read caches instead of compiling kimi-serve from source each time.
+# From the first test on nothing writes caches any more (pytest_collection_finish): not the test processes, and not
+# their children, which keep the variable: nothing appears in what the tests compare, and nothing changes under the
+# systemd container's overlay (whose lower layer is this machine's /) while it runs.
+_WROTE_BYTECODE = sys.dont_write_bytecode
 sys.dont_write_bytecode = False
 
 import pytest  # noqa: E402
@@ -131,6 +134,10 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 _BY_HAND = pytest.StashKey[list[str]]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    sys.dont_write_bytecode = _WROTE_BYTECODE  # the top of this file: caches are written while collecting only
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
