@@ -6,6 +6,7 @@ needs a server gets a stand-in on loopback, or an unreachable loopback port for 
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -289,5 +290,9 @@ def test_doctor_figures_are_numbers(cli, tmp_path, loopback_port, monkeypatch) -
         )
         assert isinstance(fig["uncached_floor_s"], float | int) and isinstance(fig["predicted_weights_s"], float | int)
     assert isinstance(fig["bandwidth_source"], str) and isinstance(fig["prediction_basis"], str)
+    # the free-space check's numbers: the directory measured (the model's) and its free bytes, as the OS says
+    disk = doc["disk"]
+    assert disk["path"] == str(tmp_path / "ckpt") and isinstance(disk["free_bytes"], int)
+    assert abs(disk["free_bytes"] - shutil.disk_usage(tmp_path / "ckpt").free) < 256 * 2**20  # other tests write too
     sim = json.loads(cli("doctor", "-p", "sim", "--json").out)
-    assert sim["figures"] is None
+    assert sim["figures"] is None and sim["disk"] is None  # the simulator reads no model

@@ -88,6 +88,7 @@ class DoctorReport:
     profile: str
     checks: list[Finding] = field(default_factory=list)
     figures: dict[str, Any] | None = None  # the cold start's numbers (floor.figures_json); None: not measured
+    disk: dict[str, Any] | None = None  # the disk check's numbers: path, free_bytes; None: not checked
 
     @property
     def exit_code(self) -> ExitCode:
@@ -102,6 +103,7 @@ class DoctorReport:
             "exit_code": int(self.exit_code),
             "checks": [c.to_json() for c in self.checks],
             "figures": self.figures,
+            "disk": self.disk,
         }
 
 
@@ -248,19 +250,22 @@ def check_gpu_memory(p: Profile, gpus: list[Gpu]) -> Finding:
 # ------------------------------------------------------------------------------------------------------ files
 
 
-def check_disk(host: Host, path: str) -> Finding:
+def check_disk(host: Host, path: str) -> tuple[Finding, dict[str, Any]]:
+    """The free-space line and its numbers (``doctor --json`` ``disk``: the directory measured and its free bytes)."""
     probe = Path(path)
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    free = host.disk_free(probe) / GIB
+    free_bytes = host.disk_free(probe)
+    numbers = {"path": str(probe), "free_bytes": free_bytes}
+    free = free_bytes / GIB
     if free < 20:
         return _f(
             "disk",
             WARN,
             f"{free:.1f} GiB free at {probe} (model path {path})",
             "free space: logs, caches and a re-download need room",
-        )
-    return _f("disk", PASS, f"{free:.0f} GiB free at {probe}")
+        ), numbers
+    return _f("disk", PASS, f"{free:.0f} GiB free at {probe}"), numbers
 
 
 # ------------------------------------------------------------------------------------------------------ software
@@ -375,7 +380,8 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service:
         why = "engine: simulator" if p.engine == "simulator" else "--device cpu"
         checks.append(_f("gpus", SKIP, f"{why}: no GPU needed"))
     if p.engine == "sglang":
-        checks.append(check_disk(host, p.model.path))
+        disk, report.disk = check_disk(host, p.model.path)
+        checks.append(disk)
         checks += model_findings(p, layer="doctor")
         checks += _coldstart(p, host, report)
     checks.append(check_key_file(p))  # before SGLang's: the first failure is the one up's preflight names
