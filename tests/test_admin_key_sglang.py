@@ -110,6 +110,7 @@ def real_server(
         str(port),
         "--nccl-port",
         str(nccl_port()),
+        "--sleep-on-idle",  # an idle scheduler on CPU polls at ~0.8 of a core otherwise (docs/testing.md)
         "--config",
         str(_key_file(tmp, request.param)),
     ]

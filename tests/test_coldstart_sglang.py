@@ -57,7 +57,8 @@ def _profile(tmp: Path, model: Path, port: int, python: str) -> Path:
           enable_metrics: false
         env:
           PYTHONPATH: {CPU_DIR / "stubs"}
-        extra_args: [--device, cpu, --skip-tokenizer-init, --max-total-tokens, "4096", --nccl-port, "{nccl_port()}"]
+        extra_args: [--device, cpu, --skip-tokenizer-init, --max-total-tokens, "4096", --nccl-port, "{nccl_port()}",
+                     --sleep-on-idle]
         startup:
           timeout: 300
         service:
