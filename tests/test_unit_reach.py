@@ -66,15 +66,20 @@ def test_a_traversable_home_under_a_read_only_protect_home_is_fine(tmp_path: Pat
     assert reach_findings([need], READ_ONLY_HOME, "kimi-serve", root=tmp_path) == []
 
 
-def test_a_command_under_tmp_is_hidden_by_private_tmp_even_before_it_exists(tmp_path: Path) -> None:
+def test_a_command_under_tmp_is_hidden_by_private_tmp(tmp_path: Path) -> None:
+    _file(tmp_path / "tmp/build/bin/kimi-serve")
     gate = Need("start gate command", "/tmp/build/bin/kimi-serve", RUN, "server")
     _one(reach_findings([gate], HARDENED, "kimi-serve", root=tmp_path), "PrivateTmp=yes gives the unit an empty /tmp")
+    (tmp_path / "var/tmp/w").mkdir(parents=True)
     _one(
         reach_findings([Need("working directory", "/var/tmp/w", ENTER)], HARDENED, "kimi-serve", root=tmp_path),
         "empty /var/tmp",
     )
-    # no sandbox (hardening: off): /tmp is the host's, and a missing path is not judged further
+    # no sandbox (hardening: off): /tmp is the host's
     assert reach_findings([gate], OFF, "kimi-serve", root=tmp_path) == []
+    # a path missing under the root is not judged (an offline --root install names the target host's files)
+    missing = Need("start gate command", "/tmp/elsewhere/kimi-serve", RUN)
+    assert reach_findings([missing], HARDENED, "kimi-serve", root=tmp_path) == []
 
 
 def test_a_scripts_interpreter_is_checked_too(tmp_path: Path) -> None:
@@ -165,10 +170,9 @@ def test_install_service_refuses_before_writing_and_the_dry_run_lists_it(cli, tm
     res = cli("install-service", "-p", str(profile), "--root", str(root))
     assert res.code == 5, (res.out, res.err)
     assert len(res.err.strip().splitlines()) == 1, res.err
-    # the unit's ProtectHome= is "yes" (the path as written is not under a home), which hides the resolved /root
-    assert f"the interpreter {python} (resolves to /root/py/bin/python3) is hidden from the unit: ProtectHome=yes" in (
-        res.err
-    )
+    # hidden: by ProtectHome=yes (the path as written is not under a home, so the unit hides the resolved /root), or
+    # by PrivateTmp=yes where this checkout itself lives under /tmp
+    assert f"the interpreter {python} (resolves to /root/py/bin/python3) is hidden from the unit: " in res.err
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # nothing written
     doc = json.loads(cli("install-service", "-p", str(profile), "--root", str(root), "--dry-run", "--json").out)
     assert doc["ok"] is False

@@ -12,8 +12,8 @@ back to a unit with the same flaw. Judged from the files, not by trying (the ins
 - **a script's interpreter**: a command that starts with ``#!`` (``kimi-serve`` itself, for the start gate) needs its
   interpreter checked the same way.
 
-A path missing under the root is only checked against the sandbox (check's host layer reports a missing interpreter
-or model; an offline ``--root`` install may name files that only the target host has).
+A path missing under the root is not judged (check's host layer reports a missing interpreter or model; an offline
+``--root`` install names files that only the target host has).
 """
 
 from __future__ import annotations
@@ -109,13 +109,13 @@ def _interpreter(root: Path, real: str) -> str | None:
 
 def _problem(root: Path, need: Need, box: Sandbox, account: Account, gids: set[int], depth: int = 0) -> str | None:
     real = resolve_in(root, need.path)
+    if not (root / real.lstrip("/")).exists():
+        return None  # not judged (the module's docstring)
     shown = need.path if real == need.path else f"{need.path} (resolves to {real})"
     for path in dict.fromkeys((need.path, real)):
         why = _hidden(path, box)
         if why:
             return f"the {need.role} {shown} is hidden from the unit: {why}"
-    if not (root / real.lstrip("/")).exists():
-        return None  # not judged further (the module's docstring)
     judged = None if account.uid == 0 and box.capabilities else account  # root with capabilities reads anything
     link = resolve_in(root, str(Path(need.path).parent))
     why = _blocked(root, link, real, judged, gids, need.kind) if judged is not None else None
