@@ -15,6 +15,7 @@ SHA-256 of everything below the marker, so ``status`` can tell which profile is 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shlex
 import shutil
@@ -269,6 +270,7 @@ def _sandbox(profile: Profile, launch: Launch, ctx: UnitContext) -> list[tuple[s
         profile.speculative.draft_model_path or "",
         profile.service.working_directory,
     ]
+    used += [os.path.realpath(u) for u in used if u]  # a venv's python links into the Python it was made from
     where = profile.where("service.working_directory")
     writable = quote("-" + _carryable(profile.service.working_directory, where))  # a list setting: one quoted word
     return sandbox(profile.service.hardening, [writable], protect_home(used))
