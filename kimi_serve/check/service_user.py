@@ -42,11 +42,16 @@ def _model_problem(account: Account, gids: set[int], directory: Path) -> str | N
     blocked = _reachable(account, gids, directory)
     if blocked is not None:
         return f"cannot enter {blocked}"
+    return listing_problem(account, gids, directory, str(directory))
+
+
+def listing_problem(account: Account, gids: set[int], directory: Path, shown: str) -> str | None:
+    """Why the user cannot list ``directory`` or read a file in it (``shown``: its name in the message), or None."""
     if not may(account, gids, directory, READ | EXEC):
-        return f"cannot list {directory}"
+        return f"cannot list {shown}"
     for entry in sorted(directory.iterdir()):
         if entry.is_file() and not may(account, gids, entry, READ):
-            return f"cannot read {entry}"
+            return f"cannot read {shown.rstrip('/')}/{entry.name}"
     return None
 
 

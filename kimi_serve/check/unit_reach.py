@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_serve.check.owned_paths import resolve_in
-from kimi_serve.check.service_user import EXEC, READ, may
+from kimi_serve.check.service_user import EXEC, listing_problem, may
 from kimi_serve.core.accounts import Account, group_ids, lookup
 from kimi_serve.core.findings import FAIL, Finding
 
@@ -85,13 +85,7 @@ def _blocked(root: Path, link: str, path: str, account: Account, gids: set[int],
             return f"cannot enter {parent}"
     if kind in (RUN, ENTER) and not may(account, gids, here, EXEC):
         return f"cannot {'execute' if kind == RUN else 'enter'} {path}"
-    if kind == LOAD:
-        if not may(account, gids, here, READ | EXEC):
-            return f"cannot list {path}"
-        for entry in sorted(here.iterdir()):
-            if entry.is_file() and not may(account, gids, entry, READ):
-                return f"cannot read {path.rstrip('/')}/{entry.name}"
-    return None
+    return listing_problem(account, gids, here, path) if kind == LOAD else None
 
 
 def _interpreter(root: Path, real: str) -> str | None:
