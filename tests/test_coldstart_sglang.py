@@ -17,7 +17,7 @@ from ckpt_helpers import llama_checkpoint
 from up_helpers import CPU_DIR, free_port, live_group, nccl_port, server_pid
 from up_helpers import UpProcess as Up
 
-from kimi_serve.check import coldstart as cs
+from kimi_serve.host import coldstart as cs
 
 
 def _profile(tmp: Path, model: Path, port: int, python: str) -> Path:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.check.doctor import DoctorReport, Host, run_doctor
 from kimi_serve.check.launch import validated_launch
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.proc import Completed
+from kimi_serve.host.doctor import DoctorReport, Host, run_doctor
 from kimi_serve.profile.loader import load_profile
 
 # its servers (or the code under test's port probes) bind loopback sockets: the listener tier

@@ -115,7 +115,7 @@ def _bench_unreachable(c: Ctx) -> list[str]:
 
 def _doctor_ok(c: Ctx) -> list[str]:
     """The simulator profile on a free port; SGLang itself is the sglang tier's (test_doctor.py): a stand-in here."""
-    c.monkeypatch.setattr("kimi_serve.check.doctor.check_sglang", lambda *a: [])
+    c.monkeypatch.setattr("kimi_serve.host.doctor.check_sglang", lambda *a: [])
     path = c.tmp / "free.yaml"
     path.write_text(f"extends: sim\nserver:\n  port: {c.port()}\n")
     return ["doctor", "-p", str(path)]
@@ -275,7 +275,7 @@ def test_json_envelope(cli, tmp_path, loopback_port, monkeypatch, command, name,
 
 
 def test_doctor_figures_are_numbers(cli, tmp_path, loopback_port, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr("kimi_serve.check.doctor.check_sglang", lambda *a: [])
+    monkeypatch.setattr("kimi_serve.host.doctor.check_sglang", lambda *a: [])
     args = _ckpt_profile(Ctx(tmp_path, loopback_port, monkeypatch))
     doc = json.loads(cli("doctor", *args[1:], "--json").out)
     fig = doc["figures"]

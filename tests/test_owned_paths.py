@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from kimi_serve.check.launch import fast_validate
-from kimi_serve.check.owned_paths import owned_path_problem, resolve_in
+from kimi_serve.check.owned_paths import owned_path_problem
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.files import resolve_in
 from kimi_serve.core.findings import FAIL
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.service.install import Plan, Result, write_unit

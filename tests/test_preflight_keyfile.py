@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.check.facts import check_model_dir
 from kimi_serve.check.launch import launch_for
 from kimi_serve.check.rules import run_rules
 from kimi_serve.core.findings import FAIL, WARN
+from kimi_serve.host.facts import check_model_dir
 from kimi_serve.profile.loader import load_profile
 
 # its servers (or the code under test's port probes) bind loopback sockets: the listener tier

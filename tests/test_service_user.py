@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.check.service_user import service_user_findings
 from kimi_serve.core.accounts import lookup
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN
 from kimi_serve.core.proc import Completed
+from kimi_serve.host.service_user import service_user_findings
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.service import account
 

@@ -1,5 +1,5 @@
 """Can the unit start? Its interpreter, start gate and model judged as the service user inside the unit's sandbox
-(kimi_serve/check/unit_reach.py), on a tree under an injected root: the usual ways a unit fails with 203/EXEC (a venv
+(kimi_serve/host/unit_reach.py), on a tree under an injected root: the usual ways a unit fails with 203/EXEC (a venv
 whose python resolves into a 0700 /root, a command under /tmp behind PrivateTmp=yes, a script whose #! interpreter
 is out of reach), and the layouts that work."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.check.unit_reach import ENTER, LOAD, RUN, Need, Sandbox, reach_findings
+from kimi_serve.host.unit_reach import ENTER, LOAD, RUN, Need, Sandbox, reach_findings
 
 HARDENED = Sandbox(protect_home="yes", private_tmp=True, capabilities=False)
 READ_ONLY_HOME = Sandbox(protect_home="read-only", private_tmp=True, capabilities=False)

@@ -7,11 +7,11 @@ symlinks resolved inside the install root.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.files import resolve_in
 from kimi_serve.core.findings import FAIL, PASS, Finding
 from kimi_serve.core.settings import DEFAULT_STATE_ROOT, state_root
 from kimi_serve.profile.launch import Launch
@@ -26,26 +26,6 @@ OWNED_KEYS = ("service.working_directory", "server.api_key_file")
 
 def _within(path: str, tree: str) -> bool:
     return path == tree or path.startswith(tree.rstrip("/") + "/")
-
-
-def resolve_in(root: Path, path: str) -> str:
-    """``path`` with its symlinks resolved as the system under ``root`` sees them (absolute links stay inside)."""
-    parts, hops = [p for p in path.split("/") if p], 0
-    done: list[str] = []
-    while parts:
-        part = parts.pop(0)
-        if part in (".", ".."):
-            done = done[:-1] if part == ".." else done
-            continue
-        here = root.joinpath(*done, part)
-        if here.is_symlink() and hops < 40:
-            hops += 1
-            target = os.readlink(here)
-            done = [] if target.startswith("/") else done
-            parts = [p for p in target.split("/") if p] + parts
-            continue
-        done.append(part)
-    return "/" + "/".join(done)
 
 
 def owned_path_problem(p: Profile, key: str, root: Path = Path("/")) -> str | None:

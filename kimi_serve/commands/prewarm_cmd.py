@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:
-    from kimi_serve.check.prewarm import PrewarmResult
+    from kimi_serve.prewarm.page_cache import PrewarmResult
     from kimi_serve.profile.loader import Profile
 
 PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
@@ -18,7 +18,7 @@ PLAIN_EVERY_S = 5.0
 
 
 def _progress(tty: bool) -> Callable[[int, int], None]:
-    from kimi_serve.check.coldstart import gb
+    from kimi_serve.host.coldstart import gb
 
     last = [0.0]
     finished = [False]
@@ -40,7 +40,7 @@ def _progress(tty: bool) -> Callable[[int, int], None]:
 
 
 def render(res: PrewarmResult) -> str:
-    from kimi_serve.check.coldstart import gb
+    from kimi_serve.host.coldstart import gb
 
     head = {
         "done": "prewarm: done",
@@ -71,8 +71,8 @@ def prewarm(
     memory. Reads only uncached pages; refuses when they do not fit in MemAvailable minus 10% of RAM; never drops or
     evicts anything. Exit codes: 0 cached (or nothing to read), 1 a shard could not be read, 5 refused or RAM ran
     short, 130 interrupted (what was read stays cached)."""
-    from kimi_serve.check.prewarm import exit_code_of, run_prewarm
     from kimi_serve.core.settings import state_root
+    from kimi_serve.prewarm.page_cache import exit_code_of, run_prewarm
     from kimi_serve.profile.loader import load_profile
 
     tty = sys.stderr.isatty()
@@ -118,9 +118,9 @@ def _findings(res: PrewarmResult) -> list[dict[str, Any]]:
 
 def prewarm_before_restart(profile: Profile, say: Callable[[str], None]) -> dict[str, Any]:
     """`restart --prewarm`: prewarm first; a refusal is a note (the restart reads from disk), Ctrl-C stops it all."""
-    from kimi_serve.check.prewarm import run_prewarm
     from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.core.settings import state_root
+    from kimi_serve.prewarm.page_cache import run_prewarm
 
     say("prewarming the checkpoint while the old server serves...")
     try:
@@ -141,21 +141,21 @@ def prewarm_before_restart(profile: Profile, say: Callable[[str], None]) -> dict
 
 def start_history(limit: int = 5) -> list[dict[str, Any]]:
     """The last recorded starts (`up`), for `status --json`."""
-    from kimi_serve.check.starts import read_starts
     from kimi_serve.core.settings import state_root
+    from kimi_serve.host.starts import read_starts
 
     return read_starts(state_root())[-limit:]
 
 
 def start_rows(profile: Profile | None, limit: int = 3) -> list[tuple[str, str]]:
     """`status` lines: the last starts against the disk floor; with a profile, the next start's prediction."""
-    from kimi_serve.check.starts import describe_start
+    from kimi_serve.host.starts import describe_start
 
     starts = start_history(limit)
     rows = [("last start", describe_start(s)) for s in reversed(starts)] or [("last start", "none recorded")]
     if profile:
-        from kimi_serve.check.floor import prediction_line
         from kimi_serve.core.settings import state_root
+        from kimi_serve.host.floor import prediction_line
 
         rows.append(("next start", prediction_line(profile, state_root())))
     return rows

@@ -61,8 +61,8 @@ def doctor(
 ) -> int:
     """Check this host for the profile: GPUs (SM120), driver/CUDA, topology, GPU memory, disk, model files, draft,
     SGLang version and patch set, API-key file, port, memlock and open-file limits."""
-    from kimi_serve.check.doctor import render, run_doctor
     from kimi_serve.check.launch import validated_launch
+    from kimi_serve.host.doctor import render, run_doctor
     from kimi_serve.profile.loader import load_profile
 
     p = load_profile(profile)

@@ -27,3 +27,23 @@ def write_atomic(path: Path, text: str, mode: int = 0o644, step: str | None = No
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def resolve_in(root: Path, path: str) -> str:
+    """``path`` with its symlinks resolved as the system under ``root`` sees them (absolute links stay inside)."""
+    parts, hops = [p for p in path.split("/") if p], 0
+    done: list[str] = []
+    while parts:
+        part = parts.pop(0)
+        if part in (".", ".."):
+            done = done[:-1] if part == ".." else done
+            continue
+        here = root.joinpath(*done, part)
+        if here.is_symlink() and hops < 40:
+            hops += 1
+            target = os.readlink(here)
+            done = [] if target.startswith("/") else done
+            parts = [p for p in target.split("/") if p] + parts
+            continue
+        done.append(part)
+    return "/" + "/".join(done)

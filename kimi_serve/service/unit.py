@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_serve import __version__
-from kimi_serve.check.unit_reach import ENTER, LOAD, RUN, Need, Sandbox, reach_findings
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import Finding
 from kimi_serve.core.resources import package_root, resource_dir
 from kimi_serve.core.settings import with_pythonpath
 from kimi_serve.core.text import line_breaker
+from kimi_serve.host.unit_reach import ENTER, LOAD, RUN, Need, Sandbox, reach_findings
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service.hardening import CACHE_NAME, cache_environment, protect_home, sandbox
@@ -284,7 +284,7 @@ def unit_reach(
     shape: UnitShape | None = None,
 ) -> list[Finding]:
     """Whether the unit's user, inside the unit's sandbox, can run its interpreter and start gate and read its model
-    (:mod:`kimi_serve.check.unit_reach`): failed ``unit.reach`` findings, none when it can. ``root``: the system the
+    (:mod:`kimi_serve.host.unit_reach`): failed ``unit.reach`` findings, none when it can. ``root``: the system the
     unit runs on (an install root, or a container's root seen from its host)."""
     posts = shape.posts if shape else (tuple(verify_argv(profile, launch, ctx)),)
     needs = [Need("interpreter", launch.argv[0], RUN, profile.where("python"))]

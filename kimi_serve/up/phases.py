@@ -5,7 +5,7 @@ A :class:`PhaseClock` sees every startup-log event as `up` reads it and stamps t
 the contract check. Durations: weights = "Load weight begin" to the KV cache allocation (target and draft), cuda_graph
 = first capture to the HTTP server, warmup = HTTP server to SGLang's "ready to roll", contract = /health ready to the
 contract check's verdict. A phase SGLang skips (no CUDA graphs on CPU) has no duration. The record goes to the state
-root's bounded history (:mod:`kimi_serve.check.starts`).
+root's bounded history (:mod:`kimi_serve.host.starts`).
 
 The ETA during weight loading: with shards done, the pace so far (elapsed x remaining / done); before the first shard
 ends, the prediction minus the time spent. Both are shown next to the prediction and the disk floor.
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.coldstart import Figures, gb, seconds
+from kimi_serve.host.coldstart import Figures, gb, seconds
 from kimi_serve.up.startup_log import PHASES, Event
 
 _LOADED = re.compile(r"loaded in ([\d.]+) s")
@@ -139,7 +139,7 @@ class PhaseClock:
     def save(self, state_root: Path, *, profile: str, outcome: str) -> dict[str, Any] | None:
         """Append this start to the history; None when there is nothing to say (it never left launch) or the state
         root is not writable."""
-        from kimi_serve.check.starts import append_start
+        from kimi_serve.host.starts import append_start
 
         if len(self.at) < 2:
             return None
@@ -169,8 +169,8 @@ def summary(rec: dict[str, Any]) -> str:
 def start_clock(profile: Any, state_root: Path, say: Callable[[str], None]) -> PhaseClock:
     """A clock for this start, with the weight-phase prediction from the host's figures (the bandwidth doctor
     remembered, probed now only when there is none), announced in one line."""
-    from kimi_serve.check.floor import figures, loads_weights
-    from kimi_serve.check.starts import predict_weights_s, read_starts
+    from kimi_serve.host.floor import figures, loads_weights
+    from kimi_serve.host.starts import predict_weights_s, read_starts
 
     clock = PhaseClock()
     if loads_weights(profile):

@@ -76,7 +76,7 @@ def deployment_parts(profile: Profile, first: Launch, base_log: Path, pythonpath
 def port_preflight(parts: list[Part], router: Part, console: Console) -> None:
     """Every port the deployment binds must be free before anything starts (the doctor checked replica 0's): the
     other replicas', the router's and its metrics port (the router panics on a taken port). Exit 5 otherwise."""
-    from kimi_serve.check.doctor import port_problem
+    from kimi_serve.host.doctor import port_problem
 
     profile_router = router.launch
     wanted = [(p.name, p.launch.host, p.launch.port) for p in parts[1:]]

@@ -30,7 +30,7 @@ from kimi_serve.up.watch import Signals, Watch
 
 def preflight(profile: Profile, launch: Launch, console: Console, host: Any = None) -> None:
     """The doctor checks; a failing one stops `up` before anything starts (exit 5)."""
-    from kimi_serve.check.doctor import Host, run_doctor
+    from kimi_serve.host.doctor import Host, run_doctor
 
     report = run_doctor(
         profile, launch, host or Host(coldstart_probe="if-unknown"), service=False

@@ -1,6 +1,6 @@
 """The cold-start floor of a profile on this host, as figures (for `up`'s prediction) and as doctor findings.
 
-``doctor`` measures the bandwidth now (bounded, :func:`kimi_serve.check.coldstart.probe_bandwidth`) and remembers it
+``doctor`` measures the bandwidth now (bounded, :func:`kimi_serve.host.coldstart.probe_bandwidth`) and remembers it
 per filesystem; ``up`` reuses that measurement and only probes when there is none.
 """
 
@@ -9,15 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check import coldstart as cs
-from kimi_serve.check.starts import (
+from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
+from kimi_serve.host import coldstart as cs
+from kimi_serve.host.starts import (
     cached_bandwidth,
     describe_start,
     predict_weights_s,
     read_starts,
     remember_bandwidth,
 )
-from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
 from kimi_serve.profile.loader import Profile
 
 LAST_STARTS_SHOWN = 3

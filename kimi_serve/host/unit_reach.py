@@ -6,7 +6,7 @@ back to a unit with the same flaw. Judged from the files, not by trying (the ins
   ``tmpfs``) an empty /home, /root and /run/user; a path is checked as written and with its symlinks resolved (a
   venv's ``bin/python`` is a link into the interpreter it was made from, often pyenv's under /root);
 - **the user cannot reach it**: every directory on the way needs ``x`` for the user (owner, group, other bits, as
-  :mod:`kimi_serve.check.service_user` reads them), the file itself ``x`` (a command) or ``r`` (the model's files).
+  :mod:`kimi_serve.host.service_user` reads them), the file itself ``x`` (a command) or ``r`` (the model's files).
   Under the hardened sandbox even root has no capabilities (``CapabilityBoundingSet=`` is empty), so root is judged by
   the bits too;
 - **a script's interpreter**: a command that starts with ``#!`` (``kimi-serve`` itself, for the start gate) needs its
@@ -22,10 +22,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_serve.check.owned_paths import resolve_in
-from kimi_serve.check.service_user import EXEC, listing_problem, may
 from kimi_serve.core.accounts import Account, group_ids, lookup
+from kimi_serve.core.files import resolve_in
 from kimi_serve.core.findings import FAIL, Finding
+from kimi_serve.host.service_user import EXEC, listing_problem, may
 
 HOME_TREES = ("/home", "/root", "/run/user")
 TMP_TREES = ("/tmp", "/var/tmp")

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.facts import model_findings, patch_state_finding
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding, failed
 from kimi_serve.core.pin import SGLANG_VERSION
 from kimi_serve.core.proc import Completed
+from kimi_serve.host.facts import model_findings, patch_state_finding
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile, display_path
 from kimi_serve.sglang.platform import EXPECTED_CC
@@ -356,8 +356,8 @@ def uses_gpus(p: Profile) -> bool:
 
 
 def _coldstart(p: Profile, host: Host, report: DoctorReport) -> list[Finding]:
-    from kimi_serve.check.floor import coldstart_report
     from kimi_serve.core.settings import state_root
+    from kimi_serve.host.floor import coldstart_report
 
     found, report.figures = coldstart_report(p, state_root(host.state_dir), probe=host.coldstart_probe)
     return found
@@ -390,7 +390,7 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service:
     checks += check_limits(host)
     if not service:
         return report
-    from kimi_serve.check.service_user import service_user_findings
+    from kimi_serve.host.service_user import service_user_findings
 
     checks += service_user_findings(p, accounts_root=host.accounts_root, dev_root=host.dev_root, gpus=uses_gpus(p))
     return report

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.coldstart import Bandwidth, Figures
+from kimi_serve.host.coldstart import Bandwidth, Figures
 
 MAX_STARTS = 20
 PHASE_KEYS = ("launch", "init", "weights", "kv_cache", "cuda_graph", "warmup", "contract")

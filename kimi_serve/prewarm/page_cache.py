@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check import coldstart as cs
-from kimi_serve.check.floor import RAM_MARGIN, prewarm_room
 from kimi_serve.core.errors import ExitCode
+from kimi_serve.host import coldstart as cs
+from kimi_serve.host.floor import RAM_MARGIN, prewarm_room
 from kimi_serve.profile.loader import Profile
 
 BLOCK = 16 * cs.MIB
@@ -201,8 +201,8 @@ def prewarm(
 
 def run_prewarm(p: Profile, *, state_root: Path, progress: Progress | None = None) -> PrewarmResult:
     """The `prewarm` command's core: the profile's checkpoint (model and draft) into the page cache."""
-    from kimi_serve.check.floor import figures, loads_weights
     from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.host.floor import figures, loads_weights
 
     if not loads_weights(p):
         raise KimiServeError(
