@@ -20,9 +20,9 @@ from kimi_serve.host import coldstart as cs
 from kimi_serve.host.floor import coldstart_findings, figures
 from kimi_serve.host.starts import MAX_STARTS, append_start, predict_weights_s, read_starts
 from kimi_serve.prewarm.page_cache import prewarm
+from kimi_serve.process.startup_log import Event, StartupTracker
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.up.phases import PhaseClock
-from kimi_serve.up.startup_log import Event, StartupTracker
 
 SHARD = 8 * cs.MIB
 

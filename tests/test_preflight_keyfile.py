@@ -93,3 +93,62 @@ def test_env_that_contradicts_the_pcie_ipc_switch(write_profile, env, switch, st
     found = [f for f in run_rules(p, launch_for(p)) if f.code == "env"]
     assert found and found[0].status == status and "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" in found[0].message
     assert "env" in found[0].where
+
+
+SGLANG_READS_CONFIG = """
+import sys
+from sglang.srt.server_args import prepare_server_args
+prepare_server_args(["--model-path", "/nonexistent", "--config", sys.argv[1]])
+"""
+
+
+def test_sglang_itself_stops_on_a_key_beginning_with_a_dash(sglang_python: str, tmp_path: Path) -> None:
+    """The fact the rule stands on, on SGLang 0.5.23's own --config merger and parser: exit 2 at start."""
+    import subprocess
+
+    key = tmp_path / "secrets.yaml"
+    for value, stops in (("-Zq3abc", True), ("Zq3-abc", False)):
+        key.write_text(f"api-key: {value}\n")
+        key.chmod(0o600)
+        done = subprocess.run(
+            [sglang_python, "-c", SGLANG_READS_CONFIG, str(key)], capture_output=True, text=True, timeout=300
+        )
+        said = "argument --api-key: expected one argument" in done.stderr
+        assert said == stops, done.stderr[-800:]
+        if stops:
+            assert done.returncode == 2
+
+
+@pytest.mark.parametrize("entry", ["api-key: -Zq3abc", "api-key: ok\nadmin-api-key: '-Zq3abc'"])
+def test_check_and_doctor_refuse_a_key_beginning_with_a_dash(cli, keyed, entry: str) -> None:
+    key, profile = keyed
+    key.write_text(entry + "\n")
+    key.chmod(0o600)
+    line = _one_line(cli("up", "-p", str(profile), "--dry-run"), 5)
+    name = "admin-api-key" if "admin" in entry else "api-key"
+    assert f"its {name} begins with '-'" in line and f"argument --{name}: expected one argument" in line
+    assert "use a key that does not begin with '-'" in line
+    res = cli("check", "-p", str(profile), "--json")
+    import json
+
+    fails = [f for f in json.loads(res.out)["findings"] if f["status"] == "fail"]
+    assert res.code == 1 and any(f"its {name} begins with '-'" in f["message"] for f in fails)
+
+
+def test_every_key_kimi_serve_draws_avoids_a_leading_dash(monkeypatch) -> None:
+    from kimi_serve.core import keyfile
+
+    draws = iter(["-first", "-second", "third", "-again", "fourth"])
+    monkeypatch.setattr("secrets.token_urlsafe", lambda n=None: next(draws))
+    assert keyfile.new_key() == "third"  # the dry run's stand-in key
+    assert keyfile.new_admin_key() == "fourth"  # install-service's admin key
+
+
+def test_install_refuses_a_dashed_key_in_the_environment(monkeypatch) -> None:
+    from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.service.secret import _one_line_key
+
+    with pytest.raises(KimiServeError) as err:
+        _one_line_key("-Zq3abc")
+    assert "begins with '-'" in err.value.message and err.value.where == "KIMI_SERVE_API_KEY"
+    assert _one_line_key(" Zq3-abc\n") == "Zq3-abc"

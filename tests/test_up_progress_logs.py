@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from kimi_serve.commands.logs_cmd import journal_argv
+from kimi_serve.process.startup_log import Progress, StartupTracker
 from kimi_serve.up import console as console_mod
 from kimi_serve.up import logfiles
 from kimi_serve.up.console import Console, status_text
-from kimi_serve.up.startup_log import Progress, StartupTracker
 
 
 def test_status_text_names_phase_elapsed_weights_and_deadline():

@@ -181,7 +181,7 @@ def test_a_fatal_failure_from_a_server_that_keeps_running_is_stopped_within_seco
 
 
 class _IdleServer:
-    """STAND-IN for up.supervisor.Server in a clock-driven test of the start deadline: never exits, logs nothing."""
+    """STAND-IN for process.child.Server in a clock-driven test of the start deadline: never exits, logs nothing."""
 
     pid = pgid = 0
     killed = False

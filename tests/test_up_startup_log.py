@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kimi_serve.up.startup_log import StartupTracker, is_progress_bar, split_stream
+from kimi_serve.process.startup_log import StartupTracker, is_progress_bar, split_stream
 
 
 def feed(tracker: StartupTracker, text: str) -> list:

@@ -48,7 +48,7 @@ def nccl_port() -> int:
 
 
 def live_group(pgid: int) -> list[int]:
-    """Non-zombie processes in process group ``pgid`` (read from /proc, independently of kimi_serve.up.supervisor)."""
+    """Non-zombie processes in process group ``pgid`` (read from /proc, independently of kimi_serve.process.child)."""
     pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:

@@ -1,7 +1,8 @@
 """The servers `bench` measures: a profile brought up for the sweep (and stopped after it), or one already running
 (``--host``). Either way the contract check runs first, and a server that fails it is never benchmarked.
 
-A profile starts as `up` starts it (:mod:`kimi_serve.up`: the same launch, environment, supervised process and stop);
+A profile starts with `up`'s launch, environment and preflight, through the start and wait that the contract dry run
+uses (:mod:`kimi_serve.process.ready`: the same child process, start-up log reader, readiness poll and stop as `up`);
 a simulator profile gets a free loopback port, and the performance model's knobs (speed-up, parameters) in its
 environment. Readiness waits up to the profile's ``startup.timeout``.
 """
@@ -11,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 from kimi_serve.bench.loadgen import Endpoint
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.settings import SIM_PERF_ENV, SIM_SPEEDUP_ENV
+from kimi_serve.profile.loader import Profile
 
 Say = Callable[[str], None]
 
@@ -50,7 +50,7 @@ class SimKnobs:
         return env
 
 
-def fingerprint(profile: Any) -> str:
+def fingerprint(profile: Profile) -> str:
     """What the profile runs (its SGLang flags and environment): cells recorded for another fingerprint are stale."""
     from kimi_serve.check.launch import launch_for
 
@@ -108,13 +108,15 @@ def attach(base_url: str, api_key: str | None, model: str | None, tokenizer: str
 
 
 @contextlib.contextmanager
-def bring_up(profile: Any, log_dir: Path, knobs: SimKnobs, say: Say) -> Iterator[Served]:
-    """Start ``profile`` as `up` does, wait until ready, yield it, stop it (SIGTERM, then SIGKILL to its group)."""
+def bring_up(profile: Profile, log_dir: Path, knobs: SimKnobs, say: Say) -> Iterator[Served]:
+    """Start ``profile`` as `up` does (its validated launch and environment; the preflight for SGLang), wait until
+    ready (:mod:`kimi_serve.process.ready`, as the contract dry run does), yield it, stop it (SIGTERM to its main pid,
+    SIGKILL to its group after service.stop_timeout)."""
     from kimi_serve.check.launch import server_env, validated_launch
     from kimi_serve.core.keyfile import read_key_file
+    from kimi_serve.process import ready
     from kimi_serve.simulator import launcher
-    from kimi_serve.up.supervisor import Server
-    from kimi_serve.verify import parse_target, wait_ready
+    from kimi_serve.verify import parse_target
 
     launch = validated_launch(profile)
     argv, host, port = list(launch.argv), launch.host, launch.port
@@ -124,46 +126,24 @@ def bring_up(profile: Any, log_dir: Path, knobs: SimKnobs, say: Say) -> Iterator
         argv = launcher.with_flag(launcher.with_flag(argv, "--host", host), "--port", str(port))
         env.update(knobs.env())
     else:
-        from kimi_serve.up.console import Console
-        from kimi_serve.up.run import preflight
+        from kimi_serve.host.preflight import preflight
 
-        preflight(profile, launch, Console(out=sys.stderr, err=sys.stderr, echo_server=False))  # stdout: the report
+        preflight(profile, launch, say)
     key_file = launch.api_key_file
     api_key = read_key_file(Path(key_file), profile.where("server.api_key_file")) if key_file else None
     target = parse_target(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
     log_path = log_dir / f"server-{profile.name}.log"
     say(f"{profile.name}: starting {launch.engine} on {target.base_url} (log {log_path})")
-    started = time.monotonic()
+    server = ready.start(argv, env, log_path, where=profile.name)
     try:
-        server = Server.start(argv, env, log_path)
-    except OSError as exc:
-        raise KimiServeError(
-            f"cannot start {argv[0]}: {exc.strerror or exc}",
-            where=profile.name,
-            hint="check the profile's python",
-            exit_code=ExitCode.ENVIRONMENT,
-        ) from None
-    try:
-        deadline = started + profile.startup.timeout
-        while True:
-            server.lines(0)  # drain: the log file has every line
-            if server.poll() is not None:
-                raise KimiServeError(
-                    f"{profile.name} exited with status {server.poll()} before it was ready",
-                    where=f"log {log_path}",
-                    hint="read the log",
-                    exit_code=ExitCode.SERVER_EXITED,
-                )
-            if wait_ready(target, min(deadline, time.monotonic() + 2.0), interval=0.5, api_key=api_key).ready:
-                break
-            if time.monotonic() >= deadline:
-                raise KimiServeError(
-                    f"{profile.name} was not ready within startup.timeout {profile.startup.timeout}s",
-                    where=f"log {log_path}",
-                    hint="raise startup.timeout or read the log",
-                    exit_code=ExitCode.UNREACHABLE,
-                )
-        ready_after = time.monotonic() - started
+        ready_after = ready.wait_until_ready(
+            server,
+            target,
+            timeout=profile.startup.timeout,
+            what=profile.name,
+            api_key=api_key,
+            tp_size=profile.parallel.tp_size,
+        )
         say(f"{profile.name}: ready after {ready_after:.1f}s")
         tokenizer = str(profile.model.path) if launch.engine != "simulator" else None
         served = Served(

@@ -21,6 +21,7 @@ from kimi_serve.bench import loadgen, servers
 from kimi_serve.bench import report as rp
 from kimi_serve.bench.workload import Workload, prepare
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.schema import default_of
 
 CELL_TIMEOUT_S = 1800.0
@@ -48,7 +49,7 @@ class BenchOptions:
 class Arm:
     name: str
     role: str  # "profile" (A) or "against" (B)
-    profile: Any | None  # the loaded profile, None for a --host label that is not one
+    profile: Profile | None  # the loaded profile, None for a --host label that is not one
     host: str | None
     fingerprint: str
 
@@ -101,7 +102,7 @@ def _arms(opts: BenchOptions) -> list[Arm]:
 
             host = parse_target(host).base_url
         label = profile.name if profile is not None else name
-        fp = f"host:{host}" if host else servers.fingerprint(profile)
+        fp = f"host:{host}" if host or profile is None else servers.fingerprint(profile)
         arms.append(Arm(label, role, profile, host, fp))
     return arms
 
@@ -165,7 +166,8 @@ def _run_arm(arm: Arm, todo: list[tuple[int, int]], opts: BenchOptions, workload
     knobs = servers.SimKnobs(opts.speedup, opts.perf)
     prof = arm.profile
     with contextlib.ExitStack() as stack:
-        if arm.host:
+        if arm.host or prof is None:
+            assert arm.host, "an arm without a profile is a --host label"
             served = servers.attach(arm.host, opts.api_key, prof.model.served_name if prof else None, opts.tokenizer)
         else:
             served = stack.enter_context(servers.bring_up(prof, opts.out, knobs, say))

@@ -8,14 +8,13 @@ SGLang) runs it; elsewhere ``$KIMI_SERVE_SGLANG_PYTHON`` (the CPU venv).
 
 from __future__ import annotations
 
-import secrets
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.core.keyfile import write_key_file
+from kimi_serve.core.keyfile import new_key, write_key_file
 from kimi_serve.profile.loader import Profile
 from kimi_serve.sglang.site import require_sglang_python
 from kimi_serve.simulator import launcher
@@ -39,7 +38,7 @@ class DryRun:
 def _stand_in_key_file(directory: Path) -> Path:
     """A throwaway 0600 SGLang config holding a random key: the API-key path is exercised, no real key is needed."""
     path = directory / "stand-in-secrets.yaml"
-    write_key_file(path, secrets.token_urlsafe(24))
+    write_key_file(path, new_key())
     return path
 
 
@@ -85,7 +84,7 @@ class PendingDryRun:
 
 
 def start_contract_dryrun(
-    profile: Profile | str,
+    profile: Profile,
     *,
     suite: str | None = None,
     timeout: float | None = None,
@@ -102,11 +101,8 @@ def start_contract_dryrun(
     """
     from kimi_serve.check.launch import launch_for
     from kimi_serve.core.keyfile import read_key_file
-    from kimi_serve.profile.loader import load_profile
     from kimi_serve.verify import ApiKey
 
-    if isinstance(profile, str):
-        profile = load_profile(profile)
     launch = launch_for(profile)
     port = launcher.free_port(HOST)
     args = launcher.with_flag(launcher.with_flag(list(launch.server_args), "--host", HOST), "--port", str(port))
@@ -141,7 +137,7 @@ def start_contract_dryrun(
 
 
 def run_contract_dryrun(
-    profile: Profile | str,
+    profile: Profile,
     *,
     suite: str | None = None,
     timeout: float | None = None,

@@ -89,7 +89,8 @@ EXIT_CODES: dict[str, str] = {
         "0 the sweep finished (report written); 1 a server failed the contract check (it is not "
         "benchmarked) or bench_serving failed; 2 bad option, unknown profile, unreadable workload, an "
         "--out holding another workload; 3 a server never became ready or a --host is unreachable; 4 a "
-        "profile's server exited; 5 no SGLang interpreter, a failed preflight"
+        "profile's server exited (or its log showed a failure while it started); 5 no SGLang interpreter, a "
+        "failed preflight"
     ),
     "logs": "0 the log was shown; 1 no log found; 5 journalctl missing",
     "engine install": (

@@ -31,18 +31,50 @@ def key_file_problem(path: str | Path) -> tuple[str, str] | None:
     if not f.name.endswith(SUFFIXES):
         return f"{path}: SGLang's --config accepts only .yaml/.yml files", "rename it to end in .yaml"
     try:
-        with f.open("rb"):
-            pass
+        with f.open("rb") as handle:
+            text = handle.read(65536).decode("utf-8", errors="replace")
     except OSError:
         return f"API-key file {path} is not readable by this user", "run as its owner (or root), or fix its owner"
+    dashed = _dashed_value(text)
+    if dashed:
+        return (
+            f"API-key file {path}: its {dashed} begins with '-': SGLang turns the file into command-line arguments, "
+            f"so it stops at start ('argument --{dashed}: expected one argument', exit 2)",
+            f"use a key that does not begin with '-' ({ADMIN_KEY_HINT})",
+        )
     return None
+
+
+def _dashed_value(text: str) -> str | None:
+    """The first key (``api-key``, ``admin-api-key``) of a key file whose value begins with ``-``: SGLang's
+    ``--config`` merger passes every value as the next argv word, and argparse reads ``-x...`` as an option."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    for name, value in data.items():
+        if isinstance(value, str) and value.startswith("-"):
+            return str(name).replace("_", "-")
+    return None
+
+
+def new_key() -> str:
+    """A fresh random key (``secrets.token_urlsafe``), never beginning with ``-``, which SGLang's ``--config`` cannot
+    read (:func:`key_file_problem`)."""
+    import secrets
+
+    while (key := secrets.token_urlsafe(32)).startswith("-"):
+        pass
+    return key
 
 
 def new_admin_key() -> str:
     """A fresh random admin key (SGLang's ``admin-api-key``): it never leaves the key file."""
-    import secrets
-
-    return secrets.token_urlsafe(32)
+    return new_key()
 
 
 def admin_key_problem(path: str | Path) -> tuple[str, str] | None:
@@ -75,7 +107,7 @@ def admin_key_problem(path: str | Path) -> tuple[str, str] | None:
     return None
 
 
-ADMIN_KEY_HINT = "e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+ADMIN_KEY_HINT = "e.g. python3 -c 'import secrets; print(\"k\" + secrets.token_urlsafe(32))'"
 
 
 def render_key_file(api_key: str, admin_api_key: str | None = None) -> str:

@@ -1,7 +1,7 @@
 """The one place kimi-serve runs a short-lived program: argv lists only (no shell), a timeout, a result object.
 
-Long-running children (the server under `up`, the simulator in a dry run) are started by
-:mod:`kimi_serve.up.supervisor` and :mod:`kimi_serve.simulator.launcher`, which own their lifecycles.
+Long-running children (a server under `up` or `bench`, the simulator of a dry run) are started by
+:mod:`kimi_serve.process.child`, which owns their lifecycles.
 """
 
 from __future__ import annotations

@@ -54,6 +54,13 @@ def _one_line_key(key: str) -> str:
             where=API_KEY_ENV,
             hint="set it to the key alone",
         )
+    if key.startswith("-"):  # SGLang's --config merger would read it as an option and stop at start (exit 2)
+        raise KimiServeError(
+            f"${API_KEY_ENV} begins with '-': SGLang reads the key file's values as command-line arguments and "
+            "would stop at start ('argument --api-key: expected one argument')",
+            where=API_KEY_ENV,
+            hint="use a key that does not begin with '-'",
+        )
     return key
 
 

@@ -9,18 +9,16 @@ profile's ``python``, this interpreter). The child gets the kimi_serve package o
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.keyfile import key_file_problem
 from kimi_serve.core.resources import package_root
 from kimi_serve.core.settings import SIM_LOAD_ENV, SIM_WARMUP_ENV, with_pythonpath
+from kimi_serve.process import ready
+from kimi_serve.process.child import Process, Server
 
 MODULE = "kimi_serve.simulator"
 
@@ -85,64 +83,41 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 @dataclass
 class Simulator:
-    """A running simulator child process (its own session, so SGLang-style kill paths cannot reach the parent)."""
+    """A running simulator child (:class:`kimi_serve.process.child.Server`: its own session, so SGLang-style kill paths
+    cannot reach the parent), started and waited on through :mod:`kimi_serve.process.ready`."""
 
-    process: subprocess.Popen[bytes]
+    server: Server
     base_url: str
     log_path: Path
 
     @classmethod
     def start(cls, argv: list[str], env: dict[str, str], base_url: str, log_path: Path) -> Simulator:
-        log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115 - the child owns it; closed in stop()
-        try:
-            process = subprocess.Popen(
-                argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-            )
-        finally:
-            log.close()
-        return cls(process, base_url, log_path)
+        log_path.unlink(missing_ok=True)  # one run per log file
+        return cls(ready.start(argv, env, log_path), base_url, log_path)
+
+    @property
+    def process(self) -> Process:
+        return self.server.proc
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return "\n".join(self.server.log_tail(lines))
 
     def wait_ready(self, timeout: float) -> float:
-        """Seconds until ``/health`` answered 200 (verify's readiness poll); KimiServeError if the child exits (4) or
-        time runs out (3)."""
-        from kimi_serve.verify.readiness import wait_ready
+        """Seconds until ``/health`` answered 200 (:func:`kimi_serve.process.ready.wait_until_ready`); KimiServeError
+        if the child exits (4) or time runs out (3)."""
         from kimi_serve.verify.target import parse_target
 
-        target = parse_target(self.base_url)
-        started = time.monotonic()
-        end = started + timeout
-        while True:
-            code = self.process.poll()
-            if code is not None:
-                raise KimiServeError(
-                    f"the simulator exited with status {code} before it was ready; log "
-                    f"{self.log_path}: {self.log_tail(3)!r}",
-                    hint="read the log above",
-                    exit_code=ExitCode.SERVER_EXITED,
-                )
-            # poll in short slices so a child that dies while loading is noticed at once
-            if wait_ready(target, min(end, time.monotonic() + 1.0), interval=0.25, poll_timeout=2.0).ready:
-                return time.monotonic() - started
-            if time.monotonic() >= end:
-                raise KimiServeError(
-                    f"the simulator was not ready within {timeout:g} s (log {self.log_path})",
-                    hint="raise the startup timeout; a cold sglang import takes ~10-25 s on 2 cores",
-                    exit_code=ExitCode.UNREACHABLE,
-                )
+        return ready.wait_until_ready(
+            self.server,
+            parse_target(self.base_url),
+            timeout=timeout,
+            what="the simulator",
+            timeout_hint="raise the startup timeout; a cold sglang import takes ~10-25 s on 2 cores",
+        )
 
     def stop(self, timeout: float = 20.0) -> int:
-        """SIGTERM to the simulator's main process (as SGLang wants it), SIGKILL if it lingers; its exit status."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return int(self.process.returncode)
+        """SIGTERM to the simulator's main process (as SGLang wants it), SIGKILL to its group if it lingers; its exit
+        status."""
+        code = self.server.stop(timeout)
+        self.server.close()
+        return code

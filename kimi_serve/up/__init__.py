@@ -1,1 +1,1 @@
-"""`up`: the supervised foreground start, its console, the SGLang startup-log reader and the process supervisor."""
+"""`up`: the supervised foreground start (run.py, watch.py), its console, a replicated deployment, its logs."""

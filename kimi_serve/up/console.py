@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from kimi_serve.up.startup_log import PHASE_TITLES, Event, Progress, is_progress_bar
+from kimi_serve.process.startup_log import PHASE_TITLES, Event, Progress, is_progress_bar
 
 PLAIN_EVERY_S = 10.0
 TTY_EVERY_S = 1.0

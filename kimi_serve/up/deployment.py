@@ -21,6 +21,7 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.net import client_url
+from kimi_serve.process.child import Server, describe_status
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.up.console import PREFIX, Console
@@ -35,7 +36,6 @@ from kimi_serve.up.replicas import (
     part_glob,
     port_preflight,
 )
-from kimi_serve.up.supervisor import Server, describe_status
 from kimi_serve.up.watch import Outcome, Signals
 
 

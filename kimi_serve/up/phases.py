@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.host.coldstart import Figures, gb, seconds
-from kimi_serve.up.startup_log import PHASES, Event
+from kimi_serve.process.startup_log import PHASES, Event
 
 _LOADED = re.compile(r"loaded in ([\d.]+) s")
 # phase -> (from the start of, to the start of the first of)

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.process.child import Server
+from kimi_serve.process.startup_log import PHASE_TITLES, Event, Progress
 from kimi_serve.profile.launch import Launch, build_launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.topology import Replica, replicas
 from kimi_serve.up.console import Console
 from kimi_serve.up.options import UpOptions
-from kimi_serve.up.startup_log import PHASE_TITLES, Event, Progress
-from kimi_serve.up.supervisor import Server
 from kimi_serve.up.watch import Outcome, Signals, Watch
 
 ROUTER_POLL_S = 0.5

@@ -15,35 +15,14 @@ from typing import Any
 
 from kimi_serve.check.launch import server_env
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.findings import FAIL, WARN, error_from, failed
+from kimi_serve.process.child import Server
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.up.console import Console
 from kimi_serve.up.logfiles import default_log_file, prune
 from kimi_serve.up.options import UpOptions
 from kimi_serve.up.phases import PhaseClock, start_clock
-from kimi_serve.up.supervisor import Server
 from kimi_serve.up.watch import Signals, Watch
-
-# ---------------------------------------------------------------------------------------------- preflight
-
-
-def preflight(profile: Profile, launch: Launch, console: Console, host: Any = None) -> None:
-    """The doctor checks; a failing one stops `up` before anything starts (exit 5)."""
-    from kimi_serve.host.doctor import Host, run_doctor
-
-    report = run_doctor(
-        profile, launch, host or Host(coldstart_probe="if-unknown"), service=False
-    )  # up runs as you, not as service.user
-    for c in report.checks:
-        if c.status in (WARN, FAIL):
-            console.info(f"preflight {c.status}: {c.code}: {c.line()}")
-    bad = failed(report.checks)
-    if bad:
-        raise error_from(bad, more="see above", prefix=f"preflight: {bad[0].code}: ", exit_code=ExitCode.ENVIRONMENT)
-    console.info(
-        f"preflight: {len(report.checks)} checks passed ({sum(c.status == WARN for c in report.checks)} warning(s))"
-    )
 
 
 def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console, clock: PhaseClock | None = None) -> int:
@@ -134,7 +113,9 @@ def _up(
     log_file: Path | None,
     overrides: dict[str, Any],
 ) -> int:
-    preflight(profile, launch, console, host)
+    from kimi_serve.host.preflight import preflight
+
+    preflight(profile, launch, console.info, host)
     log_path = log_file or default_log_file(profile.name)
     if log_file is None and not dry_run:
         prune(profile.name)  # at most KEEP_LOGS files per profile

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode
+from kimi_serve.process.child import Server, describe_status
+from kimi_serve.process.startup_log import PHASES, StartupTracker
 from kimi_serve.profile.launch import Launch
 from kimi_serve.up.console import Console
 from kimi_serve.up.options import CLEAN_STOP, HEALTH_TIMEOUT_S, UpOptions, health_target
 from kimi_serve.up.phases import PhaseClock
-from kimi_serve.up.startup_log import PHASES, StartupTracker
-from kimi_serve.up.supervisor import Server, describe_status
 
 
 class Signals:

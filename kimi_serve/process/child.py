@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from kimi_serve.up.startup_log import split_stream
+from kimi_serve.process.startup_log import split_stream
 
 _EOF = None
+Process = subprocess.Popen[bytes]  # the child's process object, for modules that must not import subprocess
 _REAP_GRACE_S = 5.0  # how long leftover group members get to die on their own (PDEATHSIG) before SIGKILL
 
 
@@ -63,8 +64,10 @@ def describe_status(returncode: int) -> str:
 class Server:
     """A started server process; its lines arrive on :meth:`lines`."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], log: BinaryIO) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], log: BinaryIO, log_path: Path, keep_lines: bool = True) -> None:
         self.proc = proc
+        self.log_path = log_path
+        self.keep_lines = keep_lines  # False: the output goes to the log file only (a long run queues nothing)
         self.pgid = proc.pid  # a new session leader's group id is its pid
         self._log = log
         self._log_lock = threading.Lock()
@@ -77,7 +80,11 @@ class Server:
             threading.Thread(target=self._read, args=(name, stream), name=f"server-{name}", daemon=True).start()
 
     @classmethod
-    def start(cls, argv: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None) -> Server:
+    def start(
+        cls, argv: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None, *, keep_lines: bool = True
+    ) -> Server:
+        """Start ``argv`` in its own session; its output appended to ``log_path`` and, with ``keep_lines``, queued for
+        :meth:`lines`."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = log_path.open("ab")
         try:
@@ -93,7 +100,7 @@ class Server:
         except OSError:
             log.close()
             raise
-        return cls(proc, log)
+        return cls(proc, log, log_path, keep_lines)
 
     @property
     def pid(self) -> int:
@@ -110,10 +117,12 @@ class Server:
                     self._log.flush()
             if not chunk:
                 break
+            if not self.keep_lines:
+                continue
             pieces, tail = split_stream(tail + decoder.decode(chunk))
             for piece in pieces:
                 self._queue.put(Line(name, piece))
-        if tail.strip():
+        if tail.strip() and self.keep_lines:
             self._queue.put(Line(name, tail))
         self._queue.put(_EOF)
 
@@ -176,6 +185,15 @@ class Server:
         """SIGTERM to the main PID, SIGKILL to the group after ``grace_s``; returns the main process's status."""
         self.terminate()
         return self.reap(grace_s)
+
+    def log_tail(self, lines: int = 20) -> list[str]:
+        """The last ``lines`` non-empty lines of the log file (tqdm's ``\\r`` pieces split as lines)."""
+        try:
+            data = self.log_path.read_bytes()[-65536:]
+        except OSError:
+            return []
+        pieces, tail = split_stream(data.decode("utf-8", errors="replace"))
+        return [*pieces, *([tail] if tail.strip() else [])][-lines:]
 
     def close(self) -> None:
         with self._log_lock:

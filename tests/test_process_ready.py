@@ -1,0 +1,127 @@
+"""The one start-and-wait (kimi_serve/process/ready.py) that bench, the contract dry run and the simulator launcher
+use, on real child processes and real HTTP on loopback: ready, exited first (with the log's failure and its last
+lines), a failure in the log while it keeps running, never ready, cannot be started."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.process import ready
+from kimi_serve.verify.target import parse_target
+
+# its children bind loopback sockets: the listener tier
+pytestmark = pytest.mark.usefixtures("loopback_port")
+
+SERVER = """
+import http.server, sys, time
+port, delay, status = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+print("[2026-12-03 07:00:00 TP0] Load weight begin. avail mem=93.00 GB", flush=True)
+time.sleep(delay)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(status if self.path == "/health" else 404); self.end_headers()
+        print("GET", self.path, flush=True)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+@pytest.fixture
+def start(tmp_path: Path, loopback_port: Callable[[], int]) -> Callable[..., tuple[ready.Server, int, Path]]:
+    return lambda code, *args: _start(tmp_path, loopback_port(), code, *args)
+
+
+def _start(tmp_path: Path, port: int, code: str, *args: str) -> tuple[ready.Server, int, Path]:
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(code))
+    log = tmp_path / "child.log"
+    server = ready.start([sys.executable, str(script), str(port), *args], {"PATH": "/usr/bin:/bin"}, log)
+    return server, port, log
+
+
+def test_ready_returns_the_wait_and_then_queues_nothing(start: Callable[..., tuple[ready.Server, int, Path]]) -> None:
+    server, port, log = start(SERVER, "0.3", "200")
+    try:
+        waited = ready.wait_until_ready(server, parse_target(f"127.0.0.1:{port}"), timeout=30, what="the child")
+        assert 0.3 <= waited < 30
+        assert not server.keep_lines  # after ready: to the log file only
+        ready.wait_until_ready(server, parse_target(f"127.0.0.1:{port}"), timeout=5, what="the child")
+        time.sleep(0.3)
+        assert server.lines(0) == []
+        assert "GET /health" in log.read_text()  # but the log file has every line
+    finally:
+        assert server.stop(5) in (0, -15)
+        server.close()
+
+
+def test_exit_before_ready_is_4_with_the_logs_failure_and_last_lines(
+    start: Callable[..., tuple[ready.Server, int, Path]],
+) -> None:
+    code = """
+    import sys
+    print("Load weight begin.", flush=True)
+    print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", flush=True)
+    sys.exit(3)
+    """
+    server, port, log = start(code)
+    with pytest.raises(KimiServeError) as err:
+        ready.wait_until_ready(server, parse_target(f"127.0.0.1:{port}"), timeout=30, what="the child")
+    server.close()
+    e = err.value
+    assert e.exit_code == ExitCode.SERVER_EXITED
+    assert "exited (exit status 3) before it was ready" in e.message
+    assert "CUDA out of memory" in e.message and "last log lines:" in e.message
+    assert "mem_fraction_static" in (e.hint or "")  # the failure pattern's fix
+    assert e.where == f"log {log}"
+
+
+def test_a_failure_in_the_log_stops_the_wait_when_the_server_lingers(
+    start: Callable[..., tuple[ready.Server, int, Path]],
+) -> None:
+    code = """
+    import time
+    print("NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error", flush=True)
+    time.sleep(60)
+    """
+    server, port, _ = start(code)
+    started = time.monotonic()
+    try:
+        with pytest.raises(KimiServeError) as err:
+            ready.wait_until_ready(
+                server, parse_target(f"127.0.0.1:{port}"), timeout=60, what="the child", failure_grace_s=0.5
+            )
+        assert time.monotonic() - started < 30  # not the whole start deadline
+        assert err.value.exit_code == ExitCode.SERVER_EXITED
+        assert "failed while starting (nccl" in err.value.message and "did not exit" in err.value.message
+    finally:
+        server.stop(2)
+        server.close()
+
+
+def test_not_ready_by_the_deadline_is_3_and_names_the_phase(
+    start: Callable[..., tuple[ready.Server, int, Path]],
+) -> None:
+    server, port, _ = start(SERVER, "0", "503")
+    try:
+        with pytest.raises(KimiServeError) as err:
+            ready.wait_until_ready(server, parse_target(f"127.0.0.1:{port}"), timeout=1.5, what="the child")
+        assert err.value.exit_code == ExitCode.UNREACHABLE
+        assert "was not ready within 1.5s (phase: weights)" in err.value.message
+        assert server.poll() is None  # the caller stops it
+    finally:
+        server.stop(5)
+        server.close()
+
+
+def test_a_program_that_cannot_start_is_5(tmp_path: Path) -> None:
+    with pytest.raises(KimiServeError) as err:
+        ready.start([str(tmp_path / "missing-python")], {}, tmp_path / "x.log", where="prof")
+    assert err.value.exit_code == ExitCode.ENVIRONMENT
+    assert "cannot start" in err.value.message and err.value.where == "prof"
