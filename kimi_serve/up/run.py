@@ -15,6 +15,7 @@ from typing import Any
 
 from kimi_serve.check.launch import server_env
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.host.preflight import preflight
 from kimi_serve.process.child import Server
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
@@ -113,8 +114,6 @@ def _up(
     log_file: Path | None,
     overrides: dict[str, Any],
 ) -> int:
-    from kimi_serve.host.preflight import preflight
-
     preflight(profile, launch, console.info, host)
     log_path = log_file or default_log_file(profile.name)
     if log_file is None and not dry_run:
