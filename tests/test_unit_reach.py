@@ -180,3 +180,40 @@ def test_install_service_refuses_before_writing_and_the_dry_run_lists_it(cli, tm
     assert doc["ok"] is False
     assert [f["code"] for f in doc["findings"] if f["status"] == "fail"] == ["unit.reach"], doc["findings"]
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+
+
+def test_doctor_judges_the_unit_as_install_service_does(
+    cli, tmp_path: Path, write_profile, monkeypatch, loopback_port
+) -> None:
+    """doctor runs the same unit.reach judgement on the system the unit runs on ($KIMI_SERVE_ACCOUNTS_ROOT): a fail
+    with the path and the fix where the interpreter resolves into a closed /root or the start gate's kimi-serve is not
+    executable for the service user; a pass once both are in reach. The start gate is judged by its own path (it
+    once was judged as "/", its first character)."""
+    from kimi_serve.service.unit import UnitContext
+
+    monkeypatch.setattr("kimi_serve.host.doctor.check_sglang", lambda *a: [])
+    gate = Path(UnitContext.detect().kimi_serve)
+    python = Path(sys.executable)
+    root = tmp_path / "system"
+    (root / python.parent.relative_to("/")).mkdir(parents=True)
+    _file(root / "root/py/bin/python3")
+    (root / "root").chmod(0o700)
+    (root / python.relative_to("/")).symlink_to("/root/py/bin/python3")
+    _file(root / gate.relative_to("/"), mode=0o700)  # not executable for kimi-serve
+    monkeypatch.setenv("KIMI_SERVE_ACCOUNTS_ROOT", str(root))
+    profile = write_profile(f"extends: sim\npython: {python}\nserver:\n  port: {loopback_port()}\n")
+    res = cli("doctor", "-p", str(profile), "--json")
+    assert res.code == 5, (res.out, res.err)
+    reach = [c for c in json.loads(res.out)["checks"] if c["code"] == "unit.reach"]
+    assert [c["status"] for c in reach] == ["fail", "fail"], reach
+    assert f"the interpreter {python} (resolves to /root/py/bin/python3) is " in reach[0]["message"]
+    assert f"the start gate command {gate} is out of reach: kimi-serve cannot execute {gate}" in reach[1]["message"]
+    assert "/usr/bin/python3 -m venv" in reach[0]["fix"] and reach[0]["where"].endswith(": python")
+    text = cli("doctor", "-p", str(profile)).out
+    assert "FAIL  unit.reach" in text and "fix: install it where the service user can run it" in text
+    (root / "root").chmod(0o711)
+    (root / gate.relative_to("/")).chmod(0o755)
+    reach = [
+        c for c in json.loads(cli("doctor", "-p", str(profile), "--json").out)["checks"] if c["code"] == "unit.reach"
+    ]
+    assert [(c["status"], c["layer"]) for c in reach] == [("pass", "doctor")], reach

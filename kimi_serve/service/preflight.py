@@ -6,11 +6,11 @@ With ``contract``, the check's contract dry run (the profile's flags through the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.findings import FAIL, Finding, error_from, failed
+from kimi_serve.core.findings import FAIL, PASS, Finding, error_from, failed
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service.systemctl import Systemd
@@ -78,3 +78,31 @@ def refuse_other_profile(unit_file: str, installed: str | None, profile: str) ->
             hint="pass --replace to replace it, or give this profile its own service.unit_name (or --unit-name)",
             exit_code=ExitCode.ENVIRONMENT,
         )
+
+
+def doctor_reach(profile: Profile, launch: Launch, environ: Mapping[str, str]) -> list[Finding]:
+    """doctor's ``unit.reach``: the same judgement install-service makes before writing (the unit's user, inside its
+    sandbox, can run its interpreter and start gate and read its model), on the system the unit would run on
+    ($KIMI_SERVE_ACCOUNTS_ROOT, default /). A pass when it can; the failures otherwise, each with its fix."""
+    from kimi_serve.core.settings import from_env
+    from kimi_serve.service.unit import UnitContext, unit_reach
+
+    try:
+        ctx = UnitContext.detect()
+    except KimiServeError as exc:
+        return [Finding("doctor", "unit.reach", FAIL, exc.message, exc.hint or "", exc.where or "")]
+    found = [
+        Finding("doctor", f.code, f.status, f.message, f.fix, f.where)
+        for f in unit_reach(profile, launch, ctx, from_env(environ).accounts_root)
+    ]
+    if found:
+        return found
+    user = profile.service.user
+    return [
+        Finding(
+            "doctor",
+            "unit.reach",
+            PASS,
+            f"{user} can run {launch.argv[0]} and {ctx.kimi_serve} inside the unit's sandbox and read the model",
+        )
+    ]

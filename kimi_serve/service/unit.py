@@ -289,7 +289,8 @@ def unit_reach(
     posts = shape.posts if shape else (tuple(verify_argv(profile, launch, ctx)),)
     needs = [Need("interpreter", launch.argv[0], RUN, profile.where("python"))]
     needs += [
-        Need("start gate command", a[0], RUN, profile.where("server")) for a in dict.fromkeys(p[0] for p in posts)
+        Need("start gate command", command, RUN, profile.where("server"))
+        for command in dict.fromkeys(post[0] for post in posts)
     ]
     if profile.engine == "simulator":  # the unit imports kimi-serve's own package from there (PYTHONPATH)
         needs.append(Need("kimi-serve package directory", ctx.package_root, ENTER, profile.where("engine")))
