@@ -17,7 +17,7 @@ ALLOWED: dict[str, set[str]] = {
     "profile": {"core"},
     "sglang": {"core"},
     "verify": {"core"},
-    "router": {"core", "profile"},
+    "router": {"core", "profile", "verify"},
     "process": {"core", "verify"},
     "simulator": {"core", "sglang", "verify", "process"},
     "patches": {"core", "sglang"},

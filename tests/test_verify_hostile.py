@@ -108,3 +108,54 @@ def test_cli_names_the_limit_and_ends_in_time(
     assert "per server-sent-event line" in result.out + result.err  # type: ignore[attr-defined]
     assert "Traceback" not in result.out + result.err  # type: ignore[attr-defined]
     assert took < 10 + SLACK
+
+
+def test_the_router_client_ends_within_its_timeout_against_a_trickling_router(
+    loopback_port: Callable[[], int],
+) -> None:
+    """`up`'s router watch, wait-router and the rolling restart read the router through router_health: a router whose
+    answer trickles in a byte at a time (it used to hold urllib's per-read timeout forever) is "unreachable" within
+    the timeout, and wait_healthy ends at its deadline."""
+    import contextlib
+    import socket
+    import threading
+
+    from kimi_serve.router.client import router_health, wait_healthy
+
+    port, stop, conns = loopback_port(), threading.Event(), []
+    listener = socket.create_server(("127.0.0.1", port))
+
+    def _serve() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            conns.append(conn)
+            threading.Thread(target=_trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(conn: socket.socket) -> None:
+        head = b"HTTP/1.1 200 OK\r\nX-Trickle: "
+        n = 0
+        with contextlib.suppress(OSError):
+            while not stop.wait(0.2):
+                conn.sendall(head[n : n + 1] or b"a")
+                n += 1
+
+    server = threading.Thread(target=_serve, daemon=True)
+    server.start()
+    try:
+        started = time.monotonic()
+        view = router_health(f"http://127.0.0.1:{port}", timeout=1.5)
+        assert time.monotonic() - started < 1.5 + SLACK
+        assert not view.reachable and "deadline" in view.detail, view
+        started = time.monotonic()
+        assert not wait_healthy(f"http://127.0.0.1:{port}", time.monotonic() + 2.0).reachable
+        assert time.monotonic() - started < 2.0 + SLACK
+    finally:
+        stop.set()
+        server.join(5)
+        listener.close()
+        for conn in conns:
+            conn.close()

@@ -10,15 +10,15 @@ routes need the clients' key (401 without) while ``/readiness``, ``/health`` and
 control plane's admin key, the key file's ``admin-api-key`` (:func:`admin_key_of`), and refuses the clients' (401).
 The key is sent whenever given. Used by `up` (ready = every worker healthy; while supervising: the router's worker
 set must be the profile's replicas, :meth:`RouterHealth.membership`) and by the rolling restart (never leave the
-router with zero healthy workers: :meth:`RouterHealth.others_healthy`). Standard library only.
+router with zero healthy workers: :meth:`RouterHealth.others_healthy`). Every request goes through verify's
+deadline transport (:mod:`kimi_serve.verify.transport`): it ends within its timeout, also against a router
+that trickles.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,7 @@ from typing import Any
 
 from kimi_serve.core.net import client_url
 from kimi_serve.profile.loader import Profile
+from kimi_serve.verify.transport import TransportError, request
 
 POLL_TIMEOUT_S = 5.0
 
@@ -132,16 +133,15 @@ def deployment_targets(profile: Profile) -> list[tuple[str, str]]:
 
 
 def _get(url: str, api_key: str | None, timeout: float) -> tuple[int, Any]:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    """One GET that ends within ``timeout`` whatever the router does (verify's deadline transport: a router that
+    trickles its answer a byte at a time cannot hold `up`, wait-router or the rolling restart past it)."""
+    reply = request("GET", url, deadline=time.monotonic() + timeout, api_key=api_key)
+    if reply.timed_out or reply.cut or reply.limit:
+        raise TransportError("timeout" if reply.timed_out else "connection", f"incomplete answer from {url}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            status, body = resp.status, resp.read()
-    except urllib.error.HTTPError as err:
-        status, body = err.code, err.read()
-    try:
-        return status, json.loads(body or b"null")
+        return reply.status, json.loads(reply.body or b"null")
     except ValueError:
-        return status, None
+        return reply.status, None
 
 
 def router_health(base_url: str, api_key: str | None = None, timeout: float = POLL_TIMEOUT_S) -> RouterHealth:
@@ -153,9 +153,8 @@ def router_health(base_url: str, api_key: str | None = None, timeout: float = PO
         if status in (401, 403):
             return RouterHealth(True, False, 0, 0, (), f"HTTP {status} on /readiness (wrong or missing API key)")
         w_status, listed = _get(base + "/workers", api_key, timeout)
-    except (OSError, urllib.error.URLError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return RouterHealth(False, False, 0, 0, (), str(reason))
+    except TransportError as exc:
+        return RouterHealth(False, False, 0, 0, (), exc.detail)
     ready = ready if isinstance(ready, dict) else {}
     entries = listed.get("workers") if w_status == 200 and isinstance(listed, dict) else None
     workers = tuple(
