@@ -157,6 +157,14 @@ def test_install_status_uninstall_of_a_deployment_under_a_root(
     plan = json.loads(dry.out)  # type: ignore[attr-defined]
     assert [u["unit"] for u in plan["units"]] == ["fleet-r0.service", "fleet-r1.service", "fleet-router.service"]
     assert _tree(root) == before  # the dry run changed nothing
+    # status --profile of a deployment not installed yet: every member unit it names, not one unit of its base name
+    none = cli("status", "--profile", str(profile), "--root", str(root), "--json")
+    assert none.code == 1  # type: ignore[attr-defined]
+    doc = json.loads(none.out)  # type: ignore[attr-defined]
+    assert doc["missing_units"] == ["fleet-r0.service", "fleet-r1.service", "fleet-router.service"], doc
+    assert [f["code"] for f in doc["findings"]] == ["unit.not_installed"] and doc["router"] is None
+    text = cli("status", "--profile", str(profile), "--root", str(root)).out  # type: ignore[attr-defined]
+    assert "not installed: fleet-r0.service, fleet-r1.service, fleet-router.service" in text, text
 
     r = cli("install-service", "--profile", str(profile), "--root", str(root))
     assert r.code == 0, r.err  # type: ignore[attr-defined]
@@ -180,6 +188,10 @@ def test_install_status_uninstall_of_a_deployment_under_a_root(
     assert data["deployment"] == "fleet" and data["router"]["unit"] == "fleet-router.service"
     assert [x["unit"] for x in data["replicas"]] == ["fleet-r0.service", "fleet-r1.service"]
     assert data["router"]["endpoint"] == "127.0.0.1:30000" and data["serving"] is False
+    assert data["missing_units"] == [] and data["findings"], (
+        data
+    )  # not serving says why (never findings: [] + ok: false)
+    assert cli("status", "--profile", str(profile), "--root", str(root), "--json").code == 1  # type: ignore[attr-defined]
 
     gone = cli("uninstall-service", "--unit-name", "fleet", "--root", str(root))
     assert gone.code == 0, gone.err  # type: ignore[attr-defined]

@@ -119,14 +119,15 @@ def restart(target: Target, *, only: list[int], as_json: bool, wait_lock: bool) 
 
 
 def status(target: Target, as_json: bool, runs: list[Any] | None = None) -> int:
-    from kimi_serve.service.fleet_status import fleet_status
+    from kimi_serve.service.fleet_status import expected_units, fleet_status
 
-    st = fleet_status(target.systemd.root, target.unit, target.systemd)
+    expected = expected_units(target.profile, target.unit) if target.replicated and target.profile else ()
+    st = fleet_status(target.systemd.root, target.unit, target.systemd, expected)
     if as_json:
         from kimi_serve.core.output import envelope
 
         data = {**st.to_json(), "runs": [r.to_json() for r in runs or []]}
-        typer.echo(json.dumps(envelope("status", st.exit_code, data), indent=2))
+        typer.echo(json.dumps(envelope("status", st.exit_code, data, st.findings()), indent=2))
     else:
         for label, value in [*st.rows(), *run_rows(runs or [])]:
             typer.echo(f"{label + ':':13} {value}")

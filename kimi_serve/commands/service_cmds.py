@@ -248,7 +248,7 @@ def status(
 
     target = resolve(profile, sets, unit_name, root)
     runs = current_runs()
-    if target.installed_as_deployment:
+    if target.installed_as_deployment or target.replicated:
         return fleet_cmds.status(target, as_json, runs)
     st = status_core(target.paths, target.systemd)
     if as_json:

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode
-from kimi_serve.service.deployment import ROUTER, installed_members
+from kimi_serve.core.findings import FAIL, Finding
+from kimi_serve.profile.loader import Profile
+from kimi_serve.service.deployment import ROUTER, installed_members, replica_unit, router_unit
 from kimi_serve.service.gates import Worker, router_workers
 from kimi_serve.service.state import ServicePaths
 from kimi_serve.service.status import Status, status
@@ -22,6 +24,14 @@ class FleetStatus:
     router: Status | None = None
     replicas: list[tuple[int, Status]] = field(default_factory=list)
     workers: list[Worker] | str | None = None  # the router's view; a string says why it could not be read
+    expected: tuple[str, ...] = ()  # the member units the profile names (status --profile), installed or not
+    systemd_error: str | None = None  # why systemd cannot be asked (no member to say it: nothing installed)
+
+    @property
+    def missing(self) -> list[str]:
+        """Member units the profile names that are not installed here (all of them before install-service)."""
+        there = {st.unit for _, st in self.replicas} | ({self.router.unit} if self.router else set())
+        return [u for u in self.expected if u not in there]
 
     @property
     def healthy(self) -> tuple[int, int] | None:
@@ -58,6 +68,62 @@ class FleetStatus:
         )
         return ExitCode.OK if whole else ExitCode.FAILED
 
+    def findings(self) -> list[Finding]:
+        """Why the deployment is not OK, one line each with the fix: units the profile names that are missing, each
+        member's own findings (they name their unit), the router not serving, workers that are no replica of ours."""
+        out: list[Finding] = []
+        if self.missing:
+            out.append(
+                Finding(
+                    "status",
+                    "unit.not_installed",
+                    FAIL,
+                    f"{len(self.missing)} unit(s) of {self.base.removesuffix('.service')} not installed: "
+                    + ", ".join(self.missing),
+                    "kimi-serve install-service --profile P; a foreground `up` is listed under runs",
+                )
+            )
+        members = [st for _, st in self.replicas] + ([self.router] if self.router else [])
+        if self.systemd_error and not members:
+            out.append(
+                Finding(
+                    "status",
+                    "systemd.unreachable",
+                    FAIL,
+                    f"systemd is not reachable here (systemctl: {self.systemd_error})",
+                    "run status on the host whose systemd runs the units; pass --root DIR to read an offline tree",
+                )
+            )
+        seen: set[str] = set()
+        for member in members:
+            for f in member.findings():
+                if f.line() not in seen:
+                    seen.add(f.line())
+                    out.append(f)
+        if self.router and not self.serving and not any(f.code.startswith("systemd.") for f in out):
+            counts = self.healthy
+            view = f"{counts[0]}/{counts[1]} workers healthy" if counts else str(self.workers or "workers not checked")
+            out.append(
+                Finding(
+                    "status",
+                    "deployment.not_serving",
+                    FAIL,
+                    f"the router {self.router.unit} does not serve ({view})",
+                    "kimi-serve restart --profile P (rolls each replica back to its last good unit if it fails)",
+                )
+            )
+        if self.unexpected:
+            out.append(
+                Finding(
+                    "status",
+                    "router.unexpected_workers",
+                    FAIL,
+                    f"the router lists workers that are no replica of this deployment: {', '.join(self.unexpected)}",
+                    "remove them from the router and rotate the admin-api-key",
+                )
+            )
+        return out
+
     def to_json(self) -> dict[str, Any]:
         counts = self.healthy
         router = self.router.to_json() if self.router else None
@@ -74,6 +140,7 @@ class FleetStatus:
             "serving": self.serving,
             "exit_code": int(self.exit_code),
             "router": router,
+            "missing_units": self.missing,
             "replicas": [{"index": i, **st.to_json(), "in_router": self.in_router(st)} for i, st in self.replicas],
         }
 
@@ -94,6 +161,10 @@ class FleetStatus:
                 + ("" if self.exit_code == ExitCode.OK else " (degraded: see below)"),
             )
         ]
+        if self.missing:
+            rows.append(("not installed", ", ".join(self.missing)))
+        if self.systemd_error and not self.router and not self.replicas:
+            rows.append(("systemd", f"not reachable here ({self.systemd_error})"))
         if self.router:
             counts = self.healthy
             view = f"{counts[0]}/{counts[1]} workers healthy" if counts else str(self.workers or "workers not checked")
@@ -150,8 +221,12 @@ def _verdict(record: dict[str, Any] | None) -> str:
     )
 
 
-def fleet_status(root: Path, base: str, systemd: Systemd) -> FleetStatus:
-    st = FleetStatus(base)
+def fleet_status(root: Path, base: str, systemd: Systemd, expected: tuple[str, ...] = ()) -> FleetStatus:
+    """``expected``: the member units the profile names (:func:`expected_units`), so a deployment not (or only partly)
+    installed says which units are missing rather than looking for one unit."""
+    st = FleetStatus(base, expected=expected)
+    if expected and not installed_members(root, base):
+        st.systemd_error = systemd.unreachable()
     for role, index, unit in installed_members(root, base):
         member = status(ServicePaths(root, unit), systemd)
         if role == ROUTER:
@@ -161,6 +236,13 @@ def fleet_status(root: Path, base: str, systemd: Systemd) -> FleetStatus:
     if st.router and st.router.marker and systemd.live:
         st.workers = router_workers(st.router.marker.endpoint, _key(root, st.router))
     return st
+
+
+def expected_units(profile: Profile, base: str) -> tuple[str, ...]:
+    """The units install-service writes on this host for a replicated ``profile``: each local replica, the router."""
+    from kimi_serve.profile.topology import replicas
+
+    return (*(replica_unit(base, r.index) for r in replicas(profile) if r.local), router_unit(base))
 
 
 def _key(root: Path, router: Status) -> str | None:
