@@ -19,6 +19,7 @@ import pytest
 from zygote import shared
 
 from kimi_serve.core.proc import Completed
+from kimi_serve.service.fleet import recover_fleet
 from kimi_serve.service.journal import intent_path, recover
 from kimi_serve.service.state import ServicePaths
 from kimi_serve.service.systemctl import Systemd, run
@@ -219,3 +220,104 @@ def test_a_bug_in_the_middle_of_install_is_exit_70_and_rolled_back_by_the_next_r
     assert st["interrupted"]["op"] == "install-service"
     recover(paths, Systemd(run, paths.root))
     assert files_of(root) == {}  # the unit, its enablement and the key file it created are gone again
+
+
+def _fleet_install(profile: Path, root: Path, hook: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK"}
+    if hook:
+        env["KIMI_SERVE_TEST_HOOK"] = hook
+    return shared().run(["install-service", "-p", str(profile), "--root", str(root), "--replace"], env=env)
+
+
+def test_a_deployment_install_killed_at_every_checkpoint_is_rolled_back_then_finished(
+    tmp_path: Path, write_profile: Callable[..., Path], cli
+) -> None:
+    """The replicated deployment (two replica units, the router, the router's timer): SIGKILL at every checkpoint of
+    install-service, over an installed deployment whose router port changes. After each kill `status` names the
+    interrupted change; the rollback alone gives back the files byte for byte, and the next install-service (every
+    third point: it costs four systemd-analyze runs) ends byte for byte where an uninterrupted one ends; no journal
+    or journal temp file is left either way."""
+    key = "  api_key_file: /etc/kimi-serve/fleet.yaml\n"
+    first = write_profile(f"extends: sim-dp2\nservice:\n  unit_name: fleet\nserver:\n{key}", name="fleet1")
+    second = write_profile("extends: fleet1\nrouter:\n  port: 30457\n", name="fleet2")
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    assert _fleet_install(first, seed).returncode == 0
+    before = files_of(seed)
+    ref = tmp_path / "ref"
+    shutil.copytree(seed, ref, symlinks=True)
+    done = _fleet_install(second, ref)
+    assert done.returncode == 0, done.stderr
+    reference = files_of(ref)
+    assert reference != before
+
+    n, kills = 0, 0
+    while True:
+        n += 1
+        assert n < MAX_CHECKPOINTS
+        root = tmp_path / f"k{n}"
+        shutil.copytree(seed, root, symlinks=True)
+        r = _fleet_install(second, root, hook=f"kill-at={n}")
+        if r.returncode != -signal.SIGKILL:
+            assert r.returncode == 0, r.stderr
+            assert files_of(root) == reference
+            break
+        kills += 1
+        state = root / "var/lib/kimi-serve/service"
+        journals = sorted(p.name for p in state.glob(".*.intent.json")) if state.is_dir() else []
+        st = json.loads(cli("status", "--unit-name", "fleet", "--root", str(root), "--json").out)
+        interrupted = [m for m in [st["router"], *st["replicas"]] if m and m["interrupted"]]
+        if journals:  # killed inside the change: status names it for the member whose journal is there
+            assert interrupted and all(m["interrupted"]["op"] == "install-service" for m in interrupted), (n, st)
+        else:
+            assert not interrupted and files_of(root) in (before, reference), n
+        if n % 3:  # the rollback alone (every member's journal, router first) gives back the files byte for byte ...
+            recover_fleet(Systemd(run, root.resolve()), "fleet.service")
+            assert files_of(root) == before, (n, sorted(set(files_of(root)) ^ set(before)))
+        else:  # ... and the next install-service (which rolls back first, itself) ends where a clean one ends
+            again = cli("install-service", "-p", str(second), "--root", str(root), "--replace")
+            assert again.code == 0, (n, again.err)
+            assert files_of(root) == reference, (n, sorted(set(files_of(root)) ^ set(reference)))
+        assert not list(state.glob(".*.intent.json*")), n  # no journal, no journal temp file
+        shutil.rmtree(root)
+    assert kills >= 10, f"only {kills} checkpoints in a deployment's install-service"
+
+
+def test_a_deployment_uninstall_killed_at_every_checkpoint_is_finished_by_the_next_run(
+    tmp_path: Path, write_profile: Callable[..., Path], cli
+) -> None:
+    """uninstall-service of a deployment SIGKILLed at every checkpoint: the next uninstall-service leaves exactly what
+    an uninterrupted one leaves (the key file; no member unit, previous.service, timer, alert unit or journal)."""
+    profile = write_profile(
+        "extends: sim-dp2\nservice:\n  unit_name: fleet\nserver:\n  api_key_file: /etc/kimi-serve/fleet.yaml\n",
+        name="fleet1",
+    )
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    assert _fleet_install(profile, seed).returncode == 0
+    assert _fleet_install(profile, seed).returncode == 0  # a second install: every member has a previous.service
+    ref = tmp_path / "ref"
+    shutil.copytree(seed, ref, symlinks=True)
+    env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK"}
+    assert shared().run(["uninstall-service", "--unit-name", "fleet", "--root", str(ref)], env=env).returncode == 0
+    reference = files_of(ref)
+    assert not [f for f in reference if f.endswith((".service", ".timer"))], reference
+
+    n, kills = 0, 0
+    while True:
+        n += 1
+        assert n < MAX_CHECKPOINTS
+        root = tmp_path / f"u{n}"
+        shutil.copytree(seed, root, symlinks=True)
+        argv = ["uninstall-service", "--unit-name", "fleet", "--root", str(root)]
+        r = shared().run(argv, env={**env, "KIMI_SERVE_TEST_HOOK": f"kill-at={n}"})
+        if r.returncode != -signal.SIGKILL:
+            assert r.returncode == 0, r.stderr
+            assert files_of(root) == reference
+            break
+        kills += 1
+        again = cli(*argv)
+        assert again.code == 0, (n, again.err)
+        assert files_of(root) == reference, (n, sorted(set(files_of(root)) ^ set(reference)))
+        shutil.rmtree(root)
+    assert kills >= 3, f"only {kills} checkpoints in a deployment's uninstall-service"
