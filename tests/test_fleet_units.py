@@ -205,7 +205,8 @@ def test_a_crash_mid_deployment_install_is_rolled_back_for_every_member(
 ) -> None:
     """A kimi-serve crash (exit 70: the journals stay, as after SIGKILL) once the first member's unit is written and
     enabled: every member's journal is on disk (all written before the first change); rolling them back restores
-    the unit directory (the service user it created stays, as for one unit), and the next install works."""
+    the unit directory and the user database (the service account it created is removed: as root it is created for
+    real; otherwise the root fixture pre-seeds it and it stays), and the next install works."""
     import subprocess
     import sys
 
@@ -232,6 +233,7 @@ def test_a_crash_mid_deployment_install_is_rolled_back_for_every_member(
     }
     assert not (root / "etc/systemd/system/fleet-r0.service").exists()
     assert not list((root / "var/lib/kimi-serve/service").glob(".*.intent.json"))
+    assert (after["etc/passwd"], after["etc/group"]) == (before["etc/passwd"], before["etc/group"])
     again = cli("install-service", "--profile", str(profile), "--root", str(root))
     assert again.code == 0, again.err  # type: ignore[attr-defined]
 

@@ -20,6 +20,7 @@ from kimi_serve.core.proc import Runner
 ACCOUNT_TIMEOUT = 60.0
 GPU_NODES = "nvidia*"  # /dev/nvidia0..7, nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset
 NOLOGIN = "/usr/sbin/nologin"
+COMMENT = "kimi-serve (SGLang service)"  # the GECOS field of an account kimi-serve created: what a rollback may remove
 
 
 def device_gids(dev_root: Path) -> set[int]:
@@ -84,7 +85,7 @@ def ensure(
         return None, []
     done: list[str] = []
     if lookup(user, accounts_root) is None:
-        group = ["--gid", user] if any(g[0] == user for g in table(accounts_root / "etc/group")) else ["--user-group"]
+        group = ["--gid", user] if has_group(user, accounts_root) else ["--user-group"]
         _must(
             runner,
             [
@@ -98,7 +99,7 @@ def ensure(
                 "--shell",
                 NOLOGIN,
                 "--comment",
-                "kimi-serve (SGLang service)",
+                COMMENT,
                 user,
             ],
         )
@@ -117,6 +118,31 @@ def ensure(
         done.append(f"add {user} to {', '.join(missing)}")
         found = lookup(user, accounts_root) or found
     return found, done
+
+
+def will_create(user: str, accounts_root: Path) -> bool:
+    """Whether :func:`ensure` would create ``user`` (absent from a user database kimi-serve may change)."""
+    return user != "root" and has_user_db(accounts_root) and lookup(user, accounts_root) is None
+
+
+def has_group(name: str, accounts_root: Path) -> bool:
+    return any(g and g[0] == name for g in table(accounts_root / "etc/group"))
+
+
+def remove_created(user: str, accounts_root: Path, runner: Runner, *, group: bool) -> str | None:
+    """Undo :func:`ensure`'s ``useradd`` for a rolled-back install: ``userdel`` of an account that carries kimi-serve's
+    comment (anything else, an account the operator made meanwhile, is kept), and with ``group`` (useradd made the
+    user's own group: none of that name existed) ``groupdel`` of that group when no one else is in it (userdel
+    leaves it where login.defs has no USERGROUPS_ENAB). What was done, or None."""
+    row = next((r for r in table(accounts_root / "etc/passwd") if r and r[0] == user), None)
+    if row is None or len(row) < 5 or row[4] != COMMENT:
+        return None
+    if not runner(["userdel", *_prefix(accounts_root), user], timeout=ACCOUNT_TIMEOUT).ok:
+        return None
+    own = next((g for g in table(accounts_root / "etc/group") if g and g[0] == user), None)
+    if group and own is not None and (len(own) < 4 or not own[3].strip()):
+        runner(["groupdel", *_prefix(accounts_root), user], timeout=ACCOUNT_TIMEOUT)
+    return f"removed system user {user} (created by the interrupted install)"
 
 
 def hand_over(account: Account | None, paths: Iterable[Path]) -> list[str]:

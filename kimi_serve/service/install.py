@@ -9,6 +9,7 @@ a ``Verifier``. The smoke-tested restart with rollback is :mod:`kimi_serve.servi
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -354,12 +355,14 @@ def journal_scope(plan: Plan, systemd: Systemd, op: str) -> contextlib.AbstractC
     from kimi_serve.service.journal import journalled
 
     p, secret = plan.paths, plan.profile.server.api_key_file
+    accounts_root = account.roots(p.root, systemd.live, from_env(os.environ).accounts_root)[0]
     return journalled(
         p,
         systemd,
         op,
         secret=p.under_root(secret) if secret and plan.create_secret else None,
         workdir=p.under_root(plan.profile.service.working_directory),
+        user=(plan.profile.service.user, accounts_root),
     )
 
 

@@ -8,8 +8,9 @@ install only ever *creates* it), the folders that did not exist yet, and whether
 A run killed at any step (SIGKILL, power loss) leaves the journal behind. The next `status` reports it; the next
 `install-service`, `uninstall-service` or `restart` first rolls the change back, under the host lock: every recorded
 file gets its recorded bytes and mode again (or is removed when it did not exist), an enablement the change added is
-undone, a key file or folder it created is removed, stray temporary files are deleted, and (on the running system)
-systemd re-reads its units. The host is then byte for byte as before the killed run, and the new command starts
+undone, a key file or folder it created is removed, the service account it created is removed (``userdel``, only an
+account carrying kimi-serve's own comment), stray temporary files are deleted, and (on the running system) systemd
+re-reads its units. The host is then byte for byte as before the killed run, and the new command starts
 from there. Units systemd had already restarted are not stopped by the rollback: the next `restart` or `systemctl
 restart` settles which unit runs.
 """
@@ -26,6 +27,7 @@ from typing import Any
 
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.faults import checkpoint
+from kimi_serve.service import account
 from kimi_serve.service.state import UNIT_DIR, ServicePaths, read_record, write_atomic
 from kimi_serve.service.systemctl import Systemd
 
@@ -69,7 +71,9 @@ def _missing_dirs(paths: ServicePaths, leaves: list[Path]) -> list[str]:
     return sorted(set(out), key=lambda s: -s.count("/"))  # deepest first, for rmdir
 
 
-def snapshot(paths: ServicePaths, op: str, *, secret: Path | None, workdir: Path | None) -> dict[str, Any]:
+def snapshot(
+    paths: ServicePaths, op: str, *, secret: Path | None, workdir: Path | None, user: tuple[str, Path] | None = None
+) -> dict[str, Any]:
     files: dict[str, Any] = {}
     for p in (
         paths.unit_file,
@@ -102,17 +106,31 @@ def snapshot(paths: ServicePaths, op: str, *, secret: Path | None, workdir: Path
         "timer_enabled": _timer(paths)[1].is_symlink(),
         "secret": None if secret is None or secret.exists() else _rel(paths, secret),
         "created_dirs": _missing_dirs(paths, leaves),
+        # the service account this change will create (user, the root of its user database), so a rollback removes it
+        "created_user": {
+            "name": user[0],
+            "accounts_root": str(user[1]),
+            "group": not account.has_group(user[0], user[1]),
+        }
+        if user and account.will_create(user[0], user[1])
+        else None,
     }
 
 
 @contextlib.contextmanager
 def journalled(
-    paths: ServicePaths, systemd: Systemd, op: str, *, secret: Path | None = None, workdir: Path | None = None
+    paths: ServicePaths,
+    systemd: Systemd,
+    op: str,
+    *,
+    secret: Path | None = None,
+    workdir: Path | None = None,
+    user: tuple[str, Path] | None = None,
 ) -> Iterator[None]:
     """Write the journal, run the block, remove the journal. A handled error (a KimiServeError: a failed systemctl
     step, say) also removes it, since the report says what was done; a kill, or a bug in kimi-serve (exit 70), leaves
     it for the next run to roll back."""
-    data = snapshot(paths, op, secret=secret, workdir=workdir)
+    data = snapshot(paths, op, secret=secret, workdir=workdir, user=user)
     _write_journal(intent_path(paths), json.dumps(data, indent=2) + "\n")
     checkpoint(f"service.{op}.journal-written")
     try:
@@ -193,6 +211,11 @@ def recover(paths: ServicePaths, systemd: Systemd) -> str | None:
         for tmp in secret.parent.glob(f".{secret.name}.*.tmp"):
             tmp.unlink(missing_ok=True)
         secret.unlink(missing_ok=True)
+    created = intent.get("created_user")
+    if created:  # after the files the user owned (key file, folders below) are gone or back
+        name, accounts_root = str(created["name"]), Path(created["accounts_root"])
+        account.remove_created(name, accounts_root, systemd.runner, group=bool(created.get("group")))
+        checkpoint("service.recover.user")
     if systemd.live:
         systemd.daemon_reload()
     intent_path(paths).unlink(missing_ok=True)
