@@ -16,7 +16,11 @@ if TYPE_CHECKING:
 
 SITE_HELP = "site-packages folder holding sglang/ (default: found via --python)."
 PYTHON_HELP = "Interpreter whose sglang to use (default: the one running kimi-serve)."
-SET_HELP = "Patch set name or folder."
+SET_HELP = f"Patch set name or folder (default: {DEFAULT_SET}; not with --profile)."
+PROFILE_HELP = (
+    "Every patch set the profile names (patch_set:), in order (revert: newest first); its python: is the default "
+    "interpreter."
+)
 STATE_HELP = (
     "kimi-serve state root; records and backups go to DIR/patches (default: $KIMI_SERVE_STATE_DIR or "
     "/var/lib/kimi-serve)."
@@ -30,7 +34,8 @@ WAIT_LOCK_HELP = (
 # The options every patches command takes.
 SitePackages = Annotated[Path | None, typer.Option("--site-packages", help=SITE_HELP)]
 Python = Annotated[str | None, typer.Option("--python", help=PYTHON_HELP)]
-SetName = Annotated[str, typer.Option("--set", help=SET_HELP)]
+SetName = Annotated[str | None, typer.Option("--set", help=SET_HELP)]
+ProfileName = Annotated[str | None, typer.Option("--profile", "-p", help=PROFILE_HELP)]
 StateDir = Annotated[Path | None, typer.Option("--state-dir", help=STATE_HELP)]
 AsJson = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 WaitLock = Annotated[bool, typer.Option("--wait-lock", help=WAIT_LOCK_HELP)]
@@ -40,12 +45,37 @@ patches_app = typer.Typer(
 )
 
 
-def _target(site_packages: Path | None, python: str | None, set_name: str) -> tuple[Path, PatchSet]:
+def _target(
+    site_packages: Path | None, python: str | None, set_name: str | None, profile: str | None = None
+) -> tuple[Path, list[PatchSet], str | None]:
+    """The site-packages and the sets a command works on: ``--set`` (one), or every set of ``--profile`` (whose
+    ``python:`` stands in for ``--python``); the profile's name, or None."""
     from kimi_serve.patches import load_patch_set
     from kimi_serve.sglang.site import resolve_site_packages
 
-    patch_set = load_patch_set(set_name)
-    return resolve_site_packages(site_packages, python), patch_set
+    if profile is None:
+        return resolve_site_packages(site_packages, python), [load_patch_set(set_name or DEFAULT_SET)], None
+    from kimi_serve.core.errors import ExitCode, KimiServeError
+    from kimi_serve.profile.loader import load_profile
+
+    if set_name is not None:
+        raise KimiServeError(
+            "--set and --profile both name the patch sets",
+            where="--set",
+            hint="drop one: --profile takes every set of the profile's patch_set:",
+            exit_code=ExitCode.USAGE,
+        )
+    p = load_profile(profile)
+    if not p.patch_set:
+        raise KimiServeError(
+            f"profile {p.name} names no patch set (patch_set: is empty)",
+            where=p.where("patch_set"),
+            hint="pass --set NAME, or add the sets to the profile's patch_set:",
+            exit_code=ExitCode.USAGE,
+        )
+    sets = [load_patch_set(name) for name in p.patch_set]
+    interpreter = python if python is not None or site_packages is not None else p.python
+    return resolve_site_packages(site_packages, interpreter), sets, p.name
 
 
 def _render(st: PatchStatus) -> None:
@@ -126,65 +156,112 @@ def _finish(
 def status_cmd(
     site_packages: SitePackages = None,
     python: Python = None,
-    set_name: SetName = DEFAULT_SET,
+    set_name: SetName = None,
     state_dir: StateDir = None,
     as_json: AsJson = False,
+    profile: ProfileName = None,
 ) -> int:
     """Show each patch as applied, not applied, or conflict, and any change that was killed part-way; exit 0 only
-    when every patch is applied and no change is interrupted (else 1)."""
+    when every patch (of every set, with --profile) is applied and no change is interrupted (else 1)."""
     from kimi_serve.patches import status
 
-    sp, patch_set = _target(site_packages, python, set_name)
-    st = status(sp, patch_set, state_dir=state_dir)
-    _finish(st, as_json, exit_code=0 if st.all_applied and not st.interrupted else 1)
-    return 0 if st.all_applied and not st.interrupted else 1
+    sp, sets, name = _target(site_packages, python, set_name, profile)
+    states = [status(sp, ps, state_dir=state_dir) for ps in sets]
+    code = 0 if all(st.all_applied and not st.interrupted for st in states) else 1
+    if name is None:
+        _finish(states[0], as_json, exit_code=code)
+    else:
+        _finish_sets(name, states, as_json, [None] * len(states), "patches-status", code)
+    return code
 
 
 @patches_app.command("apply")
 def apply_cmd(
     site_packages: SitePackages = None,
     python: Python = None,
-    set_name: SetName = DEFAULT_SET,
+    set_name: SetName = None,
     state_dir: StateDir = None,
     as_json: AsJson = False,
     wait_lock: WaitLock = False,
+    profile: ProfileName = None,
 ) -> int:
-    """Apply every patch or none (checked on a staging copy first); applying again is a no-op. One change of an SGLang
+    """Apply every patch or none (checked on a staging copy first); applying again is a no-op. With --profile, every
+    set of the profile, all or none (a set that fails reverts the sets applied before it). One change of an SGLang
     at a time (the lock of its site-packages, exit 75); a change killed part-way is finished or rolled back first."""
-    from kimi_serve.patches import apply
+    from kimi_serve.patches import apply, apply_sets
 
-    return _change(apply, site_packages, python, set_name, state_dir, as_json, wait_lock)
+    sp, sets, name = _target(site_packages, python, set_name, profile)
+    if name is None:
+        return _change(apply, sp, sets[0], state_dir, as_json, wait_lock)
+    results = apply_sets(sp, sets, state_dir=state_dir, wait_lock=wait_lock)
+    return _changes(name, results, as_json, "patches-apply")
 
 
 @patches_app.command("revert")
 def revert_cmd(
     site_packages: SitePackages = None,
     python: Python = None,
-    set_name: SetName = DEFAULT_SET,
+    set_name: SetName = None,
     state_dir: StateDir = None,
     as_json: AsJson = False,
     wait_lock: WaitLock = False,
+    profile: ProfileName = None,
 ) -> int:
     """Restore the original sglang files byte for byte (checked against the manifest afterwards: exit 1 on a
-    mismatch); a no-op when not applied. Host lock and crash recovery as for apply."""
+    mismatch); a no-op when not applied. With --profile, every set of the profile, newest first. Host lock and crash
+    recovery as for apply."""
     from kimi_serve.patches import revert
 
-    return _change(revert, site_packages, python, set_name, state_dir, as_json, wait_lock)
+    sp, sets, name = _target(site_packages, python, set_name, profile)
+    if name is None:
+        return _change(revert, sp, sets[0], state_dir, as_json, wait_lock)
+    results = [revert(sp, ps, state_dir=state_dir, wait_lock=wait_lock) for ps in reversed(sets)]
+    return _changes(name, results[::-1], as_json, "patches-revert")
 
 
 def _change(
     action: Callable[..., ChangeResult],
-    site_packages: Path | None,
-    python: str | None,
-    set_name: str,
+    sp: Path,
+    patch_set: PatchSet,
     state_dir: Path | None,
     as_json: bool,
     wait_lock: bool,
 ) -> int:
-    sp, patch_set = _target(site_packages, python, set_name)
     result = action(sp, patch_set, state_dir=state_dir, wait_lock=wait_lock)
     _finish(result.status, as_json, result.message, result.changed, command=f"patches-{action.__name__}")
     return 0
+
+
+def _changes(profile: str, results: list[ChangeResult], as_json: bool, command: str) -> int:
+    _finish_sets(profile, [r.status for r in results], as_json, results, command, 0)
+    return 0
+
+
+def _finish_sets(
+    profile: str,
+    states: list[PatchStatus],
+    as_json: bool,
+    results: list[ChangeResult] | list[None],
+    command: str,
+    exit_code: int,
+) -> None:
+    """A profile's sets: one JSON document (``profile``, ``sets[]``: each set's own status keys, plus ``changed`` and
+    ``message`` after a change; the findings of every set), or each set's text in order."""
+    if as_json:
+        from kimi_serve.core.output import envelope
+
+        docs, findings = [], []
+        for st, r in zip(states, results, strict=True):
+            doc = st.to_dict() | ({"changed": r.changed, "message": r.message} if r is not None else {})
+            docs.append(doc)
+            findings += _findings(st, r.message if r is not None else None)
+        data = {"profile": profile, "changed": any(r is not None and r.changed for r in results), "sets": docs}
+        typer.echo(json.dumps(envelope(command, exit_code, data, findings), indent=2))
+        return
+    for st, r in zip(states, results, strict=True):
+        if r is not None and r.message:
+            typer.echo(r.message)
+        _render(st)
 
 
 def register(app: typer.Typer) -> None:
