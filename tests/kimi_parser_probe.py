@@ -12,6 +12,9 @@ Scenarios, each non-streamed and streamed:
 - ``unexpected_id``: a call whose id is ``call_8f2a`` (neither ``functions.NAME:N`` nor a bare counter);
 - ``continuation``: a normal call whose arguments arrive in several deltas (the raw keys of each tool-call delta);
 - ``bare_begin``: a call opened by ``<|tool_call_begin|>`` without ``<|tool_calls_section_begin|>``.
+
+Then verify's parser probes (``kimi_serve.verify.parser_faults.CASES``) through the app's ``POST
+/parse_function_call`` (SGLang's native endpoint, the installed detector's non-streaming parse).
 """
 
 from __future__ import annotations
@@ -93,7 +96,18 @@ def stream() -> dict:
     return {"finish_reason": finish, "names": [names[i] for i in sorted(names)], "deltas": deltas, "content": content}
 
 
+from kimi_serve.verify.parser_faults import CASES  # noqa: E402
+from kimi_serve.verify.parser_faults import TOOLS as PROBE_TOOLS  # noqa: E402
+
 result: dict = {"module": sglang.__file__}
+# verify's own parser probes (kimi_serve/verify/parser_faults.py) through the app's POST /parse_function_call
+result["parse_function_call"] = {
+    code: (r.status_code, r.json())
+    for code, text, _ in CASES
+    for r in [
+        client.post("/parse_function_call", json={"text": text, "tools": PROBE_TOOLS, "tool_call_parser": "kimi_k2"})
+    ]
+}
 for scenario, text in OUTPUTS.items():
     current["text"] = text
     result[scenario] = {"non_stream": non_stream(), "stream": stream()}

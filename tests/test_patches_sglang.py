@@ -198,3 +198,17 @@ def test_a_bare_tool_call_begin_parses_the_same_streamed_and_not(kimi: dict[str,
     assert [c[1] for c in after["non_stream"]["calls"]] == after["stream"]["names"] == ["get_weather"]
     assert after["non_stream"]["finish_reason"] == after["stream"]["finish_reason"] == "tool_calls"
     assert not after["non_stream"]["content"]
+
+
+def test_verify_reports_the_unpatched_parser_and_passes_the_patched_one(kimi: dict[str, dict]) -> None:
+    """verify's parser probes (POST /parse_function_call, kimi_serve/verify/parser_faults.py) judged on SGLang's real
+    detector: a warning naming each fault and the Kimi patch set on the unpatched copy, a pass on the patched one."""
+    from kimi_serve.verify.parser_faults import CASES, judge
+
+    for code, _, what in CASES:
+        status, body = kimi["unpatched"]["parse_function_call"][code]
+        before = judge(code, what, status, body)
+        assert status == 200 and before.status == "warn" and "sglang-0.5.23-kimi" in before.fix, before
+        status, body = kimi["patched"]["parse_function_call"][code]
+        after = judge(code, what, status, body)
+        assert after.status == "pass", (code, body)

@@ -76,6 +76,7 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
         ErrorResponse,
         ModelCard,
         ModelList,
+        Tool,
     )
     from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
     from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
@@ -131,6 +132,20 @@ def build_app(sim: Any, loaded: Any, state: State) -> Any:
     @_typed(app.get("/health_generate"))
     async def health() -> Response:
         return Response(status_code=200 if state.up and not state.exiting else 503)
+
+    @_typed(app.post("/parse_function_call"))
+    async def parse_function_call(raw_request: Request) -> Any:
+        """SGLang's native endpoint, as its http_server has it: the installed tool-call detector's non-streaming
+        parse of a given text (verify asks it about the kimi_k2 parser's faults: kimi_serve/verify/parser_faults.py)."""
+        from sglang.srt.function_call.function_call_parser import FunctionCallParser
+
+        obj = await raw_request.json()
+        tools = [Tool.model_validate(t) for t in obj.get("tools") or []]
+        parser = FunctionCallParser(
+            tools=tools, tool_call_parser=obj.get("tool_call_parser"), tokenizer=getattr(tm, "tokenizer", None)
+        )
+        normal_text, calls = parser.parse_non_stream(str(obj.get("text") or ""))
+        return ORJSONResponse({"normal_text": normal_text, "calls": [c.model_dump() for c in calls]})
 
     @_typed(app.get("/model_info"))
     async def model_info() -> dict[str, Any]:

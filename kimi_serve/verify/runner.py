@@ -312,6 +312,9 @@ def _run(
     report.checks, report.listeners = privilege_checks(
         target, api_key, max(deadline, time.monotonic() + POLL_TIMEOUT), expected_ports
     )
+    from kimi_serve.verify.parser_faults import parser_checks
+
+    report.checks += parser_checks(target, api_key, max(deadline, time.monotonic() + POLL_TIMEOUT))
     report.checks += leaks  # a key handed to clients: a least-privilege FAIL (verify/leaks.py)
     report.elapsed_s = time.monotonic() - started
     return report

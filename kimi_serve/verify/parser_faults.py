@@ -1,0 +1,102 @@
+"""Does the server's own kimi_k2 tool-call parser lose calls? Two requests to SGLang's ``POST /parse_function_call``,
+which runs the server's installed detector (the non-streaming path, ``parse_non_stream``) on a text verify gives it,
+so the faults show without asking the model to produce them:
+
+- ``parser.unexpected_id``: a call whose id is outside SGLang 0.5.23's two id patterns (``functions.NAME:N``,
+  ``NAME:N`` / a bare counter), ``call_8f2a``; upstream drops the call (no ``tool_calls``, ``finish_reason: stop``,
+  sgl-project/sglang#25358); the Kimi patch set keeps it (feature ``keep_unexpected_tool_call_ids``).
+- ``parser.bare_call_begin``: a call with ``<|tool_call_begin|>`` but no ``<|tool_calls_section_begin|>``: streaming
+  accepts it, non-streaming returns it as raw text, so the two modes disagree on one output; patched, both take it
+  (feature ``bare_tool_call_begin_non_stream``).
+
+A server that shows a fault gets a warning naming it and the fix (the Kimi patch set); one without the endpoint (a
+gateway, the router) or that refuses it is not judged (skip). Each request is a parse, no generation: cheap enough
+for ``quick``, which the start gate and the monitoring timer run.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
+from kimi_serve.verify.target import Target
+from kimi_serve.verify.transport import TransportError, request
+
+PATH = "/parse_function_call"
+TOOL = "get_weather"
+ARGS = {"city": "Paris"}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": TOOL,
+            "description": "Current weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+
+
+def _call(call_id: str) -> str:
+    return f"<|tool_call_begin|>{call_id}<|tool_call_argument_begin|>{json.dumps(ARGS)}<|tool_call_end|>"
+
+
+FIX = (
+    "apply the Kimi patch set to the server's SGLang (kimi-serve patches apply --profile P, or --set "
+    "sglang-0.5.23-kimi) and restart"
+)
+# (code, the text the server's parser gets, what the fault does to an agent)
+CASES = (
+    (
+        "parser.unexpected_id",
+        "<|tool_calls_section_begin|>" + _call("call_8f2a") + "<|tool_calls_section_end|>",
+        "drops a tool call whose id is outside its two id patterns (call_8f2a): the agent gets no tool_calls and "
+        "finish_reason stop (sgl-project/sglang#25358)",
+    ),
+    (
+        "parser.bare_call_begin",
+        _call(f"functions.{TOOL}:0"),
+        "returns a call without <|tool_calls_section_begin|> as raw text when not streaming, while streaming parses "
+        "it: the two modes disagree on one output",
+    ),
+)
+
+
+def judge(code: str, what: str, status: int, body: Any) -> Finding:
+    """The finding for one case from the endpoint's answer (``body``: its parsed JSON, or None)."""
+    if status in (401, 403, 404, 405) or not isinstance(body, dict) or not isinstance(body.get("calls"), list):
+        shown = f"HTTP {status}" if status != 200 else "an answer without calls[]"
+        return Finding("verify", code, SKIP, f"POST {PATH}: {shown}; the server's kimi_k2 parser not checked")
+    calls = [c for c in body["calls"] if isinstance(c, dict)]
+    try:
+        kept = len(calls) == 1 and calls[0].get("name") == TOOL and json.loads(str(calls[0].get("parameters"))) == ARGS
+    except (TypeError, ValueError):
+        kept = False
+    if kept:
+        return Finding("verify", code, PASS, f"the server's kimi_k2 parser keeps the call ({code.split('.')[1]})")
+    return Finding(
+        "verify",
+        code,
+        WARN,
+        f"the server's kimi_k2 parser {what} (POST {PATH} gave {len(calls)} call(s))",
+        FIX,
+    )
+
+
+def parser_checks(target: Target, api_key: str | None, deadline: float) -> list[Finding]:
+    """One finding per fault in :data:`CASES`: pass (fixed), warn (the fault, with the fix), skip (not judged)."""
+    out = []
+    for code, text, what in CASES:
+        body = {"text": text, "tools": TOOLS, "tool_call_parser": "kimi_k2"}
+        try:
+            reply = request("POST", target.url(PATH), deadline=deadline, api_key=api_key, json_body=body)
+        except TransportError as err:
+            out.append(Finding("verify", code, SKIP, f"POST {PATH}: {err.detail}; not checked"))
+            continue
+        try:
+            parsed = json.loads(reply.body) if not (reply.timed_out or reply.cut or reply.limit) else None
+        except ValueError:
+            parsed = None
+        out.append(judge(code, what, reply.status, parsed))
+    return out
