@@ -236,13 +236,6 @@ def test_a_bug_in_the_middle_of_install_is_exit_70_and_rolled_back_by_the_next_r
     assert files_of(root) == {}  # the unit, its enablement and the key file it created are gone again
 
 
-def _fleet_install(profile: Path, root: Path, hook: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK"}
-    if hook:
-        env["KIMI_SERVE_TEST_HOOK"] = hook
-    return shared().run(["install-service", "-p", str(profile), "--root", str(root), "--replace"], env=env)
-
-
 def test_a_deployment_install_killed_at_every_checkpoint_is_rolled_back_then_finished(
     tmp_path: Path, write_profile: Callable[..., Path], cli
 ) -> None:
@@ -256,11 +249,11 @@ def test_a_deployment_install_killed_at_every_checkpoint_is_rolled_back_then_fin
     second = write_profile("extends: fleet1\nrouter:\n  port: 30457\n", name="fleet2")
     seed = tmp_path / "seed"
     seed.mkdir()
-    assert _fleet_install(first, seed).returncode == 0
+    assert install(first, seed).returncode == 0
     before = files_of(seed)
     ref = tmp_path / "ref"
     shutil.copytree(seed, ref, symlinks=True)
-    done = _fleet_install(second, ref)
+    done = install(second, ref)
     assert done.returncode == 0, done.stderr
     reference = files_of(ref)
     assert reference != before
@@ -271,7 +264,7 @@ def test_a_deployment_install_killed_at_every_checkpoint_is_rolled_back_then_fin
         assert n < MAX_CHECKPOINTS
         root = tmp_path / f"k{n}"
         shutil.copytree(seed, root, symlinks=True)
-        r = _fleet_install(second, root, hook=f"kill-at={n}")
+        r = install(second, root, hook=f"kill-at={n}")
         if r.returncode != -signal.SIGKILL:
             assert r.returncode == 0, r.stderr
             assert files_of(root) == reference
@@ -308,8 +301,8 @@ def test_a_deployment_uninstall_killed_at_every_checkpoint_is_finished_by_the_ne
     )
     seed = tmp_path / "seed"
     seed.mkdir()
-    assert _fleet_install(profile, seed).returncode == 0
-    assert _fleet_install(profile, seed).returncode == 0  # a second install: every member has a previous.service
+    assert install(profile, seed).returncode == 0
+    assert install(profile, seed).returncode == 0  # a second install: every member has a previous.service
     ref = tmp_path / "ref"
     shutil.copytree(seed, ref, symlinks=True)
     env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK"}

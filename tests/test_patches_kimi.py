@@ -122,6 +122,7 @@ def test_patches_commands_take_every_set_of_a_profile(site: Path, tmp_path: Path
     assert st.code == 1
     doc = json.loads(st.out)
     assert [s["set"] for s in doc["sets"]] == [SM120, KIMI] and doc["ok"] is False
+    assert any(f"--profile {profile}" in f["fix"] for f in doc["findings"] if f["status"] == "fail"), doc["findings"]
     done = cli("patches", "apply", *where, "--json")
     assert done.code == 0, done.err
     doc = json.loads(done.out)

@@ -155,16 +155,22 @@ def test_sandbox_settings_are_read_from_the_units_lines() -> None:
     assert Sandbox.from_lines(sandbox("off", [], "yes")) == OFF
 
 
+def _python_behind_a_closed_root(root: Path) -> Path:
+    """A system root where this interpreter's path links to /root/py/bin/python3 under a 0700 /root."""
+    python = Path(sys.executable)
+    (root / python.parent.relative_to("/")).mkdir(parents=True)
+    _file(root / "root/py/bin/python3")
+    (root / "root").chmod(0o700)
+    (root / python.relative_to("/")).symlink_to("/root/py/bin/python3")
+    return root
+
+
 @pytest.mark.usefixtures("systemd_tools")
 def test_install_service_refuses_before_writing_and_the_dry_run_lists_it(cli, tmp_path: Path, write_profile) -> None:
     """install-service --root R with an interpreter that R's layout puts behind a closed /root: exit 5, one line,
     nothing written; --dry-run shows the finding."""
     python = Path(sys.executable)
-    root = tmp_path / "root"
-    (root / python.parent.relative_to("/")).mkdir(parents=True)
-    _file(root / "root/py/bin/python3")
-    (root / "root").chmod(0o700)
-    (root / python.relative_to("/")).symlink_to("/root/py/bin/python3")
+    root = _python_behind_a_closed_root(tmp_path / "root")
     before = sorted(p.relative_to(root) for p in root.rglob("*"))
     profile = write_profile(f"extends: sim\npython: {python}\n")
     res = cli("install-service", "-p", str(profile), "--root", str(root))
@@ -194,11 +200,7 @@ def test_doctor_judges_the_unit_as_install_service_does(
     monkeypatch.setattr("kimi_serve.host.doctor.check_sglang", lambda *a: [])
     gate = Path(UnitContext.detect().kimi_serve)
     python = Path(sys.executable)
-    root = tmp_path / "system"
-    (root / python.parent.relative_to("/")).mkdir(parents=True)
-    _file(root / "root/py/bin/python3")
-    (root / "root").chmod(0o700)
-    (root / python.relative_to("/")).symlink_to("/root/py/bin/python3")
+    root = _python_behind_a_closed_root(tmp_path / "system")
     _file(root / gate.relative_to("/"), mode=0o700)  # not executable for kimi-serve
     monkeypatch.setenv("KIMI_SERVE_ACCOUNTS_ROOT", str(root))
     profile = write_profile(f"extends: sim\npython: {python}\nserver:\n  port: {loopback_port()}\n")

@@ -75,7 +75,7 @@ def _target(
         )
     sets = [load_patch_set(name) for name in p.patch_set]
     interpreter = python if python is not None or site_packages is not None else p.python
-    return resolve_site_packages(site_packages, interpreter), sets, p.name
+    return resolve_site_packages(site_packages, interpreter), sets, p.ref or p.name  # as typed: the fix repeats it
 
 
 def _render(st: PatchStatus) -> None:
@@ -101,11 +101,13 @@ def _render(st: PatchStatus) -> None:
         typer.echo(f"INTERRUPTED: {describe(st.interrupted)}")
 
 
-def _findings(st: PatchStatus, message: str | None) -> list[dict[str, str]]:
-    """The envelope's findings: what apply/revert did, or (status) each patch's state and an interrupted change."""
+def _findings(st: PatchStatus, message: str | None, profile: str | None = None) -> list[dict[str, str]]:
+    """The envelope's findings: what apply/revert did, or (status) each patch's state and an interrupted change;
+    ``profile``: the fix names ``--profile`` (every set at once) rather than this one set."""
     if message is not None:
         return [{"layer": "patches", "code": "change", "status": "pass", "message": message, "fix": ""}]
-    fix = f"kimi-serve patches apply --site-packages {st.site_packages} --set {st.set_name}"
+    which = f"--profile {profile}" if profile else f"--set {st.set_name}"
+    fix = f"kimi-serve patches apply --site-packages {st.site_packages} {which}"
     out = [
         {
             "layer": "patches",
@@ -254,7 +256,7 @@ def _finish_sets(
         for st, r in zip(states, results, strict=True):
             doc = st.to_dict() | ({"changed": r.changed, "message": r.message} if r is not None else {})
             docs.append(doc)
-            findings += _findings(st, r.message if r is not None else None)
+            findings += _findings(st, r.message if r is not None else None, profile)
         data = {"profile": profile, "changed": any(r is not None and r.changed for r in results), "sets": docs}
         typer.echo(json.dumps(envelope(command, exit_code, data, findings), indent=2))
         return
