@@ -18,9 +18,11 @@ from kimi_serve.core.proc import Completed
 from kimi_serve.service.monitor import Monitoring, run_monitored
 from kimi_serve.service.state import ServicePaths
 from kimi_serve.service.traffic import KINDS, classify, collect, read_state, state_file
+from kimi_serve.verify.parser_faults import PROBE_ID
 
 UNIT = "sglang-kimi.service"
 BAD = "[2026-12-02 05:26:47] Unexpected tool_call_id format: call_8f2a"
+OWN_PROBE = f"[2026-12-02 05:26:49] Unexpected tool_call_id format: {PROBE_ID}"  # verify's own parser probe
 REASONING = "[2026-12-02 05:26:48] Reasoning parsing error: K2-v3 reasoning parser requires force_reasoning=True"
 
 
@@ -124,7 +126,7 @@ def test_the_monitoring_run_writes_the_counters_and_status_shows_them(cli, tmp_p
     journal.entries = ["start"]
     with ContractServer("correct") as srv:
         mon = Monitoring(metrics, UNIT, "prod", tmp_path, journal=journal)
-        for extra in ([], [BAD, BAD, REASONING]):
+        for extra in ([], [BAD, OWN_PROBE, BAD, REASONING, OWN_PROBE]):
             journal.entries += extra
             report = run_monitored(srv.host, mon, api_key=None, model=None, wait=0, timeout=30, suite="quick",
                                    max_tokens=256)  # fmt: skip
@@ -136,10 +138,14 @@ def test_the_monitoring_run_writes_the_counters_and_status_shows_them(cli, tmp_p
         if s.name == "kimi_serve_traffic_parse_failures_total"
     }
     assert counts == {**dict.fromkeys(KINDS, 0.0), "tool_call_id": 2.0, "reasoning_error": 1.0}
+    own = [s.value for f in text_string_to_metric_families(metrics.read_text()) for s in f.samples
+           if s.name == "kimi_serve_traffic_own_probe_lines_total"]  # fmt: skip
+    assert own == [2.0]
     out = json.loads(cli("status", "--unit-name", UNIT, "--root", str(tmp_path), "--json").out)["traffic"]
     assert out["total"] == 3 and out["counts"]["tool_call_id"] == 2 and "cursor" not in out
+    assert out["own_probe_lines"] == 2 and out["lines_read"] == 5
     text = cli("status", "--unit-name", UNIT, "--root", str(tmp_path)).out
-    assert "traffic:      parse failures 3 (tool_call_id 2, reasoning_error 1) in 3 log lines" in text
+    assert "traffic:      parse failures 3 (tool_call_id 2, reasoning_error 1) in 5 log lines" in text
     assert not any(c for c in journal.calls if "--since" in c)
 
 

@@ -4,6 +4,8 @@ tests/traffic_log_probe.py drives SGLang's own serving layer and kimi_k2 parsers
 CPU SGLang interpreter (all scenarios in it; its stand-in, the model's raw output, is named in its docstring), and
 returns what SGLang logged per scenario in its own log format. Each scenario's lines must land in exactly its kind;
 then all of them, as canned journal output, go through the journal reader into the counters and the metrics file.
+What SGLang logs for verify's own parser probes (the timer runs them every interval) is counted apart, never as a
+failure.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from sim_pool import SGLangSession
 
 from kimi_serve.core.proc import Completed
 from kimi_serve.service.state import ServicePaths
-from kimi_serve.service.traffic import KINDS, PATTERNS, classify, collect, render
+from kimi_serve.service.traffic import KINDS, OWN, PATTERNS, classify, collect, render
 from kimi_serve.verify.metrics import write_metrics
+from kimi_serve.verify.parser_faults import CASES
 from kimi_serve.verify.report import Readiness, VerifyReport
 
 PROBE = Path(__file__).with_name("traffic_log_probe.py")
@@ -55,6 +58,18 @@ def test_each_failure_sglang_logs_lands_in_its_kind(logged: dict) -> None:
     sources = "".join(p.read_text() for d in ("function_call", "entrypoints/openai") for p in (site / d).glob("*.py"))
     for text in {t for ts in PATTERNS.values() for t in ts} - driven:
         assert text.strip().rstrip(":") in sources, text
+
+
+def test_what_sglang_logs_for_verifys_own_parser_probe_is_no_failure(logged: dict) -> None:
+    lines = [line for code, _, _ in CASES for line in logged["logs"][code]["lines"]]
+    assert all(logged["logs"][code]["status"] == 200 for code, _, _ in CASES)
+    # SGLang does log the unexpected-id probe, in the text a real dropped call logs
+    assert sum("Unexpected tool_call_id format: " in line for line in lines) == 1, lines
+    own: dict[str, int] = {}
+    assert classify(lines, own=own) == dict.fromkeys(KINDS, 0) and own == {OWN: 1}
+    # and a real client's call with an id outside the patterns still counts, in the same text
+    real = [line for line in logged["logs"]["unexpected_id"]["lines"] if "Unexpected tool_call_id" in line]
+    assert classify(real)["tool_call_id"] == 1
 
 
 def test_the_journal_reader_counts_them_into_the_metrics_file(logged: dict, tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """Drive SGLang 0.5.23's own OpenAI serving layer and kimi_k2 parsers into each parse failure of real traffic that it
-logs, and print what it logged for each; one JSON object.
+logs, and print what it logged for each; one JSON object. Then verify's own parser probes (POST /parse_function_call,
+kimi_serve/verify/parser_faults.py), each under its finding code, whose lines the counters must leave out.
 
 Run with the CPU SGLang interpreter: ``python traffic_log_probe.py REPO_DIR``. The log is set up by SGLang's own
 ``configure_logger`` (the format its server writes to the journal), its stream captured per scenario. The app is the
@@ -28,6 +29,7 @@ from sglang.srt.utils.common import configure_logger
 from kimi_serve.simulator import engine, server
 from kimi_serve.simulator.args import resolve
 from kimi_serve.simulator.tokenizer import load_tokenizer
+from kimi_serve.verify.parser_faults import CASES, PATH, request_body
 
 ARGS = '{"city": "Paris"}'
 BEGIN, ARG, END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
@@ -98,6 +100,11 @@ for name, (reasoning_parser, extra, stream, text) in SCENARIOS.items():
     else:
         status = app.post("/v1/chat/completions", json=body).status_code
     result["logs"][name] = {"status": status, "lines": captured.getvalue().splitlines()}
+for code, text, _ in CASES:  # the check's own probes, as verify sends them
+    captured.seek(0)
+    captured.truncate()
+    status = clients["kimi_k2"].post(PATH, json=request_body(text)).status_code
+    result["logs"][code] = {"status": status, "lines": captured.getvalue().splitlines()}
 print(json.dumps(result), flush=True)
 # Skip the interpreter's teardown: with the test clients' threads and torch loaded it can abort ("terminate called
 # without an active exception", SIGABRT) after the answer is out, which a busy machine made happen in a full run.

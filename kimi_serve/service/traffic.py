@@ -7,8 +7,10 @@ by tests/test_traffic_sglang.py). Each run reads the unit's journal after the st
 :data:`MAX_BYTES` of text, classifies the lines with :func:`classify` and adds them to the counters kept, with the
 cursor, in ``var/lib/kimi-serve/service/NAME/traffic.json`` (one atomic rename). The first run (no state) starts at
 the journal's current end, so an install never counts a backlog; a cursor journalctl rejects (rotated away, corrupt)
-restarts at the end the same way, counted in ``restarts``. The counters become ``kimi_serve_traffic_*_total`` series
-in the metrics file (docs/monitoring.md).
+restarts at the end the same way, counted in ``restarts``. The lines SGLang logs for verify's own parser probe
+(its id :data:`kimi_serve.verify.parser_faults.PROBE_ID`: the timer's check runs it every interval) are no real
+traffic: they are counted apart, in ``own_probe_lines``, never as failures. The counters become
+``kimi_serve_traffic_*_total`` series in the metrics file (docs/monitoring.md).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from kimi_serve.core.proc import Completed, NotInstalled, Runner, run
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic
+from kimi_serve.verify.parser_faults import PROBE_ID
 
 STATE = "traffic.json"
 MAX_LINES = 20000  # journal entries read per run (journalctl -n)
@@ -54,12 +57,23 @@ KINDS = tuple(PATTERNS)
 _MATCH = re.compile("|".join(f"(?P<{kind}>{'|'.join(map(re.escape, texts))})" for kind, texts in PATTERNS.items()))
 
 
-def classify(lines: Iterable[str]) -> dict[str, int]:
-    """Parse-failure lines per kind (every kind present, 0 when none); a line counts once, for its first match."""
+OWN = "own_probe"  # the key classify() counts verify's own probe lines under (not a kind: no failure of traffic)
+
+
+def classify(lines: Iterable[str], *, own: dict[str, int] | None = None) -> dict[str, int]:
+    """Parse-failure lines per kind (every kind present, 0 when none); a line counts once, for its first match.
+
+    A matching line that carries verify's probe id is kimi-serve's own request, not traffic: it is left out (and
+    counted in ``own[OWN]`` when ``own`` is given)."""
     counts = dict.fromkeys(KINDS, 0)
     for line in lines:
-        m = _MATCH.search(line[:LINE_BYTES])
+        head = line[:LINE_BYTES]
+        m = _MATCH.search(head)
         if m and m.lastgroup:
+            if PROBE_ID in head:
+                if own is not None:
+                    own[OWN] = own.get(OWN, 0) + 1
+                continue
             counts[m.lastgroup] += 1
     return counts
 
@@ -73,6 +87,7 @@ class TrafficState:
     lines_read: int = 0
     capped_runs: int = 0  # runs that hit MAX_LINES or MAX_BYTES (lines beyond were not counted)
     restarts: int = 0  # runs that found no usable cursor and started at the journal's end
+    own_probe_lines: int = 0  # parse-failure lines SGLang logged for verify's own probe (not counted as failures)
     last_run: float = 0.0
     error: str = ""  # why the last run could not read the journal ("" when it could)
 
@@ -83,6 +98,7 @@ class TrafficState:
             "lines_read": self.lines_read,
             "capped_runs": self.capped_runs,
             "restarts": self.restarts,
+            "own_probe_lines": self.own_probe_lines,
             "last_run": round(self.last_run, 3),
             "error": self.error,
         }
@@ -109,6 +125,7 @@ def read_state(paths: ServicePaths) -> TrafficState | None:
         lines_read=_int(data.get("lines_read")),
         capped_runs=_int(data.get("capped_runs")),
         restarts=_int(data.get("restarts")),
+        own_probe_lines=_int(data.get("own_probe_lines")),
         last_run=float(data.get("last_run") or 0.0) if isinstance(data.get("last_run"), int | float) else 0.0,
         error=str(data.get("error") or ""),
     )
@@ -173,8 +190,10 @@ def collect(
     assert done is not None
     state.error = "" if done.ok else done.describe()[:300]
     lines, over = _capped(new_lines, max_bytes)
-    for kind, n in classify(lines).items():
+    own: dict[str, int] = {}
+    for kind, n in classify(lines, own=own).items():
         state.counts[kind] += n
+    state.own_probe_lines += own.get(OWN, 0)
     state.lines_read += len(lines)
     state.capped_runs += 1 if over or len(new_lines) >= max_lines else 0
     state.cursor = cursor or state.cursor
@@ -221,6 +240,12 @@ def render(
             "counter",
             "Runs that found no usable journal cursor and started at the journal's end.",
             [(labels, float(state.restarts))],
+        ),
+        (
+            f"{PREFIX}_own_probe_lines_total",
+            "counter",
+            "Parse-failure lines SGLang logged for kimi-serve's own parser probe (left out of the failures).",
+            [(labels, float(state.own_probe_lines))],
         ),
         (
             f"{PREFIX}_log_read_ok",

@@ -3,11 +3,14 @@ which runs the server's installed detector (the non-streaming path, ``parse_non_
 so the faults show without asking the model to produce them:
 
 - ``parser.unexpected_id``: a call whose id is outside SGLang 0.5.23's two id patterns (``functions.NAME:N``,
-  ``NAME:N`` / a bare counter), ``call_8f2a``; upstream drops the call (no ``tool_calls``, ``finish_reason: stop``,
+  ``NAME:N`` / a bare counter), :data:`PROBE_ID`; upstream drops the call (no ``tool_calls``, ``finish_reason: stop``,
   sgl-project/sglang#25358); the Kimi patch set keeps it (feature ``keep_unexpected_tool_call_ids``).
 - ``parser.bare_call_begin``: a call with ``<|tool_call_begin|>`` but no ``<|tool_calls_section_begin|>``: streaming
   accepts it, non-streaming returns it as raw text, so the two modes disagree on one output; patched, both take it
   (feature ``bare_tool_call_begin_non_stream``).
+
+SGLang logs the first case's id as it handles it ("Unexpected tool_call_id format: ID"), patched or not: the id is
+kimi-serve's own marker, so the real-traffic counters (kimi_serve/service/traffic.py) leave the probe's own lines out.
 
 A server that shows a fault gets a warning naming it and the fix (the Kimi patch set); one without the endpoint (a
 gateway, the router) or that refuses it is not judged (skip). Each request is a parse, no generation: cheap enough
@@ -24,6 +27,9 @@ from kimi_serve.verify.target import Target
 from kimi_serve.verify.transport import TransportError, request
 
 PATH = "/parse_function_call"
+# the unexpected-id case's id: outside both of SGLang's patterns, and a marker no client sends, so the lines SGLang
+# logs for verify's own probe are not counted as real traffic (service/traffic.py's one exclusion)
+PROBE_ID = "call_kimiserve_probe_8f2a"
 TOOL = "get_weather"
 ARGS = {"city": "Paris"}
 TOOLS = [
@@ -50,8 +56,8 @@ FIX = (
 CASES = (
     (
         "parser.unexpected_id",
-        "<|tool_calls_section_begin|>" + _call("call_8f2a") + "<|tool_calls_section_end|>",
-        "drops a tool call whose id is outside its two id patterns (call_8f2a): the agent gets no tool_calls and "
+        "<|tool_calls_section_begin|>" + _call(PROBE_ID) + "<|tool_calls_section_end|>",
+        f"drops a tool call whose id is outside its two id patterns ({PROBE_ID}): the agent gets no tool_calls and "
         "finish_reason stop (sgl-project/sglang#25358)",
     ),
     (
@@ -84,13 +90,17 @@ def judge(code: str, what: str, status: int, body: Any) -> Finding:
     )
 
 
+def request_body(text: str) -> dict[str, Any]:
+    """What verify POSTs for one case: the text, the one offered tool, the kimi_k2 parser."""
+    return {"text": text, "tools": TOOLS, "tool_call_parser": "kimi_k2"}
+
+
 def parser_checks(target: Target, api_key: str | None, deadline: float) -> list[Finding]:
     """One finding per fault in :data:`CASES`: pass (fixed), warn (the fault, with the fix), skip (not judged)."""
     out = []
     for code, text, what in CASES:
-        body = {"text": text, "tools": TOOLS, "tool_call_parser": "kimi_k2"}
         try:
-            reply = request("POST", target.url(PATH), deadline=deadline, api_key=api_key, json_body=body)
+            reply = request("POST", target.url(PATH), deadline=deadline, api_key=api_key, json_body=request_body(text))
         except TransportError as err:
             out.append(Finding("verify", code, SKIP, f"POST {PATH}: {err.detail}; not checked"))
             continue

@@ -1,7 +1,9 @@
 """The contract monitor under a REAL systemd (PID 1 in a systemd-nspawn container): install-service --now installs the
 simulator unit plus its verify timer; the timer keeps the metrics file and the status history true as the served API
 breaks (the simulator replaced by the contract STAND-IN in its no-tool-parser mode: raw tool-call tokens in content)
-and recovers (the simulator back); OnFailure= starts the alert template; a check slower than the interval is never
+and recovers (the simulator back); OnFailure= starts the alert template; the real-traffic counters read the unit's own journal: a client's call whose id
+SGLang's real kimi_k2 detector (in the simulator's process) drops is counted, the check's own parser probe, which makes
+SGLang log the same text every run, is not; a check slower than the interval is never
 run twice at once; uninstall-service removes the timer units. The monitoring units run sandboxed (#29.6): the check as
 root without capabilities, reading the service user's 0600 key file only through LoadCredential= and writing only its
 records (which stay root's: the service user cannot write them) and the metrics directory; the alert as a DynamicUser.
@@ -13,6 +15,7 @@ import json
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -87,6 +90,30 @@ def test_timer_keeps_metrics_and_history_true(sandbox: Any, sglang_python: str, 
         assert len(values) == 1, text
         return values[0]
 
+    def traffic() -> dict[str, float]:
+        """The real-traffic series of the metrics file: failures by kind, plus the own-probe lines under "own"."""
+        out: dict[str, float] = {}
+        for f in text_string_to_metric_families(sandbox.run(["cat", METRICS]).stdout):
+            for s in f.samples:
+                if s.name == "kimi_serve_traffic_parse_failures_total":
+                    out[s.labels["kind"]] = s.value
+                elif s.name == "kimi_serve_traffic_own_probe_lines_total":
+                    out["own"] = s.value
+        return out
+
+    def client_call(call_id: str) -> list[Any]:
+        """A client's request to the unit's parser (POST /parse_function_call): a call whose id SGLang 0.5.23 drops."""
+        text = f'<|tool_calls_section_begin|><|tool_call_begin|>{call_id}<|tool_call_argument_begin|>{{"city": "Oslo"}}'
+        body = {"text": text + "<|tool_call_end|><|tool_calls_section_end|>", "tool_call_parser": "kimi_k2",
+                "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]}  # fmt: skip
+        req = urllib.request.Request(
+            f"{endpoint}/parse_function_call",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as reply:
+            return list(json.loads(reply.read())["calls"])
+
     def history() -> list[dict[str, Any]]:
         """Every record the checks appended (status shows the last 10 of them)."""
         text = sandbox.run(
@@ -122,6 +149,21 @@ def test_timer_keeps_metrics_and_history_true(sandbox: Any, sglang_python: str, 
         ]
     )
     assert forge.returncode != 0 and "forged" not in sandbox.run(["cat", f"{records}/monitor-history.jsonl"]).stdout
+
+    # real traffic: two client calls the unit's SGLang parser drops land in its journal, and the next run counts them;
+    # the check's own parser probe makes SGLang log the same text every run, and is never counted
+    assert client_call("call_Qx81") == [] and client_call("toolu_01A") == []  # the fault itself: the call is lost
+    _wait("the timer to count the two dropped calls", lambda: traffic().get("tool_call_id") == 2)
+    runs = len(history())
+    _wait("two more checks", lambda: len(history()) >= runs + 2)
+    seen = traffic()
+    assert seen["tool_call_id"] == 2 and sum(v for k, v in seen.items() if k != "own") == 2, seen
+    assert seen["own"] >= 2, seen  # the probe's lines were read from the journal, and left out
+    rc, out = cli("status", "--unit-name", UNIT, "--json")
+    tr = json.loads(out)["traffic"]
+    assert tr["total"] == 2 and tr["counts"]["tool_call_id"] == 2 and not tr["error"], tr
+    rc, text = cli("status", "--unit-name", UNIT)
+    assert "parse failures 2 (tool_call_id 2)" in text, text
 
     # broken: the simulator replaced by a server that returns raw tool-call tokens
     sandbox.run(["systemctl", "stop", UNIT])
