@@ -2,8 +2,8 @@
 """The test suite's tier timings: run each tier through scripts/test.sh (the same workers and setup as CI) and print
 its wall time, its test count and share, and its slowest tests, so a slow test is found before CI finds it.
 
-Usage: benchmarks/bench_test_tiers.py [--tier fast|sglang|systemd|engine|all ...] [--top N] [--junit DIR]
-  default: fast, then the slow tiers one by one (sglang, systemd, engine): about the whole suite's time.
+Usage: benchmarks/bench_test_tiers.py [--tier fast|sglang|systemd|engine|crash|all ...] [--top N] [--junit DIR]
+  default: fast, then the slow tiers one by one (sglang, systemd, engine, crash): about the whole suite's time.
   --tier all  the whole suite in one run (what CI runs; compare with the sum of the tiers).
   --junit DIR keep each run's JUnit XML there; --from DIR summarise earlier runs instead of running.
 Targets (docs/testing.md): fast <= 120 s with >= 75% of the tests; all <= 20 minutes on a 2-core machine.
@@ -26,6 +26,7 @@ TIERS = {
     "sglang": ["--tier", "sglang"],
     "systemd": ["--tier", "systemd"],
     "engine": ["--tier", "engine"],
+    "crash": ["--tier", "crash"],
     "all": [],
 }
 
@@ -65,7 +66,7 @@ def main() -> int:
     ap.add_argument("--junit", type=Path, help="keep the JUnit XML files here")
     ap.add_argument("--from", dest="source", type=Path, help="summarise TIER.xml files written earlier by --junit")
     args = ap.parse_args()
-    tiers = args.tier or ["fast", "sglang", "systemd", "engine"]
+    tiers = args.tier or ["fast", "sglang", "systemd", "engine", "crash"]
     out_dir = args.source or args.junit or Path(tempfile.mkdtemp(prefix="kimi-serve-tiers-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     workers = os.environ.get("KIMI_SERVE_TEST_WORKERS", "4 (scripts/test.sh's default)")

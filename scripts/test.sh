@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run the test suite: sets up what it needs (idempotent, cached), then pytest in parallel (pytest-xdist).
 #   ./scripts/test.sh                  everything (CI runs exactly this via .ci/run)
-#   ./scripts/test.sh --fast           the fast tier: no SGLang process, no container, no engine install (~2 min)
-#   ./scripts/test.sh --tier sglang    one tier (sglang, systemd, engine; docs/testing.md)
+#   ./scripts/test.sh --fast           the fast tier: no SGLang process, no container, no engine install, no
+#                                      kill-at-every-checkpoint loop (under 2 min)
+#   ./scripts/test.sh --tier sglang    one tier (sglang, systemd, engine, crash; docs/testing.md)
 #   ./scripts/test.sh -k verify        a subset; any other argument goes to pytest
 #   KIMI_SERVE_TEST_WORKERS=N          xdist workers (default: docs/testing.md; 0 = no xdist, one process)
 set -euo pipefail
@@ -12,9 +13,9 @@ marks=()
 fast=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --fast) fast=1; marks=(-m "not sglang and not systemd and not engine"); shift ;;
-    --tier) [ $# -ge 2 ] || { echo "scripts/test.sh: --tier needs a name (sglang, systemd, engine)" >&2; exit 2; }
-            case "$2" in sglang|systemd|engine) ;; *) echo "scripts/test.sh: unknown tier '$2' (sglang, systemd, engine)" >&2; exit 2 ;; esac
+    --fast) fast=1; marks=(-m "not sglang and not systemd and not engine and not crash"); shift ;;
+    --tier) [ $# -ge 2 ] || { echo "scripts/test.sh: --tier needs a name (sglang, systemd, engine, crash)" >&2; exit 2; }
+            case "$2" in sglang|systemd|engine|crash) ;; *) echo "scripts/test.sh: unknown tier '$2' (sglang, systemd, engine, crash)" >&2; exit 2 ;; esac
             marks=(-m "$2"); shift 2 ;;
     *) break ;;
   esac

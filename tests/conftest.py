@@ -10,9 +10,12 @@ Tiers (docs/testing.md): a test's tier markers come from the fixtures it request
 - ``engine``: a real ``engine install`` (``cpu_engine``) or a resolution against the package index
   (``package_index``);
 - ``listener``: a network listener of its own beyond a socketpair (``loopback_port``);
-- ``systemd_tools``: the host's own systemctl / systemd-analyze binaries, no container (``systemd_tools``): fast.
+- ``systemd_tools``: the host's own systemctl / systemd-analyze binaries, no container (``systemd_tools``): fast;
+- ``crash``: a loop that SIGKILLs a command at every one of its checkpoints and runs it again (``kill_points``):
+  hundreds of runs each, no server, no container.
 
-``./scripts/test.sh --fast`` runs ``not sglang and not systemd and not engine``; ``./scripts/test.sh`` all of it.
+``./scripts/test.sh --fast`` runs ``not sglang and not systemd and not engine and not crash``; ``./scripts/test.sh``
+all of it.
 """
 
 from __future__ import annotations
@@ -62,8 +65,9 @@ TIER_FIXTURES: dict[str, frozenset[str]] = {
     "engine": frozenset({"cpu_engine", "package_index"}),
     "listener": frozenset({"loopback_port"}),
     "systemd_tools": frozenset({"systemd_tools"}),
+    "crash": frozenset({"kill_points"}),
 }
-SLOW_TIERS = ("sglang", "systemd", "engine")  # what --fast leaves out
+SLOW_TIERS = ("sglang", "systemd", "engine", "crash")  # what --fast leaves out
 # How xdist spreads the tests (scripts/test.sh: -n N): by module, so a module-scoped fixture is built once, and two
 # groups across modules. The systemd sandbox is one per host (tests/systemd/sandbox.sh holds a lock for the
 # container's life, which is the worker's session): all its tests on one worker. The pooled simulators start once
@@ -269,6 +273,13 @@ def systemd_tools() -> None:
 @pytest.fixture
 def package_index() -> None:
     """The test resolves or downloads from the package index (PyPI): the engine tier, out of --fast."""
+
+
+@pytest.fixture
+def kill_points() -> None:
+    """The test SIGKILLs a command at every one of its checkpoints (kimi_serve/core/faults.py) and runs it again: the
+    crash tier, out of --fast (each such loop starts dozens to hundreds of runs through tests/zygote.py). A single
+    kill at one chosen point stays in the fast tier."""
 
 
 @pytest.fixture

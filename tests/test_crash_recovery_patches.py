@@ -70,6 +70,7 @@ def assert_status_tells_the_truth(site: Path, state: Path, patch_set, *, origina
         assert st.pristine and st.record is None
 
 
+@pytest.mark.usefixtures("kill_points")
 @pytest.mark.parametrize("verb", ["apply", "revert"])
 def test_kill_at_every_checkpoint_then_recover(verb: str, pristine: Path, patch_set, tmp_path: Path) -> None:
     original = snapshot(pristine)
@@ -201,6 +202,7 @@ def test_with_wait_lock_the_second_apply_waits_and_finds_it_applied(pristine: Pa
     assert "applied 7 patches" in messages[1]
 
 
+@pytest.mark.usefixtures("kill_points")
 def test_a_recovery_killed_at_every_checkpoint_is_recovered_again(pristine: Path, patch_set, tmp_path: Path) -> None:
     original = snapshot(pristine)
     site, state = tmp_path / "site-packages", tmp_path / "state"  # the journal is kept per site-packages path

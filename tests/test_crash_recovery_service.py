@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -16,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from host_files import MAX_CHECKPOINTS, files_of, normalized
 from zygote import shared
 
 from kimi_serve.core.proc import Completed
@@ -26,7 +26,6 @@ from kimi_serve.service.systemctl import Systemd, run
 
 KEY = "sk-crash-test"
 UNIT = "sglang-kimi.service"
-MAX_CHECKPOINTS = 200
 
 pytestmark = pytest.mark.usefixtures("systemd_tools")
 
@@ -37,36 +36,6 @@ def _no_sglang_tier(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KIMI_SERVE_API_KEY", KEY)
 
 
-# shadow-utils' own backups (useradd/userdel write NAME- beside each file they change): not kimi-serve's to restore
-_BACKUPS = {"etc/passwd-", "etc/group-", "etc/shadow-", "etc/gshadow-"}
-
-
-def files_of(root: Path) -> dict[str, tuple[int, bytes | str]]:
-    """Every file and symlink under ``root``: mode and bytes (or the link target). Folders are not compared."""
-    out: dict[str, tuple[int, bytes | str]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            if str(p.relative_to(root)) in _BACKUPS:
-                continue
-            if p.is_symlink():
-                out[str(p.relative_to(root))] = (0, os.readlink(p))
-            elif p.is_file():
-                out[str(p.relative_to(root))] = (p.stat().st_mode, _stable(p.read_bytes()))
-    return out
-
-
-def _stable(data: bytes) -> bytes:
-    """A created key file's admin key is random by design: compare that it is there and distinct, not its value."""
-    m = re.search(rb"^admin-api-key: (\S+)$", data, re.M)
-    if m is None:
-        return data
-    assert re.search(rb"^api-key: (\S+)$", data, re.M) and m.group(1) not in re.findall(
-        rb"^api-key: (\S+)$", data, re.M
-    )
-    return data.replace(m.group(1), b"<random admin key>")
-
-
 def install(profile: Path, root: Path, hook: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK"}
     if hook:
@@ -74,6 +43,7 @@ def install(profile: Path, root: Path, hook: str | None = None) -> subprocess.Co
     return shared().run(["install-service", "-p", str(profile), "--root", str(root), "--replace"], env=env)
 
 
+@pytest.mark.usefixtures("kill_points")
 @pytest.mark.parametrize("start", ["fresh", "over-an-installed-unit", "fresh-creating-the-account"])
 def test_install_service_killed_at_every_checkpoint_is_rolled_back_then_finished(
     start: str, tmp_path: Path, write_profile: Callable[..., Path], cli
@@ -146,18 +116,6 @@ def test_a_second_install_while_one_holds_the_lock_exits_75(tmp_path: Path, writ
     assert "`kimi-serve install-service` (pid " in loser and f"is changing {root}" in loser
 
 
-def _normalized(files: dict[str, tuple[int, bytes | str]]) -> dict[str, tuple[int, bytes | str]]:
-    """Records carry the time they were written: drop it, compare the rest byte for byte."""
-    out = {}
-    for rel, (mode, data) in files.items():
-        if rel.endswith(".json") and isinstance(data, bytes):
-            record = json.loads(data)
-            record.pop("time", None)
-            data = json.dumps(record, sort_keys=True).encode()
-        out[rel] = (mode, data)
-    return out
-
-
 def stand_in_systemctl(argv, *, timeout: float) -> Completed:
     """STAND-IN for systemctl on the running system (the restart tests drive a unit under a temporary root)."""
     return Completed(tuple(argv), 0, "", "")
@@ -174,6 +132,7 @@ def restart_driver(
     )
 
 
+@pytest.mark.usefixtures("kill_points")
 @pytest.mark.parametrize("scenario, code", [("pass", "0"), ("fail", "1")], ids=["new-unit-passes", "rolls-back"])
 def test_restart_killed_at_every_checkpoint_is_rolled_back_then_finished(
     scenario: str, code: str, tmp_path: Path, write_profile: Callable[..., Path]
@@ -185,11 +144,11 @@ def test_restart_killed_at_every_checkpoint_is_rolled_back_then_finished(
     seed = tmp_path / "seed"
     seed.mkdir()
     assert restart_driver(seed, good, "pass").stdout.strip() == "0"  # the last good unit
-    before = _normalized(files_of(seed))
+    before = normalized(files_of(seed))
     ref = tmp_path / "ref"
     shutil.copytree(seed, ref, symlinks=True)
     assert restart_driver(ref, new, scenario).stdout.strip() == code
-    reference = _normalized(files_of(ref))
+    reference = normalized(files_of(ref))
     assert reference != before
 
     n = 0
@@ -201,13 +160,13 @@ def test_restart_killed_at_every_checkpoint_is_rolled_back_then_finished(
         r = restart_driver(root, new, scenario, hook=f"kill-at={n}")
         if r.returncode != -signal.SIGKILL:
             assert r.stdout.strip() == code, r.stderr
-            assert _normalized(files_of(root)) == reference
+            assert normalized(files_of(root)) == reference
             break
         paths = ServicePaths(root, UNIT)
         st = status(paths, Systemd(run, root))  # an injected root: files and records only, systemd not asked
         assert (st.interrupted is not None) == intent_path(paths).exists(), n
         if st.interrupted is None:
-            assert _normalized(files_of(root)) in (before, reference), n
+            assert normalized(files_of(root)) in (before, reference), n
         else:
             assert st.interrupted["op"] == "restart" and st.exit_code == 1
         if n % 2:  # the rollback alone gives back every file byte for byte (the records' times included)
@@ -215,7 +174,7 @@ def test_restart_killed_at_every_checkpoint_is_rolled_back_then_finished(
             assert files_of(root) == files_of(seed), n
         # the next restart rolls the killed one back first, then ends where an uninterrupted one ends
         assert restart_driver(root, new, scenario).stdout.strip() == code, n
-        assert _normalized(files_of(root)) == reference, n
+        assert normalized(files_of(root)) == reference, n
         shutil.rmtree(root)
     assert n > 8, f"only {n - 1} checkpoints in restart"
 
@@ -236,6 +195,7 @@ def test_a_bug_in_the_middle_of_install_is_exit_70_and_rolled_back_by_the_next_r
     assert files_of(root) == {}  # the unit, its enablement and the key file it created are gone again
 
 
+@pytest.mark.usefixtures("kill_points")
 def test_a_deployment_install_killed_at_every_checkpoint_is_rolled_back_then_finished(
     tmp_path: Path, write_profile: Callable[..., Path], cli
 ) -> None:
@@ -290,6 +250,7 @@ def test_a_deployment_install_killed_at_every_checkpoint_is_rolled_back_then_fin
     assert kills >= 10, f"only {kills} checkpoints in a deployment's install-service"
 
 
+@pytest.mark.usefixtures("kill_points")
 def test_a_deployment_uninstall_killed_at_every_checkpoint_is_finished_by_the_next_run(
     tmp_path: Path, write_profile: Callable[..., Path], cli
 ) -> None:

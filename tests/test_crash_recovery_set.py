@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_crash_recovery_service import files_of
+from host_files import files_of
 from zygote import shared
 
 from kimi_serve.service.journal import intent_path
@@ -43,6 +43,7 @@ def _install(profile: Path, root: Path, key: str, state: Path, hook: str) -> sub
     return shared().run(["install-service", "-p", str(profile), "--root", str(root), "--replace", *SET], env=env)
 
 
+@pytest.mark.usefixtures("kill_points")
 def test_a_set_renamed_install_killed_at_every_checkpoint_is_rolled_back_by_the_next_run(
     tmp_path: Path, write_profile: Callable[..., Path], cli
 ) -> None:

@@ -1,20 +1,17 @@
 """The decisions of the rolling restart (which replica, in which order, when to refuse, when to stop, what is rolled
 back, what the router is told), driven by a RECORDING runner standing in for systemctl, a scripted verifier and a
-STAND-IN router (GET/DELETE/POST /workers in sglang-router 0.3.2's shape) that records how many healthy workers it
-had after every change. The same flow with the real router and systemd: tests/systemd/test_fleet_systemd.py.
+STAND-IN router (tests/router_stand_in.py) that records how many healthy workers it had after every change. The same flow with the real router and systemd: tests/systemd/test_fleet_systemd.py.
 """
 
 from __future__ import annotations
 
-import json
-import threading
 import uuid
 from collections.abc import Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from router_stand_in import StandInRouter, serving
 
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.proc import Completed
@@ -61,67 +58,10 @@ class Verifier:
         return (1, "tool_calls missing") if endpoint in self.fail else (0, "contract holds")
 
 
-class StandInRouter:
-    """STAND-IN for sglang-router's worker API; ``healthy`` says which worker URLs answer their health checks."""
-
-    def __init__(self) -> None:
-        self.workers: dict[str, str] = {}  # id -> url
-        self.healthy: set[str] = set()
-        self.log: list[str] = []
-        self.min_healthy: int | None = None
-        router = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _send(self, code: int, data: dict[str, Any]) -> None:
-                body = json.dumps(data).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:
-                self._send(
-                    200,
-                    {
-                        "workers": [
-                            {"id": i, "url": u, "is_healthy": u in router.healthy} for i, u in router.workers.items()
-                        ]
-                    },
-                )
-
-            def do_DELETE(self) -> None:
-                url = router.workers.pop(self.path.rsplit("/", 1)[-1])
-                router.changed(f"remove {url}")
-                self._send(202, {"status": "accepted"})
-
-            def do_POST(self) -> None:
-                url = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["url"]
-                router.workers[str(uuid.uuid4())] = url
-                router.changed(f"add {url}")
-                self._send(202, {"status": "accepted"})
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self.server.server_address[1])
-
-    def changed(self, what: str) -> None:
-        self.log.append(what)
-        n = sum(1 for u in self.workers.values() if u in self.healthy)
-        self.min_healthy = n if self.min_healthy is None else min(self.min_healthy, n)
-
-
 @pytest.fixture
 def router() -> Iterator[StandInRouter]:
-    r = StandInRouter()
-    threading.Thread(target=r.server.serve_forever, daemon=True).start()
-    try:
+    with serving() as r:
         yield r
-    finally:
-        r.server.shutdown()
-        r.server.server_close()
 
 
 @pytest.fixture(autouse=True)

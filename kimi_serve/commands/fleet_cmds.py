@@ -110,7 +110,7 @@ def restart(target: Target, *, only: list[int], as_json: bool, wait_lock: bool) 
     from kimi_serve.service.rolling import rolling_restart
     from kimi_serve.service.verifier import contract_verifier
 
-    with host_lock("restart", wait_lock):
+    with host_lock("restart", wait_lock, target.systemd.root):
         recover(target, deployment=True)
         fleet = _plan(target, True, True, True)
         say(f"rolling restart of {fleet.base.removesuffix('.service')} (one replica at a time)...")

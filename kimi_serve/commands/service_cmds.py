@@ -214,7 +214,7 @@ def restart(
     if target.replicated:
         return fleet_cmds.restart(target, only=list(replica or []), as_json=as_json, wait_lock=wait_lock)
 
-    with host_lock("restart", wait_lock):
+    with host_lock("restart", wait_lock, target.systemd.root):
         recover(target, deployment=False)
         plan = _plan(target, now=True, contract=True)
         warmed = _prewarm_first(plan.profile) if prewarm else None

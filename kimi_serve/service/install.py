@@ -283,7 +283,7 @@ def planned_actions(plan: Plan, systemd: Systemd) -> list[str]:
         actions.append(f"create {plan.profile.server.api_key_file} (mode 0600) with the key from ${API_KEY_ENV}{admin}")
     actions += account.planned(plan.profile.service.user, *account.roots(p.root, systemd.live, Path("/")))
     actions.append(f"create working directory {plan.profile.service.working_directory} if missing")
-    if p.unit_file.exists():
+    if p.unit_file.exists() and read_text(p.unit_file) != plan.unit.text:
         actions.append(f"keep the current unit as {p.previous_unit}")
     actions.append(f"write {p.unit_file} atomically (sha256 {plan.unit.sha256[:12]})")
     if systemd.live:
@@ -336,7 +336,9 @@ def write_unit(plan: Plan, systemd: Systemd, result: Result, environ: Mapping[st
     for action in account.hand_over(owner, owned):  # SGLang, running as that user, reads the key file
         result.add(action, "done")
     current = read_text(p.unit_file)
-    if current is not None:
+    # the unit before the last CHANGE: writing the same text again (a restart of an unchanged unit, a killed rolling
+    # restart run again) must not replace it with a copy of the current one, or the last different unit is lost
+    if current is not None and current != plan.unit.text:
         write_atomic(p.previous_unit, current)
         result.add(f"keep the current unit as {p.previous_unit}", "done")
     write_atomic(p.unit_file, plan.unit.text, 0o644)

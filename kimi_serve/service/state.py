@@ -2,7 +2,7 @@
 
 Under ``ROOT`` (``/`` on a real host, a temporary tree in tests):
 - ``etc/systemd/system/NAME.service``: the unit;
-- ``var/lib/kimi-serve/service/NAME/``: ``previous.service`` (the unit before the last write),
+- ``var/lib/kimi-serve/service/NAME/``: ``previous.service`` (the unit before the last change),
   ``last-good.service`` + ``last-good.json`` (written only after a passing verify), ``last-verify.json``.
 Every write is atomic (temporary file in the same directory, fsync, rename).
 """
