@@ -69,6 +69,7 @@ def main(argv: list[str]) -> int:
                 workload="random",
                 repeat=1,
                 out=out,
+                profiles=(None, None),  # labels of a running server
                 hosts=[sim.base_url, sim.base_url],
             )
             shutil.copytree(work / "tokenizer-standin", out / "tokenizer-standin")

@@ -24,9 +24,9 @@ ALLOWED: dict[str, set[str]] = {
     "host": {"core", "profile", "sglang", "patches"},
     "prewarm": {"core", "profile", "host"},
     "check": {"core", "profile", "sglang", "verify", "simulator", "patches", "host", "process"},
-    "service": {"core", "profile", "sglang", "verify", "check", "router", "host"},
-    "up": {"core", "profile", "sglang", "verify", "simulator", "check", "router", "host", "process"},
     "engine": {"core", "profile", "sglang", "patches", "check"},
+    "service": {"core", "profile", "sglang", "verify", "check", "router", "host", "engine"},
+    "up": {"core", "profile", "sglang", "verify", "simulator", "check", "router", "host", "process"},
     "bench": {"core", "profile", "sglang", "verify", "simulator", "check", "host", "process"},
     "k8s": {"core", "profile", "check", "service"},
     "commands": {

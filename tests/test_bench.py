@@ -199,7 +199,14 @@ def _recorded(tmp_path: Path, monkeypatch) -> tuple[Path, BenchOptions]:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"fingerprint": fp, "workload_digest": workload.digest, "figures": _cell(v)}))
     opts = BenchOptions(
-        profile="sim", against="sim-baseline", concurrency=[1, 4], requests=4, workload="agentic", repeat=1, out=out
+        profile="sim",
+        against="sim-baseline",
+        concurrency=[1, 4],
+        requests=4,
+        workload="agentic",
+        repeat=1,
+        out=out,
+        profiles=(load_profile("sim"), load_profile("sim-baseline")),
     )
     return out, opts
 
@@ -373,6 +380,7 @@ def test_progress_and_table_agree_under_speedup(tmp_path: Path, monkeypatch) -> 
         workload="agentic",
         repeat=1,
         out=tmp_path / "out",
+        profiles=(load_profile("sim"), load_profile("sim-baseline")),
         speedup=4.0,
     )
     lines: list[str] = []

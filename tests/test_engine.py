@@ -230,6 +230,32 @@ def test_install_builds_records_and_patches_the_cpu_engine(cli, cpu_engine):
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def test_the_engine_depends_on_nothing_outside_its_prefix(cli, cpu_engine):
+    """A standalone interpreter and kimi-serve itself inside the prefix (docs/systemd.md "Supported layout"): every
+    link in bin/ stays inside, and the engine imports SGLang and runs its own kimi-serve with the base interpreter's
+    installation hidden, as the unit's sandbox hides /root and /home."""
+    record = json.loads((cpu_engine / eng.RECORD_NAME).read_text())
+    assert record["interpreter"]["kind"] == "copy" and (cpu_engine / record["interpreter"]["path"]).is_file()
+    assert record["kimi_serve"]["script"] == "bin/kimi-serve"
+    for link in (cpu_engine / "bin").iterdir():
+        if link.is_symlink():
+            assert not os.path.isabs(os.readlink(link)), link  # relative: the prefix can be renamed into place
+            assert link.resolve().is_relative_to(cpu_engine), link
+    assert (cpu_engine / "pyvenv.cfg").read_text().splitlines()[0] == f"home = {cpu_engine / 'python' / 'bin'}"
+    base = Path(record["interpreter"]["base"]).resolve().parent.parent
+    code = "import kimi_serve, sglang.srt.function_call.kimik2_detector; print(kimi_serve.__file__)"
+    script = [f"{cpu_engine}/bin/python -I -c '{code}'", f"{cpu_engine}/bin/kimi-serve --help >/dev/null && echo ok"]
+    if os.geteuid() == 0 and str(base) not in ("/usr", "/usr/local"):
+        script.insert(0, f"mount -t tmpfs none {base}")  # the base installation hidden (the unit's ProtectHome)
+        argv = ["unshare", "-m", "sh", "-ec", "; ".join(script)]
+    else:
+        argv = ["sh", "-ec", "; ".join(script)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    own_file, ok = done.stdout.split()
+    assert Path(own_file).is_relative_to(cpu_engine) and ok == "ok", done.stdout
+
+
 def test_status_reports_drift_after_a_hand_change(cli, cpu_engine):
     uv = eng.find_uv()
     subprocess.run(

@@ -37,6 +37,9 @@ class BenchOptions:
     workload: str
     repeat: int
     out: Path
+    # the two profiles, loaded once by the command (with --set overrides and all); None: a --host label that names
+    # no profile (the server is already running)
+    profiles: tuple[Profile | None, Profile | None]
     hosts: list[str] = field(default_factory=list)  # one per profile, in order; empty: bring the profiles up
     api_key: str | None = None
     tokenizer: str | None = None
@@ -73,30 +76,32 @@ def _cell_path(out: Path, name: str, concurrency: int, repeat: int) -> Path:
     return out / "cells" / name / f"c{concurrency}-r{repeat}.json"
 
 
-def _arms(opts: BenchOptions) -> list[Arm]:
-    from kimi_serve.profile.loader import load_profile
-
-    if opts.profile == opts.against:
+def check_arms(profile: str, against: str, hosts: list[str]) -> None:
+    """The two arms' names and hosts as given, before anything is loaded (exit 2)."""
+    if profile == against:
         raise KimiServeError(
             "--profile and --against name the same profile",
             where="bench",
             hint="compare two profiles, e.g. --profile sim --against sim-baseline (with --host, two different labels)",
         )
-    if len(opts.hosts) not in (0, 2):
+    if len(hosts) not in (0, 2):
         raise KimiServeError(
             "give --host twice (the --profile server, then the --against server) or not at all",
             where="--host",
             hint="--host 127.0.0.1:30000 --host 127.0.0.1:30001",
         )
+
+
+def _arms(opts: BenchOptions) -> list[Arm]:
+    check_arms(opts.profile, opts.against, opts.hosts)
     arms = []
     for i, (name, role) in enumerate(((opts.profile, "profile"), (opts.against, "against"))):
         host = opts.hosts[i] if opts.hosts else None
-        try:
-            profile = load_profile(name)
-        except KimiServeError:
-            if host is None:
-                raise
-            profile = None  # a label for a server that is already running
+        profile = opts.profiles[i]
+        if profile is None and host is None:
+            raise KimiServeError(
+                f"no profile {name} to bring up", where=f"--{role}", hint="pass a profile name or path, or --host"
+            )
         if host is not None:
             from kimi_serve.verify import parse_target
 

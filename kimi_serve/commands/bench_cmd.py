@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from kimi_serve.profile.loader import Profile
 
 # Sane upper bounds (docs/bench.md): beyond them a sweep cannot finish (or even be planned) on any server.
 MAX_CONCURRENCY = 4096
@@ -52,6 +55,19 @@ def _perf_overrides(text: str | None) -> dict[str, Any] | None:
             hint='a JSON object such as {"per_token_ms": 0.3}; see docs/simulator.md',
         ) from None
     return data
+
+
+def _arm_profile(name: str, labelled: bool) -> Profile | None:
+    """One arm's profile, loaded once here; with --host a name that is no profile is only the running server's label."""
+    from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.profile.loader import load_profile
+
+    try:
+        return load_profile(name)
+    except KimiServeError:
+        if not labelled:
+            raise
+        return None
 
 
 def register(app: typer.Typer) -> None:
@@ -100,14 +116,17 @@ def register(app: typer.Typer) -> None:
         4 a server exited, 5 environment.
         """
         from kimi_serve.bench import BenchOptions, run_bench
+        from kimi_serve.bench.sweep import check_arms
         from kimi_serve.core.settings import current
 
         def say(line: str) -> None:
             typer.echo(f"kimi-serve bench: {line}", err=True)
 
+        check_arms(profile, against, list(host))
         opts = BenchOptions(
             profile=profile,
             against=against,
+            profiles=(_arm_profile(profile, bool(host)), _arm_profile(against, bool(host))),
             concurrency=_concurrency(concurrency),
             requests=requests,
             workload=workload,

@@ -65,6 +65,14 @@ def install_cmd(
     installer: Annotated[
         str | None, typer.Option("--installer", help="uv or pip (default: uv when found, else pip).")
     ] = None,
+    interpreter: Annotated[
+        str,
+        typer.Option(
+            "--interpreter",
+            help="copy: a standalone copy of the base Python inside the prefix, so the unit's user can run it "
+            "wherever the host's own Python lives (/root, /home); link: the venv links to the base Python.",
+        ),
+    ] = "copy",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan; change nothing.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No installer progress.")] = False,
     as_json: AsJson = False,
@@ -76,7 +84,7 @@ def install_cmd(
     if installer not in (None, "uv", "pip"):
         raise KimiServeError(f"--installer {installer}: unknown", hint="pass --installer uv or --installer pip")
     target, patch_set = _profile_target(profile, prefix)
-    plan = make_plan(target, lock, None if no_patches else patch_set, profile, installer)
+    plan = make_plan(target, lock, None if no_patches else patch_set, profile, installer, interpreter)
     if dry_run:
         if as_json:
             typer.echo(dumps(envelope("engine-install", 0, {"dry_run": True, "plan": plan.to_dict()})))
@@ -88,6 +96,7 @@ def install_cmd(
         )
         typer.echo(
             f"  installer: {d['installer']} ({d['installer_path']}), python {d['python_version']} from {d['python']}"
+            + (" (copied into the prefix)" if d["interpreter"] == "copy" else " (linked)")
         )
         typer.echo(
             f"  build in {d['staging']}, then "
@@ -108,6 +117,13 @@ def install_cmd(
     )
     versions = ", ".join(f"{k} {v}" for k, v in rec["versions"].items())
     typer.echo(f"  python {rec['python']}" + (f"; {versions}" if versions else ""))
+    where = rec["interpreter"]
+    typer.echo(
+        f"  interpreter: {plan.prefix / where['path']} (a copy of {where['base']})"
+        if where["kind"] == "copy"
+        else f"  interpreter: {where['base']} (linked; the unit's user must be able to run it)"
+    )
+    typer.echo(f"  kimi-serve {rec['kimi_serve']['version']}: {plan.prefix / rec['kimi_serve']['script']}")
     typer.echo(
         f"  patch set: {rec['patch_set'] or 'none'}"
         + (f" ({len(rec['patches'])} patches applied)" if rec["patch_set"] else "")

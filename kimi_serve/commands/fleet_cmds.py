@@ -1,4 +1,4 @@
-"""The replicated-deployment branches of `install-service`, `uninstall-service`, `restart` and `status`
+"""The replicated-deployment branches of `install-service`, `restart` and `status`
 (docs/scale-out.md, "As services"); service_cmds.py calls these when the target (its profile, or the unit directory)
 says the deployment is replicas behind the router."""
 
@@ -40,7 +40,7 @@ def install(target: Target, *, now: bool, replace: bool, dry_run: bool, as_json:
         fleet = _plan(target, now, False, replace, preview=True)
         return _print_fleet_plan(fleet, target, as_json)
     with host_lock("install-service", wait_lock, target.systemd.root):
-        recover(target, deployment=True)
+        recover(target)
         fleet = _plan(target, now, False, replace)
         return print_result(
             install_fleet(fleet, target.systemd, contract_verifier, os.environ),
@@ -95,23 +95,12 @@ def _print_fleet_plan(fleet: Fleet, target: Target, as_json: bool) -> int:
     return code
 
 
-def uninstall(target: Target, *, dry_run: bool, as_json: bool, wait_lock: bool) -> int:
-    from kimi_serve.service.fleet import uninstall_fleet
-
-    root, base, systemd = target.systemd.root, target.unit, target.systemd
-    if dry_run:
-        return print_result(uninstall_fleet(root, base, systemd, dry_run=True), as_json, command="uninstall-service")
-    with host_lock("uninstall-service", wait_lock, root):
-        recover(target, deployment=True)
-        return print_result(uninstall_fleet(root, base, systemd, dry_run=False), as_json, command="uninstall-service")
-
-
 def restart(target: Target, *, only: list[int], as_json: bool, wait_lock: bool) -> int:
     from kimi_serve.service.rolling import rolling_restart
     from kimi_serve.service.verifier import contract_verifier
 
     with host_lock("restart", wait_lock, target.systemd.root):
-        recover(target, deployment=True)
+        recover(target)
         fleet = _plan(target, True, True, True)
         say(f"rolling restart of {fleet.base.removesuffix('.service')} (one replica at a time)...")
         result, members = rolling_restart(fleet, target.systemd, contract_verifier, os.environ, only=only, progress=say)

@@ -97,7 +97,7 @@ def install_service(
         plan = _plan(target, now, contract=False, replace=replace, preview=True)
         return _print_plan(plan, planned_actions(plan, target.systemd), as_json)
     with host_lock("install-service", wait_lock, target.systemd.root):
-        recover(target, deployment=False)
+        recover(target)
         plan = _plan(target, now, contract=False, replace=replace)
         return print_result(install(plan, target.systemd, contract_verifier, os.environ), as_json)
 
@@ -157,20 +157,17 @@ def uninstall_service(
     wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
     sets: list[str] | None = SetOpt,
 ) -> int:
-    """Stop, disable and remove the unit and its records (the API-key file stays)."""
-    from kimi_serve.commands import fleet_cmds
-    from kimi_serve.service.uninstall import uninstall
+    """Stop, disable and remove the unit and its records (the API-key file stays); every member of a deployment,
+    the router first."""
+    from kimi_serve.service.fleet import uninstall_fleet
 
     target = resolve(profile, sets, unit_name, root)
-    if target.installed_as_deployment:
-        return fleet_cmds.uninstall(target, dry_run=dry_run, as_json=as_json, wait_lock=wait_lock)
+    root, base, systemd = target.systemd.root, target.unit, target.systemd
     if dry_run:
-        return print_result(uninstall(target.paths, target.systemd, dry_run=True), as_json, command="uninstall-service")
-    with host_lock("uninstall-service", wait_lock, target.systemd.root):
-        recover(target, deployment=False)
-        return print_result(
-            uninstall(target.paths, target.systemd, dry_run=False), as_json, command="uninstall-service"
-        )
+        return print_result(uninstall_fleet(root, base, systemd, dry_run=True), as_json, command="uninstall-service")
+    with host_lock("uninstall-service", wait_lock, root):
+        recover(target)
+        return print_result(uninstall_fleet(root, base, systemd, dry_run=False), as_json, command="uninstall-service")
 
 
 def restart(
@@ -215,7 +212,7 @@ def restart(
         return fleet_cmds.restart(target, only=list(replica or []), as_json=as_json, wait_lock=wait_lock)
 
     with host_lock("restart", wait_lock, target.systemd.root):
-        recover(target, deployment=False)
+        recover(target)
         plan = _plan(target, now=True, contract=True)
         warmed = _prewarm_first(plan.profile) if prewarm else None
         say(

@@ -40,18 +40,12 @@ def host_lock(command: str, wait: bool, root: Path = Path("/")) -> contextlib.Ab
     return root_lock(command, root, wait=wait)
 
 
-def recover(target: Target, *, deployment: bool) -> None:
-    """Roll back a change of the target's unit (or of every member of its deployment) that was killed part-way
+def recover(target: Target) -> None:
+    """Roll back a change of the target's unit, or of any member of its deployment, that was killed part-way
     (kimi_serve.service.journal), and say so."""
     from kimi_serve.service.fleet import recover_fleet
-    from kimi_serve.service.journal import recover as recover_unit
 
-    if deployment:
-        messages = recover_fleet(target.systemd, target.unit)
-    else:
-        message = recover_unit(target.paths, target.systemd)
-        messages = [message] if message else []
-    for message in messages:
+    for message in recover_fleet(target.systemd, target.unit):
         typer.echo(f"kimi-serve: {message}", err=True)
 
 

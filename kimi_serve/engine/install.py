@@ -1,10 +1,13 @@
 """``engine install``: build the SGLang engine venv from a committed lock, atomically, then patch and record it.
 
-The venv is built in a sibling staging folder (``.NAME.kimi-serve-new`` next to the prefix), installed with
-``uv pip sync`` (or ``pip install --no-deps --require-hashes``), checked, patched with the profile's patch set and
-recorded; only then is it swapped in by two renames (old -> ``.NAME.kimi-serve-old``, staging -> prefix) and the old
-one removed. A failed or killed install therefore leaves the previous venv where it was; the next install clears the
-staging leftovers and, if it was killed between the two renames, puts the old venv back first.
+The venv is built in a sibling staging folder (``.NAME.kimi-serve-new`` next to the prefix): first a standalone copy
+of the base interpreter inside it (``python/``, :mod:`kimi_serve.engine.interpreter`; ``--interpreter link`` builds
+the venv on the base interpreter itself instead), then the packages with ``uv pip sync`` (or ``pip install --no-deps
+--require-hashes``), then kimi-serve itself (:mod:`kimi_serve.engine.own`), so a unit depends on nothing outside the
+prefix. It is checked, patched with the profile's patch set and recorded; only then is it swapped in by two renames
+(old -> ``.NAME.kimi-serve-old``, staging -> prefix) and the old one removed. A failed or killed install therefore
+leaves the previous venv where it was; the next install clears the staging leftovers and, if it was killed between
+the two renames, puts the old venv back first.
 
 One install of a venv at a time: the install holds the lock of its prefix (``.NAME.kimi-serve.lock`` next to it) and,
 over an existing venv, its site-packages (:mod:`kimi_serve.core.lock`); a second install of that prefix, or one under
@@ -32,7 +35,7 @@ from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.lock import directory_lock, file_lock
 from kimi_serve.core.settings import current
-from kimi_serve.engine import locks
+from kimi_serve.engine import interpreter, locks, own
 
 RECORD_NAME = "kimi-serve-engine.json"
 _SCHEMA = 1
@@ -93,6 +96,7 @@ class Plan:
     python_version: str
     patch_set: tuple[str, ...]  # the sets to apply together (a profile's patch_set list); () for none
     profile: str | None
+    interpreter: str = "copy"  # copy: a standalone copy of `python` inside the prefix; link: the venv links to it
     staging: Path = field(init=False)
     replaces: bool = field(init=False)
 
@@ -121,6 +125,7 @@ class Plan:
             "installer_path": self.installer_path,
             "python": self.python,
             "python_version": self.python_version,
+            "interpreter": self.interpreter,
             "patch_set": "+".join(self.patch_set) or None,
             "profile": self.profile,
             "staging": str(self.staging),
@@ -135,6 +140,7 @@ def make_plan(
     patch_set: str | Sequence[str] | None,
     profile: str | None,
     installer: str | None = None,
+    interpreter_kind: str = "copy",
 ) -> Plan:
     lock = locks.load(lock_name)
     prefix = prefix.expanduser().absolute()
@@ -157,7 +163,16 @@ def make_plan(
     else:
         kind, path = "uv", uv
     sets = (patch_set,) if isinstance(patch_set, str) else tuple(patch_set or ())
-    return Plan(prefix, lock, kind, path, base_python(version), version, sets, profile)
+    if interpreter_kind not in INTERPRETERS:
+        raise KimiServeError(
+            f"--interpreter {interpreter_kind}: unknown",
+            where="--interpreter",
+            hint="pass --interpreter copy (a standalone interpreter inside the prefix) or --interpreter link",
+        )
+    return Plan(prefix, lock, kind, path, base_python(version), version, sets, profile, interpreter_kind)
+
+
+INTERPRETERS = ("copy", "link")
 
 
 # --------------------------------------------------------------------------------------------------------- lock
@@ -186,9 +201,8 @@ def _compile(py: Path, staging: Path) -> None:
     start imports it in three processes). A cache records its source's path and mtime, and Python reads it from
     wherever the venv is moved to. compileall's exit status 1 (a file some wheel ships that is not Python 3, e.g. a
     test fixture) is not an install failure."""
-    done = proc.run(
-        [str(py), "-m", "compileall", "-q", "-j", "0", str(staging / "lib")], timeout=None, errors="replace"
-    )
+    dirs = [str(d) for d in (staging / "lib", staging / interpreter.DIR / "lib") if d.is_dir()]
+    done = proc.run([str(py), "-m", "compileall", "-q", "-j", "0", *dirs], timeout=None, errors="replace")
     if done.rc not in (0, 1):
         tail = (done.err.strip() or done.out.strip()).splitlines()[-1:]
         raise KimiServeError(
@@ -246,10 +260,17 @@ def installed_versions(python: Path) -> dict[str, Any]:
 
 
 def _relocate(staging: Path, prefix: Path) -> None:
-    """A venv names its own path in bin/ (shebangs, activate scripts) and pyvenv.cfg: point them at the prefix."""
+    """A venv names its own path in bin/ (shebangs, activate scripts, the link to a copied interpreter inside it) and
+    pyvenv.cfg: point them at the prefix (links inside the venv become relative: they survive the rename)."""
     old, new = str(staging).encode(), str(prefix).encode()
     for path in [*(staging / "bin").iterdir(), staging / "pyvenv.cfg"]:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 20:
+        if path.is_symlink():
+            target = os.readlink(path)
+            if os.path.isabs(target) and Path(target).is_relative_to(staging):
+                path.unlink()
+                path.symlink_to(os.path.relpath(target, path.parent))
+            continue
+        if not path.is_file() or path.stat().st_size > 1 << 20:
             continue
         data = path.read_bytes()
         if old in data and b"\0" not in data[:1024]:
@@ -331,14 +352,22 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
         env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
         try:
             py = staging / "bin" / "python"
+            base, base_python_path = None, plan.python
+            if plan.interpreter == "copy":  # the venv's own interpreter, inside it (module doc)
+                base = interpreter.describe(plan.python)
+                staging.mkdir(parents=True)
+                copied = interpreter.copy(base, staging / interpreter.DIR)
+                interpreter.check(copied, base)
+                base_python_path = str(copied)
             if plan.installer == "uv":
                 _run(
                     [
                         plan.installer_path,
                         "venv",
                         "--quiet",
+                        "--allow-existing",
                         "--python",
-                        plan.python,
+                        base_python_path,
                         "--prompt",
                         plan.prefix.name,
                         str(staging),
@@ -359,7 +388,7 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
                 ]
             else:
                 _run(
-                    [plan.python, "-m", "venv", "--prompt", plan.prefix.name, str(staging)],
+                    [base_python_path, "-m", "venv", "--prompt", plan.prefix.name, str(staging)],
                     "creating the venv",
                     progress=False,
                 )
@@ -392,6 +421,8 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
                     hint="regenerate the lock (scripts/lock.py) or report a bug",
                     exit_code=ExitCode.ENVIRONMENT,
                 )
+            kimi = own.install_self(staging, site_packages(staging, plan.python_version))
+            own.check_self(py)
             patches = _patch(plan, staging)
             _compile(py, staging)
             record = {
@@ -410,6 +441,12 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
                 },
                 "patch_set": patches["set"] if patches else None,
                 "patches": patches["patches"] if patches else [],
+                "interpreter": {
+                    "kind": plan.interpreter,
+                    "base": str(base.executable) if base else plan.python,
+                    "path": f"{interpreter.DIR}/bin/python{plan.python_version}" if base else plan.python,
+                },
+                "kimi_serve": kimi,
                 "installed_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "kimi_serve_version": __version__,
                 "prefix": str(plan.prefix),

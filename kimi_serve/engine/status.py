@@ -37,7 +37,8 @@ for name, d in sorted(inst.items()):
             out.append([name, str(req), dep.version])
 print(json.dumps(out))
 """
-_IGNORED_EXTRAS = {"pip", "setuptools", "wheel"}  # what python -m venv bootstraps, when a lock leaves them out
+# what python -m venv bootstraps, when a lock leaves them out; kimi-serve's own copy (engine/own.py, in the record)
+_IGNORED_EXTRAS = {"pip", "setuptools", "wheel", "kimi-serve"}
 
 
 @dataclass

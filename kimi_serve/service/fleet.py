@@ -81,6 +81,7 @@ def plan_fleet(
     found: list[Finding] = []
     host_step(preview, found, lambda: require_systemd(systemd), None)  # before anything slow or written
     launch, findings = check_for_service(profile, contract=contract, preview=preview)
+    ctx = ctx.for_engine(launch.argv[0])  # an engine that carries kimi-serve: the units run from it alone
     refuse_owned_paths(profile, root)  # symlinks resolved inside the root, before anything is written
     members = render_members(profile, launch, ctx, base)
     reach_step(profile, [m.launch for m in members], ctx, systemd, environ, preview, found)
@@ -171,18 +172,31 @@ def install_fleet(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ: M
     return result
 
 
+def members_of(root: Path, base: str) -> list[str]:
+    """The units kimi-serve wrote for ``base`` under ``root``: a deployment's members (replicas in index order, then
+    the router), else the one unit ``base`` itself: a single unit is a deployment of one member."""
+    return [unit for _, _, unit in installed_members(root, base)] or [base]
+
+
 def uninstall_fleet(root: Path, base: str, systemd: Systemd, *, dry_run: bool) -> Result:
-    """Uninstall every member, the router first (clients stop arriving before the replicas go)."""
+    """uninstall-service's one body: every member, the router first (clients stop arriving before the replicas go);
+    the single unit when ``base`` is one."""
     result = Result(base)
-    for _, _, unit in reversed(installed_members(root, base)):
+    for unit in reversed(members_of(root, base)):
         part = uninstall(ServicePaths(root, unit), systemd, dry_run=dry_run)
         result.steps += part.steps
     return result
 
 
 def recover_fleet(systemd: Systemd, base: str) -> list[str]:
-    """Roll back every member change a killed command left (their journals), the router first, then the replicas
-    from the highest index: the reverse of the order they were journalled in."""
+    """Roll back every change a killed command left (the intent journals) of ``base``: its own (the single unit), then
+    its members', the router first, then the replicas from the highest index: the reverse of the order they were
+    journalled in. The single unit's message as it is; a member's prefixed with its unit."""
+    own = recover(ServicePaths(systemd.root, base), systemd)
+    return ([own] if own else []) + _recover_members(systemd, base)
+
+
+def _recover_members(systemd: Systemd, base: str) -> list[str]:
     stem = base.removesuffix(".service")
     state = systemd.root / STATE_DIR
     names = [p.name[1 : -len(".intent.json")] for p in state.glob(f".{stem}-*.intent.json")] if state.is_dir() else []

@@ -196,6 +196,7 @@ def plan_install(
     host_step(preview, found, lambda: require_systemd(systemd), None)  # before anything slow or written
     host_step(preview, found, lambda: needs_secret(profile, early_paths, environ), False)
     launch, findings = check_for_service(profile, contract=contract, preview=preview)
+    ctx = ctx.for_engine(launch.argv[0])  # an engine that carries kimi-serve: the unit runs from it alone
     if profile.nodes.count > 1:  # this host's rank of a multi-node server (service/deployment.py)
         from kimi_serve.service.deployment import render_members
 

@@ -88,7 +88,7 @@ def doctor_reach(profile: Profile, launch: Launch, environ: Mapping[str, str]) -
     from kimi_serve.service.unit import UnitContext, unit_reach
 
     try:
-        ctx = UnitContext.detect()
+        ctx = UnitContext.detect().for_engine(launch.argv[0])
     except KimiServeError as exc:
         return [Finding("doctor", "unit.reach", FAIL, exc.message, exc.hint or "", exc.where or "")]
     found = [

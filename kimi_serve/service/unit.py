@@ -66,6 +66,18 @@ class UnitContext:
             )
         return cls(kimi_serve=str(Path(found).absolute()), package_root=str(package_root()))
 
+    def for_engine(self, python: str) -> UnitContext:
+        """The engine's own kimi-serve when the unit's interpreter ``python`` is an engine venv that carries one
+        (``engine install`` puts it there, engine/own.py): the unit then runs from the engine prefix alone, whatever
+        runs this command. Else this context."""
+        from kimi_serve.engine.own import installed_in
+
+        found = installed_in(python)
+        if found is None:
+            return self
+        script, site = found
+        return UnitContext(kimi_serve=str(script), package_root=str(site), version=self.version)
+
 
 POST_COMMENT = (
     "The unit counts as started only once the API contract holds (structured tool_calls and reasoning_content)."

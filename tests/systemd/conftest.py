@@ -22,6 +22,10 @@ from kimi_serve.core.settings import PROBE_SOCKET_ENV, with_pythonpath
 
 SANDBOX = Path(__file__).resolve().parent / "sandbox.sh"
 REPO = Path(__file__).resolve().parent.parent.parent
+# Where the tier's `engine install` puts an engine (tests/systemd/test_engine_systemd.py): outside /root, /home and
+# /tmp, which the unit's sandbox hides, and on the root filesystem, so uv hardlinks from its cache (seconds, no
+# copy). Made empty before the container starts (a bind needs its directory), removed with the container.
+ENGINE_ROOT = Path("/var/cache/kimi-serve-test-engine")
 
 
 @dataclass
@@ -69,6 +73,9 @@ def _container(sglang_session: SGLangSession, tmp_path_factory: pytest.TempPathF
     # venv), wherever CI cloned them.
     binds = {str(REPO), str(Path(sys.prefix).resolve())}
     binds.add(str(Path(sglang_session.python).resolve().parent.parent))
+    shutil.rmtree(ENGINE_ROOT, ignore_errors=True)  # a run killed before its teardown
+    ENGINE_ROOT.mkdir(parents=True)
+    binds.add(str(ENGINE_ROOT))
     env = {**os.environ, "SBX_BIND": " ".join(sorted(binds))}
     hold = 'echo "$$ $SBX_LEADER $DBUS_SYSTEM_BUS_ADDRESS"; exec cat >/dev/null'
     with open(log, "w") as err:
@@ -95,6 +102,7 @@ def _container(sglang_session: SGLangSession, tmp_path_factory: pytest.TempPathF
         probe.wait(timeout=30)
         proc.stdin.close()  # the holder exits; sandbox.sh powers the container off and unmounts everything
         proc.wait(timeout=120)
+        shutil.rmtree(ENGINE_ROOT, ignore_errors=True)
 
 
 def _start_probe_server(sandbox: Sandbox, python: str, directory: Path) -> subprocess.Popen[bytes]:

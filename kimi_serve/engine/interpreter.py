@@ -1,0 +1,186 @@
+"""A standalone interpreter for the engine venv: a copy of the base interpreter's installation inside the prefix.
+
+A venv's ``bin/python`` is a link to the interpreter it was made from. Where that one lives under ``/root`` or
+``/home`` (pyenv, a user's own build), the unit's user cannot run it: ``ProtectHome=`` hides those paths and ``/root``
+is mode 0700 (docs/systemd.md, ``unit.reach``), so the unit fails with 203/EXEC. With the copy under
+``PREFIX/python`` the engine depends on nothing outside its prefix, whatever the host's own Python is.
+
+What is copied: the interpreter executable, its shared library (a ``--enable-shared`` build), the standard library
+without ``site-packages`` and the parts a server never imports (the test suite, IDLE, turtledemo), and the C
+headers (kernels that compile at run time include them). A shared build finds its library through a search path
+baked into the executable, usually the absolute ``lib/`` of where it was built; the copy's is rewritten to
+``$ORIGIN/../lib`` (:mod:`kimi_serve.engine.elf`). The copy is then checked by running it: it must report its own
+prefix and map no file of the original installation (``/proc/self/maps``) after importing the standard library's
+compiled modules, or the install stops with the reason and the previous venv untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kimi_serve.core import proc
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.engine import elf
+
+DIR = "python"  # the copy's folder inside the engine prefix
+ORIGIN_LIB = "$ORIGIN/../lib"
+# stdlib parts no server imports: left out of the copy (about 125 MB of pyenv's 250)
+SKIP = frozenset({"site-packages", "dist-packages", "test", "idlelib", "turtledemo"})
+SYSTEM_PREFIXES = ("/usr", "/usr/local")  # a distribution's interpreter: its prefix holds other software too
+_DESCRIBE = (
+    "import json, os, sys, sysconfig as s; v = s.get_config_var; print(json.dumps({"
+    "'executable': os.path.realpath(sys.executable), 'prefix': sys.base_prefix, "
+    "'version': '%d.%d' % sys.version_info[:2], 'stdlib': s.get_path('stdlib'), "
+    "'platstdlib': s.get_path('platstdlib'), 'include': s.get_path('include'), "
+    "'shared': bool(v('Py_ENABLE_SHARED')), 'libdir': v('LIBDIR') or '', 'ldlibrary': v('LDLIBRARY') or ''}))"
+)
+# what the copy runs to prove itself: the compiled stdlib modules a server loads, then every file it mapped
+_MODULES = "ssl sqlite3 ctypes lzma bz2 zlib hashlib _decimal uuid select mmap multiprocessing asyncio readline"
+_CHECK = (
+    "import importlib, json, sys\n"
+    f"for name in {_MODULES.split()!r}:\n"
+    "    try:\n        importlib.import_module(name)\n    except ImportError:\n        pass\n"
+    "maps = sorted({l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if len(l.split(None, 5)) == 6})\n"
+    "print(json.dumps({'prefix': sys.prefix, 'maps': [m for m in maps if m.startswith('/')]}))"
+)
+
+
+@dataclass(frozen=True)
+class Base:
+    """The interpreter a copy is made of, as it describes itself."""
+
+    executable: Path
+    prefix: Path
+    version: str  # X.Y
+    stdlib: Path
+    platstdlib: Path
+    include: Path
+    shared: bool
+    library: Path | None  # the shared libpython, when the build is shared
+
+    @property
+    def own_paths(self) -> tuple[Path, ...]:
+        """Files of the original installation that a working copy never maps: its whole prefix, unless that is a
+        distribution's /usr (whose lib/ holds the system libraries every interpreter loads), then its stdlib and
+        libpython only."""
+        if str(self.prefix) not in SYSTEM_PREFIXES:
+            return (self.prefix,)
+        return tuple(p for p in (self.stdlib, self.platstdlib, self.library, self.executable) if p is not None)
+
+
+def describe(python: str) -> Base:
+    done = proc.run([python, "-I", "-c", _DESCRIBE], timeout=60)
+    if done.rc != 0:
+        raise KimiServeError(
+            f"{python} cannot describe itself: {(done.err.strip().splitlines() or ['no output'])[-1]}",
+            hint="pass a working base interpreter (python3.X on PATH), or --interpreter link",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
+    d: dict[str, Any] = json.loads(done.out.strip().splitlines()[-1])
+    library = Path(d["libdir"]) / d["ldlibrary"] if d["shared"] and d["libdir"] and d["ldlibrary"] else None
+    try:  # what the executable itself links: Debian builds libpython too, but links its python statically
+        shared = any(n.startswith("libpython") for n in elf.needed(Path(d["executable"]).read_bytes()))
+    except (OSError, elf.ElfError):
+        shared = bool(d["shared"])
+    return Base(
+        executable=Path(d["executable"]),
+        prefix=Path(d["prefix"]),
+        version=d["version"],
+        stdlib=Path(d["stdlib"]),
+        platstdlib=Path(d["platstdlib"]),
+        include=Path(d["include"]),
+        shared=shared,
+        library=library.resolve() if shared and library and library.exists() else None,
+    )
+
+
+def _ignore(directory: str, names: list[str]) -> set[str]:
+    return {n for n in names if n in SKIP}
+
+
+def _copytree(src: Path, dest: Path) -> None:
+    # links resolved (a copy must not point back into the original), dangling ones (Debian's sitecustomize -> /etc)
+    # left out
+    shutil.copytree(src, dest, ignore=_ignore, symlinks=False, ignore_dangling_symlinks=True, dirs_exist_ok=True)
+
+
+def copy(base: Base, dest: Path) -> Path:
+    """Copy ``base`` into ``dest`` (a new folder) and make it load its own files; returns the copy's executable."""
+    lib = dest / "lib"
+    (dest / "bin").mkdir(parents=True)
+    lib.mkdir()
+    exe = dest / "bin" / f"python{base.version}"
+    shutil.copy2(base.executable, exe)
+    for stdlib in dict.fromkeys((base.stdlib, base.platstdlib)):
+        _copytree(stdlib, lib / f"python{base.version}")
+    (lib / f"python{base.version}" / "site-packages").mkdir(exist_ok=True)
+    if base.include.is_dir():
+        _copytree(base.include, dest / "include" / base.include.name)
+    if base.library is not None:
+        for sibling in base.library.parent.glob(f"libpython{base.version}*.so*"):  # the soname and its links
+            shutil.copy2(sibling, lib / sibling.name, follow_symlinks=True)
+    _own_search_path(exe, base)
+    for alias in ("python3", "python"):
+        (dest / "bin" / alias).symlink_to(exe.name)
+    return exe
+
+
+def _own_search_path(exe: Path, base: Base) -> None:
+    """Point an absolute library search path at the copy's own lib/ (a relative one already is)."""
+    try:
+        entries = elf.search_paths(exe.read_bytes())
+        if any(e.value != ORIGIN_LIB and not e.value.startswith("$ORIGIN") for e in entries):
+            elf.set_search_path(exe, ORIGIN_LIB)
+    except elf.ElfError as exc:
+        if base.shared:
+            raise KimiServeError(
+                f"cannot point the copied interpreter at its own libpython ({exc}); the previous venv is untouched",
+                hint="build the venv from an interpreter outside /root and /home with --interpreter link "
+                "(e.g. --python /usr/bin/python3.X)",
+                exit_code=ExitCode.ENVIRONMENT,
+            ) from exc
+
+
+def check(exe: Path, base: Base) -> None:
+    """Run the copy: its own prefix, and no file of the original installation mapped (exit 5 naming the file)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "LD_"))}
+    done = proc.run([str(exe), "-I", "-c", _CHECK], timeout=120, env=env)
+    if done.rc != 0:
+        tail = (done.err.strip().splitlines() or ["no output"])[-1]
+        raise KimiServeError(
+            f"the copied interpreter {exe} does not run: {tail}; the previous venv is untouched",
+            hint="use --interpreter link with a base interpreter outside /root and /home",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
+    seen = json.loads(done.out.strip().splitlines()[-1])
+    prefix = exe.parent.parent
+    if Path(seen["prefix"]) != prefix:
+        raise KimiServeError(
+            f"the copied interpreter {exe} takes its standard library from {seen['prefix']}, not {prefix}",
+            hint="use --interpreter link with a base interpreter outside /root and /home",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
+    if base.shared and not any(
+        Path(m).name.startswith("libpython") and Path(m).is_relative_to(prefix) for m in seen["maps"]
+    ):
+        libs = [m for m in seen["maps"] if Path(m).name.startswith("libpython")]
+        raise KimiServeError(
+            f"the copied interpreter {exe} loads {libs[0] if libs else 'no libpython'} instead of its own "
+            f"{prefix / 'lib'}; the previous venv is untouched",
+            hint="use --interpreter link with a base interpreter outside /root and /home",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
+    own = [str(p) for p in base.own_paths]
+    leaked = [m for m in seen["maps"] if any(m == o or m.startswith(o.rstrip("/") + "/") for o in own)]
+    if leaked:
+        raise KimiServeError(
+            f"the copied interpreter still loads {leaked[0]} from its original installation: the unit's user may "
+            "not reach it; the previous venv is untouched",
+            hint="use --interpreter link with a base interpreter outside /root and /home",
+            exit_code=ExitCode.ENVIRONMENT,
+        )

@@ -1,0 +1,106 @@
+"""kimi-serve itself inside the engine venv: the unit's start gate (``kimi-serve verify`` in ``ExecStartPost=``), its
+monitoring check and the simulator then run from the engine prefix alone, not from wherever the operator's
+kimi-serve lives (a venv under /root or /home, which the unit's sandbox hides; docs/systemd.md "Supported layout").
+
+The package is copied as the running kimi-serve has it (the folder it imports from, without bytecode: the install
+compiles the venv afterwards), with a ``.dist-info`` of its own (METADATA with the distribution's requirements,
+entry points, INSTALLER, a RECORD of every file with its sha256, so pip or uv can uninstall it) and the
+``bin/kimi-serve`` script. Its dependencies are not installed: both engine locks carry them (the engine's ``.in``
+files name kimi-serve's runtime), and the install checks that the copy imports with exactly the lock's packages.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata
+import shutil
+from pathlib import Path
+
+from kimi_serve import __version__
+from kimi_serve.core import proc
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.resources import package_root
+
+DIST = "kimi-serve"
+SCRIPT = "kimi-serve"
+ENTRY = "kimi_serve.cli:entry"
+INSTALLER = "kimi-serve engine install"
+# the modules kimi-serve's commands import (its declared runtime), checked inside the engine after the copy
+_IMPORTS = "import kimi_serve.cli, kimi_serve.verify, typer, yaml, jinja2, requests, jsonschema; print('ok')"
+
+
+def _requires() -> list[str]:
+    try:
+        return list(importlib.metadata.requires(DIST) or [])
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return []
+
+
+def _record_line(path: Path, site: Path) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+    return f"{path.relative_to(site).as_posix()},sha256={digest},{path.stat().st_size}"
+
+
+def install_self(venv: Path, site: Path) -> dict[str, str]:
+    """Copy this kimi-serve into ``site`` (the venv's site-packages) and write ``bin/kimi-serve``; returns what the
+    install record keeps of it."""
+    source = package_root() / "kimi_serve"
+    shutil.copytree(source, site / "kimi_serve", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    dist = site / f"kimi_serve-{__version__}.dist-info"
+    dist.mkdir()
+    meta = ["Metadata-Version: 2.1", f"Name: {DIST}", f"Version: {__version__}"]
+    meta += [f"Requires-Dist: {r}" for r in _requires()]
+    (dist / "METADATA").write_text("\n".join(meta) + "\n", encoding="utf-8")
+    (dist / "entry_points.txt").write_text(f"[console_scripts]\n{SCRIPT} = {ENTRY}\n", encoding="utf-8")
+    (dist / "INSTALLER").write_text(INSTALLER + "\n", encoding="utf-8")
+    module, _, func = ENTRY.partition(":")
+    script = venv / "bin" / SCRIPT
+    script.write_text(
+        f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom {module} import {func}\n\nif __name__ == '__main__':\n"
+        f"    sys.exit({func}())\n",
+        encoding="utf-8",
+    )
+    script.chmod(0o755)
+    files = sorted(p for p in [*(site / "kimi_serve").rglob("*"), *dist.iterdir()] if p.is_file())
+    lines = [_record_line(p, site) for p in files]
+    lines.append(f"{Path('..', '..', '..', 'bin', SCRIPT).as_posix()},,")
+    lines.append(f"{(dist / 'RECORD').relative_to(site).as_posix()},,")
+    (dist / "RECORD").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return {"version": __version__, "script": f"bin/{SCRIPT}", "source": str(source)}
+
+
+def check_self(python: Path) -> None:
+    """The copy imports inside the engine with the lock's packages alone (exit 5 naming what is missing)."""
+    done = proc.run([str(python), "-I", "-c", _IMPORTS], timeout=300)
+    if done.rc != 0:
+        tail = (done.err.strip().splitlines() or ["no output"])[-1]
+        raise KimiServeError(
+            f"kimi-serve does not import inside the engine venv: {tail}; the previous venv is untouched",
+            hint="the lock must carry kimi-serve's runtime dependencies (typer, pyyaml, jinja2, requests, "
+            "jsonschema): add them to its .in file and regenerate it (scripts/lock.py)",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
+
+
+def installed_in(python: str) -> tuple[Path, Path] | None:
+    """(the ``kimi-serve`` script, the site-packages holding its package) of the engine venv whose interpreter is
+    ``python`` (a venv's ``bin/python``, links not followed), when ``engine install`` put kimi-serve there."""
+    bin_dir = Path(python).absolute().parent
+    script = bin_dir / SCRIPT
+    if bin_dir.name != "bin" or not script.is_file():
+        return None
+    for meta in sorted(bin_dir.parent.glob("lib/python*/site-packages/kimi_serve-*.dist-info/INSTALLER")):
+        if meta.read_text(encoding="utf-8", errors="replace").strip() == INSTALLER:
+            return script, meta.parent.parent
+    return None
+
+
+def engine_version(prefix: Path) -> str | None:
+    """The kimi-serve version installed in the engine at ``prefix`` (None: the engine carries none)."""
+    found = sorted(prefix.glob("lib/python*/site-packages/kimi_serve-*.dist-info/METADATA"))
+    for meta in found:
+        for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("Version: "):
+                return line.removeprefix("Version: ").strip()
+    return None

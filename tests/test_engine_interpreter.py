@@ -1,0 +1,142 @@
+"""The engine's standalone interpreter (kimi_serve/engine/interpreter.py, elf.py) and kimi-serve's own copy in the
+engine (engine/own.py), on this machine's real interpreters: a copy that runs with its original installation hidden,
+an ELF search path rewritten in place (a real binary built by gcc), the checks that refuse a copy that still leans on
+the original, and the unit's start gate taken from the engine. A whole `engine install` with them: tests/test_engine.py
+(the engine tier).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kimi_serve.core.errors import KimiServeError
+from kimi_serve.engine import elf, interpreter, own
+from kimi_serve.service.unit import UnitContext
+
+LONG = "/opt/a/rather/long/prefix/that/was/built/here/lib"
+
+
+def _binary(tmp_path: Path, dtags: str) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed (apt-get install gcc)")
+    src = tmp_path / "prog.c"
+    src.write_text("int main(void) { return 7; }\n")
+    exe = tmp_path / f"prog-{dtags}"
+    subprocess.run(["gcc", "-o", str(exe), str(src), f"-Wl,{dtags},-rpath,{LONG}"], check=True, capture_output=True)
+    return exe
+
+
+@pytest.mark.parametrize("dtags, tag", [("--enable-new-dtags", "RUNPATH"), ("--disable-new-dtags", "RPATH")])
+def test_a_search_path_is_read_and_rewritten_in_place(tmp_path: Path, dtags: str, tag: str) -> None:
+    exe = _binary(tmp_path, dtags)
+    size = exe.stat().st_size
+    [entry] = elf.search_paths(exe.read_bytes())
+    assert (entry.tag, entry.value) == (tag, LONG)
+    assert "libc.so.6" in elf.needed(exe.read_bytes())
+    assert elf.set_search_path(exe, interpreter.ORIGIN_LIB) == [LONG]
+    assert [e.value for e in elf.search_paths(exe.read_bytes())] == [interpreter.ORIGIN_LIB]
+    shown = subprocess.run(["readelf", "-d", str(exe)], capture_output=True, text=True, check=True).stdout
+    assert f"Library {tag.lower()}: [{interpreter.ORIGIN_LIB}]" in shown, shown  # binutils reads what was written
+    assert exe.stat().st_size == size and subprocess.run([str(exe)]).returncode == 7  # nothing moved: it still runs
+    with pytest.raises(elf.ElfError, match="longer"):
+        elf.set_search_path(exe, "/x" * 40)
+
+
+def test_what_is_not_a_64_bit_elf_is_refused() -> None:
+    with pytest.raises(elf.ElfError, match="not an ELF"):
+        elf.search_paths(b"#!/bin/sh\necho hi\n")
+    with pytest.raises(elf.ElfError, match="64-bit"):
+        elf.search_paths(b"\x7fELF\x01\x01" + b"\0" * 60)
+
+
+@pytest.fixture(scope="module")
+def copied(tmp_path_factory: pytest.TempPathFactory) -> tuple[interpreter.Base, Path]:
+    """This suite's own base interpreter, copied once for the module."""
+    base = interpreter.describe(sys.executable)
+    exe = interpreter.copy(base, tmp_path_factory.mktemp("interp") / interpreter.DIR)
+    return base, exe
+
+
+def test_the_copy_runs_from_its_own_prefix_with_the_original_hidden(copied: tuple[interpreter.Base, Path]) -> None:
+    base, exe = copied
+    interpreter.check(exe, base)  # its own prefix, nothing of the original mapped
+    prefix = exe.parent.parent
+    assert not (prefix / "lib" / f"python{base.version}" / "test").exists()
+    assert not any((prefix / "lib" / f"python{base.version}" / "site-packages").iterdir())
+    for entry in elf.search_paths(exe.read_bytes()):  # no search path out of the copy
+        assert entry.value.startswith("$ORIGIN"), entry
+    if os.geteuid() != 0 or shutil.which("unshare") is None or str(base.prefix) in interpreter.SYSTEM_PREFIXES:
+        return  # the original cannot be hidden here (or is the system's own /usr): check() above is the proof
+    # what the unit's sandbox does to /root and /home: the original installation gone from view
+    code = "import ssl, sqlite3, ctypes, json, sys; print(sys.prefix)"
+    hidden = subprocess.run(
+        ["unshare", "-m", "sh", "-c", 'mount -t tmpfs none "$1" && "$2" -I -c "$3"; "$4" -c 1 2>/dev/null; echo "$?"',
+         "sh", str(base.prefix), str(exe), code, str(base.executable)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert hidden.stdout.split() == [str(prefix), "127"], hidden.stdout + hidden.stderr
+
+
+def test_a_copy_that_loads_a_libpython_other_than_its_own_is_refused(
+    copied: tuple[interpreter.Base, Path], tmp_path: Path
+) -> None:
+    base, exe = copied
+    if not base.shared:
+        pytest.skip(f"{base.executable} links libpython statically: there is no library to lose")
+    broken = tmp_path / "python"
+    shutil.copytree(exe.parent.parent, broken, symlinks=True)
+    for lib in (broken / "lib").glob("libpython*"):
+        lib.unlink()
+    with pytest.raises(KimiServeError) as err:
+        interpreter.check(broken / "bin" / exe.name, base)
+    assert err.value.exit_code == 5 and "the previous venv is untouched" in err.value.message
+
+
+def test_a_copy_without_its_standard_library_is_refused(copied: tuple[interpreter.Base, Path], tmp_path: Path) -> None:
+    base, exe = copied
+    broken = tmp_path / "python"
+    (broken / "bin").mkdir(parents=True)
+    shutil.copy2(exe, broken / "bin" / exe.name)
+    if base.shared:
+        shutil.copytree(exe.parent.parent / "lib", broken / "lib", ignore=shutil.ignore_patterns("python3*"))
+    with pytest.raises(KimiServeError) as err:
+        interpreter.check(broken / "bin" / exe.name, base)
+    assert err.value.exit_code == 5, err.value.message
+
+
+def test_kimi_serve_in_an_engine_venv_is_what_the_unit_runs(tmp_path: Path) -> None:
+    venv = tmp_path / "engine"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next(venv.glob("lib/python*/site-packages"))
+    info = own.install_self(venv, site)
+    assert info["script"] == "bin/kimi-serve" and (site / "kimi_serve" / "cli.py").is_file()
+    assert not list((site / "kimi_serve").rglob("__pycache__"))  # the install compiles the venv afterwards
+    assert (site / "kimi_serve" / "_data" / "configs" / "prod.yaml").is_file()  # what the code reads, links resolved
+    dist = next(site.glob("kimi_serve-*.dist-info"))
+    for line in (dist / "RECORD").read_text().splitlines():  # every file listed with its real hash and size
+        name, digest, size = line.split(",")
+        if digest:
+            data = (site / name).read_bytes()
+            want = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert (digest, int(size)) == (f"sha256={want}", len(data)), name
+    script = venv / "bin" / "kimi-serve"
+    assert script.read_text().splitlines()[0] == f"#!{venv / 'bin' / 'python'}" and os.access(script, os.X_OK)
+    assert own.engine_version(venv) == info["version"]
+
+    elsewhere = UnitContext(kimi_serve="/home/op/.venv/bin/kimi-serve", package_root="/home/op/src")
+    ctx = elsewhere.for_engine(str(venv / "bin" / "python"))
+    assert (ctx.kimi_serve, ctx.package_root) == (str(script), str(site))
+    assert elsewhere.for_engine(sys.executable) is elsewhere  # a venv kimi-serve was not installed into by the engine
+
+    # a venv without kimi-serve's dependencies (a lock that lost one): refused, naming what is missing
+    with pytest.raises(KimiServeError) as err:
+        own.check_self(venv / "bin" / "python")
+    assert err.value.exit_code == 5 and "No module named" in err.value.message, err.value.message
