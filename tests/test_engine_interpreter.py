@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -112,7 +113,7 @@ def test_a_copy_without_its_standard_library_is_refused(copied: tuple[interprete
     assert err.value.exit_code == 5, err.value.message
 
 
-def test_kimi_serve_in_an_engine_venv_is_what_the_unit_runs(tmp_path: Path) -> None:
+def test_kimi_serve_in_an_engine_venv_is_what_the_unit_runs(cli, tmp_path: Path) -> None:
     venv = tmp_path / "engine"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site = next(venv.glob("lib/python*/site-packages"))
@@ -135,6 +136,22 @@ def test_kimi_serve_in_an_engine_venv_is_what_the_unit_runs(tmp_path: Path) -> N
     ctx = elsewhere.for_engine(str(venv / "bin" / "python"))
     assert (ctx.kimi_serve, ctx.package_root) == (str(script), str(site))
     assert elsewhere.for_engine(sys.executable) is elsewhere  # a venv kimi-serve was not installed into by the engine
+
+    assert own.stale(site) is None and ctx.engine_drift() is None  # the copy is this kimi-serve
+
+    # kimi-serve changed since (an upgrade, a fix): the unit would run the engine's old copy, and every path says so
+    (site / "kimi_serve" / "cli.py").write_text((site / "kimi_serve" / "cli.py").read_text() + "# the old copy\n")
+    assert "is not this one" in str(own.stale(site))
+    drift = ctx.engine_drift()
+    assert drift is not None and (drift.code, drift.status) == ("unit.kimi_serve", "warn")
+    assert drift.fix.startswith(f"kimi-serve engine install --prefix {venv}"), drift.fix
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"extends: sim\npython: {venv / 'bin' / 'python'}\nservice:\n  user: root\n")
+    done = cli("install-service", "--profile", str(profile), "--root", str(tmp_path / "root"), "--dry-run", "--json")
+    found = {f["code"]: f for f in json.loads(done.out)["findings"]}
+    assert found["unit.kimi_serve"]["status"] == "warn", done.out
+    unit = json.loads(done.out)["unit_text"]
+    assert f'ExecStartPost="{script}" "verify"' in unit  # the engine's gate all the same: the warning says to update
 
     # a venv without kimi-serve's dependencies (a lock that lost one): refused, naming what is missing
     with pytest.raises(KimiServeError) as err:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from kimi_serve.service.systemctl import Systemd
     from kimi_serve.service.target import Target
 
-_MARK = {"done": "ok  ", "planned": "plan", "failed": "FAIL", "skipped": "skip"}
+_MARK = {"done": "ok  ", "planned": "plan", "failed": "FAIL", "skipped": "skip", "warning": "WARN"}
 
 
 def resolve(profile: str | None, sets: list[str] | None, unit_name: str | None, root: Path) -> Target:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.metadata
+import os
 import shutil
 from pathlib import Path
 
@@ -30,6 +31,28 @@ INSTALLER = "kimi-serve engine install"
 _IMPORTS = "import kimi_serve.cli, kimi_serve.verify, typer, yaml, jinja2, requests, jsonschema; print('ok')"
 
 
+def digest(package: Path) -> str:
+    """sha256 over the package's files (relative path and bytes, bytecode left out): equal for a copy and its source,
+    different once either changes, also within one version number."""
+    files = []
+    for top, dirs, names in os.walk(package, followlinks=True):  # the source's _data/ links are copied as folders
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        files += [Path(top) / n for n in names if not n.endswith(".pyc")]
+    h = hashlib.sha256()
+    for path in sorted(files, key=lambda f: f.relative_to(package).as_posix()):
+        h.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def stale(site: Path) -> str | None:
+    """Why the engine's kimi-serve (in ``site``) is not the running one, or None when it is (same files)."""
+    if digest(site / "kimi_serve") == digest(package_root() / "kimi_serve"):
+        return None
+    theirs = next((m.parent.name for m in site.glob("kimi_serve-*.dist-info/METADATA")), "kimi_serve-?")
+    version = theirs.removeprefix("kimi_serve-").removesuffix(".dist-info")
+    return f"the engine's kimi-serve ({version}) is not this one ({__version__}, other files)"
+
+
 def _requires() -> list[str]:
     try:
         return list(importlib.metadata.requires(DIST) or [])
@@ -38,8 +61,8 @@ def _requires() -> list[str]:
 
 
 def _record_line(path: Path, site: Path) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
-    return f"{path.relative_to(site).as_posix()},sha256={digest},{path.stat().st_size}"
+    hashed = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+    return f"{path.relative_to(site).as_posix()},sha256={hashed},{path.stat().st_size}"
 
 
 def install_self(venv: Path, site: Path) -> dict[str, str]:
@@ -67,7 +90,7 @@ def install_self(venv: Path, site: Path) -> dict[str, str]:
     lines.append(f"{Path('..', '..', '..', 'bin', SCRIPT).as_posix()},,")
     lines.append(f"{(dist / 'RECORD').relative_to(site).as_posix()},,")
     (dist / "RECORD").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return {"version": __version__, "script": f"bin/{SCRIPT}", "source": str(source)}
+    return {"version": __version__, "script": f"bin/{SCRIPT}", "source": str(source), "sha256": digest(source)}
 
 
 def check_self(python: Path) -> None:

@@ -65,6 +65,7 @@ class EngineStatus:
     patch_set: str | None = None
     conflicts: list[list[Any]] = field(default_factory=list)  # [pkg, requirement, installed-or-None]
     omitted: list[str] = field(default_factory=list)  # declared deps the lock leaves out on purpose
+    kimi_serve: str | None = None  # why the engine's own kimi-serve is not the running one (engine/own.py); None: it is
 
     @property
     def ok(self) -> bool:
@@ -74,6 +75,7 @@ class EngineStatus:
             and not self.lock_changed
             and not self.conflicts
             and self.patch_state in ("applied", "none")
+            and self.kimi_serve is None
         )
 
     def findings(self) -> list[str]:
@@ -91,6 +93,8 @@ class EngineStatus:
             out.append(f"{pkg} requires {req}, " + ("not installed" if have is None else f"installed {have}"))
         if self.patch_state not in ("applied", "none"):
             out.append(f"patch set {self.patch_set}: {self.patch_state}")
+        if self.kimi_serve:
+            out.append(f"{self.kimi_serve}: units run the engine's copy")
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,6 +115,7 @@ class EngineStatus:
             ],
             "dependency_conflicts": self.conflicts,
             "omitted_by_lock": self.omitted,
+            "kimi_serve_stale": self.kimi_serve,
             "findings": self.findings(),
         }
 
@@ -179,8 +184,17 @@ def engine_status(prefix: Path, lock_name: str | None = None) -> EngineStatus:
         set_name,
         conflicts,
         sorted(omitted),
+        _own_copy(prefix, version),
     )
     return st
+
+
+def _own_copy(prefix: Path, version: str) -> str | None:
+    """Why the engine's kimi-serve differs from this one (None when it matches, or the engine carries none)."""
+    from kimi_serve.engine.own import stale
+
+    site = site_packages(prefix, version)
+    return stale(site) if (site / "kimi_serve").is_dir() else None
 
 
 def _req_name(req: str) -> str:

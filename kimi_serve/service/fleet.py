@@ -29,6 +29,7 @@ from kimi_serve.service.install import (
     refuse_foreign,
     start_and_verify,
     start_monitor,
+    warn_in,
     write_unit,
 )
 from kimi_serve.service.journal import recover
@@ -82,6 +83,7 @@ def plan_fleet(
     host_step(preview, found, lambda: require_systemd(systemd), None)  # before anything slow or written
     launch, findings = check_for_service(profile, contract=contract, preview=preview)
     ctx = ctx.for_engine(launch.argv[0])  # an engine that carries kimi-serve: the units run from it alone
+    found += [f for f in (ctx.engine_drift(),) if f is not None]
     refuse_owned_paths(profile, root)  # symlinks resolved inside the root, before anything is written
     members = render_members(profile, launch, ctx, base)
     reach_step(profile, [m.launch for m in members], ctx, systemd, environ, preview, found)
@@ -141,6 +143,7 @@ def install_fleet(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ: M
     from kimi_serve.core.errors import ExitCode
 
     result = Result(fleet.base)
+    warn_in(result, fleet.findings)
     root = fleet.members[0][1].paths.root
     planned = {p.paths.unit for _, p in fleet.members}
     for _, _, unit in reversed(installed_members(root, fleet.base)):  # replicas the profile no longer has

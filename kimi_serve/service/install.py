@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,6 +197,7 @@ def plan_install(
     host_step(preview, found, lambda: needs_secret(profile, early_paths, environ), False)
     launch, findings = check_for_service(profile, contract=contract, preview=preview)
     ctx = ctx.for_engine(launch.argv[0])  # an engine that carries kimi-serve: the unit runs from it alone
+    found += [f for f in (ctx.engine_drift(),) if f is not None]
     if profile.nodes.count > 1:  # this host's rank of a multi-node server (service/deployment.py)
         from kimi_serve.service.deployment import render_members
 
@@ -374,8 +375,16 @@ def install(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[s
         return _install(plan, systemd, verifier, environ)
 
 
+def warn_in(result: Result, findings: Sequence[Finding]) -> None:
+    """The plan's warnings that concern the change itself (the engine's kimi-serve out of date), as report lines."""
+    for f in findings:
+        if f.code == "unit.kimi_serve":
+            result.add(f.message, "warning", f.fix)
+
+
 def _install(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[str, str]) -> Result:
     result = Result(plan.paths.unit)
+    warn_in(result, plan.findings)
     write_unit(plan, systemd, result, environ)
     if plan.now:
         result.new = start_and_verify(plan.candidate, plan.paths, systemd, verifier, result)

@@ -91,12 +91,13 @@ def doctor_reach(profile: Profile, launch: Launch, environ: Mapping[str, str]) -
         ctx = UnitContext.detect().for_engine(launch.argv[0])
     except KimiServeError as exc:
         return [Finding("doctor", "unit.reach", FAIL, exc.message, exc.hint or "", exc.where or "")]
+    drift = [Finding("doctor", f.code, f.status, f.message, f.fix) for f in (ctx.engine_drift(),) if f is not None]
     found = [
         Finding("doctor", f.code, f.status, f.message, f.fix, f.where)
         for f in unit_reach(profile, launch, ctx, from_env(environ).accounts_root)
     ]
     if found:
-        return found
+        return found + drift
     user = profile.service.user
     return [
         Finding(
@@ -104,5 +105,6 @@ def doctor_reach(profile: Profile, launch: Launch, environ: Mapping[str, str]) -
             "unit.reach",
             PASS,
             f"{user} can run {launch.argv[0]} and {ctx.kimi_serve} inside the unit's sandbox and read the model",
-        )
+        ),
+        *drift,
     ]

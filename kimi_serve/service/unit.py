@@ -26,7 +26,7 @@ from pathlib import Path
 
 from kimi_serve import __version__
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.findings import Finding
+from kimi_serve.core.findings import WARN, Finding
 from kimi_serve.core.resources import package_root, resource_dir
 from kimi_serve.core.settings import with_pythonpath
 from kimi_serve.core.text import line_breaker
@@ -51,6 +51,7 @@ class UnitContext:
     kimi_serve: str  # absolute path of the kimi-serve executable, for ExecStartPost
     package_root: str  # parent of the kimi_serve package, on the simulator's PYTHONPATH
     version: str = __version__
+    engine_prefix: str = ""  # set when kimi-serve is the engine's own copy (for_engine)
 
     @classmethod
     def detect(cls) -> UnitContext:
@@ -76,7 +77,26 @@ class UnitContext:
         if found is None:
             return self
         script, site = found
-        return UnitContext(kimi_serve=str(script), package_root=str(site), version=self.version)
+        prefix = str(script.parent.parent)
+        return UnitContext(kimi_serve=str(script), package_root=str(site), version=self.version, engine_prefix=prefix)
+
+    def engine_drift(self) -> Finding | None:
+        """A warning when the unit runs the engine's kimi-serve and that copy is not the running one (kimi-serve was
+        upgraded or changed since `engine install`): the unit's gate and the simulator would run the old code."""
+        if not self.engine_prefix:
+            return None
+        from kimi_serve.engine.own import stale
+
+        why = stale(Path(self.package_root))
+        if why is None:
+            return None
+        return Finding(
+            "service",
+            "unit.kimi_serve",
+            WARN,
+            f"{why}: the unit's start gate and the simulator run the engine's copy",
+            f"kimi-serve engine install --prefix {self.engine_prefix}, then kimi-serve restart",
+        )
 
 
 POST_COMMENT = (

@@ -6,6 +6,7 @@ Needs root and systemd-nspawn (apt-get install -y systemd systemd-container); sk
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -24,8 +25,17 @@ SANDBOX = Path(__file__).resolve().parent / "sandbox.sh"
 REPO = Path(__file__).resolve().parent.parent.parent
 # Where the tier's `engine install` puts an engine (tests/systemd/test_engine_systemd.py): outside /root, /home and
 # /tmp, which the unit's sandbox hides, and on the root filesystem, so uv hardlinks from its cache (seconds, no
-# copy). Made empty before the container starts (a bind needs its directory), removed with the container.
-ENGINE_ROOT = Path("/var/cache/kimi-serve-test-engine")
+# copy). One folder per run (two runs on one host never share it), made empty before the container starts (a bind
+# needs its directory) and removed with the container; a killed run's folder is removed by the next run.
+ENGINE_PARENT = Path("/var/cache/kimi-serve-tests")
+ENGINE_ROOT = ENGINE_PARENT / f"engine-{os.getpid()}"
+
+
+def _clear_dead_engines() -> None:
+    for old in ENGINE_PARENT.glob("engine-*") if ENGINE_PARENT.is_dir() else []:
+        pid = old.name.removeprefix("engine-")
+        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(old, ignore_errors=True)
 
 
 @dataclass
@@ -73,7 +83,8 @@ def _container(sglang_session: SGLangSession, tmp_path_factory: pytest.TempPathF
     # venv), wherever CI cloned them.
     binds = {str(REPO), str(Path(sys.prefix).resolve())}
     binds.add(str(Path(sglang_session.python).resolve().parent.parent))
-    shutil.rmtree(ENGINE_ROOT, ignore_errors=True)  # a run killed before its teardown
+    _clear_dead_engines()
+    shutil.rmtree(ENGINE_ROOT, ignore_errors=True)
     ENGINE_ROOT.mkdir(parents=True)
     binds.add(str(ENGINE_ROOT))
     env = {**os.environ, "SBX_BIND": " ".join(sorted(binds))}
@@ -103,6 +114,8 @@ def _container(sglang_session: SGLangSession, tmp_path_factory: pytest.TempPathF
         proc.stdin.close()  # the holder exits; sandbox.sh powers the container off and unmounts everything
         proc.wait(timeout=120)
         shutil.rmtree(ENGINE_ROOT, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            ENGINE_PARENT.rmdir()  # when no other run has one there
 
 
 def _start_probe_server(sandbox: Sandbox, python: str, directory: Path) -> subprocess.Popen[bytes]:
