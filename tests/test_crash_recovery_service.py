@@ -263,7 +263,9 @@ def test_a_deployment_uninstall_killed_at_every_checkpoint_is_finished_by_the_ne
     seed = tmp_path / "seed"
     seed.mkdir()
     assert install(profile, seed).returncode == 0
-    assert install(profile, seed).returncode == 0  # a second install: every member has a previous.service
+    changed = write_profile("extends: fleet1\nenv:\n  KIMI_TEST_SECOND: '1'\n", name="fleet2")
+    assert install(changed, seed).returncode == 0  # a changed second install: every member has a previous.service
+    assert len(list(seed.glob("var/lib/kimi-serve/service/*/previous.service"))) == 3
     ref = tmp_path / "ref"
     shutil.copytree(seed, ref, symlinks=True)
     env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK"}

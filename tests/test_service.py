@@ -91,6 +91,9 @@ def test_reinstall_keeps_the_previous_unit(
     assert cli("install-service", "-p", str(second_profile), "--root", str(root), "--replace").code == 0
     assert '"--port" "30123"' in unit.read_text()
     assert (root / "var/lib/kimi-serve/service/sglang-kimi/previous.service").read_text() == first
+    # the same unit written again is no change: previous.service stays the unit before the last change
+    assert cli("install-service", "-p", str(second_profile), "--root", str(root), "--replace").code == 0
+    assert (root / "var/lib/kimi-serve/service/sglang-kimi/previous.service").read_text() == first
 
 
 def test_dry_run_touches_nothing(

@@ -38,6 +38,7 @@ from kimi_serve.core.settings import current
 from kimi_serve.engine import interpreter, locks, own
 
 RECORD_NAME = "kimi-serve-engine.json"
+INTERPRETERS = ("copy", "link")  # --interpreter: a standalone copy inside the prefix, or the venv links to the base
 _SCHEMA = 1
 _VERSIONS = (
     "import importlib.metadata as m, json, sys; "
@@ -170,9 +171,6 @@ def make_plan(
             hint="pass --interpreter copy (a standalone interpreter inside the prefix) or --interpreter link",
         )
     return Plan(prefix, lock, kind, path, base_python(version), version, sets, profile, interpreter_kind)
-
-
-INTERPRETERS = ("copy", "link")
 
 
 # --------------------------------------------------------------------------------------------------------- lock
