@@ -242,6 +242,12 @@ def test_the_engine_depends_on_nothing_outside_its_prefix(cli, cpu_engine):
             assert not os.path.isabs(os.readlink(link)), link  # relative: the prefix can be renamed into place
             assert link.resolve().is_relative_to(cpu_engine), link
     assert (cpu_engine / "pyvenv.cfg").read_text().splitlines()[0] == f"home = {cpu_engine / 'python' / 'bin'}"
+    shown = cli("engine", "status", "--prefix", str(cpu_engine)).out
+    assert (
+        f"interpreter: {cpu_engine / record['interpreter']['path']} (a copy of {record['interpreter']['base']})"
+        in shown
+    )
+    assert f"kimi-serve {record['kimi_serve']['version']}: this one" in shown, shown
     base = Path(record["interpreter"]["base"]).resolve().parent.parent
     code = "import kimi_serve, sglang.srt.function_call.kimik2_detector; print(kimi_serve.__file__)"
     script = [f"{cpu_engine}/bin/python -I -c '{code}'", f"{cpu_engine}/bin/kimi-serve --help >/dev/null && echo ok"]

@@ -162,6 +162,13 @@ def status_cmd(
         f"from {str(rec.get('lock_sha256', 'unknown'))[:12]} at {rec.get('installed_at', 'unknown time')}"
     )
     typer.echo(f"  patch set: {st.patch_set}: {st.patch_state}" if st.patch_set else "  patch set: none")
+    where, own = rec.get("interpreter") or {}, rec.get("kimi_serve") or {}
+    if where.get("kind") == "copy":
+        typer.echo(f"  interpreter: {st.prefix / where['path']} (a copy of {where['base']})")
+    elif where:
+        typer.echo(f"  interpreter: {where.get('base')} (linked: the unit's user must be able to run it)")
+    if own:
+        typer.echo(f"  kimi-serve {own.get('version')}: " + ("not this one" if st.kimi_serve else "this one"))
     if st.omitted:
         typer.echo(f"  left out by the {st.lock.name} lock on purpose: {len(st.omitted)} GPU-only packages")
     findings = st.findings()
