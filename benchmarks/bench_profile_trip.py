@@ -38,7 +38,8 @@ def main() -> int:
     try:
         from kimi_serve.profile import sections
 
-        section_types = tuple(v for v in vars(sections).values() if isinstance(v, type) and v.__module__ == sections.__name__)
+        own = sections.__name__
+        section_types = tuple(v for v in vars(sections).values() if isinstance(v, type) and v.__module__ == own)
     except ImportError:
         pass
     profile_types = (loader.Profile, *section_types)
