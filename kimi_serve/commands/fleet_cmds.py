@@ -1,4 +1,4 @@
-"""The replicated-deployment branches of `install-service`, `restart` and `status`
+"""The replicated-deployment branches of `install-service` and `restart`
 (docs/scale-out.md, "As services"); service_cmds.py calls these when the target (its profile, or the unit directory)
 says the deployment is replicas behind the router."""
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from kimi_serve.commands.service_io import host_lock, print_dry_run_plan, print_result, recover, run_rows, say
+from kimi_serve.commands.service_io import host_lock, print_dry_run_plan, print_result, recover, say
 
 if TYPE_CHECKING:
     from kimi_serve.service.fleet import Fleet
@@ -105,19 +105,3 @@ def restart(target: Target, *, only: list[int], as_json: bool, wait_lock: bool) 
         say(f"rolling restart of {fleet.base.removesuffix('.service')} (one replica at a time)...")
         result, members = rolling_restart(fleet, target.systemd, contract_verifier, os.environ, only=only, progress=say)
         return print_result(result, as_json, {"deployment": _members_json(fleet), "rolled": members}, command="restart")
-
-
-def status(target: Target, as_json: bool, runs: list[Any] | None = None) -> int:
-    from kimi_serve.service.fleet_status import expected_units, fleet_status
-
-    expected = expected_units(target.profile, target.unit) if target.replicated and target.profile else ()
-    st = fleet_status(target.systemd.root, target.unit, target.systemd, expected)
-    if as_json:
-        from kimi_serve.core.output import envelope
-
-        data = {**st.to_json(), "runs": [r.to_json() for r in runs or []]}
-        typer.echo(json.dumps(envelope("status", st.exit_code, data, st.findings()), indent=2))
-    else:
-        for label, value in [*st.rows(), *run_rows(runs or [])]:
-            typer.echo(f"{label + ':':13} {value}")
-    return int(st.exit_code)

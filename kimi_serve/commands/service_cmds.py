@@ -26,7 +26,6 @@ from kimi_serve.service.state import UNIT_DIR
 if TYPE_CHECKING:
     from kimi_serve.profile.loader import Profile
     from kimi_serve.service.install import Plan
-    from kimi_serve.service.status import Status
     from kimi_serve.service.target import Target
 
 PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
@@ -239,112 +238,24 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
     sets: list[str] | None = SetOpt,
 ) -> int:
-    """The unit's state, the live profile and patch set, the last verify, and /health now (exit 0: active, healthy)."""
-    from kimi_serve.commands import fleet_cmds
-    from kimi_serve.service.status import status as status_core
+    """The unit's state, the live profile and patch set, the last verify, and /health now (exit 0: active, healthy).
+
+    A replicated deployment: the router, its workers and every replica."""
+    from kimi_serve.commands.prewarm_cmd import start_history, start_rows
+    from kimi_serve.service.fleet_status import status_of
 
     target = resolve(profile, sets, unit_name, root)
     runs = current_runs()
-    if target.installed_as_deployment or target.replicated:
-        return fleet_cmds.status(target, as_json, runs)
-    st = status_core(target.paths, target.systemd)
+    st = status_of(target)  # the one unit is a deployment of one member: one body, one report per shape
     if as_json:
-        from kimi_serve.commands.prewarm_cmd import start_history
         from kimi_serve.core.output import envelope
 
         data = {**st.to_json(), "starts": start_history(), "runs": [r.to_json() for r in runs]}
         typer.echo(json.dumps(envelope("status", st.exit_code, data, st.findings()), indent=2))
     else:
-        _print_status(st)
-        from kimi_serve.commands.prewarm_cmd import start_rows
-
-        for label, value in [*start_rows(target.profile), *run_rows(runs)]:
+        for label, value in [*st.rows(), *start_rows(target.profile), *run_rows(runs)]:
             typer.echo(f"{label + ':':13} {value}")
     return int(st.exit_code)
-
-
-def _print_status(st: Status) -> None:
-    m = st.marker
-    rows = [("unit", f"{st.unit} ({st.unit_file}{'' if st.installed else ', not installed'})")]
-    if st.installed:
-        rows.append(
-            (
-                "profile",
-                f"{m.profile} (patch set {m.patch_set}, kimi-serve {m.version})"
-                if m
-                else "unknown: not written by kimi-serve",
-            )
-        )
-        if m and m.overrides:
-            rows.append(("overrides", " ".join(f"--set {o}" for o in m.overrides)))
-        if m and not m.body_matches:
-            rows.append(("edited", "the unit was edited after install (its hash no longer matches)"))
-    s = st.state
-    rows.append(
-        (
-            "state",
-            f"{s.get('ActiveState')} ({s.get('SubState')}), {s.get('UnitFileState')}, main pid "
-            f"{s.get('MainPID')}, restarts {s.get('NRestarts')}, since {s.get('ActiveEnterTimestamp') or '-'}"
-            if s
-            else next((f.line() for f in st.findings() if f.code == "systemd.unreachable"), st.state_error),
-        )
-    )
-    rows.append(("health", f"{st.health} ({m.endpoint if m else ''}/health)" if st.health else "not checked"))
-    for label, rec in (("last verify", st.last_verify), ("last good", st.last_good)):
-        if rec is None:
-            rows.append((label, "none recorded"))
-        elif label == "last verify":
-            rows.append(
-                (label, f"{rec.get('status')} at {rec.get('time')} (profile {rec.get('profile')}): {rec.get('detail')}")
-            )
-        else:
-            rows.append(
-                (
-                    label,
-                    f"profile {rec.get('profile')} (patch set {rec.get('patch_set')}, sha256 "
-                    f"{str(rec.get('unit_sha256'))[:12]}) at {rec.get('time')}",
-                )
-            )
-    if st.interrupted:
-        from kimi_serve.service.journal import describe
-
-        rows.append(("INTERRUPTED", describe(st.interrupted)))
-    rows += _monitor_rows(st)
-    if st.listeners is not None:
-        rows.append(("listening", ", ".join(f"{x.endpoint} ({x.command})" for x in st.listeners) or "nothing"))
-    rows += [("stray", f.line()) for f in st.listener_findings if f.status == "warn"]
-    for label, value in rows:
-        typer.echo(f"{label + ':':13} {value}")
-
-
-def _monitor_rows(st: Status) -> list[tuple[str, str]]:
-    t, m = st.timer, st.monitor
-    live = t is not None and "ActiveState" in t
-    state = f" {t['ActiveState']}, next run {t.get('NextElapseUSecRealtime') or '-'}" if t and live else ""
-    rows = [("monitor", "not installed" if t is None else f"{t['unit']}{state}")]
-    if st.traffic is not None:
-        rows.append(("traffic", _traffic_row(st.traffic)))
-    if m is None:
-        return [*rows, ("checks", "none recorded")]
-    if m["broken_since"]:
-        held = f"last held {m['contract_held_last']}" if m["contract_held_last"] else "not held in the kept history"
-        rows.append(("contract", f"BROKEN since {m['broken_since']} ({m['broken_for_s']:.0f}s), {held}"))
-    else:
-        rows.append(("contract", f"holds (last check {m['contract_held_last']})"))
-    rows += [
-        ("check", f"{r.get('status')} at {r.get('time')} ({r.get('elapsed_s')}s): {str(r.get('detail'))[:160]}")
-        for r in m["last"][-5:]
-    ]
-    return rows
-
-
-def _traffic_row(tr: dict[str, Any]) -> str:
-    """The real-traffic counters (service/traffic.py): parse failures by kind, and why the journal was not read."""
-    counts = ", ".join(f"{k} {n}" for k, n in tr["counts"].items() if n) or "none"
-    row = f"parse failures {tr['total']} ({counts}) in {tr['lines_read']} log lines"
-    if tr["capped_runs"]:
-        row += f", {tr['capped_runs']} runs capped"
-    return row + (f"; journal not read: {tr['error']}" if tr["error"] else "")
 
 
 def register(app: typer.Typer) -> None:

@@ -16,6 +16,7 @@ from kimi_serve.service.gates import Worker, router_workers
 from kimi_serve.service.state import ServicePaths
 from kimi_serve.service.status import Status, status
 from kimi_serve.service.systemctl import Systemd
+from kimi_serve.service.target import Target
 
 
 @dataclass
@@ -254,3 +255,12 @@ def _key(root: Path, router: Status) -> str | None:
 
     # /workers takes the router control plane's admin key (the key file's admin-api-key), not the clients' key
     return admin_key_of(ServicePaths(root, router.unit).under_root(str(key_file)))
+
+
+def status_of(target: Target) -> Status | FleetStatus:
+    """`status`'s one body: a deployment's members (installed as one, or the profile is replicated), else the one unit,
+    a deployment of one member. Either answers rows(), to_json(), findings() and exit_code."""
+    if target.installed_as_deployment or target.replicated:
+        expected = expected_units(target.profile, target.unit) if target.replicated and target.profile else ()
+        return fleet_status(target.systemd.root, target.unit, target.systemd, expected)
+    return status(target.paths, target.systemd)
