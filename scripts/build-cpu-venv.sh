@@ -7,6 +7,9 @@
 # keys, patch 0007), so the quickstart's first verify shows no key leak. Prod's Kimi set (sglang-0.5.23-kimi, the
 # parser fixes) is left off on purpose: this engine shows SGLang 0.5.23's own kimi_k2 parser, whose faults verify
 # and the traffic counter must detect (the Kimi set is proven on scratch copies, tests/test_patches_sglang.py).
+# It links the base Python and leaves kimi-serve itself out (--interpreter link --no-kimi-serve): every user of this
+# engine puts this checkout's kimi_serve on its PYTHONPATH, so the tests run the code under test, never a copy frozen
+# when the cache was built (the engine tier and the systemd tier install the full layout themselves).
 # Quiet: installer output is shown only on failure.
 # The cache key is the sha256 of the lock and the patch set (manifest and patches), so a changed lock or patch set
 # rebuilds (and an engine built before the CPU venv was patched is never reused); ~30 s with a cold uv cache.
@@ -35,7 +38,8 @@ trap 'rm -f "$LOG" "$PROFILE"' EXIT
 # another install on this host holds the install lock (exit 75): wait for it, up to 30 min
 for _ in $(seq 360); do
   rc=0
-  .venv/bin/kimi-serve engine install --lock cpu --profile "$PROFILE" --prefix "$VENV" --quiet > "$LOG" 2>&1 || rc=$?
+  .venv/bin/kimi-serve engine install --lock cpu --profile "$PROFILE" --prefix "$VENV" --interpreter link \
+    --no-kimi-serve --quiet > "$LOG" 2>&1 || rc=$?
   [ "$rc" -eq 75 ] || break
   sleep 5
 done

@@ -73,6 +73,14 @@ def install_cmd(
             "wherever the host's own Python lives (/root, /home); link: the venv links to the base Python.",
         ),
     ] = "copy",
+    no_kimi_serve: Annotated[
+        bool,
+        typer.Option(
+            "--no-kimi-serve",
+            help="Leave kimi-serve itself out of the engine (a test engine whose users put kimi-serve's source on "
+            "its PYTHONPATH); units then take their start gate from the kimi-serve that installs them.",
+        ),
+    ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan; change nothing.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No installer progress.")] = False,
     as_json: AsJson = False,
@@ -84,7 +92,9 @@ def install_cmd(
     if installer not in (None, "uv", "pip"):
         raise KimiServeError(f"--installer {installer}: unknown", hint="pass --installer uv or --installer pip")
     target, patch_set = _profile_target(profile, prefix)
-    plan = make_plan(target, lock, None if no_patches else patch_set, profile, installer, interpreter)
+    plan = make_plan(
+        target, lock, None if no_patches else patch_set, profile, installer, interpreter, not no_kimi_serve
+    )
     if dry_run:
         if as_json:
             typer.echo(dumps(envelope("engine-install", 0, {"dry_run": True, "plan": plan.to_dict()})))
@@ -123,7 +133,8 @@ def install_cmd(
         if where["kind"] == "copy"
         else f"  interpreter: {where['base']} (linked; the unit's user must be able to run it)"
     )
-    typer.echo(f"  kimi-serve {rec['kimi_serve']['version']}: {plan.prefix / rec['kimi_serve']['script']}")
+    own = rec["kimi_serve"]
+    typer.echo(f"  kimi-serve {own['version']}: {plan.prefix / own['script']}" if own else "  kimi-serve: left out")
     typer.echo(
         f"  patch set: {rec['patch_set'] or 'none'}"
         + (f" ({len(rec['patches'])} patches applied)" if rec["patch_set"] else "")

@@ -98,6 +98,7 @@ class Plan:
     patch_set: tuple[str, ...]  # the sets to apply together (a profile's patch_set list); () for none
     profile: str | None
     interpreter: str = "copy"  # copy: a standalone copy of `python` inside the prefix; link: the venv links to it
+    with_kimi_serve: bool = True  # kimi-serve itself in the engine (engine/own.py); False: a test engine
     staging: Path = field(init=False)
     replaces: bool = field(init=False)
 
@@ -127,6 +128,7 @@ class Plan:
             "python": self.python,
             "python_version": self.python_version,
             "interpreter": self.interpreter,
+            "kimi_serve": self.with_kimi_serve,
             "patch_set": "+".join(self.patch_set) or None,
             "profile": self.profile,
             "staging": str(self.staging),
@@ -142,6 +144,7 @@ def make_plan(
     profile: str | None,
     installer: str | None = None,
     interpreter_kind: str = "copy",
+    with_kimi_serve: bool = True,
 ) -> Plan:
     lock = locks.load(lock_name)
     prefix = prefix.expanduser().absolute()
@@ -170,7 +173,9 @@ def make_plan(
             where="--interpreter",
             hint="pass --interpreter copy (a standalone interpreter inside the prefix) or --interpreter link",
         )
-    return Plan(prefix, lock, kind, path, base_python(version), version, sets, profile, interpreter_kind)
+    return Plan(
+        prefix, lock, kind, path, base_python(version), version, sets, profile, interpreter_kind, with_kimi_serve
+    )
 
 
 # --------------------------------------------------------------------------------------------------------- lock
@@ -419,8 +424,10 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
                     hint="regenerate the lock (scripts/lock.py) or report a bug",
                     exit_code=ExitCode.ENVIRONMENT,
                 )
-            kimi = own.install_self(staging, site_packages(staging, plan.python_version))
-            own.check_self(py)
+            kimi = None
+            if plan.with_kimi_serve:
+                kimi = own.install_self(staging, site_packages(staging, plan.python_version))
+                own.check_self(py)
             patches = _patch(plan, staging)
             _compile(py, staging)
             record = {
@@ -441,8 +448,8 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
                 "patches": patches["patches"] if patches else [],
                 "interpreter": {
                     "kind": plan.interpreter,
-                    "base": str(base.executable) if base else plan.python,
-                    "path": f"{interpreter.DIR}/bin/python{plan.python_version}" if base else plan.python,
+                    "base": str(base.executable) if base else os.path.realpath(plan.python),
+                    "path": f"{interpreter.DIR}/bin/python{plan.python_version}" if base else os.path.realpath(plan.python),
                 },
                 "kimi_serve": kimi,
                 "installed_at": datetime.now(UTC).isoformat(timespec="seconds"),
