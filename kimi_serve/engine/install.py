@@ -430,6 +430,7 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
                 own.check_self(py)
             patches = _patch(plan, staging)
             _compile(py, staging)
+            linked = os.path.realpath(plan.python)
             record = {
                 "schema": _SCHEMA,
                 "lock": plan.lock.name,
@@ -448,8 +449,8 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
                 "patches": patches["patches"] if patches else [],
                 "interpreter": {
                     "kind": plan.interpreter,
-                    "base": str(base.executable) if base else os.path.realpath(plan.python),
-                    "path": f"{interpreter.DIR}/bin/python{plan.python_version}" if base else os.path.realpath(plan.python),
+                    "base": str(base.executable) if base else linked,
+                    "path": f"{interpreter.DIR}/bin/python{plan.python_version}" if base else linked,
                 },
                 "kimi_serve": kimi,
                 "installed_at": datetime.now(UTC).isoformat(timespec="seconds"),
