@@ -120,6 +120,26 @@ def test_dry_run_shows_the_plan_and_changes_nothing(cli, tmp_path, old_venv):
     assert plan["lock"] == "gpu" and plan["sglang"] == locks.SGLANG_VERSION and not plan["replaces_existing"]
     assert plan["lock_sha256"] == hashlib.sha256(locks.lock_path("gpu").read_bytes()).hexdigest()
     assert _tree(old_venv) == before and not fresh.parent.exists()
+    assert plan["interpreter"] == "copy" and plan["kimi_serve"] is True
+
+
+def test_python_picks_the_base_interpreter_of_the_locks_version(cli, tmp_path):
+    fresh = tmp_path / "new" / "venv"
+    r = cli(
+        "engine", "install", "--prefix", str(fresh), "--lock", "cpu", "--python", sys.executable, "--dry-run", "--json"
+    )
+    assert r.code == 0 and json.loads(r.out)["plan"]["python"] == sys.executable, r.err
+    older = tmp_path / "python3.10"
+    older.write_text("#!/bin/sh\necho 3.10\n")
+    older.chmod(0o755)
+    r = cli("engine", "install", "--prefix", str(fresh), "--lock", "cpu", "--python", str(older), "--dry-run")
+    assert r.code == 2 and f"--python {older}: Python 3.10, the lock targets 3.11" in r.err, r.err
+    assert "fix: pass a python3.11" in r.err and r.err.count("\n") <= 2
+    r = cli(
+        "engine", "install", "--prefix", str(fresh), "--lock", "cpu", "--python", str(tmp_path / "nope"), "--dry-run"
+    )
+    assert r.code == 2 and "does not run" in r.err, r.err
+    assert not fresh.parent.exists()
 
 
 def test_default_prefix_is_the_profiles_python_venv(cli):

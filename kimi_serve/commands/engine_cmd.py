@@ -73,6 +73,14 @@ def install_cmd(
             "wherever the host's own Python lives (/root, /home); link: the venv links to the base Python.",
         ),
     ] = "copy",
+    python: Annotated[
+        str | None,
+        typer.Option(
+            "--python",
+            help="The Python to build from (copy or link): default this one when it has the lock's version, "
+            "else pythonX.Y on PATH.",
+        ),
+    ] = None,
     no_kimi_serve: Annotated[
         bool,
         typer.Option(
@@ -93,7 +101,7 @@ def install_cmd(
         raise KimiServeError(f"--installer {installer}: unknown", hint="pass --installer uv or --installer pip")
     target, patch_set = _profile_target(profile, prefix)
     plan = make_plan(
-        target, lock, None if no_patches else patch_set, profile, installer, interpreter, not no_kimi_serve
+        target, lock, None if no_patches else patch_set, profile, installer, interpreter, not no_kimi_serve, python
     )
     if dry_run:
         if as_json:

@@ -65,8 +65,22 @@ def target_python(lock: locks.Lock) -> str:
     return m.group(1) if m else locks.PYTHON_VERSION
 
 
-def base_python(version: str) -> str:
-    """An interpreter of ``version`` to build the venv from: this one when it matches, else pythonX.Y on PATH."""
+def base_python(version: str, given: str | None = None) -> str:
+    """An interpreter of ``version`` to build the venv from: ``given`` (--python, checked), else this one when it
+    matches, else pythonX.Y on PATH."""
+    if given:
+        path = shutil.which(given) or given
+        found = None
+        if os.access(path, os.X_OK):
+            done = proc.run([path, "-I", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], timeout=60)
+            found = done.out.strip() if done.rc == 0 else None
+        if found != version:
+            raise KimiServeError(
+                f"--python {given}: " + (f"Python {found}, the lock targets {version}" if found else "does not run"),
+                where="--python",
+                hint=f"pass a python{version} (e.g. /usr/bin/python{version})",
+            )
+        return path
     if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
         return sys.executable
     found = shutil.which(f"python{version}")
@@ -145,6 +159,7 @@ def make_plan(
     installer: str | None = None,
     interpreter_kind: str = "copy",
     with_kimi_serve: bool = True,
+    python: str | None = None,
 ) -> Plan:
     lock = locks.load(lock_name)
     prefix = prefix.expanduser().absolute()
@@ -173,9 +188,8 @@ def make_plan(
             where="--interpreter",
             hint="pass --interpreter copy (a standalone interpreter inside the prefix) or --interpreter link",
         )
-    return Plan(
-        prefix, lock, kind, path, base_python(version), version, sets, profile, interpreter_kind, with_kimi_serve
-    )
+    base = base_python(version, python)
+    return Plan(prefix, lock, kind, path, base, version, sets, profile, interpreter_kind, with_kimi_serve)
 
 
 # --------------------------------------------------------------------------------------------------------- lock

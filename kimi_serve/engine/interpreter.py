@@ -31,7 +31,11 @@ DIR = "python"  # the copy's folder inside the engine prefix
 ORIGIN_LIB = "$ORIGIN/../lib"
 # stdlib parts no server imports: left out of the copy (about 125 MB of pyenv's 250)
 SKIP = frozenset({"site-packages", "dist-packages", "test", "idlelib", "turtledemo"})
-SYSTEM_PREFIXES = ("/usr", "/usr/local")  # a distribution's interpreter: its prefix holds other software too
+SYSTEM_PREFIXES = ("/usr", "/usr/local")
+LINK_HINT = (
+    "pass --python PATH, a Python of the lock's version outside /root and /home (e.g. /usr/bin/python3.11), "
+    "with --interpreter link"
+)  # a distribution's interpreter: its prefix holds other software too
 _DESCRIBE = (
     "import json, os, sys, sysconfig as s; v = s.get_config_var; print(json.dumps({"
     "'executable': os.path.realpath(sys.executable), 'prefix': sys.base_prefix, "
@@ -78,7 +82,7 @@ def describe(python: str) -> Base:
     if done.rc != 0:
         raise KimiServeError(
             f"{python} cannot describe itself: {(done.err.strip().splitlines() or ['no output'])[-1]}",
-            hint="pass a working base interpreter (python3.X on PATH), or --interpreter link",
+            hint="pass --python PATH: a working Python of the lock's version",
             exit_code=ExitCode.ENVIRONMENT,
         )
     d: dict[str, Any] = json.loads(done.out.strip().splitlines()[-1])
@@ -140,8 +144,7 @@ def _own_search_path(exe: Path, base: Base) -> None:
         if base.shared:
             raise KimiServeError(
                 f"cannot point the copied interpreter at its own libpython ({exc}); the previous venv is untouched",
-                hint="build the venv from an interpreter outside /root and /home with --interpreter link "
-                "(e.g. --python /usr/bin/python3.X)",
+                hint=LINK_HINT,
                 exit_code=ExitCode.ENVIRONMENT,
             ) from exc
 
@@ -154,7 +157,7 @@ def check(exe: Path, base: Base) -> None:
         tail = (done.err.strip().splitlines() or ["no output"])[-1]
         raise KimiServeError(
             f"the copied interpreter {exe} does not run: {tail}; the previous venv is untouched",
-            hint="use --interpreter link with a base interpreter outside /root and /home",
+            hint=LINK_HINT,
             exit_code=ExitCode.ENVIRONMENT,
         )
     seen = json.loads(done.out.strip().splitlines()[-1])
@@ -162,7 +165,7 @@ def check(exe: Path, base: Base) -> None:
     if Path(seen["prefix"]) != prefix:
         raise KimiServeError(
             f"the copied interpreter {exe} takes its standard library from {seen['prefix']}, not {prefix}",
-            hint="use --interpreter link with a base interpreter outside /root and /home",
+            hint=LINK_HINT,
             exit_code=ExitCode.ENVIRONMENT,
         )
     if base.shared and not any(
@@ -172,7 +175,7 @@ def check(exe: Path, base: Base) -> None:
         raise KimiServeError(
             f"the copied interpreter {exe} loads {libs[0] if libs else 'no libpython'} instead of its own "
             f"{prefix / 'lib'}; the previous venv is untouched",
-            hint="use --interpreter link with a base interpreter outside /root and /home",
+            hint=LINK_HINT,
             exit_code=ExitCode.ENVIRONMENT,
         )
     own = [str(p) for p in base.own_paths]
@@ -181,6 +184,6 @@ def check(exe: Path, base: Base) -> None:
         raise KimiServeError(
             f"the copied interpreter still loads {leaked[0]} from its original installation: the unit's user may "
             "not reach it; the previous venv is untouched",
-            hint="use --interpreter link with a base interpreter outside /root and /home",
+            hint=LINK_HINT,
             exit_code=ExitCode.ENVIRONMENT,
         )
