@@ -94,9 +94,10 @@ EXIT_CODES: dict[str, str] = {
     ),
     "logs": "0 the log was shown; 1 no log found; 5 journalctl missing",
     "engine install": (
-        "0 installed (or --dry-run printed the plan); 5 the install failed (download, hash, resolver, no "
-        "Python of the lock's version; the previous venv is untouched) or a patch could not be applied; "
-        "75 another install of that prefix runs, or an up serves from it"
+        "0 installed (or --dry-run printed the plan); 2 bad input (an unknown --interpreter, a --python of "
+        "another version); 5 the install failed (download, hash, resolver, no Python of the lock's version, a "
+        "copied interpreter that still needs its original; the previous venv is untouched) or a patch could not be "
+        "applied; 75 another install of that prefix runs, or an up serves from it"
     ),
     "engine status": (
         "0 the venv matches its lock: no drift, no dependency conflict, patch set applied as recorded; 1 "
