@@ -25,13 +25,13 @@ from kimi_serve.service.unit import UnitContext
 LONG = "/opt/a/rather/long/prefix/that/was/built/here/lib"
 
 
-def _binary(tmp_path: Path, dtags: str) -> Path:
+def _binary(tmp_path: Path, dtags: str, rpath: str = LONG) -> Path:
     if shutil.which("gcc") is None:
         pytest.skip("gcc not installed (apt-get install gcc)")
     src = tmp_path / "prog.c"
     src.write_text("int main(void) { return 7; }\n")
     exe = tmp_path / f"prog-{dtags}"
-    subprocess.run(["gcc", "-o", str(exe), str(src), f"-Wl,{dtags},-rpath,{LONG}"], check=True, capture_output=True)
+    subprocess.run(["gcc", "-o", str(exe), str(src), f"-Wl,{dtags},-rpath,{rpath}"], check=True, capture_output=True)
     return exe
 
 
@@ -49,6 +49,19 @@ def test_a_search_path_is_read_and_rewritten_in_place(tmp_path: Path, dtags: str
     assert exe.stat().st_size == size and subprocess.run([str(exe)]).returncode == 7  # nothing moved: it still runs
     with pytest.raises(elf.ElfError, match="longer"):
         elf.set_search_path(exe, "/x" * 40)
+
+
+def test_only_the_search_path_into_the_original_installation_is_pointed_at_the_copy(tmp_path: Path) -> None:
+    exe = _binary(tmp_path, "--enable-new-dtags", "/opt/base/3.11/lib:/opt/private-ssl/lib")
+    base = interpreter.Base(
+        executable=Path("/opt/base/3.11/bin/python3.11"), prefix=Path("/opt/base/3.11"), version="3.11",
+        stdlib=Path("/opt/base/3.11/lib/python3.11"), platstdlib=Path("/opt/base/3.11/lib/python3.11"),
+        include=Path("/opt/base/3.11/include/python3.11"), shared=True, library=None,
+    )  # fmt: skip
+    interpreter._own_search_path(exe, base)
+    assert [e.value for e in elf.search_paths(exe.read_bytes())] == [f"{interpreter.ORIGIN_LIB}:/opt/private-ssl/lib"]
+    interpreter._own_search_path(exe, base)  # already the copy's: unchanged
+    assert [e.value for e in elf.search_paths(exe.read_bytes())] == [f"{interpreter.ORIGIN_LIB}:/opt/private-ssl/lib"]
 
 
 def test_what_is_not_a_64_bit_elf_is_refused() -> None:

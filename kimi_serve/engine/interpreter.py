@@ -135,11 +135,14 @@ def copy(base: Base, dest: Path) -> Path:
 
 
 def _own_search_path(exe: Path, base: Base) -> None:
-    """Point an absolute library search path at the copy's own lib/ (a relative one already is)."""
+    """Point the library search path's entries inside the original installation at the copy's own lib/ (a relative
+    entry already is one); entries elsewhere (a private OpenSSL under /opt) stay."""
     try:
         entries = elf.search_paths(exe.read_bytes())
-        if any(e.value != ORIGIN_LIB and not e.value.startswith("$ORIGIN") for e in entries):
-            elf.set_search_path(exe, ORIGIN_LIB)
+        parts = [part for e in entries for part in e.value.split(":") if part]
+        if any(not part.startswith("$ORIGIN") and Path(part).is_relative_to(base.prefix) for part in parts):
+            kept = [p for p in parts if not p.startswith("$ORIGIN") and not Path(p).is_relative_to(base.prefix)]
+            elf.set_search_path(exe, ":".join(dict.fromkeys([ORIGIN_LIB, *kept])))
     except elf.ElfError as exc:
         if base.shared:
             raise KimiServeError(
