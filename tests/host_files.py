@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 MAX_CHECKPOINTS = 200  # a loop over kill points that reaches this has lost its end
@@ -50,3 +53,18 @@ def normalized(files: dict[str, tuple[int, bytes | str]]) -> dict[str, tuple[int
             data = json.dumps(record, sort_keys=True).encode()
         out[rel] = (mode, data)
     return out
+
+
+Run = subprocess.CompletedProcess[str]
+
+
+def every_kill_point(run: Callable[[int, str], Run], after_kill: Callable[[int, Run], None]) -> tuple[int, Run]:
+    """Run one command SIGKILLed at each of its checkpoints in turn (kimi_serve/core/faults.py): ``run(n, hook)``
+    starts it with ``hook`` (``kill-at=N``) in its environment, ``after_kill(n, result)`` checks what a kill at N
+    left. Ends at the first N the command got past (past its last checkpoint); returns (the kills, that run)."""
+    for n in range(1, MAX_CHECKPOINTS):
+        done = run(n, f"kill-at={n}")
+        if done.returncode != -signal.SIGKILL:
+            return n - 1, done
+        after_kill(n, done)
+    raise AssertionError(f"still killed at checkpoint {MAX_CHECKPOINTS}: the loop has lost its end")

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
+from restart_driver import CTX, stand_in_systemctl
+
 from kimi_serve.core.lock import root_lock
-from kimi_serve.core.proc import Completed
 from kimi_serve.profile.launch import build_launch
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.service import rolling
@@ -23,14 +23,8 @@ from kimi_serve.service.fleet import Fleet, install_fleet, recover_fleet
 from kimi_serve.service.install import Plan
 from kimi_serve.service.state import ServicePaths
 from kimi_serve.service.systemctl import Systemd
-from kimi_serve.service.unit import UnitContext
 
-CTX = UnitContext(kimi_serve="/opt/kimi-serve/venv/bin/kimi-serve", package_root="/opt/kimi-serve/src")
 BASE = "fleet.service"
-
-
-def stand_in_systemctl(argv: Sequence[str], *, timeout: float) -> Completed:
-    return Completed(tuple(argv), 0, "", "")
 
 
 def verifier(endpoint: str, secret: Path | None, suite: str, timeout: float) -> tuple[int, str]:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from host_files import every_kill_point
 from patches_support import extract, pinned_wheel, snapshot
 from zygote import shared
 
@@ -22,7 +23,6 @@ from kimi_serve.patches import apply, load_patch_set, revert, status
 from kimi_serve.patches import change as patch_change
 
 SET = "sglang-0.5.23-sm120"
-MAX_CHECKPOINTS = 200  # a guard: a command with more checkpoints than this is a test bug
 # tests/conftest.py: the module fixtures (the patch set, a pristine copy: 0.2 s) are rebuilt on each worker rather
 # than holding one worker for the module's 90 s
 SPREAD_ACROSS_WORKERS = True
@@ -80,20 +80,18 @@ def test_kill_at_every_checkpoint_then_recover(verb: str, pristine: Path, patch_
     patched = snapshot(ref_site)
     assert patched != original
 
-    n, kills = 0, 0
-    while True:
-        n += 1
-        assert n < MAX_CHECKPOINTS
-        site, state = tmp_path / f"k{n}" / "site-packages", tmp_path / f"k{n}" / "state"
+    def where(n: int) -> tuple[Path, Path]:
+        return tmp_path / f"k{n}" / "site-packages", tmp_path / f"k{n}" / "state"
+
+    def killed(n: int, hook: str) -> subprocess.CompletedProcess[str]:
+        site, state = where(n)
         shutil.copytree(pristine, site)
         if verb == "revert":
             apply(site, patch_set, state_dir=state)
-        r = patches(verb, site, state, hook=f"kill-at={n}")
-        if r.returncode != -signal.SIGKILL:  # N is past the last checkpoint: the run completed
-            assert r.returncode == 0, r.stderr
-            assert snapshot(site) == (patched if verb == "apply" else original)
-            break
-        kills += 1
+        return patches(verb, site, state, hook=hook)
+
+    def after_kill(n: int, _r: subprocess.CompletedProcess[str]) -> None:
+        site, state = where(n)
         assert_status_tells_the_truth(site, state, patch_set, original=original, patched=patched)
         # the next run of the same command finishes the job...
         done = (apply if verb == "apply" else revert)(site, patch_set, state_dir=state)
@@ -103,6 +101,10 @@ def test_kill_at_every_checkpoint_then_recover(verb: str, pristine: Path, patch_
         (revert if verb == "apply" else apply)(site, patch_set, state_dir=state)
         assert snapshot(site) == (original if verb == "apply" else patched), n
         shutil.rmtree(site.parent)
+
+    kills, last = every_kill_point(killed, after_kill)  # past the last checkpoint: the run completed
+    assert last.returncode == 0, last.stderr
+    assert snapshot(where(kills + 1)[0]) == (patched if verb == "apply" else original)
     assert kills >= 10, f"only {kills} checkpoints in `patches {verb}`"
 
 
@@ -210,20 +212,21 @@ def test_a_recovery_killed_at_every_checkpoint_is_recovered_again(pristine: Path
     trace = tmp_path / "trace"
     patches("apply", site, state, hook=f"trace-to={trace}")
     swaps = [int(line.split()[0]) for line in trace.read_text().splitlines() if "swap.replace" in line]
-    m = 0
-    while True:  # the `patches revert` that recovers from a killed apply is itself killed at each of its checkpoints
-        m += 1
-        assert m < MAX_CHECKPOINTS
+
+    def killed(m: int, hook: str) -> subprocess.CompletedProcess[str]:
         shutil.rmtree(site)
         shutil.rmtree(state)
         shutil.copytree(pristine, site)
         assert patches("apply", site, state, hook=f"kill-at={swaps[2] + 1}").returncode == -signal.SIGKILL
-        r = patches("revert", site, state, hook=f"kill-at={m}")
-        if r.returncode != -signal.SIGKILL:
-            assert r.returncode == 0, r.stderr
-            assert snapshot(site) == original
-            break
+        return patches("revert", site, state, hook=hook)
+
+    def after_kill(m: int, _r: subprocess.CompletedProcess[str]) -> None:
         assert patches("revert", site, state).returncode == 0, m
         assert snapshot(site) == original, m
         assert not list(state.glob("patches/*/*.intent.json"))
-    assert m > 3
+
+    # the `patches revert` that recovers from a killed apply is itself killed at each of its checkpoints
+    kills, last = every_kill_point(killed, after_kill)
+    assert last.returncode == 0, last.stderr
+    assert snapshot(site) == original
+    assert kills > 2

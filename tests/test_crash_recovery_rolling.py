@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from host_files import MAX_CHECKPOINTS, files_of, normalized
+from host_files import every_kill_point, files_of, normalized
 from router_stand_in import StandInRouter, serving
 from zygote import shared
 
@@ -83,18 +82,16 @@ def test_a_rolling_restart_killed_at_every_checkpoint_is_rolled_back_then_finish
         assert reference != before and new_units["fleet-r0.service"] != old_units["fleet-r0.service"]
         assert sorted(router.workers.values()) == [R0, R1] and router.min_healthy == 1
 
-        n, interrupted_seen = 0, 0
-        while True:
-            n += 1
-            assert n < MAX_CHECKPOINTS
+        interrupted: list[int] = []
+
+        def killed(n: int, hook: str) -> subprocess.CompletedProcess[str]:
             root = tmp_path / f"k{n}"
             shutil.copytree(seed, root, symlinks=True)
             _both_in_rotation(router)
-            r = drive(root, new, "restart", hook=f"kill-at={n}")
-            if r.returncode != -signal.SIGKILL:
-                assert r.stdout.strip() == "0", r.stderr
-                assert normalized(files_of(root)) == reference
-                break
+            return drive(root, new, "restart", hook=hook)
+
+        def after_kill(n: int, _r: subprocess.CompletedProcess[str]) -> None:
+            root = tmp_path / f"k{n}"
             assert router.min_healthy in (None, 1), (n, router.log)  # never left without a healthy worker
             units = _units(root)
             for unit in UNITS:
@@ -106,7 +103,7 @@ def test_a_rolling_restart_killed_at_every_checkpoint_is_rolled_back_then_finish
                 f"{j.removeprefix('.').removesuffix('.intent.json')}.service" for j in journals
             }, n
             assert len(journals) <= 1, (n, journals)  # one replica at a time
-            interrupted_seen += bool(journals)
+            interrupted.extend([n] if journals else [])
             if journals:
                 assert any(label == "INTERRUPTED" for label, _ in st.rows()), n
             # the next restart rolls the killed change back first, then ends where an uninterrupted roll ends
@@ -114,5 +111,9 @@ def test_a_rolling_restart_killed_at_every_checkpoint_is_rolled_back_then_finish
             assert normalized(files_of(root)) == reference, n
             assert sorted(router.workers.values()) == [R0, R1], (n, router.log)
             shutil.rmtree(root)
-    assert n > 10, f"only {n - 1} checkpoints in the rolling restart"
-    assert interrupted_seen > 4, interrupted_seen
+
+        kills, last = every_kill_point(killed, after_kill)
+        assert last.stdout.strip() == "0", last.stderr
+        assert normalized(files_of(tmp_path / f"k{kills + 1}")) == reference
+    assert kills > 9, f"only {kills} checkpoints in the rolling restart"
+    assert len(interrupted) > 4, interrupted

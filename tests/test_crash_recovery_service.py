@@ -8,17 +8,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from host_files import MAX_CHECKPOINTS, files_of, normalized
+from host_files import every_kill_point, files_of, normalized
+from restart_driver import stand_in_systemctl  # STAND-IN for systemctl: every call succeeds
 from zygote import shared
 
-from kimi_serve.core.proc import Completed
 from kimi_serve.service.fleet import recover_fleet
 from kimi_serve.service.journal import intent_path, recover
 from kimi_serve.service.state import ServicePaths
@@ -69,18 +68,13 @@ def test_install_service_killed_at_every_checkpoint_is_rolled_back_then_finished
     reference = files_of(ref)
     assert reference != before
 
-    n, kills = 0, 0
-    while True:
-        n += 1
-        assert n < MAX_CHECKPOINTS
+    def killed(n: int, hook: str) -> subprocess.CompletedProcess[str]:
         root = tmp_path / f"k{n}"
         shutil.copytree(seed, root, symlinks=True)
-        r = install(second, root, hook=f"kill-at={n}")
-        if r.returncode != -signal.SIGKILL:
-            assert r.returncode == 0, r.stderr
-            assert files_of(root) == reference
-            break
-        kills += 1
+        return install(second, root, hook=hook)
+
+    def after_kill(n: int, _r: subprocess.CompletedProcess[str]) -> None:
+        root = tmp_path / f"k{n}"
         paths = ServicePaths(root.resolve(), UNIT)
         st = cli("status", "--root", str(root), "--json")
         data = json.loads(st.out)
@@ -98,6 +92,10 @@ def test_install_service_killed_at_every_checkpoint_is_rolled_back_then_finished
         assert files_of(root) == reference, n
         assert not intent_path(paths).exists()
         shutil.rmtree(root)
+
+    kills, last = every_kill_point(killed, after_kill)
+    assert last.returncode == 0, last.stderr
+    assert files_of(tmp_path / f"k{kills + 1}") == reference
     assert kills >= 5, f"only {kills} checkpoints in install-service"
 
 
@@ -114,11 +112,6 @@ def test_a_second_install_while_one_holds_the_lock_exits_75(tmp_path: Path, writ
     assert sorted(rc for rc, _, _ in results) == [0, 75], results
     loser = next(err for rc, _, err in results if rc == 75)
     assert "`kimi-serve install-service` (pid " in loser and f"is changing {root}" in loser
-
-
-def stand_in_systemctl(argv, *, timeout: float) -> Completed:
-    """STAND-IN for systemctl on the running system (the restart tests drive a unit under a temporary root)."""
-    return Completed(tuple(argv), 0, "", "")
 
 
 def restart_driver(
@@ -151,17 +144,13 @@ def test_restart_killed_at_every_checkpoint_is_rolled_back_then_finished(
     reference = normalized(files_of(ref))
     assert reference != before
 
-    n = 0
-    while True:
-        n += 1
-        assert n < MAX_CHECKPOINTS
+    def killed(n: int, hook: str) -> subprocess.CompletedProcess[str]:
         root = tmp_path / f"k{n}"
         shutil.copytree(seed, root, symlinks=True)
-        r = restart_driver(root, new, scenario, hook=f"kill-at={n}")
-        if r.returncode != -signal.SIGKILL:
-            assert r.stdout.strip() == code, r.stderr
-            assert normalized(files_of(root)) == reference
-            break
+        return restart_driver(root, new, scenario, hook=hook)
+
+    def after_kill(n: int, _r: subprocess.CompletedProcess[str]) -> None:
+        root = tmp_path / f"k{n}"
         paths = ServicePaths(root, UNIT)
         st = status(paths, Systemd(run, root))  # an injected root: files and records only, systemd not asked
         assert (st.interrupted is not None) == intent_path(paths).exists(), n
@@ -176,7 +165,11 @@ def test_restart_killed_at_every_checkpoint_is_rolled_back_then_finished(
         assert restart_driver(root, new, scenario).stdout.strip() == code, n
         assert normalized(files_of(root)) == reference, n
         shutil.rmtree(root)
-    assert n > 8, f"only {n - 1} checkpoints in restart"
+
+    kills, last = every_kill_point(killed, after_kill)
+    assert last.stdout.strip() == code, last.stderr
+    assert normalized(files_of(tmp_path / f"k{kills + 1}")) == reference
+    assert kills > 7, f"only {kills} checkpoints in restart"
 
 
 def test_a_bug_in_the_middle_of_install_is_exit_70_and_rolled_back_by_the_next_run(
@@ -218,18 +211,13 @@ def test_a_deployment_install_killed_at_every_checkpoint_is_rolled_back_then_fin
     reference = files_of(ref)
     assert reference != before
 
-    n, kills = 0, 0
-    while True:
-        n += 1
-        assert n < MAX_CHECKPOINTS
+    def killed(n: int, hook: str) -> subprocess.CompletedProcess[str]:
         root = tmp_path / f"k{n}"
         shutil.copytree(seed, root, symlinks=True)
-        r = install(second, root, hook=f"kill-at={n}")
-        if r.returncode != -signal.SIGKILL:
-            assert r.returncode == 0, r.stderr
-            assert files_of(root) == reference
-            break
-        kills += 1
+        return install(second, root, hook=hook)
+
+    def after_kill(n: int, _r: subprocess.CompletedProcess[str]) -> None:
+        root = tmp_path / f"k{n}"
         state = root / "var/lib/kimi-serve/service"
         journals = sorted(p.name for p in state.glob(".*.intent.json")) if state.is_dir() else []
         st = json.loads(cli("status", "--unit-name", "fleet", "--root", str(root), "--json").out)
@@ -247,6 +235,10 @@ def test_a_deployment_install_killed_at_every_checkpoint_is_rolled_back_then_fin
             assert files_of(root) == reference, (n, sorted(set(files_of(root)) ^ set(reference)))
         assert not list(state.glob(".*.intent.json*")), n  # no journal, no journal temp file
         shutil.rmtree(root)
+
+    kills, last = every_kill_point(killed, after_kill)
+    assert last.returncode == 0, last.stderr
+    assert files_of(tmp_path / f"k{kills + 1}") == reference
     assert kills >= 10, f"only {kills} checkpoints in a deployment's install-service"
 
 
@@ -273,21 +265,21 @@ def test_a_deployment_uninstall_killed_at_every_checkpoint_is_finished_by_the_ne
     reference = files_of(ref)
     assert not [f for f in reference if f.endswith((".service", ".timer"))], reference
 
-    n, kills = 0, 0
-    while True:
-        n += 1
-        assert n < MAX_CHECKPOINTS
+    def argv(n: int) -> list[str]:
+        return ["uninstall-service", "--unit-name", "fleet", "--root", str(tmp_path / f"u{n}")]
+
+    def killed(n: int, hook: str) -> subprocess.CompletedProcess[str]:
+        shutil.copytree(seed, tmp_path / f"u{n}", symlinks=True)
+        return shared().run(argv(n), env={**env, "KIMI_SERVE_TEST_HOOK": hook})
+
+    def after_kill(n: int, _r: subprocess.CompletedProcess[str]) -> None:
         root = tmp_path / f"u{n}"
-        shutil.copytree(seed, root, symlinks=True)
-        argv = ["uninstall-service", "--unit-name", "fleet", "--root", str(root)]
-        r = shared().run(argv, env={**env, "KIMI_SERVE_TEST_HOOK": f"kill-at={n}"})
-        if r.returncode != -signal.SIGKILL:
-            assert r.returncode == 0, r.stderr
-            assert files_of(root) == reference
-            break
-        kills += 1
-        again = cli(*argv)
+        again = cli(*argv(n))
         assert again.code == 0, (n, again.err)
         assert files_of(root) == reference, (n, sorted(set(files_of(root)) ^ set(reference)))
         shutil.rmtree(root)
+
+    kills, last = every_kill_point(killed, after_kill)
+    assert last.returncode == 0, last.stderr
+    assert files_of(tmp_path / f"u{kills + 1}") == reference
     assert kills >= 3, f"only {kills} checkpoints in a deployment's uninstall-service"

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from restart_driver import CTX
+from rolling_driver import fleet_for
 from router_stand_in import StandInRouter, serving
 
 from kimi_serve.core.errors import KimiServeError
@@ -23,12 +25,9 @@ from kimi_serve.service.fleet import Fleet, install_fleet
 from kimi_serve.service.install import Plan
 from kimi_serve.service.state import ServicePaths
 from kimi_serve.service.systemctl import Systemd
-from kimi_serve.service.unit import UnitContext
 
 # its servers (or the code under test's port probes) bind loopback sockets: the listener tier
 pytestmark = pytest.mark.usefixtures("loopback_port")
-
-CTX = UnitContext(kimi_serve="/opt/kimi-serve/venv/bin/kimi-serve", package_root="/opt/kimi-serve/src")
 
 
 class Runner:
@@ -71,16 +70,11 @@ def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _fleet(root: Path, write_profile: Any, router_port: int, name: str, extra: str = "") -> Fleet:
-    import sys
-
     text = (
         f"extends: sim-dp2\nserver:\n  port: 31010\nrouter:\n  port: {router_port}\nservice:\n  user: root\n"
         f"  unit_name: fleet\nmonitor:\n  enabled: false\n{extra}"
     )
-    profile = load_profile(str(write_profile(text, name=name)))
-    members = render_members(profile, build_launch(profile, sys.executable), CTX, "fleet.service")
-    plans = tuple((m, Plan(profile, m.unit, ServicePaths(root, m.unit.name), False, (), True)) for m in members)
-    return Fleet(profile, "fleet.service", plans, (), True)
+    return fleet_for(root, str(write_profile(text, name=name)))
 
 
 R0, R1 = "http://127.0.0.1:31010", "http://127.0.0.1:31011"

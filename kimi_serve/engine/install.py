@@ -264,14 +264,9 @@ def _run(cmd: list[str], what: str, *, progress: bool, env: dict[str, str] | Non
 
 
 def installed_versions(python: Path) -> dict[str, Any]:
-    done = proc.run([str(python), "-I", "-c", _VERSIONS], timeout=60)
-    if done.rc != 0:
-        raise KimiServeError(
-            f"{python} cannot list its packages: {(done.err.strip().splitlines() or ['no output'])[-1]}",
-            hint="rebuild it with kimi-serve engine install",
-            exit_code=ExitCode.ENVIRONMENT,
-        )
-    data: dict[str, Any] = json.loads(done.out.strip().splitlines()[-1])
+    data: dict[str, Any] = interpreter.python_json(
+        str(python), _VERSIONS, cannot="list its packages", hint="rebuild it with kimi-serve engine install"
+    )
     data["packages"] = {_normalize(k): v for k, v in data["packages"].items()}
     return data
 

@@ -77,15 +77,23 @@ class Base:
         return tuple(p for p in (self.stdlib, self.platstdlib, self.library, self.executable) if p is not None)
 
 
-def describe(python: str) -> Base:
-    done = proc.run([python, "-I", "-c", _DESCRIBE], timeout=60)
+def python_json(python: str, code: str, *, cannot: str, hint: str) -> Any:
+    """Run ``code`` in ``python`` (isolated: -I) and read the JSON it prints last; exit 5 "PYTHON cannot CANNOT: the
+    last line of its error" otherwise."""
+    done = proc.run([python, "-I", "-c", code], timeout=60)
     if done.rc != 0:
         raise KimiServeError(
-            f"{python} cannot describe itself: {(done.err.strip().splitlines() or ['no output'])[-1]}",
-            hint="pass --python PATH: a working Python of the lock's version",
+            f"{python} cannot {cannot}: {(done.err.strip().splitlines() or ['no output'])[-1]}",
+            hint=hint,
             exit_code=ExitCode.ENVIRONMENT,
         )
-    d: dict[str, Any] = json.loads(done.out.strip().splitlines()[-1])
+    return json.loads(done.out.strip().splitlines()[-1])
+
+
+def describe(python: str) -> Base:
+    d: dict[str, Any] = python_json(
+        python, _DESCRIBE, cannot="describe itself", hint="pass --python PATH: a working Python of the lock's version"
+    )
     library = Path(d["libdir"]) / d["ldlibrary"] if d["shared"] and d["libdir"] and d["ldlibrary"] else None
     try:  # what the executable itself links: Debian builds libpython too, but links its python statically
         shared = any(n.startswith("libpython") for n in elf.needed(Path(d["executable"]).read_bytes()))
@@ -176,8 +184,8 @@ def check(exe: Path, base: Base) -> None:
     ):
         libs = [m for m in seen["maps"] if Path(m).name.startswith("libpython")]
         raise KimiServeError(
-            f"the copied interpreter {exe} loads {libs[0] if libs else 'no libpython'} instead of its own "
-            f"{prefix / 'lib'}; the previous venv is untouched",
+            f"the copied interpreter {exe} does not load its own libpython from {prefix / 'lib'} (it loads "
+            f"{libs[0] if libs else 'none'}); the previous venv is untouched",
             hint=LINK_HINT,
             exit_code=ExitCode.ENVIRONMENT,
         )

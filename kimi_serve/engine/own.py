@@ -12,6 +12,7 @@ files name kimi-serve's runtime), and the install checks that the copy imports w
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import importlib.metadata
 import os
@@ -44,13 +45,22 @@ def digest(package: Path) -> str:
     return h.hexdigest()
 
 
+@functools.cache
+def _running() -> str:
+    """The running kimi-serve's digest, once per process."""
+    return digest(package_root() / "kimi_serve")
+
+
 def stale(site: Path) -> str | None:
     """Why the engine's kimi-serve (in ``site``) is not the running one, or None when it is (same files)."""
-    if digest(site / "kimi_serve") == digest(package_root() / "kimi_serve"):
+    if digest(site / "kimi_serve") == _running():
         return None
     theirs = next((m.parent.name for m in site.glob("kimi_serve-*.dist-info/METADATA")), "kimi_serve-?")
     version = theirs.removeprefix("kimi_serve-").removesuffix(".dist-info")
-    return f"the engine's kimi-serve ({version}) is not this one ({__version__}, other files)"
+    return (
+        f"the engine's kimi-serve {version} is not this one ({__version__}): its files differ, so kimi-serve changed "
+        "after `engine install`"
+    )
 
 
 def _requires() -> list[str]:

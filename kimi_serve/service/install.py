@@ -379,7 +379,7 @@ def warn_in(result: Result, findings: Sequence[Finding]) -> None:
     """The plan's warnings that concern the change itself (the engine's kimi-serve out of date), as report lines."""
     for f in findings:
         if f.code == "unit.kimi_serve":
-            result.add(f.message, "warning", f.fix)
+            result.add(f.message, "warning", f"fix: {f.fix}")
 
 
 def _install(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[str, str]) -> Result:

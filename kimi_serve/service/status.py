@@ -120,10 +120,9 @@ class Status:
 
     def rows(self) -> list[tuple[str, str]]:
         """What `status` prints, one (label, value) per line."""
-        st = self
-        m = st.marker
-        rows = [("unit", f"{st.unit} ({st.unit_file}{'' if st.installed else ', not installed'})")]
-        if st.installed:
+        m = self.marker
+        rows = [("unit", f"{self.unit} ({self.unit_file}{'' if self.installed else ', not installed'})")]
+        if self.installed:
             rows.append(
                 (
                     "profile",
@@ -136,18 +135,18 @@ class Status:
                 rows.append(("overrides", " ".join(f"--set {o}" for o in m.overrides)))
             if m and not m.body_matches:
                 rows.append(("edited", "the unit was edited after install (its hash no longer matches)"))
-        s = st.state
+        s = self.state
         rows.append(
             (
                 "state",
                 f"{s.get('ActiveState')} ({s.get('SubState')}), {s.get('UnitFileState')}, main pid "
                 f"{s.get('MainPID')}, restarts {s.get('NRestarts')}, since {s.get('ActiveEnterTimestamp') or '-'}"
                 if s
-                else next((f.line() for f in st.findings() if f.code == "systemd.unreachable"), st.state_error),
+                else next((f.line() for f in self.findings() if f.code == "systemd.unreachable"), self.state_error),
             )
         )
-        rows.append(("health", f"{st.health} ({m.endpoint if m else ''}/health)" if st.health else "not checked"))
-        for label, rec in (("last verify", st.last_verify), ("last good", st.last_good)):
+        rows.append(("health", f"{self.health} ({m.endpoint if m else ''}/health)" if self.health else "not checked"))
+        for label, rec in (("last verify", self.last_verify), ("last good", self.last_good)):
             if rec is None:
                 rows.append((label, "none recorded"))
             elif label == "last verify":
@@ -161,14 +160,14 @@ class Status:
                         f"{str(rec.get('unit_sha256'))[:12]}) at {rec.get('time')}",
                     )
                 )
-        if st.interrupted:
+        if self.interrupted:
             from kimi_serve.service.journal import describe
 
-            rows.append(("INTERRUPTED", describe(st.interrupted)))
-        rows += _monitor_rows(st)
-        if st.listeners is not None:
-            rows.append(("listening", ", ".join(f"{x.endpoint} ({x.command})" for x in st.listeners) or "nothing"))
-        rows += [("stray", f.line()) for f in st.listener_findings if f.status == "warn"]
+            rows.append(("INTERRUPTED", describe(self.interrupted)))
+        rows += _monitor_rows(self)
+        if self.listeners is not None:
+            rows.append(("listening", ", ".join(f"{x.endpoint} ({x.command})" for x in self.listeners) or "nothing"))
+        rows += [("stray", f.line()) for f in self.listener_findings if f.status == "warn"]
         return rows
 
     def to_json(self) -> dict[str, Any]:
