@@ -4,17 +4,19 @@ subprocess), the deployment verdict of `verify --profile`, the replicated `up --
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.findings import Finding
+from kimi_serve.host.doctor import port_problem
 from kimi_serve.router.shim import router_flags, split_argv
 from kimi_serve.verify.deployment import DeploymentReport, PartReport, render_deployment
 from kimi_serve.verify.render import render_lines
@@ -149,42 +151,71 @@ def test_deployment_verdict_names_the_replica_that_breaks_the_contract() -> None
     assert "router health: 1/1 workers healthy" in render_deployment(fine, render_lines)
 
 
-def dp2(directory: Path, router_extra: str = "") -> Path:
+class Ports(NamedTuple):
+    replica: int  # replica 0; replica 1 takes the next one
+    router: int
+    metrics: int
+
+
+@pytest.fixture
+def ports(loopback_port: Callable[[], int]) -> Ports:
+    return free_ports()
+
+
+def free_ports() -> Ports:
+    """Ports for the dp2 profile that nothing on this machine holds: below the kernel's ephemeral range (a fixed port
+    inside it, 41710 once, was taken by some other test's client connection in CI, and preflight rightly refused it),
+    each checked by binding it as preflight does."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    while True:
+        base = rng.randrange(20000, min(low, 32768) - 100, 10)
+        wanted = [base, base + 1, base + 5, base + 6, base + 9]
+        if all(port_problem("127.0.0.1", port) is None for port in wanted):
+            return Ports(base, base + 5, base + 9)
+
+
+def dp2(directory: Path, ports: Ports, router_extra: str = "") -> Path:
     path = directory / "dp2.yaml"
     path.write_text(
         textwrap.dedent(f"""\
         extends: sim-dp2
-        server: {{port: 41710}}
-        router: {{port: 41700, metrics_port: 41790{router_extra}}}
+        server: {{port: {ports.replica}}}
+        router: {{port: {ports.router}, metrics_port: {ports.metrics}{router_extra}}}
         """)
     )
     return path
 
 
 def test_dry_run_prints_every_replica_and_the_router(
-    cli: Callable[..., Any], tmp_path: Path, sglang_python: str
+    cli: Callable[..., Any], tmp_path: Path, sglang_python: str, ports: Ports
 ) -> None:
-    res = cli("up", "--profile", str(dp2(tmp_path)), "--dry-run", "--log-file", str(tmp_path / "u.log"))
+    r0, r1 = ports.replica, ports.replica + 1
+    res = cli("up", "--profile", str(dp2(tmp_path, ports)), "--dry-run", "--log-file", str(tmp_path / "u.log"))
     assert res.code == 0, res.err
-    assert "dry run: would start replica 0 (127.0.0.1:41710)" in res.out
-    assert "dry run: would start replica 1 (127.0.0.1:41711)" in res.out and "--port 41711" in res.out
-    assert f"dry run: would start router (127.0.0.1:41700) (log: {tmp_path / 'u-router.log'})" in res.out
-    assert "-m kimi_serve.router.shim -- --worker-urls http://127.0.0.1:41710 http://127.0.0.1:41711" in res.out
+    assert f"dry run: would start replica 0 (127.0.0.1:{r0})" in res.out
+    assert f"dry run: would start replica 1 (127.0.0.1:{r1})" in res.out and f"--port {r1}" in res.out
+    assert f"dry run: would start router (127.0.0.1:{ports.router}) (log: {tmp_path / 'u-router.log'})" in res.out
+    assert f"-m kimi_serve.router.shim -- --worker-urls http://127.0.0.1:{r0} http://127.0.0.1:{r1}" in res.out
     assert "starting" not in res.out and not list(tmp_path.glob("u-*.log"))
 
 
-def test_remote_workers_are_not_started_by_up(cli: Callable[..., Any], tmp_path: Path, sglang_python: str) -> None:
-    res = cli("up", "--profile", str(dp2(tmp_path, ", workers: [10.0.0.5:30000, 10.0.0.6:30000]")), "--dry-run")
+def test_remote_workers_are_not_started_by_up(
+    cli: Callable[..., Any], tmp_path: Path, sglang_python: str, ports: Ports
+) -> None:
+    res = cli("up", "--profile", str(dp2(tmp_path, ports, ", workers: [10.0.0.5:30000, 10.0.0.6:30000]")), "--dry-run")
     assert res.code == 2 and "router.workers names other hosts" in res.err
 
 
-def test_verify_profile_with_monitoring_needs_host(cli: Callable[..., Any], tmp_path: Path) -> None:
-    res = cli("verify", "--profile", str(dp2(tmp_path)), "--metrics-file", str(tmp_path / "m.prom"))
+def test_verify_profile_with_monitoring_needs_host(cli: Callable[..., Any], tmp_path: Path, ports: Ports) -> None:
+    res = cli("verify", "--profile", str(dp2(tmp_path, ports)), "--metrics-file", str(tmp_path / "m.prom"))
     assert res.code == 2 and "pass --host HOST:PORT too" in res.err
 
 
-def test_verify_profile_of_a_stopped_deployment_is_unreachable(cli: Callable[..., Any], tmp_path: Path) -> None:
-    res = cli("verify", "--profile", str(dp2(tmp_path)), "--json")
+def test_verify_profile_of_a_stopped_deployment_is_unreachable(
+    cli: Callable[..., Any], tmp_path: Path, ports: Ports
+) -> None:
+    res = cli("verify", "--profile", str(dp2(tmp_path, ports)), "--json")
     import json
 
     doc = json.loads(res.out)
@@ -193,22 +224,24 @@ def test_verify_profile_of_a_stopped_deployment_is_unreachable(cli: Callable[...
 
 
 def test_verify_profile_of_one_replica_is_the_plain_report(
-    cli: Callable[..., Any], write_profile: Callable[..., Path]
+    cli: Callable[..., Any], write_profile: Callable[..., Path], ports: Ports
 ) -> None:
     import json
 
-    path = write_profile("extends: sim\nserver: {port: 41720}\n")
+    port = ports.replica
+    path = write_profile(f"extends: sim\nserver: {{port: {port}}}\n")
     res = cli("verify", "--profile", str(path), "--json")
     doc = json.loads(res.out)
-    assert res.code == 3 and doc["target"] == "http://127.0.0.1:41720" and "replicas" not in doc
+    assert res.code == 3 and doc["target"] == f"http://127.0.0.1:{port}" and "replicas" not in doc
 
 
 def test_router_port_clashing_with_a_replica_stops_up_before_anything_starts(
-    cli: Callable[..., Any], tmp_path: Path, sglang_python: str
+    cli: Callable[..., Any], tmp_path: Path, sglang_python: str, ports: Ports
 ) -> None:
     # in the profile itself: the deployment rule refuses it (exit 2, naming the key)
+    profile = str(dp2(tmp_path, ports))
     res = cli(
-        "up", "--profile", str(dp2(tmp_path)), "--set", "router.port=41711", "--log-file", str(tmp_path / "u.log")
+        "up", "--profile", profile, "--set", f"router.port={ports.replica + 1}", "--log-file", str(tmp_path / "u.log")
     )
     assert res.code == 2, res.err
     assert "router.port" in res.err and "replica 1's port" in res.err
@@ -218,11 +251,11 @@ def test_router_port_clashing_with_a_replica_stops_up_before_anything_starts(
 
     with socket.socket() as busy:
         busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        busy.bind(("127.0.0.1", 41700))
+        busy.bind(("127.0.0.1", ports.router))
         busy.listen()
-        res = cli("up", "--profile", str(dp2(tmp_path)), "--log-file", str(tmp_path / "u.log"))
+        res = cli("up", "--profile", profile, "--log-file", str(tmp_path / "u.log"))
     assert res.code == 5, res.err
-    assert "preflight: port" in res.err and "41700" in res.err
+    assert "preflight: port" in res.err and f"port {ports.router} " in res.err
     assert "starting" not in res.out and not list(tmp_path.glob("u-*.log"))
 
 
