@@ -29,6 +29,7 @@ def main() -> int:
     ap.add_argument("--profile", default="sim")
     ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--list", action="store_true", help="print the modules in the order the profile enters them")
+    ap.add_argument("--trip", action="store_true", help="print the whole trip, one line per module entered")
     args = ap.parse_args()
 
     from kimi_serve import cli
@@ -77,18 +78,23 @@ def main() -> int:
         finally:
             sys.setprofile(None)
     seen: list[str] = []
-    climbs = 0
+    climbs = accessors = 0
     for mod in trip:
         if mod in seen:
             climbs += 1
+            accessors += mod == loader.__name__  # the profile's own methods (where, ref): reading the value
         else:
             seen.append(mod)
     print(f"install-service --profile {args.profile} --root SCRATCH: exit {code}")
     print(f"  profile loads: {loads}")
     print(f"  modules the profile enters: {len(seen)}")
     print(f"  re-entries of a module it had left (climbs back): {climbs}")
+    print(f"    of which into the profile's own accessors ({loader.__name__}): {accessors}")
     if args.list:
         for mod in seen:
+            print(f"    {mod}")
+    if args.trip:
+        for mod in trip:
             print(f"    {mod}")
     return 0
 

@@ -156,6 +156,9 @@ def test_install_status_uninstall_of_a_deployment_under_a_root(
     assert dry.code == 0, dry.err  # type: ignore[attr-defined]
     plan = json.loads(dry.out)  # type: ignore[attr-defined]
     assert [u["unit"] for u in plan["units"]] == ["fleet-r0.service", "fleet-r1.service", "fleet-router.service"]
+    assert [(m["role"], m["index"]) for m in plan["deployment"]] == [("replica", 0), ("replica", 1), ("router", 0)]
+    assert plan["unit"] == "fleet.service" and plan["unit_text"] == plan["units"][0]["unit_text"]
+    assert all(a.startswith(("[replica 0] ", "[replica 1] ", "[router] ")) for a in plan["actions"]), plan["actions"]
     assert _tree(root) == before  # the dry run changed nothing
     # status --profile of a deployment not installed yet: every member unit it names, not one unit of its base name
     none = cli("status", "--profile", str(profile), "--root", str(root), "--json")

@@ -28,6 +28,10 @@ def test_preview_of_prod_on_a_bare_host(cli, tmp_path: Path, monkeypatch) -> Non
     doc = json.loads(cli("install-service", "-p", "prod", "--root", str(root), "--dry-run", "--json").out)
     assert doc["exit_code"] == 1 and doc["ok"] is False and doc["dry_run"] is True and "ExecStart=" in doc["unit_text"]
     assert any(f["status"] == "fail" and f["code"] == "model.path" for f in doc["findings"])
+    # one report shape for a unit and a deployment: the one unit is a deployment of one member
+    assert doc["deployment"] == [
+        {"role": "single", "index": 0, "unit": "sglang-kimi.service", "endpoint": "0.0.0.0:30000"}
+    ] and [u["unit_text"] for u in doc["units"]] == [doc["unit_text"]]
     # without --dry-run the same host is refused with one line
     real = cli("install-service", "-p", "prod", "--root", str(root))
     assert real.code == 1 and len(real.err.strip().splitlines()) == 1 and list(root.iterdir()) == []

@@ -142,12 +142,12 @@ def _restart_ok(c: Ctx) -> list[str]:
     command's own printing is what runs."""
     from kimi_serve.service.install import Result
 
-    plan = SimpleNamespace(
-        unit=SimpleNamespace(name="sglang-kimi.service"), candidate=SimpleNamespace(restart_timeout=1)
-    )
+    fleet = SimpleNamespace(profile=None, to_json=lambda: [{"role": "single", "unit": "sglang-kimi.service"}])
     c.monkeypatch.setattr("kimi_serve.commands.service_cmds.recover", lambda *a, **k: None)
-    c.monkeypatch.setattr("kimi_serve.commands.service_cmds._plan", lambda *a, **k: plan)
-    c.monkeypatch.setattr("kimi_serve.service.restart.restart", lambda *a, **k: Result("sglang-kimi.service"))
+    c.monkeypatch.setattr("kimi_serve.commands.service_cmds._plan", lambda *a, **k: fleet)
+    c.monkeypatch.setattr(
+        "kimi_serve.service.rolling.restart_deployment", lambda *a, **k: (Result("sglang-kimi.service"), None)
+    )
     c.monkeypatch.setattr("kimi_serve.service.systemctl.Systemd.unreachable", lambda self: None)  # no systemd here
     return ["restart", "-p", "sim"]
 

@@ -33,7 +33,6 @@ PRELOAD = (
     "kimi_serve.cli",
     "kimi_serve.commands.service_cmds",
     "kimi_serve.commands.patches_cmd",
-    "kimi_serve.commands.fleet_cmds",
     "kimi_serve.service.install",
     "kimi_serve.service.restart",
     "kimi_serve.service.uninstall",

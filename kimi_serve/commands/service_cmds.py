@@ -25,7 +25,7 @@ from kimi_serve.service.state import UNIT_DIR
 
 if TYPE_CHECKING:
     from kimi_serve.profile.loader import Profile
-    from kimi_serve.service.install import Plan
+    from kimi_serve.service.fleet import Fleet
     from kimi_serve.service.target import Target
 
 PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
@@ -37,13 +37,13 @@ WAIT_LOCK_HELP = (
 )
 
 
-def _plan(target: Target, now: bool, contract: bool, replace: bool = True, preview: bool = False) -> Plan:
-    from kimi_serve.service.install import plan_install
+def _plan(target: Target, now: bool, contract: bool, replace: bool = True, preview: bool = False) -> Fleet:
+    from kimi_serve.service.fleet import plan_fleet
     from kimi_serve.service.unit import UnitContext
 
     assert target.profile is not None
     say(f"checking profile {target.profile.ref} (schema, rules, SGLang's parser, host)...")
-    return plan_install(
+    return plan_fleet(
         target,
         now=now,
         ctx=UnitContext.detect(),
@@ -80,69 +80,64 @@ def install_service(
     The API key never goes into the unit: SGLang reads it from the profile's server.api_key_file (0600), which this
     command creates from $KIMI_SERVE_API_KEY when it does not exist yet.
     """
-    from kimi_serve.commands import fleet_cmds
-    from kimi_serve.service.install import install, planned_actions
+    from kimi_serve.service.fleet import install_fleet
     from kimi_serve.service.verifier import contract_verifier
 
     sets = [*(sets or []), *([f"nodes.rank={node_rank}"] if node_rank is not None else [])]
     target = resolve(profile, sets, unit_name, root)
-    if not dry_run:
-        require_systemd(target.systemd)  # before any lock, recovery or write (exit 5, nothing changed)
-    if target.replicated:
-        return fleet_cmds.install(
-            target, now=now, replace=replace, dry_run=dry_run, as_json=as_json, wait_lock=wait_lock
-        )
     if dry_run:
-        plan = _plan(target, now, contract=False, replace=replace, preview=True)
-        return _print_plan(plan, planned_actions(plan, target.systemd), as_json)
+        return _print_plan(_plan(target, now, contract=False, replace=replace, preview=True), target, as_json)
+    require_systemd(target.systemd)  # before any lock, recovery or write (exit 5, nothing changed)
     with host_lock("install-service", wait_lock, target.systemd.root):
         recover(target)
-        plan = _plan(target, now, contract=False, replace=replace)
-        return print_result(install(plan, target.systemd, contract_verifier, os.environ), as_json)
+        fleet = _plan(target, now, contract=False, replace=replace)
+        result = install_fleet(fleet, target.systemd, contract_verifier, os.environ)
+        return print_result(result, as_json, {"deployment": fleet.to_json()})
 
 
-def _print_plan(plan: Plan, actions: list[str], as_json: bool) -> int:
-    """The unit, the secret file and the actions; then the host checks that would fail (exit 1 when any would)."""
+def _print_plan(fleet: Fleet, target: Target, as_json: bool) -> int:
+    """Every member's unit, the secret file and the actions; then the host checks that would fail (exit 1 when any
+    would)."""
     from kimi_serve.core.findings import FAIL
+    from kimi_serve.service.fleet import fleet_actions
 
-    bad = [f for f in plan.findings if f.status == FAIL]
+    actions = fleet_actions(fleet, target.systemd)
+    bad = [f for f in fleet.findings if f.status == FAIL]
     code = 1 if bad else 0
-    secret = plan.profile.server.api_key_file
+    first, secret = fleet.first, fleet.profile.server.api_key_file
     secret_note = (
         "none (no server.api_key_file)"
         if secret is None
         else f"{secret} (will be created from $KIMI_SERVE_API_KEY, mode 0600)"
-        if plan.create_secret
+        if first.create_secret
         else f"{secret} (exists, 0600; content not shown)"
-        if plan.paths.under_root(secret).exists()
+        if first.paths.under_root(secret).exists()
         else f"{secret} (missing: see the failing checks below)"
     )
     if as_json:
         from kimi_serve.core.output import envelope
 
-        typer.echo(
-            json.dumps(
-                envelope(
-                    "install-service",
-                    code,
-                    {
-                        "dry_run": True,
-                        "unit": plan.unit.name,
-                        "unit_file": str(plan.paths.unit_file),
-                        "unit_text": plan.unit.text,
-                        "secret_file": secret,
-                        "create_secret": plan.create_secret,
-                        "actions": actions,
-                    },
-                    plan.findings,
-                ),
-                indent=2,
-            )
-        )
+        units = [
+            {"unit": p.unit.name, "unit_file": str(p.paths.unit_file), "unit_text": p.unit.text}
+            for _, p in fleet.members
+        ]
+        data = {
+            "dry_run": True,
+            **units[0],  # the one unit's file and text (a deployment's first member's; every member under units)
+            "unit": fleet.base,
+            "deployment": fleet.to_json(),
+            "units": units,
+            "secret_file": secret,
+            "create_secret": first.create_secret,
+            "actions": actions,
+        }
+        typer.echo(json.dumps(envelope("install-service", code, data, fleet.findings), indent=2))
         return code
-    typer.echo(f"# {plan.paths.unit_file}")
-    typer.echo(plan.unit.text, nl=False)
-    typer.echo(f"\nsecret file: {secret_note}")
+    for _, plan in fleet.members:
+        typer.echo(f"# {plan.paths.unit_file}")
+        typer.echo(plan.unit.text, nl=False)
+        typer.echo("")
+    typer.echo(f"secret file: {secret_note}")
     print_dry_run_plan(actions, bad)
     return code
 
@@ -193,36 +188,26 @@ def restart(
     A replicated deployment restarts one replica at a time, only while the router reports another healthy worker,
     and stops the roll at the first replica that fails (rolled back). A crash of kimi-serve's own verify (exit 70)
     is no verdict, so it never triggers a rollback."""
-    from kimi_serve.commands import fleet_cmds
-    from kimi_serve.service.restart import restart as restart_core
+    from kimi_serve.service.rolling import no_replica_to_pick, restart_deployment
     from kimi_serve.service.verifier import contract_verifier
 
     target = resolve(profile, sets, unit_name, Path("/"))
-    if replica and not target.replicated:
-        from kimi_serve.core.errors import KimiServeError
-
-        raise KimiServeError(
-            "the profile has one replica (replicas: 1)",
-            where="--replica",
-            hint="drop --replica: restart rolls back the one unit",
-        )
+    if replica and not target.replicated:  # a usage error: before the host checks and the slow plan
+        raise no_replica_to_pick()
     require_systemd(target.systemd)  # before any lock, recovery or write (exit 5, nothing changed)
-    if target.replicated:
-        return fleet_cmds.restart(target, only=list(replica or []), as_json=as_json, wait_lock=wait_lock)
-
     with host_lock("restart", wait_lock, target.systemd.root):
         recover(target)
-        plan = _plan(target, now=True, contract=True)
-        warmed = _prewarm_first(plan.profile) if prewarm else None
-        say(
-            f"restarting {plan.unit.name} (waits up to {plan.candidate.restart_timeout:.0f}s for the contract check)..."
+        fleet = _plan(target, now=True, contract=True)
+        warmed = _prewarm_first(fleet.profile) if prewarm else None
+        result, rolled = restart_deployment(
+            fleet, target.systemd, contract_verifier, os.environ, only=list(replica or []), progress=say
         )
-        return print_result(
-            restart_core(plan, target.systemd, contract_verifier, os.environ),
-            as_json,
-            {"prewarm": warmed} if warmed else None,
-            command="restart",
-        )
+        extra: dict[str, Any] = {"deployment": fleet.to_json()}
+        if rolled is not None:
+            extra["rolled"] = rolled
+        if warmed:
+            extra["prewarm"] = warmed
+        return print_result(result, as_json, extra, command="restart")
 
 
 def _prewarm_first(profile: Profile) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""What the service commands (service_cmds.py) and their replicated-deployment branches (fleet_cmds.py) share: the
-one resolution of their options into a :class:`~kimi_serve.service.target.Target`, the host lock, the rollback of
-an interrupted change, progress, and how a result or a dry-run plan is printed."""
+"""What the service commands (service_cmds.py) share: the one resolution of their options into a
+:class:`~kimi_serve.service.target.Target`, the lock of its root, the rollback of an interrupted change, progress, and
+how a result or a dry-run plan is printed."""
 
 from __future__ import annotations
 

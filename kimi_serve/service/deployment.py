@@ -63,6 +63,15 @@ class Member:
         return ROUTER if self.role == ROUTER else f"{self.role} {self.index}"
 
 
+def front_member(members: list[Member]) -> Member | None:
+    """The member clients reach, which the verify timer checks: the router, the one unit, rank 0; None on a rank >= 1
+    (it serves no API)."""
+    last = members[-1]
+    if last.role == ROUTER or last.role == "single" or (last.role == "rank" and last.index == 0):
+        return last
+    return None
+
+
 def replica_unit(base: str, index: int) -> str:
     return f"{base.removesuffix('.service')}-r{index}.service"
 

@@ -1,7 +1,7 @@
-"""install-service and uninstall-service for a replicated deployment: the replica units and the router unit
-(:mod:`kimi_serve.service.deployment`), each planned, journalled and written like the single unit
-(:mod:`kimi_serve.service.install`); the verify timer targets the router. The rolling restart is
-:mod:`kimi_serve.service.rolling`.
+"""install-service and uninstall-service, one body for every shape: the one unit, this host's rank of a multi-node
+server, or the replica units and the router (:mod:`kimi_serve.service.deployment` renders them). Each member is
+planned, journalled and written by :mod:`kimi_serve.service.install`'s steps; the verify timer watches the member
+clients reach (the router, the one unit, rank 0). The restart is :mod:`kimi_serve.service.rolling`.
 
 Every member gets its own intent journal, all written before the first change, so a kill at any step leaves each
 member's journal behind and the next command rolls every one of them back (:func:`recover_fleet`).
@@ -13,12 +13,13 @@ import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kimi_serve.check.owned_paths import refuse_owned_paths
 from kimi_serve.core.findings import Finding
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service import monitor_units as mon
-from kimi_serve.service.deployment import ROUTER, Member, installed_members, render_members
+from kimi_serve.service.deployment import ROUTER, Member, front_member, installed_members, render_members
 from kimi_serve.service.install import (
     Plan,
     Result,
@@ -44,9 +45,12 @@ from kimi_serve.service.unit import UnitContext, parse_marker
 
 @dataclass(frozen=True)
 class Fleet:
+    """What install-service and restart act on: every unit this host runs for the profile, planned. A single unit (or
+    this host's rank of a multi-node server) is a deployment of one member; replicas come with the router."""
+
     profile: Profile
-    base: str  # the deployment's name, NAME.service (no unit of that name is written)
-    members: tuple[tuple[Member, Plan], ...]  # replicas in index order, then the router
+    base: str  # the deployment's name, NAME.service: the one unit itself, or the stem of NAME-r0, ..., NAME-router
+    members: tuple[tuple[Member, Plan], ...]  # the one unit; or the replicas in index order, then the router
     findings: tuple[Finding, ...]
     now: bool
 
@@ -55,8 +59,29 @@ class Fleet:
         return next((mp for mp in self.members if mp[0].role == ROUTER), None)
 
     @property
+    def routed(self) -> bool:
+        """Replicas behind a router (the shapes that differ: rolling restart, member labels), not one unit."""
+        return self.router is not None
+
+    @property
     def replicas(self) -> list[tuple[Member, Plan]]:
         return [mp for mp in self.members if mp[0].role == "replica"]
+
+    @property
+    def first(self) -> Plan:
+        """The one unit's plan (a deployment: replica 0's); it creates the key file when one is to be created."""
+        return self.members[0][1]
+
+    def label(self, member: Member) -> str:
+        """How a report line names the member: nothing for the one unit, `` (replica 1)`` in a deployment."""
+        return f" ({member.label})" if self.routed else ""
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """``deployment`` in the reports: each member's role, index, unit and endpoint."""
+        return [
+            {"role": m.role, "index": m.index, "unit": m.unit.name, "endpoint": m.launch.endpoint}
+            for m, _ in self.members
+        ]
 
 
 def plan_fleet(
@@ -69,8 +94,9 @@ def plan_fleet(
     replace: bool = True,
     preview: bool = False,
 ) -> Fleet:
-    """Check the profile once, render every member and have systemd-analyze verify them side by side; change
-    nothing. Like :func:`kimi_serve.service.install.plan_install`, per member."""
+    """Check the target's profile once, render every unit it needs on this host and have systemd-analyze verify them
+    side by side; change nothing under the root. ``replace`` False refuses a unit another profile installed;
+    ``preview`` (--dry-run) lists host failures in ``findings`` instead of raising them."""
     from kimi_serve.core.errors import ExitCode, KimiServeError
 
     systemd, root, base, profile = target.systemd, target.systemd.root, target.unit, target.profile
@@ -79,23 +105,30 @@ def plan_fleet(
         raise KimiServeError(
             "--now needs the running system, not --root", where="--now", hint="drop --now, or drop --root"
         )
+    refuse_owned_paths(profile, root)  # before the slow layers; symlinks resolved inside the root
     found: list[Finding] = []
     host_step(preview, found, lambda: require_systemd(systemd), None)  # before anything slow or written
+    # the key file first: before the slow layers and any contract run (whether to create it: the first member's)
+    create = host_step(preview, found, lambda: needs_secret(profile, ServicePaths(root, base), environ), False)
     launch, findings = check_for_service(profile, contract=contract, preview=preview)
     ctx = ctx.for_engine(launch.argv[0])  # an engine that carries kimi-serve: the units run from it alone
     found += [f for f in (ctx.engine_drift(),) if f is not None]
-    refuse_owned_paths(profile, root)  # symlinks resolved inside the root, before anything is written
     members = render_members(profile, launch, ctx, base)
+    if not members:
+        raise KimiServeError(
+            "the profile has no replica on this host and no router",
+            where="router.workers",
+            hint="check replicas: and router.workers",
+            exit_code=ExitCode.USAGE,
+        )
     reach_step(profile, [m.launch for m in members], ctx, systemd, environ, preview, found)
-    monitor = None
-    create = host_step(preview, found, lambda: needs_secret(profile, ServicePaths(root, base), environ), False)
-    plans: list[tuple[Member, Plan]] = []
+    front = front_member(members)  # the verify timer checks what clients reach
+    monitor = None if front is None else mon.render_monitor(profile, front.launch, ctx, front.unit.name)
     for m in members:
         paths = ServicePaths(root, m.unit.name)
         refuse_foreign(paths)
-        if m.role == ROUTER:
+        if m is front:
             mon.refuse_foreign_monitor(paths)
-            monitor = mon.render_monitor(profile, m.launch, ctx, m.unit.name)
         if not replace:
             current = read_text(paths.unit_file)
             marker = parse_marker(current) if current is not None else None
@@ -107,26 +140,32 @@ def plan_fleet(
                 ),
                 None,
             )
-        plans.append(
-            (m, Plan(profile, m.unit, paths, create and not plans, (), now, monitor if m.role == ROUTER else None))
-        )
     units = [m.unit for m in members] + (list(monitor.files) if monitor else [])
     host_step(preview, found, lambda: mon.analyze_together(systemd, units), None)
-    if not plans:
-        raise KimiServeError(
-            "the profile has no replica on this host and no router",
-            where="router.workers",
-            hint="check replicas: and router.workers",
-            exit_code=ExitCode.USAGE,
+    plans = tuple(
+        (
+            m,
+            Plan(
+                profile,
+                m.unit,
+                ServicePaths(root, m.unit.name),
+                create and i == 0,
+                (),
+                now,
+                monitor if m is front else None,
+            ),
         )
-    return Fleet(profile, base, tuple(plans), tuple(findings + found), now)
+        for i, m in enumerate(members)
+    )
+    return Fleet(profile, base, plans, tuple(findings + found), now)
 
 
 def fleet_actions(fleet: Fleet, systemd: Systemd) -> list[str]:
     """What installing ``fleet`` does, member by member (``--dry-run`` prints these)."""
     actions: list[str] = []
     for m, plan in fleet.members:
-        actions += [f"[{m.label}] {a}" for a in planned_actions(plan, systemd)]
+        prefix = f"[{m.label}] " if fleet.routed else ""
+        actions += [prefix + a for a in planned_actions(plan, systemd)]
     return actions
 
 
@@ -138,40 +177,45 @@ def _journals(fleet: Fleet, systemd: Systemd, op: str) -> contextlib.ExitStack:
 
 
 def install_fleet(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ: Mapping[str, str]) -> Result:
-    """Write every member (journalled), enable them; with ``now`` start the replicas one by one, then the router,
-    each gated like the single unit (its ExecStartPost), then verified from outside."""
+    """install-service's one body: write every member (each journalled, all journals first), enable them; with
+    ``now`` start them one by one (the replicas, then the router), each gated by its ExecStartPost, then verified
+    from outside, and start the verify timer."""
     from kimi_serve.core.errors import ExitCode
 
     result = Result(fleet.base)
     warn_in(result, fleet.findings)
-    root = fleet.members[0][1].paths.root
-    planned = {p.paths.unit for _, p in fleet.members}
-    for _, _, unit in reversed(installed_members(root, fleet.base)):  # replicas the profile no longer has
-        if unit not in planned:
-            result.steps += uninstall(ServicePaths(root, unit), systemd, dry_run=False).steps
+    root = fleet.first.paths.root
+    if fleet.routed:
+        planned = {p.paths.unit for _, p in fleet.members}
+        for _, _, unit in reversed(installed_members(root, fleet.base)):  # replicas the profile no longer has
+            if unit not in planned:
+                result.steps += uninstall(ServicePaths(root, unit), systemd, dry_run=False).steps
     with _journals(fleet, systemd, "install-service"):
         for _, plan in fleet.members:
             write_unit(plan, systemd, result, environ)
-        if fleet.now:
-            failed = None
-            for m, plan in fleet.members:
-                outcome = start_and_verify(plan.candidate, plan.paths, systemd, verifier, result, label=f" ({m.label})")
-                if not outcome.ok and failed is None:
-                    failed = outcome
-                result.new = failed or outcome
-                if m.role == ROUTER:
-                    start_monitor(plan, systemd, result)
-            assert result.new is not None
-            if result.new.internal:
-                result.exit_code = ExitCode.INTERNAL
-            elif not result.new.ok:
-                result.exit_code = ExitCode.FAILED
-                result.add(
-                    "outcome",
-                    "failed",
-                    "a member did not pass (above); the others run. `kimi-serve restart` "
-                    "rolls a failed replica back to its last good unit",
-                )
+        if not fleet.now:
+            return result
+        failed = None
+        for m, plan in fleet.members:
+            outcome = start_and_verify(plan.candidate, plan.paths, systemd, verifier, result, label=fleet.label(m))
+            if not outcome.ok and failed is None:
+                failed = outcome
+            result.new = failed or outcome
+            start_monitor(plan, systemd, result)  # whatever the outcome: a failing server is what the timer reports
+        assert result.new is not None
+        if result.new.internal:
+            result.exit_code = ExitCode.INTERNAL
+        elif not result.new.ok:
+            result.exit_code = ExitCode.FAILED
+            result.add(
+                "outcome",
+                "failed",
+                "a member did not pass (above); the others run. `kimi-serve restart` rolls a failed replica back to "
+                "its last good unit"
+                if fleet.routed
+                else "the new unit did not pass; `kimi-serve restart` would have rolled back (the unit before this "
+                f"install is kept at {fleet.first.paths.previous_unit})",
+            )
     return result
 
 

@@ -1,7 +1,8 @@
-"""install-service and uninstall-service: plans built as data, then applied step by step.
+"""The steps of install-service and restart for one unit: plans built as data, then applied step by step.
 
-A :class:`Plan` is everything install would do (the unit text, the secret file it would create, each action), so
-``--dry-run`` prints it and touches nothing. Applying it records each :class:`Step` in a :class:`Result`. Host paths
+A :class:`Plan` is everything installing one unit does (its text, the secret file it would create, each action), so
+``--dry-run`` prints it and touches nothing; :mod:`kimi_serve.service.fleet` plans every unit of a deployment (one for
+a single unit) and applies them with these steps. Applying records each :class:`Step` in a :class:`Result`. Host paths
 come from a root (:class:`ServicePaths`), processes from a ``Runner`` (:class:`Systemd`), and the contract check from
 a ``Verifier``. The smoke-tested restart with rollback is :mod:`kimi_serve.service.restart`.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,13 +26,11 @@ from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service import account
 from kimi_serve.service import monitor_units as mon
-from kimi_serve.service.preflight import check_for_service, host_step, refuse_other_profile, require_systemd
-from kimi_serve.service.secret import create_secret, needs_secret
+from kimi_serve.service.secret import create_secret
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic, write_record
 from kimi_serve.service.systemctl import Systemd
-from kimi_serve.service.target import Target
 from kimi_serve.service.timeouts import restart_wait_sec
-from kimi_serve.service.unit import RenderedUnit, UnitContext, parse_marker, render_unit, unit_reach
+from kimi_serve.service.unit import RenderedUnit, UnitContext, parse_marker, unit_reach
 from kimi_serve.service.verifier import INTERNAL_NOTE, post_verify_crashed
 
 # (endpoint HOST:PORT, API-key file or None, suite, timeout) -> (verify exit code, one-line summary)
@@ -171,61 +169,6 @@ class Result:
 # ---------------------------------------------------------------------------------------------- planning
 
 
-def plan_install(
-    target: Target,
-    *,
-    now: bool,
-    ctx: UnitContext,
-    environ: Mapping[str, str],
-    contract: bool = False,
-    replace: bool = True,
-    preview: bool = False,
-) -> Plan:
-    """Check the target's profile, render its unit and have systemd-analyze verify it; change nothing under the root.
-    ``replace`` False refuses a unit another profile installed; ``preview`` (--dry-run) lists host failures in
-    ``findings``."""
-    systemd, root, profile = target.systemd, target.systemd.root, target.profile
-    assert profile is not None, "install-service and restart resolve a profile"
-    if now and not systemd.live:
-        raise KimiServeError(
-            "--now needs the running system, not --root", where="--now", hint="drop --now, or drop --root"
-        )
-    early_paths = ServicePaths(root, target.unit)  # the key file first: before the slow layers and any contract run
-    refuse_owned_paths(profile, root)  # before the slow layers; symlinks resolved inside the root
-    found: list[Finding] = []
-    host_step(preview, found, lambda: require_systemd(systemd), None)  # before anything slow or written
-    host_step(preview, found, lambda: needs_secret(profile, early_paths, environ), False)
-    launch, findings = check_for_service(profile, contract=contract, preview=preview)
-    ctx = ctx.for_engine(launch.argv[0])  # an engine that carries kimi-serve: the unit runs from it alone
-    found += [f for f in (ctx.engine_drift(),) if f is not None]
-    if profile.nodes.count > 1:  # this host's rank of a multi-node server (service/deployment.py)
-        from kimi_serve.service.deployment import render_members
-
-        unit = render_members(profile, launch, ctx, target.unit)[0].unit
-    else:
-        unit = render_unit(profile, launch, ctx, unit_name=target.unit)
-    reach_step(profile, [launch], ctx, systemd, environ, preview, found)
-    paths = ServicePaths(root, unit.name)
-    refuse_foreign(paths)
-    mon.refuse_foreign_monitor(paths)
-    if not replace:
-        current = read_text(paths.unit_file)
-        marker = parse_marker(current) if current is not None else None
-        host_step(
-            preview,
-            found,
-            lambda: refuse_other_profile(str(paths.unit_file), marker.profile if marker else None, profile.name),
-            None,
-        )
-    host_step(preview, found, lambda: analyze(systemd, unit), None)
-    follower = profile.nodes.count > 1 and profile.nodes.rank > 0  # serves no API: nothing for a timer to check
-    monitor = None if follower else mon.render_monitor(profile, launch, ctx, unit.name)
-    if monitor is not None:
-        host_step(preview, found, lambda: mon.analyze_together(systemd, list(monitor.files)), None)
-    create = host_step(preview, [], lambda: needs_secret(profile, paths, environ), False)
-    return Plan(profile, unit, paths, create, tuple(findings + found), now, monitor)
-
-
 def reach_step(
     profile: Profile,
     launches: list[Launch],
@@ -256,23 +199,6 @@ def refuse_foreign(paths: ServicePaths) -> None:
             f"{paths.unit_file} was not written by kimi-serve (no marker line); refusing to touch it",
             hint=f"move it aside first (mv {paths.unit_file} /root/), or use another --unit-name",
             exit_code=ExitCode.ENVIRONMENT,
-        )
-
-
-def analyze(systemd: Systemd, unit: RenderedUnit) -> None:
-    """``systemd-analyze verify`` on the rendered text; any stderr is a failure (it exits 0 on many mistakes)."""
-    with tempfile.TemporaryDirectory(prefix="kimi-serve-unit-") as tmp:
-        path = Path(tmp) / unit.name
-        path.write_text(unit.text, encoding="utf-8")
-        done = systemd.analyze_verify(path)
-    complaints = [line.replace(str(path), unit.name) for line in done.err.strip().splitlines()]
-    if done.rc != 0 or complaints:
-        first = complaints[0] if complaints else f"exit status {done.rc}"
-        raise KimiServeError(
-            f"systemd-analyze verify rejects the rendered unit: {first}",
-            where=unit.name,
-            hint="fix the profile value it names",
-            exit_code=ExitCode.FAILED,
         )
 
 
@@ -370,36 +296,11 @@ def journal_scope(plan: Plan, systemd: Systemd, op: str) -> contextlib.AbstractC
     )
 
 
-def install(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[str, str]) -> Result:
-    with journal_scope(plan, systemd, "install-service"):
-        return _install(plan, systemd, verifier, environ)
-
-
 def warn_in(result: Result, findings: Sequence[Finding]) -> None:
     """The plan's warnings that concern the change itself (the engine's kimi-serve out of date), as report lines."""
     for f in findings:
         if f.code == "unit.kimi_serve":
             result.add(f.message, "warning", f"fix: {f.fix}")
-
-
-def _install(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[str, str]) -> Result:
-    result = Result(plan.paths.unit)
-    warn_in(result, plan.findings)
-    write_unit(plan, systemd, result, environ)
-    if plan.now:
-        result.new = start_and_verify(plan.candidate, plan.paths, systemd, verifier, result)
-        start_monitor(plan, systemd, result)  # whatever the outcome: a failing server is what the timer reports
-        if result.new.internal:
-            result.exit_code = ExitCode.INTERNAL
-        elif not result.new.ok:
-            result.exit_code = ExitCode.FAILED
-            result.add(
-                "outcome",
-                "failed",
-                "the new unit did not pass; `kimi-serve restart` would have rolled back "
-                f"(the unit before this install is kept at {plan.paths.previous_unit})",
-            )
-    return result
 
 
 def start_and_verify(

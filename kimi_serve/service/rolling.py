@@ -1,5 +1,6 @@
-"""The rolling restart of a replicated deployment: one replica at a time, never leaving the router without a
-healthy worker (docs/scale-out.md, "As services").
+"""restart's one body (:func:`restart_deployment`): the one unit restarted with its contract check and rollback
+(:mod:`kimi_serve.service.restart`), or a replicated deployment's rolling restart: one replica at a time, never
+leaving the router without a healthy worker (docs/scale-out.md, "As services").
 
 For each replica, in order: ask the router (``GET /workers``) for a healthy worker OTHER than this one, waiting up to
 :func:`kimi_serve.service.timeouts.router_health_wait_sec`; if there is none, stop (before the first replica: a
@@ -241,3 +242,34 @@ def rolling_restart(
     else:
         result.add(f"restart {router_plan.paths.unit}", "skipped", "its unit is unchanged: the router keeps serving")
     return result, rolled
+
+
+def restart_deployment(
+    fleet: Fleet,
+    systemd: Systemd,
+    verifier: Verifier,
+    environ: Mapping[str, str],
+    *,
+    only: list[int] | None = None,
+    progress: Progress | None = None,
+) -> tuple[Result, list[dict[str, Any]] | None]:
+    """restart of any deployment: its one unit (a single unit, this host's rank), or its replicas one at a time and
+    then the router (:func:`rolling_restart`). Returns the report and, for a rolling restart, one entry per replica."""
+    say = progress or (lambda _: None)
+    if fleet.routed:
+        say(f"rolling restart of {fleet.base.removesuffix('.service')} (one replica at a time)...")
+        return rolling_restart(fleet, systemd, verifier, environ, only=only, progress=say)
+    if only:
+        raise no_replica_to_pick()
+    plan = fleet.first
+    say(f"restarting {plan.unit.name} (waits up to {plan.candidate.restart_timeout:.0f}s for the contract check)...")
+    return restart(plan, systemd, verifier, environ), None
+
+
+def no_replica_to_pick() -> KimiServeError:
+    """``restart --replica`` of a profile that is one unit."""
+    return KimiServeError(
+        "the profile has one replica (replicas: 1)",
+        where="--replica",
+        hint="drop --replica: restart rolls back the one unit",
+    )
