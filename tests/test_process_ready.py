@@ -99,7 +99,33 @@ def test_a_failure_in_the_log_stops_the_wait_when_the_server_lingers(
             )
         assert time.monotonic() - started < 30  # not the whole start deadline
         assert err.value.exit_code == ExitCode.SERVER_EXITED
-        assert "failed while starting (nccl" in err.value.message and "did not exit" in err.value.message
+        assert "the child failed (nccl" in err.value.message and "did not exit" in err.value.message
+    finally:
+        server.stop(2)
+        server.close()
+
+
+def test_a_hung_distributed_init_stops_the_wait_before_the_deadline(
+    start: Callable[..., tuple[ready.Server, int, Path]],
+) -> None:
+    """The same judgement as up's watch (kimi_serve/process/startup.py): two ranks begin init, one never ends it."""
+    code = """
+    import time
+    print("[2026-12-03 07:00:00 TP0] Init parallel begin.", flush=True)
+    print("[2026-12-03 07:00:00 TP1] Init parallel begin.", flush=True)
+    print("[2026-12-03 07:00:01 TP0] Init parallel ends. elapsed=0.52 s", flush=True)
+    time.sleep(60)
+    """
+    server, port, _ = start(code)
+    started = time.monotonic()
+    try:
+        with pytest.raises(KimiServeError) as err:
+            ready.wait_until_ready(
+                server, parse_target(f"127.0.0.1:{port}"), timeout=60, what="the child", tp_size=2, init_timeout_s=1.0
+            )
+        assert time.monotonic() - started < 30  # not the whole start deadline
+        assert err.value.exit_code == ExitCode.UNREACHABLE
+        assert "distributed init hung: no 'Init parallel ends.' from rank(s) 1 within 1s" in err.value.message
     finally:
         server.stop(2)
         server.close()

@@ -233,8 +233,8 @@ def test_a_replica_that_never_gets_ready_stops_the_deployment_and_is_named(tmp_p
     out = up.output
     assert code == 3, out[-3000:]
     assert re.search(
-        rf"kimi-serve: error: logs .*up-\*\.log: replica [01] \(127\.0\.0\.1:(?:{base}|{base + 1})\): not "
-        r"ready after 10s",
+        rf"kimi-serve: error: logs .*up-\*\.log: replica [01] \(127\.0\.0\.1:(?:{base}|{base + 1})\): the server "
+        r"was not ready within 10s \(phase: launch\)",
         out,
     ), out[-3000:]
     assert "starting the router" not in out

@@ -172,7 +172,8 @@ def test_a_fatal_failure_from_a_server_that_keeps_running_is_stopped_within_seco
     run = run_replay(tmp_path, scenario, tp=4, failure_grace_s=1.0, stop_grace_s=2.0)
     elapsed = time.monotonic() - started
     assert run.exit_code == ExitCode.SERVER_EXITED
-    assert run.error.message.startswith("server failed (cuda_oom)") and "it did not exit; stopped" in run.error.message
+    assert run.error.message.startswith("the server failed (cuda_oom: CUDA out of memory")
+    assert run.error.message.endswith("and did not exit; stopped")
     assert "the server did not exit after its failure; stopping the server (SIGTERM to pid" in run.out
     assert how in run.out
     assert_no_orphans(run)
@@ -210,4 +211,4 @@ def test_up_never_cuts_short_a_30_minute_healthy_cold_start(tmp_path: Path) -> N
         assert watch.reason is None, minute
     watch._watch_start(watch.started + 1801.0)
     assert watch.reason is not None and watch.reason.code == ExitCode.UNREACHABLE
-    assert "not ready after 1800s" in watch.reason.message
+    assert "the server was not ready within 1800s" in watch.reason.message

@@ -1,11 +1,12 @@
 """Start a server and wait until it is ready: the one "start and wait" of `bench`, the contract dry run and the
-simulator launcher. `up`'s watch (:mod:`kimi_serve.up.watch`) runs the same :class:`~kimi_serve.process.child.Server`,
-the same startup-log reader and the same readiness poll, with its live phases, signals and supervision on top.
+simulator launcher. `up`'s watch (:mod:`kimi_serve.up.watch`) runs the same :class:`~kimi_serve.process.child.Server`
+and the same judgement of the start (:class:`~kimi_serve.process.startup.StartupJudge`: a failure in the log, the
+deadline, a hung distributed init), with its live phases, signals and supervision on top.
 
 Ready means ``GET /health`` answered 200 (verify's readiness poll, :mod:`kimi_serve.verify.readiness`). Before that,
 a server that exits is exit 4 (with the failure its log shows, and the log's last lines), one whose log shows a
-failure but keeps running is stopped by the caller after :data:`FAILURE_GRACE_S` (exit 4), and one still not ready at
-the deadline is exit 3.
+failure but keeps running is stopped by the caller after the judge's failure grace (exit 4), one whose distributed
+init hangs or that is still not ready at the deadline is exit 3.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ from pathlib import Path
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.process.child import Server, describe_status
-from kimi_serve.process.startup_log import StartupTracker
+from kimi_serve.process.startup import FAILURE_GRACE_S, INIT_TIMEOUT_S, TIMEOUT_HINT, StartupJudge
 from kimi_serve.verify.readiness import wait_ready
 from kimi_serve.verify.target import Target
 
-FAILURE_GRACE_S = 10.0  # a failure in the log, the process still running: how long it gets to exit on its own
 SLICE_S = 1.0  # readiness is polled in slices this long, so a child that dies while loading is noticed at once
 TAIL_LINES = 5
 
@@ -44,32 +44,36 @@ def wait_until_ready(
     timeout: float,
     what: str,
     api_key: str | None = None,
-    timeout_hint: str = "raise startup.timeout or read the log",
+    timeout_hint: str = TIMEOUT_HINT,
     tp_size: int = 1,
     failure_grace_s: float = FAILURE_GRACE_S,
+    init_timeout_s: float = INIT_TIMEOUT_S,
 ) -> float:
     """Seconds from now until ``server`` answers ``GET /health`` with 200; :class:`KimiServeError` otherwise.
 
-    The server's lines are read as they arrive (:class:`StartupTracker`, the failure patterns of SGLang's log); once
-    it is ready its output goes to the log file only, so a long run queues nothing.
+    The server's lines are read as they arrive and judged (:class:`StartupJudge`); once it is ready its output goes
+    to the log file only, so a long run queues nothing.
     """
-    tracker = StartupTracker(tp_size=tp_size)
-    started = time.monotonic()
-    end = started + timeout
-    failed_at: float | None = None
+    judge = StartupJudge(
+        timeout_s=timeout,
+        what=what,
+        tp_size=tp_size,
+        failure_grace_s=failure_grace_s,
+        init_timeout_s=init_timeout_s,
+        timeout_hint=timeout_hint,
+    )
+    end = judge.started + timeout
     where = f"log {server.log_path}"
     try:
         while True:
             for line in server.lines(0):
-                tracker.feed(line.text)
-            failure = tracker.failure
-            if failure is not None and failed_at is None:
-                failed_at = time.monotonic()
+                judge.feed(line.text)
+            judge.new_failure(time.monotonic())
             code = server.poll()
             if code is not None:
                 for line in server.lines(0.2):
-                    tracker.feed(line.text)
-                failure = tracker.failure
+                    judge.feed(line.text)
+                failure = judge.tracker.failure
                 detail = f" ({failure.kind}: {failure.summary})" if failure else ""
                 tail = " | ".join(server.log_tail(TAIL_LINES))
                 raise KimiServeError(
@@ -79,23 +83,15 @@ def wait_until_ready(
                     hint=failure.fix if failure else "read the log",
                     exit_code=ExitCode.SERVER_EXITED,
                 )
-            if failure is not None and failed_at is not None and time.monotonic() - failed_at >= failure_grace_s:
-                raise KimiServeError(
-                    f"{what} failed while starting ({failure.kind}: {failure.summary}) and did not exit",
-                    where=where,
-                    hint=failure.fix,
-                    exit_code=ExitCode.SERVER_EXITED,
-                )
             now = time.monotonic()
+            verdict = judge.failure_verdict(now) if judge.failure_at is not None else judge.start_verdict(now)
+            if verdict is not None:
+                raise KimiServeError(verdict.message, where=where, hint=verdict.hint, exit_code=verdict.code)
+            if judge.failure_at is not None:  # a failure in the log: it exits (above), or is stopped after the grace
+                time.sleep(0.2)
+                continue
             if wait_ready(target, min(end, now + SLICE_S), interval=0.25, poll_timeout=2.0, api_key=api_key).ready:
-                return time.monotonic() - started
-            if time.monotonic() >= end:
-                raise KimiServeError(
-                    f"{what} was not ready within {timeout:g}s (phase: {tracker.progress.phase})",
-                    where=where,
-                    hint=timeout_hint,
-                    exit_code=ExitCode.UNREACHABLE,
-                )
+                return time.monotonic() - judge.started
     finally:
         server.keep_lines = False
         server.lines(0)

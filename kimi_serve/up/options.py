@@ -6,6 +6,7 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
+from kimi_serve.process.startup import FAILURE_GRACE_S, INIT_TIMEOUT_S
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.schema import default_of
@@ -19,9 +20,9 @@ HEALTH_TIMEOUT_S = 20.0  # SGLang's SGLANG_HEALTH_CHECK_TIMEOUT: /health generat
 class UpOptions:
     verify: bool = True
     startup_timeout_s: float = float(default_of("startup.timeout"))
-    init_timeout_s: float = 180.0  # all ranks past "Init parallel ends." (SGLang's own limit: 10 min or none)
+    init_timeout_s: float = INIT_TIMEOUT_S  # all ranks past "Init parallel ends." (kimi_serve/process/startup.py)
     stop_grace_s: float = float(default_of("service.stop_timeout"))  # SIGTERM -> SIGKILL of the group
-    failure_grace_s: float = 10.0  # after a failure in the log, time for the server to exit on its own
+    failure_grace_s: float = FAILURE_GRACE_S  # after a failure in the log, time for the server to exit on its own
     health_every_s: float = 1.0
     tp_size: int = 1
     verify_suite: str = str(default_of("verify.suite"))

@@ -13,7 +13,8 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.process.child import Server, describe_status
-from kimi_serve.process.startup_log import PHASES, StartupTracker
+from kimi_serve.process.startup import StartupJudge
+from kimi_serve.process.startup_log import PHASES
 from kimi_serve.profile.launch import Launch
 from kimi_serve.up.console import Console
 from kimi_serve.up.options import CLEAN_STOP, HEALTH_TIMEOUT_S, UpOptions, health_target
@@ -53,11 +54,15 @@ class Outcome:
 class Watch:
     def __init__(self, server: Server, launch: Launch, opts: UpOptions, console: Console, log_path: Path) -> None:
         self.server, self.launch, self.opts, self.console, self.log_path = server, launch, opts, console, log_path
-        self.tracker = StartupTracker(tp_size=opts.tp_size)
-        self.started = time.monotonic()
+        self.judge = StartupJudge(
+            timeout_s=opts.startup_timeout_s,
+            tp_size=opts.tp_size,
+            init_timeout_s=opts.init_timeout_s,
+            failure_grace_s=opts.failure_grace_s,
+        )
+        self.tracker = self.judge.tracker
+        self.started = self.judge.started
         self.phases = PhaseClock(now=self.started)  # run.py gives it the prediction and where to record
-        self.init_started: float | None = None
-        self.failure_at: float | None = None
         self.ready_at: float | None = None
         self.next_health = self.started + opts.health_every_s
         self.health: Future[Any] | None = None
@@ -71,10 +76,8 @@ class Watch:
     def pump(self, timeout: float) -> None:
         for line in self.server.lines(timeout):
             self.console.server_line(line.text)
-            for ev in self.tracker.feed(line.text):
+            for ev in self.judge.feed(line.text):
                 self.console.event(ev := self.phases.on_event(ev))
-                if ev.phase == "init" and self.init_started is None:
-                    self.init_started = time.monotonic()
                 if ev.kind == "phase" and ev.phase in ("http", "ready"):
                     self.next_health = 0.0  # check /health now rather than at the next tick
 
@@ -115,16 +118,16 @@ class Watch:
         if failure is not None and self.ready_at is not None and failure.kind == "traceback":
             # after ready, a bare traceback is a failed request (e.g. a 500), not a dying server: report, keep serving
             self.console.problem(f"the server logged an exception while serving (it keeps running): {failure.summary}")
-            self.tracker.failure = None
-            failure = None
-        if failure is not None and self.failure_at is None:
-            self.failure_at = now
+            self.judge.forget_failure()
+        failure = self.judge.new_failure(now)
+        if failure is not None:
             self.console.problem(
                 f"FAILURE in the server log ({failure.kind}, {now - self.started:.1f}s after start): {failure.report()}"
             )
-        if self.failure_at is not None:
-            if now - self.failure_at >= self.opts.failure_grace_s:
-                self.begin_stop(self._failure_outcome(), "the server did not exit after its failure")
+        if self.judge.failure_at is not None:
+            verdict = self.judge.failure_verdict(now)
+            if verdict is not None:
+                self.begin_stop(Outcome(verdict.code, verdict.message, verdict.hint), verdict.announce)
             return
         if self.ready_at is None:
             self.console.tick(self.tracker.progress, now - self.started, self.opts.startup_timeout_s)
@@ -133,34 +136,11 @@ class Watch:
             self._verified(self.verify.result())
 
     def _watch_start(self, now: float) -> None:
-        opts, p = self.opts, self.tracker.progress
-        if now - self.started > opts.startup_timeout_s:
-            self.begin_stop(
-                Outcome(
-                    ExitCode.UNREACHABLE,
-                    f"not ready after {opts.startup_timeout_s:g}s (phase: {p.phase})",
-                    "raise startup.timeout or read the log",
-                ),
-                "startup timeout",
-            )
+        verdict = self.judge.start_verdict(now)
+        if verdict is not None:
+            self.begin_stop(Outcome(verdict.code, verdict.message, verdict.hint), verdict.announce)
             return
-        if (
-            self.init_started is not None
-            and len(p.ranks_init_done) < opts.tp_size
-            and now - self.init_started > opts.init_timeout_s
-        ):
-            missing = sorted(set(range(opts.tp_size)) - p.ranks_init_done)
-            self.begin_stop(
-                Outcome(
-                    ExitCode.UNREACHABLE,
-                    f"distributed init hung: no 'Init parallel ends.' from rank(s) "
-                    f"{', '.join(map(str, missing))} within {opts.init_timeout_s:g}s (NCCL/GPU problem; SGLang itself "
-                    "waits 10 min or forever)",
-                    "run kimi-serve doctor; rerun with NCCL_DEBUG=INFO in the profile's env",
-                ),
-                "distributed init hung",
-            )
-            return
+        p = self.tracker.progress
         if self.health is not None and self.health.done():
             readiness, self.health = self.health.result(), None
             if readiness.ready:
@@ -234,13 +214,6 @@ class Watch:
         self.phases.settled("serving")
         self.console.info(f"supervising pid {self.server.pid} (log {self.log_path}); Ctrl-C stops the server")
 
-    def _failure_outcome(self) -> Outcome:
-        f = self.tracker.failure
-        assert f is not None
-        return Outcome(
-            ExitCode.SERVER_EXITED, f"server failed ({f.kind}): {f.summary} (it did not exit; stopped)", f.fix
-        )
-
     def finish(self, rc: int) -> Outcome:
         self.console.end_progress()
         self.pump(0.2)
@@ -258,7 +231,7 @@ class Watch:
             return self.reason
         failure = self.tracker.failure
         if failure is not None:
-            if self.failure_at is None:
+            if self.judge.failure_at is None:
                 self.console.problem(f"FAILURE in the server log ({failure.kind}): {failure.report()}")
             return Outcome(
                 ExitCode.SERVER_EXITED, f"server failed ({failure.kind}): {failure.summary} ({status})", failure.fix
