@@ -5,6 +5,7 @@ STAND-IN router (tests/router_stand_in.py) that records how many healthy workers
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -196,3 +197,37 @@ def test_a_rank_above_0_is_not_contract_checked_from_outside(tmp_path: Path, wri
     result = restart(plan, Systemd(Runner(), Path("/")), verifier, {})
     assert result.exit_code == 0 and verifier.endpoints == []
     assert result.new is not None and "joined rank 0" in result.new.detail
+
+
+def test_restart_prewarms_once_before_the_roll_and_reports_every_member(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The restart command has one body for a unit and a deployment: `--prewarm` reads the checkpoint once, before
+    the first replica is stopped, and the report lists the members and the rolled replicas. The plan and the roll
+    are this module's stand-ins (the real roll: tests/systemd/test_fleet_systemd.py)."""
+    from kimi_serve.service.install import Result
+
+    fleet = fleet_for(tmp_path, "sim-dp2")
+    calls: list[str] = []
+
+    def roll(f: Fleet, *_a: Any, only: list[int], **_k: Any) -> tuple[Result, list[dict[str, Any]]]:
+        calls.append(f"roll {only}")
+        return Result(f.base), [{"replica": 1, "ok": True}]
+
+    def prewarm(profile: Any, _say: Any) -> dict[str, Any]:
+        calls.append(f"prewarm {profile.name}")
+        return {"status": "skipped"}
+
+    monkeypatch.setattr("kimi_serve.commands.service_cmds.recover", lambda *a, **k: None)
+    monkeypatch.setattr("kimi_serve.commands.service_cmds._plan", lambda *a, **k: fleet)
+    monkeypatch.setattr("kimi_serve.commands.prewarm_cmd.prewarm_before_restart", prewarm)
+    monkeypatch.setattr("kimi_serve.service.rolling.restart_deployment", roll)
+    monkeypatch.setattr("kimi_serve.service.systemctl.Systemd.unreachable", lambda self: None)  # no systemd here
+    res = cli("restart", "-p", "sim-dp2", "--prewarm", "--replica", "1", "--json")
+    assert res.code == 0, res.err
+    assert calls == ["prewarm sim-dp2", "roll [1]"]
+    doc = json.loads(res.out)
+    assert doc["prewarm"] == {"status": "skipped"} and doc["rolled"] == [{"replica": 1, "ok": True}]
+    assert [m["role"] for m in doc["deployment"]] == ["replica", "replica", "router"]
+    single = cli("restart", "-p", "sim", "--replica", "0")  # one unit: nothing to pick, refused before any plan
+    assert single.code == 2 and "--replica" in single.err and "one replica" in single.err
