@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "host": {"core", "profile", "sglang", "patches"},
     "prewarm": {"core", "profile", "host"},
     "check": {"core", "profile", "sglang", "verify", "simulator", "patches", "host", "process"},
-    "engine": {"core", "profile", "sglang", "patches", "check"},
+    "engine": {"core", "profile", "sglang", "patches", "check", "host"},
     "service": {"core", "profile", "sglang", "verify", "check", "router", "host", "engine"},
     "up": {"core", "profile", "sglang", "verify", "simulator", "check", "router", "host", "process"},
     "bench": {"core", "profile", "sglang", "verify", "simulator", "check", "host", "process"},

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,33 @@ def test_a_copy_that_loads_a_libpython_other_than_its_own_is_refused(
     with pytest.raises(KimiServeError) as err:
         interpreter.check(broken / "bin" / exe.name, base)
     assert err.value.exit_code == 5 and "the previous venv is untouched" in err.value.message
+
+
+def test_a_copy_that_loads_a_library_the_unit_never_sees_is_refused(
+    copied: tuple[interpreter.Base, Path], tmp_path: Path
+) -> None:
+    """A search path kept outside the original installation (a private lib dir) that lies under /tmp (or /root,
+    /home): the copy runs for root here, but the unit's PrivateTmp/ProtectHome hide it. Refused, naming the file."""
+    base, exe = copied
+    if not base.shared:
+        pytest.skip(f"{base.executable} links libpython statically: no library to move")
+    private = Path(tempfile.mkdtemp(prefix="k", dir="/tmp"))  # short: the search path is rewritten in place
+    try:
+        broken = tmp_path / "python"
+        shutil.copytree(exe.parent.parent, broken, symlinks=True)
+        for lib in (broken / "lib").glob("libpython*"):
+            shutil.move(str(lib), private / lib.name)
+        copy = broken / "bin" / exe.name
+        if any(len(str(private)) > e.size for e in elf.search_paths(copy.read_bytes())):
+            pytest.skip("the copy's search path has no room for the private directory's path")
+        elf.set_search_path(copy, str(private))
+        with pytest.raises(KimiServeError) as err:
+            interpreter.check(copy, base)
+        message = err.value.one_line()
+        assert err.value.exit_code == 5 and f"loads {private}/libpython" in message, message
+        assert "PrivateTmp=yes gives the unit an empty /tmp" in message and f"move {private} outside" in message
+    finally:
+        shutil.rmtree(private)
 
 
 def test_a_copy_without_its_standard_library_is_refused(copied: tuple[interpreter.Base, Path], tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.engine import elf
+from kimi_serve.host.unit_reach import sandbox_hides
 
 DIR = "python"  # the copy's folder inside the engine prefix
 ORIGIN_LIB = "$ORIGIN/../lib"
@@ -161,7 +162,9 @@ def _own_search_path(exe: Path, base: Base) -> None:
 
 
 def check(exe: Path, base: Base) -> None:
-    """Run the copy: its own prefix, and no file of the original installation mapped (exit 5 naming the file)."""
+    """Run the copy: its own prefix, no file of the original installation mapped, nothing the unit's sandbox hides
+    (a library under /root, /home or /tmp that a kept search path finds), its own libpython (exit 5 naming the
+    file)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "LD_"))}
     done = proc.run([str(exe), "-I", "-c", _CHECK], timeout=120, env=env)
     if done.rc != 0:
@@ -179,6 +182,25 @@ def check(exe: Path, base: Base) -> None:
             hint=LINK_HINT,
             exit_code=ExitCode.ENVIRONMENT,
         )
+    own = [str(p) for p in base.own_paths]
+    leaked = [m for m in seen["maps"] if any(m == o or m.startswith(o.rstrip("/") + "/") for o in own)]
+    if leaked:
+        raise KimiServeError(
+            f"the copied interpreter still loads {leaked[0]} from its original installation: the unit's user may "
+            "not reach it; the previous venv is untouched",
+            hint=LINK_HINT,
+            exit_code=ExitCode.ENVIRONMENT,
+        )
+    hidden = [(m, why) for m in seen["maps"] if not Path(m).is_relative_to(prefix) and (why := sandbox_hides(m))]
+    if hidden:
+        path, why = hidden[0]
+        raise KimiServeError(
+            f"the copied interpreter loads {path}, which the unit never sees ({why}): the unit could not start; "
+            "the previous venv is untouched",
+            hint=f"move {Path(path).parent} outside /root, /home and /tmp (and the search path that names it: "
+            f"RUNPATH, ld.so.conf), or {LINK_HINT}",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
     if base.shared and not any(
         Path(m).name.startswith("libpython") and Path(m).is_relative_to(prefix) for m in seen["maps"]
     ):
@@ -186,15 +208,6 @@ def check(exe: Path, base: Base) -> None:
         raise KimiServeError(
             f"the copied interpreter {exe} does not load its own libpython from {prefix / 'lib'} (it loads "
             f"{libs[0] if libs else 'none'}); the previous venv is untouched",
-            hint=LINK_HINT,
-            exit_code=ExitCode.ENVIRONMENT,
-        )
-    own = [str(p) for p in base.own_paths]
-    leaked = [m for m in seen["maps"] if any(m == o or m.startswith(o.rstrip("/") + "/") for o in own)]
-    if leaked:
-        raise KimiServeError(
-            f"the copied interpreter still loads {leaked[0]} from its original installation: the unit's user may "
-            "not reach it; the previous venv is untouched",
             hint=LINK_HINT,
             exit_code=ExitCode.ENVIRONMENT,
         )

@@ -75,6 +75,12 @@ def _hidden(path: str, box: Sandbox) -> str | None:
     return None
 
 
+def sandbox_hides(path: str) -> str | None:
+    """The setting of kimi-serve's hardened unit (``ProtectHome=yes``, ``PrivateTmp=yes``) that hides ``path`` from
+    it, or None: for what the unit loads without naming it (a library a search path finds)."""
+    return _hidden(path, Sandbox(protect_home="yes", private_tmp=True))
+
+
 def _blocked(root: Path, link: str, path: str, account: Account, gids: set[int], kind: str) -> str | None:
     """Why ``account`` cannot reach ``path`` (real, under ``root``; ``link``: the directory the need names it in, with
     its own links resolved) for ``kind``, or None."""
