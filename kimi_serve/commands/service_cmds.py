@@ -123,8 +123,9 @@ def _print_plan(fleet: Fleet, target: Target, as_json: bool) -> int:
         ]
         data = {
             "dry_run": True,
-            **units[0],  # the one unit's file and text (a deployment's first member's; every member under units)
             "unit": fleet.base,
+            "unit_file": units[0]["unit_file"],  # the one unit's (a deployment's first member's; all under units)
+            "unit_text": units[0]["unit_text"],
             "deployment": fleet.to_json(),
             "units": units,
             "secret_file": secret,

@@ -142,22 +142,11 @@ def plan_fleet(
             )
     units = [m.unit for m in members] + (list(monitor.files) if monitor else [])
     host_step(preview, found, lambda: mon.analyze_together(systemd, units), None)
-    plans = tuple(
-        (
-            m,
-            Plan(
-                profile,
-                m.unit,
-                ServicePaths(root, m.unit.name),
-                create and i == 0,
-                (),
-                now,
-                monitor if m is front else None,
-            ),
-        )
-        for i, m in enumerate(members)
-    )
-    return Fleet(profile, base, plans, tuple(findings + found), now)
+    plans: list[tuple[Member, Plan]] = []
+    for m in members:  # the first member creates the key file when one is to be created; the front carries the timer
+        paths = ServicePaths(root, m.unit.name)
+        plans.append((m, Plan(profile, m.unit, paths, create and not plans, (), now, monitor if m is front else None)))
+    return Fleet(profile, base, tuple(plans), tuple(findings + found), now)
 
 
 def fleet_actions(fleet: Fleet, systemd: Systemd) -> list[str]:
