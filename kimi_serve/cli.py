@@ -7,6 +7,7 @@ Nothing heavy (sglang, torch, jinja2, requests) is imported here: command module
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
@@ -17,7 +18,7 @@ import typer
 from typer.exceptions import TyperException
 
 from kimi_serve import __version__
-from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.errors import WAIT_OPTION, ExitCode, KimiServeError, LockHeld, wait_hint
 
 app = typer.Typer(
     name="kimi-serve",
@@ -103,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     except KimiServeError as exc:
         if debug:
             traceback.print_exc()
+        if isinstance(exc, LockHeld):  # exit 75: --wait-lock named only to a command that has it
+            with contextlib.suppress(Exception):  # the fix as raised stands if the command cannot be read
+                exc.hint = wait_hint(WAIT_OPTION in options_of(args))
         return fail(exc, f"error: {exc.one_line()}", int(exc.exit_code))
     except typer.Exit as exc:
         return int(exc.exit_code)
@@ -130,6 +134,19 @@ def main(argv: list[str] | None = None) -> int:
         ).replace("\n", " ")
         return fail(exc, line, int(ExitCode.INTERNAL), "internal")
     return int(rv) if isinstance(rv, int) else 0
+
+
+def options_of(args: list[str]) -> set[str]:
+    """The options (``--wait-lock``, ``-q``, ...) of the command ``args`` runs, read from its own Typer params."""
+    import typer.main
+
+    cmd: Any = typer.main.get_command(app)
+    for word in (a for a in args if not a.startswith("-")):
+        sub = getattr(cmd, "commands", {}).get(word)
+        if sub is None:
+            break
+        cmd = sub
+    return {opt for param in cmd.params for opt in getattr(param, "opts", [])}
 
 
 def _command(args: list[str]) -> str:

@@ -121,6 +121,8 @@ def install_cmd(
             + ("replace the existing venv" if d["replaces_existing"] else "move it into place")
         )
         typer.echo(f"  patch set: {d['patch_set'] or 'none'}; install lock: {d['lock_path']}")
+        if d["link"]:
+            typer.echo(f"  {d['link']} is a link to {d['prefix']}: the venv is built there, the link stays")
         typer.echo("dry run: nothing changed")
         return 0
     progress = not quiet and not as_json and sys.stderr.isatty()
@@ -131,7 +133,9 @@ def install_cmd(
     rec = result.record
     typer.echo(
         f"installed the {rec['lock']} lock ({rec['packages']} packages, sha256 {rec['lock_sha256'][:12]}) "
-        f"into {plan.prefix} with {rec['installer']} in {result.seconds:.1f} s"
+        f"into {plan.prefix}"
+        + (f" (the link {plan.link} points there)" if plan.link else "")
+        + f" with {rec['installer']} in {result.seconds:.1f} s"
     )
     versions = ", ".join(f"{k} {v}" for k, v in rec["versions"].items())
     typer.echo(f"  python {rec['python']}" + (f"; {versions}" if versions else ""))
@@ -166,9 +170,8 @@ def status_cmd(
     target, _ = _profile_target(profile, prefix)
     st = engine_status(target, lock)
     if as_json:
-        fix = f"kimi-serve engine install --prefix {st.prefix} --lock {st.lock.name}"
         found = [
-            {"layer": "engine", "code": "drift", "status": "fail", "message": line, "fix": fix}
+            {"layer": "engine", "code": "drift", "status": "fail", "message": line, "fix": st.fix}
             for line in st.findings()
         ]
         typer.echo(dumps(envelope("engine-status", 0 if st.ok else 1, st.to_dict(), findings=found)))
@@ -200,7 +203,7 @@ def status_cmd(
         typer.echo(f"    - {f}")
     if len(findings) > shown:
         typer.echo(f"    ... and {len(findings) - shown} more (--json lists all)")
-    typer.echo(f"  fix: kimi-serve engine install --prefix {st.prefix} --lock {st.lock.name}")
+    typer.echo(f"  fix: {st.fix}")
     return 1
 
 

@@ -95,13 +95,15 @@ EXIT_CODES: dict[str, str] = {
     "logs": "0 the log was shown; 1 no log found; 5 journalctl missing",
     "engine install": (
         "0 installed (or --dry-run printed the plan); 2 bad input (an unknown --interpreter, a --python of "
-        "another version); 5 the install failed (download, hash, resolver, no Python of the lock's version, a "
-        "copied interpreter that still needs its original; the previous venv is untouched) or a patch could not be "
-        "applied; 75 another install of that prefix runs, or an up serves from it"
+        "another version, a --prefix link that loops); 5 the install failed (download, hash, resolver, no Python of "
+        "the lock's version, a copied interpreter that still needs its original; the previous venv is untouched) or "
+        "a patch could not be applied, or an older kimi-serve moved the --prefix link aside (both fixes named, "
+        "nothing touched); 75 another install of that prefix runs, or an up serves from it"
     ),
     "engine status": (
         "0 the venv matches its lock: no drift, no dependency conflict, patch set applied as recorded; 1 "
-        "otherwise (each finding listed, with the fix); 5 no venv at the prefix"
+        "otherwise (each finding listed, with the fix); 5 no venv at the prefix (an install killed between its two "
+        "renames, or still running, is named, with the fix), or an older kimi-serve moved the link aside"
     ),
 }
 

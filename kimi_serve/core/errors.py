@@ -13,7 +13,7 @@ class ExitCode(IntEnum):
     SERVER_EXITED = 4  # the server process exited or crashed during start or supervision
     ENVIRONMENT = 5  # the host cannot do it (missing tool, sglang not installed, not root, ...)
     INTERNAL = 70  # a bug in kimi-serve itself (EX_SOFTWARE): never read as "the server is broken"
-    LOCKED = 75  # another kimi-serve command is changing this host (EX_TEMPFAIL): try again, or --wait-lock
+    LOCKED = 75  # another kimi-serve command holds what this one takes (EX_TEMPFAIL): try again (or --wait-lock)
     INTERRUPTED = 130
 
 
@@ -45,3 +45,20 @@ class KimiServeError(Exception):
         if self.hint:
             parts.append(f" (fix: {self.hint})")
         return "".join(parts).replace("\n", " ")
+
+
+WAIT_OPTION = "--wait-lock"  # the option of the commands that can wait for a lock's holder instead of exiting 75
+
+
+def wait_hint(can_wait: bool) -> str:
+    """The fix of a :class:`LockHeld` for a command with (``can_wait``) or without the :data:`WAIT_OPTION`."""
+    return f"wait for it to finish, or pass {WAIT_OPTION}" if can_wait else "wait for it to finish, then run it again"
+
+
+class LockHeld(KimiServeError):
+    """Exit 75: another process holds a lock this command takes (kimi_serve.core.lock). Its fix names
+    :data:`WAIT_OPTION` only to a command that has it: the CLI's boundary sets it from the running command's own
+    options (:func:`wait_hint`)."""
+
+    def __init__(self, message: str, *, where: str) -> None:
+        super().__init__(message, where=where, hint=wait_hint(False), exit_code=ExitCode.LOCKED)

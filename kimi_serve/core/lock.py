@@ -26,10 +26,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.errors import ExitCode, KimiServeError, LockHeld
 from kimi_serve.core.settings import STATE_DIR_ENV, state_root
 
 LOCK_NAME = "host.lock"
+_SOMEONE = "another kimi-serve command"
 LOCKS_DIR = "locks"  # STATE_ROOT/locks/: the GPUs and ports `up` holds
 _held: dict[Path, int] = {}  # lock path -> depth, for re-entry in this process
 
@@ -61,7 +62,7 @@ def holder(path: Path) -> dict[str, Any] | None:
 
 def _describe(info: dict[str, Any] | None) -> str:
     if not info:
-        return "another kimi-serve command"
+        return _SOMEONE
     return f"`kimi-serve {info.get('command', '?')}` (pid {info.get('pid', '?')}, since {info.get('since', '?')})"
 
 
@@ -164,12 +165,7 @@ def file_lock(
                             break
                         time.sleep(0.05)
                         info = holder(path)
-                    raise KimiServeError(
-                        f"{_describe(info)} {doing}",
-                        where=str(path),
-                        hint="wait for it to finish, or pass --wait-lock",
-                        exit_code=ExitCode.LOCKED,
-                    ) from None
+                    raise LockHeld(f"{_describe(info)} {doing}", where=str(path)) from None
                 time.sleep(0.2)
         f.seek(0)
         f.truncate()
@@ -188,9 +184,9 @@ def file_lock(
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _flock_holder(st: os.stat_result, locks: Path = Path("/proc/locks")) -> tuple[str, bool]:
-    """Who holds a flock on the file ``st`` describes, from /proc/locks (pid and command line), or a stand-in; and
-    whether that hold is shared (READ)."""
+def _flock_holder(st: os.stat_result, locks: Path = Path("/proc/locks")) -> tuple[str, bool] | None:
+    """Who holds a flock on the file ``st`` describes, from /proc/locks (pid and command line), and whether that hold
+    is shared (READ); None when /proc/locks names no holder."""
     try:
         lines = locks.read_text(encoding="ascii", errors="replace").splitlines()
     except OSError:
@@ -205,7 +201,17 @@ def _flock_holder(st: os.stat_result, locks: Path = Path("/proc/locks")) -> tupl
             except OSError:
                 shown = "?"
             return f"pid {cols[4]} ({shown})", cols[3] == "READ"
-    return "another kimi-serve command", False
+    return None
+
+
+def flock_holder(path: Path) -> str | None:
+    """Who holds a flock on ``path`` now (``pid N (command line)``, from /proc/locks: nothing is taken, so a run
+    starting meanwhile is not refused), or None: no one, or no such file."""
+    try:
+        found = _flock_holder(os.stat(path))
+    except OSError:
+        return None
+    return found[0] if found else None
 
 
 @contextlib.contextmanager
@@ -238,13 +244,8 @@ def directory_lock(
                 break
             except BlockingIOError:
                 if not wait:
-                    who, reading = _flock_holder(os.fstat(fd))
-                    raise KimiServeError(
-                        f"{who} {doing_shared if reading else doing}",
-                        where=str(path),
-                        hint="wait for it to finish, or pass --wait-lock",
-                        exit_code=ExitCode.LOCKED,
-                    ) from None
+                    who, reading = _flock_holder(os.fstat(fd)) or (_SOMEONE, False)
+                    raise LockHeld(f"{who} {doing_shared if reading else doing}", where=str(path)) from None
                 time.sleep(0.2)
         with _depth(path):
             yield path

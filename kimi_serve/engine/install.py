@@ -7,7 +7,9 @@ the venv on the base interpreter itself instead), then the packages with ``uv pi
 prefix. It is checked, patched with the profile's patch set and recorded; only then is it swapped in by two renames
 (old -> ``.NAME.kimi-serve-old``, staging -> prefix) and the old one removed. A failed or killed install therefore
 leaves the previous venv where it was; the next install clears the staging leftovers and, if it was killed between
-the two renames, puts the old venv back first.
+the two renames, puts the old venv back first (``engine status`` says so meanwhile, with the command that
+completes it). A prefix that is a symbolic link is installed where it points (:mod:`kimi_serve.engine.prefix`): the
+renames happen there and the link stays.
 
 One install of a venv at a time: the install holds the lock of its prefix (``.NAME.kimi-serve.lock`` next to it) and,
 over an existing venv, its site-packages (:mod:`kimi_serve.core.lock`); a second install of that prefix, or one under
@@ -33,11 +35,12 @@ from typing import Any
 from kimi_serve import __version__
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.lock import directory_lock, file_lock
 from kimi_serve.core.settings import current
 from kimi_serve.engine import interpreter, locks, own
+from kimi_serve.engine.prefix import RECORD_NAME, lock_of, moved_link, old_of, resolve, staging_of
 
-RECORD_NAME = "kimi-serve-engine.json"
 INTERPRETERS = ("copy", "link")  # --interpreter: a standalone copy inside the prefix, or the venv links to the base
 _SCHEMA = 1
 _VERSIONS = (
@@ -103,7 +106,7 @@ def site_packages(venv: Path, version: str) -> Path:
 
 @dataclass
 class Plan:
-    prefix: Path
+    prefix: Path  # the folder installed: --prefix, or where it points when it is a link
     lock: locks.Lock
     installer: str  # "uv" or "pip"
     installer_path: str
@@ -113,25 +116,29 @@ class Plan:
     profile: str | None
     interpreter: str = "copy"  # copy: a standalone copy of `python` inside the prefix; link: the venv links to it
     with_kimi_serve: bool = True  # kimi-serve itself in the engine (engine/own.py); False: a test engine
+    link: Path | None = None  # --prefix as given, when it is a link to `prefix` (the link stays)
+    options: tuple[str, ...] = ()  # the engine install options that repeat this install (the record keeps them)
     staging: Path = field(init=False)
     replaces: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        self.staging = self.prefix.parent / f".{self.prefix.name}.kimi-serve-new"
+        self.staging = staging_of(self.prefix)
         self.replaces = self.prefix.exists()
 
     @property
     def lock_file(self) -> Path:
         """The install lock of this prefix (a sibling file: the prefix itself is swapped by a rename)."""
-        return self.prefix.parent / f".{self.prefix.name}.kimi-serve.lock"
+        return lock_of(self.prefix)
 
     @property
     def old(self) -> Path:
-        return self.prefix.parent / f".{self.prefix.name}.kimi-serve-old"
+        return old_of(self.prefix)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "prefix": str(self.prefix),
+            "link": str(self.link) if self.link else None,
+            "options": list(self.options),
             "lock": self.lock.name,
             "lock_file": str(self.lock.path),
             "lock_sha256": self.lock.sha256,
@@ -162,10 +169,16 @@ def make_plan(
     python: str | None = None,
 ) -> Plan:
     lock = locks.load(lock_name)
-    prefix = prefix.expanduser().absolute()
-    if prefix.exists() and not is_venv(prefix) and any(prefix.iterdir()):
+    given = prefix.expanduser().absolute()
+    prefix = resolve(given)
+    for moved in (moved_link(given), moved_link(prefix)):  # an older kimi-serve moved a link aside (engine/prefix.py)
+        if moved is not None:
+            raise moved
+    if prefix.exists() and not is_venv(prefix) and (not prefix.is_dir() or any(prefix.iterdir())):
         raise KimiServeError(
-            f"{prefix} exists and is not a venv; refusing to replace it",
+            f"{prefix} exists and is not a venv"
+            + (f" (the link {given} points there)" if prefix != given else "")
+            + "; refusing to replace it",
             hint="pass --prefix of an existing engine venv or of a new folder",
             exit_code=ExitCode.USAGE,
         )
@@ -189,7 +202,16 @@ def make_plan(
             hint="pass --interpreter copy (a standalone interpreter inside the prefix) or --interpreter link",
         )
     base = base_python(version, python)
-    return Plan(prefix, lock, kind, path, base, version, sets, profile, interpreter_kind, with_kimi_serve)
+    options = ["--lock", lock_name if lock_name in locks.ENGINE_LOCKS else str(lock.path.absolute())]
+    options += (["--profile", profile] if profile else []) if sets else ["--no-patches"]
+    options += ["--installer", installer] if installer else []
+    options += ["--interpreter", interpreter_kind] if interpreter_kind != "copy" else []
+    options += ["--python", python] if python else []
+    options += [] if with_kimi_serve else ["--no-kimi-serve"]
+    link = given if prefix != given else None
+    return Plan(
+        prefix, lock, kind, path, base, version, sets, profile, interpreter_kind, with_kimi_serve, link, tuple(options)
+    )
 
 
 # --------------------------------------------------------------------------------------------------------- lock
@@ -291,7 +313,12 @@ def _relocate(staging: Path, prefix: Path) -> None:
 
 def _recover(plan: Plan) -> None:
     """Clear what a killed install left: a staging folder, or (killed between the renames) the old venv aside."""
-    if plan.staging.exists():
+    moved = moved_link(plan.prefix)  # a link aside is never removed (nor followed): its owner decides
+    if moved is not None:
+        raise moved
+    if plan.staging.is_symlink():
+        plan.staging.unlink()
+    elif plan.staging.exists():
         shutil.rmtree(plan.staging)
     if plan.old.exists():
         if not plan.prefix.exists():
@@ -465,24 +492,22 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
                 "installed_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "kimi_serve_version": __version__,
                 "prefix": str(plan.prefix),
+                "link": str(plan.link) if plan.link else None,
+                "options": list(plan.options),
             }
             (staging / RECORD_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
             _relocate(staging, plan.prefix)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        if plan.prefix.exists():
+        if plan.prefix.exists():  # a folder, never a link (make_plan resolved it)
+            checkpoint("engine.aside")
             os.rename(plan.prefix, plan.old)
+            checkpoint("engine.swap")  # killed here: no venv at the prefix; engine status says so
             os.rename(staging, plan.prefix)
+            checkpoint("engine.clear")
             shutil.rmtree(plan.old, ignore_errors=True)
         else:
+            checkpoint("engine.swap")
             os.rename(staging, plan.prefix)
     return InstallResult(plan, record, time.monotonic() - start)
-
-
-def read_record(prefix: Path) -> dict[str, Any] | None:
-    try:
-        record: dict[str, Any] = json.loads((prefix / RECORD_NAME).read_text(encoding="utf-8"))
-        return record
-    except (OSError, ValueError):
-        return None

@@ -11,7 +11,8 @@ from typing import Any
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.engine import locks
-from kimi_serve.engine.install import installed_versions, read_record, site_packages
+from kimi_serve.engine.install import installed_versions, site_packages
+from kimi_serve.engine.prefix import install_command, interrupted, moved_link, read_record, recorded_lock, resolve
 
 # Run inside the engine venv: every installed distribution's requirements (markers evaluated, no extras) that are
 # missing or unsatisfied, like `pip check`, but the same with a uv-built venv that has no pip.
@@ -66,6 +67,7 @@ class EngineStatus:
     conflicts: list[list[Any]] = field(default_factory=list)  # [pkg, requirement, installed-or-None]
     omitted: list[str] = field(default_factory=list)  # declared deps the lock leaves out on purpose
     kimi_serve: str | None = None  # why the engine's own kimi-serve is not the running one (engine/own.py); None: it is
+    fix: str = ""  # the engine install that rebuilds it with the options it was installed with
 
     @property
     def ok(self) -> bool:
@@ -117,6 +119,7 @@ class EngineStatus:
             "omitted_by_lock": self.omitted,
             "kimi_serve_stale": self.kimi_serve,
             "findings": self.findings(),
+            "fix": self.fix,
         }
 
 
@@ -146,14 +149,18 @@ def _patch_state(prefix: Path, set_name: str, version: str) -> str:
 def engine_status(prefix: Path, lock_name: str | None = None) -> EngineStatus:
     prefix = prefix.expanduser().absolute()
     python = prefix / "bin" / "python"
+    # what an unfinished install left (killed between its renames, an older kimi-serve's moved link) comes first
+    unfinished = moved_link(prefix) or moved_link(resolve(prefix)) or (None if python.exists() else interrupted(prefix))
+    if unfinished is not None:
+        raise unfinished
     if not python.exists():
         raise KimiServeError(
             f"{prefix} is not an engine venv (no bin/python)",
-            hint=f"kimi-serve engine install --prefix {prefix}",
+            hint=install_command(prefix, None, lock_name),
             exit_code=ExitCode.ENVIRONMENT,
         )
     record = read_record(prefix)
-    name = lock_name or (record or {}).get("lock") or "gpu"
+    name = lock_name or recorded_lock(record) or "gpu"
     lock = locks.load(name)
     found = installed_versions(python)
     installed: dict[str, str] = found["packages"]
@@ -185,6 +192,7 @@ def engine_status(prefix: Path, lock_name: str | None = None) -> EngineStatus:
         conflicts,
         sorted(omitted),
         _own_copy(prefix, version),
+        install_command(prefix, record, lock_name),
     )
     return st
 

@@ -1,0 +1,128 @@
+"""Where an engine venv lives, and what an install left next to it (docs/engine.md "Prefix").
+
+``engine install`` builds the venv in a sibling staging folder and swaps it in by two renames; this module names the
+siblings (``.NAME.kimi-serve-new``, ``.NAME.kimi-serve-old``, the install lock ``.NAME.kimi-serve.lock``), resolves a
+prefix that is a symbolic link to the folder it points to (the install happens there, atomically, and the link stays
+as it is), and reads what an earlier install left: the previous venv aside (killed between the two renames, which
+``engine status`` reports with the install command that completes it), or the link an older kimi-serve moved aside
+instead of following it (reported with its fix: the operator decides which of the two venvs to keep).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.lock import flock_holder
+
+RECORD_NAME = "kimi-serve-engine.json"
+
+
+def staging_of(prefix: Path) -> Path:
+    return prefix.parent / f".{prefix.name}.kimi-serve-new"
+
+
+def old_of(prefix: Path) -> Path:
+    return prefix.parent / f".{prefix.name}.kimi-serve-old"
+
+
+def lock_of(prefix: Path) -> Path:
+    """The install lock of ``prefix`` (a sibling file: the prefix itself is swapped by a rename)."""
+    return prefix.parent / f".{prefix.name}.kimi-serve.lock"
+
+
+def read_record(prefix: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads((prefix / RECORD_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def resolve(given: Path) -> Path:
+    """The folder an install of ``given`` replaces: ``given`` itself, or, when it is a symbolic link, the folder at
+    the end of its links (renaming the link aside would lose it). Exit 2 for a link that loops."""
+    if not given.is_symlink():
+        return given
+    real = Path(os.path.realpath(given))
+    if real.is_symlink():
+        raise KimiServeError(
+            f"--prefix {given} is a link that does not end at a folder ({given} -> {os.readlink(given)} loops)",
+            where="--prefix",
+            hint=f"point {given} at the venv's folder, or pass --prefix of a folder",
+            exit_code=ExitCode.USAGE,
+        )
+    return real
+
+
+def moved_link(given: Path) -> KimiServeError | None:
+    """The state an older kimi-serve's install left over a prefix that was a link: it renamed the link
+    itself aside as ``.NAME.kimi-serve-old`` and put its new venv in the link's place (or was killed in between),
+    after which every install failed. Which venv to keep is the operator's decision: the error names both fixes."""
+    old = old_of(given)
+    if not old.is_symlink():
+        return None
+    link = f"{given} -> {os.readlink(old)}"
+    if os.path.lexists(given):
+        return KimiServeError(
+            f"{given}: an older kimi-serve replaced the link {link} with a new venv and left the link aside as {old}",
+            hint=f"keep the new venv: rm {old}; or go back to the link: rm -r {given} && mv {old} {given}; "
+            "then run engine install again",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
+    return KimiServeError(
+        f"{given}: an older kimi-serve's engine install was killed after it moved the link {link} aside as {old}",
+        hint=f"put the link back: mv {old} {given}, then run engine install again",
+        exit_code=ExitCode.ENVIRONMENT,
+    )
+
+
+def recorded_lock(record: dict[str, Any] | None) -> str | None:
+    """The lock an install was run with (its ``--lock``: a shipped lock's name or a lock file's path)."""
+    options = [str(o) for o in (record or {}).get("options") or []]
+    if "--lock" in options[:-1]:
+        return options[options.index("--lock") + 1]
+    lock = (record or {}).get("lock")
+    return str(lock) if lock else None
+
+
+def install_command(given: Path, record: dict[str, Any] | None, lock: str | None = None) -> str:
+    """The ``engine install`` that (re)builds ``given`` as the install that wrote ``record`` did (its options), with
+    ``lock`` instead of its lock when given."""
+    options = [str(o) for o in (record or {}).get("options") or []]
+    if "--lock" in options[:-1]:
+        del options[options.index("--lock") : options.index("--lock") + 2]
+    lock = lock or recorded_lock(record) or "gpu"
+    return shlex.join(["kimi-serve", "engine", "install", "--prefix", str(given), "--lock", lock, *options])
+
+
+def interrupted(given: Path) -> KimiServeError | None:
+    """What stands at ``given`` instead of a venv when an install of it did not finish: running now (its lock is
+    held), killed between its two renames (the previous venv aside), or an older kimi-serve's moved link."""
+    found = moved_link(given)
+    if found is not None:
+        return found
+    real = resolve(given)
+    old = old_of(real)
+    if real.exists() or not old.is_dir():
+        return None
+    holder = flock_holder(lock_of(real))
+    if holder is not None:
+        return KimiServeError(
+            f"{given}: {holder} is installing it (between its two renames)",
+            hint="wait for it to finish, then run engine status again",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
+    staging = staging_of(real)
+    record = read_record(staging) or read_record(old)
+    return KimiServeError(
+        f"{given}: an engine install was interrupted between its two renames: the previous venv is at {old}"
+        + (f", the new one at {staging}" if read_record(staging) else "")
+        + " (the next install puts the previous one back first)",
+        hint=install_command(given, record),
+        exit_code=ExitCode.ENVIRONMENT,
+    )
