@@ -35,6 +35,13 @@ if [ "$fast" = 0 ] && [ -z "${KIMI_SERVE_SGLANG_PYTHON:-}" ]; then
   export KIMI_SERVE_SGLANG_PYTHON
 fi
 
+# The real agent clients of the client tier (tests/test_agent_clients.py), from their locks (requirements/clients.txt,
+# tests/clients/package-lock.json; cached under ~/.cache/kimi-serve, ~30 s cold). Not for --fast: the tier needs SGLang.
+if [ "$fast" = 0 ] && [ -z "${KIMI_SERVE_CLIENTS_DIR:-}" ]; then
+  KIMI_SERVE_CLIENTS_DIR="$(scripts/build-client-env.sh | tail -n 1)"
+  export KIMI_SERVE_CLIENTS_DIR
+fi
+
 # The pinned SGLang wheel the SM120 patch tests apply to (cached under ~/.cache/kimi-serve/wheels).
 scripts/fetch-sglang-wheel.sh >/dev/null
 

@@ -60,7 +60,7 @@ if SGLANG_PYTHON:
 
 # tier marker -> the fixtures that put a test in it (anywhere in its fixture closure)
 TIER_FIXTURES: dict[str, frozenset[str]] = {
-    "sglang": frozenset({"sglang_session", "sglang_python"}),
+    "sglang": frozenset({"sglang_session", "sglang_python", "agent_clients"}),
     "systemd": frozenset({"sandbox"}),
     "engine": frozenset({"cpu_engine", "package_index"}),
     "listener": frozenset({"loopback_port"}),
@@ -268,6 +268,21 @@ def systemd_tools() -> None:
     missing = [tool for tool in ("systemctl", "systemd-analyze") if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed (apt-get install systemd)")
+
+
+CLIENTS_DIR_ENV = "KIMI_SERVE_CLIENTS_DIR"  # scripts/build-client-env.sh's folder (scripts/test.sh sets it)
+
+
+@pytest.fixture(scope="session")
+def agent_clients() -> Path:
+    """The real agent clients of the client tier (scripts/build-client-env.sh: the Python clients' venv and the npm
+    clients, from their locks); skipped with the fix where they are not built (a failure under KIMI_SERVE_NO_SKIP=1)."""
+    folder = os.environ.get(CLIENTS_DIR_ENV)
+    if not folder or not (Path(folder) / ".complete").is_file():
+        pytest.skip(f"{CLIENTS_DIR_ENV} is not set (scripts/test.sh sets it from scripts/build-client-env.sh)")
+    if shutil.which("node") is None:
+        pytest.skip("node not installed (apt-get install nodejs npm; Node 20+)")
+    return Path(folder)
 
 
 @pytest.fixture

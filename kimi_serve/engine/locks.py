@@ -4,7 +4,9 @@ Three locks, all requirements-style files with exact versions and sha256 hashes 
 
 - ``gpu``: the engine on the GPU serving host (shipped in the wheel, ``kimi_serve/engine/lockfiles/gpu.txt``);
 - ``cpu``: the CPU engine the tests and the quickstart use (shipped, ``cpu.txt``);
-- ``dev``: kimi-serve's own dev/test venv, ``.venv`` (in the checkout only, ``requirements/dev.txt``).
+- ``dev``: kimi-serve's own dev/test venv, ``.venv`` (in the checkout only, ``requirements/dev.txt``);
+- ``clients``: the real agent clients the test suite's client tier drives (in the checkout only,
+  ``requirements/clients.txt``; scripts/build-client-env.sh installs it).
 
 Each lock starts with a kimi-serve header that records the sha256 of its inputs (the input files and the resolver
 options, see :func:`input_sha256`); ``tests/test_engine_locks.py`` recomputes it, so editing an input without
@@ -107,6 +109,12 @@ def specs(repo: Path | None = None) -> dict[str, LockSpec]:
             (repo / "pyproject.toml", repo / "requirements" / "dev.in"),
             extras=("test",),
             description="kimi-serve's dev/test venv (.venv): runtime deps, [test] extra, uv",
+        )
+        out["clients"] = LockSpec(
+            "clients",
+            repo / "requirements" / "clients.txt",
+            (repo / "requirements" / "clients.in",),
+            description="the Python agent clients of the client tier (scripts/build-client-env.sh)",
         )
     return out
 
