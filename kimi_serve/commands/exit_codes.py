@@ -99,6 +99,11 @@ EXIT_CODES: dict[str, str] = {
         "copied interpreter that still needs its original; the previous venv is untouched) or a patch could not be "
         "applied; 75 another install of that prefix runs, or an up serves from it"
     ),
+    "client-config": (
+        "0 the configuration was printed; 2 an unknown --client (the message lists the known ones), an invalid "
+        "profile, a --host that is not HOST[:PORT] or a URL or is a wildcard bind address (0.0.0.0, ::), neither "
+        "--profile nor --host"
+    ),
     "engine status": (
         "0 the venv matches its lock: no drift, no dependency conflict, patch set applied as recorded; 1 "
         "otherwise (each finding listed, with the fix); 5 no venv at the prefix"
