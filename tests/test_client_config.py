@@ -146,3 +146,15 @@ def test_bad_input_is_one_line_exit_2(cli, args, needle) -> None:  # type: ignor
     lines = [line for line in res.err.splitlines() if line.strip()]
     assert res.code == ExitCode.USAGE and len(lines) == 1 and needle in lines[0], res.err
     assert "Traceback" not in res.err and res.out == ""
+
+
+def test_kimi_cli_is_told_whether_the_server_honours_moonshots_thinking_field(cli, write_profile) -> None:  # type: ignore[no-untyped-def]
+    """kimi-cli turns thinking off with Moonshot's `thinking: {"type": "disabled"}`: honoured by the Kimi patch set's
+    0004 (prod applies it), ignored by SGLang without it."""
+    doc = _doc(cli, "--client", "kimi-cli", "-p", "prod")
+    assert doc["moonshot_thinking_honoured"] is True and doc["thinking_off"]["honoured"] is True
+    path = write_profile("extends: sim\npatch_set: sglang-0.5.23-sm120\n")
+    doc = _doc(cli, "--client", "kimi-cli", "-p", str(path))
+    assert doc["moonshot_thinking_honoured"] is False and doc["thinking_off"]["honoured"] is False
+    assert "IGNORED" in doc["thinking_off"]["how"] and "moonshot_thinking_field" in doc["thinking_off"]["how"]
+    assert _doc(cli, "--client", "openai", "-p", str(path))["thinking_off"]["honoured"] is True  # chat_template_kwargs

@@ -134,7 +134,10 @@ def kimi_cli(ep: Endpoint) -> ClientConfig:
     if honoured is None:
         state = "honoured only by a server with the Kimi patch set's moonshot_thinking_field (unknown: no --profile)"
     elif honoured:
-        state = "honoured: the profile's patch set has moonshot_thinking_field"
+        state = (
+            "honoured by the profile's patch sets (moonshot_thinking_field) once applied: "
+            f"kimi-serve patches status --profile {ep.profile}"
+        )
     else:
         state = (
             "IGNORED by this server (its patch set lacks moonshot_thinking_field, patches/sglang-0.5.23-kimi "
