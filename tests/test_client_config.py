@@ -116,6 +116,8 @@ def test_context_follows_the_profile(cli, write_profile) -> None:  # type: ignor
     doc = _doc(cli, "--client", "openai", "-p", str(path))
     assert (doc["context_length"], doc["max_output_tokens"], doc["model"]) == (65536, 16384, "my-kimi")
     assert "max_tokens=16384" in doc["file"]["text"] and '"my-kimi"' in doc["file"]["text"]
+    doc = _doc(cli, "--client", "opencode", "-p", "sim-dp2", "--set", "router.port=31500")
+    assert doc["base_url"] == "http://127.0.0.1:31500/v1"
 
 
 def test_without_a_profile_the_assumptions_are_listed(cli) -> None:  # type: ignore[no-untyped-def]
@@ -139,6 +141,7 @@ def test_without_a_profile_the_assumptions_are_listed(cli) -> None:  # type: ign
         (["--client", "openai", "-p", "prod", "--host", "http://a b"], "--host"),
         (["--client", "openai"], "neither --profile nor --host"),
         (["--client", "openai", "-p", "nosuch-profile"], "nosuch-profile"),
+        (["--client", "openai", "--host", "h1", "--set", "server.port=1"], "--set without --profile"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(cli, args, needle) -> None:  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from kimi_serve.clients.configs import CLIENTS
-from kimi_serve.commands.profile_cmds import PROFILE_HELP
+from kimi_serve.commands.profile_cmds import PROFILE_HELP, SetOpt
 
 
 def client_config(
@@ -25,14 +25,18 @@ def client_config(
         "(the router's for a replicated profile; a wildcard bind: this machine's loopback).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON envelope (docs/json.md)."),
+    sets: list[str] | None = SetOpt,
 ) -> int:
     """Print a configuration that works for one agent client: its file or snippet on stdout (the base URL, the served
     model, the key's environment variable NAME, the served limits), notes on stderr (the key, the limits, where
     reasoning comes back, how to turn thinking off with that client, what was assumed)."""
     from kimi_serve.clients import client_config as build
+    from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.profile.loader import load_profile
 
-    endpoint, config = build(client, load_profile(profile) if profile else None, host)
+    if sets and not profile:
+        raise KimiServeError("--set without --profile", hint="pass --profile P with --set", exit_code=ExitCode.USAGE)
+    endpoint, config = build(client, load_profile(profile, sets or ()) if profile else None, host)
     if as_json:
         from kimi_serve.core.output import dumps, envelope
 
