@@ -13,6 +13,11 @@ Scenarios, each non-streamed and streamed:
 - ``continuation``: a normal call whose arguments arrive in several deltas (the raw keys of each tool-call delta);
 - ``bare_begin``: a call opened by ``<|tool_call_begin|>`` without ``<|tool_calls_section_begin|>``.
 
+``thinking``: a plain question answered by the simulator's own scripted model (no stand-in output: it thinks unless
+the prompt SGLang rendered ends in ``<think></think>``), with each thinking switch: Moonshot's
+``thinking: {"type": "disabled"|"enabled"}`` (non-streamed and streamed), against ``reasoning_effort``, under an explicit
+``chat_template_kwargs``, and ``{"type": "adaptive"}``.
+
 Then verify's parser probes (``kimi_serve.verify.parser_faults.CASES``) through the app's ``POST
 /parse_function_call`` (SGLang's native endpoint, the installed detector's non-streaming parse).
 """
@@ -60,8 +65,10 @@ TOOLS = [
     },
 ]
 
-current = {"text": ""}
-engine.scripted.generate = lambda turn: current["text"]  # the STAND-IN model's output for the scenario
+current: dict = {"text": ""}
+scripted_model = engine.scripted.generate  # the simulator's own scripted Kimi: reads thinking from the prompt
+# the STAND-IN model's output for the scenario (None: the scripted model's own answer)
+engine.scripted.generate = lambda turn: scripted_model(turn) if current["text"] is None else current["text"]
 
 sim = resolve(["--model-path", "/models/Kimi-K2.5", "--served-model-name", "kimi-k2.5", "--tool-call-parser",
                "kimi_k2", "--reasoning-parser", "kimi_k2", "--port", "30000"])  # fmt: skip
@@ -111,4 +118,35 @@ result["parse_function_call"] = {
 for scenario, text in OUTPUTS.items():
     current["text"] = text
     result[scenario] = {"non_stream": non_stream(), "stream": stream()}
+
+
+def thinking(extra: dict, streamed: bool = False) -> dict:
+    """A plain question with ``extra`` fields, answered by the scripted model: what came back as reasoning."""
+    req = {"model": "kimi-k2.5", "messages": [{"role": "user", "content": "What is 2+2?"}], **extra}
+    if not streamed:
+        message = client.post("/v1/chat/completions", json=req).json()["choices"][0]["message"]
+        return {"reasoning": message.get("reasoning_content"), "content": message.get("content")}
+    reasoning, content = "", ""
+    with client.stream("POST", "/v1/chat/completions", json={**req, "stream": True}) as reply:
+        for line in reply.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                for choice in json.loads(line[6:]).get("choices") or []:
+                    reasoning += (choice.get("delta") or {}).get("reasoning_content") or ""
+                    content += (choice.get("delta") or {}).get("content") or ""
+    return {"reasoning": reasoning or None, "content": content}
+
+
+# Thinking switches (the scripted model thinks unless the rendered prompt ends in <think></think>)
+current["text"] = None
+DISABLED, ENABLED = {"thinking": {"type": "disabled"}}, {"thinking": {"type": "enabled"}}
+result["thinking"] = {
+    "default": thinking({}),
+    "moonshot_disabled": thinking(DISABLED),
+    "moonshot_disabled_stream": thinking(DISABLED, streamed=True),
+    "moonshot_enabled": thinking(ENABLED),
+    "moonshot_disabled_over_effort": thinking({**DISABLED, "reasoning_effort": "high"}),
+    "kwargs_win_over_moonshot": thinking({**DISABLED, "chat_template_kwargs": {"thinking": True}}),
+    "kwargs_off": thinking({"chat_template_kwargs": {"thinking": False}}),
+    "adaptive": thinking({"thinking": {"type": "adaptive"}}),
+}
 print(json.dumps(result))

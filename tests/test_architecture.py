@@ -29,6 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "up": {"core", "profile", "sglang", "verify", "simulator", "check", "router", "host", "process"},
     "bench": {"core", "profile", "sglang", "verify", "simulator", "check", "host", "process"},
     "k8s": {"core", "profile", "check", "service"},
+    "clients": {"core", "profile", "verify", "patches"},
     "commands": {
         "core",
         "profile",
@@ -46,6 +47,7 @@ ALLOWED: dict[str, set[str]] = {
         "bench",
         "router",
         "k8s",
+        "clients",
     },
 }
 TOP_LEVEL = {"__init__", "__main__", "cli"}

@@ -27,6 +27,7 @@ print(json.dumps({{"code": code, "heavy": sorted({{m.split('.')[0] for m in sys.
         ["verify", "--help"],
         ["render", "--profile", "prod"],
         ["render", "--profile", "prod-tp16", "--format", "k8s", "--image", "registry.example/kimi-serve:1"],
+        ["client-config", "--client", "opencode", "--profile", "prod-dp2", "--json"],
     ],
 )
 def test_fast_paths_import_nothing_heavy(args):

@@ -233,6 +233,10 @@ CASES: dict[str, list[tuple[str, Case, int | None]]] = {
         ("dry-run", lambda c: ["engine", "install", "--prefix", str(c.tmp / "v"), "--lock", "cpu", "--dry-run"], 0),
         ("bad-lock", lambda c: ["engine", "install", "--prefix", str(c.tmp / "v"), "--lock", "nosuch"], 2),
     ],
+    "client-config": [
+        ("ok", lambda c: ["client-config", "--client", "opencode", "-p", "sim-dp2"], 0),
+        ("unknown-client", lambda c: ["client-config", "--client", "nosuch", "-p", "sim"], 2),
+    ],
     "engine status": [
         ("ok", _engine_status_ok, 0),
         ("no-venv", lambda c: ["engine", "status", "--prefix", str(c.tmp / "none")], None),

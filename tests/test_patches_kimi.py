@@ -17,6 +17,7 @@ from kimi_serve.patches import apply, available_patch_sets, check_applies_to_whe
 KIMI, SM120 = "sglang-0.5.23-kimi", "sglang-0.5.23-sm120"
 DETECTOR = "sglang/srt/function_call/kimik2_detector.py"
 CHAT = "sglang/srt/entrypoints/openai/serving_chat.py"
+PROTOCOL = "sglang/srt/entrypoints/openai/protocol.py"
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,9 @@ def kimi():
 @pytest.fixture
 def site(tmp_path: Path, kimi) -> Path:
     """A stand-in site-packages: the real 0.5.23 files both sets touch, version files, dist-info."""
-    return extract(pinned_wheel(kimi), tmp_path / "site-packages", whole_package=False, extra=(DETECTOR, CHAT))
+    return extract(
+        pinned_wheel(kimi), tmp_path / "site-packages", whole_package=False, extra=(DETECTOR, CHAT, PROTOCOL)
+    )
 
 
 def test_the_kimi_set_is_shipped_separately_and_applies_to_the_pinned_wheel(kimi) -> None:
@@ -37,8 +40,9 @@ def test_the_kimi_set_is_shipped_separately_and_applies_to_the_pinned_wheel(kimi
         "keep_unexpected_tool_call_ids",
         "no_null_tool_call_delta_fields",
         "bare_tool_call_begin_non_stream",
+        "moonshot_thinking_field",
     }
-    assert {f.path for f in kimi.files} == {DETECTOR, CHAT}
+    assert {f.path for f in kimi.files} == {DETECTOR, CHAT, PROTOCOL}
     assert not {f.path for f in kimi.files} & {f.path for f in load_patch_set(SM120).files}  # disjoint sets
     result = check_applies_to_wheel(kimi, pinned_wheel(kimi))
     assert result.ok, result.message
@@ -71,9 +75,9 @@ def test_cli_status_apply_revert_for_the_kimi_set(site: Path, tmp_path: Path, cl
     args = ("--site-packages", str(site), "--set", KIMI, "--state-dir", str(tmp_path / "st"))
     assert cli("patches", "status", *args).code == 1
     data = json.loads(cli("patches", "apply", *args, "--json").out)
-    assert data["applied"] and [p["state"] for p in data["patches"]] == ["applied"] * 3
+    assert data["applied"] and [p["state"] for p in data["patches"]] == ["applied"] * 4
     res = cli("patches", "revert", *args)
-    assert res.code == 0 and "restored 2 original files" in res.out and res.out.count("not applied") == 3
+    assert res.code == 0 and "restored 3 original files" in res.out and res.out.count("not applied") == 4
 
 
 def test_two_sets_applied_together_are_all_or_nothing_across_them(site: Path, tmp_path: Path, kimi) -> None:

@@ -1,6 +1,7 @@
 """Behaviour of the patched code in SGLang 0.5.23's own sources, unpatched vs patched: the SM120 gates under a simulated
 SM120 machine, the API keys in the startup log and in /server_info (the SM120 set, patches/sglang-0.5.23), and the
-kimi_k2 parser faults on SGLang's own detector and OpenAI serving layer (the Kimi set, patches/sglang-0.5.23-kimi).
+kimi_k2 parser faults and Moonshot's thinking field on SGLang's own detector and OpenAI serving layer (the Kimi set,
+patches/sglang-0.5.23-kimi).
 
 Two scratch copies of the whole sglang package come from the pinned wheel; one gets `apply` of both sets (they touch
 different files). Each is probed by tests/sm120_gate_probe.py, tests/redact_log_probe.py,
@@ -212,3 +213,19 @@ def test_verify_reports_the_unpatched_parser_and_passes_the_patched_one(kimi: di
         status, body = kimi["patched"]["parse_function_call"][code]
         after = judge(code, what, status, body)
         assert after.status == "pass", (code, body)
+
+
+def test_moonshot_thinking_field_switches_thinking(kimi: dict[str, dict]) -> None:
+    """Moonshot's ``thinking: {"type": "disabled"}`` (kimi-cli's --no-thinking) on SGLang's real serving layer in front
+    of the simulator's scripted Kimi, which thinks unless the prompt SGLang rendered ends in ``<think></think>``:
+    unpatched SGLang ignores the field (reasoning comes back), patch 0004 turns thinking off, streamed and not."""
+    before, after = kimi["unpatched"]["thinking"], kimi["patched"]["thinking"]
+    for run in (before, after):
+        assert run["default"]["reasoning"] and run["moonshot_enabled"]["reasoning"]
+        assert run["kwargs_off"]["reasoning"] is None and run["kwargs_off"]["content"]  # SGLang's own switch
+        assert run["kwargs_win_over_moonshot"]["reasoning"]  # an explicit chat_template_kwargs thinking wins
+        assert run["adaptive"]["reasoning"]  # other types are left alone
+    for case in ("moonshot_disabled", "moonshot_disabled_stream", "moonshot_disabled_over_effort"):
+        assert before[case]["reasoning"], case  # ignored: thinking stays on
+        assert after[case]["reasoning"] is None and after[case]["content"], case
+    assert after["moonshot_disabled"]["content"] == before["kwargs_off"]["content"]

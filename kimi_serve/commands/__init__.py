@@ -19,6 +19,7 @@ _MODULES = [
     "patches_cmd",
     "engine_cmd",
     "logs_cmd",
+    "clients_cmd",
 ]
 
 

@@ -100,6 +100,11 @@ EXIT_CODES: dict[str, str] = {
         "a patch could not be applied, or an older kimi-serve moved the --prefix link aside (both fixes named, "
         "nothing touched); 75 another install of that prefix runs, or an up serves from it"
     ),
+    "client-config": (
+        "0 the configuration was printed; 2 an unknown --client (the message lists the known ones), an invalid "
+        "profile, a --host that is not HOST[:PORT] or a URL or is a wildcard bind address (0.0.0.0, ::), neither "
+        "--profile nor --host, --set without --profile"
+    ),
     "engine status": (
         "0 the venv matches its lock: no drift, no dependency conflict, patch set applied as recorded; 1 "
         "otherwise (each finding listed, with the fix); 5 no venv at the prefix (an install killed between its two "

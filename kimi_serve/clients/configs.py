@@ -1,0 +1,292 @@
+"""One client's configuration for an :class:`~kimi_serve.clients.endpoint.Endpoint`: the file or snippet it needs
+(text, pure), where it goes, and how that client turns thinking off. The key is always read from an environment
+variable by NAME; no generated text ever holds a key.
+
+Thinking off, per client (Kimi-K2.5's template kwarg is ``thinking``; SGLang 0.5.23 honours
+``chat_template_kwargs: {"thinking": false}`` and ``reasoning_effort: "none"``, and Moonshot's own
+``thinking: {"type": "disabled"}`` only with the Kimi patch set's ``moonshot_thinking_field``): the Python clients
+pass ``chat_template_kwargs`` through ``extra_body``, the AI SDK and opencode through the provider's options (spread
+into the request body by ``@ai-sdk/openai-compatible``), kimi-cli sends Moonshot's field (``--no-thinking``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the command's --help lists CLIENTS without loading profiles
+    from kimi_serve.clients.endpoint import Endpoint
+
+PROVIDER_ID = "kimi-serve"  # the provider's name in opencode's and kimi-cli's configs
+OFF = {"chat_template_kwargs": {"thinking": False}}
+_ENVIRON = "os.environ"  # in the snippets' text (they read the key); kimi-serve itself reads no environment here
+KIMI_CLI_KEY_ENV = "KIMI_API_KEY"  # kimi-cli's kimi provider takes its key from this variable over the file's
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    client: str
+    path: str  # where the text goes (a file name, or a description for a snippet)
+    fmt: str  # json | toml | python | typescript
+    text: str
+    key_env: str  # the environment variable this client reads the key from (its NAME; the key is never written)
+    thinking_off: str  # how to turn thinking off with this client
+    thinking_off_honoured: bool | None  # None: unknown (no profile)
+    notes: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "client": self.client,
+            "file": {"path": self.path, "format": self.fmt, "text": self.text},
+            "api_key_env": self.key_env,
+            "thinking_off": {"how": self.thinking_off, "honoured": self.thinking_off_honoured},
+            "notes": list(self.notes),
+        }
+
+
+def _q(value: str) -> str:
+    """A string literal for Python, TypeScript and TOML alike (a JSON string)."""
+    return json.dumps(value)
+
+
+def _key_expr_py(ep: Endpoint) -> str:
+    if ep.key_required:
+        return f"{_ENVIRON}[{_q(ep.key_env)}]"
+    return f'{_ENVIRON}.get({_q(ep.key_env)}, "none")'
+
+
+def _key_note(ep: Endpoint) -> str:
+    if ep.key_required:
+        return f"export {ep.key_env}=<the server's api-key> before starting the client (the key is never written here)"
+    return f"the server takes no API key; {ep.key_env} may be left unset (clients send a placeholder)"
+
+
+def _common_notes(ep: Endpoint) -> list[str]:
+    notes = [_key_note(ep), *ep.notes]
+    notes.append(
+        f"limits: the server serves {ep.context_length} tokens of context (prompt + output); SGLang refuses "
+        f"max_tokens above it (HTTP 400), so ask for at most {ep.max_output} output tokens"
+    )
+    if ep.reasoning_field:
+        notes.append(f"reasoning comes back in `{ep.reasoning_field}`, the answer in `content`")
+    else:
+        notes.append("the profile has no reasoning parser: reasoning and </think> come back inside `content`")
+    return notes
+
+
+def opencode(ep: Endpoint) -> ClientConfig:
+    limit = {"context": ep.context_length, "output": ep.max_output}
+    thinking = {"name": f"{ep.model} (thinking)", "tool_call": True, "reasoning": True, "limit": limit}
+    instant = {
+        "id": ep.model,
+        "name": f"{ep.model} (instant: thinking off)",
+        "tool_call": True,
+        "reasoning": False,
+        "limit": limit,
+        "options": OFF,
+    }
+    doc = {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {
+            PROVIDER_ID: {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": f"kimi-serve {ep.profile or ep.model}",
+                "options": {"baseURL": ep.base_url, "apiKey": f"{{env:{ep.key_env}}}"},
+                "models": {ep.model: thinking, f"{ep.model}-instant": instant},
+            }
+        },
+        "model": f"{PROVIDER_ID}/{ep.model}",
+    }
+    return ClientConfig(
+        "opencode",
+        "opencode.json (the project root, or ~/.config/opencode/opencode.json)",
+        "json",
+        json.dumps(doc, indent=2) + "\n",
+        ep.key_env,
+        f"pick the model {PROVIDER_ID}/{ep.model}-instant (sends chat_template_kwargs thinking=false)",
+        True,
+        tuple(_common_notes(ep)),
+    )
+
+
+def kimi_cli(ep: Endpoint) -> ClientConfig:
+    text = "\n".join(
+        [
+            f"default_model = {_q(ep.model)}",
+            "default_thinking = true",
+            "",
+            f"[providers.{PROVIDER_ID}]",
+            'type = "kimi"',
+            f"base_url = {_q(ep.base_url)}",
+            f'api_key = ""  # kimi-cli takes the key from ${KIMI_CLI_KEY_ENV} (it overrides this field)',
+            "",
+            f"[models.{_q(ep.model)}]",
+            f"provider = {_q(PROVIDER_ID)}",
+            f"model = {_q(ep.model)}",
+            f"max_context_size = {ep.context_length}  # the served context, not K2.5's published 262144",
+            'capabilities = ["thinking"]',
+            "",
+        ]
+    )
+    honoured = ep.moonshot_thinking
+    if honoured is None:
+        state = "honoured only by a server with the Kimi patch set's moonshot_thinking_field (unknown: no --profile)"
+    elif honoured:
+        state = (
+            "honoured by the profile's patch sets (moonshot_thinking_field) once applied: "
+            f"kimi-serve patches status --profile {ep.profile}"
+        )
+    else:
+        state = (
+            "IGNORED by this server (its patch set lacks moonshot_thinking_field, patches/sglang-0.5.23-kimi "
+            "0004): thinking stays on"
+        )
+    notes = _common_notes(ep)
+    notes[0] = (
+        f'export {KIMI_CLI_KEY_ENV}="${ep.key_env}" (kimi-cli\'s kimi provider reads {KIMI_CLI_KEY_ENV})'
+        if ep.key_required
+        else "the server takes no API key; kimi-cli needs none"
+    )
+    notes.append(
+        f"max_context_size is the served {ep.context_length}: kimi-cli sizes max_completion_tokens from it, and "
+        "K2.5's published 262144 makes SGLang answer HTTP 400"
+    )
+    return ClientConfig(
+        "kimi-cli",
+        "~/.kimi/config.toml (or kimi --config-file FILE)",
+        "toml",
+        text,
+        KIMI_CLI_KEY_ENV,
+        "kimi --no-thinking (or default_thinking = false): sends Moonshot's thinking: "
+        f'{{"type": "disabled"}}, {state}',
+        honoured,
+        tuple(notes),
+    )
+
+
+def _py(client: str, body: str, off: str, ep: Endpoint) -> ClientConfig:
+    notes = tuple(_common_notes(ep))
+    return ClientConfig(client, f"a Python snippet ({client})", "python", body, ep.key_env, off, True, notes)
+
+
+def openai_sdk(ep: Endpoint) -> ClientConfig:
+    body = f"""import os
+
+from openai import OpenAI
+
+client = OpenAI(base_url={_q(ep.base_url)}, api_key={_key_expr_py(ep)})
+reply = client.chat.completions.create(
+    model={_q(ep.model)},
+    messages=[{{"role": "user", "content": "Say hello."}}],
+    max_tokens={ep.max_output},  # prompt + max_tokens must fit the served context ({ep.context_length})
+    # thinking off: extra_body={{"chat_template_kwargs": {{"thinking": False}}}},
+)
+message = reply.choices[0].message
+print(getattr(message, "reasoning_content", None))  # Kimi's reasoning (an extra field on the message)
+print(message.content)
+"""
+    off = 'extra_body={"chat_template_kwargs": {"thinking": False}} on the create() call'
+    return _py("openai", body, off, ep)
+
+
+def openai_agents(ep: Endpoint) -> ClientConfig:
+    body = f"""import os
+
+from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+from openai import AsyncOpenAI
+
+set_tracing_disabled(True)  # keep traces off OpenAI's servers
+client = AsyncOpenAI(base_url={_q(ep.base_url)}, api_key={_key_expr_py(ep)})
+agent = Agent(
+    name="assistant",
+    instructions="You are a helpful assistant.",
+    model=OpenAIChatCompletionsModel(model={_q(ep.model)}, openai_client=client),
+    model_settings=ModelSettings(
+        max_tokens={ep.max_output},  # prompt + max_tokens must fit the served context ({ep.context_length})
+        # thinking off: extra_body={{"chat_template_kwargs": {{"thinking": False}}}},
+    ),
+)
+print(Runner.run_sync(agent, "Say hello.").final_output)
+"""
+    off = 'ModelSettings(extra_body={"chat_template_kwargs": {"thinking": False}})'
+    return _py("openai-agents", body, off, ep)
+
+
+def pydantic_ai(ep: Endpoint) -> ClientConfig:
+    body = f"""import os
+
+from pydantic_ai import Agent
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+
+model = OpenAIChatModel(
+    {_q(ep.model)},
+    provider=OpenAIProvider(base_url={_q(ep.base_url)}, api_key={_key_expr_py(ep)}),
+)
+agent = Agent(
+    model,
+    model_settings={{
+        "max_tokens": {ep.max_output},  # prompt + max_tokens must fit the served context ({ep.context_length})
+        # thinking off: "extra_body": {{"chat_template_kwargs": {{"thinking": False}}}},
+    }},
+)
+print(agent.run_sync("Say hello.").output)
+"""
+    off = 'model_settings={"extra_body": {"chat_template_kwargs": {"thinking": False}}}'
+    return _py("pydantic-ai", body, off, ep)
+
+
+def langchain(ep: Endpoint) -> ClientConfig:
+    body = f"""import os
+
+from langchain_openai import ChatOpenAI
+
+llm = ChatOpenAI(
+    model={_q(ep.model)},
+    base_url={_q(ep.base_url)},
+    api_key={_key_expr_py(ep)},
+    max_tokens={ep.max_output},  # prompt + max_tokens must fit the served context ({ep.context_length})
+    # thinking off: extra_body={{"chat_template_kwargs": {{"thinking": False}}}},
+)
+print(llm.invoke("Say hello.").content)  # ChatOpenAI does not surface reasoning_content
+"""
+    off = 'ChatOpenAI(..., extra_body={"chat_template_kwargs": {"thinking": False}})'
+    return _py("langchain", body, off, ep)
+
+
+def ai_sdk(ep: Endpoint) -> ClientConfig:
+    key = f"process.env.{ep.key_env}" + ("" if ep.key_required else ' ?? "none"')
+    body = f"""import {{ createOpenAICompatible }} from "@ai-sdk/openai-compatible";
+import {{ generateText }} from "ai";
+
+const kimi = createOpenAICompatible({{
+  name: "kimi",
+  baseURL: {_q(ep.base_url)},
+  apiKey: {key},
+}});
+
+const {{ text, reasoningText }} = await generateText({{
+  model: kimi({_q(ep.model)}),
+  prompt: "Say hello.",
+  maxOutputTokens: {ep.max_output}, // prompt + output must fit the served context ({ep.context_length})
+  // thinking off: providerOptions: {{ kimi: {{ chat_template_kwargs: {{ thinking: false }} }} }},
+}});
+console.log(reasoningText); // read from reasoning_content
+console.log(text);
+"""
+    off = "providerOptions: { kimi: { chat_template_kwargs: { thinking: false } } } (spread into the request body)"
+    where = "a TypeScript module (ESM; npm ai + @ai-sdk/openai-compatible)"
+    return ClientConfig("ai-sdk", where, "typescript", body, ep.key_env, off, True, tuple(_common_notes(ep)))
+
+
+CLIENTS: dict[str, Callable[[Endpoint], ClientConfig]] = {
+    "opencode": opencode,
+    "kimi-cli": kimi_cli,
+    "openai": openai_sdk,
+    "openai-agents": openai_agents,
+    "pydantic-ai": pydantic_ai,
+    "langchain": langchain,
+    "ai-sdk": ai_sdk,
+}

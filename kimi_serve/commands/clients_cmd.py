@@ -1,0 +1,55 @@
+"""`kimi-serve client-config`: a configuration that works for one agent client (docs/clients.md)."""
+
+from __future__ import annotations
+
+import typer
+
+from kimi_serve.clients.configs import CLIENTS
+from kimi_serve.commands.profile_cmds import PROFILE_HELP, SetOpt
+
+
+def client_config(
+    client: str = typer.Option(..., "--client", "-c", metavar="NAME", help=f"The client: {', '.join(CLIENTS)}."),
+    profile: str | None = typer.Option(
+        None,
+        "--profile",
+        "-p",
+        help=PROFILE_HELP + " Default: the shipped prod profile's values, each one reported as assumed (then "
+        "--host is required).",
+    ),
+    host: str | None = typer.Option(
+        None,
+        "--host",
+        metavar="HOST[:PORT]|URL",
+        help="Where clients reach the server (a name or address, never 0.0.0.0). Default: the profile's address "
+        "(the router's for a replicated profile; a wildcard bind: this machine's loopback).",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON envelope (docs/json.md)."),
+    sets: list[str] | None = SetOpt,
+) -> int:
+    """Print a configuration that works for one agent client: its file or snippet on stdout (the base URL, the served
+    model, the key's environment variable NAME, the served limits), notes on stderr (the key, the limits, where
+    reasoning comes back, how to turn thinking off with that client, what was assumed)."""
+    from kimi_serve.clients import client_config as build
+    from kimi_serve.core.errors import ExitCode, KimiServeError
+    from kimi_serve.profile.loader import load_profile
+
+    if sets and not profile:
+        raise KimiServeError("--set without --profile", hint="pass --profile P with --set", exit_code=ExitCode.USAGE)
+    endpoint, config = build(client, load_profile(profile, sets or ()) if profile else None, host)
+    if as_json:
+        from kimi_serve.core.output import dumps, envelope
+
+        typer.echo(dumps(envelope("client-config", 0, {**endpoint.to_json(), **config.to_json()})))
+        return 0
+    typer.echo(config.text, nl=False)
+    typer.echo(f"# {config.client}: {config.path}", err=True)
+    for note in (*config.notes, f"thinking off: {config.thinking_off}"):
+        typer.echo(f"# {note}", err=True)
+    for item in endpoint.assumed:
+        typer.echo(f"# assumed: {item}", err=True)
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    app.command("client-config")(client_config)

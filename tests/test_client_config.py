@@ -1,0 +1,163 @@
+"""`kimi-serve client-config` (docs/clients.md): every generated configuration is valid for its client (JSON, TOML, the
+Python snippets compile, the TypeScript passes `node --check` where node is installed), reaches the router of a
+replicated profile, never names a wildcard bind address, never holds the key, and says the served limits."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from kimi_serve.clients import CLIENTS
+from kimi_serve.core.errors import ExitCode
+
+ALL = sorted(CLIENTS)
+KEY = "sk-client-config-secret-5e1b"
+
+
+def _doc(cli, *args: str) -> dict:  # type: ignore[no-untyped-def]
+    res = cli("client-config", *args, "--json")
+    assert res.code == 0, (res.code, res.err)
+    return json.loads(res.out)
+
+
+def _parse(doc: dict, tmp_path: Path) -> object:
+    """The generated text, parsed the way its client reads it."""
+    fmt, text = doc["file"]["format"], doc["file"]["text"]
+    if fmt == "json":
+        return json.loads(text)
+    if fmt == "toml":
+        return tomllib.loads(text)
+    if fmt == "python":
+        return compile(text, f"<{doc['client']}>", "exec")
+    assert fmt == "typescript", fmt
+    assert text.count("{") == text.count("}") and text.count("(") == text.count(")"), text
+    assert 'from "@ai-sdk/openai-compatible"' in text and 'from "ai"' in text
+    node = shutil.which("node")
+    if node is not None:  # the module is plain ESM JavaScript too: node checks its syntax
+        module = tmp_path / f"{doc['client']}.mjs"
+        module.write_text(text)
+        res = subprocess.run([node, "--check", str(module)], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+    return text
+
+
+@pytest.mark.parametrize("client", ALL)
+@pytest.mark.parametrize(
+    "args", [["-p", "sim-dp2"], ["-p", "prod-dp2"], ["-p", "prod"], ["--host", "gpu1.example.com"]]
+)
+def test_every_config_parses_and_names_the_front_door(cli, tmp_path, client, args) -> None:  # type: ignore[no-untyped-def]
+    doc = _doc(cli, "--client", client, *args)
+    _parse(doc, tmp_path)
+    text = doc["file"]["text"]
+    expected = {
+        "sim-dp2": "http://127.0.0.1:30000/v1",  # the router; the replicas listen at 30010 and 30011
+        "prod-dp2": "http://127.0.0.1:31000/v1",  # the router binds 0.0.0.0:31000; the replicas are 192.0.2.x
+        "prod": "http://127.0.0.1:30000/v1",
+        "gpu1.example.com": "http://gpu1.example.com:30000/v1",
+    }[args[1]]
+    assert doc["base_url"] == expected and expected in text
+    assert doc["model"] == "kimi-k2.5" and '"kimi-k2.5"' in text
+    assert "0.0.0.0" not in json.dumps(doc) and "30010" not in text and "192.0.2." not in text
+    assert doc["context_length"] == 131072 and doc["max_output_tokens"] == 32768
+    assert doc["reasoning_field"] == "reasoning_content"
+    assert doc["api_key_env"] in text
+    assert doc["thinking_off"]["how"]
+
+
+def test_the_key_is_never_written(cli, tmp_path, write_profile, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The key file and $KIMI_SERVE_API_KEY hold a key: no output of any client names it, only the variable."""
+    secret = tmp_path / "secrets.yaml"
+    secret.write_text(f"api-key: {KEY}\n")
+    secret.chmod(0o600)
+    path = write_profile(f"extends: sim\nserver:\n  host: 0.0.0.0\n  api_key_file: {secret}\n")
+    monkeypatch.setenv("KIMI_SERVE_API_KEY", KEY)
+    for client in ALL:
+        res = cli("client-config", "--client", client, "-p", str(path))
+        assert res.code == 0 and KEY not in res.out + res.err, res.err
+        doc = _doc(cli, "--client", client, "-p", str(path))
+        assert KEY not in json.dumps(doc) and doc["api_key_required"] is True
+        assert "0.0.0.0" not in doc["file"]["text"]
+        assert any("--host" in a for a in doc["assumed"])  # the wildcard became loopback, said so
+
+
+def test_opencode_provider_block(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = _doc(cli, "--client", "opencode", "-p", "prod", "--host", "gpu1.example.com")
+    conf = json.loads(doc["file"]["text"])
+    provider = conf["provider"]["kimi-serve"]
+    assert provider["npm"] == "@ai-sdk/openai-compatible"
+    assert provider["options"] == {"baseURL": "http://gpu1.example.com:30000/v1", "apiKey": "{env:KIMI_SERVE_API_KEY}"}
+    models = provider["models"]
+    assert models["kimi-k2.5"]["limit"] == {"context": 131072, "output": 32768}
+    instant = models["kimi-k2.5-instant"]
+    assert instant["id"] == "kimi-k2.5" and instant["options"] == {"chat_template_kwargs": {"thinking": False}}
+    assert conf["model"] == "kimi-serve/kimi-k2.5"
+
+
+def test_kimi_cli_config_uses_the_served_context(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = _doc(cli, "--client", "kimi-cli", "-p", "prod")
+    conf = tomllib.loads(doc["file"]["text"])
+    provider = conf["providers"]["kimi-serve"]
+    assert provider["type"] == "kimi" and provider["base_url"] == "http://127.0.0.1:30000/v1"
+    assert provider["api_key"] == "" and doc["api_key_env"] == "KIMI_API_KEY"
+    model = conf["models"]["kimi-k2.5"]
+    assert model["max_context_size"] == 131072 and model["model"] == "kimi-k2.5"
+    assert conf["default_model"] == "kimi-k2.5"
+    assert "thinking" in doc["thinking_off"]["how"] and isinstance(doc["thinking_off"]["honoured"], bool)
+
+
+def test_context_follows_the_profile(cli, write_profile) -> None:  # type: ignore[no-untyped-def]
+    path = write_profile("extends: sim\nmodel:\n  context_length: 65536\n  served_name: my-kimi\n")
+    doc = _doc(cli, "--client", "openai", "-p", str(path))
+    assert (doc["context_length"], doc["max_output_tokens"], doc["model"]) == (65536, 16384, "my-kimi")
+    assert "max_tokens=16384" in doc["file"]["text"] and '"my-kimi"' in doc["file"]["text"]
+    doc = _doc(cli, "--client", "opencode", "-p", "sim-dp2", "--set", "router.port=31500")
+    assert doc["base_url"] == "http://127.0.0.1:31500/v1"
+
+
+def test_without_a_profile_the_assumptions_are_listed(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = _doc(cli, "--client", "langchain", "--host", "10.1.2.3")
+    assert doc["profile"] is None and doc["moonshot_thinking_honoured"] is None
+    assert doc["base_url"] == "http://10.1.2.3:30000/v1"
+    assumed = " ".join(doc["assumed"])
+    assert "model name" in assumed and "context 131072" in assumed and "port 30000" in assumed
+    doc = _doc(cli, "--client", "langchain", "--host", "10.1.2.3:8000")
+    assert doc["base_url"] == "http://10.1.2.3:8000/v1" and "port" not in " ".join(doc["assumed"])
+    res = cli("client-config", "--client", "openai", "--host", "10.1.2.3")
+    assert res.code == 0 and re.search(r"^# assumed: model name", res.err, re.M), res.err
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--client", "nosuch", "-p", "prod"], "pass one of: opencode, kimi-cli, openai, openai-agents"),
+        (["--client", "openai", "--host", "0.0.0.0"], "wildcard bind address"),
+        (["--client", "openai", "--host", "[::]:30000"], "wildcard bind address"),
+        (["--client", "openai", "-p", "prod", "--host", "http://a b"], "--host"),
+        (["--client", "openai"], "neither --profile nor --host"),
+        (["--client", "openai", "-p", "nosuch-profile"], "nosuch-profile"),
+        (["--client", "openai", "--host", "h1", "--set", "server.port=1"], "--set without --profile"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(cli, args, needle) -> None:  # type: ignore[no-untyped-def]
+    res = cli("client-config", *args)
+    lines = [line for line in res.err.splitlines() if line.strip()]
+    assert res.code == ExitCode.USAGE and len(lines) == 1 and needle in lines[0], res.err
+    assert "Traceback" not in res.err and res.out == ""
+
+
+def test_kimi_cli_is_told_whether_the_server_honours_moonshots_thinking_field(cli, write_profile) -> None:  # type: ignore[no-untyped-def]
+    """kimi-cli turns thinking off with Moonshot's `thinking: {"type": "disabled"}`: honoured by the Kimi patch set's
+    0004 (prod applies it), ignored by SGLang without it."""
+    doc = _doc(cli, "--client", "kimi-cli", "-p", "prod")
+    assert doc["moonshot_thinking_honoured"] is True and doc["thinking_off"]["honoured"] is True
+    path = write_profile("extends: sim\npatch_set: sglang-0.5.23-sm120\n")
+    doc = _doc(cli, "--client", "kimi-cli", "-p", str(path))
+    assert doc["moonshot_thinking_honoured"] is False and doc["thinking_off"]["honoured"] is False
+    assert "IGNORED" in doc["thinking_off"]["how"] and "moonshot_thinking_field" in doc["thinking_off"]["how"]
+    assert _doc(cli, "--client", "openai", "-p", str(path))["thinking_off"]["honoured"] is True  # chat_template_kwargs
