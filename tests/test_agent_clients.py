@@ -158,19 +158,60 @@ OPENCODE_OFFLINE = {
 }
 
 
-def opencode_config(base: str) -> dict[str, Any]:
-    return {
-        "$schema": "https://opencode.ai/config.json",
-        "provider": {
-            "kimi": {
-                "npm": "@ai-sdk/openai-compatible",
-                "name": "kimi-serve",
-                "options": {"baseURL": base, "apiKey": "{env:KIMI_API_KEY}"},
-                "models": {MODEL: {"name": "Kimi K2.5", "limit": {"context": 131072, "output": 32768}}},
-            }
-        },
-        "model": f"kimi/{MODEL}",
-    }
+def client_config(client: str, host: str) -> dict[str, Any]:
+    """``kimi-serve client-config`` for ``client`` with prod's limits at the simulator's address: what the tier runs
+    is what kimi-serve tells users to configure."""
+    out = subprocess.run(
+        [sys.executable, "-m", "kimi_serve", "client-config", "--client", client, "--profile", "prod"]
+        + ["--host", host, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    doc: dict[str, Any] = json.loads(out.stdout)
+    assert KEY not in out.stdout and "0.0.0.0" not in out.stdout
+    return doc
+
+
+def opencode_config(host: str) -> dict[str, Any]:
+    config: dict[str, Any] = json.loads(client_config("opencode", host)["file"]["text"])
+    return config
+
+
+SNIPPETS = ("openai", "openai-agents", "pydantic-ai", "langchain", "ai-sdk")
+
+
+@dataclass
+class SnippetRun:
+    client: str
+    thinking: bool
+    returncode: int
+    output: str
+
+
+def run_snippet(env_dir: Path, work: Path, client: str, host: str, thinking: bool) -> SnippetRun:
+    """Run the snippet client-config generates for ``client`` as a user would paste it (with its commented thinking-off
+    line switched on when ``thinking`` is False), in the clients' own environment, the key only in its variable."""
+    doc = client_config(client, host)
+    text: str = doc["file"]["text"]
+    if not thinking:
+        marker = "// thinking off: " if doc["file"]["format"] != "python" else "# thinking off: "
+        assert marker in text, text
+        text = text.replace(marker, "")
+    folder = work / f"{client}-{'thinking' if thinking else 'instant'}"
+    folder.mkdir(parents=True)
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(folder), doc["api_key_env"]: KEY}
+    if doc["file"]["format"] == "python":
+        script = folder / "snippet.py"
+        argv = [str(env_dir / "venv" / "bin" / "python"), "-P", str(script)]
+    else:  # an ES module: its imports resolve from a node_modules beside it
+        (folder / "node_modules").symlink_to(env_dir / "node_modules")
+        script = folder / "snippet.mjs"
+        argv = ["node", str(script)]
+    script.write_text(text)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=folder, env=env)
+    return SnippetRun(client, thinking, out.returncode, out.stdout + out.stderr)
 
 
 def run_opencode(env_dir: Path, home: Path, project: Path, config: dict[str, Any], prompt: str) -> Outcome:
@@ -189,7 +230,7 @@ def run_opencode(env_dir: Path, home: Path, project: Path, config: dict[str, Any
         "XDG_CACHE_HOME": str(home / ".cache"),
         "XDG_STATE_HOME": str(home / ".local" / "state"),
         "PWD": str(project),  # opencode finds its project from $PWD
-        "KIMI_API_KEY": KEY,
+        "KIMI_SERVE_API_KEY": KEY,  # the variable client-config's opencode.json reads
         **OPENCODE_OFFLINE,
     }
     out = subprocess.run(
@@ -240,6 +281,7 @@ class Judged:
     verify: dict[str, bool]
     reports: dict[str, dict[str, Any]]
     project: Path  # opencode's scratch project
+    snippets: list[SnippetRun]  # client-config's snippets, run (prod only)
 
 
 @pytest.fixture(scope="module")
@@ -280,12 +322,20 @@ def judged(
                     agent_clients,
                     work / "opencode-home",
                     run / "project",
-                    opencode_config(base),
+                    opencode_config(f"127.0.0.1:{port}"),
                     READ_TASK,
                 )
                 suites = {s: pool.submit(verify_verdict, f"127.0.0.1:{port}", s) for s in ("quick", "full")}
+                snippet_jobs = []
+                if name == "prod":
+                    snippet_jobs = [
+                        pool.submit(run_snippet, agent_clients, run / "snippets", c, f"127.0.0.1:{port}", thinking)
+                        for c in SNIPPETS
+                        for thinking in (True, False)
+                    ]
                 outcomes = [o for j in py for o in j.result()] + [j.result() for j in node] + [oc.result()]
                 verdicts = {s: f.result() for s, f in suites.items()}
+                snippets = [j.result() for j in snippet_jobs]
         finally:
             sim.stop()
         results[name] = Judged(
@@ -294,6 +344,7 @@ def judged(
             {s: v[0] for s, v in verdicts.items()},
             {s: v[1] for s, v in verdicts.items()},
             run / "project",
+            snippets,
         )
     yield results
 
@@ -342,3 +393,15 @@ def test_strict_tool_clients_lose_the_call_without_the_reasoning_parser(judged: 
     j = judged["no-reasoning-parser"]
     strict = [o for o in j.outcomes if o.client in ("openai-agents", "pydantic-ai")]
     assert strict and all(not o.calls for o in strict), _table(j)
+
+
+def test_each_generated_client_configuration_runs_its_client(judged: dict[str, Judged]) -> None:
+    """client-config's snippets, pasted as they are, run their real client against prod's flags and show an answer;
+    with their thinking-off line switched on the server sends no reasoning (the openai snippet prints it: None)."""
+    runs = judged["prod"].snippets
+    assert {r.client for r in runs} == set(SNIPPETS)
+    for r in runs:
+        assert r.returncode == 0, f"{r.client} (thinking={r.thinking}): {r.output[-1500:]}"
+        assert r.output.strip() and not MARKUP.search(r.output), f"{r.client}: {r.output[-500:]}"
+    reasoning = {r.thinking: r.output.splitlines()[0] for r in runs if r.client == "openai"}
+    assert reasoning[True] not in ("", "None") and reasoning[False] == "None", reasoning
