@@ -78,3 +78,10 @@ def test_the_fallback_in_the_temp_dir_follows_no_planted_link(cli, monkeypatch, 
 )
 def test_secret_bearing_options_are_redacted_in_both_forms(args, shown):
     assert redact_args(args)[0] == shown
+
+
+def test_a_redacted_value_is_blanked_in_the_traceback_too():
+    from kimi_serve.core.crashlog import crash_text
+
+    text = crash_text("0", ["verify", "--api-key", SECRET], f"Traceback ...\nValueError: the server refused {SECRET}\n")
+    assert SECRET not in text and f"ValueError: the server refused {REDACTED}" in text
