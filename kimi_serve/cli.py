@@ -8,10 +8,8 @@ Nothing heavy (sglang, torch, jinja2, requests) is imported here: command module
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import traceback
-from pathlib import Path
 from typing import Any
 
 import typer
@@ -156,22 +154,11 @@ def _command(args: list[str]) -> str:
 
 
 def _save_traceback(args: list[str]) -> str:
-    """Write the current exception's traceback under the state root (else the temp dir); return where it went."""
-    import tempfile
-    import time
+    """Write the current exception's traceback under the state root (else the temp dir), secrets redacted, 0600
+    (:mod:`kimi_serve.core.crashlog`); return where it went."""
+    from kimi_serve.core.crashlog import save_crash_log
 
-    from kimi_serve.core.settings import state_root
-
-    text = f"kimi-serve {__version__} {' '.join(args)}\n{traceback.format_exc()}"
-    name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    for folder in (state_root() / "crash", Path(tempfile.gettempdir())):
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_text(text, encoding="utf-8")
-            return str(folder / name)
-        except OSError:
-            continue
-    return "not saved (no writable directory)"
+    return save_crash_log(__version__, args, traceback.format_exc())
 
 
 def entry() -> None:  # pragma: no cover - console script

@@ -45,6 +45,7 @@ import pytest  # noqa: E402
 from sim_pool import SGLangSession, SimulatorPool, wait_probe_server  # noqa: E402
 
 from kimi_serve.cli import main  # noqa: E402
+from kimi_serve.core.proc import python_argv  # noqa: E402
 from kimi_serve.core.resources import package_root  # noqa: E402
 from kimi_serve.core.settings import PROBE_SOCKET_ENV, SGLANG_PYTHON_ENV, with_pythonpath  # noqa: E402
 
@@ -179,7 +180,7 @@ def pytest_configure(config: pytest.Config) -> None:
     sock = os.path.join(directory, "probe.sock")
     log = open(os.path.join(directory, "probe.log"), "wb")  # noqa: SIM115 - the server's, for its life
     server = subprocess.Popen(
-        [str(SGLANG_PYTHON), "-m", "kimi_serve.sglang.probe", "--serve", sock],
+        [*python_argv(str(SGLANG_PYTHON), "-m", "kimi_serve.sglang.probe"), "--serve", sock],
         stdin=subprocess.PIPE,
         stdout=log,
         stderr=subprocess.STDOUT,

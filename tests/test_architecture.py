@@ -101,12 +101,12 @@ def test_dependencies_point_one_way():
 
 def test_cli_is_thin():
     imported = {name for _line, name in _imports(PKG / "cli.py")}
-    # the boundary: errors, the --json envelope (core.output), where a crash traceback goes (core.settings)
+    # the boundary: errors, the --json envelope (core.output), the crash log (core.crashlog: where, redacted)
     assert imported <= {
         "kimi_serve.__version__",
         "kimi_serve.core.errors",
         "kimi_serve.core.output",
-        "kimi_serve.core.settings",
+        "kimi_serve.core.crashlog",
         "kimi_serve.commands",
     }, imported
 

@@ -73,7 +73,7 @@ def test_replicated_profile_renders_replicas_and_a_router_ordered_after_them() -
         assert marker and marker.role == f"replica:{m.index}" and marker.endpoint == f"127.0.0.1:{port}"
     router = members[2].unit.text
     start = _exec_lines(router, "ExecStart")[0]
-    assert start[1:4] == ["-m", "kimi_serve.router.shim", "--"]
+    assert start[1:5] == ["-P", "-m", "kimi_serve.router.shim", "--"]
     assert start[start.index("--worker-urls") + 1 : start.index("--policy")] == [
         "http://127.0.0.1:30010",
         "http://127.0.0.1:30011",

@@ -56,7 +56,10 @@ def test_usage_error_envelope_names_the_problem(cli) -> None:
 
 def test_render_envelope_keeps_argv_and_env(cli) -> None:
     doc = _doc(cli("render", "-p", "prod", "--json"), "render")
-    assert doc["argv"][1:3] == ["-m", "sglang.launch_server"] and doc["env"]["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"] == "1"
+    assert (
+        doc["argv"][1:4] == ["-P", "-m", "sglang.launch_server"]
+        and doc["env"]["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"] == "1"
+    )
 
 
 def test_verify_unreachable_is_an_envelope(cli) -> None:

@@ -35,8 +35,8 @@ def test_render_json_matches_golden(name, cli):
 
 def test_sim_profile_has_prods_exact_server_flags_on_the_simulator():
     prod, sim = build_launch(load_profile("prod"), "/opt/py"), build_launch(load_profile("sim"), PY)
-    assert sim.argv[:3] == ("/venv/bin/python", "-m", "kimi_serve.simulator")
-    assert prod.argv[1:3] == ("-m", "sglang.launch_server")
+    assert sim.argv[:4] == ("/venv/bin/python", "-P", "-m", "kimi_serve.simulator")
+    assert prod.argv[1:4] == ("-P", "-m", "sglang.launch_server")
 
     def without(args, flag):  # the only differences: loopback host and no key file
         out = list(args)

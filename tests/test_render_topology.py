@@ -91,7 +91,7 @@ def test_local_replicas_render_the_router_and_each_replica(cli):
         ("replica 1", "replica", "127.0.0.1:30011", True),
     ]
     router = launches[0]["argv"]
-    assert router[1:4] == ["-m", "kimi_serve.router.shim", "--"]
+    assert router[1:5] == ["-P", "-m", "kimi_serve.router.shim", "--"]
     urls = router[router.index("--worker-urls") + 1 : router.index("--policy")]
     assert urls == ["http://127.0.0.1:30010", "http://127.0.0.1:30011"]
     assert (_value(router, "--prometheus-host"), _value(router, "--health-check-interval-secs")) == ("127.0.0.1", "2")
@@ -115,10 +115,10 @@ def test_remote_replicas_and_the_key_through_the_shim(cli):
     doc = _doc(cli, "-p", "prod-dp2")
     router, *reps = doc["launches"]
     argv = router["argv"]
-    assert argv[1:5] == ["-m", "kimi_serve.router.shim", "--api-key-file", "/etc/kimi-serve/prod-secrets.yaml"]
+    assert argv[1:6] == ["-P", "-m", "kimi_serve.router.shim", "--api-key-file", "/etc/kimi-serve/prod-secrets.yaml"]
     assert "--api-key" not in argv and _value(argv, "--port") == "31000" and _value(argv, "--host") == "0.0.0.0"
     assert [(r["endpoint"], r["local"]) for r in reps] == [("192.0.2.11:30000", False), ("192.0.2.12:30000", False)]
-    assert all(r["argv"][1:3] == ["-m", "sglang.launch_server"] for r in reps)
+    assert all(r["argv"][1:4] == ["-P", "-m", "sglang.launch_server"] for r in reps)
 
 
 def test_multinode_replicas_rendezvous_at_their_own_rank0(write_profile, cli):

@@ -24,7 +24,7 @@ def test_prod_passes_the_contract(sglang_python: str, write_profile, key_file: P
     run = run_contract_dryrun(load_profile(str(profile)), log_dir=tmp_path)
     assert run.exit_code == 0, run.report.to_json()
     assert run.simulator_exit == 0
-    assert run.argv[1:3] == ["-m", "kimi_serve.simulator"]
+    assert run.argv[1:4] == ["-P", "-m", "kimi_serve.simulator"]
     assert "--tool-call-parser" in run.argv and "--config" in run.argv and "--host" in run.argv
     assert "contract-key" not in run.log_path.read_text()  # the key never reaches the log
 

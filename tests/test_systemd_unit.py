@@ -62,7 +62,7 @@ def test_prod_unit_shape() -> None:
     exec_start = next(line for line in lines if line.startswith("ExecStart="))
     # nothing to escape but the double quotes of the loader's JSON (--model-loader-extra-config)
     assert exec_start == "ExecStart=" + " ".join('"' + a.replace('"', '\\"') + '"' for a in launch.argv)
-    assert exec_start.startswith('ExecStart="/opt/kimi-serve/venv/bin/python" "-m" "sglang.launch_server"')
+    assert exec_start.startswith('ExecStart="/opt/kimi-serve/venv/bin/python" "-P" "-m" "sglang.launch_server"')
     for flag in (
         '"--tool-call-parser" "kimi_k2"',
         '"--reasoning-parser" "kimi_k2"',
@@ -96,7 +96,7 @@ def test_prod_unit_shape() -> None:
 def test_simulator_unit_puts_kimi_serve_on_pythonpath() -> None:
     text = _render("sim")
     assert 'Environment="PYTHONPATH=/opt/kimi-serve/src"' in text
-    assert 'ExecStart="/opt/sglang/bin/python" "-m" "kimi_serve.simulator"' in text
+    assert 'ExecStart="/opt/sglang/bin/python" "-P" "-m" "kimi_serve.simulator"' in text
 
 
 def test_escaping_follows_systemds_three_passes() -> None:

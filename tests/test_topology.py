@@ -27,7 +27,7 @@ def test_local_replicas_listen_at_consecutive_ports_and_the_router_lists_them_in
         args = list(launch.server_args)
         assert args[args.index("--port") + 1] == str(r.port) and launch.port == r.port
     router = build_router_launch(p, "py")
-    assert router.argv[:4] == ("py", "-m", ROUTER_SHIM_MODULE, "--")  # the shim even without a key: a 1 s start
+    assert router.argv[:5] == ("py", "-P", "-m", ROUTER_SHIM_MODULE, "--")  # the shim even without a key: a 1 s start
     args = list(router.server_args)
     assert args[args.index("--worker-urls") + 1 : args.index("--worker-urls") + 3] == [r.url for r in reps]
     assert args[args.index("--port") + 1] == "30000"
@@ -62,14 +62,15 @@ def test_parse_worker(addr, parsed):
 def test_a_key_file_routes_the_router_through_the_shim_and_never_puts_the_key_on_argv():
     p = load_profile("prod", ["replicas=2", 'router.workers=["10.0.0.1:30000", "10.0.0.2:30000"]'])
     launch = build_router_launch(p, "/opt/venv/bin/python", "/opt/kimi")
-    assert launch.argv[:5] == (
+    assert launch.argv[:6] == (
         "/opt/venv/bin/python",
+        "-P",
         "-m",
         ROUTER_SHIM_MODULE,
         "--api-key-file",
         "/etc/kimi-serve/prod-secrets.yaml",
     )
-    assert "--api-key" not in launch.argv and launch.argv[5] == "--"
+    assert "--api-key" not in launch.argv and launch.argv[6] == "--"
     assert launch.env["PYTHONPATH"].split(":")[0] == "/opt/kimi"
 
 

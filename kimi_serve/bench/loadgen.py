@@ -58,9 +58,7 @@ def command(
     python: str, endpoint: Endpoint, workload: Workload, concurrency: int, requests: int, output_file: Path, seed: int
 ) -> list[str]:
     argv = [
-        python,
-        "-m",
-        MODULE,
+        *proc.python_argv(python, "-m", MODULE),
         "--backend",
         "sglang-oai-chat",
         "--base-url",

@@ -138,7 +138,7 @@ def _standin_tokenizer(out: Path, python: str) -> str:
         "import sys; from kimi_serve.simulator.tokenizer import build_standin; "
         "build_standin().save_pretrained(sys.argv[1])"
     )
-    done = proc.run([python, "-c", code, str(folder)], timeout=300, env=launcher.environment())
+    done = proc.run(proc.python_argv(python, "-c", code, str(folder)), timeout=300, env=launcher.environment())
     if not done.ok:
         raise KimiServeError(
             f"cannot save the simulator's stand-in tokenizer: {done.describe()}",

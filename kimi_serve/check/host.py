@@ -10,6 +10,7 @@ from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
 from kimi_serve.core.keyfile import admin_key_problem, key_file_problem
 from kimi_serve.host.facts import model_findings
 from kimi_serve.profile.loader import Profile
+from kimi_serve.sglang.site import too_old
 
 
 def _simulator_dir(p: Profile, key: str, path: str | None, what: str) -> Finding:
@@ -78,6 +79,8 @@ def check_host(p: Profile) -> list[Finding]:
                 p.where("python"),
             )
         )
+    elif p.python and (old := too_old(p.python)):
+        findings.append(Finding("host", "python", FAIL, old, "point python: at a Python 3.11 venv", p.where("python")))
     elif p.engine == "sglang" and not p.python:
         findings.append(
             Finding(

@@ -77,7 +77,10 @@ def run_probe(
     env = with_pythonpath(os.environ, package_root())
     try:
         done = proc.run(
-            [python.path, "-m", "kimi_serve.sglang.probe"], timeout=PROBE_TIMEOUT_S, env=env, input=json.dumps(request)
+            proc.python_argv(python.path, "-m", "kimi_serve.sglang.probe"),
+            timeout=PROBE_TIMEOUT_S,
+            env=env,
+            input=json.dumps(request),
         )
     except proc.NotInstalled:
         return {"error": f"interpreter {python.path} ({python.origin}) does not exist"}

@@ -33,6 +33,17 @@ class Completed:
         return f"`{' '.join(self.argv)}` exited {self.rc}" + (f": {last[-1].strip()}" if last else "")
 
 
+SAFE_PATH = "-P"  # Python 3.11+: nothing is put in front of sys.path (no working directory, no script folder)
+
+
+def python_argv(interpreter: str, *args: str) -> list[str]:
+    """A Python child's command line: ``INTERPRETER -P ARGS``. Without ``-P``, ``-m`` and ``-c`` put the working
+    directory first on sys.path, so a ``kimi_serve/``, ``sglang/`` or ``json.py`` planted where kimi-serve is run
+    (/tmp, a shared folder) would run in the child, as root under sudo. PYTHONPATH is still honoured (the simulator
+    and the router shim find kimi_serve through it); the flag is passed on to multiprocessing's children."""
+    return [interpreter, SAFE_PATH, *args]
+
+
 class Runner(Protocol):
     def __call__(self, argv: Sequence[str], *, timeout: float) -> Completed: ...
 

@@ -241,7 +241,9 @@ def _compile(py: Path, staging: Path) -> None:
     wherever the venv is moved to. compileall's exit status 1 (a file some wheel ships that is not Python 3, e.g. a
     test fixture) is not an install failure."""
     dirs = [str(d) for d in (staging / "lib", staging / interpreter.DIR / "lib") if d.is_dir()]
-    done = proc.run([str(py), "-m", "compileall", "-q", "-j", "0", *dirs], timeout=None, errors="replace")
+    done = proc.run(
+        [*proc.python_argv(str(py), "-m", "compileall"), "-q", "-j", "0", *dirs], timeout=None, errors="replace"
+    )
     if done.rc not in (0, 1):
         tail = (done.err.strip() or done.out.strip()).splitlines()[-1:]
         raise KimiServeError(
@@ -427,14 +429,12 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
                 ]
             else:
                 _run(
-                    [base_python_path, "-m", "venv", "--prompt", plan.prefix.name, str(staging)],
+                    [*proc.python_argv(base_python_path, "-m", "venv"), "--prompt", plan.prefix.name, str(staging)],
                     "creating the venv",
                     progress=False,
                 )
                 cmd = [
-                    str(py),
-                    "-m",
-                    "pip",
+                    *proc.python_argv(str(py), "-m", "pip"),
                     "install",
                     "--no-deps",
                     "--require-hashes",
@@ -444,7 +444,7 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
                     str(plan.lock.path),
                 ]
             if not progress:
-                cmd.insert(3 if plan.installer == "uv" else 4, "--quiet")
+                cmd.insert(cmd.index("sync" if plan.installer == "uv" else "install") + 1, "--quiet")
             _run(
                 cmd,
                 f"installing {len(plan.lock.pins)} packages from the {plan.lock.name} lock ({plan.installer})",

@@ -134,4 +134,5 @@ def plan(profile: Profile, *, namespace: str, image: str) -> K8sPlan:
 def _with_argv(launch: Launch, argv: tuple[str, ...]) -> Launch:
     from dataclasses import replace
 
-    return replace(launch, argv=argv, server_args=argv[3:])
+    head = len(launch.argv) - len(launch.server_args)  # the interpreter, its flags and the module
+    return replace(launch, argv=argv, server_args=argv[head:])

@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from kimi_serve.core.proc import python_argv
 from kimi_serve.profile.loader import Profile
 
 ENGINE_MODULES = {"sglang": "sglang.launch_server", "simulator": "kimi_serve.simulator"}
@@ -169,7 +170,7 @@ def build_launch(
     installed, and `render`, `up` and the unit must all show and run the same environment."""
     server_args = server_args_of(profile, port)
     module = ENGINE_MODULES[profile.engine]
-    argv = (interpreter, "-m", module, *server_args)
+    argv = (*python_argv(interpreter, "-m", module), *server_args)
     env = env_of(profile)
     if profile.engine == "simulator" and pythonpath:
         from kimi_serve.core.settings import with_pythonpath

@@ -10,6 +10,7 @@ sglang_router.launch_router`` imports all of SGLang first (12-20 s here, against
 
 from __future__ import annotations
 
+from kimi_serve.core.proc import python_argv
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.topology import replicas
@@ -44,7 +45,7 @@ def build_router_launch(profile: Profile, interpreter: str, pythonpath: str | No
     args = router_args_of(profile)
     key_file = profile.server.api_key_file
     own = ("--api-key-file", key_file) if key_file else ()
-    argv = (interpreter, "-m", ROUTER_SHIM_MODULE, *own, "--", *args)
+    argv = (*python_argv(interpreter, "-m", ROUTER_SHIM_MODULE), *own, "--", *args)
     env: dict[str, str] = {}
     if pythonpath:
         from kimi_serve.core.settings import with_pythonpath

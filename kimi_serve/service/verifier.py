@@ -20,9 +20,7 @@ def contract_verifier(endpoint: str, secret: Path | None, suite: str, timeout: f
     """The real verifier: ``kimi-serve verify`` against the running unit, in its own process, so a kimi-serve bug
     in it is its exit 70 (reported as a bug), never an exception in restart's own decisions."""
     argv = [
-        sys.executable,
-        "-m",
-        "kimi_serve",
+        *proc.python_argv(sys.executable, "-m", "kimi_serve"),
         "verify",
         "--host",
         endpoint,

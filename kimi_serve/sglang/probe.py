@@ -184,6 +184,7 @@ def serve(socket_path: str) -> int:
                         server.close()
                         with conn, conn.makefile("rwb") as stream:
                             request = json.loads(stream.readline())
+                            sys.path[:] = [p for p in sys.path if p]  # "" would follow the client's folder
                             os.chdir(request.get("cwd") or "/")
                             os.environ.clear()
                             os.environ.update(request.get("env") or {})

@@ -30,6 +30,32 @@ BUILD_HINT = (
 )
 
 
+_VERSION = "import sys; print('%d.%d' % sys.version_info[:2])"
+MIN_PYTHON = (3, 11)  # every Python child runs with -P (core/proc.py python_argv), which 3.11 brought
+
+
+def python_version(python: str) -> tuple[int, int] | None:
+    """``python``'s (major, minor), asked with ``-I`` (any Python 3 runs it, nothing from the working directory);
+    None when it does not answer as a Python."""
+    try:
+        done = proc.run([python, "-I", "-c", _VERSION], timeout=_FIND_TIMEOUT_S)
+    except proc.NotInstalled:
+        return None
+    major, dot, minor = done.out.strip().partition(".")
+    return (int(major), int(minor)) if done.ok and dot and major.isdigit() and minor.isdigit() else None
+
+
+def too_old(python: str) -> str | None:
+    """Why ``python`` cannot run kimi-serve's children (older than :data:`MIN_PYTHON`), or None."""
+    found = python_version(python)
+    if found is None or found >= MIN_PYTHON:
+        return None
+    return (
+        f"{python} is Python {found[0]}.{found[1]}; kimi-serve starts every Python child with -P (3.11+: nothing is "
+        "imported from the working directory)"
+    )
+
+
 @dataclass(frozen=True)
 class SGLangPython:
     path: str
@@ -39,7 +65,7 @@ class SGLangPython:
 def has_sglang(python: str) -> bool:
     """Can ``python`` import sglang? (A subprocess; sglang itself is not imported.)"""
     try:
-        return proc.run([python, "-c", _HAS_SGLANG], timeout=_FIND_TIMEOUT_S).ok
+        return proc.run(proc.python_argv(python, "-c", _HAS_SGLANG), timeout=_FIND_TIMEOUT_S).ok
     except proc.NotInstalled:
         return False
 
@@ -50,8 +76,11 @@ def find_sglang_python(profile_python: str | None = None) -> SGLangPython | None
     env_python = current().sglang_python
     if env_python:
         if not has_sglang(env_python):
+            old = too_old(env_python)
             raise KimiServeError(
-                f"{SGLANG_PYTHON_ENV}={env_python} is not a Python that can import sglang",
+                f"{SGLANG_PYTHON_ENV}={env_python}: {old}"
+                if old
+                else f"{SGLANG_PYTHON_ENV}={env_python} is not a Python that can import sglang",
                 hint=BUILD_HINT,
                 exit_code=ExitCode.ENVIRONMENT,
             )
@@ -77,7 +106,7 @@ def require_sglang_python(profile_python: str | None = None) -> str:
 def site_packages_of(python: str) -> Path:
     """The folder holding the ``sglang`` package that ``python`` would import (sglang itself is not imported)."""
     try:
-        done = proc.run([python, "-c", _FIND_SPEC], timeout=_FIND_TIMEOUT_S)
+        done = proc.run(proc.python_argv(python, "-c", _FIND_SPEC), timeout=_FIND_TIMEOUT_S)
     except proc.NotInstalled:
         raise KimiServeError(
             f"interpreter {python} not found",

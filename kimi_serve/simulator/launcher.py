@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.keyfile import key_file_problem
+from kimi_serve.core.proc import python_argv
 from kimi_serve.core.resources import package_root
 from kimi_serve.core.settings import SIM_LOAD_ENV, SIM_WARMUP_ENV, with_pythonpath
 from kimi_serve.process import ready
@@ -60,7 +61,7 @@ def check_config_file(args: list[str], where: str) -> None:
 
 
 def command(python: str, server_args: list[str]) -> list[str]:
-    return [python, "-m", MODULE, *server_args]
+    return [*python_argv(python, "-m", MODULE), *server_args]
 
 
 def environment(

@@ -124,7 +124,18 @@ def _start_probe_server(sandbox: Sandbox, python: str, directory: Path) -> subpr
     sock = directory / "probe.sock"
     with open(directory / "probe.log", "wb") as log:
         probe = subprocess.Popen(
-            ["nsenter", "-t", str(sandbox.holder), "-m", "--wdns=/", "--", python, "-m", "kimi_serve.sglang.probe"]
+            [
+                "nsenter",
+                "-t",
+                str(sandbox.holder),
+                "-m",
+                "--wdns=/",
+                "--",
+                python,
+                "-P",
+                "-m",
+                "kimi_serve.sglang.probe",
+            ]
             + ["--serve", str(sock)],
             stdin=subprocess.PIPE,
             stdout=log,
