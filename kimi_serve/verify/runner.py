@@ -74,7 +74,11 @@ def _get_json(
 
 def _served_models(data: Any) -> list[str]:
     entries = data.get("data") if isinstance(data, dict) else None
-    return [e["id"] for e in entries or [] if isinstance(e, dict) and isinstance(e.get("id"), str)]
+    return (
+        [e["id"] for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str)]
+        if isinstance(entries, list)
+        else []
+    )
 
 
 def _server_info(target: Target, deadline: float, api_key: str | None) -> dict[str, Any]:
