@@ -127,7 +127,7 @@ def test_reading_a_stream_stops_at_the_deadline() -> None:
     body = _sse({"role": "assistant", "content": ""}, *({"content": "x"} for _ in range(5000)))
     answer = answer_from_sse(body, deadline=time.monotonic() - 1)
     assert [p.code for p in answer.problems] == ["timeout"]
-    assert "--timeout ran out while it read the stream's events (511 read of 5003)" in answer.problems[0].message
+    assert "--timeout ran out while it read the stream's events (after 511)" in answer.problems[0].message
 
 
 def test_comment_lines_count_toward_the_stream_limit(loopback_port: Callable[[], int]) -> None:

@@ -10,7 +10,7 @@ from kimi_serve.verify import wire
 from kimi_serve.verify.accumulate import Merge, finish, merge_delta
 from kimi_serve.verify.answer import OTHER_REASONING_FIELDS, Answer, ToolCall, as_object, json_kind
 from kimi_serve.verify.report import problem, warning
-from kimi_serve.verify.sse import events as sse_events
+from kimi_serve.verify.sse import iter_events
 
 _SHOW = 160
 # No bytes for this long: the stream is stalled (the transport stops it). One that keeps sending is only slow.
@@ -168,12 +168,7 @@ def answer_from_sse(
     merge = Merge()
     message: dict[str, Any] = {}
     done = nulls = False
-    dispatched = sse_events(body)
-    events = [e.data for e in dispatched if e.fault is None]
-    faults = list(dict.fromkeys(e.fault for e in dispatched if e.fault))
-    if faults:
-        answer.problems.append(_sse_problem(faults))
-    if not dispatched and body.strip() and not limit and b"data:" not in body:
+    if body.strip() and not limit and b"data:" not in body and next(iter_events(body), None) is None:
         answer.problems.append(
             problem(
                 "stream_not_sse",
@@ -183,18 +178,24 @@ def answer_from_sse(
         )
         return answer
     containers, late = wire.Containers(wire.MAX_CONTAINERS), False
-    for n, data in enumerate(events):
+    faults: dict[str, None] = {}  # what the SDK's reader fails on, each once, in order
+    count = 0  # data events read
+    for event in iter_events(body):
+        if event.fault is not None:
+            faults.setdefault(event.fault)
+            continue
+        data = event.data
         if data.strip().startswith("[DONE]"):
             done = True
             break  # the SDK stops reading here
-        if deadline is not None and n % 512 == 511 and time.monotonic() > deadline:
-            if not timed_out:  # read whole in time, then too many chunks to merge before the deadline
-                late, events = True, events[:n]
+        if deadline is not None and count % 512 == 511 and time.monotonic() > deadline:
+            late = not timed_out  # read whole in time, then too many chunks to merge before the deadline
             break
+        count += 1
         try:
             chunk = wire.loads(data, containers)
         except wire.WireLimit as exc:
-            limit, timed_out, events = exc.limit, True, events[:n]
+            limit, timed_out, count = exc.limit, True, count - 1
             break
         except ValueError:
             _once(answer, "stream_bad_chunk", f"a stream chunk is not JSON: {data[:_SHOW]!r}")
@@ -238,6 +239,8 @@ def answer_from_sse(
                 _check_tool_lookup(delta, message, merge)
             if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
                 answer.finish_reason = choice["finish_reason"]
+    if faults:
+        answer.problems.insert(0, _sse_problem(list(faults)))
     answer.problems += [problem(code, text, _FIX_WIRE) for code, text in merge.faults]
     message = finish(message)
     answer.content = message.get("content") if isinstance(message.get("content"), str) else None
@@ -262,8 +265,8 @@ def answer_from_sse(
         answer.problems.append(
             problem(
                 "timeout",
-                f"verify's --timeout ran out while it read the stream's events ({len(events)} read of "
-                f"{len(dispatched)}): the server sends an answer in more chunks than verify can read in time",
+                f"verify's --timeout ran out while it read the stream's events (after {count}): the server sends "
+                "an answer in more chunks than verify can read in time",
                 "the server or a proxy splits the answer into very many chunks; read its log, or raise --timeout",
             )
         )
@@ -271,19 +274,19 @@ def answer_from_sse(
         answer.problems.append(
             problem(
                 "too_large",
-                f"the stream passed verify's read limit ({limit}) after {len(events)} events and was cut off there",
+                f"the stream passed verify's read limit ({limit}) after {count} events and was cut off there",
                 "the server sends an endless or oversized stream; read its log, and check that --host is "
                 "SGLang's OpenAI server (not a proxy or another service)",
             )
         )
     elif timed_out:
-        answer.problems.append(_stall_problem(len(events), stalled, idle_s, stall_s))
+        answer.problems.append(_stall_problem(count, stalled, idle_s, stall_s))
     elif not done and (cut or answer.finish_reason is None):
         how = "the connection broke" if cut else "the stream ended"
         answer.problems.append(
             problem(
                 "stream_no_done",
-                f"{how} without `data: [DONE]` ({len(events)} events)",
+                f"{how} without `data: [DONE]` ({count} events)",
                 "the stream is truncated; read the SGLang log for an error on this request",
             )
         )
