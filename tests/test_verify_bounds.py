@@ -217,3 +217,14 @@ def test_a_fifo_key_file_is_refused_not_waited_on(tmp_path: Path, cli: Cli) -> N
     )
     problem = _within(10, fifo, lambda: key_file_problem(fifo))
     assert problem is not None and "is a FIFO, not a regular file" in problem[0]
+
+
+def test_raw_text_with_many_unfinished_calls_is_parsed_in_linear_time() -> None:
+    """The raw path's tool-call search was a lazy regular expression: on 20,000 call openers without an end it
+    retried from each one to the end of the text (quadratic)."""
+    from kimi_serve.verify import kimi_format as kf
+
+    started = time.monotonic()
+    turn = kf.parse_raw("thought</think>" + kf.SECTION_BEGIN + kf.CALL_BEGIN * 20_000)
+    assert time.monotonic() - started < 2.0
+    assert turn.calls == [] and "holds no complete" in turn.problems[-1]

@@ -25,7 +25,9 @@ def _progress_printer(target: str) -> Any:
         if last and last[-1] == phase:
             return
         last.append(phase)
-        typer.echo(f"verify: {target}: {detail} [{waited:.0f}s]", err=True)
+        from kimi_serve.verify.wire import printable
+
+        typer.echo(printable(f"verify: {target}: {detail} [{waited:.0f}s]"), err=True)  # detail: server text too
 
     return show
 
