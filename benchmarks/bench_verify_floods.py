@@ -3,9 +3,15 @@ are built to cost: ~99k one-delta chunks, 16 MiB of SSE comment lines, 110k tool
 
 The stand-in (tests/contract_server.py, not SGLang) runs in this process and rewrites its streamed chat answers;
 verify runs as a child process (`kimi-serve verify --json`), whose wall time and peak RSS (``wait4``) are printed
-with its exit code and findings. Before verify's bounds (docs/verify.md "Limits"), 99k deltas took 27-40 s at
+with its exit code and findings. Before verify's bounds (docs/verify.md "Read limits"), 99k deltas took 27-40 s at
 ``--timeout 5`` on a loaded machine (each delta copied the whole text), the comment lines reached 626 MB and the tool
-calls 517-795 MB; a deep body ended verify in exit 70.
+calls 517-795 MB; a deep body ended verify in exit 70. Measured here at ``--timeout 5`` (2 shared cores; the wall
+time includes the child's start, ~0.7 s), before -> after:
+
+    deltas      exit 1  11.6 s  258 MiB  timeout       ->  exit 1  3.8 s  164 MiB  too_large (250k JSON objects)
+    comments    exit 1  10.2 s  169 MiB  timeout       ->  exit 1  1.3 s   70 MiB  too_large (400k lines)
+    tool-calls  exit 1  10.5 s  337 MiB  timeout       ->  exit 1  3.6 s  149 MiB  too_many_tool_calls, too_large
+    deep        exit 70  1.4 s  133 MiB  (a traceback) ->  exit 1  1.0 s  133 MiB  too_large (64 levels)
 
     .venv/bin/python benchmarks/bench_verify_floods.py [TIMEOUT]
 """

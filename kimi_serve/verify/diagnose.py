@@ -74,7 +74,7 @@ def http_finding(reply: Reply, *, api_key_sent: bool, model: str | None) -> Find
         return problem(
             "content_encoding",
             f"the HTTP {reply.status} answer has {reply.encoding_fault}: the openai SDK's HTTP client (httpx) "
-            "cannot read it (DecodingError), so clients fail",
+            "cannot read it (httpx.DecodingError, raised as openai.APIConnectionError), so clients fail",
             "a proxy or gateway in between decodes (or re-encodes) bodies and keeps the original Content-Encoding "
             "header: make it drop or fix the header, or pass bodies through untouched; point --host at SGLang "
             "itself to confirm",
