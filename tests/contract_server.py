@@ -8,10 +8,12 @@ result in history, thinking on/off), then shapes it the way a correctly or wrong
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -88,6 +90,7 @@ SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_secti
 CALL_BEGIN, ARG_BEGIN, CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
 _TOKEN_SPLIT = re.compile(r"(<\|[a-z_]+\|>|</?think>)")
 _STALL_LIMIT = 120.0
+Rewrite = Callable[[str, int, dict[str, str], bytes], tuple[int, dict[str, str], bytes]]
 
 
 @dataclass
@@ -317,7 +320,9 @@ class ContractServer:
     ``warm_for``: seconds /health answers 503 after start; ``health_hang``: /health never answers;
     ``api_key``: require ``Authorization: Bearer KEY`` on /v1/* and /model_info (as SGLang does);
     ``delay``: seconds added before every chat completion answer; ``port``: 0 picks a free one;
-    ``server_info``: the body of /server_info and /get_server_info (default: 404).
+    ``server_info``: the body of /server_info and /get_server_info (default: 404);
+    ``rewrite``: every answer passes through it, ``(path, status, headers, body) -> (status, headers, body)``, a
+    stream as one body (the fuzz tests replay mutated answers with it).
     """
 
     def __init__(
@@ -332,12 +337,14 @@ class ContractServer:
         port: int = 0,
         report_parsers: bool = True,
         server_info: dict[str, Any] | None = None,
+        rewrite: Rewrite | None = None,
     ) -> None:
         if mode not in CORRECT_MODES + FAILURE_MODES + HOSTILE_MODES:
             raise ValueError(f"unknown mode {mode!r}")
         self.mode, self.api_key, self.served_model, self.delay = mode, api_key, served_model, delay
         self.warm_for, self.health_hang, self.report_parsers = warm_for, health_hang, report_parsers
         self.server_info = server_info  # the /server_info body (None: 404, as before SGLang had one)
+        self.rewrite = rewrite
         self.requests: list[dict[str, Any]] = []
         self._seen: set[str] = set()  # "flaky-model": requests answered once already
         self._stop = threading.Event()
@@ -394,13 +401,18 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        headers = {"Content-Type": ctype}
+        if self.owner.rewrite is not None:
+            status, headers, body = self.owner.rewrite(self.path, status, headers, body)
         self.send_response(status)
-        self.send_header("Content-Type", ctype)
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(body)
         self.close_connection = True
+        with contextlib.suppress(OSError):  # verify stopped reading (a read limit): not the stand-in's fault
+            self.wfile.write(body)
 
     def _json(self, status: int, obj: Any) -> None:
         self._send(status, json.dumps(obj).encode())
@@ -508,6 +520,8 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
     def _stream(self, events: list[str]) -> None:
+        if self.owner.rewrite is not None:
+            return self._send(200, "".join(f"data: {e}\n\n" for e in events).encode(), "text/event-stream")
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")

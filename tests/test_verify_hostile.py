@@ -13,6 +13,7 @@ from contract_server import ContractServer
 
 from kimi_serve.verify import run_verify
 from kimi_serve.verify.transport import LIMITS, Limits, read_limits, request
+from kimi_serve.verify.wire import MAX_CONTAINERS
 
 KIB = 1024
 SMALL = Limits(body_bytes=256 * KIB, total_bytes=2048 * KIB, sse_line_bytes=32 * KIB, sse_events=500)
@@ -76,7 +77,12 @@ def test_the_default_limits_hold_an_endless_stream_too(loopback_port: Callable[[
         assert [f.code for f in p.findings] == ["too_large"], p.findings  # the whole events before the cut are sound
         assert any(
             text in p.findings[0].message
-            for text in (f"{LIMITS.sse_events} events", "MiB per response body", "in total for one verify run")
+            for text in (
+                f"{LIMITS.sse_events} events",
+                "MiB per response body",
+                "in total for one verify run",
+                f"{MAX_CONTAINERS} JSON objects and lists per answer",
+            )
         )
     assert report.elapsed_s < 20.0 + SLACK
 

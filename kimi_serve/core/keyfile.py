@@ -5,6 +5,7 @@ optionally ``admin-api-key: KEY``), private to its owner (no group/other bits), 
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -13,6 +14,39 @@ from kimi_serve.core.files import write_atomic
 
 PRIVATE_MASK = stat.S_IRWXG | stat.S_IRWXO
 SUFFIXES = (".yaml", ".yml")
+MAX_BYTES = 65536  # a key file is two short lines; more is not a key file
+
+
+class NotRegularFile(OSError):
+    """The path is a FIFO, a device, a socket or a directory: reading it could block forever or never end. ``kind``
+    says which ("a FIFO")."""
+
+    def __init__(self, path: str | Path, kind: str) -> None:
+        super().__init__(f"{path} is {kind}, not a regular file")
+        self.kind = kind
+
+
+def read_regular(path: str | Path) -> tuple[os.stat_result, bytes]:
+    """``(its status, its first MAX_BYTES + 1 bytes)``, opened without blocking (a FIFO would hold the open until a
+    writer came) and read only when it is a regular file (a symlink to one is fine: Kubernetes mounts Secrets so).
+    Raises :class:`NotRegularFile` or the open's OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(path, _kind(st.st_mode))
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return st, handle.read(MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
 
 
 def create_hint(path: str) -> str:
@@ -30,9 +64,12 @@ def key_file_problem(path: str | Path) -> tuple[str, str] | None:
         return (f"API-key file {path} is readable by others (mode {stat.S_IMODE(st.st_mode):o})", f"chmod 600 {path}")
     if not f.name.endswith(SUFFIXES):
         return f"{path}: SGLang's --config accepts only .yaml/.yml files", "rename it to end in .yaml"
+    if not stat.S_ISREG(st.st_mode):
+        return f"API-key file {path} is {_kind(st.st_mode)}, not a regular file", create_hint(str(path))
     try:
-        with f.open("rb") as handle:
-            text = handle.read(65536).decode("utf-8", errors="replace")
+        text = read_regular(f)[1][:MAX_BYTES].decode("utf-8", errors="replace")
+    except NotRegularFile as exc:
+        return f"API-key file {path} is {exc.kind}, not a regular file", create_hint(str(path))
     except OSError:
         return f"API-key file {path} is not readable by this user", "run as its owner (or root), or fix its owner"
     dashed = _dashed_value(text)
@@ -83,7 +120,7 @@ def admin_key_problem(path: str | Path) -> tuple[str, str] | None:
     import yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = yaml.safe_load(read_regular(path)[1].decode("utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         data = None
     if not isinstance(data, dict):
@@ -137,16 +174,28 @@ def read_key_file(path: Path, where: str | None = None) -> str:
     be private (no group/other bits). ``where`` names it in errors (default: the --api-key-file option)."""
     where = where or f"--api-key-file {path}"
     try:
-        st = path.stat()
-        text = path.read_text(encoding="utf-8")
+        st, raw = read_regular(path)
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise KimiServeError(
             "API key file not found", where=where, hint="pass the file SGLang reads via --config"
+        ) from None
+    except NotRegularFile as exc:
+        raise KimiServeError(
+            f"API key file is {exc.kind}, not a regular file",
+            where=where,
+            hint="pass the regular file SGLang reads via --config (mode 600)",
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise KimiServeError(
             f"cannot read API key file ({exc.__class__.__name__})", where=where, hint="make it a readable UTF-8 file"
         ) from None
+    if len(raw) > MAX_BYTES:
+        raise KimiServeError(
+            f"API key file is over {MAX_BYTES} bytes: not a key file",
+            where=where,
+            hint="write one line `api-key: KEY` (the SGLang --config form) or the bare key",
+        )
     if st.st_mode & PRIVATE_MASK:
         raise KimiServeError(
             f"API key file is accessible by group/others (mode {stat.S_IMODE(st.st_mode):04o})",
@@ -181,8 +230,8 @@ def read_admin_key(path: Path, where: str | None = None) -> str | None:
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError:
+        data = yaml.safe_load(read_regular(path)[1].decode("utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     admin = data.get("admin-api-key", data.get("admin_api_key")) if isinstance(data, dict) else None
     return str(admin).strip() if isinstance(admin, str | int) and str(admin).strip() else None

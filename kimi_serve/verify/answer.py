@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_serve.core.findings import Finding
+from kimi_serve.verify.accumulate import MAX_TOOL_CALLS
 from kimi_serve.verify.report import problem
 
 # Fields other stacks use for reasoning; SGLang's (and the contract's) field is reasoning_content.
@@ -80,6 +81,16 @@ def answer_from_json(obj: Any) -> Answer:
     if not isinstance(raw_calls, list):
         answer.problems.append(_malformed("message.tool_calls is not a list"))
         raw_calls = []
+    if len(raw_calls) > MAX_TOOL_CALLS:
+        answer.problems.append(
+            problem(
+                "too_many_tool_calls",
+                f"message.tool_calls holds {len(raw_calls)} calls, more than the {MAX_TOOL_CALLS} verify judges: "
+                "an endless or runaway answer",
+                "read the server log for this request; check that --host is SGLang's OpenAI server",
+            )
+        )
+        raw_calls = raw_calls[:MAX_TOOL_CALLS]
     for raw in raw_calls:
         raw = raw if isinstance(raw, dict) else {}
         fn = as_object(raw.get("function"))

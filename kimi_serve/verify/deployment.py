@@ -15,6 +15,7 @@ from typing import Any
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.verify.report import VerifyReport
 from kimi_serve.verify.runner import run_verify
+from kimi_serve.verify.wire import json_safe, printable
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ class DeploymentReport:
         return top
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+        return json.dumps(json_safe(self.to_dict()), indent=2)
 
 
 def run_deployment(targets: Sequence[tuple[str, str]], **verify_args: Any) -> DeploymentReport:
@@ -120,10 +121,12 @@ def render_deployment(report: DeploymentReport, render_one: Any) -> str:
     if view is not None:
         sick = [w["url"] for w in view.get("workers", []) if not w.get("healthy")]
         out.append(
-            f"router health: {view.get('healthy_workers')}/{view.get('total_workers')} workers healthy"
-            + (f" (unhealthy: {', '.join(sick)})" if sick else "")
-            if view.get("reachable")
-            else f"router health: unreachable: {view.get('detail')}"
+            printable(
+                f"router health: {view.get('healthy_workers')}/{view.get('total_workers')} workers healthy"
+                + (f" (unhealthy: {', '.join(map(str, sick))})" if sick else "")
+                if view.get("reachable")
+                else f"router health: unreachable: {view.get('detail')}"
+            )
         )
     out.append(report.summary())
     return "\n".join(out)

@@ -5,12 +5,12 @@ The fixes name SGLang flags and, in parentheses, the kimi-serve profile key that
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from kimi_serve.core.findings import Finding
 from kimi_serve.core.pin import SGLANG_VERSION
+from kimi_serve.verify import wire
 from kimi_serve.verify.answer import Answer, ToolCall
 from kimi_serve.verify.report import problem
 from kimi_serve.verify.thinking import ANY_MARKER, FAMILIES, echoed_reasoning, marker
@@ -69,7 +69,16 @@ def model_not_found(model: str, served: list[str] | None) -> Finding:
 
 
 def http_finding(reply: Reply, *, api_key_sent: bool, model: str | None) -> Finding | None:
-    """A finding for a non-2xx reply or a 2xx body that is not JSON; None when the reply is a JSON 2xx."""
+    """A finding for a non-2xx reply, or a 2xx reply whose body does not match its Content-Encoding; None else."""
+    if reply.encoding_fault and 200 <= reply.status < 300:
+        return problem(
+            "content_encoding",
+            f"the HTTP {reply.status} answer has {reply.encoding_fault}: the openai SDK's HTTP client (httpx) "
+            "cannot read it (httpx.DecodingError, raised as openai.APIConnectionError), so clients fail",
+            "a proxy or gateway in between decodes (or re-encodes) bodies and keeps the original Content-Encoding "
+            "header: make it drop or fix the header, or pass bodies through untouched; point --host at SGLang "
+            "itself to confirm",
+        )
     body = reply.body.decode("utf-8", errors="replace").strip()
     if reply.status == 401:
         if api_key_sent:
@@ -107,6 +116,13 @@ def too_large(limit: str, what: str) -> Finding:
     return problem("too_large", f"{what} passed verify's read limit ({limit}) and was cut off there", FIX_TOO_LARGE)
 
 
+def past_bound(limit: str, what: str) -> Finding:
+    """A JSON document past one of verify's bounds (wire.MAX_DEPTH, wire.MAX_CONTAINERS): not decoded."""
+    return problem(
+        "too_large", f"{what} is JSON past verify's bound ({limit}), so verify does not decode it", FIX_TOO_LARGE
+    )
+
+
 def parse_json_body(reply: Reply) -> tuple[Any, Finding | None]:
     if reply.limit:
         return None, too_large(reply.limit, f"the HTTP {reply.status} answer")
@@ -117,7 +133,9 @@ def parse_json_body(reply: Reply) -> tuple[Any, Finding | None]:
             "the server stalls mid-answer; read its log, or raise --timeout if it is only slow",
         )
     try:
-        return json.loads(reply.body), None
+        return wire.loads(reply.body), None
+    except wire.WireLimit as exc:
+        return None, past_bound(exc.limit, f"the HTTP {reply.status} answer")
     except ValueError:
         text = reply.body.decode("utf-8", errors="replace").strip()
         return None, problem(
@@ -299,7 +317,10 @@ def call_findings(call: ToolCall, position: int, schemas: dict[str, dict[str, An
             found.append(problem("arguments_missing", f"{label} ({call.name}) has no arguments", FIX_TOOL_PARSER))
         return found
     try:
-        arguments = json.loads(call.arguments)
+        arguments = wire.loads(call.arguments)
+    except wire.WireLimit as exc:
+        found.append(past_bound(exc.limit, f"{label} ({call.name}) arguments"))
+        return found
     except ValueError:
         found.append(
             problem(

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from kimi_serve.core.findings import FAIL, Finding
+from kimi_serve.verify import wire
 from kimi_serve.verify.target import Target
 from kimi_serve.verify.transport import TransportError, request
 
@@ -53,7 +54,7 @@ def server_info_leaks(target: Target, deadline: float, api_key: str | None) -> l
         if reply.status != 200 or reply.timed_out:
             continue
         try:
-            info = json.loads(reply.body)
+            info = wire.loads(reply.body)
         except ValueError:
             continue
         found = leaked_fields(info, api_key)

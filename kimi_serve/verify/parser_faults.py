@@ -23,6 +23,7 @@ import json
 from typing import Any
 
 from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
+from kimi_serve.verify import wire
 from kimi_serve.verify.target import Target
 from kimi_serve.verify.transport import TransportError, request
 
@@ -105,7 +106,7 @@ def parser_checks(target: Target, api_key: str | None, deadline: float) -> list[
             out.append(Finding("verify", code, SKIP, f"POST {PATH}: {err.detail}; not checked"))
             continue
         try:
-            parsed = json.loads(reply.body) if not (reply.timed_out or reply.cut or reply.limit) else None
+            parsed = wire.loads(reply.body) if not (reply.timed_out or reply.cut or reply.limit) else None
         except ValueError:
             parsed = None
         out.append(judge(code, what, reply.status, parsed))

@@ -16,6 +16,7 @@ from typing import Any
 from kimi_serve.core.findings import Finding
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify import kimi_format as kf
+from kimi_serve.verify import wire
 from kimi_serve.verify.probes import MAX_TOKENS, REASONING, TOOL, WEATHER_TOOLS, Probe
 from kimi_serve.verify.report import ProbeResult, problem
 from kimi_serve.verify.transport import TransportError, request
@@ -210,7 +211,7 @@ def _call_findings(turn: kf.RawTurn, names: set[str]) -> list[Finding]:
                 )
             )
         try:
-            args = json.loads(call.arguments)
+            args = wire.loads(call.arguments)
         except ValueError:
             found.append(
                 problem(

@@ -1,8 +1,10 @@
-"""Text forms of a :class:`VerifyReport`: a table for a terminal, plain lines for logs and pipes."""
+"""Text forms of a :class:`VerifyReport`: a table for a terminal, plain lines for logs and pipes. Every line passes
+through :func:`~kimi_serve.verify.wire.printable`: what a server sent is shown escaped, never acted on."""
 
 from __future__ import annotations
 
 from kimi_serve.verify.report import VerifyReport
+from kimi_serve.verify.wire import printable
 
 _REASON_WIDTH = 72
 
@@ -49,7 +51,7 @@ def render_lines(report: VerifyReport) -> str:
     lines.extend(_warnings(report))
     lines.extend(_check_lines(report))
     lines.append(_summary(report))
-    return "\n".join(lines)
+    return "\n".join(map(printable, lines))  # server text (a model id, a listener) cannot forge a line
 
 
 def render_table(report: VerifyReport) -> str:
@@ -77,4 +79,4 @@ def render_table(report: VerifyReport) -> str:
     if report.checks:
         lines += ["", *_check_lines(report)]
     lines.append(_summary(report))
-    return "\n".join(lines)
+    return "\n".join(map(printable, lines))  # server text (a model id, a listener) cannot forge a line

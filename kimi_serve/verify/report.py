@@ -8,19 +8,21 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import FAIL, WARN, Finding
+from kimi_serve.verify.wire import json_safe, printable
 
 REPORT_VERSION = 1
 REPORT_KIND = "kimi-serve-verify"
 
 
 def problem(code: str, message: str, fix: str) -> Finding:
-    """One thing wrong with an answer: a stable ``code``, what is wrong, and what fixes it (a failed verify finding)."""
-    return Finding("verify", code, FAIL, message, fix)
+    """One thing wrong with an answer: a stable ``code``, what is wrong, and what fixes it (a failed verify finding).
+    Server text in ``message`` is escaped (:func:`~kimi_serve.verify.wire.printable`): a finding is one safe line."""
+    return Finding("verify", code, FAIL, printable(message), printable(fix))
 
 
 def warning(code: str, message: str, fix: str) -> Finding:
     """A fault that does not break the contract (a client still reads the answer): reported, never failed."""
-    return Finding("verify", code, WARN, message, fix)
+    return Finding("verify", code, WARN, printable(message), printable(fix))
 
 
 def finding_json(f: Finding) -> dict[str, str]:
@@ -139,4 +141,4 @@ class VerifyReport:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+        return json.dumps(json_safe(self.to_dict()), indent=2)

@@ -67,12 +67,18 @@ def _get_json(
     if failure:
         return None, problem(failure.code, f"GET {path}: {failure.message}", failure.fix), False
     data, failure = dx.parse_json_body(reply)
+    if failure:
+        failure = problem(failure.code, f"GET {path}: {failure.message}", failure.fix)
     return data, failure, False
 
 
 def _served_models(data: Any) -> list[str]:
     entries = data.get("data") if isinstance(data, dict) else None
-    return [e["id"] for e in entries or [] if isinstance(e, dict) and isinstance(e.get("id"), str)]
+    return (
+        [e["id"] for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str)]
+        if isinstance(entries, list)
+        else []
+    )
 
 
 def _server_info(target: Target, deadline: float, api_key: str | None) -> dict[str, Any]:
@@ -130,6 +136,7 @@ def _call(
                 idle_s=reply.idle_s,
                 stall_s=stall_limit(timeout),
                 limit=reply.limit,
+                deadline=deadline,
             ),
             latency,
         )
@@ -307,14 +314,12 @@ def _run(
                     (problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"),),
                 )
             )
+    from kimi_serve.verify.parser_faults import parser_checks
     from kimi_serve.verify.privilege import privilege_checks
 
-    report.checks, report.listeners = privilege_checks(
-        target, api_key, max(deadline, time.monotonic() + POLL_TIMEOUT), expected_ports
-    )
-    from kimi_serve.verify.parser_faults import parser_checks
-
-    report.checks += parser_checks(target, api_key, max(deadline, time.monotonic() + POLL_TIMEOUT))
+    tail = max(deadline, time.monotonic() + POLL_TIMEOUT)  # one end for every check after the probes
+    report.checks, report.listeners = privilege_checks(target, api_key, tail, expected_ports)
+    report.checks += parser_checks(target, api_key, tail)
     report.checks += leaks  # a key handed to clients: a least-privilege FAIL (verify/leaks.py)
     report.elapsed_s = time.monotonic() - started
     return report

@@ -16,9 +16,10 @@ without data, an ``event: thread.*`` name. verify reads the stream with this gra
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-_LINE_END = re.compile(r"\r\n|\r|\n")
+_LINE = re.compile(r"([^\r\n]*)(?:\r\n|\r|\n)")  # a line and its end; text after the last end is no line
 
 
 @dataclass(frozen=True)
@@ -45,13 +46,18 @@ def _empty_cause(*, name: str | None, retry: bool, id_here: bool, comment: bool)
 def events(body: bytes) -> list[Event]:
     """The events the openai SDK's reader dispatches from ``body``, in order, up to ``[DONE]`` (where it stops
     reading). A block the body does not end with a blank line is not dispatched (the SDK drops it too)."""
-    found: list[Event] = []
+    return list(iter_events(body))
+
+
+def iter_events(body: bytes) -> Iterator[Event]:
+    """:func:`events` one at a time (a long stream is never held as a list of lines or events)."""
     name: str | None = None
     data: list[str] = []
     last_id: str | None = None
     retry: int | None = None
     id_here = comment = False
-    for line in _LINE_END.split(body.decode("utf-8", errors="replace"))[:-1]:
+    for match in _LINE.finditer(body.decode("utf-8", errors="replace")):
+        line = match.group(1)
         if not line:
             if name is None and not data and not last_id and retry is None:
                 comment = id_here = False
@@ -61,9 +67,10 @@ def events(body: bytes) -> list[Event]:
                 fault = _empty_cause(name=name, retry=retry is not None, id_here=id_here, comment=comment)
             elif name is not None and name.startswith("thread."):
                 fault = f"an `event: {name}` name (the SDK takes it for an Assistants event and loses the chunk)"
-            found.append(Event("\n".join(data), name, fault))
-            if found[-1].data.startswith("[DONE]"):
-                return found  # the SDK stops reading here
+            event = Event("\n".join(data), name, fault)
+            yield event
+            if event.data.startswith("[DONE]"):
+                return  # the SDK stops reading here
             name, data, retry = None, [], None
             id_here = comment = False
             continue
@@ -80,7 +87,6 @@ def events(body: bytes) -> list[Event]:
             last_id, id_here = value, True
         elif field == "retry":
             retry = _int(value, retry)
-    return found
 
 
 def _int(value: str, default: int | None) -> int | None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
+import time
 from typing import Any
 
 from kimi_serve.core.findings import Finding
-from kimi_serve.verify.accumulate import Merge, merge_delta
+from kimi_serve.verify import wire
+from kimi_serve.verify.accumulate import Merge, finish, merge_delta
 from kimi_serve.verify.answer import OTHER_REASONING_FIELDS, Answer, ToolCall, as_object, json_kind
 from kimi_serve.verify.report import problem, warning
-from kimi_serve.verify.sse import events as sse_events
+from kimi_serve.verify.sse import iter_events
 
 _SHOW = 160
 # No bytes for this long: the stream is stalled (the transport stops it). One that keeps sending is only slow.
@@ -23,10 +24,22 @@ _FIX_WIRE = (
 )
 
 
+def _once(answer: Answer, code: str, message: str) -> None:
+    """A fault of one chunk, named for the first such chunk only (a stream of bad chunks is one finding)."""
+    if all(p.code != code for p in answer.problems):
+        fix = (
+            "read the SGLang log for this request"
+            if code == "stream_error"
+            else "check the server log for the request; the stream is corrupt"
+        )
+        answer.problems.append(problem(code, message, fix))
+
+
 def _sse_problem(faults: list[str]) -> Finding:
+    shown = "; ".join(faults[:3]) + (f"; and {len(faults) - 3} more" if len(faults) > 3 else "")
     return problem(
         "stream_sse_field",
-        f"the stream has SSE fields the openai SDK's stream reader fails on: {'; '.join(faults)}. The SDK "
+        f"the stream has SSE fields the openai SDK's stream reader fails on: {shown}. The SDK "
         "dispatches such a block as an event without data (an event id persists across events, as the SSE "
         "specification says) and raises json.JSONDecodeError on it (or, for `thread.*`, loses the chunk), so the "
         "client's stream is lost",
@@ -139,12 +152,14 @@ def answer_from_sse(
     idle_s: float | None = None,
     stall_s: float | None = None,
     limit: str | None = None,
+    deadline: float | None = None,
 ) -> Answer:
     """Reassemble a streamed chat completion as the openai SDK does and record what is wrong with the stream itself.
 
     ``timed_out``/``stalled``/``idle_s``/``stall_s``: how reading ended (transport.Reply), to tell a hung stream
     (no bytes for ``stall_s``) from a slow one (still arriving at the deadline). ``limit``: reading stopped at this
-    read limit (transport.LIMITS); the stream is judged as cut there.
+    read limit (transport.LIMITS); the stream is judged as cut there. ``deadline`` (``time.monotonic()``): reading
+    the events stops there too, so a stream of many small chunks cannot hold verify past its --timeout.
     """
     if limit:  # cut at a read limit: like a deadline, the whole events that came are judged for wire faults only
         timed_out = True
@@ -153,12 +168,7 @@ def answer_from_sse(
     merge = Merge()
     message: dict[str, Any] = {}
     done = nulls = False
-    dispatched = sse_events(body)
-    events = [e.data for e in dispatched if e.fault is None]
-    faults = list(dict.fromkeys(e.fault for e in dispatched if e.fault))
-    if faults:
-        answer.problems.append(_sse_problem(faults))
-    if not dispatched and body.strip() and not limit and b"data:" not in body:
+    if body.strip() and not limit and b"data:" not in body and next(iter_events(body), None) is None:
         answer.problems.append(
             problem(
                 "stream_not_sse",
@@ -167,47 +177,43 @@ def answer_from_sse(
             )
         )
         return answer
-    for data in events:
+    containers, late = wire.Containers(wire.MAX_CONTAINERS), False
+    faults: dict[str, None] = {}  # what the SDK's reader fails on, each once, in order
+    count = 0  # data events read
+    for event in iter_events(body):
+        if event.fault is not None:
+            faults.setdefault(event.fault)
+            continue
+        data = event.data
         if data.strip().startswith("[DONE]"):
             done = True
             break  # the SDK stops reading here
+        if deadline is not None and count % 512 == 511 and time.monotonic() > deadline:
+            late = not timed_out  # read whole in time, then too many chunks to merge before the deadline
+            break
+        count += 1
         try:
-            chunk = json.loads(data)
+            chunk = wire.loads(data, containers)
+        except wire.WireLimit as exc:
+            limit, timed_out, count = exc.limit, True, count - 1
+            break
         except ValueError:
-            answer.problems.append(
-                problem(
-                    "stream_bad_chunk",
-                    f"a stream chunk is not JSON: {data[:_SHOW]!r}",
-                    "check the server log for the request; the stream is corrupt",
-                )
-            )
+            _once(answer, "stream_bad_chunk", f"a stream chunk is not JSON: {data[:_SHOW]!r}")
             continue
         if isinstance(chunk, dict) and chunk.get("error"):
             err = chunk["error"]
             text = err.get("message", err) if isinstance(err, dict) else err
-            answer.problems.append(
-                problem(
-                    "stream_error",
-                    f"the server sent an error mid-stream: {str(text)[:_SHOW]}",
-                    "read the SGLang log for this request",
-                )
-            )
+            _once(answer, "stream_error", f"the server sent an error mid-stream: {str(text)[:_SHOW]}")
             continue
         if not isinstance(chunk, dict):
-            answer.problems.append(
-                problem(
-                    "stream_bad_chunk",
-                    f"a stream chunk is not a JSON object: {data[:_SHOW]!r}",
-                    "check the server log for the request; the stream is corrupt",
-                )
-            )
+            _once(answer, "stream_bad_chunk", f"a stream chunk is not a JSON object: {data[:_SHOW]!r}")
             continue
         choices = chunk.get("choices") or []
         if chunk.get("object") != _CHUNK_OBJECT:
             if _carries_data(choices):
                 merge.add(
                     "stream_chunk_object",
-                    f"a chunk with data has object {chunk.get('object')!r}, not "
+                    f"a chunk with data has object {repr(chunk.get('object'))[:_SHOW]}, not "
                     f"{_CHUNK_OBJECT!r}: the openai SDK's stream helper skips such chunks, so their text is lost",
                 )
             continue
@@ -217,7 +223,7 @@ def answer_from_sse(
             if not isinstance(index, int) or isinstance(index, bool):
                 merge.add(
                     "stream_choice_index",
-                    f"a stream choice has index {index!r}, not an integer: the openai "
+                    f"a stream choice has index {repr(index)[:_SHOW]}, not an integer: the openai "
                     "SDK cannot place it (TypeError) and the stream is lost",
                 )
                 index = 0
@@ -226,14 +232,17 @@ def answer_from_sse(
             delta = choice.get("delta")
             if not isinstance(delta, dict):
                 if delta is not None or not choice.get("finish_reason"):
-                    merge.add("stream_no_delta", f"a stream choice has no `delta` object ({delta!r})")
+                    merge.add("stream_no_delta", f"a stream choice has no `delta` object ({repr(delta)[:_SHOW]})")
             else:
                 nulls = nulls or _null_continuation(delta, message)
                 merge_delta(message, delta, "delta", merge)
                 _check_tool_lookup(delta, message, merge)
             if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
                 answer.finish_reason = choice["finish_reason"]
+    if faults:
+        answer.problems.insert(0, _sse_problem(list(faults)))
     answer.problems += [problem(code, text, _FIX_WIRE) for code, text in merge.faults]
+    message = finish(message)
     answer.content = message.get("content") if isinstance(message.get("content"), str) else None
     answer.reasoning = message.get("reasoning_content") if isinstance(message.get("reasoning_content"), str) else None
     for name in OTHER_REASONING_FIELDS:
@@ -241,7 +250,7 @@ def answer_from_sse(
             answer.other_reasoning[name] = message[name]
     raw_calls = message.get("tool_calls")
     answer.tool_calls = [_tool_call(c, i) for i, c in enumerate(raw_calls if isinstance(raw_calls, list) else [])]
-    if message.get("role") is None and answer.finish_reason and not merge.faults and not timed_out:
+    if message.get("role") is None and answer.finish_reason and not merge.faults and not timed_out and not late:
         answer.problems.append(
             problem(
                 "stream_no_role",
@@ -252,23 +261,32 @@ def answer_from_sse(
         )
     if nulls:
         answer.warnings.append(_NULL_FIELDS)
-    if limit:
+    if late:
+        answer.problems.append(
+            problem(
+                "timeout",
+                f"verify's --timeout ran out while it read the stream's events (after {count}): the server sends "
+                "an answer in more chunks than verify can read in time",
+                "the server or a proxy splits the answer into very many chunks; read its log, or raise --timeout",
+            )
+        )
+    elif limit:
         answer.problems.append(
             problem(
                 "too_large",
-                f"the stream passed verify's read limit ({limit}) after {len(events)} events and was cut off there",
+                f"the stream passed verify's read limit ({limit}) after {count} events and was cut off there",
                 "the server sends an endless or oversized stream; read its log, and check that --host is "
                 "SGLang's OpenAI server (not a proxy or another service)",
             )
         )
     elif timed_out:
-        answer.problems.append(_stall_problem(len(events), stalled, idle_s, stall_s))
+        answer.problems.append(_stall_problem(count, stalled, idle_s, stall_s))
     elif not done and (cut or answer.finish_reason is None):
         how = "the connection broke" if cut else "the stream ended"
         answer.problems.append(
             problem(
                 "stream_no_done",
-                f"{how} without `data: [DONE]` ({len(events)} events)",
+                f"{how} without `data: [DONE]` ({count} events)",
                 "the stream is truncated; read the SGLang log for an error on this request",
             )
         )
@@ -282,7 +300,7 @@ def answer_from_sse(
                 _FIX_WIRE,
             )
         )
-    if answer.finish_reason is None and not timed_out:
+    if answer.finish_reason is None and not timed_out and not late:
         answer.problems.append(
             problem(
                 "stream_no_finish_reason",

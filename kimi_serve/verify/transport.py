@@ -4,8 +4,11 @@ holds at most :data:`LIMITS` of what the server sends, whatever the server does.
 A watchdog thread runs from before the connect to the end of the body and shuts the socket down at the deadline, so
 a server that trickles the response head or the body a byte at a time (slowloris), or stalls after a few bytes,
 cannot hold a probe past it. Reading stops at the per-response body limit, at the run's total budget
-(:func:`read_limits`), and for server-sent events at the longest line and the most events verify accepts: the
-:attr:`Reply.limit` of such a reply names the limit, for the finding. Response heads are bounded by ``http.client``
+(:func:`read_limits`), and for server-sent events at the longest line, the most events and the most lines (comment
+keep-alives included) verify accepts: the :attr:`Reply.limit` of such a reply names the limit, for the finding.
+A body sent with ``Content-Encoding: gzip`` or ``deflate`` is decoded as the openai SDK's HTTP client (httpx) decodes
+it, within the body limit; one that does not decode (a proxy decoded it and kept the header) gets
+:attr:`Reply.encoding_fault`, for the finding: the SDK fails on it. Response heads are bounded by ``http.client``
 (64 KiB a line, 100 header lines). ``http.client`` rather than ``requests``: the deadline must cover the response
 head too, which ``requests`` reads before it hands over the socket. Proxies from the environment are not used:
 verify talks to the server itself.
@@ -20,6 +23,7 @@ import socket
 import ssl
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +42,7 @@ class Limits:
     total_bytes: int = 256 * _MIB  # every response of one run together
     sse_line_bytes: int = 1 * _MIB  # one line of a server-sent event stream
     sse_events: int = 100_000  # ``data:`` lines of one stream (a 16k-token answer has ~16k)
+    sse_lines: int = 400_000  # every line of one stream: data, blank, comment keep-alives, ids
 
 
 LIMITS = Limits()
@@ -62,6 +67,7 @@ class Reply:
     stalled: bool = False  # no bytes for ``stall_s`` once the body had started: stopped before the deadline
     idle_s: float = 0.0  # seconds from the last byte (or the response head) to the end of reading
     limit: str | None = None  # reading stopped at this limit (e.g. "16 MiB per response body"); ``body`` is the part
+    encoding_fault: str | None = None  # the Content-Encoding the body does not match, in words (the SDK fails on it)
 
 
 def _size(n: int) -> str:
@@ -96,7 +102,11 @@ def read_limits(limits: Limits = LIMITS) -> Iterator[None]:
 
 
 def _headers(api_key: str | None, json_body: bool) -> dict[str, str]:
-    headers = {"Accept": "application/json, text/event-stream", "Connection": "close"}
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Accept-Encoding": _ACCEPTED,  # what the openai SDK's httpx sends (without brotli/zstandard installed)
+        "Connection": "close",
+    }
     if json_body:
         headers["Content-Type"] = "application/json"
     if api_key:
@@ -127,6 +137,7 @@ class _SseCounter:
         self.line = 0  # bytes of the current, unfinished line
         self.head = b""  # its first bytes (to see "data:")
         self.events = 0
+        self.lines = 0
 
     def feed(self, chunk: bytes) -> str | None:
         pieces = chunk.split(b"\n")
@@ -137,6 +148,9 @@ class _SseCounter:
             if self.line > self.limits.sse_line_bytes:
                 return f"{_size(self.limits.sse_line_bytes)} per server-sent-event line"
             if i < len(pieces) - 1:  # the line ended
+                self.lines += 1
+                if self.lines > self.limits.sse_lines:
+                    return f"{self.limits.sse_lines} lines per stream"
                 if self.head.startswith(b"data:"):
                     self.events += 1
                     if self.events > self.limits.sse_events:
@@ -257,13 +271,64 @@ def _exchange(
     except (OSError, http.client.HTTPException, ValueError):
         cut = True
     timed_out = fired.is_set()
+    body, fault, decoded_limit = decode(resp.getheader("content-encoding", "") or "", b"".join(chunks), limits, budget)
+    if sse and decoded_limit is None and len(body) != size:  # decoded: count the lines the stream really has
+        body, decoded_limit = _cut_lines(body, limits.sse_lines)
     return Reply(
         resp.status,
         content_type,
-        b"".join(chunks),
+        body,
         timed_out=timed_out,
         cut=cut and not timed_out,
         stalled=stalled[0],
         idle_s=time.monotonic() - last[0],
-        limit=limit,
+        limit=limit or decoded_limit,
+        encoding_fault=fault,
     )
+
+
+def _cut_lines(body: bytes, most: int) -> tuple[bytes, str | None]:
+    parts = body.split(b"\n", most)
+    if len(parts) <= most:
+        return body, None
+    return body[: len(body) - len(parts[-1])], f"{most} lines per stream"
+
+
+_ACCEPTED = "gzip, deflate"
+_WBITS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
+
+
+def _inflate(name: str, body: bytes, room: int) -> bytes:
+    """One layer of ``name`` undone as httpx does (deflate: zlib-wrapped, else raw), at most ``room + 1`` bytes."""
+    try:
+        return zlib.decompressobj(_WBITS[name]).decompress(body, room + 1)
+    except zlib.error:
+        if name != "deflate":
+            raise
+        return zlib.decompressobj(-zlib.MAX_WBITS).decompress(body, room + 1)
+
+
+def decode(header: str, body: bytes, limits: Limits, budget: _Budget) -> tuple[bytes, str | None, str | None]:
+    """``(body, encoding fault, limit)``: ``body`` with its ``Content-Encoding`` layers undone, the way the openai SDK's
+    HTTP client reads it (gzip and deflate decoded; an encoding it does not know is ignored; br and zstd need
+    packages the SDK does not require, and verify did not ask for them)."""
+    names = [n.strip().lower() for n in header.split(",") if n.strip() and n.strip().lower() != "identity"]
+    for name in reversed(names):
+        if name in ("br", "zstd"):
+            return (
+                body,
+                f"Content-Encoding: {name}, which verify did not accept (it sends Accept-Encoding: {_ACCEPTED})",
+                None,
+            )
+        if name not in _WBITS:
+            continue  # httpx ignores an encoding it does not know and reads the body as it is
+        try:
+            out = _inflate(name, body, limits.body_bytes)
+        except zlib.error as exc:
+            return body, f"Content-Encoding: {name} on a body that is not {name} data ({exc})", None
+        if len(out) > limits.body_bytes:
+            return out[: limits.body_bytes], None, f"{_size(limits.body_bytes)} per response body (decoded)"
+        if not budget.take(max(0, len(out) - len(body))):
+            return b"", None, f"{_size(budget.total)} in total for one verify run"
+        body = out
+    return body, None, None
