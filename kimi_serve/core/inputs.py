@@ -128,8 +128,8 @@ def expanded_size(node: yaml.Node) -> int:
             total = 1 + sum(sizes.get(id(c), 1) for c in _children(item))
             if total > MAX_NODES:
                 raise InputBoundError(
-                    f"YAML aliases expand to more than {MAX_NODES} values",
-                    "write the values out instead of aliases of aliases",
+                    f"the YAML holds more than {MAX_NODES} values once its aliases are expanded",
+                    "a profile holds a few hundred: write the values out instead of aliases of aliases",
                     mark.line + 1,
                     mark.column + 1,
                 )

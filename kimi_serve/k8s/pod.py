@@ -76,7 +76,7 @@ def shm_size(plan: K8sPlan) -> str:
     match = _QUANTITY.match(value)
     suffix = (match.group(1) or "") if match else ""
     size = Decimal(value[: len(value) - len(suffix)] or "0") if match else Decimal(0)
-    if match and suffix[:1] in ("e", "E"):
+    if match and suffix[1:].lstrip("+-").isdigit():  # a decimal exponent, e.g. 129e6
         exponent = int(suffix[1:])
         size = size.scaleb(exponent) if abs(exponent) <= 100 else Decimal(_INT64_MAX + 1)
     elif match:

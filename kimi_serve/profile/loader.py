@@ -27,6 +27,7 @@ from kimi_serve.profile.sections import SECTION_TYPES, ProfileKeys
 from kimi_serve.profile.yamlfile import read_yaml
 
 _MAX_EXTENDS_DEPTH = 16
+_KNOWN_SHOWN = 12  # profiles a "no profile named" hint lists
 _NAME_MAX, _PATH_MAX = 255, 4095  # bytes of a file name and of a path (Linux NAME_MAX, PATH_MAX - 1)
 BUILTIN_PREFIX = "builtin:"  # `extends: builtin:prod` names the shipped profile, whatever the search path holds
 # Keys whose empty value (`server:` with nothing under it) means "overrides nothing", never "reset to defaults".
@@ -164,7 +165,8 @@ def find_profile(name_or_path: str, *, relative_to: Path | None = None, skip: Pa
             hint=f"extend another profile, e.g. '{BUILTIN_PREFIX}prod'",
         )
     close = difflib.get_close_matches(name, known, n=1)
-    hint = f"did you mean {close[0]!r}?" if close else f"known profiles: {', '.join(known) or 'none'}"
+    listed = ", ".join(known[:_KNOWN_SHOWN]) + (f", ... ({len(known)} in all)" if len(known) > _KNOWN_SHOWN else "")
+    hint = f"did you mean {close[0]!r}?" if close else f"known profiles: {listed or 'none'}"
     raise KimiServeError(f"no profile named {shown}", hint=hint)
 
 

@@ -455,7 +455,14 @@ SECTIONS: dict[str, dict[str, Key]] = {
             max=3600,
             nullable=False,
         ),
-        "limit_nofile": Key("int", "LimitNOFILE for the service.", default=1_048_576, min=1024, nullable=False),
+        "limit_nofile": Key(
+            "int",
+            "LimitNOFILE for the service (at most the kernel's fs.nr_open ceiling).",
+            default=1_048_576,
+            min=1024,
+            max=2_147_483_584,
+            nullable=False,
+        ),
         "limit_memlock": Key(
             "str", "LimitMEMLOCK for the service (NCCL pins memory).", default="infinity", nullable=False
         ),
@@ -527,8 +534,8 @@ def value_problem(key: Key, value: Any) -> str | None:
             return "a finite number"
         # NaN compares false with everything: only a finite value can be in range
         if not math.isfinite(value) or (lo is not None and value < lo) or (hi is not None and value > hi):
-            lo_s = "" if lo is None else f"{lo:g}"
-            hi_s = "" if hi is None else f"{hi:g}"
+            lo_s = "" if lo is None else str(int(lo)) if t == "int" else f"{lo:g}"
+            hi_s = "" if hi is None else str(int(hi)) if t == "int" else f"{hi:g}"
             return f"{'an integer' if t == 'int' else 'a number'} in {lo_s}..{hi_s}"
         return None
     if t == "str_list":
