@@ -140,3 +140,19 @@ def test_error_messages_stay_short(write_profile: Any, cli: Any) -> None:
     path = write_profile(f"extends: prod\nextra_args: [{many}, [1]]\ndescription: {'z' * 100_000}\n")
     line = _one_line(cli("render", "--profile", str(path)), "extra_args")
     assert len(line) < 600
+    path = write_profile("extends: prod\nserver:\n  ? " + "p" * 5000 + "\n  : 1\n", name="longkey")
+    line = _one_line(cli("render", "--profile", str(path)), "unknown key", "longkey.yaml:3: 'server.ppp")
+    assert len(line) < 600
+
+
+def test_limit_nofile_stays_below_the_kernel_ceiling(cli: Any) -> None:
+    _one_line(cli("render", "--profile", "sim", "--set", "service.limit_nofile=" + "9" * 20), "1024..2147483584")
+
+
+@pytest.mark.parametrize("key", ["verify.timeout", "monitor.timeout", "server.watchdog_timeout"])
+def test_nan_timeouts_never_reach_install_service(cli: Any, tmp_path: Path, key: str) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    res = cli("install-service", "--profile", "sim", "--set", f"{key}=.nan", "--root", str(root), "--dry-run")
+    _one_line(res, key, "got nan")
+    assert not any(root.rglob("*"))

@@ -205,10 +205,10 @@ def _textual(rng: random.Random, text: str) -> str:
 
 
 @functools.cache
-def _cases() -> list[tuple[int, str, str, tuple[str, ...]]]:
-    rng = random.Random(SEED)
+def _cases(seed: int = SEED, count: int = CASES) -> list[tuple[int, str, str, tuple[str, ...]]]:
+    rng = random.Random(seed)
     out = []
-    for n in range(CASES):
+    for n in range(count):
         source = rng.choice(SHIPPED)
         text = source.read_text(encoding="utf-8")
         for _ in range(rng.choice((1, 1, 1, 2, 3))):

@@ -247,7 +247,8 @@ def _suggest(word: str, options: list[str]) -> str:
 def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict[str, Any]:
     def loc(kp: str) -> str:
         section = kp.split(".")[0]
-        return f"{where.get(kp) or where.get(section) or display_path(source)}: {kp}"
+        shown = kp if len(kp) <= 100 and line_breaker(kp) is None else short_repr(kp)  # a key is the user's text
+        return f"{where.get(kp) or where.get(section) or display_path(source)}: {shown}"
 
     top_keys = list(SECTIONS[""]) + [s for s in SECTIONS if s] + sorted(TOP_LEVEL_ONLY)
     out: dict[str, Any] = {}
