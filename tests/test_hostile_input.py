@@ -59,10 +59,10 @@ def test_an_alias_inside_its_own_value_is_refused(write_profile: Any, cli: Any) 
 def test_legitimate_anchors_and_aliases_still_work(write_profile: Any) -> None:
     path = write_profile(
         "extends: prod\ndescription: &d kimi-shared\nservice:\n  unit_name: *d\n"
-        "server: &srv\n  port: 31000\nrouter:\n  <<: *srv\n  policy: round_robin\n"
+        "server: &srv\n  port: 31000\nrouter:\n  <<: *srv\n  policy: round_robin\n  port: 31001\n"
     )
-    profile = load_profile(str(path))
-    assert profile.service.unit_name == "kimi-shared" and profile.router.port == 31000 == profile.server.port
+    profile = load_profile(str(path))  # a key merged with << and set again is an override, not a duplicate
+    assert profile.service.unit_name == "kimi-shared" and (profile.server.port, profile.router.port) == (31000, 31001)
 
 
 @pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 5000])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import reprlib
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -158,15 +159,18 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     return []
 
 
-def load_yaml(text: str) -> tuple[Any, yaml.Node | None]:
-    """One YAML document, safely constructed, and its node tree (lines, duplicate keys): within MAX_DEPTH levels and
-    MAX_NODES values after aliases (InputBoundError), any other problem a ``yaml.YAMLError``."""
+def load_yaml(text: str, check: Callable[[yaml.Node], None] | None = None) -> tuple[Any, yaml.Node | None]:
+    """One YAML document, safely constructed, and its node tree (lines): within MAX_DEPTH levels and MAX_NODES values
+    after aliases (InputBoundError), any other problem a ``yaml.YAMLError``. ``check`` sees the tree as written
+    (duplicate keys) before construction, which flattens ``<<`` merges into the mappings."""
     loader = BoundedLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None, None
         expanded_size(node)
+        if check is not None:
+            check(node)
         return loader.construct_document(node), node
     finally:
         loader.dispose()

@@ -52,8 +52,7 @@ def read_yaml(path: Path, shown: str) -> tuple[dict[str, Any], dict[str, int]]:
             f"cannot read profile: {exc}", where=shown, hint="check the path and permissions"
         ) from None
     try:
-        data, node = load_yaml(text)
-        _check_duplicates(node, "", shown)
+        data, node = load_yaml(text, lambda tree: _check_duplicates(tree, "", shown))
     except InputBoundError as exc:
         loc = f"{shown}:{exc.line}:{exc.column}" if exc.line else shown
         raise KimiServeError(str(exc), where=loc, hint=exc.hint) from None
