@@ -5,6 +5,7 @@ Kubernetes quantity, and tolerations have label keys, label values and a known e
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -171,3 +172,15 @@ def test_valid_tolerations(cli: Any) -> None:
         {"key": "example.com/k", "operator": "Equal", "effect": "PreferNoSchedule", "value": ""},
         {"key": "k" * 63, "operator": "Exists", "effect": "NoSchedule"},
     ]
+
+
+def test_a_profile_named_with_quote_and_dollar(cli: Any, tmp_path: Path) -> None:
+    path = tmp_path / 'we"i$rd.yaml'
+    path.write_text("extends: builtin:sim\n")
+    docs = _docs(cli, str(path))
+    rule = next(d for d in docs if d["kind"] == "PrometheusRule")
+    exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert all('{profile="we\\"i$rd"}' in e for e in exprs), exprs
+    cron = next(d for d in docs if d["kind"] == "CronJob")
+    command = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--profile") + 1] == 'we"i$$rd'

@@ -216,7 +216,8 @@ def alert_rules(p: K8sPlan) -> Obj:
     """docs/monitoring.md's sample rules for this profile, counting only fresh metrics files: each Job may run on
     another node, whose textfile directory keeps the last file it wrote."""
     m, prof = p.profile.monitor, p.profile.name
-    sel = f'{{profile="{prof}"}}'
+    quoted = prof.replace("\\", "\\\\").replace('"', '\\"')  # a PromQL string: a name may hold " or \\
+    sel = f'{{profile="{quoted}"}}'
     fresh = f"(time() - kimi_serve_contract_last_run_timestamp_seconds{sel} < {2 * int(m.interval) + 60})"
     stale_after = 3 * int(m.interval)
     rules = [
