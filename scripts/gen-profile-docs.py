@@ -27,7 +27,8 @@ def main() -> None:
             path = f"{section}.{name}" if section else name
             t = k.type + (f" ({'/'.join(map(str, k.choices))})" if k.choices else "")
             if k.min is not None or k.max is not None:
-                t += f" in {'' if k.min is None else f'{k.min:g}'}..{'' if k.max is None else f'{k.max:g}'}"
+                num = (lambda x: str(int(x))) if k.type == "int" else (lambda x: f"{x:g}")
+                t += f" in {'' if k.min is None else num(k.min)}..{'' if k.max is None else num(k.max)}"
             default = "required" if k.required else fmt(k.default)
             print(f"| `{path}` | {t} | {default} | {k.doc} |")
     assert {"extends"} == TOP_LEVEL_ONLY

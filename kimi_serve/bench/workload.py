@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.inputs import InputBoundError, load_json
 
 DATA = Path(__file__).resolve().parent / "data" / "agentic.json"
 RANDOM_INPUT_LEN = 1024
@@ -127,9 +128,13 @@ def prepare(workload: str, requests: int, out_dir: Path) -> Workload:
         )
     data = path.read_bytes()
     try:
-        first = json.loads(next(line for line in data.decode().splitlines() if line.strip()))
+        first = load_json(next(line for line in data.decode().splitlines() if line.strip()))
         if not isinstance(first, dict) or not first.get("messages"):
             raise ValueError("no messages")
+    except InputBoundError as exc:
+        raise KimiServeError(
+            f"{path}: its first request is {exc}", where="--workload", hint=exc.hint, exit_code=ExitCode.USAGE
+        ) from None
     except (ValueError, StopIteration, UnicodeDecodeError):
         raise KimiServeError(
             f"{path} is not a JSONL file of chat requests (a JSON object with `messages` per line)",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,11 +44,14 @@ def _perf_overrides(text: str | None) -> dict[str, Any] | None:
     from kimi_serve.core.errors import KimiServeError
 
     try:
+        from kimi_serve.core.inputs import load_json
         from kimi_serve.simulator.perf import PerfParams
 
+        data: dict[str, Any] = load_json(text)  # bounded depth first: PerfParams reads it with json.loads
         PerfParams.from_json(text)
-        data: dict[str, Any] = json.loads(text)
-    except ValueError as exc:
+        if any(not math.isfinite(v) for v in data.values()):
+            raise ValueError("every value must be a finite number")
+    except (ValueError, TypeError) as exc:  # TypeError: a value that is no number (a list, an object)
         raise KimiServeError(
             f"invalid performance model parameters: {exc}",
             where="--perf-model",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import json
 import mmap
 import os
 import stat
@@ -24,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from kimi_serve.core.inputs import load_json
 
 GIB = 1024**3
 MIB = 1024**2
@@ -66,8 +67,8 @@ def shard_files(model_dir: Path) -> tuple[list[Path], int]:
     index = model_dir / INDEX
     if index.is_file():
         try:
-            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (OSError, ValueError, KeyError, AttributeError):
+            names = sorted(set(load_json(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError, TypeError):
             names = []
         if names:
             return [model_dir / n for n in names], 0

@@ -7,11 +7,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, Finding
+from kimi_serve.core.inputs import load_json
 from kimi_serve.profile.loader import Profile
 
 TOKENIZER_FILES = ("tiktoken.model", "tokenizer.json", "tokenizer.model")
@@ -65,7 +65,7 @@ def check_model_dir(
     if not d.is_dir():
         return [_f(name, FAIL, f"{what} directory {path} does not exist", fix)]
     try:
-        config = json.loads((d / "config.json").read_text())
+        config = load_json((d / "config.json").read_text())
         kind = config.get("model_type", "?") if isinstance(config, dict) else "?"
     except (OSError, ValueError) as exc:
         return [_f(name, FAIL, f"{path}/config.json is missing or not JSON ({exc.__class__.__name__})", fix)]
@@ -76,8 +76,8 @@ def check_model_dir(
         out.append(_f(name, PASS, f"{what} at {path}: model_type {kind} (--load-format dummy: no shards needed)"))
     elif index.is_file():
         try:
-            expected = set(json.loads(index.read_text())["weight_map"].values())
-        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            expected = {str(v) for v in load_json(index.read_text())["weight_map"].values()}
+        except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
             return [_f(name, FAIL, f"{index} is unreadable ({exc.__class__.__name__})", fix)]
         missing = sorted(expected - present)
         if missing:

@@ -21,7 +21,7 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.k8s import pod
-from kimi_serve.k8s.view import K8sPlan, plan
+from kimi_serve.k8s.view import K8sPlan, escaped, plan
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service.monitor_units import STUCK_MARGIN, metrics_file
 
@@ -162,7 +162,7 @@ def verify_job(p: K8sPlan) -> list[Obj]:
     host_file = metrics_file(p.profile, unit)
     job_file = f"{METRICS_DIR}/{posixpath.basename(host_file)}"
     command = pod.verify_command(p, endpoint, timeout=m.timeout, suite=m.suite, max_tokens=m.max_tokens)
-    command += ["--metrics-file", job_file, "--profile", p.profile.name]
+    command += [escaped(a) for a in ("--metrics-file", job_file, "--profile", p.profile.name)]
     command = ["/bin/sh", "-c", SKIP_AS_SUCCESS, "kimi-serve-verify", *command]  # "kimi-serve-verify" is $0
     key_vols, init, key_mount = pod.key_volumes(p)
     container = {
@@ -216,7 +216,8 @@ def alert_rules(p: K8sPlan) -> Obj:
     """docs/monitoring.md's sample rules for this profile, counting only fresh metrics files: each Job may run on
     another node, whose textfile directory keeps the last file it wrote."""
     m, prof = p.profile.monitor, p.profile.name
-    sel = f'{{profile="{prof}"}}'
+    quoted = prof.replace("\\", "\\\\").replace('"', '\\"')  # a PromQL string: a name may hold " or \\
+    sel = f'{{profile="{quoted}"}}'
     fresh = f"(time() - kimi_serve_contract_last_run_timestamp_seconds{sel} < {2 * int(m.interval) + 60})"
     stale_after = 3 * int(m.interval)
     rules = [

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kimi_serve.check.report import validated_launch
 from kimi_serve.core.errors import ExitCode, KimiServeError
@@ -89,6 +89,12 @@ def view_sets(profile: Profile, name: str, namespace: str) -> list[str]:
     return sets
 
 
+def escaped(value: str) -> str:
+    """``value`` as Kubernetes must be given it to pass it on unchanged: it expands ``$(VAR)`` in a container's
+    command, args and env values (and in exec probes' commands), and ``$$`` is its escape for ``$``."""
+    return value.replace("$", "$$")
+
+
 def _in_pod(argv: tuple[str, ...], flag: str, value: str) -> tuple[str, ...]:
     out = list(argv)
     i = out.index(flag)
@@ -117,11 +123,14 @@ def plan(profile: Profile, *, namespace: str, image: str) -> K8sPlan:
     validated_launch(view)
     python = view.python or IMAGE_PYTHON
     server = build_launch(view, python)
+    server = _with_argv(server, tuple(map(escaped, server.argv)))  # then the LWS references, which must expand
     if view.nodes.count > 1:  # one argv for every rank: LWS gives each pod its group's leader and its own index
         addr = f"{LEADER_ADDRESS}:{view.nodes.leader_port}"
         argv = _in_pod(_in_pod(server.argv, "--dist-init-addr", addr), "--node-rank", WORKER_INDEX)
         server = _with_argv(server, argv)
     router = build_router_launch(view, python) if routed(view) else None
+    if router is not None:
+        router = replace(router, argv=tuple(map(escaped, router.argv)))  # its server_args stay the router's own
     if view.server.api_key_file and posixpath.dirname(view.server.api_key_file) in ("", "/"):
         raise KimiServeError(
             f"server.api_key_file {view.server.api_key_file}: the key file needs a directory of its own in the pod",
@@ -132,7 +141,5 @@ def plan(profile: Profile, *, namespace: str, image: str) -> K8sPlan:
 
 
 def _with_argv(launch: Launch, argv: tuple[str, ...]) -> Launch:
-    from dataclasses import replace
-
     head = len(launch.argv) - len(launch.server_args)  # the interpreter, its flags and the module
     return replace(launch, argv=argv, server_args=argv[head:])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import errno
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,14 +19,16 @@ from typing import Any
 import yaml
 
 from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.inputs import short_repr
 from kimi_serve.core.resources import resource_dir
-from kimi_serve.core.text import line_breaker, string_problem
-from kimi_serve.profile.schema import SECTIONS, TOP_LEVEL_ONLY, Key
+from kimi_serve.core.text import line_breaker
+from kimi_serve.profile.schema import SECTIONS, TOP_LEVEL_ONLY, value_problem
 from kimi_serve.profile.sections import SECTION_TYPES, ProfileKeys
 from kimi_serve.profile.yamlfile import read_yaml
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MAX_EXTENDS_DEPTH = 16
+_KNOWN_SHOWN = 12  # profiles a "no profile named" hint lists
+_NAME_MAX, _PATH_MAX = 255, 4095  # bytes of a file name and of a path (Linux NAME_MAX, PATH_MAX - 1)
 BUILTIN_PREFIX = "builtin:"  # `extends: builtin:prod` names the shipped profile, whatever the search path holds
 # Keys whose empty value (`server:` with nothing under it) means "overrides nothing", never "reset to defaults".
 _CONTAINERS = frozenset(
@@ -90,26 +93,60 @@ def profile_search_path() -> list[Path]:
     return [*current().profile_path, resource_dir("configs")]
 
 
+def _exists(candidate: Path, name_or_path: str) -> bool:
+    """``candidate.is_file()``, with a name the filesystem cannot hold (or a directory it may not search) a one-line
+    error instead of an OSError."""
+    try:
+        return candidate.is_file()
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise KimiServeError(
+                f"profile {short_repr(name_or_path)} is longer than the filesystem allows",
+                hint=f"use a file name of at most {_NAME_MAX} bytes (a path of at most {_PATH_MAX})",
+            ) from None
+        raise KimiServeError(
+            f"cannot look up profile {short_repr(name_or_path)}: {exc.strerror}",
+            hint="check the path and the permissions of its directories",
+        ) from None
+
+
 def find_profile(name_or_path: str, *, relative_to: Path | None = None, skip: Path | None = None) -> Path:
     """Resolve ``--profile`` (or ``extends:``): an existing file path, or a NAME looked up as NAME.yaml (next to the
     extending file, then the search path). ``builtin:NAME`` is the shipped profile. ``skip`` (the extending file
     itself) is passed over, so a ``prod.yaml`` with ``extends: prod`` extends the next ``prod`` on the search path."""
     builtin = name_or_path.startswith(BUILTIN_PREFIX)
     name = name_or_path[len(BUILTIN_PREFIX) :] if builtin else name_or_path
+    shown = short_repr(name_or_path)
     looks_like_path = "/" in name or name.endswith((".yaml", ".yml"))
     if looks_like_path and not builtin:
-        candidate = Path(name).expanduser()
+        bad = line_breaker(name)
+        if bad is not None:
+            raise KimiServeError(
+                f"profile path {shown} contains control character {bad!r}",
+                hint="pass the path of an existing YAML file, on one line",
+            )
+        try:
+            candidate = Path(name).expanduser()
+        except RuntimeError:  # ~user of a user that does not exist
+            raise KimiServeError(
+                f"profile path {shown}: no such user's home", hint="write the path without ~ or with an existing user"
+            ) from None
         if not candidate.is_absolute() and relative_to is not None:
             candidate = relative_to / candidate
-        if candidate.is_file():
+        if _exists(candidate, name_or_path):
             return candidate
         raise KimiServeError(
-            f"profile file {name_or_path!r} does not exist",
+            f"profile file {shown} does not exist",
             hint="pass an existing YAML file or a profile name such as 'prod'",
         )
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise KimiServeError(
-            f"invalid profile name {name_or_path!r}", hint="use a name like 'prod', 'builtin:prod' or a file path"
+            f"invalid profile name {shown}", hint="use a name like 'prod', 'builtin:prod' or a file path"
+        )
+    if len(name) + len(".yaml") > _NAME_MAX:
+        raise KimiServeError(
+            f"profile name {shown} is longer than the filesystem allows",
+            hint=f"use a name of at most {_NAME_MAX - len('.yaml')} characters",
         )
     if builtin:
         dirs = [resource_dir("configs")]
@@ -119,17 +156,18 @@ def find_profile(name_or_path: str, *, relative_to: Path | None = None, skip: Pa
     for d in dirs:
         for ext in (".yaml", ".yml"):
             candidate = d / f"{name}{ext}"
-            if candidate.is_file() and candidate.resolve() != skipped:
+            if _exists(candidate, name_or_path) and candidate.resolve() != skipped:
                 return candidate
     known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.y*ml")})
     if skipped is not None and skipped.stem == name:
         raise KimiServeError(
-            f"extends {name_or_path!r} names this file itself and no other profile {name!r} is on the search path",
+            f"extends {shown} names this file itself and no other profile {name!r} is on the search path",
             hint=f"extend another profile, e.g. '{BUILTIN_PREFIX}prod'",
         )
     close = difflib.get_close_matches(name, known, n=1)
-    hint = f"did you mean {close[0]!r}?" if close else f"known profiles: {', '.join(known) or 'none'}"
-    raise KimiServeError(f"no profile named {name_or_path!r}", hint=hint)
+    listed = ", ".join(known[:_KNOWN_SHOWN]) + (f", ... ({len(known)} in all)" if len(known) > _KNOWN_SHOWN else "")
+    hint = f"did you mean {close[0]!r}?" if close else f"known profiles: {listed or 'none'}"
+    raise KimiServeError(f"no profile named {shown}", hint=hint)
 
 
 # ---------------------------------------------------------------------------------------------- reading YAML
@@ -201,56 +239,6 @@ def _load_chain(path: Path) -> tuple[dict[str, Any], tuple[Path, ...], dict[str,
 # ---------------------------------------------------------------------------------------------- validation
 
 
-def _type_error(key: Key, value: Any) -> str | None:
-    """None if ``value`` fits ``key``; else a description of what was expected."""
-    if value is None:
-        return None if key.nullable and not key.required else "a value (null is not allowed here)"
-    t = key.type
-    if t in ("str", "path"):
-        if not isinstance(value, str):
-            return "a string"
-        choice = key.choices and value not in key.choices
-        return string_problem(value, path=t == "path") or (
-            "one of " + ", ".join(map(str, key.choices or ())) if choice else None
-        )
-    if t == "bool":
-        return None if isinstance(value, bool) else "true or false"
-    if t in ("int", "float"):
-        ok = isinstance(value, int) if t == "int" else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok:
-            return "an integer" if t == "int" else "a number"
-        lo, hi = key.min, key.max
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            lo_s = "" if lo is None else f"{lo:g}"
-            hi_s = "" if hi is None else f"{hi:g}"
-            return f"{'an integer' if t == 'int' else 'a number'} in {lo_s}..{hi_s}"
-        return None
-    if t == "str_list":
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            return "a list of strings"
-        if any(line_breaker(v) for v in value):
-            return "strings without control characters (newline, CR, NUL, tab, ...)"
-        return None
-    if t == "names":  # one name or a list of names, each once
-        names = [value] if isinstance(value, str) else value
-        if not isinstance(names, list) or not all(isinstance(v, str) and v for v in names):
-            return "a name or a list of names"
-        bad = next((p for p in (string_problem(v, path=False) for v in names) if p), None)
-        return bad or ("each name once" if len(set(names)) != len(names) else None)
-    if t == "str_map":
-        if not isinstance(value, dict):
-            return "a mapping of NAME: value"
-        for k, v in value.items():
-            if not isinstance(k, str) or not _ENV_NAME.match(k):
-                return f"valid variable names (got {k!r})"
-            if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-                return f'string values (quote {k}\'s value, e.g. "1")'
-            if line_breaker(str(v)):
-                return f"single-line values without control characters ({k} has {line_breaker(str(v))!r})"
-        return None
-    raise AssertionError(f"unknown schema type {t}")
-
-
 def _suggest(word: str, options: list[str]) -> str:
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(sorted(options))}"
@@ -259,18 +247,21 @@ def _suggest(word: str, options: list[str]) -> str:
 def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict[str, Any]:
     def loc(kp: str) -> str:
         section = kp.split(".")[0]
-        return f"{where.get(kp) or where.get(section) or display_path(source)}: {kp}"
+        shown = kp if len(kp) <= 100 and line_breaker(kp) is None else short_repr(kp)  # a key is the user's text
+        return f"{where.get(kp) or where.get(section) or display_path(source)}: {shown}"
 
     top_keys = list(SECTIONS[""]) + [s for s in SECTIONS if s] + sorted(TOP_LEVEL_ONLY)
     out: dict[str, Any] = {}
     for key in data:
         if not isinstance(key, str) or key not in top_keys:
-            raise KimiServeError(f"unknown key {key!r}", where=loc(str(key)), hint=_suggest(str(key), top_keys))
+            raise KimiServeError(
+                f"unknown key {short_repr(key)}", where=loc(str(key)), hint=_suggest(str(key), top_keys)
+            )
     for key, spec in SECTIONS[""].items():
         value = data.get(key)
         if value is None and (key not in data or key in _CONTAINERS):  # `env:` left empty: nothing set
             value = copy.deepcopy(spec.default)
-        problem = _type_error(spec, value)
+        problem = value_problem(spec, value)
         if problem:  # a bad env value is named by its own key (env.NAME)
             sub = (
                 [f"{key}.{k}" for k, v in (value or {}).items() if line_breaker(str(v))]
@@ -278,7 +269,9 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
                 else []
             )
             raise KimiServeError(
-                f"expected {problem}, got {value!r}", where=loc((sub or [key])[0]), hint=f"set {key} to {problem}"
+                f"expected {problem}, got {short_repr(value)}",
+                where=loc((sub or [key])[0]),
+                hint=f"set {key} to {problem}",
             )
         if spec.type == "names":  # `patch_set: null` (an override of a parent's sets) is none; one name a 1-list
             value = [value] if isinstance(value, str) else list(value or [])
@@ -291,12 +284,14 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
             raw = {}
         if not isinstance(raw, dict):
             raise KimiServeError(
-                f"expected a mapping, got {raw!r}", where=loc(section), hint=f"write '{section}:' then indented keys"
+                f"expected a mapping, got {short_repr(raw)}",
+                where=loc(section),
+                hint=f"write '{section}:' then indented keys",
             )
         for k in raw:
             if k not in keys:
                 raise KimiServeError(
-                    f"unknown key {k!r}", where=loc(f"{section}.{k}"), hint=_suggest(str(k), list(keys))
+                    f"unknown key {short_repr(k)}", where=loc(f"{section}.{k}"), hint=_suggest(str(k), list(keys))
                 )
         values: dict[str, Any] = {}
         for k, spec in keys.items():
@@ -304,9 +299,11 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
             if k not in raw and spec.required:
                 raise KimiServeError("missing required key", where=loc(kp), hint=spec.doc)
             value = raw.get(k, copy.deepcopy(spec.default))
-            problem = _type_error(spec, value)
+            problem = value_problem(spec, value)
             if problem:
-                raise KimiServeError(f"expected {problem}, got {value!r}", where=loc(kp), hint=f"set {kp} to {problem}")
+                raise KimiServeError(
+                    f"expected {problem}, got {short_repr(value)}", where=loc(kp), hint=f"set {kp} to {problem}"
+                )
             values[k] = value
         out[section] = values
     return out

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.inputs import InputBoundError, load_yaml, short_repr
 from kimi_serve.core.text import line_breaker
 
 WHERE = "--set"
@@ -39,12 +40,14 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
                 hint="write e.g. --set server.port=8080",
             )
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = load_yaml(raw)[0] if raw.strip() else None
+        except InputBoundError as exc:
+            raise KimiServeError(f"the value of {key} is {exc}", where=f"{WHERE} {key}", hint=exc.hint) from None
         except yaml.YAMLError:
             raise KimiServeError(
-                f"the value of {key} is not valid YAML: {raw!r}",
+                f"the value of {key} is not valid YAML: {short_repr(raw)}",
                 where=f"{WHERE} {key}",
-                hint=f"quote it: --set {key}='\"{raw}\"'",
+                hint=f"quote it: --set {key}='\"{raw}\"'" if len(raw) <= 100 else "quote it as a YAML string",
             ) from None
         if len(parts) == 1:
             out[key] = value

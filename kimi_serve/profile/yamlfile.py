@@ -12,10 +12,17 @@ from typing import Any
 import yaml
 
 from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.inputs import InputBoundError, load_yaml
 
 
-def _check_duplicates(node: Any, prefix: str, file: str) -> None:
-    """Walk a composed YAML tree; raise for the first key given twice in one mapping (any depth)."""
+def _check_duplicates(node: Any, prefix: str, file: str, seen_nodes: set[int] | None = None) -> None:
+    """Walk a composed YAML tree; raise for the first key given twice in one mapping (any depth). A node an alias
+    repeats is walked once (``seen_nodes``), so the walk is linear in the file, however often an alias is used."""
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        if id(node) in seen_nodes:
+            return
+        seen_nodes.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
         for k, v in node.value:
@@ -29,10 +36,10 @@ def _check_duplicates(node: Any, prefix: str, file: str) -> None:
                     hint="keep one of them (YAML would silently use the last)",
                 )
             seen[key] = line
-            _check_duplicates(v, kp, file)
+            _check_duplicates(v, kp, file, seen_nodes)
     elif isinstance(node, yaml.SequenceNode):
         for item in node.value:
-            _check_duplicates(item, prefix, file)
+            _check_duplicates(item, prefix, file, seen_nodes)
 
 
 def read_yaml(path: Path, shown: str) -> tuple[dict[str, Any], dict[str, int]]:
@@ -45,9 +52,10 @@ def read_yaml(path: Path, shown: str) -> tuple[dict[str, Any], dict[str, int]]:
             f"cannot read profile: {exc}", where=shown, hint="check the path and permissions"
         ) from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        _check_duplicates(node, "", shown)
-        data = yaml.safe_load(text)
+        data, node = load_yaml(text, lambda tree: _check_duplicates(tree, "", shown))
+    except InputBoundError as exc:
+        loc = f"{shown}:{exc.line}:{exc.column}" if exc.line else shown
+        raise KimiServeError(str(exc), where=loc, hint=exc.hint) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         loc = f"{shown}:{mark.line + 1}:{mark.column + 1}" if mark else shown
