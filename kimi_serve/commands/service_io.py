@@ -40,12 +40,13 @@ def host_lock(command: str, wait: bool, root: Path = Path("/")) -> contextlib.Ab
     return root_lock(command, root, wait=wait)
 
 
-def recover(target: Target) -> None:
-    """Roll back a change of the target's unit, or of any member of its deployment, that was killed part-way
-    (kimi_serve.service.journal), and say so."""
+def recover(target: Target, *, keep_secret: bool = False) -> None:
+    """Settle a change of the target's unit, or of any member of its deployment, that was killed part-way
+    (kimi_serve.service.journal), and say so. ``keep_secret`` (install-service, restart): a key file the killed run
+    created stays, so the command finishes without the key in its environment."""
     from kimi_serve.service.fleet import recover_fleet
 
-    for message in recover_fleet(target.systemd, target.unit):
+    for message in recover_fleet(target.systemd, target.unit, keep_secret=keep_secret):
         typer.echo(f"kimi-serve: {message}", err=True)
 
 
