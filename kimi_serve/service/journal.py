@@ -192,12 +192,16 @@ def read_intent(paths: ServicePaths) -> dict[str, Any] | None:
     return intent
 
 
-def describe(intent: dict[str, Any]) -> str:
-    """The change, and what the next command does with it (the one that finishes or rolls it back)."""
-    what = (
+def _what(intent: dict[str, Any]) -> str:
+    return (
         f"an interrupted `kimi-serve {intent.get('op', '?')}` (pid {intent.get('pid', '?')}, started "
         f"{intent.get('started_at', '?')})"
     )
+
+
+def describe(intent: dict[str, Any]) -> str:
+    """The change, and what the next command does with it (the one that finishes or rolls it back)."""
+    what = _what(intent)
     if intent.get("finished"):
         return f"{what}: it had changed every unit; the next install-service, uninstall-service or restart finishes it"
     return (
@@ -238,7 +242,7 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
         return None
     if intent.get("finished"):  # the change was whole: only its journal is left
         intent_path(paths).unlink(missing_ok=True)
-        return f"finished {describe(intent).split(':')[0]}: it had changed every unit"
+        return f"finished {_what(intent)}: it had changed every unit"
     checkpoint("service.recover.start")
     if not intent.get("enabled") and wants_link(paths).is_symlink() and paths.unit_file.exists():
         systemd.disable(paths.unit)
@@ -284,4 +288,4 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
         with contextlib.suppress(OSError):
             (paths.root / rel).rmdir()
     note = f"; the API-key file it created ({kept}) is kept for this run" if kept else ""
-    return f"rolled back {describe(intent).split(':')[0]}: the unit files and records are as before it{note}"
+    return f"rolled back {_what(intent)}: the unit files and records are as before it{note}"
