@@ -11,7 +11,10 @@ file gets its recorded bytes and mode again (or is removed when it did not exist
 undone, a key file or folder it created is removed, the service account it created is removed (``userdel``, only an
 account carrying kimi-serve's own comment), stray temporary files are deleted, and (on the running system) systemd
 re-reads its units. The host is then byte for byte as before the killed run, and the new command starts
-from there. Units systemd had already restarted are not stopped by the rollback: the next `restart` or `systemctl
+from there (install-service and restart keep a key file the killed run created: run again without the key in their
+environment, they reuse it). A change of several units (a deployment's members) has one anchor journal, removed
+first at the end: journals left without their anchor belong to a change that had changed every unit, and are only
+removed. Units systemd had already restarted are not stopped by the rollback: the next `restart` or `systemctl
 restart` settles which unit runs.
 """
 
