@@ -11,8 +11,8 @@ file gets its recorded bytes and mode again (or is removed when it did not exist
 undone, a key file or folder it created is removed, the service account it created is removed (``userdel``, only an
 account carrying kimi-serve's own comment), stray temporary files are deleted, and (on the running system) systemd
 re-reads its units. The host is then byte for byte as before the killed run, and the new command starts
-from there (install-service and restart keep a key file the killed run created: run again without the key in their
-environment, they reuse it). A change of several units (a deployment's members) has one anchor journal, removed
+from there (install-service and restart run again without the key in their environment keep a key file the killed
+run created, and reuse it). A change of several units (a deployment's members) has one anchor journal, removed
 first at the end: journals left without their anchor belong to a change that had changed every unit, and are only
 removed. Units systemd had already restarted are not stopped by the rollback: the next `restart` or `systemctl
 restart` settles which unit runs.
@@ -234,8 +234,8 @@ def journal_units(root: Path, base: str) -> list[str]:
 
 def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False) -> str | None:
     """Roll back an interrupted change (see the module doc); None when there was none. ``keep_secret``: a key file
-    the change created stays (install-service and restart run again without the key in the environment and reuse
-    it), owned by this process again."""
+    the change created stays, owned by this process again (install-service and restart run again without the key in
+    their environment reuse it)."""
     sweep(paths)
     intent = read_intent(paths)
     if intent is None:
