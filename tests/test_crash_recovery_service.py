@@ -176,6 +176,7 @@ def test_restart_killed_at_every_checkpoint_is_rolled_back_then_finished(
         # the next restart rolls the killed one back first, then ends where an uninterrupted one ends
         assert restart_driver(root, new, scenario).stdout.strip() == code, n
         assert normalized(files_of(root)) == reference, n
+        assert not temp_files(root), n
         shutil.rmtree(root)
 
     kills, last = every_kill_point(killed, after_kill)
