@@ -109,6 +109,7 @@ def test_a_rolling_restart_killed_at_every_checkpoint_is_rolled_back_then_finish
             # the next restart rolls the killed change back first, then ends where an uninterrupted roll ends
             assert drive(root, new, "restart").stdout.strip() == "0", n
             assert normalized(files_of(root)) == reference, n
+            assert not list(root.rglob("*.tmp")), n  # a killed write's temp file is swept by the next run
             assert sorted(router.workers.values()) == [R0, R1], (n, router.log)
             shutil.rmtree(root)
 

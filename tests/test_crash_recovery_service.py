@@ -20,11 +20,12 @@ from zygote import shared
 
 from kimi_serve.service.fleet import recover_fleet
 from kimi_serve.service.journal import intent_path, recover
-from kimi_serve.service.state import ServicePaths
+from kimi_serve.service.state import UNIT_DIR, ServicePaths
 from kimi_serve.service.systemctl import Systemd, run
 
 KEY = "sk-crash-test"
 UNIT = "sglang-kimi.service"
+FLEET = "extends: sim-dp2\nservice:\n  unit_name: fleet\nserver:\n  api_key_file: /etc/kimi-serve/fleet.yaml\n"
 
 pytestmark = pytest.mark.usefixtures("systemd_tools")
 
@@ -35,11 +36,22 @@ def _no_sglang_tier(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KIMI_SERVE_API_KEY", KEY)
 
 
-def install(profile: Path, root: Path, hook: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK"}
+def install(profile: Path, root: Path, hook: str | None = None, key: bool = True) -> subprocess.CompletedProcess[str]:
+    """install-service in the shared zygote; ``key`` False: from a shell without $KIMI_SERVE_API_KEY."""
+    env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK" and (key or k != "KIMI_SERVE_API_KEY")}
     if hook:
         env["KIMI_SERVE_TEST_HOOK"] = hook
     return shared().run(["install-service", "-p", str(profile), "--root", str(root), "--replace"], env=env)
+
+
+def without_temps(files: dict[str, tuple[int, bytes | str]]) -> dict[str, tuple[int, bytes | str]]:
+    """A root's files but a killed atomic write's temp file (the next command sweeps it, under the lock)."""
+    return {rel: v for rel, v in files.items() if not rel.endswith(".tmp")}
+
+
+def temp_files(root: Path) -> list[str]:
+    """Temporary files of atomic writes (journal, unit, record, key file) anywhere under ``root``."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.tmp"))
 
 
 @pytest.mark.usefixtures("kill_points")
@@ -80,9 +92,9 @@ def test_install_service_killed_at_every_checkpoint_is_rolled_back_then_finished
         data = json.loads(st.out)
         if intent_path(paths).exists():  # killed inside the change: status says so, and exits 1
             assert data["interrupted"]["op"] == "install-service" and st.code == 1, (n, data)
-        else:  # no journal: nothing was changed yet, or everything was
+        else:  # no journal: nothing was changed yet (but a journal's temp file), or everything was
             assert data["interrupted"] is None
-            assert files_of(root) in (before, reference), n
+            assert without_temps(files_of(root)) in (before, reference), n
         if n % 2:  # the rollback alone gives back the files byte for byte ...
             recover(paths, Systemd(run, paths.root))
             assert files_of(root) == before, n
@@ -155,7 +167,7 @@ def test_restart_killed_at_every_checkpoint_is_rolled_back_then_finished(
         st = status(paths, Systemd(run, root))  # an injected root: files and records only, systemd not asked
         assert (st.interrupted is not None) == intent_path(paths).exists(), n
         if st.interrupted is None:
-            assert normalized(files_of(root)) in (before, reference), n
+            assert normalized(without_temps(files_of(root))) in (before, reference), n
         else:
             assert st.interrupted["op"] == "restart" and st.exit_code == 1
         if n % 2:  # the rollback alone gives back every file byte for byte (the records' times included)
@@ -164,6 +176,7 @@ def test_restart_killed_at_every_checkpoint_is_rolled_back_then_finished(
         # the next restart rolls the killed one back first, then ends where an uninterrupted one ends
         assert restart_driver(root, new, scenario).stdout.strip() == code, n
         assert normalized(files_of(root)) == reference, n
+        assert not temp_files(root), n
         shutil.rmtree(root)
 
     kills, last = every_kill_point(killed, after_kill)
@@ -224,16 +237,22 @@ def test_a_deployment_install_killed_at_every_checkpoint_is_rolled_back_then_fin
         interrupted = [m for m in [st["router"], *st["replicas"]] if m and m["interrupted"]]
         if journals:  # killed inside the change: status names it for the member whose journal is there
             assert interrupted and all(m["interrupted"]["op"] == "install-service" for m in interrupted), (n, st)
+            assert sorted(f".{i['unit'].removesuffix('.service')}.intent.json" for i in st["interrupted"]) == journals
         else:
-            assert not interrupted and files_of(root) in (before, reference), n
-        if n % 3:  # the rollback alone (every member's journal, router first) gives back the files byte for byte ...
+            assert not interrupted and without_temps(files_of(root)) in (before, reference), n
+        if n % 3:  # the rollback alone (every member's journal, router first) gives back the files byte for byte,
+            # or, killed once replica 0's journal (the change's anchor, removed first) was gone, finishes the change
+            finished = bool(journals) and ".fleet-r0.intent.json" not in journals
             recover_fleet(Systemd(run, root.resolve()), "fleet.service")
-            assert files_of(root) == before, (n, sorted(set(files_of(root)) ^ set(before)))
+            expected = reference if finished else before
+            assert files_of(root) == expected, (n, sorted(set(files_of(root)) ^ set(expected)))
         else:  # ... and the next install-service (which rolls back first, itself) ends where a clean one ends
             again = cli("install-service", "-p", str(second), "--root", str(root), "--replace")
             assert again.code == 0, (n, again.err)
             assert files_of(root) == reference, (n, sorted(set(files_of(root)) ^ set(reference)))
         assert not list(state.glob(".*.intent.json*")), n  # no journal, no journal temp file
+        if not n % 3:
+            assert not temp_files(root), n  # the rerun (under the lock) removed every killed write's temp file
         shutil.rmtree(root)
 
     kills, last = every_kill_point(killed, after_kill)
@@ -277,9 +296,113 @@ def test_a_deployment_uninstall_killed_at_every_checkpoint_is_finished_by_the_ne
         again = cli(*argv(n))
         assert again.code == 0, (n, again.err)
         assert files_of(root) == reference, (n, sorted(set(files_of(root)) ^ set(reference)))
+        assert not (root / UNIT_DIR / "kimi-serve-alert@.service").exists(), n  # no timer left needs it
+        state = root / "var/lib/kimi-serve/service"
+        assert not [d.name for d in state.iterdir() if d.name.startswith("fleet")], n  # no member's records folder
+        assert not temp_files(root), n
         shutil.rmtree(root)
 
     kills, last = every_kill_point(killed, after_kill)
     assert last.returncode == 0, last.stderr
     assert files_of(tmp_path / f"u{kills + 1}") == reference
-    assert kills >= 3, f"only {kills} checkpoints in a deployment's uninstall-service"
+    assert kills >= 6, f"only {kills} checkpoints in a deployment's uninstall-service"
+
+
+@pytest.mark.usefixtures("kill_points")
+def test_a_fresh_deployment_install_killed_at_every_checkpoint_then_run_without_the_key_ends_whole_or_absent(
+    tmp_path: Path, write_profile: Callable[..., Path], cli
+) -> None:
+    """A replicated install (two replicas, the router: three member units, the key file created from
+    $KIMI_SERVE_API_KEY) SIGKILLed at every checkpoint, then run again from a shell WITHOUT the key: it ends whole
+    (every member, the key file the killed run wrote, byte for byte where an uninterrupted install ends) or, when the
+    killed run had not written the key file yet, refuses naming the missing key and leaves nothing (absent). Never
+    some members without the others or without the key file; no journal and no temp file left. `status --profile`
+    names the interrupted change of every journalled member before the rerun, installed or not."""
+    profile = write_profile(FLEET, name="fleet1")
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    assert install(profile, ref).returncode == 0
+    reference = files_of(ref)
+    members = {f"{UNIT_DIR}/fleet-{m}.service" for m in ("r0", "r1", "router")}
+    assert members | {"etc/kimi-serve/fleet.yaml"} <= set(reference), sorted(reference)
+    outcomes: dict[str, list[int]] = {"whole": [], "absent": []}
+
+    def killed(n: int, hook: str) -> subprocess.CompletedProcess[str]:
+        root = tmp_path / f"f{n}"
+        root.mkdir()
+        return install(profile, root, hook=hook)
+
+    def after_kill(n: int, _r: subprocess.CompletedProcess[str]) -> None:
+        root = tmp_path / f"f{n}"
+        state = root / "var/lib/kimi-serve/service"
+        journals = sorted(p.name for p in state.glob(".*.intent.json")) if state.is_dir() else []
+        st = cli("status", "-p", str(profile), "--root", str(root), "--json")
+        named = sorted(f".{i['unit'].removesuffix('.service')}.intent.json" for i in json.loads(st.out)["interrupted"])
+        assert named == journals and (st.code == 1 or not journals), (n, st.out)
+        if journals:
+            text = cli("status", "-p", str(profile), "--root", str(root)).out
+            assert "INTERRUPTED:" in text and "`kimi-serve install-service`" in text, (n, text)
+        had_key = (root / "etc/kimi-serve/fleet.yaml").is_file()  # the killed run wrote it: the rerun must reuse it
+        again = install(profile, root, key=False)
+        assert again.returncode == 0 or not had_key, (n, again.stderr)
+        if again.returncode == 0:
+            outcomes["whole"].append(n)
+            assert files_of(root) == reference, (n, sorted(set(files_of(root)) ^ set(reference)))
+        else:  # the key file was not written yet: nothing to reuse, so nothing is left
+            outcomes["absent"].append(n)
+            assert again.returncode == 1 and "API-key file" in again.stderr and "does not exist" in again.stderr, (
+                n,
+                again.stderr,
+            )
+            assert files_of(root) == {}, (n, sorted(files_of(root)))
+        assert not temp_files(root) and not list(state.glob(".*.intent.json")), (n, temp_files(root))
+        shutil.rmtree(root)
+
+    kills, last = every_kill_point(killed, after_kill)
+    assert last.returncode == 0, last.stderr
+    assert files_of(tmp_path / f"f{kills + 1}") == reference
+    assert kills >= 20 and outcomes["whole"] and outcomes["absent"], (kills, outcomes)
+
+
+def test_status_names_a_deployment_install_killed_before_its_first_unit_and_the_rerun_leaves_no_temp_file(
+    tmp_path: Path, write_profile: Callable[..., Path], cli
+) -> None:
+    """One kill, at the third checkpoint: replica 0's journal is written, replica 1's is a temp file, no unit yet.
+    `status --profile` (and `status --unit-name`) names the interrupted install-service of that member and the
+    command that settles it; the next install-service ends whole with no temp file left."""
+    profile = write_profile(FLEET, name="fleet1")
+    root = tmp_path / "root"
+    root.mkdir()
+    assert install(profile, root, hook="kill-at=3").returncode == -9
+    for how in (["-p", str(profile)], ["--unit-name", "fleet"]):
+        st = cli("status", *how, "--root", str(root))
+        assert st.code == 1, st.out
+        line = next(x for x in st.out.splitlines() if x.startswith("INTERRUPTED:"))
+        assert "fleet-r0.service: an interrupted `kimi-serve install-service` (pid" in line, line
+        assert "the next install-service, uninstall-service or restart rolls it back" in line, line
+        data = json.loads(cli("status", *how, "--root", str(root), "--json").out)
+        assert [(i["unit"], i["op"]) for i in data["interrupted"]] == [("fleet-r0.service", "install-service")], data
+    assert temp_files(root)  # the second member's journal, killed before its rename
+    again = cli("install-service", "-p", str(profile), "--root", str(root), "--replace")
+    assert again.code == 0, again.err
+    assert not temp_files(root), temp_files(root)
+    assert json.loads(cli("status", "-p", str(profile), "--root", str(root), "--json").out)["interrupted"] == []
+
+
+@pytest.mark.parametrize("point", ["service.monitor.removed", "service.uninstall.records"])
+def test_an_uninstall_killed_after_a_member_unit_is_gone_is_finished_by_the_next_run(
+    point: str, tmp_path: Path, write_profile: Callable[..., Path], cli
+) -> None:
+    """Killed after the router's verify timer is removed (the alert template not yet), or after the router's unit is
+    removed (its records folder not yet): the next uninstall-service removes those too."""
+    profile = write_profile(FLEET, name="fleet1")
+    root = tmp_path / "root"
+    root.mkdir()
+    assert install(profile, root).returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "KIMI_SERVE_TEST_HOOK"}
+    argv = ["uninstall-service", "--unit-name", "fleet", "--root", str(root)]
+    assert shared().run(argv, env={**env, "KIMI_SERVE_TEST_HOOK": f"kill-at={point}"}).returncode == -9
+    again = cli(*argv)
+    assert again.code == 0, again.err
+    assert files_of(root) == {"etc/kimi-serve/fleet.yaml": files_of(root)["etc/kimi-serve/fleet.yaml"]}
+    assert not [d.name for d in (root / "var/lib/kimi-serve/service").iterdir()], "a member's records folder is left"

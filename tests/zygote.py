@@ -96,8 +96,9 @@ def serve(path: str) -> None:
     for name in PRELOAD:
         __import__(name)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
+    server.bind(path + ".new")
     server.listen(16)
+    os.rename(path + ".new", path)  # the path appears listening: a client that sees it never meets a refused connect
     running: dict[int, tuple[socket.socket, typing.TextIO]] = {}  # pid -> the connection waiting for its status
     while True:
         # the zygote ends when the test process that started it goes (its stdin closes): no orphan after a SIGKILL.

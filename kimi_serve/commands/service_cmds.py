@@ -89,7 +89,7 @@ def install_service(
         return _print_plan(_plan(target, now, contract=False, replace=replace, preview=True), target, as_json)
     require_systemd(target.systemd)  # before any lock, recovery or write (exit 5, nothing changed)
     with host_lock("install-service", wait_lock, target.systemd.root):
-        recover(target)
+        recover(target, installs=True)
         fleet = _plan(target, now, contract=False, replace=replace)
         result = install_fleet(fleet, target.systemd, contract_verifier, os.environ)
         return print_result(result, as_json, {"deployment": fleet.to_json()})
@@ -197,7 +197,7 @@ def restart(
         raise no_replica_to_pick()
     require_systemd(target.systemd)  # before any lock, recovery or write (exit 5, nothing changed)
     with host_lock("restart", wait_lock, target.systemd.root):
-        recover(target)
+        recover(target, installs=True)
         fleet = _plan(target, now=True, contract=True)
         warmed = _prewarm_first(fleet.profile) if prewarm else None
         result, rolled = restart_deployment(

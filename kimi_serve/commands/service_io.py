@@ -40,12 +40,16 @@ def host_lock(command: str, wait: bool, root: Path = Path("/")) -> contextlib.Ab
     return root_lock(command, root, wait=wait)
 
 
-def recover(target: Target) -> None:
-    """Roll back a change of the target's unit, or of any member of its deployment, that was killed part-way
-    (kimi_serve.service.journal), and say so."""
+def recover(target: Target, *, installs: bool = False) -> None:
+    """Settle a change of the target's unit, or of any member of its deployment, that was killed part-way
+    (kimi_serve.service.journal), and say so. ``installs`` (install-service, restart): without $KIMI_SERVE_API_KEY,
+    a key file the killed run created stays, so the command finishes with it; with the key, the rollback removes it
+    and the command writes its own from the key it was given."""
+    from kimi_serve.core.settings import current
     from kimi_serve.service.fleet import recover_fleet
 
-    for message in recover_fleet(target.systemd, target.unit):
+    keep = installs and not (current().api_key or "").strip()
+    for message in recover_fleet(target.systemd, target.unit, keep_secret=keep):
         typer.echo(f"kimi-serve: {message}", err=True)
 
 

@@ -4,7 +4,8 @@ Every step that changes the host (a backup, the journal, each file swapped in, e
 :func:`checkpoint`. Without ``$KIMI_SERVE_TEST_HOOK`` (production) that is a no-op. With it, a test can:
 
 - ``kill-at=N``: SIGKILL this process at its Nth checkpoint (a crash or power loss at that exact step; the
-  crash-recovery tests iterate N over every checkpoint of a command);
+  crash-recovery tests iterate N over every checkpoint of a command); ``kill-at=NAME``: at the first checkpoint
+  named NAME (one chosen step);
 - ``raise-at=NAME``: raise an unexpected exception at checkpoint NAME (a kimi-serve bug: exit 70);
 - ``pause-at=NAME:SECONDS``: sleep there (two runs that overlap, for the host-lock tests).
 
@@ -39,7 +40,7 @@ def checkpoint(name: str) -> None:
         if kind == "trace-to":
             with open(arg, "a", encoding="utf-8") as f:
                 f.write(f"{_count} {name}\n")
-        elif kind == "kill-at" and arg.isdigit() and int(arg) == _count:
+        elif kind == "kill-at" and (arg == name or (arg.isdigit() and int(arg) == _count)):
             os.kill(os.getpid(), signal.SIGKILL)
         elif kind == "raise-at" and arg == name:
             raise InjectedFault(f"fault injected at checkpoint {name} by the test hook")

@@ -9,7 +9,6 @@ member's journal behind and the next command rolls every one of them back (:func
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,10 +32,10 @@ from kimi_serve.service.install import (
     warn_in,
     write_unit,
 )
-from kimi_serve.service.journal import recover
+from kimi_serve.service.journal import journal_units, recover, sweep
 from kimi_serve.service.preflight import check_for_service, host_step, refuse_other_profile, require_systemd
 from kimi_serve.service.secret import needs_secret
-from kimi_serve.service.state import STATE_DIR, ServicePaths, read_text
+from kimi_serve.service.state import STATE_DIR, ServicePaths, is_member, member_order, read_text
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.target import Target
 from kimi_serve.service.uninstall import uninstall
@@ -158,13 +157,6 @@ def fleet_actions(fleet: Fleet, systemd: Systemd) -> list[str]:
     return actions
 
 
-def _journals(fleet: Fleet, systemd: Systemd, op: str) -> contextlib.ExitStack:
-    stack = contextlib.ExitStack()
-    for _, plan in fleet.members:
-        stack.enter_context(journal_scope(plan, systemd, op))
-    return stack
-
-
 def install_fleet(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ: Mapping[str, str]) -> Result:
     """install-service's one body: write every member (each journalled, all journals first), enable them; with
     ``now`` start them one by one (the replicas, then the router), each gated by its ExecStartPost, then verified
@@ -179,7 +171,7 @@ def install_fleet(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ: M
         for _, _, unit in reversed(installed_members(root, fleet.base)):  # replicas the profile no longer has
             if unit not in planned:
                 result.steps += uninstall(ServicePaths(root, unit), systemd, dry_run=False).steps
-    with _journals(fleet, systemd, "install-service"):
+    with journal_scope([plan for _, plan in fleet.members], systemd, "install-service"):
         for _, plan in fleet.members:
             write_unit(plan, systemd, result, environ)
         if not fleet.now:
@@ -209,9 +201,13 @@ def install_fleet(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ: M
 
 
 def members_of(root: Path, base: str) -> list[str]:
-    """The units kimi-serve wrote for ``base`` under ``root``: a deployment's members (replicas in index order, then
-    the router), else the one unit ``base`` itself: a single unit is a deployment of one member."""
-    return [unit for _, _, unit in installed_members(root, base)] or [base]
+    """The units kimi-serve wrote for ``base`` under ``root``, in install order: a deployment's members (replicas in
+    index order, then the router; a member whose unit is gone but whose records are left, by an uninstall killed
+    part-way, too), else the one unit ``base`` itself: a single unit is a deployment of one member."""
+    stem, state = base.removesuffix(".service"), root / STATE_DIR
+    names = {unit.removesuffix(".service") for _, _, unit in installed_members(root, base)}
+    names |= {d.name for d in (state.iterdir() if state.is_dir() else ()) if d.is_dir() and is_member(stem, d.name)}
+    return [f"{n}.service" for n in sorted(names, key=lambda n: member_order(stem, n), reverse=True)] or [base]
 
 
 def uninstall_fleet(root: Path, base: str, systemd: Systemd, *, dry_run: bool) -> Result:
@@ -224,26 +220,20 @@ def uninstall_fleet(root: Path, base: str, systemd: Systemd, *, dry_run: bool) -
     return result
 
 
-def recover_fleet(systemd: Systemd, base: str) -> list[str]:
-    """Roll back every change a killed command left (the intent journals) of ``base``: its own (the single unit), then
+def recover_fleet(systemd: Systemd, base: str, *, keep_secret: bool = False) -> list[str]:
+    """Settle every change a killed command left (the intent journals) of ``base``: its own (the single unit), then
     its members', the router first, then the replicas from the highest index: the reverse of the order they were
-    journalled in. The single unit's message as it is; a member's prefixed with its unit."""
-    own = recover(ServicePaths(systemd.root, base), systemd)
-    return ([own] if own else []) + _recover_members(systemd, base)
-
-
-def _recover_members(systemd: Systemd, base: str) -> list[str]:
-    stem = base.removesuffix(".service")
-    state = systemd.root / STATE_DIR
-    names = [p.name[1 : -len(".intent.json")] for p in state.glob(f".{stem}-*.intent.json")] if state.is_dir() else []
-    ours = [n for n in names if n == f"{stem}-{ROUTER}" or (n.startswith(f"{stem}-r") and n[len(stem) + 2 :].isdigit())]
-    order = sorted(
-        ours,
-        key=lambda n: (n != f"{stem}-{ROUTER}", -int(n.rsplit("-r", 1)[-1]) if n.rsplit("-r", 1)[-1].isdigit() else 0),
-    )
+    journalled in. A change that had changed every unit is finished (its journals removed), any other rolled back
+    (:func:`kimi_serve.service.journal.recover`; ``keep_secret``: a key file it created stays). First the temporary
+    files of killed atomic writes of any member are removed. The single unit's message as it is; a member's prefixed
+    with its unit."""
+    root = systemd.root
+    journalled = journal_units(root, base)
+    for unit in {base, *members_of(root, base), *journalled}:
+        sweep(ServicePaths(root, unit))
     messages = []
-    for name in order:
-        message = recover(ServicePaths(systemd.root, f"{name}.service"), systemd)
+    for unit in journalled:
+        message = recover(ServicePaths(root, unit), systemd, keep_secret=keep_secret)
         if message:
-            messages.append(f"{name}.service: {message}")
+            messages.append(message if unit == base else f"{unit}: {message}")
     return messages

@@ -13,6 +13,7 @@ from kimi_serve.core.findings import FAIL, Finding
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service.deployment import ROUTER, installed_members, replica_unit, router_unit
 from kimi_serve.service.gates import Worker, router_workers
+from kimi_serve.service.journal import describe, journal_units, read_intent
 from kimi_serve.service.state import ServicePaths
 from kimi_serve.service.status import Status, status
 from kimi_serve.service.systemctl import Systemd
@@ -27,6 +28,13 @@ class FleetStatus:
     workers: list[Worker] | str | None = None  # the router's view; a string says why it could not be read
     expected: tuple[str, ...] = ()  # the member units the profile names (status --profile), installed or not
     systemd_error: str | None = None  # why systemd cannot be asked (no member to say it: nothing installed)
+    pending: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # journals of members not installed
+
+    @property
+    def interrupted(self) -> list[tuple[str, dict[str, Any]]]:
+        """(unit, journal) of every member a killed change left a journal for, installed or not (yet)."""
+        members = [st for _, st in self.replicas] + ([self.router] if self.router else [])
+        return [(st.unit, st.interrupted) for st in members if st.interrupted] + self.pending
 
     @property
     def missing(self) -> list[str]:
@@ -65,6 +73,7 @@ class FleetStatus:
             and counts is not None
             and counts[0] == counts[1]
             and not self.unexpected
+            and not self.pending
             and all(st.exit_code == ExitCode.OK and self.in_router(st) == "healthy" for _, st in self.replicas)
         )
         return ExitCode.OK if whole else ExitCode.FAILED
@@ -85,6 +94,16 @@ class FleetStatus:
                 )
             )
         members = [st for _, st in self.replicas] + ([self.router] if self.router else [])
+        for unit, intent in self.pending:  # an installed member's own findings name its journal
+            out.append(
+                Finding(
+                    "status",
+                    "interrupted",
+                    FAIL,
+                    f"{unit}: {describe(intent)}",
+                    "run kimi-serve install-service -p P (it settles the change first) or uninstall-service",
+                )
+            )
         if self.systemd_error and not members:
             out.append(
                 Finding(
@@ -142,6 +161,11 @@ class FleetStatus:
             "exit_code": int(self.exit_code),
             "router": router,
             "missing_units": self.missing,
+            "interrupted": [
+                {"unit": unit, "op": i.get("op"), "pid": i.get("pid"), "started_at": i.get("started_at")}
+                | {"finished": bool(i.get("finished"))}
+                for unit, i in self.interrupted
+            ],
             "replicas": [{"index": i, **st.to_json(), "in_router": self.in_router(st)} for i, st in self.replicas],
         }
 
@@ -196,12 +220,7 @@ class FleetStatus:
             )
         elif self.router:
             rows.append(("router check", _verdict(self.router.last_verify)))
-        members = [st for _, st in self.replicas] + ([self.router] if self.router else [])
-        for member in members:
-            if member.interrupted:
-                from kimi_serve.service.journal import describe
-
-                rows.append(("INTERRUPTED", f"{member.unit}: {describe(member.interrupted)}"))
+        rows += [("INTERRUPTED", f"{unit}: {describe(intent)}") for unit, intent in self.interrupted]
         return rows
 
 
@@ -234,6 +253,11 @@ def fleet_status(root: Path, base: str, systemd: Systemd, expected: tuple[str, .
             st.router = member
         else:
             st.replicas.append((index, member))
+    there = {unit for _, _, unit in installed_members(root, base)}
+    for unit in reversed(journal_units(root, base)):  # in install order
+        intent = read_intent(ServicePaths(root, unit))
+        if unit not in there and intent is not None:
+            st.pending.append((unit, intent))
     if st.router and st.router.marker and systemd.live:
         st.workers = router_workers(st.router.marker.endpoint, _key(root, st.router))
     return st
@@ -258,9 +282,11 @@ def _key(root: Path, router: Status) -> str | None:
 
 
 def status_of(target: Target) -> Status | FleetStatus:
-    """`status`'s one body: a deployment's members (installed as one, or the profile is replicated), else the one unit,
-    a deployment of one member. Either answers rows(), to_json(), findings() and exit_code."""
-    if target.installed_as_deployment or target.replicated:
+    """`status`'s one body: a deployment's members (installed as one, the profile is replicated, or a killed change
+    left a member's journal), else the one unit, a deployment of one member. Either answers rows(), to_json(),
+    findings() and exit_code."""
+    root, base = target.systemd.root, target.unit
+    if target.installed_as_deployment or target.replicated or any(u != base for u in journal_units(root, base)):
         expected = expected_units(target.profile, target.unit) if target.replicated and target.profile else ()
         return fleet_status(target.systemd.root, target.unit, target.systemd, expected)
     return status(target.paths, target.systemd)

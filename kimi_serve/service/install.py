@@ -280,20 +280,22 @@ def write_unit(plan: Plan, systemd: Systemd, result: Result, environ: Mapping[st
     mon.enable_monitor(plan.monitor, p, systemd, lambda a, d: must(result, a, d), result.add, start=False)
 
 
-def journal_scope(plan: Plan, systemd: Systemd, op: str) -> contextlib.AbstractContextManager[None]:
-    """The intent journal around a change of this plan's unit (:mod:`kimi_serve.service.journal`)."""
+def journal_scope(plans: Sequence[Plan], systemd: Systemd, op: str) -> contextlib.AbstractContextManager[None]:
+    """The intent journals around a change of these plans' units, the first one the anchor
+    (:mod:`kimi_serve.service.journal`)."""
     from kimi_serve.service.journal import journalled
 
+    return journalled([(plan.paths, _journal_args(plan, systemd)) for plan in plans], op)
+
+
+def _journal_args(plan: Plan, systemd: Systemd) -> dict[str, Any]:
     p, secret = plan.paths, plan.profile.server.api_key_file
     accounts_root = account.roots(p.root, systemd.live, from_env(os.environ).accounts_root)[0]
-    return journalled(
-        p,
-        systemd,
-        op,
-        secret=p.under_root(secret) if secret and plan.create_secret else None,
-        workdir=p.under_root(plan.profile.service.working_directory),
-        user=(plan.profile.service.user, accounts_root),
-    )
+    return {
+        "secret": p.under_root(secret) if secret and plan.create_secret else None,
+        "workdir": p.under_root(plan.profile.service.working_directory),
+        "user": (plan.profile.service.user, accounts_root),
+    }
 
 
 def warn_in(result: Result, findings: Sequence[Finding]) -> None:

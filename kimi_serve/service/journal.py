@@ -11,7 +11,10 @@ file gets its recorded bytes and mode again (or is removed when it did not exist
 undone, a key file or folder it created is removed, the service account it created is removed (``userdel``, only an
 account carrying kimi-serve's own comment), stray temporary files are deleted, and (on the running system) systemd
 re-reads its units. The host is then byte for byte as before the killed run, and the new command starts
-from there. Units systemd had already restarted are not stopped by the rollback: the next `restart` or `systemctl
+from there (install-service and restart run again without the key in their environment keep a key file the killed
+run created, and reuse it). A change of several units (a deployment's members) has one anchor journal, removed
+first at the end: journals left without their anchor belong to a change that had changed every unit, and are only
+removed. Units systemd had already restarted are not stopped by the rollback: the next `restart` or `systemctl
 restart` settles which unit runs.
 """
 
@@ -20,19 +23,29 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.service import account
-from kimi_serve.service.state import UNIT_DIR, ServicePaths, read_record, write_atomic
+from kimi_serve.service.state import (
+    STATE_DIR,
+    UNIT_DIR,
+    ServicePaths,
+    is_member,
+    member_order,
+    read_record,
+    write_atomic,
+)
 from kimi_serve.service.systemctl import Systemd
 
 WANTS = f"{UNIT_DIR}/multi-user.target.wants"  # the template's WantedBy=multi-user.target
 TIMER_WANTS = f"{UNIT_DIR}/timers.target.wants"  # the verify timer's WantedBy=timers.target
+_JOURNAL = re.compile(r"^\.\.?(?P<name>[^.].*)\.intent\.json(?:\.\d+\.tmp)?$")  # .NAME.intent.json, its temp file
 
 
 def intent_path(paths: ServicePaths) -> Path:
@@ -71,18 +84,22 @@ def _missing_dirs(paths: ServicePaths, leaves: list[Path]) -> list[str]:
     return sorted(set(out), key=lambda s: -s.count("/"))  # deepest first, for rmdir
 
 
-def snapshot(
-    paths: ServicePaths, op: str, *, secret: Path | None, workdir: Path | None, user: tuple[str, Path] | None = None
-) -> dict[str, Any]:
-    files: dict[str, Any] = {}
-    for p in (
+def _journalled_files(paths: ServicePaths) -> list[Path]:
+    return [
         paths.unit_file,
         paths.previous_unit,
         paths.last_good_unit,
         paths.last_good_record,
         paths.last_verify_record,
         *_monitor_files(paths),
-    ):
+    ]
+
+
+def snapshot(
+    paths: ServicePaths, op: str, *, secret: Path | None, workdir: Path | None, user: tuple[str, Path] | None = None
+) -> dict[str, Any]:
+    files: dict[str, Any] = {}
+    for p in _journalled_files(paths):
         try:
             files[_rel(paths, p)] = {"text": p.read_text(encoding="utf-8"), "mode": p.stat().st_mode & 0o7777}
         except FileNotFoundError:
@@ -118,27 +135,35 @@ def snapshot(
 
 
 @contextlib.contextmanager
-def journalled(
-    paths: ServicePaths,
-    systemd: Systemd,
-    op: str,
-    *,
-    secret: Path | None = None,
-    workdir: Path | None = None,
-    user: tuple[str, Path] | None = None,
-) -> Iterator[None]:
-    """Write the journal, run the block, remove the journal. A handled error (a KimiServeError: a failed systemctl
-    step, say) also removes it, since the report says what was done; a kill, or a bug in kimi-serve (exit 70), leaves
-    it for the next run to roll back."""
-    data = snapshot(paths, op, secret=secret, workdir=workdir, user=user)
-    _write_journal(intent_path(paths), json.dumps(data, indent=2) + "\n")
-    checkpoint(f"service.{op}.journal-written")
+def journalled(changes: Sequence[tuple[ServicePaths, dict[str, Any]]], op: str) -> Iterator[None]:
+    """Write every unit's journal (``changes``: its paths and :func:`snapshot`'s keywords), run the block, remove the
+    journals. A handled error (a KimiServeError: a failed systemctl step, say) also removes them, since the report
+    says what was done; a kill, or a bug in kimi-serve (exit 70), leaves them for the next run to roll back.
+
+    The first journal is the change's anchor: every other one names it, it is written first and removed first. Its
+    removal is the one step that ends the change, so a kill while the others are removed leaves journals whose anchor
+    is gone: the change was whole, and the next run only removes them (:func:`recover`) instead of rolling back some
+    members and not others."""
+    anchor = intent_path(changes[0][0])
+    for paths, kw in changes:
+        data = snapshot(paths, op, **kw)
+        if intent_path(paths) != anchor:
+            data["anchor"] = anchor.name
+        _write_journal(intent_path(paths), json.dumps(data, indent=2) + "\n")
+        checkpoint(f"service.{op}.journal-written")
     try:
         yield
     except KimiServeError:
-        intent_path(paths).unlink(missing_ok=True)
+        _end([paths for paths, _ in changes], op)
         raise
-    intent_path(paths).unlink(missing_ok=True)
+    _end([paths for paths, _ in changes], op)
+
+
+def _end(members: list[ServicePaths], op: str) -> None:
+    for i, paths in enumerate(members):  # the anchor first: the change is done once it is gone
+        intent_path(paths).unlink(missing_ok=True)
+        if i < len(members) - 1:
+            checkpoint(f"service.{op}.journal-removed")
 
 
 def _write_journal(path: Path, text: str) -> None:
@@ -151,6 +176,7 @@ def _write_journal(path: Path, text: str) -> None:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
+    checkpoint("service.journal.write")
     os.replace(tmp, path)
     dfd = os.open(path.parent, os.O_RDONLY)
     try:
@@ -160,30 +186,66 @@ def _write_journal(path: Path, text: str) -> None:
 
 
 def read_intent(paths: ServicePaths) -> dict[str, Any] | None:
+    """The journal of ``paths``' unit; ``finished`` True when its change's anchor is gone (the change was whole)."""
     if not intent_path(paths).exists():
         return None
-    return read_record(intent_path(paths)) or {"op": "unknown", "unreadable": True}
+    intent = read_record(intent_path(paths)) or {"op": "unknown", "unreadable": True}
+    anchor = intent.get("anchor")
+    intent["finished"] = bool(anchor) and not (intent_path(paths).parent / str(anchor)).exists()
+    return intent
 
 
-def describe(intent: dict[str, Any]) -> str:
+def _what(intent: dict[str, Any]) -> str:
     return (
         f"an interrupted `kimi-serve {intent.get('op', '?')}` (pid {intent.get('pid', '?')}, started "
-        f"{intent.get('started_at', '?')}): the next install-service, uninstall-service or restart rolls it back"
+        f"{intent.get('started_at', '?')})"
     )
 
 
-def recover(paths: ServicePaths, systemd: Systemd) -> str | None:
-    """Roll back an interrupted change (see the module doc); None when there was none."""
-    journal = intent_path(paths)
-    if journal.parent.is_dir():
-        for tmp in journal.parent.glob(f".{journal.name}.*.tmp"):
-            tmp.unlink(missing_ok=True)
+def describe(intent: dict[str, Any]) -> str:
+    """The change, and what the next command does with it (the one that finishes or rolls it back)."""
+    what = _what(intent)
+    if intent.get("finished"):
+        return f"{what}: it had changed every unit; the next install-service, uninstall-service or restart finishes it"
+    return (
+        f"{what}: the next install-service, uninstall-service or restart rolls it back (install-service or restart "
+        "then makes the change again)"
+    )
+
+
+def sweep(paths: ServicePaths) -> None:
+    """Remove what a killed atomic write of this unit's files left (``.NAME.*.tmp`` beside each file a change
+    writes, and the journal's own temp file). Called under the root's lock: no other change of it is writing."""
+    for target in (intent_path(paths), *_journalled_files(paths)):
+        if target.parent.is_dir():
+            for tmp in target.parent.glob(f".{target.name}.*.tmp"):
+                tmp.unlink(missing_ok=True)
+
+
+def journal_units(root: Path, base: str) -> list[str]:
+    """The units of ``base`` (itself, or its members NAME-rN, NAME-router) with a journal or a journal's temp file
+    under ``root``, in rollback order: itself, the router, then the replicas from the highest index (the reverse of
+    the order a change journals them, so a change's anchor is rolled back last)."""
+    stem, state = base.removesuffix(".service"), root / STATE_DIR
+    found = {m["name"] for p in (state.iterdir() if state.is_dir() else ()) if (m := _JOURNAL.match(p.name))}
+    ours = [n for n in found if n == stem or is_member(stem, n)]
+    return [f"{n}.service" for n in sorted(ours, key=lambda n: (n != stem, *member_order(stem, n)))]
+
+
+def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False) -> str | None:
+    """Roll back an interrupted change (see the module doc); None when there was none. ``keep_secret``: a key file
+    the change created stays, owned by this process again (install-service and restart run again without the key in
+    their environment reuse it)."""
+    sweep(paths)
     intent = read_intent(paths)
     if intent is None:
         return None
     if intent.get("unreadable"):  # killed while the journal itself was written: nothing had changed yet
         intent_path(paths).unlink(missing_ok=True)
         return None
+    if intent.get("finished"):  # the change was whole: only its journal is left
+        intent_path(paths).unlink(missing_ok=True)
+        return f"finished {_what(intent)}: it had changed every unit"
     checkpoint("service.recover.start")
     if not intent.get("enabled") and wants_link(paths).is_symlink() and paths.unit_file.exists():
         systemd.disable(paths.unit)
@@ -206,11 +268,17 @@ def recover(paths: ServicePaths, systemd: Systemd) -> str | None:
     timer_file = timer_link.parent.parent / timer
     if intent.get("timer_enabled") and not timer_link.is_symlink() and timer_file.exists():
         systemd.enable(timer)
+    kept = None
     if intent.get("secret"):  # created by the killed run (never one that existed): remove it and its temp files
         secret = paths.root / intent["secret"]
         for tmp in secret.parent.glob(f".{secret.name}.*.tmp"):
             tmp.unlink(missing_ok=True)
-        secret.unlink(missing_ok=True)
+        if keep_secret and secret.is_file():
+            kept = secret
+            with contextlib.suppress(OSError):  # the account it was handed to may be removed below
+                os.chown(secret, os.geteuid(), os.getegid())
+        else:
+            secret.unlink(missing_ok=True)
     created = intent.get("created_user")
     if created:  # after the files the user owned (key file, folders below) are gone or back
         name, accounts_root = str(created["name"]), Path(created["accounts_root"])
@@ -222,4 +290,5 @@ def recover(paths: ServicePaths, systemd: Systemd) -> str | None:
     for rel in intent.get("created_dirs", []):
         with contextlib.suppress(OSError):
             (paths.root / rel).rmdir()
-    return f"rolled back {describe(intent).split(':')[0]}: the unit files and records are as before it"
+    note = f"; the API-key file it created ({kept}) is kept for this run" if kept else ""
+    return f"rolled back {_what(intent)}: the unit files and records are as before it{note}"

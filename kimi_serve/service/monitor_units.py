@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.proc import Completed
 from kimi_serve.core.resources import resource_dir
 from kimi_serve.profile.launch import Launch
@@ -262,9 +263,11 @@ def enable_monitor(
 
 def remove_monitor(paths: ServicePaths, systemd: Systemd, must: Must, add: Step, *, dry_run: bool) -> None:
     """Stop and disable the timer, remove both monitoring units, and the alert template once no kimi-serve timer
-    is left in the unit directory. The metrics file stays (node_exporter may still read it)."""
+    is left in the unit directory (also when the timer was gone already: an uninstall killed before it removed the
+    template). The metrics file stays (node_exporter may still read it)."""
     service, timer = monitor_names(paths.unit)
     if not _installed(paths):
+        _remove_alert(paths, timer, add, dry_run=dry_run)
         return
     refuse_foreign_monitor(paths)
     status = "planned" if dry_run else "done"
@@ -288,12 +291,19 @@ def remove_monitor(paths: ServicePaths, systemd: Systemd, must: Must, add: Step,
         if not dry_run:
             _unit_path(paths, name).unlink(missing_ok=True)
         add(f"remove {_unit_path(paths, name)}", status, "")
+    if not dry_run:
+        checkpoint("service.monitor.removed")
+    _remove_alert(paths, timer, add, dry_run=dry_run)
+    if systemd.live and not dry_run:
+        systemd.reset_failed(service)
+
+
+def _remove_alert(paths: ServicePaths, timer: str, add: Step, *, dry_run: bool) -> None:
+    """The alert template kimi-serve wrote, once no kimi-serve contract check but ``timer`` (going) uses it."""
     alert = _unit_path(paths, ALERT_UNIT)
     others = [p for p in alert.parent.glob("*-verify.timer") if p.name != timer]
     text = read_text(alert)
     if text is not None and parse_marker(text) is not None and not others:
         if not dry_run:
             alert.unlink()
-        add(f"remove {alert}", status, "no other kimi-serve contract check uses it")
-    if systemd.live and not dry_run:
-        systemd.reset_failed(service)
+        add(f"remove {alert}", "planned" if dry_run else "done", "no other kimi-serve contract check uses it")

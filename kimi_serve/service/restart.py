@@ -45,7 +45,7 @@ def last_good(paths: ServicePaths) -> Candidate | None:
 
 
 def restart(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[str, str]) -> Result:
-    with journal_scope(plan, systemd, "restart"):
+    with journal_scope([plan], systemd, "restart"):
         return _restart(plan, systemd, verifier, environ)
 
 

@@ -1,5 +1,6 @@
 """uninstall-service: stop, disable and remove the unit and its records (the API-key file and working directory
-stay). Killed part-way, it is simply run again: every step is idempotent and nothing is restored."""
+stay). Killed part-way, it is simply run again: every step is idempotent and nothing is restored; a unit already
+removed still has what it left removed (its records folder, the alert template no timer needs any more)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,9 @@ def uninstall(paths: ServicePaths, systemd: Systemd, *, dry_run: bool) -> Result
     """Stop, disable and remove the unit and its records; the API-key file and working directory stay."""
     result = Result(paths.unit)
     refuse_foreign(paths)
-    if read_text(paths.unit_file) is None:
-        result.add(f"{paths.unit_file} is not installed", "skipped", "nothing to do")
-        return result
     status = "planned" if dry_run else "done"
+    if read_text(paths.unit_file) is None:
+        return _leftovers(paths, systemd, result, dry_run, status)
     gone = systemd.unreachable()
     if gone:  # a container, a chroot, WSL: remove what kimi-serve wrote; systemctl --root=/ edits the links offline
         systemd = replace(systemd, offline=True)
@@ -49,8 +49,21 @@ def uninstall(paths: ServicePaths, systemd: Systemd, *, dry_run: bool) -> Result
         if not dry_run:
             systemd.reset_failed(paths.unit)  # forget a failed state; fails harmlessly when there is none
     if not dry_run:
+        checkpoint("service.uninstall.records")
         shutil.rmtree(paths.state_dir, ignore_errors=True)
     result.add(f"remove the records in {paths.state_dir}", status)
+    return result
+
+
+def _leftovers(paths: ServicePaths, systemd: Systemd, result: Result, dry_run: bool, status: str) -> Result:
+    """The unit is gone: what an uninstall killed after removing it left (its records, the alert template)."""
+    mon.remove_monitor(paths, systemd, lambda a, d: must(result, a, d), result.add, dry_run=dry_run)
+    if paths.state_dir.is_dir():
+        if not dry_run:
+            shutil.rmtree(paths.state_dir, ignore_errors=True)
+        result.add(f"remove the records in {paths.state_dir}", status, "left by an interrupted uninstall")
+    if not result.steps:
+        result.add(f"{paths.unit_file} is not installed", "skipped", "nothing to do")
     return result
 
 
