@@ -307,7 +307,7 @@ def _run(
     served: list[str] | None = None
     calls = [(p, m) for p in probes for m in p.modes]
     loads = load_probe.streams(concurrency if probes else 0, max_tokens)
-    with ThreadPoolExecutor(max_workers=len(calls) + len(loads) + 6, thread_name_prefix="verify") as pool:
+    with ThreadPoolExecutor(max_workers=len(calls) + len(loads) + 8, thread_name_prefix="verify") as pool:
         info_future = pool.submit(_server_info, target, deadline, api_key)
         leak_future = pool.submit(server_info_leaks, target, deadline, api_key)
         if model is None:
@@ -337,6 +337,13 @@ def _run(
         )
         extras = raw_calls(suite, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout)
         extra_futures = [pool.submit(fn) for _, _, fn in extras]
+        from kimi_serve.verify.parser_faults import parser_checks
+        from kimi_serve.verify.privilege import privilege_checks
+
+        # least privilege and the parser faults: beside the probes (no model answer needed), each within 5 s
+        checks_by = max(deadline, time.monotonic() + POLL_TIMEOUT)
+        privilege_future = pool.submit(privilege_checks, target, api_key, checks_by, expected_ports)
+        parser_future = pool.submit(parser_checks, target, api_key, checks_by)
         pending: list[Future[Any]] = [*futures, *load_futures, *extra_futures, info_future, leak_future]
         pending += [budget_future] if budget_future else []
         wait_futures(pending, timeout=max(0.0, deadline - time.monotonic()) + _GRACE)
@@ -379,14 +386,8 @@ def _run(
                     (problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"),),
                 )
             )
-    from kimi_serve.verify.privilege import privilege_checks
-
-    report.checks, report.listeners = privilege_checks(
-        target, api_key, max(deadline, time.monotonic() + POLL_TIMEOUT), expected_ports
-    )
-    from kimi_serve.verify.parser_faults import parser_checks
-
-    report.checks += parser_checks(target, api_key, max(deadline, time.monotonic() + POLL_TIMEOUT))
+    report.checks, report.listeners = privilege_future.result()
+    report.checks += parser_future.result()
     report.checks += leaks  # a key handed to clients: a least-privilege FAIL (verify/leaks.py)
     report.elapsed_s = time.monotonic() - started
     return report
