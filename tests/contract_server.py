@@ -65,6 +65,7 @@ FAILURE_MODES = (
     "empty-after-think",
     "drops-under-load",
     "effort-ignored",
+    "reasoning-required",
 )
 RESTATED = "17 * 23 = 340 + 51 = 391."  # "answer-restates-result": a summary of the reasoning, not a copy
 MARKERS = {  # think markers of other Kimi families, wrapped around the reasoning in content
@@ -495,6 +496,17 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(500, {"object": "error", "message": "Internal server error: CUDA error", "code": 500})
         if own.mode == "non-json":
             return self._send(200, b"<html><body>502 Bad Gateway</body></html>", "text/html")
+        bare = [
+            i
+            for i, m in enumerate(body.get("messages") or [])
+            if m.get("role") == "assistant" and m.get("tool_calls") and not m.get("reasoning_content")
+        ]
+        if own.mode == "reasoning-required" and bare:  # Moonshot's API (agentscope-ai/QwenPaw#433)
+            message = (
+                "thinking is enabled but reasoning_content is missing in assistant tool call message at index "
+                f"{bare[0]}"
+            )
+            return self._json(400, {"error": {"message": message, "type": "invalid_request_error"}})
         wanted = body.get("max_completion_tokens") or body.get("max_tokens") or 0
         if wanted > own.context_length:  # SGLang's serving_chat check, word for word
             return self._json(

@@ -276,3 +276,14 @@ def test_the_loop_sends_the_servers_own_ids_back(capsys: pytest.CaptureFixture[s
 def test_loop_probes_judge_the_first_turn_by_the_tool_rules() -> None:
     probe = loop("loop", ("stream",))
     assert [f.code for f in probe.check(_answer("I would look that up."), {})] == ["no_tool_call"]
+
+
+@pytest.mark.usefixtures("loopback_port")
+def test_a_server_that_refuses_a_replay_without_reasoning_names_who_sends_it() -> None:
+    with ContractServer("reasoning-required") as srv:  # Moonshot's API's rule, e.g. through a gateway
+        report = run_verify(srv.host, suite="full", timeout=TIMEOUT)
+    failed = [p for p in report.probes if not p.passed]
+    assert [(p.probe, p.findings[0].code) for p in failed] == [("loop-no-reasoning", "http_error")]
+    message = failed[0].findings[0].message
+    assert message.startswith("follow-up turn (history without reasoning_content, as openai-agents and LangChain")
+    assert "reasoning_content is missing in assistant tool call message at index 1" in message

@@ -15,7 +15,7 @@ from kimi_serve.core.suites import FULL, QUICK
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify import load as load_probe
 from kimi_serve.verify.agent_rules import honoured
-from kimi_serve.verify.agentic import DIALECT_PROBES, agentic_probes
+from kimi_serve.verify.agentic import DIALECT_PROBES, REPLAYS, agentic_probes
 from kimi_serve.verify.answer import Answer, answer_from_json
 from kimi_serve.verify.budget import check_budget
 from kimi_serve.verify.leaks import server_info_leaks
@@ -162,7 +162,9 @@ def _exchange(
     second.latency_s += first.latency_s
     second.judged_by = follow
     if second.failure is not None:
-        second.failure = problem(second.failure.code, f"follow-up turn: {second.failure.message}", second.failure.fix)
+        how = f" ({REPLAYS[probe.name].label})" if probe.name in REPLAYS else ""
+        failure = second.failure
+        second.failure = problem(failure.code, f"follow-up turn{how}: {failure.message}", failure.fix)
     return second
 
 
