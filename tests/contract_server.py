@@ -63,6 +63,11 @@ FAILURE_MODES = (
     "sse-ids-keepalive",
     "sse-retry-block",
     "sse-ping-events",
+    "loop-same-call",
+    "empty-after-think",
+    "drops-under-load",
+    "effort-ignored",
+    "reasoning-required",
 )
 RESTATED = "17 * 23 = 340 + 51 = 391."  # "answer-restates-result": a summary of the reasoning, not a copy
 MARKERS = {  # think markers of other Kimi families, wrapped around the reasoning in content
@@ -102,11 +107,15 @@ class Turn:
     calls: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _model_turn(body: dict[str, Any]) -> Turn:
+def _model_turn(body: dict[str, Any], mode: str = "correct") -> Turn:
     messages = body.get("messages") or []
     tools = {t["function"]["name"] for t in body.get("tools") or []}
     prompt = " ".join(str(m.get("content")) for m in messages if m.get("role") == "user")
     if messages and messages[-1].get("role") == "tool":
+        if mode == "loop-same-call":  # the result did not reach the model: it calls again
+            return Turn("I need the weather; call get_weather.", "", [("get_weather", '{"city": "Paris"}')])
+        if mode == "empty-after-think":  # MoonshotAI/Kimi-K2#128: the turn ends right after </think>
+            return Turn("The tool reports 18 C and sunny.", "")
         return Turn("The tool reports 18 C and sunny.", "It is 18 °C and sunny in Paris.")
     if "write_file" in tools:
         numbers = " ".join(str(i) for i in range(1, 2001))
@@ -138,10 +147,13 @@ class Shaped:
     reasoning_key: str = "reasoning_content"
 
 
-def shape(turn: Turn, mode: str, thinking: bool) -> Shaped:
+def shape(turn: Turn, mode: str, thinking: bool, strict: bool = False) -> Shaped:
     """What a server in ``mode`` returns for ``turn`` (the parsing SGLang would or would not do)."""
     reasoning: str | None = turn.reasoning if thinking or mode == "instant-ignored" else None
     content, calls = turn.content, list(turn.calls)
+    if strict and calls and mode in ("no-reasoning-parser", "reasoning-stripped-no-parser"):
+        # SGLang's strict-tool grammar from the first token, no reasoning parser to hold it back: no call at all
+        return Shaped(turn.reasoning if thinking else turn.content, None, [], "stop")
     if mode == "no-tool-reasoning" and calls:
         reasoning = None
     if mode == "content-with-calls" and calls:
@@ -273,15 +285,16 @@ def _sse_events(s: Shaped, mode: str, model: str) -> list[str]:
     events += [chunk({s.reasoning_key: p}) for p in _pieces(s.reasoning or "")]
     events += [chunk({"reasoning_content": None, "content": p}) for p in _pieces(s.content)]
     for call in s.calls:
+        empty = mode == "empty-call-deltas"  # vllm-project/vllm#54701: deltas without a name or arguments
         head = {
             "index": call["index"],
             "type": "function",
-            "function": {"name": call["function"]["name"], "arguments": ""},
+            "function": {"name": None if empty else call["function"]["name"], "arguments": ""},
         }
         if "id" in call:
             head["id"] = call["id"]
         events.append(chunk({"tool_calls": [head]}))
-        frags = _pieces(call["function"]["arguments"], 64)
+        frags = [] if empty else _pieces(call["function"]["arguments"], 64)
         if mode == "large-arg-cut" and len(frags) > 10:
             del frags[len(frags) // 2]
         events += [
@@ -322,7 +335,9 @@ class ContractServer:
     ``delay``: seconds added before every chat completion answer; ``port``: 0 picks a free one;
     ``server_info``: the body of /server_info and /get_server_info (default: 404);
     ``rewrite``: every answer passes through it, ``(path, status, headers, body) -> (status, headers, body)``, a
-    stream as one body (the fuzz tests replay mutated answers with it).
+    stream as one body (the fuzz tests replay mutated answers with it);
+    ``context_length``: the served context (/v1/models max_model_len; a larger max_completion_tokens is a 400, as
+    SGLang answers it).
     """
 
     def __init__(
@@ -338,6 +353,7 @@ class ContractServer:
         report_parsers: bool = True,
         server_info: dict[str, Any] | None = None,
         rewrite: Rewrite | None = None,
+        context_length: int = 262144,
     ) -> None:
         if mode not in CORRECT_MODES + FAILURE_MODES + HOSTILE_MODES:
             raise ValueError(f"unknown mode {mode!r}")
@@ -345,6 +361,9 @@ class ContractServer:
         self.warm_for, self.health_hang, self.report_parsers = warm_for, health_hang, report_parsers
         self.server_info = server_info  # the /server_info body (None: 404, as before SGLang had one)
         self.rewrite = rewrite
+        self.context_length = context_length
+        self.in_flight = 0  # chat requests being answered now ("drops-under-load")
+        self._count = threading.Lock()
         self.requests: list[dict[str, Any]] = []
         self._seen: set[str] = set()  # "flaky-model": requests answered once already
         self._stop = threading.Event()
@@ -443,7 +462,13 @@ class _Handler(BaseHTTPRequestHandler):
                 {
                     "object": "list",
                     "data": [
-                        {"id": own.served_model, "object": "model", "owned_by": "sglang", "root": own.served_model}
+                        {
+                            "id": own.served_model,
+                            "object": "model",
+                            "owned_by": "sglang",
+                            "root": own.served_model,
+                            "max_model_len": own.context_length,
+                        }
                     ],
                 },
             )
@@ -483,16 +508,52 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(500, {"object": "error", "message": "Internal server error: CUDA error", "code": 500})
         if own.mode == "non-json":
             return self._send(200, b"<html><body>502 Bad Gateway</body></html>", "text/html")
-        thinking = (body.get("chat_template_kwargs") or {}).get("thinking") is not False
-        turn = _model_turn(body)
+        bare = [
+            i
+            for i, m in enumerate(body.get("messages") or [])
+            if m.get("role") == "assistant" and m.get("tool_calls") and not m.get("reasoning_content")
+        ]
+        if own.mode == "reasoning-required" and bare:  # Moonshot's API (agentscope-ai/QwenPaw#433)
+            message = (
+                "thinking is enabled but reasoning_content is missing in assistant tool call message at index "
+                f"{bare[0]}"
+            )
+            return self._json(400, {"error": {"message": message, "type": "invalid_request_error"}})
+        wanted = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+        if wanted > own.context_length:  # SGLang's serving_chat check, word for word
+            return self._json(
+                400,
+                {
+                    "object": "error",
+                    "message": f"max_completion_tokens is too large: {wanted}.This model supports at most "
+                    f"{own.context_length} completion tokens.",
+                    "type": "BadRequestError",
+                    "param": None,
+                    "code": 400,
+                },
+            )
+        # thinking off as SGLang 0.5.23 reads it: chat_template_kwargs, reasoning_effort "none"; not Moonshot's
+        effort_off = body.get("reasoning_effort") == "none" and own.mode != "effort-ignored"
+        thinking = (body.get("chat_template_kwargs") or {}).get("thinking") is not False and not effort_off
+        strict = any((t.get("function") or {}).get("strict") for t in body.get("tools") or [])
+        turn = _model_turn(body, own.mode)
         key = json.dumps(body, sort_keys=True)
         off_day = body.get("temperature", 1.0) > 0  # greedy (the lossless check) is repeatable
         if own.mode == "flaky-model" and turn.calls and off_day and key not in own._seen:  # a sampling model's off day
             own._seen.add(key)
             turn = Turn(turn.reasoning, "I would look that up with the weather service.")
-        shaped = shape(turn, own.mode, thinking)
+        shaped = shape(turn, own.mode, thinking, strict)
         if body.get("stream"):
-            return self._stream(_sse_events(shaped, own.mode, body["model"]))
+            with own._count:
+                own.in_flight += 1
+                crowded = own.in_flight > 4  # "drops-under-load": a stream that arrives with 4 others in flight
+            try:
+                own._stop.wait(0.3 if own.mode == "drops-under-load" else 0)  # hold it: the others arrive meanwhile
+                loaded = own.mode == "drops-under-load" and crowded
+                return self._stream(_sse_events(shaped, "empty-call-deltas" if loaded else own.mode, body["model"]))
+            finally:
+                with own._count:
+                    own.in_flight -= 1
         message: dict[str, Any] = {
             "role": "assistant",
             "content": shaped.content,

@@ -58,6 +58,17 @@ RAW_PATH = {
 }  # what full adds on the raw path (verify/raw_suite.py)
 
 
+AGENTIC_ONE_MODE = {
+    ("instant-effort", "non-stream"),
+    ("instant-moonshot", "non-stream"),
+    ("strict-parallel", "stream"),
+    ("loop-parts", "stream"),
+    ("loop-no-reasoning", "non-stream"),
+    ("load", "stream"),
+    ("budget", "non-stream"),
+}  # what full adds in one mode (verify/agentic.py, load.py, budget.py)
+
+
 def _failed(report: VerifyReport, probe: str, mode: str | None) -> list:
     return [p for p in report.probes if p.probe == probe and (mode is None or p.mode == mode) and not p.passed]
 
@@ -74,8 +85,10 @@ def test_correct_variants_pass_the_full_suite(mode: str) -> None:
     assert [p.to_dict()["findings"] for p in report.probes if not p.passed] == []
     assert report.exit_code == 0 and report.status == "pass"
     assert {(p.probe, p.mode) for p in report.probes} == {
-        (n, m) for n in ("tool", "reasoning", "instant", "parallel", "tool-result") for m in ("non-stream", "stream")
-    } | {("large-argument", "stream")} | RAW_PATH
+        (n, m)
+        for n in ("tool", "reasoning", "instant", "parallel", "tool-result", "strict-tool", "loop")
+        for m in ("non-stream", "stream")
+    } | {("large-argument", "stream")} | RAW_PATH | AGENTIC_ONE_MODE
     assert report.model == "kimi-k2.5"
     assert report.server == {"tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2"}
 
@@ -106,13 +119,22 @@ def test_model_noise_gets_one_more_try_and_server_faults_do_not() -> None:
         ("parallel", 2),
         ("tool-result", 1),
         ("large-argument", 2),
+        ("instant-effort", 1),
+        ("instant-moonshot", 1),
+        ("strict-tool", 2),
+        ("strict-parallel", 2),
+        ("loop", 2),
+        ("loop-parts", 2),
+        ("loop-no-reasoning", 2),
+        ("load", 2),
+        ("budget", 1),
     } | {(name, 1) for name, _ in RAW_PATH}
     with ContractServer("single-call") as srv:
         single = run_verify(srv.host, suite="full", timeout=TIMEOUT)
     assert [p.attempts for p in single.probes if p.probe == "parallel"] == [2, 2]
     with ContractServer("no-tool-parser") as srv:
         raw = run_verify(srv.host, timeout=TIMEOUT)
-        assert len(srv.requests) == 4
+        assert len(srv.requests) == 10  # quick's 10 probes; the loop stops at its first turn
     assert all(p.attempts == 1 for p in raw.probes)
 
 
@@ -128,17 +150,20 @@ def test_production_bug_names_both_parsers_and_the_profile_keys() -> None:
     assert "parsers.reasoning: kimi_k2" in reasoning.findings[0].fix
 
 
-def test_quick_suite_sends_no_template_kwargs_and_full_sends_them_only_where_needed() -> None:
+def test_template_kwargs_only_where_thinking_is_off() -> None:
     with ContractServer() as srv:
         run_verify(srv.host, suite="quick", timeout=TIMEOUT)
-        assert len(srv.requests) == 4
-        assert all("chat_template_kwargs" not in body for body in srv.requests)
+        assert len(srv.requests) == 11  # 10 probes, the loop's two turns
+        with_kwargs = [b for b in srv.requests if "chat_template_kwargs" in b]
+        assert len(with_kwargs) == 2  # instant + the budget
         srv.requests.clear()
         run_verify(srv.host, suite="full", timeout=TIMEOUT)
     with_kwargs = [b for b in srv.requests if "chat_template_kwargs" in b]
-    assert len(with_kwargs) == 3  # instant x 2 modes + the large argument
+    assert len(with_kwargs) == 4  # instant x 2 modes + the large argument + the budget
     assert all(b["chat_template_kwargs"] == {"thinking": False} for b in with_kwargs)
-    assert all(b["max_tokens"] >= 4096 and b["temperature"] <= 0.7 for b in srv.requests)
+    sized = [b for b in srv.requests if "max_completion_tokens" in b]
+    assert [b["max_completion_tokens"] for b in sized] == [262144 - 64 - 1024]
+    assert all(b["max_tokens"] >= 4096 and b["temperature"] <= 0.7 for b in srv.requests if b not in sized)
 
 
 def test_stalled_stream_fails_within_timeout() -> None:
@@ -232,6 +257,9 @@ def test_cli_json_report_is_stable(capsys) -> None:
         "warnings",
         "checks",
         "listeners",
+        "budget",
+        "thinking_off",
+        "concurrency",
     ]
     assert report["kind"] == "kimi-serve-verify" and report["version"] == 1
     assert report["status"] == "fail" and report["exit_code"] == 1
@@ -253,7 +281,7 @@ def test_cli_plain_lines_when_not_a_terminal(capsys) -> None:
     out = capsys.readouterr().out
     assert code == 1
     assert "FAIL tool non-stream" in out and "arguments are not JSON" in out and "PASS reasoning stream" in out
-    assert out.strip().splitlines()[-1] == "verify: contract VIOLATED (2 of 4 probes failed)"
+    assert out.strip().splitlines()[-1] == "verify: contract VIOLATED (4 of 10 probes failed)"  # tool, strict, loop
 
 
 def test_cli_pass_exit_0_and_key_from_env(capsys, monkeypatch) -> None:
@@ -262,7 +290,7 @@ def test_cli_pass_exit_0_and_key_from_env(capsys, monkeypatch) -> None:
         code = main(["verify", "--host", srv.host.replace("127.0.0.1", "0.0.0.0"), "--timeout", "20"])
     captured = capsys.readouterr()
     assert code == 0, captured.out
-    assert "contract holds (4/4" in captured.out
+    assert "contract holds (10/10" in captured.out
     assert "env-key-123" not in captured.out + captured.err
 
 
@@ -331,7 +359,7 @@ def test_sse_framings_fail_in_quick_exactly_where_the_sdk_fails(mode: str) -> No
     with ContractServer(mode) as srv:
         sdk = {"tool": _sdk_streams_it(srv.host, True), "reasoning": _sdk_streams_it(srv.host, False)}
         report = run_verify(srv.host, suite="quick", timeout=TIMEOUT)
-    streamed = {p.probe: p for p in report.probes if p.mode == "stream"}
+    streamed = {p.probe: p for p in report.probes if p.mode == "stream" and p.probe in sdk}
     assert {name: p.passed for name, p in streamed.items()} == sdk, [p.to_dict() for p in streamed.values()]
     assert sdk["tool"] == (mode in CORRECT_MODES)
     assert all(p.findings[0].code == "stream_sse_field" for p in streamed.values() if not p.passed)

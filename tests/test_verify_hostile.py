@@ -99,7 +99,7 @@ def test_a_trickling_server_cannot_hold_verify_past_the_deadline(mode: str, loop
     assert took < timeout + SLACK, took
     chat = [p for p in report.probes if p.probe != "raw"]
     assert chat and all(p.findings and p.findings[0].code in ("timeout", "too_slow") for p in chat), [
-        (p.name, p.mode, p.findings) for p in chat
+        (p.probe, p.mode, p.findings) for p in chat
     ]
 
 

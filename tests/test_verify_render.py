@@ -32,7 +32,7 @@ def test_table_has_probe_by_mode_rows_and_the_fixes() -> None:
     assert any(
         line.startswith("reasoning/stream: content is empty") and "(fix: keep `</think>`" in line for line in lines
     )
-    assert lines[-1] == "verify: contract VIOLATED (2 of 4 probes failed)"
+    assert lines[-1] == "verify: contract VIOLATED (3 of 10 probes failed)"  # reasoning x 2, the loop's answer
 
 
 def test_progress_prints_each_phase_once(capsys) -> None:

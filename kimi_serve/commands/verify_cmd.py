@@ -63,8 +63,8 @@ def verify(
     suite: Suite = typer.Option(
         Suite(QUICK),
         "--suite",
-        help="quick: tool + reasoning; full adds instant, parallel, "
-        "tool-result, 8 KB argument, raw + lossless; raw: /generate only (docs/raw-path.md).",
+        help="quick: tool, reasoning, thinking off, strict tools, the tool loop, the budget; full adds "
+        "parallel, tool-result, 8 KB argument, more loops, load, raw + lossless; raw: /generate only.",
     ),
     expect_listener: list[int] = typer.Option(
         [],
@@ -76,6 +76,13 @@ def verify(
         "e.g. a separate metrics or multi-node port).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Write the JSON report (docs/verify.md) to stdout."),
+    concurrency: int | None = typer.Option(
+        None,
+        "--concurrency",
+        min=0,
+        max=64,
+        help="The load probe's concurrent streamed tool calls (default 8 in full, off in quick; 0: off).",
+    ),
     max_tokens: int | None = typer.Option(
         None, "--max-tokens", min=16, help="Cap each probe's max_tokens (monitoring keeps checks light)."
     ),
@@ -133,6 +140,7 @@ def verify(
             suite=suite.value,
             max_tokens=max_tokens,
             expected_ports=tuple(expect_listener),
+            concurrency=concurrency,
         )
     host = host or "127.0.0.1:30000"
     target = parse_target(host)
@@ -155,6 +163,7 @@ def verify(
             progress=progress,
             key_source=key.source,
             expected_ports=tuple(expect_listener),
+            concurrency=concurrency,
         )
     else:
         report = run_verify(
@@ -168,6 +177,7 @@ def verify(
             progress=progress,
             max_tokens=max_tokens,
             expected_ports=tuple(expect_listener),
+            concurrency=concurrency,
         )
     if as_json:
         typer.echo(report.to_json())

@@ -61,6 +61,7 @@ def run_monitored(
     progress: Progress | None = None,
     key_source: str | None = None,
     expected_ports: tuple[int, ...] = (),
+    concurrency: int | None = None,
 ) -> VerifyReport:
     target = parse_target(host)
     lock = monitoring.lock_target()
@@ -77,6 +78,7 @@ def run_monitored(
             max_tokens=max_tokens,
             key_source=key_source,
             expected_ports=expected_ports,
+            concurrency=concurrency,
         )
         finished = time.time()
         labels = {"profile": monitoring.profile, "endpoint": target.base_url}

@@ -40,6 +40,9 @@ def _parser_note(server: dict[str, Any], key: str) -> str:
     return f"; the server reports {key}={server[key]!r}" if server[key] else f"; the server reports no {key}"
 
 
+parser_note = _parser_note  # for the agentic rules (verify/agent_rules.py)
+
+
 # --- transport and HTTP -------------------------------------------------------------------------------------------
 
 

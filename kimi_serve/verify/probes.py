@@ -42,15 +42,16 @@ WRITE_FILE = {
 }
 
 
-def _tool(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
+def tool_spec(name: str, description: str, schema: dict[str, Any], *, strict: bool = False) -> dict[str, Any]:
+    function = {"name": name, "description": description, "parameters": schema}
+    return {"type": "function", "function": {**function, "strict": True} if strict else function}
 
 
 WEATHER_TOOLS = [
-    _tool("get_weather", "Current weather for a city.", WEATHER),
-    _tool("get_time", "Current local time in a time zone.", CLOCK),
+    tool_spec("get_weather", "Current weather for a city.", WEATHER),
+    tool_spec("get_time", "Current local time in a time zone.", CLOCK),
 ]
-FILE_TOOLS = [_tool("write_file", "Write text to a file, replacing it.", WRITE_FILE)]
+FILE_TOOLS = [tool_spec("write_file", "Write text to a file, replacing it.", WRITE_FILE)]
 WEATHER_RESULT = '{"city": "Paris", "temperature_c": 18, "condition": "sunny"}'
 
 
@@ -71,6 +72,10 @@ class Probe:
     tools: tuple[dict[str, Any], ...] = ()
     template_kwargs: dict[str, Any] | None = None
     max_tokens: int = MAX_TOKENS
+    extra: tuple[tuple[str, Any], ...] = ()  # more request fields, as a client sends them (verify/agentic.py)
+    # a second turn built from this one's answer (the tool loop, verify/agentic.py); None when the answer cannot
+    # be replayed (no parsed call), so this probe's own rules judge it
+    follow_up: Callable[[Answer], Probe | None] | None = None
 
     def body(self, model: str, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -85,10 +90,11 @@ class Probe:
             body["tool_choice"] = "auto"
         if self.template_kwargs is not None:
             body["chat_template_kwargs"] = self.template_kwargs
+        body.update(self.extra)
         return body
 
 
-def _tool_check(tools: list[dict[str, Any]], min_calls: int = 1) -> Callable[[Answer, dict[str, Any]], list[Finding]]:
+def tool_check(tools: list[dict[str, Any]], min_calls: int = 1) -> Callable[[Answer, dict[str, Any]], list[Finding]]:
     schemas = _schemas(tools)
 
     def check(answer: Answer, server: dict[str, Any]) -> list[Finding]:
@@ -112,7 +118,7 @@ def _sequence_gap(text: str) -> str | None:
 
 
 def _large_arg_check(answer: Answer, server: dict[str, Any]) -> list[Finding]:
-    found = _tool_check(FILE_TOOLS)(answer, server)
+    found = tool_check(FILE_TOOLS)(answer, server)
     if found:
         return found
     arguments = answer.tool_calls[0].arguments or ""
@@ -154,7 +160,7 @@ def _second_turn_check(answer: Answer, server: dict[str, Any]) -> list[Finding]:
 TOOL = Probe(
     "tool",
     _user("What is the weather in Paris right now? Use the get_weather tool."),
-    _tool_check(WEATHER_TOOLS),
+    tool_check(WEATHER_TOOLS),
     tools=tuple(WEATHER_TOOLS),
 )
 REASONING = Probe("reasoning", _user("What is 17 * 23? Think it through, then give the number."), _reasoning_check)
@@ -169,7 +175,7 @@ PARALLEL = Probe(
     _user(
         "What is the weather in Paris and in Tokyo? Call get_weather once for each city, both calls in this one turn."
     ),
-    _tool_check(WEATHER_TOOLS, min_calls=2),
+    tool_check(WEATHER_TOOLS, min_calls=2),
     tools=tuple(WEATHER_TOOLS),
 )
 SECOND_TURN = Probe(

@@ -95,6 +95,9 @@ class VerifyReport:
     warnings: list[Finding] = field(default_factory=list)  # faults that do not break the contract (e.g. a key leak)
     checks: list[Finding] = field(default_factory=list)  # least privilege (verify/privilege.py): pass/warn/fail/skip
     listeners: list[Any] | None = None  # verify.listeners.Listener of the server's process tree; None: not checked
+    budget: Any = None  # verify.budget.Budget: the served context and output limits; None: not checked
+    thinking_off: dict[str, str] = field(default_factory=dict)  # dialect -> honoured / ignored / unknown
+    concurrency: int = 0  # the load probe's concurrent streams (0: not run)
 
     @property
     def exit_code(self) -> int:
@@ -138,6 +141,9 @@ class VerifyReport:
             "warnings": [finding_json(f) for f in self.warnings],
             "checks": [{"status": c.status, **finding_json(c)} for c in self.checks],
             "listeners": [lst.to_json() for lst in self.listeners] if self.listeners is not None else None,
+            "budget": self.budget.to_dict() if self.budget is not None else None,
+            "thinking_off": self.thinking_off or None,
+            "concurrency": self.concurrency or None,
         }
 
     def to_json(self) -> str:

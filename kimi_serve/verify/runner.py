@@ -10,10 +10,14 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any
 
-from kimi_serve.core.findings import Finding
-from kimi_serve.core.suites import QUICK
+from kimi_serve.core.findings import WARN, Finding
+from kimi_serve.core.suites import FULL, QUICK
 from kimi_serve.verify import diagnose as dx
+from kimi_serve.verify import load as load_probe
+from kimi_serve.verify.agent_rules import honoured
+from kimi_serve.verify.agentic import DIALECT_PROBES, REPLAYS, agentic_probes
 from kimi_serve.verify.answer import Answer, answer_from_json
+from kimi_serve.verify.budget import check_budget
 from kimi_serve.verify.leaks import server_info_leaks
 from kimi_serve.verify.probes import STREAM, Probe
 from kimi_serve.verify.probes import suite as suite_probes
@@ -39,6 +43,7 @@ MODEL_NOISE = frozenset(
         "argument_corrupt",
         "unexpected_tool_call",
         "length",
+        "strict_call_dropped",
     }
 )
 _GRACE = 2.0  # each request ends by the deadline on its own; this only bounds the join
@@ -53,6 +58,7 @@ class _Outcome:
     unreachable: bool = False
     model_404: bool = False
     attempts: int = 1
+    judged_by: Probe | None = None  # the follow-up turn whose answer this is (a tool loop), else the probe itself
 
 
 def _get_json(
@@ -146,17 +152,40 @@ def _call(
     return _Outcome(answer_from_json(data), latency)
 
 
+def _exchange(
+    target: Target, probe: Probe, mode: str, model: str, api_key: str | None, deadline: float, timeout: float
+) -> _Outcome:
+    """One call; for a tool loop (``probe.follow_up``) the second turn too, built from the first answer."""
+    first = _call(target, probe, mode, model, api_key, deadline, timeout)
+    if probe.follow_up is None or first.answer is None or first.answer.problems:
+        return first
+    if any(f.status != WARN for f in probe.check(first.answer, {})):
+        return first  # an agent stops here too: the first turn's rules say why
+    follow = probe.follow_up(first.answer)
+    if follow is None:
+        return first
+    follow = dataclasses.replace(follow, modes=probe.modes, max_tokens=probe.max_tokens)
+    second = _call(target, follow, mode, model, api_key, deadline, timeout)
+    second.latency_s += first.latency_s
+    second.judged_by = follow
+    if second.failure is not None:
+        how = f" ({REPLAYS[probe.name].label})" if probe.name in REPLAYS else ""
+        failure = second.failure
+        second.failure = problem(failure.code, f"follow-up turn{how}: {failure.message}", failure.fix)
+    return second
+
+
 def _attempt(
     target: Target, probe: Probe, mode: str, model: str, api_key: str | None, deadline: float, timeout: float
 ) -> _Outcome:
-    """One call, and a second one when the first answer failed only in ways a sampling model can."""
-    first = _call(target, probe, mode, model, api_key, deadline, timeout)
+    """One exchange, and a second one when the first answer failed only in ways a sampling model can."""
+    first = _exchange(target, probe, mode, model, api_key, deadline, timeout)
     if first.answer is None or first.answer.problems:
         return first
-    codes = {f.code for f in probe.check(first.answer, {})}
+    codes = {f.code for f in (first.judged_by or probe).check(first.answer, {}) if f.status != WARN}
     if not codes or not codes <= MODEL_NOISE or time.monotonic() >= deadline:
         return first
-    second = _call(target, probe, mode, model, api_key, deadline, timeout)
+    second = _exchange(target, probe, mode, model, api_key, deadline, timeout)
     second.latency_s += first.latency_s
     second.attempts = 2
     return second
@@ -164,10 +193,11 @@ def _attempt(
 
 def judge(probe: Probe, answer: Answer, server: dict[str, Any]) -> tuple[tuple[Finding, ...], tuple[Finding, ...]]:
     """(failures, warnings) for one answer: its wire problems, then the probe's rules when the answer arrived whole."""
-    findings = list(answer.problems)
+    findings, warnings = list(answer.problems), list(answer.warnings)
     if {f.code for f in findings} <= _COMPLETE_DESPITE:  # judge the content only when the answer arrived whole
-        findings += probe.check(answer, server)
-    return tuple(dict.fromkeys(findings)), tuple(dict.fromkeys(answer.warnings))
+        for f in probe.check(answer, server):
+            (warnings if f.status == WARN else findings).append(f)
+    return tuple(dict.fromkeys(findings)), tuple(dict.fromkeys(warnings))
 
 
 def _result(probe: Probe, mode: str, outcome: _Outcome, server: dict[str, Any]) -> ProbeResult:
@@ -176,8 +206,31 @@ def _result(probe: Probe, mode: str, outcome: _Outcome, server: dict[str, Any]) 
         return ProbeResult(
             probe.name, mode, outcome.latency_s, (failure,), unreachable=outcome.unreachable, attempts=outcome.attempts
         )
-    failures, warnings = judge(probe, outcome.answer, server)
+    failures, warnings = judge(outcome.judged_by or probe, outcome.answer, server)
     return ProbeResult(probe.name, mode, outcome.latency_s, failures, attempts=outcome.attempts, warnings=warnings)
+
+
+def _outcome(future: Future[_Outcome], timeout: float) -> _Outcome:
+    if future.done():
+        return future.result()
+    late = problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log")
+    return _Outcome(None, timeout, late)
+
+
+def _timed_out(name: str, timeout: float) -> ProbeResult:
+    return ProbeResult(
+        name, "non-stream", timeout, (problem("timeout", f"no answer within --timeout {timeout:g}s", "read the log"),)
+    )
+
+
+def _dialects(results: list[ProbeResult]) -> dict[str, str]:
+    """Which thinking-off dialect the server honours, from the probes that tried each (all their modes)."""
+    out = {}
+    for dialect, name in DIALECT_PROBES.items():
+        tried = [f for p in results if p.probe == name for f in (*p.findings, *p.warnings)]
+        if any(p.probe == name for p in results):
+            out[dialect] = honoured(tuple(tried))
+    return out
 
 
 def _name_key_source(finding: Finding, source: str) -> Finding:
@@ -200,6 +253,7 @@ def run_verify(
     max_tokens: int | None = None,
     expected_ports: tuple[int, ...] = (),
     limits: Limits = LIMITS,
+    concurrency: int | None = None,
 ) -> VerifyReport:
     """Check that the server at ``target`` keeps the Kimi API contract; never prints, never raises for server faults.
 
@@ -208,12 +262,17 @@ def run_verify(
     (:attr:`kimi_serve.verify.target.ApiKey.source`; default "caller" when a key is given, else "none").
     ``max_tokens`` caps every probe's max_tokens (monitoring keeps runs light). After the probes come the
     least-privilege checks (admin endpoints, stray listeners; ``expected_ports``: listeners beyond loopback besides
-    the API port that are fine). ``limits``: what verify reads at most (transport.Limits). The report's
+    the API port that are fine). ``limits``: what verify reads at most (transport.Limits). ``concurrency``: the load
+    probe's N concurrent streams (default 8 in ``full``, none in the other suites; 0 leaves it out). The report's
     ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
+    if concurrency is None:
+        concurrency = load_probe.DEFAULT_CONCURRENCY if suite == FULL else 0
     with read_limits(limits):  # what the whole run may read
-        return _run(target, api_key, model, wait, timeout, suite, progress, key_source, max_tokens, expected_ports)
+        return _run(
+            target, api_key, model, wait, timeout, suite, progress, key_source, max_tokens, expected_ports, concurrency
+        )
 
 
 def _run(
@@ -227,8 +286,9 @@ def _run(
     key_source: str | None,
     max_tokens: int | None,
     expected_ports: tuple[int, ...],
+    concurrency: int,
 ) -> VerifyReport:
-    probes = suite_probes(suite)
+    probes = suite_probes(suite) + agentic_probes(suite)
     if max_tokens is not None:
         probes = tuple(dataclasses.replace(p, max_tokens=min(p.max_tokens, max_tokens)) for p in probes)
     started = time.monotonic()
@@ -255,7 +315,8 @@ def _run(
     deadline = time.monotonic() + timeout
     served: list[str] | None = None
     calls = [(p, m) for p in probes for m in p.modes]
-    with ThreadPoolExecutor(max_workers=len(calls) + 5, thread_name_prefix="verify") as pool:
+    loads = load_probe.streams(concurrency if probes else 0, max_tokens)
+    with ThreadPoolExecutor(max_workers=len(calls) + len(loads) + 8, thread_name_prefix="verify") as pool:
         info_future = pool.submit(_server_info, target, deadline, api_key)
         leak_future = pool.submit(server_info_leaks, target, deadline, api_key)
         if model is None:
@@ -277,21 +338,29 @@ def _run(
         futures: list[Future[_Outcome]] = [
             pool.submit(_attempt, target, p, m, model, api_key, deadline, timeout) for p, m in calls
         ]
+        load_futures = [pool.submit(_attempt, target, p, STREAM, model, api_key, deadline, timeout) for p in loads]
+        budget_future = (
+            pool.submit(check_budget, target, model, api_key, deadline, timeout, send=max_tokens is None)
+            if probes
+            else None
+        )
         extras = raw_calls(suite, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout)
         extra_futures = [pool.submit(fn) for _, _, fn in extras]
-        pending: list[Future[Any]] = [*futures, *extra_futures, info_future, leak_future]
+        from kimi_serve.verify.parser_faults import parser_checks
+        from kimi_serve.verify.privilege import privilege_checks
+
+        # least privilege and the parser faults: beside the probes (no model answer needed), each within 5 s
+        checks_by = max(deadline, time.monotonic() + POLL_TIMEOUT)
+        privilege_future = pool.submit(privilege_checks, target, api_key, checks_by, expected_ports)
+        parser_future = pool.submit(parser_checks, target, api_key, checks_by)
+        pending: list[Future[Any]] = [*futures, *load_futures, *extra_futures, info_future, leak_future]
+        pending += [budget_future] if budget_future else []
         wait_futures(pending, timeout=max(0.0, deadline - time.monotonic()) + _GRACE)
         server = info_future.result() if info_future.done() else {}
         leaks = leak_future.result() if leak_future.done() else []
         report.server = server
         for (probe, mode), future in zip(calls, futures, strict=True):
-            outcome = (
-                future.result()
-                if future.done()
-                else _Outcome(
-                    None, timeout, problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log")
-                )
-            )
+            outcome = _outcome(future, timeout)
             if outcome.failure is not None:
                 outcome.failure = _name_key_source(outcome.failure, report.key_source)
             result = _result(probe, mode, outcome, server)
@@ -303,6 +372,18 @@ def _run(
                     probe.name, mode, result.latency_s, (dx.model_not_found(model, served),), attempts=result.attempts
                 )
             report.probes.append(result)
+        if loads:
+            alone = [p.passed for p in report.probes if (p.probe, p.mode) == ("tool", STREAM)]
+            outcomes = [_outcome(f, timeout) for f in load_futures]
+            loaded = [_result(p, STREAM, o, server) for p, o in zip(loads, outcomes, strict=True)]
+            report.probes.append(load_probe.aggregate(loaded, alone[0] if alone else None))
+            report.concurrency = len(loads)
+        if budget_future is not None:
+            report.budget, budget_result = (
+                budget_future.result() if budget_future.done() else (None, _timed_out("budget", timeout))
+            )
+            report.probes.append(budget_result)
+        report.thinking_off = _dialects(report.probes)
         for (probe, mode, _), extra in zip(extras, extra_futures, strict=True):
             report.probes.append(
                 extra.result()
@@ -314,12 +395,8 @@ def _run(
                     (problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"),),
                 )
             )
-    from kimi_serve.verify.parser_faults import parser_checks
-    from kimi_serve.verify.privilege import privilege_checks
-
-    tail = max(deadline, time.monotonic() + POLL_TIMEOUT)  # one end for every check after the probes
-    report.checks, report.listeners = privilege_checks(target, api_key, tail, expected_ports)
-    report.checks += parser_checks(target, api_key, tail)
+    report.checks, report.listeners = privilege_future.result()
+    report.checks += parser_future.result()
     report.checks += leaks  # a key handed to clients: a least-privilege FAIL (verify/leaks.py)
     report.elapsed_s = time.monotonic() - started
     return report
