@@ -27,6 +27,7 @@ from typing import Any
 
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.faults import checkpoint
+from kimi_serve.core.files import create_new
 from kimi_serve.service import account
 from kimi_serve.service.state import UNIT_DIR, ServicePaths, read_record, write_atomic
 from kimi_serve.service.systemctl import Systemd
@@ -146,7 +147,7 @@ def _write_journal(path: Path, text: str) -> None:
     :func:`recover` removes (nothing had changed yet)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = create_new(tmp)  # a link planted at the temp name is removed, never written through
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()

@@ -227,6 +227,13 @@ def _installed(paths: ServicePaths) -> bool:
     return any(_unit_path(paths, n).exists() for n in monitor_names(paths.unit))
 
 
+def written(monitor: MonitorUnits | None, paths: ServicePaths) -> list[Path]:
+    """What :func:`write_monitor` writes or creates under the root."""
+    if monitor is None:
+        return []
+    return [*(_unit_path(paths, u.name) for u in monitor.files), *(paths.under_root(d) for d in monitor.writable)]
+
+
 def write_monitor(monitor: MonitorUnits | None, paths: ServicePaths, add: Step) -> None:
     """Write the units (before daemon-reload); an alert template the operator replaced is kept."""
     if monitor is None:

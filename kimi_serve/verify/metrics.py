@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.files import write_atomic
+from kimi_serve.core.files import open_lock, write_atomic
 from kimi_serve.verify.report import VerifyReport
 
 PREFIX = "kimi_serve_contract"
@@ -176,7 +176,7 @@ def run_lock(path: Path) -> Iterator[None]:
     lock = lock_file(path)
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
-        f: IO[str] = open(lock, "a+", encoding="utf-8")  # noqa: SIM115 - held for the block
+        f: IO[str] = open_lock(lock)  # a link planted in the textfile folder is refused, never truncated
     except OSError as exc:
         raise KimiServeError(
             f"cannot open the lock {lock}: {exc.strerror or exc}",
