@@ -150,7 +150,10 @@ def _save_traceback(args: list[str]) -> str:
     for folder in (state_root() / "crash", Path(tempfile.gettempdir())):
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_text(text, encoding="utf-8")
+            # a new file of its own (O_EXCL, O_NOFOLLOW): a link planted at the name in the temp dir is not followed
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            with os.fdopen(os.open(folder / name, flags, 0o600), "w", encoding="utf-8") as f:
+                f.write(text)
             return str(folder / name)
         except OSError:
             continue

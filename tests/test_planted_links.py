@@ -12,6 +12,7 @@ that become paths are refused before anything is touched.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -147,3 +148,54 @@ def test_unit_names_that_are_not_one_path_component_touch_nothing(cli, root: Pat
             _one_line_error(r.err, "--unit-name", "invalid unit name")
             assert r.out == "", (command, name, r.out)
     assert _tree(root) == before  # last-good.json, the working directory, the units: all still there
+
+
+@pytest.mark.usefixtures("systemd_tools")
+def test_no_journal_or_record_is_written_through_a_link_out_of_the_root(
+    cli, root: Path, profile: Path, tmp_path: Path
+) -> None:
+    """The records' folder a link out of R: refused at the plan (exit 5), before the intent journal beside it."""
+    out = _outside(tmp_path)
+    (root / "var/lib/kimi-serve").mkdir(parents=True)
+    (root / "var/lib/kimi-serve/service").symlink_to(out)
+    outside, inside = _tree(out), _tree(root)
+    r = cli("install-service", "--profile", str(profile), "--root", str(root))
+    assert r.code == ExitCode.ENVIRONMENT, (r.code, r.out, r.err)
+    _one_line_error(r.err, "var/lib/kimi-serve/service", "outside")
+    assert _tree(out) == outside and _tree(root) == inside
+    r = cli("uninstall-service", "--root", str(root))
+    assert r.code == ExitCode.ENVIRONMENT and _tree(out) == outside, (r.code, r.out, r.err)
+
+
+@pytest.mark.usefixtures("systemd_tools")
+@pytest.mark.parametrize("field", ["files", "secret", "created_dirs"])
+def test_a_journal_planted_in_a_scratch_root_rolls_back_nothing_outside(
+    cli, root: Path, profile: Path, tmp_path: Path, field: str
+) -> None:
+    """A scratch root's intent journal is its owner's to write: recovery (as root) refuses one naming a path that
+    leaves the root or is not one of the unit's files, and changes nothing."""
+    out = _outside(tmp_path)
+    escape = "../outside/secret.yaml"
+    intent = {"op": "install-service", "unit": "sglang-kimi.service", "files": {}, "created_dirs": []}
+    if field == "files":
+        intent["files"] = {escape: {"text": "owned\n", "mode": 0o644}}
+    elif field == "secret":
+        intent["secret"] = escape
+    else:
+        intent["created_dirs"] = ["../outside"]
+        (out / "secret.yaml").unlink()  # an empty folder rmdir would remove
+    journal = root / "var/lib/kimi-serve/service/.sglang-kimi.intent.json"
+    journal.parent.mkdir(parents=True)
+    journal.write_text(json.dumps(intent))
+    outside = _tree(out)
+    r = cli("install-service", "--profile", str(profile), "--root", str(root))
+    assert r.code == ExitCode.ENVIRONMENT, (r.code, r.out, r.err)
+    _one_line_error(r.err, "journal", "refusing to roll back")
+    assert _tree(out) == outside and journal.exists()
+
+
+def test_check_fails_on_a_unit_name_that_is_not_one(cli) -> None:
+    for name in ("..", ".", "-x", "a/b"):
+        r = cli("check", "--profile", "sim", "--set", f"service.unit_name={name}")
+        assert r.code == ExitCode.USAGE, (name, r.code, r.out)
+        assert "FAIL [rules] --set: service.unit_name: invalid unit name" in r.out, r.out

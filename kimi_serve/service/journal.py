@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.files import create_new
 from kimi_serve.service import account
@@ -72,18 +72,38 @@ def _missing_dirs(paths: ServicePaths, leaves: list[Path]) -> list[str]:
     return sorted(set(out), key=lambda s: -s.count("/"))  # deepest first, for rmdir
 
 
-def snapshot(
-    paths: ServicePaths, op: str, *, secret: Path | None, workdir: Path | None, user: tuple[str, Path] | None = None
-) -> dict[str, Any]:
-    files: dict[str, Any] = {}
-    for p in (
+def _journalled_files(paths: ServicePaths) -> list[Path]:
+    return [
         paths.unit_file,
         paths.previous_unit,
         paths.last_good_unit,
         paths.last_good_record,
         paths.last_verify_record,
         *_monitor_files(paths),
-    ):
+    ]
+
+
+def _inside(paths: ServicePaths, rel: str, files: bool = False) -> None:
+    """The journal's ``rel``, a path under the root, refused (exit 5) unless it is a plain relative path there,
+    reached without a link out of the root, and (``files``) one of the files a change of this unit journals: a
+    scratch ``--root``'s journal is its owner's to write, so recovery, as root, writes and removes nothing else."""
+    target = paths.root / rel if isinstance(rel, str) else None
+    known = target is not None and (not files or target in _journalled_files(paths))
+    if not known or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise KimiServeError(
+            f"the journal names {rel!r}, not a path of this unit under {paths.root}: refusing to roll back through it",
+            where=str(intent_path(paths)),
+            hint=f"inspect it and remove it (rm {intent_path(paths)}), then run the command again",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
+    paths.refuse_escape(paths.root / rel)
+
+
+def snapshot(
+    paths: ServicePaths, op: str, *, secret: Path | None, workdir: Path | None, user: tuple[str, Path] | None = None
+) -> dict[str, Any]:
+    files: dict[str, Any] = {}
+    for p in _journalled_files(paths):
         try:
             files[_rel(paths, p)] = {"text": p.read_text(encoding="utf-8"), "mode": p.stat().st_mode & 0o7777}
         except FileNotFoundError:
@@ -185,6 +205,10 @@ def recover(paths: ServicePaths, systemd: Systemd) -> str | None:
     if intent.get("unreadable"):  # killed while the journal itself was written: nothing had changed yet
         intent_path(paths).unlink(missing_ok=True)
         return None
+    for rel in intent.get("files", {}):  # every path it names, before anything is changed
+        _inside(paths, rel, files=True)
+    for rel in [*([intent["secret"]] if intent.get("secret") else []), *intent.get("created_dirs", [])]:
+        _inside(paths, rel)
     checkpoint("service.recover.start")
     if not intent.get("enabled") and wants_link(paths).is_symlink() and paths.unit_file.exists():
         systemd.disable(paths.unit)
@@ -213,7 +237,9 @@ def recover(paths: ServicePaths, systemd: Systemd) -> str | None:
             tmp.unlink(missing_ok=True)
         secret.unlink(missing_ok=True)
     created = intent.get("created_user")
-    if created:  # after the files the user owned (key file, folders below) are gone or back
+    # after the files the user owned (key file, folders below) are gone or back; a scratch root's journal removes
+    # an account of that root's own user database only
+    if created and (paths.root == Path("/") or Path(created["accounts_root"]) == paths.root):
         name, accounts_root = str(created["name"]), Path(created["accounts_root"])
         account.remove_created(name, accounts_root, systemd.runner, group=bool(created.get("group")))
         checkpoint("service.recover.user")
