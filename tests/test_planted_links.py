@@ -199,3 +199,60 @@ def test_check_fails_on_a_unit_name_that_is_not_one(cli) -> None:
         r = cli("check", "--profile", "sim", "--set", f"service.unit_name={name}")
         assert r.code == ExitCode.USAGE, (name, r.code, r.out)
         assert "FAIL [rules] --set: service.unit_name: invalid unit name" in r.out, r.out
+
+
+@pytest.mark.parametrize("aside", ["staging", "old"])
+def test_engine_install_never_renames_or_removes_through_a_link_beside_the_prefix(tmp_path: Path, aside: str) -> None:
+    """A link planted at the staging or the old venv's name (beside the prefix): refused, not removed through nor
+    renamed into the prefix (the units would run what it points to)."""
+    from kimi_serve.engine.install import Plan, _recover
+
+    out = _outside(tmp_path)
+    plan = Plan(tmp_path / "opt/venv", None, "uv", "uv", "python3", "3.11", (), None)  # type: ignore[arg-type]
+    plan.prefix.parent.mkdir(parents=True)
+    (plan.staging if aside == "staging" else plan.old).symlink_to(out)
+    outside = _tree(out)
+    with pytest.raises(KimiServeError) as err:
+        _recover(plan)
+    assert err.value.exit_code == ExitCode.ENVIRONMENT and "symbolic link" in err.value.one_line()
+    assert _tree(out) == outside and not os.path.lexists(plan.prefix)
+
+
+def _patch_journal(folder: Path) -> Path:
+    from kimi_serve.patches.journal import write_json_durably
+
+    write_json_durably(folder / "intent.json", {"op": "apply"})
+    return folder / ".intent.json.tmp"
+
+
+def _patch_backup(folder: Path) -> Path:
+    from kimi_serve.patches.files import Content
+    from kimi_serve.patches.state import write_backups
+
+    write_backups(folder, {"sglang/x.py": Content(b"original\n", 0o644)})
+    return folder / "sglang/x.py"
+
+
+def _service_journal(folder: Path) -> Path:
+    from kimi_serve.service.journal import _write_journal
+
+    _write_journal(folder / "unit.intent.json", "{}\n")
+    return folder / f".unit.intent.json.{os.getpid()}.tmp"
+
+
+@pytest.mark.parametrize("writer", [_patch_journal, _patch_backup, _service_journal])
+def test_journals_and_backups_are_new_files_never_written_through_a_link(
+    tmp_path: Path, writer: Callable[[Path], Path]
+) -> None:
+    """The temporary file of a journal, a patch backup: a link planted at its (predictable) name is replaced by a
+    new file, and what it pointed to keeps its bytes."""
+    target = tmp_path / "private"
+    target.write_text(SECRET)
+    target.chmod(0o600)
+    folder = tmp_path / "state"
+    planted = writer(tmp_path / "probe")  # where this writer puts it
+    planted = folder / planted.relative_to(tmp_path / "probe")
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.symlink_to(target)
+    writer(folder)
+    assert target.read_text() == SECRET and target.stat().st_mode & 0o777 == 0o600
