@@ -256,3 +256,19 @@ def test_journals_and_backups_are_new_files_never_written_through_a_link(
     planted.symlink_to(target)
     writer(folder)
     assert target.read_text() == SECRET and target.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("name", ["/", ".", "..", "", "{folder}"])
+def test_a_metrics_file_that_names_a_folder_is_exit_2_creating_nothing(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """`--metrics-file` names the textfile and, beside it, its lock: a folder (``/``, ``.``, ``..``, empty, a
+    directory) is one line, exit 2, and no lock is created next to it (``..lock``, ``DIR.lock``)."""
+    work = tmp_path / "cwd"
+    (work / "folder").mkdir(parents=True)
+    monkeypatch.chdir(work / "folder")
+    before = _tree(tmp_path)
+    r = cli("verify", "--host", "127.0.0.1:9", "--wait", "0", "--metrics-file", name.format(folder=work / "folder"))
+    assert r.code == ExitCode.USAGE, (r.code, r.out, r.err)
+    _one_line_error(r.err, "--metrics-file", "names a folder")
+    assert _tree(tmp_path) == before

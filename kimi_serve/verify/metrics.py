@@ -172,7 +172,14 @@ def _holder(text: str) -> str:
 
 @contextlib.contextmanager
 def run_lock(path: Path) -> Iterator[None]:
-    """Hold the run lock of metrics file ``path``; exit 75 (the earlier run is still going) when it is held."""
+    """Hold the run lock of metrics file ``path``; exit 75 (the earlier run is still going) when it is held. A path
+    that names no file (``/``, ``.``, ``..``, a directory) is exit 2 before anything is created."""
+    if path.name in ("", ".", "..") or path.is_dir():
+        raise KimiServeError(
+            f"{path} names a folder, not a file (the metrics file and its .lock are written in a folder)",
+            where="--metrics-file",
+            hint="pass a file in node_exporter's textfile folder, e.g. /var/lib/prometheus/node-exporter/kimi.prom",
+        )
     lock = lock_file(path)
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
