@@ -272,3 +272,19 @@ def test_a_metrics_file_that_names_a_folder_is_exit_2_creating_nothing(
     assert r.code == ExitCode.USAGE, (r.code, r.out, r.err)
     _one_line_error(r.err, "--metrics-file", "names a folder")
     assert _tree(tmp_path) == before
+
+
+@pytest.mark.usefixtures("systemd_tools")
+def test_a_dangling_link_at_the_metrics_folder_is_refused_before_anything_is_written(
+    cli, root: Path, profile: Path
+) -> None:
+    """install-service creates the textfile folder when missing: a dangling link there is refused at the plan
+    (exit 5, one line), not created through nor a crash half-way."""
+    folder = root / "var/lib/prometheus/node-exporter"
+    folder.parent.mkdir(parents=True)
+    folder.symlink_to("missing")
+    before = _tree(root)
+    r = cli("install-service", "--profile", str(profile), "--root", str(root))
+    assert r.code == ExitCode.ENVIRONMENT, (r.code, r.out, r.err)
+    _one_line_error(r.err, str(folder), "does not exist")
+    assert _tree(root) == before

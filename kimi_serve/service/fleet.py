@@ -127,7 +127,7 @@ def plan_fleet(
     for m in members:
         paths = ServicePaths(root, m.unit.name)
         # nothing it writes (the journal beside the records too) may be reached through a link out of the root
-        paths.refuse_escape(paths.unit_file, paths.state_dir, *mon.written(monitor if m is front else None, paths))
+        mon.refuse_links(monitor if m is front else None, paths)
         refuse_foreign(paths)
         if m is front:
             mon.refuse_foreign_monitor(paths)
