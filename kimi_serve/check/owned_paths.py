@@ -7,11 +7,13 @@ symlinks resolved inside the install root.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from kimi_serve.core.errors import KimiServeError
-from kimi_serve.core.files import resolve_in
+from kimi_serve.core.files import link_refused, refuse_escape, resolve_in
 from kimi_serve.core.findings import FAIL, PASS, Finding
 from kimi_serve.core.settings import DEFAULT_STATE_ROOT, state_root
 from kimi_serve.profile.launch import Launch
@@ -56,17 +58,48 @@ def owned_path_problem(p: Profile, key: str, root: Path = Path("/")) -> str | No
     return None
 
 
+UNIT_STEM_MAX = 200  # systemd's names end at 255 characters: room for -router, -rN, -verify.timer
+UNIT_NAME_FIX = "use letters, digits and :_.- only, beginning with a letter or digit, e.g. sglang-kimi"
+_UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\-]+")  # systemd's unit-name characters, no '@' (templates)
+
+
+def unit_name_problem(name: str) -> str | None:
+    """Why ``name`` (a unit name without ``.service``) cannot name a unit, or None. systemd's rules (its characters,
+    not a template, not too long), and a plain path component that is no option: it names the unit file and the
+    records' folder (``var/lib/kimi-serve/service/NAME``, which uninstall removes), so ``.``, ``..``, a ``/`` or a
+    leading ``-`` or ``.`` would name another folder or read as an option to systemctl."""
+    if not name:
+        return "it is empty"
+    if len(name) > UNIT_STEM_MAX:
+        return f"it is longer than {UNIT_STEM_MAX} characters"
+    if not _UNIT_NAME.fullmatch(name):
+        return "it has a character other than letters, digits and :_.-"
+    if name.startswith((".", "-")):
+        return "it begins with '.' or '-' (a hidden file, '.', '..', or an option to systemctl)"
+    return None
+
+
 def owned_path_fix(key: str) -> str:
     default = SERVER_HOME if key == OWNED_KEYS[0] else f"{KEY_HOME}/secrets.yaml"
     return f"set {key} to a path of the service's own, e.g. {default} (service.user is made its owner)"
 
 
 def refuse_owned_paths(p: Profile, root: Path) -> None:
-    """install-service's guard: a one-line error (exit 2) before anything is written or chowned."""
+    """install-service's guard: a one-line error (exit 2) before anything is written or chowned; exit 5 when the
+    path under ``root`` is a symbolic link, or a link on the way leads out of ``root`` (root never follows one)."""
     for key in OWNED_KEYS:
         problem = owned_path_problem(p, key, root)
         if problem:
             raise KimiServeError(f"{problem}: service.user would own it", where=p.where(key), hint=owned_path_fix(key))
+    for key in OWNED_KEYS:
+        value = p.service.working_directory if key == OWNED_KEYS[0] else p.server.api_key_file
+        if not value:
+            continue
+        path = root / value.lstrip("/")
+        fix = f"remove the link, or set {key} to the real path (service.user is made its owner)"
+        refuse_escape(root, path, fix)
+        if path.is_symlink():
+            raise link_refused(path, f"{key} is a symbolic link (to {os.readlink(path)})", fix)
 
 
 def rule_owned_paths(p: Profile, _: Launch) -> Iterator[Finding]:
@@ -76,4 +109,8 @@ def rule_owned_paths(p: Profile, _: Launch) -> Iterator[Finding]:
             yield Finding(
                 "rules", key, FAIL, f"{problem}: service.user would own it", owned_path_fix(key), p.where(key)
             )
+    problem = unit_name_problem(p.service.unit_name.removesuffix(".service"))
+    if problem:
+        where = p.where("service.unit_name")
+        yield Finding("rules", "service.unit_name", FAIL, f"invalid unit name: {problem}", UNIT_NAME_FIX, where)
     yield Finding("rules", "owned_paths", PASS, "the service user owns only its own working directory and key file")

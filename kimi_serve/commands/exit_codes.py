@@ -21,7 +21,8 @@ EXIT_CODES: dict[str, str] = {
     "doctor": "0 no check failed (warnings allowed); 5 a check failed",
     "verify": (
         "0 contract holds; 1 contract violated (or the ready server answers errors); 3 unreachable or not "
-        "ready within --wait; 75 with --metrics-file: skipped, an earlier run is still checking and "
+        "ready within --wait; 5 --metrics-file cannot be written (its lock a link or hard link: refused, never "
+        "followed); 75 with --metrics-file: skipped, an earlier run is still checking and "
         "writing that file (the verify unit counts 75 as success). --profile of a replicated profile: the "
         "worst of the router and each replica (1 before 3)"
     ),
@@ -36,12 +37,14 @@ EXIT_CODES: dict[str, str] = {
     ),
     "install-service": (
         "0 installed (with --now: and verified; a deployment: every member); 1 check, key file or start "
-        "failed; 5 missing tool, foreign unit, not permitted, systemd not running here (nothing written); 70 "
+        "failed; 5 missing tool, foreign unit, not permitted, systemd not running here, a symbolic link where it "
+        "writes or chowns (the key file, the working directory) or one leading out of --root (nothing written); 70 "
         "(--now) kimi-serve's verify crashed: no "
         "verdict; 75 the lock of the target root is held (the host lock for /)"
     ),
     "uninstall-service": (
-        "0 removed (or nothing to remove); 5 missing tool, foreign unit, not permitted; 75 the lock of the "
+        "0 removed (or nothing to remove); 5 missing tool, foreign unit, not permitted, a link leading out of "
+        "--root; 75 the lock of the "
         "target root is held"
     ),
     "restart": (

@@ -150,7 +150,7 @@ def verify(
         from kimi_serve.service.monitor import Monitoring, run_monitored
         from kimi_serve.service.unit import unit_file_name
 
-        unit = unit_file_name(unit_name, "--unit-name") if unit_name else None
+        unit = unit_file_name(unit_name, "--unit-name") if unit_name is not None else None
         report = run_monitored(
             host,
             Monitoring(metrics_file, unit, profile, root),

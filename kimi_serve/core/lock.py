@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError, LockHeld
+from kimi_serve.core.files import open_lock
 from kimi_serve.core.settings import STATE_DIR_ENV, state_root
 
 LOCK_NAME = "host.lock"
@@ -146,7 +147,7 @@ def file_lock(
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        f: IO[str] = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the block
+        f: IO[str] = open_lock(path)  # never through a link planted at its name
     except OSError as exc:
         raise KimiServeError(
             f"cannot write the lock {path}: {exc.strerror or exc}", hint=cannot, exit_code=ExitCode.ENVIRONMENT

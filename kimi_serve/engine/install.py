@@ -36,6 +36,7 @@ from kimi_serve import __version__
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
+from kimi_serve.core.files import link_refused
 from kimi_serve.core.lock import directory_lock, file_lock
 from kimi_serve.core.settings import current
 from kimi_serve.engine import interpreter, locks, own
@@ -314,13 +315,15 @@ def _relocate(staging: Path, prefix: Path) -> None:
 
 
 def _recover(plan: Plan) -> None:
-    """Clear what a killed install left: a staging folder, or (killed between the renames) the old venv aside."""
+    """Clear what a killed install left: a staging folder, or (killed between the renames) the old venv aside. A link
+    planted at either name is refused (exit 5), never removed through nor renamed into the prefix."""
     moved = moved_link(plan.prefix)  # a link aside is never removed (nor followed): its owner decides
     if moved is not None:
         raise moved
-    if plan.staging.is_symlink():
-        plan.staging.unlink()
-    elif plan.staging.exists():
+    for aside in (plan.staging, plan.old):
+        if aside.is_symlink():
+            raise link_refused(aside, f"a symbolic link (to {os.readlink(aside)}) beside the engine", f"rm {aside}")
+    if plan.staging.exists():
         shutil.rmtree(plan.staging)
     if plan.old.exists():
         if not plan.prefix.exists():

@@ -24,6 +24,7 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
+from kimi_serve.core.files import create_new
 from kimi_serve.patches.files import Content, invalidate_bytecode, read_content, replace_all, sha256_file
 from kimi_serve.patches.manifest import PatchSet
 
@@ -44,7 +45,7 @@ def write_json_durably(path: Path, data: dict[str, Any]) -> None:
     """Temp file, fsync, rename, fsync of the folder: after a crash the file is the old one or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with os.fdopen(create_new(tmp, 0o644), "w", encoding="utf-8") as f:  # a link at the temp name: not followed
         f.write(json.dumps(data, indent=2) + "\n")
         f.flush()
         os.fsync(f.fileno())

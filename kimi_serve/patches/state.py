@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.files import create_new
 from kimi_serve.core.settings import state_root
 from kimi_serve.patches.files import (
     Content,
@@ -213,7 +214,8 @@ def write_backups(backup: Path, originals: dict[str, Content]) -> None:
     for rel, content in originals.items():
         target = backup / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "wb") as f:  # fsync'd: a crash recovery may need them after a power loss
+        # fsync'd: a crash recovery may need them after a power loss; a link at the name is replaced, not followed
+        with os.fdopen(create_new(target, 0o600), "wb") as f:
             f.write(content.data)
             f.flush()
             os.fsync(f.fileno())

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kimi_serve.core.accounts import Account, group_names, lookup, table
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.files import chown_nofollow
 from kimi_serve.core.proc import Runner
 
 ACCOUNT_TIMEOUT = 60.0
@@ -146,12 +147,13 @@ def remove_created(user: str, accounts_root: Path, runner: Runner, *, group: boo
 
 
 def hand_over(account: Account | None, paths: Iterable[Path]) -> list[str]:
-    """Make ``account`` the owner of each existing path (the key file, the working directory); not recursive."""
+    """Make ``account`` the owner of each existing path (the key file, the working directory); not recursive. The
+    path itself, never what a link there points to (exit 5 naming it: :func:`kimi_serve.core.files.chown_nofollow`)."""
     if account is None:
         return []
     done = []
     for path in paths:
-        if path.exists() and (path.stat().st_uid, path.stat().st_gid) != (account.uid, account.gid):
-            os.chown(path, account.uid, account.gid)
+        fix = "remove the link and set the profile's path to the real file or directory (service.user owns it)"
+        if os.path.lexists(path) and chown_nofollow(path, account.uid, account.gid, fix):
             done.append(f"chown {account.name} {path}")
     return done

@@ -125,6 +125,8 @@ def plan_fleet(
     monitor = None if front is None else mon.render_monitor(profile, front.launch, ctx, front.unit.name)
     for m in members:
         paths = ServicePaths(root, m.unit.name)
+        # nothing it writes (the journal beside the records too) may be reached through a link out of the root
+        mon.refuse_links(monitor if m is front else None, paths)
         refuse_foreign(paths)
         if m is front:
             mon.refuse_foreign_monitor(paths)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.core.files import open_lock
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic
 
 KEEP = 100
@@ -42,7 +43,7 @@ def read_history(paths: ServicePaths) -> list[dict[str, Any]]:
 @contextlib.contextmanager
 def _locked(paths: ServicePaths) -> Iterator[None]:
     paths.state_dir.mkdir(parents=True, exist_ok=True)
-    with open(paths.state_dir / (HISTORY + ".lock"), "a", encoding="utf-8") as f:
+    with open_lock(paths.state_dir / (HISTORY + ".lock")) as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

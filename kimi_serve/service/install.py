@@ -248,6 +248,7 @@ def write_unit(plan: Plan, systemd: Systemd, result: Result, environ: Mapping[st
     """Secret (if planned), working dir, unit file (keeping the previous one), daemon-reload, enable."""
     p, profile = plan.paths, plan.profile
     refuse_owned_paths(profile, p.root)  # again right before the chown, whatever the plan was built from
+    mon.refuse_links(plan.monitor, p)  # nothing written through a link out of the root
     checkpoint("service.write.start")
     user, roots = profile.service.user, account.roots(p.root, systemd.live, from_env(environ).accounts_root)
     owner, done = account.ensure(

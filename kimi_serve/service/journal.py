@@ -29,8 +29,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
+from kimi_serve.core.files import create_new
 from kimi_serve.service import account
 from kimi_serve.service.state import (
     STATE_DIR,
@@ -93,6 +94,22 @@ def _journalled_files(paths: ServicePaths) -> list[Path]:
         paths.last_verify_record,
         *_monitor_files(paths),
     ]
+
+
+def _inside(paths: ServicePaths, rel: str, files: bool = False) -> None:
+    """The journal's ``rel``, a path under the root, refused (exit 5) unless it is a plain relative path there,
+    reached without a link out of the root, and (``files``) one of the files a change of this unit journals: a
+    scratch ``--root``'s journal is its owner's to write, so recovery, as root, writes and removes nothing else."""
+    target = paths.root / rel if isinstance(rel, str) else None
+    known = target is not None and (not files or target in _journalled_files(paths))
+    if not known or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise KimiServeError(
+            f"the journal names {rel!r}, not a path of this unit under {paths.root}: refusing to roll back through it",
+            where=str(intent_path(paths)),
+            hint=f"inspect it and remove it (rm {intent_path(paths)}), then run the command again",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
+    paths.refuse_escape(paths.root / rel)
 
 
 def snapshot(
@@ -171,7 +188,7 @@ def _write_journal(path: Path, text: str) -> None:
     :func:`recover` removes (nothing had changed yet)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = create_new(tmp)  # a link planted at the temp name is removed, never written through
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
@@ -246,6 +263,10 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
     if intent.get("finished"):  # the change was whole: only its journal is left
         intent_path(paths).unlink(missing_ok=True)
         return f"finished {_what(intent)}: it had changed every unit"
+    for rel in intent.get("files", {}):  # every path it names, before anything is changed
+        _inside(paths, rel, files=True)
+    for rel in [*([intent["secret"]] if intent.get("secret") else []), *intent.get("created_dirs", [])]:
+        _inside(paths, rel)
     checkpoint("service.recover.start")
     if not intent.get("enabled") and wants_link(paths).is_symlink() and paths.unit_file.exists():
         systemd.disable(paths.unit)
@@ -280,7 +301,9 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
         else:
             secret.unlink(missing_ok=True)
     created = intent.get("created_user")
-    if created:  # after the files the user owned (key file, folders below) are gone or back
+    # after the files the user owned (key file, folders below) are gone or back; a scratch root's journal removes
+    # an account of that root's own user database only
+    if created and (paths.root == Path("/") or Path(created["accounts_root"]) == paths.root):
         name, accounts_root = str(created["name"]), Path(created["accounts_root"])
         account.remove_created(name, accounts_root, systemd.runner, group=bool(created.get("group")))
         checkpoint("service.recover.user")

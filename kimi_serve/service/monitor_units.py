@@ -7,6 +7,7 @@ main unit's escaping helpers and marker line, so ``status`` and uninstall recogn
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
+from kimi_serve.core.files import link_refused
 from kimi_serve.core.proc import Completed
 from kimi_serve.core.resources import resource_dir
 from kimi_serve.profile.launch import Launch
@@ -226,6 +228,19 @@ def _unit_path(paths: ServicePaths, name: str) -> Path:
 
 def _installed(paths: ServicePaths) -> bool:
     return any(_unit_path(paths, n).exists() for n in monitor_names(paths.unit))
+
+
+def refuse_links(monitor: MonitorUnits | None, paths: ServicePaths) -> None:
+    """Exit 5 before anything is written when the unit, its records or what :func:`write_monitor` writes or creates
+    is reached through a link out of the root, or a folder to create is a dangling link."""
+    folders = [paths.under_root(d) for d in monitor.writable] if monitor else []
+    units = [_unit_path(paths, u.name) for u in monitor.files] if monitor else []
+    paths.refuse_escape(paths.unit_file, paths.state_dir, *units, *folders)
+    for target in folders:
+        if target.is_symlink() and not target.is_dir():
+            raise link_refused(
+                target, f"a symbolic link to {os.readlink(target)}, which does not exist", f"rm {target}"
+            )
 
 
 def write_monitor(monitor: MonitorUnits | None, paths: ServicePaths, add: Step) -> None:

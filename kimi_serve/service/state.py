@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core import files
+from kimi_serve.core.errors import KimiServeError
 
 UNIT_DIR = "etc/systemd/system"  # where systemd reads units from, under a root: the one home of this path
 STATE_DIR = "var/lib/kimi-serve/service"
@@ -40,7 +41,16 @@ class ServicePaths:
 
     @property
     def state_dir(self) -> Path:
-        return self.root / STATE_DIR / self.unit.removesuffix(".service")
+        stem = self.unit.removesuffix(".service")
+        if stem in ("", ".", "..") or "/" in stem or "\0" in stem:  # the unit names' rule (unit_file_name), again
+            raise KimiServeError(f"invalid unit name {self.unit!r}", hint="use letters, digits and :_.- only")
+        return self.root / STATE_DIR / stem
+
+    def refuse_escape(self, *paths: Path) -> None:
+        """Exit 5 naming the path when writing or removing any of ``paths`` (inside this root) would follow a
+        symbolic link out of it (:func:`kimi_serve.core.files.escape_problem`)."""
+        for path in paths:
+            files.refuse_escape(self.root, path, "remove the link, or pass a --root whose links stay inside it")
 
     @property
     def previous_unit(self) -> Path:

@@ -43,7 +43,7 @@ class Target:
 
 def unit_of(profile: Profile | None, unit_name: str | None) -> str:
     """The unit name a command's options mean: ``--unit-name``, else the (overridden) profile's, else the default."""
-    if unit_name:
+    if unit_name is not None:  # given, even empty: checked, never the default instead
         return unit_file_name(unit_name, "--unit-name")
     if profile is not None:
         return unit_file_name(profile.service.unit_name, profile.where("service.unit_name"))

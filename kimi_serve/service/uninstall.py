@@ -19,6 +19,7 @@ from kimi_serve.service.systemctl import Systemd
 def uninstall(paths: ServicePaths, systemd: Systemd, *, dry_run: bool) -> Result:
     """Stop, disable and remove the unit and its records; the API-key file and working directory stay."""
     result = Result(paths.unit)
+    paths.refuse_escape(paths.unit_file, paths.state_dir)  # nothing removed through a link out of the root
     refuse_foreign(paths)
     status = "planned" if dry_run else "done"
     if read_text(paths.unit_file) is None:

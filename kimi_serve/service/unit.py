@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_serve import __version__
+from kimi_serve.check.owned_paths import UNIT_NAME_FIX, unit_name_problem
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import WARN, Finding
 from kimi_serve.core.resources import package_root, resource_dir
@@ -39,7 +40,6 @@ from kimi_serve.service.timeouts import RESTART_SEC, START_LIMIT_BURST, start_li
 TEMPLATE = "sglang-kimi.service.j2"
 MARKER_PREFIX = "# kimi-serve unit:"
 OVERRIDES_PREFIX = "# kimi-serve --set: "  # second line, only when the unit was rendered with --set
-_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\-]+$")
 _USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _MARKER_FIELD = re.compile(r"(\w+)=(\S*)")
 
@@ -144,11 +144,12 @@ class Marker:
 
 
 def unit_file_name(unit_name: str, where: str = "service.unit_name") -> str:
+    """``NAME.service`` for a unit name; exit 2 naming ``where`` for a name that is not one
+    (:func:`kimi_serve.check.owned_paths.unit_name_problem`), before anything is read or touched."""
     name = unit_name.removesuffix(".service")
-    if not name or not _UNIT_NAME.fullmatch(name) or len(name) > 200:
-        raise KimiServeError(
-            f"invalid unit name {unit_name!r}", where=where, hint="use letters, digits and :_.- only, e.g. sglang-kimi"
-        )
+    why = unit_name_problem(name)
+    if why:
+        raise KimiServeError(f"invalid unit name {unit_name!r}: {why}", where=where, hint=UNIT_NAME_FIX)
     return f"{name}.service"
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.files import write_atomic
+from kimi_serve.core.files import open_lock, write_atomic
 from kimi_serve.verify.report import VerifyReport
 
 PREFIX = "kimi_serve_contract"
@@ -172,11 +172,18 @@ def _holder(text: str) -> str:
 
 @contextlib.contextmanager
 def run_lock(path: Path) -> Iterator[None]:
-    """Hold the run lock of metrics file ``path``; exit 75 (the earlier run is still going) when it is held."""
+    """Hold the run lock of metrics file ``path``; exit 75 (the earlier run is still going) when it is held. A path
+    that names no file (``/``, ``.``, ``..``, a directory) is exit 2 before anything is created."""
+    if path.name in ("", ".", "..") or path.is_dir():
+        raise KimiServeError(
+            f"{path} names a folder, not a file (the metrics file and its .lock are written in a folder)",
+            where="--metrics-file",
+            hint="pass a file in node_exporter's textfile folder, e.g. /var/lib/prometheus/node-exporter/kimi.prom",
+        )
     lock = lock_file(path)
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
-        f: IO[str] = open(lock, "a+", encoding="utf-8")  # noqa: SIM115 - held for the block
+        f: IO[str] = open_lock(lock)  # a link planted in the textfile folder is refused, never truncated
     except OSError as exc:
         raise KimiServeError(
             f"cannot open the lock {lock}: {exc.strerror or exc}",
