@@ -51,8 +51,9 @@ def prod_flags() -> list[str]:
         cwd=REPO,
     )
     argv = json.loads(out.stdout)["argv"]
-    assert argv[1:3] == ["-m", "sglang.launch_server"], argv[:3]
-    flags, i = [], 3
+    start = argv.index("sglang.launch_server") + 1  # after PYTHON [-P] -m MODULE
+    assert argv[start - 2] == "-m", argv[:start]
+    flags, i = [], start
     while i < len(argv):
         if argv[i] in ("--host", "--port", "--config"):
             i += 2
