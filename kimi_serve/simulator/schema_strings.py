@@ -42,7 +42,7 @@ _FORMAT_SHAPES = {
     "hostname": r"^[A-Za-z0-9.-]+\.[A-Za-z]{2,}$",
     "uuid": r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$",
 }
-_PATH_KEYS = {"path", "file", "filename", "file_path", "filepath", "file_name"}
+_PATH_KEYS = {"path", "file", "filename", "filepath", "absolutepath", "targetfile"}  # compared as _plain() gives
 FILE_LIKE = re.compile(r"(?<![\w/.])((?:[\w-]+/)*[\w-]+\.[A-Za-z0-9]{1,8})(?![\w/])")
 _NUMBER = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)(?![\w.])")
 
@@ -128,10 +128,15 @@ def format_example(fmt: str, variant: int = 0) -> str | None:
 def takes_file(name: str, prompt: str, hints: list[str]) -> str | None:
     """The file name a path-like property ``name`` takes: the first value offered that is one (repeated calls get the
     prompt's values in turn), else the prompt's first; None for other properties or without a file name."""
-    if name not in _PATH_KEYS:
+    if _plain(name) not in _PATH_KEYS:
         return None
     named = [h for h in hints if FILE_LIKE.fullmatch(h)] + FILE_LIKE.findall(prompt)
     return named[0] if named else None
+
+
+def _plain(name: str) -> str:
+    """A parameter name without its naming style: ``filePath``, ``file_path`` and ``file-path`` are ``filepath``."""
+    return re.sub(r"[\W_]+", "", name).lower()
 
 
 def _prompt_values(name: str, prompt: str, hints: list[str]) -> list[str]:
@@ -142,7 +147,7 @@ def _prompt_values(name: str, prompt: str, hints: list[str]) -> list[str]:
 def _default(name: str, prompt: str) -> str:
     if name in {"pattern", "glob"}:
         return "*"
-    if name in _PATH_KEYS | {"directory", "dir"}:
+    if _plain(name) in _PATH_KEYS | {"directory", "dir"}:
         return "."
     if name in {"query", "q", "search", "text", "prompt", "question"}:
         return clip(prompt, 80) or name
