@@ -117,6 +117,14 @@ def test_questions_never_write_edit_run_or_delegate(prompt: str) -> None:
         assert len(found) <= 1 and not {n for n, _ in found} & CHANGES, found
 
 
+def test_a_request_sent_in_quotes_is_the_request() -> None:
+    """opencode run sends the user's message wrapped in double quotes."""
+    assert calls("\"Create a file notes.txt with the content 'ship it'\"", OPENCODE) == [
+        ("write", {"filePath": "notes.txt", "content": "ship it"})
+    ]
+    assert calls('"Read README.md and tell me its title."', OPENCODE) == [("read", {"filePath": "README.md"})]
+
+
 def test_changes_and_commands_only_when_asked_with_the_values_asked_for() -> None:
     assert calls("Create a file hello.txt with the content 'hi there'", OPENCODE) == [
         ("write", {"filePath": "hello.txt", "content": "hi there"})

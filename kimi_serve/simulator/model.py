@@ -58,7 +58,9 @@ def generate(turn: Turn) -> str:
         result = _text_of(last.get("content"))
         reasoning = "The tool returned its result. I will summarize it for the user."
         answer = f"Here is what the tool returned: {clip(result, 400)}"
-        if _FAILED.search(result):  # one answer that says so, not a loop of retries
+        title = _HEADING.search(result) if re.search(r"\btitle\b|\bheading\b", prompt, re.I) else None
+        answer = f"The title is “{title.group(1)}”. {answer}" if title else answer  # the result, used
+        if _FAILED.search(result) and not title:  # one answer that says so, not a loop of retries
             reasoning = "The tool call failed. I will tell the user what went wrong instead of guessing."
             answer = f"The tool call failed: {clip(result, 400)}"
         return _with_reasoning(turn.thinking, reasoning, pad(answer, min_chars))
@@ -74,7 +76,8 @@ def generate(turn: Turn) -> str:
     return _with_reasoning(turn.thinking, reasoning, pad(answer, min_chars))
 
 
-_FAILED = re.compile(r"^\W*(?:error|failed|exception|traceback)\b|\b(?:not\s+found|no\s+such\s+file)\b", re.I)
+_FAILED = re.compile(r"^\W*(?:error|exception|traceback)\b|\b(?:failed|not\s+found|no\s+such\s+file)\b", re.I)
+_HEADING = re.compile(r"^\s*(?:\d+:\s*)?#\s+(.+?)\s*$", re.M)  # a Markdown title, also in a numbered listing
 _FOLLOW_UP = re.compile(r"^\W*(?:and|what\s+about|how\s+about|also|same\s+for|now)\b", re.IGNORECASE)
 
 
@@ -179,7 +182,9 @@ def _text_of(content: Any) -> str:
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
     for m in reversed(messages):
         if m.get("role") == "user":
-            return _text_of(m.get("content")).strip()
+            text = _text_of(m.get("content")).strip()
+            whole = re.fullmatch(r"\"([^\"]*)\"|“([^”]*)”", text)  # a request sent in quotes (opencode run's)
+            return next(g for g in whole.groups() if g is not None).strip() if whole else text
     return ""
 
 
