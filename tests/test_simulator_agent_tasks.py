@@ -182,3 +182,11 @@ def test_a_tool_error_gets_an_answer_that_says_so() -> None:
     ]
     text = generate(Turn(history, OPENCODE))
     assert not CALL.search(text) and "failed" in text.partition(THINK_END)[2]
+
+
+def test_a_required_value_the_request_does_not_give_comes_from_the_schema_not_a_placeholder() -> None:
+    ((name, args),) = calls("Use the task tool to review the repo", OPENCODE)  # named: the sub-agent may be used
+    assert name == "task" and not any(str(v).startswith("example") for v in args.values()), args
+    fmt = _fn("convert", {"unit": {"type": "string", "default": "celsius"}, "note": _S}, ["unit", "note"], "Convert")
+    ((_, args),) = calls("Call convert", [fmt])
+    assert args == {"unit": "celsius", "note": ""}

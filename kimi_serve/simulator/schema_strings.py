@@ -94,6 +94,9 @@ def string_value(
         made = example(schema["pattern"], lo + variant if hi is None or lo + variant <= hi else lo, hi)
         if made is not None:
             return made
+    default = schema.get("default")
+    if isinstance(default, str) and not variant and fits_string(schema, default):
+        return default  # the schema's own value for a parameter the prompt gives nothing for
     return _sized(_default(name, prompt) + (f" {variant + 1}" if variant else ""), lo, hi, variant)
 
 
@@ -151,7 +154,7 @@ def _default(name: str, prompt: str) -> str:
         return "."
     if name in {"query", "q", "search", "text", "prompt", "question"}:
         return clip(prompt, 80) or name
-    return f"example {name}"
+    return ""  # the type's empty value: no placeholder text that would pass for a real value
 
 
 def _sized(value: str, lo: int, hi: int | None, variant: int) -> str:

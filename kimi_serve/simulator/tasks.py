@@ -263,10 +263,23 @@ def safe(functions: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
     kept = []
     for fn in functions:
         kind = role(fn)
-        if re.search(rf"(?<![\w-]){re.escape(str(fn.get('name', '')).lower())}(?![\w-])", lowered):
-            kept.append(fn)  # named: the request asks for it
+        if named(str(fn.get("name", "")), lowered):
+            kept.append(fn)  # the request asks for it
         elif kind in UNASKED_NEVER or (kind == "run" and not runs) or (kind in DESTRUCTIVE - {"run"} and not change):
             continue
         else:
             kept.append(fn)
     return kept
+
+
+def named(name: str, lowered: str) -> bool:
+    """The request names the tool: a compound name (``run_command``, ``TodoWrite``) anywhere; a plain word (``task``,
+    ``edit``) only as a tool: backticked, "the task tool", "use task"."""
+    word = re.escape(name.lower())
+    if not name.isalpha() or (name[1:] != name[1:].lower()):
+        return bool(re.search(rf"(?<![\w-]){word}(?![\w-])", lowered))
+    return bool(
+        re.search(
+            rf"`{word}`|\b{word}\s+(?:tool|function|agent)\b|\b(?:use|call|invoke)\s+(?:the\s+)?{word}\b", lowered
+        )
+    )
