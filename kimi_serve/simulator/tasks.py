@@ -34,7 +34,7 @@ _SENTENCE = re.compile(r"(?<=[.?!;。？！；])\s+|\n+|[。？！；]")
 _QUOTE = re.compile(r"`([^`]+)`|\"([^\"]+)\"|(?<!\w)'([^']+)'(?!\w)|“([^”]+)”")
 _URL = re.compile(r"https?://[^\s\"'`<>)]+")
 _BARE_FILES = re.compile(
-    r"(?<![\w./-])(README|Makefile|Dockerfile|LICENSE|CHANGELOG|Procfile|Gemfile|Rakefile|Justfile)(?![\w./-])"
+    r"(?<![\w./-])((?i:readme)|Makefile|Dockerfile|LICENSE|CHANGELOG|Procfile|Gemfile|Rakefile|Justfile)(?![\w./-])"
 )
 _DIR = re.compile(
     r"\b(?:in|under|inside|of)\s+(?:the\s+)?(?:`([\w./-]+)`|([\w.-]+/[\w./-]*|[\w-]+)\s+(?:directory|folder|dir)\b"
@@ -101,6 +101,7 @@ def _files(text: str) -> list[str]:
     quoted = [q for q in _quoted(text) if FILE_LIKE.fullmatch(q) or ("/" in q and " " not in q and "://" not in q)]
     found = [(m.start(), m.group(1)) for m in FILE_LIKE.finditer(_URL.sub(" ", text))]
     found += [(m.start(), m.group(1)) for m in _BARE_FILES.finditer(text)]
+    found = [(pos, "README.md" if f.lower() == "readme" else f) for pos, f in found]  # the usual readme
     return list(dict.fromkeys(quoted + [f for _, f in sorted(found)]))
 
 
@@ -155,6 +156,14 @@ def _call(fn: dict[str, Any] | None, **values: tuple[str, str | None]) -> list[t
     return [(fn, fixed)]
 
 
+def _glob(text: str) -> str:
+    """The pattern a listing asks for: a quoted glob, the files of a language named ("the Python files"), else *."""
+    globs = [q for q in _quoted(text) if "*" in q or "?" in q]
+    languages: dict[str, str] = vocabulary()["languages"]
+    named = [f"**/*.{ext}" for word, ext in languages.items() if re.search(rf"\b{word}\s+files\b", text, re.I)]
+    return (globs or named or ["*"])[0]
+
+
 def _directory(text: str) -> str | None:
     m = _DIR.search(text)
     found = next((g for g in m.groups() if g), None) if m else None
@@ -180,10 +189,9 @@ def _piece_calls(
         return [c for u in urls for c in _call(_by_role(functions, "fetch"), url=("url", u.rstrip(".,")))]
     if action == "read" and files:
         return [c for f in files for c in _call(_by_role(functions, "read"), path=("path", f))]
-    if action in ("read", "list") and _LISTED.search(text):
+    if _LISTED.search(text) and action in ("read", "list") or action == "list" and len(text.split()) <= 2:
         lister = _by_role(functions, "list")
-        globs = [q for q in _quoted(text) if "*" in q or "?" in q]
-        pattern = (globs or ["*"])[0] if lister is not None and key_for(lister, "pattern") else None
+        pattern = _glob(text) if lister is not None and key_for(lister, "pattern") else None
         return _call(lister, pattern=("pattern", pattern), dir=("dir", _directory(text)))
     if action == "search":
         target = _search_target(rest)
@@ -244,6 +252,9 @@ def plan(functions: list[dict[str, Any]], prompt: str) -> Plan | None:
         for fn, fixed in found or []:
             if (fn["name"], fixed) not in [(f["name"], x) for f, x in calls]:
                 calls.append((fn, fixed))
+    reader, files = _by_role(functions, "read"), _files(prompt)
+    if not calls and reader is not None and files and not _phrases("change").search(prompt):
+        calls = [c for f in files for c in _call(reader, path=("path", f))]  # a request about a file: read it
     if calls:
         return calls, " ".join(rest)
     return ([], "") if greeting(prompt) else None
