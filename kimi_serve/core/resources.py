@@ -19,6 +19,11 @@ def resource_dir(kind: str) -> Path:
     return _DATA / kind
 
 
+def simulator_data(name: str) -> Path:
+    """A data file of the scripted model (``kimi_serve/simulator/data/``: its vocabulary, e.g. ``tasks.json``)."""
+    return _PACKAGE / "simulator" / "data" / name
+
+
 def package_root() -> Path:
     """The folder holding the ``kimi_serve`` package; put it on PYTHONPATH for a subprocess (e.g. the SGLang venv)."""
     return _PACKAGE.parent

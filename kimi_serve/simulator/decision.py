@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from kimi_serve.simulator import intent
+from kimi_serve.simulator.schema_strings import FILE_LIKE
 
 _NUMBER_WORDS = {
     "two": 2,
@@ -460,6 +461,7 @@ def positioned(prompt: str) -> list[tuple[int, str]]:
     cased script; not the first word of a sentence), CJK phrases."""
     quoted = [(m.start(), next(g for g in m.groups() if g)) for m in _QUOTED.finditer(prompt)]
     spans = [(m.start(), m.end()) for m in _QUOTED.finditer(prompt)]
+    spans += [(m.start(), m.end()) for m in FILE_LIKE.finditer(prompt)]  # "README" of README.md is no name
     outside = [m for m in re.finditer(r"[^\W\d_]{2,}", prompt) if not any(a <= m.start() < b for a, b in spans)]
     proper = [
         (m.start(), m.group())

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kimi_serve.simulator import decision, intent
+from kimi_serve.simulator import decision, intent, tasks
 from kimi_serve.simulator.schema_strings import FILLER, clip, pad  # noqa: F401 - FILLER: engine.py's filler text
 from kimi_serve.simulator.schema_values import Values, long_text_key
 
@@ -58,16 +58,14 @@ def generate(turn: Turn) -> str:
         result = _text_of(last.get("content"))
         reasoning = "The tool returned its result. I will summarize it for the user."
         answer = f"Here is what the tool returned: {clip(result, 400)}"
+        title = _HEADING.search(result) if re.search(r"\btitle\b|\bheading\b", prompt, re.I) else None
+        answer = f"The title is “{title.group(1)}”. {answer}" if title else answer  # the result, used
+        if _FAILED.search(result) and not title:  # one answer that says so, not a loop of retries
+            reasoning = "The tool call failed. I will tell the user what went wrong instead of guessing."
+            answer = f"The tool call failed: {clip(result, 400)}"
         return _with_reasoning(turn.thinking, reasoning, pad(answer, min_chars))
-    chosen = decision.choose(functions, prompt, turn.tool_choice)
-    if chosen:
-        hints = decision.hints_per_call(chosen, prompt)
-        query = intent.topic(chosen[0], prompt) if len(chosen) == 1 and not decision.quoted(prompt) else None
-        hints = [[query, *hints[0]]] if query else hints  # a search tool's query: what the request asks about
-        calls = [
-            (fn["name"], arguments(fn.get("parameters") or {}, prompt, h, min_chars, sequence))
-            for fn, h in zip(chosen, hints, strict=True)
-        ]
+    calls = _calls(turn, functions, prompt, min_chars, sequence)
+    if calls:
         names = ", ".join(dict.fromkeys(name for name, _ in calls))
         reasoning = f"The user asks: {clip(prompt, 160)} The best matching tool is {names}, so I will call it."
         lead = "" if turn.thinking else f"I will call {names}."
@@ -76,6 +74,56 @@ def generate(turn: Turn) -> str:
     reasoning = f"The user asks: {clip(prompt, 160)} {why}; I will answer directly."
     answer = sequence or json_answer(prompt) or f"Here is a direct answer to your request: {clip(prompt, 200)}"
     return _with_reasoning(turn.thinking, reasoning, pad(answer, min_chars))
+
+
+_FAILED = re.compile(r"^\W*(?:error|exception|traceback)\b|\b(?:failed|not\s+found|no\s+such\s+file)\b", re.I)
+_HEADING = re.compile(r"^\s*(?:\d+:\s*)?#\s+(.+?)\s*$", re.M)  # a Markdown title, also in a numbered listing
+_FOLLOW_UP = re.compile(r"^\W*(?:and|what\s+about|how\s+about|also|same\s+for|now)\b", re.IGNORECASE)
+
+
+def _calls(
+    turn: Turn, functions: list[dict[str, Any]], prompt: str, min_chars: int, sequence: str | None
+) -> list[tuple[str, dict[str, Any]]]:
+    """The calls to make: an everyday agent task's (tasks.py) under auto, else decision.py's choice among the tools
+    the request may get; a follow-up ("And in Tokyo?") repeats the conversation's last tool with its own values."""
+    auto = turn.tool_choice in ("auto", None)
+    planned = tasks.plan(functions, prompt) if auto and functions and not decision.declines(prompt) else None
+    if planned is not None:
+        done, rest = planned
+        others = [fn for fn in functions if tasks.role(fn) is None]
+        more = decision.choose(others, rest) if done and rest and others else []  # "... and get the weather"
+        hinted = decision.hints_per_call(more, rest)
+        pairs = zip(more, hinted, strict=True)
+        extra = [(fn["name"], arguments(fn.get("parameters") or {}, rest, h)) for fn, h in pairs]
+        return [(fn["name"], _with(fn, fixed, prompt)) for fn, fixed in done] + extra
+    chosen = decision.choose(tasks.safe(functions, prompt) if auto else functions, prompt, turn.tool_choice)
+    if not chosen and auto and _FOLLOW_UP.search(prompt) and decision.candidates(prompt):
+        last = _last_call_name(turn.messages)
+        chosen = [fn for fn in functions if fn.get("name") == last][:1]
+    hints = decision.hints_per_call(chosen, prompt)
+    query = intent.topic(chosen[0], prompt) if len(chosen) == 1 and not decision.quoted(prompt) else None
+    hints = [[query, *hints[0]]] if query else hints  # a search tool's query: what the request asks about
+    return [
+        (fn["name"], arguments(fn.get("parameters") or {}, prompt, h, min_chars, sequence))
+        for fn, h in zip(chosen, hints, strict=True)
+    ]
+
+
+def _with(fn: dict[str, Any], fixed: dict[str, Any], prompt: str) -> dict[str, Any]:
+    """A planned call's arguments: the values the request names, the rest of the required ones from the schema."""
+    schema = fn.get("parameters") or {}
+    base = arguments(schema, prompt, [])
+    merged = {**{k: v for k, v in base.items() if k not in fixed}, **fixed}
+    return merged if Values(schema, prompt).valid(schema, merged) else {**base, **fixed}
+
+
+def _last_call_name(messages: list[dict[str, Any]]) -> str | None:
+    for m in reversed(messages[:-1]):
+        for call in reversed(m.get("tool_calls") or []) if m.get("role") == "assistant" else []:
+            name = (call.get("function") or {}).get("name") if isinstance(call, dict) else None
+            if name:
+                return str(name)
+    return None
 
 
 _ASKS_JSON = re.compile(
@@ -134,7 +182,9 @@ def _text_of(content: Any) -> str:
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
     for m in reversed(messages):
         if m.get("role") == "user":
-            return _text_of(m.get("content")).strip()
+            text = _text_of(m.get("content")).strip()
+            whole = re.fullmatch(r"\"([^\"]*)\"|“([^”]*)”", text)  # a request sent in quotes (opencode run's)
+            return next(g for g in whole.groups() if g is not None).strip() if whole else text
     return ""
 
 

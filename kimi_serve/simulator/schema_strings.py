@@ -42,7 +42,7 @@ _FORMAT_SHAPES = {
     "hostname": r"^[A-Za-z0-9.-]+\.[A-Za-z]{2,}$",
     "uuid": r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$",
 }
-_PATH_KEYS = {"path", "file", "filename", "file_path", "filepath", "file_name"}
+_PATH_KEYS = {"path", "file", "filename", "filepath", "absolutepath", "targetfile"}  # compared as _plain() gives
 FILE_LIKE = re.compile(r"(?<![\w/.])((?:[\w-]+/)*[\w-]+\.[A-Za-z0-9]{1,8})(?![\w/])")
 _NUMBER = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)(?![\w.])")
 
@@ -94,6 +94,9 @@ def string_value(
         made = example(schema["pattern"], lo + variant if hi is None or lo + variant <= hi else lo, hi)
         if made is not None:
             return made
+    default = schema.get("default")
+    if isinstance(default, str) and not variant and fits_string(schema, default):
+        return default  # the schema's own value for a parameter the prompt gives nothing for
     return _sized(_default(name, prompt) + (f" {variant + 1}" if variant else ""), lo, hi, variant)
 
 
@@ -128,10 +131,15 @@ def format_example(fmt: str, variant: int = 0) -> str | None:
 def takes_file(name: str, prompt: str, hints: list[str]) -> str | None:
     """The file name a path-like property ``name`` takes: the first value offered that is one (repeated calls get the
     prompt's values in turn), else the prompt's first; None for other properties or without a file name."""
-    if name not in _PATH_KEYS:
+    if _plain(name) not in _PATH_KEYS:
         return None
     named = [h for h in hints if FILE_LIKE.fullmatch(h)] + FILE_LIKE.findall(prompt)
     return named[0] if named else None
+
+
+def _plain(name: str) -> str:
+    """A parameter name without its naming style: ``filePath``, ``file_path`` and ``file-path`` are ``filepath``."""
+    return re.sub(r"[\W_]+", "", name).lower()
 
 
 def _prompt_values(name: str, prompt: str, hints: list[str]) -> list[str]:
@@ -142,11 +150,11 @@ def _prompt_values(name: str, prompt: str, hints: list[str]) -> list[str]:
 def _default(name: str, prompt: str) -> str:
     if name in {"pattern", "glob"}:
         return "*"
-    if name in _PATH_KEYS | {"directory", "dir"}:
+    if _plain(name) in _PATH_KEYS | {"directory", "dir"}:
         return "."
     if name in {"query", "q", "search", "text", "prompt", "question"}:
         return clip(prompt, 80) or name
-    return f"example {name}"
+    return ""  # the type's empty value: no placeholder text that would pass for a real value
 
 
 def _sized(value: str, lo: int, hi: int | None, variant: int) -> str:

@@ -1,0 +1,197 @@
+"""The scripted model on real agents' tool sets (simulator/tasks.py): the one call a model would make, and nothing
+destructive by surprise.
+
+opencode's tools come from tests/clients/opencode_tools.json (its captured request reduced to the tool schemas; the
+client tier, tests/test_agent_clients.py, runs opencode itself). The second tool set is written here in another
+agent's naming style (PascalCase tools, snake_case parameters, a sub-agent tool) to show the choice does not hang on
+one client's spelling.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kimi_serve.simulator.model import THINK_END, Turn, generate
+
+OPENCODE = json.loads((Path(__file__).parent / "clients" / "opencode_tools.json").read_text())["tools"]
+CALL = re.compile(
+    r"<\|tool_call_begin\|>functions\.([\w.-]+):\d+<\|tool_call_argument_begin\|>(.*?)<\|tool_call_end\|>", re.S
+)
+SYSTEM = {"role": "system", "content": "You are a coding agent working in the user's project. " * 200}
+
+
+def _fn(name: str, props: dict[str, Any], required: list[str], description: str) -> dict[str, Any]:
+    params = {"type": "object", "properties": props, "required": required}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": params}}
+
+
+_S = {"type": "string"}
+OTHER_AGENT = [
+    _fn("Task", {"description": _S, "prompt": _S, "subagent_type": _S}, ["description", "prompt", "subagent_type"],
+        "Launch a new agent to handle complex, multi-step tasks autonomously. Use it to read files and search code."),
+    _fn("Bash", {"command": _S, "timeout": {"type": "number"}}, ["command"], "Executes a given bash command."),
+    _fn("Glob", {"pattern": _S, "path": _S}, ["pattern"], "Fast file pattern matching; returns matching file paths."),
+    _fn("Grep", {"pattern": _S, "path": _S, "output_mode": {"type": "string", "enum": ["content", "files_with_matches"]}},
+        ["pattern", "output_mode"], "Search file contents with regular expressions."),
+    _fn("Read", {"file_path": _S, "offset": {"type": "integer"}}, ["file_path"], "Reads a file from the filesystem."),
+    _fn("Edit", {"file_path": _S, "old_string": _S, "new_string": _S}, ["file_path", "old_string", "new_string"],
+        "Performs exact string replacements in files."),
+    _fn("Write", {"file_path": _S, "content": _S}, ["file_path", "content"], "Writes a file to the filesystem."),
+    _fn("TodoWrite", {"todos": {"type": "array", "items": _S}}, ["todos"], "Create and manage a task list."),
+    _fn("WebFetch", {"url": {"type": "string", "format": "uri"}, "prompt": _S}, ["url", "prompt"], "Fetch a URL."),
+]  # fmt: skip
+CHANGES = {"write", "edit", "bash", "task", "todowrite", "Write", "Edit", "Bash", "Task", "TodoWrite"}
+
+
+def calls(prompt: str, tools: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    text = generate(Turn([SYSTEM, {"role": "user", "content": prompt}], tools))
+    return [(name, json.loads(args)) for name, args in CALL.findall(text)]
+
+
+@pytest.mark.parametrize(
+    "prompt, expected",
+    [
+        ("Open README.md and tell me its title", ("read", {"filePath": "README.md"})),
+        ("Read README.md and tell me its title.", ("read", {"filePath": "README.md"})),
+        ("Open README.md, then tell me what it says.", ("read", {"filePath": "README.md"})),
+        ("What does src/app.py do?", ("read", {"filePath": "src/app.py"})),
+        ("Explain main.py to me", ("read", {"filePath": "main.py"})),
+        ("What's in package.json?", ("read", {"filePath": "package.json"})),
+        ("Show me the Makefile", ("read", {"filePath": "Makefile"})),
+        ("Can you read the README and summarize it?", ("read", {"filePath": "README.md"})),
+        ("Give me an overview of src/app.py", ("read", {"filePath": "src/app.py"})),
+        ("How many lines does README.md have?", ("read", {"filePath": "README.md"})),
+        ("List the files in this directory", ("glob", {"pattern": "*"})),
+        ("Could you list all the Python files?", ("glob", {"pattern": "**/*.py"})),
+        ("Show me what's in the src folder", ("glob", {"pattern": "*", "path": "src"})),
+        ("What files are in this project?", ("glob", {"pattern": "*"})),
+        ("Show me the files in src/", ("glob", {"pattern": "*", "path": "src/"})),
+        ("Find where parse_config is defined", ("grep", {"pattern": "parse_config"})),
+        ("Find the function loadSettings", ("grep", {"pattern": "loadSettings"})),
+        ("Search for `TODO` in the code", ("grep", {"pattern": "TODO"})),
+        ("Run `git status`", ("bash", {"command": "git status"})),
+        ("Run ls -la", ("bash", {"command": "ls -la"})),
+        ("Fetch https://example.com/docs and summarise it", ("webfetch", {"url": "https://example.com/docs"})),
+    ],
+)
+def test_opencode_gets_the_one_call_that_does_the_job(prompt: str, expected: tuple[str, dict[str, Any]]) -> None:
+    name, args = expected
+    ((got_name, got),) = calls(prompt, OPENCODE)
+    assert got_name == name and {k: got.get(k) for k in args} == args, (got_name, got)
+    assert not any(str(v).startswith("example ") for v in got.values())  # no placeholder passing for a value
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "Say hello in one word",
+        "Hello!",
+        "Thanks, that's all.",
+        "What is the capital of France?",
+        "Why is the sky blue?",
+        "Tell me a joke",
+        "Explain how a hash map works",
+    ],
+)
+def test_greetings_and_knowledge_questions_get_no_call(prompt: str) -> None:
+    assert calls(prompt, OPENCODE) == []
+    assert calls(prompt, OTHER_AGENT) == []
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "Open README.md and tell me its title",
+        "List the files in this directory",
+        "What does main.py do?",
+        "Find where parse_config is defined",
+        "Is there a test for the config loader?",
+        "Summarise this project for me",
+        "Run the tests",  # no command named: nothing is run on a guess
+        "Fix the bug in main.py",  # a change it cannot spell out: it reads first
+    ],
+)
+def test_questions_never_write_edit_run_or_delegate(prompt: str) -> None:
+    for tools in (OPENCODE, OTHER_AGENT):
+        found = calls(prompt, tools)
+        assert len(found) <= 1 and not {n for n, _ in found} & CHANGES, found
+
+
+def test_a_request_sent_in_quotes_is_the_request() -> None:
+    """opencode run sends the user's message wrapped in double quotes."""
+    assert calls("\"Create a file notes.txt with the content 'ship it'\"", OPENCODE) == [
+        ("write", {"filePath": "notes.txt", "content": "ship it"})
+    ]
+    assert calls('"Read README.md and tell me its title."', OPENCODE) == [("read", {"filePath": "README.md"})]
+
+
+def test_changes_and_commands_only_when_asked_with_the_values_asked_for() -> None:
+    assert calls("Create a file hello.txt with the content 'hi there'", OPENCODE) == [
+        ("write", {"filePath": "hello.txt", "content": "hi there"})
+    ]
+    assert calls("In config.py replace 'DEBUG = True' with 'DEBUG = False'", OPENCODE) == [
+        ("edit", {"filePath": "config.py", "oldString": "DEBUG = True", "newString": "DEBUG = False"})
+    ]
+    assert calls("Delete old.log", OPENCODE) == [("bash", {"command": "rm old.log"})]
+
+
+def test_another_agents_naming_style_gets_the_same_choices() -> None:
+    assert calls("Open README.md", OTHER_AGENT) == [("Read", {"file_path": "README.md"})]  # not the sub-agent
+    assert calls("List the files", OTHER_AGENT) == [("Glob", {"pattern": "*"})]
+    ((name, args),) = calls("Find where parse_config is defined", OTHER_AGENT)
+    assert name == "Grep" and args["pattern"] == "parse_config"
+    assert args["output_mode"] in ("content", "files_with_matches")  # a required enum: from the schema
+    assert calls("Run `pytest -q`", OTHER_AGENT) == [("Bash", {"command": "pytest -q"})]
+
+
+def test_one_call_per_thing_asked_for_in_one_turn() -> None:
+    assert calls("Read a.py and b.py", OPENCODE) == [("read", {"filePath": "a.py"}), ("read", {"filePath": "b.py"})]
+    assert calls("List the files, then open setup.cfg", OPENCODE) == [
+        ("glob", {"pattern": "*"}),
+        ("read", {"filePath": "setup.cfg"}),
+    ]
+
+
+WEATHER = _fn("get_weather", {"city": _S}, ["city"], "Get the current weather for a city")
+
+
+def test_a_follow_up_request_gets_its_own_call_and_a_result_gets_an_answer() -> None:
+    first = [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}]
+    call = {"id": "c0", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    history = [
+        *first,
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c0", "content": "Paris: sunny, 21 C"},
+    ]
+    answer = generate(Turn(history, [WEATHER])).partition(THINK_END)[2]
+    assert "Paris: sunny, 21 C" in answer and not CALL.search(answer)
+    later = [*history, {"role": "assistant", "content": answer}, {"role": "user", "content": "And in Tokyo?"}]
+    assert [(n, json.loads(a)) for n, a in CALL.findall(generate(Turn(later, [WEATHER])))] == [
+        ("get_weather", {"city": "Tokyo"})
+    ]
+    thanks = [*later[:-1], {"role": "user", "content": "Thanks!"}]
+    assert not CALL.search(generate(Turn(thanks, [WEATHER])))
+
+
+def test_a_tool_error_gets_an_answer_that_says_so() -> None:
+    call = {"id": "c0", "type": "function", "function": {"name": "read", "arguments": '{"filePath": "nope.md"}'}}
+    history = [
+        {"role": "user", "content": "Open nope.md"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c0", "content": "Error: File not found: /project/nope.md"},
+    ]
+    text = generate(Turn(history, OPENCODE))
+    assert not CALL.search(text) and "failed" in text.partition(THINK_END)[2]
+
+
+def test_a_required_value_the_request_does_not_give_comes_from_the_schema_not_a_placeholder() -> None:
+    ((name, args),) = calls("Use the task tool to review the repo", OPENCODE)  # named: the sub-agent may be used
+    assert name == "task" and not any(str(v).startswith("example") for v in args.values()), args
+    fmt = _fn("convert", {"unit": {"type": "string", "default": "celsius"}, "note": _S}, ["unit", "note"], "Convert")
+    ((_, args),) = calls("Call convert", [fmt])
+    assert args == {"unit": "celsius", "note": ""}
