@@ -229,3 +229,21 @@ def test_moonshot_thinking_field_switches_thinking(kimi: dict[str, dict]) -> Non
         assert before[case]["reasoning"], case  # ignored: thinking stays on
         assert after[case]["reasoning"] is None and after[case]["content"], case
     assert after["moonshot_disabled"]["content"] == before["kwargs_off"]["content"]
+
+
+def test_verify_dialect_probe_shows_the_moonshot_field_ignored_then_honoured(kimi: dict[str, dict]) -> None:
+    """verify's thinking-dialect judgement (kimi_serve/verify/agent_rules.py) on SGLang's real answers to Moonshot's
+    ``thinking: {"type": "disabled"}``: a warning naming the clients that send it on the unpatched copy, none with
+    patch 0004 (what `verify` reports as ``thinking_off.thinking``: ignored, then honoured)."""
+    from kimi_serve.verify.agent_rules import DIALECTS, dialect_findings
+    from kimi_serve.verify.answer import Answer
+
+    clients = next(who for name, _, who in DIALECTS if name == "thinking")
+    for case in ("moonshot_disabled", "moonshot_disabled_stream"):
+        before, after = (kimi[which]["thinking"][case] for which in ("unpatched", "patched"))
+        found = dialect_findings(Answer(content=before["content"], reasoning=before["reasoning"]), "thinking", clients)
+        assert [f.code for f in found] == ["thinking_ignored.thinking"], found
+        assert "kimi-cli" in found[0].message and "Kimi patch set" in found[0].fix
+        assert (
+            dialect_findings(Answer(content=after["content"], reasoning=after["reasoning"]), "thinking", clients) == []
+        )
