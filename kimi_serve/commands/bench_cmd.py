@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from kimi_serve.commands.numbers import number_option
+from kimi_serve.core.settings import SIM_MAX_SPEEDUP
 
 if TYPE_CHECKING:
     from kimi_serve.profile.loader import Profile
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
 MAX_CONCURRENCY = 4096
 MAX_REQUESTS = 100_000
 MAX_REPEAT = 100
-MAX_SPEEDUP = 1000.0  # the simulator's clock: beyond it a step is below the timer's resolution
 _MAX_CONCURRENCY_VALUES = 32
 
 
@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
             None,
             "--speedup",
             lo=0.01,
-            hi=MAX_SPEEDUP,
+            hi=SIM_MAX_SPEEDUP,
             help="Simulator profiles: run the performance model's clock this many times faster.",
         ),
         perf_model: str | None = typer.Option(
