@@ -11,6 +11,7 @@ usage-only chunk (``choices: []``); ``data: [DONE]``.
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,7 @@ class Case:
     sdk_reads_it: bool  # pinned: what the official SDK does with these bytes (the test checks it still does)
     code: str | None = None  # the finding verify must lead with when the SDK cannot read it
     notes: tuple[str, ...] = field(default_factory=tuple)
+    encoding: str | None = None  # the Content-Encoding header sent with ``body`` (``body`` is the bytes on the wire)
 
 
 def _chunk(
@@ -309,6 +311,15 @@ def _cases() -> list[Case]:
             True,
         ),
         Case("sse-crlf", framed(tool, eol="\r\n"), True, TOOL_TURN, True),
+        Case("gzip-body-with-its-header", gzip.compress(sse(tool), mtime=0), True, TOOL_TURN, True, encoding="gzip"),
+        Case(
+            "gzip-body-with-its-header-json",
+            gzip.compress(completion(SOLVE_TURN), mtime=0),
+            False,
+            SOLVE_TURN,
+            True,
+            encoding="gzip",
+        ),
         Case("sse-cr", framed(solve, eol="\r"), True, SOLVE_TURN, True),
         Case("sse-u2028-in-content", framed(sglang_chunks(LINE_SEP_TURN), ascii_only=False), True, LINE_SEP_TURN, True),
         # what makes the SDK raise or lose data: verify fails, naming the cause
@@ -414,6 +425,17 @@ def _cases() -> list[Case]:
         ),
         Case("truncated-before-finish", sse(tool[:8], done=False), True, TOOL_TURN, False, "stream_no_done"),
         Case("error-mid-stream", sse([*solve[:4], error, *solve[4:]]), True, SOLVE_TURN, False, "stream_error"),
+        # a Content-Encoding header on a body that is not so encoded (a proxy decoded it and kept the header)
+        Case("gzip-header-plain-body", sse(tool), True, TOOL_TURN, False, "content_encoding", encoding="gzip"),
+        Case(
+            "gzip-header-plain-body-json",
+            completion(TOOL_TURN),
+            False,
+            TOOL_TURN,
+            False,
+            "content_encoding",
+            encoding="gzip",
+        ),
         Case(
             "finish-reason-missing",
             sse([c for c in solve if not c["choices"] or not c["choices"][0]["finish_reason"]]),
@@ -428,10 +450,11 @@ def _cases() -> list[Case]:
 CASES = _cases()
 
 
-def sdk_final_completion(body: bytes, *, stream: bool) -> Any:
+def sdk_final_completion(body: bytes, *, stream: bool, encoding: str | None = None) -> Any:
     """The official openai SDK's final completion for ``body``: ``chat.completions.stream`` (its
     ChatCompletionStreamState accumulator) or ``chat.completions.create``, reading the bytes through httpx's in-process
-    transport (the SDK's own SSE decoder and models run; no network). Raises what the SDK raises."""
+    transport (the SDK's own SSE decoder and models run; no network), with ``Content-Encoding: encoding`` when given.
+    Raises what the SDK raises."""
     import openai
 
     try:  # the HTTP library the installed SDK is built on (openai 3.x: httpx2; older: httpx)
@@ -440,9 +463,10 @@ def sdk_final_completion(body: bytes, *, stream: bool) -> Any:
         import httpx  # type: ignore[no-redef]
 
     def answer(request: Any) -> Any:
-        return httpx.Response(
-            200, content=body, headers={"content-type": "text/event-stream" if stream else "application/json"}
-        )
+        headers = {"content-type": "text/event-stream" if stream else "application/json"}
+        if encoding:
+            headers["content-encoding"] = encoding
+        return httpx.Response(200, content=body, headers=headers)
 
     client = openai.OpenAI(
         api_key="sk-test",

@@ -5,7 +5,8 @@ accumulator, the chunk filter and ``get_final_completion``) or ``client.chat.com
 corpus bytes through httpx's in-process transport (the SDK's own SSE decoder and models run; no network). It "reads a
 turn correctly" when nothing raises and what a client takes from the result (role, content, reasoning_content, each
 call's id, type, name and ``json.loads(arguments)``, finish_reason) is the turn that was sent. verify must pass exactly
-those bodies, and fail the others leading with the finding that names the cause.
+those bodies, and fail the others leading with the finding that names the cause. A case with a ``Content-Encoding``
+is sent with that header; verify reads its body as its transport does (decoded, or the encoding fault).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import pytest
 from sdk_corpus import CASES, TOOL_TURN, Case, Truth, _edit, sdk_final_completion, sglang_chunks, sse
 
 from kimi_serve.verify.answer import answer_from_json
+from kimi_serve.verify.diagnose import http_finding
 from kimi_serve.verify.probes import REASONING, TOOL
 from kimi_serve.verify.runner import judge
 from kimi_serve.verify.stream import answer_from_sse
+from kimi_serve.verify.transport import LIMITS, Reply, _Budget, decode
 
 pytest.importorskip("openai")
 
@@ -49,7 +52,7 @@ def _expected(truth: Truth) -> dict[str, Any]:
 def sdk_reads(case: Case) -> tuple[bool, str]:
     """(read correctly, what happened) for the official SDK on ``case.body``."""
     try:
-        view = _view(sdk_final_completion(case.body, stream=case.stream).choices[0])
+        view = _view(sdk_final_completion(case.body, stream=case.stream, encoding=case.encoding).choices[0])
     except Exception as exc:  # noqa: BLE001 - any exception is the SDK (or its client) failing to read the turn
         return False, f"raised {type(exc).__name__}: {exc}"
     if view != _expected(case.truth):
@@ -58,7 +61,15 @@ def sdk_reads(case: Case) -> tuple[bool, str]:
 
 
 def verify_judges(case: Case) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    answer = answer_from_sse(case.body) if case.stream else answer_from_json(json.loads(case.body))
+    body = case.body
+    if case.encoding:  # the body as verify's transport reads it, and the finding when it does not decode
+        body, fault, _limit = decode(case.encoding, body, LIMITS, _Budget(LIMITS.total_bytes))
+        content_type = "text/event-stream" if case.stream else "application/json"
+        reply = Reply(200, content_type, body, encoding_fault=fault)
+        failure = http_finding(reply, api_key_sent=False, model="kimi-k2.5")
+        if failure:
+            return (failure,), ()
+    answer = answer_from_sse(body) if case.stream else answer_from_json(json.loads(body))
     probe = TOOL if case.truth.probe == "tool" else REASONING
     return judge(probe, answer, {})
 

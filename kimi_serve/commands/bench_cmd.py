@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from kimi_serve.commands.numbers import number_option
+from kimi_serve.core.settings import SIM_MAX_SPEEDUP
+
 if TYPE_CHECKING:
     from kimi_serve.profile.loader import Profile
 
@@ -99,10 +102,11 @@ def register(app: typer.Typer) -> None:
             help="Use running servers instead of starting the profiles: give it twice (A's, then B's HOST:PORT).",
         ),
         api_key: str | None = typer.Option(None, "--api-key", help="API key for --host servers."),
-        speedup: float | None = typer.Option(
+        speedup: float | None = number_option(
             None,
             "--speedup",
-            min=0.01,
+            lo=0.01,
+            hi=SIM_MAX_SPEEDUP,
             help="Simulator profiles: run the performance model's clock this many times faster.",
         ),
         perf_model: str | None = typer.Option(

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import typer
 
+from kimi_serve.commands.numbers import seconds_option
+
 
 def wait_router(
     host: str = typer.Option(..., "--host", help="The router, HOST:PORT."),
     minimum: int = typer.Option(1, "--min", min=1, help="Healthy workers to wait for."),
-    wait: float = typer.Option(60.0, "--wait", min=0, help="Seconds to wait at most."),
+    wait: float = seconds_option(60.0, "--wait", help="Seconds to wait at most."),
     api_key_file: Path | None = typer.Option(
         None,
         "--api-key-file",
@@ -33,7 +35,7 @@ def wait_joined(
     leader: str = typer.Option(..., "--leader", help="Rank 0's store, nodes.leader_host:nodes.leader_port."),
     host: str = typer.Option("127.0.0.1", "--host", help="This node's server.host."),
     port: int = typer.Option(..., "--port", min=1, max=65535, help="This node's server.port (its dummy /health)."),
-    wait: float = typer.Option(600.0, "--wait", min=0, help="Seconds to wait at most."),
+    wait: float = seconds_option(600.0, "--wait", help="Seconds to wait at most."),
     pid: int | None = typer.Option(
         None,
         "--pid",

@@ -6,6 +6,8 @@ import os
 
 import typer
 
+from kimi_serve.commands.numbers import seconds_option
+
 
 def register(app: typer.Typer) -> None:
     @app.command(
@@ -21,8 +23,8 @@ def register(app: typer.Typer) -> None:
         port: int = typer.Option(
             None, "--port", min=1, max=65535, help="Override the profile's server.port (1..65535)."
         ),
-        warmup: float = typer.Option(2.0, "--warmup", min=0, help="Seconds /health and /ready answer 503 after bind."),
-        load: float = typer.Option(0.0, "--load", min=0, help="Seconds of simulated loading (port closed) first."),
+        warmup: float = seconds_option(2.0, "--warmup", help="Seconds /health and /ready answer 503 after bind."),
+        load: float = seconds_option(0.0, "--load", help="Seconds of simulated loading (port closed) first."),
         raw: bool = typer.Option(
             False, "--raw", help="Take SGLang launch_server flags after `--` instead of a profile."
         ),

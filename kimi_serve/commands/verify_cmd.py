@@ -9,13 +9,10 @@ from typing import Any
 
 import typer
 
+from kimi_serve.commands.numbers import seconds_option
 from kimi_serve.core.suites import QUICK, SUITES
 
 Suite = Enum("Suite", {name: name for name in SUITES}, type=str)  # type: ignore[misc]  # quick, full, raw
-
-
-# --timeout and --wait: a day at most (inf, 1e300 or NaN would be no deadline at all: exit 2)
-MAX_SECONDS = 86_400.0
 
 
 def _progress_printer(target: str) -> Any:
@@ -49,14 +46,11 @@ def verify(
         help="File with `api-key: KEY` (SGLang --config form) or the bare key; must be mode 600.",
     ),
     model: str | None = typer.Option(None, "--model", help="Model id; default: the first one /v1/models lists."),
-    wait: float = typer.Option(
-        0.0, "--wait", min=0.0, max=MAX_SECONDS, help="Seconds to wait for /health to turn 200 (0: check once)."
-    ),
-    timeout: float = typer.Option(
+    wait: float = seconds_option(0.0, "--wait", help="Seconds to wait for /health to turn 200 (0: check once)."),
+    timeout: float = seconds_option(
         180.0,
         "--timeout",
-        min=1.0,
-        max=MAX_SECONDS,
+        lo=1.0,
         help="Seconds allowed for the whole check after readiness (the probes, then a few seconds of "
         "least-privilege checks).",
     ),

@@ -7,10 +7,13 @@ The simulator process reads its own knobs (``KIMI_SERVE_SIM_*``) at its entry po
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from kimi_serve.core.errors import KimiServeError
 
 # kimi-serve's own variables
 STATE_DIR_ENV = "KIMI_SERVE_STATE_DIR"  # state root: patch records, service records, locks, history
@@ -33,6 +36,14 @@ SIM_PERF_ENV = "KIMI_SERVE_SIM_PERF"  # performance model parameter overrides, a
 SIM_SPEEDUP_ENV = "KIMI_SERVE_SIM_SPEEDUP"  # run the performance model's clock this many times faster
 SIM_LOAD_ENV = "KIMI_SERVE_SIM_LOAD_SECONDS"  # simulated weight-loading time
 SIM_WARMUP_ENV = "KIMI_SERVE_SIM_WARMUP_SECONDS"  # simulated warmup time
+SIM_MAX_SPEEDUP = 1000.0  # beyond it a model step is below the event loop's timer resolution
+# what each of the simulator's numeric knobs may be: a finite number within these bounds (seconds: a day at most)
+SIM_BOUNDS = {
+    SIM_STEP_ENV: (0.0, 60.0),
+    SIM_SPEEDUP_ENV: (0.01, SIM_MAX_SPEEDUP),
+    SIM_LOAD_ENV: (0.0, 86_400.0),
+    SIM_WARMUP_ENV: (0.0, 86_400.0),
+}
 # set by systemd for a unit's ExecStartPost= (its main process): `wait-joined` checks that process tree
 MAIN_PID_ENV = "MAINPID"
 
@@ -81,6 +92,26 @@ def from_env(environ: Mapping[str, str]) -> Settings:
         accounts_root=Path(get(ACCOUNTS_ROOT_ENV) or "/"),
         main_pid=int(pid) if (pid := get(MAIN_PID_ENV)) and pid.isdigit() else None,
     )
+
+
+def sim_number(environ: Mapping[str, str], name: str) -> float | None:
+    """The simulator's numeric knob ``name`` (None when unset or empty): a finite number within its
+    :data:`SIM_BOUNDS`, else a KimiServeError naming the variable (``nan``, ``inf``, ``1e400``, a word: exit 2)."""
+    text = environ.get(name)
+    if not text:
+        return None
+    lo, hi = SIM_BOUNDS[name]
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and lo <= value <= hi):
+        raise KimiServeError(
+            f"{text[:40]!r} is not a finite number {lo:g}..{hi:g}",
+            where=name,
+            hint=f"set {name} to a number {lo:g}..{hi:g}, or unset it",
+        )
+    return value
 
 
 def current() -> Settings:

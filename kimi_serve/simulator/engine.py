@@ -19,7 +19,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from kimi_serve.core.settings import SIM_PERF_ENV, SIM_SPEEDUP_ENV, SIM_STEP_ENV
+from kimi_serve.core.settings import SIM_PERF_ENV, SIM_SPEEDUP_ENV, SIM_STEP_ENV, sim_number
 from kimi_serve.simulator import model as scripted
 from kimi_serve.simulator.clock import StepClock
 from kimi_serve.simulator.constrain import Constrainer, has_constraint, intended_text
@@ -46,13 +46,18 @@ def normalize_once(obj: Any) -> None:
 
 def step_delay() -> float | None:
     """A fixed step time (KIMI_SERVE_SIM_STEP_SECONDS), or None: the performance model times the steps."""
-    value = os.environ.get(SIM_STEP_ENV)
-    return float(value) if value else None
+    return sim_number(os.environ, SIM_STEP_ENV)
+
+
+def perf_params() -> PerfParams:
+    """The performance model's parameters from the environment (KimiServeError or ValueError when they are bad)."""
+    speedup = sim_number(os.environ, SIM_SPEEDUP_ENV)
+    return PerfParams.from_json(os.environ.get(SIM_PERF_ENV), None if speedup is None else repr(speedup))
 
 
 def make_clock(resolved: dict[str, Any]) -> StepClock:
     """The scheduler clock for these server args, with the model's parameters from the environment."""
-    params = PerfParams.from_json(os.environ.get(SIM_PERF_ENV), os.environ.get(SIM_SPEEDUP_ENV))
+    params = perf_params()
     model = PerfModel(params, SpecSettings.from_server_args(resolved), resolved.get("max_running_requests"))
     return StepClock(model, step_delay())
 

@@ -24,6 +24,7 @@ assumptions; they put the crossover (speculative stops paying) between 32 and 64
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -57,6 +58,8 @@ class PerfParams:
             if unknown:
                 raise ValueError(f"unknown perf model parameter(s) {sorted(unknown)}; known: {sorted(known)}")
             values: dict[str, Any] = {k: float(v) if k != "seed" else int(v) for k, v in data.items()}
+            if not all(math.isfinite(v) for v in values.values()):
+                raise ValueError("every value must be a finite number")
             params = replace(params, **values)
         if speedup:
             params = replace(params, speedup=float(speedup))

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from kimi_serve.core.settings import SIM_LOAD_ENV, SIM_WARMUP_ENV
+from kimi_serve.core.settings import SIM_LOAD_ENV, SIM_PERF_ENV, SIM_WARMUP_ENV, sim_number
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
@@ -38,7 +38,26 @@ REDACTED = "<redacted>"
 
 
 def _seconds(name: str, default: float) -> float:
-    return float(os.environ.get(name, str(default)))
+    value = sim_number(os.environ, name)
+    return default if value is None else value
+
+
+def environment_problem() -> str | None:
+    """What is wrong with the simulator's knobs in the environment (KIMI_SERVE_SIM_*), as one line; None when
+    nothing is: checked first, so a bad value ends the process at once with that line (exit 2), not in a traceback."""
+    from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.simulator.engine import perf_params, step_delay
+
+    try:
+        for name in (SIM_LOAD_ENV, SIM_WARMUP_ENV):
+            _seconds(name, 0.0)
+        step_delay()
+        perf_params()
+    except KimiServeError as exc:
+        return exc.one_line()
+    except (ValueError, TypeError, RecursionError) as exc:  # TypeError: a value that is no number
+        return f"{SIM_PERF_ENV}: invalid performance model parameters: {exc}"
+    return None
 
 
 class State:
@@ -349,6 +368,10 @@ def main(argv: list[str] | None = None) -> int:
     from kimi_serve.simulator.tokenizer import load_tokenizer
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    problem = environment_problem()
+    if problem:
+        print(f"kimi-serve simulator: error: {problem}", file=sys.stderr)
+        return 2
     started = time.perf_counter()
     stop = threading.Event()
     sim = resolve(argv)  # argparse errors exit 2 with SGLang's own message
