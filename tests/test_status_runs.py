@@ -34,7 +34,7 @@ def test_up_leaves_a_run_record_while_it_serves(cli, monkeypatch: pytest.MonkeyP
 
     seen: dict[str, Any] = {}
 
-    def serving(profile: Any, launch: Any, console: Any, opts: Any, log_path: Path) -> int:
+    def serving(deployment: Any, console: Any, opts: Any, log_path: Path) -> int:
         seen["runs"] = [r.to_json() for r in read_runs()]
         seen["status"] = cli("status", "--json")
         return 0

@@ -19,11 +19,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.check.deployment import Deployment
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.net import client_url
 from kimi_serve.process.child import Server, describe_status
-from kimi_serve.profile.launch import Launch
-from kimi_serve.profile.loader import Profile
 from kimi_serve.up.console import PREFIX, Console
 from kimi_serve.up.options import CLEAN_STOP, UpOptions
 from kimi_serve.up.replicas import (
@@ -371,12 +370,11 @@ class Supervisor:  # the replicas and the router of one `up`, started and superv
             m.server.close()
 
 
-def serve_deployment(profile: Profile, first: Launch, opts: UpOptions, base_log: Path, console: Console) -> int:
+def serve_deployment(deployment: Deployment, opts: UpOptions, base_log: Path, console: Console) -> int:
     """Start and supervise the replicated deployment; the exit code as :func:`kimi_serve.up.run.serve` returns it."""
-    from kimi_serve.check.deployment import deployment_of
     from kimi_serve.verify import resolve_key
 
-    parts, router = deployment_parts(deployment_of(profile, first), base_log)
+    parts, router = deployment_parts(deployment, base_log)
     port_preflight(parts, router, console)
     for p in [*parts, router]:
         try:
@@ -388,16 +386,16 @@ def serve_deployment(profile: Profile, first: Launch, opts: UpOptions, base_log:
                 hint="pass --log-file PATH or set KIMI_SERVE_STATE_DIR",
                 exit_code=ExitCode.ENVIRONMENT,
             ) from None
-    key = resolve_key(key_file=first.api_key_file, file_label="profile key file")
-    deployment = Supervisor(parts, router, opts, console, key.value, key.source)
+    key = resolve_key(key_file=deployment.launch.api_key_file, file_label="profile key file")
+    supervisor = Supervisor(parts, router, opts, console, key.value, key.source)
     outcome = None
     try:
-        deployment.start_replicas()
+        supervisor.start_replicas()
         with Signals() as signals:
-            outcome = deployment.run(signals)
+            outcome = supervisor.run(signals)
     finally:
         console.end_progress()
-        deployment.cleanup()
+        supervisor.cleanup()
     if outcome.code in (ExitCode.OK, ExitCode.INTERRUPTED):
         console.info(outcome.message)
         return int(outcome.code)

@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import REPLICA, Deployment, Member, deployment_of
+from kimi_serve.check.deployment import REPLICA, Deployment, Member
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.process.child import Server
 from kimi_serve.process.startup_log import PHASE_TITLES, Event, Progress
 from kimi_serve.profile.launch import Launch
-from kimi_serve.profile.loader import Profile
 from kimi_serve.up.console import Console
 from kimi_serve.up.options import UpOptions
 from kimi_serve.up.watch import Outcome, Signals, Watch
@@ -204,15 +203,26 @@ class RouterPoller:
         return view
 
 
-def dry_run(profile: Profile, first: Launch, opts: UpOptions, base_log: Path, console: Console) -> int:
-    """What `up --dry-run` prints for a replicated profile: each replica's launch, then the router's."""
-    parts, router = deployment_parts(deployment_of(profile, first), base_log)
-    for p in [*parts, router]:
-        console.info(f"dry run: would start {p.name} (log: {p.log_path}):")
-        console.info("$ " + p.launch.shell())
+def dry_run(deployment: Deployment, opts: UpOptions, base_log: Path, console: Console) -> int:
+    """What `up --dry-run` prints: each member's launch (the one server's; or each replica's, then the router's),
+    then what `up` would wait for."""
+    check = f"run the {opts.verify_suite} contract check" if opts.verify else ""
+    one = deployment.launch
+    shown = [(one.engine, base_log, one)]
+    if deployment.router is not None:
+        parts, router = deployment_parts(deployment, base_log)
+        shown = [(p.name, p.log_path, p.launch) for p in [*parts, router]]
+    for name, log, launch in shown:
+        console.info(f"dry run: would start {name} (log: {log}):")
+        console.info("$ " + launch.shell())
+    if deployment.router is None:
+        console.info(
+            f"then wait up to {opts.startup_timeout_s:g}s for /health, {check + ', ' if check else ''}and supervise"
+        )
+        return int(ExitCode.OK)
     console.info(
         f"each replica: wait up to {opts.startup_timeout_s:g}s for /health"
-        + (f", run the {opts.verify_suite} contract check" if opts.verify else "")
+        + (f", {check}" if check else "")
         + f"; then the router: wait up to {ROUTER_READY_S:g}s until it reports every replica healthy"
         + (", run the contract check through it" if opts.verify else "")
         + ", and supervise"
