@@ -49,33 +49,20 @@ RANK_STOP = (
 
 
 @dataclass(frozen=True)
-class MemberUnit:
-    """One member of the deployment (:class:`kimi_serve.check.deployment.Member`) and its rendered unit."""
+class MemberUnit(Member):
+    """A member of the deployment (:class:`kimi_serve.check.deployment.Member`) with its rendered unit."""
 
-    member: Member
     unit: RenderedUnit
 
-    @property
-    def role(self) -> str:
-        return self.member.role
-
-    @property
-    def index(self) -> int:
-        return self.member.index
-
-    @property
-    def launch(self) -> Launch:
-        return self.member.launch
-
-    @property
-    def label(self) -> str:
-        return self.member.label
+    @classmethod
+    def of(cls, member: Member, unit: RenderedUnit) -> MemberUnit:
+        return cls(member.role, member.index, member.launch, member.endpoint, member.local, unit)
 
 
 def front_member(members: list[MemberUnit]) -> MemberUnit | None:
     """The member clients reach, which the verify timer checks: the router, the one unit, rank 0; None on a rank >= 1
     (it serves no API)."""
-    return next((m for m in members if m.member.serves_clients), None)
+    return next((m for m in members if m.serves_clients), None)
 
 
 def is_replicated(profile: Profile) -> bool:
@@ -144,7 +131,7 @@ def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str
         timeout_start_sec=2 * profile.startup.timeout + int(profile.verify.timeout) + START_SLACK_SEC,
     )
     name = deployment.router.unit_name(base)
-    return [*members, MemberUnit(deployment.router, render_unit(profile, router, ctx, unit_name=name, shape=shape))]
+    return [*members, MemberUnit.of(deployment.router, render_unit(profile, router, ctx, unit_name=name, shape=shape))]
 
 
 def _replica_member(profile: Profile, ctx: UnitContext, base: str, member: Member, count: int) -> MemberUnit:
@@ -158,13 +145,13 @@ def _replica_member(profile: Profile, ctx: UnitContext, base: str, member: Membe
             "port (structured tool_calls and reasoning_content)."
         ),
     )
-    return MemberUnit(member, render_unit(profile, own, ctx, unit_name=member.unit_name(base), shape=shape))
+    return MemberUnit.of(member, render_unit(profile, own, ctx, unit_name=member.unit_name(base), shape=shape))
 
 
 def _rank_member(profile: Profile, member: Member, ctx: UnitContext, base: str) -> MemberUnit:
     n, launch = profile.nodes, member.launch
     if member.role == "single":
-        return MemberUnit(member, render_unit(profile, launch, ctx, unit_name=base))
+        return MemberUnit.of(member, render_unit(profile, launch, ctx, unit_name=base))
     if n.rank == 0:
         shape = UnitShape(
             role="rank:0",
@@ -188,7 +175,7 @@ def _rank_member(profile: Profile, member: Member, ctx: UnitContext, base: str) 
             stop_comment=RANK_STOP,
             timeout_comment="Cold start (weights, joining rank 0) + the join check.",
         )
-    return MemberUnit(member, render_unit(profile, launch, ctx, unit_name=base, shape=shape))
+    return MemberUnit.of(member, render_unit(profile, launch, ctx, unit_name=base, shape=shape))
 
 
 def installed_members(root: Path, base: str) -> list[tuple[str, int, str]]:
