@@ -288,7 +288,7 @@ def test_up_waits_for_every_replica_not_every_listed_worker() -> None:
     timeout names 1/2."""
     from types import SimpleNamespace
 
-    from kimi_serve.up.deployment import Supervisor
+    from kimi_serve.up.supervisor import Supervisor
 
     said: list[str] = []
     stops: list[Any] = []

@@ -134,11 +134,11 @@ def _up(
 
 def _serve(deployment: Deployment, console: Console, opts: UpOptions, log_path: Path) -> int:
     """`up`'s one body: a deployment of one member is the one server's watch; replicas are supervised behind SGLang's
-    router (up/deployment.py)."""
+    router (up/supervisor.py)."""
     from kimi_serve.core.settings import state_root
 
     if deployment.router is not None:
-        from kimi_serve.up.deployment import serve_deployment
+        from kimi_serve.up.supervisor import serve_deployment
 
         return serve_deployment(deployment, opts, log_path, console)
     clock = start_clock(deployment.profile, state_root(), console.info)
