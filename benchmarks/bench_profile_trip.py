@@ -24,10 +24,23 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
+COMMANDS = {
+    "install-service": ["install-service"],
+    "up": ["up", "--dry-run"],
+    "render-k8s": ["render", "--format", "k8s"],
+}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="sim")
     ap.add_argument("--set", dest="sets", action="append", default=[])
+    ap.add_argument(
+        "--command",
+        choices=sorted(COMMANDS),
+        default="install-service",
+        help="the command traced: install-service (into a scratch root), up --dry-run, render --format k8s",
+    )
     ap.add_argument("--list", action="store_true", help="print the modules in the order the profile enters them")
     ap.add_argument("--trip", action="store_true", help="print the whole trip, one line per module entered")
     args = ap.parse_args()
@@ -69,9 +82,9 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="kimi-serve-trip-") as root:
         os.environ.setdefault("KIMI_SERVE_API_KEY", "sk-trip-benchmark")
-        argv = ["install-service", "--profile", args.profile, "--root", root]
-        argv += [x for s in args.sets for x in ("--set", s)]
-        argv += ["--set", "service.user=root"]  # no account to create in the scratch root
+        argv = [*COMMANDS[args.command], "--profile", args.profile, *(x for s in args.sets for x in ("--set", s))]
+        if args.command == "install-service":
+            argv += ["--root", root, "--set", "service.user=root"]  # no account to create in the scratch root
         sys.setprofile(hook)
         try:
             code = cli.main(argv)
@@ -85,7 +98,8 @@ def main() -> int:
             accessors += mod == loader.__name__  # the profile's own methods (where, ref): reading the value
         else:
             seen.append(mod)
-    print(f"install-service --profile {args.profile} --root SCRATCH: exit {code}")
+    shown = " ".join(COMMANDS[args.command]) + (" --root SCRATCH" if args.command == "install-service" else "")
+    print(f"{shown} --profile {args.profile}: exit {code}")
     print(f"  profile loads: {loads}")
     print(f"  modules the profile enters: {len(seen)}")
     print(f"  re-entries of a module it had left (climbs back): {climbs}")

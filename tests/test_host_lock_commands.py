@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from kimi_serve.check.deployment import plan_deployment
 from kimi_serve.check.report import validated_launch
 from kimi_serve.core.lock import resource_lock_path, root_lock_path
 from kimi_serve.profile.loader import load_profile
@@ -120,9 +121,9 @@ def test_up_takes_its_port_not_the_host_lock_and_the_simulator_no_gpu(cli, holde
 
 def test_the_resources_up_takes() -> None:
     sim = load_profile("sim")
-    assert gpus_of(sim, validated_launch(sim), {}) == [] and ports_of(sim) == [30000]
+    assert gpus_of(sim, validated_launch(sim), {}) == [] and ports_of(plan_deployment(sim)) == [30000]
     dp2 = load_profile("sim-dp2")
-    assert ports_of(dp2) == sorted({dp2.router.port, dp2.server.port, dp2.server.port + 1})
+    assert ports_of(plan_deployment(dp2)) == sorted({dp2.router.port, dp2.server.port, dp2.server.port + 1})
     prod = load_profile("prod")
     launch = validated_launch(prod)
     assert gpus_of(prod, launch, {}) == [str(i) for i in range(prod.gpus)]

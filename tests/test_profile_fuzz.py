@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kimi_serve.check.deployment import render_plan
+from kimi_serve.check.deployment import plan_deployment
 from kimi_serve.check.launch import fast_validate
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.resources import resource_dir
@@ -226,7 +226,7 @@ def _judge(path: Path, sets: tuple[str, ...]) -> None:
     try:
         profile = load_profile(str(path), sets)
         fast_validate(profile)
-        render_plan(profile)
+        plan_deployment(profile)
         dump_profile(profile)
         to_yaml(render_manifests(profile, namespace="default", image="kimi-serve:test"))
     except KimiServeError as exc:

@@ -288,7 +288,7 @@ def test_up_waits_for_every_replica_not_every_listed_worker() -> None:
     timeout names 1/2."""
     from types import SimpleNamespace
 
-    from kimi_serve.up.deployment import Deployment
+    from kimi_serve.up.supervisor import Supervisor
 
     said: list[str] = []
     stops: list[Any] = []
@@ -303,7 +303,7 @@ def test_up_waits_for_every_replica_not_every_listed_worker() -> None:
         _router_ready=lambda: said.append("READY"),
         begin_stop=lambda outcome, why: stops.append(outcome),
     )
-    Deployment._watch_router(me, 1.0)  # type: ignore[arg-type]
+    Supervisor._watch_router(me, 1.0)  # type: ignore[arg-type]
     assert "READY" not in said and not stops, said
-    Deployment._watch_router(me, 6.0)  # type: ignore[arg-type]
+    Supervisor._watch_router(me, 6.0)  # type: ignore[arg-type]
     assert stops and "1/2 expected workers healthy" in stops[0].message, stops

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kimi_serve.check.report import validated_launch
+from kimi_serve.check.deployment import plan_deployment
 from kimi_serve.core.proc import Completed
 from kimi_serve.core.runs import read_runs, run_record, runs_dir
 from kimi_serve.profile.loader import load_profile
@@ -34,7 +34,7 @@ def test_up_leaves_a_run_record_while_it_serves(cli, monkeypatch: pytest.MonkeyP
 
     seen: dict[str, Any] = {}
 
-    def serving(profile: Any, launch: Any, console: Any, opts: Any, log_path: Path) -> int:
+    def serving(deployment: Any, console: Any, opts: Any, log_path: Path) -> int:
         seen["runs"] = [r.to_json() for r in read_runs()]
         seen["status"] = cli("status", "--json")
         return 0
@@ -71,7 +71,7 @@ def test_a_stale_record_is_shown_once_as_such_and_pruned(cli, tmp_path: Path) ->
 
 def test_a_replicated_profile_records_its_router_and_replicas(tmp_path: Path) -> None:
     profile = load_profile("sim-dp2")
-    fields = run_fields(profile, validated_launch(profile), tmp_path / "up-sim-dp2.log")
+    fields = run_fields(plan_deployment(profile), tmp_path / "up-sim-dp2.log")
     assert fields["router"]["endpoint"].endswith(f":{profile.router.port}") and fields["port"] == profile.router.port
     assert [x["index"] for x in fields["replicas"]] == list(range(profile.replicas))
     assert fields["replicas"][1]["log"] == str(tmp_path / "up-sim-dp2-replica1.log")

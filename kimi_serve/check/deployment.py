@@ -1,11 +1,17 @@
-"""What `render` shows for a whole deployment: the server launch, one rank's view (``--node-rank``), and for a
-replicated profile the router's launch and each replica's (validated by the fast layers first).
+"""A deployment, planned once from a profile: its members and each member's launch, endpoint and unit name, and the
+member clients reach. `render`, `check`, the units (:mod:`kimi_serve.service.deployment`), `up`, the Kubernetes
+view (:mod:`kimi_serve.k8s.view`) and `verify --profile` all read it here; none builds the shape again.
 
-A single-host, single-replica profile renders one launch, exactly as before. A multi-node profile renders this
-host's rank (``nodes.rank``, or ``--node-rank R``: only ``--node-rank`` differs between the ranks' argv). A routed
-profile (``replicas`` > 1) renders the router (:func:`kimi_serve.profile.router.build_router_launch`) and every
-replica: local ones at ``server.port + i``, remote ones (``router.workers``) at their entry's port; a replica that is
-itself multi-node gets its own rank 0 (its ``router.workers`` host) as the rendezvous address.
+- One server (``nodes.count`` 1, ``replicas`` 1): one member, ``single``.
+- A multi-node profile: this host's rank (``nodes.rank``, or ``--node-rank R``: only ``--node-rank`` differs between
+  the ranks' argv), one member ``rank`` R; rank 0 serves the API.
+- A routed profile (``replicas`` > 1): every replica, then the router
+  (:func:`kimi_serve.profile.router.build_router_launch`). Local replicas listen at ``server.port + i``, remote ones
+  (``router.workers``) at their entry's port (:func:`kimi_serve.profile.topology.replicas`); a remote replica that is
+  itself multi-node gets its own rank 0 (its ``router.workers`` host) as the rendezvous address.
+
+A view of the profile (another rank, a replica's leader) is the profile with ``--set`` overrides applied in memory
+(:func:`kimi_serve.profile.loader.with_sets`), never the YAML read again.
 """
 
 from __future__ import annotations
@@ -15,35 +21,89 @@ from typing import Any
 
 from kimi_serve.check.launch import validated_launch
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.net import client_url
+from kimi_serve.core.resources import package_root
 from kimi_serve.profile.launch import Launch, build_launch
-from kimi_serve.profile.loader import Profile, display_path, load_profile
+from kimi_serve.profile.loader import Profile, display_path, with_sets
 from kimi_serve.profile.router import build_router_launch
 from kimi_serve.profile.topology import replicas, routed
 
+ROUTER = "router"
+REPLICA = "replica"
+_DEFAULT = "default"  # pythonpath: the folder holding kimi_serve (package_root)
+
 
 @dataclass(frozen=True)
-class Part:
-    name: str  # "router", "replica 0"
-    role: str  # "router" | "replica"
-    endpoint: str  # where clients (or the router) reach it
-    local: bool  # runs on the host the profile describes (False: on the router.workers host)
+class Member:
+    """One process of the deployment: the one server (``single``), this host's ``rank``, a ``replica`` or the
+    router."""
+
+    role: str  # single | rank | replica | router
+    index: int  # replica index or node rank; 0 for the router and the one server
     launch: Launch
+    endpoint: str  # where clients (or the router) reach it
+    local: bool  # runs on the host the profile describes (False: on its router.workers host)
+
+    @property
+    def label(self) -> str:
+        """``router``, ``replica 1``, ``rank 0``, ``single 0``."""
+        return ROUTER if self.role == ROUTER else f"{self.role} {self.index}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.endpoint}"
+
+    @property
+    def serves_clients(self) -> bool:
+        """The member clients reach (the verify timer checks it): the router, the one server, rank 0."""
+        return self.role in (ROUTER, "single") or (self.role == "rank" and self.index == 0)
+
+    def unit_name(self, base: str) -> str:
+        """Its systemd unit, for the deployment's ``base`` (NAME.service): the base itself for the one server or a
+        rank, ``NAME-rI.service`` for a replica, ``NAME-router.service`` for the router."""
+        if self.role == REPLICA:
+            return replica_unit(base, self.index)
+        return router_unit(base) if self.role == ROUTER else base
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "role": self.role,
-            "endpoint": self.endpoint,
-            "local": self.local,
-            **self.launch.to_json(),
-        }
+        return {"name": self.label, "role": self.role, "endpoint": self.endpoint, "local": self.local}
+
+
+def replica_unit(base: str, index: int) -> str:
+    return f"{base.removesuffix('.service')}-r{index}.service"
+
+
+def router_unit(base: str) -> str:
+    return f"{base.removesuffix('.service')}-{ROUTER}.service"
 
 
 @dataclass(frozen=True)
-class RenderPlan:
+class Deployment:
     profile: Profile
     launch: Launch  # the server launch (replica 0 at server.port; on a multi-node profile this host's rank)
-    parts: tuple[Part, ...]  # router + replicas when routed, else empty
+    members: tuple[Member, ...]  # in start order: the one server or rank; or every replica, then the router
+
+    @property
+    def routed(self) -> bool:
+        return any(m.role == ROUTER for m in self.members)
+
+    @property
+    def router(self) -> Member | None:
+        return next((m for m in self.members if m.role == ROUTER), None)
+
+    @property
+    def replicas(self) -> list[Member]:
+        return [m for m in self.members if m.role == REPLICA]
+
+    @property
+    def front(self) -> Member | None:
+        """The member clients reach; None on a rank >= 1 (it serves no API)."""
+        return next((m for m in self.members if m.serves_clients), None)
+
+    @property
+    def router_first(self) -> tuple[Member, ...]:
+        """The members as `render` lists them: the router, then the replicas."""
+        return (*self.members[-1:], *self.members[:-1]) if self.routed else self.members
 
     def node(self) -> dict[str, Any] | None:
         n = self.profile.nodes
@@ -57,27 +117,35 @@ class RenderPlan:
         }
 
     def to_json(self) -> dict[str, Any]:
+        """What `render --json` prints (docs/json.md)."""
         doc = self.launch.to_json()
         if (node := self.node()) is not None:
             doc["node"] = node
-        if self.parts:
-            doc["launches"] = [p.to_json() for p in self.parts]
+        if self.routed:
+            doc["launches"] = [{**m.to_json(), **m.launch.to_json()} for m in self.router_first]
         return doc
 
     def text(self) -> str:
         """One shell line for a single launch; with a router, each launch under a ``#`` comment naming it."""
-        if not self.parts:
+        if not self.routed:
             return self.launch.shell()
         lines = []
-        for p in self.parts:
-            where = "this host" if p.local else "its own host"
+        for m in self.router_first:
+            where = "this host" if m.local else "its own host"
             head = (
-                f"# router on {p.endpoint} -> {', '.join(r.endpoint for r in replicas(self.profile))}"
-                if p.role == "router"
-                else f"# {p.name} on {p.endpoint} ({where})"
+                f"# router on {m.endpoint} -> {', '.join(r.endpoint for r in self.replicas)}"
+                if m.role == ROUTER
+                else f"# {m.label} on {m.endpoint} ({where})"
             )
-            lines += [head, p.launch.shell()]
+            lines += [head, m.launch.shell()]
         return "\n".join(lines)
+
+
+def deployment_targets(profile: Profile) -> list[tuple[str, str]]:
+    """(name, URL) of every part `verify --profile` checks: the router first (a wildcard bind is reached on this
+    machine's loopback), then each replica (one: the server, when the profile is not routed). No launch is built."""
+    router = client_url(profile.router.host, profile.router.port)
+    return [(ROUTER, router), *((f"{REPLICA} {r.index}", r.url) for r in replicas(profile))]
 
 
 def _rank_profile(profile: Profile, node_rank: int) -> Profile:
@@ -97,37 +165,35 @@ def _rank_profile(profile: Profile, node_rank: int) -> Profile:
             hint=f"pass --node-rank 0..{n.count - 1}",
             exit_code=ExitCode.USAGE,
         )
-    return _with(profile, f"nodes.rank={node_rank}")
+    return with_sets(profile, f"nodes.rank={node_rank}")
 
 
-def _with(profile: Profile, *sets: str) -> Profile:
-    return load_profile(profile.ref or str(profile.source), (*profile.overrides, *sets))
-
-
-def render_plan(profile: Profile, node_rank: int | None = None) -> RenderPlan:
-    """The validated launches of ``profile`` (one-line error, exit 2, for the first failing fast rule or a
-    ``node_rank`` outside the profile's nodes)."""
+def plan_deployment(profile: Profile, node_rank: int | None = None) -> Deployment:
+    """The validated deployment of ``profile`` (one-line error, exit 2, for the first failing fast rule or a
+    ``node_rank`` outside the profile's nodes): what `render` prints."""
     if node_rank is not None:
         profile = _rank_profile(profile, node_rank)
-    launch = validated_launch(profile)
-    if not routed(profile):
-        return RenderPlan(profile, launch, ())
-    python = launch.argv[0]
-    from kimi_serve.core.resources import package_root
+    return deployment_of(profile, validated_launch(profile))
 
-    root = str(package_root())
-    router = build_router_launch(profile, python, pythonpath=root)
-    parts = [Part("router", "router", router.endpoint, True, router)]
+
+def deployment_of(
+    profile: Profile, launch: Launch, *, python: str | None = None, pythonpath: str | None = _DEFAULT
+) -> Deployment:
+    """The members of ``profile``'s deployment around its validated server ``launch``; each runs by ``python`` (the
+    launch's interpreter unless given) with ``pythonpath`` (default: the folder holding kimi_serve; None: none)."""
+    python = python or launch.argv[0]
+    path = str(package_root()) if pythonpath == _DEFAULT else pythonpath
+    if python != launch.argv[0] or pythonpath != _DEFAULT:
+        launch = build_launch(profile, python, pythonpath=path)
+    if not routed(profile):
+        n = profile.nodes
+        role, index = ("rank", n.rank) if n.count > 1 else ("single", 0)
+        return Deployment(profile, launch, (Member(role, index, launch, launch.endpoint, True),))
+    members = []
     multinode = profile.nodes.count > 1
     for rep in replicas(profile):
-        view = _with(profile, f"nodes.leader_host={rep.host}") if multinode and not rep.local else profile
-        parts.append(
-            Part(
-                f"replica {rep.index}",
-                "replica",
-                rep.endpoint,
-                rep.local,
-                build_launch(view, python, pythonpath=root, port=rep.port),
-            )
-        )
-    return RenderPlan(profile, launch, tuple(parts))
+        view = with_sets(profile, f"nodes.leader_host={rep.host}") if multinode and not rep.local else profile
+        own = build_launch(view, python, pythonpath=path, port=rep.port)
+        members.append(Member(REPLICA, rep.index, own, rep.endpoint, rep.local))
+    router = build_router_launch(profile, python, pythonpath=path)
+    return Deployment(profile, launch, (*members, Member(ROUTER, 0, router, router.endpoint, True)))

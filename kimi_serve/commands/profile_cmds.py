@@ -79,9 +79,9 @@ def render(
                 exit_code=ExitCode.USAGE,
             )
         return _render_k8s(load_profile(profile, sets or ()), namespace, image, as_json)
-    from kimi_serve.check.deployment import render_plan
+    from kimi_serve.check.deployment import plan_deployment
 
-    plan = render_plan(load_profile(profile, sets or ()), node_rank)
+    plan = plan_deployment(load_profile(profile, sets or ()), node_rank)
     if as_json:
         import json
 

@@ -182,9 +182,10 @@ def verify(
 
 def _verify_profile(ref: str, api_key: str | None, api_key_file: str | None, as_json: bool, **args: Any) -> int:
     """`verify --profile P`: the profile's own server, or its router and then each replica (docs/verify.md)."""
+    from kimi_serve.check.deployment import deployment_targets
     from kimi_serve.profile.loader import load_profile
     from kimi_serve.profile.topology import routed
-    from kimi_serve.router.client import admin_key_of, deployment_targets, router_health
+    from kimi_serve.router.client import admin_key_of, router_health
     from kimi_serve.verify import resolve_key, run_verify
     from kimi_serve.verify.deployment import render_deployment, run_deployment
     from kimi_serve.verify.render import render_lines, render_table

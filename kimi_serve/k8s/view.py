@@ -1,5 +1,5 @@
 """The Kubernetes view of a profile: what changes when the same profile runs in pods, as ``--set`` overrides, so
-check's own rules (:func:`kimi_serve.check.report.validated_launch`) judge the result exactly as `render` and
+check's own rules (:func:`kimi_serve.check.launch.validated_launch`) judge the result exactly as `render` and
 `check` judge the profile itself.
 
 In a pod the pod network is the boundary, so the view listens on every interface of the pod (``server.host``,
@@ -17,11 +17,11 @@ import posixpath
 import re
 from dataclasses import dataclass, replace
 
-from kimi_serve.check.report import validated_launch
+from kimi_serve.check.deployment import deployment_of
+from kimi_serve.check.launch import validated_launch
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.profile.launch import Launch, build_launch
-from kimi_serve.profile.loader import Profile, display_path, load_profile
-from kimi_serve.profile.router import build_router_launch
+from kimi_serve.profile.launch import Launch
+from kimi_serve.profile.loader import Profile, display_path, with_sets
 from kimi_serve.profile.topology import routed
 
 # The image's layout (docs/kubernetes.md "The image"): the engine venv from the committed lock, kimi-serve in it.
@@ -116,19 +116,18 @@ def plan(profile: Profile, *, namespace: str, image: str) -> K8sPlan:
     )
     if not image.strip() or any(c.isspace() for c in image):
         raise KimiServeError(f"--image {image!r} is not an image reference", hint="pass --image REGISTRY/NAME:TAG")
-    view = load_profile(profile.ref or str(profile.source), (*profile.overrides, *view_sets(profile, name, namespace)))
+    view = with_sets(profile, *view_sets(profile, name, namespace))
     # check's fast rules on the view, as `render --set ...` would run them: PP + EAGLE-3, clashing ports, a router
     # without its admin key, ... Host-only rules stay out by construction: each replica is a pod of its own (no
     # local replica ports to share, no two replicas on one box's GPUs) and listens on the pod's network.
-    validated_launch(view)
-    python = view.python or IMAGE_PYTHON
-    server = build_launch(view, python)
+    deployment = deployment_of(view, validated_launch(view), python=view.python or IMAGE_PYTHON, pythonpath=None)
+    server = deployment.launch
     server = _with_argv(server, tuple(map(escaped, server.argv)))  # then the LWS references, which must expand
     if view.nodes.count > 1:  # one argv for every rank: LWS gives each pod its group's leader and its own index
         addr = f"{LEADER_ADDRESS}:{view.nodes.leader_port}"
         argv = _in_pod(_in_pod(server.argv, "--dist-init-addr", addr), "--node-rank", WORKER_INDEX)
         server = _with_argv(server, argv)
-    router = build_router_launch(view, python) if routed(view) else None
+    router = deployment.router.launch if deployment.router else None
     if router is not None:
         router = replace(router, argv=tuple(map(escaped, router.argv)))  # its server_args stay the router's own
     if view.server.api_key_file and posixpath.dirname(view.server.api_key_file) in ("", "/"):

@@ -319,8 +319,6 @@ def _freeze(value: Any) -> Any:
 
 def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
     """Find, read, merge (``extends``), apply ``--set`` overrides (:mod:`kimi_serve.profile.overrides`) and validate."""
-    from kimi_serve.profile.overrides import WHERE, parse_sets, set_lines
-
     path = find_profile(name_or_path)
     if line_breaker(path.stem) or path.stem != path.stem.strip():  # the name is in units, records and metrics labels
         raise KimiServeError(
@@ -329,6 +327,27 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
             hint="rename the file to letters, digits and -_. (e.g. prod-a.yaml)",
         )
     merged, chain, where = _load_chain(path)
+    return _built(merged, where, path, chain, name_or_path, overrides)
+
+
+def with_sets(profile: Profile, *sets: str) -> Profile:
+    """``profile`` with more ``--set`` overrides applied on top, in memory (the YAML is not read again): the same
+    profile ``load_profile(ref, (*profile.overrides, *sets))`` gives."""
+    where = dict(profile.lines)
+    return _built(profile.to_dict(), where, profile.source, profile.chain, profile.ref, sets, profile.overrides)
+
+
+def _built(
+    merged: dict[str, Any],
+    where: dict[str, str],
+    path: Path,
+    chain: tuple[Path, ...],
+    ref: str,
+    overrides: Sequence[str],
+    before: tuple[str, ...] = (),
+) -> Profile:
+    from kimi_serve.profile.overrides import WHERE, parse_sets, set_lines
+
     if overrides:
         sets = parse_sets(overrides)
         merged = _merge(merged, sets)
@@ -345,8 +364,8 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
         data=data,
         chain=chain,
         lines=where,
-        overrides=set_lines(overrides),
-        ref=name_or_path,
+        overrides=(*before, *set_lines(overrides)),
+        ref=ref,
     )
 
 

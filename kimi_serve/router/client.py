@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.core.net import client_url
-from kimi_serve.profile.loader import Profile
 from kimi_serve.verify.transport import TransportError, request
 
 POLL_TIMEOUT_S = 5.0
@@ -117,19 +115,6 @@ class RouterHealth:
             "listed": self.listed,
             "workers": [{"url": w.url, "healthy": w.healthy} for w in self.workers],
         }
-
-
-def router_url(profile: Profile) -> str:
-    """Where clients reach the profile's router (a wildcard bind address means this machine's loopback)."""
-    return client_url(profile.router.host, profile.router.port)
-
-
-def deployment_targets(profile: Profile) -> list[tuple[str, str]]:
-    """(name, URL) of every part `verify --profile` checks: the router first, then each replica
-    (:func:`kimi_serve.profile.topology.replicas`)."""
-    from kimi_serve.profile.topology import replicas
-
-    return [("router", router_url(profile)), *((f"replica {r.index}", r.url) for r in replicas(profile))]
 
 
 def _get(url: str, api_key: str | None, timeout: float) -> tuple[int, Any]:

@@ -19,11 +19,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_serve.check.deployment import ROUTER, Member, deployment_of, router_unit
 from kimi_serve.core.errors import KimiServeError
-from kimi_serve.profile.launch import Launch, build_launch
+from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
-from kimi_serve.profile.router import build_router_launch
-from kimi_serve.profile.topology import Replica, replicas, routed
+from kimi_serve.profile.topology import routed
 from kimi_serve.service.state import UNIT_DIR, read_text
 from kimi_serve.service.timeouts import START_SLACK_SEC
 from kimi_serve.service.unit import (
@@ -35,7 +35,6 @@ from kimi_serve.service.unit import (
     verify_argv,
 )
 
-ROUTER = "router"
 _REPLICA = re.compile(r"^(?P<base>.+)-r(?P<index>\d+)\.service$")
 ROUTER_STOP = (
     "SIGTERM to the router's main process: it stops taking requests and drains in flight ones itself.",
@@ -50,34 +49,20 @@ RANK_STOP = (
 
 
 @dataclass(frozen=True)
-class Member:
-    """One unit of a deployment: a replica (index), the router, or this host's rank."""
+class MemberUnit(Member):
+    """A member of the deployment (:class:`kimi_serve.check.deployment.Member`) with its rendered unit."""
 
-    role: str  # replica | router | rank
-    index: int  # replica index or node rank; 0 for the router
     unit: RenderedUnit
-    launch: Launch
 
-    @property
-    def label(self) -> str:
-        return ROUTER if self.role == ROUTER else f"{self.role} {self.index}"
+    @classmethod
+    def of(cls, member: Member, unit: RenderedUnit) -> MemberUnit:
+        return cls(member.role, member.index, member.launch, member.endpoint, member.local, unit)
 
 
-def front_member(members: list[Member]) -> Member | None:
+def front_member(members: list[MemberUnit]) -> MemberUnit | None:
     """The member clients reach, which the verify timer checks: the router, the one unit, rank 0; None on a rank >= 1
     (it serves no API)."""
-    last = members[-1]
-    if last.role == ROUTER or last.role == "single" or (last.role == "rank" and last.index == 0):
-        return last
-    return None
-
-
-def replica_unit(base: str, index: int) -> str:
-    return f"{base.removesuffix('.service')}-r{index}.service"
-
-
-def router_unit(base: str) -> str:
-    return f"{base.removesuffix('.service')}-{ROUTER}.service"
+    return next((m for m in members if m.serves_clients), None)
 
 
 def is_replicated(profile: Profile) -> bool:
@@ -116,25 +101,26 @@ def joined_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]
     ]
 
 
-def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str) -> list[Member]:
+def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str) -> list[MemberUnit]:
     """Every unit this host runs for ``profile``, in start order (replicas, then the router); ``launch`` is the
     validated launch, ``base`` the deployment's unit name (NAME.service). One member (the rank) for multi-node."""
-    if not is_replicated(profile):
-        return [_rank_member(profile, launch, ctx, base)]
-    if profile.nodes.count > 1:
+    if is_replicated(profile) and profile.nodes.count > 1:
         raise KimiServeError(
             "a replicated deployment whose replicas each span several nodes is not rendered as services here",
             where=profile.where("nodes.count"),
             hint="install each replica's nodes from their own profile (replicas: 1, nodes:) and "
             "front them with router.workers",
         )
-    local = [r for r in replicas(profile) if r.local]
-    members = [_replica_member(profile, launch, ctx, base, r, len(local)) for r in local]
-    router = build_router_launch(profile, launch.argv[0], pythonpath=ctx.package_root)
+    deployment = deployment_of(profile, launch, pythonpath=ctx.package_root)
+    if deployment.router is None:
+        return [_rank_member(profile, deployment.members[0], ctx, base)]
+    local = [m for m in deployment.replicas if m.local]
+    members = [_replica_member(profile, ctx, base, m, len(local)) for m in local]
+    router = deployment.router.launch
     units = [m.unit.name for m in members]
     shape = UnitShape(
         role=ROUTER,
-        what=f"router in front of {len(replicas(profile))} replicas",
+        what=f"router in front of {len(deployment.replicas)} replicas",
         posts=(tuple(router_wait_argv(profile, router, ctx)), tuple(verify_argv(profile, router, ctx))),
         post_comment=(
             "The router counts as started once it reports a healthy worker AND the API contract holds through it."
@@ -144,30 +130,28 @@ def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str
         timeout_comment="Waiting for a healthy worker + the contract check through the router.",
         timeout_start_sec=2 * profile.startup.timeout + int(profile.verify.timeout) + START_SLACK_SEC,
     )
-    unit = render_unit(profile, router, ctx, unit_name=router_unit(base), shape=shape)
-    return [*members, Member(ROUTER, 0, unit, router)]
+    name = deployment.router.unit_name(base)
+    return [*members, MemberUnit.of(deployment.router, render_unit(profile, router, ctx, unit_name=name, shape=shape))]
 
 
-def _replica_member(profile: Profile, launch: Launch, ctx: UnitContext, base: str, rep: Replica, count: int) -> Member:
-    own = build_launch(profile, launch.argv[0], port=rep.port)
+def _replica_member(profile: Profile, ctx: UnitContext, base: str, member: Member, count: int) -> MemberUnit:
+    own = member.launch
     shape = UnitShape(
-        role=f"replica:{rep.index}",
-        what=f"replica {rep.index} of {count}",
+        role=f"replica:{member.index}",
+        what=f"replica {member.index} of {count}",
         posts=(tuple(verify_argv(profile, own, ctx)),),
         post_comment=(
             "This replica counts as started only once the API contract holds on its own "
             "port (structured tool_calls and reasoning_content)."
         ),
     )
-    return Member(
-        "replica", rep.index, render_unit(profile, own, ctx, unit_name=replica_unit(base, rep.index), shape=shape), own
-    )
+    return MemberUnit.of(member, render_unit(profile, own, ctx, unit_name=member.unit_name(base), shape=shape))
 
 
-def _rank_member(profile: Profile, launch: Launch, ctx: UnitContext, base: str) -> Member:
-    n = profile.nodes
-    if n.count <= 1:
-        return Member("single", 0, render_unit(profile, launch, ctx, unit_name=base), launch)
+def _rank_member(profile: Profile, member: Member, ctx: UnitContext, base: str) -> MemberUnit:
+    n, launch = profile.nodes, member.launch
+    if member.role == "single":
+        return MemberUnit.of(member, render_unit(profile, launch, ctx, unit_name=base))
     if n.rank == 0:
         shape = UnitShape(
             role="rank:0",
@@ -191,7 +175,7 @@ def _rank_member(profile: Profile, launch: Launch, ctx: UnitContext, base: str) 
             stop_comment=RANK_STOP,
             timeout_comment="Cold start (weights, joining rank 0) + the join check.",
         )
-    return Member("rank", n.rank, render_unit(profile, launch, ctx, unit_name=base, shape=shape), launch)
+    return MemberUnit.of(member, render_unit(profile, launch, ctx, unit_name=base, shape=shape))
 
 
 def installed_members(root: Path, base: str) -> list[tuple[str, int, str]]:

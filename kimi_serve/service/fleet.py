@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.check.deployment import ROUTER
 from kimi_serve.check.owned_paths import refuse_owned_paths
 from kimi_serve.core.findings import Finding
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service import monitor_units as mon
-from kimi_serve.service.deployment import ROUTER, Member, front_member, installed_members, render_members
+from kimi_serve.service.deployment import MemberUnit, front_member, installed_members, render_members
 from kimi_serve.service.install import (
     Plan,
     Result,
@@ -49,12 +50,12 @@ class Fleet:
 
     profile: Profile
     base: str  # the deployment's name, NAME.service: the one unit itself, or the stem of NAME-r0, ..., NAME-router
-    members: tuple[tuple[Member, Plan], ...]  # the one unit; or the replicas in index order, then the router
+    members: tuple[tuple[MemberUnit, Plan], ...]  # the one unit; or the replicas in index order, then the router
     findings: tuple[Finding, ...]
     now: bool
 
     @property
-    def router(self) -> tuple[Member, Plan] | None:
+    def router(self) -> tuple[MemberUnit, Plan] | None:
         return next((mp for mp in self.members if mp[0].role == ROUTER), None)
 
     @property
@@ -63,7 +64,7 @@ class Fleet:
         return self.router is not None
 
     @property
-    def replicas(self) -> list[tuple[Member, Plan]]:
+    def replicas(self) -> list[tuple[MemberUnit, Plan]]:
         return [mp for mp in self.members if mp[0].role == "replica"]
 
     @property
@@ -71,7 +72,7 @@ class Fleet:
         """The one unit's plan (a deployment: replica 0's); it creates the key file when one is to be created."""
         return self.members[0][1]
 
-    def label(self, member: Member) -> str:
+    def label(self, member: MemberUnit) -> str:
         """How a report line names the member: nothing for the one unit, `` (replica 1)`` in a deployment."""
         return f" ({member.label})" if self.routed else ""
 
@@ -143,7 +144,7 @@ def plan_fleet(
             )
     units = [m.unit for m in members] + (list(monitor.files) if monitor else [])
     host_step(preview, found, lambda: mon.analyze_together(systemd, units), None)
-    plans: list[tuple[Member, Plan]] = []
+    plans: list[tuple[MemberUnit, Plan]] = []
     for m in members:  # the first member creates the key file when one is to be created; the front carries the timer
         paths = ServicePaths(root, m.unit.name)
         plans.append((m, Plan(profile, m.unit, paths, create and not plans, (), now, monitor if m is front else None)))

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.check.deployment import ROUTER, replica_unit, router_unit
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import FAIL, Finding
 from kimi_serve.profile.loader import Profile
-from kimi_serve.service.deployment import ROUTER, installed_members, replica_unit, router_unit
+from kimi_serve.service.deployment import installed_members
 from kimi_serve.service.gates import Worker, router_workers
 from kimi_serve.service.journal import describe, journal_units, read_intent
 from kimi_serve.service.state import ServicePaths

@@ -18,18 +18,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.check.deployment import Deployment
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 
 
-def ports_of(profile: Profile) -> list[int]:
-    """The ports `up` of ``profile`` listens on (local replicas and the router, or the one server)."""
-    from kimi_serve.profile.topology import replicas, routed
-
-    if not routed(profile):
-        return [profile.server.port]
-    return sorted({r.port for r in replicas(profile) if r.local} | {profile.router.port})
+def ports_of(deployment: Deployment) -> list[int]:
+    """The ports `up` of the deployment listens on (the one server, or the local replicas and the router)."""
+    return sorted({m.launch.port for m in deployment.members if m.local})
 
 
 def gpus_of(profile: Profile, launch: Launch, environ: dict[str, str] | None = None) -> list[str]:
@@ -45,10 +42,12 @@ def gpus_of(profile: Profile, launch: Launch, environ: dict[str, str] | None = N
 
 
 @contextlib.contextmanager
-def up_locks(profile: Profile, launch: Launch, *, wait: bool = False) -> Iterator[None]:
-    """Hold the venv (shared), the GPUs and the ports of ``profile``'s server until the block ends; exit 75 naming the
-    holder when another kimi-serve command has one of them (or wait, with ``wait``)."""
+def up_locks(deployment: Deployment, *, wait: bool = False) -> Iterator[None]:
+    """Hold the venv (shared), the GPUs and the ports of the deployment's servers until the block ends; exit 75
+    naming the holder when another kimi-serve command has one of them (or wait, with ``wait``)."""
     from kimi_serve.core.lock import directory_lock, resource_lock
+
+    profile, launch = deployment.profile, deployment.launch
 
     with contextlib.ExitStack() as stack:
         if launch.engine == "sglang":
@@ -64,7 +63,7 @@ def up_locks(profile: Profile, launch: Launch, *, wait: bool = False) -> Iterato
                 )
         for gpu in gpus_of(profile, launch):
             stack.enter_context(resource_lock("up", "gpu", gpu, wait=wait))
-        for port in ports_of(profile):
+        for port in ports_of(deployment):
             stack.enter_context(resource_lock("up", "port", str(port), wait=wait))
         yield
 
@@ -78,13 +77,12 @@ def _site_packages(python: str) -> Path | None:
         return None
 
 
-def run_fields(profile: Profile, launch: Launch, log_path: Path) -> dict[str, Any]:
-    """What `up` of ``profile`` records for `status` (kimi_serve.core.runs): the profile, the endpoint, the log, and
-    for a replicated profile its router and replicas."""
-    from kimi_serve.profile.topology import replicas, routed
-
+def run_fields(deployment: Deployment, log_path: Path) -> dict[str, Any]:
+    """What `up` of the deployment records for `status` (kimi_serve.core.runs): the profile, the endpoint, the log,
+    and for a replicated profile its router and replicas."""
+    launch, router = deployment.launch, deployment.router
     fields: dict[str, Any] = {
-        "profile": profile.name,
+        "profile": deployment.profile.name,
         "engine": launch.engine,
         "endpoint": launch.endpoint,
         "port": launch.port,
@@ -92,17 +90,16 @@ def run_fields(profile: Profile, launch: Launch, log_path: Path) -> dict[str, An
         "router": None,
         "replicas": [],
     }
-    if routed(profile):
+    if router is not None:
         from kimi_serve.up.replicas import part_log
 
-        r = profile.router
-        fields["endpoint"] = f"[{r.host}]:{r.port}" if ":" in r.host else f"{r.host}:{r.port}"
-        fields["port"] = r.port
+        fields["endpoint"] = router.endpoint
+        fields["port"] = router.launch.port
         fields["log"] = str(part_log(log_path, "router"))
         fields["router"] = {"endpoint": fields["endpoint"], "log": fields["log"]}
         fields["replicas"] = [
-            {"index": x.index, "endpoint": x.endpoint, "log": str(part_log(log_path, f"replica{x.index}"))}
-            for x in replicas(profile)
-            if x.local
+            {"index": m.index, "endpoint": m.endpoint, "log": str(part_log(log_path, f"replica{m.index}"))}
+            for m in deployment.replicas
+            if m.local
         ]
     return fields

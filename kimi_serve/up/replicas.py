@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.check.deployment import REPLICA, Deployment, Member
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.process.child import Server
 from kimi_serve.process.startup_log import PHASE_TITLES, Event, Progress
-from kimi_serve.profile.launch import Launch, build_launch
-from kimi_serve.profile.loader import Profile
-from kimi_serve.profile.topology import Replica, replicas
+from kimi_serve.profile.launch import Launch
 from kimi_serve.up.console import Console
 from kimi_serve.up.options import UpOptions
 from kimi_serve.up.watch import Outcome, Signals, Watch
@@ -27,13 +26,28 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 @dataclass(frozen=True)
 class Part:
-    """One process of the deployment: a replica (``replica`` set) or the router."""
+    """One process of the deployment (a member of :class:`kimi_serve.check.deployment.Deployment`) and its log."""
 
-    name: str  # "replica 0 (127.0.0.1:30010)" | "router (127.0.0.1:30000)"
-    tag: str  # "replica0" | "router": the log file suffix and the tag of its echoed lines
-    launch: Launch
+    member: Member
     log_path: Path
-    replica: Replica | None = None
+
+    @property
+    def name(self) -> str:
+        """``replica 0 (127.0.0.1:30010)`` | ``router (127.0.0.1:30000)``."""
+        return f"{self.member.label} ({self.member.endpoint})"
+
+    @property
+    def tag(self) -> str:
+        """``replica0`` | ``router``: the log file suffix and the tag of its echoed lines."""
+        return self.member.label.replace(" ", "")
+
+    @property
+    def launch(self) -> Launch:
+        return self.member.launch
+
+    @property
+    def replica(self) -> Member | None:
+        return self.member if self.member.role == REPLICA else None
 
 
 def part_log(base: Path, tag: str) -> Path:
@@ -41,36 +55,19 @@ def part_log(base: Path, tag: str) -> Path:
     return base.with_name(f"{base.stem}-{tag}{base.suffix or '.log'}")
 
 
-def deployment_parts(profile: Profile, first: Launch, base_log: Path, pythonpath: str) -> tuple[list[Part], Part]:
-    """(the local replicas, the router). ``first`` is replica 0's validated launch; the others differ only in
-    ``--port`` (server.port + i, :func:`kimi_serve.profile.topology.replicas`); the router runs in the same (engine)
-    interpreter."""
-    from kimi_serve.profile.router import build_router_launch
-
-    reps = replicas(profile)
-    remote = [r.endpoint for r in reps if not r.local]
+def deployment_parts(deployment: Deployment, base_log: Path) -> tuple[list[Part], Part]:
+    """(the replicas, the router) of a routed ``deployment``, each with its log file next to ``base_log``. `up`
+    starts local replicas only."""
+    remote = [m.endpoint for m in deployment.replicas if not m.local]
     if remote:
         raise KimiServeError(
             f"router.workers names other hosts ({', '.join(remote)}): `up` starts local replicas only",
-            where=f"{profile.name}: router.workers",
+            where=f"{deployment.profile.name}: router.workers",
             hint="leave router.workers empty for `up`, or run each host's replica with "
             "`up --set replicas=1` and the router under systemd (docs/scale-out.md)",
         )
-    interpreter = first.argv[0]
-    parts = []
-    for rep in reps:
-        launch = first if rep.index == 0 else build_launch(profile, interpreter, pythonpath=pythonpath, port=rep.port)
-        parts.append(
-            Part(
-                f"replica {rep.index} ({rep.endpoint})",
-                f"replica{rep.index}",
-                launch,
-                part_log(base_log, f"replica{rep.index}"),
-                rep,
-            )
-        )
-    router = build_router_launch(profile, interpreter, pythonpath=pythonpath)
-    return parts, Part(f"router ({router.endpoint})", "router", router, part_log(base_log, "router"))
+    parts = [Part(m, part_log(base_log, m.label.replace(" ", ""))) for m in deployment.members]
+    return parts[:-1], parts[-1]
 
 
 def port_preflight(parts: list[Part], router: Part, console: Console) -> None:
@@ -145,7 +142,7 @@ class TaggedConsole(Console):
         return text
 
 
-class Member:
+class Running:
     """One replica: its process, its watch, and the signal relay the deployment drives it with."""
 
     def __init__(self, part: Part, server: Server, opts: UpOptions, console: Console) -> None:
@@ -206,17 +203,26 @@ class RouterPoller:
         return view
 
 
-def dry_run(profile: Profile, first: Launch, opts: UpOptions, base_log: Path, console: Console) -> int:
-    """What `up --dry-run` prints for a replicated profile: each replica's launch, then the router's."""
-    from kimi_serve.core.resources import package_root
-
-    parts, router = deployment_parts(profile, first, base_log, str(package_root()))
-    for p in [*parts, router]:
-        console.info(f"dry run: would start {p.name} (log: {p.log_path}):")
-        console.info("$ " + p.launch.shell())
+def dry_run(deployment: Deployment, opts: UpOptions, base_log: Path, console: Console) -> int:
+    """What `up --dry-run` prints: each member's launch (the one server's; or each replica's, then the router's),
+    then what `up` would wait for."""
+    check = f"run the {opts.verify_suite} contract check" if opts.verify else ""
+    one = deployment.launch
+    shown = [(one.engine, base_log, one)]
+    if deployment.router is not None:
+        parts, router = deployment_parts(deployment, base_log)
+        shown = [(p.name, p.log_path, p.launch) for p in [*parts, router]]
+    for name, log, launch in shown:
+        console.info(f"dry run: would start {name} (log: {log}):")
+        console.info("$ " + launch.shell())
+    if deployment.router is None:
+        console.info(
+            f"then wait up to {opts.startup_timeout_s:g}s for /health, {check + ', ' if check else ''}and supervise"
+        )
+        return int(ExitCode.OK)
     console.info(
         f"each replica: wait up to {opts.startup_timeout_s:g}s for /health"
-        + (f", run the {opts.verify_suite} contract check" if opts.verify else "")
+        + (f", {check}" if check else "")
         + f"; then the router: wait up to {ROUTER_READY_S:g}s until it reports every replica healthy"
         + (", run the contract check through it" if opts.verify else "")
         + ", and supervise"

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.check.deployment import Deployment, plan_deployment
 from kimi_serve.check.launch import server_env
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.host.preflight import preflight
 from kimi_serve.process.child import Server
 from kimi_serve.profile.launch import Launch
-from kimi_serve.profile.loader import Profile
 from kimi_serve.up.console import Console
 from kimi_serve.up.logfiles import default_log_file, prune
 from kimi_serve.up.options import UpOptions
@@ -91,22 +91,19 @@ def run_up(
     meanwhile would pass every check; it exits 75 instead (or waits, with ``wait_lock``). The host lock is not taken:
     a service change, or a change of another venv, runs beside it.
     """
-    from kimi_serve.check.launch import validated_launch
     from kimi_serve.profile.loader import load_profile
     from kimi_serve.up.locks import up_locks
 
     console = console or Console()
-    profile = load_profile(profile_ref, sets)
-    launch = validated_launch(profile)
+    deployment = plan_deployment(load_profile(profile_ref, sets))  # once: one server, or the replicas and the router
     if dry_run:
-        return _up(profile, launch, console, host, dry_run, verify, log_file, overrides)
-    with up_locks(profile, launch, wait=wait_lock):
-        return _up(profile, launch, console, host, dry_run, verify, log_file, overrides)
+        return _up(deployment, console, host, dry_run, verify, log_file, overrides)
+    with up_locks(deployment, wait=wait_lock):
+        return _up(deployment, console, host, dry_run, verify, log_file, overrides)
 
 
 def _up(
-    profile: Profile,
-    launch: Launch,
+    deployment: Deployment,
     console: Console,
     host: Any,
     dry_run: bool,
@@ -114,39 +111,31 @@ def _up(
     log_file: Path | None,
     overrides: dict[str, Any],
 ) -> int:
-    preflight(profile, launch, console.info, host)
+    profile = deployment.profile
+    preflight(profile, deployment.launch, console.info, host)
     log_path = log_file or default_log_file(profile.name)
     if log_file is None and not dry_run:
         prune(profile.name)  # at most KEEP_LOGS files per profile
     opts = UpOptions.from_profile(profile, verify=verify, **overrides)
-    from kimi_serve.profile.topology import routed
-
-    if not dry_run:  # what runs now, for `status` (kimi_serve.core.runs): removed when `up` ends
-        from kimi_serve.core.runs import run_record
-        from kimi_serve.up.locks import run_fields
-
-        with run_record(run_fields(profile, launch, log_path)):
-            return _serve(profile, launch, console, opts, log_path)
-    if routed(profile):
+    if dry_run:
         from kimi_serve.up.replicas import dry_run as dry_run_deployment
 
-        return dry_run_deployment(profile, launch, opts, log_path, console)
-    console.info(f"dry run: would start {launch.engine} (log: {log_path}):")
-    console.info("$ " + launch.shell())
-    console.info(
-        f"then wait up to {opts.startup_timeout_s:g}s for /health, "
-        + (f"run the {opts.verify_suite} contract check, " if verify else "")
-        + "and supervise"
-    )
-    return int(ExitCode.OK)
+        return dry_run_deployment(deployment, opts, log_path, console)
+    from kimi_serve.core.runs import run_record
+    from kimi_serve.up.locks import run_fields
+
+    with run_record(run_fields(deployment, log_path)):  # what runs now, for `status`: removed when `up` ends
+        return _serve(deployment, console, opts, log_path)
 
 
-def _serve(profile: Profile, launch: Launch, console: Console, opts: UpOptions, log_path: Path) -> int:
+def _serve(deployment: Deployment, console: Console, opts: UpOptions, log_path: Path) -> int:
+    """`up`'s one body: a deployment of one member is the one server's watch; replicas are supervised behind SGLang's
+    router (up/supervisor.py)."""
     from kimi_serve.core.settings import state_root
-    from kimi_serve.profile.topology import routed
 
-    if routed(profile):  # replicas behind SGLang's router (up/deployment.py)
-        from kimi_serve.up.deployment import serve_deployment
+    if deployment.router is not None:
+        from kimi_serve.up.supervisor import serve_deployment
 
-        return serve_deployment(profile, launch, opts, log_path, console)
-    return serve(launch, opts, log_path, console, start_clock(profile, state_root(), console.info))
+        return serve_deployment(deployment, opts, log_path, console)
+    clock = start_clock(deployment.profile, state_root(), console.info)
+    return serve(deployment.launch, opts, log_path, console, clock)

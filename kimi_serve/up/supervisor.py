@@ -19,19 +19,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.check.deployment import Deployment
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.net import client_url
 from kimi_serve.process.child import Server, describe_status
-from kimi_serve.profile.launch import Launch
-from kimi_serve.profile.loader import Profile
 from kimi_serve.up.console import PREFIX, Console
 from kimi_serve.up.options import CLEAN_STOP, UpOptions
 from kimi_serve.up.replicas import (
     ANSI,
     ROUTER_READY_S,
-    Member,
     Part,
     RouterPoller,
+    Running,
     deployment_parts,
     part_glob,
     port_preflight,
@@ -39,13 +38,13 @@ from kimi_serve.up.replicas import (
 from kimi_serve.up.watch import Outcome, Signals
 
 
-class Deployment:
+class Supervisor:  # the replicas and the router of one `up`, started and supervised together
     def __init__(
         self, parts: list[Part], router: Part, opts: UpOptions, console: Console, api_key: str | None, key_source: str
     ) -> None:
         self.parts, self.router_part, self.opts, self.console = parts, router, opts, console
         self.api_key, self.key_source = api_key, key_source
-        self.members: list[Member] = []
+        self.members: list[Running] = []
         self.router: Server | None = None
         self.router_rc: int | None = None
         self.state = "replicas"  # replicas -> router -> contract -> serving
@@ -76,7 +75,7 @@ class Deployment:
                     hint="check the profile's python",
                     exit_code=ExitCode.ENVIRONMENT,
                 ) from None
-            self.members.append(Member(part, server, self.opts, self.console))
+            self.members.append(Running(part, server, self.opts, self.console))
             self.console.info(f"{part.tag}: server pid {server.pid} (own session and process group)")
 
     def _start_router(self) -> None:
@@ -156,7 +155,7 @@ class Deployment:
                 "the router exited",
             )
 
-    def _member_ended(self, m: Member) -> None:
+    def _member_ended(self, m: Running) -> None:
         o = m.outcome
         assert o is not None
         if self.reason is not None:
@@ -371,12 +370,11 @@ class Deployment:
             m.server.close()
 
 
-def serve_deployment(profile: Profile, first: Launch, opts: UpOptions, base_log: Path, console: Console) -> int:
+def serve_deployment(deployment: Deployment, opts: UpOptions, base_log: Path, console: Console) -> int:
     """Start and supervise the replicated deployment; the exit code as :func:`kimi_serve.up.run.serve` returns it."""
-    from kimi_serve.core.resources import package_root
     from kimi_serve.verify import resolve_key
 
-    parts, router = deployment_parts(profile, first, base_log, str(package_root()))
+    parts, router = deployment_parts(deployment, base_log)
     port_preflight(parts, router, console)
     for p in [*parts, router]:
         try:
@@ -388,16 +386,16 @@ def serve_deployment(profile: Profile, first: Launch, opts: UpOptions, base_log:
                 hint="pass --log-file PATH or set KIMI_SERVE_STATE_DIR",
                 exit_code=ExitCode.ENVIRONMENT,
             ) from None
-    key = resolve_key(key_file=first.api_key_file, file_label="profile key file")
-    deployment = Deployment(parts, router, opts, console, key.value, key.source)
+    key = resolve_key(key_file=deployment.launch.api_key_file, file_label="profile key file")
+    supervisor = Supervisor(parts, router, opts, console, key.value, key.source)
     outcome = None
     try:
-        deployment.start_replicas()
+        supervisor.start_replicas()
         with Signals() as signals:
-            outcome = deployment.run(signals)
+            outcome = supervisor.run(signals)
     finally:
         console.end_progress()
-        deployment.cleanup()
+        supervisor.cleanup()
     if outcome.code in (ExitCode.OK, ExitCode.INTERRUPTED):
         console.info(outcome.message)
         return int(outcome.code)
