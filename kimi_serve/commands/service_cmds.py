@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ from kimi_serve.commands.service_io import (
     run_rows,
     say,
 )
+from kimi_serve.core.settings import process_environ
 from kimi_serve.service.state import UNIT_DIR
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def _plan(target: Target, now: bool, contract: bool, replace: bool = True, previ
         target,
         now=now,
         ctx=UnitContext.detect(),
-        environ=os.environ,
+        environ=process_environ(),
         contract=contract,
         replace=replace,
         preview=preview,
@@ -91,7 +91,7 @@ def install_service(
     with host_lock("install-service", wait_lock, target.systemd.root):
         recover(target)
         fleet = _plan(target, now, contract=False, replace=replace)
-        result = install_fleet(fleet, target.systemd, contract_verifier, os.environ)
+        result = install_fleet(fleet, target.systemd, contract_verifier, process_environ())
         return print_result(result, as_json, {"deployment": fleet.to_json()})
 
 
@@ -201,7 +201,7 @@ def restart(
         fleet = _plan(target, now=True, contract=True)
         warmed = _prewarm_first(fleet.profile) if prewarm else None
         result, rolled = restart_deployment(
-            fleet, target.systemd, contract_verifier, os.environ, only=list(replica or []), progress=say
+            fleet, target.systemd, contract_verifier, process_environ(), only=list(replica or []), progress=say
         )
         extra: dict[str, Any] = {"deployment": fleet.to_json()}
         if rolled is not None:

@@ -37,7 +37,7 @@ from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.lock import directory_lock, file_lock
-from kimi_serve.core.settings import current
+from kimi_serve.core.settings import current, process_environ
 from kimi_serve.engine import interpreter, locks, own
 from kimi_serve.engine.prefix import RECORD_NAME, lock_of, moved_link, old_of, resolve, staging_of
 
@@ -390,7 +390,7 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
         _recover(plan)
         plan.prefix.parent.mkdir(parents=True, exist_ok=True)
         staging = plan.staging
-        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
+        env = dict(process_environ(), UV_PYTHON_DOWNLOADS="never")
         try:
             py = staging / "bin" / "python"
             base, base_python_path = None, plan.python
