@@ -170,10 +170,9 @@ def status_cmd(
     target, _ = _profile_target(profile, prefix)
     st = engine_status(target, lock)
     if as_json:
-        found = [
-            {"layer": "engine", "code": "drift", "status": "fail", "message": line, "fix": st.fix}
-            for line in st.findings()
-        ]
+        from kimi_serve.core.findings import FAIL, Finding
+
+        found = [Finding("engine", "drift", FAIL, line, st.fix) for line in st.findings()]
         typer.echo(dumps(envelope("engine-status", 0 if st.ok else 1, st.to_dict(), findings=found)))
         return 0 if st.ok else 1
     rec = st.record or {}

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kimi_serve.core.findings import FAIL, PASS, Finding
 from kimi_serve.patches.names import DEFAULT_SET
 
 if TYPE_CHECKING:
@@ -101,34 +102,34 @@ def _render(st: PatchStatus) -> None:
         typer.echo(f"INTERRUPTED: {describe(st.interrupted)}")
 
 
-def _findings(st: PatchStatus, message: str | None, profile: str | None = None) -> list[dict[str, str]]:
+def _findings(st: PatchStatus, message: str | None, profile: str | None = None) -> list[Finding]:
     """The envelope's findings: what apply/revert did, or (status) each patch's state and an interrupted change;
     ``profile``: the fix names ``--profile`` (every set at once) rather than this one set."""
     if message is not None:
-        return [{"layer": "patches", "code": "change", "status": "pass", "message": message, "fix": ""}]
+        return [Finding("patches", "change", PASS, message)]
     which = f"--profile {profile}" if profile else f"--set {st.set_name}"
     fix = f"kimi-serve patches apply --site-packages {st.site_packages} {which}"
     out = [
-        {
-            "layer": "patches",
-            "code": p.name,
-            "status": "pass" if p.state.value == "applied" else "fail",
-            "message": f"{p.name}: {p.state.value}" + (f" ({p.detail})" if p.detail else ""),
-            "fix": "" if p.state.value == "applied" else fix,
-        }
+        Finding(
+            "patches",
+            p.name,
+            PASS if p.state.value == "applied" else FAIL,
+            f"{p.name}: {p.state.value}" + (f" ({p.detail})" if p.detail else ""),
+            "" if p.state.value == "applied" else fix,
+        )
         for p in st.patches
     ]
     if st.interrupted:
         from kimi_serve.patches.journal import describe
 
         out.append(
-            {
-                "layer": "patches",
-                "code": "interrupted",
-                "status": "fail",
-                "message": f"interrupted: {describe(st.interrupted)}",
-                "fix": "run kimi-serve patches apply or revert: it finishes or rolls back the change first",
-            }
+            Finding(
+                "patches",
+                "interrupted",
+                FAIL,
+                f"interrupted: {describe(st.interrupted)}",
+                "run kimi-serve patches apply or revert: it finishes or rolls back the change first",
+            )
         )
     return out
 

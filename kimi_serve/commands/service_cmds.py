@@ -227,7 +227,8 @@ def status(
     """The unit's state, the live profile and patch set, the last verify, and /health now (exit 0: active, healthy).
 
     A replicated deployment: the router, its workers and every replica."""
-    from kimi_serve.commands.prewarm_cmd import start_history, start_rows
+    from kimi_serve.core.settings import state_root
+    from kimi_serve.prewarm.report import start_history, start_rows
     from kimi_serve.service.fleet_status import status_of
 
     target = resolve(profile, sets, unit_name, root)
@@ -236,10 +237,10 @@ def status(
     if as_json:
         from kimi_serve.core.output import envelope
 
-        data = {**st.to_json(), "starts": start_history(), "runs": [r.to_json() for r in runs]}
+        data = {**st.to_json(), "starts": start_history(state_root()), "runs": [r.to_json() for r in runs]}
         typer.echo(json.dumps(envelope("status", st.exit_code, data, st.findings()), indent=2))
     else:
-        for label, value in [*st.rows(), *start_rows(target.profile), *run_rows(runs)]:
+        for label, value in [*st.rows(), *start_rows(target.profile, state_root()), *run_rows(runs)]:
             typer.echo(f"{label + ':':13} {value}")
     return int(st.exit_code)
 

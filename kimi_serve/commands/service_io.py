@@ -59,15 +59,11 @@ def print_result(
     result: Result, as_json: bool, extra: dict[str, Any] | None = None, command: str = "install-service"
 ) -> int:
     if as_json:
+        from kimi_serve.core.findings import FAIL, Finding
         from kimi_serve.core.output import envelope
 
         failed = [
-            {
-                "code": "step",
-                "message": f"{s.action}: {s.detail}" if s.detail else s.action,
-                "fix": "",
-                "status": "fail",
-            }
+            Finding("service", "step", FAIL, f"{s.action}: {s.detail}" if s.detail else s.action)
             for s in result.steps
             if s.status == "failed"
         ]
