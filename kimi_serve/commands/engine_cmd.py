@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from kimi_serve.commands.options import AsJson
 from kimi_serve.core.output import dumps, envelope
 
 engine_app = typer.Typer(
@@ -22,7 +23,6 @@ PROFILE_HELP = "Profile whose `python:` and `patch_set:` to use."
 
 Prefix = Annotated[Path | None, typer.Option("--prefix", help=PREFIX_HELP)]
 Profile = Annotated[str, typer.Option("--profile", help=PROFILE_HELP)]
-AsJson = Annotated[bool, typer.Option("--json", help="Print a JSON report.")]
 
 
 def _profile_target(profile: str, prefix: Path | None) -> tuple[Path, tuple[str, ...]]:

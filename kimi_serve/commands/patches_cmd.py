@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kimi_serve.commands.options import AsJson
 from kimi_serve.core.findings import FAIL, PASS, Finding
 from kimi_serve.patches.names import DEFAULT_SET
 
@@ -26,7 +27,6 @@ STATE_HELP = (
     "kimi-serve state root; records and backups go to DIR/patches (default: $KIMI_SERVE_STATE_DIR or "
     "/var/lib/kimi-serve)."
 )
-JSON_HELP = "Print a JSON report."
 WAIT_LOCK_HELP = (
     "When another kimi-serve command changes this SGLang (or `up` serves from it), wait for it instead of exiting "
     "75 (the state is read after the wait)."
@@ -38,7 +38,6 @@ Python = Annotated[str | None, typer.Option("--python", help=PYTHON_HELP)]
 SetName = Annotated[str | None, typer.Option("--set", help=SET_HELP)]
 ProfileName = Annotated[str | None, typer.Option("--profile", "-p", help=PROFILE_HELP)]
 StateDir = Annotated[Path | None, typer.Option("--state-dir", help=STATE_HELP)]
-AsJson = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 WaitLock = Annotated[bool, typer.Option("--wait-lock", help=WAIT_LOCK_HELP)]
 
 patches_app = typer.Typer(

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from kimi_serve.commands.options import JsonOpt, ProfileOpt
+
 if TYPE_CHECKING:
     from kimi_serve.profile.loader import Profile
 
-PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
 PLAIN_EVERY_S = 5.0
 
 
@@ -39,8 +40,8 @@ def _progress(tty: bool) -> Callable[[int, int], None]:
 
 
 def prewarm(
-    profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    profile: str = ProfileOpt,
+    as_json: bool = JsonOpt,
 ) -> int:
     """Read the profile's checkpoint (model and draft shards) into the page cache, so the next start loads from
     memory. Reads only uncached pages; refuses when they do not fit in MemAvailable minus 10% of RAM; never drops or

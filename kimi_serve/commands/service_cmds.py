@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from kimi_serve.commands.profile_cmds import SetOpt
+from kimi_serve.commands.options import (
+    JsonOpt,
+    ProfileOpt,
+    SetOpt,
+    UnitOpt,
+    UnitOrDefaultOpt,
+    UnitProfileOpt,
+)
 from kimi_serve.commands.service_io import (
     current_runs,
     host_lock,
@@ -28,9 +35,8 @@ if TYPE_CHECKING:
     from kimi_serve.service.fleet import Fleet
     from kimi_serve.service.target import Target
 
-PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
 ROOT_HELP = f"Install under this directory instead of / (unit in ROOT/{UNIT_DIR}; only offline systemctl)."
-UNIT_HELP = "Unit name (default: the profile's service.unit_name)."
+RootOpt = typer.Option(Path("/"), "--root", help=ROOT_HELP)
 WAIT_LOCK_HELP = (
     "When another kimi-serve command holds the lock of this root (the host lock for /), wait for it instead of "
     "exiting 75."
@@ -55,14 +61,14 @@ def _plan(target: Target, now: bool, contract: bool, replace: bool = True, previ
 
 
 def install_service(
-    profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
+    profile: str = ProfileOpt,
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the unit, the secret file's path and each action; change nothing."
     ),
     now: bool = typer.Option(False, "--now", help="Also restart the unit and wait until its contract check passed."),
-    unit_name: str | None = typer.Option(None, "--unit-name", help=UNIT_HELP),
-    root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    unit_name: str | None = UnitOpt,
+    root: Path = RootOpt,
+    as_json: bool = JsonOpt,
     wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
     sets: list[str] | None = SetOpt,
     replace: bool = typer.Option(
@@ -144,11 +150,11 @@ def _print_plan(fleet: Fleet, target: Target, as_json: bool) -> int:
 
 
 def uninstall_service(
-    profile: str | None = typer.Option(None, "--profile", "-p", help="Take the unit name from this profile."),
-    unit_name: str | None = typer.Option(None, "--unit-name", help="Unit name (default: sglang-kimi)."),
-    root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
+    profile: str | None = UnitProfileOpt,
+    unit_name: str | None = UnitOrDefaultOpt,
+    root: Path = RootOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print each action; change nothing."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    as_json: bool = JsonOpt,
     wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
     sets: list[str] | None = SetOpt,
 ) -> int:
@@ -166,9 +172,9 @@ def uninstall_service(
 
 
 def restart(
-    profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
-    unit_name: str | None = typer.Option(None, "--unit-name", help=UNIT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    profile: str = ProfileOpt,
+    unit_name: str | None = UnitOpt,
+    as_json: bool = JsonOpt,
     wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
     sets: list[str] | None = SetOpt,
     prewarm: bool = typer.Option(
@@ -218,10 +224,10 @@ def _prewarm_first(profile: Profile) -> dict[str, Any]:
 
 
 def status(
-    profile: str | None = typer.Option(None, "--profile", "-p", help="Take the unit name from this profile."),
-    unit_name: str | None = typer.Option(None, "--unit-name", help="Unit name (default: sglang-kimi)."),
-    root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    profile: str | None = UnitProfileOpt,
+    unit_name: str | None = UnitOrDefaultOpt,
+    root: Path = RootOpt,
+    as_json: bool = JsonOpt,
     sets: list[str] | None = SetOpt,
 ) -> int:
     """The unit's state, the live profile and patch set, the last verify, and /health now (exit 0: active, healthy).

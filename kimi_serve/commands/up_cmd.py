@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from kimi_serve.commands.profile_cmds import SetOpt
+from kimi_serve.commands.options import SetOpt
 from kimi_serve.core.settings import process_environ
 
 
