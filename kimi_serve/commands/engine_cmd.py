@@ -19,10 +19,10 @@ engine_app = typer.Typer(
 
 PREFIX_HELP = "The venv folder (default: the venv of the profile's `python:`, e.g. /opt/kimi-serve/venv)."
 LOCK_HELP = "Which lock: gpu (the serving host) or cpu (tests, quickstart), or a lock file's path."
-PROFILE_HELP = "Profile whose `python:` and `patch_set:` to use."
+ENGINE_PROFILE_HELP = "Profile whose `python:` and `patch_set:` to use."
 
 Prefix = Annotated[Path | None, typer.Option("--prefix", help=PREFIX_HELP)]
-Profile = Annotated[str, typer.Option("--profile", help=PROFILE_HELP)]
+EngineProfile = Annotated[str, typer.Option("--profile", help=ENGINE_PROFILE_HELP)]
 
 
 def _profile_target(profile: str, prefix: Path | None) -> tuple[Path, tuple[str, ...]]:
@@ -54,7 +54,7 @@ def _profile_target(profile: str, prefix: Path | None) -> tuple[Path, tuple[str,
 def install_cmd(
     prefix: Prefix = None,
     lock: Annotated[str, typer.Option("--lock", help=LOCK_HELP)] = "gpu",
-    profile: Profile = "prod",
+    profile: EngineProfile = "prod",
     no_patches: Annotated[
         bool,
         typer.Option(
@@ -157,7 +157,7 @@ def install_cmd(
 @engine_app.command("status")
 def status_cmd(
     prefix: Prefix = None,
-    profile: Profile = "prod",
+    profile: EngineProfile = "prod",
     lock: Annotated[
         str | None,
         typer.Option("--lock", help="Compare with this lock (default: the one the venv was installed from)."),

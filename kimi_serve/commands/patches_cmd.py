@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 SITE_HELP = "site-packages folder holding sglang/ (default: found via --python)."
 PYTHON_HELP = "Interpreter whose sglang to use (default: the one running kimi-serve)."
-SET_HELP = f"Patch set name or folder (default: {DEFAULT_SET}; not with --profile)."
-PROFILE_HELP = (
+SET_NAME_HELP = f"Patch set name or folder (default: {DEFAULT_SET}; not with --profile)."
+SETS_PROFILE_HELP = (
     "Every patch set the profile names (patch_set:), in order (revert: newest first); its python: is the default "
     "interpreter."
 )
@@ -35,8 +35,8 @@ WAIT_LOCK_HELP = (
 # The options every patches command takes.
 SitePackages = Annotated[Path | None, typer.Option("--site-packages", help=SITE_HELP)]
 Python = Annotated[str | None, typer.Option("--python", help=PYTHON_HELP)]
-SetName = Annotated[str | None, typer.Option("--set", help=SET_HELP)]
-ProfileName = Annotated[str | None, typer.Option("--profile", "-p", help=PROFILE_HELP)]
+SetName = Annotated[str | None, typer.Option("--set", help=SET_NAME_HELP)]
+ProfileName = Annotated[str | None, typer.Option("--profile", "-p", help=SETS_PROFILE_HELP)]
 StateDir = Annotated[Path | None, typer.Option("--state-dir", help=STATE_HELP)]
 WaitLock = Annotated[bool, typer.Option("--wait-lock", help=WAIT_LOCK_HELP)]
 
