@@ -95,7 +95,8 @@ def install_cmd(
 ) -> int:
     """Build the engine venv from a lock, atomically; patch it and record what was installed (75: busy)."""
     from kimi_serve.core.errors import KimiServeError
-    from kimi_serve.engine.install import install, make_plan
+    from kimi_serve.engine.install import install
+    from kimi_serve.engine.plan import make_plan
 
     if installer not in (None, "uv", "pip"):
         raise KimiServeError(f"--installer {installer}: unknown", hint="pass --installer uv or --installer pip")

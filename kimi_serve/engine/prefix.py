@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,25 @@ def moved_link(given: Path) -> KimiServeError | None:
         hint=f"put the link back: mv {old} {given}, then run engine install again",
         exit_code=ExitCode.ENVIRONMENT,
     )
+
+
+def clear_leftovers(prefix: Path) -> None:
+    """Clear what a killed install of ``prefix`` left: a staging folder, or (killed between the renames) the old venv
+    aside, put back when no venv is at the prefix. A link moved aside is never removed (nor followed): its owner
+    decides (:func:`moved_link`)."""
+    moved = moved_link(prefix)
+    if moved is not None:
+        raise moved
+    staging, old = staging_of(prefix), old_of(prefix)
+    if staging.is_symlink():
+        staging.unlink()
+    elif staging.exists():
+        shutil.rmtree(staging)
+    if old.exists():
+        if not prefix.exists():
+            os.rename(old, prefix)
+        else:
+            shutil.rmtree(old)
 
 
 def recorded_lock(record: dict[str, Any] | None) -> str | None:
