@@ -362,3 +362,18 @@ def test_every_module_is_named_in_the_architecture_page():
     named = set(re.findall(r"`([\w/]+(?:\.py|/))`", doc))
     missing = [_doc_name(p) for p in _modules() if p != PKG / "__init__.py" and _doc_name(p) not in named]
     assert not missing, f"name these in docs/architecture.md: {missing}"
+
+
+def test_findings_are_built_as_finding():
+    # one type for every result line (core/findings.py Finding); a dict typed by hand with its keys is a second one.
+    # core/output.py reads the envelope's findings, verify/report.py writes verify's own probe findings (docs/verify.md).
+    allowed = {"core/findings.py", "core/output.py", "verify/report.py"}
+    bad = []
+    for path in _modules():
+        rel = str(path.relative_to(PKG))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            keys = {k.value for k in getattr(node, "keys", []) if isinstance(k, ast.Constant)}
+            hand_built = isinstance(node, ast.Dict) and {"code", "message"} <= keys and keys & {"fix", "status"}
+            if hand_built and rel not in allowed:
+                bad.append(f"{rel}:{node.lineno}")
+    assert not bad, bad
