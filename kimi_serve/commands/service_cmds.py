@@ -18,11 +18,9 @@ from kimi_serve.commands.options import (
 )
 from kimi_serve.commands.service_io import (
     current_runs,
-    host_lock,
     print_dry_run_plan,
     print_result,
     recover,
-    require_systemd,
     resolve,
     run_rows,
     say,
@@ -86,7 +84,9 @@ def install_service(
     The API key never goes into the unit: SGLang reads it from the profile's server.api_key_file (0600), which this
     command creates from $KIMI_SERVE_API_KEY when it does not exist yet.
     """
+    from kimi_serve.core.lock import root_lock
     from kimi_serve.service.fleet import install_fleet
+    from kimi_serve.service.preflight import require_systemd
     from kimi_serve.service.verifier import contract_verifier
 
     sets = [*(sets or []), *([f"nodes.rank={node_rank}"] if node_rank is not None else [])]
@@ -94,7 +94,7 @@ def install_service(
     if dry_run:
         return _print_plan(_plan(target, now, contract=False, replace=replace, preview=True), target, as_json)
     require_systemd(target.systemd)  # before any lock, recovery or write (exit 5, nothing changed)
-    with host_lock("install-service", wait_lock, target.systemd.root):
+    with root_lock("install-service", target.systemd.root, wait=wait_lock):
         recover(target)
         fleet = _plan(target, now, contract=False, replace=replace)
         result = install_fleet(fleet, target.systemd, contract_verifier, process_environ())
@@ -160,13 +160,14 @@ def uninstall_service(
 ) -> int:
     """Stop, disable and remove the unit and its records (the API-key file stays); every member of a deployment,
     the router first."""
+    from kimi_serve.core.lock import root_lock
     from kimi_serve.service.fleet import uninstall_fleet
 
     target = resolve(profile, sets, unit_name, root)
     root, base, systemd = target.systemd.root, target.unit, target.systemd
     if dry_run:
         return print_result(uninstall_fleet(root, base, systemd, dry_run=True), as_json, command="uninstall-service")
-    with host_lock("uninstall-service", wait_lock, root):
+    with root_lock("uninstall-service", root, wait=wait_lock):
         recover(target)
         return print_result(uninstall_fleet(root, base, systemd, dry_run=False), as_json, command="uninstall-service")
 
@@ -195,6 +196,8 @@ def restart(
     A replicated deployment restarts one replica at a time, only while the router reports another healthy worker,
     and stops the roll at the first replica that fails (rolled back). A crash of kimi-serve's own verify (exit 70)
     is no verdict, so it never triggers a rollback."""
+    from kimi_serve.core.lock import root_lock
+    from kimi_serve.service.preflight import require_systemd
     from kimi_serve.service.rolling import no_replica_to_pick, restart_deployment
     from kimi_serve.service.verifier import contract_verifier
 
@@ -202,7 +205,7 @@ def restart(
     if replica and not target.replicated:  # a usage error: before the host checks and the slow plan
         raise no_replica_to_pick()
     require_systemd(target.systemd)  # before any lock, recovery or write (exit 5, nothing changed)
-    with host_lock("restart", wait_lock, target.systemd.root):
+    with root_lock("restart", target.systemd.root, wait=wait_lock):
         recover(target)
         fleet = _plan(target, now=True, contract=True)
         warmed = _prewarm_first(fleet.profile) if prewarm else None
