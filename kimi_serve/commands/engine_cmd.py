@@ -26,28 +26,11 @@ EngineProfile = Annotated[str, typer.Option("--profile", help=ENGINE_PROFILE_HEL
 
 
 def _profile_target(profile: str, prefix: Path | None) -> tuple[Path, tuple[str, ...]]:
-    from kimi_serve.core.errors import ExitCode, KimiServeError
+    from kimi_serve.engine.prefix import profile_prefix
     from kimi_serve.profile.loader import load_profile
 
     prof = load_profile(profile)
-    patch_set = prof.patch_set  # every set the profile names, applied together
-    if prefix is not None:
-        return prefix, patch_set
-    python = prof.data.get("python")
-    if not python:
-        raise KimiServeError(
-            f"profile {prof.name} sets no python: location for the engine",
-            hint="pass --prefix DIR, or use a profile with python: (e.g. prod)",
-            exit_code=ExitCode.USAGE,
-        )
-    path = Path(python)
-    if path.parent.name != "bin":
-        raise KimiServeError(
-            f"profile {prof.name}: python: {python} is not inside a venv's bin/",
-            hint="pass --prefix DIR",
-            exit_code=ExitCode.USAGE,
-        )
-    return path.parent.parent, patch_set
+    return profile_prefix(prof, prefix), prof.patch_set  # every set the profile names, applied together
 
 
 @engine_app.command("install")

@@ -15,12 +15,36 @@ import os
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.lock import flock_holder
 
+if TYPE_CHECKING:
+    from kimi_serve.profile.loader import Profile
+
 RECORD_NAME = "kimi-serve-engine.json"
+
+
+def profile_prefix(p: Profile, given: Path | None) -> Path:
+    """The venv an engine command acts on: ``given`` (--prefix), else the venv of the profile's ``python:``."""
+    if given is not None:
+        return given
+    python = p.data.get("python")
+    if not python:
+        raise KimiServeError(
+            f"profile {p.name} sets no python: location for the engine",
+            hint="pass --prefix DIR, or use a profile with python: (e.g. prod)",
+            exit_code=ExitCode.USAGE,
+        )
+    path = Path(python)
+    if path.parent.name != "bin":
+        raise KimiServeError(
+            f"profile {p.name}: python: {python} is not inside a venv's bin/",
+            hint="pass --prefix DIR",
+            exit_code=ExitCode.USAGE,
+        )
+    return path.parent.parent
 
 
 def staging_of(prefix: Path) -> Path:
