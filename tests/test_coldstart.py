@@ -17,7 +17,7 @@ import pytest
 from ckpt_helpers import opaque_checkpoint
 
 from kimi_serve.host import coldstart as cs
-from kimi_serve.host.floor import coldstart_findings, figures
+from kimi_serve.host.floor import coldstart_report, figures
 from kimi_serve.host.starts import MAX_STARTS, append_start, predict_weights_s, read_starts
 from kimi_serve.prewarm.page_cache import prewarm
 from kimi_serve.process.startup_log import Event, StartupTracker
@@ -202,7 +202,7 @@ def test_history_is_bounded_and_predicts_from_overhead(tmp_path: Path, ckpt_dir:
 
 def test_doctor_lines_name_the_floor_and_its_parts(ckpt_dir: Path, tmp_path: Path) -> None:
     p = load_profile(str(_profile(tmp_path, ckpt_dir)))
-    found = {f.code: f for f in coldstart_findings(p, tmp_path / "state")}
+    found = {f.code: f for f in coldstart_report(p, tmp_path / "state")[0]}
     assert {"checkpoint", "read_bandwidth", "page_cache", "ram", "floor"} <= set(found)
     assert "4 shard(s)" in found["checkpoint"].message
     assert "O_DIRECT" in found["read_bandwidth"].message

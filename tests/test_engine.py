@@ -21,6 +21,9 @@ import pytest
 from kimi_serve.core.lock import lock_path
 from kimi_serve.engine import install as eng
 from kimi_serve.engine import locks
+from kimi_serve.engine.discover import find_uv
+from kimi_serve.engine.plan import make_plan
+from kimi_serve.engine.prefix import RECORD_NAME, clear_leftovers
 
 BOGUS_HASH = "0" * 64
 
@@ -72,7 +75,7 @@ def _bogus_lock(tmp_path: Path, line: str) -> Path:
     ],
 )
 def test_failed_install_leaves_the_old_venv_byte_identical(cli, tmp_path, old_venv, installer, line, package_index):
-    if installer == "uv" and eng.find_uv() is None:
+    if installer == "uv" and find_uv() is None:
         pytest.skip("uv not installed (scripts/dev-venv.sh installs it into .venv)")
     before = _tree(old_venv)
     r = cli(
@@ -155,7 +158,7 @@ def test_a_second_install_waits_for_no_one_and_exits_75(cli, tmp_path, _own_host
     held (say, by an `up`), an install takes its own lock all the same."""
     with open(_own_host_lock, "w") as host:
         fcntl.flock(host, fcntl.LOCK_EX)
-        with eng._venv_lock(eng.make_plan(tmp_path / "w", "cpu", None, None)):
+        with eng._venv_lock(make_plan(tmp_path / "w", "cpu", None, None)):
             assert (tmp_path / ".w.kimi-serve.lock").exists()
     with open(tmp_path / ".v.kimi-serve.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
@@ -183,11 +186,11 @@ def test_unknown_lock_and_missing_venv_are_one_line_errors(cli, tmp_path):
 
 
 def test_a_killed_install_is_recovered_by_the_next(tmp_path, old_venv):
-    plan = eng.make_plan(old_venv, "cpu", None, None)
+    plan = make_plan(old_venv, "cpu", None, None)
     before = _tree(old_venv)
     os.rename(old_venv, plan.old)  # killed between the two renames
     plan.staging.mkdir()  # with a half-built staging folder
-    eng._recover(plan)
+    clear_leftovers(plan.prefix)
     assert _tree(old_venv) == before and not plan.staging.exists() and not plan.old.exists()
 
 
@@ -197,7 +200,7 @@ def test_a_killed_install_is_recovered_by_the_next(tmp_path, old_venv):
 @pytest.fixture(scope="module")
 def cpu_engine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The CPU lock installed by `engine install` into a temp prefix, patched with prod's patch set."""
-    if eng.find_uv() is None:
+    if find_uv() is None:
         pytest.skip("uv not installed (scripts/dev-venv.sh installs it into .venv)")
     root = tmp_path_factory.mktemp("engine")
     prefix = root / "venv"
@@ -226,7 +229,7 @@ def cpu_engine(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_install_builds_records_and_patches_the_cpu_engine(cli, cpu_engine):
-    record = json.loads((cpu_engine / eng.RECORD_NAME).read_text())
+    record = json.loads((cpu_engine / RECORD_NAME).read_text())
     lock = locks.load("cpu")
     assert record["lock"] == "cpu" and record["lock_sha256"] == lock.sha256
     assert record["lock_input_sha256"] == lock.input_sha256 and record["packages"] == len(lock.pins)
@@ -254,7 +257,7 @@ def test_the_engine_depends_on_nothing_outside_its_prefix(cli, cpu_engine):
     """A standalone interpreter and kimi-serve itself inside the prefix (docs/systemd.md "Supported layout"): every
     link in bin/ stays inside, and the engine imports SGLang and runs its own kimi-serve with the base interpreter's
     installation hidden, as the unit's sandbox hides /root and /home."""
-    record = json.loads((cpu_engine / eng.RECORD_NAME).read_text())
+    record = json.loads((cpu_engine / RECORD_NAME).read_text())
     assert record["interpreter"]["kind"] == "copy" and (cpu_engine / record["interpreter"]["path"]).is_file()
     assert record["kimi_serve"]["script"] == "bin/kimi-serve"
     for link in (cpu_engine / "bin").iterdir():
@@ -283,7 +286,7 @@ def test_the_engine_depends_on_nothing_outside_its_prefix(cli, cpu_engine):
 
 
 def test_status_reports_drift_after_a_hand_change(cli, cpu_engine):
-    uv = eng.find_uv()
+    uv = find_uv()
     subprocess.run(
         [
             uv,

@@ -115,7 +115,7 @@ def test_locks_still_resolve_from_their_inputs(package_index: None):
     as constraints, the resolver gives exactly the locked versions and hashes. (Not "the resolver gives the lock
     unconstrained": the index here serves, later, versions with upload times before the cut-off, which moved
     httpx and uvicorn under unchanged inputs; `scripts/lock.py --check` reports that drift for maintainers.)"""
-    from kimi_serve.engine.install import find_uv
+    from kimi_serve.engine.discover import find_uv
 
     if find_uv() is None:
         pytest.skip("uv not installed (scripts/dev-venv.sh installs it into .venv)")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from zygote import shared
 
-from kimi_serve.engine import install as eng
+from kimi_serve.engine.discover import find_uv
 
 RECORD_NAME = "kimi-serve-engine.json"
 
@@ -48,7 +48,7 @@ def _wheel(folder: Path) -> Path:
 @pytest.fixture
 def tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The options of a real, offline engine install of one tiny package (uv, its cache under tmp_path)."""
-    if eng.find_uv() is None:
+    if find_uv() is None:
         pytest.skip("uv not installed (scripts/dev-venv.sh installs it into .venv)")
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
     wheel = _wheel(tmp_path / "wheels")

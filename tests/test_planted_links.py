@@ -205,7 +205,8 @@ def test_check_fails_on_a_unit_name_that_is_not_one(cli) -> None:
 def test_engine_install_never_renames_or_removes_through_a_link_beside_the_prefix(tmp_path: Path, aside: str) -> None:
     """A link planted at the staging or the old venv's name (beside the prefix): refused, not removed through nor
     renamed into the prefix (the units would run what it points to)."""
-    from kimi_serve.engine.install import Plan, _recover
+    from kimi_serve.engine.plan import Plan
+    from kimi_serve.engine.prefix import clear_leftovers
 
     out = _outside(tmp_path)
     plan = Plan(tmp_path / "opt/venv", None, "uv", "uv", "python3", "3.11", (), None)  # type: ignore[arg-type]
@@ -213,7 +214,7 @@ def test_engine_install_never_renames_or_removes_through_a_link_beside_the_prefi
     (plan.staging if aside == "staging" else plan.old).symlink_to(out)
     outside = _tree(out)
     with pytest.raises(KimiServeError) as err:
-        _recover(plan)
+        clear_leftovers(plan.prefix)
     # a link at the old venv's name is what an older kimi-serve's install over a linked prefix left: named as that
     # (engine/prefix.py), with the operator's two ways out; either way refused, and nothing followed
     said = "moved" if aside == "old" else "symbolic link"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.check.dryrun import run_contract_dryrun
+from kimi_serve.check.dryrun import start_contract_dryrun
 from kimi_serve.profile.loader import load_profile
 
 
@@ -21,7 +21,7 @@ def key_file(tmp_path: Path) -> Path:
 
 def test_prod_passes_the_contract(sglang_python: str, write_profile, key_file: Path, tmp_path: Path) -> None:
     profile = write_profile(f"extends: prod\nserver:\n  api_key_file: {key_file}\n", name="prod-sim")
-    run = run_contract_dryrun(load_profile(str(profile)), log_dir=tmp_path)
+    run = start_contract_dryrun(load_profile(str(profile)), log_dir=tmp_path).finish()
     assert run.exit_code == 0, run.report.to_json()
     assert run.simulator_exit == 0
     assert run.argv[1:4] == ["-P", "-m", "kimi_serve.simulator"]
@@ -35,7 +35,7 @@ def test_removing_the_reasoning_parser_fails_with_the_diagnosis(
     profile = write_profile(
         f"extends: prod\nparsers:\n  reasoning: null\nserver:\n  api_key_file: {key_file}\n", name="prod-noreason"
     )
-    run = run_contract_dryrun(load_profile(str(profile)), log_dir=tmp_path)
+    run = start_contract_dryrun(load_profile(str(profile)), log_dir=tmp_path).finish()
     assert run.exit_code == 1
     assert "--reasoning-parser" not in run.argv
     text = run.report.to_json()

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from contract_server import ContractServer
 
+from kimi_serve.core.http import Limits, read_limits, request
 from kimi_serve.core.keyfile import key_file_problem
 from kimi_serve.verify.answer import answer_from_json
 from kimi_serve.verify.stream import answer_from_sse
-from kimi_serve.verify.transport import Limits, read_limits, request
 
 Cli = Callable[..., Any]
 DEEP = "[" * 50_000 + "]" * 50_000

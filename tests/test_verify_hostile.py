@@ -11,8 +11,8 @@ from collections.abc import Callable
 import pytest
 from contract_server import ContractServer
 
+from kimi_serve.core.http import LIMITS, Limits, read_limits, request
 from kimi_serve.verify import run_verify
-from kimi_serve.verify.transport import LIMITS, Limits, read_limits, request
 from kimi_serve.verify.wire import MAX_CONTAINERS
 
 KIB = 1024

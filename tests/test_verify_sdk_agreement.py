@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from sdk_corpus import CASES, TOOL_TURN, Case, Truth, _edit, sdk_final_completion, sglang_chunks, sse
 
+from kimi_serve.core.http import LIMITS, Reply, _Budget, decode
 from kimi_serve.verify.answer import answer_from_json
 from kimi_serve.verify.diagnose import http_finding
 from kimi_serve.verify.probes import REASONING, TOOL
 from kimi_serve.verify.runner import judge
 from kimi_serve.verify.stream import answer_from_sse
-from kimi_serve.verify.transport import LIMITS, Reply, _Budget, decode
 
 pytest.importorskip("openai")
 

@@ -10,7 +10,6 @@ simulator's stand-in tokenizer is saved to a folder for it), ``--request-rate in
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from kimi_serve.bench.workload import Workload
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.resources import package_root
-from kimi_serve.core.settings import with_pythonpath
+from kimi_serve.core.settings import process_environ, with_pythonpath
 
 MODULE = "sglang.bench_serving"
 USAGE_BODY = {"stream_options": {"include_usage": True}}
@@ -125,7 +124,7 @@ def run_cell(
     output.unlink(missing_ok=True)  # bench_serving appends
     log = work_dir / f"bench_serving-c{concurrency}-s{seed}.log"
     argv = command(python, endpoint, workload, concurrency, requests, output, seed)
-    env = environment(os.environ if base_env is None else base_env, endpoint)
+    env = environment(process_environ() if base_env is None else base_env, endpoint)
     started = time.monotonic()
     with log.open("wb") as sink:
         rc = proc.run_to_log(argv, sink, timeout=timeout, env=env)

@@ -52,10 +52,6 @@ def start_contract(profile: Profile, *, offline: bool) -> ContractCheck:
         return ContractCheck(error=_could_not_start(exc))
 
 
-def check_contract(profile: Profile, *, offline: bool) -> list[Finding]:
-    return start_contract(profile, offline=offline).findings()
-
-
 def _report_findings(run: Any) -> list[Finding]:
     report = run.report
     head = (

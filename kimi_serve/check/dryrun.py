@@ -134,23 +134,3 @@ def start_contract_dryrun(
         timeout,
         started,
     )
-
-
-def run_contract_dryrun(
-    profile: Profile,
-    *,
-    suite: str | None = None,
-    timeout: float | None = None,
-    startup_timeout: float | None = None,
-    log_dir: Path | None = None,
-    stand_in_key: bool = False,
-) -> DryRun:
-    """Start the simulator (:func:`start_contract_dryrun`), check it, stop it."""
-    return start_contract_dryrun(
-        profile,
-        suite=suite,
-        timeout=timeout,
-        startup_timeout=startup_timeout,
-        log_dir=log_dir,
-        stand_in_key=stand_in_key,
-    ).finish()

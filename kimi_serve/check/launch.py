@@ -5,13 +5,12 @@ resolve a launch here, so none of them imports another for it."""
 
 from __future__ import annotations
 
-import os
 import sys
 
 from kimi_serve.check.rules import run_rules
 from kimi_serve.core.findings import Finding, error_from, failed
 from kimi_serve.core.resources import package_root
-from kimi_serve.core.settings import current, with_pythonpath
+from kimi_serve.core.settings import current, process_environ, with_pythonpath
 from kimi_serve.profile.launch import Launch, build_launch, interpreter_of
 from kimi_serve.profile.loader import Profile, display_path
 
@@ -39,7 +38,7 @@ def validated_launch(profile: Profile) -> Launch:
 def server_env(launch: Launch) -> dict[str, str]:
     """The environment a server process (SGLang, the simulator, the router) starts with: this process's, then the
     launch's own, unbuffered; the simulator's interpreter also imports kimi_serve from here."""
-    env = {**os.environ, **launch.env, "PYTHONUNBUFFERED": "1"}
+    env = {**process_environ(), **launch.env, "PYTHONUNBUFFERED": "1"}
     if launch.engine == "simulator":
         env = with_pythonpath(env, package_root())
     return env

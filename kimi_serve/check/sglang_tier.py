@@ -22,7 +22,7 @@ from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding
 from kimi_serve.core.keyfile import write_key_file, write_key_file_text
 from kimi_serve.core.resources import package_root
-from kimi_serve.core.settings import with_pythonpath
+from kimi_serve.core.settings import process_environ, with_pythonpath
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.sglang.probe import mount_namespace
@@ -74,7 +74,7 @@ def run_probe(
     served = _ask_probe_server(python, request)
     if served is not None:
         return served
-    env = with_pythonpath(os.environ, package_root())
+    env = with_pythonpath(process_environ(), package_root())
     try:
         done = proc.run(
             proc.python_argv(python.path, "-m", "kimi_serve.sglang.probe"),
@@ -103,7 +103,7 @@ def _ask_probe_server(python: SGLangPython, request: dict[str, Any]) -> dict[str
             conn.settimeout(PROBE_TIMEOUT_S)
             conn.connect(path)
             with conn.makefile("rwb") as stream:
-                body = {**request, "cwd": os.getcwd(), "env": dict(os.environ)}
+                body = {**request, "cwd": os.getcwd(), "env": process_environ()}
                 stream.write(json.dumps(body).encode() + b"\n")
                 stream.flush()
                 reply = json.loads(stream.readline())

@@ -146,12 +146,10 @@ def register(app: typer.Typer) -> None:
         )
         report = run_bench(opts, say)
         if as_json:
+            from kimi_serve.core.findings import PASS, Finding
             from kimi_serve.core.output import dumps, envelope
 
-            verdicts = [
-                {"layer": "bench", "code": "verdict", "status": "pass", "message": str(v.get("text", "")), "fix": ""}
-                for v in report.get("verdicts") or []
-            ]
+            verdicts = [Finding("bench", "verdict", PASS, str(v.get("text", ""))) for v in report.get("verdicts") or []]
             typer.echo(dumps(envelope("bench", 0, report, findings=verdicts)))
         else:
             from kimi_serve.bench.report import markdown

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from kimi_serve.clients.configs import CLIENTS
-from kimi_serve.commands.profile_cmds import PROFILE_HELP, SetOpt
+from kimi_serve.commands.options import PROFILE_HELP, SetOpt
 
 
 def client_config(

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from kimi_serve.commands.options import AsJson
 from kimi_serve.core.output import dumps, envelope
 
 engine_app = typer.Typer(
@@ -18,43 +19,25 @@ engine_app = typer.Typer(
 
 PREFIX_HELP = "The venv folder (default: the venv of the profile's `python:`, e.g. /opt/kimi-serve/venv)."
 LOCK_HELP = "Which lock: gpu (the serving host) or cpu (tests, quickstart), or a lock file's path."
-PROFILE_HELP = "Profile whose `python:` and `patch_set:` to use."
+ENGINE_PROFILE_HELP = "Profile whose `python:` and `patch_set:` to use."
 
 Prefix = Annotated[Path | None, typer.Option("--prefix", help=PREFIX_HELP)]
-Profile = Annotated[str, typer.Option("--profile", help=PROFILE_HELP)]
-AsJson = Annotated[bool, typer.Option("--json", help="Print a JSON report.")]
+EngineProfile = Annotated[str, typer.Option("--profile", help=ENGINE_PROFILE_HELP)]
 
 
 def _profile_target(profile: str, prefix: Path | None) -> tuple[Path, tuple[str, ...]]:
-    from kimi_serve.core.errors import ExitCode, KimiServeError
+    from kimi_serve.engine.prefix import profile_prefix
     from kimi_serve.profile.loader import load_profile
 
     prof = load_profile(profile)
-    patch_set = prof.patch_set  # every set the profile names, applied together
-    if prefix is not None:
-        return prefix, patch_set
-    python = prof.data.get("python")
-    if not python:
-        raise KimiServeError(
-            f"profile {prof.name} sets no python: location for the engine",
-            hint="pass --prefix DIR, or use a profile with python: (e.g. prod)",
-            exit_code=ExitCode.USAGE,
-        )
-    path = Path(python)
-    if path.parent.name != "bin":
-        raise KimiServeError(
-            f"profile {prof.name}: python: {python} is not inside a venv's bin/",
-            hint="pass --prefix DIR",
-            exit_code=ExitCode.USAGE,
-        )
-    return path.parent.parent, patch_set
+    return profile_prefix(prof, prefix), prof.patch_set  # every set the profile names, applied together
 
 
 @engine_app.command("install")
 def install_cmd(
     prefix: Prefix = None,
     lock: Annotated[str, typer.Option("--lock", help=LOCK_HELP)] = "gpu",
-    profile: Profile = "prod",
+    profile: EngineProfile = "prod",
     no_patches: Annotated[
         bool,
         typer.Option(
@@ -95,7 +78,8 @@ def install_cmd(
 ) -> int:
     """Build the engine venv from a lock, atomically; patch it and record what was installed (75: busy)."""
     from kimi_serve.core.errors import KimiServeError
-    from kimi_serve.engine.install import install, make_plan
+    from kimi_serve.engine.install import install
+    from kimi_serve.engine.plan import make_plan
 
     if installer not in (None, "uv", "pip"):
         raise KimiServeError(f"--installer {installer}: unknown", hint="pass --installer uv or --installer pip")
@@ -157,7 +141,7 @@ def install_cmd(
 @engine_app.command("status")
 def status_cmd(
     prefix: Prefix = None,
-    profile: Profile = "prod",
+    profile: EngineProfile = "prod",
     lock: Annotated[
         str | None,
         typer.Option("--lock", help="Compare with this lock (default: the one the venv was installed from)."),
@@ -170,10 +154,9 @@ def status_cmd(
     target, _ = _profile_target(profile, prefix)
     st = engine_status(target, lock)
     if as_json:
-        found = [
-            {"layer": "engine", "code": "drift", "status": "fail", "message": line, "fix": st.fix}
-            for line in st.findings()
-        ]
+        from kimi_serve.core.findings import FAIL, Finding
+
+        found = [Finding("engine", "drift", FAIL, line, st.fix) for line in st.findings()]
         typer.echo(dumps(envelope("engine-status", 0 if st.ok else 1, st.to_dict(), findings=found)))
         return 0 if st.ok else 1
     rec = st.record or {}

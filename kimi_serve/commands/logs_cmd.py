@@ -7,6 +7,8 @@ import sys
 
 import typer
 
+from kimi_serve.commands.options import UnitOpt
+
 
 def journal_argv(unit: str, lines: int, follow: bool) -> list[str]:
     return ["journalctl", "-u", unit, "-n", str(lines), "-o", "cat"] + (["-f"] if follow else ["--no-pager"])
@@ -21,9 +23,7 @@ def logs(
     ),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines (Ctrl-C stops)."),
     lines: int = typer.Option(50, "--lines", "-n", min=0, help="Lines of history to print first."),
-    unit_name: str | None = typer.Option(
-        None, "--unit-name", help="Unit name (default: the profile's service.unit_name)."
-    ),
+    unit_name: str | None = UnitOpt,
     up: bool = typer.Option(False, "--up", help="Show `up`'s log file even when the unit is installed."),
 ) -> int:
     """Show the server's log: journald for the installed service, `up`'s log file otherwise."""

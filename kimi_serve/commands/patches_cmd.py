@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kimi_serve.commands.options import AsJson
+from kimi_serve.core.findings import FAIL, PASS, Finding
 from kimi_serve.patches.names import DEFAULT_SET
 
 if TYPE_CHECKING:
@@ -16,8 +18,8 @@ if TYPE_CHECKING:
 
 SITE_HELP = "site-packages folder holding sglang/ (default: found via --python)."
 PYTHON_HELP = "Interpreter whose sglang to use (default: the one running kimi-serve)."
-SET_HELP = f"Patch set name or folder (default: {DEFAULT_SET}; not with --profile)."
-PROFILE_HELP = (
+SET_NAME_HELP = f"Patch set name or folder (default: {DEFAULT_SET}; not with --profile)."
+SETS_PROFILE_HELP = (
     "Every patch set the profile names (patch_set:), in order (revert: newest first); its python: is the default "
     "interpreter."
 )
@@ -25,7 +27,6 @@ STATE_HELP = (
     "kimi-serve state root; records and backups go to DIR/patches (default: $KIMI_SERVE_STATE_DIR or "
     "/var/lib/kimi-serve)."
 )
-JSON_HELP = "Print a JSON report."
 WAIT_LOCK_HELP = (
     "When another kimi-serve command changes this SGLang (or `up` serves from it), wait for it instead of exiting "
     "75 (the state is read after the wait)."
@@ -34,10 +35,9 @@ WAIT_LOCK_HELP = (
 # The options every patches command takes.
 SitePackages = Annotated[Path | None, typer.Option("--site-packages", help=SITE_HELP)]
 Python = Annotated[str | None, typer.Option("--python", help=PYTHON_HELP)]
-SetName = Annotated[str | None, typer.Option("--set", help=SET_HELP)]
-ProfileName = Annotated[str | None, typer.Option("--profile", "-p", help=PROFILE_HELP)]
+SetName = Annotated[str | None, typer.Option("--set", help=SET_NAME_HELP)]
+ProfileName = Annotated[str | None, typer.Option("--profile", "-p", help=SETS_PROFILE_HELP)]
 StateDir = Annotated[Path | None, typer.Option("--state-dir", help=STATE_HELP)]
-AsJson = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 WaitLock = Annotated[bool, typer.Option("--wait-lock", help=WAIT_LOCK_HELP)]
 
 patches_app = typer.Typer(
@@ -101,34 +101,34 @@ def _render(st: PatchStatus) -> None:
         typer.echo(f"INTERRUPTED: {describe(st.interrupted)}")
 
 
-def _findings(st: PatchStatus, message: str | None, profile: str | None = None) -> list[dict[str, str]]:
+def _findings(st: PatchStatus, message: str | None, profile: str | None = None) -> list[Finding]:
     """The envelope's findings: what apply/revert did, or (status) each patch's state and an interrupted change;
     ``profile``: the fix names ``--profile`` (every set at once) rather than this one set."""
     if message is not None:
-        return [{"layer": "patches", "code": "change", "status": "pass", "message": message, "fix": ""}]
+        return [Finding("patches", "change", PASS, message)]
     which = f"--profile {profile}" if profile else f"--set {st.set_name}"
     fix = f"kimi-serve patches apply --site-packages {st.site_packages} {which}"
     out = [
-        {
-            "layer": "patches",
-            "code": p.name,
-            "status": "pass" if p.state.value == "applied" else "fail",
-            "message": f"{p.name}: {p.state.value}" + (f" ({p.detail})" if p.detail else ""),
-            "fix": "" if p.state.value == "applied" else fix,
-        }
+        Finding(
+            "patches",
+            p.name,
+            PASS if p.state.value == "applied" else FAIL,
+            f"{p.name}: {p.state.value}" + (f" ({p.detail})" if p.detail else ""),
+            "" if p.state.value == "applied" else fix,
+        )
         for p in st.patches
     ]
     if st.interrupted:
         from kimi_serve.patches.journal import describe
 
         out.append(
-            {
-                "layer": "patches",
-                "code": "interrupted",
-                "status": "fail",
-                "message": f"interrupted: {describe(st.interrupted)}",
-                "fix": "run kimi-serve patches apply or revert: it finishes or rolls back the change first",
-            }
+            Finding(
+                "patches",
+                "interrupted",
+                FAIL,
+                f"interrupted: {describe(st.interrupted)}",
+                "run kimi-serve patches apply or revert: it finishes or rolls back the change first",
+            )
         )
     return out
 

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from kimi_serve.commands.options import JsonOpt, ProfileOpt
+
 if TYPE_CHECKING:
-    from kimi_serve.prewarm.page_cache import PrewarmResult
     from kimi_serve.profile.loader import Profile
 
-PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
 PLAIN_EVERY_S = 5.0
 
 
@@ -39,33 +39,9 @@ def _progress(tty: bool) -> Callable[[int, int], None]:
     return show
 
 
-def render(res: PrewarmResult) -> str:
-    from kimi_serve.host.coldstart import gb
-
-    head = {
-        "done": "prewarm: done",
-        "nothing_to_do": "prewarm: nothing to read",
-        "refused": "prewarm: REFUSED",
-        "ram_short": "prewarm: STOPPED",
-        "interrupted": "prewarm: INTERRUPTED",
-    }[res.status]
-    lines = [head + (f": {res.reason}" if res.reason else "")]
-    lines.append(
-        f"checkpoint {gb(res.checkpoint_bytes)} in {res.shards} shard(s); cached before "
-        f"{gb(res.cached_before)}, to read {gb(res.to_read)}, room {gb(res.room)}"
-    )
-    if res.bytes_read:
-        lines.append(f"read {gb(res.bytes_read)} in {res.seconds:.1f}s ({res.bytes_per_s / 1e9:.2f} GB/s)")
-    if res.cached_after is not None:
-        pct = 100 * res.cached_after / res.checkpoint_bytes if res.checkpoint_bytes else 100.0
-        lines.append(f"cached now {gb(res.cached_after)} ({pct:.0f}%)")
-    lines += [f"unreadable: {e}" for e in res.errors]
-    return "\n".join(lines)
-
-
 def prewarm(
-    profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    profile: str = ProfileOpt,
+    as_json: bool = JsonOpt,
 ) -> int:
     """Read the profile's checkpoint (model and draft shards) into the page cache, so the next start loads from
     memory. Reads only uncached pages; refuses when they do not fit in MemAvailable minus 10% of RAM; never drops or
@@ -73,6 +49,7 @@ def prewarm(
     short, 130 interrupted (what was read stays cached)."""
     from kimi_serve.core.settings import state_root
     from kimi_serve.prewarm.page_cache import exit_code_of, run_prewarm
+    from kimi_serve.prewarm.report import findings, render
     from kimi_serve.profile.loader import load_profile
 
     tty = sys.stderr.isatty()
@@ -91,29 +68,10 @@ def prewarm(
     if as_json:
         from kimi_serve.core.output import dumps, envelope
 
-        typer.echo(dumps(envelope("prewarm", exit_code_of(res), res.to_json(), findings=_findings(res))))
+        typer.echo(dumps(envelope("prewarm", exit_code_of(res), res.to_json(), findings=findings(res))))
     else:
         typer.echo(render(res))
     return int(exit_code_of(res))
-
-
-def _findings(res: PrewarmResult) -> list[dict[str, Any]]:
-    """The envelope's findings of a prewarm: each unreadable shard, a refusal or a stop; else what it did."""
-    fix = {
-        "refused": "free memory (or add RAM); without prewarm the start reads the shards from disk",
-        "ram_short": "free memory (or add RAM); what was read stays cached",
-        "interrupted": "run kimi-serve prewarm again: it reads only what is not cached",
-    }
-    out: list[dict[str, Any]] = [
-        {"layer": "prewarm", "code": "unreadable", "status": "fail", "message": e, "fix": "check the model directory"}
-        for e in res.errors
-    ]
-    status = "fail" if res.status in fix else "pass"
-    message = render(res).splitlines()[0]
-    out.append(
-        {"layer": "prewarm", "code": res.status, "status": status, "message": message, "fix": fix.get(res.status, "")}
-    )
-    return out
 
 
 def prewarm_before_restart(profile: Profile, say: Callable[[str], None]) -> dict[str, Any]:
@@ -121,6 +79,7 @@ def prewarm_before_restart(profile: Profile, say: Callable[[str], None]) -> dict
     from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.core.settings import state_root
     from kimi_serve.prewarm.page_cache import run_prewarm
+    from kimi_serve.prewarm.report import render
 
     say("prewarming the checkpoint while the old server serves...")
     try:
@@ -137,28 +96,6 @@ def prewarm_before_restart(profile: Profile, say: Callable[[str], None]) -> dict
         )
     say(render(res).splitlines()[0])
     return res.to_json()
-
-
-def start_history(limit: int = 5) -> list[dict[str, Any]]:
-    """The last recorded starts (`up`), for `status --json`."""
-    from kimi_serve.core.settings import state_root
-    from kimi_serve.host.starts import read_starts
-
-    return read_starts(state_root())[-limit:]
-
-
-def start_rows(profile: Profile | None, limit: int = 3) -> list[tuple[str, str]]:
-    """`status` lines: the last starts against the disk floor; with a profile, the next start's prediction."""
-    from kimi_serve.host.starts import describe_start
-
-    starts = start_history(limit)
-    rows = [("last start", describe_start(s)) for s in reversed(starts)] or [("last start", "none recorded")]
-    if profile:
-        from kimi_serve.core.settings import state_root
-        from kimi_serve.host.floor import prediction_line
-
-        rows.append(("next start", prediction_line(profile, state_root())))
-    return rows
 
 
 def register(app: typer.Typer) -> None:

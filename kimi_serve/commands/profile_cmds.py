@@ -10,17 +10,12 @@ import typer
 if TYPE_CHECKING:
     from kimi_serve.profile.loader import Profile
 
-PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
-
-SET_HELP = "Override one profile key for this run: --set server.port=31000 (dotted key, YAML value; repeatable)."
-SetOpt = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP)
+from kimi_serve.commands.options import JsonOpt, ProfileOpt, SetOpt
 
 _MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
 
-def show(
-    profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP), sets: list[str] | None = SetOpt
-) -> int:
+def show(profile: str = ProfileOpt, sets: list[str] | None = SetOpt) -> int:
     """Print the fully merged profile as standalone YAML (no extends)."""
     from kimi_serve.profile.loader import dump_profile, load_profile
 
@@ -29,7 +24,7 @@ def show(
 
 
 def render(
-    profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
+    profile: str = ProfileOpt,
     as_json: bool = typer.Option(
         False,
         "--json",
@@ -110,7 +105,7 @@ def _render_k8s(profile: Profile, namespace: str, image: str | None, as_json: bo
 
 
 def check(
-    profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
+    profile: str = ProfileOpt,
     offline: bool = typer.Option(False, "--offline", help="Skip host facts (model files, GPUs, API-key file): for CI."),
     contract: bool = typer.Option(
         False,
@@ -118,7 +113,7 @@ def check(
         help="Also start the simulator with the profile's exact flags "
         "and run the verify suite against it (the smoke test before a restart).",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    as_json: bool = JsonOpt,
     sets: list[str] | None = SetOpt,
 ) -> int:
     """Run every validation that needs no GPU; exit 0 only if nothing fails (1 host/contract, 2 invalid profile)."""

@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from kimi_serve.commands.profile_cmds import SetOpt
+from kimi_serve.commands.options import (
+    JsonOpt,
+    ProfileOpt,
+    SetOpt,
+    UnitOpt,
+    UnitOrDefaultOpt,
+    UnitProfileOpt,
+)
 from kimi_serve.commands.service_io import (
     current_runs,
-    host_lock,
     print_dry_run_plan,
     print_result,
     recover,
-    require_systemd,
     resolve,
     run_rows,
     say,
 )
+from kimi_serve.core.settings import process_environ
 from kimi_serve.service.state import UNIT_DIR
 
 if TYPE_CHECKING:
@@ -28,9 +33,8 @@ if TYPE_CHECKING:
     from kimi_serve.service.fleet import Fleet
     from kimi_serve.service.target import Target
 
-PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
 ROOT_HELP = f"Install under this directory instead of / (unit in ROOT/{UNIT_DIR}; only offline systemctl)."
-UNIT_HELP = "Unit name (default: the profile's service.unit_name)."
+RootOpt = typer.Option(Path("/"), "--root", help=ROOT_HELP)
 WAIT_LOCK_HELP = (
     "When another kimi-serve command holds the lock of this root (the host lock for /), wait for it instead of "
     "exiting 75."
@@ -47,7 +51,7 @@ def _plan(target: Target, now: bool, contract: bool, replace: bool = True, previ
         target,
         now=now,
         ctx=UnitContext.detect(),
-        environ=os.environ,
+        environ=process_environ(),
         contract=contract,
         replace=replace,
         preview=preview,
@@ -55,14 +59,14 @@ def _plan(target: Target, now: bool, contract: bool, replace: bool = True, previ
 
 
 def install_service(
-    profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
+    profile: str = ProfileOpt,
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the unit, the secret file's path and each action; change nothing."
     ),
     now: bool = typer.Option(False, "--now", help="Also restart the unit and wait until its contract check passed."),
-    unit_name: str | None = typer.Option(None, "--unit-name", help=UNIT_HELP),
-    root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    unit_name: str | None = UnitOpt,
+    root: Path = RootOpt,
+    as_json: bool = JsonOpt,
     wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
     sets: list[str] | None = SetOpt,
     replace: bool = typer.Option(
@@ -80,7 +84,9 @@ def install_service(
     The API key never goes into the unit: SGLang reads it from the profile's server.api_key_file (0600), which this
     command creates from $KIMI_SERVE_API_KEY when it does not exist yet.
     """
+    from kimi_serve.core.lock import root_lock
     from kimi_serve.service.fleet import install_fleet
+    from kimi_serve.service.preflight import require_systemd
     from kimi_serve.service.verifier import contract_verifier
 
     sets = [*(sets or []), *([f"nodes.rank={node_rank}"] if node_rank is not None else [])]
@@ -88,10 +94,10 @@ def install_service(
     if dry_run:
         return _print_plan(_plan(target, now, contract=False, replace=replace, preview=True), target, as_json)
     require_systemd(target.systemd)  # before any lock, recovery or write (exit 5, nothing changed)
-    with host_lock("install-service", wait_lock, target.systemd.root):
+    with root_lock("install-service", target.systemd.root, wait=wait_lock):
         recover(target, installs=True)
         fleet = _plan(target, now, contract=False, replace=replace)
-        result = install_fleet(fleet, target.systemd, contract_verifier, os.environ)
+        result = install_fleet(fleet, target.systemd, contract_verifier, process_environ())
         return print_result(result, as_json, {"deployment": fleet.to_json()})
 
 
@@ -144,31 +150,32 @@ def _print_plan(fleet: Fleet, target: Target, as_json: bool) -> int:
 
 
 def uninstall_service(
-    profile: str | None = typer.Option(None, "--profile", "-p", help="Take the unit name from this profile."),
-    unit_name: str | None = typer.Option(None, "--unit-name", help="Unit name (default: sglang-kimi)."),
-    root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
+    profile: str | None = UnitProfileOpt,
+    unit_name: str | None = UnitOrDefaultOpt,
+    root: Path = RootOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print each action; change nothing."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    as_json: bool = JsonOpt,
     wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
     sets: list[str] | None = SetOpt,
 ) -> int:
     """Stop, disable and remove the unit and its records (the API-key file stays); every member of a deployment,
     the router first."""
+    from kimi_serve.core.lock import root_lock
     from kimi_serve.service.fleet import uninstall_fleet
 
     target = resolve(profile, sets, unit_name, root)
     root, base, systemd = target.systemd.root, target.unit, target.systemd
     if dry_run:
         return print_result(uninstall_fleet(root, base, systemd, dry_run=True), as_json, command="uninstall-service")
-    with host_lock("uninstall-service", wait_lock, root):
+    with root_lock("uninstall-service", root, wait=wait_lock):
         recover(target)
         return print_result(uninstall_fleet(root, base, systemd, dry_run=False), as_json, command="uninstall-service")
 
 
 def restart(
-    profile: str = typer.Option(..., "--profile", "-p", help=PROFILE_HELP),
-    unit_name: str | None = typer.Option(None, "--unit-name", help=UNIT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    profile: str = ProfileOpt,
+    unit_name: str | None = UnitOpt,
+    as_json: bool = JsonOpt,
     wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
     sets: list[str] | None = SetOpt,
     prewarm: bool = typer.Option(
@@ -189,6 +196,8 @@ def restart(
     A replicated deployment restarts one replica at a time, only while the router reports another healthy worker,
     and stops the roll at the first replica that fails (rolled back). A crash of kimi-serve's own verify (exit 70)
     is no verdict, so it never triggers a rollback."""
+    from kimi_serve.core.lock import root_lock
+    from kimi_serve.service.preflight import require_systemd
     from kimi_serve.service.rolling import no_replica_to_pick, restart_deployment
     from kimi_serve.service.verifier import contract_verifier
 
@@ -196,12 +205,12 @@ def restart(
     if replica and not target.replicated:  # a usage error: before the host checks and the slow plan
         raise no_replica_to_pick()
     require_systemd(target.systemd)  # before any lock, recovery or write (exit 5, nothing changed)
-    with host_lock("restart", wait_lock, target.systemd.root):
+    with root_lock("restart", target.systemd.root, wait=wait_lock):
         recover(target, installs=True)
         fleet = _plan(target, now=True, contract=True)
         warmed = _prewarm_first(fleet.profile) if prewarm else None
         result, rolled = restart_deployment(
-            fleet, target.systemd, contract_verifier, os.environ, only=list(replica or []), progress=say
+            fleet, target.systemd, contract_verifier, process_environ(), only=list(replica or []), progress=say
         )
         extra: dict[str, Any] = {"deployment": fleet.to_json()}
         if rolled is not None:
@@ -218,16 +227,17 @@ def _prewarm_first(profile: Profile) -> dict[str, Any]:
 
 
 def status(
-    profile: str | None = typer.Option(None, "--profile", "-p", help="Take the unit name from this profile."),
-    unit_name: str | None = typer.Option(None, "--unit-name", help="Unit name (default: sglang-kimi)."),
-    root: Path = typer.Option(Path("/"), "--root", help=ROOT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON report."),
+    profile: str | None = UnitProfileOpt,
+    unit_name: str | None = UnitOrDefaultOpt,
+    root: Path = RootOpt,
+    as_json: bool = JsonOpt,
     sets: list[str] | None = SetOpt,
 ) -> int:
     """The unit's state, the live profile and patch set, the last verify, and /health now (exit 0: active, healthy).
 
     A replicated deployment: the router, its workers and every replica."""
-    from kimi_serve.commands.prewarm_cmd import start_history, start_rows
+    from kimi_serve.core.settings import state_root
+    from kimi_serve.prewarm.report import start_history, start_rows
     from kimi_serve.service.fleet_status import status_of
 
     target = resolve(profile, sets, unit_name, root)
@@ -236,10 +246,10 @@ def status(
     if as_json:
         from kimi_serve.core.output import envelope
 
-        data = {**st.to_json(), "starts": start_history(), "runs": [r.to_json() for r in runs]}
+        data = {**st.to_json(), "starts": start_history(state_root()), "runs": [r.to_json() for r in runs]}
         typer.echo(json.dumps(envelope("status", st.exit_code, data, st.findings()), indent=2))
     else:
-        for label, value in [*st.rows(), *start_rows(target.profile), *run_rows(runs)]:
+        for label, value in [*st.rows(), *start_rows(target.profile, state_root()), *run_rows(runs)]:
             typer.echo(f"{label + ':':13} {value}")
     return int(st.exit_code)
 

@@ -12,11 +12,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:
-    import contextlib
-
     from kimi_serve.core.findings import Finding
     from kimi_serve.service.install import Result
-    from kimi_serve.service.systemctl import Systemd
     from kimi_serve.service.target import Target
 
 _MARK = {"done": "ok  ", "planned": "plan", "failed": "FAIL", "skipped": "skip", "warning": "WARN"}
@@ -30,14 +27,6 @@ def resolve(profile: str | None, sets: list[str] | None, unit_name: str | None, 
 
     loaded = load_profile(profile, sets or ()) if profile else None
     return resolve_target(loaded, unit_name, Systemd(run, root.resolve()))
-
-
-def host_lock(command: str, wait: bool, root: Path = Path("/")) -> contextlib.AbstractContextManager[Path]:
-    """The lock of ``root``'s state (kimi_serve.core.lock.root_lock): the host lock (STATE_ROOT/host.lock) for ``/``,
-    a scratch --root's own STATE_ROOT/locks/root-HASH.lock otherwise: one change of a root at a time."""
-    from kimi_serve.core.lock import root_lock
-
-    return root_lock(command, root, wait=wait)
 
 
 def recover(target: Target, *, installs: bool = False) -> None:
@@ -63,15 +52,11 @@ def print_result(
     result: Result, as_json: bool, extra: dict[str, Any] | None = None, command: str = "install-service"
 ) -> int:
     if as_json:
+        from kimi_serve.core.findings import FAIL, Finding
         from kimi_serve.core.output import envelope
 
         failed = [
-            {
-                "code": "step",
-                "message": f"{s.action}: {s.detail}" if s.detail else s.action,
-                "fix": "",
-                "status": "fail",
-            }
+            Finding("service", "step", FAIL, f"{s.action}: {s.detail}" if s.detail else s.action)
             for s in result.steps
             if s.status == "failed"
         ]
@@ -114,11 +99,3 @@ def current_runs() -> list[Any]:
 def run_rows(runs: list[Any]) -> list[tuple[str, str]]:
     """status's `up:` lines: one per run record, or a line saying none runs."""
     return [("up", r.line()) for r in runs] or [("up", "no foreground `kimi-serve up` runs now")]
-
-
-def require_systemd(systemd: Systemd) -> None:
-    """install-service and restart on the running system: refuse before anything is written when systemd is not
-    running here (kimi_serve.service.preflight.require_systemd, exit 5)."""
-    from kimi_serve.service.preflight import require_systemd as require
-
-    require(systemd)

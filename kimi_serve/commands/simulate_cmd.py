@@ -7,6 +7,7 @@ import os
 import typer
 
 from kimi_serve.commands.numbers import seconds_option
+from kimi_serve.core.settings import process_environ
 
 
 def register(app: typer.Typer) -> None:
@@ -76,7 +77,7 @@ def register(app: typer.Typer) -> None:
         launcher.check_config_file(args, where)
         python = require_sglang_python(profile_python)
         argv = launcher.command(python, args)
-        env = launcher.environment({**os.environ, **env_extra}, warmup=warmup, load=load)
+        env = launcher.environment({**process_environ(), **env_extra}, warmup=warmup, load=load)
         if dry_run:
             typer.echo(shlex.join(argv))
             return 0

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import typer
 
-from kimi_serve.commands.profile_cmds import SetOpt
+from kimi_serve.commands.options import SetOpt
+from kimi_serve.core.settings import process_environ
 
 
 def up(
@@ -71,7 +71,7 @@ def doctor(
     p = load_profile(profile)
     launch = validated_launch(p)
     report = run_doctor(p, launch)
-    report.checks += doctor_reach(p, launch, os.environ)  # can the unit start? (install-service's own judgement)
+    report.checks += doctor_reach(p, launch, process_environ())  # can the unit start? (install-service's own judgement)
     if as_json:
         from kimi_serve.core.output import envelope
 

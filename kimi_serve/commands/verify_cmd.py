@@ -111,7 +111,6 @@ def verify(
     """
     from kimi_serve.core.faults import checkpoint
     from kimi_serve.verify import parse_target, resolve_key, run_verify
-    from kimi_serve.verify.render import render_lines, render_table
 
     checkpoint("verify.run")  # test hook: raise-at=verify.run is a kimi-serve bug in verify (exit 70)
     if host is None and profile:
@@ -123,11 +122,10 @@ def verify(
                 where="--profile",
                 hint="pass --host HOST:PORT too (the monitoring units do)",
             )
-        return _verify_profile(
+        report = _verify_profile(
             profile,
             api_key,
             api_key_file,
-            as_json,
             model=model,
             wait=wait,
             timeout=timeout,
@@ -136,6 +134,7 @@ def verify(
             expected_ports=tuple(expect_listener),
             concurrency=concurrency,
         )
+        return _print(report, as_json)
     host = host or "127.0.0.1:30000"
     target = parse_target(host)
     key = resolve_key(api_key, api_key_file)
@@ -173,40 +172,43 @@ def verify(
             expected_ports=tuple(expect_listener),
             concurrency=concurrency,
         )
-    if as_json:
-        typer.echo(report.to_json())
-    else:
-        typer.echo(render_table(report) if sys.stdout.isatty() else render_lines(report))
-    return report.exit_code
+    return _print(report, as_json)
 
 
-def _verify_profile(ref: str, api_key: str | None, api_key_file: str | None, as_json: bool, **args: Any) -> int:
+def _verify_profile(ref: str, api_key: str | None, api_key_file: str | None, **args: Any) -> Any:
     """`verify --profile P`: the profile's own server, or its router and then each replica (docs/verify.md)."""
     from kimi_serve.check.deployment import deployment_targets
     from kimi_serve.profile.loader import load_profile
     from kimi_serve.profile.topology import routed
     from kimi_serve.router.client import admin_key_of, router_health
-    from kimi_serve.verify import resolve_key, run_verify
-    from kimi_serve.verify.deployment import render_deployment, run_deployment
-    from kimi_serve.verify.render import render_lines, render_table
+    from kimi_serve.verify import resolve_key
+    from kimi_serve.verify.deployment import verify_deployment
 
     p = load_profile(ref)
-    key = resolve_key(
-        api_key,
-        api_key_file or p.server.api_key_file,
-        file_label="--api-key-file" if api_key_file else "profile key file",
+    key_file = api_key_file or p.server.api_key_file
+    key = resolve_key(api_key, key_file, file_label="--api-key-file" if api_key_file else "profile key file")
+    return verify_deployment(
+        deployment_targets(p),
+        routed=routed(p),
+        # /workers takes the control plane's admin key only (the key file's admin-api-key), never the clients'
+        router_view=lambda url: router_health(url, admin_key_of(key_file)).to_json(),
+        api_key=key.value,
+        key_source=key.source,
+        **args,
     )
-    targets = deployment_targets(p)
+
+
+def _print(report: Any, as_json: bool) -> int:
+    """The report as JSON, a table on a terminal, else lines; a deployment's parts each under their name."""
+    from kimi_serve.verify.deployment import DeploymentReport, render_deployment
+    from kimi_serve.verify.render import render_lines, render_table
+
     render = render_table if sys.stdout.isatty() else render_lines
-    if not routed(p):
-        report = run_verify(targets[1][1], api_key=key.value, key_source=key.source, **args)
-        typer.echo(report.to_json() if as_json else render(report))
-        return report.exit_code
-    deployment = run_deployment(targets, api_key=key.value, key_source=key.source, **args)
-    # /workers takes the control plane's admin key only (the key file's admin-api-key), never the clients'
-    deployment.router_view = router_health(targets[0][1], admin_key_of(api_key_file or p.server.api_key_file)).to_json()
-    typer.echo(deployment.to_json() if as_json else render_deployment(deployment, render))
-    return deployment.exit_code
+    if as_json:
+        typer.echo(report.to_json())
+    else:
+        typer.echo(render_deployment(report, render) if isinstance(report, DeploymentReport) else render(report))
+    return int(report.exit_code)
 
 
 def register(app: typer.Typer) -> None:

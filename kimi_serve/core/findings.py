@@ -1,6 +1,6 @@
 """Results of checks, one type for every layer: a :class:`Finding` is one pass / warn / fail / skip line with a stable
 ``code``, what holds or what is wrong, and the fix. ``check``, ``doctor``, the service preflight and ``verify`` all
-report findings; :func:`summary` is the one "first failure (+N more)" line an error raises from them.
+report findings; :func:`error_from` is the one "first failure (+N more)" error raised from them.
 """
 
 from __future__ import annotations

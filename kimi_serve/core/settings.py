@@ -119,6 +119,12 @@ def current() -> Settings:
     return from_env(os.environ)
 
 
+def process_environ() -> dict[str, str]:
+    """This process's environment, a copy: what a child process inherits (modules other than this one never read
+    ``os.environ``; they take this, or the values of :func:`current`, as arguments)."""
+    return dict(os.environ)
+
+
 def state_root(state_dir: Path | None = None) -> Path:
     """kimi-serve's state root: ``state_dir`` when given, else $KIMI_SERVE_STATE_DIR, else /var/lib/kimi-serve."""
     return state_dir if state_dir is not None else current().state_root

@@ -14,6 +14,10 @@ renames happen there and the link stays.
 One install of a venv at a time: the install holds the lock of its prefix (``.NAME.kimi-serve.lock`` next to it) and,
 over an existing venv, its site-packages (:mod:`kimi_serve.core.lock`); a second install of that prefix, or one under
 a server `up` runs from it, exits 75 naming the holder. Installs of other prefixes run beside it.
+
+The plan is :mod:`kimi_serve.engine.plan`, the tools it names :mod:`kimi_serve.engine.discover`, running the
+installer :mod:`kimi_serve.engine.installer`, clearing what a killed install left
+:func:`kimi_serve.engine.prefix.clear_leftovers`.
 """
 
 from __future__ import annotations
@@ -21,13 +25,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
-import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,201 +38,15 @@ from kimi_serve import __version__
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
-from kimi_serve.core.files import link_refused
 from kimi_serve.core.lock import directory_lock, file_lock
-from kimi_serve.core.settings import current
+from kimi_serve.core.settings import process_environ
 from kimi_serve.engine import interpreter, locks, own
-from kimi_serve.engine.prefix import RECORD_NAME, lock_of, moved_link, old_of, resolve, staging_of
+from kimi_serve.engine.discover import installed_versions, site_packages
+from kimi_serve.engine.installer import run_installer
+from kimi_serve.engine.plan import Plan
+from kimi_serve.engine.prefix import RECORD_NAME, clear_leftovers
 
-INTERPRETERS = ("copy", "link")  # --interpreter: a standalone copy inside the prefix, or the venv links to the base
 _SCHEMA = 1
-_VERSIONS = (
-    "import importlib.metadata as m, json, sys; "
-    "print(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], 'packages': "
-    "{d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']}}))"
-)
-
-
-def _normalize(name: str) -> str:
-    return locks.normalize(name)
-
-
-def find_uv() -> str | None:
-    """uv from $KIMI_SERVE_UV, PATH, or next to this interpreter (the dev lock installs it into .venv/bin)."""
-    for cand in (current().uv, shutil.which("uv"), str(Path(sys.executable).parent / "uv")):
-        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
-            return cand
-    return None
-
-
-def target_python(lock: locks.Lock) -> str:
-    """The X.Y the lock targets (its header's ``target:``), default the project's."""
-    m = re.search(r"CPython (\d+\.\d+)", lock.meta.get("target", ""))
-    return m.group(1) if m else locks.PYTHON_VERSION
-
-
-def base_python(version: str, given: str | None = None) -> str:
-    """An interpreter of ``version`` to build the venv from: ``given`` (--python, checked), else this one when it
-    matches, else pythonX.Y on PATH."""
-    if given:
-        path = shutil.which(given) or given
-        found = None
-        if os.access(path, os.X_OK):
-            done = proc.run([path, "-I", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], timeout=60)
-            found = done.out.strip() if done.rc == 0 else None
-        if found != version:
-            raise KimiServeError(
-                f"--python {given}: " + (f"Python {found}, the lock targets {version}" if found else "does not run"),
-                where="--python",
-                hint=f"pass a python{version} (e.g. /usr/bin/python{version})",
-            )
-        return path
-    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
-        return sys.executable
-    found = shutil.which(f"python{version}")
-    if found:
-        return found
-    raise KimiServeError(
-        f"the lock targets Python {version} and no python{version} is on PATH",
-        hint=f"install Python {version} (apt-get install python{version}-venv)",
-        exit_code=ExitCode.ENVIRONMENT,
-    )
-
-
-def is_venv(path: Path) -> bool:
-    return (path / "pyvenv.cfg").is_file()
-
-
-def site_packages(venv: Path, version: str) -> Path:
-    return venv / "lib" / f"python{version}" / "site-packages"
-
-
-@dataclass
-class Plan:
-    prefix: Path  # the folder installed: --prefix, or where it points when it is a link
-    lock: locks.Lock
-    installer: str  # "uv" or "pip"
-    installer_path: str
-    python: str  # the base interpreter
-    python_version: str
-    patch_set: tuple[str, ...]  # the sets to apply together (a profile's patch_set list); () for none
-    profile: str | None
-    interpreter: str = "copy"  # copy: a standalone copy of `python` inside the prefix; link: the venv links to it
-    with_kimi_serve: bool = True  # kimi-serve itself in the engine (engine/own.py); False: a test engine
-    link: Path | None = None  # --prefix as given, when it is a link to `prefix` (the link stays)
-    options: tuple[str, ...] = ()  # the engine install options that repeat this install (the record keeps them)
-    staging: Path = field(init=False)
-    replaces: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.staging = staging_of(self.prefix)
-        self.replaces = self.prefix.exists()
-
-    @property
-    def lock_file(self) -> Path:
-        """The install lock of this prefix (a sibling file: the prefix itself is swapped by a rename)."""
-        return lock_of(self.prefix)
-
-    @property
-    def old(self) -> Path:
-        return old_of(self.prefix)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "prefix": str(self.prefix),
-            "link": str(self.link) if self.link else None,
-            "options": list(self.options),
-            "lock": self.lock.name,
-            "lock_file": str(self.lock.path),
-            "lock_sha256": self.lock.sha256,
-            "packages": len(self.lock.pins),
-            "sglang": getattr(self.lock.pins.get("sglang"), "version", None),
-            "installer": self.installer,
-            "installer_path": self.installer_path,
-            "python": self.python,
-            "python_version": self.python_version,
-            "interpreter": self.interpreter,
-            "kimi_serve": self.with_kimi_serve,
-            "patch_set": "+".join(self.patch_set) or None,
-            "profile": self.profile,
-            "staging": str(self.staging),
-            "replaces_existing": self.replaces,
-            "lock_path": str(self.lock_file),
-        }
-
-
-def make_plan(
-    prefix: Path,
-    lock_name: str,
-    patch_set: str | Sequence[str] | None,
-    profile: str | None,
-    installer: str | None = None,
-    interpreter_kind: str = "copy",
-    with_kimi_serve: bool = True,
-    python: str | None = None,
-) -> Plan:
-    lock = locks.load(lock_name)
-    given = prefix.expanduser().absolute()
-    prefix = resolve(given)
-    for moved in (moved_link(given), moved_link(prefix)):  # an older kimi-serve moved a link aside (engine/prefix.py)
-        if moved is not None:
-            raise moved
-    if prefix.exists() and not is_venv(prefix) and (not prefix.is_dir() or any(prefix.iterdir())):
-        raise KimiServeError(
-            f"{prefix} exists and is not a venv"
-            + (f" (the link {given} points there)" if prefix != given else "")
-            + "; refusing to replace it",
-            hint="pass --prefix of an existing engine venv or of a new folder",
-            exit_code=ExitCode.USAGE,
-        )
-    version = target_python(lock)
-    uv = find_uv()
-    if installer == "pip" or (installer is None and uv is None):
-        kind, path = "pip", "python -m pip"
-    elif uv is None:
-        raise KimiServeError(
-            "uv not found",
-            hint="pip install uv (requirements/dev.txt pins it), or drop --installer",
-            exit_code=ExitCode.ENVIRONMENT,
-        )
-    else:
-        kind, path = "uv", uv
-    sets = (patch_set,) if isinstance(patch_set, str) else tuple(patch_set or ())
-    if interpreter_kind not in INTERPRETERS:
-        raise KimiServeError(
-            f"--interpreter {interpreter_kind}: unknown",
-            where="--interpreter",
-            hint="pass --interpreter copy (a standalone interpreter inside the prefix) or --interpreter link",
-        )
-    base = base_python(version, python)
-    options = ["--lock", lock_name if lock_name in locks.ENGINE_LOCKS else str(lock.path.absolute())]
-    options += (["--profile", profile] if profile else []) if sets else ["--no-patches"]
-    options += ["--installer", installer] if installer else []
-    options += ["--interpreter", interpreter_kind] if interpreter_kind != "copy" else []
-    options += ["--python", python] if python else []
-    options += [] if with_kimi_serve else ["--no-kimi-serve"]
-    link = given if prefix != given else None
-    return Plan(
-        prefix, lock, kind, path, base, version, sets, profile, interpreter_kind, with_kimi_serve, link, tuple(options)
-    )
-
-
-# --------------------------------------------------------------------------------------------------------- lock
-
-
-# ------------------------------------------------------------------------------------------------------ install
-
-
-_UV_MISMATCH = re.compile(r"Hash mismatch for `([^`]+)`")
-_PIP_MISMATCH = re.compile(r"^\s+(\S+==\S+) from \S+", re.MULTILINE)
-
-
-def hash_mismatch(output: str) -> list[str]:
-    """The packages (``name==version``) uv's or pip's output reports a sha256 mismatch for."""
-    found = _UV_MISMATCH.findall(output)
-    if "DO NOT MATCH THE HASHES" in output:
-        found += _PIP_MISMATCH.findall(output.split("DO NOT MATCH THE HASHES", 1)[1])
-    return list(dict.fromkeys(found))
 
 
 def _compile(py: Path, staging: Path) -> None:
@@ -255,47 +71,6 @@ def _compile(py: Path, staging: Path) -> None:
         )
 
 
-def _run(cmd: list[str], what: str, *, progress: bool, env: dict[str, str] | None = None) -> None:
-    try:
-        if progress:  # the long download: show uv/pip's output as it comes (stderr, so --json stays clean)
-            streamed = proc.stream(cmd, sys.stderr.write, env=env)
-            rc, output = streamed.rc, streamed.out
-        else:
-            done = proc.run(cmd, timeout=None, env=env, errors="replace")
-            rc = done.rc
-            output = done.err.strip() or done.out.strip()
-    except (FileNotFoundError, proc.NotInstalled) as exc:
-        raise KimiServeError(
-            f"{what}: {cmd[0]} not found", hint="install it, or pass --installer pip", exit_code=ExitCode.ENVIRONMENT
-        ) from exc
-    if rc != 0:
-        mismatched = hash_mismatch(output)
-        if mismatched:
-            raise KimiServeError(
-                f"{what} failed: hash mismatch for {', '.join(mismatched[:5])}: the downloaded file's sha256 is not "
-                "the one the lock pins; nothing was installed and the previous venv is untouched",
-                hint="use the lock shipped with kimi-serve (--lock gpu|cpu) or regenerate it with scripts/lock.py; "
-                "if the lock is right, the index served another file: check the index or mirror",
-                exit_code=ExitCode.ENVIRONMENT,
-            )
-        lines = output.splitlines()
-        tail = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
-        detail = f": {tail}" if tail else " (see the output above)"
-        raise KimiServeError(
-            f"{what} failed (exit {rc}){detail}; the previous venv is untouched",
-            hint="check the lock and the network (PyPI), then run engine install again",
-            exit_code=ExitCode.ENVIRONMENT,
-        )
-
-
-def installed_versions(python: Path) -> dict[str, Any]:
-    data: dict[str, Any] = interpreter.python_json(
-        str(python), _VERSIONS, cannot="list its packages", hint="rebuild it with kimi-serve engine install"
-    )
-    data["packages"] = {_normalize(k): v for k, v in data["packages"].items()}
-    return data
-
-
 def _relocate(staging: Path, prefix: Path) -> None:
     """A venv names its own path in bin/ (shebangs, activate scripts, the link to a copied interpreter inside it) and
     pyvenv.cfg: point them at the prefix (links inside the venv become relative: they survive the rename)."""
@@ -312,25 +87,6 @@ def _relocate(staging: Path, prefix: Path) -> None:
         data = path.read_bytes()
         if old in data and b"\0" not in data[:1024]:
             path.write_bytes(data.replace(old, new))
-
-
-def _recover(plan: Plan) -> None:
-    """Clear what a killed install left: a staging folder, or (killed between the renames) the old venv aside. A link
-    planted at either name is refused (exit 5), never removed through nor renamed into the prefix."""
-    moved = moved_link(plan.prefix)  # a link aside is never removed (nor followed): its owner decides
-    if moved is not None:
-        raise moved
-    for aside in (plan.staging, plan.old):
-        if aside.is_symlink():
-            raise link_refused(aside, f"a symbolic link (to {os.readlink(aside)}) beside the engine", f"rm {aside}")
-    if plan.staging.exists():
-        shutil.rmtree(plan.staging)
-    if plan.old.exists():
-        if not plan.prefix.exists():
-            os.rename(plan.old, plan.prefix)
-        else:
-            shutil.rmtree(plan.old)
-    plan.replaces = plan.prefix.exists()
 
 
 def _patch(plan: Plan, venv: Path) -> dict[str, Any] | None:
@@ -390,10 +146,11 @@ def _venv_lock(plan: Plan) -> Iterator[None]:
 def install(plan: Plan, *, progress: bool = False) -> InstallResult:
     start = time.monotonic()
     with _venv_lock(plan):
-        _recover(plan)
+        clear_leftovers(plan.prefix)
+        plan.replaces = plan.prefix.exists()
         plan.prefix.parent.mkdir(parents=True, exist_ok=True)
         staging = plan.staging
-        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
+        env = dict(process_environ(), UV_PYTHON_DOWNLOADS="never")
         try:
             py = staging / "bin" / "python"
             base, base_python_path = None, plan.python
@@ -404,7 +161,7 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
                 interpreter.check(copied, base)
                 base_python_path = str(copied)
             if plan.installer == "uv":
-                _run(
+                run_installer(
                     [
                         plan.installer_path,
                         "venv",
@@ -431,7 +188,7 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
                     str(plan.lock.path),
                 ]
             else:
-                _run(
+                run_installer(
                     [*proc.python_argv(base_python_path, "-m", "venv"), "--prompt", plan.prefix.name, str(staging)],
                     "creating the venv",
                     progress=False,
@@ -448,7 +205,7 @@ def install(plan: Plan, *, progress: bool = False) -> InstallResult:
                 ]
             if not progress:
                 cmd.insert(cmd.index("sync" if plan.installer == "uv" else "install") + 1, "--quiet")
-            _run(
+            run_installer(
                 cmd,
                 f"installing {len(plan.lock.pins)} packages from the {plan.lock.name} lock ({plan.installer})",
                 progress=progress,

@@ -17,7 +17,6 @@ compiled modules, or the install stops with the reason and the previous venv unt
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.settings import process_environ
 from kimi_serve.engine import elf
 from kimi_serve.host.unit_reach import sandbox_hides
 
@@ -165,7 +165,7 @@ def check(exe: Path, base: Base) -> None:
     """Run the copy: its own prefix, no file of the original installation mapped, nothing the unit's sandbox hides
     (a library under /root, /home or /tmp that a kept search path finds), its own libpython (exit 5 naming the
     file)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "LD_"))}
+    env = {k: v for k, v in process_environ().items() if not k.startswith(("PYTHON", "LD_"))}
     done = proc.run([str(exe), "-I", "-c", _CHECK], timeout=120, env=env)
     if done.rc != 0:
         tail = (done.err.strip().splitlines() or ["no output"])[-1]

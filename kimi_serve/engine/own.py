@@ -127,13 +127,3 @@ def installed_in(python: str) -> tuple[Path, Path] | None:
         if meta.read_text(encoding="utf-8", errors="replace").strip() == INSTALLER:
             return script, meta.parent.parent
     return None
-
-
-def engine_version(prefix: Path) -> str | None:
-    """The kimi-serve version installed in the engine at ``prefix`` (None: the engine carries none)."""
-    found = sorted(prefix.glob("lib/python*/site-packages/kimi_serve-*.dist-info/METADATA"))
-    for meta in found:
-        for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("Version: "):
-                return line.removeprefix("Version: ").strip()
-    return None

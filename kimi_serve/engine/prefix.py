@@ -13,13 +13,39 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.files import link_refused
 from kimi_serve.core.lock import flock_holder
 
+if TYPE_CHECKING:
+    from kimi_serve.profile.loader import Profile
+
 RECORD_NAME = "kimi-serve-engine.json"
+
+
+def profile_prefix(p: Profile, given: Path | None) -> Path:
+    """The venv an engine command acts on: ``given`` (--prefix), else the venv of the profile's ``python:``."""
+    if given is not None:
+        return given
+    python = p.data.get("python")
+    if not python:
+        raise KimiServeError(
+            f"profile {p.name} sets no python: location for the engine",
+            hint="pass --prefix DIR, or use a profile with python: (e.g. prod)",
+            exit_code=ExitCode.USAGE,
+        )
+    path = Path(python)
+    if path.parent.name != "bin":
+        raise KimiServeError(
+            f"profile {p.name}: python: {python} is not inside a venv's bin/",
+            hint="pass --prefix DIR",
+            exit_code=ExitCode.USAGE,
+        )
+    return path.parent.parent
 
 
 def staging_of(prefix: Path) -> Path:
@@ -79,6 +105,27 @@ def moved_link(given: Path) -> KimiServeError | None:
         hint=f"put the link back: mv {old} {given}, then run engine install again",
         exit_code=ExitCode.ENVIRONMENT,
     )
+
+
+def clear_leftovers(prefix: Path) -> None:
+    """Clear what a killed install of ``prefix`` left: a staging folder, or (killed between the renames) the old venv
+    aside, put back when no venv is at the prefix. A link moved aside is never removed (nor followed): its owner
+    decides (:func:`moved_link`); a link planted at either name is refused (exit 5), never removed through nor renamed
+    into the prefix."""
+    moved = moved_link(prefix)
+    if moved is not None:
+        raise moved
+    staging, old = staging_of(prefix), old_of(prefix)
+    for aside in (staging, old):
+        if aside.is_symlink():
+            raise link_refused(aside, f"a symbolic link (to {os.readlink(aside)}) beside the engine", f"rm {aside}")
+    if staging.exists():
+        shutil.rmtree(staging)
+    if old.exists():
+        if not prefix.exists():
+            os.rename(old, prefix)
+        else:
+            shutil.rmtree(old)
 
 
 def recorded_lock(record: dict[str, Any] | None) -> str | None:

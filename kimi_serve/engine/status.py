@@ -11,7 +11,7 @@ from typing import Any
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.engine import locks
-from kimi_serve.engine.install import installed_versions, site_packages
+from kimi_serve.engine.discover import installed_versions, site_packages
 from kimi_serve.engine.prefix import install_command, interrupted, moved_link, read_record, recorded_lock, resolve
 
 # Run inside the engine venv: every installed distribution's requirements (markers evaluated, no extras) that are

@@ -75,11 +75,6 @@ def _f(code: str, status: str, message: str, fix: str = "") -> Finding:
     return Finding("doctor", code, status, message, fix)
 
 
-def coldstart_findings(p: Profile, state_root: Path, *, probe: str = "always") -> list[Finding]:
-    """Doctor's lines: checkpoint bytes, bandwidth, cache, RAM, the floor and the prediction, the last starts."""
-    return coldstart_report(p, state_root, probe=probe)[0]
-
-
 def figures_json(fig: cs.Figures, starts: list[dict[str, Any]]) -> dict[str, Any]:
     """The figures behind doctor's cold-start lines, as numbers (``doctor --json`` ``figures``, docs/json.md)."""
     predicted, how = predict_weights_s(fig, starts)
@@ -96,7 +91,8 @@ def figures_json(fig: cs.Figures, starts: list[dict[str, Any]]) -> dict[str, Any
 def coldstart_report(
     p: Profile, state_root: Path, *, probe: str = "always"
 ) -> tuple[list[Finding], dict[str, Any] | None]:
-    """:func:`coldstart_findings` and the figures behind them (None when nothing was measured)."""
+    """Doctor's lines (checkpoint bytes, bandwidth, cache, RAM, the floor and the prediction, the last starts) and the
+    figures behind them (None when nothing was measured)."""
     if not loads_weights(p):
         return [_f("coldstart", SKIP, "no checkpoint is read (engine: simulator or --load-format dummy)")], None
     try:

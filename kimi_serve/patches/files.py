@@ -18,6 +18,7 @@ from pathlib import Path
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
+from kimi_serve.core.settings import process_environ
 
 _PATCH_TIMEOUT_S = 60
 
@@ -77,7 +78,7 @@ def run_patch(
     done = proc.run(
         argv,
         timeout=_PATCH_TIMEOUT_S,
-        env={**os.environ, "LC_ALL": "C"},
+        env={**process_environ(), "LC_ALL": "C"},
         install_hint="install GNU patch (apt-get install patch)",
     )
     if done.ok:

@@ -71,9 +71,6 @@ class PatchSet:
         first = next(f for f in self.files if f.path == rel)
         return [first.before] + [c.after for p in self.patches for c in p.changes if c.path == rel]
 
-    def patches_for(self, feature: str) -> tuple[Patch, ...]:
-        return tuple(p for p in self.patches if p.feature == feature)
-
 
 def _manifest_error(path: Path, message: str) -> KimiServeError:
     return KimiServeError(message, where=str(path), hint="fix the patch set or regenerate its manifest")

@@ -11,7 +11,7 @@ control plane's admin key, the key file's ``admin-api-key`` (:func:`admin_key_of
 The key is sent whenever given. Used by `up` (ready = every worker healthy; while supervising: the router's worker
 set must be the profile's replicas, :meth:`RouterHealth.membership`) and by the rolling restart (never leave the
 router with zero healthy workers: :meth:`RouterHealth.others_healthy`). Every request goes through verify's
-deadline transport (:mod:`kimi_serve.verify.transport`): it ends within its timeout, also against a router
+deadline transport (:mod:`kimi_serve.core.http`): it ends within its timeout, also against a router
 that trickles.
 """
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.verify.transport import TransportError, request
+from kimi_serve.core.http import TransportError, request
 
 POLL_TIMEOUT_S = 5.0
 

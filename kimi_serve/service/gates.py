@@ -37,7 +37,7 @@ class Worker:
 
 def router_workers(endpoint: str, api_key: str | None, timeout: float = HTTP_TIMEOUT_S) -> list[Worker] | str:
     """The router's workers (``GET /workers``), or why they could not be read (one line)."""
-    from kimi_serve.verify.transport import TransportError, request
+    from kimi_serve.core.http import TransportError, request
 
     url = f"http://{endpoint}/workers"
     try:
@@ -54,7 +54,7 @@ def router_workers(endpoint: str, api_key: str | None, timeout: float = HTTP_TIM
 
 
 def _call(method: str, url: str, api_key: str | None, body: dict[str, str] | None = None) -> tuple[int, bytes] | str:
-    from kimi_serve.verify.transport import TransportError, request
+    from kimi_serve.core.http import TransportError, request
 
     try:
         reply = request(method, url, deadline=time.monotonic() + HTTP_TIMEOUT_S, api_key=api_key, json_body=body)

@@ -10,7 +10,6 @@ a ``Verifier``. The smoke-tested restart with rollback is :mod:`kimi_serve.servi
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.findings import Finding, error_from
 from kimi_serve.core.proc import Completed
-from kimi_serve.core.settings import API_KEY_ENV, from_env
+from kimi_serve.core.settings import API_KEY_ENV, current, from_env
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service import account
@@ -291,7 +290,7 @@ def journal_scope(plans: Sequence[Plan], systemd: Systemd, op: str) -> contextli
 
 def _journal_args(plan: Plan, systemd: Systemd) -> dict[str, Any]:
     p, secret = plan.paths, plan.profile.server.api_key_file
-    accounts_root = account.roots(p.root, systemd.live, from_env(os.environ).accounts_root)[0]
+    accounts_root = account.roots(p.root, systemd.live, current().accounts_root)[0]
     return {
         "secret": p.under_root(secret) if secret and plan.create_secret else None,
         "workdir": p.under_root(plan.profile.service.working_directory),

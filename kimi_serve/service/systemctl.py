@@ -56,10 +56,6 @@ class Systemd:
         lines = [line.strip() for line in (done.err or done.out).splitlines() if line.strip()]
         return " ".join(lines)[:300] or f"systemctl exited {done.rc}"
 
-    def analyze_verify(self, unit_file: Path) -> Completed:
-        """``systemd-analyze verify``; callers must treat any stderr as a failure (it exits 0 on many mistakes)."""
-        return self.runner(["systemd-analyze", "verify", str(unit_file)], timeout=SYSTEMCTL_TIMEOUT)
-
     def daemon_reload(self) -> Completed:
         return self._systemctl("daemon-reload")
 
@@ -68,9 +64,6 @@ class Systemd:
 
     def disable(self, unit: str) -> Completed:
         return self._systemctl("disable", unit)
-
-    def is_enabled(self, unit: str) -> Completed:
-        return self._systemctl("is-enabled", unit)
 
     def restart(self, unit: str, timeout: float) -> Completed:
         """Blocks until the start job finishes: ExecStartPost (the contract check) included."""

@@ -8,7 +8,6 @@ profile's ``python``, this interpreter). The child gets the kimi_serve package o
 
 from __future__ import annotations
 
-import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.keyfile import key_file_problem
 from kimi_serve.core.proc import python_argv
 from kimi_serve.core.resources import package_root
-from kimi_serve.core.settings import SIM_LOAD_ENV, SIM_WARMUP_ENV, with_pythonpath
+from kimi_serve.core.settings import SIM_LOAD_ENV, SIM_WARMUP_ENV, process_environ, with_pythonpath
 from kimi_serve.process import ready
 from kimi_serve.process.child import Process, Server
 
@@ -67,7 +66,7 @@ def command(python: str, server_args: list[str]) -> list[str]:
 def environment(
     base: dict[str, str] | None = None, *, warmup: float | None = None, load: float | None = None
 ) -> dict[str, str]:
-    env = with_pythonpath(os.environ if base is None else base, package_root())
+    env = with_pythonpath(process_environ() if base is None else base, package_root())
     env["PYTHONUNBUFFERED"] = "1"
     if warmup is not None:
         env[SIM_WARMUP_ENV] = f"{warmup:g}"

@@ -13,13 +13,13 @@ A second `up` on a held port or GPU exits 75 naming the holder and the resource;
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from kimi_serve.check.deployment import Deployment
 from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.settings import process_environ
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 
@@ -33,7 +33,7 @@ def gpus_of(profile: Profile, launch: Launch, environ: dict[str, str] | None = N
     """The GPUs an SGLang server of ``profile`` takes (none for the simulator)."""
     if launch.engine != "sglang":
         return []
-    env = {**(os.environ if environ is None else environ), **launch.env}
+    env = {**(process_environ() if environ is None else environ), **launch.env}
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         ids = [v.strip() for v in visible.split(",") if v.strip()]

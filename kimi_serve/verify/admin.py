@@ -19,9 +19,9 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding
+from kimi_serve.core.http import TransportError, request
 from kimi_serve.core.net import is_loopback
 from kimi_serve.verify.target import Target
-from kimi_serve.verify.transport import TransportError, request
 
 ADMIN_PROBE_PATH = "/remote_instance_transfer_engine_info"  # ADMIN_OPTIONAL, GET, read-only (see above)
 REFUSED = (401, 403)

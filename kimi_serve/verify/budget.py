@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.core.findings import Finding
+from kimi_serve.core.http import TransportError, request
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify import wire
 from kimi_serve.verify.agent_rules import PUBLISHED_CONTEXT
 from kimi_serve.verify.report import ProbeResult, warning
 from kimi_serve.verify.target import Target
-from kimi_serve.verify.transport import TransportError, request
 
 NAME, MODE = "budget", "non-stream"
 PROMPT_ESTIMATE = 64  # the probe's prompt, rendered, stays under this

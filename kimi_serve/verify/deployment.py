@@ -8,7 +8,7 @@ module only runs :func:`kimi_serve.verify.runner.run_verify` on each and combine
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +109,22 @@ def run_deployment(targets: Sequence[tuple[str, str]], **verify_args: Any) -> De
     """``targets``: (name, HOST:PORT or URL) with the router first. Each part gets the same arguments as
     :func:`run_verify` (key, model, wait, timeout, suite...) and is checked in turn: the router, then each replica."""
     return DeploymentReport([PartReport(name, run_verify(target, **verify_args)) for name, target in targets])
+
+
+def verify_deployment(
+    targets: Sequence[tuple[str, str]],
+    *,
+    routed: bool,
+    router_view: Callable[[str], dict[str, Any]],
+    **verify_args: Any,
+) -> VerifyReport | DeploymentReport:
+    """`verify --profile`: a single server's own report (``targets[1]``), or for a routed deployment the router and
+    then each replica (:func:`run_deployment`) with the router's health view (``router_view(router URL)``)."""
+    if not routed:
+        return run_verify(targets[1][1], **verify_args)
+    report = run_deployment(targets, **verify_args)
+    report.router_view = router_view(targets[0][1])
+    return report
 
 
 def render_deployment(report: DeploymentReport, render_one: Any) -> str:

@@ -9,12 +9,12 @@ import re
 from typing import Any
 
 from kimi_serve.core.findings import Finding
+from kimi_serve.core.http import Reply, TransportError
 from kimi_serve.core.pin import SGLANG_VERSION
 from kimi_serve.verify import wire
 from kimi_serve.verify.answer import Answer, ToolCall
 from kimi_serve.verify.report import problem
 from kimi_serve.verify.thinking import ANY_MARKER, FAMILIES, echoed_reasoning, marker
-from kimi_serve.verify.transport import Reply, TransportError
 
 SHOW = 160
 TOOL_TOKEN = re.compile(r"<\|tool_call[a-z_]*\|>")

@@ -13,9 +13,9 @@ import re
 from typing import Any
 
 from kimi_serve.core.findings import FAIL, Finding
+from kimi_serve.core.http import TransportError, request
 from kimi_serve.verify import wire
 from kimi_serve.verify.target import Target
-from kimi_serve.verify.transport import TransportError, request
 
 REDACTED = "<redacted>"
 _KEY_FLAG = re.compile(r"--(admin-)?api-key(?:=|\s+)(\S+)")

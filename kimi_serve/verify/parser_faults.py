@@ -23,9 +23,9 @@ import json
 from typing import Any
 
 from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
+from kimi_serve.core.http import TransportError, request
 from kimi_serve.verify import wire
 from kimi_serve.verify.target import Target
-from kimi_serve.verify.transport import TransportError, request
 
 PATH = "/parse_function_call"
 # the unexpected-id case's id: outside both of SGLang's patterns, and a marker no client sends, so the lines SGLang

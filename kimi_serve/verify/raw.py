@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.core.findings import Finding
+from kimi_serve.core.http import TransportError, request
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify import kimi_format as kf
 from kimi_serve.verify import wire
 from kimi_serve.verify.probes import MAX_TOKENS, REASONING, TOOL, WEATHER_TOOLS, Probe
 from kimi_serve.verify.report import ProbeResult, problem
-from kimi_serve.verify.transport import TransportError, request
 
 GENERATE = "generate"  # the ProbeResult mode of a /generate probe
 MAX_NEW_TOKENS = MAX_TOKENS

@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from kimi_serve.core.http import TransportError, request
 from kimi_serve.verify.report import Readiness
 from kimi_serve.verify.target import Target
-from kimi_serve.verify.transport import TransportError, request
 
 Progress = Callable[[str, float, str], None]  # (phase, seconds waited, detail)
 POLL_INTERVAL = 0.5

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.core.findings import WARN, Finding
+from kimi_serve.core.http import LIMITS, Limits, TransportError, read_limits, request
 from kimi_serve.core.suites import FULL, QUICK
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify import load as load_probe
@@ -26,7 +27,6 @@ from kimi_serve.verify.readiness import POLL_TIMEOUT, Progress, wait_ready
 from kimi_serve.verify.report import ProbeResult, VerifyReport, problem
 from kimi_serve.verify.stream import answer_from_sse, stall_limit
 from kimi_serve.verify.target import Target, parse_target
-from kimi_serve.verify.transport import LIMITS, Limits, TransportError, read_limits, request
 
 DEFAULT_TIMEOUT = 180.0
 # How long a contract check after a start (`up`, `check --contract`) waits for /health: the same in both, so the dry

@@ -8,7 +8,6 @@ connects, so it maps to the loopback address of the same family.
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from urllib.parse import urlsplit
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.keyfile import read_key_file
 from kimi_serve.core.net import connect_host
-from kimi_serve.core.settings import API_KEY_ENV
+from kimi_serve.core.settings import API_KEY_ENV, current
 
 DEFAULT_PORT = 30000
 MAX_HOST_TEXT = 512  # the whole --host value (a URL with a path prefix); a host name itself is at most 253
@@ -137,9 +136,9 @@ def resolve_key(
         return ApiKey(api_key, "--api-key")
     if key_file:
         return ApiKey(read_key_file(Path(key_file)), f"{file_label} {key_file}")
-    env = os.environ if environ is None else environ
-    if env.get(API_KEY_ENV):
-        return ApiKey(env[API_KEY_ENV], f"${API_KEY_ENV}")
+    env_key = current().api_key if environ is None else environ.get(API_KEY_ENV)
+    if env_key:
+        return ApiKey(env_key, f"${API_KEY_ENV}")
     return ApiKey(None, "none")
 
 

@@ -1,0 +1,126 @@
+"""The plan of an ``engine install``: which lock, prefix, installer, base Python and patch sets, checked before
+anything is touched (``engine install --dry-run`` prints it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.engine import locks
+from kimi_serve.engine.discover import base_python, find_uv, is_venv, target_python
+from kimi_serve.engine.prefix import lock_of, moved_link, old_of, resolve, staging_of
+
+INTERPRETERS = ("copy", "link")  # --interpreter: a standalone copy inside the prefix, or the venv links to the base
+
+
+@dataclass
+class Plan:
+    prefix: Path  # the folder installed: --prefix, or where it points when it is a link
+    lock: locks.Lock
+    installer: str  # "uv" or "pip"
+    installer_path: str
+    python: str  # the base interpreter
+    python_version: str
+    patch_set: tuple[str, ...]  # the sets to apply together (a profile's patch_set list); () for none
+    profile: str | None
+    interpreter: str = "copy"  # copy: a standalone copy of `python` inside the prefix; link: the venv links to it
+    with_kimi_serve: bool = True  # kimi-serve itself in the engine (engine/own.py); False: a test engine
+    link: Path | None = None  # --prefix as given, when it is a link to `prefix` (the link stays)
+    options: tuple[str, ...] = ()  # the engine install options that repeat this install (the record keeps them)
+    staging: Path = field(init=False)
+    replaces: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.staging = staging_of(self.prefix)
+        self.replaces = self.prefix.exists()
+
+    @property
+    def lock_file(self) -> Path:
+        """The install lock of this prefix (a sibling file: the prefix itself is swapped by a rename)."""
+        return lock_of(self.prefix)
+
+    @property
+    def old(self) -> Path:
+        return old_of(self.prefix)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prefix": str(self.prefix),
+            "link": str(self.link) if self.link else None,
+            "options": list(self.options),
+            "lock": self.lock.name,
+            "lock_file": str(self.lock.path),
+            "lock_sha256": self.lock.sha256,
+            "packages": len(self.lock.pins),
+            "sglang": getattr(self.lock.pins.get("sglang"), "version", None),
+            "installer": self.installer,
+            "installer_path": self.installer_path,
+            "python": self.python,
+            "python_version": self.python_version,
+            "interpreter": self.interpreter,
+            "kimi_serve": self.with_kimi_serve,
+            "patch_set": "+".join(self.patch_set) or None,
+            "profile": self.profile,
+            "staging": str(self.staging),
+            "replaces_existing": self.replaces,
+            "lock_path": str(self.lock_file),
+        }
+
+
+def make_plan(
+    prefix: Path,
+    lock_name: str,
+    patch_set: str | Sequence[str] | None,
+    profile: str | None,
+    installer: str | None = None,
+    interpreter_kind: str = "copy",
+    with_kimi_serve: bool = True,
+    python: str | None = None,
+) -> Plan:
+    lock = locks.load(lock_name)
+    given = prefix.expanduser().absolute()
+    prefix = resolve(given)
+    for moved in (moved_link(given), moved_link(prefix)):  # an older kimi-serve moved a link aside (engine/prefix.py)
+        if moved is not None:
+            raise moved
+    if prefix.exists() and not is_venv(prefix) and (not prefix.is_dir() or any(prefix.iterdir())):
+        raise KimiServeError(
+            f"{prefix} exists and is not a venv"
+            + (f" (the link {given} points there)" if prefix != given else "")
+            + "; refusing to replace it",
+            hint="pass --prefix of an existing engine venv or of a new folder",
+            exit_code=ExitCode.USAGE,
+        )
+    version = target_python(lock)
+    uv = find_uv()
+    if installer == "pip" or (installer is None and uv is None):
+        kind, path = "pip", "python -m pip"
+    elif uv is None:
+        raise KimiServeError(
+            "uv not found",
+            hint="pip install uv (requirements/dev.txt pins it), or drop --installer",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
+    else:
+        kind, path = "uv", uv
+    sets = (patch_set,) if isinstance(patch_set, str) else tuple(patch_set or ())
+    if interpreter_kind not in INTERPRETERS:
+        raise KimiServeError(
+            f"--interpreter {interpreter_kind}: unknown",
+            where="--interpreter",
+            hint="pass --interpreter copy (a standalone interpreter inside the prefix) or --interpreter link",
+        )
+    base = base_python(version, python)
+    options = ["--lock", lock_name if lock_name in locks.ENGINE_LOCKS else str(lock.path.absolute())]
+    options += (["--profile", profile] if profile else []) if sets else ["--no-patches"]
+    options += ["--installer", installer] if installer else []
+    options += ["--interpreter", interpreter_kind] if interpreter_kind != "copy" else []
+    options += ["--python", python] if python else []
+    options += [] if with_kimi_serve else ["--no-kimi-serve"]
+    link = given if prefix != given else None
+    return Plan(
+        prefix, lock, kind, path, base, version, sets, profile, interpreter_kind, with_kimi_serve, link, tuple(options)
+    )
