@@ -52,7 +52,10 @@ def _free() -> int:
 
 
 def dp2_profile(directory: Path, key_file: Path | None) -> tuple[Path, int, int]:
-    base, router, metrics = _free_pair(), _free(), _free()
+    base = _free_pair()
+    router = metrics = base
+    while len({base, base + 1, router, metrics}) < 4:  # each bind is released before the next: a port can repeat
+        router, metrics = _free(), _free()
     key = f", api_key_file: {key_file}" if key_file else ""
     path = directory / "dp2-test.yaml"
     path.write_text(

@@ -315,6 +315,7 @@ def test_simulate_cli_raw_dry_run_uses_the_sglang_python(sglang_python: str) -> 
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [
         sglang_python,
+        "-P",  # nothing from the working directory is imported (core/proc.py python_argv)
         "-m",
         "kimi_serve.simulator",
         "--model-path",
