@@ -66,6 +66,20 @@ def _redacts(python: str) -> bool:
     return bool(status(site, load_patch_set("sglang-0.5.23-sm120")).features.get("redact_api_key_in_server_info"))
 
 
+def start_keyed(python: str, flags: list[str], key: str, folder: Path) -> tuple[launcher.Simulator, int]:
+    """A simulator of its own (not pooled) with ``flags``, the API key in a 0600 ``--config`` file, a free port, no
+    warm-up and a fixed 1 ms step: started, not yet waited for (``wait_ready``); and its port."""
+    secrets = folder / "secrets.yaml"
+    secrets.write_text(f"api-key: {key}\n")
+    secrets.chmod(0o600)
+    port = launcher.free_port()
+    env = launcher.environment(warmup=0.0)
+    env[SIM_STEP_ENV] = "0.001"
+    argv = [*flags, "--host", "127.0.0.1", "--port", str(port), "--config", str(secrets)]
+    sim = launcher.Simulator.start(launcher.command(python, argv), env, f"http://127.0.0.1:{port}", folder / "sim.log")
+    return sim, port
+
+
 class SimulatorPool:
     """Simulators shared by every test of a worker that asks for the same flags: one start per flag set (an SGLang
     import, ~20 s of CPU), stopped when the session ends. A test that stops or reconfigures its server starts its

@@ -22,10 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sim_pool import SGLangSession
-
-from kimi_serve.core.settings import SIM_STEP_ENV
-from kimi_serve.simulator import launcher
+from sim_pool import SGLangSession, start_keyed
 
 REPO = Path(__file__).resolve().parent.parent
 CLIENTS_SRC = REPO / "tests" / "clients"
@@ -296,16 +293,7 @@ def judged(
     for name in SERVERS:
         run = work / name
         run.mkdir()
-        secrets = run / "secrets.yaml"
-        secrets.write_text(f"api-key: {KEY}\n")
-        secrets.chmod(0o600)
-        port = launcher.free_port()
-        env = launcher.environment(warmup=0.0)
-        env[SIM_STEP_ENV] = "0.001"
-        argv = [*server_flags(name), "--host", "127.0.0.1", "--port", str(port), "--config", str(secrets)]
-        sim = launcher.Simulator.start(
-            launcher.command(sglang_session.python, argv), env, f"http://127.0.0.1:{port}", run / "sim.log"
-        )
+        sim, port = start_keyed(sglang_session.python, server_flags(name), KEY, run)
         try:
             sim.wait_ready(240)
             base = f"http://127.0.0.1:{port}/v1"

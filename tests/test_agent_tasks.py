@@ -16,11 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sim_pool import SGLangSession
+from sim_pool import SGLangSession, start_keyed
 from test_agent_clients import KEY, MARKUP, README, Outcome, opencode_config, prod_flags, run_opencode
-
-from kimi_serve.core.settings import SIM_STEP_ENV
-from kimi_serve.simulator import launcher
 
 APP = "def parse_config(path):\n    return {}\n"
 
@@ -64,17 +61,8 @@ def ran(
 ) -> Iterator[dict[str, Ran]]:
     """Every task once, in parallel, against one simulator serving prod's flags."""
     work = tmp_path_factory.mktemp("agent-tasks")
-    secrets = work / "secrets.yaml"
-    secrets.write_text(f"api-key: {KEY}\n")
-    secrets.chmod(0o600)
-    port = launcher.free_port()
-    env = launcher.environment(warmup=0.0)
-    env[SIM_STEP_ENV] = "0.001"
-    argv = [*prod_flags(), "--host", "127.0.0.1", "--port", str(port), "--config", str(secrets)]
-    sim = launcher.Simulator.start(
-        launcher.command(sglang_session.python, argv), env, f"http://127.0.0.1:{port}", work / "sim.log"
-    )
-    config = opencode_config(f"http://127.0.0.1:{port}/v1")
+    sim, port = start_keyed(sglang_session.python, prod_flags(), KEY, work)
+    config = opencode_config(f"127.0.0.1:{port}")
 
     def one(name: str, task: Task) -> Ran:
         project = work / name / "project"
