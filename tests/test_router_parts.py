@@ -299,7 +299,7 @@ def test_up_waits_for_every_replica_not_every_listed_worker() -> None:
         router_started=0.0,
         router_deadline=5.0,
         last_view=None,
-        router_part=SimpleNamespace(log_path="router.log"),
+        routing=SimpleNamespace(log_path="router.log"),
         _router_ready=lambda: said.append("READY"),
         begin_stop=lambda outcome, why: stops.append(outcome),
     )

@@ -30,6 +30,7 @@ from kimi_serve.profile.topology import replicas, routed
 
 ROUTER = "router"
 REPLICA = "replica"
+SINGLE = "single"
 _DEFAULT = "default"  # pythonpath: the folder holding kimi_serve (package_root)
 
 
@@ -56,7 +57,7 @@ class Member:
     @property
     def serves_clients(self) -> bool:
         """The member clients reach (the verify timer checks it): the router, the one server, rank 0."""
-        return self.role in (ROUTER, "single") or (self.role == "rank" and self.index == 0)
+        return self.role in (ROUTER, SINGLE) or (self.role == "rank" and self.index == 0)
 
     def unit_name(self, base: str) -> str:
         """Its systemd unit, for the deployment's ``base`` (NAME.service): the base itself for the one server or a
@@ -187,7 +188,7 @@ def deployment_of(
         launch = build_launch(profile, python, pythonpath=path)
     if not routed(profile):
         n = profile.nodes
-        role, index = ("rank", n.rank) if n.count > 1 else ("single", 0)
+        role, index = ("rank", n.rank) if n.count > 1 else (SINGLE, 0)
         return Deployment(profile, launch, (Member(role, index, launch, launch.endpoint, True),))
     members = []
     multinode = profile.nodes.count > 1

@@ -1,1 +1,1 @@
-"""`up`: the supervised foreground start (run.py, watch.py), its console, a replicated deployment, its logs."""
+"""`up`: the supervised foreground start of a deployment (run.py, supervisor.py, watch.py), its console, its logs."""

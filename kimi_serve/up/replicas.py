@@ -143,20 +143,21 @@ class TaggedConsole(Console):
 
 
 class Running:
-    """One replica: its process, its watch, and the signal relay the deployment drives it with."""
+    """One server member: its process, its watch, and the signals its watch reads (a replica's: a relay the
+    deployment sets when it must stop; the one server's: `up`'s own)."""
 
-    def __init__(self, part: Part, server: Server, opts: UpOptions, console: Console) -> None:
+    def __init__(self, part: Part, server: Server, opts: UpOptions, console: Console, tagged: bool = True) -> None:
         self.part, self.server = part, server
-        self.console = TaggedConsole(console, part.tag)
+        self.console = TaggedConsole(console, part.tag) if tagged else console
         self.watch = Watch(server, part.launch, opts, self.console, part.log_path)
-        self.relay = Signals()  # never installed: the deployment sets count/last when this replica must stop
+        self.relay = Signals()  # never installed: the supervisor sets count/last, or puts `up`'s signals here
         self.outcome: Outcome | None = None
 
     def state(self) -> str:
         if self.outcome is not None:
             return "exited"
         if self.watch.ready_at is None:
-            return self.console.phase_text()
+            return self.console.phase_text() if isinstance(self.console, TaggedConsole) else "starting"
         return "serving" if self.watch.verify_done else "contract check"
 
 

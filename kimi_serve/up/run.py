@@ -13,62 +13,80 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import Deployment, plan_deployment
-from kimi_serve.check.launch import server_env
+from kimi_serve.check.deployment import SINGLE, Deployment, Member, plan_deployment
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.host.preflight import preflight
-from kimi_serve.process.child import Server
 from kimi_serve.profile.launch import Launch
 from kimi_serve.up.console import Console
 from kimi_serve.up.logfiles import default_log_file, prune
 from kimi_serve.up.options import UpOptions
 from kimi_serve.up.phases import PhaseClock, start_clock
-from kimi_serve.up.watch import Signals, Watch
+from kimi_serve.up.replicas import Part, deployment_parts, part_glob, port_preflight
+from kimi_serve.up.supervisor import Supervisor
+from kimi_serve.up.watch import Signals
 
 
 def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console, clock: PhaseClock | None = None) -> int:
-    """Start ``launch``, watch it to readiness and the contract check, supervise; return the exit code.
+    """Start one server from ``launch`` (a deployment of one member), watch it to readiness and the contract check,
+    supervise; the exit code (:func:`supervise`)."""
+    member = Member(SINGLE, 0, launch, launch.endpoint, True)
+    return supervise([Part(member, log_path)], None, opts, console, f"log {log_path}", clock)
 
-    Raises :class:`KimiServeError` for every non-zero outcome but an interrupt (which returns 130).
-    """
-    try:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.touch()
-    except OSError as exc:
-        raise KimiServeError(
-            f"cannot write the log file {log_path}: {exc.strerror or exc}",
-            hint="pass --log-file PATH or set KIMI_SERVE_STATE_DIR",
-            exit_code=ExitCode.ENVIRONMENT,
-        ) from None
-    console.info(f"starting {launch.engine} (log: {log_path})")
-    console.info("$ " + launch.shell())
-    try:
-        server = Server.start(list(launch.argv), server_env(launch), log_path)
-    except OSError as exc:
-        raise KimiServeError(
-            f"cannot start {launch.argv[0]}: {exc.strerror or exc}",
-            hint="check the profile's python",
-            exit_code=ExitCode.ENVIRONMENT,
-        ) from None
-    console.info(f"server pid {server.pid} (own session and process group)")
-    watch = Watch(server, launch, opts, console, log_path)
-    if clock is not None:  # the prediction and the record (docs/coldstart.md)
-        clock.started = clock.at["launch"] = watch.started
-        watch.phases = clock
+
+def serve_deployment(
+    deployment: Deployment, opts: UpOptions, base_log: Path, console: Console, clock: PhaseClock | None = None
+) -> int:
+    """Start and supervise ``deployment``: its one server (logging to ``base_log``, its start timed by ``clock``), or
+    its replicas and router (each logging next to ``base_log``). The exit code as :func:`supervise` returns it."""
+    if deployment.router is None:
+        return supervise([Part(deployment.members[0], base_log)], None, opts, console, f"log {base_log}", clock)
+    parts, router = deployment_parts(deployment, base_log)
+    port_preflight(parts, router, console)
+    return supervise(parts, router, opts, console, f"logs {part_glob(base_log)}")
+
+
+def supervise(
+    parts: list[Part],
+    router: Part | None,
+    opts: UpOptions,
+    console: Console,
+    where: str,
+    clock: PhaseClock | None = None,
+) -> int:
+    """`up`'s one body: create the log files, start the server members, supervise them (and the router) until they
+    end; return 0 (the one server exited with status 0) or 130 (stopped on request), raise :class:`KimiServeError`
+    with the exit code of every other outcome (docs/up.md), ``where`` naming the logs. Nothing started outlives it."""
+    for p in [*parts, *([router] if router else [])]:
+        try:
+            p.log_path.parent.mkdir(parents=True, exist_ok=True)
+            p.log_path.touch()
+        except OSError as exc:
+            raise KimiServeError(
+                f"cannot write the log file {p.log_path}: {exc.strerror or exc}",
+                hint="pass --log-file PATH or set KIMI_SERVE_STATE_DIR",
+                exit_code=ExitCode.ENVIRONMENT,
+            ) from None
+    key, source = None, ""
+    if router is not None:  # the contract check through the router (one server's watch reads its own key)
+        from kimi_serve.verify import resolve_key
+
+        resolved = resolve_key(key_file=router.launch.api_key_file, file_label="profile key file")
+        key, source = resolved.value, resolved.source
+    supervisor = Supervisor(parts, router, opts, console, key, source, clock)
     outcome = None
     try:
+        supervisor.start_members()
         with Signals() as signals:
-            outcome = watch.run(signals)
+            outcome = supervisor.run(signals)
     finally:
         console.end_progress()
-        if server.poll() is None:  # an error in `up` itself: never leave the server behind
-            server.stop(opts.stop_grace_s)
-        server.close()
-        watch.phases.settled(outcome.code.name.lower() if outcome else "up_error")
+        supervisor.cleanup()
+        if clock is not None:
+            clock.settled(outcome.code.name.lower() if outcome else "up_error")
     if outcome.code in (ExitCode.OK, ExitCode.INTERRUPTED):
         console.info(outcome.message)
         return int(outcome.code)
-    raise KimiServeError(outcome.message, where=f"log {log_path}", hint=outcome.hint or None, exit_code=outcome.code)
+    raise KimiServeError(outcome.message, where=where, hint=outcome.hint or None, exit_code=outcome.code)
 
 
 def run_up(
@@ -129,13 +147,9 @@ def _up(
 
 
 def _serve(deployment: Deployment, console: Console, opts: UpOptions, log_path: Path) -> int:
-    """`up`'s one body: a deployment of one member is the one server's watch; replicas are supervised behind SGLang's
-    router (up/supervisor.py)."""
+    """`up`'s one body (up/supervisor.py) for every deployment: the one server (its start timed against the
+    prediction, docs/coldstart.md), or the replicas behind SGLang's router."""
     from kimi_serve.core.settings import state_root
 
-    if deployment.router is not None:
-        from kimi_serve.up.supervisor import serve_deployment
-
-        return serve_deployment(deployment, opts, log_path, console)
-    clock = start_clock(deployment.profile, state_root(), console.info)
-    return serve(deployment.launch, opts, log_path, console, clock)
+    clock = start_clock(deployment.profile, state_root(), console.info) if deployment.router is None else None
+    return serve_deployment(deployment, opts, log_path, console, clock)

@@ -1,10 +1,15 @@
-"""`up` for a replicated profile (``replicas: N``, docs/up.md "Replicated profiles"): N local replicas, then SGLang's
-router in front of them, supervised together.
+"""`up`'s one loop: the members of a deployment (kimi_serve.check.deployment), started and supervised together. A
+profile of one server is a deployment of one member; a replicated profile (``replicas: N``, docs/up.md "Replicated
+profiles") is N local replicas, then SGLang's router in front of them.
 
-Order: every replica starts at once and is watched by its own :class:`kimi_serve.up.watch.Watch` (phases, failure
-patterns, readiness, and the contract check on that replica); when all have passed, the router starts; `up` is ready
-when the router reports every worker healthy and the contract check through the router passes. A stop (Ctrl-C,
-SIGTERM, a failure) takes the router down first, then SIGTERM to each replica's main PID, as for one server.
+Each server member is watched by its own :class:`kimi_serve.up.watch.Watch` (phases, failure patterns, readiness, its
+contract check). The one server's watch writes to `up`'s console and reads `up`'s signals itself: its output, exit
+codes and stop are what docs/up.md describes for one server. With a router:
+
+Order: every replica starts at once (its watch's lines tagged with its name, its signals relayed); when all have
+passed, the router starts; `up` is ready when the router reports every worker healthy and the contract check
+through the router passes. A stop (Ctrl-C, SIGTERM, a failure) takes the router down first, then SIGTERM to each
+replica's main PID, as for one server.
 
 A replica that dies after the deployment is ready does not stop `up`: it says which one, and the router keeps
 serving through the others (degraded); once every replica is gone, `up` stops the router and exits 4. A requested
@@ -16,34 +21,40 @@ from __future__ import annotations
 import signal
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import Deployment
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.net import client_url
 from kimi_serve.process.child import Server, describe_status
 from kimi_serve.up.console import PREFIX, Console
 from kimi_serve.up.options import CLEAN_STOP, UpOptions
+from kimi_serve.up.phases import PhaseClock
 from kimi_serve.up.replicas import (
     ANSI,
     ROUTER_READY_S,
     Part,
     RouterPoller,
     Running,
-    deployment_parts,
-    part_glob,
-    port_preflight,
 )
 from kimi_serve.up.watch import Outcome, Signals
 
 
-class Supervisor:  # the replicas and the router of one `up`, started and supervised together
+class Supervisor:
+    """The server members of one `up` and, for a routed deployment, its router (``router`` None: one server)."""
+
     def __init__(
-        self, parts: list[Part], router: Part, opts: UpOptions, console: Console, api_key: str | None, key_source: str
+        self,
+        parts: list[Part],
+        router: Part | None,
+        opts: UpOptions,
+        console: Console,
+        api_key: str | None = None,
+        key_source: str = "",
+        clock: PhaseClock | None = None,
     ) -> None:
         self.parts, self.router_part, self.opts, self.console = parts, router, opts, console
-        self.api_key, self.key_source = api_key, key_source
+        self.api_key, self.key_source, self.clock = api_key, key_source, clock
+        self.solo = router is None  # one server: its watch speaks for `up` (no tags, no relay, its own outcome)
         self.members: list[Running] = []
         self.router: Server | None = None
         self.router_rc: int | None = None
@@ -60,12 +71,18 @@ class Supervisor:  # the replicas and the router of one `up`, started and superv
         self.last_view: Any = None  # the router's last health view (kimi_serve.router.client.RouterHealth)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="up-router")
 
+    @property
+    def routing(self) -> Part:
+        """The router's part (only asked for on a routed deployment)."""
+        assert self.router_part is not None
+        return self.router_part
+
     # -- start
-    def start_replicas(self) -> None:
+    def start_members(self) -> None:
         from kimi_serve.check.launch import server_env
 
         for part in self.parts:
-            self.console.info(f"starting {part.name} (log: {part.log_path})")
+            self.console.info(f"starting {part.launch.engine if self.solo else part.name} (log: {part.log_path})")
             self.console.info("$ " + part.launch.shell())
             try:
                 server = Server.start(list(part.launch.argv), server_env(part.launch), part.log_path)
@@ -75,13 +92,18 @@ class Supervisor:  # the replicas and the router of one `up`, started and superv
                     hint="check the profile's python",
                     exit_code=ExitCode.ENVIRONMENT,
                 ) from None
-            self.members.append(Running(part, server, self.opts, self.console))
-            self.console.info(f"{part.tag}: server pid {server.pid} (own session and process group)")
+            running = Running(part, server, self.opts, self.console, tagged=not self.solo)
+            if self.clock is not None:  # the prediction and the record (docs/coldstart.md)
+                self.clock.started = self.clock.at["launch"] = running.watch.started
+                running.watch.phases = self.clock
+            self.members.append(running)
+            tag = "" if self.solo else f"{part.tag}: "
+            self.console.info(f"{tag}server pid {server.pid} (own session and process group)")
 
     def _start_router(self) -> None:
         from kimi_serve.check.launch import server_env
 
-        part = self.router_part
+        part = self.routing
         self.console.end_progress()
         self.console.info(f"every replica passed; starting the {part.name} (log: {part.log_path})")
         self.console.info("$ " + part.launch.shell())
@@ -107,6 +129,9 @@ class Supervisor:  # the replicas and the router of one `up`, started and superv
 
     # -- the loop
     def run(self, signals: Signals) -> Outcome:
+        if self.solo:  # the one server's watch reads `up`'s signals itself
+            for m in self.members:
+                m.relay = signals
         try:
             while True:
                 self._pump_members()
@@ -119,7 +144,7 @@ class Supervisor:  # the replicas and the router of one `up`, started and superv
         finally:
             self._pool.shutdown(wait=False, cancel_futures=True)
             for m in self.members:
-                m.watch._pool.shutdown(wait=False, cancel_futures=True)
+                m.watch.close()
 
     def _pump_members(self) -> None:
         live = [m for m in self.members if m.outcome is None]
@@ -150,7 +175,7 @@ class Supervisor:  # the replicas and the router of one `up`, started and superv
                 Outcome(
                     ExitCode.SERVER_EXITED,
                     f"the router exited: {describe_status(rc)}",
-                    f"read the router log {self.router_part.log_path}",
+                    f"read the router log {self.routing.log_path}",
                 ),
                 "the router exited",
             )
@@ -158,7 +183,7 @@ class Supervisor:  # the replicas and the router of one `up`, started and superv
     def _member_ended(self, m: Running) -> None:
         o = m.outcome
         assert o is not None
-        if self.reason is not None:
+        if self.reason is not None or self.solo:
             return
         if self.state != "serving":
             code = ExitCode.SERVER_EXITED if o.code in (ExitCode.OK, ExitCode.INTERRUPTED) else o.code
@@ -184,6 +209,8 @@ class Supervisor:  # the replicas and the router of one `up`, started and superv
         )
 
     def _step(self, signals: Signals, now: float) -> None:
+        if self.solo:
+            return
         if signals.count and self.reason is None:
             name = signal.Signals(signals.last or signal.SIGINT).name
             self.begin_stop(Outcome(ExitCode.INTERRUPTED, f"stopped on {name}"), f"{name} received")
@@ -234,7 +261,7 @@ class Supervisor:  # the replicas and the router of one `up`, started and superv
                     ExitCode.UNREACHABLE,
                     f"the router does not report every replica healthy "
                     f"after {ROUTER_READY_S:g}s ({last.line(expected) if last else 'no answer'})",
-                    f"read the router log {self.router_part.log_path}",
+                    f"read the router log {self.routing.log_path}",
                 ),
                 "router not ready",
             )
@@ -255,7 +282,7 @@ class Supervisor:  # the replicas and the router of one `up`, started and superv
                 )
 
     def _router_url(self) -> str:
-        launch = self.router_part.launch
+        launch = self.routing.launch
         return client_url(launch.host, launch.port)
 
     def _router_ready(self) -> None:
@@ -290,7 +317,7 @@ class Supervisor:  # the replicas and the router of one `up`, started and superv
             self.begin_stop(
                 Outcome(
                     code,
-                    f"contract check through the {self.router_part.name} failed: "
+                    f"contract check through the {self.routing.name} failed: "
                     f"{first.message if first else report.status}",
                     first.fix if first else "read the verify output above",
                 ),
@@ -342,6 +369,10 @@ class Supervisor:  # the replicas and the router of one `up`, started and superv
                 )
 
     def _final(self, signals: Signals) -> Outcome:
+        if self.solo:
+            outcome = self.members[0].outcome
+            assert outcome is not None
+            return outcome
         reason = self.reason or Outcome(ExitCode.SERVER_EXITED, "every process of the deployment exited")
         if reason.code != ExitCode.INTERRUPTED:
             return reason
@@ -351,7 +382,7 @@ class Supervisor:  # the replicas and the router of one `up`, started and superv
             if m.part.name not in self.degraded and (m.outcome is None or m.outcome.code != ExitCode.INTERRUPTED)
         ]
         if self.router is not None and (self.router_rc not in CLEAN_STOP or self.router.killed):
-            unclean.append(f"{self.router_part.name} ({describe_status(self.router_rc or 0)})")
+            unclean.append(f"{self.routing.name} ({describe_status(self.router_rc or 0)})")
         said = [f"{', '.join(self.degraded)} had exited during the run"] if self.degraded else []
         said += [f"did not stop cleanly: {', '.join(unclean)}"] if unclean else []
         if said:
@@ -368,37 +399,3 @@ class Supervisor:  # the replicas and the router of one `up`, started and superv
             if m.server.poll() is None:
                 m.server.stop(self.opts.stop_grace_s)
             m.server.close()
-
-
-def serve_deployment(deployment: Deployment, opts: UpOptions, base_log: Path, console: Console) -> int:
-    """Start and supervise the replicated deployment; the exit code as :func:`kimi_serve.up.run.serve` returns it."""
-    from kimi_serve.verify import resolve_key
-
-    parts, router = deployment_parts(deployment, base_log)
-    port_preflight(parts, router, console)
-    for p in [*parts, router]:
-        try:
-            p.log_path.parent.mkdir(parents=True, exist_ok=True)
-            p.log_path.touch()
-        except OSError as exc:
-            raise KimiServeError(
-                f"cannot write the log file {p.log_path}: {exc.strerror or exc}",
-                hint="pass --log-file PATH or set KIMI_SERVE_STATE_DIR",
-                exit_code=ExitCode.ENVIRONMENT,
-            ) from None
-    key = resolve_key(key_file=deployment.launch.api_key_file, file_label="profile key file")
-    supervisor = Supervisor(parts, router, opts, console, key.value, key.source)
-    outcome = None
-    try:
-        supervisor.start_replicas()
-        with Signals() as signals:
-            outcome = supervisor.run(signals)
-    finally:
-        console.end_progress()
-        supervisor.cleanup()
-    if outcome.code in (ExitCode.OK, ExitCode.INTERRUPTED):
-        console.info(outcome.message)
-        return int(outcome.code)
-    raise KimiServeError(
-        outcome.message, where=f"logs {part_glob(base_log)}", hint=outcome.hint or None, exit_code=outcome.code
-    )

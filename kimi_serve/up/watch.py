@@ -1,5 +1,6 @@
-"""The watch loop of `up`: from the first log line to readiness, the contract check and supervision; and the
-signal flag it reads (SIGINT/SIGTERM, a second one escalates)."""
+"""The watch of one server of `up`: from the first log line to readiness, the contract check and supervision, driven
+by the supervisor's loop (kimi_serve/up/supervisor.py); and the signal flag it reads (SIGINT/SIGTERM, a second one
+escalates)."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ class Watch:
         )
         self.tracker = self.judge.tracker
         self.started = self.judge.started
-        self.phases = PhaseClock(now=self.started)  # run.py gives it the prediction and where to record
+        self.phases = PhaseClock(now=self.started)  # the supervisor gives the one server's the prediction
         self.ready_at: float | None = None
         self.next_health = self.started + opts.health_every_s
         self.health: Future[Any] | None = None
@@ -93,17 +94,10 @@ class Watch:
         )
         self.server.terminate()
 
-    # -- the loop
-    def run(self, signals: Signals) -> Outcome:
-        try:
-            while True:
-                self.pump(0.2)
-                rc = self.server.poll()
-                if rc is not None:
-                    return self.finish(rc)
-                self.step(signals, time.monotonic())
-        finally:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+    # -- one turn of the supervisor's loop (kimi_serve/up/supervisor.py): pump, then poll the server, then step
+    def close(self) -> None:
+        """No more probes (the loop has ended)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def step(self, signals: Signals, now: float) -> None:
         if signals.count and self.reason is None:
