@@ -212,3 +212,24 @@ def test_up_never_cuts_short_a_30_minute_healthy_cold_start(tmp_path: Path) -> N
     watch._watch_start(watch.started + 1801.0)
     assert watch.reason is not None and watch.reason.code == ExitCode.UNREACHABLE
     assert "the server was not ready within 1800s" in watch.reason.message
+
+
+def test_output_stays_closed_once_both_streams_ended(tmp_path: Path) -> None:
+    """A server's output ends once (stdout and stderr each reach EOF): asking for lines afterwards returns none and
+    keeps it closed. (Counting a second end made `up` wait its whole output grace on every server that exited.)"""
+    from kimi_serve.process.child import Server
+
+    server = Server.start([sys.executable, "-c", "print('boom'); raise SystemExit(3)"], {}, tmp_path / "s.log")
+    try:
+        assert server.reap(10.0) == 3
+        seen: list[str] = []
+        for _ in range(100):
+            seen += [line.text for line in server.lines(0.05)]
+            if server.output_closed:
+                break
+        assert seen == ["boom"] and server.output_closed
+        for _ in range(3):
+            assert server.lines(0.01) == []
+            assert server.output_closed
+    finally:
+        server.close()

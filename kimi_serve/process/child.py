@@ -129,8 +129,10 @@ class Server:
     def lines(self, timeout: float) -> list[Line]:
         """Lines that arrived, waiting up to ``timeout`` for the first."""
         out: list[Line] = []
+        if not self._open_streams:  # both streams ended: nothing more will come (and no EOF is left to count)
+            return out
         try:
-            item = self._queue.get(timeout=timeout) if self._open_streams else None
+            item = self._queue.get(timeout=timeout)
             while True:
                 if item is _EOF:
                     self._open_streams -= 1
