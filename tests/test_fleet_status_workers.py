@@ -8,8 +8,8 @@ from __future__ import annotations
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.service.fleet_status import FleetStatus
 from kimi_serve.service.gates import Worker
+from kimi_serve.service.marker import Marker
 from kimi_serve.service.status import Status
-from kimi_serve.service.unit import Marker
 
 UP = {"ActiveState": "active", "SubState": "running"}
 

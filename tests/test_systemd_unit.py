@@ -16,13 +16,9 @@ import pytest
 from kimi_serve.check.launch import validated_launch
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.profile.loader import load_profile
-from kimi_serve.service.unit import (
-    UnitContext,
-    environment_line,
-    exec_line,
-    parse_marker,
-    render_unit,
-)
+from kimi_serve.service.marker import parse_marker
+from kimi_serve.service.systemd_text import environment_line, exec_line
+from kimi_serve.service.unit import UnitContext, render_unit
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "golden"

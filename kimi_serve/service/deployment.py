@@ -24,16 +24,10 @@ from kimi_serve.core.errors import KimiServeError
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.topology import routed
+from kimi_serve.service.marker import parse_marker
 from kimi_serve.service.state import UNIT_DIR, read_text
 from kimi_serve.service.timeouts import START_SLACK_SEC
-from kimi_serve.service.unit import (
-    RenderedUnit,
-    UnitContext,
-    UnitShape,
-    parse_marker,
-    render_unit,
-    verify_argv,
-)
+from kimi_serve.service.unit import RenderedUnit, UnitContext, UnitShape, render_unit, verify_argv
 
 _REPLICA = re.compile(r"^(?P<base>.+)-r(?P<index>\d+)\.service$")
 ROUTER_STOP = (

@@ -34,13 +34,14 @@ from kimi_serve.service.install import (
     write_unit,
 )
 from kimi_serve.service.journal import journal_units, recover, sweep
+from kimi_serve.service.marker import parse_marker
 from kimi_serve.service.preflight import check_for_service, host_step, refuse_other_profile, require_systemd
 from kimi_serve.service.secret import needs_secret
 from kimi_serve.service.state import STATE_DIR, ServicePaths, is_member, member_order, read_text
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.target import Target
 from kimi_serve.service.uninstall import uninstall
-from kimi_serve.service.unit import UnitContext, parse_marker
+from kimi_serve.service.unit import UnitContext
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,12 @@ from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service import account
 from kimi_serve.service import monitor_units as mon
+from kimi_serve.service.marker import parse_marker
 from kimi_serve.service.secret import create_secret
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic, write_record
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.timeouts import restart_wait_sec
-from kimi_serve.service.unit import RenderedUnit, UnitContext, parse_marker, unit_reach
+from kimi_serve.service.unit import RenderedUnit, UnitContext, unit_reach
 from kimi_serve.service.verifier import INTERNAL_NOTE, post_verify_crashed
 
 # (endpoint HOST:PORT, API-key file or None, suite, timeout) -> (verify exit code, one-line summary)

@@ -21,19 +21,11 @@ from kimi_serve.core.resources import resource_dir
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service.hardening import client_sandbox
+from kimi_serve.service.marker import MARKER_PREFIX, marker_value, parse_marker
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic
 from kimi_serve.service.systemctl import SYSTEMCTL_TIMEOUT, Systemd
-from kimi_serve.service.unit import (
-    MARKER_PREFIX,
-    RenderedUnit,
-    UnitContext,
-    environment_line,
-    exec_line,
-    marker_value,
-    parse_marker,
-    quote,
-    specifiers,
-)
+from kimi_serve.service.systemd_text import environment_line, exec_line, quote, specifiers
+from kimi_serve.service.unit import RenderedUnit, UnitContext
 
 ALERT_UNIT = "kimi-serve-alert@.service"
 DEFAULT_METRICS_DIR = "/var/lib/prometheus/node-exporter"  # Debian's node_exporter --collector.textfile.directory

@@ -30,11 +30,11 @@ from kimi_serve.service.deployment import installed_members
 from kimi_serve.service.fleet import Fleet
 from kimi_serve.service.gates import add_worker, remove_worker, wait_router, worker_ids
 from kimi_serve.service.install import Plan, Result, Verifier
+from kimi_serve.service.marker import parse_marker
 from kimi_serve.service.restart import restart
 from kimi_serve.service.state import read_text
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.timeouts import router_health_wait_sec
-from kimi_serve.service.unit import parse_marker
 
 Progress = Callable[[str], None]
 DRAIN_S = 2.0  # after the router stops sending to a replica: let its last requests finish before the stop

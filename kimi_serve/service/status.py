@@ -12,12 +12,12 @@ from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import FAIL, Finding
 from kimi_serve.service.history import read_history, summary
 from kimi_serve.service.journal import read_intent
+from kimi_serve.service.marker import Marker, parse_marker
 from kimi_serve.service.monitor_units import monitor_names
 from kimi_serve.service.state import ServicePaths, read_record, read_text
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.traffic import read_state as read_traffic
 from kimi_serve.service.traffic import summary as traffic_summary
-from kimi_serve.service.unit import Marker, parse_marker
 
 PROPS = (
     "LoadState",

@@ -1,26 +1,15 @@
-"""Render the systemd unit for a profile: the validated launch argv, escaped for systemd, plus kimi-serve's marker.
-
-systemd reads an ``ExecStart=`` line in three passes, and each needs its own escape (systemd.service(5)):
-1. unit specifiers over the whole line: ``%`` -> ``%%``;
-2. splitting into words, C-unescaping inside double quotes: every argument is quoted, ``\\`` and ``"`` escaped;
-3. at exec time, ``$VAR``/``${VAR}`` expansion of each argument: ``$`` -> ``$$`` (not in the executable's path, which
-   systemd takes verbatim and where it refuses quotes and backslashes: those are rejected).
-``Environment=`` gets passes 1 and 2 only (systemd does not expand variables there). What systemd cannot carry (NUL,
-control characters, text that is not UTF-8) is rejected with the profile key that holds it.
-
-The first line of the unit is a marker: kimi-serve's version, the profile, its patch set, the endpoint and the
-SHA-256 of everything below the marker, so ``status`` can tell which profile is live and whether the file was edited.
-"""
+"""Render the systemd unit for a profile: the validated launch argv, escaped for systemd
+(:mod:`kimi_serve.service.systemd_text`), under kimi-serve's marker (:mod:`kimi_serve.service.marker`); the context
+of the installing host it names (:class:`UnitContext`), and whether the unit's user can reach what it runs
+(:func:`unit_reach`)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,18 +19,23 @@ from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import WARN, Finding
 from kimi_serve.core.resources import package_root, resource_dir
 from kimi_serve.core.settings import with_pythonpath
-from kimi_serve.core.text import line_breaker
 from kimi_serve.host.unit_reach import ENTER, LOAD, RUN, Need, Sandbox, reach_findings
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service.hardening import CACHE_NAME, cache_environment, protect_home, sandbox
+from kimi_serve.service.marker import MARKER_PREFIX, OVERRIDES_PREFIX, body_hash, marker_value
+from kimi_serve.service.systemd_text import (
+    carryable,
+    environment_line,
+    exec_line,
+    quote,
+    resource_limit,
+    specifiers,
+    user_name,
+)
 from kimi_serve.service.timeouts import RESTART_SEC, START_LIMIT_BURST, start_limit_interval_sec, start_timeout_sec
 
 TEMPLATE = "sglang-kimi.service.j2"
-MARKER_PREFIX = "# kimi-serve unit:"
-OVERRIDES_PREFIX = "# kimi-serve --set: "  # second line, only when the unit was rendered with --set
-_USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
-_MARKER_FIELD = re.compile(r"(\w+)=(\S*)")
 
 
 @dataclass(frozen=True)
@@ -131,18 +125,6 @@ class RenderedUnit:
     sha256: str  # of the body below the marker line
 
 
-@dataclass(frozen=True)
-class Marker:
-    version: str
-    profile: str
-    patch_set: str
-    endpoint: str
-    sha256: str
-    body_matches: bool  # False when the file was edited after kimi-serve wrote it
-    overrides: tuple[str, ...] = ()  # the --set KEY=VALUE items the unit was rendered with
-    role: str = ""  # a deployment member's role (replica:I, router, rank:R); "" for a single unit
-
-
 def unit_file_name(unit_name: str, where: str = "service.unit_name") -> str:
     """``NAME.service`` for a unit name; exit 2 naming ``where`` for a name that is not one
     (:func:`kimi_serve.check.owned_paths.unit_name_problem`), before anything is read or touched."""
@@ -151,52 +133,6 @@ def unit_file_name(unit_name: str, where: str = "service.unit_name") -> str:
     if why:
         raise KimiServeError(f"invalid unit name {unit_name!r}: {why}", where=where, hint=UNIT_NAME_FIX)
     return f"{name}.service"
-
-
-def _carryable(value: str, where: str) -> str:
-    """``value`` if systemd can carry it in a unit file; else a one-line error naming ``where``."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise KimiServeError(f"value {value!r} is not valid UTF-8", where=where, hint="use plain text") from None
-    bad = line_breaker(value)
-    if bad is not None:
-        raise KimiServeError(
-            f"value {value!r} contains control character {bad!r}, which a systemd unit cannot carry",
-            where=where,
-            hint="remove it",
-        )
-    return value
-
-
-def quote(text: str) -> str:
-    """Passes 1 and 2: a double-quoted word that systemd turns back into ``text``."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"'
-
-
-def exec_line(argv: Sequence[str], where: str) -> str:
-    """An ``Exec*=`` value whose words systemd hands to execve() exactly as ``argv``."""
-    if not argv or not argv[0].startswith("/"):
-        raise KimiServeError(
-            f"the command {argv[0] if argv else ''!r} is not an absolute path",
-            where=where,
-            hint="set python: to an absolute interpreter path (systemd's PATH is not the shell's)",
-        )
-    bad = next((c for c in argv[0] if c in "\"'\\$"), None)
-    if bad is not None:  # systemd refuses quotes and backslashes there, and takes $ in the path verbatim ($$ too)
-        raise KimiServeError(
-            f"the command {argv[0]!r} contains {bad!r}, which systemd cannot carry in an executable path",
-            where=where,
-            hint="install it under a path without quotes, backslashes or $",
-        )
-    return " ".join(
-        [quote(_carryable(argv[0], where)), *(quote(_carryable(a, where).replace("$", "$$")) for a in argv[1:])]
-    )
-
-
-def environment_line(name: str, value: str, where: str) -> str:
-    """An ``Environment=`` value setting ``name`` to ``value`` exactly."""
-    return quote(f"{name}={_carryable(value, where)}")
 
 
 def unit_environment(profile: Profile, launch: Launch, ctx: UnitContext) -> dict[str, str]:
@@ -229,10 +165,6 @@ def verify_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]
     return argv
 
 
-def _body_hash(body: str) -> str:
-    return hashlib.sha256(body.encode("utf-8")).hexdigest()
-
-
 def render_unit(
     profile: Profile, launch: Launch, ctx: UnitContext, unit_name: str | None = None, shape: UnitShape | None = None
 ) -> RenderedUnit:
@@ -256,7 +188,7 @@ def render_unit(
         "stop_comment": list(shape.stop_comment if shape else STOP_COMMENT),
         "timeout_comment": shape.timeout_comment if shape else TIMEOUT_COMMENT,
         "environment": [environment_line(k, v, profile.where(f"env.{k}")) for k, v in sorted(env.items())],
-        "user": _user(profile.service.user, profile.where("service.user")),
+        "user": user_name(profile.service.user, profile.where("service.user")),
         "working_directory": specifiers(profile.service.working_directory, profile.where("service.working_directory")),
         "timeout_start_sec": (
             shape.timeout_start_sec if shape and shape.timeout_start_sec else start_timeout_sec(profile)
@@ -266,7 +198,7 @@ def render_unit(
         "start_limit_interval_sec": start_limit_interval_sec(profile),
         "timeout_stop_sec": profile.service.stop_timeout,
         "limit_nofile": profile.service.limit_nofile,
-        "limit_memlock": _limit(profile.service.limit_memlock, profile.where("service.limit_memlock")),
+        "limit_memlock": resource_limit(profile.service.limit_memlock, profile.where("service.limit_memlock")),
         "syslog_identifier": name.removesuffix(".service"),
         "cache_directory": CACHE_NAME,
         "hardening_level": profile.service.hardening,
@@ -279,7 +211,7 @@ def render_unit(
     body = template.render(**values)
     if profile.overrides:  # recorded in the unit (under its hash), so `status` shows what is live
         body = OVERRIDES_PREFIX + shlex.join(profile.overrides) + "\n" + body
-    digest = _body_hash(body)
+    digest = body_hash(body)
     fields = {
         "version": ctx.version,
         "profile": profile.name,
@@ -305,7 +237,7 @@ def _sandbox(profile: Profile, launch: Launch, ctx: UnitContext) -> list[tuple[s
     ]
     used += [os.path.realpath(u) for u in used if u]  # a venv's python links into the Python it was made from
     where = profile.where("service.working_directory")
-    writable = quote("-" + _carryable(profile.service.working_directory, where))  # a list setting: one quoted word
+    writable = quote("-" + carryable(profile.service.working_directory, where))  # a list setting: one quoted word
     return sandbox(profile.service.hardening, [writable], protect_home(used))
 
 
@@ -336,57 +268,3 @@ def unit_reach(
     )
     box = Sandbox.from_lines(_sandbox(profile, launch, ctx))
     return reach_findings(needs, box, profile.service.user, root=root)
-
-
-def specifiers(value: str, where: str) -> str:
-    """For settings systemd takes verbatim (no quotes, no C escapes): only specifiers need escaping."""
-    if value != value.strip():
-        raise KimiServeError(
-            f"value {value!r} has leading or trailing whitespace, which systemd drops",
-            where=where,
-            hint="remove the whitespace",
-        )
-    if value.endswith("\\"):
-        raise KimiServeError(
-            f"value {value!r} ends with a backslash, which systemd reads as a line continuation",
-            where=where,
-            hint="remove the trailing backslash",
-        )
-    return _carryable(value, where).replace("%", "%%")
-
-
-def _user(value: str, where: str) -> str:
-    if not _USER.fullmatch(value):
-        raise KimiServeError(f"invalid user name {value!r}", where=where, hint="use a system user such as root")
-    return value
-
-
-def _limit(value: str, where: str) -> str:
-    if value == "infinity" or re.fullmatch(r"\d+[KMGTPE]?", value):
-        return value
-    raise KimiServeError(f"invalid resource limit {value!r}", where=where, hint="use 'infinity' or a size like 64G")
-
-
-def marker_value(value: str) -> str:
-    return re.sub(r"\s", "_", value)
-
-
-def parse_marker(text: str) -> Marker | None:
-    """The marker of a unit kimi-serve wrote, or None for a unit it did not write."""
-    first, _, body = text.partition("\n")
-    if not first.startswith(MARKER_PREFIX):
-        return None
-    fields = dict(_MARKER_FIELD.findall(first[len(MARKER_PREFIX) :]))
-    digest = fields.get("sha256", "")
-    second = body.partition("\n")[0]
-    overrides = tuple(shlex.split(second[len(OVERRIDES_PREFIX) :])) if second.startswith(OVERRIDES_PREFIX) else ()
-    return Marker(
-        version=fields.get("version", "?"),
-        profile=fields.get("profile", "?"),
-        patch_set=fields.get("patch_set", "none"),
-        endpoint=fields.get("endpoint", ""),
-        sha256=digest,
-        body_matches=_body_hash(body) == digest,
-        overrides=overrides,
-        role=fields.get("role", ""),
-    )
