@@ -13,7 +13,7 @@ from kimi_serve.core.findings import Finding
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify import wire
 from kimi_serve.verify.answer import Answer, ToolCall
-from kimi_serve.verify.report import problem, warning
+from kimi_serve.verify.report import clip, problem, warning
 from kimi_serve.verify.thinking import marker
 
 # who sends what (measured against SGLang 0.5.23 with prod's flags and with parsers left out)
@@ -52,7 +52,7 @@ def strict_findings(
     dropped = problem(
         "strict_call_dropped",
         f"with `strict: true` tools no tool call came back (finish_reason {answer.finish_reason!r}; content: "
-        f"{dx.clip(answer.content or '')!r}): {STRICT_CLIENTS} get no tool call at all. SGLang constrains a strict "
+        f"{clip(answer.content or '')!r}): {STRICT_CLIENTS} get no tool call at all. SGLang constrains a strict "
         "tool's arguments with a grammar; without the kimi_k2 reasoning parser the grammar applies from the first "
         f"token and the call never starts{dx.parser_note(server, 'reasoning_parser')}",
         dx.FIX_REASONING_PARSER + "; if it is set, read the SGLang log for grammar errors (--grammar-backend)",

@@ -17,10 +17,10 @@ from typing import Any
 
 from kimi_serve.core.findings import Finding
 from kimi_serve.core.http import TransportError, request
-from kimi_serve.verify import diagnose as dx
+from kimi_serve.verify import http_findings as hx
 from kimi_serve.verify import wire
 from kimi_serve.verify.agent_rules import PUBLISHED_CONTEXT
-from kimi_serve.verify.report import ProbeResult, warning
+from kimi_serve.verify.report import ProbeResult, clip, warning
 from kimi_serve.verify.target import Target
 
 NAME, MODE = "budget", "non-stream"
@@ -94,7 +94,7 @@ def judge_sized(budget: Budget, status: int | None, body: str) -> list[Finding]:
     elif not 400 <= status < 500 or status in (401, 404):
         return []
     else:
-        what = f"got HTTP {status}: {dx.clip(body)}"
+        what = f"got HTTP {status}: {clip(body)}"
     served = f"{budget.context_length:,} tokens" if budget.context_length else "the server's context length"
     return [
         warning(
@@ -132,7 +132,7 @@ def check_budget(
     try:
         reply = request("POST", target.url("/v1/chat/completions"), deadline=deadline, api_key=api_key, json_body=body)
     except TransportError as err:
-        finding = dx.transport_finding(err, timeout=timeout)
+        finding = hx.transport_finding(err, timeout=timeout)
         return budget, ProbeResult(NAME, MODE, time.monotonic() - start, (finding,), unreachable=err.kind != "timeout")
     latency = time.monotonic() - start
     budget.status = reply.status
@@ -141,9 +141,9 @@ def check_budget(
     if warnings:
         budget.accepted = False
         return budget, ProbeResult(NAME, MODE, latency, warnings=tuple(warnings), detail=_detail(budget))
-    failure = dx.http_finding(reply, api_key_sent=bool(api_key), model=model)
+    failure = hx.http_finding(reply, api_key_sent=bool(api_key), model=model)
     if failure is None:
-        _, failure = dx.parse_json_body(reply)
+        _, failure = hx.parse_json_body(reply)
     if failure is not None:
         return budget, ProbeResult(NAME, MODE, latency, (failure,))
     budget.accepted = True

@@ -1,4 +1,5 @@
-"""Turn what a server answered into findings: what is wrong and what fixes it.
+"""Turn what a server answered (its text, reasoning and tool calls) into findings: what is wrong and what fixes it.
+What the HTTP exchange itself says (refused, 401, 5xx, not JSON) is :mod:`kimi_serve.verify.http_findings`.
 
 The fixes name SGLang flags and, in parentheses, the kimi-serve profile key that sets them.
 """
@@ -9,14 +10,13 @@ import re
 from typing import Any
 
 from kimi_serve.core.findings import Finding
-from kimi_serve.core.http import Reply, TransportError
 from kimi_serve.core.pin import SGLANG_VERSION
 from kimi_serve.verify import wire
 from kimi_serve.verify.answer import Answer, ToolCall
-from kimi_serve.verify.report import problem
+from kimi_serve.verify.http_findings import past_bound
+from kimi_serve.verify.report import clip, problem
 from kimi_serve.verify.thinking import ANY_MARKER, FAMILIES, echoed_reasoning, marker
 
-SHOW = 160
 TOOL_TOKEN = re.compile(r"<\|tool_call[a-z_]*\|>")
 SPECIAL_TOKEN = re.compile(r"<\|[A-Za-z0-9_]+\|>|\[(?:EOS|BOS|EOT)\]")
 THINK_TAG = ANY_MARKER  # every Kimi family's think markers (verify/thinking.py)
@@ -24,128 +24,13 @@ BARE_CALL = re.compile(r"functions\.[\w.\-]+:\d+")
 
 FIX_TOOL_PARSER = "start SGLang with --tool-call-parser kimi_k2 (profile: parsers.tool_call: kimi_k2)"
 FIX_REASONING_PARSER = "start SGLang with --reasoning-parser kimi_k2 (profile: parsers.reasoning: kimi_k2)"
-FIX_KEY = (
-    "pass --api-key, set KIMI_SERVE_API_KEY or --api-key-file FILE (the `api-key:` file SGLang reads via --config)"
-)
 
 
-def clip(text: str, limit: int = SHOW) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
-
-
-def _parser_note(server: dict[str, Any], key: str) -> str:
+def parser_note(server: dict[str, Any], key: str) -> str:
     """What /model_info said about the parser, when it said anything."""
     if key not in server:
         return ""
     return f"; the server reports {key}={server[key]!r}" if server[key] else f"; the server reports no {key}"
-
-
-parser_note = _parser_note  # for the agentic rules (verify/agent_rules.py)
-
-
-# --- transport and HTTP -------------------------------------------------------------------------------------------
-
-
-def transport_finding(err: TransportError, *, timeout: float) -> Finding:
-    if err.kind == "refused":
-        return problem(
-            "unreachable",
-            "connection refused",
-            "start the server, check --host, or pass --wait SECONDS to wait for it to come up",
-        )
-    if err.kind == "timeout":
-        return problem(
-            "timeout",
-            f"no answer within --timeout {timeout:g}s",
-            "the server accepts connections but does not answer; read its log, or raise --timeout",
-        )
-    return problem("unreachable", f"cannot connect: {clip(err.detail)}", "check --host (scheme, host, port)")
-
-
-def model_not_found(model: str, served: list[str] | None) -> Finding:
-    names = ", ".join(served) if served else "none listed"
-    return problem(
-        "http_404_model",
-        f"HTTP 404: model {model!r} is not served (served: {names})",
-        "pass --model with a served name, or omit it to use what /v1/models lists",
-    )
-
-
-def http_finding(reply: Reply, *, api_key_sent: bool, model: str | None) -> Finding | None:
-    """A finding for a non-2xx reply, or a 2xx reply whose body does not match its Content-Encoding; None else."""
-    if reply.encoding_fault and 200 <= reply.status < 300:
-        return problem(
-            "content_encoding",
-            f"the HTTP {reply.status} answer has {reply.encoding_fault}: the openai SDK's HTTP client (httpx) "
-            "cannot read it (httpx.DecodingError, raised as openai.APIConnectionError), so clients fail",
-            "a proxy or gateway in between decodes (or re-encodes) bodies and keeps the original Content-Encoding "
-            "header: make it drop or fix the header, or pass bodies through untouched; point --host at SGLang "
-            "itself to confirm",
-        )
-    body = reply.body.decode("utf-8", errors="replace").strip()
-    if reply.status == 401:
-        if api_key_sent:
-            return problem(
-                "http_401",
-                "HTTP 401: the server rejected the API key",
-                "use the key from the server's --config file: --api-key-file FILE or KIMI_SERVE_API_KEY",
-            )
-        return problem("http_401", "HTTP 401: the server requires an API key and none was sent", FIX_KEY)
-    if reply.status == 404 and model is not None:
-        return model_not_found(model, None)
-    if reply.status >= 500:
-        return problem(
-            "http_5xx",
-            f"HTTP {reply.status} server error: {clip(body) or '(empty body)'}",
-            "read the SGLang log for the traceback of this request",
-        )
-    if not 200 <= reply.status < 300:
-        return problem(
-            "http_error",
-            f"HTTP {reply.status}: {clip(body) or '(empty body)'}",
-            "check --host and the request the server rejected (see the message)",
-        )
-    return None
-
-
-FIX_TOO_LARGE = (
-    "the server sends an endless or oversized answer; read its log, and check that --host is SGLang's OpenAI server "
-    "(not a proxy or another service)"
-)
-
-
-def too_large(limit: str, what: str) -> Finding:
-    """Reading stopped at one of verify's read limits (transport.LIMITS); ``limit`` names it."""
-    return problem("too_large", f"{what} passed verify's read limit ({limit}) and was cut off there", FIX_TOO_LARGE)
-
-
-def past_bound(limit: str, what: str) -> Finding:
-    """A JSON document past one of verify's bounds (wire.MAX_DEPTH, wire.MAX_CONTAINERS): not decoded."""
-    return problem(
-        "too_large", f"{what} is JSON past verify's bound ({limit}), so verify does not decode it", FIX_TOO_LARGE
-    )
-
-
-def parse_json_body(reply: Reply) -> tuple[Any, Finding | None]:
-    if reply.limit:
-        return None, too_large(reply.limit, f"the HTTP {reply.status} answer")
-    if reply.timed_out:
-        return None, problem(
-            "timeout",
-            "the answer did not finish before the deadline",
-            "the server stalls mid-answer; read its log, or raise --timeout if it is only slow",
-        )
-    try:
-        return wire.loads(reply.body), None
-    except wire.WireLimit as exc:
-        return None, past_bound(exc.limit, f"the HTTP {reply.status} answer")
-    except ValueError:
-        text = reply.body.decode("utf-8", errors="replace").strip()
-        return None, problem(
-            "non_json_body",
-            f"HTTP {reply.status} body is not JSON: {clip(text)!r}",
-            "point --host at SGLang's OpenAI server, not a web page or a proxy error page",
-        )
 
 
 # --- text fields --------------------------------------------------------------------------------------------------
@@ -162,7 +47,7 @@ def text_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
                 "raw_tool_tokens",
                 f"raw Kimi tool-call tokens in content (finish_reason {answer.finish_reason!r}, "
                 f"{len(answer.tool_calls)} tool_calls), so the tool-call parser is not active"
-                f"{_parser_note(server, 'tool_call_parser')}: {clip(content[content.find('<|tool_call') :])!r}",
+                f"{parser_note(server, 'tool_call_parser')}: {clip(content[content.find('<|tool_call') :])!r}",
                 FIX_TOOL_PARSER,
             )
         )
@@ -188,7 +73,7 @@ def text_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
             problem(
                 "tool_call_in_reasoning",
                 "tool-call tokens inside reasoning_content: the call was swallowed by reasoning"
-                f"{_parser_note(server, 'reasoning_parser')}",
+                f"{parser_note(server, 'reasoning_parser')}",
                 fix,
             )
         )
@@ -221,7 +106,7 @@ def _think_findings(content: str, reasoning: str, server: dict[str, Any]) -> lis
     if hit := marker(content):
         tag, family = hit
         if family is FAMILIES[0]:  # Kimi-K2.5's own markers: its parser is not active
-            note = _parser_note(server, "reasoning_parser")
+            note = parser_note(server, "reasoning_parser")
             text = f"`{tag}` in content, so the reasoning parser is not active{note}"
             fix = FIX_REASONING_PARSER
         else:
@@ -246,7 +131,7 @@ def _think_findings(content: str, reasoning: str, server: dict[str, Any]) -> lis
                 "reasoning_in_content",
                 "content repeats the reasoning before the answer (reasoning_content is also sent): a client shows "
                 "the reasoning to the user as the answer, and sends it back as history"
-                f"{_parser_note(server, 'reasoning_parser')}: {clip(content)!r}",
+                f"{parser_note(server, 'reasoning_parser')}: {clip(content)!r}",
                 "SGLang's kimi_k2 reasoning parser sends each once, so the likely culprit is a gateway in between "
                 "that merges reasoning_content into content (a 'show reasoning' / merge option): turn that off, or "
                 "point --host at SGLang itself to confirm; if SGLang itself does it, serve --reasoning-parser "
@@ -447,7 +332,7 @@ def reasoning_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
         else:
             why = (
                 f"reasoning_content is empty and content holds the whole reply though thinking is on"
-                f"{_parser_note(server, 'reasoning_parser')}: {clip(content)!r}"
+                f"{parser_note(server, 'reasoning_parser')}: {clip(content)!r}"
             )
             fix = (
                 FIX_REASONING_PARSER + "; if it is set, `</think>` is stripped from the output "

@@ -15,11 +15,11 @@ from typing import Any
 
 from kimi_serve.core.findings import Finding
 from kimi_serve.core.http import TransportError, request
-from kimi_serve.verify import diagnose as dx
+from kimi_serve.verify import http_findings as hx
 from kimi_serve.verify import kimi_format as kf
 from kimi_serve.verify import wire
 from kimi_serve.verify.probes import MAX_TOKENS, REASONING, TOOL, WEATHER_TOOLS, Probe
-from kimi_serve.verify.report import ProbeResult, problem
+from kimi_serve.verify.report import ProbeResult, clip, problem
 
 GENERATE = "generate"  # the ProbeResult mode of a /generate probe
 MAX_NEW_TOKENS = MAX_TOKENS
@@ -50,7 +50,7 @@ def post(
         return Posted(
             None,
             time.monotonic() - start,
-            dx.transport_finding(err, timeout=timeout),
+            hx.transport_finding(err, timeout=timeout),
             unreachable=err.kind != "timeout",
         )
     latency = time.monotonic() - start
@@ -64,10 +64,10 @@ def post(
                 "point --host at SGLang itself (not an OpenAI-only proxy); the raw path needs SGLang's /generate",
             ),
         )
-    failure = dx.http_finding(reply, api_key_sent=bool(api_key), model=body.get("model"))
+    failure = hx.http_finding(reply, api_key_sent=bool(api_key), model=body.get("model"))
     if failure:
         return Posted(None, latency, problem(failure.code, f"POST {path}: {failure.message}", failure.fix))
-    data, failure = dx.parse_json_body(reply)
+    data, failure = hx.parse_json_body(reply)
     return Posted(data, latency, failure)
 
 
@@ -107,7 +107,7 @@ def _meta_findings(data: dict[str, Any]) -> list[Finding]:
         found.append(
             problem(
                 "raw_finish_reason",
-                f"meta_info.finish_reason is {dx.clip(json.dumps(finish))}, not {{type, matched}}",
+                f"meta_info.finish_reason is {clip(json.dumps(finish))}, not {{type, matched}}",
                 "point --host at SGLang 0.5.23's /generate",
             )
         )
@@ -130,7 +130,7 @@ def _meta_findings(data: dict[str, Any]) -> list[Finding]:
         )
     elif finish["type"] == "abort":
         found.append(
-            problem("raw_abort", f"the request was aborted: {dx.clip(json.dumps(finish))}", "read the SGLang log")
+            problem("raw_abort", f"the request was aborted: {clip(json.dumps(finish))}", "read the SGLang log")
         )
     for key in ("prompt_tokens", "completion_tokens"):
         if not isinstance(meta.get(key), int) or meta[key] <= 0:
@@ -216,7 +216,7 @@ def _call_findings(turn: kf.RawTurn, names: set[str]) -> list[Finding]:
             found.append(
                 problem(
                     "raw_arguments_json",
-                    f"tool call {i} arguments are not JSON: {dx.clip(call.arguments)!r}",
+                    f"tool call {i} arguments are not JSON: {clip(call.arguments)!r}",
                     "read the raw text; rerun",
                 )
             )
@@ -249,7 +249,7 @@ def check_raw(data: Any, probe: Probe) -> list[Finding]:
         return [
             problem(
                 "raw_no_output_ids",
-                f"the /generate answer has no output_ids ({dx.clip(repr(ids))})",
+                f"the /generate answer has no output_ids ({clip(repr(ids))})",
                 "point --host at SGLang 0.5.23's native /generate (it returns output_ids)",
             )
         ] + _meta_findings(data)
@@ -278,7 +278,7 @@ def check_raw(data: Any, probe: Probe) -> list[Finding]:
             found.append(
                 problem(
                     "raw_no_tool_section",
-                    f"no <|tool_calls_section_begin|> in the text: {dx.clip(text)!r}",
+                    f"no <|tool_calls_section_begin|> in the text: {clip(text)!r}",
                     "the model answered in text; rerun",
                 )
             )

@@ -14,6 +14,14 @@ REPORT_VERSION = 1
 REPORT_KIND = "kimi-serve-verify"
 
 
+SHOW = 160  # characters of server text a finding quotes
+
+
+def clip(text: str, limit: int = SHOW) -> str:
+    """``text``, cut to ``limit`` characters with its length said."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
 def problem(code: str, message: str, fix: str) -> Finding:
     """One thing wrong with an answer: a stable ``code``, what is wrong, and what fixes it (a failed verify finding).
     Server text in ``message`` is escaped (:func:`~kimi_serve.verify.wire.printable`): a finding is one safe line."""

@@ -13,7 +13,7 @@ from typing import Any
 from kimi_serve.core.findings import WARN, Finding
 from kimi_serve.core.http import LIMITS, Limits, TransportError, read_limits, request
 from kimi_serve.core.suites import FULL, QUICK
-from kimi_serve.verify import diagnose as dx
+from kimi_serve.verify import http_findings as hx
 from kimi_serve.verify import load as load_probe
 from kimi_serve.verify.agent_rules import honoured
 from kimi_serve.verify.agentic import DIALECT_PROBES, REPLAYS, agentic_probes
@@ -24,7 +24,7 @@ from kimi_serve.verify.probes import STREAM, Probe
 from kimi_serve.verify.probes import suite as suite_probes
 from kimi_serve.verify.raw_suite import raw_calls
 from kimi_serve.verify.readiness import POLL_TIMEOUT, Progress, wait_ready
-from kimi_serve.verify.report import ProbeResult, VerifyReport, problem
+from kimi_serve.verify.report import ProbeResult, VerifyReport, clip, problem
 from kimi_serve.verify.stream import answer_from_sse, stall_limit
 from kimi_serve.verify.target import Target, parse_target
 
@@ -68,11 +68,11 @@ def _get_json(
     try:
         reply = request("GET", target.url(path), deadline=deadline, api_key=api_key)
     except TransportError as err:
-        return None, dx.transport_finding(err, timeout=timeout), err.kind != "timeout"
-    failure = dx.http_finding(reply, api_key_sent=bool(api_key), model=None)
+        return None, hx.transport_finding(err, timeout=timeout), err.kind != "timeout"
+    failure = hx.http_finding(reply, api_key_sent=bool(api_key), model=None)
     if failure:
         return None, problem(failure.code, f"GET {path}: {failure.message}", failure.fix), False
-    data, failure = dx.parse_json_body(reply)
+    data, failure = hx.parse_json_body(reply)
     if failure:
         failure = problem(failure.code, f"GET {path}: {failure.message}", failure.fix)
     return data, failure, False
@@ -113,22 +113,22 @@ def _call(
         return _Outcome(
             None,
             time.monotonic() - start,
-            dx.transport_finding(err, timeout=timeout),
+            hx.transport_finding(err, timeout=timeout),
             unreachable=err.kind != "timeout",
         )
     latency = time.monotonic() - start
-    failure = dx.http_finding(reply, api_key_sent=bool(api_key), model=model)
+    failure = hx.http_finding(reply, api_key_sent=bool(api_key), model=model)
     if failure:
         return _Outcome(None, latency, failure, model_404=failure.code == "http_404_model")
     if stream and "json" in reply.content_type and not reply.timed_out and not reply.limit:
-        data, failure = dx.parse_json_body(reply)
+        data, failure = hx.parse_json_body(reply)
         if failure is None and isinstance(data, dict) and data.get("error"):
             return _Outcome(
                 None,
                 latency,
                 problem(
                     "stream_error",
-                    f"error instead of a stream: {dx.clip(json.dumps(data['error']))}",
+                    f"error instead of a stream: {clip(json.dumps(data['error']))}",
                     "read the SGLang log",
                 ),
             )
@@ -146,7 +146,7 @@ def _call(
             ),
             latency,
         )
-    data, failure = dx.parse_json_body(reply)
+    data, failure = hx.parse_json_body(reply)
     if failure:
         return _Outcome(None, latency, failure)
     return _Outcome(answer_from_json(data), latency)
@@ -324,7 +324,7 @@ def _run(
             served = _served_models(data) if failure is None else None
             if failure is None and not served:
                 failure = problem(
-                    "no_models", f"GET /v1/models lists no model: {dx.clip(json.dumps(data))}", "pass --model NAME"
+                    "no_models", f"GET /v1/models lists no model: {clip(json.dumps(data))}", "pass --model NAME"
                 )
             if failure is not None or not served:
                 report.error = _name_key_source(failure, report.key_source) if failure else failure
@@ -369,7 +369,7 @@ def _run(
                     data, _, _ = _get_json(target, "/v1/models", time.monotonic() + POLL_TIMEOUT, api_key, POLL_TIMEOUT)
                     served = _served_models(data)
                 result = ProbeResult(
-                    probe.name, mode, result.latency_s, (dx.model_not_found(model, served),), attempts=result.attempts
+                    probe.name, mode, result.latency_s, (hx.model_not_found(model, served),), attempts=result.attempts
                 )
             report.probes.append(result)
         if loads:
