@@ -233,3 +233,26 @@ def test_output_stays_closed_once_both_streams_ended(tmp_path: Path) -> None:
             assert server.output_closed
     finally:
         server.close()
+
+
+def test_the_contract_verdict_is_one_for_the_server_and_the_router() -> None:
+    """`up` stops on a failed contract check with 1 (3 when the server was unreachable), the first finding's message
+    and fix, after saying the report's lines: the one server's watch and the router's supervisor both read it here."""
+    from kimi_serve.up.watch import contract_verdict
+    from kimi_serve.verify.report import ProbeResult, Readiness, VerifyReport, problem
+
+    ready = Readiness(ready=True, phase="ready", waited_s=0.0)
+    raw = problem("raw_tool_tokens", "tool-call tokens in content", "start SGLang with --tool-call-parser kimi_k2")
+    failed = VerifyReport(
+        "http://127.0.0.1:1", "quick", ready, probes=[ProbeResult("tool_call", "stream", 0.1, (raw,))]
+    )
+    said: list[str] = []
+    outcome = contract_verdict(failed, said.append, "contract check through the router failed")
+    assert outcome is not None and outcome.code == ExitCode.FAILED
+    assert outcome.message == "contract check through the router failed: tool-call tokens in content"
+    assert outcome.hint == "start SGLang with --tool-call-parser kimi_k2" and said
+    gone = problem("unreachable", "connection refused", "start the server")
+    down = VerifyReport("http://127.0.0.1:1", "quick", ready, error=gone, error_unreachable=True)
+    outcome = contract_verdict(down, said.append, "contract check failed")
+    assert outcome is not None and outcome.code == ExitCode.UNREACHABLE and "connection refused" in outcome.message
+    assert contract_verdict(VerifyReport("http://127.0.0.1:1", "quick", ready), said.append, "x") is None

@@ -36,7 +36,7 @@ from kimi_serve.up.replicas import (
     RouterPoller,
     Running,
 )
-from kimi_serve.up.watch import Outcome, Signals
+from kimi_serve.up.watch import Outcome, Signals, contract_check, contract_verdict
 
 
 class Supervisor:
@@ -294,35 +294,16 @@ class Supervisor:
         self.verify = self._pool.submit(self._run_verify)
 
     def _run_verify(self) -> Any:
-        from kimi_serve.verify import AFTER_START_WAIT, run_verify
-
-        return run_verify(
-            self._router_url(),
-            api_key=self.api_key,
-            key_source=self.key_source,
-            model=self.opts.served_model,
-            wait=AFTER_START_WAIT,
-            timeout=self.opts.verify_timeout_s,
-            suite=self.opts.verify_suite,
-        )
+        return contract_check(self._router_url(), self.opts, self.api_key, self.key_source)
 
     def _verified(self, report: Any) -> None:
-        from kimi_serve.verify.render import render_lines
-
-        for line in render_lines(report).splitlines():
-            self.console.info(f"router: {line}")
-        if report.exit_code != 0:
-            code = ExitCode.UNREACHABLE if report.exit_code == ExitCode.UNREACHABLE else ExitCode.FAILED
-            first = report.error or next((f for pr in report.probes for f in pr.findings), None)
-            self.begin_stop(
-                Outcome(
-                    code,
-                    f"contract check through the {self.routing.name} failed: "
-                    f"{first.message if first else report.status}",
-                    first.fix if first else "read the verify output above",
-                ),
-                "contract check through the router failed",
-            )
+        failed = contract_verdict(
+            report,
+            lambda line: self.console.info(f"router: {line}"),
+            f"contract check through the {self.routing.name} failed",
+        )
+        if failed is not None:
+            self.begin_stop(failed, "contract check through the router failed")
             return
         self._serving()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,39 @@ class Outcome:
     code: ExitCode
     message: str
     hint: str = ""
+
+
+def contract_check(target: Any, opts: UpOptions, api_key: str | None, key_source: str) -> Any:
+    """The contract check `up` runs once a server (or the router) is ready: the profile's suite and deadline."""
+    from kimi_serve.verify import AFTER_START_WAIT, run_verify
+
+    return run_verify(
+        target,
+        api_key=api_key,
+        key_source=key_source,
+        model=opts.served_model,
+        wait=AFTER_START_WAIT,
+        timeout=opts.verify_timeout_s,
+        suite=opts.verify_suite,
+    )
+
+
+def contract_verdict(report: Any, say: Callable[[str], None], failed: str) -> Outcome | None:
+    """Say ``report``'s lines; None when the contract holds, else the outcome that stops `up`: exit 3 when the server
+    could not be reached, 1 otherwise, with the first finding (``failed``: the message's head)."""
+    from kimi_serve.verify.render import render_lines
+
+    for line in render_lines(report).splitlines():
+        say(line)
+    if report.exit_code == 0:
+        return None
+    code = ExitCode.UNREACHABLE if report.exit_code == ExitCode.UNREACHABLE else ExitCode.FAILED
+    first = report.error or next((f for pr in report.probes for f in pr.findings), None)
+    return Outcome(
+        code,
+        f"{failed}: {first.message if first else report.status}",
+        first.fix if first else "read the verify output above",
+    )
 
 
 class Watch:
@@ -170,37 +204,17 @@ class Watch:
             self._supervising()
 
     def _run_verify(self) -> Any:
-        from kimi_serve.verify import AFTER_START_WAIT, resolve_key, run_verify
+        from kimi_serve.verify import resolve_key
 
         key = resolve_key(key_file=self.launch.api_key_file, file_label="profile key file")
-        return run_verify(
-            health_target(self.launch),
-            api_key=key.value,
-            key_source=key.source,
-            model=self.opts.served_model,
-            wait=AFTER_START_WAIT,
-            timeout=self.opts.verify_timeout_s,
-            suite=self.opts.verify_suite,
-        )
+        return contract_check(health_target(self.launch), self.opts, key.value, key.source)
 
     def _verified(self, report: Any) -> None:
-        from kimi_serve.verify.render import render_lines
-
         self.verify_done = True
         self.phases.mark_contract(report.exit_code == 0)
-        for line in render_lines(report).splitlines():
-            self.console.info(line)
-        if report.exit_code != 0:
-            code = ExitCode.UNREACHABLE if report.exit_code == ExitCode.UNREACHABLE else ExitCode.FAILED
-            first = report.error or next((f for pr in report.probes for f in pr.findings), None)
-            self.begin_stop(
-                Outcome(
-                    code,
-                    f"contract check failed: {first.message if first else report.status}",
-                    first.fix if first else "read the verify output above",
-                ),
-                "contract check failed",
-            )
+        failed = contract_verdict(report, self.console.info, "contract check failed")
+        if failed is not None:
+            self.begin_stop(failed, "contract check failed")
             return
         self._supervising()
 
