@@ -82,6 +82,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="kimi-serve-trip-") as root:
         os.environ.setdefault("KIMI_SERVE_API_KEY", "sk-trip-benchmark")
+        os.environ["KIMI_SERVE_STATE_DIR"] = os.path.join(root, "state")  # its locks and records: not the host's
         argv = [*COMMANDS[args.command], "--profile", args.profile, *(x for s in args.sets for x in ("--set", s))]
         if args.command == "install-service":
             argv += ["--root", root, "--set", "service.user=root"]  # no account to create in the scratch root
