@@ -28,7 +28,7 @@ from kimi_serve.sglang.site import require_sglang_python
 from kimi_serve.simulator import launcher
 
 
-def bare(python: str, endpoint: loadgen.Endpoint, workload, concurrency: int, requests: int, out: Path) -> dict:
+def bare(python: str, endpoint: loadgen.BenchEndpoint, workload, concurrency: int, requests: int, out: Path) -> dict:
     result = out / "bare.jsonl"
     result.unlink(missing_ok=True)
     argv = loadgen.command(python, endpoint, workload, concurrency, requests, result, seed=0)
@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
     rows: list[tuple[str, float, float]] = []
     try:
         sim.wait_ready(300)
-        endpoint = loadgen.Endpoint(sim.base_url, "kimi-k2.5", None, _standin_tokenizer(work, python))
+        endpoint = loadgen.BenchEndpoint(sim.base_url, "kimi-k2.5", None, _standin_tokenizer(work, python))
         workload = prepare("random", requests, work)
         for i in range(rounds):
             out = work / f"bench-{i}"

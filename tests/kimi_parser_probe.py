@@ -72,7 +72,7 @@ engine.scripted.generate = lambda turn: scripted_model(turn) if current["text"] 
 
 sim = resolve(["--model-path", "/models/Kimi-K2.5", "--served-model-name", "kimi-k2.5", "--tool-call-parser",
                "kimi_k2", "--reasoning-parser", "kimi_k2", "--port", "30000"])  # fmt: skip
-client = TestClient(server.build_app(sim, load_tokenizer(sim.tokenizer_dir), server.State()))
+client = TestClient(server.build_app(sim, load_tokenizer(sim.tokenizer_dir), server.ServerState()))
 body = {"model": "kimi-k2.5", "messages": [{"role": "user", "content": "weather?"}], "tools": TOOLS}
 
 

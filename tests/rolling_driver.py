@@ -18,9 +18,9 @@ from kimi_serve.core.lock import root_lock
 from kimi_serve.profile.launch import build_launch
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.service import rolling
-from kimi_serve.service.deployment import render_members
 from kimi_serve.service.fleet import Fleet, install_fleet, recover_fleet
 from kimi_serve.service.install import Plan
+from kimi_serve.service.member_units import render_members
 from kimi_serve.service.state import ServicePaths
 from kimi_serve.service.systemctl import Systemd
 

@@ -377,3 +377,15 @@ def test_findings_are_built_as_finding():
             if hand_built and rel not in allowed:
                 bad.append(f"{rel}:{node.lineno}")
     assert not bad, bad
+
+
+def test_one_meaning_per_class_name():
+    # Two classes of one name for different things (a Target to verify and a Target to install) make every import a
+    # question; each class name in the package means one thing.
+    where: dict[str, list[str]] = {}
+    for path in _modules():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(str(path.relative_to(PKG)))
+    twice = {name: places for name, places in where.items() if len(places) > 1}
+    assert not twice, twice

@@ -358,13 +358,13 @@ def test_progress_and_table_agree_under_speedup(tmp_path: Path, monkeypatch) -> 
     time) and says so, not the raw 4x one."""
     import contextlib
 
-    from kimi_serve.bench.loadgen import Endpoint
+    from kimi_serve.bench.loadgen import BenchEndpoint
 
     info = {"simulator": True, "internal_states": [{"perf_model": {"params": {"speedup": 4.0}}}]}
 
     @contextlib.contextmanager
     def bring_up(*_a, **_k):  # type: ignore[no-untyped-def]
-        yield servers.Served(Endpoint("http://127.0.0.1:9", "kimi-k2.5", None, None), info)
+        yield servers.Served(BenchEndpoint("http://127.0.0.1:9", "kimi-k2.5", None, None), info)
 
     monkeypatch.setattr("kimi_serve.bench.servers.bring_up", bring_up)
     monkeypatch.setattr("kimi_serve.bench.servers.contract_check", lambda *a, **k: None)

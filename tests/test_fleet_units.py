@@ -17,8 +17,8 @@ import pytest
 
 from kimi_serve.profile.launch import build_launch
 from kimi_serve.profile.loader import load_profile
-from kimi_serve.service.deployment import installed_members, render_members
 from kimi_serve.service.marker import parse_marker
+from kimi_serve.service.member_units import installed_members, render_members
 from kimi_serve.service.systemctl import Systemd, run
 from kimi_serve.service.unit import UnitContext, render_unit
 

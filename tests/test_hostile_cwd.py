@@ -48,7 +48,7 @@ def _markers(folder: Path) -> list[str]:
 def test_every_python_argv_kimi_serve_builds_starts_with_the_safe_path_flag():
     prod, sim = load_profile("prod"), load_profile("sim-dp2")
     workload = prepare("random", 1, Path("/nowhere"))
-    endpoint = loadgen.Endpoint("http://127.0.0.1:1", "m", None, None)
+    endpoint = loadgen.BenchEndpoint("http://127.0.0.1:1", "m", None, None)
     argvs = [
         build_launch(prod, "/py").argv,
         build_launch(sim, "/py").argv,

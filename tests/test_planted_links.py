@@ -205,11 +205,11 @@ def test_check_fails_on_a_unit_name_that_is_not_one(cli) -> None:
 def test_engine_install_never_renames_or_removes_through_a_link_beside_the_prefix(tmp_path: Path, aside: str) -> None:
     """A link planted at the staging or the old venv's name (beside the prefix): refused, not removed through nor
     renamed into the prefix (the units would run what it points to)."""
-    from kimi_serve.engine.plan import Plan
+    from kimi_serve.engine.plan import EnginePlan
     from kimi_serve.engine.prefix import clear_leftovers
 
     out = _outside(tmp_path)
-    plan = Plan(tmp_path / "opt/venv", None, "uv", "uv", "python3", "3.11", (), None)  # type: ignore[arg-type]
+    plan = EnginePlan(tmp_path / "opt/venv", None, "uv", "uv", "python3", "3.11", (), None)  # type: ignore[arg-type]
     plan.prefix.parent.mkdir(parents=True)
     (plan.staging if aside == "staging" else plan.old).symlink_to(out)
     outside = _tree(out)

@@ -18,7 +18,7 @@ from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.findings import Finding
 from kimi_serve.host.doctor import port_problem
 from kimi_serve.router.shim import router_flags, split_argv
-from kimi_serve.verify.deployment import DeploymentReport, PartReport, render_deployment
+from kimi_serve.verify.members import DeploymentReport, MemberReport, render_deployment
 from kimi_serve.verify.render import render_lines
 from kimi_serve.verify.report import ProbeResult, Readiness, VerifyReport, problem
 
@@ -121,9 +121,9 @@ def _report(target: str, *, fail: str | None = None, unreachable: bool = False) 
 
 def test_deployment_verdict_names_the_replica_that_breaks_the_contract() -> None:
     parts = [
-        PartReport("router", _report("http://r:1")),
-        PartReport("replica 0", _report("http://a:2")),
-        PartReport("replica 1", _report("http://b:3", unreachable=True)),
+        MemberReport("router", _report("http://r:1")),
+        MemberReport("replica 0", _report("http://a:2")),
+        MemberReport("replica 1", _report("http://b:3", unreachable=True)),
     ]
     dead = DeploymentReport(parts)
     assert dead.exit_code == 3 and [p.name for p in dead.broken] == ["replica 1"]
@@ -135,7 +135,9 @@ def test_deployment_verdict_names_the_replica_that_breaks_the_contract() -> None
     assert text.splitlines()[-1].startswith(
         "verify: deployment unreachable in part: replica 1 (http://b:3) unreachable: server not ready"
     )
-    broken = DeploymentReport([parts[0], PartReport("replica 0", _report("http://a:2", fail="no_tool_call")), parts[2]])
+    broken = DeploymentReport(
+        [parts[0], MemberReport("replica 0", _report("http://a:2", fail="no_tool_call")), parts[2]]
+    )
     assert broken.exit_code == 1  # a violation outranks an unreachable part
     assert "replica 0 (http://a:2) fail: tool stream: no_tool_call went wrong" in broken.summary()
     fine = DeploymentReport(

@@ -74,7 +74,7 @@ engine.scripted.generate = lambda turn: current["text"]  # the STAND-IN model's 
 def client(reasoning_parser: str) -> TestClient:
     sim = resolve(["--model-path", "/models/Kimi-K2.5", "--served-model-name", "kimi-k2.5", "--tool-call-parser",
                    "kimi_k2", "--reasoning-parser", reasoning_parser, "--port", "30000"])  # fmt: skip
-    return TestClient(server.build_app(sim, load_tokenizer(sim.tokenizer_dir), server.State()))
+    return TestClient(server.build_app(sim, load_tokenizer(sim.tokenizer_dir), server.ServerState()))
 
 
 clients = {parser: client(parser) for parser in ("kimi_k2", "k2_horizon")}

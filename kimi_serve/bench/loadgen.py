@@ -46,7 +46,7 @@ FIELDS = (
 
 
 @dataclass(frozen=True)
-class Endpoint:
+class BenchEndpoint:
     base_url: str  # http://host:port
     model: str  # the served model name
     api_key: str | None
@@ -54,7 +54,13 @@ class Endpoint:
 
 
 def command(
-    python: str, endpoint: Endpoint, workload: Workload, concurrency: int, requests: int, output_file: Path, seed: int
+    python: str,
+    endpoint: BenchEndpoint,
+    workload: Workload,
+    concurrency: int,
+    requests: int,
+    output_file: Path,
+    seed: int,
 ) -> list[str]:
     argv = [
         *proc.python_argv(python, "-m", MODULE),
@@ -90,7 +96,7 @@ def command(
     return argv
 
 
-def environment(base: Mapping[str, str], endpoint: Endpoint) -> dict[str, str]:
+def environment(base: Mapping[str, str], endpoint: BenchEndpoint) -> dict[str, str]:
     env = with_pythonpath(base, package_root())
     env.pop("OPENAI_API_KEY", None)
     if endpoint.api_key:
@@ -109,7 +115,7 @@ def figures(result: dict[str, Any], requests: int) -> dict[str, Any]:
 
 def run_cell(
     python: str,
-    endpoint: Endpoint,
+    endpoint: BenchEndpoint,
     workload: Workload,
     concurrency: int,
     requests: int,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.bench.loadgen import Endpoint
+from kimi_serve.bench.loadgen import BenchEndpoint
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.settings import SIM_PERF_ENV, SIM_SPEEDUP_ENV
 from kimi_serve.profile.loader import Profile
@@ -27,7 +27,7 @@ Say = Callable[[str], None]
 
 @dataclass
 class Served:
-    endpoint: Endpoint
+    endpoint: BenchEndpoint
     server_info: dict[str, Any] = field(default_factory=dict)
     ready_after_s: float | None = None  # None: already running (--host)
 
@@ -71,7 +71,7 @@ def get_json(base_url: str, path: str, api_key: str | None, timeout: float = 10.
     return data if isinstance(data, dict) else {}
 
 
-def contract_check(endpoint: Endpoint, label: str, *, suite: str, timeout: float, wait: float, say: Say) -> None:
+def contract_check(endpoint: BenchEndpoint, label: str, *, suite: str, timeout: float, wait: float, say: Say) -> None:
     """kimi_serve.verify's contract check; KimiServeError (exit 1, or 3 unreachable) when the server fails it."""
     from kimi_serve.verify import run_verify
 
@@ -104,7 +104,7 @@ def attach(base_url: str, api_key: str | None, model: str | None, tokenizer: str
             exit_code=ExitCode.UNREACHABLE,
         )
     info = get_json(base_url, "/server_info", api_key)
-    return Served(Endpoint(base_url, str(served), api_key, tokenizer), info)
+    return Served(BenchEndpoint(base_url, str(served), api_key, tokenizer), info)
 
 
 @contextlib.contextmanager
@@ -147,7 +147,7 @@ def bring_up(profile: Profile, log_dir: Path, knobs: SimKnobs, say: Say) -> Iter
         say(f"{profile.name}: ready after {ready_after:.1f}s")
         tokenizer = str(profile.model.path) if launch.engine != "simulator" else None
         served = Served(
-            Endpoint(target.base_url, profile.model.served_name, api_key, tokenizer),
+            BenchEndpoint(target.base_url, profile.model.served_name, api_key, tokenizer),
             get_json(target.base_url, "/server_info", api_key),
             ready_after,
         )

@@ -182,11 +182,11 @@ def _run_arm(arm: Arm, todo: list[tuple[int, int]], opts: BenchOptions, workload
         python = require_sglang_python(str(prof.python) if prof is not None and prof.python else None)
         endpoint = served.endpoint
         if served.simulated and not opts.tokenizer:
-            endpoint = loadgen.Endpoint(
+            endpoint = loadgen.BenchEndpoint(
                 endpoint.base_url, endpoint.model, endpoint.api_key, _standin_tokenizer(opts.out, python)
             )
         elif opts.tokenizer:
-            endpoint = loadgen.Endpoint(endpoint.base_url, endpoint.model, endpoint.api_key, opts.tokenizer)
+            endpoint = loadgen.BenchEndpoint(endpoint.base_url, endpoint.model, endpoint.api_key, opts.tokenizer)
         states = (served.server_info.get("internal_states") or [{}])[0] or {}
         perf_model = states.get("perf_model") if served.simulated else None
         meta = {

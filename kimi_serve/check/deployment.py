@@ -1,5 +1,5 @@
 """A deployment, planned once from a profile: its members and each member's launch, endpoint and unit name, and the
-member clients reach. `render`, `check`, the units (:mod:`kimi_serve.service.deployment`), `up`, the Kubernetes
+member clients reach. `render`, `check`, the units (:mod:`kimi_serve.service.member_units`), `up`, the Kubernetes
 view (:mod:`kimi_serve.k8s.view`) and `verify --profile` all read it here; none builds the shape again.
 
 - One server (``nodes.count`` 1, ``replicas`` 1): one member, ``single``.
@@ -147,6 +147,13 @@ def deployment_targets(profile: Profile) -> list[tuple[str, str]]:
     machine's loopback), then each replica (one: the server, when the profile is not routed). No launch is built."""
     router = client_url(profile.router.host, profile.router.port)
     return [(ROUTER, router), *((f"{REPLICA} {r.index}", r.url) for r in replicas(profile))]
+
+
+def deployment_units(profile: Profile, base: str) -> tuple[str, ...]:
+    """The units install-service writes on this host for a routed ``profile`` and its ``base`` unit (NAME.service):
+    each local replica's (:meth:`Member.unit_name`), then the router's. No launch is built (`status` asks this of a
+    profile whatever its other values)."""
+    return (*(replica_unit(base, r.index) for r in replicas(profile) if r.local), router_unit(base))
 
 
 def _rank_profile(profile: Profile, node_rank: int) -> Profile:

@@ -31,7 +31,7 @@ from kimi_serve.service.state import UNIT_DIR
 if TYPE_CHECKING:
     from kimi_serve.profile.loader import Profile
     from kimi_serve.service.fleet import Fleet
-    from kimi_serve.service.target import Target
+    from kimi_serve.service.target import ServiceTarget
 
 ROOT_HELP = f"Install under this directory instead of / (unit in ROOT/{UNIT_DIR}; only offline systemctl)."
 RootOpt = typer.Option(Path("/"), "--root", help=ROOT_HELP)
@@ -41,7 +41,7 @@ WAIT_LOCK_HELP = (
 )
 
 
-def _plan(target: Target, now: bool, contract: bool, replace: bool = True, preview: bool = False) -> Fleet:
+def _plan(target: ServiceTarget, now: bool, contract: bool, replace: bool = True, preview: bool = False) -> Fleet:
     from kimi_serve.service.fleet import plan_fleet
     from kimi_serve.service.unit import UnitContext
 
@@ -101,7 +101,7 @@ def install_service(
         return print_result(result, as_json, {"deployment": fleet.to_json()})
 
 
-def _print_plan(fleet: Fleet, target: Target, as_json: bool) -> int:
+def _print_plan(fleet: Fleet, target: ServiceTarget, as_json: bool) -> int:
     """Every member's unit, the secret file and the actions; then the host checks that would fail (exit 1 when any
     would)."""
     from kimi_serve.core.findings import FAIL

@@ -1,6 +1,6 @@
 """What the service commands (service_cmds.py) share: the one resolution of their options into a
-:class:`~kimi_serve.service.target.Target`, the lock of its root, the rollback of an interrupted change, progress, and
-how a result or a dry-run plan is printed."""
+:class:`~kimi_serve.service.target.ServiceTarget`, the lock of its root, the rollback of an interrupted change,
+progress, and how a result or a dry-run plan is printed."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import typer
 if TYPE_CHECKING:
     from kimi_serve.core.findings import Finding
     from kimi_serve.service.install import Result
-    from kimi_serve.service.target import Target
+    from kimi_serve.service.target import ServiceTarget
 
 _MARK = {"done": "ok  ", "planned": "plan", "failed": "FAIL", "skipped": "skip", "warning": "WARN"}
 
 
-def resolve(profile: str | None, sets: list[str] | None, unit_name: str | None, root: Path) -> Target:
+def resolve(profile: str | None, sets: list[str] | None, unit_name: str | None, root: Path) -> ServiceTarget:
     """The command's options as one value: the profile loaded once (with ``--set``), the unit name, the root."""
     from kimi_serve.profile.loader import load_profile
     from kimi_serve.service.systemctl import Systemd, run
@@ -29,7 +29,7 @@ def resolve(profile: str | None, sets: list[str] | None, unit_name: str | None, 
     return resolve_target(loaded, unit_name, Systemd(run, root.resolve()))
 
 
-def recover(target: Target, *, installs: bool = False) -> None:
+def recover(target: ServiceTarget, *, installs: bool = False) -> None:
     """Settle a change of the target's unit, or of any member of its deployment, that was killed part-way
     (kimi_serve.service.journal), and say so. ``installs`` (install-service, restart): without $KIMI_SERVE_API_KEY,
     a key file the killed run created stays, so the command finishes with it; with the key, the rollback removes it

@@ -182,7 +182,7 @@ def _verify_profile(ref: str, api_key: str | None, api_key_file: str | None, **a
     from kimi_serve.profile.topology import routed
     from kimi_serve.router.client import admin_key_of, router_health
     from kimi_serve.verify import resolve_key
-    from kimi_serve.verify.deployment import verify_deployment
+    from kimi_serve.verify.members import verify_deployment
 
     p = load_profile(ref)
     key_file = api_key_file or p.server.api_key_file
@@ -200,7 +200,7 @@ def _verify_profile(ref: str, api_key: str | None, api_key_file: str | None, **a
 
 def _print(report: Any, as_json: bool) -> int:
     """The report as JSON, a table on a terminal, else lines; a deployment's parts each under their name."""
-    from kimi_serve.verify.deployment import DeploymentReport, render_deployment
+    from kimi_serve.verify.members import DeploymentReport, render_deployment
     from kimi_serve.verify.render import render_lines, render_table
 
     render = render_table if sys.stdout.isatty() else render_lines

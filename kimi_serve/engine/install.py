@@ -43,7 +43,7 @@ from kimi_serve.core.settings import process_environ
 from kimi_serve.engine import interpreter, locks, own
 from kimi_serve.engine.discover import installed_versions, site_packages
 from kimi_serve.engine.installer import run_installer
-from kimi_serve.engine.plan import Plan
+from kimi_serve.engine.plan import EnginePlan
 from kimi_serve.engine.prefix import RECORD_NAME, clear_leftovers
 
 _SCHEMA = 1
@@ -89,7 +89,7 @@ def _relocate(staging: Path, prefix: Path) -> None:
             path.write_bytes(data.replace(old, new))
 
 
-def _patch(plan: Plan, venv: Path) -> dict[str, Any] | None:
+def _patch(plan: EnginePlan, venv: Path) -> dict[str, Any] | None:
     if not plan.patch_set:
         return None
     from kimi_serve.patches import apply_sets, load_patch_set
@@ -110,7 +110,7 @@ def _patch(plan: Plan, venv: Path) -> dict[str, Any] | None:
 
 @dataclass
 class InstallResult:
-    plan: Plan
+    plan: EnginePlan
     record: dict[str, Any]
     seconds: float
 
@@ -119,7 +119,7 @@ class InstallResult:
 
 
 @contextlib.contextmanager
-def _venv_lock(plan: Plan) -> Iterator[None]:
+def _venv_lock(plan: EnginePlan) -> Iterator[None]:
     """The lock of the venv being installed: its prefix's install lock (one install per prefix), and, over a venv that
     exists, its site-packages exclusively (a server `up` runs from it, or a patch change in it, refuses: exit 75)."""
     with contextlib.ExitStack() as stack:
@@ -143,7 +143,7 @@ def _venv_lock(plan: Plan) -> Iterator[None]:
         yield
 
 
-def install(plan: Plan, *, progress: bool = False) -> InstallResult:
+def install(plan: EnginePlan, *, progress: bool = False) -> InstallResult:
     start = time.monotonic()
     with _venv_lock(plan):
         clear_leftovers(plan.prefix)

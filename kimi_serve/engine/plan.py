@@ -17,7 +17,7 @@ INTERPRETERS = ("copy", "link")  # --interpreter: a standalone copy inside the p
 
 
 @dataclass
-class Plan:
+class EnginePlan:
     prefix: Path  # the folder installed: --prefix, or where it points when it is a link
     lock: locks.Lock
     installer: str  # "uv" or "pip"
@@ -79,7 +79,7 @@ def make_plan(
     interpreter_kind: str = "copy",
     with_kimi_serve: bool = True,
     python: str | None = None,
-) -> Plan:
+) -> EnginePlan:
     lock = locks.load(lock_name)
     given = prefix.expanduser().absolute()
     prefix = resolve(given)
@@ -121,6 +121,6 @@ def make_plan(
     options += ["--python", python] if python else []
     options += [] if with_kimi_serve else ["--no-kimi-serve"]
     link = given if prefix != given else None
-    return Plan(
+    return EnginePlan(
         prefix, lock, kind, path, base, version, sets, profile, interpreter_kind, with_kimi_serve, link, tuple(options)
     )

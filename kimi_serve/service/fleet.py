@@ -1,5 +1,5 @@
 """install-service and uninstall-service, one body for every shape: the one unit, this host's rank of a multi-node
-server, or the replica units and the router (:mod:`kimi_serve.service.deployment` renders them). Each member is
+server, or the replica units and the router (:mod:`kimi_serve.service.member_units` renders them). Each member is
 planned, journalled and written by :mod:`kimi_serve.service.install`'s steps; the verify timer watches the member
 clients reach (the router, the one unit, rank 0). The restart is :mod:`kimi_serve.service.rolling`.
 
@@ -19,7 +19,6 @@ from kimi_serve.check.owned_paths import refuse_owned_paths
 from kimi_serve.core.findings import Finding
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service import monitor_units as mon
-from kimi_serve.service.deployment import MemberUnit, front_member, installed_members, render_members
 from kimi_serve.service.install import (
     Plan,
     Result,
@@ -35,11 +34,12 @@ from kimi_serve.service.install import (
 )
 from kimi_serve.service.journal import journal_units, recover, sweep
 from kimi_serve.service.marker import parse_marker
+from kimi_serve.service.member_units import MemberUnit, front_member, installed_members, render_members
 from kimi_serve.service.preflight import check_for_service, host_step, refuse_other_profile, require_systemd
 from kimi_serve.service.secret import needs_secret
 from kimi_serve.service.state import STATE_DIR, ServicePaths, is_member, member_order, read_text
 from kimi_serve.service.systemctl import Systemd
-from kimi_serve.service.target import Target
+from kimi_serve.service.target import ServiceTarget
 from kimi_serve.service.uninstall import uninstall
 from kimi_serve.service.unit import UnitContext
 
@@ -86,7 +86,7 @@ class Fleet:
 
 
 def plan_fleet(
-    target: Target,
+    target: ServiceTarget,
     *,
     now: bool,
     ctx: UnitContext,

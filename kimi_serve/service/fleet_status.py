@@ -8,17 +8,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import ROUTER, replica_unit, router_unit
+from kimi_serve.check.deployment import ROUTER, deployment_units
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import FAIL, Finding
-from kimi_serve.profile.loader import Profile
-from kimi_serve.service.deployment import installed_members
 from kimi_serve.service.gates import Worker, router_workers
 from kimi_serve.service.journal import describe, journal_units, read_intent
+from kimi_serve.service.member_units import installed_members
 from kimi_serve.service.state import ServicePaths
 from kimi_serve.service.status import Status, status
 from kimi_serve.service.systemctl import Systemd
-from kimi_serve.service.target import Target
+from kimi_serve.service.target import ServiceTarget
 
 
 @dataclass
@@ -243,8 +242,8 @@ def _verdict(record: dict[str, Any] | None) -> str:
 
 
 def fleet_status(root: Path, base: str, systemd: Systemd, expected: tuple[str, ...] = ()) -> FleetStatus:
-    """``expected``: the member units the profile names (:func:`expected_units`), so a deployment not (or only partly)
-    installed says which units are missing rather than looking for one unit."""
+    """``expected``: the member units the profile names (:func:`kimi_serve.check.deployment.deployment_units`), so
+    a deployment not (or only partly) installed says which units are missing rather than looking for one unit."""
     st = FleetStatus(base, expected=expected)
     if expected and not installed_members(root, base):
         st.systemd_error = systemd.unreachable()
@@ -264,13 +263,6 @@ def fleet_status(root: Path, base: str, systemd: Systemd, expected: tuple[str, .
     return st
 
 
-def expected_units(profile: Profile, base: str) -> tuple[str, ...]:
-    """The units install-service writes on this host for a replicated ``profile``: each local replica, the router."""
-    from kimi_serve.profile.topology import replicas
-
-    return (*(replica_unit(base, r.index) for r in replicas(profile) if r.local), router_unit(base))
-
-
 def _key(root: Path, router: Status) -> str | None:
     record = router.last_good or {}
     key_file = record.get("api_key_file")
@@ -282,12 +274,12 @@ def _key(root: Path, router: Status) -> str | None:
     return admin_key_of(ServicePaths(root, router.unit).under_root(str(key_file)))
 
 
-def status_of(target: Target) -> Status | FleetStatus:
+def status_of(target: ServiceTarget) -> Status | FleetStatus:
     """`status`'s one body: a deployment's members (installed as one, the profile is replicated, or a killed change
     left a member's journal), else the one unit, a deployment of one member. Either answers rows(), to_json(),
     findings() and exit_code."""
     root, base = target.systemd.root, target.unit
     if target.installed_as_deployment or target.replicated or any(u != base for u in journal_units(root, base)):
-        expected = expected_units(target.profile, target.unit) if target.replicated and target.profile else ()
+        expected = deployment_units(target.profile, target.unit) if target.replicated and target.profile else ()
         return fleet_status(target.systemd.root, target.unit, target.systemd, expected)
     return status(target.paths, target.systemd)

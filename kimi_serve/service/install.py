@@ -114,7 +114,7 @@ class Plan:
 
 
 @dataclass
-class Outcome:
+class InstallOutcome:
     """What happened to one unit (the new one, or the last good one put back)."""
 
     profile: str
@@ -147,8 +147,8 @@ class Outcome:
 class Result:
     unit: str
     steps: list[Step] = field(default_factory=list)
-    new: Outcome | None = None
-    rollback: Outcome | None = None
+    new: InstallOutcome | None = None
+    rollback: InstallOutcome | None = None
     exit_code: ExitCode = ExitCode.OK
 
     def add(self, action: str, status: str, detail: str = "") -> None:
@@ -308,10 +308,10 @@ def warn_in(result: Result, findings: Sequence[Finding]) -> None:
 
 def start_and_verify(
     c: Candidate, paths: ServicePaths, systemd: Systemd, verifier: Verifier, result: Result, label: str = ""
-) -> Outcome:
+) -> InstallOutcome:
     """Restart the unit (systemd waits for its ExecStartPost verify), verify from outside, record the outcome;
     a unit that passes becomes the last good one."""
-    outcome = Outcome(c.profile, c.sha256)
+    outcome = InstallOutcome(c.profile, c.sha256)
     checkpoint("service.restart")
     done = systemd.restart(paths.unit, timeout=c.restart_timeout)
     if not done.ok:
@@ -351,5 +351,5 @@ def start_and_verify(
     return outcome
 
 
-def record_verify(paths: ServicePaths, outcome: Outcome) -> None:
+def record_verify(paths: ServicePaths, outcome: InstallOutcome) -> None:
     write_record(paths.last_verify_record, {**outcome.to_json(), "status": "pass" if outcome.ok else "fail"})

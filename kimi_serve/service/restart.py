@@ -19,7 +19,7 @@ from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.service.install import (
     Candidate,
-    Outcome,
+    InstallOutcome,
     Plan,
     Result,
     Verifier,
@@ -93,7 +93,9 @@ def _restart(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[
     return result
 
 
-def roll_back(good: Candidate, paths: ServicePaths, systemd: Systemd, verifier: Verifier, result: Result) -> Outcome:
+def roll_back(
+    good: Candidate, paths: ServicePaths, systemd: Systemd, verifier: Verifier, result: Result
+) -> InstallOutcome:
     checkpoint("service.rollback")
     write_atomic(paths.unit_file, good.text, 0o644)
     result.add(f"restore the last good unit (profile {good.profile}, sha256 {good.sha256[:12]})", "done")

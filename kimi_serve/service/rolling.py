@@ -26,11 +26,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.service.deployment import installed_members
 from kimi_serve.service.fleet import Fleet
 from kimi_serve.service.gates import add_worker, remove_worker, wait_router, worker_ids
 from kimi_serve.service.install import Plan, Result, Verifier
 from kimi_serve.service.marker import parse_marker
+from kimi_serve.service.member_units import installed_members
 from kimi_serve.service.restart import restart
 from kimi_serve.service.state import read_text
 from kimi_serve.service.systemctl import Systemd

@@ -71,7 +71,7 @@ class ServicePaths:
 
 def is_member(stem: str, name: str) -> bool:
     """Whether ``name`` (a unit name without ``.service``) is a member of deployment ``stem``: STEM-rN or
-    STEM-router (service/deployment.py names them)."""
+    STEM-router (service/member_units.py names them)."""
     tail = name.removeprefix(f"{stem}-") if name.startswith(f"{stem}-") else None
     return tail is not None and (tail == "router" or (tail[:1] == "r" and tail[1:].isdigit()))
 

@@ -1,8 +1,8 @@
 """What a service command acts on, resolved once at the command's edge: the profile (its ``--set`` overrides applied),
 the unit (``--unit-name``, else the profile's ``service.unit_name``, else the default), the root and its systemd.
 
-`install-service`, `uninstall-service`, `restart` and `status` build one :class:`Target` from their options and hand
-it down: planning, the rollback of an interrupted change and the report all see the same profile and the same unit
+`install-service`, `uninstall-service`, `restart` and `status` build one :class:`ServiceTarget` from their options and
+hand it down: planning, the rollback of an interrupted change and the report all see the same profile and the same unit
 name, and nothing below the commands loads a profile by its name again.
 """
 
@@ -12,14 +12,15 @@ from dataclasses import dataclass
 
 from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.schema import SECTIONS
-from kimi_serve.service.deployment import installed_members, is_replicated
+from kimi_serve.profile.topology import routed
+from kimi_serve.service.member_units import installed_members
 from kimi_serve.service.state import ServicePaths
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.unit import unit_file_name
 
 
 @dataclass(frozen=True)
-class Target:
+class ServiceTarget:
     profile: Profile | None  # None: a command given only --unit-name (uninstall-service, status)
     unit: str  # NAME.service: the one unit, or a replicated deployment's base name (NAME-r0, ..., NAME-router)
     unit_name: str | None  # --unit-name as given; None: the profile's service.unit_name
@@ -33,7 +34,7 @@ class Target:
     @property
     def replicated(self) -> bool:
         """The profile is a routed deployment (replicas behind the router): what install and restart go by."""
-        return self.profile is not None and is_replicated(self.profile)
+        return self.profile is not None and routed(self.profile)
 
     @property
     def installed_as_deployment(self) -> bool:
@@ -50,5 +51,5 @@ def unit_of(profile: Profile | None, unit_name: str | None) -> str:
     return unit_file_name(SECTIONS["service"]["unit_name"].default)
 
 
-def resolve_target(profile: Profile | None, unit_name: str | None, systemd: Systemd) -> Target:
-    return Target(profile, unit_of(profile, unit_name), unit_name, systemd)
+def resolve_target(profile: Profile | None, unit_name: str | None, systemd: Systemd) -> ServiceTarget:
+    return ServiceTarget(profile, unit_of(profile, unit_name), unit_name, systemd)

@@ -105,7 +105,7 @@ TIMEOUT_COMMENT = "Cold start (weights, CUDA graphs, warmup) + the contract chec
 
 @dataclass(frozen=True)
 class UnitShape:
-    """How one member of a deployment differs from the single unit (:mod:`kimi_serve.service.deployment`): its role
+    """How one member of a deployment differs from the single unit (:mod:`kimi_serve.service.member_units`): its role
     (recorded in the marker), what its start is gated on (ExecStartPost argvs), ordering lines, comments."""
 
     role: str  # marker field: replica:I | router | rank:R

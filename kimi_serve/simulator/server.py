@@ -60,7 +60,7 @@ def environment_problem() -> str | None:
     return None
 
 
-class State:
+class ServerState:
     """Readiness as SGLang's TokenizerManager tracks it (Starting -> Up)."""
 
     def __init__(self) -> None:
@@ -83,7 +83,7 @@ def _redacted_info(server_args: Any) -> dict[str, Any]:
     return info
 
 
-def build_app(sim: Any, loaded: Any, state: State) -> Any:
+def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
     """The FastAPI app: SGLang's own serving classes, auth middleware and error shapes behind SGLang's routes."""
     from fastapi import Depends, FastAPI, Request
     from fastapi.exceptions import RequestValidationError
@@ -326,7 +326,7 @@ def _wait_loading(seconds: float, stop: threading.Event) -> bool:
             signal.signal(s, handler)
 
 
-async def _serve(app: Any, host: str, port: int, state: State, warmup: float, log_level: str) -> int:
+async def _serve(app: Any, host: str, port: int, state: ServerState, warmup: float, log_level: str) -> int:
     import uvicorn
 
     config = uvicorn.Config(
@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     if not _wait_loading(load_seconds, stop):
         logger.info("kimi-serve simulator: stopped during loading")
         return 0
-    state = State()
+    state = ServerState()
     app = build_app(sim, loaded, state)
     warmup = 0.0 if serving_cfg.get("skip_server_warmup") else _seconds(SIM_WARMUP_ENV, 2.0)
     # uvicorn re-raises the SIGTERM/SIGINT it drained on; with these handlers restored that ends in exit 0.

@@ -23,7 +23,7 @@ _LINE = re.compile(r"([^\r\n]*)(?:\r\n|\r|\n)")  # a line and its end; text afte
 
 
 @dataclass(frozen=True)
-class Event:
+class SseEvent:
     """One dispatched event: its data, its event name, and (for an event the SDK cannot read) the construct."""
 
     data: str
@@ -43,13 +43,13 @@ def _empty_cause(*, name: str | None, retry: bool, id_here: bool, comment: bool)
     return "an extra blank line after an event id (`id:`) was sent"
 
 
-def events(body: bytes) -> list[Event]:
+def events(body: bytes) -> list[SseEvent]:
     """The events the openai SDK's reader dispatches from ``body``, in order, up to ``[DONE]`` (where it stops
     reading). A block the body does not end with a blank line is not dispatched (the SDK drops it too)."""
     return list(iter_events(body))
 
 
-def iter_events(body: bytes) -> Iterator[Event]:
+def iter_events(body: bytes) -> Iterator[SseEvent]:
     """:func:`events` one at a time (a long stream is never held as a list of lines or events)."""
     name: str | None = None
     data: list[str] = []
@@ -67,7 +67,7 @@ def iter_events(body: bytes) -> Iterator[Event]:
                 fault = _empty_cause(name=name, retry=retry is not None, id_here=id_here, comment=comment)
             elif name is not None and name.startswith("thread."):
                 fault = f"an `event: {name}` name (the SDK takes it for an Assistants event and loses the chunk)"
-            event = Event("\n".join(data), name, fault)
+            event = SseEvent("\n".join(data), name, fault)
             yield event
             if event.data.startswith("[DONE]"):
                 return  # the SDK stops reading here

@@ -59,11 +59,6 @@ def front_member(members: list[MemberUnit]) -> MemberUnit | None:
     return next((m for m in members if m.serves_clients), None)
 
 
-def is_replicated(profile: Profile) -> bool:
-    """Whether the profile is a routed deployment (replicas behind the router) rather than one unit."""
-    return routed(profile)
-
-
 def router_wait_argv(profile: Profile, router: Launch, ctx: UnitContext) -> list[str]:
     argv = [
         ctx.kimi_serve,
@@ -98,7 +93,7 @@ def joined_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]
 def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str) -> list[MemberUnit]:
     """Every unit this host runs for ``profile``, in start order (replicas, then the router); ``launch`` is the
     validated launch, ``base`` the deployment's unit name (NAME.service). One member (the rank) for multi-node."""
-    if is_replicated(profile) and profile.nodes.count > 1:
+    if routed(profile) and profile.nodes.count > 1:
         raise KimiServeError(
             "a replicated deployment whose replicas each span several nodes is not rendered as services here",
             where=profile.where("nodes.count"),

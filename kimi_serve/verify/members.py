@@ -19,7 +19,7 @@ from kimi_serve.verify.wire import json_safe, printable
 
 
 @dataclass(frozen=True)
-class PartReport:
+class MemberReport:
     name: str  # "router" | "replica 0" ...
     report: VerifyReport
 
@@ -40,7 +40,7 @@ class PartReport:
 
 @dataclass
 class DeploymentReport:
-    parts: list[PartReport]  # the router first, then each replica in the router's order
+    parts: list[MemberReport]  # the router first, then each replica in the router's order
     router_view: dict[str, Any] | None = field(default=None)  # the router's own health view, when the caller has it
 
     @property
@@ -52,7 +52,7 @@ class DeploymentReport:
         return int(ExitCode.UNREACHABLE) if ExitCode.UNREACHABLE in codes else int(ExitCode.OK)
 
     @property
-    def broken(self) -> list[PartReport]:
+    def broken(self) -> list[MemberReport]:
         return [p for p in self.parts if p.report.exit_code != 0]
 
     def summary(self) -> str:
@@ -108,7 +108,7 @@ class DeploymentReport:
 def run_deployment(targets: Sequence[tuple[str, str]], **verify_args: Any) -> DeploymentReport:
     """``targets``: (name, HOST:PORT or URL) with the router first. Each part gets the same arguments as
     :func:`run_verify` (key, model, wait, timeout, suite...) and is checked in turn: the router, then each replica."""
-    return DeploymentReport([PartReport(name, run_verify(target, **verify_args)) for name, target in targets])
+    return DeploymentReport([MemberReport(name, run_verify(target, **verify_args)) for name, target in targets])
 
 
 def verify_deployment(
