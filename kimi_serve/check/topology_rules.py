@@ -17,7 +17,7 @@ from kimi_serve.core.net import is_loopback
 from kimi_serve.profile.flags import load_flag_table
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
-from kimi_serve.profile.topology import parse_worker, routed
+from kimi_serve.profile.topology import parse_worker, replicas, routed
 
 Rule = Callable[[Profile, Launch], Iterator[Finding]]
 
@@ -283,7 +283,7 @@ def _local_replicas(p: Profile) -> Iterator[Finding]:
             "list one box per replica in router.workers (HOST:PORT), or use engine: simulator",
         )
         return
-    ports = range(port, port + n)
+    ports = [rep.port for rep in replicas(p)]  # where the deployment puts them (profile/topology.py)
     if ports[-1] > 65535:
         yield _bad(
             p,
