@@ -47,6 +47,9 @@ def test_wheel_contains_runtime_files(tmp_path):
     assert {"kimi_serve/engine/lockfiles/gpu.txt", "kimi_serve/engine/lockfiles/cpu.txt"} <= expected
     assets = REPO / "kimi_serve" / "simulator" / "assets"
     expected |= {f"kimi_serve/simulator/assets/{p.relative_to(assets)}" for p in assets.rglob("*") if p.is_file()}
+    data = [d for d in (REPO / "kimi_serve").rglob("data") if d.is_dir()]  # profile/, simulator/, bench/ data files
+    expected |= {str(f.relative_to(REPO)) for d in data for f in d.iterdir() if f.is_file()}
+    assert "kimi_serve/simulator/data/words.json" in expected and "kimi_serve/bench/data/agentic.json" in expected
     assert len(expected) > 8
     missing = sorted(expected - names)
     assert not missing, missing

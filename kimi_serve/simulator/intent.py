@@ -17,11 +17,16 @@ object each tool's parameters take. Under ``tool_choice: "auto"``:
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from kimi_serve.core.resources import simulator_data
 from kimi_serve.simulator.schema_strings import FILE_LIKE
+
+# The word lists of the scripted decision (data/words.json): vocabulary, kept as data
+WORDS: dict[str, Any] = json.loads(simulator_data("words.json").read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True)
@@ -126,54 +131,7 @@ SAYS_NOT_TO = re.compile(
     re.IGNORECASE,
 )
 _PLACE_AFTER = re.compile(r"\b(?:in|at|near|around)\s+([A-Za-z][\w'-]+)")
-_NOT_PLACES = frozenset(
-    [
-        "general",
-        "theory",
-        "detail",
-        "details",
-        "practice",
-        "short",
-        "brief",
-        "english",
-        "chinese",
-        "order",
-        "total",
-        "advance",
-        "the",
-        "a",
-        "an",
-        "my",
-        "your",
-        "his",
-        "her",
-        "our",
-        "their",
-        "this",
-        "that",
-        "these",
-        "those",
-        "me",
-        "us",
-        "it",
-        "them",
-        "all",
-        "each",
-        "any",
-        "every",
-        "some",
-        "one",
-        "two",
-        "case",
-        "time",
-        "fact",
-        "particular",
-        "summary",
-        "words",
-        "mind",
-        "front",
-    ]
-)
+_NOT_PLACES = frozenset(WORDS["not_places"])  # words after "in"/"at" that are not a place
 _PROMPT_WORD = re.compile(r"[^\W_]+(?:'[a-z]+)?|[\u3400-\u9fff]", re.IGNORECASE)
 
 
