@@ -59,10 +59,6 @@ class K8sPlan:
     def secret(self) -> str:
         return f"{self.name}-api-key"
 
-    def pod_dns(self, index: int) -> str:
-        """Replica ``index``'s pod (or group leader) DNS name, as LWS writes LWS_LEADER_ADDRESS."""
-        return f"{self.name}-{index}.{self.name}.{self.namespace}"
-
 
 def _label(value: str, what: str, where: str, hint: str, exit_code: ExitCode) -> str:
     if len(value) > NAME_MAX or not _DNS_LABEL.match(value):
@@ -75,12 +71,17 @@ def _label(value: str, what: str, where: str, hint: str, exit_code: ExitCode) ->
     return value
 
 
+def pod_dns(name: str, namespace: str, index: int) -> str:
+    """Replica ``index``'s pod (or group leader) DNS name, as LWS writes LWS_LEADER_ADDRESS."""
+    return f"{name}-{index}.{name}.{namespace}"
+
+
 def view_sets(profile: Profile, name: str, namespace: str) -> list[str]:
     """The ``--set`` overrides that make ``profile`` the Kubernetes view (module docstring)."""
     sets = ["server.host=0.0.0.0"]
     if not profile.server.api_key_file and not profile.allow_unauthenticated:
         sets.append(f"server.api_key_file={KEY_FILE}")
-    dns = [f"{name}-{j}.{name}.{namespace}" for j in range(profile.replicas)]
+    dns = [pod_dns(name, namespace, j) for j in range(profile.replicas)]
     if routed(profile):
         workers = [f"{host}:{profile.server.port}" for host in dns]
         sets += ["router.host=0.0.0.0", f"router.workers={json.dumps(workers)}"]

@@ -163,16 +163,3 @@ def admin_key_of(key_file: str | Path | None) -> str | None:
         return read_admin_key(Path(key_file))
     except KimiServeError:
         return None
-
-
-def wait_healthy(
-    base_url: str, deadline: float, api_key: str | None = None, *, want: int | None = None, interval: float = 0.5
-) -> RouterHealth:
-    """Poll until ``want`` workers (default: all of them) are healthy or ``deadline`` (time.monotonic) passes; the
-    last view either way."""
-    while True:
-        view = router_health(base_url, api_key, timeout=max(0.5, min(POLL_TIMEOUT_S, deadline - time.monotonic())))
-        enough = view.all_healthy if want is None else (view.reachable and view.healthy >= want)
-        if enough or time.monotonic() + interval >= deadline:
-            return view
-        time.sleep(interval)
