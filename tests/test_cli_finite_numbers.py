@@ -102,3 +102,19 @@ def test_a_non_finite_performance_model_parameter_is_refused(
         f"kimi-serve simulator: error: {SIM_PERF_ENV}: invalid performance model parameters: every value must be a "
         "finite number"
     ]
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["logs", "--lines", "1000001"], "--lines"),
+        (["wait-joined", "--leader", "127.0.0.1:1", "--port", "1", "--pid", str(10**20)], "--pid"),
+    ],
+)
+def test_an_integer_option_with_a_natural_bound_refuses_past_it(cli: Any, args: list[str], option: str) -> None:
+    """No process id is above Linux's PID_MAX_LIMIT (4194304); a million history lines is past any use: exit 2 and
+    one line naming the option, not a search for process 10**20."""
+    res = cli(*args)
+    assert res.code == 2, (res.code, res.out, res.err)
+    lines = [line for line in res.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"Invalid value for '{option}" in lines[0], res.err

@@ -40,6 +40,7 @@ def wait_joined(
         None,
         "--pid",
         min=1,
+        max=4194304,  # Linux's PID_MAX_LIMIT: no process has a larger id
         help="The node's server process (default: $MAINPID, which systemd sets for ExecStartPost).",
     ),
 ) -> int:

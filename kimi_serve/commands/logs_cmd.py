@@ -22,7 +22,7 @@ def logs(
         help="Profile NAME or PATH (default: the newest `up` log of any profile, or the default unit's journal).",
     ),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines (Ctrl-C stops)."),
-    lines: int = typer.Option(50, "--lines", "-n", min=0, help="Lines of history to print first."),
+    lines: int = typer.Option(50, "--lines", "-n", min=0, max=1_000_000, help="Lines of history to print first."),
     unit_name: str | None = UnitOpt,
     up: bool = typer.Option(False, "--up", help="Show `up`'s log file even when the unit is installed."),
 ) -> int:
