@@ -21,19 +21,19 @@ from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding, failed
 from kimi_serve.core.pin import SGLANG_VERSION
 from kimi_serve.core.proc import Completed
 from kimi_serve.host.facts import model_findings, patch_state_finding
+from kimi_serve.host.gpus import (
+    GIB,
+    check_driver,
+    check_gpu_memory,
+    check_gpus,
+    check_topology,
+    doctor_finding,
+    read_gpus,
+)
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile, display_path
-from kimi_serve.sglang.platform import EXPECTED_CC
 
-GIB = 1024**3
-MIN_DRIVER = 570  # first driver branch for Blackwell
-MIN_CUDA = (12, 8)
 MIN_NOFILE = 65536
-GPU_QUERY = [
-    "nvidia-smi",
-    "--query-gpu=index,name,compute_cap,memory.total,memory.free,driver_version",
-    "--format=csv,noheader,nounits",
-]
 
 
 def _run(argv: list[str]) -> Completed | None:
@@ -107,146 +107,6 @@ class DoctorReport:
         }
 
 
-def _f(name: str, status: str, message: str, fix: str = "") -> Finding:
-    return Finding("doctor", name, status, message, fix)
-
-
-# ------------------------------------------------------------------------------------------------------ GPUs
-
-
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    name: str
-    compute_cap: str
-    total_mib: int
-    free_mib: int
-    driver: str
-
-
-def _gpus(host: Host) -> tuple[list[Gpu], Finding | None]:
-    res = host.run(GPU_QUERY)
-    no_gpu_fix = "install the NVIDIA driver (570+) on the serving host; without GPUs only engine: simulator runs here"
-    if res is None:
-        return [], _f("gpus", FAIL, "no NVIDIA GPU: nvidia-smi is not installed", no_gpu_fix)
-    if res.rc != 0:
-        why = (res.err.strip() or res.out.strip() or f"exit {res.rc}").splitlines()[0]
-        return [], _f("gpus", FAIL, f"no usable NVIDIA GPU: nvidia-smi failed: {why}", no_gpu_fix)
-    gpus = []
-    for row in res.out.strip().splitlines():
-        cells = [c.strip() for c in row.split(",")]
-        if len(cells) != 6:
-            continue
-        try:
-            gpus.append(Gpu(int(cells[0]), cells[1], cells[2], int(float(cells[3])), int(float(cells[4])), cells[5]))
-        except ValueError:
-            continue
-    if not gpus:
-        return [], _f("gpus", FAIL, "no NVIDIA GPU listed by nvidia-smi", no_gpu_fix)
-    return gpus, None
-
-
-def check_gpus(p: Profile, gpus: list[Gpu]) -> list[Finding]:
-    names = sorted({g.name for g in gpus})
-    caps = sorted({g.compute_cap for g in gpus})
-    out = []
-    if len(gpus) < p.gpus:
-        out.append(
-            _f(
-                "gpus",
-                FAIL,
-                f"{len(gpus)} GPU(s) visible, the profile needs {p.gpus}",
-                "check CUDA_VISIBLE_DEVICES and nvidia-smi; or lower gpus/parallel.tp_size",
-            )
-        )
-    else:
-        out.append(_f("gpus", PASS, f"{len(gpus)} GPU(s): {', '.join(names)} (profile uses {p.gpus})"))
-    if caps != [EXPECTED_CC]:
-        out.append(
-            _f(
-                "compute_capability",
-                FAIL,
-                f"compute capability {', '.join(caps)}, expected {EXPECTED_CC} (RTX PRO 6000 Blackwell, SM120)",
-                "use a profile and patch set made for these GPUs",
-            )
-        )
-    else:
-        out.append(_f("compute_capability", PASS, f"compute capability {EXPECTED_CC} (SM120) on every GPU"))
-    return out
-
-
-def check_driver(host: Host, gpus: list[Gpu]) -> Finding:
-    driver = gpus[0].driver
-    res = host.run(["nvidia-smi"])
-    cuda = None
-    if res is not None and "CUDA Version:" in res.out:
-        cuda = res.out.split("CUDA Version:", 1)[1].split()[0]
-    try:
-        major = int(driver.split(".")[0])
-        cuda_t = tuple(int(x) for x in cuda.split(".")[:2]) if cuda else None
-    except ValueError:
-        return _f("driver", WARN, f"cannot parse driver {driver!r} / CUDA {cuda!r}", "check nvidia-smi")
-    text = f"driver {driver}, CUDA {cuda or 'unknown'}"
-    if major < MIN_DRIVER or (cuda_t is not None and cuda_t < MIN_CUDA):
-        return _f(
-            "driver",
-            FAIL,
-            f"{text}: Blackwell needs driver {MIN_DRIVER}+ and CUDA {MIN_CUDA[0]}.{MIN_CUDA[1]}+",
-            f"install NVIDIA driver {MIN_DRIVER} or newer",
-        )
-    return _f("driver", PASS, text)
-
-
-def check_topology(host: Host) -> Finding:
-    res = host.run(["nvidia-smi", "topo", "-m"])
-    if res is None or res.rc != 0:
-        return _f("topology", WARN, "nvidia-smi topo -m failed", "run it by hand to see the GPU interconnect")
-    links: dict[str, int] = {}
-    for row in res.out.splitlines():
-        cells = row.split()
-        if not cells or not cells[0].startswith("GPU"):
-            continue
-        for cell in cells[1:]:
-            if cell.startswith("NV") and cell[2:].isdigit() or cell in ("PIX", "PXB", "PHB", "NODE", "SYS"):
-                kind = "NVLink" if cell.startswith("NV") else cell
-                links[kind] = links.get(kind, 0) + 1
-    if not links:
-        return _f("topology", WARN, "no GPU-to-GPU links in nvidia-smi topo -m", "run it by hand")
-    summary = ", ".join(f"{k} x{v // 2 or v}" for k, v in sorted(links.items()))
-    if "NVLink" in links:
-        return _f(
-            "topology",
-            WARN,
-            f"NVLink present ({summary}); this deployment is tuned for PCIe-only (PCIe-IPC all-reduce)",
-            "consider allreduce.pcie_ipc: false on NVLink hosts",
-        )
-    return _f("topology", PASS, f"PCIe only, no NVLink ({summary} GPU pairs): PCIe-IPC all-reduce fits")
-
-
-def check_gpu_memory(p: Profile, gpus: list[Gpu]) -> Finding:
-    fraction = p.memory.mem_fraction_static or 0.85
-    short = [g for g in gpus[: p.gpus] if g.free_mib < fraction * g.total_mib]
-    if short:
-        g = short[0]
-        return _f(
-            "gpu_memory",
-            FAIL,
-            f"GPU {g.index} has {g.free_mib / 1024:.1f} of {g.total_mib / 1024:.1f} GiB "
-            f"free, less than mem_fraction_static {fraction:g} needs (SGLang would fail with CUDA OOM)",
-            "stop the other GPU processes (nvidia-smi lists them)",
-        )
-    busy = [g for g in gpus[: p.gpus] if g.total_mib - g.free_mib > 2048]
-    least = min(g.free_mib for g in gpus[: p.gpus]) / 1024
-    if busy:
-        return _f(
-            "gpu_memory",
-            WARN,
-            f"{len(busy)} GPU(s) already have >2 GiB in use (least free: {least:.1f} GiB)",
-            "check nvidia-smi for leftover processes",
-        )
-    return _f("gpu_memory", PASS, f"GPU memory free on all {min(len(gpus), p.gpus)} GPUs (least: {least:.1f} GiB)")
-
-
 # ------------------------------------------------------------------------------------------------------ files
 
 
@@ -259,13 +119,13 @@ def check_disk(host: Host, path: str) -> tuple[Finding, dict[str, Any]]:
     numbers = {"path": str(probe), "free_bytes": free_bytes}
     free = free_bytes / GIB
     if free < 20:
-        return _f(
+        return doctor_finding(
             "disk",
             WARN,
             f"{free:.1f} GiB free at {probe} (model path {path})",
             "free space: logs, caches and a re-download need room",
         ), numbers
-    return _f("disk", PASS, f"{free:.0f} GiB free at {probe}"), numbers
+    return doctor_finding("disk", PASS, f"{free:.0f} GiB free at {probe}"), numbers
 
 
 # ------------------------------------------------------------------------------------------------------ software
@@ -286,18 +146,18 @@ def check_sglang(p: Profile, launch: Launch, host: Host) -> list[Finding]:
             else f"install sglang=={SGLANG_VERSION} there (pip install 'kimi-serve[serve]'), or point the profile's "
             "python: at the venv that has it"
         )
-        return [_f("sglang", FAIL, exc.message, fix)]
+        return [doctor_finding("sglang", FAIL, exc.message, fix)]
     want = load_flag_table().sglang_version
     if version != want:
         return [
-            _f(
+            doctor_finding(
                 "sglang",
                 FAIL,
                 f"sglang {version} in {site}, the profile is made for {want}",
                 f"pip install sglang=={want} with {python}",
             )
         ]
-    out = [_f("sglang", PASS, f"sglang {version} ({python})")]
+    out = [doctor_finding("sglang", PASS, f"sglang {version} ({python})")]
     if p.engine == "sglang" and p.patch_set:
         out.append(
             patch_state_finding(p, site, python=python, state_dir=host.state_dir, layer="doctor", code="patch_set")
@@ -308,22 +168,22 @@ def check_sglang(p: Profile, launch: Launch, host: Host) -> list[Finding]:
 def check_port(launch: Launch, host: Host) -> Finding:
     problem = host.port_problem(launch.host, launch.port)
     if problem:
-        return _f(
+        return doctor_finding(
             "port",
             FAIL,
             f"{problem}: SGLang would notice only after loading every weight (~2 min later)",
             f"stop what listens there (ss -ltnp 'sport = :{launch.port}') or change server.port",
         )
-    return _f("port", PASS, f"{launch.host}:{launch.port} is free")
+    return doctor_finding("port", PASS, f"{launch.host}:{launch.port} is free")
 
 
 def check_limits(host: Host) -> list[Finding]:
     inf = resource.RLIM_INFINITY
     soft, _hard = host.rlimit(resource.RLIMIT_MEMLOCK)
     out = [
-        _f("memlock", PASS, "locked-memory limit unlimited")
+        doctor_finding("memlock", PASS, "locked-memory limit unlimited")
         if soft == inf
-        else _f(
+        else doctor_finding(
             "memlock",
             WARN,
             f"locked-memory limit {soft // 1024} KiB (NCCL and CUDA pin host memory)",
@@ -334,7 +194,7 @@ def check_limits(host: Host) -> list[Finding]:
     best = hard if hard != inf else MIN_NOFILE
     if best < MIN_NOFILE:
         out.append(
-            _f(
+            doctor_finding(
                 "nofile",
                 WARN,
                 f"open-file limit {soft}/{hard} (SGLang wants {MIN_NOFILE}+)",
@@ -342,7 +202,9 @@ def check_limits(host: Host) -> list[Finding]:
             )
         )
     else:
-        out.append(_f("nofile", PASS, f"open-file limit {soft} (hard {'unlimited' if hard == inf else hard})"))
+        out.append(
+            doctor_finding("nofile", PASS, f"open-file limit {soft} (hard {'unlimited' if hard == inf else hard})")
+        )
     return out
 
 
@@ -369,16 +231,16 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service:
     report = DoctorReport(display_path(p.source))
     checks = report.checks
     if uses_gpus(p):
-        gpus, problem = _gpus(host)
+        gpus, problem = read_gpus(host.run)
         if problem:
             checks.append(problem)
-            checks += [_f(n, SKIP, "no GPU to inspect") for n in ("driver", "topology", "gpu_memory")]
+            checks += [doctor_finding(n, SKIP, "no GPU to inspect") for n in ("driver", "topology", "gpu_memory")]
         else:
             checks += check_gpus(p, gpus)
-            checks += [check_driver(host, gpus), check_topology(host), check_gpu_memory(p, gpus)]
+            checks += [check_driver(host.run, gpus), check_topology(host.run), check_gpu_memory(p, gpus)]
     else:
         why = "engine: simulator" if p.engine == "simulator" else "--device cpu"
-        checks.append(_f("gpus", SKIP, f"{why}: no GPU needed"))
+        checks.append(doctor_finding("gpus", SKIP, f"{why}: no GPU needed"))
     if p.engine == "sglang":
         disk, report.disk = check_disk(host, p.model.path)
         checks.append(disk)
@@ -403,11 +265,11 @@ def check_key_file(p: Profile) -> Finding:
 
     path = p.server.api_key_file
     if path is None:
-        return _f("api_key_file", PASS, "no API-key file configured")
+        return doctor_finding("api_key_file", PASS, "no API-key file configured")
     problem = key_file_problem(path)
     if problem:
         return Finding("doctor", "api_key_file", FAIL, problem[0], problem[1], p.where("server.api_key_file"))
-    return _f("api_key_file", PASS, f"API-key file {path} is private")
+    return doctor_finding("api_key_file", PASS, f"API-key file {path} is private")
 
 
 def render(report: DoctorReport) -> str:
