@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kimi_serve.check.auth_rules import admin_key_required, rule_admin_key
 from kimi_serve.check.host import check_api_key_file
-from kimi_serve.check.rules import admin_key_required, rule_admin_key
 from kimi_serve.core.findings import FAIL, PASS
 from kimi_serve.core.keyfile import new_admin_key, render_key_file
 from kimi_serve.profile.launch import build_launch

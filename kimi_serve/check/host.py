@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kimi_serve.check.rules import admin_key_required
+from kimi_serve.check.auth_rules import admin_key_required
 from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
 from kimi_serve.core.keyfile import admin_key_problem, key_file_problem
 from kimi_serve.host.facts import model_findings

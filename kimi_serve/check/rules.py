@@ -6,43 +6,26 @@ the generated argv and the environment against SGLang 0.5.23's own parser data (
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
+from kimi_serve.check.auth_rules import rule_admin_key, rule_auth
 from kimi_serve.check.owned_paths import rule_owned_paths
+from kimi_serve.check.patch_rules import rule_patch_set, rule_patch_set_redact
+from kimi_serve.check.rule_kit import Rule, bad, ok
 from kimi_serve.check.topology_rules import TOPOLOGY_RULES
 from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
-from kimi_serve.core.net import is_loopback
-from kimi_serve.core.pin import PATCH_SET
 from kimi_serve.profile.flags import check_argv, load_flag_table, unknown_sglang_env
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 
-# Features a profile can use that SGLang 0.5.23 gates off on SM120 (patch-set feature ids).
-FEATURE_FUSION = "flashinfer_allreduce_fusion"
-FEATURE_TORCH_SYMM_MEM = "torch_symm_mem"
-# Patch-set feature that keeps the API keys out of SGLang's startup `server_args=` log line (hence the journal).
-FEATURE_REDACT = "redact_api_key_in_log"
-FEATURE_REDACT_INFO = "redact_api_key_in_server_info"
-SECRET_FLAGS = ("--api-key", "--admin-api-key")
-
 PCIE_IPC_ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
-
-Rule = Callable[[Profile, Launch], Iterator[Finding]]
-
-
-def _ok(name: str, message: str) -> Finding:
-    return Finding("rules", name, PASS, message)
-
-
-def _bad(p: Profile, key: str, message: str, fix: str, status: str = FAIL) -> Finding:
-    return Finding("rules", key, status, message, fix, p.where(key))
 
 
 def rule_parsers(p: Profile, _: Launch) -> Iterator[Finding]:
     if p.parsers.tool_call == "kimi_k2":
-        yield _ok("parsers.tool_call", "tool-call parser kimi_k2: tool calls come back as structured tool_calls")
+        yield ok("parsers.tool_call", "tool-call parser kimi_k2: tool calls come back as structured tool_calls")
     else:
-        yield _bad(
+        yield bad(
             p,
             "parsers.tool_call",
             f"tool-call parser is {p.parsers.tool_call!r}, not kimi_k2: clients get "
@@ -50,9 +33,9 @@ def rule_parsers(p: Profile, _: Launch) -> Iterator[Finding]:
             "set parsers.tool_call: kimi_k2",
         )
     if p.parsers.reasoning == "kimi_k2":
-        yield _ok("parsers.reasoning", "reasoning parser kimi_k2: reasoning comes back as reasoning_content")
+        yield ok("parsers.reasoning", "reasoning parser kimi_k2: reasoning comes back as reasoning_content")
     else:
-        yield _bad(
+        yield bad(
             p,
             "parsers.reasoning",
             f"reasoning parser is {p.parsers.reasoning!r}, not kimi_k2: reasoning and </think> end up in content",
@@ -62,16 +45,16 @@ def rule_parsers(p: Profile, _: Launch) -> Iterator[Finding]:
 
 def rule_model(p: Profile, _: Launch) -> Iterator[Finding]:
     if not p.model.trust_remote_code:
-        yield _bad(
+        yield bad(
             p,
             "model.trust_remote_code",
             "Kimi-K2.5's tokenizer and config need --trust-remote-code",
             "set model.trust_remote_code: true",
         )
     else:
-        yield _ok("model.trust_remote_code", "--trust-remote-code is set")
+        yield ok("model.trust_remote_code", "--trust-remote-code is set")
     if ":" in p.model.served_name:
-        yield _bad(
+        yield bad(
             p,
             "model.served_name",
             f"served name {p.model.served_name!r} contains ':' (SGLang rejects it)",
@@ -84,7 +67,7 @@ def rule_parallel(p: Profile, _: Launch) -> Iterator[Finding]:
     tp_size x pp_size divides by nnodes, :mod:`kimi_serve.check.topology_rules`)."""
     tp, pp, nodes = p.parallel.tp_size, p.parallel.pp_size, p.nodes.count
     if nodes == 1 and pp == 1 and tp != p.gpus:
-        yield _bad(
+        yield bad(
             p,
             "parallel.tp_size",
             f"tp_size {tp} differs from gpus {p.gpus}",
@@ -99,7 +82,7 @@ def rule_parallel(p: Profile, _: Launch) -> Iterator[Finding]:
             f"{p.model.attention_heads} attention heads"
         )
         sglang = " (and SGLang asserts 'tp_size must be divisible by number of nodes')" if (tp * pp) % nodes else ""
-        yield _bad(
+        yield bad(
             p,
             "parallel.tp_size",
             f"tp_size {tp} x pp_size {pp} = {tp * pp} ranks, but gpus {p.gpus} x "
@@ -107,7 +90,7 @@ def rule_parallel(p: Profile, _: Launch) -> Iterator[Finding]:
             fix,
         )
     elif p.model.attention_heads % tp:
-        yield _bad(
+        yield bad(
             p,
             "parallel.tp_size",
             f"tp_size {tp} does not divide the model's {p.model.attention_heads} attention heads",
@@ -116,23 +99,23 @@ def rule_parallel(p: Profile, _: Launch) -> Iterator[Finding]:
     else:
         shape = f"TP={tp}" + (f" x PP={pp}" if pp > 1 else "")
         hosts = f"{p.gpus} GPUs" + (f" x {nodes} nodes" if nodes > 1 else "")
-        yield _ok("parallel.tp_size", f"{shape} on {hosts} divides {p.model.attention_heads} heads")
+        yield ok("parallel.tp_size", f"{shape} on {hosts} divides {p.model.attention_heads} heads")
 
 
 def rule_speculative(p: Profile, launch: Launch) -> Iterator[Finding]:
     s = p.speculative
     if not s.enabled:
-        yield _ok("speculative", "speculative decoding off")
+        yield ok("speculative", "speculative decoding off")
         return
     if not s.draft_model_path:
-        yield _bad(
+        yield bad(
             p,
             "speculative.draft_model_path",
             "EAGLE-3 needs a draft model",
             "set speculative.draft_model_path to the local EAGLE-3 draft directory",
         )
     if s.eagle_topk == 1 and s.num_draft_tokens != s.num_steps + 1:
-        yield _bad(
+        yield bad(
             p,
             "speculative.num_draft_tokens",
             f"with eagle_topk 1, num_draft_tokens must be num_steps + 1 = {s.num_steps + 1}, got "
@@ -140,144 +123,31 @@ def rule_speculative(p: Profile, launch: Launch) -> Iterator[Finding]:
             f"set speculative.num_draft_tokens: {s.num_steps + 1}",
         )
     if s.overlap_schedule and s.eagle_topk != 1:
-        yield _bad(
+        yield bad(
             p,
             "speculative.eagle_topk",
             f"overlap (spec v2) scheduling here needs eagle_topk 1, got {s.eagle_topk}",
             "set speculative.eagle_topk: 1, or overlap_schedule: false",
         )
     if s.overlap_schedule and "--disable-overlap-schedule" in p.extra_args:
-        yield _bad(
+        yield bad(
             p,
             "extra_args",
             "--disable-overlap-schedule contradicts speculative.overlap_schedule: true",
             "remove it from extra_args, or set speculative.overlap_schedule: false",
         )
-    yield _ok(
+    yield ok(
         "speculative",
         f"{s.algorithm} steps={s.num_steps} topk={s.eagle_topk} draft={s.num_draft_tokens}"
         f" overlap={'on (spec v2)' if s.overlap_schedule else 'off'}",
     )
 
 
-def needed_features(p: Profile) -> list[str]:
-    features = []
-    if p.allreduce.flashinfer_fusion_backend:
-        features.append(FEATURE_FUSION)
-    if p.allreduce.torch_symm_mem:
-        features.append(FEATURE_TORCH_SYMM_MEM)
-    return features
-
-
-def rule_patch_set(p: Profile, _: Launch) -> Iterator[Finding]:
-    """SM120 needs source patches for fusion and torch symm mem; the profile must name a set that covers them."""
-    features = needed_features(p)
-    if not features:
-        yield _ok("patch_set", "no SM120-gated feature used")
-        return
-    if not p.patch_set:
-        yield _bad(
-            p,
-            "patch_set",
-            f"{', '.join(features)} need SGLang source patches on SM120 (unpatched: "
-            "fusion crashes at init, torch symm mem silently disables itself)",
-            f"set patch_set: {PATCH_SET}",
-        )
-        return
-    named = "+".join(p.patch_set)
-    try:
-        from kimi_serve.patches import load_patch_set  # lazily: reads the manifest
-    except ModuleNotFoundError:
-        yield _bad(
-            p,
-            "patch_set",
-            f"cannot verify that {named!r} covers {', '.join(features)}: this kimi-serve has no patch support",
-            "upgrade kimi-serve",
-            status=WARN,
-        )
-        return
-    sets = []
-    for name in p.patch_set:
-        try:
-            sets.append(load_patch_set(name))
-        except Exception as exc:  # noqa: BLE001 - any failure to load a named set is this rule's finding
-            yield _bad(
-                p,
-                "patch_set",
-                f"patch set {name!r} cannot be used: {exc}",
-                "name sets under patches/ (kimi-serve patches status lists them)",
-            )
-            return
-    covered = {f for ps in sets for f in ps.features}
-    missing = [f for f in features if f not in covered]
-    other = [ps for ps in sets if ps.target_version != load_flag_table().sglang_version]
-    if missing:
-        yield _bad(
-            p,
-            "patch_set",
-            f"patch set {named!r} does not cover {', '.join(missing)}",
-            "use a set that covers them or turn the feature off in allreduce",
-        )
-    elif other:
-        yield _bad(
-            p,
-            "patch_set",
-            f"patch set {other[0].name!r} targets SGLang {other[0].target_version}, the "
-            f"profile targets {load_flag_table().sglang_version}",
-            "use the set made for the target SGLang",
-        )
-    else:
-        yield _ok("patch_set", f"patch set {named} covers {', '.join(features)}")
-
-
-def rule_patch_set_redact(p: Profile, _: Launch) -> Iterator[Finding]:
-    """SGLang 0.5.23 logs its server_args at startup and returns them from /server_info, API keys in clear text;
-    only a patched SGLang redacts them (patches 0006 and 0007)."""
-    if p.engine != "sglang" or not p.server.api_key_file:
-        yield _ok("patch_set.redact", "no API key handed to SGLang")
-        return
-    features: dict[str, str] = {}
-    named = "+".join(p.patch_set)
-    if p.patch_set:
-        from kimi_serve.patches import load_patch_set  # lazily: reads the manifest
-
-        try:
-            for name in p.patch_set:
-                features.update(load_patch_set(name).features)
-        except Exception:  # noqa: BLE001 - rule_patch_set reports a set that cannot be loaded
-            return
-    if FEATURE_REDACT in features:
-        yield _ok("patch_set.redact", f"patch set {named} keeps the API key out of SGLang's startup log")
-    else:
-        yield Finding(
-            "rules",
-            "patch_set.redact",
-            WARN,
-            f"the API key from server.api_key_file would be written to the journal by SGLang's startup log "
-            f"(server_args=...): patch set {named or '(none)'} does not cover {FEATURE_REDACT}",
-            f"use a patch set covering {FEATURE_REDACT} (patch_set: {PATCH_SET})",
-            p.where("patch_set"),
-        )
-    if FEATURE_REDACT_INFO in features:
-        yield _ok("patch_set.redact_server_info", f"patch set {named} keeps the API keys out of SGLang's /server_info")
-    else:
-        yield Finding(
-            "rules",
-            "patch_set.redact_server_info",
-            WARN,
-            f"SGLang's /server_info would return the API key and the admin key (and a launch command "
-            f"holding them) to every API client: patch set {named or '(none)'} does not cover "
-            f"{FEATURE_REDACT_INFO}",
-            f"use a patch set covering {FEATURE_REDACT_INFO} (patch_set: {PATCH_SET})",
-            p.where("patch_set"),
-        )
-
-
 def rule_allreduce(p: Profile, launch: Launch) -> Iterator[Finding]:
     env_value = p.env.get(PCIE_IPC_ENV)
     pcie_ipc = launch.env.get(PCIE_IPC_ENV) == "1"
     if p.allreduce.pcie_ipc and env_value is not None and str(env_value) != "1":
-        yield _bad(
+        yield bad(
             p,
             "env",
             f"env {PCIE_IPC_ENV}={env_value} contradicts allreduce.pcie_ipc: true (the env wins: "
@@ -285,7 +155,7 @@ def rule_allreduce(p: Profile, launch: Launch) -> Iterator[Finding]:
             f"remove {PCIE_IPC_ENV} from env, or set allreduce.pcie_ipc: false",
         )
     elif not p.allreduce.pcie_ipc and pcie_ipc:
-        yield _bad(
+        yield bad(
             p,
             "env",
             f"env {PCIE_IPC_ENV}=1 turns on the PCIe-IPC all-reduce that allreduce.pcie_ipc: false says is off",
@@ -293,7 +163,7 @@ def rule_allreduce(p: Profile, launch: Launch) -> Iterator[Finding]:
             status=WARN,
         )
     elif p.allreduce.nccl_symm_mem and pcie_ipc:
-        yield _bad(
+        yield bad(
             p,
             "allreduce.nccl_symm_mem",
             "NCCL symmetric memory takes precedence and bypasses the PCIe-IPC all-reduce",
@@ -301,74 +171,7 @@ def rule_allreduce(p: Profile, launch: Launch) -> Iterator[Finding]:
             status=WARN,
         )
     else:
-        yield _ok("allreduce", "all-reduce path consistent")
-
-
-def rule_auth(p: Profile, launch: Launch) -> Iterator[Finding]:
-    secret_flags = [a.split("=")[0] for a in launch.server_args if a.split("=")[0] in SECRET_FLAGS]
-    if secret_flags:
-        yield _bad(
-            p,
-            "extra_args",
-            f"{secret_flags[0]} puts a secret on the command line (visible in ps and the unit)",
-            "remove it and set server.api_key_file to a 0600 YAML file 'api-key: KEY'",
-        )
-    if is_loopback(p.server.host) or p.server.api_key_file:
-        yield _ok("server.api_key_file", "API reachable only locally or protected by an API key")
-    elif p.allow_unauthenticated:
-        yield _bad(
-            p,
-            "allow_unauthenticated",
-            f"binding {p.server.host} without an API key (allowed by the profile)",
-            "set server.api_key_file",
-            status=WARN,
-        )
-    else:
-        yield _bad(
-            p,
-            "server.host",
-            f"binding {p.server.host} without an API key exposes the server",
-            "set server.api_key_file, or allow_unauthenticated: true, or host: 127.0.0.1",
-        )
-
-
-def admin_key_required(p: Profile) -> bool:
-    """Whether the key file must hold a distinct admin-api-key: ``server.admin_key``, ``auto`` meaning a keyed profile
-    on a non-loopback host or behind a router (the host layer reads the file; this rule only sees the profile)."""
-    from kimi_serve.profile.topology import routed
-
-    if p.server.admin_key == "auto":
-        return bool(p.server.api_key_file) and (routed(p) or not is_loopback(p.server.host))
-    return bool(p.server.admin_key == "required")
-
-
-def rule_admin_key(p: Profile, _: Launch) -> Iterator[Finding]:
-    """SGLang lets the clients' api-key into its ~43 ADMIN_OPTIONAL endpoints unless an admin-api-key is set; the
-    router's worker management (/workers) is guarded by the admin key alone (kimi_serve/router/shim.py)."""
-    from kimi_serve.profile.topology import routed
-
-    if not p.server.api_key_file:
-        yield _ok("server.admin_key", "no API key: admin endpoints follow server.host's reach")
-    elif p.server.admin_key == "none" and routed(p):
-        yield _bad(
-            p,
-            "server.admin_key",
-            "a keyed router needs a distinct admin key: without one its worker management (/workers) would take "
-            "the clients' key, and any client could swap the replicas for its own server",
-            "set server.admin_key: required (or auto) and add 'admin-api-key: OTHER-KEY' to the key file",
-        )
-    elif p.server.admin_key == "none" and not is_loopback(p.server.host):
-        yield _bad(
-            p,
-            "server.admin_key",
-            f"binding {p.server.host} with one key for clients and admin: every client "
-            "can update weights, load LoRA tensors, pause or slow the server",
-            "set server.admin_key: required (or auto) and add 'admin-api-key: OTHER-KEY' to the key file",
-        )
-    elif admin_key_required(p):
-        yield _ok("server.admin_key", "the key file must hold a distinct admin-api-key (checked on the host)")
-    else:
-        yield _ok("server.admin_key", "loopback only: the clients' key may reach the admin endpoints")
+        yield ok("allreduce", "all-reduce path consistent")
 
 
 def rule_memory(p: Profile, _: Launch) -> Iterator[Finding]:
@@ -378,7 +181,7 @@ def rule_memory(p: Profile, _: Launch) -> Iterator[Finding]:
         if getattr(p.memory, k) is None
     ]
     if implicit:
-        yield _bad(
+        yield bad(
             p,
             f"memory.{implicit[0]}",
             f"{', '.join(implicit)} left to SGLang's auto-sizing",
@@ -386,7 +189,7 @@ def rule_memory(p: Profile, _: Launch) -> Iterator[Finding]:
             status=WARN,
         )
     else:
-        yield _ok("memory", "memory and CUDA-graph knobs explicit")
+        yield ok("memory", "memory and CUDA-graph knobs explicit")
 
 
 LOADER_FLAGS = (
@@ -400,14 +203,14 @@ def rule_loader(p: Profile, _: Launch) -> Iterator[Finding]:
     ld = p.loader
     dup = [f for f in LOADER_FLAGS if f in p.extra_args]
     if dup:
-        yield _bad(
+        yield bad(
             p,
             "extra_args",
             f"{dup[0]} in extra_args: the loader: section renders it (argparse would keep whichever comes last)",
             "set loader.multithread / num_threads / prefetch instead",
         )
     elif ld.multithread is False and ld.num_threads is not None:
-        yield _bad(
+        yield bad(
             p,
             "loader.num_threads",
             "loader.num_threads is ignored with loader.multithread: false",
@@ -415,7 +218,7 @@ def rule_loader(p: Profile, _: Launch) -> Iterator[Finding]:
             status=WARN,
         )
     elif ld.prefetch and ld.multithread is None and ld.num_threads is None:
-        yield _bad(
+        yield bad(
             p,
             "loader.prefetch",
             "with loader.prefetch and neither multithread nor num_threads set, SGLang loads single-threaded",
@@ -423,7 +226,7 @@ def rule_loader(p: Profile, _: Launch) -> Iterator[Finding]:
             status=WARN,
         )
     else:
-        yield _ok("loader", "weight-loader options consistent")
+        yield ok("loader", "weight-loader options consistent")
 
 
 def rule_flag_table(p: Profile, launch: Launch) -> Iterator[Finding]:

@@ -10,16 +10,15 @@ validation); its PCIe-IPC and torch symmetric-memory all-reduces build only for 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
+from kimi_serve.check.rule_kit import Rule, bad, ok
+from kimi_serve.core.findings import WARN, Finding
 from kimi_serve.core.net import is_loopback
 from kimi_serve.profile.flags import load_flag_table
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.topology import parse_worker, replicas, routed
-
-Rule = Callable[[Profile, Launch], Iterator[Finding]]
 
 # SGLang destinations that the nodes:/parallel: sections render (extra_args must not repeat them).
 TOPOLOGY_DESTS = {
@@ -47,20 +46,12 @@ def is_placeholder(host: str) -> bool:
     return any(addr.version == net.version and addr in net for net in DOC_NETS)
 
 
-def _ok(name: str, message: str) -> Finding:
-    return Finding("rules", name, PASS, message)
-
-
-def _bad(p: Profile, key: str, message: str, fix: str, status: str = FAIL) -> Finding:
-    return Finding("rules", key, status, message, fix, p.where(key))
-
-
 def rule_nodes(p: Profile, _: Launch) -> Iterator[Finding]:
     """Multi-node TP: a rank inside the group and a rank-0 address the other hosts can reach (tp x pp against the
     hosts' GPUs, SGLang's divisibility assertion included, is :func:`kimi_serve.check.rules.rule_parallel`)."""
     n = p.nodes
     if n.rank >= n.count:
-        yield _bad(
+        yield bad(
             p,
             "nodes.rank",
             f"nodes.rank {n.rank} is outside a group of nodes.count {n.count} (ranks 0..{n.count - 1})",
@@ -70,10 +61,10 @@ def rule_nodes(p: Profile, _: Launch) -> Iterator[Finding]:
         )
         return
     if n.count == 1:
-        yield _ok("nodes", "single host (no --nnodes)")
+        yield ok("nodes", "single host (no --nnodes)")
         return
     if not n.leader_host:
-        yield _bad(
+        yield bad(
             p,
             "nodes.leader_host",
             f"nodes.count {n.count} without nodes.leader_host: no --dist-init-addr, "
@@ -82,7 +73,7 @@ def rule_nodes(p: Profile, _: Launch) -> Iterator[Finding]:
         )
         return
     if is_loopback(n.leader_host):
-        yield _bad(
+        yield bad(
             p,
             "nodes.leader_host",
             f"nodes.leader_host {n.leader_host} is a loopback address: the ranks on the other hosts cannot reach it",
@@ -90,7 +81,7 @@ def rule_nodes(p: Profile, _: Launch) -> Iterator[Finding]:
         )
         return
     if is_placeholder(n.leader_host):
-        yield _bad(
+        yield bad(
             p,
             "nodes.leader_host",
             f"nodes.leader_host {n.leader_host} is a documentation address (a placeholder)",
@@ -100,7 +91,7 @@ def rule_nodes(p: Profile, _: Launch) -> Iterator[Finding]:
     role = (
         "serves the API" if n.rank == 0 else "serves no API (only a dummy /health): the contract is checked on rank 0"
     )
-    yield _ok("nodes", f"rank {n.rank} of {n.count}, rendezvous at {n.leader_host}:{n.leader_port}; this rank {role}")
+    yield ok("nodes", f"rank {n.rank} of {n.count}, rendezvous at {n.leader_host}:{n.leader_port}; this rank {role}")
 
 
 def rule_topology_flags(p: Profile, _: Launch) -> Iterator[Finding]:
@@ -109,7 +100,7 @@ def rule_topology_flags(p: Profile, _: Launch) -> Iterator[Finding]:
     for arg in p.extra_args:
         opt = table.lookup(arg.split("=", 1)[0])
         if opt is not None and opt.dest in TOPOLOGY_DESTS:
-            yield _bad(
+            yield bad(
                 p,
                 "extra_args",
                 f"{arg.split('=', 1)[0]} in extra_args: the topology sections render it",
@@ -123,7 +114,7 @@ def rule_pipeline(p: Profile, _: Launch) -> Iterator[Finding]:
     if pp == 1:
         return
     if s.enabled and s.algorithm != "EAGLE":
-        yield _bad(
+        yield bad(
             p,
             "parallel.pp_size",
             f"pp_size {pp} with {s.algorithm}: SGLang 0.5.23's pipeline parallelism "
@@ -131,14 +122,14 @@ def rule_pipeline(p: Profile, _: Launch) -> Iterator[Finding]:
             "set speculative.enabled: false, or parallel.pp_size: 1 (TP only)",
         )
     else:
-        yield _ok("parallel.pp_size", f"PP={pp} (SGLang turns overlap scheduling off under pipeline parallelism)")
+        yield ok("parallel.pp_size", f"PP={pp} (SGLang turns overlap scheduling off under pipeline parallelism)")
 
 
 def rule_multinode_allreduce(p: Profile, _: Launch) -> Iterator[Finding]:
     """The fast all-reduce paths of this box are single-node: what they do when the TP group spans hosts."""
     ar, tp = p.allreduce, p.parallel.tp_size
     if p.nodes.count > 1 and ar.flashinfer_fusion_backend:
-        yield _bad(
+        yield bad(
             p,
             "allreduce.flashinfer_fusion_backend",
             f"FlashInfer all-reduce fusion "
@@ -147,7 +138,7 @@ def rule_multinode_allreduce(p: Profile, _: Launch) -> Iterator[Finding]:
             "set allreduce.flashinfer_fusion_backend: null on a multi-node profile",
         )
     if ar.pcie_ipc and tp not in PCIE_IPC_WORLD_SIZES:
-        yield _bad(
+        yield bad(
             p,
             "allreduce.pcie_ipc",
             f"the PCIe-IPC all-reduce builds for TP groups of "
@@ -157,7 +148,7 @@ def rule_multinode_allreduce(p: Profile, _: Launch) -> Iterator[Finding]:
             status=WARN,
         )
     if ar.torch_symm_mem and tp not in TORCH_SYMM_MEM_WORLD_SIZES:
-        yield _bad(
+        yield bad(
             p,
             "allreduce.torch_symm_mem",
             f"torch symmetric memory builds for TP groups of "
@@ -183,7 +174,7 @@ def rule_interconnect(p: Profile, _: Launch) -> Iterator[Finding]:
             f"PP{p.parallel.pp_size} sends activations between hosts once per stage boundary (cheaper than TP's "
             "all-reduces every layer), but EAGLE-3 is unavailable and overlap scheduling is off"
         )
-    yield _bad(
+    yield bad(
         p,
         "nodes.count",
         f"{cost}; prefer replicas (one box each, behind the router) unless the model does not fit one box",
@@ -191,7 +182,7 @@ def rule_interconnect(p: Profile, _: Launch) -> Iterator[Finding]:
         status=WARN,
     )
     if str(p.env.get(IB_DISABLE_ENV, "")) == "1":
-        yield _bad(
+        yield bad(
             p,
             f"env.{IB_DISABLE_ENV}" if f"env.{IB_DISABLE_ENV}" in p.lines else "env",
             f"{IB_DISABLE_ENV}=1 on a multi-node profile: NCCL between the hosts uses TCP sockets (right "
@@ -207,30 +198,30 @@ def rule_replicas(p: Profile, _: Launch) -> Iterator[Finding]:
     r, n = p.router, p.replicas
     workers = list(r.workers)
     if workers and len(workers) != n:
-        yield _bad(
+        yield bad(
             p,
             "router.workers",
             f"router.workers lists {len(workers)} replica address(es), replicas is {n}",
             f"set replicas: {len(workers)}, or list one HOST:PORT per replica",
         )
         return
-    bad = [w for w in workers if parse_worker(w) is None]
-    if bad:
-        yield _bad(
+    malformed = [w for w in workers if parse_worker(w) is None]
+    if malformed:
+        yield bad(
             p,
             "router.workers",
-            f"router.workers entry {bad[0]!r} is not HOST:PORT",
+            f"router.workers entry {malformed[0]!r} is not HOST:PORT",
             "write each replica as HOST:PORT (IPv6 as [ADDR]:PORT)",
         )
         return
     parsed = [parse_worker(w) for w in workers]
     if len(set(parsed)) != len(parsed):
         dup = next(w for i, w in enumerate(workers) if parsed[i] in parsed[:i])
-        yield _bad(p, "router.workers", f"router.workers names {dup!r} twice", "list each replica once")
+        yield bad(p, "router.workers", f"router.workers names {dup!r} twice", "list each replica once")
         return
     placeholders = [w for w, hp in zip(workers, parsed, strict=True) if hp and is_placeholder(hp[0])]
     if placeholders:
-        yield _bad(
+        yield bad(
             p,
             "router.workers",
             f"router.workers {', '.join(placeholders)}: documentation addresses (placeholders)",
@@ -238,13 +229,13 @@ def rule_replicas(p: Profile, _: Launch) -> Iterator[Finding]:
             status=WARN,
         )
     if n == 1:
-        yield _ok("replicas", "one replica: no router")
+        yield ok("replicas", "one replica: no router")
         return
     if p.nodes.count > 1:
         yield from _multinode_replicas(p, [w[0] for w in parsed if w])
         return
     if workers:
-        yield _ok("replicas", f"{n} replicas on their own hosts behind the router ({', '.join(workers)})")
+        yield ok("replicas", f"{n} replicas on their own hosts behind the router ({', '.join(workers)})")
         return
     yield from _local_replicas(p)
 
@@ -252,7 +243,7 @@ def rule_replicas(p: Profile, _: Launch) -> Iterator[Finding]:
 def _multinode_replicas(p: Profile, worker_hosts: list[str]) -> Iterator[Finding]:
     leader = p.nodes.leader_host
     if not worker_hosts:
-        yield _bad(
+        yield bad(
             p,
             "router.workers",
             f"{p.replicas} replicas of {p.nodes.count} nodes each cannot run on this "
@@ -260,7 +251,7 @@ def _multinode_replicas(p: Profile, worker_hosts: list[str]) -> Iterator[Finding
             "set router.workers to the rank-0 HOST:PORT of every replica",
         )
     elif leader and leader not in worker_hosts:
-        yield _bad(
+        yield bad(
             p,
             "nodes.leader_host",
             f"rank 0 ({leader}) is not one of router.workers: the router must send "
@@ -268,13 +259,13 @@ def _multinode_replicas(p: Profile, worker_hosts: list[str]) -> Iterator[Finding
             "list this replica's rank 0 in router.workers (other replicas: --set nodes.leader_host=THEIR_RANK0)",
         )
     else:
-        yield _ok("replicas", f"{p.replicas} replicas of {p.nodes.count} nodes each; the router sends to each rank 0")
+        yield ok("replicas", f"{p.replicas} replicas of {p.nodes.count} nodes each; the router sends to each rank 0")
 
 
 def _local_replicas(p: Profile) -> Iterator[Finding]:
     r, n, port = p.router, p.replicas, p.server.port
     if p.engine == "sglang":
-        yield _bad(
+        yield bad(
             p,
             "replicas",
             f"{n} local replicas of {p.gpus} GPUs each need {n * p.gpus} GPUs on this host, and "
@@ -285,14 +276,14 @@ def _local_replicas(p: Profile) -> Iterator[Finding]:
         return
     ports = [rep.port for rep in replicas(p)]  # where the deployment puts them (profile/topology.py)
     if ports[-1] > 65535:
-        yield _bad(
+        yield bad(
             p,
             "server.port",
             f"replica {n - 1} would listen at {ports[-1]} (server.port {port} + {n - 1})",
             f"set server.port at most {65536 - n}",
         )
     elif r.port in ports:
-        yield _bad(
+        yield bad(
             p,
             "router.port",
             f"router.port {r.port} is replica {r.port - port}'s port (replicas listen at "
@@ -301,14 +292,14 @@ def _local_replicas(p: Profile) -> Iterator[Finding]:
         )
     elif r.metrics_port in ports or r.metrics_port == r.port:
         what = "router.port" if r.metrics_port == r.port else f"replica {r.metrics_port - port}'s port"
-        yield _bad(
+        yield bad(
             p,
             "router.metrics_port",
             f"router.metrics_port {r.metrics_port} is {what}",
             "give the router's Prometheus endpoint a port of its own",
         )
     else:
-        yield _ok(
+        yield ok(
             "replicas",
             f"{n} local replicas at {port}..{ports[-1]}, router at {r.port}, router metrics at {r.metrics_port}",
         )
@@ -320,19 +311,19 @@ def rule_router_auth(p: Profile, _: Launch) -> Iterator[Finding]:
         return
     r = p.router
     if p.server.api_key_file:
-        yield _ok(
+        yield ok(
             "router.host",
             "the router gets the API key through kimi-serve's shim (never on its command "
             "line): it requires the key from clients and sends it to the replicas",
         )
     elif is_loopback(r.host):
-        yield _ok(
+        yield ok(
             "router.host",
             "router reachable only locally; no key: it forwards the clients' Authorization "
             "header, and every replica must run without a key (its health checks would get 401)",
         )
     elif p.allow_unauthenticated:
-        yield _bad(
+        yield bad(
             p,
             "allow_unauthenticated",
             f"router binding {r.host} without an API key (allowed by the profile)",
@@ -340,7 +331,7 @@ def rule_router_auth(p: Profile, _: Launch) -> Iterator[Finding]:
             status=WARN,
         )
     else:
-        yield _bad(
+        yield bad(
             p,
             "router.host",
             f"router binding {r.host} without an API key exposes every replica",
@@ -353,14 +344,14 @@ def rule_ports(p: Profile, _: Launch) -> Iterator[Finding]:
     are: local ones are :func:`_local_replicas`'), and rank 0's API beside its torch.distributed rendezvous."""
     r, n = p.router, p.nodes
     if routed(p) and r.workers and r.metrics_port == r.port:
-        yield _bad(
+        yield bad(
             p,
             "router.metrics_port",
             f"router.metrics_port {r.metrics_port} is router.port",
             "give the router's Prometheus endpoint a port of its own",
         )
     if n.count > 1 and n.leader_port == p.server.port:
-        yield _bad(
+        yield bad(
             p,
             "nodes.leader_port",
             f"nodes.leader_port {n.leader_port} is server.port: rank 0 listens on both",

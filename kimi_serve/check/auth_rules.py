@@ -1,0 +1,81 @@
+"""The access rules: who may reach the API (an API key, or loopback only) and the admin endpoints (a distinct
+admin-api-key when the API is reachable beyond this host), and no key given on the command line."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kimi_serve.check.rule_kit import bad, ok
+from kimi_serve.core.findings import WARN, Finding
+from kimi_serve.core.net import is_loopback
+from kimi_serve.profile.launch import Launch
+from kimi_serve.profile.loader import Profile
+
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
+
+
+def rule_auth(p: Profile, launch: Launch) -> Iterator[Finding]:
+    secret_flags = [a.split("=")[0] for a in launch.server_args if a.split("=")[0] in SECRET_FLAGS]
+    if secret_flags:
+        yield bad(
+            p,
+            "extra_args",
+            f"{secret_flags[0]} puts a secret on the command line (visible in ps and the unit)",
+            "remove it and set server.api_key_file to a 0600 YAML file 'api-key: KEY'",
+        )
+    if is_loopback(p.server.host) or p.server.api_key_file:
+        yield ok("server.api_key_file", "API reachable only locally or protected by an API key")
+    elif p.allow_unauthenticated:
+        yield bad(
+            p,
+            "allow_unauthenticated",
+            f"binding {p.server.host} without an API key (allowed by the profile)",
+            "set server.api_key_file",
+            status=WARN,
+        )
+    else:
+        yield bad(
+            p,
+            "server.host",
+            f"binding {p.server.host} without an API key exposes the server",
+            "set server.api_key_file, or allow_unauthenticated: true, or host: 127.0.0.1",
+        )
+
+
+def admin_key_required(p: Profile) -> bool:
+    """Whether the key file must hold a distinct admin-api-key: ``server.admin_key``, ``auto`` meaning a keyed profile
+    on a non-loopback host or behind a router (the host layer reads the file; this rule only sees the profile)."""
+    from kimi_serve.profile.topology import routed
+
+    if p.server.admin_key == "auto":
+        return bool(p.server.api_key_file) and (routed(p) or not is_loopback(p.server.host))
+    return bool(p.server.admin_key == "required")
+
+
+def rule_admin_key(p: Profile, _: Launch) -> Iterator[Finding]:
+    """SGLang lets the clients' api-key into its ~43 ADMIN_OPTIONAL endpoints unless an admin-api-key is set; the
+    router's worker management (/workers) is guarded by the admin key alone (kimi_serve/router/shim.py)."""
+    from kimi_serve.profile.topology import routed
+
+    if not p.server.api_key_file:
+        yield ok("server.admin_key", "no API key: admin endpoints follow server.host's reach")
+    elif p.server.admin_key == "none" and routed(p):
+        yield bad(
+            p,
+            "server.admin_key",
+            "a keyed router needs a distinct admin key: without one its worker management (/workers) would take "
+            "the clients' key, and any client could swap the replicas for its own server",
+            "set server.admin_key: required (or auto) and add 'admin-api-key: OTHER-KEY' to the key file",
+        )
+    elif p.server.admin_key == "none" and not is_loopback(p.server.host):
+        yield bad(
+            p,
+            "server.admin_key",
+            f"binding {p.server.host} with one key for clients and admin: every client "
+            "can update weights, load LoRA tensors, pause or slow the server",
+            "set server.admin_key: required (or auto) and add 'admin-api-key: OTHER-KEY' to the key file",
+        )
+    elif admin_key_required(p):
+        yield ok("server.admin_key", "the key file must hold a distinct admin-api-key (checked on the host)")
+    else:
+        yield ok("server.admin_key", "loopback only: the clients' key may reach the admin endpoints")
