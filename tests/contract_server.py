@@ -1,7 +1,7 @@
 """STAND-IN for SGLang's OpenAI server, for verify's tests and benchmark: not SGLang, not a model.
 
 A stdlib ThreadingHTTPServer on 127.0.0.1 that answers /health, /v1/models, /model_info and /v1/chat/completions
-with SGLang 0.5.23's wire shapes (reference sglang-0.5.23.md §6-§7), playing either correct behaviour or one failure
+with SGLang 0.5.23's wire shapes (docs/verify.md), playing either correct behaviour or one failure
 class (``mode``). It "answers" each probe prompt with a fixed turn chosen from the request (tools offered, tool
 result in history, thinking on/off), then shapes it the way a correctly or wrongly configured server would.
 """

@@ -8,8 +8,8 @@ on stdout. Like SGLang it starts one "scheduler" process per rank (they only sle
 SIGKILLs its children and itself (status -9). Scenarios:
 
   ok                 full start, real HTTP /health (503 while warming, then 200) on --port, runs until SIGTERM (exit 0)
-  cuda_oom           TP3 hits torch.OutOfMemoryError at KV-cache allocation -> exit -9            (reference §5b)
-  nccl_error         a rank fails in NCCL init with "RuntimeError: NCCL error: ..." -> exit -9     (reference §3)
+  cuda_oom           TP3 hits torch.OutOfMemoryError at KV-cache allocation -> exit -9            (docs/sglang-startup-log.md)
+  nccl_error         a rank fails in NCCL init with "RuntimeError: NCCL error: ..." -> exit -9     (docs/sglang-startup-log.md)
   nccl_hang          "Init parallel begin." then silence forever; ranks ignore SIGTERM, no PDEATHSIG (worst case)
   crash_after_ready  ok, then a scheduler crashes (-6) and the watchdog takes everything down -> exit -9
   stuck_stop         ok, but the main process ignores SIGTERM (only SIGKILL ends it)

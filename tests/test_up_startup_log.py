@@ -1,4 +1,4 @@
-"""The start-up log reader on SGLang 0.5.23 log shapes (sglang-startup-log.md §1-§5 and a real CPU run's lines)."""
+"""The start-up log reader on SGLang 0.5.23 log shapes (docs/sglang-startup-log.md and a real CPU run's lines)."""
 
 from __future__ import annotations
 

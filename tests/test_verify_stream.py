@@ -1,4 +1,4 @@
-"""SSE reassembly and the per-answer rules, on hand-written wire text (SGLang 0.5.23 shapes, reference §6)."""
+"""SSE reassembly and the per-answer rules, on hand-written wire text (SGLang 0.5.23 shapes, docs/verify.md)."""
 
 from __future__ import annotations
 
