@@ -231,10 +231,10 @@ def _change(
     return _call(_by_role(functions, "read"), path=("path", file))  # a change it cannot spell out: read first
 
 
-Plan = tuple[list[tuple[dict[str, Any], dict[str, Any]]], str]
+CallPlan = tuple[list[tuple[dict[str, Any], dict[str, Any]]], str]
 
 
-def plan(functions: list[dict[str, Any]], prompt: str) -> Plan | None:
+def plan(functions: list[dict[str, Any]], prompt: str) -> CallPlan | None:
     """The calls an everyday agent request asks for, as (function, named argument values) in the order asked, and
     the rest of the request ("... and get the weather in Tokyo": for the other tools, decision.py); no calls for a
     greeting; None when the request is none of these (decision.py decides, among :func:`safe` tools)."""
