@@ -493,7 +493,6 @@ SECTIONS: dict[str, dict[str, Key]] = {
 }
 
 TOP_LEVEL_ONLY = {"extends"}
-SECTION_NAMES = tuple(name for name in SECTIONS if name)
 
 
 def default_of(key_path: str) -> Any:
