@@ -95,7 +95,7 @@ class SimulatorPool:
         """A ready simulator with ``flags`` (plus ``--config`` with the keys, and a free ``--port``)."""
         ident = (tuple(flags), step, key, admin_key)
         sim = self._running.get(ident)
-        if sim is not None and sim.process.poll() is None:
+        if sim is not None and sim.server.proc.poll() is None:
             return sim
         run = self.directory / f"sim-{len(self._running)}"
         run.mkdir()

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_bench import expected_tok_s
 
 from kimi_serve.bench.report import MODEL_NOTICE
 from kimi_serve.simulator.perf import PerfModel, PerfParams, SpecSettings
@@ -54,8 +55,8 @@ def test_the_model_implies_a_crossover_between_1_and_8() -> None:
     params = PerfParams.from_json(json.dumps(PERF))
     spec = PerfModel(params, SpecSettings("EAGLE3", 3, 1, 4), 48)
     base = PerfModel(params, None, 128)
-    assert spec.expected_tok_s(1) > 1.15 * base.expected_tok_s(1)
-    assert base.expected_tok_s(8) > 1.2 * spec.expected_tok_s(8)
+    assert expected_tok_s(spec, 1) > 1.15 * expected_tok_s(base, 1)
+    assert expected_tok_s(base, 8) > 1.2 * expected_tok_s(spec, 8)
 
 
 def test_ab_on_the_simulator_finds_the_models_crossover_and_resumes(tmp_path: Path, sglang_python: str, cli) -> None:

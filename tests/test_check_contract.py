@@ -52,7 +52,7 @@ def test_the_dry_run_paces_and_waits_like_up(sglang_python, write_profile, tmp_p
     profile = load_profile(str(write_profile(profile_text)) if profile_text else "sim")
     pending = start_contract_dryrun(profile, stand_in_key=True, log_dir=tmp_path)
     try:
-        env = _child_env(pending.sim.process.pid)
+        env = _child_env(pending.sim.server.proc.pid)
     finally:
         pending.cancel()
     assert env.get(SIM_STEP_ENV) == server_env(launch_for(profile)).get(SIM_STEP_ENV)

@@ -9,7 +9,16 @@ import pytest
 import yaml
 
 from kimi_serve.profile.loader import dump_profile, load_profile
-from kimi_serve.profile.schema import all_key_paths
+from kimi_serve.profile.schema import SECTIONS, TOP_LEVEL_ONLY
+
+
+def all_key_paths() -> list[str]:
+    """Every key path the schema knows, e.g. ``server.port``; top-level keys have no prefix."""
+    paths = sorted(TOP_LEVEL_ONLY)
+    for section, keys in SECTIONS.items():
+        paths.extend(f"{section}.{k}" if section else k for k in keys)
+    return paths
+
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from test_profile import all_key_paths
 
 from kimi_serve.check.deployment import plan_deployment
 from kimi_serve.check.launch import fast_validate
@@ -24,7 +25,7 @@ from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.resources import resource_dir
 from kimi_serve.k8s.manifests import render_manifests, to_yaml
 from kimi_serve.profile.loader import dump_profile, load_profile
-from kimi_serve.profile.schema import SECTIONS, all_key_paths
+from kimi_serve.profile.schema import SECTIONS
 
 SEED = 20261204
 CASES = 320

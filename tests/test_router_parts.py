@@ -286,7 +286,7 @@ def test_the_readiness_line_counts_the_expected_workers() -> None:
 
 
 def test_up_waits_for_every_replica_not_every_listed_worker() -> None:
-    """The router lists 1 of 2 replicas, all healthy (`all_healthy` holds): `up` does not call it ready, and its
+    """The router lists 1 of 2 replicas, all healthy: `up` does not call it ready, and its
     timeout names 1/2."""
     from types import SimpleNamespace
 

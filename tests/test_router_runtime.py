@@ -22,7 +22,7 @@ import pytest
 from up_helpers import UpProcess, live_group
 
 from kimi_serve.router.client import router_health
-from kimi_serve.service.gates import worker_ids
+from kimi_serve.service.gates import wait_router, worker_ids
 
 KEY, ADMIN = "router-test-key-5f2c", "router-admin-key-8e41"
 
@@ -147,8 +147,11 @@ def test_up_sim_dp2_serves_through_the_real_router(tmp_path: Path, sglang_python
         assert _status_without_key(router_port) == 401
         assert _chat(router_port, KEY).choices[0].message is not None
         view = router_health(f"http://127.0.0.1:{router_port}", ADMIN)  # /workers: the admin key only
-        assert view.all_healthy and view.total == 2 and view.listed, view
-        assert view.others_healthy(f"http://127.0.0.1:{base + 1}") == 1  # what a rolling restart asks first
+        assert view.healthy == view.total == 2 and view.listed, view
+        # what a rolling restart asks first: another healthy worker than the one it is about to stop
+        assert wait_router(
+            f"127.0.0.1:{router_port}", ADMIN, minimum=1, wait=0, exclude=f"http://127.0.0.1:{base + 1}"
+        )[0]
         assert not router_health(f"http://127.0.0.1:{router_port}", KEY).listed
 
         # the router's worker management: the clients' key is refused; a worker added with the admin key (behind

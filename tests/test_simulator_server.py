@@ -94,7 +94,7 @@ def _start(
     seen: list[tuple[float, int]] = []
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        assert sim.process.poll() is None, sim.log_tail()
+        assert sim.server.proc.poll() is None, sim.log_tail()
         try:
             code = _get(sim.base_url + "/health")
         except (urllib.error.URLError, OSError):

@@ -18,26 +18,7 @@ MODEL_NOTICE = (
     "MODEL numbers: the servers are kimi-serve simulators paced by a performance model "
     "(docs/simulator.md), not measurements of a GPU server"
 )
-TOP_KEYS = (
-    "schema",
-    "schema_version",
-    "kimi_serve_version",
-    "created",
-    "simulated",
-    "notice",
-    "workload",
-    "concurrency",
-    "repeat",
-    "profiles",
-    "results",
-    "verdicts",
-    "crossover",
-    "charts",
-    "charts_skipped",
-)
 PROFILE_KEYS = ("name", "role", "source", "base_url", "fingerprint", "simulated", "speedup", "perf_model")
-SUMMARY_KEYS = ("repeats", *(name for name, _u, _h in vd.FIGURES.values()))
-VERDICT_KEYS = ("concurrency", "winner", "margin_pct", "overlap", "text")
 
 
 def build(

@@ -19,6 +19,7 @@ from typing import Any
 
 from kimi_serve.bench.loadgen import BenchEndpoint
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.net import host_port
 from kimi_serve.core.settings import SIM_PERF_ENV, SIM_SPEEDUP_ENV
 from kimi_serve.profile.loader import Profile
 
@@ -131,7 +132,7 @@ def bring_up(profile: Profile, log_dir: Path, knobs: SimKnobs, say: Say) -> Iter
         preflight(profile, launch, say)
     key_file = launch.api_key_file
     api_key = read_key_file(Path(key_file), profile.where("server.api_key_file")) if key_file else None
-    target = parse_target(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    target = parse_target(host_port(host, port))
     log_path = log_dir / f"server-{profile.name}.log"
     say(f"{profile.name}: starting {launch.engine} on {target.base_url} (log {log_path})")
     server = ready.start(argv, env, log_path, where=profile.name)

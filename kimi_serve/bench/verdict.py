@@ -27,15 +27,9 @@ FIGURES: dict[str, tuple[str, str, bool]] = {
     "accept_length": ("accept_length", "tokens/step", True),
     "errors": ("errors", "requests", False),
 }
-_TIME_FIGURES = {
-    "median_ttft_ms",
-    "p99_ttft_ms",
-    "median_itl_ms",
-    "p99_itl_ms",
-    "median_e2e_latency_ms",
-    "p99_e2e_latency_ms",
-}
-_RATE_FIGURES = {"output_throughput", "request_throughput"}
+# what a simulator run faster than the model scales: its times up, its rates down (read from FIGURES' units)
+_TIME_FIGURES = {k for k, (_name, unit, _higher) in FIGURES.items() if unit == "ms"}
+_RATE_FIGURES = {k for k, (_name, unit, _higher) in FIGURES.items() if unit.endswith("/s")}
 
 
 def to_model_time(cell: dict[str, Any], speedup: float) -> dict[str, Any]:

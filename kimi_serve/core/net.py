@@ -25,7 +25,11 @@ def connect_host(host: str) -> str:
     return WILDCARDS.get(host, host)
 
 
+def host_port(host: str, port: int) -> str:
+    """``HOST:PORT`` as a client or a flag names it: an IPv6 address in brackets (``[::1]:30000``)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def client_url(host: str, port: int) -> str:
     """``http://HOST:PORT`` for a local client of a server bound to ``host`` (``[V6]`` for an IPv6 address)."""
-    host = connect_host(host)
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"http://{host_port(connect_host(host), port)}"

@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from kimi_serve.core.net import host_port
 from kimi_serve.core.proc import python_argv
 from kimi_serve.profile.loader import Profile
 
@@ -31,7 +32,7 @@ class Launch:
     @property
     def endpoint(self) -> str:
         """``HOST:PORT`` as a client names it (``[V6]:PORT`` for an IPv6 host); verify maps 0.0.0.0 to loopback."""
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return host_port(self.host, self.port)
 
     def shell(self) -> str:
         """One line that runs exactly this launch when pasted into a POSIX shell: ``env K=V ... CMD ARGS``, every
@@ -125,8 +126,7 @@ def node_args(profile: Profile) -> list[str]:
         return []
     a = ["--nnodes", str(n.count), "--node-rank", str(n.rank)]
     if n.leader_host:
-        host = f"[{n.leader_host}]" if ":" in n.leader_host else n.leader_host
-        a += ["--dist-init-addr", f"{host}:{n.leader_port}"]
+        a += ["--dist-init-addr", host_port(n.leader_host, n.leader_port)]
     return a
 
 

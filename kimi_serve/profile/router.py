@@ -15,7 +15,6 @@ from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.topology import replicas
 
-ROUTER_MODULE = "sglang_router.launch_router"  # what the shim stands in for (its launcher, minus the imports)
 ROUTER_SHIM_MODULE = "kimi_serve.router.shim"
 
 

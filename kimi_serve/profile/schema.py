@@ -493,15 +493,6 @@ SECTIONS: dict[str, dict[str, Key]] = {
 }
 
 TOP_LEVEL_ONLY = {"extends"}
-SECTION_NAMES = tuple(name for name in SECTIONS if name)
-
-
-def all_key_paths() -> list[str]:
-    """Every documented key path, e.g. ``server.port``; top-level keys have no prefix."""
-    paths = sorted(TOP_LEVEL_ONLY)
-    for section, keys in SECTIONS.items():
-        paths.extend(f"{section}.{k}" if section else k for k in keys)
-    return paths
 
 
 def default_of(key_path: str) -> Any:

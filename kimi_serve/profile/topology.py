@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kimi_serve.core.net import host_port
 from kimi_serve.profile.loader import Profile
 
 
@@ -21,7 +22,7 @@ class Replica:
 
     @property
     def endpoint(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return host_port(self.host, self.port)
 
     @property
     def url(self) -> str:

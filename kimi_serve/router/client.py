@@ -9,8 +9,8 @@ routes need the clients' key (401 without) while ``/readiness``, ``/health`` and
 ``--control-plane-api-keys`` (which kimi-serve's shim always sets for a keyed router) ``/workers`` takes only the
 control plane's admin key, the key file's ``admin-api-key`` (:func:`admin_key_of`), and refuses the clients' (401).
 The key is sent whenever given. Used by `up` (ready = every worker healthy; while supervising: the router's worker
-set must be the profile's replicas, :meth:`RouterHealth.membership`) and by the rolling restart (never leave the
-router with zero healthy workers: :meth:`RouterHealth.others_healthy`). Every request goes through verify's
+set must be the profile's replicas, :meth:`RouterHealth.membership`; the rolling restart asks the router through
+:mod:`kimi_serve.service.gates`). Every request goes through verify's
 deadline transport (:mod:`kimi_serve.core.http`): it ends within its timeout, also against a router
 that trickles.
 """
@@ -45,17 +45,8 @@ class RouterHealth:
     detail: str = ""  # why not reachable, or the router's reason
     listed: bool = False  # /workers answered with the list (the key opened the control plane)
 
-    @property
-    def all_healthy(self) -> bool:
-        return self.reachable and self.total > 0 and self.healthy == self.total
-
     def worker(self, url: str) -> WorkerHealth | None:
         return next((w for w in self.workers if w.url.rstrip("/") == url.rstrip("/")), None)
-
-    def others_healthy(self, url: str) -> int:
-        """Healthy workers besides ``url``: taking that one down leaves the router this many (a rolling restart
-        needs at least 1)."""
-        return sum(w.healthy for w in self.workers if w.url.rstrip("/") != url.rstrip("/"))
 
     def membership(self, expected: Iterable[str]) -> tuple[list[str], list[str]]:
         """(missing, unexpected): the ``expected`` worker URLs the router does not list, and the workers it lists that

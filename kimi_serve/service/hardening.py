@@ -16,7 +16,6 @@ from kimi_serve.host.unit_reach import HOME_TREES
 
 CACHE_NAME = "kimi-serve"  # CacheDirectory=: /var/cache/kimi-serve, created and owned by systemd for User=
 CACHE_ROOT = f"/var/cache/{CACHE_NAME}"
-LEVELS = ("strict", "relaxed", "off")
 _HOME_TREES = tuple(f"{tree}/" for tree in HOME_TREES)  # what ProtectHome= hides
 
 # (variable, path under the cache root): where each JIT or download cache goes instead of $HOME.

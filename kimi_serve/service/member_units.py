@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kimi_serve.check.deployment import ROUTER, Member, deployment_of, router_unit
 from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.net import host_port
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.topology import routed
@@ -75,12 +76,11 @@ def router_wait_argv(profile: Profile, router: Launch, ctx: UnitContext) -> list
 
 def joined_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]:
     n = profile.nodes
-    leader = f"[{n.leader_host}]" if ":" in (n.leader_host or "") else str(n.leader_host)
     return [
         ctx.kimi_serve,
         "wait-joined",
         "--leader",
-        f"{leader}:{n.leader_port}",
+        host_port(str(n.leader_host), n.leader_port),
         "--host",
         launch.host,
         "--port",

@@ -172,30 +172,16 @@ def rolling_restart(
                 f"the router {endpoint} reports no healthy worker other than replica {index} after {wait:.0f}s "
                 f"({state}): restarting it would leave clients with none"
             )
-            if n == 0:
-                raise KimiServeError(
-                    message,
-                    where=f"replica {index}",
-                    exit_code=ExitCode.ENVIRONMENT,
-                    hint="bring another replica up first (kimi-serve status shows which), then run restart again",
-                )
-            result.add(f"stop the roll before {plan.paths.unit}", "failed", message)
-            result.exit_code = ExitCode.FAILED
+            hint = "bring another replica up first (kimi-serve status shows which), then run restart again"
+            _stop_before(result, plan.paths.unit, index, first=n == 0, message=message, hint=hint)
             break
         result.add(f"router {endpoint} before {plan.paths.unit}", "done", state)
         t0 = time.monotonic()
         problem = remove_worker(endpoint, key, url, wait)
         if problem:
             message = f"cannot take replica {index} out of the router's rotation: {problem}"
-            if n == 0:
-                raise KimiServeError(
-                    message,
-                    where=f"replica {index}",
-                    exit_code=ExitCode.ENVIRONMENT,
-                    hint="check the router (kimi-serve status), then run restart again",
-                )
-            result.add(f"stop the roll before {plan.paths.unit}", "failed", message)
-            result.exit_code = ExitCode.FAILED
+            hint = "check the router (kimi-serve status), then run restart again"
+            _stop_before(result, plan.paths.unit, index, first=n == 0, message=message, hint=hint)
             break
         result.add(f"take {url} out of the router's rotation", "done", f"DELETE /workers; drain {DRAIN_S:g}s")
         time.sleep(DRAIN_S)
@@ -242,6 +228,15 @@ def rolling_restart(
     else:
         result.add(f"restart {router_plan.paths.unit}", "skipped", "its unit is unchanged: the router keeps serving")
     return result, rolled
+
+
+def _stop_before(result: Result, unit: str, index: int, *, first: bool, message: str, hint: str) -> None:
+    """The roll cannot take replica ``index`` out: refused outright when it is the first (nothing changed yet), else
+    the roll stops there, failed, with the replicas before it restarted."""
+    if first:
+        raise KimiServeError(message, where=f"replica {index}", exit_code=ExitCode.ENVIRONMENT, hint=hint)
+    result.add(f"stop the roll before {unit}", "failed", message)
+    result.exit_code = ExitCode.FAILED
 
 
 def restart_deployment(

@@ -21,11 +21,11 @@ from typing import Any
 from kimi_serve.simulator import intent
 from kimi_serve.simulator.schema_strings import FILE_LIKE
 
-_NUMBER_WORDS: dict[str, int] = intent.WORDS["number_words"]
-_STOP_WORDS = frozenset(intent.WORDS["stop_words"])
+_NUMBER_WORDS: dict[str, int] = intent.words()["number_words"]
+_STOP_WORDS = frozenset(intent.words()["stop_words"])
 # Words (Chinese mostly; stems elsewhere) for what tools commonly do, so a prompt in another language can match an
 # English tool name or description.
-_GLOSSES: dict[str, str] = intent.WORDS["glosses"]
+_GLOSSES: dict[str, str] = intent.words()["glosses"]
 _DECLINES = re.compile(
     r"\b(?:do\s+not|don'?t|never|shouldn'?t|should\s+not|must\s+not|please\s+don'?t)\s+(?:use|call|invoke|run)\s+"
     r"(?:any\s+|a\s+|the\s+)?(?:tools?|functions?|tool\s+calls?)\b"
@@ -62,7 +62,7 @@ _QUOTED = re.compile(
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]+")
 # Common Chinese function and request words: what is left of a CJK run without them is a value (a place, a name).
 # Longest first, so a run is cut at the longest word that starts there.
-_CJK_COMMON = sorted(intent.WORDS["cjk_common"], key=len, reverse=True)
+_CJK_COMMON = sorted(intent.words()["cjk_common"], key=len, reverse=True)
 
 
 def offered(

@@ -29,10 +29,7 @@ from kimi_serve.simulator.schema_strings import FILLER
 from kimi_serve.simulator.stops import find_stop, holds_back
 from kimi_serve.simulator.validate import RequestChecks
 
-# Kept for importers: an EAGLE-3 accept pattern (steps 3, topk 1). The clock draws accept lengths from the model now.
-ACCEPT_PATTERN = (3, 4, 2, 3, 4, 1, 3, 3)
 STOP_TOKEN_ID = 163586  # <|im_end|>
-IGNORE_EOS_FILLER = " The simulated model keeps decoding because ignore_eos is set."
 CHAT_REQUEST_KEY = "kimi_serve_chat_request"  # where the HTTP layer leaves the parsed request on raw_request.state
 
 

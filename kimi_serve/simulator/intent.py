@@ -1,7 +1,7 @@
 """The scripted model's sense of what a request is for, beyond the words it shares with a tool (decision.py).
 
-A stand-in, not understanding: a small lexicon of what common tools do and the words requests for them use, plus the
-object each tool's parameters take. Under ``tool_choice: "auto"``:
+A stand-in, not understanding: a small lexicon (data/words.json "kinds") of what common tools do and the words requests
+for them use, plus the object each tool's parameters take. Under ``tool_choice: "auto"``:
 
 - a **task** for an offered tool calls it even when no word of the tool's name or description is in the prompt: a
   request word of the tool's kind ("open", "show", "cat" for a file-reading tool; "raining", "umbrella", "forecast"
@@ -17,16 +17,38 @@ object each tool's parameters take. Under ``tool_choice: "auto"``:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from kimi_serve.core.resources import simulator_data
 from kimi_serve.simulator.schema_strings import FILE_LIKE
 
-# The word lists of the scripted decision (data/words.json): vocabulary, kept as data
-WORDS: dict[str, Any] = json.loads(simulator_data("words.json").read_text(encoding="utf-8"))
+
+class _KindWords(TypedDict):
+    object: str
+    marks: list[str]
+    requests: dict[str, list[str]]  # tool word -> the request words that stand for it
+    object_keys: str  # a pattern, matched case-insensitively against a parameter's key
+
+
+class Words(TypedDict):
+    """The word lists of the scripted decision (``data/words.json``): vocabulary, kept as data."""
+
+    number_words: dict[str, int]
+    stop_words: list[str]
+    glosses: dict[str, str]
+    cjk_common: list[str]
+    not_places: list[str]
+    kinds: list[_KindWords]
+
+
+@functools.cache
+def words() -> Words:
+    loaded: Words = json.loads(simulator_data("words.json").read_text(encoding="utf-8"))
+    return loaded
 
 
 @dataclass(frozen=True)
@@ -40,78 +62,15 @@ class Kind:
     object: str  # "path", "place" or "topic"
 
 
-def _same(word: str, *others: str) -> dict[str, str]:
-    return dict.fromkeys(others, word)
-
-
-KINDS = (
+# The kinds of tool, first match wins (data/words.json "kinds")
+KINDS = tuple(
     Kind(
-        frozenset({"file", "files", "path", "filesystem", "directory", "folder", "fs"}),
-        {
-            **_same("read", "open", "show", "view", "cat", "print", "display", "inspect", "load", "see", "look"),
-            **_same("read", "contents", "check", "review", "examine", "peek", "what's", "whats"),
-            **_same("read", "explain", "describe", "summarize", "summarise", "analyze", "analyse", "debug", "fix"),
-            **_same("write", "save", "store", "create", "overwrite", "put", "append", "update", "edit"),
-            **_same("read", "打开", "查看", "读", "显示"),
-            **_same("write", "保存", "写"),
-            **_same("list", "ls", "browse", "enumerate"),
-            **_same("delete", "remove", "rm", "erase"),
-        },
-        re.compile(r"^(?:path|file|filename|file_?name|file_?path|filepath|target|src|source|dest|destination)$", re.I),
-        "path",
-    ),
-    Kind(
-        frozenset({"weather", "forecast", "temperature", "climate"}),
-        _same(
-            "weather",
-            "rain",
-            "raining",
-            "rainy",
-            "snow",
-            "snowing",
-            "sunny",
-            "cloudy",
-            "forecast",
-            "temperature",
-            "hot",
-            "cold",
-            "warm",
-            "umbrella",
-            "wind",
-            "windy",
-            "humid",
-            "humidity",
-            "degrees",
-            "storm",
-            "jacket",
-            "coat",
-            "下雨",
-            "冷",
-            "热",
-            "温度",
-            "下雪",
-        ),
-        re.compile(r"^(?:city|location|place|town|region|country|area|where|city_?name|loc)$", re.I),
-        "place",
-    ),
-    Kind(
-        frozenset({"search", "web", "lookup", "internet", "google", "bing", "browse", "news"}),
-        {
-            **_same("search", "find", "look", "lookup", "google", "latest", "news", "recent", "online"),
-            **_same("search", "research", "newest", "updates", "headlines", "搜", "新闻", "最新"),
-        },
-        re.compile(r"^(?:query|q|search|search_?query|term|terms|keywords?|question|topic|text)$", re.I),
-        "topic",
-    ),
-    Kind(
-        frozenset({"command", "commands", "shell", "bash", "terminal", "execute", "exec"}),
-        {
-            **_same("run", "运行", "执行", "execute", "install", "build", "compile", "test", "tests"),
-            **_same("run", "git", "npm", "pip", "make", "pytest"),
-        },
-        re.compile(r"^(?:command|cmd|script|commandline|command_?line|shell_?command)$", re.I),
-        "topic",
-    ),
+        frozenset(k["marks"]),
+        {request: tool for tool, requests in k["requests"].items() for request in requests},
+        re.compile(k["object_keys"], re.IGNORECASE),
+        k["object"],
+    )
+    for k in words()["kinds"]
 )
 
 KNOWLEDGE = re.compile(
@@ -131,7 +90,7 @@ SAYS_NOT_TO = re.compile(
     re.IGNORECASE,
 )
 _PLACE_AFTER = re.compile(r"\b(?:in|at|near|around)\s+([A-Za-z][\w'-]+)")
-_NOT_PLACES = frozenset(WORDS["not_places"])  # words after "in"/"at" that are not a place
+_NOT_PLACES = frozenset(words()["not_places"])  # words after "in"/"at" that are not a place
 _PROMPT_WORD = re.compile(r"[^\W_]+(?:'[a-z]+)?|[\u3400-\u9fff]", re.IGNORECASE)
 
 

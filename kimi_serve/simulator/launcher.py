@@ -18,7 +18,7 @@ from kimi_serve.core.proc import python_argv
 from kimi_serve.core.resources import package_root
 from kimi_serve.core.settings import SIM_LOAD_ENV, SIM_WARMUP_ENV, process_environ, with_pythonpath
 from kimi_serve.process import ready
-from kimi_serve.process.child import Process, Server
+from kimi_serve.process.child import Server
 
 MODULE = "kimi_serve.simulator"
 
@@ -94,10 +94,6 @@ class Simulator:
     def start(cls, argv: list[str], env: dict[str, str], base_url: str, log_path: Path) -> Simulator:
         log_path.unlink(missing_ok=True)  # one run per log file
         return cls(ready.start(argv, env, log_path), base_url, log_path)
-
-    @property
-    def process(self) -> Process:
-        return self.server.proc
 
     def log_tail(self, lines: int = 20) -> str:
         return "\n".join(self.server.log_tail(lines))

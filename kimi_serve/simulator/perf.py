@@ -141,11 +141,6 @@ class PerfModel:
     def mean_accept(self) -> float:
         return sum(self._p**i for i in range(self.spec.steps + 1)) if self.spec else 1.0
 
-    def expected_tok_s(self, concurrency: int, mean_ctx: float = 0.0) -> float:
-        """Steady-state decode throughput the model implies at ``concurrency`` (model seconds, prefill excluded)."""
-        batch = min(concurrency, self.max_running or concurrency)
-        return batch * self.mean_accept() / (self.step_ms(batch, mean_ctx) / 1000)
-
     def describe(self) -> dict[str, Any]:
         """What /server_info says about the model (bench copies it into its report)."""
         return {

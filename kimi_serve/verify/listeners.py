@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
+from kimi_serve.core.net import host_port
 
 LISTEN = "0A"
 UDP_UNCONNECTED = "07"
@@ -38,7 +39,7 @@ class Listener:
 
     @property
     def endpoint(self) -> str:
-        where = f"[{self.address}]:{self.port}" if ":" in self.address else f"{self.address}:{self.port}"
+        where = host_port(self.address, self.port)
         return where if self.protocol == "tcp" else f"{where} ({self.protocol.upper()})"
 
     @property
