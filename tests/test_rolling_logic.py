@@ -133,6 +133,30 @@ def test_refused_when_no_other_worker_is_healthy(
     assert runner.restarted() == [] and router.log == []
 
 
+def test_the_roll_stops_before_a_replica_once_no_other_worker_is_healthy(
+    installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replica 0 rolled and seen healthy, then it drops out (its health checks fail): restarting replica 1 would leave
+    clients with none, so the roll stops there, failed (exit 1), replica 1 untouched and still in the rotation."""
+    seen = rolling.wait_router
+
+    def then_r0_drops(*args: Any, **kw: Any) -> tuple[bool, str]:
+        got = seen(*args, **kw)
+        if kw.get("healthy") == R0:
+            router.healthy.discard(R0)
+        return got
+
+    monkeypatch.setattr(rolling, "wait_router", then_r0_drops)
+    new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
+    runner = Runner()
+    result, rolled = rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {})
+    assert result.exit_code == 1, result.to_json()
+    assert [r["replica"] for r in rolled] == [0] and runner.restarted() == ["fleet-r0.service"]
+    stop = [s for s in result.steps if s.action == "stop the roll before fleet-r1.service"]
+    assert stop and stop[0].status == "failed" and "no healthy worker other than replica 1" in stop[0].detail
+    assert router.log == [f"remove {R0}", f"add {R0}"]  # replica 1 never left the rotation
+
+
 def test_a_replica_missing_from_the_rotation_is_put_back_first(
     installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter
 ) -> None:
