@@ -6,8 +6,8 @@ tests/test_router_control_plane.py; here the verdict over a given worker list.""
 from __future__ import annotations
 
 from kimi_serve.core.errors import ExitCode
+from kimi_serve.router.client import Worker
 from kimi_serve.service.fleet_status import FleetStatus
-from kimi_serve.service.gates import Worker
 from kimi_serve.service.marker import Marker
 from kimi_serve.service.status import Status
 

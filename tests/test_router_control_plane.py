@@ -25,8 +25,8 @@ import pytest
 from sim_pool import PARSED, SimulatorPool
 
 from kimi_serve.core.findings import FAIL, PASS
-from kimi_serve.router.client import router_health
-from kimi_serve.service.gates import add_worker, remove_worker, wait_router, worker_ids
+from kimi_serve.router.client import add_worker, remove_worker, router_health, worker_ids
+from kimi_serve.service.gates import wait_router
 from kimi_serve.verify import run_verify
 
 REPO = Path(__file__).resolve().parent.parent

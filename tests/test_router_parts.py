@@ -267,9 +267,9 @@ R0, R1 = "http://127.0.0.1:30001", "http://127.0.0.1:30002"
 
 
 def _one_of_two(listed: bool = True) -> Any:
-    from kimi_serve.router.client import RouterHealth, WorkerHealth
+    from kimi_serve.router.client import RouterHealth, Worker
 
-    return RouterHealth(True, False, 1, 1, (WorkerHealth(R0, True),) if listed else (), "", listed)
+    return RouterHealth(True, False, 1, 1, (Worker(R0, True),) if listed else (), "", listed)
 
 
 def test_the_readiness_line_counts_the_expected_workers() -> None:
@@ -279,9 +279,9 @@ def test_the_readiness_line_counts_the_expected_workers() -> None:
     assert "not ready" in line and not _one_of_two().serves_all([R0, R1])
     assert "1/2 expected" in _one_of_two(listed=False).line([R0, R1])
     assert "(the router lists 1)" in _one_of_two(listed=False).line([R0, R1])
-    from kimi_serve.router.client import RouterHealth, WorkerHealth
+    from kimi_serve.router.client import RouterHealth, Worker
 
-    both = RouterHealth(True, True, 2, 2, (WorkerHealth(R0, True), WorkerHealth(R1, True)), "", True)
+    both = RouterHealth(True, True, 2, 2, (Worker(R0, True), Worker(R1, True)), "", True)
     assert both.serves_all([R0, R1]) and both.line([R0, R1]) == "2/2 expected workers healthy"
 
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from up_helpers import UpProcess, live_group
 
-from kimi_serve.router.client import router_health
-from kimi_serve.service.gates import wait_router, worker_ids
+from kimi_serve.router.client import router_health, worker_ids
+from kimi_serve.service.gates import wait_router
 
 KEY, ADMIN = "router-test-key-5f2c", "router-admin-key-8e41"
 

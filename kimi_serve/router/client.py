@@ -8,9 +8,11 @@ about workers). A worker turns unhealthy after ``--health-failure-threshold`` fa
 routes need the clients' key (401 without) while ``/readiness``, ``/health`` and ``/v1/models`` stay open; with
 ``--control-plane-api-keys`` (which kimi-serve's shim always sets for a keyed router) ``/workers`` takes only the
 control plane's admin key, the key file's ``admin-api-key`` (:func:`admin_key_of`), and refuses the clients' (401).
-The key is sent whenever given. Used by `up` (ready = every worker healthy; while supervising: the router's worker
-set must be the profile's replicas, :meth:`RouterHealth.membership`; the rolling restart asks the router through
-:mod:`kimi_serve.service.gates`). Every request goes through verify's
+The key is sent whenever given. ``DELETE /workers/ID`` and ``POST /workers {"url": URL}`` take a worker out of the
+rotation and put it back (both queued, answered 202): the rolling restart's :func:`remove_worker` and
+:func:`add_worker`. Used by `up` (ready = every worker healthy; while supervising: the router's worker set must be the
+profile's replicas, :meth:`RouterHealth.membership`), `status` (:func:`router_workers`), the router unit's start gate
+and the rolling restart. Every request goes through verify's
 deadline transport (:mod:`kimi_serve.core.http`): it ends within its timeout, also against a router
 that trickles.
 """
@@ -27,10 +29,11 @@ from typing import Any
 from kimi_serve.core.http import TransportError, request
 
 POLL_TIMEOUT_S = 5.0
+REMOVE_POLL_S = 0.5  # how often a removal is checked until the router no longer lists the worker
 
 
 @dataclass(frozen=True)
-class WorkerHealth:
+class Worker:
     url: str  # as the router names it: http://HOST:PORT
     healthy: bool
 
@@ -41,11 +44,11 @@ class RouterHealth:
     ready: bool  # /readiness 200 (at least one healthy worker)
     healthy: int
     total: int
-    workers: tuple[WorkerHealth, ...] = ()
+    workers: tuple[Worker, ...] = ()
     detail: str = ""  # why not reachable, or the router's reason
     listed: bool = False  # /workers answered with the list (the key opened the control plane)
 
-    def worker(self, url: str) -> WorkerHealth | None:
+    def worker(self, url: str) -> Worker | None:
         return next((w for w in self.workers if w.url.rstrip("/") == url.rstrip("/")), None)
 
     def membership(self, expected: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -134,12 +137,86 @@ def router_health(base_url: str, api_key: str | None = None, timeout: float = PO
     ready = ready if isinstance(ready, dict) else {}
     entries = listed.get("workers") if w_status == 200 and isinstance(listed, dict) else None
     workers = tuple(
-        WorkerHealth(str(e.get("url", "?")), bool(e.get("is_healthy"))) for e in entries or [] if isinstance(e, dict)
+        Worker(str(e.get("url", "?")), bool(e.get("is_healthy"))) for e in entries or [] if isinstance(e, dict)
     )
     healthy = sum(w.healthy for w in workers) if entries is not None else int(ready.get("healthy_workers") or 0)
     total = len(workers) if entries is not None else int(ready.get("total_workers") or 0)
     reason = str(ready.get("reason") or "") if status != 200 else ""
     return RouterHealth(True, status == 200, healthy, total, workers, reason, entries is not None)
+
+
+# ------------------------------------------------------------------- the worker list, and changing it
+
+
+def router_workers(endpoint: str, api_key: str | None, timeout: float = POLL_TIMEOUT_S) -> list[Worker] | str:
+    """The router's workers (``GET /workers``), or why they could not be read (one line)."""
+    url = f"http://{endpoint}/workers"
+    try:
+        reply = request("GET", url, deadline=time.monotonic() + timeout, api_key=api_key)
+    except TransportError as err:
+        return f"router {endpoint} not reachable ({err.kind}: {err.detail})"
+    if reply.status != 200:
+        return f"router {endpoint} answered HTTP {reply.status} to GET /workers"
+    try:
+        data = json.loads(reply.body)
+        return [Worker(str(w["url"]).rstrip("/"), bool(w.get("is_healthy"))) for w in data["workers"]]
+    except (ValueError, KeyError, TypeError):
+        return f"router {endpoint}: GET /workers is not the worker list sglang-router 0.3.2 sends"
+
+
+def _call(method: str, url: str, api_key: str | None, body: dict[str, str] | None = None) -> tuple[int, bytes] | str:
+    try:
+        reply = request(method, url, deadline=time.monotonic() + POLL_TIMEOUT_S, api_key=api_key, json_body=body)
+    except TransportError as err:
+        return f"{method} {url}: {err.kind}: {err.detail}"
+    return reply.status, reply.body
+
+
+def worker_ids(endpoint: str, api_key: str | None) -> dict[str, str] | str:
+    """url -> the router's worker id (needed to remove one), or why the list could not be read."""
+    got = _call("GET", f"http://{endpoint}/workers", api_key)
+    if isinstance(got, str) or got[0] != 200:
+        return got if isinstance(got, str) else f"GET /workers: HTTP {got[0]}"
+    try:
+        return {str(w["url"]).rstrip("/"): str(w["id"]) for w in json.loads(got[1])["workers"]}
+    except (ValueError, KeyError, TypeError):
+        return "GET /workers is not the worker list sglang-router 0.3.2 sends"
+
+
+def remove_worker(endpoint: str, api_key: str | None, url: str, wait: float) -> str | None:
+    """Take ``url`` out of the router's rotation (``DELETE /workers/ID``, queued by the router) and wait until it is
+    no longer listed, so no new request goes there; None when done, else why not."""
+    ids = worker_ids(endpoint, api_key)
+    if isinstance(ids, str):
+        return ids
+    if url not in ids:
+        return None
+    got = _call("DELETE", f"http://{endpoint}/workers/{ids[url]}", api_key)
+    if isinstance(got, str) or got[0] not in (200, 202, 204):
+        return got if isinstance(got, str) else f"DELETE /workers/{ids[url]}: HTTP {got[0]}"
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        ids = worker_ids(endpoint, api_key)
+        if isinstance(ids, dict) and url not in ids:
+            return None
+        time.sleep(REMOVE_POLL_S)
+    return f"the router still lists {url} {wait:g}s after its removal was accepted"
+
+
+def add_worker(endpoint: str, api_key: str | None, url: str) -> str | None:
+    """Put ``url`` (back) into the router's rotation (``POST /workers``; the router registers it once it answers
+    its probes); None when accepted or already listed, else why not."""
+    ids = worker_ids(endpoint, api_key)
+    if isinstance(ids, dict) and url in ids:
+        return None
+    got = _call("POST", f"http://{endpoint}/workers", api_key, {"url": url})
+    if isinstance(got, str) or got[0] not in (200, 201, 202):
+        return got if isinstance(got, str) else f"POST /workers {url}: HTTP {got[0]}"
+    return None
+
+
+def healthy_count(workers: list[Worker], exclude: str | None = None) -> int:
+    return sum(1 for w in workers if w.healthy and w.url != exclude)
 
 
 def admin_key_of(key_file: str | Path | None) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any
 from kimi_serve.check.deployment import ROUTER, deployment_units
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import FAIL, Finding
-from kimi_serve.service.gates import Worker, router_workers
+from kimi_serve.router.client import Worker, router_workers
 from kimi_serve.service.journal import describe, journal_units, read_intent
 from kimi_serve.service.member_units import installed_members
 from kimi_serve.service.state import ServicePaths

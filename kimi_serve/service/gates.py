@@ -1,10 +1,9 @@
 """What a deployment member's start is gated on when it is not the contract itself (docs/scale-out.md, "As
-services"), and the router's own view of its workers (the rolling restart and `status` read it).
+services").
 
-- The router: ``GET /workers`` lists each worker with ``is_healthy`` (sglang-router 0.3.2); ``DELETE /workers/ID``
-  and ``POST /workers {"url": URL}`` take one out of the rotation and put it back (both queued, answered 202). Its
-  ``/health`` answers 200 with no worker registered at all, so the router unit first waits for a healthy worker,
-  then checks the contract through the router.
+- The router: its ``/health`` answers 200 with no worker registered at all, so the router unit first waits for a
+  healthy worker (:func:`wait_router`, reading the router's workers through :mod:`kimi_serve.router.client`), then
+  checks the contract through the router.
 - A node of rank >= 1 serves no API: its ``/health`` is a dummy that always answers 200. SGLang 0.5.23
   (``srt/entrypoints/engine.py``) opens that dummy only after ``wait_for_ready()``: after this node's schedulers have
   finished their init, which includes torch.distributed's rendezvous with rank 0 and the NCCL groups. The rendezvous
@@ -16,98 +15,15 @@ services"), and the router's own view of its workers (the rolling restart and `s
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from kimi_serve.router.client import healthy_count, router_workers
 from kimi_serve.verify.listeners import PROC, process_tree, socket_inodes
 
 POLL_S = 1.0
-HTTP_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True)
-class Worker:
-    url: str
-    healthy: bool
-
-
-def router_workers(endpoint: str, api_key: str | None, timeout: float = HTTP_TIMEOUT_S) -> list[Worker] | str:
-    """The router's workers (``GET /workers``), or why they could not be read (one line)."""
-    from kimi_serve.core.http import TransportError, request
-
-    url = f"http://{endpoint}/workers"
-    try:
-        reply = request("GET", url, deadline=time.monotonic() + timeout, api_key=api_key)
-    except TransportError as err:
-        return f"router {endpoint} not reachable ({err.kind}: {err.detail})"
-    if reply.status != 200:
-        return f"router {endpoint} answered HTTP {reply.status} to GET /workers"
-    try:
-        data = json.loads(reply.body)
-        return [Worker(str(w["url"]).rstrip("/"), bool(w.get("is_healthy"))) for w in data["workers"]]
-    except (ValueError, KeyError, TypeError):
-        return f"router {endpoint}: GET /workers is not the worker list sglang-router 0.3.2 sends"
-
-
-def _call(method: str, url: str, api_key: str | None, body: dict[str, str] | None = None) -> tuple[int, bytes] | str:
-    from kimi_serve.core.http import TransportError, request
-
-    try:
-        reply = request(method, url, deadline=time.monotonic() + HTTP_TIMEOUT_S, api_key=api_key, json_body=body)
-    except TransportError as err:
-        return f"{method} {url}: {err.kind}: {err.detail}"
-    return reply.status, reply.body
-
-
-def worker_ids(endpoint: str, api_key: str | None) -> dict[str, str] | str:
-    """url -> the router's worker id (needed to remove one), or why the list could not be read."""
-    got = _call("GET", f"http://{endpoint}/workers", api_key)
-    if isinstance(got, str) or got[0] != 200:
-        return got if isinstance(got, str) else f"GET /workers: HTTP {got[0]}"
-    try:
-        return {str(w["url"]).rstrip("/"): str(w["id"]) for w in json.loads(got[1])["workers"]}
-    except (ValueError, KeyError, TypeError):
-        return "GET /workers is not the worker list sglang-router 0.3.2 sends"
-
-
-def remove_worker(endpoint: str, api_key: str | None, url: str, wait: float) -> str | None:
-    """Take ``url`` out of the router's rotation (``DELETE /workers/ID``, queued by the router) and wait until it is
-    no longer listed, so no new request goes there; None when done, else why not."""
-    ids = worker_ids(endpoint, api_key)
-    if isinstance(ids, str):
-        return ids
-    if url not in ids:
-        return None
-    got = _call("DELETE", f"http://{endpoint}/workers/{ids[url]}", api_key)
-    if isinstance(got, str) or got[0] not in (200, 202, 204):
-        return got if isinstance(got, str) else f"DELETE /workers/{ids[url]}: HTTP {got[0]}"
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        ids = worker_ids(endpoint, api_key)
-        if isinstance(ids, dict) and url not in ids:
-            return None
-        time.sleep(POLL_S / 2)
-    return f"the router still lists {url} {wait:g}s after its removal was accepted"
-
-
-def add_worker(endpoint: str, api_key: str | None, url: str) -> str | None:
-    """Put ``url`` (back) into the router's rotation (``POST /workers``; the router registers it once it answers
-    its probes); None when accepted or already listed, else why not."""
-    ids = worker_ids(endpoint, api_key)
-    if isinstance(ids, dict) and url in ids:
-        return None
-    got = _call("POST", f"http://{endpoint}/workers", api_key, {"url": url})
-    if isinstance(got, str) or got[0] not in (200, 201, 202):
-        return got if isinstance(got, str) else f"POST /workers {url}: HTTP {got[0]}"
-    return None
-
-
-def healthy_count(workers: list[Worker], exclude: str | None = None) -> int:
-    return sum(1 for w in workers if w.healthy and w.url != exclude)
 
 
 def wait_router(

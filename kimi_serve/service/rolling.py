@@ -26,8 +26,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.router.client import add_worker, remove_worker, worker_ids
 from kimi_serve.service.fleet import Fleet
-from kimi_serve.service.gates import add_worker, remove_worker, wait_router, worker_ids
+from kimi_serve.service.gates import wait_router
 from kimi_serve.service.install import Plan, Result, Verifier
 from kimi_serve.service.marker import parse_marker
 from kimi_serve.service.member_units import installed_members
