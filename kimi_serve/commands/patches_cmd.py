@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kimi_serve.commands.options import AsJson
-from kimi_serve.core.findings import FAIL, PASS, Finding
 from kimi_serve.patches.names import DEFAULT_SET
 
 if TYPE_CHECKING:
+    from kimi_serve.core.findings import Finding
     from kimi_serve.patches import ChangeResult, PatchSet, PatchStatus
 
 SITE_HELP = "site-packages folder holding sglang/ (default: found via --python)."
@@ -104,6 +104,8 @@ def _render(st: PatchStatus) -> None:
 def _findings(st: PatchStatus, message: str | None, profile: str | None = None) -> list[Finding]:
     """The envelope's findings: what apply/revert did, or (status) each patch's state and an interrupted change;
     ``profile``: the fix names ``--profile`` (every set at once) rather than this one set."""
+    from kimi_serve.core.findings import FAIL, PASS, Finding
+
     if message is not None:
         return [Finding("patches", "change", PASS, message)]
     which = f"--profile {profile}" if profile else f"--set {st.set_name}"

@@ -7,7 +7,6 @@ import contextlib
 import errno
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import IO
 
@@ -19,6 +18,8 @@ def write_atomic(path: Path, text: str, mode: int = 0o644, step: str | None = No
     """Replace ``path`` with ``text`` (mode ``mode`` from the start); ``step`` names a fault checkpoint before the
     rename (the kill-at-every-step tests reach it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # here, not at import: the CLI's --help path reads this module
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, mode)
