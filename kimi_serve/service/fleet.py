@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import ROUTER
+from kimi_serve.check.deployment import REPLICA, ROUTER
 from kimi_serve.check.owned_paths import refuse_owned_paths
 from kimi_serve.core.findings import Finding
 from kimi_serve.profile.loader import Profile
@@ -66,7 +66,7 @@ class Fleet:
 
     @property
     def replicas(self) -> list[tuple[MemberUnit, Plan]]:
-        return [mp for mp in self.members if mp[0].role == "replica"]
+        return [mp for mp in self.members if mp[0].role == REPLICA]
 
     @property
     def first(self) -> Plan:

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_serve.check.deployment import ROUTER, Member, deployment_of, router_unit
+from kimi_serve.check.deployment import REPLICA, ROUTER, SINGLE, Member, deployment_of, router_unit
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.net import host_port
 from kimi_serve.profile.launch import Launch
@@ -139,7 +139,7 @@ def _replica_member(profile: Profile, ctx: UnitContext, base: str, member: Membe
 
 def _rank_member(profile: Profile, member: Member, ctx: UnitContext, base: str) -> MemberUnit:
     n, launch = profile.nodes, member.launch
-    if member.role == "single":
+    if member.role == SINGLE:
         return MemberUnit.of(member, render_unit(profile, launch, ctx, unit_name=base))
     if n.rank == 0:
         shape = UnitShape(
@@ -177,7 +177,7 @@ def installed_members(root: Path, base: str) -> list[tuple[str, int, str]]:
         for path in unit_dir.glob(f"{stem}-r*.service"):
             m = _REPLICA.match(path.name)
             if m and m["base"] == stem and _ours(path):
-                found.append(("replica", int(m["index"]), path.name))
+                found.append((REPLICA, int(m["index"]), path.name))
     found.sort(key=lambda x: x[1])
     router = unit_dir / router_unit(base)
     if _ours(router):

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kimi_serve.check.deployment import REPLICA
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.router.client import add_worker, remove_worker, worker_ids
 from kimi_serve.service.fleet import Fleet
@@ -64,7 +65,7 @@ def router_key(fleet: Fleet) -> str | None:
 def _refuse_topology_change(fleet: Fleet) -> None:
     """A rolling restart keeps every replica's address: the router in front keeps its worker list meanwhile."""
     root = fleet.members[0][1].paths.root
-    installed = {unit for role, _, unit in installed_members(root, fleet.base) if role == "replica"}
+    installed = {unit for role, _, unit in installed_members(root, fleet.base) if role == REPLICA}
     planned = {m.unit.name for m, _ in fleet.replicas}
     hint = (
         f"kimi-serve uninstall-service --unit-name {fleet.base.removesuffix('.service')}, then install-service "

@@ -54,7 +54,6 @@ class Supervisor:
     ) -> None:
         self.parts, self.router_part, self.opts, self.console = parts, router, opts, console
         self.api_key, self.key_source, self.clock = api_key, key_source, clock
-        self.solo = router is None  # one server: its watch speaks for `up` (no tags, no relay, its own outcome)
         self.members: list[Running] = []
         self.router: Server | None = None
         self.router_rc: int | None = None
@@ -70,6 +69,11 @@ class Supervisor:
         self.degraded: list[str] = []
         self.last_view: Any = None  # the router's last health view (kimi_serve.router.client.RouterHealth)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="up-router")
+
+    @property
+    def solo(self) -> bool:
+        """One server: its watch speaks for `up` (no tags, no relay, its own outcome)."""
+        return self.router_part is None
 
     @property
     def routing(self) -> Part:
