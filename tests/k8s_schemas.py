@@ -18,6 +18,7 @@ cannot create the mount point there).
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from typing import Any
@@ -106,13 +107,32 @@ LWS_SCHEMA: dict[str, Any] = {
 }
 
 
+@functools.cache
+def _core_validator(kind: str, api_version: str) -> Any:
+    """kubernetes_validate.validate's validator for one kind, built once (it reloads the schemas on every call):
+    the same strict schema of K8S_VERSION, the same definitions, the same Draft 2020-12 validator."""
+    import jsonschema
+    from kubernetes_validate import utils
+    from referencing import Registry, Resource
+
+    version = [v for v in utils.all_versions() if utils.major_minor(v) <= utils.major_minor(K8S_VERSION)][-1]
+    group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    schema_dir = f"v{version}-local-strict"
+    schema = utils.schema_contents(f"kubernetes-json-schema/{schema_dir}/{kind.lower()}-{group}.json", K8S_VERSION)
+    defs = utils.schema_contents(f"kubernetes-json-schema/{schema_dir}/_definitions.json", K8S_VERSION)
+    registry = Resource.from_contents(defs) @ (Resource.from_contents(schema) @ Registry())
+    return jsonschema.validators.Draft202012Validator(schema, registry=registry)
+
+
 def _core(doc: dict[str, Any]) -> None:
-    import kubernetes_validate
+    import jsonschema
 
     try:
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-    except kubernetes_validate.ValidationError as e:
-        raise AssertionError(f"{doc['kind']} {doc['metadata']['name']}: {e}") from None
+        _core_validator(doc["kind"], doc["apiVersion"]).validate(doc)
+    except jsonschema.ValidationError as e:
+        raise AssertionError(
+            f"{doc['kind']} {doc['metadata']['name']}: {e.message} at {list(e.absolute_path)}"
+        ) from None
 
 
 def check_lws(doc: dict[str, Any]) -> None:
@@ -314,3 +334,29 @@ def go_template(text: str, labels: dict[str, str] | None = None, value: str = "1
         if trim_right:
             rest = text[i:]
             i += len(rest) - len(rest.lstrip(" \t\r\n"))
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion (k8s.io/kubernetes third_party/forked/golang/expansion): `$$` is `$`, `$(NAME)`
+    the variable (left as written when undefined), any other `$` itself."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if nxt == "(":
+                end = text.find(")", i + 2)
+                if end != -1:
+                    name = text[i + 2 : end]
+                    out.append(env.get(name, f"$({name})"))
+                    i = end + 1
+                    continue
+            out.append("$" + nxt)
+            i += 2
+            continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)

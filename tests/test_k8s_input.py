@@ -10,38 +10,13 @@ from typing import Any
 
 import pytest
 import yaml
+from k8s_schemas import expand
 
 from kimi_serve.k8s.view import IMAGE_PYTHON, view_sets
 from kimi_serve.profile.loader import load_profile
 
 ARGS = ("--namespace", "kimi", "--image", "registry.example/kimi-serve:t")
 LWS = {"LWS_WORKER_INDEX": "3", "LWS_LEADER_ADDRESS": "leader.example"}
-
-
-def expand(text: str, env: dict[str, str]) -> str:
-    """Kubernetes' $(VAR) expansion (k8s.io/kubernetes third_party/forked/golang/expansion): `$$` is `$`, `$(NAME)`
-    the variable (left as written when undefined), any other `$` itself."""
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "$" and i + 1 < len(text):
-            nxt = text[i + 1]
-            if nxt == "$":
-                out.append("$")
-                i += 2
-                continue
-            if nxt == "(":
-                end = text.find(")", i + 2)
-                if end != -1:
-                    name = text[i + 2 : end]
-                    out.append(env.get(name, f"$({name})"))
-                    i = end + 1
-                    continue
-            out.append("$" + nxt)
-            i += 2
-            continue
-        out.append(text[i])
-        i += 1
-    return "".join(out)
 
 
 def _container_env(container: dict[str, Any]) -> dict[str, str]:

@@ -176,7 +176,7 @@ def key_volumes(plan: K8sPlan) -> tuple[list[Obj], list[Obj]]:
 
 
 @dataclass(frozen=True)
-class Need:
+class Mount:
     """One mount a container needs. ``what`` names it in errors; ``key`` is the profile key it comes from (None: the
     pod's own). ``scratch``: a writable emptyDir, which another scratch need at the same path shares. ``file``: a
     single file (subPath), in which nothing can be mounted."""
@@ -190,7 +190,7 @@ class Need:
     scratch: bool = False
     file: bool = False
 
-    def mount(self) -> Obj:
+    def volume_mount(self) -> Obj:
         out: Obj = {"name": self.volume, "mountPath": self.path}
         if self.sub_path:
             out["subPath"] = self.sub_path
@@ -203,23 +203,27 @@ def _within(path: str, tree: str) -> bool:
     return path == tree or path.startswith(tree.rstrip("/") + "/")
 
 
-def key_need(plan: K8sPlan) -> list[Need]:
+def key_need(plan: K8sPlan) -> list[Mount]:
     """The key file, one file of the ``api-key`` volume at the profile's path (read-only)."""
     if not plan.key_file:
         return []
     path = posixpath.normpath(plan.key_file)
-    return [Need(path, "api-key", "server.api_key_file", "server.api_key_file", True, SECRET_KEY, file=True)]
+    return [Mount(path, "api-key", "server.api_key_file", "server.api_key_file", True, SECRET_KEY, file=True)]
 
 
-def scratch_needs(*paths: str) -> list[Need]:
-    """The pod's own writable directories (volume names are :data:`SCRATCH`'s)."""
-    return [Need(path, SCRATCH[path], f"the pod's {path}", scratch=True) for path in paths]
+def scratch_needs(*paths: str) -> list[Mount]:
+    """The pod's own writable directories (:data:`SCRATCH`)."""
+    return [Mount(path, SCRATCH[path][0], f"the pod's {SCRATCH[path][1]}", scratch=True) for path in paths]
 
 
-SCRATCH = {"/dev/shm": "dshm", CACHE_ROOT: "cache", "/tmp": "tmp"}
+SCRATCH = {
+    "/dev/shm": ("dshm", "shared memory"),
+    CACHE_ROOT: ("cache", "cache directory"),
+    "/tmp": ("tmp", "temporary directory"),
+}
 
 
-def _model_needs(plan: K8sPlan) -> tuple[Obj | None, list[Need]]:
+def _model_needs(plan: K8sPlan) -> tuple[Obj | None, list[Mount]]:
     """The weights: the read-only PersistentVolumeClaim ``NAME-models``, whose root is the deepest directory holding
     model.path and the draft model; each of them mounted at its own path (subPath), so nothing else the pod mounts
     lands in the claim. The simulator reads no weights."""
@@ -234,16 +238,16 @@ def _model_needs(plan: K8sPlan) -> tuple[Obj | None, list[Need]]:
         return None, []
     root = posixpath.commonpath([posixpath.dirname(v) for _k, v in named])
     volume = {"name": "models", "persistentVolumeClaim": {"claimName": f"{plan.name}-models", "readOnly": True}}
-    needs = [Need(v, "models", k, k, True, posixpath.relpath(v, root)) for k, v in named]
+    needs = [Mount(v, "models", k, k, True, posixpath.relpath(v, root)) for k, v in named]
     return volume, needs
 
 
-def mounts(plan: K8sPlan, needs: list[Need], *, runs: tuple[str, ...]) -> list[Obj]:
+def mounts(plan: K8sPlan, needs: list[Mount], *, runs: tuple[str, ...]) -> list[Obj]:
     """``needs`` as one container's volumeMounts, every mountPath distinct: scratch needs at one path share the
     first one's volume, a model directory inside another (or the same) is covered by it. One line, exit 2, for what
     a pod cannot hold: two volumes at one path, a mount inside a read-only mount or a file, a volume at or above a
     program the container ``runs`` (it would hide it)."""
-    kept: list[Need] = []
+    kept: list[Mount] = []
     for need in needs:
         same = next((k for k in kept if k.path == need.path), None)
         if same is not None and ((same.scratch and need.scratch) or (same.volume == need.volume == "models")):
@@ -254,8 +258,9 @@ def mounts(plan: K8sPlan, needs: list[Need], *, runs: tuple[str, ...]) -> list[O
             )
         kept.append(need)
     for inner in list(kept):
-        outer = next((o for o in kept if o is not inner and o.path != inner.path and _within(inner.path, o.path)), None)
-        if outer is None or not (outer.read_only or outer.file):
+        # the first read-only mount (or file) that holds it; inside a writable one the kubelet makes the mount point
+        outer = next((o for o in kept if o.path != inner.path and _within(inner.path, o.path) and o.read_only), None)
+        if outer is None:
             continue
         if outer.volume == inner.volume == "models":  # the draft inside the model's directory: the same claim
             kept.remove(inner)
@@ -271,15 +276,18 @@ def mounts(plan: K8sPlan, needs: list[Need], *, runs: tuple[str, ...]) -> list[O
     for need in kept:
         hidden = next((r for r in runs if not need.file and _within(r, need.path)), None)
         if hidden is not None:
+            key = need.key or "python"  # only the profile's interpreter can be under the pod's own directories
             raise KimiServeError(
                 f"{need.what} {need.path} would hide {hidden}, which the pod runs, under a volume",
-                where=plan.profile.where(need.key) if need.key else None,
-                hint=f"set {need.key or 'it'} to a directory that does not hold {hidden}",
+                where=plan.profile.where(key),
+                hint=f"set {key} to a path outside {need.path}"
+                if key == "python"
+                else f"set {key} to a directory that does not hold {hidden}",
             )
-    return [need.mount() for need in kept]
+    return [need.volume_mount() for need in kept]
 
 
-def _refuse(plan: K8sPlan, need: Need, other: Need, problem: str, relation: str) -> None:
+def _refuse(plan: K8sPlan, need: Mount, other: Mount, problem: str, relation: str) -> None:
     blamed, fixed = (need, other) if need.key else (other, need)  # name the profile's key (the pod's own are fixed)
     raise KimiServeError(
         f"{need.what} {need.path} {problem}",
@@ -352,7 +360,7 @@ def server_pod(plan: K8sPlan, *, serves_api: bool) -> Obj:
     ]
     workdir = posixpath.normpath(p.service.working_directory)
     needs = scratch_needs("/dev/shm", CACHE_ROOT, "/tmp")
-    needs.append(Need(workdir, "workdir", "service.working_directory", "service.working_directory", scratch=True))
+    needs.append(Mount(workdir, "workdir", "service.working_directory", "service.working_directory", scratch=True))
     models, model_needs = _model_needs(plan)
     volumes += [models] if models else []
     key_vols, init = key_volumes(plan)
