@@ -70,6 +70,8 @@ POD_REFUSED: list[tuple[tuple[str, ...], str]] = [
     (("service.working_directory=/opt",), "service.working_directory"),  # over /opt/kimi-serve/venv
     (("service.working_directory=/opt/kimi-serve/venv/bin",), "service.working_directory"),
     (("python=/tmp/venv/bin/python",), "python"),  # the interpreter under the pod's /tmp
+    (("server.api_key_file=/opt/kimi-serve/venv/bin/python",), "server.api_key_file"),  # a file over it
+    (("server.api_key_file=/opt/kimi-serve/venv/bin/kimi-serve",), "server.api_key_file"),  # the probe's program
     (("python=/srv/w/venv/bin/python", "service.working_directory=/srv/w"), "service.working_directory"),
 ]
 POD_REFUSED_SGLANG: list[tuple[tuple[str, ...], str]] = [

@@ -274,15 +274,20 @@ def mounts(plan: K8sPlan, needs: list[Mount], *, runs: tuple[str, ...]) -> list[
             "outside",
         )
     for need in kept:
-        hidden = next((r for r in runs if not need.file and _within(r, need.path)), None)
+        hidden = next((r for r in runs if (r == need.path if need.file else _within(r, need.path))), None)
         if hidden is not None:
             key = need.key or "python"  # only the profile's interpreter can be under the pod's own directories
+            fix = (
+                f"set python to a path outside {need.path}"
+                if key == "python"
+                else f"set {key} to another path"
+                if need.file
+                else f"set {key} to a directory that does not hold {hidden}"
+            )
             raise KimiServeError(
                 f"{need.what} {need.path} would hide {hidden}, which the pod runs, under a volume",
                 where=plan.profile.where(key),
-                hint=f"set {key} to a path outside {need.path}"
-                if key == "python"
-                else f"set {key} to a directory that does not hold {hidden}",
+                hint=fix,
             )
     return [need.volume_mount() for need in kept]
 
