@@ -17,6 +17,7 @@ import yaml
 from k8s_schemas import K8S_VERSION, LWS_API, LWS_SCHEMA, check_lws, validate
 
 from kimi_serve.k8s.manifests import LWS_API as RENDERED_LWS_API
+from kimi_serve.k8s.pod import KEY_COPY, KEY_DIR, SECRET_DIR
 from kimi_serve.k8s.view import IMAGE_KIMI_SERVE, IMAGE_PYTHON, KEY_FILE, view_sets
 from kimi_serve.profile.loader import load_profile
 
@@ -202,8 +203,14 @@ def test_the_key_is_only_a_secret_reference(cli: Any, name: str, tmp_path: Path)
         ], where
         if c["name"] in ("server", "router") and "worker" not in where:
             assert key_path in words, where  # SGLang's --config FILE / the shim's --api-key-file FILE
-        if c["name"] == "api-key":  # copies the Secret's file to the key path, 0600 and the pod user's
-            assert c["command"][:3] == ["install", "-m", "0600"] and c["command"][-1] == key_path
+        if c["name"] in ("server", "router"):  # the copy, one file of the key's volume, read-only at the key path
+            (key_mount,) = [m for m in c["volumeMounts"] if m["name"] == "api-key"]
+            assert key_mount == {"name": "api-key", "mountPath": key_path, "subPath": "api-key.yaml", "readOnly": True}
+        if c["name"] == "api-key":  # copies the Secret's file into the key's volume, 0600 and the pod user's
+            assert c["command"] == ["install", "-m", "0600", f"{SECRET_DIR}/api-key.yaml", KEY_COPY]
+            assert {m["mountPath"] for m in c["volumeMounts"]} == {SECRET_DIR, KEY_DIR}
+        if c["name"] == "verify":  # the Job's own pod reads the copy where the init container wrote it
+            assert words[words.index("--api-key-file") + 1] == KEY_COPY
 
 
 @pytest.mark.parametrize("name", SHIPPED)

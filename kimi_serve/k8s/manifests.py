@@ -161,10 +161,14 @@ def verify_job(p: K8sPlan) -> list[Obj]:
         endpoint, unit = f"{p.name}-api.{p.namespace}:{p.profile.server.port}", p.name
     host_file = metrics_file(p.profile, unit)
     job_file = f"{METRICS_DIR}/{posixpath.basename(host_file)}"
-    command = pod.verify_command(p, endpoint, timeout=m.timeout, suite=m.suite, max_tokens=m.max_tokens)
+    # the Job's own pod: the key copy read where the init container wrote it, no profile path to collide with
+    command = pod.verify_command(
+        p, endpoint, timeout=m.timeout, suite=m.suite, max_tokens=m.max_tokens, key_file=pod.KEY_COPY
+    )
     command += [escaped(a) for a in ("--metrics-file", job_file, "--profile", p.profile.name)]
     command = ["/bin/sh", "-c", SKIP_AS_SUCCESS, "kimi-serve-verify", *command]  # "kimi-serve-verify" is $0
-    key_vols, init, key_mount = pod.key_volumes(p)
+    key_vols, init = pod.key_volumes(p)
+    key_mount = {"name": "api-key", "mountPath": pod.KEY_DIR, "readOnly": True} if init else None
     container = {
         "name": "verify",
         "image": p.image,
@@ -212,12 +216,34 @@ def verify_job(p: K8sPlan) -> list[Obj]:
     return [cron, alert_rules(p)]
 
 
+def go_string(text: str) -> str:
+    """``text`` as a Go interpreted string literal (PromQL's strings and text/template's share its escapes)."""
+    out = []
+    for c in text:
+        if c in '"\\':
+            out.append("\\" + c)
+        elif c.isprintable() and not 0xD800 <= ord(c) <= 0xDFFF:
+            out.append(c)
+        elif ord(c) > 0xFFFF:
+            out.append(f"\\U{ord(c):08x}")
+        else:  # a lone surrogate has no UTF-8 form: Go would refuse its escape
+            out.append(f"\\u{ord(c) if not 0xD800 <= ord(c) <= 0xDFFF else 0xFFFD:04x}")
+    return '"' + "".join(out) + '"'
+
+
+def template_text(text: str) -> str:
+    """``text`` as a Go template (Prometheus' rule annotations and labels) writes it back verbatim: text with a brace
+    becomes one action printing it as a string, so no ``{{`` of its own (nor a ``{`` beside the rule's own ``{{``)
+    opens an action; text without one is left as it is."""
+    return f"{{{{ {go_string(text)} }}}}" if "{" in text or "}" in text else text
+
+
 def alert_rules(p: K8sPlan) -> Obj:
     """docs/monitoring.md's sample rules for this profile, counting only fresh metrics files: each Job may run on
-    another node, whose textfile directory keeps the last file it wrote."""
-    m, prof = p.profile.monitor, p.profile.name
-    quoted = prof.replace("\\", "\\\\").replace('"', '\\"')  # a PromQL string: a name may hold " or \\
-    sel = f'{{profile="{quoted}"}}'
+    another node, whose textfile directory keeps the last file it wrote. The profile's name is a PromQL string in the
+    expressions and template text in the annotations (:func:`template_text`), whatever it holds."""
+    m, prof = p.profile.monitor, template_text(p.profile.name)
+    sel = f"{{profile={go_string(p.profile.name)}}}"
     fresh = f"(time() - kimi_serve_contract_last_run_timestamp_seconds{sel} < {2 * int(m.interval) + 60})"
     stale_after = 3 * int(m.interval)
     rules = [

@@ -13,7 +13,6 @@ server's flags are the ones `render` prints for that view.
 from __future__ import annotations
 
 import json
-import posixpath
 import re
 from dataclasses import dataclass, replace
 
@@ -131,12 +130,6 @@ def plan(profile: Profile, *, namespace: str, image: str) -> K8sPlan:
     router = deployment.router.launch if deployment.router else None
     if router is not None:
         router = replace(router, argv=tuple(map(escaped, router.argv)))  # its server_args stay the router's own
-    if view.server.api_key_file and posixpath.dirname(view.server.api_key_file) in ("", "/"):
-        raise KimiServeError(
-            f"server.api_key_file {view.server.api_key_file}: the key file needs a directory of its own in the pod",
-            where=view.where("server.api_key_file"),
-            hint="put the key file in a directory such as /etc/kimi-serve/",
-        )
     return K8sPlan(view, name, namespace, image, server, router)
 
 
