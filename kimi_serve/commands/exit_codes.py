@@ -13,7 +13,7 @@ EXIT_CODES: dict[str, str] = {
         "0 the server exited 0 on its own; 1 contract failed (server stopped); 3 never ready (startup "
         "timeout or a hung distributed init); 4 the server exited, crashed, or logged a fatal failure "
         "(one that keeps running is stopped: SIGTERM to the main PID, SIGKILL to its group after the "
-        "grace); 5 preflight failed, nothing started; 75 a port or GPU it takes is held (another up on "
+        "grace); 5 preflight failed (the collective self-test among it), nothing started; 75 a port or GPU it takes is held (another up on "
         "them), or its venv is being changed; 130 stopped on request and the server stopped cleanly (a "
         "server that needed SIGKILL is 4). Replicated profiles: 1, 3 or 4 name the replica or the router; a "
         "replica that dies after ready leaves up running degraded, and its stop is then 4"
