@@ -373,3 +373,21 @@ def test_gloo_ranks_compare_each_path_with_the_exact_sum(sglang_python: str, tmp
         "engaged": False,
         "reason": "no such communicator on CPU",
     } in ranks[0].events
+
+
+def test_the_real_rank_module_sets_up_sglangs_own_paths_without_crashing(sglang_python: str) -> None:
+    # SGLang 0.5.23's communicators, as the rank module builds them, on CPU (gloo): each declines or raises, the rank
+    # reports why and still compares NCCL's stand-in with the exact sum to the end
+    plan = st.SelftestPlan(2, ("flashinfer_fusion", "torch_symm_mem", "pcie_ipc"), (("decode bs1", 1, 7168),),
+                           deadline_s=240.0, backend="gloo")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(package_root())}
+    ran = run_ranks(2, st.rank_argv(sglang_python, plan), env, plan.deadline_s)
+    ranks = [st.rank_log(r.lines, r.status) for r in ran.ranks]
+    assert not ran.hung and all(r.done() for r in ranks), [r.tail for r in ranks]
+    setups = {e["path"]: e for e in ranks[0].events if e["event"] == "setup"}
+    assert set(setups) == {"flashinfer_fusion", "torch_symm_mem", "pcie_ipc"}
+    assert not any(e["engaged"] for e in setups.values())
+    assert setups["pcie_ipc"]["reason"] == "SGLang's PcieIpcCommunicator disabled itself here (world size 2, cpu)"
+    found = st.findings(st.SelftestReport(plan, ranks, ran.hung, ran.wall_s))
+    assert [f.status for f in found] == [WARN]  # FlashInfer's setup raised (no GPU for NCCL): untested, said so
+    assert "FlashInfer all-reduce fusion not engaged (ValueError" in found[0].message

@@ -60,7 +60,9 @@ def _pcie_ipc(ctx: Context) -> Reduce:
 
     comm = PcieIpcCommunicator(group=ctx.device_group, device=ctx.device, cpu_group=ctx.cpu_group)
     if comm.disabled:
-        raise NotEngaged(f"SGLang's PcieIpcCommunicator disabled itself at world size {ctx.world_size}")
+        raise NotEngaged(
+            f"SGLang's PcieIpcCommunicator disabled itself here (world size {ctx.world_size}, {ctx.device})"
+        )
 
     def reduce(x: Any) -> Any:
         return comm.pcie_ipc_all_reduce(x) if comm.should_pcie_ipc_ar(x) else None
@@ -73,7 +75,9 @@ def _torch_symm_mem(ctx: Context) -> Reduce:
 
     comm = TorchSymmMemCommunicator(group=ctx.cpu_group, device=ctx.device)
     if comm.disabled:
-        raise NotEngaged(f"SGLang's TorchSymmMemCommunicator disabled itself at world size {ctx.world_size}")
+        raise NotEngaged(
+            f"SGLang's TorchSymmMemCommunicator disabled itself here (world size {ctx.world_size}, {ctx.device})"
+        )
 
     def reduce(x: Any) -> Any:
         return comm.all_reduce(x) if comm.should_torch_symm_mem_allreduce(x) else None
@@ -83,12 +87,18 @@ def _torch_symm_mem(ctx: Context) -> Reduce:
 
 def _flashinfer_fusion(ctx: Context) -> Reduce:
     """FlashInfer's kAllReduce on SGLang's own workspace, as parallel_state.py takes it before any other path."""
+    from sglang.srt import runtime_context
     from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
     from sglang.srt.distributed.parallel_state import get_tp_group
     from sglang.srt.layers import flashinfer_comm_fusion as fusion
 
     init_distributed_environment(world_size=ctx.world_size, rank=ctx.rank, local_rank=ctx.rank, backend="nccl")
-    initialize_model_parallel(tensor_model_parallel_size=ctx.world_size)
+    # SGLang 0.5.23 reads the group widths from its runtime context (published by its launcher): TP = every rank
+    widths = {"tp_size": ctx.world_size, "pp_size": 1, "moe_ep_size": 1, "moe_dp_size": 1, "attn_dp_size": 1,
+              "attn_cp_size": 1, "attn_dcp_size": 1}  # fmt: skip
+    known = runtime_context._parallel_fields()
+    runtime_context.get_parallel().override_permanently(**{k: v for k, v in widths.items() if k in known})
+    initialize_model_parallel()
     rows = max(r for _name, r, _c in ctx.plan["sizes"])
     hidden = ctx.plan["sizes"][0][2]
     import torch
