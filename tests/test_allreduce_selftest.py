@@ -200,10 +200,10 @@ def test_ranks_that_never_join_are_a_hang_before_any_path(tmp_path: Path) -> Non
     sleeper.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(3600)\n")
     sleeper.chmod(0o755)
     plan = st.SelftestPlan(2, ("pcie_ipc",), (("x", 1, 8),), deadline_s=2.0)
-    ran = run_ranks(2, st.rank_argv(str(sleeper), plan), dict(os.environ), plan.deadline_s)
+    ran = run_ranks(2, st.rank_argv(str(sleeper), plan), dict(os.environ), plan.deadline_s, st.is_event)
     assert ran.hung and all(r.ran_out for r in ran.ranks)
     found = st.findings(
-        st.SelftestReport(plan, [st.rank_log(r.lines, r.status) for r in ran.ranks], ran.hung, ran.wall_s)
+        st.SelftestReport(plan, [st.rank_log(r.lines, r.status, r.tail) for r in ran.ranks], ran.hung, ran.wall_s)
     )
     assert [f.status for f in found] == [FAIL]
     assert found[0].message == "the ranks did not join at TP 2 within 2s: killed"
@@ -358,8 +358,8 @@ def test_gloo_ranks_compare_each_path_with_the_exact_sum(sglang_python: str, tmp
     def argv(rank: int, init: str) -> list[str]:
         return [sglang_python, "-P", str(script), *st.rank_argv(sglang_python, plan)(rank, init)[4:]]
 
-    ran = run_ranks(2, argv, env, plan.deadline_s)
-    ranks = [st.rank_log(r.lines, r.status) for r in ran.ranks]
+    ran = run_ranks(2, argv, env, plan.deadline_s, st.is_event)
+    ranks = [st.rank_log(r.lines, r.status, r.tail) for r in ran.ranks]
     assert not ran.hung and all(r.done() for r in ranks), [r.tail for r in ranks]
     found = st.findings(st.SelftestReport(plan, ranks, ran.hung, ran.wall_s))
     assert [f.status for f in found] == [FAIL]
@@ -381,8 +381,8 @@ def test_the_real_rank_module_sets_up_sglangs_own_paths_without_crashing(sglang_
     plan = st.SelftestPlan(2, ("flashinfer_fusion", "torch_symm_mem", "pcie_ipc"), (("decode bs1", 1, 7168),),
                            deadline_s=240.0, backend="gloo")  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(package_root())}
-    ran = run_ranks(2, st.rank_argv(sglang_python, plan), env, plan.deadline_s)
-    ranks = [st.rank_log(r.lines, r.status) for r in ran.ranks]
+    ran = run_ranks(2, st.rank_argv(sglang_python, plan), env, plan.deadline_s, st.is_event)
+    ranks = [st.rank_log(r.lines, r.status, r.tail) for r in ran.ranks]
     assert not ran.hung and all(r.done() for r in ranks), [r.tail for r in ranks]
     setups = {e["path"]: e for e in ranks[0].events if e["event"] == "setup"}
     assert set(setups) == {"flashinfer_fusion", "torch_symm_mem", "pcie_ipc"}

@@ -130,10 +130,15 @@ def parse_event(text: str) -> dict[str, Any] | None:
     return event if isinstance(event, dict) else None
 
 
-def rank_log(lines: Sequence[str], status: int | None) -> RankLog:
-    """One rank's events and last other lines, from what it printed."""
+def is_event(text: str) -> bool:
+    return MARK in text
+
+
+def rank_log(lines: Sequence[str], status: int | None, others: Sequence[str] = ()) -> RankLog:
+    """One rank's events and last other lines, from what it printed (``others``: its last lines that were not
+    events, where the runner kept them apart)."""
     log = RankLog(status=status)
-    for text in lines:
+    for text in [*lines, *others]:
         event = parse_event(text)
         if event is not None:
             log.events.append(event)

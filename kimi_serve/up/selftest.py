@@ -6,7 +6,16 @@ environment (its NCCL and PCIe-IPC variables, CUDA_VISIBLE_DEVICES). `up`'s pref
 from __future__ import annotations
 
 from kimi_serve.core.findings import SKIP, Finding
-from kimi_serve.host.allreduce_selftest import CODE, DEADLINE_S, SelftestReport, findings, plan_for, rank_argv, rank_log
+from kimi_serve.host.allreduce_selftest import (
+    CODE,
+    DEADLINE_S,
+    SelftestReport,
+    findings,
+    is_event,
+    plan_for,
+    rank_argv,
+    rank_log,
+)
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 
@@ -24,6 +33,6 @@ def selftest(profile: Profile, launch: Launch, deadline_s: float = DEADLINE_S) -
     from kimi_serve.process.ranks import run_ranks
 
     env = with_pythonpath(server_env(launch), package_root())
-    run = run_ranks(plan.world_size, rank_argv(launch.argv[0], plan), env, plan.deadline_s)
-    ranks = [rank_log(r.lines, r.status) for r in run.ranks]
+    run = run_ranks(plan.world_size, rank_argv(launch.argv[0], plan), env, plan.deadline_s, is_event)
+    ranks = [rank_log(r.lines, r.status, r.tail) for r in run.ranks]
     return findings(SelftestReport(plan, ranks, run.hung, run.wall_s))
