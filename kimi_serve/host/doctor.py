@@ -77,6 +77,8 @@ class Host:
     accounts_root: Path = Path("/")  # whose etc/passwd holds service.user
     dev_root: Path = Path("/dev")
     coldstart_probe: str = "always"  # the bandwidth probe: always | if-unknown (up reuses doctor's) | never
+    # the collective self-test on the GPUs (up/selftest.py); None: not run by this view of the host
+    allreduce_selftest: Callable[[Profile, Launch], list[Finding]] | None = None
 
     @classmethod
     def real(cls) -> Host:
@@ -250,12 +252,28 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service:
     checks += check_sglang(p, launch, host)
     checks.append(check_port(launch, host))
     checks += check_limits(host)
+    checks += _selftest(p, launch, host, checks)
     if not service:
         return report
     from kimi_serve.host.service_user import service_user_findings
 
     checks += service_user_findings(p, accounts_root=host.accounts_root, dev_root=host.dev_root, gpus=uses_gpus(p))
     return report
+
+
+def _selftest(p: Profile, launch: Launch, host: Host, checks: list[Finding]) -> list[Finding]:
+    """The collective self-test (host/allreduce_selftest.py), once every other check of the GPUs and SGLang held."""
+    from kimi_serve.host.allreduce_selftest import CODE, plan_for
+
+    plan = plan_for(p, uses_gpus(p))
+    if isinstance(plan, str):
+        return [doctor_finding(CODE, SKIP, plan)]
+    bad = failed(checks)
+    if bad:
+        return [doctor_finding(CODE, SKIP, f"not run: {bad[0].code} failed")]
+    if host.allreduce_selftest is None:
+        return [doctor_finding(CODE, SKIP, "not run by this caller")]
+    return host.allreduce_selftest(p, launch)
 
 
 def check_key_file(p: Profile) -> Finding:

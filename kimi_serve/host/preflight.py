@@ -8,6 +8,7 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import FAIL, WARN, error_from, failed
+from kimi_serve.host.allreduce_selftest import CODE as SELFTEST
 from kimi_serve.host.doctor import Host, run_doctor
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
@@ -15,12 +16,13 @@ from kimi_serve.profile.loader import Profile
 
 def preflight(profile: Profile, launch: Launch, say: Callable[[str], None], host: Any = None) -> None:
     """Run doctor for ``launch`` (``host``: a :class:`~kimi_serve.host.doctor.Host`, which tests replace), say each
-    warning and failure, raise exit 5 on the first failure."""
+    warning and failure and the collective self-test's line, raise exit 5 on the first failure (a path that
+    disagrees or hangs in the self-test among them)."""
     report = run_doctor(
         profile, launch, host or Host(coldstart_probe="if-unknown"), service=False
     )  # a start runs as you, not as service.user
     for c in report.checks:
-        if c.status in (WARN, FAIL):
+        if c.status in (WARN, FAIL) or c.code == SELFTEST:  # the self-test's line always (a skip says why)
             say(f"preflight {c.status}: {c.code}: {c.line()}")
     bad = failed(report.checks)
     if bad:

@@ -130,6 +130,11 @@ def _up(
     overrides: dict[str, Any],
 ) -> int:
     profile = deployment.profile
+    if host is None:  # the real host, the collective self-test included (docs/up.md)
+        from kimi_serve.host.doctor import Host
+        from kimi_serve.up.selftest import selftest
+
+        host = Host(coldstart_probe="if-unknown", allreduce_selftest=selftest)
     preflight(profile, deployment.launch, console.info, host)
     log_path = log_file or default_log_file(profile.name)
     if log_file is None and not dry_run:

@@ -1,0 +1,266 @@
+"""The collective self-test (docs/up.md "The collective self-test"): before a GPU profile serves, every all-reduce path
+the profile enables is compared with NCCL and with the exact sum, on the host's GPUs, in the engine interpreter with
+its installed (patched) SGLang, at the profile's TP size and at decode- and prefill-sized messages, under a deadline.
+
+This module is kimi-serve's side, pure: the plan (:func:`plan_for`: which paths, which sizes, from the profile's
+flags), each rank's command line (:mod:`kimi_serve.sglang.allreduce_ranks` in the engine interpreter, one process per
+rank, a file rendezvous, no torchrun), what the ranks printed read back (:func:`rank_log`), and the findings
+(:func:`findings`): a path that disagrees or hangs (still running at the deadline: killed, named by the path and size
+its ranks had started) is a failure naming the path and the profile change that removes it. up/selftest.py runs the
+ranks (process/ranks.py) and hands the findings to `doctor` (its ``allreduce_selftest`` check) and to `up`'s
+preflight.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
+from kimi_serve.profile.loader import Profile
+
+CODE = "allreduce_selftest"
+MODULE = "kimi_serve.sglang.allreduce_ranks"
+MARK = "KIMI-SELFTEST "  # the ranks' event lines (allreduce_ranks.MARK: that module runs in the engine, not here)
+HIDDEN = 7168  # Kimi-K2.5's hidden size: one all-reduce per layer carries rows x 7168 bf16
+DECODE_ROWS = (1, 8, 32)
+PREFILL_ROWS = 8192  # one chunked-prefill chunk (memory.chunked_prefill_size in prod): 8192 x 7168 x 2 B = 112 MiB
+DEADLINE_S = 300.0  # NCCL init, the communicators' setup (and FlashInfer's JIT on a cold cache), every reduction
+ATOL = 0.0  # the inputs are exact in bf16 and so is every order of their sum: a correct path returns exactly it
+
+LABELS = {
+    "nccl": "NCCL",
+    "flashinfer_fusion": "FlashInfer all-reduce fusion",
+    "torch_symm_mem": "torch symmetric memory",
+    "pcie_ipc": "SGLang's PCIe-IPC all-reduce",
+}
+REMOVAL = {  # the profile change that takes a path out of the start
+    "flashinfer_fusion": "allreduce.flashinfer_fusion_backend: null (--set allreduce.flashinfer_fusion_backend=null)",
+    "torch_symm_mem": "allreduce.torch_symm_mem: false (--set allreduce.torch_symm_mem=false)",
+    "pcie_ipc": "allreduce.pcie_ipc: false (--set allreduce.pcie_ipc=false)",
+}
+SAFE_PROFILE = "or start the PCIe-IPC-only profile (--profile prod-ipc; docs/profiles.md)"
+
+
+@dataclass(frozen=True)
+class SelftestPlan:
+    world_size: int
+    paths: tuple[str, ...]  # the enabled paths, in SGLang's order of precedence (FlashInfer first)
+    sizes: tuple[tuple[str, int, int], ...]  # (name, rows, cols)
+    deadline_s: float = DEADLINE_S
+    atol: float = ATOL
+    backend: str = "nccl"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "paths": list(self.paths),
+            "sizes": [list(s) for s in self.sizes],
+            "atol": self.atol,
+            "backend": self.backend,
+        }
+
+
+def default_sizes(hidden: int = HIDDEN) -> tuple[tuple[str, int, int], ...]:
+    decode = tuple((f"decode bs{n} ({n}x{hidden})", n, hidden) for n in DECODE_ROWS)
+    return (*decode, (f"prefill chunk ({PREFILL_ROWS}x{hidden})", PREFILL_ROWS, hidden))
+
+
+def enabled_paths(profile: Profile) -> tuple[str, ...]:
+    """The all-reduce paths the profile's flags enable, as prod enables them: the fusion backend flag, the torch
+    symmetric-memory flag, the PCIe-IPC switch (``allreduce.pcie_ipc`` or its variable set to "1")."""
+    ar = profile.allreduce
+    out = []
+    if ar.flashinfer_fusion_backend:
+        out.append("flashinfer_fusion")
+    if ar.torch_symm_mem:
+        out.append("torch_symm_mem")
+    if ar.pcie_ipc or profile.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") == "1":
+        out.append("pcie_ipc")
+    return tuple(out)
+
+
+def plan_for(profile: Profile, on_gpus: bool, deadline_s: float = DEADLINE_S) -> SelftestPlan | str:
+    """The plan for ``profile`` (``on_gpus``: it runs on CUDA GPUs, host/doctor.py ``uses_gpus``), or why it has none
+    (a line)."""
+    if profile.engine != "sglang":
+        return f"engine: {profile.engine}: no GPU all-reduce to test"
+    if not on_gpus:
+        return "--device cpu: not a CUDA start"
+    if profile.nodes.count > 1:
+        return f"nodes.count {profile.nodes.count}: the single-node all-reduce paths are off across nodes"
+    paths = enabled_paths(profile)
+    world = profile.parallel.tp_size
+    return SelftestPlan(world, paths, default_sizes(), deadline_s)
+
+
+# ------------------------------------------------------------------------------------------------------ the run
+
+
+@dataclass
+class RankLog:
+    events: list[dict[str, Any]] = field(default_factory=list)
+    status: int | None = None
+    tail: list[str] = field(default_factory=list)  # its last lines that were not events
+
+    def last(self, event: str) -> dict[str, Any] | None:
+        return next((e for e in reversed(self.events) if e.get("event") == event), None)
+
+    def done(self) -> bool:
+        return self.last("done") is not None
+
+
+@dataclass
+class SelftestReport:
+    plan: SelftestPlan
+    ranks: list[RankLog]
+    hung: bool = False
+    wall_s: float = 0.0
+
+
+def parse_event(text: str) -> dict[str, Any] | None:
+    at = text.find(MARK)
+    if at < 0:
+        return None
+    try:
+        event = json.loads(text[at + len(MARK) :])
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def is_event(text: str) -> bool:
+    return MARK in text
+
+
+def rank_log(lines: Sequence[str], status: int | None, others: Sequence[str] = ()) -> RankLog:
+    """One rank's events and last other lines, from what it printed (``others``: its last lines that were not
+    events, where the runner kept them apart)."""
+    log = RankLog(status=status)
+    for text in [*lines, *others]:
+        event = parse_event(text)
+        if event is not None:
+            log.events.append(event)
+        elif text.strip():
+            log.tail = [*log.tail[-4:], text.strip()[:300]]
+    return log
+
+
+def rank_argv(interpreter: str, plan: SelftestPlan) -> Callable[[int, str], list[str]]:
+    """Rank R's command line in the engine interpreter: ``python -P -m kimi_serve.sglang.allreduce_ranks ...``."""
+    from kimi_serve.core.proc import python_argv
+
+    blob = json.dumps(plan.to_json())
+
+    def argv(rank: int, init: str) -> list[str]:
+        return python_argv(
+            interpreter,
+            "-m",
+            MODULE,
+            "--rank",
+            str(rank),
+            "--world-size",
+            str(plan.world_size),
+            "--init-method",
+            init,
+            "--plan",
+            blob,
+        )
+
+    return argv
+
+
+# ------------------------------------------------------------------------------------------------------ findings
+
+
+def _finding(status: str, message: str, fix: str = "") -> Finding:
+    return Finding("doctor", CODE, status, message, fix)
+
+
+def _fix(path: str) -> str:
+    return f"set {REMOVAL[path]}, {SAFE_PROFILE}" if path in REMOVAL else "see docs/up.md 'The collective self-test'"
+
+
+def findings(report: SelftestReport) -> list[Finding]:
+    """What the run proved: one failure per path that disagreed or hung (its name, the size, the fix), a warning where
+    nothing could be tested, else one pass line."""
+    plan, ranks = report.plan, report.ranks
+    where = f"TP {plan.world_size}"
+    unavailable = next((e for r in ranks for e in r.events if e.get("event") == "unavailable"), None)
+    if unavailable:
+        return [
+            _finding(
+                WARN,
+                f"not run at {where}: {unavailable.get('reason')}",
+                "run it where the engine's torch sees the profile's GPUs (doctor on the GPU host)",
+            )
+        ]
+    out: list[Finding] = []
+    if report.hung:
+        stuck = [r.last("start") for r in ranks if not r.done()]
+        started = next((s for s in stuck if s), None)
+        if started is None:
+            out.append(
+                _finding(
+                    FAIL,
+                    f"the ranks did not join at {where} within {plan.deadline_s:g}s: killed",
+                    "check NCCL on this host (NCCL_DEBUG=INFO; ACS/IOMMU; NCCL_P2P_LEVEL)",
+                )
+            )
+        else:
+            path = str(started.get("path"))
+            out.append(
+                _finding(
+                    FAIL,
+                    f"{LABELS.get(path, path)} hung at {where}, {started.get('size')}: no answer "
+                    f"within {plan.deadline_s:g}s, its ranks were killed",
+                    _fix(path),
+                )
+            )
+    bad: dict[str, dict[str, Any]] = {}
+    for rank in ranks:
+        for e in rank.events:
+            if e.get("event") == "result" and e.get("ok") is False:
+                bad.setdefault(str(e.get("path")), e)
+    for path, e in bad.items():
+        out.append(
+            _finding(
+                FAIL,
+                f"{LABELS.get(path, path)} disagrees with the exact sum at {where}, {e.get('size')} "
+                f"(max error {e.get('max_err')}, tolerance {plan.atol:g})",
+                _fix(path),
+            )
+        )
+    if not report.hung:
+        for i, rank in enumerate(ranks):
+            if not rank.done():
+                last = rank.tail[-1].strip() if rank.tail else "no output"
+                out.append(
+                    _finding(
+                        FAIL,
+                        f"rank {i} of the self-test exited {rank.status} before the end: {last}",
+                        f"run doctor --debug; if a path's setup crashed, {SAFE_PROFILE}",
+                    )
+                )
+                break
+    return out or [_summary(report)]
+
+
+def _summary(report: SelftestReport) -> Finding:
+    plan, events = report.plan, report.ranks[0].events
+    taken = sorted({str(e["path"]) for e in events if e.get("event") == "result" and e.get("taken")} - {"nccl"})
+    idle = [
+        f"{LABELS.get(str(e['path']), e['path'])} not engaged ({e.get('reason')})"
+        for e in events
+        if e.get("event") == "setup" and not e.get("engaged")
+    ]
+    tested = ", ".join(LABELS[p] for p in taken) or "no path besides NCCL took a size"
+    text = (
+        f"{len(plan.sizes)} sizes at TP {plan.world_size} agree with the exact sum: {tested} "
+        f"({report.wall_s:.0f}s)" + ("; " + "; ".join(idle) if idle else "")
+    )
+    status = WARN if any(e.get("error") for e in events if e.get("event") == "setup") else PASS
+    return _finding(
+        status, text, "a path that could not be set up is not tested: see the reason" if status == WARN else ""
+    )

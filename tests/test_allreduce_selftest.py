@@ -1,0 +1,393 @@
+"""The collective self-test (docs/up.md "The collective self-test") up to the hardware: the plan from each profile's
+flags, the ranks as real processes over the same process protocol (a STAND-IN engine interpreter that prints agreeing,
+disagreeing, hanging or crashing results: this machine has no GPU), the deadline (a hung rank killed, named by its path
+and size), the findings, the refusal in `up`'s preflight and `doctor`, and, in the sglang tier, the real rank module
+over torch.distributed's gloo backend with a deliberately wrong path."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kimi_serve.check.launch import validated_launch
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding
+from kimi_serve.core.resources import package_root
+from kimi_serve.host import allreduce_selftest as st
+from kimi_serve.host.doctor import Host, run_doctor, uses_gpus
+from kimi_serve.host.preflight import preflight
+from kimi_serve.process.ranks import run_ranks
+from kimi_serve.profile.loader import load_profile
+from kimi_serve.up.selftest import selftest
+from tests.test_doctor import gpu_rows, model_dir, sglang_site, smi, unlimited
+
+STANDIN = """\
+import json, os, sys, time
+args = sys.argv[sys.argv.index("--rank"):]
+rank, world = int(args[1]), int(args[3])
+plan = json.loads(args[args.index("--plan") + 1])
+open(os.path.join(PIDS, f"rank{rank}.pid"), "w").write(str(os.getpid()))
+def emit(event, **f):
+    print("KIMI-SELFTEST " + json.dumps({"event": event, **f}), flush=True)
+emit("ready", rank=rank, device=f"cuda:{rank}")
+for name in plan["paths"]:
+    emit("setup", path=name, engaged=name != IDLE, reason="disabled itself at world size %d" % world)
+for size, rows, cols in plan["sizes"]:
+    for path in ["nccl", *[p for p in plan["paths"] if p != IDLE]]:
+        emit("start", path=path, size=size)
+        if (path, rows) == HANG and rank == 1:
+            time.sleep(3600)
+        if (path, rows) == CRASH and rank == 1:
+            print("Traceback: CUDA error: an illegal memory access was encountered", file=sys.stderr, flush=True)
+            sys.exit(3)
+        bad = (path, rows) == WRONG
+        emit("result", path=path, size=size, taken=True, ok=not bad, max_err=1.0 if bad else 0.0)
+emit("done", rank=rank)
+"""
+
+
+def standin(tmp_path: Path, *, wrong: object = None, hang: object = None, crash: object = None, idle: str = "") -> str:
+    """An executable that answers ``python -P -m kimi_serve.sglang.allreduce_ranks ...`` over the ranks' protocol."""
+    pids = tmp_path / "pids"
+    pids.mkdir(exist_ok=True)
+    script = tmp_path / "engine-python"
+    head = f"#!{sys.executable}\nPIDS, IDLE = {str(pids)!r}, {idle!r}\nWRONG, HANG, CRASH = {wrong!r}, {hang!r}, {crash!r}\n"
+    script.write_text(head + STANDIN)
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.fixture
+def gpu_profile(write_profile: Callable[..., Path]) -> Callable[..., str]:
+    def make(python: str, extra: str = "", base: str = "prod") -> str:
+        return str(write_profile(f"extends: {base}\npython: {python}\n" + textwrap.dedent(extra)))
+
+    return make
+
+
+def run(profile: str, deadline_s: float = 20.0) -> list[Finding]:
+    p = load_profile(profile)
+    return selftest(p, validated_launch(p), deadline_s)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(") ")[-1][0] != "Z"
+
+
+# ------------------------------------------------------------------------------------------------------ the plan
+
+
+def test_prod_plans_its_three_paths_at_tp8_decode_and_prefill_sizes() -> None:
+    plan = st.plan_for(load_profile("prod"), True)
+    assert isinstance(plan, st.SelftestPlan)
+    assert plan.world_size == 8
+    assert plan.paths == ("flashinfer_fusion", "torch_symm_mem", "pcie_ipc")
+    assert [(rows, cols) for _n, rows, cols in plan.sizes] == [(1, 7168), (8, 7168), (32, 7168), (8192, 7168)]
+    assert plan.deadline_s > 0 and plan.atol == 0.0 and plan.backend == "nccl"
+
+
+@pytest.mark.parametrize(
+    ("name", "sets", "paths"),
+    [
+        ("prod-ipc", [], ("pcie_ipc",)),
+        ("baseline", [], ("flashinfer_fusion", "torch_symm_mem", "pcie_ipc")),
+        ("prod", ["allreduce.torch_symm_mem=false"], ("flashinfer_fusion", "pcie_ipc")),
+        ("prod", ["allreduce.pcie_ipc=false", "allreduce.flashinfer_fusion_backend=null"], ("torch_symm_mem",)),
+        ("prod-ipc", ["allreduce.pcie_ipc=false", "env.SGLANG_ENABLE_PCIE_IPC_ALLREDUCE='1'"], ("pcie_ipc",)),
+        ("prod-ipc", ["allreduce.pcie_ipc=false"], ()),
+    ],
+)
+def test_the_paths_follow_the_profile_flags(name: str, sets: list[str], paths: tuple[str, ...]) -> None:
+    plan = st.plan_for(load_profile(name, sets), True)
+    assert isinstance(plan, st.SelftestPlan) and plan.paths == paths
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [("sim", "engine: simulator"), ("sim-dp2", "engine: simulator"), ("prod-tp16", "nodes.count 2")],
+)
+def test_profiles_without_a_single_node_gpu_start_have_no_plan(name: str, why: str) -> None:
+    p = load_profile(name)
+    plan = st.plan_for(p, uses_gpus(p))
+    assert isinstance(plan, str) and plan.startswith(why)
+
+
+def test_a_cpu_device_start_has_no_plan() -> None:
+    p = load_profile("prod", ["extra_args=[--device, cpu]"])
+    assert st.plan_for(p, uses_gpus(p)) == "--device cpu: not a CUDA start"
+
+
+def test_rank_argv_runs_the_rank_module_in_the_engine_interpreter() -> None:
+    plan = st.SelftestPlan(2, ("pcie_ipc",), (("x", 1, 8),))
+    argv = st.rank_argv("/opt/venv/bin/python", plan)(1, "file:///tmp/r")
+    assert argv[:4] == ["/opt/venv/bin/python", "-P", "-m", "kimi_serve.sglang.allreduce_ranks"]
+    assert argv[argv.index("--rank") + 1] == "1" and argv[argv.index("--world-size") + 1] == "2"
+    assert json.loads(argv[argv.index("--plan") + 1])["paths"] == ["pcie_ipc"]
+
+
+# ------------------------------------------------------------------------------------------------------ the run
+
+
+def test_agreeing_paths_pass_with_one_line(tmp_path: Path, gpu_profile: Callable[..., str]) -> None:
+    found = run(gpu_profile(standin(tmp_path, idle="torch_symm_mem")))
+    assert [f.status for f in found] == [PASS]
+    assert "4 sizes at TP 8 agree with the exact sum" in found[0].message
+    assert "FlashInfer all-reduce fusion, SGLang's PCIe-IPC all-reduce" in found[0].message
+    assert "torch symmetric memory not engaged (disabled itself at world size 8)" in found[0].message
+
+
+@pytest.mark.parametrize(
+    ("path", "label", "fix"),
+    [
+        ("torch_symm_mem", "torch symmetric memory", "--set allreduce.torch_symm_mem=false"),
+        ("flashinfer_fusion", "FlashInfer all-reduce fusion", "--set allreduce.flashinfer_fusion_backend=null"),
+        ("pcie_ipc", "SGLang's PCIe-IPC all-reduce", "--set allreduce.pcie_ipc=false"),
+    ],
+)
+def test_a_path_that_disagrees_fails_naming_the_path_and_the_change(
+    tmp_path: Path, gpu_profile: Callable[..., str], path: str, label: str, fix: str
+) -> None:
+    found = run(gpu_profile(standin(tmp_path, wrong=(path, 8192))))
+    assert [f.status for f in found] == [FAIL]
+    assert found[0].message.startswith(f"{label} disagrees with the exact sum at TP 8, prefill chunk (8192x7168)")
+    assert "max error 1.0" in found[0].message
+    assert fix in found[0].fix and "--profile prod-ipc" in found[0].fix
+
+
+def test_nccl_itself_disagreeing_fails_too(tmp_path: Path, gpu_profile: Callable[..., str]) -> None:
+    found = run(gpu_profile(standin(tmp_path, wrong=("nccl", 1))))
+    assert [f.status for f in found] == [FAIL] and found[0].message.startswith("NCCL disagrees")
+
+
+def test_a_hanging_path_is_killed_at_the_deadline_and_named(tmp_path: Path, gpu_profile: Callable[..., str]) -> None:
+    start = time.monotonic()
+    found = run(gpu_profile(standin(tmp_path, hang=("torch_symm_mem", 32))), deadline_s=4.0)
+    took = time.monotonic() - start
+    assert took < 4.0 + 15  # the deadline, the stop's grace, the processes' start on a busy machine
+    assert [f.status for f in found] == [FAIL]
+    assert found[0].message.startswith(
+        "torch symmetric memory hung at TP 8, decode bs32 (32x7168): no answer within 4s"
+    )
+    assert "--set allreduce.torch_symm_mem=false" in found[0].fix
+    pids = [int(p.read_text()) for p in (tmp_path / "pids").glob("*.pid")]
+    assert len(pids) == 8 and not any(alive(pid) for pid in pids)  # every rank stopped, none left behind
+
+
+def test_a_rank_that_crashes_fails_with_its_last_line(tmp_path: Path, gpu_profile: Callable[..., str]) -> None:
+    found = run(gpu_profile(standin(tmp_path, crash=("pcie_ipc", 1))))
+    assert [f.status for f in found] == [FAIL]
+    assert found[0].message == (
+        "rank 1 of the self-test exited 3 before the end: "
+        "Traceback: CUDA error: an illegal memory access was encountered"
+    )
+
+
+def test_ranks_that_never_join_are_a_hang_before_any_path(tmp_path: Path) -> None:
+    sleeper = tmp_path / "sleeper"
+    sleeper.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(3600)\n")
+    sleeper.chmod(0o755)
+    plan = st.SelftestPlan(2, ("pcie_ipc",), (("x", 1, 8),), deadline_s=2.0)
+    ran = run_ranks(2, st.rank_argv(str(sleeper), plan), dict(os.environ), plan.deadline_s, st.is_event)
+    assert ran.hung and all(r.ran_out for r in ran.ranks)
+    found = st.findings(
+        st.SelftestReport(plan, [st.rank_log(r.lines, r.status, r.tail) for r in ran.ranks], ran.hung, ran.wall_s)
+    )
+    assert [f.status for f in found] == [FAIL]
+    assert found[0].message == "the ranks did not join at TP 2 within 2s: killed"
+
+
+def test_an_engine_without_torch_or_gpus_is_a_warning_not_a_pass(
+    tmp_path: Path, gpu_profile: Callable[..., str]
+) -> None:
+    # the real rank module in an interpreter without torch (kimi-serve's own): nothing was tested, and it says so
+    found = run(gpu_profile(sys.executable))
+    assert [f.status for f in found] == [WARN]
+    assert found[0].message.startswith("not run at TP 8: no torch in this interpreter")
+
+
+# ------------------------------------------------------------------------------------------------------ the wiring
+
+
+def _gpu_host_profile(tmp_path: Path, write_profile: Callable[..., Path], python: str, port: int) -> str:
+    """prod-ipc on a stand-in 8-GPU host: model and draft folders the test made, no patch set (the fake SGLang)."""
+    model, draft = (
+        model_dir(tmp_path / "Kimi-K2.5"),
+        model_dir(tmp_path / "draft", shards=1, present=1, tokenizer=False),
+    )
+    return str(
+        write_profile(f"""\
+        extends: prod-ipc
+        python: {python}
+        patch_set: null
+        allreduce: {{flashinfer_fusion_backend: null, torch_symm_mem: false}}
+        model: {{path: {model}}}
+        speculative: {{draft_model_path: {draft}}}
+        server: {{port: {port}, host: 127.0.0.1, api_key_file: null}}
+        """)
+    )
+
+
+def _stand_in_host(tmp_path: Path, deadline_s: float = 20.0) -> Host:
+    return Host(
+        run=smi(gpu_rows()),
+        sglang_site=sglang_site(tmp_path),
+        rlimit=unlimited,
+        coldstart_probe="never",
+        allreduce_selftest=lambda prof, launch: selftest(prof, launch, deadline_s),
+    )
+
+
+def test_up_preflight_refuses_a_disagreeing_path_with_exit_5(
+    tmp_path: Path, write_profile: Callable[..., Path], loopback_port: Callable[[], int]
+) -> None:
+    profile = _gpu_host_profile(tmp_path, write_profile, standin(tmp_path, wrong=("pcie_ipc", 8)), loopback_port())
+    p = load_profile(profile)
+    said: list[str] = []
+    with pytest.raises(KimiServeError) as exc:
+        preflight(p, validated_launch(p), said.append, _stand_in_host(tmp_path))
+    assert exc.value.exit_code == ExitCode.ENVIRONMENT
+    assert exc.value.message.startswith(
+        "preflight: allreduce_selftest: SGLang's PCIe-IPC all-reduce disagrees with the exact sum at TP 8, decode bs8"
+    )
+    assert "--set allreduce.pcie_ipc=false" in str(exc.value.hint)
+    assert any(line.startswith("preflight fail: allreduce_selftest: ") for line in said)
+
+
+def test_doctor_passes_agreeing_paths_and_says_so(
+    tmp_path: Path, write_profile: Callable[..., Path], loopback_port: Callable[[], int]
+) -> None:
+    profile = _gpu_host_profile(tmp_path, write_profile, standin(tmp_path), loopback_port())
+    p = load_profile(profile)
+    report = run_doctor(p, validated_launch(p), _stand_in_host(tmp_path), service=False)
+    checks = {c.code: c for c in report.checks}
+    assert report.exit_code == ExitCode.OK, [c for c in report.checks if c.status == FAIL]
+    assert checks[st.CODE].status == PASS and "SGLang's PCIe-IPC all-reduce" in checks[st.CODE].message
+    said: list[str] = []
+    preflight(p, validated_launch(p), said.append, _stand_in_host(tmp_path))
+    assert any(line.startswith("preflight pass: allreduce_selftest: 4 sizes at TP 8 agree") for line in said)
+
+
+def test_doctor_does_not_run_it_after_a_failed_check(
+    tmp_path: Path, write_profile: Callable[..., Path], loopback_port: Callable[[], int]
+) -> None:
+    profile = _gpu_host_profile(tmp_path, write_profile, standin(tmp_path), loopback_port())
+    p = load_profile(profile)
+    host = _stand_in_host(tmp_path)
+    host.run = smi(None)  # no nvidia-smi: the gpus check fails first
+    checks = {c.code: c for c in run_doctor(p, validated_launch(p), host, service=False).checks}
+    assert (checks[st.CODE].status, checks[st.CODE].message) == (SKIP, "not run: gpus failed")
+    assert not list((tmp_path / "pids").glob("*.pid"))  # no rank was started
+
+
+def test_doctor_and_preflight_carry_the_self_test_finding() -> None:
+    # the GPU host's answer, injected where doctor asks it: the failure is the preflight's refusal, exit 5
+    from kimi_serve.host import doctor
+
+    p = load_profile("prod-ipc", ["server.api_key_file=null", "server.host=127.0.0.1", "server.port=1"])
+    bad = Finding(
+        "doctor", st.CODE, FAIL, "SGLang's PCIe-IPC all-reduce hung at TP 8, decode bs1 (1x7168)", st._fix("pcie_ipc")
+    )
+    assert doctor._selftest(p, validated_launch(p), Host(allreduce_selftest=lambda *_: [bad]), []) == [bad]
+    skipped = doctor._selftest(p, validated_launch(p), Host(), [])
+    assert [(f.status, f.message) for f in skipped] == [(SKIP, "not run by this caller")]
+
+
+def test_up_dry_run_of_a_simulator_profile_says_it_skips(
+    cli: Callable[..., Any], loopback_port: Callable[[], int]
+) -> None:
+    result = cli("up", "--profile", "sim", "--dry-run", "--set", f"server.port={loopback_port()}")
+    assert "preflight skip: allreduce_selftest: engine: simulator: no GPU all-reduce to test" in result.out, result.out
+
+
+# ------------------------------------------------------------------------------------------------------ gloo, real torch
+
+GLOO_PATHS = """\
+import sys
+import torch
+import torch.distributed as dist
+from kimi_serve.sglang import allreduce_ranks as ar
+
+def agree(ctx):
+    def reduce(x):
+        y = x.float()
+        dist.all_reduce(y, group=ctx.device_group)
+        return y.to(torch.bfloat16)
+    return reduce
+
+def wrong(ctx):  # one rank's contribution counted twice in one row: what a racing signal pad would give
+    def reduce(x):
+        y = x.float()
+        dist.all_reduce(y, group=ctx.device_group)
+        if x.shape[0] > 1:
+            y[1] += x[1].float()
+        return y.to(torch.bfloat16)
+    return reduce
+
+def idle(ctx):
+    raise ar.NotEngaged("no such communicator on CPU")
+
+sys.exit(ar.main(sys.argv[sys.argv.index("--rank"):], {"pcie_ipc": agree, "torch_symm_mem": wrong, "flashinfer_fusion": idle}))
+"""
+
+
+def test_gloo_ranks_compare_each_path_with_the_exact_sum(sglang_python: str, tmp_path: Path) -> None:
+    script = tmp_path / "gloo_paths.py"
+    script.write_text(GLOO_PATHS)
+    plan = st.SelftestPlan(
+        2,
+        ("flashinfer_fusion", "torch_symm_mem", "pcie_ipc"),
+        (("decode bs1", 1, 7168), ("prefill", 64, 7168)),
+        deadline_s=240.0,
+        backend="gloo",
+    )
+    env = {**os.environ, "PYTHONPATH": str(package_root())}
+
+    def argv(rank: int, init: str) -> list[str]:
+        return [sglang_python, "-P", str(script), *st.rank_argv(sglang_python, plan)(rank, init)[4:]]
+
+    ran = run_ranks(2, argv, env, plan.deadline_s, st.is_event)
+    ranks = [st.rank_log(r.lines, r.status, r.tail) for r in ran.ranks]
+    assert not ran.hung and all(r.done() for r in ranks), [r.tail for r in ranks]
+    found = st.findings(st.SelftestReport(plan, ranks, ran.hung, ran.wall_s))
+    assert [f.status for f in found] == [FAIL]
+    assert found[0].message.startswith("torch symmetric memory disagrees with the exact sum at TP 2, prefill")
+    results = {(e["path"], e["size"]): e for e in ranks[0].events if e["event"] == "result"}
+    assert results[("nccl", "prefill")]["max_err"] == 0.0 and results[("pcie_ipc", "prefill")]["max_err"] == 0.0
+    assert results[("torch_symm_mem", "decode bs1")]["ok"] and results[("torch_symm_mem", "prefill")]["max_err"] > 0
+    assert {
+        "event": "setup",
+        "path": "flashinfer_fusion",
+        "engaged": False,
+        "reason": "no such communicator on CPU",
+    } in ranks[0].events
+
+
+def test_the_real_rank_module_sets_up_sglangs_own_paths_without_crashing(sglang_python: str) -> None:
+    # SGLang 0.5.23's communicators, as the rank module builds them, on CPU (gloo): each declines or raises, the rank
+    # reports why and still compares NCCL's stand-in with the exact sum to the end
+    plan = st.SelftestPlan(2, ("flashinfer_fusion", "torch_symm_mem", "pcie_ipc"), (("decode bs1", 1, 7168),),
+                           deadline_s=240.0, backend="gloo")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(package_root())}
+    ran = run_ranks(2, st.rank_argv(sglang_python, plan), env, plan.deadline_s, st.is_event)
+    ranks = [st.rank_log(r.lines, r.status, r.tail) for r in ran.ranks]
+    assert not ran.hung and all(r.done() for r in ranks), [r.tail for r in ranks]
+    setups = {e["path"]: e for e in ranks[0].events if e["event"] == "setup"}
+    assert set(setups) == {"flashinfer_fusion", "torch_symm_mem", "pcie_ipc"}
+    assert not any(e["engaged"] for e in setups.values())
+    assert setups["pcie_ipc"]["reason"] == "SGLang's PcieIpcCommunicator disabled itself here (world size 2, cpu)"
+    found = st.findings(st.SelftestReport(plan, ranks, ran.hung, ran.wall_s))
+    assert [f.status for f in found] == [WARN]  # FlashInfer's setup raised (no GPU for NCCL): untested, said so
+    assert "FlashInfer all-reduce fusion not engaged (ValueError" in found[0].message
