@@ -9,6 +9,7 @@ import resource
 import shutil
 import socket
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -36,17 +37,82 @@ def topo(n: int = 8, link: str = "SYS") -> str:
     return head + rows
 
 
-def smi(rows: str | None, topology: str = topo(), header: str = SMI_HEADER) -> Callable[[list[str]], Completed | None]:
+def p2p(n: int = 8, bad: dict[tuple[int, int], str] | None = None) -> str:
+    """``nvidia-smi topo -p2p r`` as driver 580 prints it (OK everywhere but the ``bad`` pairs)."""
+    bad = bad or {}
+    head = " \t" + "\t".join(f"GPU{i}" for i in range(n)) + "\t\n"
+    rows = "".join(
+        f" GPU{i}\t" + "\t".join("X" if i == j else bad.get((i, j), "OK") for j in range(n)) + "\t\n" for i in range(n)
+    )
+    return head + rows + "\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n  CNS  = Chipset not supported\n"
+
+
+LSPCI_ACS_OFF = (
+    "00:01.1 PCI bridge: Advanced Micro Devices, Inc. [AMD] Starship/Matisse GPP Bridge\n"
+    "\tCapabilities: [2a0 v1] Access Control Services\n"
+    "\t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans+\n"
+    "\t\tACSCtl:\tSrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-\n"
+)
+LSPCI_ACS_ON = LSPCI_ACS_OFF.replace(
+    "ACSCtl:\tSrcValid- TransBlk- ReqRedir- CmpltRedir-", "ACSCtl:\tSrcValid+ TransBlk- ReqRedir+ CmpltRedir+"
+)
+
+
+def smi(
+    rows: str | None,
+    topology: str = topo(),
+    header: str = SMI_HEADER,
+    p2p_matrix: str | None = None,
+    lspci: str | None = LSPCI_ACS_OFF,
+) -> Callable[[list[str]], Completed | None]:
     def run(argv: list[str]) -> Completed | None:
+        if argv[0] == "lspci":
+            return None if lspci is None else Completed(tuple(argv), 0, lspci, "")
         if rows is None:
             return None  # nvidia-smi not installed
         if "--query-gpu" in " ".join(argv):
             return Completed(tuple(argv), 0, rows, "")
         if argv[1:] == ["topo", "-m"]:
             return Completed(tuple(argv), 0, topology, "")
+        if argv[1:] == ["topo", "-p2p", "r"]:
+            return Completed(tuple(argv), 0, p2p_matrix if p2p_matrix is not None else p2p(rows.count("\n")), "")
         return Completed(tuple(argv), 0, header, "")
 
     return run
+
+
+PROC_DEVICES = (
+    "Character devices:\n  1 mem\n  4 tty\n195 nvidia-frontend\n234 nvidia-caps\n510 nvidia-uvm\n"
+    "\nBlock devices:\n  7 loop\n  8 sd\n"
+)
+
+
+def stand_in_gpu_host(
+    root: Path,
+    devices: str = PROC_DEVICES,
+    uvm: bool = True,
+    modprobe: bool = True,
+    iommu_groups: int = 0,
+    cmdline: str = "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro quiet",
+    compilers: tuple[str, ...] = ("nvcc", "c++"),
+) -> Path:
+    """A GPU host's files under ``root``: /proc/devices, /proc/cmdline, /sys/kernel/iommu_groups, /dev/nvidia*,
+    nvidia-modprobe and the compilers (nvcc in /usr/local/cuda/bin, c++/g++ in /usr/bin)."""
+    (root / "proc").mkdir(parents=True, exist_ok=True)
+    (root / "proc" / "devices").write_text(devices)
+    (root / "proc" / "cmdline").write_text(cmdline + "\n")
+    for i in range(iommu_groups):
+        (root / "sys" / "kernel" / "iommu_groups" / str(i)).mkdir(parents=True)
+    (root / "dev").mkdir(exist_ok=True)
+    for name in ["nvidiactl", "nvidia0"] + (["nvidia-uvm"] if uvm else []):
+        (root / "dev" / name).write_text("")
+    tools = [("usr/bin", "nvidia-modprobe")] if modprobe else []
+    tools += [("usr/local/cuda/bin" if c == "nvcc" else "usr/bin", c) for c in compilers]
+    for folder, name in tools:
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        (root / folder / name).write_text("#!/bin/sh\n")
+        (root / folder / name).chmod(0o755)
+    return root
 
 
 def sglang_site(tmp_path: Path, version: str = "0.5.23") -> Callable[[str], Path]:
@@ -92,6 +158,10 @@ def gpu_profile(write_profile: Callable[..., Path], tmp_path: Path) -> Callable[
 
 
 def doctor(profile: Path, host: Host) -> DoctorReport:
+    """doctor on a stand-in host: ``host``'s files are a stand-in GPU host's unless the test gave its own root."""
+    if host.fs_root == Path("/"):
+        root = stand_in_gpu_host(profile.parent / "gpu-host")
+        host = replace(host, fs_root=root, dev_root=root / "dev", environ={"PATH": "/usr/bin:/bin"})
     p = load_profile(str(profile))
     return run_doctor(p, validated_launch(p), host)
 
@@ -129,7 +199,10 @@ def test_eight_sm120_gpus_on_pcie_pass(gpu_profile: Callable[..., Path], tmp_pat
     checks = by_name(report)
     assert checks["gpus"] == ("pass", f"8 GPU(s): {RTX} (profile uses 8)", "")
     assert checks["compute_capability"][0] == "pass"
-    assert checks["driver"][1] == "driver 580.65.06, CUDA 13.0"
+    assert checks["driver"][1] == "driver 580.65.06, CUDA 13.0 (CUDA 13.0 needs 580+)"
+    for name in ("devices", "nvidia_uvm", "iommu", "acs", "p2p", "nvcc", "cxx"):
+        assert checks[name][0] == "pass", (name, checks[name])
+    assert checks["nvcc"][1].endswith("/usr/local/cuda/bin/nvcc (found through /usr/local/cuda)")
     assert checks["topology"][0] == "pass" and "PCIe only, no NVLink (SYS x28 GPU pairs)" in checks["topology"][1]
     assert checks["gpu_memory"][0] == "pass"
     assert checks["model"][1].endswith("all 3 shards present") and checks["draft"][0] == "pass"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kimi_serve.host.gpu_host import UNIT_DEVICE_GROUPS
 from kimi_serve.host.unit_reach import HOME_TREES
 
 CACHE_NAME = "kimi-serve"  # CacheDirectory=: /var/cache/kimi-serve, created and owned by systemd for User=
@@ -22,16 +23,23 @@ _HOME_TREES = tuple(f"{tree}/" for tree in HOME_TREES)  # what ProtectHome= hide
 CACHE_ENV = (
     ("XDG_CACHE_HOME", ""),  # the fallback of most of the below, and pip/torch hub
     ("TRITON_CACHE_DIR", "triton"),  # Triton kernels (triton/knobs.py: TRITON_CACHE_DIR, else ~/.triton/cache)
-    ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),  # FlashInfer JIT: $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer
+    # FlashInfer JIT and its autotuner's results (the PCIe-IPC all-reduce's tuning among them, which has no variable
+    # of its own): $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer
+    ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
     ("SGLANG_CACHE_DIR", "sglang"),  # SGLang's own (environ.py: SGLANG_CACHE_DIR, else ~/.cache/sglang)
+    # SGLang's JIT kernels (load_jit: Marlin INT4 MoE on SM120): does not follow SGLANG_CACHE_DIR (~/.cache/sglang/jit)
+    ("SGLANG_JIT_CACHE_DIR", "sglang/jit"),
+    ("TVM_FFI_CACHE_DIR", "tvm-ffi"),  # tvm-ffi's C++/CUDA builds (tvm_ffi/cpp/extension.py, else ~/.cache/tvm-ffi)
+    ("TILELANG_CACHE_DIR", "tilelang"),  # TileLang kernels (else its own folder under $HOME)
     ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"),  # torch.compile / inductor
     ("CUDA_CACHE_PATH", "nv"),  # the CUDA driver's PTX JIT cache (else ~/.nv/ComputeCache)
     ("HF_HOME", "huggingface"),  # trust_remote_code copies the model's Python here (modules/)
 )
 
-# NVIDIA's character devices by /proc/devices group: nvidia0..N + nvidiactl + nvidia-modeset (frontend), the unified
-# memory driver, and the capability nodes (MIG, fabric).
-GPU_DEVICES = ("char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw")
+# NVIDIA's character devices by /proc/devices group: nvidia0..N + nvidiactl + nvidia-modeset (the frontend, which some
+# drivers register as "nvidia-frontend" and others as "nvidia": both are listed), the unified memory driver, and the
+# capability nodes (MIG, fabric). doctor's devices line compares them with what the driver registers.
+GPU_DEVICES = tuple(f"char-{group} rw" for group in UNIT_DEVICE_GROUPS)
 
 # torch and CUDA fetch memory-handle fds from peer ranks with pidfd_getfd (in @debug); everything else a GPU server
 # calls is in @system-service.

@@ -19,6 +19,8 @@ from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import WARN, Finding
 from kimi_serve.core.resources import package_root, resource_dir
 from kimi_serve.core.settings import with_pythonpath
+from kimi_serve.host.doctor import uses_gpus
+from kimi_serve.host.gpu_host import UVM_STEP
 from kimi_serve.host.unit_reach import ENTER, LOAD, RUN, Need, Sandbox, reach_findings
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
@@ -34,6 +36,7 @@ from kimi_serve.service.systemd_text import (
     user_name,
 )
 from kimi_serve.service.timeouts import RESTART_SEC, START_LIMIT_BURST, start_limit_interval_sec, start_timeout_sec
+from kimi_serve.sglang.toolchain import toolchain_env
 
 TEMPLATE = "sglang-kimi.service.j2"
 
@@ -137,10 +140,13 @@ def unit_file_name(unit_name: str, where: str = "service.unit_name") -> str:
 
 def unit_environment(profile: Profile, launch: Launch, ctx: UnitContext) -> dict[str, str]:
     """The service environment: the launch's, plus the JIT caches in the unit's CacheDirectory, unbuffered Python
-    output (journald reads a pipe) and, for the simulator engine, kimi-serve's package on PYTHONPATH (the SGLang
-    interpreter does not have it installed)."""
+    output (journald reads a pipe), for an SGLang engine that carries nvcc its CUDA_HOME and PATH
+    (:func:`kimi_serve.sglang.toolchain.toolchain_env`) and, for the simulator engine, kimi-serve's package on
+    PYTHONPATH (the SGLang interpreter does not have it installed)."""
     env = cache_environment(dict(launch.env))
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if profile.engine == "sglang":
+        env.update(toolchain_env(launch.argv[0], env))
     if profile.engine == "simulator":  # the launch put this process's package root there: the unit's is ctx's
         env = with_pythonpath({**env, "PYTHONPATH": profile.env.get("PYTHONPATH", "")}, ctx.package_root)
     return env
@@ -182,6 +188,7 @@ def render_unit(
             profile.where("service.unit_name"),
         ),
         "exec_start": exec_line(launch.argv, profile.where("python")),
+        "exec_start_pres": [f"-+{exec_line(list(UVM_STEP), 'ExecStartPre')}"] if uses_gpus(profile) else [],
         "exec_start_posts": [exec_line(list(a), profile.where("server")) for a in posts],
         "post_comment": shape.post_comment if shape else POST_COMMENT,
         "unit_lines": list(shape.unit_lines) if shape else [],
