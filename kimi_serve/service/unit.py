@@ -138,15 +138,15 @@ def unit_file_name(unit_name: str, where: str = "service.unit_name") -> str:
     return f"{name}.service"
 
 
-def unit_environment(profile: Profile, launch: Launch, ctx: UnitContext) -> dict[str, str]:
+def unit_environment(profile: Profile, launch: Launch, ctx: UnitContext, root: Path = Path("/")) -> dict[str, str]:
     """The service environment: the launch's, plus the JIT caches in the unit's CacheDirectory, unbuffered Python
     output (journald reads a pipe), for an SGLang engine that carries nvcc its CUDA_HOME and PATH
     (:func:`kimi_serve.sglang.toolchain.toolchain_env`) and, for the simulator engine, kimi-serve's package on
-    PYTHONPATH (the SGLang interpreter does not have it installed)."""
+    PYTHONPATH (the SGLang interpreter does not have it installed). ``root``: the system whose engine is read."""
     env = cache_environment(dict(launch.env))
     env.setdefault("PYTHONUNBUFFERED", "1")
     if profile.engine == "sglang":
-        env.update(toolchain_env(launch.argv[0], env))
+        env.update(toolchain_env(launch.argv[0], env, root=root))
     if profile.engine == "simulator":  # the launch put this process's package root there: the unit's is ctx's
         env = with_pythonpath({**env, "PYTHONPATH": profile.env.get("PYTHONPATH", "")}, ctx.package_root)
     return env
@@ -209,7 +209,7 @@ def render_unit(
         "syslog_identifier": name.removesuffix(".service"),
         "cache_directory": CACHE_NAME,
         "hardening_level": profile.service.hardening,
-        "hardening": [f"{k}={v}" for k, v in _sandbox(profile, launch, ctx)],
+        "hardening": [f"{k}={v}" for k, v in unit_sandbox(profile, launch, ctx)],
     }
     loader = jinja2.FileSystemLoader(str(resource_dir("systemd")))
     template = jinja2.Environment(
@@ -231,7 +231,7 @@ def render_unit(
     return RenderedUnit(name=name, text=f"{marker}\n{body}", sha256=digest)
 
 
-def _sandbox(profile: Profile, launch: Launch, ctx: UnitContext) -> list[tuple[str, str]]:
+def unit_sandbox(profile: Profile, launch: Launch, ctx: UnitContext) -> list[tuple[str, str]]:
     """The sandbox lines (:mod:`kimi_serve.service.hardening`); ProtectHome= is read-only when the interpreter,
     kimi-serve or the model live under a home directory."""
     used = [
@@ -273,5 +273,5 @@ def unit_reach(
     needs.append(
         Need("working directory", profile.service.working_directory, ENTER, profile.where("service.working_directory"))
     )
-    box = Sandbox.from_lines(_sandbox(profile, launch, ctx))
+    box = Sandbox.from_lines(unit_sandbox(profile, launch, ctx))
     return reach_findings(needs, box, profile.service.user, root=root)
