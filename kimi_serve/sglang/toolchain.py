@@ -5,6 +5,8 @@ anything of the engine.
   local version (``+cu130``), else the ``-cuNN`` suffix of the ``nvidia-*`` packages. An installed engine is read
   from its ``*.dist-info`` folders (what the lock installed); without one, from the shipped GPU lock.
 - **The driver floor**: :data:`DRIVER_FLOOR`, the one table of CUDA release -> oldest driver branch that runs it.
+- **The JIT and kernel caches**: :data:`CACHE_ENV`, the one table of the variables that move each cache (SGLang's
+  JIT, FlashInfer, Triton, tvm-ffi, TileLang, CUDA's, inductor's) under one folder: the unit's CacheDirectory.
 - **nvcc and the host compiler**: SGLang's JIT (``load_jit``, tvm-ffi) and FlashInfer look for nvcc in
   ``$CUDA_HOME/bin``, then on ``PATH`` (``which nvcc``), then in ``/usr/local/cuda``; nvcc and tvm-ffi call the host
   C++ compiler ``$CXX``, else ``c++``/``g++`` on ``PATH``. :func:`toolchain_env` points ``CUDA_HOME`` and ``PATH``
@@ -31,6 +33,29 @@ _DIST = re.compile(r"^(.+)-([^-]+)\.dist-info$")
 _CU = re.compile(r"[-+]cu(\d{2,3})$")
 
 Cuda = tuple[int, int]
+
+# (variable, path under the cache root): where each JIT or download cache goes instead of $HOME.
+CACHE_ENV = (
+    ("XDG_CACHE_HOME", ""),  # the fallback of most of the below, and pip/torch hub
+    ("TRITON_CACHE_DIR", "triton"),  # Triton kernels (triton/knobs.py: TRITON_CACHE_DIR, else ~/.triton/cache)
+    # FlashInfer JIT and its autotuner's results (the PCIe-IPC all-reduce's tuning among them, which has no variable
+    # of its own): $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer
+    ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
+    ("SGLANG_CACHE_DIR", "sglang"),  # SGLang's own (environ.py: SGLANG_CACHE_DIR, else ~/.cache/sglang)
+    # SGLang's JIT kernels (load_jit: Marlin INT4 MoE on SM120): does not follow SGLANG_CACHE_DIR (~/.cache/sglang/jit)
+    ("SGLANG_JIT_CACHE_DIR", "sglang/jit"),
+    ("TVM_FFI_CACHE_DIR", "tvm-ffi"),  # tvm-ffi's C++/CUDA builds (tvm_ffi/cpp/extension.py, else ~/.cache/tvm-ffi)
+    ("TILELANG_CACHE_DIR", "tilelang"),  # TileLang kernels (else its own folder under $HOME)
+    ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"),  # torch.compile / inductor
+    ("CUDA_CACHE_PATH", "nv"),  # the CUDA driver's PTX JIT cache (else ~/.nv/ComputeCache)
+    ("HF_HOME", "huggingface"),  # trust_remote_code copies the model's Python here (modules/)
+)
+
+
+def cache_env(root: str) -> dict[str, str]:
+    """Every JIT and kernel cache of :data:`CACHE_ENV` under the folder ``root`` (the unit's CacheDirectory, or the
+    folder ``engine install`` warms)."""
+    return {name: f"{root.rstrip('/')}/{sub}".rstrip("/") for name, sub in CACHE_ENV}
 
 
 def _norm(name: str) -> str:
