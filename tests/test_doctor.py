@@ -445,6 +445,9 @@ def test_acs_redirection_and_the_p2p_matrix(gpu_profile: Callable[..., Path], tm
     assert acs[0] == "fail" and "ACS redirection on at 1 PCIe bridge port(s)" in acs[1] and "setpci" in acs[2]
     gone = gpu_host_doctor(gpu_profile, tmp_path / "b", run=smi(gpu_rows(), lspci=None))["acs"]
     assert gone[0] == "skip"
+    hidden = "00:01.1 PCI bridge: AMD GPP Bridge\n\tCapabilities: <access denied>\n"  # lspci -vvv as a user
+    denied = gpu_host_doctor(gpu_profile, tmp_path / "d", run=smi(gpu_rows(), lspci=hidden))["acs"]
+    assert denied[0] == "skip" and "only to root" in denied[1]
     matrix = p2p(8, {(0, 4): "CNS", (4, 0): "CNS", (3, 7): "TNS"})
     found = gpu_host_doctor(gpu_profile, tmp_path / "c", run=smi(gpu_rows(), p2p_matrix=matrix))["p2p"]
     assert found[0] == "fail" and "3 GPU pair(s) without P2P reads, e.g. GPU0->GPU4: CNS" in found[1]
@@ -579,3 +582,38 @@ def test_the_probe_script_answers_one_json_line_even_without_cuda() -> None:
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, check=False)
     answer = parse_probe(Completed(("python",), done.returncode, done.stdout, done.stderr))
     assert done.returncode == 0 and answer is not None and answer["cuda"] is False and answer["error"], done
+
+
+def test_one_gpu_has_no_p2p_to_check() -> None:
+    from kimi_serve.host.gpu_host import check_p2p
+
+    def never(argv: list[str]) -> Completed | None:
+        raise AssertionError(argv)
+
+    found = check_p2p(never, 1, {"NCCL_P2P_LEVEL": "SYS"})
+    assert (found.status, found.message) == ("skip", "the profile uses one GPU: no peer traffic")
+
+
+def test_preflight_stops_a_start_on_the_new_gpu_host_checks(gpu_profile: Callable[..., Path], tmp_path: Path) -> None:
+    """up's preflight is doctor as the invoking user: a host that cannot make /dev/nvidia-uvm and has no nvcc stops
+    the start (exit 5) naming the first, every failure said with its fix."""
+    from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.host.preflight import preflight
+
+    root = stand_in_gpu_host(tmp_path / "host", uvm=False, modprobe=False, compilers=("c++",))
+    host = Host(
+        run=smi(gpu_rows()),
+        sglang_site=sglang_site(tmp_path),
+        rlimit=unlimited,
+        fs_root=root,
+        dev_root=root / "dev",
+        environ={"PATH": "/usr/bin"},
+        coldstart_probe="never",
+    )
+    p = load_profile(str(gpu_profile()))
+    said: list[str] = []
+    with pytest.raises(KimiServeError) as err:
+        preflight(p, validated_launch(p), said.append, host)
+    assert err.value.exit_code == ExitCode.ENVIRONMENT and str(err.value.message).startswith("preflight: nvidia_uvm: ")
+    assert any(line.startswith("preflight fail: nvcc: no nvcc under up's environment") for line in said), said
+    assert not any(": devices:" in line or ": p2p:" in line for line in said)  # those pass on this host
