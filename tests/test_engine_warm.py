@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kimi_serve.core.proc import Completed
 from kimi_serve.engine import locks
 from kimi_serve.engine.warm import STEPS, WARM, WarmPlan, parse, run_warm, warm_plan
@@ -79,3 +81,31 @@ def test_dry_run_says_whether_it_warms(cli, tmp_path: Path) -> None:  # type: ig
     assert r.code == 0 and "warm caches: skipped: the lock installs no CUDA toolchain" in r.out, r.err
     r = cli("engine", "install", "--prefix", str(tmp_path / "venv"), "--lock", "cpu", "--dry-run", "--json")
     assert json.loads(r.out)["warm"]["run"] is False
+
+
+CACHE_PROBE = """
+import json
+from sglang.kernels.jit.utils.compile.cache import cache_root
+from tvm_ffi import cpp
+mod = cpp.load_inline(name="kimi_serve_cache_probe", cpp_sources="int twice(int x) { return 2 * x; }", functions=["twice"])
+print(json.dumps({"jit": str(cache_root()), "twice": mod.twice(21)}))
+"""
+
+
+def test_the_real_engine_reads_the_cache_variables_the_unit_sets(sglang_python: str, tmp_path: Path) -> None:
+    """SGLang 0.5.23's JIT cache root and a real tvm-ffi build (the host's c++) land in the folder the unit's table
+    names, nothing in $HOME: the variable names are the ones the engine reads."""
+    from kimi_serve.sglang.toolchain import cache_env
+
+    if not any(Path(d, "c++").exists() for d in ("/usr/bin", "/usr/local/bin")):
+        pytest.skip("no host C++ compiler here (tvm-ffi builds with c++)")
+    home, cache = tmp_path / "home", tmp_path / "cache"
+    home.mkdir()
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), **cache_env(str(cache))}
+    done = subprocess.run(
+        [sglang_python, "-P", "-c", CACHE_PROBE], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer == {"jit": str(cache / "sglang" / "jit"), "twice": 42}
+    assert any((cache / "tvm-ffi").iterdir()) and not list(home.rglob("*"))
