@@ -254,3 +254,14 @@ def test_gpu_units_make_nvidia_uvm_before_the_start_and_allow_both_frontend_spel
     for group in ("nvidia-frontend", "nvidia", "nvidia-uvm", "nvidia-caps"):
         assert f"DeviceAllow=char-{group} rw" in lines
     assert not any(line.startswith("ExecStartPre=") for line in _render("sim").splitlines())  # no GPU, no step
+
+
+def test_only_the_gpu_servers_of_a_replicated_profile_make_nvidia_uvm() -> None:
+    from kimi_serve.service.member_units import render_members
+
+    profile = load_profile("prod-dp2")
+    members = render_members(profile, validated_launch(profile), CTX, "sglang-kimi")
+    steps = {m.role: any(line.startswith("ExecStartPre=") for line in m.unit.text.splitlines()) for m in members}
+    assert steps.pop("router") is False  # the router needs no GPU
+    assert all(steps.values()), steps  # a replica on this host does (prod-dp2's replicas: its own single render)
+    assert _render("prod-dp2").count('ExecStartPre=-+"/usr/bin/nvidia-modprobe"') == 1

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_serve import __version__
+from kimi_serve.check.deployment import ROUTER
 from kimi_serve.check.owned_paths import UNIT_NAME_FIX, unit_name_problem
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import WARN, Finding
@@ -188,7 +189,7 @@ def render_unit(
             profile.where("service.unit_name"),
         ),
         "exec_start": exec_line(launch.argv, profile.where("python")),
-        "exec_start_pres": [f"-+{exec_line(list(UVM_STEP), 'ExecStartPre')}"] if uses_gpus(profile) else [],
+        "exec_start_pres": [f"-+{exec_line(list(UVM_STEP), 'ExecStartPre')}"] if _on_gpus(profile, shape) else [],
         "exec_start_posts": [exec_line(list(a), profile.where("server")) for a in posts],
         "post_comment": shape.post_comment if shape else POST_COMMENT,
         "unit_lines": list(shape.unit_lines) if shape else [],
@@ -229,6 +230,11 @@ def render_unit(
     }
     marker = " ".join([MARKER_PREFIX] + [f"{k}={marker_value(v)}" for k, v in fields.items()])
     return RenderedUnit(name=name, text=f"{marker}\n{body}", sha256=digest)
+
+
+def _on_gpus(profile: Profile, shape: UnitShape | None) -> bool:
+    """Whether the unit runs a GPU server (the router of a replicated profile does not)."""
+    return uses_gpus(profile) and not (shape and shape.role == ROUTER)
 
 
 def unit_sandbox(profile: Profile, launch: Launch, ctx: UnitContext) -> list[tuple[str, str]]:
