@@ -92,7 +92,8 @@ def install_cmd(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No installer progress.")] = False,
     as_json: AsJson = False,
 ) -> int:
-    """Build the engine venv from a lock, atomically; patch it and record what was installed (75: busy)."""
+    """Build the engine venv from a lock, atomically; patch it and record what was installed; on a GPU host, warm
+    the JIT caches with the engine's own nvcc (75: busy)."""
     from kimi_serve.core.errors import KimiServeError
     from kimi_serve.engine.install import install
     from kimi_serve.engine.plan import make_plan
