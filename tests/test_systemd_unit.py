@@ -265,3 +265,11 @@ def test_only_the_gpu_servers_of_a_replicated_profile_make_nvidia_uvm() -> None:
     assert steps.pop("router") is False  # the router needs no GPU
     assert all(steps.values()), steps  # a replica on this host does (prod-dp2's replicas: its own single render)
     assert _render("prod-dp2").count('ExecStartPre=-+"/usr/bin/nvidia-modprobe"') == 1
+
+
+def test_the_cache_table_in_docs_names_every_variable_the_unit_sets() -> None:
+    from kimi_serve.sglang.toolchain import CACHE_ENV
+
+    doc = (REPO / "docs" / "systemd.md").read_text()
+    for name, sub in CACHE_ENV:
+        assert f"| `{name}` | `{sub}` |" in doc or (not sub and f"| `{name}` | (the root) |" in doc), name
