@@ -172,3 +172,104 @@ def test_marker_names_profile_and_detects_hand_edits() -> None:
     edited = parse_marker(text.replace("TimeoutStopSec=120", "TimeoutStopSec=5"))
     assert edited is not None and not edited.body_matches
     assert parse_marker("[Unit]\nDescription=hand written\n") is None
+
+
+def engine_prefix(root: Path, nvcc: bool = True, version: str = "3.11") -> Path:
+    """A stand-in engine venv as `engine install` lays it out: bin/python, pyvenv.cfg and, when the lock installs
+    nvidia-cuda-nvcc, site-packages/nvidia/cu13/bin/nvcc."""
+    python = root / "engine" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    (root / "engine" / "pyvenv.cfg").write_text(f"home = /usr/bin\nversion_info = {version}.9\n")
+    site = root / "engine" / "lib" / f"python{version}" / "site-packages"
+    (site / "nvidia" / "cu13" / "lib").mkdir(parents=True)
+    if nvcc:
+        tool = site / "nvidia" / "cu13" / "bin" / "nvcc"
+        tool.parent.mkdir()
+        tool.write_text("#!/bin/sh\n")
+        tool.chmod(0o755)
+    return python
+
+
+def _env_lines(text: str) -> dict[str, str]:
+    pairs = [line[len('Environment="') : -1].split("=", 1) for line in text.splitlines() if line.startswith("Environ")]
+    return {k: v for k, v in pairs}
+
+
+@pytest.mark.parametrize("version", ["3.11", "3.12"])
+def test_unit_points_cuda_home_and_path_at_the_engines_own_nvcc(tmp_path: Path, write_profile, version: str) -> None:  # type: ignore[no-untyped-def]
+    from kimi_serve.check.launch import server_env
+    from kimi_serve.sglang.toolchain import SYSTEMD_PATH, find_nvcc
+
+    python = engine_prefix(tmp_path, version=version)
+    profile = load_profile(str(write_profile(f"extends: prod\npython: {python}\n")))
+    launch = validated_launch(profile)
+    env = _env_lines(render_unit(profile, launch, CTX).text)
+    home = f"{tmp_path}/engine/lib/python{version}/site-packages/nvidia/cu13"
+    assert env["CUDA_HOME"] == home
+    assert env["PATH"] == f"{home}/bin:{SYSTEMD_PATH}"
+    assert find_nvcc(env) == (f"{home}/bin/nvcc", "CUDA_HOME")  # how SGLang's load_jit and FlashInfer look
+    # `up` starts the server with the same toolchain (check/launch.py server_env), its own PATH after it
+    up_env = server_env(launch)
+    assert up_env["CUDA_HOME"] == home and up_env["PATH"].startswith(f"{home}/bin:")
+    assert "" not in up_env["PATH"].split(":")  # no empty entry (the working directory)
+
+
+def test_unit_sets_no_cuda_home_without_the_locks_nvcc_and_keeps_the_profiles(tmp_path: Path, write_profile) -> None:  # type: ignore[no-untyped-def]
+    bare = engine_prefix(tmp_path / "a", nvcc=False)
+    profile = load_profile(str(write_profile(f"extends: prod\npython: {bare}\n", name="bare")))
+    env = _env_lines(render_unit(profile, validated_launch(profile), CTX).text)
+    assert "CUDA_HOME" not in env and "PATH" not in env
+    own = engine_prefix(tmp_path / "b")
+    text = f"extends: prod\npython: {own}\nenv: {{CUDA_HOME: /usr/local/cuda-13.0}}\n"
+    profile = load_profile(str(write_profile(text, name="own")))
+    env = _env_lines(render_unit(profile, validated_launch(profile), CTX).text)
+    assert env["CUDA_HOME"] == "/usr/local/cuda-13.0" and "PATH" not in env  # the profile's toolchain wins
+
+
+def test_every_jit_cache_lives_in_the_units_cache_directory() -> None:
+    env = _env_lines(_render("prod"))
+    for name in (
+        "SGLANG_JIT_CACHE_DIR",  # does not follow SGLANG_CACHE_DIR
+        "SGLANG_CACHE_DIR",
+        "FLASHINFER_WORKSPACE_BASE",  # FlashInfer's JIT and autotuner (the PCIe-IPC tuning) under it
+        "TRITON_CACHE_DIR",
+        "TVM_FFI_CACHE_DIR",
+        "TILELANG_CACHE_DIR",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "CUDA_CACHE_PATH",
+        "XDG_CACHE_HOME",
+    ):
+        assert env[name] == "/var/cache/kimi-serve" or env[name].startswith("/var/cache/kimi-serve/"), name
+    assert "CacheDirectory=kimi-serve" in _render("prod").splitlines()
+
+
+def test_gpu_units_make_nvidia_uvm_before_the_start_and_allow_both_frontend_spellings() -> None:
+    lines = _render("prod").splitlines()
+    assert 'ExecStartPre=-+"/usr/bin/nvidia-modprobe" "-u" "-c=0"' in lines
+    assert lines.index('ExecStartPre=-+"/usr/bin/nvidia-modprobe" "-u" "-c=0"') < next(
+        i for i, line in enumerate(lines) if line.startswith("ExecStart=")
+    )
+    for group in ("nvidia-frontend", "nvidia", "nvidia-uvm", "nvidia-caps"):
+        assert f"DeviceAllow=char-{group} rw" in lines
+    assert not any(line.startswith("ExecStartPre=") for line in _render("sim").splitlines())  # no GPU, no step
+
+
+def test_only_the_gpu_servers_of_a_replicated_profile_make_nvidia_uvm() -> None:
+    from kimi_serve.service.member_units import render_members
+
+    profile = load_profile("prod-dp2")
+    members = render_members(profile, validated_launch(profile), CTX, "sglang-kimi")
+    steps = {m.role: any(line.startswith("ExecStartPre=") for line in m.unit.text.splitlines()) for m in members}
+    assert steps.pop("router") is False  # the router needs no GPU
+    assert all(steps.values()), steps  # a replica on this host does (prod-dp2's replicas: its own single render)
+    assert _render("prod-dp2").count('ExecStartPre=-+"/usr/bin/nvidia-modprobe"') == 1
+
+
+def test_the_cache_table_in_docs_names_every_variable_the_unit_sets() -> None:
+    from kimi_serve.sglang.toolchain import CACHE_ENV
+
+    doc = (REPO / "docs" / "systemd.md").read_text()
+    for name, sub in CACHE_ENV:
+        assert f"| `{name}` | `{sub}` |" in doc or (not sub and f"| `{name}` | (the root) |" in doc), name

@@ -13,6 +13,7 @@ from kimi_serve.core.resources import package_root
 from kimi_serve.core.settings import current, process_environ, with_pythonpath
 from kimi_serve.profile.launch import Launch, build_launch, interpreter_of
 from kimi_serve.profile.loader import Profile, display_path
+from kimi_serve.sglang.toolchain import toolchain_env
 
 
 def launch_for(profile: Profile) -> Launch:
@@ -37,8 +38,11 @@ def validated_launch(profile: Profile) -> Launch:
 
 def server_env(launch: Launch) -> dict[str, str]:
     """The environment a server process (SGLang, the simulator, the router) starts with: this process's, then the
-    launch's own, unbuffered; the simulator's interpreter also imports kimi_serve from here."""
+    launch's own, unbuffered; an SGLang engine's own nvcc as CUDA_HOME and first on PATH; the simulator's interpreter
+    also imports kimi_serve from here."""
     env = {**process_environ(), **launch.env, "PYTHONUNBUFFERED": "1"}
+    if launch.engine == "sglang":  # the JIT finds the engine's own nvcc (sglang/toolchain.py), as under the unit
+        env.update(toolchain_env(launch.argv[0], env, env.get("PATH", "")))
     if launch.engine == "simulator":
         env = with_pythonpath(env, package_root())
     return env

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kimi_serve.commands.options import AsJson
 from kimi_serve.core.output import dumps, envelope
+
+if TYPE_CHECKING:
+    from kimi_serve.engine.warm import WarmPlan
 
 engine_app = typer.Typer(
     help="The SGLang engine venv: install it from a committed lock (atomic, patched, recorded), "
@@ -23,6 +26,19 @@ ENGINE_PROFILE_HELP = "Profile whose `python:` and `patch_set:` to use."
 
 Prefix = Annotated[Path | None, typer.Option("--prefix", help=PREFIX_HELP)]
 EngineProfile = Annotated[str, typer.Option("--profile", help=ENGINE_PROFILE_HELP)]
+
+
+def _warm_plan(prefix: Path, pins: dict[str, str]) -> WarmPlan:
+    """The warm step for this host: its GPUs as nvidia-smi lists them (asked only for a lock with a toolchain), the
+    unit's cache folder."""
+    from kimi_serve.core.settings import process_environ
+    from kimi_serve.engine.warm import warm_plan
+    from kimi_serve.host.doctor import Host
+    from kimi_serve.host.gpus import read_gpus
+    from kimi_serve.service.hardening import CACHE_ROOT
+
+    gpus = read_gpus(Host.real().run)[0] if "nvidia-cuda-nvcc" in pins else []
+    return warm_plan(prefix, pins, len(gpus), CACHE_ROOT, process_environ())
 
 
 def _profile_target(profile: str, prefix: Path | None) -> tuple[Path, tuple[str, ...]]:
@@ -76,7 +92,8 @@ def install_cmd(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No installer progress.")] = False,
     as_json: AsJson = False,
 ) -> int:
-    """Build the engine venv from a lock, atomically; patch it and record what was installed (75: busy)."""
+    """Build the engine venv from a lock, atomically; patch it and record what was installed; on a GPU host, warm
+    the JIT caches with the engine's own nvcc (75: busy)."""
     from kimi_serve.core.errors import KimiServeError
     from kimi_serve.engine.install import install
     from kimi_serve.engine.plan import make_plan
@@ -87,9 +104,12 @@ def install_cmd(
     plan = make_plan(
         target, lock, None if no_patches else patch_set, profile, installer, interpreter, not no_kimi_serve, python
     )
+    warm = _warm_plan(plan.prefix, {name: pin.version for name, pin in plan.lock.pins.items()})
     if dry_run:
         if as_json:
-            typer.echo(dumps(envelope("engine-install", 0, {"dry_run": True, "plan": plan.to_dict()})))
+            typer.echo(
+                dumps(envelope("engine-install", 0, {"dry_run": True, "plan": plan.to_dict(), "warm": warm.to_dict()}))
+            )
             return 0
         d = plan.to_dict()
         typer.echo(
@@ -107,12 +127,17 @@ def install_cmd(
         typer.echo(f"  patch set: {d['patch_set'] or 'none'}; install lock: {d['lock_path']}")
         if d["link"]:
             typer.echo(f"  {d['link']} is a link to {d['prefix']}: the venv is built there, the link stays")
+        typer.echo(f"  warm caches: {'then ' + warm.why if warm.run else 'skipped: ' + warm.why}")
         typer.echo("dry run: nothing changed")
         return 0
     progress = not quiet and not as_json and sys.stderr.isatty()
     result = install(plan, progress=progress)
+    from kimi_serve.engine.warm import run_warm
+
+    warmed = run_warm(warm)
     if as_json:
-        typer.echo(dumps(envelope("engine-install", 0, {"dry_run": False, **result.to_dict()})))
+        body = {"dry_run": False, **result.to_dict(), "warm": {**warm.to_dict(), "outcome": warmed}}
+        typer.echo(dumps(envelope("engine-install", 0, body)))
         return 0
     rec = result.record
     typer.echo(
@@ -135,6 +160,8 @@ def install_cmd(
         f"  patch set: {rec['patch_set'] or 'none'}"
         + (f" ({len(rec['patches'])} patches applied)" if rec["patch_set"] else "")
     )
+    for line in warmed:
+        typer.echo(f"  {line}")
     return 0
 
 

@@ -60,20 +60,26 @@ def doctor(
     profile: str = typer.Option("prod", "--profile", "-p", help="Profile NAME or PATH whose host needs are checked."),
     as_json: bool = typer.Option(False, "--json", help="Write the JSON report to stdout."),
 ) -> int:
-    """Check this host for the profile: GPUs (SM120), driver/CUDA, topology, GPU memory, disk, model files, draft,
-    SGLang version and patch set, API-key file, port, memlock and open-file limits, the collective self-test (each
-    enabled all-reduce path against NCCL on the GPUs), the service user, and whether that user can start the unit
-    inside its sandbox (unit.reach)."""
+    """Check this host for the profile: GPUs (SM120), the driver the engine's CUDA needs, topology, P2P, IOMMU and
+    ACS, the GPU device nodes and nvidia-uvm, nvcc and a C++ compiler, GPU memory, disk, model files, draft, SGLang
+    version and patch set, API-key file, port, memlock and open-file limits, the collective self-test (each enabled
+    all-reduce path against NCCL on the GPUs), the service user, whether that user can start the unit inside its
+    sandbox (unit.reach), and, as root on a GPU host, CUDA inside that sandbox."""
+    import os
+
     from kimi_serve.check.launch import validated_launch
     from kimi_serve.host.doctor import Host, render, run_doctor
     from kimi_serve.profile.loader import load_profile
     from kimi_serve.service.preflight import doctor_reach
+    from kimi_serve.service.unit_gpu import doctor_unit_gpu
     from kimi_serve.up.selftest import selftest
 
     p = load_profile(profile)
     launch = validated_launch(p)
-    report = run_doctor(p, launch, Host(allreduce_selftest=selftest))
+    host = Host(allreduce_selftest=selftest)
+    report = run_doctor(p, launch, host)
     report.checks += doctor_reach(p, launch, process_environ())  # can the unit start? (install-service's own judgement)
+    report.checks += doctor_unit_gpu(p, launch, host, report.checks, as_root=os.geteuid() == 0)
     if as_json:
         from kimi_serve.core.output import envelope
 

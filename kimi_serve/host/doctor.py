@@ -10,7 +10,7 @@ import errno
 import resource
 import shutil
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,16 @@ def port_problem(host: str, port: int) -> str | None:
     return None
 
 
+def _run_probe(argv: list[str]) -> Completed | None:
+    """Run the sandboxed CUDA probe (:mod:`kimi_serve.host.sandbox_probe`); None when systemd-run does not exist."""
+    from kimi_serve.host.sandbox_probe import PROBE_TIMEOUT_S
+
+    try:
+        return proc.run(argv, timeout=PROBE_TIMEOUT_S + 30)
+    except proc.NotInstalled:
+        return None
+
+
 def _sglang_site(python: str) -> Path:
     from kimi_serve.sglang.site import site_packages_of
 
@@ -76,6 +86,9 @@ class Host:
     state_dir: Path | None = None
     accounts_root: Path = Path("/")  # whose etc/passwd holds service.user
     dev_root: Path = Path("/dev")
+    fs_root: Path = Path("/")  # where /proc, /sys, the compilers and nvidia-modprobe are read
+    environ: Mapping[str, str] | None = None  # the invoking environment (None: this process's)
+    run_probe: Callable[[list[str]], Completed | None] = _run_probe  # the sandboxed CUDA probe (systemd-run)
     coldstart_probe: str = "always"  # the bandwidth probe: always | if-unknown (up reuses doctor's) | never
     # the collective self-test on the GPUs (up/selftest.py); None: not run by this view of the host
     allreduce_selftest: Callable[[Profile, Launch], list[Finding]] | None = None
@@ -239,7 +252,9 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service:
             checks += [doctor_finding(n, SKIP, "no GPU to inspect") for n in ("driver", "topology", "gpu_memory")]
         else:
             checks += check_gpus(p, gpus)
-            checks += [check_driver(host.run, gpus), check_topology(host.run), check_gpu_memory(p, gpus)]
+            cuda, source = engine_cuda(launch.argv[0], host)
+            checks += [check_driver(host.run, gpus, cuda, source), check_topology(host.run), check_gpu_memory(p, gpus)]
+            checks += gpu_host_findings(p, launch, host, service=service)
     else:
         why = "engine: simulator" if p.engine == "simulator" else "--device cpu"
         checks.append(doctor_finding("gpus", SKIP, f"{why}: no GPU needed"))
@@ -274,6 +289,38 @@ def _selftest(p: Profile, launch: Launch, host: Host, checks: list[Finding]) -> 
     if host.allreduce_selftest is None:
         return [doctor_finding(CODE, SKIP, "not run by this caller")]
     return host.allreduce_selftest(p, launch)
+
+
+def engine_cuda(python: str, host: Host) -> tuple[tuple[int, int] | None, str]:
+    """The CUDA the engine is built for and where that was read: the engine ``python`` serves from (the packages the
+    lock installed there), else the GPU lock kimi-serve ships."""
+    from kimi_serve.sglang.toolchain import cuda_of, installed_pins, shipped_lock_cuda
+
+    try:
+        found = cuda_of(installed_pins(host.sglang_site(python)))
+    except KimiServeError:
+        found = None
+    return (found, f"the engine at {python}") if found else (shipped_lock_cuda(), "the GPU lock")
+
+
+def gpu_host_findings(p: Profile, launch: Launch, host: Host, *, service: bool) -> list[Finding]:
+    """The device nodes, nvidia-uvm, IOMMU/ACS, the P2P matrix and the JIT's compilers as a start here (`up`, this
+    shell's environment plus the launch's) finds them; the unit's own are judged by service/unit_gpu.py."""
+    from kimi_serve.core.settings import process_environ
+    from kimi_serve.host import gpu_host
+    from kimi_serve.sglang.toolchain import toolchain_env
+
+    base = dict(host.environ if host.environ is not None else process_environ())
+    env = {**base, **launch.env}
+    env.update(toolchain_env(launch.argv[0], env, base.get("PATH", ""), host.fs_root))
+    return [
+        gpu_host.check_devices(host.fs_root, p.service.hardening if service else "off"),
+        gpu_host.check_uvm(host.fs_root, host.dev_root),
+        gpu_host.check_iommu(host.fs_root, env),
+        gpu_host.check_acs(host.run, env),
+        gpu_host.check_p2p(host.run, p.gpus, env),
+        *gpu_host.check_toolchain(env, host.fs_root, "up's environment"),
+    ]
 
 
 def check_key_file(p: Profile) -> Finding:

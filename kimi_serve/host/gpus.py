@@ -11,11 +11,11 @@ from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
 from kimi_serve.core.proc import Completed
 from kimi_serve.profile.loader import Profile
 from kimi_serve.sglang.platform import EXPECTED_CC
+from kimi_serve.sglang.toolchain import Cuda, min_driver
 
 Run = Callable[[list[str]], Completed | None]  # None: the program is not installed
 GIB = 1024**3
-MIN_DRIVER = 570  # first driver branch for Blackwell
-MIN_CUDA = (12, 8)
+BLACKWELL_CUDA = (12, 8)  # the first CUDA with SM120: the floor whatever the engine is built for
 GPU_QUERY = [
     "nvidia-smi",
     "--query-gpu=index,name,compute_cap,memory.total,memory.free,driver_version",
@@ -40,7 +40,7 @@ class Gpu:
 
 def read_gpus(run: Run) -> tuple[list[Gpu], Finding | None]:
     res = run(GPU_QUERY)
-    no_gpu_fix = "install the NVIDIA driver (570+) on the serving host; without GPUs only engine: simulator runs here"
+    no_gpu_fix = "install the NVIDIA driver (580+) on the serving host; without GPUs only engine: simulator runs here"
     if res is None:
         return [], doctor_finding("gpus", FAIL, "no NVIDIA GPU: nvidia-smi is not installed", no_gpu_fix)
     if res.rc != 0:
@@ -89,7 +89,10 @@ def check_gpus(p: Profile, gpus: list[Gpu]) -> list[Finding]:
     return out
 
 
-def check_driver(run: Run, gpus: list[Gpu]) -> Finding:
+def check_driver(run: Run, gpus: list[Gpu], engine_cuda: Cuda | None, source: str = "the GPU lock") -> Finding:
+    """The driver branch and the CUDA it supports against what the engine is built for (``engine_cuda``, read from
+    ``source``: the installed engine or the shipped GPU lock; the driver floor per CUDA is
+    :data:`kimi_serve.sglang.toolchain.DRIVER_FLOOR`)."""
     driver = gpus[0].driver
     res = run(["nvidia-smi"])
     cuda = None
@@ -100,15 +103,18 @@ def check_driver(run: Run, gpus: list[Gpu]) -> Finding:
         cuda_t = tuple(int(x) for x in cuda.split(".")[:2]) if cuda else None
     except ValueError:
         return doctor_finding("driver", WARN, f"cannot parse driver {driver!r} / CUDA {cuda!r}", "check nvidia-smi")
+    need = max(engine_cuda or BLACKWELL_CUDA, BLACKWELL_CUDA)
+    floor = min_driver(need)
     text = f"driver {driver}, CUDA {cuda or 'unknown'}"
-    if major < MIN_DRIVER or (cuda_t is not None and cuda_t < MIN_CUDA):
+    built = f"{source} is built for CUDA {need[0]}.{need[1]}" if engine_cuda else "Blackwell needs CUDA 12.8"
+    if major < floor or (cuda_t is not None and cuda_t < need):
         return doctor_finding(
             "driver",
             FAIL,
-            f"{text}: Blackwell needs driver {MIN_DRIVER}+ and CUDA {MIN_CUDA[0]}.{MIN_CUDA[1]}+",
-            f"install NVIDIA driver {MIN_DRIVER} or newer",
+            f"{text}: {built}, which needs driver {floor}+ (the first CUDA call would fail)",
+            f"install NVIDIA driver {floor} or newer (the R{floor} branch)",
         )
-    return doctor_finding("driver", PASS, text)
+    return doctor_finding("driver", PASS, f"{text} (CUDA {need[0]}.{need[1]} needs {floor}+)")
 
 
 def check_topology(run: Run) -> Finding:

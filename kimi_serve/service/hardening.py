@@ -12,26 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kimi_serve.host.gpu_host import UNIT_DEVICE_GROUPS
 from kimi_serve.host.unit_reach import HOME_TREES
+from kimi_serve.sglang.toolchain import cache_env
 
 CACHE_NAME = "kimi-serve"  # CacheDirectory=: /var/cache/kimi-serve, created and owned by systemd for User=
 CACHE_ROOT = f"/var/cache/{CACHE_NAME}"
 _HOME_TREES = tuple(f"{tree}/" for tree in HOME_TREES)  # what ProtectHome= hides
 
-# (variable, path under the cache root): where each JIT or download cache goes instead of $HOME.
-CACHE_ENV = (
-    ("XDG_CACHE_HOME", ""),  # the fallback of most of the below, and pip/torch hub
-    ("TRITON_CACHE_DIR", "triton"),  # Triton kernels (triton/knobs.py: TRITON_CACHE_DIR, else ~/.triton/cache)
-    ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),  # FlashInfer JIT: $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer
-    ("SGLANG_CACHE_DIR", "sglang"),  # SGLang's own (environ.py: SGLANG_CACHE_DIR, else ~/.cache/sglang)
-    ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"),  # torch.compile / inductor
-    ("CUDA_CACHE_PATH", "nv"),  # the CUDA driver's PTX JIT cache (else ~/.nv/ComputeCache)
-    ("HF_HOME", "huggingface"),  # trust_remote_code copies the model's Python here (modules/)
-)
-
-# NVIDIA's character devices by /proc/devices group: nvidia0..N + nvidiactl + nvidia-modeset (frontend), the unified
-# memory driver, and the capability nodes (MIG, fabric).
-GPU_DEVICES = ("char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw")
+# NVIDIA's character devices by /proc/devices group: nvidia0..N + nvidiactl + nvidia-modeset (the frontend, which some
+# drivers register as "nvidia-frontend" and others as "nvidia": both are listed), the unified memory driver, and the
+# capability nodes (MIG, fabric). doctor's devices line compares them with what the driver registers.
+GPU_DEVICES = tuple(f"char-{group} rw" for group in UNIT_DEVICE_GROUPS)
 
 # torch and CUDA fetch memory-handle fds from peer ranks with pidfd_getfd (in @debug); everything else a GPU server
 # calls is in @system-service.
@@ -39,11 +31,9 @@ SYSCALLS = "@system-service pidfd_getfd"
 
 
 def cache_environment(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with every JIT cache pointed into the unit's CacheDirectory (values the profile sets win)."""
-    out = dict(env)
-    for name, sub in CACHE_ENV:
-        out.setdefault(name, f"{CACHE_ROOT}/{sub}".rstrip("/"))
-    return out
+    """``env`` with every JIT cache (:data:`kimi_serve.sglang.toolchain.CACHE_ENV`) pointed into the unit's
+    CacheDirectory (values the profile sets win)."""
+    return {**env, **{k: v for k, v in cache_env(CACHE_ROOT).items() if k not in env}}
 
 
 def protect_home(paths: Iterable[str]) -> str:

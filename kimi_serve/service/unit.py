@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_serve import __version__
+from kimi_serve.check.deployment import ROUTER
 from kimi_serve.check.owned_paths import UNIT_NAME_FIX, unit_name_problem
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import WARN, Finding
 from kimi_serve.core.resources import package_root, resource_dir
 from kimi_serve.core.settings import with_pythonpath
+from kimi_serve.host.doctor import uses_gpus
+from kimi_serve.host.gpu_host import UVM_STEP
 from kimi_serve.host.unit_reach import ENTER, LOAD, RUN, Need, Sandbox, reach_findings
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
@@ -34,6 +37,7 @@ from kimi_serve.service.systemd_text import (
     user_name,
 )
 from kimi_serve.service.timeouts import RESTART_SEC, START_LIMIT_BURST, start_limit_interval_sec, start_timeout_sec
+from kimi_serve.sglang.toolchain import toolchain_env
 
 TEMPLATE = "sglang-kimi.service.j2"
 
@@ -135,12 +139,15 @@ def unit_file_name(unit_name: str, where: str = "service.unit_name") -> str:
     return f"{name}.service"
 
 
-def unit_environment(profile: Profile, launch: Launch, ctx: UnitContext) -> dict[str, str]:
+def unit_environment(profile: Profile, launch: Launch, ctx: UnitContext, root: Path = Path("/")) -> dict[str, str]:
     """The service environment: the launch's, plus the JIT caches in the unit's CacheDirectory, unbuffered Python
-    output (journald reads a pipe) and, for the simulator engine, kimi-serve's package on PYTHONPATH (the SGLang
-    interpreter does not have it installed)."""
+    output (journald reads a pipe), for an SGLang engine that carries nvcc its CUDA_HOME and PATH
+    (:func:`kimi_serve.sglang.toolchain.toolchain_env`) and, for the simulator engine, kimi-serve's package on
+    PYTHONPATH (the SGLang interpreter does not have it installed). ``root``: the system whose engine is read."""
     env = cache_environment(dict(launch.env))
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if profile.engine == "sglang":
+        env.update(toolchain_env(launch.argv[0], env, root=root))
     if profile.engine == "simulator":  # the launch put this process's package root there: the unit's is ctx's
         env = with_pythonpath({**env, "PYTHONPATH": profile.env.get("PYTHONPATH", "")}, ctx.package_root)
     return env
@@ -182,6 +189,7 @@ def render_unit(
             profile.where("service.unit_name"),
         ),
         "exec_start": exec_line(launch.argv, profile.where("python")),
+        "exec_start_pres": [f"-+{exec_line(list(UVM_STEP), 'ExecStartPre')}"] if _on_gpus(profile, shape) else [],
         "exec_start_posts": [exec_line(list(a), profile.where("server")) for a in posts],
         "post_comment": shape.post_comment if shape else POST_COMMENT,
         "unit_lines": list(shape.unit_lines) if shape else [],
@@ -202,7 +210,7 @@ def render_unit(
         "syslog_identifier": name.removesuffix(".service"),
         "cache_directory": CACHE_NAME,
         "hardening_level": profile.service.hardening,
-        "hardening": [f"{k}={v}" for k, v in _sandbox(profile, launch, ctx)],
+        "hardening": [f"{k}={v}" for k, v in unit_sandbox(profile, launch, ctx)],
     }
     loader = jinja2.FileSystemLoader(str(resource_dir("systemd")))
     template = jinja2.Environment(
@@ -224,7 +232,12 @@ def render_unit(
     return RenderedUnit(name=name, text=f"{marker}\n{body}", sha256=digest)
 
 
-def _sandbox(profile: Profile, launch: Launch, ctx: UnitContext) -> list[tuple[str, str]]:
+def _on_gpus(profile: Profile, shape: UnitShape | None) -> bool:
+    """Whether the unit runs a GPU server (the router of a replicated profile does not)."""
+    return uses_gpus(profile) and not (shape and shape.role == ROUTER)
+
+
+def unit_sandbox(profile: Profile, launch: Launch, ctx: UnitContext) -> list[tuple[str, str]]:
     """The sandbox lines (:mod:`kimi_serve.service.hardening`); ProtectHome= is read-only when the interpreter,
     kimi-serve or the model live under a home directory."""
     used = [
@@ -266,5 +279,5 @@ def unit_reach(
     needs.append(
         Need("working directory", profile.service.working_directory, ENTER, profile.where("service.working_directory"))
     )
-    box = Sandbox.from_lines(_sandbox(profile, launch, ctx))
+    box = Sandbox.from_lines(unit_sandbox(profile, launch, ctx))
     return reach_findings(needs, box, profile.service.user, root=root)
