@@ -27,7 +27,7 @@ from kimi_serve.host.preflight import preflight
 from kimi_serve.process.ranks import run_ranks
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.up.selftest import selftest
-from tests.test_doctor import gpu_rows, model_dir, sglang_site, smi, unlimited
+from tests.test_doctor import gpu_rows, model_dir, sglang_site, smi, stand_in_gpu_host, unlimited
 
 STANDIN = """\
 import json, os, sys, time
@@ -241,7 +241,11 @@ def _gpu_host_profile(tmp_path: Path, write_profile: Callable[..., Path], python
 
 
 def _stand_in_host(tmp_path: Path, deadline_s: float = 20.0) -> Host:
+    root = stand_in_gpu_host(tmp_path / "gpu-host")
     return Host(
+        fs_root=root,
+        dev_root=root / "dev",
+        environ={"PATH": "/usr/bin:/bin"},
         run=smi(gpu_rows()),
         sglang_site=sglang_site(tmp_path),
         rlimit=unlimited,
