@@ -301,21 +301,25 @@ def test_default_host_reads_the_accounts_root_of_the_settings(tmp_path: Path, mo
 
 def test_doctor_tests_pass_where_a_real_kimi_serve_account_exists(tmp_path: Path) -> None:
     """This file's tests, run in a private mount namespace whose /etc/passwd and /etc/group hold a kimi-serve account
-    (a bind-mounted copy: the machine's own files are never changed), pass as they do on a clean machine."""
+    (files of the test's own, bind-mounted there: the machine's are never read or changed), pass as they do on a clean
+    machine."""
     unshare = shutil.which("unshare")
     if unshare is None:
         pytest.skip("no unshare(1)")
     argv = [unshare, "-m"] if os.geteuid() == 0 else [unshare, "-rm"]
     if subprocess.run([*argv, "true"], capture_output=True, check=False).returncode != 0:
         pytest.skip("no mount namespace here (unshare -m refused)")
+    uid, gid = os.getuid(), os.getgid()  # a database of its own (the machine's is neither read nor changed)
+    users = [
+        "root:x:0:0:root:/root:/bin/sh",
+        f"tester:x:{uid}:{gid}::/tmp:/bin/sh" if uid else "",
+        "kimi-serve:x:4242:4242::/var/lib/kimi-serve:/usr/sbin/nologin",
+    ]
+    groups = ["root:x:0:", "video:x:44:kimi-serve", "kimi-serve:x:4242:"]
     mounts = []
-    for name, line in (
-        ("passwd", "kimi-serve:x:4242:4242::/var/lib/kimi-serve:/usr/sbin/nologin"),
-        ("group", "kimi-serve:x:4242:"),
-    ):
-        copy = tmp_path / name
-        copy.write_text(Path("/etc", name).read_text() + line + "\n")
-        mounts.append(f"mount --bind {copy} /etc/{name}")
+    for name, lines in (("passwd", users), ("group", groups)):
+        (tmp_path / name).write_text("".join(f"{line}\n" for line in lines if line))
+        mounts.append(f"mount --bind {tmp_path / name} /etc/{name}")
     pytest_argv = [
         sys.executable,
         "-m",
