@@ -21,7 +21,8 @@ def client_config(
         None,
         "--host",
         metavar="HOST[:PORT]|URL",
-        help="Where clients reach the server (a name or address, never 0.0.0.0). Default: the profile's address "
+        help="Where clients reach the server (a name or address, never a wildcard such as 0.0.0.0, [::] or 0x0). "
+        "Default: the profile's address "
         "(the router's for a replicated profile; a wildcard bind: this machine's loopback).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON envelope (docs/json.md)."),
