@@ -271,8 +271,10 @@ def test_one_home_for_the_unit_directory():
 
 
 def test_one_home_for_the_wildcard_to_loopback_map():
-    # 0.0.0.0 / :: -> 127.0.0.1 / ::1 for a local client: core/net.py's connect_host and client_url.
-    assert _literal_homes(r"[\"']0\.0\.0\.0[\"']\s*:|==\s*[\"']0\.0\.0\.0[\"']|in \([\"']0\.0\.0\.0") == ["core/net.py"]
+    # a wildcard (any spelling) -> 127.0.0.1 / ::1 for a local client: core/net.py's is_unspecified, connect_host and
+    # client_url judge the address (ipaddress, inet_aton's forms); no module compares a spelling such as "0.0.0.0"
+    assert _literal_homes(r"[\"']0\.0\.0\.0[\"']\s*:|==\s*[\"']0\.0\.0\.0[\"']|in \([\"']0\.0\.0\.0") == []
+    assert _literal_homes(r"\.is_unspecified\b") == ["core/net.py"]
 
 
 def _code_strings(path: Path) -> list[str]:

@@ -4,6 +4,7 @@ replicated profile, never names a wildcard bind address, never holds the key, an
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
@@ -12,6 +13,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kimi_serve.clients import CLIENTS
 from kimi_serve.core.errors import ExitCode
@@ -34,7 +36,9 @@ def _parse(doc: dict, tmp_path: Path) -> object:
     if fmt == "toml":
         return tomllib.loads(text)
     if fmt == "python":
-        return compile(text, f"<{doc['client']}>", "exec")
+        tree = ast.parse(text)
+        compile(tree, f"<{doc['client']}>", "exec")
+        return tree
     assert fmt == "typescript", fmt
     assert text.count("{") == text.count("}") and text.count("(") == text.count(")"), text
     assert 'from "@ai-sdk/openai-compatible"' in text and 'from "ai"' in text
@@ -138,6 +142,25 @@ def test_without_a_profile_the_assumptions_are_listed(cli) -> None:  # type: ign
         (["--client", "nosuch", "-p", "prod"], "pass one of: opencode, kimi-cli, openai, openai-agents"),
         (["--client", "openai", "--host", "0.0.0.0"], "wildcard bind address"),
         (["--client", "openai", "--host", "[::]:30000"], "wildcard bind address"),
+        *(
+            (["--client", "openai", "--host", spelling], "wildcard bind address")
+            for spelling in (
+                "[::0]",
+                "[0:0:0:0:0:0:0:0]",
+                "[::ffff:0.0.0.0]",
+                "[::0]:30000",
+                "0x0",
+                "0x0:30000",
+                "0",
+                "000.0.0.0",
+                "0.0",
+                "0.0.0",
+                "0x00000000",
+                "http://0x0:30000",
+                "https://[::0]/kimi",
+                "http://[0:0::0]:8000/v1",
+            )
+        ),
         (["--client", "openai", "-p", "prod", "--host", "http://a b"], "--host"),
         (["--client", "openai"], "neither --profile nor --host"),
         (["--client", "openai", "-p", "nosuch-profile"], "nosuch-profile"),
@@ -161,3 +184,145 @@ def test_kimi_cli_is_told_whether_the_server_honours_moonshots_thinking_field(cl
     assert doc["moonshot_thinking_honoured"] is False and doc["thinking_off"]["honoured"] is False
     assert "IGNORED" in doc["thinking_off"]["how"] and "moonshot_thinking_field" in doc["thinking_off"]["how"]
     assert _doc(cli, "--client", "openai", "-p", str(path))["thinking_off"]["honoured"] is True  # chat_template_kwargs
+
+
+def _node_string(literal: str) -> str:
+    """What JavaScript reads ``literal`` (a string literal of the AI SDK module) as: node evaluates it."""
+    node = shutil.which("node")
+    if node is None:
+        return str(json.loads(literal))  # a JSON string is a JavaScript string literal
+    script = f"process.stdout.write(JSON.stringify({literal}))"
+    res = subprocess.run([node, "-e", script], capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    return str(json.loads(res.stdout))
+
+
+def _strings(tree: ast.AST) -> list[str]:
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+NAMES = [
+    "kimi-\U0001f600",  # beyond the BMP: one character, a surrogate pair in JSON and JavaScript
+    "kimi-\U0001d11e\U0001f600x",
+    "kimi-k2.5-\u00e9t\u00e9",
+    "\u6a21\u578b",
+    'kimi-"quoted"',
+    "kimi\\back\\slash",
+    "kimi-\u0416\u0436",
+    "kimi-\U00020000",  # CJK beyond the BMP
+    "kimi-${x}-{{y}}-\\u0041",
+]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_any_unicode_name_is_written_as_each_language_reads_it(cli, tmp_path, write_profile, name) -> None:  # type: ignore[no-untyped-def]
+    """The served name (which check accepts) comes back exactly from every generated configuration, parsed in its own
+    language: TOML (tomllib), JSON, Python (ast + compile: no lone surrogates), JavaScript (node)."""
+    path = write_profile(yaml.safe_dump({"extends": "sim", "model": {"served_name": name}}, allow_unicode=True))
+    assert cli("check", "-p", str(path)).code == 0
+    for client in ALL:
+        doc = _doc(cli, "--client", client, "-p", str(path))
+        assert doc["model"] == name
+        text = doc["file"]["text"]
+        assert text.isascii(), client  # every literal escaped: no encoding can mangle it
+        parsed = _parse(doc, tmp_path)
+        if doc["file"]["format"] == "toml":
+            assert isinstance(parsed, dict) and parsed["default_model"] == name
+            assert parsed["models"][name]["model"] == name
+        elif doc["file"]["format"] == "json":
+            assert isinstance(parsed, dict) and parsed["model"] == f"kimi-serve/{name}"
+            assert name in parsed["provider"]["kimi-serve"]["models"]
+        elif doc["file"]["format"] == "python":
+            strings = _strings(parsed)  # type: ignore[arg-type]
+            assert name in strings, (client, strings)
+            assert all(s.encode("utf-8") for s in strings)  # a lone surrogate does not encode
+        else:
+            literal = re.search(r"model: kimi\((.*)\),$", text, re.M)
+            assert literal is not None, text
+            assert _node_string(literal.group(1)) == name
+
+
+@pytest.mark.parametrize(
+    "profile_text, expected, assumed",
+    [
+        ("server: {host: '::0'}", "http://[::1]:30000/v1", "host ::1"),
+        ("server: {host: '0:0:0:0:0:0:0:0'}", "http://[::1]:30000/v1", "host ::1"),
+        ("server: {host: '::ffff:0.0.0.0'}", "http://127.0.0.1:30000/v1", "host 127.0.0.1"),
+        ("server: {host: '0x0'}", "http://127.0.0.1:30000/v1", "host 127.0.0.1"),
+        ("server: {host: '0'}", "http://127.0.0.1:30000/v1", "host 127.0.0.1"),
+        ("server: {host: '000.0.0.0'}", "http://127.0.0.1:30000/v1", "host 127.0.0.1"),
+    ],
+)
+def test_a_wildcard_bind_in_any_spelling_is_never_the_base_url(  # type: ignore[no-untyped-def]
+    cli, write_profile, profile_text, expected, assumed
+) -> None:
+    """A profile's server.host that binds every interface, however spelled, becomes this machine's loopback (listed
+    as assumed), as 0.0.0.0 does."""
+    path = write_profile(f"extends: sim\nallow_unauthenticated: true\n{profile_text}\n")
+    for client in ALL:
+        doc = _doc(cli, "--client", client, "-p", str(path))
+        assert doc["base_url"] == expected and expected in doc["file"]["text"].replace("\\/", "/")
+        assert any(a.startswith(assumed) and "wildcard" in a for a in doc["assumed"]), doc["assumed"]
+
+
+@pytest.mark.parametrize("host", ["0x0", "::0", "0.0", "::ffff:0.0.0.0"])
+def test_the_routers_wildcard_bind_in_any_spelling_is_never_the_base_url(cli, write_profile, host) -> None:  # type: ignore[no-untyped-def]
+    path = write_profile(f"extends: sim-dp2\nallow_unauthenticated: true\nrouter: {{host: '{host}'}}\n")
+    doc = _doc(cli, "--client", "opencode", "-p", str(path))
+    assert doc["base_url"] in ("http://127.0.0.1:30000/v1", "http://[::1]:30000/v1")
+    assert f"//{host}:" not in doc["base_url"] and f"[{host}]" not in doc["base_url"]
+    assert any("wildcard" in a for a in doc["assumed"])
+
+
+@pytest.mark.parametrize(
+    "profile_text, needle",
+    [
+        ("model: {served_name: 'kimi:k2'}", "contains ':'"),
+        ('model: {served_name: "kimi-\\ud83d"}', "lone surrogate"),  # a YAML escape: a lone surrogate
+        ('model: {served_name: "kimi-\\x07"}', "control character"),
+        ("server: {host: '0x0'}", "without an API key"),  # check's auth rule, the wildcard judged as an address
+        ("parallel: {tp_size: 3}", "tp_size"),
+    ],
+)
+def test_a_profile_check_rejects_gets_no_configuration(cli, write_profile, profile_text, needle) -> None:  # type: ignore[no-untyped-def]
+    """client-config runs check's rules first: exit 2, check's own finding (file:line: key), nothing on stdout."""
+    path = write_profile(f"extends: sim\n{profile_text}\n")
+    checked = cli("check", "-p", str(path))
+    assert checked.code != 0, checked.out
+    for client in ALL:
+        res = cli("client-config", "--client", client, "-p", str(path))
+        lines = [line for line in res.err.splitlines() if line.strip()]
+        assert res.code == ExitCode.USAGE and len(lines) == 1 and needle in lines[0], res.err
+        assert f"{path}:2:" in lines[0] and "Traceback" not in res.err and res.out == ""
+
+
+@pytest.mark.parametrize(
+    "host, unspecified, loopback, connect",
+    [
+        ("0.0.0.0", True, False, "127.0.0.1"),
+        ("0", True, False, "127.0.0.1"),
+        ("0x0", True, False, "127.0.0.1"),
+        ("0.0", True, False, "127.0.0.1"),
+        ("000.0.0.0", True, False, "127.0.0.1"),
+        ("", True, False, "127.0.0.1"),
+        ("::", True, False, "::1"),
+        ("::0", True, False, "::1"),
+        ("[::0]", True, False, "::1"),
+        ("0:0:0:0:0:0:0:0", True, False, "::1"),
+        ("[::ffff:0.0.0.0]", True, False, "127.0.0.1"),
+        ("127.1", False, True, "127.1"),
+        ("0x7f000001", False, True, "0x7f000001"),
+        ("::ffff:127.0.0.1", False, True, "::ffff:127.0.0.1"),
+        ("[::1]", False, True, "[::1]"),
+        ("localhost", False, True, "localhost"),
+        ("10.1.2.3", False, False, "10.1.2.3"),
+        ("0.0.0.0 x", False, False, "0.0.0.0 x"),  # inet_aton would take the number before the space: not here
+        ("0x1ffffffff", False, False, "0x1ffffffff"),  # out of range: a name, not an address
+        ("gpu0.example.com", False, False, "gpu0.example.com"),
+    ],
+)
+def test_addresses_are_judged_as_addresses(host: str, unspecified: bool, loopback: bool, connect: str) -> None:
+    """core/net.py: the address a spelling stands for (ipaddress, and the numeric forms inet_aton reads), not its text."""
+    from kimi_serve.core.net import connect_host, is_loopback, is_unspecified
+
+    assert (is_unspecified(host), is_loopback(host), connect_host(host)) == (unspecified, loopback, connect)

@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shlex
 import shutil
 import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -171,12 +175,26 @@ def by_name(report: DoctorReport) -> dict[str, tuple[str, str, str]]:
     return {c.code: (c.status, c.message, c.fix) for c in report.checks}
 
 
+def scratch_host(tmp_path: Path, *, users: str = "", **parts: Any) -> Host:
+    """A Host whose user database, /dev and state root are scratch folders (never the machine's: a real kimi-serve
+    account there must not change a result); ``users``: passwd lines of that database."""
+    accounts = tmp_path / "accounts"
+    (accounts / "etc").mkdir(parents=True, exist_ok=True)
+    (accounts / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/bash\n" + users)
+    (accounts / "etc/group").write_text("root:x:0:\nvideo:x:44:\n")
+    (tmp_path / "dev").mkdir(exist_ok=True)
+    roots = {"accounts_root": accounts, "dev_root": tmp_path / "dev", "state_dir": tmp_path / "state"}
+    return Host(**{**roots, **parts})
+
+
 def unlimited(_which: int) -> tuple[int, int]:
     return resource.RLIM_INFINITY, resource.RLIM_INFINITY
 
 
 def test_no_gpu_is_reported_not_a_crash(gpu_profile: Callable[..., Path], tmp_path: Path) -> None:
-    report = doctor(gpu_profile(), Host(run=smi(None), sglang_site=sglang_site(tmp_path), rlimit=unlimited))
+    report = doctor(
+        gpu_profile(), scratch_host(tmp_path, run=smi(None), sglang_site=sglang_site(tmp_path), rlimit=unlimited)
+    )
     checks = by_name(report)
     assert checks["gpus"][0] == "fail" and "no NVIDIA GPU: nvidia-smi is not installed" in checks["gpus"][1]
     assert "engine: simulator" in checks["gpus"][2]
@@ -191,12 +209,16 @@ def test_driver_without_devices_is_reported(gpu_profile: Callable[..., Path], tm
             tuple(argv), 9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", ""
         )
 
-    checks = by_name(doctor(gpu_profile(), Host(run=broken, sglang_site=sglang_site(tmp_path), rlimit=unlimited)))
+    checks = by_name(
+        doctor(gpu_profile(), scratch_host(tmp_path, run=broken, sglang_site=sglang_site(tmp_path), rlimit=unlimited))
+    )
     assert checks["gpus"][0] == "fail" and "couldn't communicate with the NVIDIA driver" in checks["gpus"][1]
 
 
 def test_eight_sm120_gpus_on_pcie_pass(gpu_profile: Callable[..., Path], tmp_path: Path) -> None:
-    report = doctor(gpu_profile(), Host(run=smi(gpu_rows()), sglang_site=sglang_site(tmp_path), rlimit=unlimited))
+    report = doctor(
+        gpu_profile(), scratch_host(tmp_path, run=smi(gpu_rows()), sglang_site=sglang_site(tmp_path), rlimit=unlimited)
+    )
     checks = by_name(report)
     assert checks["gpus"] == ("pass", f"8 GPU(s): {RTX} (profile uses 8)", "")
     assert checks["compute_capability"][0] == "pass"
@@ -215,7 +237,8 @@ def test_wrong_gpus_old_driver_nvlink_and_busy_memory_fail_or_warn(
     gpu_profile: Callable[..., Path], tmp_path: Path
 ) -> None:
     rows = gpu_rows(4, cc="9.0", free=20000, name="NVIDIA H100 80GB HBM3", driver="550.54.15")
-    host = Host(
+    host = scratch_host(
+        tmp_path,
         run=smi(rows, topo(4, "NV18"), SMI_HEADER.replace("13.0", "12.4")),
         sglang_site=sglang_site(tmp_path),
         rlimit=unlimited,
@@ -235,7 +258,7 @@ def test_incomplete_model_and_missing_tokenizer_fail_with_download_fix(
     checks = by_name(
         doctor(
             gpu_profile(model=model, draft=tmp_path / "nope"),
-            Host(run=smi(gpu_rows()), sglang_site=sglang_site(tmp_path), rlimit=unlimited),
+            scratch_host(tmp_path, run=smi(gpu_rows()), sglang_site=sglang_site(tmp_path), rlimit=unlimited),
         )
     )
     assert checks["model"][0] == "fail" and "4 of 64 shards missing (first: model-00061-of-00064" in checks["model"][1]
@@ -249,7 +272,10 @@ def test_wrong_sglang_version_and_limits(gpu_profile: Callable[..., Path], tmp_p
         return (65536, 65536) if which == resource.RLIMIT_MEMLOCK else (1024, 4096)
 
     checks = by_name(
-        doctor(gpu_profile(), Host(run=smi(gpu_rows()), sglang_site=sglang_site(tmp_path, "0.5.22"), rlimit=small))
+        doctor(
+            gpu_profile(),
+            scratch_host(tmp_path, run=smi(gpu_rows()), sglang_site=sglang_site(tmp_path, "0.5.22"), rlimit=small),
+        )
     )
     assert checks["sglang"][0] == "fail" and "sglang 0.5.22" in checks["sglang"][1]
     assert "pip install sglang==0.5.23" in checks["sglang"][2]
@@ -268,7 +294,8 @@ def test_port_in_use_fails(gpu_profile: Callable[..., Path], tmp_path: Path) -> 
         port = held.getsockname()[1]
         checks = by_name(
             doctor(
-                gpu_profile(port=port), Host(run=smi(gpu_rows()), sglang_site=sglang_site(tmp_path), rlimit=unlimited)
+                gpu_profile(port=port),
+                scratch_host(tmp_path, run=smi(gpu_rows()), sglang_site=sglang_site(tmp_path), rlimit=unlimited),
             )
         )
     assert checks["port"][0] == "fail" and f"port {port} on 127.0.0.1 is already in use" in checks["port"][1]
@@ -293,7 +320,13 @@ def test_unapplied_patch_set_is_refused_naming_the_apply_command(
     checks = by_name(
         doctor(
             gpu_profile(patch_set="sglang-0.5.23-sm120"),
-            Host(run=smi(gpu_rows()), sglang_site=lambda _p: site, rlimit=unlimited, state_dir=tmp_path / "state"),
+            scratch_host(
+                tmp_path,
+                run=smi(gpu_rows()),
+                sglang_site=lambda _p: site,
+                rlimit=unlimited,
+                state_dir=tmp_path / "state",
+            ),
         )
     )
     status, message, fix = checks["patch_set"]
@@ -617,3 +650,63 @@ def test_preflight_stops_a_start_on_the_new_gpu_host_checks(gpu_profile: Callabl
     assert err.value.exit_code == ExitCode.ENVIRONMENT and str(err.value.message).startswith("preflight: nvidia_uvm: ")
     assert any(line.startswith("preflight fail: nvcc: no nvcc under up's environment") for line in said), said
     assert not any(": devices:" in line or ": p2p:" in line for line in said)  # those pass on this host
+
+
+def test_service_user_is_judged_from_the_injected_user_database_only(
+    gpu_profile: Callable[..., Path], tmp_path: Path
+) -> None:
+    """doctor's service user comes from the accounts root it is given (core/accounts.py), never from NSS: the scratch
+    database without kimi-serve is a skip however the machine's /etc/passwd reads, and one with it is judged."""
+    profile = gpu_profile()
+    parts = {"run": smi(gpu_rows()), "sglang_site": sglang_site(tmp_path), "rlimit": unlimited}
+    absent = by_name(doctor(profile, scratch_host(tmp_path / "a", **parts)))
+    assert absent["service_user"][0] == "skip" and "does not exist yet" in absent["service_user"][1]
+    user = "kimi-serve:x:4242:4242::/var/lib/kimi-serve/server:/usr/sbin/nologin\n"
+    present = by_name(doctor(profile, scratch_host(tmp_path / "b", users=user, **parts)))
+    assert present["service_user"] == ("pass", "service user kimi-serve (uid 4242) exists", "")
+
+
+def test_default_host_reads_the_accounts_root_of_the_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real Host (the doctor command's) reads $KIMI_SERVE_ACCOUNTS_ROOT's database, as install-service does."""
+    monkeypatch.setenv("KIMI_SERVE_ACCOUNTS_ROOT", str(tmp_path))
+    assert Host.real().accounts_root == tmp_path and Host().accounts_root == tmp_path
+
+
+def test_doctor_tests_pass_where_a_real_kimi_serve_account_exists(tmp_path: Path) -> None:
+    """This file's tests, run in a private mount namespace whose /etc/passwd and /etc/group hold a kimi-serve account
+    (files of the test's own, bind-mounted there: the machine's are never read or changed), pass as they do on a clean
+    machine."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare(1)")
+    argv = [unshare, "-m"] if os.geteuid() == 0 else [unshare, "-rm"]
+    if subprocess.run([*argv, "true"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("no mount namespace here (unshare -m refused)")
+    uid, gid = os.getuid(), os.getgid()  # a database of its own (the machine's is neither read nor changed)
+    users = [
+        "root:x:0:0:root:/root:/bin/sh",
+        f"tester:x:{uid}:{gid}::/tmp:/bin/sh" if uid else "",
+        "kimi-serve:x:4242:4242::/var/lib/kimi-serve:/usr/sbin/nologin",
+    ]
+    groups = ["root:x:0:", "video:x:44:kimi-serve", "kimi-serve:x:4242:"]
+    mounts = []
+    for name, lines in (("passwd", users), ("group", groups)):
+        (tmp_path / name).write_text("".join(f"{line}\n" for line in lines if line))
+        mounts.append(f"mount --bind {tmp_path / name} /etc/{name}")
+    pytest_argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        __file__,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        "not real_kimi_serve",
+    ]
+    script = " && ".join([*mounts, "getent passwd kimi-serve", shlex.join(pytest_argv)])
+    env = {**os.environ, "KIMI_SERVE_TEST_WORKERS": "0"}
+    done = subprocess.run(
+        [*argv, "sh", "-c", script], capture_output=True, text=True, env=env, timeout=600, check=False
+    )
+    assert done.returncode == 0 and "kimi-serve:x:4242" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]

@@ -4,6 +4,7 @@ in the schema, integers and dates YAML cannot read, and profile names or `extend
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 
 from kimi_serve.bench.workload import prepare
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.inputs import MAX_DEPTH, MAX_NODES
+from kimi_serve.core.inputs import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.profile.schema import SECTIONS
 
@@ -156,3 +157,135 @@ def test_nan_timeouts_never_reach_install_service(cli: Any, tmp_path: Path, key:
     res = cli("install-service", "--profile", "sim", "--set", f"{key}=.nan", "--root", str(root), "--dry-run")
     _one_line(res, key, "got nan")
     assert not any(root.rglob("*"))
+
+
+# ------------------------------------------------------------------------- every file kind: deep and huge (issue 44)
+
+DEEP_YAML = "api-key: " + "[" * 5000 + "]" * 5000 + "\n"
+DEEP_MAP = "api-key:\n" + "".join("  " * i + "k:\n" for i in range(1, 60)) + "  " * 60 + "v\n"
+
+
+def _key_file(tmp_path: Path, text: str, name: str = "key.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.parametrize("text", [DEEP_YAML, DEEP_MAP, "api-key: k\n" + "#" * 70_000 + "\n"])
+def test_a_deep_or_huge_api_key_file_is_exit_2_naming_it(tmp_path: Path, cli: Any, text: str) -> None:
+    """verify reads the key (core/keyfile.py read_key_file): exit 2 and the file named, never a RecursionError (it
+    was exit 70) or a whole file read; check and doctor judge the same file (key_file_problem) as a finding."""
+    key = _key_file(tmp_path, text)
+    line = _one_line(cli("verify", "--host", "127.0.0.1:9", "--api-key-file", str(key)), f"--api-key-file {key}")
+    assert "nested deeper than" in line or "over 65536 bytes" in line
+    from kimi_serve.core.keyfile import admin_key_problem, key_file_problem, read_admin_key
+
+    problem = key_file_problem(key)
+    assert problem is not None and str(key) in problem[0]
+    assert admin_key_problem(key) is not None  # not a mapping it can read: no admin key, no crash
+    with pytest.raises(KimiServeError) as err:
+        read_admin_key(key)
+    assert err.value.exit_code == ExitCode.USAGE
+
+
+def test_a_profile_naming_a_deep_key_file_fails_check_naming_it(tmp_path: Path, write_profile: Any, cli: Any) -> None:
+    key = _key_file(tmp_path, DEEP_YAML)
+    path = write_profile(f"extends: sim\nserver:\n  api_key_file: {key}\n")
+    res = cli("check", "--profile", str(path))
+    assert res.code == ExitCode.FAILED and "Traceback" not in res.out + res.err, res.err[-500:]
+    assert f"API-key file {key} is nested deeper than {MAX_DEPTH} levels" in res.out
+
+
+def test_a_huge_profile_is_refused_without_reading_it_whole(write_profile: Any, cli: Any, tmp_path: Path) -> None:
+    path = write_profile("extends: sim\n")
+    with path.open("r+b") as handle:  # sparse: 1 GiB that costs no disk
+        handle.truncate(1024**3)
+    line = _one_line(cli("check", "--offline", "--profile", str(path)), f"{path}", f"over {MAX_FILE_BYTES} bytes")
+    assert "fix:" in line
+
+
+def test_a_deep_request_on_any_line_of_a_bench_workload(tmp_path: Path) -> None:
+    workload = tmp_path / "w.jsonl"
+    fine = '{"messages": [{"role": "user", "content": "hi"}]}\n'
+    workload.write_text(fine * 3 + '{"messages": ' + "[" * 5000 + "]" * 5000 + "}\n")
+    with pytest.raises(KimiServeError) as err:
+        prepare(str(workload), 1, tmp_path)
+    line = err.value.one_line()
+    assert err.value.exit_code == ExitCode.USAGE and str(workload) in line and "line 4 is nested deeper" in line
+
+
+def test_a_huge_bench_workload_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kimi_serve.bench import workload as module
+
+    monkeypatch.setattr(module, "MAX_WORKLOAD_BYTES", 1024 * 1024)  # the real bound is 256 MiB: the same code path
+    path = tmp_path / "w.jsonl"
+    path.write_text('{"messages": [{"role": "user", "content": "' + "x" * (2 * 1024 * 1024) + '"}]}\n')
+    with pytest.raises(KimiServeError) as err:
+        prepare(str(path), 1, tmp_path)
+    assert err.value.exit_code == ExitCode.USAGE and f"{path}: over {1024 * 1024} bytes" in err.value.one_line()
+    fifo = tmp_path / "w.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(KimiServeError) as err:  # a FIFO is never opened for a blocking read
+        prepare(str(fifo), 1, tmp_path)
+    assert err.value.exit_code == ExitCode.USAGE
+
+
+@pytest.mark.parametrize("kind", ["deep", "huge"])
+def test_a_deep_or_huge_patch_manifest_is_exit_2_naming_it(tmp_path: Path, kind: str) -> None:
+    from kimi_serve.patches import load_patch_set
+
+    (tmp_path / "set").mkdir()
+    manifest = tmp_path / "set" / "manifest.json"
+    if kind == "deep":
+        manifest.write_text('{"schema": ' + "[" * 5000 + "]" * 5000 + "}")
+    else:
+        manifest.write_text("{}")
+        with manifest.open("r+b") as handle:
+            handle.truncate(MAX_FILE_BYTES + 10)
+    with pytest.raises(KimiServeError) as err:
+        load_patch_set(str(tmp_path / "set"))
+    line = err.value.one_line()
+    assert err.value.exit_code == ExitCode.USAGE and str(manifest) in line
+    assert ("nested deeper" if kind == "deep" else f"over {MAX_FILE_BYTES} bytes") in line
+
+
+def _records(tmp_path: Path) -> list[tuple[Path, Any]]:
+    """(where a record lives, a call that reads it back: what a corrupt record reads as) for each record kimi-serve
+    writes and re-reads."""
+    from kimi_serve.core.lock import holder
+    from kimi_serve.core.runs import read_runs, runs_dir
+    from kimi_serve.engine.prefix import RECORD_NAME
+    from kimi_serve.engine.prefix import read_record as engine_record
+    from kimi_serve.patches.journal import intent_path, read_intent
+    from kimi_serve.patches.state import read_record as patch_record
+    from kimi_serve.service.state import read_record as service_record
+
+    state = tmp_path / "state"
+    runs_dir(state).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "prefix").mkdir(exist_ok=True)
+    (tmp_path / "patches").mkdir(exist_ok=True)
+    return [
+        (runs_dir(state) / "up-1.json", lambda: read_runs(state)),
+        (tmp_path / "lock.json", lambda: holder(tmp_path / "lock.json")),
+        (tmp_path / "prefix" / RECORD_NAME, lambda: engine_record(tmp_path / "prefix")),
+        (intent_path(tmp_path / "patches"), lambda: read_intent(tmp_path / "patches")),
+        (tmp_path / "patch-record.json", lambda: patch_record(tmp_path / "patch-record.json")),
+        (tmp_path / "service-record.json", lambda: service_record(tmp_path / "service-record.json")),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["deep", "huge"])
+def test_deep_or_huge_records_read_back_as_unreadable_never_a_crash(tmp_path: Path, kind: str) -> None:
+    """The records and journals kimi-serve re-reads (run records, lock holders, the engine's record, the patch
+    journal and records, the service's records) go through core/inputs.py: a deep or huge one is what a torn one
+    is (skipped, unknown, unreadable), never a RecursionError (exit 70) or a file read whole."""
+    for path, read in _records(tmp_path):
+        if kind == "deep":
+            path.write_text('{"pid": ' + "[" * 100_000 + "]" * 100_000 + "}")
+        else:
+            path.write_text('{"pid": 1}')
+            with path.open("r+b") as handle:
+                handle.truncate(1024**3)
+        got = read()
+        assert got in (None, [], {"op": "unknown", "unreadable": True}) or "unreadable" in got, (path, got)

@@ -21,6 +21,7 @@ from kimi_serve.bench import loadgen, servers
 from kimi_serve.bench import report as rp
 from kimi_serve.bench.workload import Workload, prepare
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.inputs import read_json
 from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.schema import default_of
 
@@ -66,7 +67,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

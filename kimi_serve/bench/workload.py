@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.inputs import InputBoundError, load_json
+from kimi_serve.core.inputs import InputBoundError, load_json, read_regular, too_large
 
 DATA = Path(__file__).resolve().parent / "data" / "agentic.json"
 RANDOM_INPUT_LEN = 1024
+MAX_WORKLOAD_BYTES = 256 * 1024 * 1024  # a FILE workload (1,000 agentic requests are about 60 MB)
 RANDOM_OUTPUT_LEN = 256
 
 
@@ -126,16 +127,29 @@ def prepare(workload: str, requests: int, out_dir: Path) -> Workload:
             hint="use agentic, random or a JSONL file of chat requests",
             exit_code=ExitCode.USAGE,
         )
-    data = path.read_bytes()
     try:
-        first = load_json(next(line for line in data.decode().splitlines() if line.strip()))
+        data = read_regular(path, MAX_WORKLOAD_BYTES)[1]
+        if len(data) > MAX_WORKLOAD_BYTES:
+            raise too_large(MAX_WORKLOAD_BYTES)
+        lines = [line for line in data.decode().splitlines() if line.strip()]
+        for number, line in enumerate(lines, 1):  # every request within the depth bound (bench_serving loads each)
+            try:
+                load_json(line)
+            except InputBoundError as exc:
+                raise InputBoundError(f"line {number} is {exc}", exc.hint) from None
+        first = load_json(lines[0])
         if not isinstance(first, dict) or not first.get("messages"):
             raise ValueError("no messages")
     except InputBoundError as exc:
+        raise KimiServeError(f"{path}: {exc}", where="--workload", hint=exc.hint, exit_code=ExitCode.USAGE) from None
+    except OSError as exc:
         raise KimiServeError(
-            f"{path}: its first request is {exc}", where="--workload", hint=exc.hint, exit_code=ExitCode.USAGE
+            f"cannot read {path} ({exc.strerror or exc})",
+            where="--workload",
+            hint="pass a readable JSONL file",
+            exit_code=ExitCode.USAGE,
         ) from None
-    except (ValueError, StopIteration, UnicodeDecodeError):
+    except (ValueError, IndexError, UnicodeDecodeError):
         raise KimiServeError(
             f"{path} is not a JSONL file of chat requests (a JSON object with `messages` per line)",
             where="--workload",

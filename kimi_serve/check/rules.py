@@ -60,6 +60,14 @@ def rule_model(p: Profile, _: Launch) -> Iterator[Finding]:
             f"served name {p.model.served_name!r} contains ':' (SGLang rejects it)",
             "remove the ':'",
         )
+    elif not p.model.served_name.isprintable():  # a control character, a lone surrogate (category Cs)
+        yield bad(
+            p,
+            "model.served_name",
+            f"served name {p.model.served_name!r} holds a control character or a lone surrogate (not text a client "
+            "can send back)",
+            "write the name as printable Unicode text",
+        )
 
 
 def rule_parallel(p: Profile, _: Launch) -> Iterator[Finding]:

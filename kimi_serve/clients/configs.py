@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kimi_serve.core.errors import ExitCode, KimiServeError
+
 if TYPE_CHECKING:  # the command's --help lists CLIENTS without loading profiles
     from kimi_serve.clients.endpoint import Endpoint
 
@@ -46,15 +48,49 @@ class ClientConfig:
         }
 
 
-def _q(value: str) -> str:
-    """A string literal for Python, TypeScript and TOML alike (a JSON string)."""
-    return json.dumps(value)
+def _escaped(value: str, *, what: str, scalar_only: bool) -> str:
+    """``value`` as a double-quoted ASCII literal: printable ASCII as it is, ``"`` and ``\\`` escaped, every other
+    character as ``\\uXXXX`` (BMP) or ``\\UXXXXXXXX`` (beyond it: one escape, never a UTF-16 surrogate pair, which
+    Python reads as two lone surrogates and TOML refuses). ``scalar_only``: TOML, which has no escape for a lone
+    surrogate (a USAGE error naming ``what``); Python keeps one as ``\\udXXX``, the same string read back."""
+    out = []
+    for ch in value:
+        cp = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0x20 <= cp < 0x7F:
+            out.append(ch)
+        elif 0xD800 <= cp <= 0xDFFF and scalar_only:
+            raise KimiServeError(
+                f"{what} {value!r} holds a lone surrogate (U+{cp:04X}): not a Unicode character, TOML cannot write it",
+                hint=f"set {what} to valid Unicode text",
+                exit_code=ExitCode.USAGE,
+            )
+        else:
+            out.append(f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}")
+    return '"' + "".join(out) + '"'
+
+
+def _py_str(value: str) -> str:
+    """A Python string literal of ``value`` (any Unicode; ``ast.literal_eval`` gives ``value`` back)."""
+    return _escaped(value, what="", scalar_only=False)
+
+
+def _toml_str(value: str, what: str = "model.served_name") -> str:
+    """A TOML basic string of ``value`` (a value or a quoted key; ``tomllib`` reads ``value`` back)."""
+    return _escaped(value, what=what, scalar_only=True)
+
+
+def _js_str(value: str) -> str:
+    """A JavaScript (and JSON) string literal: JSON's escapes, non-ASCII as UTF-16 escapes (surrogate pairs included,
+    which is how JavaScript strings hold characters beyond the BMP)."""
+    return json.dumps(value, ensure_ascii=True)
 
 
 def _key_expr_py(ep: Endpoint) -> str:
     if ep.key_required:
-        return f"{_ENVIRON}[{_q(ep.key_env)}]"
-    return f'{_ENVIRON}.get({_q(ep.key_env)}, "none")'
+        return f"{_ENVIRON}[{_py_str(ep.key_env)}]"
+    return f'{_ENVIRON}.get({_py_str(ep.key_env)}, "none")'
 
 
 def _key_note(ep: Endpoint) -> str:
@@ -114,17 +150,17 @@ def opencode(ep: Endpoint) -> ClientConfig:
 def kimi_cli(ep: Endpoint) -> ClientConfig:
     text = "\n".join(
         [
-            f"default_model = {_q(ep.model)}",
+            f"default_model = {_toml_str(ep.model)}",
             "default_thinking = true",
             "",
             f"[providers.{PROVIDER_ID}]",
             'type = "kimi"',
-            f"base_url = {_q(ep.base_url)}",
+            f"base_url = {_toml_str(ep.base_url, 'the base URL')}",
             f'api_key = ""  # kimi-cli takes the key from ${KIMI_CLI_KEY_ENV} (it overrides this field)',
             "",
-            f"[models.{_q(ep.model)}]",
-            f"provider = {_q(PROVIDER_ID)}",
-            f"model = {_q(ep.model)}",
+            f"[models.{_toml_str(ep.model)}]",
+            f"provider = {_toml_str(PROVIDER_ID)}",
+            f"model = {_toml_str(ep.model)}",
             f"max_context_size = {ep.context_length}  # the served context, not K2.5's published 262144",
             'capabilities = ["thinking"]',
             "",
@@ -176,9 +212,9 @@ def openai_sdk(ep: Endpoint) -> ClientConfig:
 
 from openai import OpenAI
 
-client = OpenAI(base_url={_q(ep.base_url)}, api_key={_key_expr_py(ep)})
+client = OpenAI(base_url={_py_str(ep.base_url)}, api_key={_key_expr_py(ep)})
 reply = client.chat.completions.create(
-    model={_q(ep.model)},
+    model={_py_str(ep.model)},
     messages=[{{"role": "user", "content": "Say hello."}}],
     max_tokens={ep.max_output},  # prompt + max_tokens must fit the served context ({ep.context_length})
     # thinking off: extra_body={{"chat_template_kwargs": {{"thinking": False}}}},
@@ -198,11 +234,11 @@ from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, set
 from openai import AsyncOpenAI
 
 set_tracing_disabled(True)  # keep traces off OpenAI's servers
-client = AsyncOpenAI(base_url={_q(ep.base_url)}, api_key={_key_expr_py(ep)})
+client = AsyncOpenAI(base_url={_py_str(ep.base_url)}, api_key={_key_expr_py(ep)})
 agent = Agent(
     name="assistant",
     instructions="You are a helpful assistant.",
-    model=OpenAIChatCompletionsModel(model={_q(ep.model)}, openai_client=client),
+    model=OpenAIChatCompletionsModel(model={_py_str(ep.model)}, openai_client=client),
     model_settings=ModelSettings(
         max_tokens={ep.max_output},  # prompt + max_tokens must fit the served context ({ep.context_length})
         # thinking off: extra_body={{"chat_template_kwargs": {{"thinking": False}}}},
@@ -222,8 +258,8 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 model = OpenAIChatModel(
-    {_q(ep.model)},
-    provider=OpenAIProvider(base_url={_q(ep.base_url)}, api_key={_key_expr_py(ep)}),
+    {_py_str(ep.model)},
+    provider=OpenAIProvider(base_url={_py_str(ep.base_url)}, api_key={_key_expr_py(ep)}),
 )
 agent = Agent(
     model,
@@ -244,8 +280,8 @@ def langchain(ep: Endpoint) -> ClientConfig:
 from langchain_openai import ChatOpenAI
 
 llm = ChatOpenAI(
-    model={_q(ep.model)},
-    base_url={_q(ep.base_url)},
+    model={_py_str(ep.model)},
+    base_url={_py_str(ep.base_url)},
     api_key={_key_expr_py(ep)},
     max_tokens={ep.max_output},  # prompt + max_tokens must fit the served context ({ep.context_length})
     # thinking off: extra_body={{"chat_template_kwargs": {{"thinking": False}}}},
@@ -263,12 +299,12 @@ import {{ generateText }} from "ai";
 
 const kimi = createOpenAICompatible({{
   name: "kimi",
-  baseURL: {_q(ep.base_url)},
+  baseURL: {_js_str(ep.base_url)},
   apiKey: {key},
 }});
 
 const {{ text, reasoningText }} = await generateText({{
-  model: kimi({_q(ep.model)}),
+  model: kimi({_js_str(ep.model)}),
   prompt: "Say hello.",
   maxOutputTokens: {ep.max_output}, // prompt + output must fit the served context ({ep.context_length})
   // thinking off: providerOptions: {{ kimi: {{ chat_template_kwargs: {{ thinking: false }} }} }},

@@ -8,10 +8,10 @@ shipped ``prod`` profile's values are used and each one is listed in ``assumed``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.net import WILDCARDS, connect_host, is_loopback
+from kimi_serve.core.net import connect_host, is_loopback, is_unspecified
 from kimi_serve.core.settings import API_KEY_ENV
 from kimi_serve.profile.loader import Profile, load_profile
 from kimi_serve.profile.topology import routed
@@ -62,13 +62,23 @@ def _url(host: str, port: int, scheme: str = "http", path: str = "") -> str:
     return f"{scheme}://{shown}:{port}{path}/v1"
 
 
+def _wildcard(parts: SplitResult, raw: str) -> bool:
+    """Whether ``--host`` names a wildcard bind address in any spelling (``0x0``, ``[::0]``, ``[::ffff:0.0.0.0]``...;
+    core/net.py judges the address, not its text)."""
+    try:
+        host = parts.hostname or ""
+    except ValueError:
+        return False
+    return is_unspecified(host) or is_unspecified(raw)
+
+
 def _from_host(text: str, port: int) -> tuple[str, bool]:
     """``--host`` (HOST, HOST:PORT or a URL) -> (base URL, whether it named its port: a URL always does, its scheme's
     default when it has none, as for verify --host). A bare HOST gets ``port``. A wildcard bind address is refused:
     it is where a server listens, not where a client connects."""
     raw = text.strip()
     parts = urlsplit(raw if "://" in raw else f"http://{raw}")
-    if raw and (parts.hostname or "") in WILDCARDS:
+    if raw and _wildcard(parts, raw):
         raise _usage(
             f"{raw!r} is a wildcard bind address (every interface), not an address a client connects to",
             "pass the name or address clients use to reach this server, e.g. --host gpu-box.example.com",
@@ -125,7 +135,7 @@ def endpoint_for(profile: Profile | None, host: str | None) -> Endpoint:
             assumed.append(f"port {port}: the shipped {DEFAULT_PROFILE} profile's (pass --host HOST:PORT)")
     else:
         base_url = _url(connect_host(bind_host), port)
-        if bind_host in WILDCARDS:
+        if is_unspecified(bind_host):
             assumed.append(
                 f"host {connect_host(bind_host)}: the profile binds every interface (a wildcard address), reached "
                 "from this machine; a client elsewhere needs --host NAME (the address it reaches this machine at)"

@@ -21,7 +21,8 @@ def client_config(
         None,
         "--host",
         metavar="HOST[:PORT]|URL",
-        help="Where clients reach the server (a name or address, never 0.0.0.0). Default: the profile's address "
+        help="Where clients reach the server (a name or address, never a wildcard such as 0.0.0.0, [::] or 0x0). "
+        "Default: the profile's address "
         "(the router's for a replicated profile; a wildcard bind: this machine's loopback).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON envelope (docs/json.md)."),
@@ -30,13 +31,17 @@ def client_config(
     """Print a configuration that works for one agent client: its file or snippet on stdout (the base URL, the served
     model, the key's environment variable NAME, the served limits), notes on stderr (the key, the limits, where
     reasoning comes back, how to turn thinking off with that client, what was assumed)."""
+    from kimi_serve.check.launch import validated_launch
     from kimi_serve.clients import client_config as build
     from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.profile.loader import load_profile
 
     if sets and not profile:
         raise KimiServeError("--set without --profile", hint="pass --profile P with --set", exit_code=ExitCode.USAGE)
-    endpoint, config = build(client, load_profile(profile, sets or ()) if profile else None, host)
+    loaded = load_profile(profile, sets or ()) if profile else None
+    if loaded is not None:
+        validated_launch(loaded)  # check's fast rules first: a profile check rejects gets no configuration (exit 2)
+    endpoint, config = build(client, loaded, host)
     if as_json:
         from kimi_serve.core.output import dumps, envelope
 

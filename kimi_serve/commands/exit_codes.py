@@ -106,8 +106,8 @@ EXIT_CODES: dict[str, str] = {
     ),
     "client-config": (
         "0 the configuration was printed; 2 an unknown --client (the message lists the known ones), an invalid "
-        "profile, a --host that is not HOST[:PORT] or a URL or is a wildcard bind address (0.0.0.0, ::), neither "
-        "--profile nor --host, --set without --profile"
+        "profile or one check rejects (check's finding), a --host that is not HOST[:PORT] or a URL or is a wildcard "
+        "bind address in any spelling (0.0.0.0, ::, 0x0, [::0]), neither --profile nor --host, --set without --profile"
     ),
     "engine status": (
         "0 the venv matches its lock: no drift, no dependency conflict, patch set applied as recorded; 1 "

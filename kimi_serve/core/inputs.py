@@ -1,22 +1,29 @@
-"""Bounds on what a user's JSON or YAML may make kimi-serve do: how deep it nests, how far YAML aliases expand, and
-how much of a bad value an error message repeats.
+"""Bounds on what a file or a user's JSON or YAML may make kimi-serve do: how large a file it reads, how deep it
+nests, how far YAML aliases expand, and how much of a bad value an error message repeats.
 
-A profile, a ``--set`` value, a bench workload and ``--perf-model`` are read through here, so a broken or hostile
-file ends in one line and exit 2 in time linear in its size: never a RecursionError, an exponential walk of aliases
-(the "billion laughs" bomb) or a ValueError from a 5000-digit integer (Python's int/str conversion limit).
+Every file kimi-serve reads is read through here (:func:`read_regular`, :func:`read_text`: a regular file, at most
+a size bound, never blocking on a FIFO) and decoded here (:func:`load_json`, :func:`load_yaml`): a profile, a
+``--set`` value, an API-key file, a bench workload, ``--perf-model``, a patch manifest, and the records and journals
+kimi-serve writes and reads back. A broken or hostile file ends in one line naming it and exit 2, in time and memory
+linear in the bound: never a RecursionError, an exponential walk of aliases (the "billion laughs" bomb), a file read
+whole into memory, or a ValueError from a 5000-digit integer (Python's int/str conversion limit).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import reprlib
+import stat
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 MAX_DEPTH = 32  # nesting levels of a user's JSON or YAML (a profile uses 3: section, key, list)
 MAX_NODES = 20_000  # YAML values once every alias is expanded (a shipped profile has about 150)
+MAX_FILE_BYTES = 4 * 1024 * 1024  # a profile, a manifest, a record: a few KB (a bench workload has its own bound)
 
 
 class InputBoundError(ValueError):
@@ -25,6 +32,59 @@ class InputBoundError(ValueError):
     def __init__(self, message: str, hint: str, line: int | None = None, column: int | None = None) -> None:
         super().__init__(message)
         self.hint, self.line, self.column = hint, line, column
+
+
+class NotRegularFile(OSError):
+    """The path is a FIFO, a device, a socket or a directory: reading it could block forever or never end. ``kind``
+    says which ("a FIFO")."""
+
+    def __init__(self, path: str | Path, kind: str) -> None:
+        super().__init__(f"{path} is {kind}, not a regular file")
+        self.kind = kind
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular ``st_mode`` is, in words ("a FIFO", "a directory", ...)."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def read_regular(path: str | Path, limit: int = MAX_FILE_BYTES) -> tuple[os.stat_result, bytes]:
+    """``(its status, its first limit + 1 bytes)``, opened without blocking (a FIFO would hold the open until a writer
+    came) and read only when it is a regular file (a symlink to one is fine: Kubernetes mounts Secrets so); more than
+    ``limit`` bytes back means the file is over the bound. Raises :class:`NotRegularFile` or the open's OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(path, file_kind(st.st_mode))
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return st, handle.read(limit + 1)
+    finally:
+        os.close(fd)
+
+
+def too_large(limit: int) -> InputBoundError:
+    return InputBoundError(f"over {limit} bytes", f"a file of this kind is a few KB: keep it under {limit} bytes")
+
+
+def read_text(path: str | Path, limit: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of the regular file ``path`` (:func:`read_regular`): InputBoundError (a ValueError) past
+    ``limit`` bytes, UnicodeDecodeError (a ValueError) when it is not UTF-8, OSError (FileNotFoundError,
+    :class:`NotRegularFile`) when it cannot be read."""
+    data = read_regular(path, limit)[1]
+    if len(data) > limit:
+        raise too_large(limit)
+    return data.decode("utf-8")
+
+
+def read_json(path: str | Path, limit: int = MAX_FILE_BYTES) -> Any:
+    """:func:`load_json` of :func:`read_text`: a ValueError for a file over the bounds or not JSON, an OSError when
+    it cannot be read."""
+    return load_json(read_text(path, limit))
 
 
 def _too_deep(line: int | None = None, column: int | None = None) -> InputBoundError:

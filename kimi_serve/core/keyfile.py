@@ -8,45 +8,35 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
+import yaml
+
+from kimi_serve.core import inputs
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.files import write_atomic
+from kimi_serve.core.inputs import NotRegularFile
 
 PRIVATE_MASK = stat.S_IRWXG | stat.S_IRWXO
 SUFFIXES = (".yaml", ".yml")
 MAX_BYTES = 65536  # a key file is two short lines; more is not a key file
 
 
-class NotRegularFile(OSError):
-    """The path is a FIFO, a device, a socket or a directory: reading it could block forever or never end. ``kind``
-    says which ("a FIFO")."""
-
-    def __init__(self, path: str | Path, kind: str) -> None:
-        super().__init__(f"{path} is {kind}, not a regular file")
-        self.kind = kind
-
-
 def read_regular(path: str | Path) -> tuple[os.stat_result, bytes]:
-    """``(its status, its first MAX_BYTES + 1 bytes)``, opened without blocking (a FIFO would hold the open until a
-    writer came) and read only when it is a regular file (a symlink to one is fine: Kubernetes mounts Secrets so).
-    Raises :class:`NotRegularFile` or the open's OSError."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(path, _kind(st.st_mode))
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            return st, handle.read(MAX_BYTES + 1)
-    finally:
-        os.close(fd)
+    """``(its status, its first MAX_BYTES + 1 bytes)``: core/inputs.py's bounded reader with the key file's bound."""
+    return inputs.read_regular(path, MAX_BYTES)
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+    return inputs.file_kind(mode)
+
+
+def _load(text: str) -> Any:
+    """A key file's YAML within core/inputs.py's depth and alias bounds (None when it is not YAML or past them)."""
+    try:
+        return inputs.load_yaml(text)[0]
+    except (yaml.YAMLError, ValueError):  # InputBoundError: nested too deep, an alias bomb
+        return None
 
 
 def create_hint(path: str) -> str:
@@ -67,11 +57,20 @@ def key_file_problem(path: str | Path) -> tuple[str, str] | None:
     if not stat.S_ISREG(st.st_mode):
         return f"API-key file {path} is {_kind(st.st_mode)}, not a regular file", create_hint(str(path))
     try:
-        text = read_regular(f)[1][:MAX_BYTES].decode("utf-8", errors="replace")
+        raw = read_regular(f)[1]
     except NotRegularFile as exc:
         return f"API-key file {path} is {exc.kind}, not a regular file", create_hint(str(path))
     except OSError:
         return f"API-key file {path} is not readable by this user", "run as its owner (or root), or fix its owner"
+    if len(raw) > MAX_BYTES:
+        return f"API-key file {path} is over {MAX_BYTES} bytes: not a key file", "write one line `api-key: KEY`"
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        inputs.load_yaml(text)
+    except inputs.InputBoundError as exc:
+        return f"API-key file {path} is {exc}", exc.hint
+    except yaml.YAMLError:
+        pass  # SGLang's own reader says what is wrong with its YAML
     dashed = _dashed_value(text)
     if dashed:
         return (
@@ -85,12 +84,7 @@ def key_file_problem(path: str | Path) -> tuple[str, str] | None:
 def _dashed_value(text: str) -> str | None:
     """The first key (``api-key``, ``admin-api-key``) of a key file whose value begins with ``-``: SGLang's
     ``--config`` merger passes every value as the next argv word, and argparse reads ``-x...`` as an option."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return None
+    data = _load(text)
     if not isinstance(data, dict):
         return None
     for name, value in data.items():
@@ -117,11 +111,9 @@ def new_admin_key() -> str:
 def admin_key_problem(path: str | Path) -> tuple[str, str] | None:
     """``(what is wrong, the fix)`` when the (readable, private) key file at ``path`` has no ``admin-api-key`` distinct
     from its ``api-key``: then SGLang lets the clients' key into its ADMIN_OPTIONAL endpoints. None when it has one."""
-    import yaml
-
     try:
-        data = yaml.safe_load(read_regular(path)[1].decode("utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        data = _load(read_regular(path)[1].decode("utf-8"))
+    except (OSError, UnicodeDecodeError):
         data = None
     if not isinstance(data, dict):
         return (
@@ -202,10 +194,10 @@ def read_key_file(path: Path, where: str | None = None) -> str:
             where=where,
             hint=f"chmod 600 {path}",
         )
-    import yaml
-
     try:
-        data = yaml.safe_load(text)
+        data = inputs.load_yaml(text)[0]
+    except inputs.InputBoundError as exc:
+        raise KimiServeError(f"API key file is {exc}", where=where, hint=exc.hint) from None
     except yaml.YAMLError:
         data = None
     if isinstance(data, dict):
@@ -227,11 +219,9 @@ def read_admin_key(path: Path, where: str | None = None) -> str | None:
     """The ``admin-api-key`` of a key file (the file's rules as :func:`read_key_file`), None when it holds none. The
     router's control plane (``/workers``) takes it; SGLang's ADMIN_OPTIONAL endpoints too."""
     read_key_file(path, where)
-    import yaml
-
     try:
-        data = yaml.safe_load(read_regular(path)[1].decode("utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        data = _load(read_regular(path)[1].decode("utf-8"))
+    except (OSError, UnicodeDecodeError):
         return None
     admin = data.get("admin-api-key", data.get("admin_api_key")) if isinstance(data, dict) else None
     return str(admin).strip() if isinstance(admin, str | int) and str(admin).strip() else None

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError, LockHeld
 from kimi_serve.core.files import open_lock
+from kimi_serve.core.inputs import load_json, read_text
 from kimi_serve.core.settings import STATE_DIR_ENV, state_root
 
 LOCK_NAME = "host.lock"
@@ -55,7 +56,7 @@ def lock_path(state_dir: Path | None = None) -> Path:
 def holder(path: Path) -> dict[str, Any] | None:
     """Who holds (or last held) the lock, as its holder wrote it; None when unknown."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8") or "null")
+        data = load_json(read_text(path) or "null")
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

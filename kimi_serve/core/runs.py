@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.files import write_atomic
+from kimi_serve.core.inputs import read_json
 from kimi_serve.core.settings import state_root
 
 RUNS_DIR = "runs"
@@ -97,7 +98,7 @@ def read_runs(state_dir: Path | None = None, proc: Path = Path("/proc")) -> list
     runs = []
     for path in sorted(runs_dir(state_dir).glob("up-*.json")):
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = read_json(path)
         except (OSError, ValueError):
             continue
         if not isinstance(record, dict) or not isinstance(record.get("pid"), int):

@@ -10,7 +10,6 @@ instead of following it (reported with its fix: the operator decides which of th
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.files import link_refused
+from kimi_serve.core.inputs import read_json
 from kimi_serve.core.lock import flock_holder
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def lock_of(prefix: Path) -> Path:
 
 def read_record(prefix: Path) -> dict[str, Any] | None:
     try:
-        record = json.loads((prefix / RECORD_NAME).read_text(encoding="utf-8"))
+        record = read_json(prefix / RECORD_NAME)
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None

@@ -20,6 +20,7 @@ from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding, failed
 from kimi_serve.core.pin import SGLANG_VERSION
 from kimi_serve.core.proc import Completed
+from kimi_serve.core.settings import current
 from kimi_serve.host.facts import model_findings, patch_state_finding
 from kimi_serve.host.gpus import (
     GIB,
@@ -83,8 +84,10 @@ class Host:
     rlimit: Callable[[int], tuple[int, int]] = resource.getrlimit
     port_problem: Callable[[str, int], str | None] = port_problem
     sglang_site: Callable[[str], Path] = _sglang_site
-    state_dir: Path | None = None
-    accounts_root: Path = Path("/")  # whose etc/passwd holds service.user
+    state_dir: Path | None = None  # None: the state root of the settings ($KIMI_SERVE_STATE_DIR)
+    # whose etc/passwd and etc/group hold service.user: the settings' ($KIMI_SERVE_ACCOUNTS_ROOT, default /), read
+    # only through core/accounts.py (never NSS), so a test's scratch root is the only user database doctor sees
+    accounts_root: Path = field(default_factory=lambda: current().accounts_root)
     dev_root: Path = Path("/dev")
     fs_root: Path = Path("/")  # where /proc, /sys, the compilers and nvidia-modprobe are read
     environ: Mapping[str, str] | None = None  # the invoking environment (None: this process's)

@@ -9,7 +9,7 @@ import os
 import stat
 from pathlib import Path
 
-from kimi_serve.core.accounts import Account, group_ids, lookup
+from kimi_serve.core.accounts import Account, group_ids, group_names, lookup
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding
 from kimi_serve.profile.loader import Profile
 
@@ -94,7 +94,7 @@ def service_user_findings(p: Profile, *, accounts_root: Path, dev_root: Path, gp
                 "service_user.devices",
                 FAIL,
                 f"{user} cannot open {closed[0]} (+{len(closed) - 1} more): CUDA finds no GPU",
-                f"usermod -a -G {_group_of(closed[0])} {user} (install-service does this)",
+                f"usermod -a -G {_group_of(closed[0], accounts_root)} {user} (install-service does this)",
                 where,
             )
         )
@@ -123,11 +123,7 @@ def service_user_findings(p: Profile, *, accounts_root: Path, dev_root: Path, gp
     return found
 
 
-def _group_of(path: Path) -> str:
-    import grp
-
+def _group_of(path: Path, accounts_root: Path) -> str:
+    """The name of ``path``'s group in ``accounts_root``'s group file (the gid when it has none there)."""
     gid = os.stat(path).st_gid
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
+    return next(iter(group_names([gid], accounts_root)), str(gid))

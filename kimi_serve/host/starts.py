@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.core.inputs import read_json
 from kimi_serve.host.coldstart import Bandwidth, Figures
 
 MAX_STARTS = 20
@@ -33,7 +34,7 @@ def coldstart_dir(state_root: Path) -> Path:
 
 def _read(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return read_json(path)
     except (OSError, ValueError):
         return None
 

@@ -25,6 +25,7 @@ from typing import Any
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.files import create_new
+from kimi_serve.core.inputs import read_json
 from kimi_serve.patches.files import Content, invalidate_bytecode, read_content, replace_all, sha256_file
 from kimi_serve.patches.manifest import PatchSet
 
@@ -75,7 +76,7 @@ def end(record_dir: Path) -> None:
 
 def read_intent(record_dir: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(intent_path(record_dir).read_text(encoding="utf-8"))
+        data = read_json(intent_path(record_dir))
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
@@ -160,7 +161,7 @@ def recover(site_packages: Path, ps: PatchSet, record_dir: Path) -> str | None:
 
 def _readable(path: Path) -> bool:
     try:
-        json.loads(path.read_text(encoding="utf-8"))
+        read_json(path)
     except (OSError, ValueError):
         return False
     return True

@@ -17,11 +17,11 @@ patches) back and checks the result against the manifest's "before" hashes, so t
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.inputs import read_json
 from kimi_serve.core.resources import resource_dir
 from kimi_serve.patches.files import (
     sha256_file,
@@ -79,7 +79,7 @@ def _manifest_error(path: Path, message: str) -> KimiServeError:
 def _read_manifest(directory: Path) -> PatchSet:
     path = directory / MANIFEST
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = read_json(path)
         if raw.get("schema") != _SCHEMA:
             raise _manifest_error(path, f"schema {raw.get('schema')!r} is not {_SCHEMA}")
         patches = tuple(
@@ -134,7 +134,7 @@ def available_patch_sets() -> dict[str, Path]:
     root = resource_dir("patches")
     for manifest in sorted(root.glob(f"*/{MANIFEST}")):
         with contextlib.suppress(OSError, ValueError, AttributeError):
-            found[json.loads(manifest.read_text(encoding="utf-8"))["name"]] = manifest.parent
+            found[read_json(manifest)["name"]] = manifest.parent
     return found
 
 

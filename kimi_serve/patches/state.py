@@ -4,7 +4,6 @@ staging a patch set on in-memory copies."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.files import create_new
+from kimi_serve.core.inputs import read_json
 from kimi_serve.core.settings import state_root
 from kimi_serve.patches.files import (
     Content,
@@ -202,7 +202,7 @@ def record_dir_of(state_dir: Path | None, ps: PatchSet, site_packages: Path) -> 
 
 def read_record(path: Path) -> dict[str, Any] | None:
     try:
-        record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        record: dict[str, Any] = read_json(path)
         return record
     except FileNotFoundError:
         return None

@@ -99,7 +99,10 @@ SECTIONS: dict[str, dict[str, Key]] = {
             nullable=False,
         ),
         "served_name": Key(
-            "str", "Model id clients send and /v1/models returns (no ':').", required=True, nullable=False
+            "str",
+            "Model id clients send and /v1/models returns (printable text, no ':').",
+            required=True,
+            nullable=False,
         ),
         "trust_remote_code": Key(
             "bool", "Pass --trust-remote-code (Kimi's tokenizer needs it; required).", default=True, nullable=False

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from kimi_serve.core.errors import KimiServeError
-from kimi_serve.core.inputs import InputBoundError, load_yaml
+from kimi_serve.core.inputs import InputBoundError, load_yaml, read_text
 
 
 def _check_duplicates(node: Any, prefix: str, file: str, seen_nodes: set[int] | None = None) -> None:
@@ -46,7 +46,9 @@ def read_yaml(path: Path, shown: str) -> tuple[dict[str, Any], dict[str, int]]:
     """Parse one file (``shown`` is how errors name it); return its mapping and the 1-based line of every key path
     (top-level keys and the keys of each section)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)  # a regular file within MAX_FILE_BYTES (a FIFO or /dev/zero is refused, not read)
+    except InputBoundError as exc:
+        raise KimiServeError(f"the profile is {exc}", where=shown, hint=exc.hint) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise KimiServeError(
             f"cannot read profile: {exc}", where=shown, hint="check the path and permissions"

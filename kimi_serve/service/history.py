@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.files import open_lock
+from kimi_serve.core.inputs import load_json
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic
 
 KEEP = 100
@@ -32,7 +33,7 @@ def read_history(paths: ServicePaths) -> list[dict[str, Any]]:
     records = []
     for line in (read_text(history_file(paths)) or "").splitlines():
         try:
-            data = json.loads(line)
+            data = load_json(line)
         except ValueError:
             continue
         if isinstance(data, dict):

@@ -17,6 +17,7 @@ from typing import Any
 
 from kimi_serve.core import files
 from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.inputs import load_json
 
 UNIT_DIR = "etc/systemd/system"  # where systemd reads units from, under a root: the one home of this path
 STATE_DIR = "var/lib/kimi-serve/service"
@@ -101,7 +102,7 @@ def read_record(path: Path) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        data = json.loads(text)
+        data = load_json(text)
     except ValueError:
         return None
     return data if isinstance(data, dict) else None

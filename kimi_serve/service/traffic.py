@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.core.inputs import load_json
 from kimi_serve.core.proc import Completed, NotInstalled, Runner, run
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic
 from kimi_serve.verify.parser_faults import PROBE_ID
@@ -111,7 +112,7 @@ def state_file(paths: ServicePaths) -> Path:
 def read_state(paths: ServicePaths) -> TrafficState | None:
     """The stored state; None when there is none (no run yet) or it is unreadable (the next run starts afresh)."""
     try:
-        data = json.loads(read_text(state_file(paths)) or "")
+        data = load_json(read_text(state_file(paths)) or "")
     except ValueError:
         return None
     if not isinstance(data, dict):
