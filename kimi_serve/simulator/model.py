@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.simulator import decision, intent, tasks
+from kimi_serve.simulator.schema_budget import MAX_CHARS, ArgumentBudget, TooCostly
 from kimi_serve.simulator.schema_strings import FILLER, clip, pad  # noqa: F401 - FILLER: engine.py's filler text
-from kimi_serve.simulator.schema_values import MAX_CHARS, Budget, TooCostly, Values, long_text_key
+from kimi_serve.simulator.schema_values import Values, long_text_key
 
 logger = logging.getLogger("kimi_serve.simulator")
 
@@ -87,7 +88,7 @@ def _calls(
     """The calls to make: an everyday agent task's (tasks.py) under auto, else decision.py's choice among the tools
     the request may get; a follow-up ("And in Tokyo?") repeats the conversation's last tool with its own values."""
     auto = turn.tool_choice in ("auto", None)
-    budget = Budget()  # one for the turn's calls: values, characters, seconds (schema_values.py)
+    budget = ArgumentBudget()  # one for the turn's calls: values, characters, seconds (schema_values.py)
     planned = tasks.plan(functions, prompt) if auto and functions and not decision.declines(prompt) else None
     if planned is not None:
         done, rest = planned
@@ -116,7 +117,7 @@ def _arguments(
     hints: list[str],
     min_chars: int = 0,
     sequence: str | None = None,
-    budget: Budget | None = None,
+    budget: ArgumentBudget | None = None,
 ) -> dict[str, Any]:
     """:func:`arguments` for tool ``fn``; a schema beyond the bounds is a ValueError naming the tool (HTTP 400)."""
     schema = fn.get("parameters")
@@ -129,7 +130,7 @@ def _arguments(
         ) from None
 
 
-def _with(fn: dict[str, Any], fixed: dict[str, Any], prompt: str, budget: Budget) -> dict[str, Any]:
+def _with(fn: dict[str, Any], fixed: dict[str, Any], prompt: str, budget: ArgumentBudget) -> dict[str, Any]:
     """A planned call's arguments: the values the request names, the rest of the required ones from the schema."""
     schema = fn.get("parameters") or {}
     base = _arguments(fn, prompt, [], budget=budget)
@@ -226,7 +227,7 @@ def arguments(
     hints: list[str],
     min_chars: int = 0,
     sequence: str | None = None,
-    budget: Budget | None = None,
+    budget: ArgumentBudget | None = None,
 ) -> dict[str, Any]:
     """A call's arguments: schema-complete values (schema_values.py), the long text where the prompt asks for one.
     Raises TooCostly when the schema needs more than the turn's ``budget``."""

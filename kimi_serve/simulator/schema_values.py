@@ -12,21 +12,20 @@
 Every candidate is checked with jsonschema (the dialect the schema names) against the schema it must meet, so what
 leaves here validates; a schema nothing can satisfy gets the closest attempt.
 
-Bounded whatever a client sends (:class:`Budget`, one per turn): at most ``MAX_VALUES`` values, ``MAX_CHARS``
-characters of strings and ``MAX_SECONDS`` of work; an enum is tried at its first ``ENUM_TRIES`` members (and the one
-the prompt names), not validated member by member. A schema that needs more (a ``$ref`` tree whose every node
-requires two children, ``minLength: 1e9``, ``minItems: 1e9``) raises :class:`TooCostly`: the request's 400.
+Bounded whatever a client sends (schema_budget.py, one budget per turn): an enum is tried at its first few members
+(and the one the prompt names), not validated member by member; a schema that needs more values, characters or time
+than the budget (a ``$ref`` tree whose every node requires two children, ``minLength: 1e9``, ``minItems: 1e9``)
+raises ``TooCostly``: the request's 400.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import time
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from kimi_serve.simulator.schema_budget import ENUM_TRIES, ArgumentBudget, TooCostly
 from kimi_serve.simulator.schema_refs import ids, merge, types
 from kimi_serve.simulator.schema_strings import number_value, string_value, takes_file
 
@@ -44,41 +43,13 @@ _OBJECT_KEYS = (
 _ARRAY_KEYS = ("items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains")
 _STRING_KEYS = ("minLength", "maxLength", "pattern", "format")
 _NUMBER_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
-MAX_VALUES = 20_000  # values (objects, arrays, strings, numbers...) built for one turn's calls
-MAX_CHARS = 1 << 20  # characters of generated strings in one turn (verify's largest probe asks for ~9 KB)
-MAX_SECONDS = 3.0  # work on one turn's arguments (the generator checks it at each value it builds)
-ENUM_TRIES = 16  # enum members validated before the first one is taken as it is
-
-
-class TooCostly(ValueError):
-    """The schema asks for more than the simulator builds within its bounds (a ValueError: SGLang's serving layer
-    answers it with 400 and this message)."""
-
-
-@dataclass
-class Budget:
-    """What one turn's argument generation may still spend: values, characters and time."""
-
-    values: int = MAX_VALUES
-    chars: int = MAX_CHARS
-    deadline: float = field(default_factory=lambda: time.monotonic() + MAX_SECONDS)
-
-    def spend(self, values: int = 1, chars: int = 0) -> None:
-        self.values -= values
-        self.chars -= chars
-        if self.values < 0:
-            raise TooCostly(f"the arguments would need more than {MAX_VALUES} values (a schema without a finite end?)")
-        if self.chars < 0:
-            raise TooCostly(f"the arguments would need more than {MAX_CHARS} characters of strings")
-        if time.monotonic() > self.deadline:
-            raise TooCostly(f"building the arguments took more than {MAX_SECONDS:g} s")
 
 
 class Values:
-    def __init__(self, root: Any, prompt: str, budget: Budget | None = None) -> None:
+    def __init__(self, root: Any, prompt: str, budget: ArgumentBudget | None = None) -> None:
         self.root = root if isinstance(root, dict) else {}
         self.prompt = prompt
-        self.budget = budget or Budget()
+        self.budget = budget or ArgumentBudget()
         self._validator = _validator(self.root)
         self._ids = ids(self.root)
 
