@@ -41,9 +41,11 @@ class _KindWords(TypedDict):
 class _ChangeWords(TypedDict):
     negations: list[str]
     questions: list[str]
+    question_starts: list[str]  # a sentence that starts with one and ends with "?" is a question
+    question_ends: list[str]  # Chinese question particles
     lookups: list[str]
     hypotheticals: list[str]
-    asks_of_you: list[str]
+    still_asks: list[str]  # "can you", "please", "don't forget to": a request all the same
     boundaries: list[str]
 
 
@@ -196,21 +198,24 @@ _NOT_ASKED = re.compile(
     _phrases(_CHANGES["negations"] + _CHANGES["questions"] + _CHANGES["lookups"] + _CHANGES["hypotheticals"]),
     re.IGNORECASE,
 )
-_QUESTION = re.compile(rf"^\W*(?:{_phrases(_CHANGES['questions'])})", re.IGNORECASE)
-_OF_YOU = re.compile(_phrases(_CHANGES["asks_of_you"]), re.IGNORECASE)
+_QUESTION = re.compile(rf"^\W*(?:{_phrases(_CHANGES['questions'] + _CHANGES['question_starts'])})", re.IGNORECASE)
+_ASKED_ANYWAY = re.compile(_phrases(_CHANGES["still_asks"]), re.IGNORECASE)
+_QUESTION_END = re.compile(rf"(?:{'|'.join(map(re.escape, _CHANGES['question_ends']))})\W*$")
 _BOUNDARY = re.compile(rf"[,;:()\u2014\u2013，；：]|{_phrases(_CHANGES['boundaries'])}", re.IGNORECASE)
 _QUOTED_SPAN = re.compile(r"`[^`]*`|\"[^\"]*\"|(?<!\w)'[^']*'(?!\w)|“[^”]*”")
 
 
 def asks_for(sentence: str, start: int) -> bool:
     """The request phrase at ``start`` of ``sentence`` (a change: "delete", "overwrite", "run") is asked for in the
-    affirmative: the sentence is no question ("Should I run `rm -rf /`?", "Can I safely remove old.py?"; "Can you
-    delete old.py?" asks), and its clause up to the phrase holds no negation ("don't", "never", "without", "instead
-    of", "no need to"), question ("is it safe to", "what's the command to", "how do I"), lookup ("find where we",
-    "tell me what") or hypothetical ("would"). Quoted text counts for nothing; a clause ends at punctuation and at
-    "and", "then", "but", "just", ... ("Don't run the tests, just delete build/" asks for the delete)."""
+    affirmative: the sentence is no question ("Should I run `rm -rf /`?", "Can I safely remove old.py?", "Do you think
+    I should delete it?", "可以删除吗"; "Can you delete old.py?" asks), and its clause up to the phrase holds no
+    negation ("don't", "never", "without", "instead of", "no need to"), question ("is it safe to", "what's the command
+    to", "how do I"), lookup ("find where we", "tell me what", "before") or hypothetical ("would"); "don't forget to",
+    "please", "can you" keep a request one. Quoted text counts for nothing; a clause ends at punctuation and at "and",
+    "then", "but", "just", ... ("Don't run the tests, just delete build/" asks for the delete)."""
     text = _QUOTED_SPAN.sub(lambda m: " " * len(m.group()), sentence.replace("\u2019", "'"))
-    if text.rstrip().endswith(("?", "？")) and _QUESTION.match(text) and not _OF_YOU.match(text):
+    asked_anyway = _ASKED_ANYWAY.match(text.lstrip(" \t\"'“"))
+    if text.rstrip().endswith(("?", "？")) and _QUESTION.match(text) and not asked_anyway or _QUESTION_END.search(text):
         return False
-    clause = _OF_YOU.sub(" ", _BOUNDARY.split(text[:start])[-1])
+    clause = _ASKED_ANYWAY.sub(" ", _BOUNDARY.split(text[:start])[-1])
     return not _NOT_ASKED.search(clause)

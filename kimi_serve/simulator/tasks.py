@@ -239,6 +239,7 @@ def _change(
     functions: list[dict[str, Any]], text: str, rest: str, file: str
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     verb = (text[: len(text) - len(rest)].split() or [""])[-1].lower()
+    verb = next((v for v in ("写", "创建", "保存", "删除") if verb.endswith(v)), verb)  # "请删除": no space before it
     quoted = [q for q in _quoted(text) if q != file]
     if verb in ("write", "create", "save", "overwrite", "写", "创建", "保存"):
         m = _CONTENT.search(text[text.find(file) + len(file) :])
