@@ -552,6 +552,20 @@ def _nested(levels: int) -> dict[str, Any]:
 
 UNBOUNDED = {
     "binary $ref tree, every node requires l and r": _tree(),
+    "binary $ref tree, every node with a 16k-member enum (the 3 s deadline)": {
+        "$defs": {
+            "n": {
+                "type": "object",
+                "properties": {
+                    "l": {"$ref": "#/$defs/n"},
+                    "r": {"$ref": "#/$defs/n"},
+                    "e": {"enum": list(range(16384))},
+                },
+                "required": ["e", "l", "r"],
+            }
+        },
+        "$ref": "#/$defs/n",
+    },
     "minLength 1e9": {"type": "object", "properties": {"s": {"type": "string", "minLength": 10**9}}, "required": ["s"]},
     "minLength 1e9 with a pattern": {
         "type": "object",
