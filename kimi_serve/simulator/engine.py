@@ -165,7 +165,7 @@ class ScriptedTokenizerManager:
             bound = limit if limit is not None else max(0, self.checks.context_len - len(prompt_ids))
             ids, matched = await asyncio.to_thread(self.constrainer.decode, grammar, intended, bound)
         else:
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            ids = await asyncio.to_thread(self.tokenizer.encode, text, add_special_tokens=False)  # up to ~1 MiB
             if params.ignore_eos and limit:  # benchmarks: no stop token, generate exactly max_new_tokens
                 filler = self.tokenizer.encode(" " + FILLER, add_special_tokens=False)
                 ids = ids + list(itertools.islice(itertools.cycle(filler), max(0, limit - len(ids) + 1)))
