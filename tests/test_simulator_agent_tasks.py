@@ -255,6 +255,9 @@ NOT_ASKED = [
     "DON'T DELETE main.py",
     "Do NOT run `rm -rf /`",
     "Before you delete old.py, show it to me",
+    "Don't, whatever happens, delete main.py",
+    "Never, ever, run `rm -rf /`",
+    "Delete nothing",
     # searches and explanations
     "Explain what `git reset --hard` does",
     "Find where we delete sessions",
@@ -285,6 +288,8 @@ ASKED = [
     ("Remember to run `git status`", ("bash", "command", "git status")),
     ("删除 main.py", ("delete_file", "path", "main.py")),
     ("请删除 old.py", ("delete_file", "path", "old.py")),
+    ("No, delete old.py", ("delete_file", "path", "old.py")),
+    ("OK, delete old.py", ("delete_file", "path", "old.py")),
 ]
 
 

@@ -46,6 +46,7 @@ class _ChangeWords(TypedDict):
     lookups: list[str]
     hypotheticals: list[str]
     still_asks: list[str]  # "can you", "please", "don't forget to": a request all the same
+    objects_none: list[str]  # "delete nothing"
     boundaries: list[str]
 
 
@@ -202,6 +203,9 @@ _QUESTION = re.compile(rf"^\W*(?:{_phrases(_CHANGES['questions'] + _CHANGES['que
 _ASKED_ANYWAY = re.compile(_phrases(_CHANGES["still_asks"]), re.IGNORECASE)
 _QUESTION_END = re.compile(rf"(?:{'|'.join(map(re.escape, _CHANGES['question_ends']))})\W*$")
 _BOUNDARY = re.compile(rf"[,;:()\u2014\u2013，；：]|{_phrases(_CHANGES['boundaries'])}", re.IGNORECASE)
+_GOVERNING = [n for n in _CHANGES["negations"] if n not in ("no", "nor")]  # "No, delete it" answers, then asks
+_BARE_NEGATION = re.compile(rf"\W*(?:please\s+)?(?:{_phrases(_GOVERNING)})\W*", re.IGNORECASE)
+_NONE_AFTER = re.compile(rf"\W*\w+\s+(?:{_phrases(_CHANGES['objects_none'])})", re.IGNORECASE)
 _QUOTED_SPAN = re.compile(r"`[^`]*`|\"[^\"]*\"|(?<!\w)'[^']*'(?!\w)|“[^”]*”")
 
 
@@ -211,11 +215,25 @@ def asks_for(sentence: str, start: int) -> bool:
     I should delete it?", "可以删除吗"; "Can you delete old.py?" asks), and its clause up to the phrase holds no
     negation ("don't", "never", "without", "instead of", "no need to"), question ("is it safe to", "what's the command
     to", "how do I"), lookup ("find where we", "tell me what", "before") or hypothetical ("would"); "don't forget to",
-    "please", "can you" keep a request one. Quoted text counts for nothing; a clause ends at punctuation and at "and",
-    "then", "but", "just", ... ("Don't run the tests, just delete build/" asks for the delete)."""
+    "please", "can you" keep a request one; "delete nothing" asks for nothing. Quoted text counts for nothing; a clause
+    ends at punctuation and at "and", "then", "but", "just", ... ("Don't run the tests, just delete build/" asks for
+    the delete), except after a clause that is only a negation ("Don't, whatever happens, delete main.py")."""
     text = _QUOTED_SPAN.sub(lambda m: " " * len(m.group()), sentence.replace("\u2019", "'"))
     asked_anyway = _ASKED_ANYWAY.match(text.lstrip(" \t\"'“"))
     if text.rstrip().endswith(("?", "？")) and _QUESTION.match(text) and not asked_anyway or _QUESTION_END.search(text):
         return False
-    clause = _ASKED_ANYWAY.sub(" ", _BOUNDARY.split(text[:start])[-1])
+    if _NONE_AFTER.match(text, start):
+        return False  # "delete nothing"
+    clauses, seps = [], []
+    last = 0
+    for m in _BOUNDARY.finditer(text[:start]):
+        clauses.append(text[last : m.start()])
+        seps.append(m.group())
+        last = m.end()
+    clause = _ASKED_ANYWAY.sub(" ", text[last:start])
+    for before, sep in zip(reversed(clauses), reversed(seps), strict=True):  # "Don't, whatever happens, delete X"
+        if sep.strip().isalpha() or not sep.strip():
+            break  # "and", "then", "just": a new request
+        if _BARE_NEGATION.fullmatch(before):
+            return False
     return not _NOT_ASKED.search(clause)
