@@ -614,6 +614,9 @@ def test_deep_nesting_and_a_long_asked_for_text_stay_bounded() -> None:
         generate(Turn([{"role": "user", "content": ASK}], [tool("submit", _nested(3000))], "required"))
     )
     assert len(call[2]) < 100_000
+    huge_max = {"type": "object", "properties": {"a": {"type": "array", "maxItems": 10**9}}, "required": ["a"]}
+    (call,) = CALL.findall(generate(Turn([{"role": "user", "content": ASK}], [tool("submit", huge_max)], "required")))
+    assert len(json.loads(call[2])["a"]) == 1  # a huge maxItems is room, not a target
     text = generate(Turn([{"role": "user", "content": "Write at least 999999999999 characters about cats"}], []))
     assert len(text) < 2 * 2**20  # padded to the bound, not to a terabyte
 
