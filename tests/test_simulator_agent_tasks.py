@@ -195,3 +195,126 @@ def test_a_required_value_the_request_does_not_give_comes_from_the_schema_not_a_
     fmt = _fn("convert", {"unit": {"type": "string", "default": "celsius"}, "note": _S}, ["unit", "note"], "Convert")
     ((_, args),) = calls("Call convert", [fmt])
     assert args == {"unit": "celsius", "note": ""}
+
+
+# Issue 44: a change (delete, write, edit, run) only when the request asks for it in the affirmative. opencode's tools
+# plus a delete tool and a list tool of their own, as other agents offer them.
+WITH_DELETE = [
+    *OPENCODE,
+    _fn("delete_file", {"path": _S}, ["path"], "Delete a file from the project."),
+    _fn("list", {"path": _S}, ["path"], "List the entries of a directory."),
+]
+PLAIN = [  # a few plain tools, no agent: decision.py's word matching chooses
+    _fn("read_file", {"path": _S}, ["path"], "Read a file"),
+    _fn("write_file", {"path": _S, "content": _S}, ["path", "content"], "Write content to a file"),
+    _fn("delete_file", {"path": _S}, ["path"], "Delete a file"),
+]
+CHANGING = {"write", "edit", "bash", "delete_file", "write_file", "Write", "Edit", "Bash"}
+READ_ONLY = {"read", "glob", "grep", "list", "read_file", "Read", "Glob", "Grep"}
+NOT_ASKED = [
+    # the issue's cases, word for word
+    "Don't delete main.py, just show it to me",
+    "Never overwrite data.csv",
+    "Should I run `rm -rf /`?",
+    "Don't run `make deploy` yet, first show me the Makefile",
+    "Find where we remove users in auth.py",
+    "Can I safely remove old.py?",
+    "Tell me what `rm -rf node_modules` would delete",
+    # negations
+    "Do not delete main.py",
+    "don’t delete main.py",
+    "Please don't remove old.py",
+    "Never run `git push --force`",
+    "Without deleting anything, list the files",
+    "Instead of deleting old.py, show it to me",
+    "Rather than running `make clean`, show me the Makefile",
+    "No need to run `pytest`, just read tests/test_a.py",
+    "You must not overwrite config.yaml",
+    "Avoid editing settings.py",
+    "Don't write to notes.txt",
+    "不要删除 main.py",
+    # questions about an action
+    "Should I delete build.log?",
+    "Can I remove old.py and new.py?",
+    "Is it safe to delete build/?",
+    "Is it ok to run `npm install` here?",
+    "What's the command to delete all .pyc files?",
+    "What would `rm -rf build` delete?",
+    "How do I remove old.py?",
+    "How do I run `pytest` with coverage?",
+    "Should we overwrite data.csv with the new export?",
+    "Why would we delete utils.py?",
+    "Shall I remove old.py?",
+    "Do you think I should delete old.py?",
+    "Is old.py safe to delete?",
+    "If I delete old.py, will anything break?",
+    "What happens if I run `make clean`?",
+    "Is there a way to run `make test`?",
+    "可以删除 main.py 吗？",
+    "I don't want you to delete main.py",
+    "DON'T DELETE main.py",
+    "Do NOT run `rm -rf /`",
+    "Before you delete old.py, show it to me",
+    "Don't, whatever happens, delete main.py",
+    "Never, ever, run `rm -rf /`",
+    "Delete nothing",
+    # searches and explanations
+    "Explain what `git reset --hard` does",
+    "Find where we delete sessions",
+    "Search for the code that removes temp files",
+    "Tell me which files `make clean` would remove",
+    "Explain why main.py deletes the cache",
+    "Show me where we write the log file",
+]
+ASKED = [
+    ("Delete main.py", ("delete_file", "path", "main.py")),
+    ("Remove old.py", ("delete_file", "path", "old.py")),
+    ("Please delete build.log", ("delete_file", "path", "build.log")),
+    ("Can you delete old.py?", ("delete_file", "path", "old.py")),
+    ("Could you please remove tmp.txt", ("delete_file", "path", "tmp.txt")),
+    ("Don't touch main.py, just delete old.py", ("delete_file", "path", "old.py")),
+    ("Run `make deploy`", ("bash", "command", "make deploy")),
+    ("Please run `rm -rf build`", ("bash", "command", "rm -rf build")),
+    ("Can you run `git status`?", ("bash", "command", "git status")),
+    ("Don't run the tests, just run `make lint`", ("bash", "command", "make lint")),
+    ("Overwrite data.csv with 'a,b'", ("write", "content", "a,b")),
+    ("Create a file hello.txt with the content 'hi there'", ("write", "filePath", "hello.txt")),
+    ("In config.py replace 'DEBUG = True' with 'DEBUG = False'", ("edit", "newString", "DEBUG = False")),
+    ("Open README.md, then delete old.log", ("delete_file", "path", "old.log")),
+    ("Don't forget to delete tmp.txt", ("delete_file", "path", "tmp.txt")),
+    ("Make sure to delete tmp.txt", ("delete_file", "path", "tmp.txt")),
+    ("Would you delete old.py?", ("delete_file", "path", "old.py")),
+    ("Delete old.py, but don't delete main.py", ("delete_file", "path", "old.py")),
+    ("Remember to run `git status`", ("bash", "command", "git status")),
+    ("删除 main.py", ("delete_file", "path", "main.py")),
+    ("请删除 old.py", ("delete_file", "path", "old.py")),
+    ("No, delete old.py", ("delete_file", "path", "old.py")),
+    ("OK, delete old.py", ("delete_file", "path", "old.py")),
+]
+
+
+@pytest.mark.parametrize("prompt", NOT_ASKED)
+def test_a_change_not_asked_for_gets_a_read_only_call_or_an_answer(prompt: str) -> None:
+    for tools in (WITH_DELETE, OPENCODE, OTHER_AGENT, PLAIN):
+        found = calls(prompt, tools)
+        assert {n for n, _ in found} <= READ_ONLY, (tools[0]["function"]["name"], found)
+
+
+@pytest.mark.parametrize("prompt, expected", ASKED)
+def test_a_change_asked_for_still_gets_its_call(prompt: str, expected: tuple[str, str, str]) -> None:
+    name, key, value = expected
+    found = calls(prompt, WITH_DELETE)
+    assert any(n == name and args.get(key) == value for n, args in found), found
+    assert {n for n, _ in found} - {name} <= READ_ONLY, found  # nothing else changed on the way
+
+
+def test_the_issue_cases_get_the_read_only_call_they_ask_for() -> None:
+    assert calls("Don't delete main.py, just show it to me", WITH_DELETE) == [("read", {"filePath": "main.py"})]
+    assert calls("Don't run `make deploy` yet, first show me the Makefile", WITH_DELETE) == [
+        ("read", {"filePath": "Makefile"})
+    ]
+    assert calls("Never overwrite data.csv", WITH_DELETE) == [("read", {"filePath": "data.csv"})]
+    assert calls("Tell me what `rm -rf node_modules` would delete", WITH_DELETE) == []
+    assert calls("Should I run `rm -rf /`?", WITH_DELETE) == []
+    assert calls("Don't delete main.py, just show it to me", PLAIN) == [("read_file", {"path": "main.py"})]
+    assert calls("Delete main.py", PLAIN) == [("delete_file", {"path": "main.py"})]  # asked: still done

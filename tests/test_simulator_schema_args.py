@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 import jsonschema
@@ -530,3 +531,101 @@ def test_moonshot_verifier_cases_under_auto_still_decide_as_before() -> None:
     assert calls("你好，请简单介绍一下你自己。你不应使用任何工具。", [WEATHER]) == []
     assert [n for n, _ in calls("请简要回答：北京天气怎么样？", [WEATHER], "required")] == ["get_weather"]
     assert calls("请查一下北京的天气。", [WEATHER], "none") == []
+
+
+# Issue 44: argument generation is bounded whatever schema a client sends (schema_budget.py).
+def _tree() -> dict[str, Any]:
+    node = {
+        "type": "object",
+        "properties": {"l": {"$ref": "#/$defs/n"}, "r": {"$ref": "#/$defs/n"}},
+        "required": ["l", "r"],
+    }
+    return {"$defs": {"n": node}, "type": "object", "properties": {"root": {"$ref": "#/$defs/n"}}, "required": ["root"]}
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"x": schema}, "required": ["x"]}
+    return schema
+
+
+UNBOUNDED = {
+    "binary $ref tree, every node requires l and r": _tree(),
+    "binary $ref tree, every node with a 16k-member enum (the 3 s deadline)": {
+        "$defs": {
+            "n": {
+                "type": "object",
+                "properties": {
+                    "l": {"$ref": "#/$defs/n"},
+                    "r": {"$ref": "#/$defs/n"},
+                    "e": {"enum": list(range(16384))},
+                },
+                "required": ["e", "l", "r"],
+            }
+        },
+        "$ref": "#/$defs/n",
+    },
+    "minLength 1e9": {"type": "object", "properties": {"s": {"type": "string", "minLength": 10**9}}, "required": ["s"]},
+    "minLength 1e9 with a pattern": {
+        "type": "object",
+        "properties": {"s": {"type": "string", "pattern": "^a+$", "minLength": 10**9}},
+        "required": ["s"],
+    },
+    "minItems 1e9": {"type": "object", "properties": {"a": {"type": "array", "minItems": 10**9}}, "required": ["a"]},
+    "minProperties 1e8": {
+        "type": "object",
+        "properties": {"o": {"type": "object", "minProperties": 10**8}},
+        "required": ["o"],
+    },
+    "10 x 10 x 10 x 10 x 10 required arrays": {
+        "$defs": {"a": {"type": "array", "minItems": 10, "items": {"$ref": "#/$defs/a"}}},
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/a"}},
+        "required": ["a"],
+    },
+}
+
+
+@pytest.mark.parametrize("case", list(UNBOUNDED))
+def test_a_schema_without_a_bounded_instance_ends_with_a_clear_error_in_bounded_time(case: str) -> None:
+    from kimi_serve.simulator.schema_budget import MAX_SECONDS, TooCostly
+
+    started = time.monotonic()
+    with pytest.raises(TooCostly, match=r"tool 'submit': the simulator cannot write arguments .*; send a schema"):
+        generate(Turn([{"role": "user", "content": ASK}], [tool("submit", UNBOUNDED[case])], "required"))
+    assert time.monotonic() - started < MAX_SECONDS + 2  # the budget's deadline, plus what the decision around it costs
+
+
+def test_a_16k_member_enum_is_not_validated_member_by_member() -> None:
+    members = [f"v{i}" for i in range(16384)]
+    schema = {"type": "object", "properties": {"e": {"type": "string", "enum": members}}, "required": ["e"]}
+    for prompt, wanted in ((ASK, "v0"), ("Call submit with v9000", "v9000")):
+        started = time.monotonic()
+        (call,) = CALL.findall(
+            generate(Turn([{"role": "user", "content": prompt}], [tool("submit", schema)], "required"))
+        )
+        assert json.loads(call[2]) == {"e": wanted}
+        assert time.monotonic() - started < 3  # was 7 s to minutes: every member validated against the whole schema
+
+
+def test_deep_nesting_and_a_long_asked_for_text_stay_bounded() -> None:
+    (call,) = CALL.findall(
+        generate(Turn([{"role": "user", "content": ASK}], [tool("submit", _nested(3000))], "required"))
+    )
+    assert len(call[2]) < 100_000
+    huge_max = {"type": "object", "properties": {"a": {"type": "array", "maxItems": 10**9}}, "required": ["a"]}
+    (call,) = CALL.findall(generate(Turn([{"role": "user", "content": ASK}], [tool("submit", huge_max)], "required")))
+    assert len(json.loads(call[2])["a"]) == 1  # a huge maxItems is room, not a target
+    text = generate(Turn([{"role": "user", "content": "Write at least 999999999999 characters about cats"}], []))
+    assert len(text) < 2 * 2**20  # padded to the bound, not to a terabyte
+
+
+def test_a_response_format_sketch_is_bounded() -> None:
+    from kimi_serve.simulator.constrain import sketch
+
+    huge = {"type": "array", "minItems": 10**9, "items": {"type": "string", "minLength": 10**9}}
+    assert len(json.dumps(sketch(huge, "x"))) < 1_000_000
+    wide = {"type": "object", "required": [f"k{i}" for i in range(50)]}
+    wide["properties"] = {f"k{i}": wide for i in range(50)}  # 50 ** 8 leaves unbounded
+    assert len(json.dumps(sketch(wide, "x"))) < 1_000_000

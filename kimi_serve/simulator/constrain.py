@@ -287,9 +287,17 @@ def _is_instance(answer: str, schema: Any) -> bool:
         return False
 
 
-def sketch(schema: Any, answer: str, depth: int = 0) -> Any:
-    """A plausible instance of ``schema`` (best effort: the grammar corrects what this gets wrong)."""
-    if not isinstance(schema, dict) or depth > 8:
+_SKETCH_ITEMS = 64  # items and characters a sketch writes at most (the grammar asks for the rest, token by token)
+_SKETCH_CHARS = 4096
+_SKETCH_NODES = 2000
+
+
+def sketch(schema: Any, answer: str, depth: int = 0, nodes: list[int] | None = None) -> Any:
+    """A plausible instance of ``schema`` (best effort: the grammar corrects what this gets wrong), bounded in
+    nodes, items and characters whatever the schema asks for."""
+    nodes = [_SKETCH_NODES] if nodes is None else nodes
+    nodes[0] -= 1
+    if not isinstance(schema, dict) or depth > 8 or nodes[0] < 0:
         return answer
     if "const" in schema:
         return schema["const"]
@@ -297,7 +305,7 @@ def sketch(schema: Any, answer: str, depth: int = 0) -> Any:
         return schema["enum"][0]
     for key in ("anyOf", "oneOf", "allOf"):
         if schema.get(key):
-            return sketch(schema[key][0], answer, depth + 1)
+            return sketch(schema[key][0], answer, depth + 1, nodes)
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), kind[0] if kind else None)
@@ -306,9 +314,10 @@ def sketch(schema: Any, answer: str, depth: int = 0) -> Any:
         keys = list(schema.get("required") or props)
         if not keys and kind == "object" and not props:
             return {"answer": answer}
-        return {k: sketch(props.get(k, {}), answer, depth + 1) for k in keys}
+        return {k: sketch(props.get(k, {}) if isinstance(props, dict) else {}, answer, depth + 1, nodes) for k in keys}
     if kind == "array":
-        return [sketch(schema.get("items", {}), answer, depth + 1) for _ in range(max(1, schema.get("minItems", 1)))]
+        count = min(_number(schema.get("minItems"), 1), _SKETCH_ITEMS)
+        return [sketch(schema.get("items", {}), answer, depth + 1, nodes) for _ in range(max(1, count))]
     if kind in ("integer", "number"):
         low = schema.get("minimum", schema.get("exclusiveMinimum")) or 0
         return int(low) + (1 if "exclusiveMinimum" in schema else 0) if kind == "integer" else float(low)
@@ -319,7 +328,11 @@ def sketch(schema: Any, answer: str, depth: int = 0) -> Any:
     if schema.get("format") in _FORMATS:
         return _FORMATS[schema["format"]]
     text = answer[: schema["maxLength"]] if isinstance(schema.get("maxLength"), int) else answer
-    return text.ljust(int(schema.get("minLength") or 0), ".")
+    return text.ljust(min(_number(schema.get("minLength"), 0), _SKETCH_CHARS), ".")
+
+
+def _number(value: Any, default: int) -> int:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 _FORMATS = {

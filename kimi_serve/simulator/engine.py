@@ -25,12 +25,27 @@ from kimi_serve.simulator.clock import StepClock
 from kimi_serve.simulator.constrain import Constrainer, has_constraint, intended_text
 from kimi_serve.simulator.perf import PerfModel, PerfParams, SpecSettings
 from kimi_serve.simulator.prompt import read_prompt
+from kimi_serve.simulator.schema_budget import MAX_SECONDS
 from kimi_serve.simulator.schema_strings import FILLER
 from kimi_serve.simulator.stops import find_stop, holds_back
 from kimi_serve.simulator.validate import RequestChecks
 
 STOP_TOKEN_ID = 163586  # <|im_end|>
+GENERATE_SECONDS = MAX_SECONDS + 5.0  # the scripted model's turn, at most (its budget ends it after MAX_SECONDS)
 CHAT_REQUEST_KEY = "kimi_serve_chat_request"  # where the HTTP layer leaves the parsed request on raw_request.state
+
+
+async def generate_off_loop(turn: scripted.Turn) -> str:
+    """The scripted model's text, written in a worker thread so the event loop (``/health``, other streams, SIGTERM)
+    never waits on it. Its own budget (schema_budget.ArgumentBudget) ends a costly turn with a ValueError, SGLang's 400;
+    ``GENERATE_SECONDS`` is the backstop, answered the same way (the thread then ends on that budget)."""
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(scripted.generate, turn), GENERATE_SECONDS)
+    except TimeoutError:
+        raise ValueError(
+            f"the simulator's scripted model did not finish this request within {GENERATE_SECONDS:g} s "
+            "(a tool schema too costly to fill?); send smaller tool schemas"
+        ) from None
 
 
 def normalize_once(obj: Any) -> None:
@@ -126,7 +141,7 @@ class ScriptedTokenizerManager:
         prompt_ids = list(obj.input_ids or [])
         params = self.checks.sampling_params(obj, prompt_ids)  # SGLang's ValueErrors: the serving layer's 400
         turn = self._turn(request, prompt_ids)
-        text = scripted.generate(turn)
+        text = await generate_off_loop(turn)
         limit = params.max_new_tokens
         rid = obj.rid if isinstance(obj.rid, str) else uuid.uuid4().hex
         prompt_out = prompt_ids if getattr(obj, "return_prompt_token_ids", False) else None
@@ -143,12 +158,14 @@ class ScriptedTokenizerManager:
         else:
             grammar = None
         if grammar is not None:
-            intended = self.tokenizer.encode(intended_text(text, params), add_special_tokens=False)
+            intended = await asyncio.to_thread(
+                lambda: self.tokenizer.encode(intended_text(text, params), add_special_tokens=False)
+            )
             # no max_tokens: the scheduler's bound, what the context leaves (a grammar may never end on its own)
             bound = limit if limit is not None else max(0, self.checks.context_len - len(prompt_ids))
             ids, matched = await asyncio.to_thread(self.constrainer.decode, grammar, intended, bound)
         else:
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            ids = await asyncio.to_thread(self.tokenizer.encode, text, add_special_tokens=False)  # up to ~1 MiB
             if params.ignore_eos and limit:  # benchmarks: no stop token, generate exactly max_new_tokens
                 filler = self.tokenizer.encode(" " + FILLER, add_special_tokens=False)
                 ids = ids + list(itertools.islice(itertools.cycle(filler), max(0, limit - len(ids) + 1)))

@@ -12,7 +12,11 @@ for them use, plus the object each tool's parameters take. Under ``tool_choice: 
   object for any offered tool is answered in text, even when it shares words with a tool ("Explain how weather
   forecasts work" with ``get_weather(city)``);
 - a prompt that **says not to** ("don't look it up", "no need to search", "off the top of your head", and the
-  declines of decision.py) is answered in text.
+  declines of decision.py) is answered in text;
+- a **change** (write, edit, delete, run) is asked for only in the affirmative (:func:`asks_for`): not under a
+  negation ("don't delete main.py", "never overwrite", "without", "instead of", "no need to run"), not in a question
+  about it ("should I run ...?", "can I safely remove ...?", "is it safe to ...", "what's the command to ..."), not
+  inside a lookup or an explanation ("find where we remove users", "tell me what `rm -rf x` would delete").
 """
 
 from __future__ import annotations
@@ -34,6 +38,18 @@ class _KindWords(TypedDict):
     object_keys: str  # a pattern, matched case-insensitively against a parameter's key
 
 
+class _ChangeWords(TypedDict):
+    negations: list[str]
+    questions: list[str]
+    question_starts: list[str]  # a sentence that starts with one and ends with "?" is a question
+    question_ends: list[str]  # Chinese question particles
+    lookups: list[str]
+    hypotheticals: list[str]
+    still_asks: list[str]  # "can you", "please", "don't forget to": a request all the same
+    objects_none: list[str]  # "delete nothing"
+    boundaries: list[str]
+
+
 class Words(TypedDict):
     """The word lists of the scripted decision (``data/words.json``): vocabulary, kept as data."""
 
@@ -43,6 +59,7 @@ class Words(TypedDict):
     cjk_common: list[str]
     not_places: list[str]
     kinds: list[_KindWords]
+    changes: _ChangeWords
 
 
 @functools.cache
@@ -167,3 +184,56 @@ def topic(fn: dict[str, Any], prompt: str) -> str | None:
         return None
     text = _TOPIC_LEAD.sub("", prompt.strip()).strip().rstrip("?.!").strip()
     return text or None
+
+
+def _phrases(items: list[str]) -> str:
+    """An alternation of word-list phrases: whole words for Latin ones (spaces stand for any whitespace), as written
+    for CJK ones."""
+    latin = [p.replace(" ", r"\s+") for p in items if p.isascii()]
+    other = [re.escape(p) for p in items if not p.isascii()]
+    return "|".join([rf"(?<![\w'])(?:{'|'.join(latin)})(?![\w'])", *other])
+
+
+_CHANGES = words()["changes"]
+_NOT_ASKED = re.compile(
+    _phrases(_CHANGES["negations"] + _CHANGES["questions"] + _CHANGES["lookups"] + _CHANGES["hypotheticals"]),
+    re.IGNORECASE,
+)
+_QUESTION = re.compile(rf"^\W*(?:{_phrases(_CHANGES['questions'] + _CHANGES['question_starts'])})", re.IGNORECASE)
+_ASKED_ANYWAY = re.compile(_phrases(_CHANGES["still_asks"]), re.IGNORECASE)
+_QUESTION_END = re.compile(rf"(?:{'|'.join(map(re.escape, _CHANGES['question_ends']))})\W*$")
+_BOUNDARY = re.compile(rf"[,;:()\u2014\u2013，；：]|{_phrases(_CHANGES['boundaries'])}", re.IGNORECASE)
+_GOVERNING = [n for n in _CHANGES["negations"] if n not in ("no", "nor")]  # "No, delete it" answers, then asks
+_BARE_NEGATION = re.compile(rf"\W*(?:please\s+)?(?:{_phrases(_GOVERNING)})\W*", re.IGNORECASE)
+_NONE_AFTER = re.compile(rf"\W*\w+\s+(?:{_phrases(_CHANGES['objects_none'])})", re.IGNORECASE)
+_QUOTED_SPAN = re.compile(r"`[^`]*`|\"[^\"]*\"|(?<!\w)'[^']*'(?!\w)|“[^”]*”")
+
+
+def asks_for(sentence: str, start: int) -> bool:
+    """The request phrase at ``start`` of ``sentence`` (a change: "delete", "overwrite", "run") is asked for in the
+    affirmative: the sentence is no question ("Should I run `rm -rf /`?", "Can I safely remove old.py?", "Do you think
+    I should delete it?", "可以删除吗"; "Can you delete old.py?" asks), and its clause up to the phrase holds no
+    negation ("don't", "never", "without", "instead of", "no need to"), question ("is it safe to", "what's the command
+    to", "how do I"), lookup ("find where we", "tell me what", "before") or hypothetical ("would"); "don't forget to",
+    "please", "can you" keep a request one; "delete nothing" asks for nothing. Quoted text counts for nothing; a clause
+    ends at punctuation and at "and", "then", "but", "just", ... ("Don't run the tests, just delete build/" asks for
+    the delete), except after a clause that is only a negation ("Don't, whatever happens, delete main.py")."""
+    text = _QUOTED_SPAN.sub(lambda m: " " * len(m.group()), sentence.replace("\u2019", "'"))
+    asked_anyway = _ASKED_ANYWAY.match(text.lstrip(" \t\"'“"))
+    if text.rstrip().endswith(("?", "？")) and _QUESTION.match(text) and not asked_anyway or _QUESTION_END.search(text):
+        return False
+    if _NONE_AFTER.match(text, start):
+        return False  # "delete nothing"
+    clauses, seps = [], []
+    last = 0
+    for m in _BOUNDARY.finditer(text[:start]):
+        clauses.append(text[last : m.start()])
+        seps.append(m.group())
+        last = m.end()
+    clause = _ASKED_ANYWAY.sub(" ", text[last:start])
+    for before, sep in zip(reversed(clauses), reversed(seps), strict=True):  # "Don't, whatever happens, delete X"
+        if sep.strip().isalpha() or not sep.strip():
+            break  # "and", "then", "just": a new request
+        if _BARE_NEGATION.fullmatch(before):
+            return False
+    return not _NOT_ASKED.search(clause)

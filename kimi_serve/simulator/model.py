@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.simulator import decision, intent, tasks
+from kimi_serve.simulator.schema_budget import MAX_CHARS, ArgumentBudget, TooCostly
 from kimi_serve.simulator.schema_strings import FILLER, clip, pad  # noqa: F401 - FILLER: engine.py's filler text
 from kimi_serve.simulator.schema_values import Values, long_text_key
 
@@ -87,6 +88,7 @@ def _calls(
     """The calls to make: an everyday agent task's (tasks.py) under auto, else decision.py's choice among the tools
     the request may get; a follow-up ("And in Tokyo?") repeats the conversation's last tool with its own values."""
     auto = turn.tool_choice in ("auto", None)
+    budget = ArgumentBudget()  # one for the turn's calls: values, characters, seconds (schema_values.py)
     planned = tasks.plan(functions, prompt) if auto and functions and not decision.declines(prompt) else None
     if planned is not None:
         done, rest = planned
@@ -94,8 +96,8 @@ def _calls(
         more = decision.choose(others, rest) if done and rest and others else []  # "... and get the weather"
         hinted = decision.hints_per_call(more, rest)
         pairs = zip(more, hinted, strict=True)
-        extra = [(fn["name"], arguments(fn.get("parameters") or {}, rest, h)) for fn, h in pairs]
-        return [(fn["name"], _with(fn, fixed, prompt)) for fn, fixed in done] + extra
+        extra = [(fn["name"], _arguments(fn, rest, h, budget=budget)) for fn, h in pairs]
+        return [(fn["name"], _with(fn, fixed, prompt, budget)) for fn, fixed in done] + extra
     chosen = decision.choose(tasks.safe(functions, prompt) if auto else functions, prompt, turn.tool_choice)
     if not chosen and auto and _FOLLOW_UP.search(prompt) and decision.candidates(prompt):
         last = _last_call_name(turn.messages)
@@ -104,15 +106,34 @@ def _calls(
     query = intent.topic(chosen[0], prompt) if len(chosen) == 1 and not decision.quoted(prompt) else None
     hints = [[query, *hints[0]]] if query else hints  # a search tool's query: what the request asks about
     return [
-        (fn["name"], arguments(fn.get("parameters") or {}, prompt, h, min_chars, sequence))
+        (fn["name"], _arguments(fn, prompt, h, min_chars, sequence, budget))
         for fn, h in zip(chosen, hints, strict=True)
     ]
 
 
-def _with(fn: dict[str, Any], fixed: dict[str, Any], prompt: str) -> dict[str, Any]:
+def _arguments(
+    fn: dict[str, Any],
+    prompt: str,
+    hints: list[str],
+    min_chars: int = 0,
+    sequence: str | None = None,
+    budget: ArgumentBudget | None = None,
+) -> dict[str, Any]:
+    """:func:`arguments` for tool ``fn``; a schema beyond the bounds is a ValueError naming the tool (HTTP 400)."""
+    schema = fn.get("parameters")
+    try:
+        return arguments(schema if isinstance(schema, dict) else {}, prompt, hints, min_chars, sequence, budget)
+    except TooCostly as exc:
+        raise TooCostly(
+            f"tool {str(fn.get('name'))[:80]!r}: the simulator cannot write arguments for its parameters schema: "
+            f"{exc}; send a schema with a finite, smaller instance"
+        ) from None
+
+
+def _with(fn: dict[str, Any], fixed: dict[str, Any], prompt: str, budget: ArgumentBudget) -> dict[str, Any]:
     """A planned call's arguments: the values the request names, the rest of the required ones from the schema."""
     schema = fn.get("parameters") or {}
-    base = arguments(schema, prompt, [])
+    base = _arguments(fn, prompt, [], budget=budget)
     merged = {**{k: v for k, v in base.items() if k not in fixed}, **fixed}
     return merged if Values(schema, prompt).valid(schema, merged) else {**base, **fixed}
 
@@ -189,8 +210,8 @@ def _last_user_text(messages: list[dict[str, Any]]) -> str:
 
 
 def _min_chars(prompt: str) -> int:
-    m = re.search(r"at least (\d[\d,]*)\s*(?:characters|chars|letters)", prompt, re.IGNORECASE)
-    return int(m.group(1).replace(",", "")) if m else 0
+    m = re.search(r"at least (\d[\d,]{0,15})\s*(?:characters|chars|letters)", prompt, re.IGNORECASE)
+    return min(int(m.group(1).replace(",", "")), MAX_CHARS // 2) if m else 0  # a bound, whatever is asked
 
 
 def _sequence(prompt: str) -> str | None:
@@ -201,14 +222,22 @@ def _sequence(prompt: str) -> str | None:
 
 
 def arguments(
-    schema: dict[str, Any], prompt: str, hints: list[str], min_chars: int = 0, sequence: str | None = None
+    schema: dict[str, Any],
+    prompt: str,
+    hints: list[str],
+    min_chars: int = 0,
+    sequence: str | None = None,
+    budget: ArgumentBudget | None = None,
 ) -> dict[str, Any]:
-    """A call's arguments: schema-complete values (schema_values.py), the long text where the prompt asks for one."""
+    """A call's arguments: schema-complete values (schema_values.py), the long text where the prompt asks for one.
+    Raises TooCostly when the schema needs more than the turn's ``budget``."""
     combined = any(k in schema for k in ("$ref", "anyOf", "oneOf", "allOf"))
     root = schema if schema.get("type") or combined else {**schema, "type": "object"}
-    gen = Values(root, prompt)
     try:
+        gen = Values(root, prompt, budget)
         value = gen.value(root, "arguments", hints, min_chars)
+    except TooCostly:
+        raise
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError, OverflowError) as exc:
         # a schema shape the generator does not expect (SGLang has already checked it against the metaschema):
         # empty arguments, as a model that gives up would send, rather than a failed request

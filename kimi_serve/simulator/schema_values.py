@@ -11,6 +11,11 @@
   contains; strings and numbers: schema_strings.py (formats, pattern, lengths, bounds, multipleOf).
 Every candidate is checked with jsonschema (the dialect the schema names) against the schema it must meet, so what
 leaves here validates; a schema nothing can satisfy gets the closest attempt.
+
+Bounded whatever a client sends (schema_budget.py, one budget per turn): an enum is tried at its first few members
+(and the one the prompt names), not validated member by member; a schema that needs more values, characters or time
+than the budget (a ``$ref`` tree whose every node requires two children, ``minLength: 1e9``, ``minItems: 1e9``)
+raises ``TooCostly``: the request's 400.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import re
 from typing import Any
 from urllib.parse import unquote
 
+from kimi_serve.simulator.schema_budget import ENUM_TRIES, ArgumentBudget, TooCostly
 from kimi_serve.simulator.schema_refs import ids, merge, types
 from kimi_serve.simulator.schema_strings import number_value, string_value, takes_file
 
@@ -40,9 +46,10 @@ _NUMBER_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "m
 
 
 class Values:
-    def __init__(self, root: Any, prompt: str) -> None:
+    def __init__(self, root: Any, prompt: str, budget: ArgumentBudget | None = None) -> None:
         self.root = root if isinstance(root, dict) else {}
         self.prompt = prompt
+        self.budget = budget or ArgumentBudget()
         self._validator = _validator(self.root)
         self._ids = ids(self.root)
 
@@ -108,6 +115,7 @@ class Values:
         """A value for ``schema`` (``must``: enclosing schemas a scalar must meet too, e.g. a oneOf's others)."""
         if schema is False or depth > 40:
             return None
+        self.budget.spend()
         s = self.flat(schema)
         if "const" in s:
             return s["const"]
@@ -128,14 +136,27 @@ class Values:
             return self._object(s, hints, min_chars, depth, variant)
         if kind == "array":
             return self._array(s, name, hints, depth)
-        return string_value(s, name, self.prompt, hints, min_chars, variant)
+        needed = max(min_chars, _count(s.get("minLength")))
+        if needed > self.budget.chars:
+            raise TooCostly(f"a string of at least {needed} characters (minLength) is more than the simulator writes")
+        made = string_value(s, name, self.prompt, hints, min_chars, variant)
+        self.budget.spend(0, len(made))
+        return made
 
     def _enum(self, s: dict[str, Any], variant: int, must: tuple[Any, ...]) -> Any:
-        allowed = [e for e in s["enum"] if self.valid(s, e) and all(self.valid(m, e) for m in must)] or s["enum"]
-        mentioned = [e for e in allowed if isinstance(e, str) and e and _mentions(self.prompt, e)]
-        if mentioned and not variant:
-            return mentioned[0]
-        return allowed[variant % len(allowed)]
+        """The member the prompt names, else the ``variant``-th one the schema accepts; only ``ENUM_TRIES`` members
+        are validated (a 16k-member enum is not checked member by member against the whole schema)."""
+        members: list[Any] = s["enum"]
+        lowered = self.prompt.lower()
+        named = [e for e in members if isinstance(e, str) and e and e.lower() in lowered and _mentions(self.prompt, e)]
+        order = (named[:ENUM_TRIES] if not variant else []) + [
+            members[(variant + i) % len(members)] for i in range(min(ENUM_TRIES, len(members)))
+        ]
+        for e in order:
+            self.budget.spend()
+            if self.valid(s, e) and all(self.valid(m, e) for m in must):
+                return e
+        return members[variant % len(members)]
 
     def _choice(
         self,
@@ -171,6 +192,8 @@ class Values:
         for k in list(keys):  # dependentRequired pulls in more keys
             keys += [d for d in (s.get("dependentRequired") or {}).get(k, []) if d not in keys]
         low, high = int(s.get("minProperties", 0)), s.get("maxProperties")
+        if low > self.budget.values:
+            raise TooCostly(f"an object of at least {low} properties (minProperties) is more than the simulator writes")
         for k in props:
             if len(keys) >= low:
                 break
@@ -182,6 +205,7 @@ class Values:
             keys = keys[: max(int(high), len(required))]
         extra = 0
         while len(keys) < low and extra < low + 8:
+            self.budget.spend()
             key = self._extra_key(s, extra)
             extra += 1
             if key is not None and key not in keys:
@@ -241,6 +265,8 @@ class Values:
             count = min(count, int(high))
         if rest is False:
             count = min(count, len(prefix))
+        if count > self.budget.values:
+            raise TooCostly(f"an array of at least {count} items (minItems) is more than the simulator writes")
         contains = s.get("contains")
         out: list[Any] = []
         seen: set[str] = set()
@@ -259,6 +285,14 @@ class Values:
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _count(value: Any) -> int:
+    """A count keyword's value (minLength, minItems...) as an int; 0 for what is none."""
+    try:
+        return int(value) if isinstance(value, (int, float)) and value == value and abs(value) != float("inf") else 0
+    except (OverflowError, ValueError):
+        return 0
 
 
 def _kind(s: dict[str, Any]) -> str:

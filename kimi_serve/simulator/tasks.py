@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from kimi_serve.core.resources import simulator_data
+from kimi_serve.simulator import intent
 from kimi_serve.simulator.schema_strings import FILE_LIKE
 
 DESTRUCTIVE = frozenset({"write", "edit", "delete", "run"})
@@ -48,7 +49,11 @@ _AFTER = re.compile(
     r"occurrences?\s+of|for|named|called|word|string|text)\s+([A-Za-z_][\w.]*)"
 )
 _CONTENT = re.compile(r"\b(?:with|containing|saying|that\s+says)\s+(?:the\s+)?(?:content|text)?\s*:?\s*(.+)$|:\s*(.+)$")
-_JOINED = re.compile(r"(?:\band|\bthen|\balso|\bplus|,|并且|然后|再)\s*$", re.IGNORECASE)
+_JOINED = re.compile(
+    r"(?:\band|\bthen|\balso|\bplus|\bbut|,|并且|然后|再)(?:\s+(?:just|first|only|instead|please|now))*\s*$"
+    r"|\b(?:just|first|instead)\s*$",
+    re.IGNORECASE,
+)
 _NOT_TARGETS = frozenset({"the", "a", "an", "it", "this", "that", "all", "where", "in", "me", "file", "files", "code"})
 
 
@@ -120,10 +125,18 @@ def command(text: str) -> str | None:
     return None
 
 
-def _pieces(prompt: str) -> list[tuple[str, str, str]]:
-    """The request cut into (action, text, text after the phrase) pieces: each request phrase owns the text up to
-    the next one (the first one the sentence's start as well: "In config.py, replace ...")."""
-    out: list[tuple[str, str, str]] = []
+class Piece(NamedTuple):
+    action: str  # read, list, search, run, change, other
+    text: str  # the piece (the first one with its sentence's start)
+    rest: str  # the text after the request phrase
+    asked: bool  # the phrase is asked for in the affirmative (intent.asks_for): "don't delete X" is not
+
+
+def _pieces(prompt: str) -> list[Piece]:
+    """The request cut into pieces: each request phrase owns the text up to the next one (the first one the
+    sentence's start as well: "In config.py, replace ..."); a later phrase starts a piece of its own after "and",
+    "then", "but", "just", "first" or a comma."""
+    out: list[Piece] = []
     for sentence in _SENTENCE.split(prompt):
         marks = sorted(
             (m.start(), -len(m.group()), action, m.end())
@@ -131,13 +144,25 @@ def _pieces(prompt: str) -> list[tuple[str, str, str]]:
             for m in _phrases(action).finditer(sentence)
         )
         kept: list[tuple[int, str, int]] = []
-        for start, _, action, end in marks:  # a later phrase starts a piece of its own after "and", "then", ","
+        for start, _, action, end in marks:
             if not kept or (start >= kept[-1][2] and _JOINED.search(sentence[:start])):
                 kept.append((start, action, end))
         for i, (start, action, end) in enumerate(kept):
             stop = kept[i + 1][0] if i + 1 < len(kept) else len(sentence)
-            out.append((action, sentence[0 if i == 0 else start : stop], sentence[end:stop]))
+            text = sentence[0 if i == 0 else start : stop]
+            out.append(Piece(action, text, sentence[end:stop], intent.asks_for(sentence, start)))
     return out
+
+
+def asks_change(prompt: str, actions: tuple[str, ...] = ("change",)) -> bool:
+    """Some phrase of ``actions`` in the request is asked for in the affirmative ("delete X", not "don't delete X",
+    "should I delete X?" or "find where we delete X")."""
+    return any(
+        intent.asks_for(sentence, m.start())
+        for sentence in _SENTENCE.split(prompt)
+        for action in actions
+        for m in _phrases(action).finditer(sentence)
+    )
 
 
 def _by_role(functions: list[dict[str, Any]], wanted: str) -> dict[str, Any] | None:
@@ -181,9 +206,13 @@ def _search_target(rest: str) -> str | None:
 
 
 def _piece_calls(
-    functions: list[dict[str, Any]], action: str, text: str, rest: str, agent: bool
+    functions: list[dict[str, Any]], piece: Piece, agent: bool
 ) -> list[tuple[dict[str, Any], dict[str, Any]]] | None:
-    """The calls one piece asks for; None when the piece asks for something this vocabulary cannot serve."""
+    """The calls one piece asks for; None when the piece asks for something this vocabulary cannot serve (a change
+    or a command not asked for in the affirmative among them)."""
+    action, text, rest = piece.action, piece.text, piece.rest
+    if action in ("run", "change") and not piece.asked:
+        return None
     files, urls = _files(text), _URL.findall(text)
     if urls and action in ("read", "search", "run"):
         return [c for u in urls for c in _call(_by_role(functions, "fetch"), url=("url", u.rstrip(".,")))]
@@ -201,8 +230,8 @@ def _piece_calls(
     if action == "run":
         named = command(rest)
         return _call(_by_role(functions, "run"), command=("command", named)) if named else None
-    if action == "change" and agent and files:
-        return _change(functions, text, rest, files[0])
+    if action == "change" and agent and files:  # the file after the verb ("Don't touch a.py, just delete b.py")
+        return _change(functions, text, rest, (_files(rest) or files)[0])
     return None
 
 
@@ -210,6 +239,7 @@ def _change(
     functions: list[dict[str, Any]], text: str, rest: str, file: str
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     verb = (text[: len(text) - len(rest)].split() or [""])[-1].lower()
+    verb = next((v for v in ("写", "创建", "保存", "删除") if verb.endswith(v)), verb)  # "请删除": no space before it
     quoted = [q for q in _quoted(text) if q != file]
     if verb in ("write", "create", "save", "overwrite", "写", "创建", "保存"):
         m = _CONTENT.search(text[text.find(file) + len(file) :])
@@ -244,16 +274,17 @@ def plan(functions: list[dict[str, Any]], prompt: str) -> CallPlan | None:
     agent = bool({"run", "edit", "delegate"} & set(roles))
     calls: list[tuple[dict[str, Any], dict[str, Any]]] = []
     rest: list[str] = []
-    for action, text, after in _pieces(prompt):
-        if action == "change" and not agent:
+    for piece in _pieces(prompt):
+        if piece.action == "change" and piece.asked and not agent:
             return None  # a change among a few plain tools: decision.py's matching serves it
-        found = _piece_calls(functions, action, text, after, agent) if action != "other" else None
-        rest += [] if found else [text]
+        found = _piece_calls(functions, piece, agent) if piece.action != "other" else None
+        unasked = piece.action in ("run", "change") and not piece.asked  # "don't delete X": for no tool at all
+        rest += [] if found or unasked else [piece.text]
         for fn, fixed in found or []:
             if (fn["name"], fixed) not in [(f["name"], x) for f, x in calls]:
                 calls.append((fn, fixed))
     reader, files = _by_role(functions, "read"), _files(prompt)
-    if not calls and reader is not None and files and not _phrases("change").search(prompt):
+    if not calls and reader is not None and files and not asks_change(prompt):
         calls = [c for f in files for c in _call(reader, path=("path", f))]  # a request about a file: read it
     if calls:
         return calls, " ".join(rest)
@@ -267,10 +298,11 @@ def greeting(prompt: str) -> bool:
 
 def safe(functions: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
     """The tools a request may get when no plan fits: nothing that writes, edits, deletes or runs unless the request
-    asks for a change (or names a command, for a tool that runs one), no sub-agent or to-do tool unless named."""
+    asks for a change in the affirmative (or names a command and asks to run it, for a tool that runs one), no
+    sub-agent or to-do tool unless named."""
     lowered = prompt.lower()
-    change = bool(_phrases("change").search(prompt))
-    runs = bool(_phrases("run").search(prompt)) and command(prompt) is not None
+    change = asks_change(prompt)
+    runs = asks_change(prompt, ("run",)) and command(prompt) is not None
     kept = []
     for fn in functions:
         kind = role(fn)
