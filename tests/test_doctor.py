@@ -475,7 +475,9 @@ def test_iommu_translation_fails_with_p2p_forced(
 
 def test_acs_redirection_and_the_p2p_matrix(gpu_profile: Callable[..., Path], tmp_path: Path) -> None:
     acs = gpu_host_doctor(gpu_profile, tmp_path / "a", run=smi(gpu_rows(), lspci=LSPCI_ACS_ON))["acs"]
-    assert acs[0] == "fail" and "ACS redirection on at 1 PCIe bridge port(s)" in acs[1] and "setpci" in acs[2]
+    # a warning: lspci cannot tell a GPU's bridge from a NIC's; the p2p check judges the GPUs' own paths
+    assert acs[0] == "warn" and "ACS redirection on at 1 PCIe bridge port(s)" in acs[1] and "setpci" in acs[2]
+    assert "NCCL_P2P_LEVEL=SYS" in acs[1]
     gone = gpu_host_doctor(gpu_profile, tmp_path / "b", run=smi(gpu_rows(), lspci=None))["acs"]
     assert gone[0] == "skip"
     hidden = "00:01.1 PCI bridge: AMD GPP Bridge\n\tCapabilities: <access denied>\n"  # lspci -vvv as a user
