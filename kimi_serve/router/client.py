@@ -34,7 +34,7 @@ REMOVE_POLL_S = 0.5  # how often a removal is checked until the router no longer
 # What one answer of the router may be: sglang-router 0.3.2's /workers lists a few hundred bytes a worker. A router
 # that sends more, or JSON nested past core/inputs.py's depth, is read as one that sent no list (never exit 70), and
 # each request reads within its own bounds (a poller that runs for days never exhausts a shared budget).
-ROUTER_LIMITS = Limits(body_bytes=1024 * 1024, total_bytes=1024 * 1024)
+ROUTER_LIMITS = Limits(body_bytes=1024 * 1024, document_bytes=1024 * 1024, total_bytes=2 * 1024 * 1024)
 
 
 def _send(method: str, url: str, api_key: str | None, timeout: float, body: dict[str, str] | None = None) -> Reply:
@@ -134,10 +134,9 @@ def _get(url: str, api_key: str | None, timeout: float) -> tuple[int, Any]:
     """One GET that ends within ``timeout`` whatever the router does (verify's deadline transport: a router that
     trickles its answer a byte at a time cannot hold `up`, wait-router or the rolling restart past it)."""
     reply = _send("GET", url, api_key, timeout)
-    if reply.timed_out or reply.cut or reply.limit:
-        what = f"past {reply.limit}" if reply.limit else "incomplete"
-        raise TransportError("timeout" if reply.timed_out else "connection", f"{what} answer from {url}")
-    return reply.status, _json(reply.body)
+    if reply.timed_out or reply.cut:
+        raise TransportError("timeout" if reply.timed_out else "connection", f"incomplete answer from {url}")
+    return reply.status, None if reply.limit else _json(reply.body)  # past the limit: it answered, with no list
 
 
 def _count(value: Any) -> int:
@@ -158,9 +157,9 @@ def router_health(base_url: str, api_key: str | None = None, timeout: float = PO
         return RouterHealth(False, False, 0, 0, (), exc.detail)
     ready = ready if isinstance(ready, dict) else {}
     entries = listed.get("workers") if w_status == 200 and isinstance(listed, dict) else None
-    workers = tuple(
-        Worker(str(e.get("url", "?")), bool(e.get("is_healthy"))) for e in entries or [] if isinstance(e, dict)
-    )
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        entries = None  # not the list sglang-router sends: nothing is known of the workers
+    workers = tuple(Worker(str(e.get("url", "?")), bool(e.get("is_healthy"))) for e in entries or [])
     healthy = sum(w.healthy for w in workers) if entries is not None else _count(ready.get("healthy_workers"))
     total = len(workers) if entries is not None else _count(ready.get("total_workers"))
     reason = str(ready.get("reason") or "") if status != 200 else ""

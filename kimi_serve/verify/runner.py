@@ -1,4 +1,5 @@
-"""Run a verify suite: readiness, model discovery, then every probe x mode concurrently under one deadline."""
+"""Run a verify suite: readiness, model discovery, then every probe x mode under one deadline, at most CONNECTIONS
+requests at once (the load probe's streams on top)."""
 
 from __future__ import annotations
 
@@ -195,6 +196,14 @@ def _attempt(
     return second
 
 
+def _after(first: Future[_Outcome] | None, deadline: float, fn: Any, *args: Any) -> _Outcome:
+    """``fn(*args)`` once ``first`` is done (or the deadline is near)."""
+    if first is not None:
+        wait_futures([first], timeout=max(0.0, deadline - time.monotonic()))
+    result: _Outcome = fn(*args)
+    return result
+
+
 def judge(probe: Probe, answer: Answer, server: dict[str, Any]) -> tuple[tuple[Finding, ...], tuple[Finding, ...]]:
     """(failures, warnings) for one answer: its wire problems, then the probe's rules when the answer arrived whole."""
     findings, warnings = list(answer.problems), list(answer.warnings)
@@ -345,10 +354,10 @@ def _run(
         from kimi_serve.verify.parser_faults import parser_checks
         from kimi_serve.verify.privilege import privilege_checks
 
-        # the load probe's streams all at once (its own pool); verify's own requests queue for the CONNECTIONS slots:
-        # first the quick ones that need no model answer (least privilege, the parser faults: each within 5 s),
-        # then the longest probes (two turns, the most tokens), so the run still takes about its slowest probe
-        load_futures = [load_pool.submit(_attempt, target, p, STREAM, model, api_key, deadline, timeout) for p in loads]
+        # verify's own requests queue for the CONNECTIONS slots: first the quick ones that need no model answer
+        # (least privilege, the parser faults: each within 5 s), then the longest probes (two turns, the most
+        # tokens), so the run still takes about its slowest probe; the load probe's streams all at once (their own
+        # pool), once the tool probe's stream has been answered alone (what the load's verdict compares with)
         checks_by = max(deadline, time.monotonic() + POLL_TIMEOUT)
         privilege_future = pool.submit(privilege_checks, target, api_key, checks_by, expected_ports)
         parser_future = pool.submit(parser_checks, target, api_key, checks_by)
@@ -360,6 +369,11 @@ def _run(
         by_length = sorted(range(len(calls)), key=lambda i: (calls[i][0].follow_up is None, -calls[i][0].max_tokens))
         submitted = {i: pool.submit(_attempt, target, *calls[i], model, api_key, deadline, timeout) for i in by_length}
         futures: list[Future[_Outcome]] = [submitted[i] for i in range(len(calls))]
+        alone = next((f for (p, m), f in zip(calls, futures, strict=True) if (p.name, m) == ("tool", STREAM)), None)
+        load_futures = [
+            load_pool.submit(_after, alone, deadline, _attempt, target, p, STREAM, model, api_key, deadline, timeout)
+            for p in loads
+        ]
         extras = raw_calls(suite, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout)
         extra_futures = [pool.submit(fn) for _, _, fn in extras]
         pending: list[Future[Any]] = [*futures, *load_futures, *extra_futures, info_future, leak_future]
