@@ -179,7 +179,7 @@ def router_workers(endpoint: str, api_key: str | None, timeout: float = POLL_TIM
     if reply.status != 200:
         return f"router {endpoint} answered HTTP {reply.status} to GET /workers"
     try:
-        data = _json(reply.body) if not reply.limit else None
+        data: Any = _json(reply.body) if not reply.limit else None
         return [Worker(str(w["url"]).rstrip("/"), bool(w.get("is_healthy"))) for w in data["workers"]]
     except (KeyError, TypeError, AttributeError):
         return f"router {endpoint}: GET /workers is not the worker list sglang-router 0.3.2 sends"

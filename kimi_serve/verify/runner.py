@@ -369,9 +369,9 @@ def _run(
         by_length = sorted(range(len(calls)), key=lambda i: (calls[i][0].follow_up is None, -calls[i][0].max_tokens))
         submitted = {i: pool.submit(_attempt, target, *calls[i], model, api_key, deadline, timeout) for i in by_length}
         futures: list[Future[_Outcome]] = [submitted[i] for i in range(len(calls))]
-        alone = next((f for (p, m), f in zip(calls, futures, strict=True) if (p.name, m) == ("tool", STREAM)), None)
+        lone = next((f for (p, m), f in zip(calls, futures, strict=True) if (p.name, m) == ("tool", STREAM)), None)
         load_futures = [
-            load_pool.submit(_after, alone, deadline, _attempt, target, p, STREAM, model, api_key, deadline, timeout)
+            load_pool.submit(_after, lone, deadline, _attempt, target, p, STREAM, model, api_key, deadline, timeout)
             for p in loads
         ]
         extras = raw_calls(suite, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout)
