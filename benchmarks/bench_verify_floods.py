@@ -9,15 +9,17 @@ code and findings. A child still running at ``--kill-after`` is killed and shown
 wall time within ``--timeout`` plus a few seconds, peak RSS within 256 MiB (docs/verify.md "Read limits").
 
 Measured at ``--suite full --timeout 15`` (default concurrency 8; 2 shared, loaded cores; the wall time includes
-the child's start, ~1 s), before -> after issue 44's bounds:
+the child's start, ~1 s), before -> after the bounds of docs/verify.md ("Read limits", 8 connections):
 
     kind        before                              after
-    brackets    killed at 300 s, 95 MiB             exit 1   2.3 s   81 MiB
-    tool-calls  exit 1   19.9 s  900 MiB            exit 1   7.6 s  187 MiB
-    big-deltas  exit 1   27.0 s  727 MiB            exit 1  10.9 s  208 MiB
-    deltas      exit 1   17.3 s  562 MiB            exit 1  15.9 s  196 MiB
-    deep        exit 1    3.6 s   97 MiB            exit 1   2.1 s   82 MiB
-    comments    exit 1    6.5 s  305 MiB            exit 1   4.1 s  109 MiB
+    brackets    killed at 300 s, 39 MiB             exit 1   0.9 s   39 MiB  stream_not_sse, too_large
+    tool-calls  exit 1   23.0 s  816 MiB            exit 1   2.1 s   84 MiB  too_large (4 MiB, not a stream)
+    big-deltas  exit 1   18.1 s  944 MiB            exit 1   7.2 s  208 MiB  too_large (64 MiB a run)
+    deltas      exit 1   17.2 s 1012 MiB            exit 1   9.9 s  160 MiB  too_large
+    deep        exit 1    2.5 s   86 MiB            exit 1   2.9 s   85 MiB  too_large (64 levels)
+    comments    exit 1    4.2 s  101 MiB            exit 1   7.7 s  102 MiB  too_large (400k lines)
+
+(big-deltas at ``--concurrency 64``: 9.2 s, 198 MiB.) The wall times swing by a few seconds with the machine's load.
 
     .venv/bin/python benchmarks/bench_verify_floods.py [--timeout T] [--suite S] [--concurrency N]
         [--kill-after S] [KIND ...]

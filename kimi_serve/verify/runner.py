@@ -355,8 +355,8 @@ def _run(
         from kimi_serve.verify.privilege import privilege_checks
 
         # verify's own requests queue for the CONNECTIONS slots: first the quick ones that need no model answer
-        # (least privilege, the parser faults: each within 5 s), then the longest probes (two turns, the most
-        # tokens), so the run still takes about its slowest probe; the load probe's streams all at once (their own
+        # (least privilege, the parser faults: each within 5 s), then the longest probes (the most tokens, two
+        # turns), so the run still takes about its slowest probe; the load probe's streams all at once (their own
         # pool), once the tool probe's stream has been answered alone (what the load's verdict compares with)
         checks_by = max(deadline, time.monotonic() + POLL_TIMEOUT)
         privilege_future = pool.submit(privilege_checks, target, api_key, checks_by, expected_ports)
@@ -366,7 +366,7 @@ def _run(
             if probes
             else None
         )
-        by_length = sorted(range(len(calls)), key=lambda i: (calls[i][0].follow_up is None, -calls[i][0].max_tokens))
+        by_length = sorted(range(len(calls)), key=lambda i: (-calls[i][0].max_tokens, calls[i][0].follow_up is None))
         submitted = {i: pool.submit(_attempt, target, *calls[i], model, api_key, deadline, timeout) for i in by_length}
         futures: list[Future[_Outcome]] = [submitted[i] for i in range(len(calls))]
         lone = next((f for (p, m), f in zip(calls, futures, strict=True) if (p.name, m) == ("tool", STREAM)), None)
