@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -116,9 +117,18 @@ def test_a_reset_connection_is_retried_once(loopback_port: Callable[[], int]) ->
 def test_a_server_that_keeps_resetting_is_named_not_a_wrong_host(
     loopback_port: Callable[[], int], cli: Callable[..., Any]
 ) -> None:
-    with ContractServer(port=loopback_port(), reset=lambda path, _: path == "/v1/chat/completions") as srv:
+    sent: list[bytes] = []
+
+    def reset(path: str, body: bytes) -> bool:
+        if path != "/v1/chat/completions":
+            return False
+        sent.append(body)
+        return True
+
+    with ContractServer(port=loopback_port(), reset=reset) as srv:
         result = cli("verify", "--host", srv.host, "--timeout", "30", "--json")
     report = json.loads(result.out)
+    assert sent and set(Counter(sent).values()) == {2}  # each request once more, no further
     assert result.code == 1, report  # the server answered: a contract failure, not exit 3 (unreachable)
     chat = [p for p in report["probes"] if p["probe"] not in ("budget",) and p["findings"]]
     assert chat
@@ -135,3 +145,19 @@ def test_a_refused_connection_still_says_check_the_host(loopback_port: Callable[
     with pytest.raises(TransportError) as raised:
         request("GET", f"http://127.0.0.1:{loopback_port()}/health", deadline=time.monotonic() + 5)
     assert raised.value.kind == "refused"
+
+
+def test_the_router_client_sends_a_change_once(loopback_port: Callable[[], int]) -> None:
+    """A change the router may have applied before it reset the connection (POST /workers) is not sent again."""
+    from kimi_serve.router.client import add_worker
+
+    posts: list[str] = []
+
+    def reset(path: str, body: bytes) -> bool:
+        posts.append(path)
+        return True
+
+    with ContractServer(port=loopback_port(), reset=reset) as srv:
+        got = add_worker(srv.host, None, "http://127.0.0.1:30011")
+    assert isinstance(got, str) and "reset" in got, got
+    assert posts == ["/workers"]

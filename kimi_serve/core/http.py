@@ -211,6 +211,7 @@ def request(
     json_body: dict[str, Any] | None = None,
     stall_s: float | None = None,
     limits: Limits | None = None,
+    retry: bool = True,
 ) -> Reply:
     """Send one request and read the whole body (streamed or not) before ``deadline``, within the run's limits.
 
@@ -219,14 +220,15 @@ def request(
     resets (or closes) before its response head is tried once more; a second reset is a ``reset``
     :class:`TransportError` that says how many requests were open at once (a full accept backlog resets some).
     ``limits``: this request's own read limits and a budget of its own (``total_bytes``), instead of the run's
-    (:func:`read_limits`): for a caller that polls for hours (the router's client).
+    (:func:`read_limits`): for a caller that polls for hours (the router's client). ``retry=False``: no second try
+    (a request that changes something, which the server may have applied before it reset the connection).
     """
     bounds = _current if limits is None else (limits, _Budget(limits.total_bytes))
     with _in_flight as open_now:
         try:
             return _request(method, url, deadline, api_key, json_body, stall_s, bounds)
         except TransportError as err:
-            if err.kind != "reset" or deadline - time.monotonic() <= 0:
+            if err.kind != "reset" or not retry or deadline - time.monotonic() <= 0:
                 raise
             busiest = max(open_now, _in_flight.count)
         try:
@@ -238,7 +240,7 @@ def request(
             raise TransportError(
                 "reset",
                 f"the server reset the connection before answering, also when tried again ({again.detail}), with "
-                f"{busiest} request(s) of this run open at once",
+                f"{busiest} request(s) of kimi-serve open at once",
             ) from None
 
 

@@ -38,8 +38,9 @@ ROUTER_LIMITS = Limits(body_bytes=1024 * 1024, document_bytes=1024 * 1024, total
 
 
 def _send(method: str, url: str, api_key: str | None, timeout: float, body: dict[str, str] | None = None) -> Reply:
-    return request(
-        method, url, deadline=time.monotonic() + timeout, api_key=api_key, json_body=body, limits=ROUTER_LIMITS
+    deadline = time.monotonic() + timeout
+    return request(  # a reset GET is asked again; a change (DELETE, POST) is not sent twice
+        method, url, deadline=deadline, api_key=api_key, json_body=body, limits=ROUTER_LIMITS, retry=method == "GET"
     )
 
 
