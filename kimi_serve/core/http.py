@@ -239,8 +239,8 @@ def request(
             busiest = max(busiest, _in_flight.count)
             raise TransportError(
                 "reset",
-                f"the server reset the connection before answering, also when tried again ({again.detail}), with "
-                f"{busiest} request(s) of kimi-serve open at once",
+                f"the server reset the connection under {busiest} concurrent request(s) of kimi-serve, before "
+                f"answering, also when tried again: {again.detail[:80]}",
             ) from None
 
 
