@@ -1,7 +1,7 @@
 """Wall time and peak RSS of `kimi-serve verify --suite full --timeout T` against answers that stay inside verify's
 read limits but are built to cost (tests/hostile_answers.py): 200 KB of `[` as every chat answer, a plain answer with
 110k tool calls, streams of 1,000-character deltas (16 MiB a stream), streams of 99k one-delta chunks, a value
-nested 100k deep, 16 MiB of SSE comment lines.
+nested 100k deep, 16 MiB of SSE comment lines, streams of tool calls with 16 MiB of arguments.
 
 The stand-in (tests/contract_server.py, not SGLang) runs in this process and rewrites its chat answers; verify runs
 as a child process (`kimi-serve verify --json`), whose wall time and peak RSS (``wait4``) are printed with its exit
@@ -18,6 +18,7 @@ the child's start, ~1 s), before -> after the bounds of docs/verify.md ("Read li
     deltas      exit 1   17.2 s 1012 MiB            exit 1   9.9 s  160 MiB  too_large
     deep        exit 1    2.5 s   86 MiB            exit 1   2.9 s   85 MiB  too_large (64 levels)
     comments    exit 1    4.2 s  101 MiB            exit 1   7.7 s  102 MiB  too_large (400k lines)
+    big-argum.  exit 1   10.4 s  848 MiB            exit 1   2.5 s  202 MiB  too_large (1 Mi argument chars)
 
 (big-deltas at ``--concurrency 64``: 9.2 s, 198 MiB.) The wall times swing by a few seconds with the machine's load.
 

@@ -8,7 +8,8 @@ are replaced by the hostile bytes; everything else (/health, /v1/models, ...) st
 - ``big-deltas``: streams of 1 000-character content deltas, just under 16 MiB a stream;
 - ``deltas``: streams of 99 000 one-delta chunks;
 - ``deep``: a plain answer with a value nested 100 000 deep, and a stream chunk nested as deep;
-- ``comments``: a stream of 16 MiB of comment keep-alives around one chunk.
+- ``comments``: a stream of 16 MiB of comment keep-alives around one chunk;
+- ``big-arguments``: streams of 56 tool calls whose arguments hold 99 000 values each (~16 MiB).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from contract_server import Rewrite
 
 MIB = 1024 * 1024
 HEAD = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "kimi-k2.5"}
-KINDS = ("brackets", "tool-calls", "big-deltas", "deltas", "deep", "comments")
+KINDS = ("brackets", "tool-calls", "big-deltas", "deltas", "deep", "comments", "big-arguments")
 
 
 def _event(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -29,6 +30,7 @@ def _event(delta: dict[str, Any], finish: str | None = None) -> bytes:
     return b"data: " + json.dumps({**HEAD, "choices": [choice]}).encode() + b"\n\n"
 
 
+_FN = {"name": "get_weather"}
 _START, _END = _event({"role": "assistant", "content": ""}), b"data: [DONE]\n\n"
 
 
@@ -66,6 +68,19 @@ def answer(kind: str, stream: bool) -> bytes | None:
             if stream
             else None
         )
+    if kind == "big-arguments":
+        arguments = json.dumps({"city": "Paris", "x": [1] * 99_000})
+        calls = (
+            _event(
+                {
+                    "tool_calls": [
+                        {"index": i, "id": f"c{i}", "type": "function", "function": {**_FN, "arguments": arguments}}
+                    ]
+                }
+            )
+            for i in range(56)
+        )
+        return _START + b"".join(calls) + _event({}, "tool_calls") + _END if stream else None
     raise ValueError(f"unknown kind {kind!r}")
 
 
