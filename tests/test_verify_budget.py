@@ -90,7 +90,7 @@ def test_verify_holds_at_most_its_connection_slots_open(loopback_port: Callable[
         took = time.monotonic() - started
         peak = srv.peak_in_flight
     assert report.exit_code == 0, [(p.probe, p.findings) for p in report.probes if not p.passed]
-    assert peak <= CONNECTIONS, peak
+    assert CONNECTIONS // 2 <= peak <= CONNECTIONS, peak  # concurrent still, within its slots
     assert took < 30, took
 
 
