@@ -1,8 +1,9 @@
 """How long `kimi-serve verify` takes against a server that delays every chat answer by D seconds.
 
-Uses the contract stand-in server (tests/contract_server.py; not SGLang). Probes run concurrently, so the wall time
-should be about the slowest probe plus a little (the tool loop's two turns: 2 D), not the sum of the probe latencies.
-Prints one row per suite and D: the wall time against the slowest probe (full must stay within 1.2x of it).
+Uses the contract stand-in server (tests/contract_server.py; not SGLang). Probes run concurrently, at most 8
+requests at once (verify.runner.CONNECTIONS), so the wall time should be about the slowest probe plus a little (the
+tool loop's two turns: 2 D), or the sum of the probe latencies over 8 when that is longer (full: four rounds of D),
+never the sum. Prints one row per suite and D: the wall time against the slowest probe.
 
     .venv/bin/python benchmarks/bench_verify.py [D ...]
     .venv/bin/python benchmarks/bench_verify.py --host HOST:PORT   # a running server (e.g. `kimi-serve simulate`)

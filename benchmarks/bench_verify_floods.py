@@ -1,105 +1,96 @@
-"""Wall time and peak RSS of `kimi-serve verify --timeout T` against streams that stay inside the read limits but
-are built to cost: ~99k one-delta chunks, 16 MiB of SSE comment lines, 110k tool calls, a body nested 100k deep.
+"""Wall time and peak RSS of `kimi-serve verify --suite full --timeout T` against answers that stay inside verify's
+read limits but are built to cost (tests/hostile_answers.py): 200 KB of `[` as every chat answer, a plain answer with
+110k tool calls, streams of 1,000-character deltas (16 MiB a stream), streams of 99k one-delta chunks, a value
+nested 100k deep, 16 MiB of SSE comment lines, streams of tool calls with 16 MiB of arguments.
 
-The stand-in (tests/contract_server.py, not SGLang) runs in this process and rewrites its streamed chat answers;
-verify runs as a child process (`kimi-serve verify --json`), whose wall time and peak RSS (``wait4``) are printed
-with its exit code and findings. Before verify's bounds (docs/verify.md "Read limits"), 99k deltas took 27-40 s at
-``--timeout 5`` on a loaded machine (each delta copied the whole text), the comment lines reached 626 MB and the tool
-calls 517-795 MB; a deep body ended verify in exit 70. Measured here at ``--timeout 5`` (2 shared cores; the wall
-time includes the child's start, ~0.7 s), before -> after:
+The stand-in (tests/contract_server.py, not SGLang) runs in this process and rewrites its chat answers; verify runs
+as a child process (`kimi-serve verify --json`), whose wall time and peak RSS (``wait4``) are printed with its exit
+code and findings. A child still running at ``--kill-after`` is killed and shown as such. The bound verify keeps:
+wall time within ``--timeout`` plus a few seconds, peak RSS within 256 MiB (docs/verify.md "Read limits").
 
-    deltas      exit 1  11.6 s  258 MiB  timeout       ->  exit 1  3.8 s  164 MiB  too_large (250k JSON objects)
-    comments    exit 1  10.2 s  169 MiB  timeout       ->  exit 1  1.3 s   70 MiB  too_large (400k lines)
-    tool-calls  exit 1  10.5 s  337 MiB  timeout       ->  exit 1  3.6 s  149 MiB  too_many_tool_calls, too_large
-    deep        exit 70  1.4 s  133 MiB  (a traceback) ->  exit 1  1.0 s  133 MiB  too_large (64 levels)
+Measured at ``--suite full --timeout 15`` (default concurrency 8; 2 shared, loaded cores; the wall time includes
+the child's start, ~1 s), before -> after the bounds of docs/verify.md ("Read limits", 8 connections):
 
-    .venv/bin/python benchmarks/bench_verify_floods.py [TIMEOUT]
+    kind        before                              after
+    brackets    killed at 300 s, 39 MiB             exit 1   0.9 s   39 MiB  stream_not_sse, too_large
+    tool-calls  exit 1   23.0 s  816 MiB            exit 1   2.1 s   84 MiB  too_large (4 MiB, not a stream)
+    big-deltas  exit 1   18.1 s  944 MiB            exit 1   7.2 s  208 MiB  too_large (64 MiB a run)
+    deltas      exit 1   17.2 s 1012 MiB            exit 1   9.9 s  160 MiB  too_large
+    deep        exit 1    2.5 s   86 MiB            exit 1   2.9 s   85 MiB  too_large (64 levels)
+    comments    exit 1    4.2 s  101 MiB            exit 1   7.7 s  102 MiB  too_large (400k lines)
+    big-argum.  exit 1   10.4 s  848 MiB            exit 1   2.5 s  202 MiB  too_large (1 Mi argument chars)
+
+(big-deltas at ``--concurrency 64``: 9.2 s, 198 MiB.) The wall times swing by a few seconds with the machine's load.
+
+    .venv/bin/python benchmarks/bench_verify_floods.py [--timeout T] [--suite S] [--concurrency N]
+        [--kill-after S] [KIND ...]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from contract_server import ContractServer  # noqa: E402
-
-HEAD = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "kimi-k2.5"}
-
-
-def _event(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    choice = {"index": 0, "delta": delta, "finish_reason": finish}
-    return b"data: " + json.dumps({**HEAD, "choices": [choice]}).encode() + b"\n\n"
+from hostile_answers import KINDS, answer, rewrite  # noqa: E402
 
 
-def _call(i: int) -> bytes:
-    fn = {"name": "get_weather", "arguments": "{}"}
-    return _event({"tool_calls": [{"index": i, "id": f"c{i}", "type": "function", "function": fn}]})
+def _run(argv: list[str], kill_after: float) -> tuple[int | None, float, int, str, str]:
+    """(exit code or None when killed, wall s, peak RSS KiB, stdout, stderr) of one verify child."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, open(os.devnull, "rb") as stdin:
+        started = time.monotonic()
+        child = subprocess.Popen(argv, stdin=stdin, stdout=out, stderr=err, cwd=REPO)
+        timer = threading.Timer(kill_after, child.send_signal, (signal.SIGKILL,))
+        timer.start()
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.monotonic() - started
+        timer.cancel()
+        child.returncode = code = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        return (
+            (None if code == -signal.SIGKILL else code),
+            wall,
+            usage.ru_maxrss,
+            out.read().decode(),
+            err.read().decode(),
+        )
 
 
-def _flood(kind: str) -> bytes:
-    start, end = _event({"role": "assistant", "content": ""}), b"data: [DONE]\n\n"
-    if kind == "deltas":
-        return start + _event({"content": "x" * 8}) * 99_000 + _event({}, "stop") + end
-    if kind == "comments":
-        return start + b":\n" * (8 * 1024 * 1024 - 1024) + _event({"content": "hi"}) + _event({}, "stop") + end
-    if kind == "tool-calls":
-        return start + b"".join(_call(i) for i in range(110_000)) + _event({}, "tool_calls") + end
-    raise ValueError(kind)
-
-
-def _rewrite(kind: str) -> Any:
-    flood = b"[" * 100_000 + b"]" * 100_000 if kind == "deep" else _flood(kind)
-
-    def rewrite(path: str, status: int, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
-        if path != "/v1/chat/completions":
-            return status, headers, body
-        stream = "event-stream" in headers.get("Content-Type", "")
-        if kind == "deep" and not stream:
-            return status, headers, body[:-1] + b', "x": ' + flood + b"}"
-        return (status, headers, flood) if stream and kind != "deep" else (status, headers, body)
-
-    return rewrite
-
-
-_CHILD = (
-    "import resource, sys\n"
-    "from kimi_serve.cli import main\n"
-    "rc = main()\n"
-    "print('MAXRSS_KIB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
-    "raise SystemExit(rc)\n"
-)
-
-
-def main(argv: list[str]) -> int:
-    timeout = argv[0] if argv else "5"
-    print(f"{'flood':<11} {'exit':>4} {'wall (s)':>9} {'peak RSS (MiB)':>15}  findings")
-    for kind in ("deltas", "comments", "tool-calls", "deep"):
-        with ContractServer(rewrite=_rewrite(kind)) as srv:
-            started = time.monotonic()
-            child = subprocess.run(
-                [sys.executable, "-c", _CHILD, "verify", "--host", srv.host, "--timeout", timeout, "--json"],
-                capture_output=True,
-                text=True,
-                cwd=REPO,
-                check=False,
-            )
-            wall = time.monotonic() - started
-        rss = [line.split()[1] for line in child.stderr.splitlines() if line.startswith("MAXRSS_KIB")]
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("kinds", nargs="*", metavar="KIND", help=f"of {', '.join(KINDS)} (default: all)")
+    parser.add_argument("--timeout", default="15")
+    parser.add_argument("--suite", default="full")
+    parser.add_argument("--concurrency", default=None)
+    parser.add_argument("--kill-after", type=float, default=300.0)
+    args = parser.parse_args()
+    print(f"{'kind':<11} {'exit':>6} {'wall (s)':>9} {'peak RSS (MiB)':>15}  findings", flush=True)
+    for kind in args.kinds or KINDS:
+        answer(kind, True), answer(kind, False)  # built before the clock starts
+        with ContractServer(rewrite=rewrite(kind)) as srv:
+            argv = [sys.executable, "-m", "kimi_serve", "verify", "--host", srv.host, "--json"]
+            argv += ["--timeout", args.timeout, "--suite", args.suite]
+            argv += ["--concurrency", args.concurrency] if args.concurrency is not None else []
+            code, wall, rss, out, err = _run(argv, args.kill_after)
         try:
-            codes = sorted({f["code"] for f in json.loads(child.stdout)["findings"]})
+            codes = sorted({f["code"] for f in json.loads(out)["findings"]})
         except ValueError:
-            codes = [next((x for x in reversed(child.stderr.splitlines()) if "Error" in x), "?")[:90]]
-        peak = f"{int(rss[0]) / 1024:.0f}" if rss else "?"
-        print(f"{kind:<11} {child.returncode:>4} {wall:9.1f} {peak:>15}  {','.join(codes)}")
+            codes = [next((x for x in reversed(err.splitlines()) if x.strip()), "?")[:90]]
+        shown = "killed" if code is None else str(code)
+        print(f"{kind:<11} {shown:>6} {wall:9.1f} {rss / 1024:15.0f}  {','.join(codes)}", flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main())

@@ -5,7 +5,7 @@ contract stand-in server in a hostile mode (tests/contract_server.py; not SGLang
 the peak includes its own buffers): an endless JSON body, an endless
 event stream, one endless line. Prints the child's peak RSS (ru_maxrss), the wall time, and the findings. Before the
 limits, one `verify --timeout 20` against an endless body peaked at 7.1 GB; now the peak is bounded by the total
-budget (256 MiB) plus the interpreter.
+budget (64 MiB a run) held about twice plus the interpreter, within verify's 256 MiB memory budget.
 
     .venv/bin/python benchmarks/bench_verify_hostile.py [TIMEOUT]
 """

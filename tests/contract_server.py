@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -337,7 +339,8 @@ class ContractServer:
     ``rewrite``: every answer passes through it, ``(path, status, headers, body) -> (status, headers, body)``, a
     stream as one body (the fuzz tests replay mutated answers with it);
     ``context_length``: the served context (/v1/models max_model_len; a larger max_completion_tokens is a 400, as
-    SGLang answers it).
+    SGLang answers it); ``reset``: ``(path, request body) -> bool``, True: the connection of that POST is reset
+    (RST) instead of answered, as a server or gateway whose accept backlog overflowed does.
     """
 
     def __init__(
@@ -354,6 +357,7 @@ class ContractServer:
         server_info: dict[str, Any] | None = None,
         rewrite: Rewrite | None = None,
         context_length: int = 262144,
+        reset: Callable[[str, bytes], bool] | None = None,
     ) -> None:
         if mode not in CORRECT_MODES + FAILURE_MODES + HOSTILE_MODES:
             raise ValueError(f"unknown mode {mode!r}")
@@ -362,7 +366,11 @@ class ContractServer:
         self.server_info = server_info  # the /server_info body (None: 404, as before SGLang had one)
         self.rewrite = rewrite
         self.context_length = context_length
+        self.reset = reset
         self.in_flight = 0  # chat requests being answered now ("drops-under-load")
+        self.waiting = 0  # requests of any path read and not yet answered
+        self.peak_in_flight = 0  # the most of them at once (how many requests a client keeps open together)
+        self._waiting = threading.Lock()
         self._count = threading.Lock()
         self.requests: list[dict[str, Any]] = []
         self._seen: set[str] = set()  # "flaky-model": requests answered once already
@@ -419,7 +427,31 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:  # keep test output clean
         pass
 
+    def handle_one_request(self) -> None:
+        self._counted = False
+        try:
+            super().handle_one_request()
+        finally:
+            self._answering()
+
+    def parse_request(self) -> bool:
+        own = self.owner
+        with own._waiting:
+            own.waiting += 1
+            own.peak_in_flight = max(own.peak_in_flight, own.waiting)
+        self._counted = True
+        return super().parse_request()
+
+    def _answering(self) -> None:
+        """The answer starts: the request no longer waits (counted before its bytes leave, so a client that reads
+        the answer and sends its next request is never seen twice)."""
+        if getattr(self, "_counted", False):
+            self._counted = False
+            with self.owner._waiting:
+                self.owner.waiting -= 1
+
     def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        self._answering()
         headers = {"Content-Type": ctype}
         if self.owner.rewrite is not None:
             status, headers, body = self.owner.rewrite(self.path, status, headers, body)
@@ -481,7 +513,13 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         own = self.owner
         length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length) or b"{}")
+        raw = self.rfile.read(length)
+        if own.reset is not None and own.reset(self.path, raw):
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()  # linger 0: an RST, not a FIN
+            self.close_connection = True
+            return None
+        body = json.loads(raw or b"{}")
         if self.path == "/generate" and own.mode not in ("hang", "http-500", "non-json"):
             return self._json(200, raw_completion(body.get("text") or "", own.mode)) if self._authorized() else None
         if self.path != "/v1/chat/completions":
@@ -581,6 +619,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
     def _stream(self, events: list[str]) -> None:
+        self._answering()
         if self.owner.rewrite is not None:
             return self._send(200, "".join(f"data: {e}\n\n" for e in events).encode(), "text/event-stream")
         self.send_response(200)

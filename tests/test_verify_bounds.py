@@ -123,6 +123,80 @@ def test_many_small_deltas_merge_in_linear_time() -> None:
     assert answer.content == piece * 40_000 and not answer.problems
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 200_000,  # no line end: a line-matching regular expression retried from every byte (minutes)
+        b"data: " + b"[" * 200_000,
+        b"\r" * 200_000 + b"[" * 200_000,
+        "é".encode() * 100_000,
+    ],
+    ids=["brackets", "data-brackets", "carriage-returns", "no-line-end-utf8"],
+)
+def test_a_stream_without_line_ends_is_read_in_linear_time(body: bytes) -> None:
+    started = time.monotonic()
+    answer = answer_from_sse(body)
+    assert time.monotonic() - started < 5.0
+    assert answer.problems and answer.content is None
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        b'"' + b'\\"' * 200_000,  # escaped quotes, no closing quote: requiring it retried the scan from each quote
+        b'["' + b"\\\\" * 200_000,
+        b"[" * 65 + b"]" * 8_000_000,  # the nesting walk stops at the first close without an open
+        b'["[", ' * 100_000 + b"0" + b"]" * 100_000,
+    ],
+    ids=["escaped-quotes", "escaped-backslashes", "closes", "brackets-in-strings"],
+)
+def test_the_json_pre_scan_is_linear(document: bytes) -> None:
+    from kimi_serve.verify import wire
+
+    started = time.monotonic()
+    with pytest.raises(ValueError):
+        wire.loads(document)
+    assert time.monotonic() - started < 5.0
+
+
+def test_a_document_of_many_small_values_is_refused_before_it_is_decoded() -> None:
+    """4 MiB of ``"ab",`` decoded whole is ~200 MB of Python strings: past MAX_VALUES it is never decoded."""
+    from kimi_serve.verify import wire
+
+    with pytest.raises(wire.WireLimit, match="JSON values in one document"):
+        wire.loads(b"[" + b'"ab",' * 800_000 + b"0]")
+    assert wire.loads(b"[" + b'"ab",' * 1_000 + b"0]")[-1] == 0
+
+
+def test_the_json_pre_scan_agrees_with_the_decoder() -> None:
+    """Brackets and commas inside strings (escaped quotes and backslashes among them) are not structure: random
+    documents decode exactly as json.loads decodes them, and their nesting is measured right."""
+    import random
+
+    from kimi_serve.verify import wire
+
+    rnd = random.Random(44)
+
+    def text() -> str:
+        return "".join(rnd.choice('ab[]{},:"\\\n') for _ in range(rnd.randint(0, 6)))
+
+    def value(depth: int) -> Any:
+        roll = rnd.random()
+        if depth > 5 or roll < 0.3:
+            return rnd.choice([text(), 1, None, True])
+        if roll < 0.65:
+            return [value(depth + 1) for _ in range(rnd.randint(0, 4))]
+        return {text(): value(depth + 1) for _ in range(rnd.randint(0, 4))}
+
+    for _ in range(2000):
+        raw = json.dumps(value(0), ensure_ascii=rnd.random() < 0.5).encode()
+        assert wire.loads(raw) == json.loads(raw), raw
+    nested = json.dumps({"a": ["[[[{", {"b": "]]]"}]}).encode()
+    assert wire.loads(b"[" * 61 + nested + b"]" * 61) is not None  # 64 levels: within the bound
+    with pytest.raises(wire.WireLimit, match="64 levels"):
+        wire.loads(b"[" * 62 + nested + b"]" * 62)
+
+
 def test_reading_a_stream_stops_at_the_deadline() -> None:
     body = _sse({"role": "assistant", "content": ""}, *({"content": "x"} for _ in range(5000)))
     answer = answer_from_sse(body, deadline=time.monotonic() - 1)

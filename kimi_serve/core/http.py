@@ -3,7 +3,8 @@ holds at most :data:`LIMITS` of what the server sends, whatever the server does.
 
 A watchdog thread runs from before the connect to the end of the body and shuts the socket down at the deadline, so
 a server that trickles the response head or the body a byte at a time (slowloris), or stalls after a few bytes,
-cannot hold a probe past it. Reading stops at the per-response body limit, at the run's total budget
+cannot hold a probe past it. Reading stops at the per-response body limit (a stream's, or the smaller one of a body
+that is not a stream), at the run's total budget
 (:func:`read_limits`), and for server-sent events at the longest line, the most events and the most lines (comment
 keep-alives included) verify accepts: the :attr:`Reply.limit` of such a reply names the limit, for the finding.
 A body sent with ``Content-Encoding: gzip`` or ``deflate`` is decoded as the openai SDK's HTTP client (httpx) decodes
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import io
 import json
 import socket
 import ssl
@@ -38,18 +40,24 @@ _CHUNK = 64 * 1024
 class Limits:
     """What verify reads of one response, and of one run."""
 
-    body_bytes: int = 16 * _MIB  # one response body (a 16k-token stream is ~4 MiB)
-    total_bytes: int = 256 * _MIB  # every response of one run together
+    body_bytes: int = 16 * _MIB  # one streamed response body (a 16k-token stream is ~4 MiB)
+    document_bytes: int = 4 * _MIB  # one response body that is not a stream (a 16k-token answer is ~100 KiB)
+    total_bytes: int = 64 * _MIB  # every response of one run together (what keeps verify within MEMORY_BUDGET)
     sse_line_bytes: int = 1 * _MIB  # one line of a server-sent event stream
     sse_events: int = 100_000  # ``data:`` lines of one stream (a 16k-token answer has ~16k)
     sse_lines: int = 400_000  # every line of one stream: data, blank, comment keep-alives, ids
 
 
 LIMITS = Limits()
+# verify's peak resident memory against any server, interpreter included (docs/verify.md "Read limits"): what it
+# reads is held at most about twice (the bytes, and the text merged from them), plus one answer being decoded per
+# connection slot; benchmarks/bench_verify_floods.py measures it against answers built to cost
+MEMORY_BUDGET_MIB = 256
 
 
 class TransportError(Exception):
-    """No HTTP response: ``kind`` is ``refused``, ``timeout`` or ``connection`` (reset, DNS, TLS, ...)."""
+    """No HTTP response: ``kind`` is ``refused``, ``timeout``, ``reset`` (the server reset or closed the connection
+    before its answer, twice: :func:`request` retries once) or ``connection`` (DNS, TLS, not HTTP, ...)."""
 
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(detail)
@@ -90,6 +98,26 @@ class _Budget:
 _current = (LIMITS, _Budget(LIMITS.total_bytes))  # the limits and the total budget of the run under way
 
 
+class _InFlight:
+    """Requests this process has open now (what a reset is reported under)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> int:
+        with self._lock:
+            self.count += 1
+            return self.count
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self.count -= 1
+
+
+_in_flight = _InFlight()
+
+
 @contextlib.contextmanager
 def read_limits(limits: Limits = LIMITS) -> Iterator[None]:
     """``limits`` and a fresh total-bytes budget for the requests made inside (one verify run, all its threads)."""
@@ -122,6 +150,8 @@ def _classify(exc: BaseException, fired: bool) -> TransportError:
         return TransportError("connection", f"TLS error: {text[:200]}")
     if isinstance(exc, ConnectionRefusedError) or "refused" in text.lower():
         return TransportError("refused", "connection refused")
+    if isinstance(exc, ConnectionResetError | ConnectionAbortedError | BrokenPipeError):  # RemoteDisconnected too
+        return TransportError("reset", text[:200])
     if isinstance(exc, http.client.LineTooLong):
         return TransportError("connection", f"the response head has a line over 64 KiB ({text[:120]})")
     if isinstance(exc, http.client.HTTPException):
@@ -180,12 +210,49 @@ def request(
     api_key: str | None = None,
     json_body: dict[str, Any] | None = None,
     stall_s: float | None = None,
+    limits: Limits | None = None,
+    retry: bool = True,
 ) -> Reply:
     """Send one request and read the whole body (streamed or not) before ``deadline``, within the run's limits.
 
     ``stall_s`` (for streams): stop early when no bytes arrive for that long after the response head, so a hung
-    stream is told apart from a slow one (which keeps sending and runs until the deadline).
+    stream is told apart from a slow one (which keeps sending and runs until the deadline). A connection the server
+    resets (or closes) before its response head is tried once more; a second reset is a ``reset``
+    :class:`TransportError` that says how many requests were open at once (a full accept backlog resets some).
+    ``limits``: this request's own read limits and a budget of its own (``total_bytes``), instead of the run's
+    (:func:`read_limits`): for a caller that polls for hours (the router's client). ``retry=False``: no second try
+    (a request that changes something, which the server may have applied before it reset the connection).
     """
+    bounds = _current if limits is None else (limits, _Budget(limits.total_bytes))
+    with _in_flight as open_now:
+        try:
+            return _request(method, url, deadline, api_key, json_body, stall_s, bounds)
+        except TransportError as err:
+            if err.kind != "reset" or not retry or deadline - time.monotonic() <= 0:
+                raise
+            busiest = max(open_now, _in_flight.count)
+        try:
+            return _request(method, url, deadline, api_key, json_body, stall_s, bounds)
+        except TransportError as again:
+            if again.kind != "reset":
+                raise
+            busiest = max(busiest, _in_flight.count)
+            raise TransportError(
+                "reset",
+                f"the server reset the connection under {busiest} concurrent request(s) of kimi-serve, before "
+                f"answering, also when tried again: {again.detail[:80]}",
+            ) from None
+
+
+def _request(
+    method: str,
+    url: str,
+    deadline: float,
+    api_key: str | None,
+    json_body: dict[str, Any] | None,
+    stall_s: float | None,
+    bounds: tuple[Limits, _Budget],
+) -> Reply:
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise TransportError("timeout", "no time left before the deadline")
@@ -217,7 +284,7 @@ def request(
     watchdog = threading.Thread(target=_watch, name="verify-watchdog", daemon=True)
     watchdog.start()
     try:
-        return _exchange(conn, method, path, api_key, json_body, fired, headed, last, stalled, held)
+        return _exchange(conn, method, path, api_key, json_body, fired, headed, last, stalled, held, bounds)
     finally:
         finished.set()
         conn.close()
@@ -234,6 +301,7 @@ def _exchange(
     last: list[float],
     stalled: list[bool],
     held: list[socket.socket],
+    bounds: tuple[Limits, _Budget],
 ) -> Reply:
     data = json.dumps(json_body).encode() if json_body is not None else None
     try:
@@ -246,11 +314,12 @@ def _exchange(
         raise _classify(exc, fired.is_set()) from None
     headed.set()
     last[0] = time.monotonic()
-    limits, budget = _current
+    limits, budget = bounds
     content_type = resp.getheader("content-type", "") or ""
     sse = "text/event-stream" in content_type
     counter = _SseCounter(limits) if sse else None
-    chunks: list[bytes] = []
+    most = limits.body_bytes if sse else limits.document_bytes
+    kept = io.BytesIO()  # its getvalue() hands over the buffer: a body is never held twice (a list and its join)
     size, cut, limit = 0, False, None
     try:
         while True:
@@ -259,19 +328,22 @@ def _exchange(
                 break
             last[0] = time.monotonic()
             size += len(chunk)
-            if size > limits.body_bytes:
-                limit = f"{_size(limits.body_bytes)} per response body"
+            if size > most:
+                limit = f"{_size(most)} per response body" + ("" if sse else " that is not a stream")
             elif not budget.take(len(chunk)):
                 limit = f"{_size(budget.total)} in total for one verify run"
             elif counter is not None:
                 limit = counter.feed(chunk)
             if limit:
                 break
-            chunks.append(chunk)
+            kept.write(chunk)
     except (OSError, http.client.HTTPException, ValueError):
         cut = True
     timed_out = fired.is_set()
-    body, fault, decoded_limit = decode(resp.getheader("content-encoding", "") or "", b"".join(chunks), limits, budget)
+    raw = kept.getvalue()
+    kept.close()
+    body, fault, decoded_limit = decode(resp.getheader("content-encoding", "") or "", raw, limits, budget, most)
+    del raw
     if sse and decoded_limit is None and len(body) != size:  # decoded: count the lines the stream really has
         body, decoded_limit = _cut_lines(body, limits.sse_lines)
     return Reply(
@@ -308,10 +380,13 @@ def _inflate(name: str, body: bytes, room: int) -> bytes:
         return zlib.decompressobj(-zlib.MAX_WBITS).decompress(body, room + 1)
 
 
-def decode(header: str, body: bytes, limits: Limits, budget: _Budget) -> tuple[bytes, str | None, str | None]:
+def decode(
+    header: str, body: bytes, limits: Limits, budget: _Budget, most: int | None = None
+) -> tuple[bytes, str | None, str | None]:
     """``(body, encoding fault, limit)``: ``body`` with its ``Content-Encoding`` layers undone, the way the openai SDK's
     HTTP client reads it (gzip and deflate decoded; an encoding it does not know is ignored; br and zstd need
     packages the SDK does not require, and verify did not ask for them)."""
+    most = limits.body_bytes if most is None else most
     names = [n.strip().lower() for n in header.split(",") if n.strip() and n.strip().lower() != "identity"]
     for name in reversed(names):
         if name in ("br", "zstd"):
@@ -323,11 +398,11 @@ def decode(header: str, body: bytes, limits: Limits, budget: _Budget) -> tuple[b
         if name not in _WBITS:
             continue  # httpx ignores an encoding it does not know and reads the body as it is
         try:
-            out = _inflate(name, body, limits.body_bytes)
+            out = _inflate(name, body, most)
         except zlib.error as exc:
             return body, f"Content-Encoding: {name} on a body that is not {name} data ({exc})", None
-        if len(out) > limits.body_bytes:
-            return out[: limits.body_bytes], None, f"{_size(limits.body_bytes)} per response body (decoded)"
+        if len(out) > most:
+            return out[:most], None, f"{_size(most)} per response body (decoded)"
         if not budget.take(max(0, len(out) - len(body))):
             return b"", None, f"{_size(budget.total)} in total for one verify run"
         body = out

@@ -14,22 +14,42 @@ rotation and put it back (both queued, answered 202): the rolling restart's :fun
 profile's replicas, :meth:`RouterHealth.membership`), `status` (:func:`router_workers`), the router unit's start gate
 and the rolling restart. Every request goes through verify's
 deadline transport (:mod:`kimi_serve.core.http`): it ends within its timeout, also against a router
-that trickles.
+that trickles, and reads at most :data:`ROUTER_LIMITS` (1 MiB an answer); its JSON is decoded within
+:mod:`kimi_serve.core.inputs`' depth bound, so an oversized or deeply nested answer reads as no list, never a crash.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.core.http import TransportError, request
+from kimi_serve.core.http import Limits, Reply, TransportError, request
+from kimi_serve.core.inputs import load_json
 
 POLL_TIMEOUT_S = 5.0
 REMOVE_POLL_S = 0.5  # how often a removal is checked until the router no longer lists the worker
+# What one answer of the router may be: sglang-router 0.3.2's /workers lists a few hundred bytes a worker. A router
+# that sends more, or JSON nested past core/inputs.py's depth, is read as one that sent no list (never exit 70), and
+# each request reads within its own bounds (a poller that runs for days never exhausts a shared budget).
+ROUTER_LIMITS = Limits(body_bytes=1024 * 1024, document_bytes=1024 * 1024, total_bytes=2 * 1024 * 1024)
+
+
+def _send(method: str, url: str, api_key: str | None, timeout: float, body: dict[str, str] | None = None) -> Reply:
+    deadline = time.monotonic() + timeout
+    return request(  # a reset GET is asked again; a change (DELETE, POST) is not sent twice
+        method, url, deadline=deadline, api_key=api_key, json_body=body, limits=ROUTER_LIMITS, retry=method == "GET"
+    )
+
+
+def _json(body: bytes) -> Any:
+    """The router's JSON within the bounds; None when it is not JSON or is past them."""
+    try:
+        return load_json(body or b"null")
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -114,13 +134,15 @@ class RouterHealth:
 def _get(url: str, api_key: str | None, timeout: float) -> tuple[int, Any]:
     """One GET that ends within ``timeout`` whatever the router does (verify's deadline transport: a router that
     trickles its answer a byte at a time cannot hold `up`, wait-router or the rolling restart past it)."""
-    reply = request("GET", url, deadline=time.monotonic() + timeout, api_key=api_key)
-    if reply.timed_out or reply.cut or reply.limit:
+    reply = _send("GET", url, api_key, timeout)
+    if reply.timed_out or reply.cut:
         raise TransportError("timeout" if reply.timed_out else "connection", f"incomplete answer from {url}")
-    try:
-        return reply.status, json.loads(reply.body or b"null")
-    except ValueError:
-        return reply.status, None
+    return reply.status, None if reply.limit else _json(reply.body)  # past the limit: it answered, with no list
+
+
+def _count(value: Any) -> int:
+    """A worker count the router sent: a whole number, else 0 (not ``true``, ``"2"``, ``NaN`` or ``Infinity``)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def router_health(base_url: str, api_key: str | None = None, timeout: float = POLL_TIMEOUT_S) -> RouterHealth:
@@ -136,11 +158,11 @@ def router_health(base_url: str, api_key: str | None = None, timeout: float = PO
         return RouterHealth(False, False, 0, 0, (), exc.detail)
     ready = ready if isinstance(ready, dict) else {}
     entries = listed.get("workers") if w_status == 200 and isinstance(listed, dict) else None
-    workers = tuple(
-        Worker(str(e.get("url", "?")), bool(e.get("is_healthy"))) for e in entries or [] if isinstance(e, dict)
-    )
-    healthy = sum(w.healthy for w in workers) if entries is not None else int(ready.get("healthy_workers") or 0)
-    total = len(workers) if entries is not None else int(ready.get("total_workers") or 0)
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        entries = None  # not the list sglang-router sends: nothing is known of the workers
+    workers = tuple(Worker(str(e.get("url", "?")), bool(e.get("is_healthy"))) for e in entries or [])
+    healthy = sum(w.healthy for w in workers) if entries is not None else _count(ready.get("healthy_workers"))
+    total = len(workers) if entries is not None else _count(ready.get("total_workers"))
     reason = str(ready.get("reason") or "") if status != 200 else ""
     return RouterHealth(True, status == 200, healthy, total, workers, reason, entries is not None)
 
@@ -152,24 +174,24 @@ def router_workers(endpoint: str, api_key: str | None, timeout: float = POLL_TIM
     """The router's workers (``GET /workers``), or why they could not be read (one line)."""
     url = f"http://{endpoint}/workers"
     try:
-        reply = request("GET", url, deadline=time.monotonic() + timeout, api_key=api_key)
+        reply = _send("GET", url, api_key, timeout)
     except TransportError as err:
         return f"router {endpoint} not reachable ({err.kind}: {err.detail})"
     if reply.status != 200:
         return f"router {endpoint} answered HTTP {reply.status} to GET /workers"
     try:
-        data = json.loads(reply.body)
+        data: Any = _json(reply.body) if not reply.limit else None
         return [Worker(str(w["url"]).rstrip("/"), bool(w.get("is_healthy"))) for w in data["workers"]]
-    except (ValueError, KeyError, TypeError):
+    except (KeyError, TypeError, AttributeError):
         return f"router {endpoint}: GET /workers is not the worker list sglang-router 0.3.2 sends"
 
 
 def _call(method: str, url: str, api_key: str | None, body: dict[str, str] | None = None) -> tuple[int, bytes] | str:
     try:
-        reply = request(method, url, deadline=time.monotonic() + POLL_TIMEOUT_S, api_key=api_key, json_body=body)
+        reply = _send(method, url, api_key, POLL_TIMEOUT_S, body)
     except TransportError as err:
         return f"{method} {url}: {err.kind}: {err.detail}"
-    return reply.status, reply.body
+    return reply.status, b"" if reply.limit else reply.body
 
 
 def worker_ids(endpoint: str, api_key: str | None) -> dict[str, str] | str:
@@ -178,8 +200,8 @@ def worker_ids(endpoint: str, api_key: str | None) -> dict[str, str] | str:
     if isinstance(got, str) or got[0] != 200:
         return got if isinstance(got, str) else f"GET /workers: HTTP {got[0]}"
     try:
-        return {str(w["url"]).rstrip("/"): str(w["id"]) for w in json.loads(got[1])["workers"]}
-    except (ValueError, KeyError, TypeError):
+        return {str(w["url"]).rstrip("/"): str(w["id"]) for w in _json(got[1])["workers"]}
+    except (KeyError, TypeError, AttributeError):
         return "GET /workers is not the worker list sglang-router 0.3.2 sends"
 
 

@@ -133,7 +133,7 @@ def check_budget(
         reply = request("POST", target.url("/v1/chat/completions"), deadline=deadline, api_key=api_key, json_body=body)
     except TransportError as err:
         finding = hx.transport_finding(err, timeout=timeout)
-        return budget, ProbeResult(NAME, MODE, time.monotonic() - start, (finding,), unreachable=err.kind != "timeout")
+        return budget, ProbeResult(NAME, MODE, time.monotonic() - start, (finding,), unreachable=hx.unreachable(err))
     latency = time.monotonic() - start
     budget.status = reply.status
     text = _error_message(reply.body)

@@ -22,6 +22,9 @@ SPECIAL_TOKEN = re.compile(r"<\|[A-Za-z0-9_]+\|>|\[(?:EOS|BOS|EOT)\]")
 THINK_TAG = ANY_MARKER  # every Kimi family's think markers (verify/thinking.py)
 BARE_CALL = re.compile(r"functions\.[\w.\-]+:\d+")
 
+# tool-call arguments one answer's calls may hold together for verify to decode and validate (the 8 KB argument probe
+# sends ~9 KB): past it the rest is not decoded, so 16 MiB of arguments cannot hold the verdict past --timeout
+MAX_ARGUMENT_CHARS = 1024 * 1024
 FIX_TOOL_PARSER = "start SGLang with --tool-call-parser kimi_k2 (profile: parsers.tool_call: kimi_k2)"
 FIX_REASONING_PARSER = "start SGLang with --reasoning-parser kimi_k2 (profile: parsers.reasoning: kimi_k2)"
 
@@ -284,7 +287,13 @@ def tool_turn_findings(answer: Answer, schemas: dict[str, dict[str, Any]], *, mi
                 "kimi_k2 and stream/speculative settings",
             )
         )
+    decoded = 0
     for position, call in enumerate(answer.tool_calls):
+        decoded += len(call.arguments or "")
+        if decoded > MAX_ARGUMENT_CHARS:
+            bound = f"{MAX_ARGUMENT_CHARS} characters of tool-call arguments per answer"
+            found.append(past_bound(bound, f"tool call {position} ({call.name}) arguments"))
+            break
         found.extend(call_findings(call, position, schemas))
     if len(answer.tool_calls) < min_calls:
         found.append(

@@ -28,7 +28,21 @@ def transport_finding(err: TransportError, *, timeout: float) -> Finding:
             f"no answer within --timeout {timeout:g}s",
             "the server accepts connections but does not answer; read its log, or raise --timeout",
         )
+    if err.kind == "reset":
+        return problem(
+            "connection_reset",
+            clip(err.detail),
+            "the server (or a proxy or gateway in front of it) accepted the connection and then reset it: its accept "
+            "backlog or connection limit is too small for this many requests at once (SGLang's own server accepts "
+            "2048); raise it, or read its log",
+        )
     return problem("unreachable", f"cannot connect: {clip(err.detail)}", "check --host (scheme, host, port)")
+
+
+def unreachable(err: TransportError) -> bool:
+    """The server could not be reached at all (refused, DNS, TLS, not HTTP): exit 3, not a contract failure (a
+    timeout or a reset is the server's answer to the request)."""
+    return err.kind not in ("timeout", "reset")
 
 
 def model_not_found(model: str, served: list[str] | None) -> Finding:

@@ -77,7 +77,7 @@ def judge(code: str, what: str, status: int, body: Any) -> Finding:
         return Finding("verify", code, SKIP, f"POST {PATH}: {shown}; the server's kimi_k2 parser not checked")
     calls = [c for c in body["calls"] if isinstance(c, dict)]
     try:
-        kept = len(calls) == 1 and calls[0].get("name") == TOOL and json.loads(str(calls[0].get("parameters"))) == ARGS
+        kept = len(calls) == 1 and calls[0].get("name") == TOOL and wire.loads(str(calls[0].get("parameters"))) == ARGS
     except (TypeError, ValueError):
         kept = False
     if kept:

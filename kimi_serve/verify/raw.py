@@ -51,7 +51,7 @@ def post(
             None,
             time.monotonic() - start,
             hx.transport_finding(err, timeout=timeout),
-            unreachable=err.kind != "timeout",
+            unreachable=hx.unreachable(err),
         )
     latency = time.monotonic() - start
     if reply.status == 404 and path == "/generate":

@@ -1,4 +1,5 @@
-"""Run a verify suite: readiness, model discovery, then every probe x mode concurrently under one deadline."""
+"""Run a verify suite: readiness, model discovery, then every probe x mode under one deadline, at most CONNECTIONS
+requests at once (the load probe's streams on top)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,10 @@ MODEL_NOISE = frozenset(
     }
 )
 _GRACE = 2.0  # each request ends by the deadline on its own; this only bounds the join
+# verify's own requests at once (probes, discovery, checks; the load probe's --concurrency streams come on top): the
+# full suite has ~26 to send, and a server or gateway with a small accept backlog resets some when all come at once.
+# Each probe reads and judges its answer inside its slot, so at most this many answers are decoded at a time.
+CONNECTIONS = 8
 _COMPLETE_DESPITE = frozenset({"stream_no_finish_reason", "stream_tool_index"})  # wire faults that leave the text whole
 
 
@@ -68,7 +73,7 @@ def _get_json(
     try:
         reply = request("GET", target.url(path), deadline=deadline, api_key=api_key)
     except TransportError as err:
-        return None, hx.transport_finding(err, timeout=timeout), err.kind != "timeout"
+        return None, hx.transport_finding(err, timeout=timeout), hx.unreachable(err)
     failure = hx.http_finding(reply, api_key_sent=bool(api_key), model=None)
     if failure:
         return None, problem(failure.code, f"GET {path}: {failure.message}", failure.fix), False
@@ -114,7 +119,7 @@ def _call(
             None,
             time.monotonic() - start,
             hx.transport_finding(err, timeout=timeout),
-            unreachable=err.kind != "timeout",
+            unreachable=hx.unreachable(err),
         )
     latency = time.monotonic() - start
     failure = hx.http_finding(reply, api_key_sent=bool(api_key), model=model)
@@ -189,6 +194,14 @@ def _attempt(
     second.latency_s += first.latency_s
     second.attempts = 2
     return second
+
+
+def _after(first: Future[_Outcome] | None, deadline: float, fn: Any, *args: Any) -> _Outcome:
+    """``fn(*args)`` once ``first`` is done (or the deadline is near)."""
+    if first is not None:
+        wait_futures([first], timeout=max(0.0, deadline - time.monotonic()))
+    result: _Outcome = fn(*args)
+    return result
 
 
 def judge(probe: Probe, answer: Answer, server: dict[str, Any]) -> tuple[tuple[Finding, ...], tuple[Finding, ...]]:
@@ -316,7 +329,10 @@ def _run(
     served: list[str] | None = None
     calls = [(p, m) for p in probes for m in p.modes]
     loads = load_probe.streams(concurrency if probes else 0, max_tokens)
-    with ThreadPoolExecutor(max_workers=len(calls) + len(loads) + 8, thread_name_prefix="verify") as pool:
+    with (
+        ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="verify") as pool,
+        ThreadPoolExecutor(max_workers=max(1, len(loads)), thread_name_prefix="verify-load") as load_pool,
+    ):
         info_future = pool.submit(_server_info, target, deadline, api_key)
         leak_future = pool.submit(server_info_leaks, target, deadline, api_key)
         if model is None:
@@ -335,24 +351,31 @@ def _run(
                 return report
             model = served[0]
         report.model = model
-        futures: list[Future[_Outcome]] = [
-            pool.submit(_attempt, target, p, m, model, api_key, deadline, timeout) for p, m in calls
-        ]
-        load_futures = [pool.submit(_attempt, target, p, STREAM, model, api_key, deadline, timeout) for p in loads]
+        from kimi_serve.verify.parser_faults import parser_checks
+        from kimi_serve.verify.privilege import privilege_checks
+
+        # verify's own requests queue for the CONNECTIONS slots: first the quick ones that need no model answer
+        # (least privilege, the parser faults: each within 5 s), then the longest probes (the most tokens, two
+        # turns), so the run still takes about its slowest probe; the load probe's streams all at once (their own
+        # pool), once the tool probe's stream has been answered alone (what the load's verdict compares with)
+        checks_by = max(deadline, time.monotonic() + POLL_TIMEOUT)
+        privilege_future = pool.submit(privilege_checks, target, api_key, checks_by, expected_ports)
+        parser_future = pool.submit(parser_checks, target, api_key, checks_by)
         budget_future = (
             pool.submit(check_budget, target, model, api_key, deadline, timeout, send=max_tokens is None)
             if probes
             else None
         )
+        by_length = sorted(range(len(calls)), key=lambda i: (-calls[i][0].max_tokens, calls[i][0].follow_up is None))
+        submitted = {i: pool.submit(_attempt, target, *calls[i], model, api_key, deadline, timeout) for i in by_length}
+        futures: list[Future[_Outcome]] = [submitted[i] for i in range(len(calls))]
+        lone = next((f for (p, m), f in zip(calls, futures, strict=True) if (p.name, m) == ("tool", STREAM)), None)
+        load_futures = [
+            load_pool.submit(_after, lone, deadline, _attempt, target, p, STREAM, model, api_key, deadline, timeout)
+            for p in loads
+        ]
         extras = raw_calls(suite, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout)
         extra_futures = [pool.submit(fn) for _, _, fn in extras]
-        from kimi_serve.verify.parser_faults import parser_checks
-        from kimi_serve.verify.privilege import privilege_checks
-
-        # least privilege and the parser faults: beside the probes (no model answer needed), each within 5 s
-        checks_by = max(deadline, time.monotonic() + POLL_TIMEOUT)
-        privilege_future = pool.submit(privilege_checks, target, api_key, checks_by, expected_ports)
-        parser_future = pool.submit(parser_checks, target, api_key, checks_by)
         pending: list[Future[Any]] = [*futures, *load_futures, *extra_futures, info_future, leak_future]
         pending += [budget_future] if budget_future else []
         wait_futures(pending, timeout=max(0.0, deadline - time.monotonic()) + _GRACE)

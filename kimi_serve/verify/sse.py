@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-_LINE = re.compile(r"([^\r\n]*)(?:\r\n|\r|\n)")  # a line and its end; text after the last end is no line
+_END = re.compile(rb"\r\n|\r|\n")  # a line's end
 
 
 @dataclass(frozen=True)
@@ -49,15 +49,15 @@ def events(body: bytes) -> list[SseEvent]:
     return list(iter_events(body))
 
 
-def iter_events(body: bytes) -> Iterator[SseEvent]:
-    """:func:`events` one at a time (a long stream is never held as a list of lines or events)."""
+def iter_events(body: bytes, end: int | None = None) -> Iterator[SseEvent]:
+    """:func:`events` one at a time (a long stream is never held as a list of lines or events); ``end``: read only
+    ``body[:end]`` (without copying it)."""
     name: str | None = None
     data: list[str] = []
     last_id: str | None = None
     retry: int | None = None
     id_here = comment = False
-    for match in _LINE.finditer(body.decode("utf-8", errors="replace")):
-        line = match.group(1)
+    for line in _lines(body, len(body) if end is None else end):
         if not line:
             if name is None and not data and not last_id and retry is None:
                 comment = id_here = False
@@ -87,6 +87,17 @@ def iter_events(body: bytes) -> Iterator[SseEvent]:
             last_id, id_here = value, True
         elif field == "retry":
             retry = _int(value, retry)
+
+
+def _lines(body: bytes, end: int) -> Iterator[str]:
+    """The lines of ``body`` (text after the last line end is no line), each decoded on its own: a line end is never
+    part of a UTF-8 sequence, so this reads as decoding the whole body would, in one pass over it, without a second
+    copy of a 16 MiB body as text (a line-matching regular expression retried from every byte of a body with no line
+    end: 200 KB of ``[`` took minutes)."""
+    start = 0
+    for found in _END.finditer(body, 0, end):
+        yield body[start : found.start()].decode("utf-8", errors="replace")
+        start = found.end()
 
 
 def _int(value: str, default: int | None) -> int | None:

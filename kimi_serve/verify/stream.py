@@ -161,14 +161,16 @@ def answer_from_sse(
     read limit (transport.LIMITS); the stream is judged as cut there. ``deadline`` (``time.monotonic()``): reading
     the events stops there too, so a stream of many small chunks cannot hold verify past its --timeout.
     """
+    end = len(body)
     if limit:  # cut at a read limit: like a deadline, the whole events that came are judged for wire faults only
         timed_out = True
-        body = body[: body.rfind(b"\n\n") + 2] if b"\n\n" in body else b""
+        last = body.rfind(b"\n\n")
+        end = last + 2 if last >= 0 else 0  # read up to there (not a copy of 16 MiB)
     answer = Answer()
     merge = Merge()
     message: dict[str, Any] = {}
     done = nulls = False
-    if body.strip() and not limit and b"data:" not in body and next(iter_events(body), None) is None:
+    if not limit and b"data:" not in body and body and not body.isspace() and next(iter_events(body), None) is None:
         answer.problems.append(
             problem(
                 "stream_not_sse",
@@ -180,7 +182,7 @@ def answer_from_sse(
     containers, late = wire.Containers(wire.MAX_CONTAINERS), False
     faults: dict[str, None] = {}  # what the SDK's reader fails on, each once, in order
     count = 0  # data events read
-    for event in iter_events(body):
+    for event in iter_events(body, end):
         if event.fault is not None:
             faults.setdefault(event.fault)
             continue

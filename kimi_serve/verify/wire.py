@@ -1,8 +1,8 @@
 """What verify does with server text before it trusts it: JSON parsed within bounds, strings made safe to show.
 
-:func:`loads` is the one JSON decoder for what a server sends. Before ``json.loads`` it counts the brackets outside
-strings (C-speed: strings removed by one regular expression, the rest reduced to brackets by ``bytes.translate``), so
-a document nested deeper than :data:`MAX_DEPTH` or holding more objects and lists than the caller's
+:func:`loads` is the one JSON decoder for what a server sends. Before ``json.loads`` it counts the brackets and
+commas outside strings (C-speed passes in linear time and memory, :func:`_structure`), so a document nested deeper
+than :data:`MAX_DEPTH`, holding more than :data:`MAX_VALUES` values, or more objects and lists than the caller's
 :class:`Containers` budget is refused with a :class:`WireLimit` (a finding names it) instead of a ``RecursionError``
 or gigabytes of small objects. Everything verify walks afterwards recursively (the stream merge, the schema
 validator) then stays far below the interpreter's recursion limit.
@@ -22,8 +22,15 @@ MAX_DEPTH = 64  # objects and lists inside each other in one document (SGLang's 
 # objects and lists in one answer (a stream's chunks together): a 16k-token stream of tool-call argument deltas holds
 # ~115k (7 a chunk); 250k empty lists already take ~15 MB of Python objects
 MAX_CONTAINERS = 250_000
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+# values in one document (its commas and containers): what one decoded document may hold at once, ~60 bytes each
+# (a plain answer held whole: 4 MiB of `["ab","ab",...]` is 200 MB of Python strings); a chunk has ~15, a plain
+# answer with its token ids (the lossless probe) ~20k
+MAX_VALUES = 100_000
+_KEEP = b'"[]{},'
+_NOT_KEPT = bytes(b for b in range(256) if b not in _KEEP)
+# what is left of a string once only quotes, brackets and commas are: a quote, those, its closing quote (or the end)
+_IN_STRING = re.compile(rb'"[^"]*(?:"|\Z)')
+_BLOCK = 64 * 1024  # brackets inside strings are removed this many bytes at a time (re.sub holds ~230 B a match)
 _OPEN = frozenset(b"[{")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -49,19 +56,43 @@ class Containers:
 
 
 def _depth(brackets: bytes) -> int:
+    """The deepest nesting of ``brackets``, walked until the first close without an open (no JSON past it): at most
+    twice the opens plus one step, whatever follows (16 MiB of ``]`` is one step)."""
     depth = deepest = 0
     for b in brackets:
         depth = depth + 1 if b in _OPEN else depth - 1
+        if depth < 0:
+            break
         deepest = max(deepest, depth)
     return deepest
+
+
+def _structure(raw: bytes) -> bytes:
+    """The brackets and commas of ``raw`` outside its strings, in order, in passes at C speed and in memory linear in
+    the size (no object per string). Escaped backslashes, then escaped quotes go first (in valid JSON a backslash is
+    only inside a string, where pairs count from the left as ``bytes.replace`` pairs them); then everything but
+    quotes, brackets and commas; then ``""`` (an empty string, or the gap between two strings: what is inside
+    either stays inside); what is left inside quotes goes block by block, the quote parity carried from block to
+    block. An unterminated string runs to the end (the document is then no JSON)."""
+    kept = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_KEPT).replace(b'""', b"")
+    out, inside = [], False
+    for start in range(0, len(kept), _BLOCK):
+        block = kept[start : start + _BLOCK]
+        out.append(_IN_STRING.sub(b"", b'"' + block if inside else block))
+        inside ^= block.count(b'"') % 2 == 1
+    return b"".join(out)
 
 
 def loads(data: str | bytes, containers: Containers | None = None) -> Any:
     """``json.loads(data)`` within :data:`MAX_DEPTH` and ``containers``; ValueError when it is not JSON,
     :class:`WireLimit` (a ValueError too) when it is past a bound."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    structure = _structure(raw)
+    commas = structure.count(b",")
+    brackets = structure.replace(b",", b"") if commas else structure
     opened = len(brackets) - brackets.count(b"]") - brackets.count(b"}")
+    if opened + commas > MAX_VALUES:
+        raise WireLimit(f"{MAX_VALUES} JSON values in one document")
     (containers or Containers(MAX_CONTAINERS)).take(opened)
     if opened > MAX_DEPTH and _depth(brackets) > MAX_DEPTH:
         raise WireLimit(f"{MAX_DEPTH} levels of nested JSON objects and lists")
