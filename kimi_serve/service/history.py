@@ -54,7 +54,7 @@ def _locked(paths: ServicePaths) -> Iterator[None]:
 def append_history(paths: ServicePaths, record: dict[str, Any], keep: int = KEEP) -> None:
     with _locked(paths):
         records = [*read_history(paths), record][-keep:]
-        write_atomic(history_file(paths), "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+        write_atomic(paths, history_file(paths), "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 
 
 def run_record(report: Any, *, profile: str, endpoint: str, started: float, finished: float) -> dict[str, Any]:
