@@ -191,9 +191,9 @@ def remove_worker(endpoint: str, api_key: str | None, url: str, wait: float) -> 
         return ids
     if url not in ids:
         return None
-    got = _call("DELETE", f"http://{endpoint}/workers/{ids[url]}", api_key)
-    if isinstance(got, str) or got[0] not in (200, 202, 204):
-        return got if isinstance(got, str) else f"DELETE /workers/{ids[url]}: HTTP {got[0]}"
+    got = delete_worker(endpoint, api_key, ids[url])
+    if isinstance(got, str) or got not in (200, 202, 204):
+        return got if isinstance(got, str) else f"DELETE /workers/{ids[url]}: HTTP {got}"
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         ids = worker_ids(endpoint, api_key)
@@ -203,12 +203,24 @@ def remove_worker(endpoint: str, api_key: str | None, url: str, wait: float) -> 
     return f"the router still lists {url} {wait:g}s after its removal was accepted"
 
 
+def delete_worker(endpoint: str, api_key: str | None, worker_id: str) -> int | str:
+    """``DELETE /workers/ID`` alone: the router's HTTP status (200, 202 or 204: accepted, applied when the router
+    gets to it), or why no answer came (it may have been applied all the same)."""
+    got = _call("DELETE", f"http://{endpoint}/workers/{worker_id}", api_key)
+    return got if isinstance(got, str) else got[0]
+
+
 def add_worker(endpoint: str, api_key: str | None, url: str) -> str | None:
     """Put ``url`` (back) into the router's rotation (``POST /workers``; the router registers it once it answers
     its probes); None when accepted or already listed, else why not."""
     ids = worker_ids(endpoint, api_key)
     if isinstance(ids, dict) and url in ids:
         return None
+    return post_worker(endpoint, api_key, url)
+
+
+def post_worker(endpoint: str, api_key: str | None, url: str) -> str | None:
+    """``POST /workers {"url": URL}`` alone, whatever the list says: None when accepted, else why not."""
     got = _call("POST", f"http://{endpoint}/workers", api_key, {"url": url})
     if isinstance(got, str) or got[0] not in (200, 201, 202):
         return got if isinstance(got, str) else f"POST /workers {url}: HTTP {got[0]}"
