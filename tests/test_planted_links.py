@@ -359,3 +359,12 @@ def test_a_folder_swapped_for_a_link_mid_install_ends_it_with_nothing_written_ou
     assert r.code == ExitCode.ENVIRONMENT, (r.code, r.out, r.err)
     _one_line_error(r.err, "symbolic link")
     assert _tree(out) == outside  # nothing written, created or chowned outside the root
+
+
+@pytest.mark.usefixtures("systemd_tools")
+def test_a_root_that_does_not_exist_yet_is_made(cli, tmp_path: Path, profile: Path) -> None:
+    """The walk from the root starts at the root itself: a --root not made yet is made (as before), not exit 70."""
+    root = tmp_path / "new-root"
+    r = cli("install-service", "--profile", str(profile), "--root", str(root))
+    assert r.code == 0, (r.code, r.out, r.err)
+    assert (root / "etc/systemd/system/sglang-kimi.service").is_file()

@@ -169,6 +169,8 @@ def open_dir_under(root: Path, path: Path, *, create: bool = False, mode: int = 
         raise link_refused(path, f"it is outside {root}", fix)
     top = os.path.realpath(root) == "/"
     parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if create:
+        os.makedirs(root, exist_ok=True)  # the root itself is the operator's (--root): made as before, links and all
     stack = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
     hops = 0
     try:
