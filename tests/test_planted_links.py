@@ -368,3 +368,34 @@ def test_a_root_that_does_not_exist_yet_is_made(cli, tmp_path: Path, profile: Pa
     r = cli("install-service", "--profile", str(profile), "--root", str(root))
     assert r.code == 0, (r.code, r.out, r.err)
     assert (root / "etc/systemd/system/sglang-kimi.service").is_file()
+
+
+@pytest.mark.usefixtures("systemd_tools")
+@pytest.mark.parametrize(
+    ("at", "folder", "planted"),
+    [
+        ("service.uninstall.remove", "etc/systemd/system", "sglang-kimi.service"),
+        ("service.uninstall.records", "var/lib/kimi-serve", "service/sglang-kimi/last-good.json"),
+    ],
+)
+def test_uninstall_never_removes_through_a_folder_swapped_for_a_link(
+    cli, root: Path, profile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: str, folder: str, planted: str
+) -> None:
+    """uninstall-service removes the unit and the records by a walk from the root too: the folder swapped for a link
+    out of the root mid-run (after systemctl disable) is exit 5, and the file of that name outside survives."""
+    assert cli("install-service", "--profile", str(profile), "--root", str(root)).code == 0
+    out = _outside(tmp_path)
+    (out / planted).parent.mkdir(parents=True, exist_ok=True)
+    (out / planted).write_text("outside, not kimi-serve's\n")
+
+    def swap() -> None:
+        (root / folder).rename(root / "moved-aside")
+        (root / folder).symlink_to(out)
+
+    trace = _swap_at(monkeypatch, tmp_path, at, swap)
+    outside = _tree(out)
+    r = cli("uninstall-service", "--root", str(root))
+    assert f" {at}\n" in trace.read_text(), (r.code, r.err)
+    assert r.code == ExitCode.ENVIRONMENT, (r.code, r.out, r.err)
+    _one_line_error(r.err, "symbolic link")
+    assert _tree(out) == outside

@@ -295,3 +295,23 @@ def chown_under(root: Path, path: Path, uid: int, gid: int, fix: str) -> bool | 
             os.close(one)
     finally:
         os.close(fd)
+
+
+def remove_under(root: Path, path: Path, *, tree: bool = False) -> None:
+    """Remove the file ``path`` inside ``root`` (``tree``: the folder and everything in it, ``shutil.rmtree`` relative
+    to its parent's descriptor, which never follows a link), its folder reached by :func:`open_dir_under`; a link at
+    ``path`` itself is removed (``tree``: left), never followed. Nothing there: nothing to do."""
+    try:
+        fd = open_dir_under(root, path.parent)
+    except FileNotFoundError:
+        return
+    try:
+        if tree:
+            import shutil
+
+            shutil.rmtree(path.name, dir_fd=fd, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path.name, dir_fd=fd)
+    finally:
+        os.close(fd)

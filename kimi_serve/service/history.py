@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.core.files import open_lock
+from kimi_serve.core.files import mkdir_under, open_lock
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic
 
 KEEP = 100
@@ -42,7 +42,7 @@ def read_history(paths: ServicePaths) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def _locked(paths: ServicePaths) -> Iterator[None]:
-    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    mkdir_under(paths.root, paths.state_dir)
     with open_lock(paths.state_dir / (HISTORY + ".lock")) as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:

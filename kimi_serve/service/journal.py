@@ -31,7 +31,7 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
-from kimi_serve.core.files import write_under
+from kimi_serve.core.files import chown_under, remove_under, write_under
 from kimi_serve.service import account
 from kimi_serve.service.state import (
     STATE_DIR,
@@ -268,7 +268,7 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
         for tmp in target.parent.glob(f".{target.name}.*.tmp"):
             tmp.unlink(missing_ok=True)
         if saved is None:
-            target.unlink(missing_ok=True)
+            remove_under(paths.root, target)
         else:
             write_atomic(paths, target, saved["text"], int(saved["mode"]))
         checkpoint("service.recover.file")
@@ -285,9 +285,9 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
         if keep_secret and secret.is_file():
             kept = secret
             with contextlib.suppress(OSError):  # the account it was handed to may be removed below
-                os.chown(secret, os.geteuid(), os.getegid())
+                chown_under(paths.root, secret, os.geteuid(), os.getegid(), "remove the link")
         else:
-            secret.unlink(missing_ok=True)
+            remove_under(paths.root, secret)
     created = intent.get("created_user")
     # after the files the user owned (key file, folders below) are gone or back; a scratch root's journal removes
     # an account of that root's own user database only

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
-from kimi_serve.core.files import link_refused, mkdir_under
+from kimi_serve.core.files import link_refused, mkdir_under, remove_under
 from kimi_serve.core.proc import Completed
 from kimi_serve.core.resources import resource_dir
 from kimi_serve.profile.launch import Launch
@@ -296,7 +296,7 @@ def remove_monitor(paths: ServicePaths, systemd: Systemd, must: Must, add: Step,
             must(action, call())
     for name in (timer, service):
         if not dry_run:
-            _unit_path(paths, name).unlink(missing_ok=True)
+            remove_under(paths.root, _unit_path(paths, name))
         add(f"remove {_unit_path(paths, name)}", status, "")
     if not dry_run:
         checkpoint("service.monitor.removed")
@@ -312,5 +312,5 @@ def _remove_alert(paths: ServicePaths, timer: str, add: Step, *, dry_run: bool) 
     text = read_text(alert)
     if text is not None and parse_marker(text) is not None and not others:
         if not dry_run:
-            alert.unlink()
+            remove_under(paths.root, alert)
         add(f"remove {alert}", "planned" if dry_run else "done", "no other kimi-serve contract check uses it")
