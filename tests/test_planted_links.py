@@ -349,7 +349,7 @@ def test_a_folder_swapped_for_a_link_mid_install_ends_it_with_nothing_written_ou
         place.parent.mkdir(parents=True, exist_ok=True)
         if place.exists():
             place.rename(aside)
-        place.symlink_to(str(out) if how == "absolute" else "../" * (depth + 2) + "outside")
+        place.symlink_to(str(out) if how == "absolute" else "../" * (depth + 1) + "outside")
 
     trace = _swap_at(monkeypatch, tmp_path, at, swap)
     outside = _tree(out)
