@@ -148,3 +148,59 @@ def test_status_after_a_kill_between_the_renames_says_so_with_the_installs_own_o
     assert r.code == 0, r.err
     assert _listing(prefix.parent) == [".venv.kimi-serve.lock", "venv"]
     assert json.loads((prefix / RECORD_NAME).read_text())["options"] == tiny[:-1]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "how"),
+    [
+        ("{state}", "is"),  # a profile's python: $STATE/bin/python
+        ("{state}/engine", "sits inside"),
+        ("{state_parent}", "contains"),
+        ("{link}", "resolves to"),  # a link that leads to the state root
+        ("/etc", "contains"),  # /etc/kimi-serve, /etc/systemd
+    ],
+)
+def test_kimi_serves_own_folders_are_never_an_engine_prefix(
+    cli, tmp_path, write_profile, prefix: str, how: str
+) -> None:
+    """The next install would clear every lock, record and backup there (exit 0 before): exit 2 with the reason,
+    before anything is read, replaced or deleted."""
+    from kimi_serve.core.settings import state_root
+
+    state = state_root()
+    for name in ("root-x.lock", "last-good.json", ".venv.kimi-serve-old"):
+        (state / name).mkdir() if name.startswith(".") else (state / name).write_text("kept\n")
+    link = tmp_path / "engine-link"
+    link.symlink_to(state)
+    given = prefix.format(state=state, state_parent=state.parent, link=link)
+    before = _listing(state)
+    profile = write_profile(f"extends: sim\npython: {given}/bin/python\n", name="own")
+    for args in (["--prefix", given], ["--profile", str(profile)]):
+        r = cli("engine", "install", *args, "--no-patches", "--no-kimi-serve")
+        assert r.code == 2, (args, r.code, r.out, r.err)
+        line = r.err.strip()
+        assert len(line.splitlines()) == 1 and "Traceback" not in r.err, r.err
+        assert "engine prefix" in line and how in line and "fix:" in line, line
+        assert _listing(state) == before
+
+
+@pytest.mark.parametrize(
+    ("prefix", "how"),
+    [
+        ("/etc/kimi-serve", "is"),
+        ("/etc/kimi-serve/venv", "sits inside"),
+        ("/etc/systemd/system/venv", "sits inside"),
+        ("/usr/lib/systemd", "is"),
+        ("/var/lib/kimi-serve/venv", "sits inside"),  # the default state root, whatever $KIMI_SERVE_STATE_DIR says
+        ("/var/lib", "contains"),
+    ],
+)
+def test_the_key_and_unit_folders_are_never_an_engine_prefix(prefix: str, how: str) -> None:
+    """The host's own folders, judged without touching them (the guard alone: an install there would write /etc)."""
+    from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.engine.prefix import refuse_kimi_serves_own
+
+    with pytest.raises(KimiServeError) as err:
+        refuse_kimi_serves_own(Path(prefix), Path(prefix))
+    assert err.value.exit_code == 2 and how in err.value.one_line(), err.value.one_line()
+    refuse_kimi_serves_own(Path("/opt/kimi-serve/venv"), Path("/opt/kimi-serve/venv"))  # prod's: its own folder

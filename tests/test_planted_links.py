@@ -239,8 +239,9 @@ def _patch_backup(folder: Path) -> Path:
 
 def _service_journal(folder: Path) -> Path:
     from kimi_serve.service.journal import _write_journal
+    from kimi_serve.service.state import ServicePaths
 
-    _write_journal(folder / "unit.intent.json", "{}\n")
+    _write_journal(ServicePaths(folder.parent, "unit.service"), folder / "unit.intent.json", "{}\n")
     return folder / f".unit.intent.json.{os.getpid()}.tmp"
 
 
@@ -292,3 +293,109 @@ def test_a_dangling_link_at_the_metrics_folder_is_refused_before_anything_is_wri
     assert r.code == ExitCode.ENVIRONMENT, (r.code, r.out, r.err)
     _one_line_error(r.err, str(folder), "does not exist")
     assert _tree(root) == before
+
+
+# ------------------------------------------------------------------ a root that changes under the install (round four)
+
+
+def _swap_at(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, at: str, swap: Callable[[], None]) -> Path:
+    """Run ``swap`` once, at the first checkpoint named ``at`` (kimi_serve/core/faults.py's ``pause-at``, its sleep
+    replaced in-process): a folder of the root replaced by a link between two of root's writes, as its owner could
+    do. The checkpoints passed are traced to the file returned."""
+    from types import SimpleNamespace
+
+    from kimi_serve.core import faults
+
+    trace, done = tmp_path / "trace", []
+
+    def at_pause(_seconds: float) -> None:
+        if not done:
+            done.append(True)
+            swap()
+
+    monkeypatch.setattr(faults, "time", SimpleNamespace(sleep=at_pause))
+    monkeypatch.setenv("KIMI_SERVE_TEST_HOOK", f"trace-to={trace},pause-at={at}:0")
+    return trace
+
+
+SWAPS = [
+    # (checkpoint, folder replaced by a link out of the root)
+    ("service.write.account", "etc/systemd/system"),  # the service account has just appeared
+    ("service.write.account", "var/lib/kimi-serve"),  # the working directory's folder, before its mkdir and chown
+    ("service.write.workdir", "var/lib/kimi-serve"),  # made, not yet chowned
+    ("service.write.workdir", "etc/kimi-serve"),  # the key file, before its chown
+    ("service.write-atomic", "etc/systemd/system"),  # the unit's temp file written, its rename next
+    ("service.journal.write", "var/lib/kimi-serve"),  # the intent journal's temp file written
+    ("service.write.account", "etc/kimi-serve"),  # before the key file is created
+]
+
+
+@pytest.mark.usefixtures("systemd_tools")
+@pytest.mark.parametrize("how", ["absolute", "climbs"])
+@pytest.mark.parametrize(("at", "folder"), SWAPS)
+def test_a_folder_swapped_for_a_link_mid_install_ends_it_with_nothing_written_outside(
+    cli, root: Path, profile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: str, folder: str, how: str
+) -> None:
+    """Each write, mkdir and chown walks from the root again (O_NOFOLLOW at each component): the folder replaced by
+    a link out of the root after the install began (its real folder moved aside inside the root) ends the install
+    with one line naming the link (exit 5), and nothing outside the root is written, created or chowned."""
+    out = _outside(tmp_path)
+    place = root / folder
+    depth = len(Path(folder).parts) - 1
+
+    def swap() -> None:
+        aside = root / "moved-aside" / place.name
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        place.parent.mkdir(parents=True, exist_ok=True)
+        if place.exists():
+            place.rename(aside)
+        place.symlink_to(str(out) if how == "absolute" else "../" * (depth + 1) + "outside")
+
+    trace = _swap_at(monkeypatch, tmp_path, at, swap)
+    outside = _tree(out)
+    args = ["install-service", "--profile", str(profile), "--root", str(root)]
+    r = cli(*args)
+    assert f" {at}\n" in trace.read_text(), (r.code, r.err)  # the swap happened
+    assert r.code == ExitCode.ENVIRONMENT, (r.code, r.out, r.err)
+    _one_line_error(r.err, "symbolic link")
+    assert _tree(out) == outside  # nothing written, created or chowned outside the root
+
+
+@pytest.mark.usefixtures("systemd_tools")
+def test_a_root_that_does_not_exist_yet_is_made(cli, tmp_path: Path, profile: Path) -> None:
+    """The walk from the root starts at the root itself: a --root not made yet is made (as before), not exit 70."""
+    root = tmp_path / "new-root"
+    r = cli("install-service", "--profile", str(profile), "--root", str(root))
+    assert r.code == 0, (r.code, r.out, r.err)
+    assert (root / "etc/systemd/system/sglang-kimi.service").is_file()
+
+
+@pytest.mark.usefixtures("systemd_tools")
+@pytest.mark.parametrize(
+    ("at", "folder", "planted"),
+    [
+        ("service.uninstall.remove", "etc/systemd/system", "sglang-kimi.service"),
+        ("service.uninstall.records", "var/lib/kimi-serve", "service/sglang-kimi/last-good.json"),
+    ],
+)
+def test_uninstall_never_removes_through_a_folder_swapped_for_a_link(
+    cli, root: Path, profile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: str, folder: str, planted: str
+) -> None:
+    """uninstall-service removes the unit and the records by a walk from the root too: the folder swapped for a link
+    out of the root mid-run (after systemctl disable) is exit 5, and the file of that name outside survives."""
+    assert cli("install-service", "--profile", str(profile), "--root", str(root)).code == 0
+    out = _outside(tmp_path)
+    (out / planted).parent.mkdir(parents=True, exist_ok=True)
+    (out / planted).write_text("outside, not kimi-serve's\n")
+
+    def swap() -> None:
+        (root / folder).rename(root / "moved-aside")
+        (root / folder).symlink_to(out)
+
+    trace = _swap_at(monkeypatch, tmp_path, at, swap)
+    outside = _tree(out)
+    r = cli("uninstall-service", "--root", str(root))
+    assert f" {at}\n" in trace.read_text(), (r.code, r.err)
+    assert r.code == ExitCode.ENVIRONMENT, (r.code, r.out, r.err)
+    _one_line_error(r.err, "symbolic link")
+    assert _tree(out) == outside

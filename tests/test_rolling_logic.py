@@ -6,6 +6,8 @@ STAND-IN router (tests/router_stand_in.py) that records how many healthy workers
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -255,3 +257,133 @@ def test_restart_prewarms_once_before_the_roll_and_reports_every_member(
     assert [m["role"] for m in doc["deployment"]] == ["replica", "replica", "router"]
     single = cli("restart", "-p", "sim", "--replica", "0")  # one unit: nothing to pick, refused before any plan
     assert single.code == 2 and "--replica" in single.err and "one replica" in single.err
+
+
+# ------------------------------------------------------- a router that misbehaves: the replica always goes back
+
+
+def _listed(router: StandInRouter) -> list[str]:
+    return sorted(router.workers.values())
+
+
+def _command_in(result_detail: str) -> str:
+    return result_detail.split("put it back with: ", 1)[1]
+
+
+def test_a_removal_applied_late_is_waited_for_and_the_replica_goes_back(
+    installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter
+) -> None:
+    """The router accepts the removal (202) and applies it 2 s later, after the roll stopped waiting (1.5 s): before,
+    exit 5 "before the first change" and the replica left the rotation for good. Now the late removal is waited for,
+    the replica posted again: it is in the rotation, and the refusal says so."""
+    router.late = 2.0
+    new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
+    runner = Runner()
+    with pytest.raises(KimiServeError) as err:
+        rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {})
+    assert err.value.exit_code == 5 and "it is back in it" in err.value.message, err.value.one_line()
+    time.sleep(router.late)  # any removal still queued has landed by now
+    assert _listed(router) == [R0, R1] and router.log == [f"remove {R0}", f"add {R0}"]
+    assert runner.restarted() == []
+
+
+def test_a_removal_applied_later_than_the_put_back_can_wait_names_the_replica_and_the_command(
+    installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter
+) -> None:
+    """Later than both waits (4 s): the roll cannot know when the router will act, so it ends with exit 1 naming
+    replica 0 and the command that puts it back; that command, run as printed, does."""
+    router.late = 4.0
+    new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
+    runner = Runner()
+    result, rolled = rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {})
+    assert result.exit_code == 1 and rolled == [] and runner.restarted() == [], result.to_json()
+    named = [s for s in result.steps if s.status == "failed" and "may be out of the router's rotation" in s.detail]
+    assert named and f"replica 0 ({R0})" in named[0].detail, result.to_json()
+    time.sleep(4.0)
+    assert _listed(router) == [R1]  # the late removal landed: exactly what the report warned of
+    done = subprocess.run(["bash", "-c", _command_in(named[0].detail)], capture_output=True, timeout=30)
+    assert done.returncode == 0, done
+    assert _listed(router) == [R0, R1]
+
+
+@pytest.mark.parametrize("deep", [-1, 2])
+def test_deep_json_from_get_workers_after_the_removal_is_never_exit_70_and_the_replica_goes_back(
+    installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter, deep: int
+) -> None:
+    """GET /workers answers 100,000 nested brackets after the removal: before, RecursionError, exit 70, the replica
+    out. Until the replica is posted again (-1): the list is unreadable, so it is posted without it, and the roll
+    stops before the first change (exit 5) with the replica back. For two answers only: the roll goes on (exit 0)."""
+    router.deep_after_removal = deep
+    new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
+    runner = Runner()
+    if deep < 0:
+        with pytest.raises(KimiServeError) as err:
+            rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {})
+        assert err.value.exit_code == 5, err.value.one_line()
+        assert "cannot tell whether the router removed" in err.value.message, err.value.one_line()
+        assert "GET /workers is not the worker list" in err.value.message, err.value.one_line()
+        assert runner.restarted() == []
+    else:
+        result, _ = rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {})
+        assert result.exit_code == 0, result.to_json()
+        assert runner.restarted() == ["fleet-r0.service", "fleet-r1.service"]
+    assert _listed(router) == [R0, R1] and router.log[-1].startswith("add ")
+
+
+def test_a_put_back_the_router_refuses_twice_is_retried(
+    installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter
+) -> None:
+    """POST /workers answers HTTP 500 twice: before, one try, a "failed" line, exit 0 and the replica out. Now it is
+    retried within its deadline: every replica back, exit 0."""
+    router.fail = {"POST": 2}
+    new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
+    result, rolled = rolling.rolling_restart(new, Systemd(Runner(), Path("/")), Verifier(), {})
+    assert result.exit_code == 0 and [r["replica"] for r in rolled] == [0, 1], result.to_json()
+    assert _listed(router) == [R0, R1] and router.requests.count("POST") == 4
+
+
+def test_a_put_back_that_times_out_is_retried(
+    installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first POST /workers is held past the client's timeout: retried, the replica is back, exit 0."""
+    from kimi_serve.router import client
+
+    monkeypatch.setattr(client, "POLL_TIMEOUT_S", 1.0)
+    router.hang, router.hang_s = {"POST": 1}, 2.0
+    new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
+    result, _ = rolling.rolling_restart(new, Systemd(Runner(), Path("/")), Verifier(), {}, only=[0])
+    assert result.exit_code == 0, result.to_json()
+    back = [s for s in result.steps if s.action == f"put {R0} back into the router's rotation"]
+    assert [s.status for s in back] == ["done"], result.to_json()  # before: one try, "failed" (the report was wrong)
+    time.sleep(router.hang_s)  # the held POST, answered late, may add it a second time: still in the rotation
+    assert R0 in _listed(router) and R1 in _listed(router)
+
+
+def test_a_put_back_the_router_always_refuses_names_the_replica_and_the_command(
+    installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter
+) -> None:
+    """POST /workers always answers 500: exit 1, the roll stops after replica 0 (replica 1 keeps its place and its
+    unit), the report names replica 0 and the command; once the router accepts again, that command puts it back."""
+    router.fail = {"POST": 10**6}
+    new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
+    runner = Runner()
+    result, rolled = rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {})
+    assert result.exit_code == 1 and runner.restarted() == ["fleet-r0.service"], result.to_json()
+    named = [s for s in result.steps if s.status == "failed" and "may be out of the router's rotation" in s.detail]
+    assert named and f"replica 0 ({R0})" in named[0].detail and "HTTP 500" in named[0].detail
+    assert _listed(router) == [R1]
+    router.fail = {}
+    done = subprocess.run(["bash", "-c", _command_in(named[0].detail)], capture_output=True, timeout=30)
+    assert done.returncode == 0 and _listed(router) == [R0, R1], done
+
+
+def test_a_removal_the_router_refuses_changes_nothing(
+    installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter
+) -> None:
+    """DELETE answers 500 (not applied): nothing is pending, nothing to put back: exit 5 before the first change."""
+    router.fail = {"DELETE": 1}
+    new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
+    with pytest.raises(KimiServeError) as err:
+        rolling.rolling_restart(new, Systemd(Runner(), Path("/")), Verifier(), {})
+    assert err.value.exit_code == 5 and "HTTP 500" in err.value.message
+    assert _listed(router) == [R0, R1] and router.log == []

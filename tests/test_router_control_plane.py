@@ -25,8 +25,9 @@ import pytest
 from sim_pool import PARSED, SimulatorPool
 
 from kimi_serve.core.findings import FAIL, PASS
-from kimi_serve.router.client import add_worker, remove_worker, router_health, worker_ids
+from kimi_serve.router.client import post_worker, router_health, worker_ids
 from kimi_serve.service.gates import wait_router
+from kimi_serve.service.rotation import Rotation, put_back, take_out
 from kimi_serve.verify import run_verify
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,7 +110,7 @@ def test_the_clients_key_cannot_manage_the_router_and_the_admin_key_drives_the_r
     assert _call(base + "/workers", "POST", KEY, {"url": attacker})[0] == 401
     assert _call(base + f"/workers/{ids[sim.base_url]}", "DELETE", KEY)[0] == 401
     assert _call(base + "/flush_cache", "POST", KEY)[0] == 401
-    assert add_worker(endpoint, KEY, attacker) == f"POST /workers {attacker}: HTTP 401"  # the client, with that key
+    assert post_worker(endpoint, KEY, attacker) == f"POST /workers {attacker}: HTTP 401"  # the client, with that key
     time.sleep(1.0)  # an accepted addition is queued: give one the time it would take
     view = router_health(base, ADMIN)
     assert view.listed and view.membership([sim.base_url]) == ([], []), view
@@ -117,13 +118,14 @@ def test_the_clients_key_cannot_manage_the_router_and_the_admin_key_drives_the_r
     assert not router_health(base, KEY).listed  # kimi-serve's view needs the admin key too
 
     # the admin key: kimi-serve's rolling-restart client takes the worker out and puts it back
-    assert remove_worker(endpoint, ADMIN, sim.base_url, wait=30) is None
+    rotation = Rotation(endpoint, ADMIN, None, wait=30)
+    assert take_out(rotation, sim.base_url) == (None, False)
     gone = router_health(base, ADMIN)
     assert gone.membership([sim.base_url]) == ([sim.base_url], [])
     assert gone.membership_line([sim.base_url]) == (
         f"the router's workers are not the profile's replicas (missing: {sim.base_url})"
     )
-    assert add_worker(endpoint, ADMIN, sim.base_url) is None
+    assert put_back(rotation, sim.base_url, pending=False) is None
     ok, state = wait_router(endpoint, ADMIN, minimum=1, wait=60, healthy=sim.base_url)
     assert ok, state
     assert _chat(base, KEY) == 200

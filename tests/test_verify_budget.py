@@ -149,7 +149,7 @@ def test_a_refused_connection_still_says_check_the_host(loopback_port: Callable[
 
 def test_the_router_client_sends_a_change_once(loopback_port: Callable[[], int]) -> None:
     """A change the router may have applied before it reset the connection (POST /workers) is not sent again."""
-    from kimi_serve.router.client import add_worker
+    from kimi_serve.router.client import post_worker
 
     posts: list[str] = []
 
@@ -158,6 +158,6 @@ def test_the_router_client_sends_a_change_once(loopback_port: Callable[[], int])
         return True
 
     with ContractServer(port=loopback_port(), reset=reset) as srv:
-        got = add_worker(srv.host, None, "http://127.0.0.1:30011")
+        got = post_worker(srv.host, None, "http://127.0.0.1:30011")
     assert isinstance(got, str) and "reset" in got, got
     assert posts == ["/workers"]

@@ -51,10 +51,12 @@ EXIT_CODES: dict[str, str] = {
     "restart": (
         "0 the new unit passed (a deployment: every replica rolled); 1 it failed and the last good unit "
         "is back and passing (a deployment: the roll stopped there, or the router did not see the replica "
-        "healthy again); 4 nothing is serving (no last good unit, or it failed too; a deployment: that "
+        "healthy again, or a replica may be out of the router's rotation: named, with the command that puts it "
+        "back); 4 nothing is serving (no last good unit, or it failed too; a deployment: that "
         "replica); 5 missing tool, not permitted, systemd not running here (nothing written), or (a "
         "deployment) refused before the first change: no "
-        "other healthy worker in the router, or the topology changed; 70 kimi-serve's own verify crashed "
+        "other healthy worker in the router, the router did not take the replica out (it is back in the "
+        "rotation), or the topology changed; 70 kimi-serve's own verify crashed "
         "(in restart or in the unit's ExecStartPost): no verdict, so no rollback; 75 the host lock is held "
         "(another restart or service change)"
     ),

@@ -14,9 +14,13 @@ from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644, step: str | None = None) -> None:
+def write_atomic(path: Path, text: str, mode: int = 0o644, step: str | None = None, root: Path | None = None) -> None:
     """Replace ``path`` with ``text`` (mode ``mode`` from the start); ``step`` names a fault checkpoint before the
-    rename (the kill-at-every-step tests reach it)."""
+    rename (the kill-at-every-step tests reach it). With ``root`` (root writing into an install root), the folder is
+    reached without following a link out of ``root`` at any component (:func:`write_under`)."""
+    if root is not None:
+        write_under(root, path, text, mode, step)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     import tempfile  # here, not at import: the CLI's --help path reads this module
 
@@ -125,23 +129,189 @@ def refuse_escape(root: Path, path: Path, fix: str) -> None:
         raise link_refused(path, problem, fix)
 
 
-def chown_nofollow(path: Path, uid: int, gid: int, fix: str) -> bool:
-    """Make ``uid:gid`` the owner of the file or directory ``path`` itself (opened with ``O_NOFOLLOW``, changed
-    through that descriptor, so a link swapped in is never followed); exit 5 when it is a link or not a plain file or
-    directory. Whether the owner changed."""
+def _fchown(path: Path, fd: int, uid: int, gid: int, fix: str) -> bool:
+    st = os.fstat(fd)
+    if not (stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1)):
+        raise link_refused(path, "it is not a plain file of its own or a directory", fix)
+    if (st.st_uid, st.st_gid) == (uid, gid):
+        return False
+    os.fchown(fd, uid, gid)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------- confined to a root
+# A check of the path once, before the writes, is not enough: the owner of a folder on the way (a scratch --root, the
+# service user's working directory) can swap a folder for a link between the check and the write. So every write,
+# mkdir and chown as root walks the path from the root one component at a time, each opened relative to the folder
+# before it with O_NOFOLLOW (openat): a link is never followed by the kernel. A link found on the way is resolved here
+# as the system under the root sees it (absolute: from the root; relative: from where it is), and refused (exit 5)
+# when that leaves the root (an absolute link in a root other than /, a relative one climbing above it): the same
+# rule as :func:`escape_problem`, now held at each write and not only once. Under / nothing is outside.
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ROOT_FIX = "remove the link, or pass a --root whose links stay inside it"
+
+
+def _is_link(name: str, dir_fd: int) -> str | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise link_refused(path, f"it is a symbolic link (to {_link_target(path)})", fix) from None
-        raise
+        return os.readlink(name, dir_fd=dir_fd)
+    except OSError:
+        return None
+
+
+def open_dir_under(root: Path, path: Path, *, create: bool = False, mode: int = 0o755, fix: str = _ROOT_FIX) -> int:
+    """A descriptor of the folder ``path`` (inside ``root``), reached component by component from ``root`` without the
+    kernel following any link (see above); with ``create``, missing folders are made (``mkdir`` relative to the folder
+    before, mode ``mode``). Exit 5 naming ``path`` for a link out of ``root``, or a component that is not a folder;
+    FileNotFoundError for a missing one without ``create``. The caller closes the descriptor."""
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+    if rel == ".." or rel.startswith("../"):
+        raise link_refused(path, f"it is outside {root}", fix)
+    top = os.path.realpath(root) == "/"
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if create:
+        os.makedirs(root, exist_ok=True)  # the root itself is the operator's (--root): made as before, links and all
+    stack = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+    hops = 0
+    try:
+        while parts:
+            part = parts.pop(0)
+            if part == "..":
+                if len(stack) > 1:
+                    os.close(stack.pop())
+                elif not top:
+                    raise link_refused(path, f"a symbolic link on the way climbs out of {root}", fix)
+                continue
+            target = _is_link(part, stack[-1])
+            if target is not None:
+                hops += 1
+                if hops > 40 or (target.startswith("/") and not top):
+                    why = "loops" if hops > 40 else f"leads to {target}, outside {root}"
+                    raise link_refused(path, f"a symbolic link on the way ({part} -> {target}) {why}", fix)
+                if target.startswith("/"):
+                    while len(stack) > 1:
+                        os.close(stack.pop())
+                parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+                continue
+            try:
+                fd = os.open(part, _DIR, dir_fd=stack[-1])
+            except FileNotFoundError:
+                if not create:
+                    raise
+                hops += 1
+                if hops > 40:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, mode, dir_fd=stack[-1])
+                parts.insert(0, part)  # opened (or found to be a link planted meanwhile) on the next turn
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+                    raise link_refused(path, f"{part} on the way is not a folder", fix) from None
+                raise
+            stack.append(fd)
+        return stack.pop()
+    finally:
+        for fd in stack:
+            os.close(fd)
+
+
+def _same_folder(root: Path, path: Path, fd: int) -> None:
+    """Exit 5 when ``path`` no longer reaches the folder ``fd`` is (it was swapped while root wrote in it)."""
+    try:
+        again = open_dir_under(root, path)
+    except FileNotFoundError:
+        again = -1
     try:
         st = os.fstat(fd)
-        if not (stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1)):
-            raise link_refused(path, "it is not a plain file of its own or a directory", fix)
-        if (st.st_uid, st.st_gid) == (uid, gid):
-            return False
-        os.fchown(fd, uid, gid)
-        return True
+        now = os.fstat(again) if again >= 0 else None
+        if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            raise link_refused(path, "the folder was moved or replaced while kimi-serve wrote in it", _ROOT_FIX)
+    finally:
+        if again >= 0:
+            os.close(again)
+
+
+def mkdir_under(root: Path, path: Path, mode: int = 0o755) -> None:
+    """Make the folder ``path`` and its parents inside ``root`` (:func:`open_dir_under`)."""
+    os.close(open_dir_under(root, path, create=True, mode=mode))
+
+
+def write_under(
+    root: Path, path: Path, text: str, mode: int = 0o644, step: str | None = None, tmp: str | None = None
+) -> None:
+    """:func:`write_atomic` inside ``root``: the temporary file (``tmp``, default a random ``.NAME.*.tmp``; whatever is
+    at that name removed first, a link itself) created ``O_EXCL | O_NOFOLLOW`` and renamed in the folder reached by
+    :func:`open_dir_under`, the folder fsynced, then checked again (exit 5 if it was swapped meanwhile)."""
+    fd = open_dir_under(root, path.parent, create=True)
+    try:
+        if tmp is None:
+            tmp = f".{path.name}.{os.urandom(4).hex()}.tmp"
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=fd)
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+        try:
+            os.fchmod(out, mode)
+            with os.fdopen(out, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            if step:
+                checkpoint(step)
+            os.replace(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=fd)
+            raise
+        os.fsync(fd)
+        _same_folder(root, path.parent, fd)
+    finally:
+        os.close(fd)
+
+
+def chown_under(root: Path, path: Path, uid: int, gid: int, fix: str) -> bool | None:
+    """Make ``uid:gid`` the owner of the file or directory ``path`` (inside ``root``) itself: its folder reached by
+    :func:`open_dir_under`, the file opened relative to it with ``O_NOFOLLOW`` and changed through that descriptor, so
+    a link swapped in anywhere on the way is never followed; exit 5 when it is a link or not a plain file of its own or
+    a directory. Whether the owner changed, None when there is nothing at ``path``."""
+    try:
+        fd = open_dir_under(root, path.parent, fix=fix)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            one = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                target = _is_link(path.name, fd) or "?"
+                raise link_refused(path, f"it is a symbolic link (to {target})", fix) from None
+            raise
+        try:
+            return _fchown(path, one, uid, gid, fix)
+        finally:
+            os.close(one)
+    finally:
+        os.close(fd)
+
+
+def remove_under(root: Path, path: Path, *, tree: bool = False) -> None:
+    """Remove the file ``path`` inside ``root`` (``tree``: the folder and everything in it, ``shutil.rmtree`` relative
+    to its parent's descriptor, which never follows a link), its folder reached by :func:`open_dir_under`; a link at
+    ``path`` itself is removed (``tree``: left), never followed. Nothing there: nothing to do."""
+    try:
+        fd = open_dir_under(root, path.parent)
+    except FileNotFoundError:
+        return
+    try:
+        if tree:
+            import shutil
+
+            shutil.rmtree(path.name, dir_fd=fd, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path.name, dir_fd=fd)
     finally:
         os.close(fd)

@@ -149,16 +149,19 @@ def render_key_file(api_key: str, admin_api_key: str | None = None) -> str:
     return yaml.safe_dump(data, default_flow_style=False)
 
 
-def write_key_file_text(path: Path, text: str, step: str | None = None) -> None:
+def write_key_file_text(path: Path, text: str, step: str | None = None, root: Path | None = None) -> None:
     """Replace ``path`` with the key file ``text``, mode 0600 from its first byte: a temporary file beside it, fsync,
     one rename (a reader sees the old file or the new one). ``step`` names a :func:`checkpoint` before the rename.
-    The one writer of key files: the service's, the dry run's stand-in, the SGLang tier's copy."""
-    write_atomic(path, text, 0o600, step)
+    The one writer of key files: the service's, the dry run's stand-in, the SGLang tier's copy. ``root``: written
+    inside it (:func:`kimi_serve.core.files.write_under`)."""
+    write_atomic(path, text, 0o600, step, root)
 
 
-def write_key_file(path: Path, api_key: str, admin_api_key: str | None = None, step: str | None = None) -> None:
+def write_key_file(
+    path: Path, api_key: str, admin_api_key: str | None = None, step: str | None = None, root: Path | None = None
+) -> None:
     """Write a key file SGLang reads with ``--config`` (:func:`render_key_file`, :func:`write_key_file_text`)."""
-    write_key_file_text(path, render_key_file(api_key, admin_api_key), step)
+    write_key_file_text(path, render_key_file(api_key, admin_api_key), step, root)
 
 
 def read_key_file(path: Path, where: str | None = None) -> str:

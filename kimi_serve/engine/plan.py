@@ -11,7 +11,7 @@ from typing import Any
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.engine import locks
 from kimi_serve.engine.discover import base_python, find_uv, is_venv, target_python
-from kimi_serve.engine.prefix import lock_of, moved_link, old_of, resolve, staging_of
+from kimi_serve.engine.prefix import lock_of, moved_link, old_of, refuse_kimi_serves_own, resolve, staging_of
 
 INTERPRETERS = ("copy", "link")  # --interpreter: a standalone copy inside the prefix, or the venv links to the base
 
@@ -83,6 +83,7 @@ def make_plan(
     lock = locks.load(lock_name)
     given = prefix.expanduser().absolute()
     prefix = resolve(given)
+    refuse_kimi_serves_own(given, prefix)  # before anything there is read, replaced or cleared
     for moved in (moved_link(given), moved_link(prefix)):  # an older kimi-serve moved a link aside (engine/prefix.py)
         if moved is not None:
             raise moved

@@ -48,6 +48,40 @@ def profile_prefix(p: Profile, given: Path | None) -> Path:
     return path.parent.parent
 
 
+def _within(path: str, tree: str) -> bool:
+    return path == tree or path.startswith(tree.rstrip("/") + "/")
+
+
+def refuse_kimi_serves_own(given: Path, prefix: Path) -> None:
+    """Exit 2, before anything is touched, when the prefix (as given, where its links lead, or its real path) is, sits
+    inside or contains a folder of kimi-serve's own: its state root (the locks, records and backups an install next
+    to them would clear), the key folder, or a systemd unit directory. An install replaces the prefix and removes what
+    an earlier one left beside it."""
+    from kimi_serve.check.owned_paths import KEY_HOME, UNIT_TREES
+    from kimi_serve.core.settings import DEFAULT_STATE_ROOT, state_root
+
+    state = "kimi-serve's state root (its locks, records and backups)"
+    trees = [
+        *((str(t), state) for t in (DEFAULT_STATE_ROOT, state_root())),
+        (KEY_HOME, "kimi-serve's key folder"),
+        *((t, "a systemd unit directory") for t in UNIT_TREES),
+    ]
+    for path in dict.fromkeys((str(given), str(prefix), os.path.realpath(prefix))):
+        for tree, what in trees:
+            for t in dict.fromkeys((tree, os.path.realpath(tree))):
+                how = "is" if path == t else "sits inside" if _within(path, t) else ""
+                how = how or ("contains" if _within(t, path) else "")
+                if how:
+                    shown = str(given) if path == str(given) else f"{given} (resolves to {path})"
+                    raise KimiServeError(
+                        f"the engine prefix {shown} {how} {t}, {what}: an install replaces its prefix and clears "
+                        "what is beside it",
+                        where="--prefix (or the profile's python:)",
+                        hint="pick a folder of the engine's own, e.g. --prefix /opt/kimi-serve/venv",
+                        exit_code=ExitCode.USAGE,
+                    )
+
+
 def staging_of(prefix: Path) -> Path:
     return prefix.parent / f".{prefix.name}.kimi-serve-new"
 

@@ -9,9 +9,9 @@ routes need the clients' key (401 without) while ``/readiness``, ``/health`` and
 ``--control-plane-api-keys`` (which kimi-serve's shim always sets for a keyed router) ``/workers`` takes only the
 control plane's admin key, the key file's ``admin-api-key`` (:func:`admin_key_of`), and refuses the clients' (401).
 The key is sent whenever given. ``DELETE /workers/ID`` and ``POST /workers {"url": URL}`` take a worker out of the
-rotation and put it back (both queued, answered 202): the rolling restart's :func:`remove_worker` and
-:func:`add_worker`. Used by `up` (ready = every worker healthy; while supervising: the router's worker set must be the
-profile's replicas, :meth:`RouterHealth.membership`), `status` (:func:`router_workers`), the router unit's start gate
+rotation and put it back (both queued, answered 202): :func:`delete_worker` and :func:`post_worker`, which the
+rolling restart drives through :mod:`kimi_serve.service.rotation`. Used by `up` (ready = every worker healthy;
+while supervising: the router's worker set must be the profile's replicas, :meth:`RouterHealth.membership`), `status` (:func:`router_workers`), the router unit's start gate
 and the rolling restart. Every request goes through verify's
 deadline transport (:mod:`kimi_serve.core.http`): it ends within its timeout, also against a router
 that trickles, and reads at most :data:`ROUTER_LIMITS` (1 MiB an answer); its JSON is decoded within
@@ -205,32 +205,15 @@ def worker_ids(endpoint: str, api_key: str | None) -> dict[str, str] | str:
         return "GET /workers is not the worker list sglang-router 0.3.2 sends"
 
 
-def remove_worker(endpoint: str, api_key: str | None, url: str, wait: float) -> str | None:
-    """Take ``url`` out of the router's rotation (``DELETE /workers/ID``, queued by the router) and wait until it is
-    no longer listed, so no new request goes there; None when done, else why not."""
-    ids = worker_ids(endpoint, api_key)
-    if isinstance(ids, str):
-        return ids
-    if url not in ids:
-        return None
-    got = _call("DELETE", f"http://{endpoint}/workers/{ids[url]}", api_key)
-    if isinstance(got, str) or got[0] not in (200, 202, 204):
-        return got if isinstance(got, str) else f"DELETE /workers/{ids[url]}: HTTP {got[0]}"
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        ids = worker_ids(endpoint, api_key)
-        if isinstance(ids, dict) and url not in ids:
-            return None
-        time.sleep(REMOVE_POLL_S)
-    return f"the router still lists {url} {wait:g}s after its removal was accepted"
+def delete_worker(endpoint: str, api_key: str | None, worker_id: str) -> int | str:
+    """``DELETE /workers/ID`` alone: the router's HTTP status (200, 202 or 204: accepted, applied when the router
+    gets to it), or why no answer came (it may have been applied all the same)."""
+    got = _call("DELETE", f"http://{endpoint}/workers/{worker_id}", api_key)
+    return got if isinstance(got, str) else got[0]
 
 
-def add_worker(endpoint: str, api_key: str | None, url: str) -> str | None:
-    """Put ``url`` (back) into the router's rotation (``POST /workers``; the router registers it once it answers
-    its probes); None when accepted or already listed, else why not."""
-    ids = worker_ids(endpoint, api_key)
-    if isinstance(ids, dict) and url in ids:
-        return None
+def post_worker(endpoint: str, api_key: str | None, url: str) -> str | None:
+    """``POST /workers {"url": URL}`` alone, whatever the list says: None when accepted, else why not."""
     got = _call("POST", f"http://{endpoint}/workers", api_key, {"url": url})
     if isinstance(got, str) or got[0] not in (200, 201, 202):
         return got if isinstance(got, str) else f"POST /workers {url}: HTTP {got[0]}"

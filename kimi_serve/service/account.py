@@ -9,13 +9,12 @@ not ``/`` (an offline ``--root`` install, or a container's root seen from its ho
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from kimi_serve.core.accounts import Account, group_names, lookup, table
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.files import chown_nofollow
+from kimi_serve.core.files import chown_under
 from kimi_serve.core.proc import Runner
 
 ACCOUNT_TIMEOUT = 60.0
@@ -146,14 +145,15 @@ def remove_created(user: str, accounts_root: Path, runner: Runner, *, group: boo
     return f"removed system user {user} (created by the interrupted install)"
 
 
-def hand_over(account: Account | None, paths: Iterable[Path]) -> list[str]:
-    """Make ``account`` the owner of each existing path (the key file, the working directory); not recursive. The
-    path itself, never what a link there points to (exit 5 naming it: :func:`kimi_serve.core.files.chown_nofollow`)."""
+def hand_over(account: Account | None, paths: Iterable[Path], root: Path) -> list[str]:
+    """Make ``account`` the owner of each existing path (the key file, the working directory; inside ``root``); not
+    recursive. The path itself, reached from ``root`` without following a link at any component, never what a link
+    there points to (exit 5 naming it: :func:`kimi_serve.core.files.chown_under`)."""
     if account is None:
         return []
     done = []
     for path in paths:
         fix = "remove the link and set the profile's path to the real file or directory (service.user owns it)"
-        if os.path.lexists(path) and chown_nofollow(path, account.uid, account.gid, fix):
+        if chown_under(root, path, account.uid, account.gid, fix):
             done.append(f"chown {account.name} {path}")
     return done

@@ -39,7 +39,10 @@ def wait_router(
     that worker among them; (reached, one-line state) once reached or after ``wait`` seconds."""
     deadline = time.monotonic() + wait
     while True:
-        workers = router_workers(endpoint, api_key)
+        try:
+            workers = router_workers(endpoint, api_key)
+        except RecursionError:  # JSON nested past the parser's depth: an answer that says nothing, like an error
+            workers = f"router {endpoint}: GET /workers answered JSON nested too deeply to read"
         if isinstance(workers, list):
             n = healthy_count(workers, exclude)
             named = healthy is None or any(w.url == healthy and w.healthy for w in workers)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.core.files import open_lock
+from kimi_serve.core.files import mkdir_under, open_lock
 from kimi_serve.core.inputs import load_json
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic
 
@@ -43,7 +43,7 @@ def read_history(paths: ServicePaths) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def _locked(paths: ServicePaths) -> Iterator[None]:
-    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    mkdir_under(paths.root, paths.state_dir)
     with open_lock(paths.state_dir / (HISTORY + ".lock")) as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
@@ -55,7 +55,7 @@ def _locked(paths: ServicePaths) -> Iterator[None]:
 def append_history(paths: ServicePaths, record: dict[str, Any], keep: int = KEEP) -> None:
     with _locked(paths):
         records = [*read_history(paths), record][-keep:]
-        write_atomic(history_file(paths), "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+        write_atomic(paths, history_file(paths), "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 
 
 def run_record(report: Any, *, profile: str, endpoint: str, started: float, finished: float) -> dict[str, Any]:

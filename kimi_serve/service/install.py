@@ -18,6 +18,7 @@ from typing import Any
 from kimi_serve.check.owned_paths import refuse_owned_paths
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
+from kimi_serve.core.files import mkdir_under
 from kimi_serve.core.findings import Finding, error_from
 from kimi_serve.core.proc import Completed
 from kimi_serve.core.settings import API_KEY_ENV, current, from_env
@@ -256,26 +257,28 @@ def write_unit(plan: Plan, systemd: Systemd, result: Result, environ: Mapping[st
     )
     for action in done:
         result.add(action, "done")
+    checkpoint("service.write.account")
     if plan.create_secret and profile.server.api_key_file:
-        create_secret(p.under_root(profile.server.api_key_file), profile, environ.get(API_KEY_ENV, ""))
+        create_secret(p.under_root(profile.server.api_key_file), profile, environ.get(API_KEY_ENV, ""), p.root)
         result.add(f"create {profile.server.api_key_file} (0600)", "done")
-    p.under_root(profile.service.working_directory).mkdir(parents=True, exist_ok=True)
+    mkdir_under(p.root, p.under_root(profile.service.working_directory))
     checkpoint("service.write.workdir")
     owned = [p.under_root(f) for f in (profile.server.api_key_file, profile.service.working_directory) if f]
-    for action in account.hand_over(owner, owned):  # SGLang, running as that user, reads the key file
+    for action in account.hand_over(owner, owned, p.root):  # SGLang, running as that user, reads the key file
         result.add(action, "done")
     current = read_text(p.unit_file)
     # the unit before the last CHANGE: writing the same text again (a restart of an unchanged unit, a killed rolling
     # restart run again) must not replace it with a copy of the current one, or the last different unit is lost
     if current is not None and current != plan.unit.text:
-        write_atomic(p.previous_unit, current)
+        write_atomic(p, p.previous_unit, current)
         result.add(f"keep the current unit as {p.previous_unit}", "done")
-    write_atomic(p.unit_file, plan.unit.text, 0o644)
+    write_atomic(p, p.unit_file, plan.unit.text, 0o644)
     result.add(f"write {p.unit_file}", "done", f"sha256 {plan.unit.sha256[:12]}")
     mon.write_monitor(plan.monitor, p, result.add)
     if systemd.live:
         must(result, "systemctl daemon-reload", systemd.daemon_reload())
         checkpoint("service.write.daemon-reload")
+    mkdir_under(p.root, p.unit_file.parent)  # the .wants links systemctl writes: the folder still the root's own
     must(result, f"systemctl enable {p.unit}", systemd.enable(p.unit))
     checkpoint("service.write.enabled")
     mon.enable_monitor(plan.monitor, p, systemd, lambda a, d: must(result, a, d), result.add, start=False)
@@ -345,11 +348,11 @@ def start_and_verify(
     record_verify(paths, outcome)
     checkpoint("service.verified")
     if outcome.ok:
-        write_atomic(paths.last_good_unit, c.text)
-        write_record(paths.last_good_record, c.record())
+        write_atomic(paths, paths.last_good_unit, c.text)
+        write_record(paths, paths.last_good_record, c.record())
         result.add(f"record {paths.last_good_unit} as the last good unit", "done")
     return outcome
 
 
 def record_verify(paths: ServicePaths, outcome: InstallOutcome) -> None:
-    write_record(paths.last_verify_record, {**outcome.to_json(), "status": "pass" if outcome.ok else "fail"})
+    write_record(paths, paths.last_verify_record, {**outcome.to_json(), "status": "pass" if outcome.ok else "fail"})

@@ -31,7 +31,7 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
-from kimi_serve.core.files import create_new
+from kimi_serve.core.files import chown_under, remove_under, write_under
 from kimi_serve.service import account
 from kimi_serve.service.state import (
     STATE_DIR,
@@ -166,7 +166,7 @@ def journalled(changes: Sequence[tuple[ServicePaths, dict[str, Any]]], op: str) 
         data = snapshot(paths, op, **kw)
         if intent_path(paths) != anchor:
             data["anchor"] = anchor.name
-        _write_journal(intent_path(paths), json.dumps(data, indent=2) + "\n")
+        _write_journal(paths, intent_path(paths), json.dumps(data, indent=2) + "\n")
         checkpoint(f"service.{op}.journal-written")
     try:
         yield
@@ -183,23 +183,11 @@ def _end(members: list[ServicePaths], op: str) -> None:
             checkpoint(f"service.{op}.journal-removed")
 
 
-def _write_journal(path: Path, text: str) -> None:
-    """Temp file, fsync, rename, fsync of the folder. A crash before the rename leaves only the temp file, which
-    :func:`recover` removes (nothing had changed yet)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = create_new(tmp)  # a link planted at the temp name is removed, never written through
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    checkpoint("service.journal.write")
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+def _write_journal(paths: ServicePaths, path: Path, text: str) -> None:
+    """Temp file, fsync, rename, fsync of the folder, inside the root (:func:`kimi_serve.core.files.write_under`: no
+    link followed on the way, a temp name planted as a link removed, never written through). A crash before the
+    rename leaves only the temp file, which :func:`recover` removes (nothing had changed yet)."""
+    write_under(paths.root, path, text, 0o600, "service.journal.write", tmp=f".{path.name}.{os.getpid()}.tmp")
 
 
 def read_intent(paths: ServicePaths) -> dict[str, Any] | None:
@@ -280,9 +268,9 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
         for tmp in target.parent.glob(f".{target.name}.*.tmp"):
             tmp.unlink(missing_ok=True)
         if saved is None:
-            target.unlink(missing_ok=True)
+            remove_under(paths.root, target)
         else:
-            write_atomic(target, saved["text"], int(saved["mode"]))
+            write_atomic(paths, target, saved["text"], int(saved["mode"]))
         checkpoint("service.recover.file")
     if intent.get("enabled") and not wants_link(paths).is_symlink() and paths.unit_file.exists():
         systemd.enable(paths.unit)
@@ -297,9 +285,9 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
         if keep_secret and secret.is_file():
             kept = secret
             with contextlib.suppress(OSError):  # the account it was handed to may be removed below
-                os.chown(secret, os.geteuid(), os.getegid())
+                chown_under(paths.root, secret, os.geteuid(), os.getegid(), "remove the link")
         else:
-            secret.unlink(missing_ok=True)
+            remove_under(paths.root, secret)
     created = intent.get("created_user")
     # after the files the user owned (key file, folders below) are gone or back; a scratch root's journal removes
     # an account of that root's own user database only

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
-from kimi_serve.core.files import link_refused
+from kimi_serve.core.files import link_refused, mkdir_under, remove_under
 from kimi_serve.core.proc import Completed
 from kimi_serve.core.resources import resource_dir
 from kimi_serve.profile.launch import Launch
@@ -242,7 +242,7 @@ def write_monitor(monitor: MonitorUnits | None, paths: ServicePaths, add: Step) 
     for directory in monitor.writable:  # ProtectSystem=strict: the check cannot create them itself
         target = paths.under_root(directory)
         if not target.is_dir():
-            target.mkdir(mode=0o755, parents=True)
+            mkdir_under(paths.root, target, 0o755)
             add(f"create {target}", "done", "")
     for unit in monitor.files:
         path = _unit_path(paths, unit.name)
@@ -250,7 +250,7 @@ def write_monitor(monitor: MonitorUnits | None, paths: ServicePaths, add: Step) 
         if unit.name == ALERT_UNIT and current is not None and parse_marker(current) is None:
             add(f"keep {path}", "skipped", "not written by kimi-serve (the operator's own hook)")
             continue
-        write_atomic(path, unit.text, 0o644)
+        write_atomic(paths, path, unit.text, 0o644)
         add(f"write {path}", "done", f"sha256 {unit.sha256[:12]}")
 
 
@@ -296,7 +296,7 @@ def remove_monitor(paths: ServicePaths, systemd: Systemd, must: Must, add: Step,
             must(action, call())
     for name in (timer, service):
         if not dry_run:
-            _unit_path(paths, name).unlink(missing_ok=True)
+            remove_under(paths.root, _unit_path(paths, name))
         add(f"remove {_unit_path(paths, name)}", status, "")
     if not dry_run:
         checkpoint("service.monitor.removed")
@@ -312,5 +312,5 @@ def _remove_alert(paths: ServicePaths, timer: str, add: Step, *, dry_run: bool) 
     text = read_text(alert)
     if text is not None and parse_marker(text) is not None and not others:
         if not dry_run:
-            alert.unlink()
+            remove_under(paths.root, alert)
         add(f"remove {alert}", "planned" if dry_run else "done", "no other kimi-serve contract check uses it")

@@ -97,7 +97,7 @@ def roll_back(
     good: Candidate, paths: ServicePaths, systemd: Systemd, verifier: Verifier, result: Result
 ) -> InstallOutcome:
     checkpoint("service.rollback")
-    write_atomic(paths.unit_file, good.text, 0o644)
+    write_atomic(paths, paths.unit_file, good.text, 0o644)
     result.add(f"restore the last good unit (profile {good.profile}, sha256 {good.sha256[:12]})", "done")
     for action, call in (
         ("systemctl daemon-reload", systemd.daemon_reload),

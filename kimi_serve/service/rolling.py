@@ -10,13 +10,16 @@ replica meanwhile fails (measured: HTTP 500 ``call_upstream_request_error``, no 
 restart of that replica
 (:func:`kimi_serve.service.restart.restart`: its own intent journal, the contract check, the rollback of THAT
 replica to its last good unit on failure), and the replica is put back into the rotation (``POST /workers``) whatever
-the outcome. A replica that fails stops the roll: the ones after it keep their units.
+the outcome, also when the router did not take it out in time (:mod:`kimi_serve.service.rotation`: a late removal
+waited for, bounded retries; a replica it cannot put back is named with the command that does). A replica that
+fails stops the roll: the ones after it keep their units.
 A passing replica must show up healthy in the router again before the next one is stopped. The router's unit is
 restarted last, and only when what it runs changed (its argv, environment or settings; or its verify timer).
 
 Exit codes: those of :mod:`kimi_serve.service.restart`, for the replica that stopped the roll (1: it failed and its
 last good unit is back; 4: it failed and is not serving, while the others still are; 70: verify crashed); 1 also
-when the router does not see a restarted replica healthy again in time; 5 refused before the first change.
+when the router does not see a restarted replica healthy again in time, or a replica may be out of its rotation
+(named, with the command); 5 refused before the first change (the replica in the rotation as it was).
 """
 
 from __future__ import annotations
@@ -27,13 +30,13 @@ from typing import Any
 
 from kimi_serve.check.deployment import REPLICA
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.router.client import add_worker, remove_worker, worker_ids
 from kimi_serve.service.fleet import Fleet
 from kimi_serve.service.gates import wait_router
 from kimi_serve.service.install import Plan, Result, Verifier
 from kimi_serve.service.marker import parse_marker
 from kimi_serve.service.member_units import installed_members
 from kimi_serve.service.restart import restart
+from kimi_serve.service.rotation import Rotation, put_back, take_out
 from kimi_serve.service.state import read_text
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.timeouts import router_health_wait_sec
@@ -99,21 +102,33 @@ def _refuse_topology_change(fleet: Fleet) -> None:
             )
 
 
-def _put_back_missing(fleet: Fleet, endpoint: str, key: str | None, result: Result) -> None:
+def _put_back_missing(fleet: Fleet, r: Rotation, result: Result) -> None:
     """A replica missing from the router's rotation (a roll killed between taking it out and putting it back) is
     put back first."""
-    ids = worker_ids(endpoint, key)
+    ids = r.ids()
     if isinstance(ids, str):
         return  # the wait for a healthy worker says why
     for m, _ in fleet.replicas:
         url = f"http://{m.launch.endpoint}"
         if url not in ids:
-            problem = add_worker(endpoint, key, url)
-            result.add(
-                f"put {url} back into the router's rotation (it was missing)",
-                "failed" if problem else "done",
-                problem or "",
-            )
+            _restore(r, url, m.index, result, pending=False, note=" (it was missing)")
+
+
+def _restore(r: Rotation, url: str, index: int, result: Result, *, pending: bool, note: str = "") -> bool:
+    """Put replica ``index`` back (:func:`kimi_serve.service.rotation.put_back`, bounded); a replica that may be left
+    out is named with the command that puts it back, and fails the roll (exit 1). Whether it is back."""
+    problem = put_back(r, url, pending=pending)
+    if problem is None:
+        result.add(f"put {url} back into the router's rotation{note}", "done")
+        return True
+    result.add(
+        f"put {url} back into the router's rotation{note}",
+        "failed",
+        f"replica {index} ({url}) may be out of the router's rotation: {problem}; run the restart again (it puts "
+        f"a missing replica back first), or put it back with: {r.command(url)}",
+    )
+    result.exit_code = ExitCode.FAILED
+    return False
 
 
 def _settings(text: str | None) -> list[str]:
@@ -162,8 +177,11 @@ def rolling_restart(
     assert fleet.router is not None
     router, router_plan = fleet.router
     endpoint, key, wait = router.launch.endpoint, router_key(fleet), router_health_wait_sec(fleet.profile)
-    result, rolled = Result(fleet.base), []
-    _put_back_missing(fleet, endpoint, key, result)
+    rot = Rotation(endpoint, key, fleet.profile.server.api_key_file, wait)
+    result, rolled = Result(fleet.base), list[dict[str, Any]]()
+    _put_back_missing(fleet, rot, result)
+    if result.exit_code != ExitCode.OK:
+        return result, rolled  # a replica that cannot be put back: named; nothing is rolled
     for n, index in enumerate(order):
         member, plan = by_index[index]
         url = f"http://{member.launch.endpoint}"
@@ -179,20 +197,23 @@ def rolling_restart(
             break
         result.add(f"router {endpoint} before {plan.paths.unit}", "done", state)
         t0 = time.monotonic()
-        problem = remove_worker(endpoint, key, url, wait)
+        problem, pending = take_out(rot, url)
         if problem:
-            message = f"cannot take replica {index} out of the router's rotation: {problem}"
+            result.add(f"take {url} out of the router's rotation", "failed", problem)
+            # whatever the router did with the removal (applied late, answered oddly): the replica goes back first
+            if not _restore(rot, url, index, result, pending=pending):
+                return result, rolled
+            message = f"cannot take replica {index} out of the router's rotation: {problem} (it is back in it)"
             hint = "check the router (kimi-serve status), then run restart again"
             _stop_before(result, plan.paths.unit, index, first=n == 0, message=message, hint=hint)
             break
         result.add(f"take {url} out of the router's rotation", "done", f"DELETE /workers; drain {DRAIN_S:g}s")
-        time.sleep(DRAIN_S)
-        say(f"replica {index}: restarting {plan.paths.unit} (contract-checked, rolled back on failure)...")
         try:
+            time.sleep(DRAIN_S)
+            say(f"replica {index}: restarting {plan.paths.unit} (contract-checked, rolled back on failure)...")
             part = restart(plan, systemd, verifier, environ)
-        finally:  # whatever happened (a rollback included): the router gets the replica back once it answers
-            problem = add_worker(endpoint, key, url)
-            result.add(f"put {url} back into the router's rotation", "failed" if problem else "done", problem or "")
+        finally:  # whatever happened (a rollback, an error): the router gets the replica back once it answers
+            back = _restore(rot, url, index, result, pending=False)
         _merge(result, part)
         rolled.append(
             {
@@ -213,6 +234,8 @@ def rolling_restart(
                 f"replica {index} did not pass"
                 + (f"; replicas {', '.join(map(str, rest))} keep their units" if rest else ""),
             )
+            return result, rolled
+        if not back:  # named, with the command that puts it back (exit 1); the next replica keeps its place
             return result, rolled
         ok, state = wait_router(endpoint, key, minimum=0, wait=wait, healthy=url)
         result.add(f"router {endpoint} sees replica {index} healthy", "done" if ok else "failed", state)

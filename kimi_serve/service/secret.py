@@ -64,7 +64,8 @@ def _one_line_key(key: str) -> str:
     return key
 
 
-def create_secret(path: Path, profile: Profile, key: str) -> None:
+def create_secret(path: Path, profile: Profile, key: str, root: Path) -> None:
+    """The key file at ``path``, written inside ``root`` (no link followed out of it on the way)."""
     key = _one_line_key(key)
     admin = new_admin_key() if profile.server.admin_key != "none" else None  # never printed, only in the file
-    write_key_file(path, key, admin, step="service.write-atomic")
+    write_key_file(path, key, admin, step="service.write-atomic", root=root)

@@ -84,10 +84,11 @@ def member_order(stem: str, name: str) -> tuple[bool, int]:
     return tail != "router", -int(tail[1:]) if tail[1:].isdigit() else 0
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``text`` in one rename (:func:`kimi_serve.core.files.write_atomic`), the service's
-    fault checkpoint before it."""
-    files.write_atomic(path, text, mode, step="service.write-atomic")
+def write_atomic(paths: ServicePaths, path: Path, text: str, mode: int = 0o644) -> None:
+    """Replace ``path`` (inside ``paths.root``) with ``text`` in one rename, the service's fault checkpoint before it;
+    its folder reached from the root without following a link out of it at any component, checked at this write
+    (:func:`kimi_serve.core.files.write_under`)."""
+    files.write_atomic(path, text, mode, step="service.write-atomic", root=paths.root)
 
 
 def read_text(path: Path) -> str | None:
@@ -108,5 +109,5 @@ def read_record(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def write_record(path: Path, data: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps({**data, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2) + "\n")
+def write_record(paths: ServicePaths, path: Path, data: dict[str, Any]) -> None:
+    write_atomic(paths, path, json.dumps({**data, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2) + "\n")

@@ -199,7 +199,7 @@ def collect(
     state.capped_runs += 1 if over or len(new_lines) >= max_lines else 0
     state.cursor = cursor or state.cursor
     state.last_run = time.time() if now is None else now
-    write_atomic(state_file(paths), json.dumps(state.as_json(), sort_keys=True) + "\n")
+    write_atomic(paths, state_file(paths), json.dumps(state.as_json(), sort_keys=True) + "\n")
     return state
 
 

@@ -4,11 +4,11 @@ removed still has what it left removed (its records folder, the alert template n
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from dataclasses import replace
 
 from kimi_serve.core.faults import checkpoint
+from kimi_serve.core.files import remove_under
 from kimi_serve.core.proc import Completed
 from kimi_serve.service import monitor_units as mon
 from kimi_serve.service.install import Result, must, refuse_foreign
@@ -43,7 +43,7 @@ def uninstall(paths: ServicePaths, systemd: Systemd, *, dry_run: bool) -> Result
     )
     if not dry_run:
         checkpoint("service.uninstall.remove")
-        paths.unit_file.unlink()
+        remove_under(paths.root, paths.unit_file)
     result.add(f"remove {paths.unit_file}", status)
     if systemd.live:
         _step(result, "systemctl daemon-reload", dry_run, systemd.daemon_reload)
@@ -51,7 +51,7 @@ def uninstall(paths: ServicePaths, systemd: Systemd, *, dry_run: bool) -> Result
             systemd.reset_failed(paths.unit)  # forget a failed state; fails harmlessly when there is none
     if not dry_run:
         checkpoint("service.uninstall.records")
-        shutil.rmtree(paths.state_dir, ignore_errors=True)
+        remove_under(paths.root, paths.state_dir, tree=True)
     result.add(f"remove the records in {paths.state_dir}", status)
     return result
 
@@ -61,7 +61,7 @@ def _leftovers(paths: ServicePaths, systemd: Systemd, result: Result, dry_run: b
     mon.remove_monitor(paths, systemd, lambda a, d: must(result, a, d), result.add, dry_run=dry_run)
     if paths.state_dir.is_dir():
         if not dry_run:
-            shutil.rmtree(paths.state_dir, ignore_errors=True)
+            remove_under(paths.root, paths.state_dir, tree=True)
         result.add(f"remove the records in {paths.state_dir}", status, "left by an interrupted uninstall")
     if not result.steps:
         result.add(f"{paths.unit_file} is not installed", "skipped", "nothing to do")
