@@ -11,9 +11,9 @@ control plane's admin key, the key file's ``admin-api-key`` (:func:`admin_key_of
 The key is sent whenever given. ``DELETE /workers/ID`` and ``POST /workers {"url": URL}`` take a worker out of the
 rotation and put it back (both queued, answered 202): :func:`delete_worker` and :func:`post_worker`, which the
 rolling restart drives through :mod:`kimi_serve.service.rotation`. Used by `up` (ready = every worker healthy;
-while supervising: the router's worker set must be the profile's replicas, :meth:`RouterHealth.membership`), `status` (:func:`router_workers`), the router unit's start gate
-and the rolling restart. Every request goes through verify's
-deadline transport (:mod:`kimi_serve.core.http`): it ends within its timeout, also against a router
+while supervising: the router's worker set must be the profile's replicas, :meth:`RouterHealth.membership`),
+`status` (:func:`router_workers`), the router unit's start gate and the rolling restart. Every request goes through
+verify's deadline transport (:mod:`kimi_serve.core.http`): it ends within its timeout, also against a router
 that trickles, and reads at most :data:`ROUTER_LIMITS` (1 MiB an answer); its JSON is decoded within
 :mod:`kimi_serve.core.inputs`' depth bound, so an oversized or deeply nested answer reads as no list, never a crash.
 """
