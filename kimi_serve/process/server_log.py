@@ -16,6 +16,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -83,19 +84,28 @@ def _tail_start(segments: Sequence[tuple[BinaryIO, int]], wanted: int) -> tuple[
     return 0, 0
 
 
-def write_tail(path: Path, lines: int, out: TextIO) -> int:
-    """Write the last ``lines`` lines of ``path`` (``FILE.1`` then ``FILE``, as one log) to ``out``; return the
-    size of ``path`` they end at (where :func:`follow` goes on). Raises OSError when ``path`` cannot be read."""
+@dataclass(frozen=True)
+class Position:
+    """A place in a log file that survives its rotation: the file's (device, inode) and an offset in it."""
+
+    file: tuple[int, int]
+    offset: int
+
+
+def write_tail(path: Path, lines: int, out: TextIO) -> Position:
+    """Write the last ``lines`` lines of ``path`` (``FILE.1`` then ``FILE``, as one log) to ``out``; return where
+    they end (where :func:`follow` goes on). Raises OSError when ``path`` cannot be read."""
     with contextlib.ExitStack() as stack:
         current = stack.enter_context(path.open("rb"))
-        end = os.fstat(current.fileno()).st_size
+        own = os.fstat(current.fileno())
+        end = Position((own.st_dev, own.st_ino), own.st_size)
         if lines <= 0:
             return end
-        segments: list[tuple[BinaryIO, int]] = [(current, end)]
+        segments: list[tuple[BinaryIO, int]] = [(current, end.offset)]
         with contextlib.suppress(OSError):
             older = stack.enter_context(rotated(path).open("rb"))
-            st, own = os.fstat(older.fileno()), os.fstat(current.fileno())
-            if (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino):  # not the file just rotated under us
+            st = os.fstat(older.fileno())
+            if (st.st_dev, st.st_ino) != end.file:  # not the file just rotated under us
                 segments.insert(0, (older, st.st_size))
         k, offset = _tail_start(segments, lines)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -121,25 +131,23 @@ def follow(
     path: Path,
     out: TextIO,
     *,
-    start: int | None = None,
+    start: Position | None = None,
     stop: Callable[[], bool] = lambda: False,
     poll_s: float = 0.5,
 ) -> None:
-    """Write what is appended to ``path`` from ``start`` (default: its end) as it comes, like ``tail -F``, until
-    ``stop()``; when ``path`` is rotated (a new file at its name), what is left of the old one is written, then the
-    new one from its start."""
+    """Write what is appended to ``path`` from ``start`` (where :func:`write_tail` ended; default: its end now) as it
+    comes, like ``tail -F``, until ``stop()``: when ``path`` was rotated meanwhile, the rest of the old file (now
+    ``FILE.1``) first, then the new one from its start."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    f = path.open("rb")
+    f = _open_at(path, start)
     try:
-        size = os.fstat(f.fileno()).st_size
-        f.seek(size if start is None else start if start <= size else 0)  # smaller: rotated since; from its start
         while not stop():
             block = f.read(BLOCK)
             if block:
                 out.write(decoder.decode(block))
                 out.flush()
                 continue
-            if _replaced(path, f):
+            if _identity(path) not in (None, _identity(f)):  # rotated: go on in the new file
                 f.close()
                 f = path.open("rb")
                 continue
@@ -148,14 +156,30 @@ def follow(
         f.close()
 
 
-def _replaced(path: Path, f: BinaryIO) -> bool:
-    """Whether ``path`` now names another file than the one ``f`` reads (it was rotated)."""
+def _open_at(path: Path, start: Position | None) -> BinaryIO:
+    if start is None:
+        f = path.open("rb")
+        f.seek(0, os.SEEK_END)
+        return f
+    for candidate in (path, rotated(path)):  # the file the tail ended in, wherever a rotation put it
+        try:
+            f = candidate.open("rb")
+        except OSError:
+            continue
+        if _identity(f) == start.file:
+            f.seek(start.offset)
+            return f
+        f.close()
+    return path.open("rb")  # rotated away twice since: the new file from its start
+
+
+def _identity(file: Path | BinaryIO) -> tuple[int, int] | None:
+    """(device, inode) of a path (None: there is none) or an open file."""
     try:
-        st = os.stat(path)
+        st = os.stat(file) if isinstance(file, Path) else os.fstat(file.fileno())
     except OSError:
-        return False
-    own = os.fstat(f.fileno())
-    return (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino)
+        return None
+    return st.st_dev, st.st_ino
 
 
 def tail_bytes(path: Path, size: int = BLOCK) -> bytes:
