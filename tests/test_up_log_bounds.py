@@ -181,3 +181,23 @@ def test_a_log_that_cannot_be_read_is_one_line_exit_1(cli: Callable[..., Any], t
     assert res.code == 1, res.err
     assert "cannot read the log" in res.err and "up-sim-20260101-000000.log" in res.err
     assert "Traceback" not in res.err and len(res.err.strip().splitlines()) == 2  # the ==> header, then the one line
+
+
+def test_logs_into_a_pipe_closed_early_ends_quietly(tmp_path: Path) -> None:
+    """`kimi-serve logs -n 100000 | head -1`: the reader goes away; `logs` ends with 0 and says nothing more."""
+    state = tmp_path / "state"
+    log = state / "logs" / "up-sim-20260101-000000.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(f"line {i} {'x' * 80}\n" for i in range(100_000)))  # ~9 MB: more than a pipe holds
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kimi_serve", "logs", "-p", "sim", "--up", "-n", "100000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "KIMI_SERVE_STATE_DIR": str(state)},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"line 0 ")
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == 0, err
+    assert "Traceback" not in err and "Exception ignored" not in err and "cannot read" not in err, err
