@@ -276,3 +276,51 @@ def test_a_sigkilled_up_takes_real_sglang_down_with_its_scheduler(tmp_path: Path
         _no_leftovers(pids)
     print(f"sglang: every process of the server's group gone {took:.1f}s after `up` was SIGKILLed")
     _servers_gone(pids, [port], locks)
+
+
+PARENT = """
+import sys, time
+from pathlib import Path
+from kimi_serve.core.lock import held_lock_fds, resource_lock
+from kimi_serve.process.child import Server
+CHILD = '''
+import signal, sys, time
+def drain(*_):
+    time.sleep(1.0)  # a server's orderly stop takes a while: the locks must stay held meanwhile
+    open(sys.argv[1], "w").write("SIGTERM")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, drain)
+print("ready", flush=True)
+time.sleep(120)
+'''
+with resource_lock("test", "port", "1", state_dir=Path(sys.argv[2])):
+    server = Server.start([sys.executable, "-c", CHILD, sys.argv[1]], {}, Path(sys.argv[3]), keep_fds=held_lock_fds())
+    print(server.pid, flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_child_gets_sigterm_when_its_parent_is_sigkilled_and_shares_its_locks(tmp_path: Path) -> None:
+    """process/child.py on its own (no SGLang): the parent-death signal and the inherited lock, without `up`."""
+    mark, log = tmp_path / "mark", tmp_path / "child.log"
+    lock = resource_lock_path("port", "1", tmp_path)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(mark), str(tmp_path), str(log)], stdout=subprocess.PIPE, text=True
+    )
+    child = 0
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        deadline = time.monotonic() + 30
+        while "ready" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _lock_held(lock)
+        parent.kill()
+        assert parent.wait(10) == -signal.SIGKILL
+        took = _gone([child], [lock], GONE_S)
+        assert mark.read_text() == "SIGTERM" and took >= 0.5  # it drained, holding the lock, then exited
+        assert not _lock_held(lock)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        _no_leftovers([child] if child else [])

@@ -77,9 +77,11 @@ def die_with_parent() -> Callable[[], None] | None:
         return None
     parent, sig = os.getpid(), int(DEATH_SIGNAL)
     getppid, kill, me = os.getppid, os.kill, os.getpid
+    zero = ctypes.c_ulong(0)
+    args = (ctypes.c_int(_PR_SET_PDEATHSIG), ctypes.c_ulong(sig), zero, zero, zero)
 
     def arm() -> None:
-        prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        prctl(*args)  # prctl(int option, unsigned long arg2, ...)
         if getppid() != parent:  # the parent died between the fork and the prctl: no signal will come
             kill(me(), sig)
 
