@@ -201,3 +201,17 @@ def test_logs_into_a_pipe_closed_early_ends_quietly(tmp_path: Path) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(60) == 0, err
     assert "Traceback" not in err and "Exception ignored" not in err and "cannot read" not in err, err
+
+
+def test_a_log_that_can_no_longer_be_written_drops_lines_instead_of_raising(tmp_path: Path) -> None:
+    """The reader thread that writes the log also drains the server's pipe: an error there would wedge the server."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    capped = CappedLog(folder / "up.log", max_bytes=10)
+    capped.write(b"0123456789")
+    (folder / "up.log").unlink()
+    folder.rmdir()  # the rotation can neither move it nor start a new file
+    capped.write(b"more\n")
+    capped.write(b"and more\n")
+    assert capped.closed
+    capped.close()

@@ -43,17 +43,25 @@ class CappedLog:
         return self._file.closed
 
     def write(self, data: bytes) -> None:
+        """Append ``data``; a log that cannot be written (disk full, its folder removed) loses it rather than stop
+        the reader that keeps the server's output pipe drained."""
         if self._size and self._size + len(data) > self.max_bytes:
             self._rotate()
-        self._file.write(data)
-        self._file.flush()
+        if self._file.closed:
+            return
+        try:
+            self._file.write(data)
+            self._file.flush()
+        except OSError:
+            return
         self._size += len(data)
 
     def _rotate(self) -> None:
         self._file.close()
         with contextlib.suppress(OSError):  # the file went away or cannot be moved: start over rather than stop
             os.replace(self.path, rotated(self.path))
-        self._file = self.path.open("wb")
+        with contextlib.suppress(OSError):  # cannot be created again: closed, later writes are dropped
+            self._file = self.path.open("wb")
         self._size = 0
 
     def close(self) -> None:
