@@ -98,7 +98,7 @@ EXIT_CODES: dict[str, str] = {
         "profile's server exited (or its log showed a failure while it started); 5 no SGLang interpreter, a "
         "failed preflight"
     ),
-    "logs": "0 the log was shown; 1 no log found; 5 journalctl missing",
+    "logs": "0 the log was shown; 1 no log found, or it cannot be read; 5 journalctl missing",
     "engine install": (
         "0 installed (or --dry-run printed the plan); 2 bad input (an unknown --interpreter, a --python of "
         "another version, a --prefix link that loops); 5 the install failed (download, hash, resolver, no Python of "

@@ -62,13 +62,22 @@ def logs(
         )
     path = found[-1]
     typer.echo(f"==> {path} <==", err=True)
-    for line in logfiles.tail(path, lines):
-        typer.echo(line)
-    if follow:
-        try:
-            logfiles.follow(path, sys.stdout)
-        except KeyboardInterrupt:
-            return 0
+    try:
+        end = logfiles.tail(path, lines, sys.stdout)  # read from the end: memory independent of the log's size
+        if follow:
+            logfiles.follow(path, sys.stdout, start=end)
+    except KeyboardInterrupt:
+        return 0
+    except BrokenPipeError:  # the reader went away (`logs | head`): what is left goes nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:
+        raise KimiServeError(
+            f"cannot read the log {path}: {exc.strerror or exc}",
+            where=str(path),
+            hint="run as the user that ran `up`, or pass --profile",
+            exit_code=ExitCode.FAILED,
+        ) from None
     return 0
 
 

@@ -35,6 +35,13 @@ LOCK_NAME = "host.lock"
 _SOMEONE = "another kimi-serve command"
 LOCKS_DIR = "locks"  # STATE_ROOT/locks/: the GPUs and ports `up` holds
 _held: dict[Path, int] = {}  # lock path -> depth, for re-entry in this process
+_fds: dict[Path, int] = {}  # lock path -> the fd its flock is held through, while held
+
+
+def held_lock_fds() -> list[int]:
+    """The fds of every flock this process holds. A child started with them (``pass_fds``) shares the hold: the
+    kernel releases a lock only when its last holder exits, so `up`'s servers keep its locks past a killed `up`."""
+    return sorted(_fds.values())
 
 
 @contextlib.contextmanager
@@ -177,10 +184,12 @@ def file_lock(
             )
         )
         f.flush()
+        _fds[path] = f.fileno()
         try:
             with _depth(path):
                 yield path
         finally:
+            del _fds[path]
             f.seek(0)
             f.truncate()
             fcntl.flock(f, fcntl.LOCK_UN)
@@ -249,7 +258,9 @@ def directory_lock(
                     who, reading = _flock_holder(os.fstat(fd)) or (_SOMEONE, False)
                     raise LockHeld(f"{who} {doing_shared if reading else doing}", where=str(path)) from None
                 time.sleep(0.2)
+        _fds[path] = fd
         with _depth(path):
             yield path
     finally:
+        _fds.pop(path, None)
         os.close(fd)

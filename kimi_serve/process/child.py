@@ -2,8 +2,16 @@
 
 - The child gets its own session and process group (``start_new_session``): SGLang's own kill paths
   (``kill_process_tree``, ``SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION``) cannot reach the supervisor.
-- stdout and stderr are read as bytes by one thread each, written verbatim to the log file, decoded, split on
-  ``\\r`` and ``\\n`` (tqdm bars), and queued as lines for the caller.
+- It dies with its parent: started from the main thread, it gets SIGTERM when the parent dies, however it dies
+  (``prctl(PR_SET_PDEATHSIG)``, armed between fork and exec; the death signal follows the thread that forked, so
+  only the main thread arms it). SIGTERM, not SIGKILL: SGLang then stops as it does on a requested stop, and its
+  scheduler processes carry their own death signal on the main process. A server that ignores SIGTERM is the one
+  case it does not cover.
+- ``keep_fds`` (the flocks `up` holds) are inherited: the kernel keeps those locks held until the child exits too,
+  so a server that outlives a killed parent for its drain still holds its GPUs and ports.
+- stdout and stderr are read as bytes by one thread each, written verbatim to the log file (capped and rotated:
+  :mod:`kimi_serve.process.server_log`), decoded, split on ``\\r`` and ``\\n`` (tqdm bars), and queued as lines
+  for the caller.
 - Stopping: SIGTERM to the main PID only (SGLang drains and takes its schedulers down; a signal to the whole group goes
   through SGLang's crash path), then SIGKILL to the process group after a deadline; afterwards any process left in the
   group is killed too, so nothing outlives the stop.
@@ -18,15 +26,19 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from kimi_serve.process.server_log import LOG_MAX_BYTES, CappedLog, tail_bytes
 from kimi_serve.process.startup_log import split_stream
 
 _EOF = None
 Process = subprocess.Popen[bytes]  # the child's process object, for modules that must not import subprocess
 _REAP_GRACE_S = 5.0  # how long leftover group members get to die on their own (PDEATHSIG) before SIGKILL
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+DEATH_SIGNAL = signal.SIGTERM  # what a child gets when its parent dies
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,31 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def die_with_parent() -> Callable[[], None] | None:
+    """The ``preexec_fn`` that sets the child's parent-death signal (:data:`DEATH_SIGNAL`); None off the main thread
+    (the signal would come when that thread ends) or where libc has no ``prctl``. Everything it calls is looked up
+    before the fork; when the parent died before it was armed, the child signals itself."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent, sig = os.getpid(), int(DEATH_SIGNAL)
+    getppid, kill, me = os.getppid, os.kill, os.getpid
+    zero = ctypes.c_ulong(0)
+    args = (ctypes.c_int(_PR_SET_PDEATHSIG), ctypes.c_ulong(sig), zero, zero, zero)
+
+    def arm() -> None:
+        prctl(*args)  # prctl(int option, unsigned long arg2, ...)
+        if getppid() != parent:  # the parent died between the fork and the prctl: no signal will come
+            kill(me(), sig)
+
+    return arm
+
+
 def describe_status(returncode: int) -> str:
     if returncode < 0:
         try:
@@ -64,7 +101,7 @@ def describe_status(returncode: int) -> str:
 class Server:
     """A started server process; its lines arrive on :meth:`lines`."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], log: BinaryIO, log_path: Path, keep_lines: bool = True) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], log: CappedLog, log_path: Path, keep_lines: bool = True) -> None:
         self.proc = proc
         self.log_path = log_path
         self.keep_lines = keep_lines  # False: the output goes to the log file only (a long run queues nothing)
@@ -81,12 +118,21 @@ class Server:
 
     @classmethod
     def start(
-        cls, argv: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None, *, keep_lines: bool = True
+        cls,
+        argv: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        cwd: Path | None = None,
+        *,
+        keep_lines: bool = True,
+        keep_fds: Sequence[int] = (),
+        log_max_bytes: int = LOG_MAX_BYTES,
     ) -> Server:
-        """Start ``argv`` in its own session; its output appended to ``log_path`` and, with ``keep_lines``, queued for
-        :meth:`lines`."""
+        """Start ``argv`` in its own session, dying with this process (:func:`die_with_parent`), inheriting
+        ``keep_fds``; its output appended to ``log_path`` (rotated to ``FILE.1`` past ``log_max_bytes``) and, with
+        ``keep_lines``, queued for :meth:`lines`."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = log_path.open("ab")
+        log = CappedLog(log_path, log_max_bytes)
         try:
             proc = subprocess.Popen(
                 argv,
@@ -96,6 +142,8 @@ class Server:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
+                pass_fds=tuple(keep_fds),
+                preexec_fn=die_with_parent(),  # armed on the main thread only (die_with_parent)
             )
         except OSError:
             log.close()
@@ -112,9 +160,8 @@ class Server:
         while True:
             chunk = os.read(stream.fileno(), 65536)
             with self._log_lock:
-                if not self._log.closed:
+                if not self._log.closed and chunk:
                     self._log.write(chunk)
-                    self._log.flush()
             if not chunk:
                 break
             if not self.keep_lines:
@@ -190,10 +237,7 @@ class Server:
 
     def log_tail(self, lines: int = 20) -> list[str]:
         """The last ``lines`` non-empty lines of the log file (tqdm's ``\\r`` pieces split as lines)."""
-        try:
-            data = self.log_path.read_bytes()[-65536:]
-        except OSError:
-            return []
+        data = tail_bytes(self.log_path)  # read from the end, whatever the log's size
         pieces, tail = split_stream(data.decode("utf-8", errors="replace"))
         return [*pieces, *([tail] if tail.strip() else [])][-lines:]
 

@@ -4,10 +4,16 @@ tqdm fragments (weights n/N, CUDA-graph bars) are not echoed (they are in the lo
 live line (rich, imported only then) shows the phase, the elapsed time, the weight-loading percentage SGLang logs and
 the deadline, refreshed every second by :meth:`Console.tick` even while SGLang prints nothing; elsewhere a plain
 status line is written at most every ``PLAIN_EVERY_S`` seconds.
+
+A terminal that goes away (a closed SSH session: writes fail with EIO, pipes with EPIPE) does not stop `up` from
+stopping its servers in order: the stream that failed (and every standard stream on the same file) is pointed at
+/dev/null, so what is left to say, down to the interpreter's last flush, goes nowhere instead of failing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -69,7 +75,10 @@ class Console:
         """Remove the live line (ready, failed, or stopping)."""
         if self._live is not None:
             live, self._live = self._live, None
-            live.stop()
+            try:
+                live.stop()
+            except OSError:
+                self._lost(self.out)
 
     def tick(self, progress: Progress, elapsed: float, deadline: float) -> None:
         """Called by the watch loop while the server starts (often); redraws at most every second on a terminal,
@@ -86,7 +95,10 @@ class Console:
                 from rich.text import Text
 
                 line = Text(text(), no_wrap=True, overflow="ellipsis")
-                self._start_live().update(line, refresh=True)
+                try:
+                    self._start_live().update(line, refresh=True)
+                except OSError:
+                    self._lost(self.out)
         elif now - self._last_plain >= PLAIN_EVERY_S:
             self._last_plain = now
             self._line(text())
@@ -94,14 +106,38 @@ class Console:
     # -- lines
     def _line(self, text: str, stream: TextIO | None = None) -> None:
         target = stream or self.out
-        if self._live is not None and target is self.out:
-            self._live.console.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True)
-            self._live.refresh()
+        try:
+            if self._live is not None and target is self.out:
+                self._live.console.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True)
+                self._live.refresh()
+                return
+            if self._live is not None:
+                self.out.flush()
+            target.write(text + "\n")
+            target.flush()
+        except OSError:
+            self._lost(target)
+
+    def _lost(self, stream: TextIO) -> None:
+        """``stream`` cannot be written (its terminal is gone): point its file descriptor, and every standard
+        stream's on the same file, at /dev/null, so later writes and the buffered rest succeed into nothing."""
+        self.tty = False  # no live line on what is not a terminal any more
+        self._live = None
+        try:
+            gone = os.fstat(stream.fileno())
+        except (OSError, ValueError):  # not a file (a test's buffer): nothing to redirect
             return
-        if self._live is not None:
-            self.out.flush()
-        target.write(text + "\n")
-        target.flush()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            for other in {self.out, self.err, sys.stdout, sys.stderr}:
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    st = os.fstat(other.fileno())
+                    if (st.st_dev, st.st_ino) == (gone.st_dev, gone.st_ino):
+                        os.dup2(devnull, other.fileno())
+        finally:
+            os.close(devnull)
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()  # what is still buffered goes to /dev/null now
 
     def server_line(self, text: str) -> None:
         if self.echo_server and not is_progress_bar(text):
@@ -111,7 +147,10 @@ class Console:
         self._line(PREFIX + text)
 
     def problem(self, text: str) -> None:
-        self.out.flush()
+        try:
+            self.out.flush()
+        except OSError:
+            self._lost(self.out)
         self._line(PREFIX + text, self.err)
 
     def event(self, ev: Event) -> None:

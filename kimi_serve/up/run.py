@@ -2,9 +2,9 @@
 
 Exit codes (docs/up.md): 0 the server exited on its own with status 0; 1 contract check failed (server stopped);
 3 never ready (startup.timeout, or distributed init hung); 4 the server exited or crashed, or a failure was seen in its
-log (it is stopped); 5 preflight failed (nothing started); 130 stopped on request (SIGINT/SIGTERM) and the server
-stopped cleanly. "Exit with the server's status": a requested stop whose server did not end cleanly (it needed SIGKILL
-or exited with another status) is 4, not 130.
+log (it is stopped); 5 preflight failed (nothing started); 130 stopped on request (SIGINT/SIGTERM/SIGHUP) and the
+server stopped cleanly. "Exit with the server's status": a requested stop whose server did not end cleanly (it needed
+SIGKILL or exited with another status) is 4, not 130.
 """
 
 from __future__ import annotations
@@ -74,15 +74,15 @@ def supervise(
         key, source = resolved.value, resolved.source
     supervisor = Supervisor(parts, router, opts, console, key, source, clock)
     outcome = None
-    try:
-        supervisor.start_members()
-        with Signals() as signals:
+    with Signals() as signals:  # from the first start to the last stop: SIGINT/SIGTERM/SIGHUP is a requested stop
+        try:
+            supervisor.start_members()
             outcome = supervisor.run(signals)
-    finally:
-        console.end_progress()
-        supervisor.cleanup()
-        if clock is not None:
-            clock.settled(outcome.code.name.lower() if outcome else "up_error")
+        finally:
+            console.end_progress()
+            supervisor.cleanup()
+            if clock is not None:
+                clock.settled(outcome.code.name.lower() if outcome else "up_error")
     if outcome.code in (ExitCode.OK, ExitCode.INTERRUPTED):
         console.info(outcome.message)
         return int(outcome.code)

@@ -83,13 +83,11 @@ class Supervisor:
 
     # -- start
     def start_members(self) -> None:
-        from kimi_serve.check.launch import server_env
-
         for part in self.parts:
             self.console.info(f"starting {part.launch.engine if self.solo else part.name} (log: {part.log_path})")
             self.console.info("$ " + part.launch.shell())
             try:
-                server = Server.start(list(part.launch.argv), server_env(part.launch), part.log_path)
+                server = self._start(part)
             except OSError as exc:
                 raise KimiServeError(
                     f"cannot start {part.launch.argv[0]}: {exc.strerror or exc}",
@@ -104,15 +102,22 @@ class Supervisor:
             tag = "" if self.solo else f"{part.tag}: "
             self.console.info(f"{tag}server pid {server.pid} (own session and process group)")
 
-    def _start_router(self) -> None:
+    @staticmethod
+    def _start(part: Part) -> Server:
+        """One member (or the router) as a child of `up`'s main thread: it gets SIGTERM if `up` dies, and shares
+        `up`'s locks (its ports, GPUs, venv) until it exits (docs/up.md, "However `up` ends")."""
         from kimi_serve.check.launch import server_env
+        from kimi_serve.core.lock import held_lock_fds
 
+        return Server.start(list(part.launch.argv), server_env(part.launch), part.log_path, keep_fds=held_lock_fds())
+
+    def _start_router(self) -> None:
         part = self.routing
         self.console.end_progress()
         self.console.info(f"every replica passed; starting the {part.name} (log: {part.log_path})")
         self.console.info("$ " + part.launch.shell())
         try:
-            self.router = Server.start(list(part.launch.argv), server_env(part.launch), part.log_path)
+            self.router = self._start(part)
         except OSError as exc:
             self.begin_stop(
                 Outcome(

@@ -1,6 +1,6 @@
 """The watch of one server of `up`: from the first log line to readiness, the contract check and supervision, driven
-by the supervisor's loop (kimi_serve/up/supervisor.py); and the signal flag it reads (SIGINT/SIGTERM, a second one
-escalates)."""
+by the supervisor's loop (kimi_serve/up/supervisor.py); and the signal flag it reads (SIGINT/SIGTERM/SIGHUP, a second
+one escalates)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,11 @@ from kimi_serve.up.console import Console
 from kimi_serve.up.options import CLEAN_STOP, HEALTH_TIMEOUT_S, UpOptions, health_target
 from kimi_serve.up.phases import PhaseClock
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # a requested stop: SIGHUP is a closed terminal
+
 
 class Signals:
-    """SIGINT/SIGTERM set a flag (counted: a second one escalates at once); restored on exit."""
+    """SIGINT/SIGTERM/SIGHUP set a flag (counted: a second one escalates at once); restored on exit."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -33,7 +35,7 @@ class Signals:
 
     def __enter__(self) -> Signals:
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._on)
         return self
 
