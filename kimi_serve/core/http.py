@@ -24,7 +24,7 @@ import ssl
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -180,8 +180,10 @@ def request(
     api_key: str | None = None,
     json_body: dict[str, Any] | None = None,
     stall_s: float | None = None,
+    on_chunk: Callable[[bytes], None] | None = None,
 ) -> Reply:
     """Send one request and read the whole body (streamed or not) before ``deadline``, within the run's limits.
+    ``on_chunk``: called with each piece of the body as it arrives (``chat`` shows a stream live), before decoding.
 
     ``stall_s`` (for streams): stop early when no bytes arrive for that long after the response head, so a hung
     stream is told apart from a slow one (which keeps sending and runs until the deadline).
@@ -217,7 +219,7 @@ def request(
     watchdog = threading.Thread(target=_watch, name="verify-watchdog", daemon=True)
     watchdog.start()
     try:
-        return _exchange(conn, method, path, api_key, json_body, fired, headed, last, stalled, held)
+        return _exchange(conn, method, path, api_key, json_body, fired, headed, last, stalled, held, on_chunk)
     finally:
         finished.set()
         conn.close()
@@ -234,6 +236,7 @@ def _exchange(
     last: list[float],
     stalled: list[bool],
     held: list[socket.socket],
+    on_chunk: Callable[[bytes], None] | None = None,
 ) -> Reply:
     data = json.dumps(json_body).encode() if json_body is not None else None
     try:
@@ -268,6 +271,8 @@ def _exchange(
             if limit:
                 break
             chunks.append(chunk)
+            if on_chunk is not None:
+                on_chunk(chunk)
     except (OSError, http.client.HTTPException, ValueError):
         cut = True
     timed_out = fired.is_set()
