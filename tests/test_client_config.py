@@ -140,6 +140,8 @@ def test_without_a_profile_the_assumptions_are_listed(cli) -> None:  # type: ign
     "args, needle",
     [
         (["--client", "nosuch", "-p", "prod"], "pass one of: opencode, kimi-cli, openai, openai-agents"),
+        (["--client", "kimicli", "-p", "prod"], "did you mean 'kimi-cli'? (pass one of: opencode, kimi-cli"),
+        (["--client", "openai-agent"], "did you mean 'openai-agents'?"),
         (["--client", "openai", "--host", "0.0.0.0"], "wildcard bind address"),
         (["--client", "openai", "--host", "[::]:30000"], "wildcard bind address"),
         *(

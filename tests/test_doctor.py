@@ -262,7 +262,7 @@ def test_incomplete_model_and_missing_tokenizer_fail_with_download_fix(
         )
     )
     assert checks["model"][0] == "fail" and "4 of 64 shards missing (first: model-00061-of-00064" in checks["model"][1]
-    assert f"huggingface-cli download moonshotai/Kimi-K2.5 --local-dir {model}" in checks["model"][2]
+    assert f"hf download moonshotai/Kimi-K2.5 --local-dir {model}" in checks["model"][2]
     assert checks["model.tokenizer"][0] == "fail"
     assert checks["draft"][0] == "fail" and "lightseekorg/kimi-k2.5-eagle3-mla" in checks["draft"][2]
 

@@ -52,6 +52,24 @@ def test_dry_run_prints_the_launch_and_starts_nothing(
     assert "starting simulator" not in result.out
 
 
+def test_dry_run_with_host_and_port_launches_there(
+    cli: Callable[..., object], tmp_path: Path, sglang_python: str
+) -> None:
+    port = free_port()
+    result = cli(
+        "up",
+        "--profile",
+        str(sim_profile(tmp_path, free_port())),
+        "--dry-run",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    )
+    assert result.code == 0, result.err
+    assert f"--host 127.0.0.1 --port {port} " in result.out
+
+
 def test_port_in_use_stops_up_in_preflight(cli: Callable[..., object], tmp_path: Path, sglang_python: str) -> None:
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))

@@ -25,10 +25,14 @@ def client_config(client: str, profile: Profile | None, host: str | None) -> tup
     listed as assumed) reached at ``host`` (None: the profile's own address). An unknown client is a USAGE error
     that lists the known ones."""
     if client not in CLIENTS:
+        from kimi_serve.profile.loader import suggest
+
+        known = f"pass one of: {', '.join(CLIENTS)}"
+        close = suggest(client, list(CLIENTS))
         raise KimiServeError(
             f"unknown client {client!r}",
             where="--client",
-            hint=f"pass one of: {', '.join(CLIENTS)}",
+            hint=f"{close} ({known})" if close.startswith("did you mean") else known,
             exit_code=ExitCode.USAGE,
         )
     from kimi_serve.clients.endpoint import endpoint_for

@@ -10,6 +10,7 @@ import typer
 _MODULES = [
     "up_cmd",
     "verify_cmd",
+    "chat_cmd",
     "profile_cmds",
     "service_cmds",
     "gate_cmds",

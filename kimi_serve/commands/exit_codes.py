@@ -27,6 +27,10 @@ EXIT_CODES: dict[str, str] = {
         "writing that file (the verify unit counts 75 as success). --profile of a replicated profile: the "
         "worst of the router and each replica (1 before 3)"
     ),
+    "chat": (
+        "0 answered; 1 the answer has raw Kimi markup (the server runs without its parsers), or the server "
+        "answered an error; 3 unreachable (refused, or no answer before --timeout)"
+    ),
     "show": "0 the merged profile was printed",
     "render": (
         "0 the launch was printed (with a router: each launch; --format k8s: the manifests); 2 invalid profile, "

@@ -130,8 +130,11 @@ def check(
 
         typer.echo(json.dumps(envelope("check", report.exit_code, report.to_json()), indent=2))
         return int(report.exit_code)
+    from kimi_serve.core.output import colour, paint_statuses
+
+    on = colour(sys.stdout)
     for f in report.findings:
-        typer.echo(f"{_MARK[f.status]} [{f.layer}] {f.line()}")
+        typer.echo(paint_statuses(f"{_MARK[f.status]} [{f.layer}] {f.line()}", on))
     counts = {s: sum(f.status == s for f in report.findings) for s in _MARK}
     verdict = "PASSED" if report.exit_code == 0 else "FAILED"
     typer.echo(

@@ -31,6 +31,21 @@ def up(
         "of exiting 75.",
     ),
     sets: list[str] | None = SetOpt,
+    host: str | None = typer.Option(
+        None,
+        "--host",
+        metavar="ADDR",
+        help="Listen on ADDR: --set server.host=ADDR (a replicated profile: router.host, the router being where "
+        "clients connect; the replicas keep server.host).",
+    ),
+    port: int | None = typer.Option(
+        None,
+        "--port",
+        min=1,
+        max=65535,
+        help="Listen on PORT: --set server.port=PORT (a replicated profile: router.port; the replicas keep "
+        "server.port + i).",
+    ),
     quiet: bool = typer.Option(
         False,
         "--quiet",
@@ -53,6 +68,7 @@ def up(
         sets=sets or (),
         console=Console(echo_server=not quiet),
         wait_lock=wait_lock,
+        listen=(host, port),
     )
 
 
@@ -85,7 +101,11 @@ def doctor(
 
         typer.echo(json.dumps(envelope("doctor", report.exit_code, report.to_json(), findings=report.checks), indent=2))
     else:
-        typer.echo(render(report))
+        import sys
+
+        from kimi_serve.core.output import colour, paint_statuses
+
+        typer.echo(paint_statuses(render(report), colour(sys.stdout)))
     return int(report.exit_code)
 
 

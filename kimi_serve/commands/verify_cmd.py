@@ -200,6 +200,7 @@ def _verify_profile(ref: str, api_key: str | None, api_key_file: str | None, **a
 
 def _print(report: Any, as_json: bool) -> int:
     """The report as JSON, a table on a terminal, else lines; a deployment's parts each under their name."""
+    from kimi_serve.core.output import colour, paint_statuses
     from kimi_serve.verify.members import DeploymentReport, render_deployment
     from kimi_serve.verify.render import render_lines, render_table
 
@@ -207,7 +208,8 @@ def _print(report: Any, as_json: bool) -> int:
     if as_json:
         typer.echo(report.to_json())
     else:
-        typer.echo(render_deployment(report, render) if isinstance(report, DeploymentReport) else render(report))
+        text = render_deployment(report, render) if isinstance(report, DeploymentReport) else render(report)
+        typer.echo(paint_statuses(text, colour(sys.stdout)))
     return int(report.exit_code)
 
 

@@ -26,7 +26,7 @@ import ssl
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -212,8 +212,10 @@ def request(
     stall_s: float | None = None,
     limits: Limits | None = None,
     retry: bool = True,
+    on_chunk: Callable[[bytes], None] | None = None,
 ) -> Reply:
     """Send one request and read the whole body (streamed or not) before ``deadline``, within the run's limits.
+    ``on_chunk``: called with each piece of the body as it arrives (``chat`` shows a stream live), before decoding.
 
     ``stall_s`` (for streams): stop early when no bytes arrive for that long after the response head, so a hung
     stream is told apart from a slow one (which keeps sending and runs until the deadline). A connection the server
@@ -226,13 +228,13 @@ def request(
     bounds = _current if limits is None else (limits, _Budget(limits.total_bytes))
     with _in_flight as open_now:
         try:
-            return _request(method, url, deadline, api_key, json_body, stall_s, bounds)
+            return _request(method, url, deadline, api_key, json_body, stall_s, bounds, on_chunk)
         except TransportError as err:
             if err.kind != "reset" or not retry or deadline - time.monotonic() <= 0:
                 raise
             busiest = max(open_now, _in_flight.count)
         try:
-            return _request(method, url, deadline, api_key, json_body, stall_s, bounds)
+            return _request(method, url, deadline, api_key, json_body, stall_s, bounds, on_chunk)
         except TransportError as again:
             if again.kind != "reset":
                 raise
@@ -252,6 +254,7 @@ def _request(
     json_body: dict[str, Any] | None,
     stall_s: float | None,
     bounds: tuple[Limits, _Budget],
+    on_chunk: Callable[[bytes], None] | None,
 ) -> Reply:
     remaining = deadline - time.monotonic()
     if remaining <= 0:
@@ -284,7 +287,7 @@ def _request(
     watchdog = threading.Thread(target=_watch, name="verify-watchdog", daemon=True)
     watchdog.start()
     try:
-        return _exchange(conn, method, path, api_key, json_body, fired, headed, last, stalled, held, bounds)
+        return _exchange(conn, method, path, api_key, json_body, fired, headed, last, stalled, held, bounds, on_chunk)
     finally:
         finished.set()
         conn.close()
@@ -302,6 +305,7 @@ def _exchange(
     stalled: list[bool],
     held: list[socket.socket],
     bounds: tuple[Limits, _Budget],
+    on_chunk: Callable[[bytes], None] | None = None,
 ) -> Reply:
     data = json.dumps(json_body).encode() if json_body is not None else None
     try:
@@ -337,6 +341,8 @@ def _exchange(
             if limit:
                 break
             kept.write(chunk)
+            if on_chunk is not None:
+                on_chunk(chunk)
     except (OSError, http.client.HTTPException, ValueError):
         cut = True
     timed_out = fired.is_set()

@@ -8,8 +8,9 @@ internal error when ``--json`` was given, so a script always gets one document t
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, Finding
@@ -87,3 +88,35 @@ def command_of(args: Sequence[str], groups: Iterable[str] = ()) -> str:
     if words[0] in set(groups) and len(words) > 1:
         return f"{words[0]}-{words[1]}"
     return words[0]
+
+
+# --- colour on a terminal -------------------------------------------------------------------------------------------
+
+_SGR = {"pass": "32", "ok": "32", "warn": "33", "fail": "1;31", "skip": "2"}  # green, yellow, bold red, dim
+# A status word as the findings renderers print it: a line's first word (`FAIL probe ...`, `ok   [rules] ...`,
+# `WARN  code ...`), or a table cell (`  pass  `, two spaces or more on each side or the line's end after it).
+_STATUS_WORD = re.compile(r"(?m)(?:^|(?<=  ))(PASS|WARN|FAIL|SKIP|pass|warn|fail|skip|ok)(?=\s|$)")
+
+
+def colour(stream: TextIO) -> bool:
+    """The one decision: colour only on a terminal, and never when $NO_COLOR holds anything (no-color.org)."""
+    from kimi_serve.core.settings import current
+
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # a closed or wrapped stream
+        return False
+    return tty and not current().no_color
+
+
+def sgr(text: str, code: str, on: bool) -> str:
+    """``text`` wrapped in the ANSI SGR ``code`` (e.g. "2" dim) when ``on``; else as it is."""
+    return f"\x1b[{code}m{text}\x1b[0m" if on and text else text
+
+
+def paint_statuses(text: str, on: bool) -> str:
+    """The pass / warn / fail / skip words of a rendered findings report coloured when ``on`` (see :func:`colour`);
+    the text unchanged otherwise, so pipes, logs and tests read plain text."""
+    if not on:
+        return text
+    return _STATUS_WORD.sub(lambda m: sgr(m.group(1), _SGR[m.group(1).lower()], True), text)

@@ -26,6 +26,7 @@ SGLANG_WHEEL_ENV = "KIMI_SERVE_SGLANG_WHEEL"  # the pinned sglang wheel, for the
 WHEEL_CACHE_ENV = "KIMI_SERVE_WHEEL_CACHE"  # where scripts/fetch-sglang-wheel.sh keeps that wheel
 ACCOUNTS_ROOT_ENV = "KIMI_SERVE_ACCOUNTS_ROOT"  # the root whose etc/passwd holds service.user (default /)
 API_KEY_ENV = "KIMI_SERVE_API_KEY"  # verify's key when no --api-key and no profile key file is given
+NO_COLOR_ENV = "NO_COLOR"  # any non-empty value: no colour on a terminal either (no-color.org)
 UV_ENV = "KIMI_SERVE_UV"  # the uv binary `engine install` uses (else PATH, else next to this interpreter)
 # TEST HOOK (kimi_serve.core.faults), never set in production: comma-separated "kill-at=N" (SIGKILL this process at
 # its Nth checkpoint), "raise-at=NAME" (an unexpected exception at checkpoint NAME), "pause-at=NAME:SECONDS"
@@ -63,6 +64,7 @@ class Settings:
     test_hook: str | None = None
     accounts_root: Path = Path("/")
     main_pid: int | None = None  # $MAINPID, only inside a unit's ExecStartPost
+    no_color: bool = False  # $NO_COLOR set and not empty
 
     @property
     def wheel_cache_dir(self) -> Path:
@@ -91,6 +93,7 @@ def from_env(environ: Mapping[str, str]) -> Settings:
         test_hook=get(TEST_HOOK_ENV),
         accounts_root=Path(get(ACCOUNTS_ROOT_ENV) or "/"),
         main_pid=int(pid) if (pid := get(MAIN_PID_ENV)) and pid.isdigit() else None,
+        no_color=get(NO_COLOR_ENV) is not None,
     )
 
 

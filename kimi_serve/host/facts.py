@@ -15,7 +15,7 @@ from kimi_serve.core.inputs import load_json
 from kimi_serve.profile.loader import Profile
 
 TOKENIZER_FILES = ("tiktoken.model", "tokenizer.json", "tokenizer.model")
-DOWNLOAD_HINT = "download it: huggingface-cli download {repo} --local-dir {path}"
+DOWNLOAD_HINT = "download it: hf download {repo} --local-dir {path}"
 MODEL_REPO = "moonshotai/Kimi-K2.5"
 DRAFT_REPO = "lightseekorg/kimi-k2.5-eagle3-mla"
 

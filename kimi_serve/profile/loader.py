@@ -239,7 +239,8 @@ def _load_chain(path: Path) -> tuple[dict[str, Any], tuple[Path, ...], dict[str,
 # ---------------------------------------------------------------------------------------------- validation
 
 
-def _suggest(word: str, options: list[str]) -> str:
+def suggest(word: str, options: list[str]) -> str:
+    """The did-you-mean of every "unknown NAME" error: the closest option, else the allowed ones."""
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(sorted(options))}"
 
@@ -255,7 +256,7 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
     for key in data:
         if not isinstance(key, str) or key not in top_keys:
             raise KimiServeError(
-                f"unknown key {short_repr(key)}", where=loc(str(key)), hint=_suggest(str(key), top_keys)
+                f"unknown key {short_repr(key)}", where=loc(str(key)), hint=suggest(str(key), top_keys)
             )
     for key, spec in SECTIONS[""].items():
         value = data.get(key)
@@ -291,7 +292,7 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
         for k in raw:
             if k not in keys:
                 raise KimiServeError(
-                    f"unknown key {short_repr(k)}", where=loc(f"{section}.{k}"), hint=_suggest(str(k), list(keys))
+                    f"unknown key {short_repr(k)}", where=loc(f"{section}.{k}"), hint=suggest(str(k), list(keys))
                 )
         values: dict[str, Any] = {}
         for k, spec in keys.items():

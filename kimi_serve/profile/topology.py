@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.net import host_port
 from kimi_serve.profile.loader import Profile
 
@@ -67,3 +68,27 @@ def routed(profile: Profile) -> bool:
 def parse_worker(addr: str) -> tuple[str, int] | None:
     """Public form of the ``HOST:PORT`` parser (rules use it to name a malformed ``router.workers`` entry)."""
     return _split(addr)
+
+
+def front_sets(profile: Profile, host: str | None, port: int | None) -> tuple[str, ...]:
+    """``up --host/--port`` as the ``--set`` overrides they stand for: where clients reach the deployment. One server:
+    ``server.host``/``server.port``; a routed deployment: the router's (``router.host``/``router.port``), its front
+    door; its replicas keep ``server.*`` (``--set server.port=...`` moves them). ``host`` is written as a YAML string
+    (``null`` or ``1e3`` stay a host name)."""
+    section = "router" if routed(profile) else "server"
+    given = {item.partition("=")[0].strip() for item in profile.overrides}
+    for option, value in (("--host", host), ("--port", port)):
+        key = f"{section}.{option[2:]}"
+        if value is not None and key in given:
+            raise KimiServeError(
+                f"{option} and --set {key}=... both set {key}",
+                where=option,
+                hint=f"pass one of them ({option} is --set {key})",
+                exit_code=ExitCode.USAGE,
+            )
+    sets = []
+    if host is not None:
+        sets.append(f'{section}.host="{host}"' if '"' not in host and "\\" not in host else f"{section}.host={host}")
+    if port is not None:
+        sets.append(f"{section}.port={port}")
+    return tuple(sets)

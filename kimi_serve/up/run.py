@@ -99,9 +99,11 @@ def run_up(
     host: Any = None,
     wait_lock: bool = False,
     sets: Sequence[str] = (),
+    listen: tuple[str | None, int | None] = (None, None),
     **overrides: Any,
 ) -> int:
     """The `up` command: load and validate the profile, preflight, then :func:`serve` (or print, with dry_run).
+    ``listen``: `up --host/--port`, applied as the ``--set`` overrides they stand for (:func:`front_sets`).
 
     A real run holds the locks of what its server takes (kimi_serve.up.locks: its ports, an SGLang server's GPUs and,
     shared, its venv) from before the preflight until the server is stopped: the GPUs and the port are only taken
@@ -109,11 +111,15 @@ def run_up(
     meanwhile would pass every check; it exits 75 instead (or waits, with ``wait_lock``). The host lock is not taken:
     a service change, or a change of another venv, runs beside it.
     """
-    from kimi_serve.profile.loader import load_profile
+    from kimi_serve.profile.loader import load_profile, with_sets
+    from kimi_serve.profile.topology import front_sets
     from kimi_serve.up.locks import up_locks
 
     console = console or Console()
-    deployment = plan_deployment(load_profile(profile_ref, sets))  # once: one server, or the replicas and the router
+    loaded = load_profile(profile_ref, sets)
+    if listen != (None, None):  # --host/--port: the --set overrides of the front door (profile/topology.py)
+        loaded = with_sets(loaded, *front_sets(loaded, *listen))
+    deployment = plan_deployment(loaded)  # once: one server, or the replicas and the router
     if dry_run:
         return _up(deployment, console, host, dry_run, verify, log_file, overrides)
     with up_locks(deployment, wait=wait_lock):

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 _END = re.compile(rb"\r\n|\r|\n")  # a line's end
+_END_TEXT = re.compile(r"\r\n|\r|\n")  # the same in decoded text (SseFeed)
 
 
 @dataclass(frozen=True)
@@ -52,41 +53,92 @@ def events(body: bytes) -> list[SseEvent]:
 def iter_events(body: bytes, end: int | None = None) -> Iterator[SseEvent]:
     """:func:`events` one at a time (a long stream is never held as a list of lines or events); ``end``: read only
     ``body[:end]`` (without copying it)."""
-    name: str | None = None
-    data: list[str] = []
-    last_id: str | None = None
-    retry: int | None = None
-    id_here = comment = False
+    grammar = _Grammar()
     for line in _lines(body, len(body) if end is None else end):
-        if not line:
-            if name is None and not data and not last_id and retry is None:
-                comment = id_here = False
-                continue
-            fault = None
-            if not data:
-                fault = _empty_cause(name=name, retry=retry is not None, id_here=id_here, comment=comment)
-            elif name is not None and name.startswith("thread."):
-                fault = f"an `event: {name}` name (the SDK takes it for an Assistants event and loses the chunk)"
-            event = SseEvent("\n".join(data), name, fault)
+        event = grammar.line(line)
+        if event is not None:
             yield event
-            if event.data.startswith("[DONE]"):
+            if grammar.done:
                 return  # the SDK stops reading here
-            name, data, retry = None, [], None
-            id_here = comment = False
-            continue
+
+
+class _Grammar:
+    """The reader's state between lines: :meth:`line` takes one line (without its end) and returns the event a blank
+    line dispatches. ``done``: ``[DONE]`` was dispatched."""
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self.data: list[str] = []
+        self.last_id: str | None = None
+        self.retry: int | None = None
+        self.id_here = self.comment = self.done = False
+
+    def line(self, line: str) -> SseEvent | None:
+        if not line:
+            if self.name is None and not self.data and not self.last_id and self.retry is None:
+                self.comment = self.id_here = False
+                return None
+            fault = None
+            if not self.data:
+                fault = _empty_cause(
+                    name=self.name, retry=self.retry is not None, id_here=self.id_here, comment=self.comment
+                )
+            elif self.name is not None and self.name.startswith("thread."):
+                fault = f"an `event: {self.name}` name (the SDK takes it for an Assistants event and loses the chunk)"
+            event = SseEvent("\n".join(self.data), self.name, fault)
+            self.done = event.data.startswith("[DONE]")
+            self.name, self.data, self.retry = None, [], None
+            self.id_here = self.comment = False
+            return event
         if line.startswith(":"):
-            comment = True
-            continue
+            self.comment = True
+            return None
         field, _, value = line.partition(":")
         value = value[1:] if value.startswith(" ") else value
         if field == "event":
-            name = value or None
+            self.name = value or None
         elif field == "data":
-            data.append(value)
+            self.data.append(value)
         elif field == "id" and "\0" not in value:
-            last_id, id_here = value, True
+            self.last_id, self.id_here = value, True
         elif field == "retry":
-            retry = _int(value, retry)
+            self.retry = _int(value, self.retry)
+        return None
+
+
+class SseFeed:
+    """The same grammar over a stream read piece by piece (``chat`` shows each event as it comes): :meth:`feed` takes
+    the bytes that arrived and returns the events they complete. A line end split across pieces (CR, then LF in the
+    next piece) is one line end, a UTF-8 character split across pieces one character."""
+
+    def __init__(self) -> None:
+        import codecs
+
+        self._grammar = _Grammar()
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._tail = ""
+
+    @property
+    def done(self) -> bool:
+        return self._grammar.done
+
+    def feed(self, piece: bytes) -> list[SseEvent]:
+        text = self._tail + self._decoder.decode(piece)
+        out: list[SseEvent] = []
+        start = 0
+        # the tail holds no line end (but perhaps a last CR): only the new text is searched, so a body with no line
+        # end costs one pass, not one per piece
+        for found in _END_TEXT.finditer(text, max(0, len(self._tail) - 1)):
+            if found.end() == len(text) and found.group() == "\r":
+                break  # a CR at the end: the LF of a CRLF may come in the next piece
+            line, start = text[start : found.start()], found.end()
+            if self._grammar.done:
+                continue
+            event = self._grammar.line(line)
+            if event is not None:
+                out.append(event)
+        self._tail = text[start:]
+        return out
 
 
 def _lines(body: bytes, end: int) -> Iterator[str]:
