@@ -149,3 +149,25 @@ def test_the_wait_deadline_is_reported_as_given(capsys, wait: str) -> None:
     assert code == 3
     assert f"server not ready after {wait}s (--wait {wait}): HTTP 503 on /health (warming up)" in last
     assert "raise --wait" in last
+
+
+def test_a_server_that_stops_after_health_is_not_told_to_start(capsys) -> None:
+    # /health answered 200, then the port closed: refused now means the server went away, not "start it"
+    sock = socket.create_server(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+
+    def once() -> None:
+        conn, _ = sock.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        conn.close()
+        sock.close()
+
+    server = threading.Thread(target=once, daemon=True)
+    server.start()
+    code = main(["verify", "--host", f"127.0.0.1:{port}"])
+    server.join(5)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 3
+    assert "connection refused: the server stopped listening after it answered /health" in last
+    assert "it exited or restarted during the check: read its log" in last

@@ -54,6 +54,7 @@ def not_ready(readiness: Readiness, wait: float, address: str) -> Finding:
 
 
 def transport_finding(err: TransportError, *, timeout: float) -> Finding:
+    """No answer to a request sent after the readiness poll (so the port answered HTTP once): by cause."""
     if err.answered:
         return problem(
             "unreachable",
@@ -63,8 +64,9 @@ def transport_finding(err: TransportError, *, timeout: float) -> Finding:
     if err.kind == "refused":
         return problem(
             "unreachable",
-            "connection refused",
-            "start the server, check --host, or pass --wait SECONDS to wait for it to come up",
+            "connection refused: the server stopped listening after it answered /health",
+            "it exited or restarted during the check: read its log, then run verify again (with --wait SECONDS to "
+            "wait for a restart)",
         )
     if err.kind == "timeout":
         return problem(
