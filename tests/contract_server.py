@@ -340,7 +340,8 @@ class ContractServer:
     stream as one body (the fuzz tests replay mutated answers with it);
     ``context_length``: the served context (/v1/models max_model_len; a larger max_completion_tokens is a 400, as
     SGLang answers it); ``reset``: ``(path, request body) -> bool``, True: the connection of that POST is reset
-    (RST) instead of answered, as a server or gateway whose accept backlog overflowed does.
+    (RST) instead of answered, as a server or gateway whose accept backlog overflowed does; ``parser_endpoint``:
+    answer ``POST /parse_function_call`` as SGLang 0.5.23's unpatched kimi_k2 detector does verify's cases (no call).
     """
 
     def __init__(
@@ -358,6 +359,7 @@ class ContractServer:
         rewrite: Rewrite | None = None,
         context_length: int = 262144,
         reset: Callable[[str, bytes], bool] | None = None,
+        parser_endpoint: bool = False,
     ) -> None:
         if mode not in CORRECT_MODES + FAILURE_MODES + HOSTILE_MODES:
             raise ValueError(f"unknown mode {mode!r}")
@@ -367,6 +369,8 @@ class ContractServer:
         self.rewrite = rewrite
         self.context_length = context_length
         self.reset = reset
+        # POST /parse_function_call as SGLang 0.5.23's unpatched kimi_k2 detector answers verify's two cases: no call
+        self.parser_endpoint = parser_endpoint
         self.in_flight = 0  # chat requests being answered now ("drops-under-load")
         self.waiting = 0  # requests of any path read and not yet answered
         self.peak_in_flight = 0  # the most of them at once (how many requests a client keeps open together)
@@ -522,6 +526,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(raw or b"{}")
         if self.path == "/generate" and own.mode not in ("hang", "http-500", "non-json"):
             return self._json(200, raw_completion(body.get("text") or "", own.mode)) if self._authorized() else None
+        if self.path == "/parse_function_call" and own.parser_endpoint:
+            return self._json(200, {"normal_text": body.get("text") or "", "calls": []})
         if self.path != "/v1/chat/completions":
             return self._json(404, {"detail": "Not Found"})
         own.requests.append(body)

@@ -19,6 +19,7 @@ from kimi_serve.simulator import launcher
 from kimi_serve.verify import run_verify
 from kimi_serve.verify.agentic import REPLAYS, STRICT, loop, second_turn
 from kimi_serve.verify.answer import answer_from_json
+from kimi_serve.verify.render import render_lines
 
 STEP = "0.001"
 
@@ -96,6 +97,16 @@ def test_misconfigured_servers_fail_with_the_right_findings(simulator_pool: Simu
     codes = _codes(report)
     for probe, code in expected.items():
         assert code in codes[probe], (probe, codes)
+    # the last line names the one cause the failures share: the flags left out (the server reports both absent)
+    flags = " ".join(f"{flag} kimi_k2" for flag in leave_out)
+    failed = [p for p in report.probes if not p.passed]
+    last = render_lines(report).splitlines()[-1]
+    assert last.startswith("verify: contract VIOLATED: ") and last.endswith(
+        f"; cause: started without `{flags}`: {len(failed)} probes failed"
+    ), last
+    # this engine's kimi_k2 parser is unpatched; a server that does not run it gets no patch advice for it
+    parser = {c.code: c.status for c in report.checks if c.code.startswith("parser.")}
+    assert parser == dict.fromkeys(parser, "skip" if "--tool-call-parser" in leave_out else "warn") and parser
     if name == "no-reasoning-parser":
         strict = next(f for p in report.probes if p.probe == "strict-tool" for f in p.findings)
         assert "the server reports no reasoning_parser" in strict.message

@@ -74,3 +74,100 @@ def test_models_list_answering_early_is_not_readiness() -> None:
         report = run_verify(srv.host, wait=0.0, timeout=5)
         assert srv.requests == []
     assert report.exit_code == 3 and report.readiness.phase == "warming"
+
+
+class _RawListener:
+    """A loopback TCP port that is not an HTTP server: it sends ``greeting`` on accept (None: nothing, ever) and
+    holds every connection open until stopped."""
+
+    def __init__(self, greeting: bytes | None) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.greeting, self.held = greeting, []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+            if self.greeting:
+                conn.sendall(self.greeting)
+
+    def __enter__(self) -> _RawListener:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+SSH_BANNER = b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13.5\r\n"
+
+
+@pytest.mark.parametrize("wait", ["0", "1"])
+def test_a_port_that_speaks_ssh_says_what_it_is(capsys, wait: str) -> None:
+    with _RawListener(SSH_BANNER) as ssh:
+        code = main(["verify", "--host", f"127.0.0.1:{ssh.port}", "--wait", wait])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 3
+    assert f"127.0.0.1:{ssh.port} answered 'SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13.5', not HTTP" in last
+    assert f"another service listens on 127.0.0.1:{ssh.port}" in last
+    assert "--wait" not in last.split("(fix: ")[1]  # waiting does not turn SSH into HTTP
+
+
+def test_a_port_that_accepts_and_never_answers_says_so(capsys) -> None:
+    with _RawListener(None) as mute:
+        start = time.monotonic()
+        code = main(["verify", "--host", f"127.0.0.1:{mute.port}", "--timeout", "2"])
+        took = time.monotonic() - start
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 3 and took < 2 + 3.0
+    assert f"127.0.0.1:{mute.port} accepted the connection but sent no answer within 2s" in last
+    assert f"ss -ltnp 'sport = :{mute.port}'" in last and "--wait" not in last.split("(fix: ")[1]
+
+
+def test_a_refused_port_says_nothing_listens(capsys) -> None:
+    port = _free_port()
+    code = main(["verify", "--host", f"127.0.0.1:{port}"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 3
+    assert f"connection refused: nothing listens on 127.0.0.1:{port}" in last
+    assert "(fix: start the server, or pass --wait SECONDS" in last
+
+
+@pytest.mark.parametrize("wait", ["1.5", "2"])
+def test_the_wait_deadline_is_reported_as_given(capsys, wait: str) -> None:
+    # the deadline said is the value given, never the last poll's time (--wait 5 said "not ready after 4.5s")
+    with ContractServer(warm_for=600) as srv:
+        code = main(["verify", "--host", srv.host, "--wait", wait])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 3
+    assert f"server not ready after {wait}s (--wait {wait}): HTTP 503 on /health (warming up)" in last
+    assert "raise --wait" in last
+
+
+def test_a_server_that_stops_after_health_is_not_told_to_start(capsys) -> None:
+    # /health answered 200, then the port closed: refused now means the server went away, not "start it"
+    sock = socket.create_server(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+
+    def once() -> None:
+        conn, _ = sock.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        conn.close()
+        sock.close()
+
+    server = threading.Thread(target=once, daemon=True)
+    server.start()
+    code = main(["verify", "--host", f"127.0.0.1:{port}"])
+    server.join(5)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 3
+    assert "connection refused: the server stopped listening after it answered /health" in last
+    assert "it exited or restarted during the check: read its log" in last

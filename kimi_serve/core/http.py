@@ -59,10 +59,11 @@ class TransportError(Exception):
     """No HTTP response: ``kind`` is ``refused``, ``timeout``, ``reset`` (the server reset or closed the connection
     before its answer, twice: :func:`request` retries once) or ``connection`` (DNS, TLS, not HTTP, ...)."""
 
-    def __init__(self, kind: str, detail: str) -> None:
+    def __init__(self, kind: str, detail: str, answered: str = "") -> None:
         super().__init__(detail)
         self.kind = kind
         self.detail = detail
+        self.answered = answered  # what a peer that does not speak HTTP sent instead of a status line (its first line)
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,9 @@ def _classify(exc: BaseException, fired: bool) -> TransportError:
         return TransportError("reset", text[:200])
     if isinstance(exc, http.client.LineTooLong):
         return TransportError("connection", f"the response head has a line over 64 KiB ({text[:120]})")
+    if isinstance(exc, http.client.BadStatusLine) and text.strip(" '\"\r\n"):  # its text: the line it read
+        line = text.strip()[:160]
+        return TransportError("connection", f"not an HTTP response: {type(exc).__name__}: {line}", answered=line)
     if isinstance(exc, http.client.HTTPException):
         return TransportError("connection", f"not an HTTP response: {type(exc).__name__}: {text[:160]}")
     return TransportError("connection", text[:200])

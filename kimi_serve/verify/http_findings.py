@@ -8,19 +8,65 @@ from typing import Any
 from kimi_serve.core.findings import Finding
 from kimi_serve.core.http import Reply, TransportError
 from kimi_serve.verify import wire
-from kimi_serve.verify.report import clip, problem
+from kimi_serve.verify.report import Readiness, clip, problem
 
 FIX_KEY = (
     "pass --api-key, set KIMI_SERVE_API_KEY or --api-key-file FILE (the `api-key:` file SGLang reads via --config)"
 )
 
 
+_COLD_START = "a cold start loads ~600 GB and captures CUDA graphs"
+
+
+def not_ready(readiness: Readiness, wait: float, address: str) -> Finding:
+    """The server at ``address`` (HOST:PORT) was not ready by the ``--wait`` deadline (``wait``: the value given, 0:
+    checked once): the message says what the port did, and the fix is the one for that cause."""
+    when = f"after {wait:g}s (--wait {wait:g})" if wait > 0 else "(checked once, --wait 0)"
+    port = address.rsplit(":", 1)[-1]
+    phase = readiness.phase
+    if phase == "not-http":
+        fix = (
+            f"another service listens on {address}: point --host at SGLang's HTTP port (the profile's server.port, "
+            "default 30000)"
+        )
+    elif phase == "no-answer":
+        fix = (
+            f"find what holds the port with `ss -ltnp 'sport = :{port}'`: if it is SGLang, it hangs (read its log); "
+            "otherwise point --host at SGLang's HTTP port"
+        )
+    elif phase == "refused":
+        fix = (
+            "start the server, or pass --wait SECONDS to wait while it loads"
+            if wait <= 0
+            else f"start the server (check its log: did it exit?), check --host, or raise --wait ({_COLD_START})"
+        )
+    elif phase == "warming":
+        fix = (
+            "pass --wait SECONDS to wait for the warmup to end"
+            if wait <= 0
+            else f"raise --wait ({_COLD_START}) or read the server log"
+        )
+    elif phase == "unreachable":
+        fix = "check --host (scheme, host, port)"
+    else:  # http-NNN on /health
+        fix = "check that --host is SGLang's HTTP port (another web server or a proxy answers there), or read its log"
+    return problem("not_ready", f"server not ready {when}: {readiness.detail}", fix)
+
+
 def transport_finding(err: TransportError, *, timeout: float) -> Finding:
+    """No answer to a request sent after the readiness poll (so the port answered HTTP once): by cause."""
+    if err.answered:
+        return problem(
+            "unreachable",
+            f"answered {clip(err.answered)!r}, not HTTP",
+            "another service listens there: point --host at SGLang's HTTP port",
+        )
     if err.kind == "refused":
         return problem(
             "unreachable",
-            "connection refused",
-            "start the server, check --host, or pass --wait SECONDS to wait for it to come up",
+            "connection refused: the server stopped listening after it answered /health",
+            "it exited or restarted during the check: read its log, then run verify again (with --wait SECONDS to "
+            "wait for a restart)",
         )
     if err.kind == "timeout":
         return problem(

@@ -111,3 +111,16 @@ def parser_checks(target: Target, api_key: str | None, deadline: float) -> list[
             parsed = None
         out.append(judge(code, what, reply.status, parsed))
     return out
+
+
+def unused(findings: list[Finding], reported: str | None) -> list[Finding]:
+    """The findings of :func:`parser_checks` for a server that does not run the kimi_k2 tool-call parser (``reported``:
+    the parser it runs, None for none): its answers never reach that parser, so its faults are not this server's and
+    the patch set's advice cannot apply: each warning becomes a skip that says why."""
+    runs = f"runs --tool-call-parser {reported}" if reported else "runs without --tool-call-parser"
+    return [
+        Finding("verify", f.code, SKIP, f"not judged: the server {runs}, so its answers never reach the kimi_k2 parser")
+        if f.status == WARN
+        else f
+        for f in findings
+    ]

@@ -1,12 +1,15 @@
 """Wait until SGLang is ready: refused (loading weights, capturing graphs) -> 503 on /health (warmup) -> 200.
 
-``/v1/models`` answers before warmup ends, so only ``/health`` counts (docs/verify.md, "Readiness").
+``/v1/models`` answers before warmup ends, so only ``/health`` counts (docs/verify.md, "Readiness"). A port that
+never gets ready says why, so its fix can name the cause (:func:`not_ready`): nothing listens (refused), something
+listens and never answers (no-answer), or it speaks another protocol (not-http, e.g. an SSH server's banner).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from kimi_serve.core.http import TransportError, request
 from kimi_serve.verify.report import Readiness
@@ -17,23 +20,32 @@ POLL_INTERVAL = 0.5
 POLL_TIMEOUT = 5.0
 
 _DETAIL = {
-    "refused": "connection refused (loading weights / capturing graphs?)",
-    "no-answer": "connected, no answer to /health",
-    "unreachable": "cannot connect",
+    "refused": "connection refused: nothing listens on {address}",
+    "no-answer": "{address} accepted the connection but sent no answer within {timeout:g}s",
     "warming": "HTTP 503 on /health (warming up)",
     "ready": "HTTP 200 on /health",
     "no-health-endpoint": "HTTP 404 on /health: no readiness signal, going on",
 }
 
 
+def address(target: Target) -> str:
+    """HOST:PORT of ``target`` (as a connection refusal names it)."""
+    return urlsplit(target.base_url).netloc
+
+
 def _poll(target: Target, poll_end: float, api_key: str | None) -> tuple[str, str]:
+    timeout = max(0.0, poll_end - time.monotonic())
     try:
         reply = request("GET", target.url("/health"), deadline=poll_end, api_key=api_key)
     except TransportError as err:
+        if err.answered:  # another protocol's greeting (an SSH server's banner), not a status line
+            return "not-http", f"{address(target)} answered {err.answered!r}, not HTTP"
         phase = {"refused": "refused", "timeout": "no-answer"}.get(err.kind, "unreachable")
-        return phase, _DETAIL[phase] if phase != "unreachable" else f"cannot connect: {err.detail}"
+        if phase == "unreachable":
+            return phase, f"cannot connect: {err.detail}"
+        return phase, _DETAIL[phase].format(address=address(target), timeout=round(timeout))
     if reply.timed_out:
-        return "no-answer", _DETAIL["no-answer"]
+        return "no-answer", _DETAIL["no-answer"].format(address=address(target), timeout=round(timeout))
     if reply.status == 200:
         return "ready", _DETAIL["ready"]
     if reply.status == 503:

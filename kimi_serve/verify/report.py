@@ -73,7 +73,7 @@ class ProbeResult:
 @dataclass(frozen=True)
 class Readiness:
     ready: bool
-    phase: str  # refused | no-answer | warming | http-NNN | ready | no-health-endpoint
+    phase: str  # refused | no-answer | not-http | unreachable | warming | http-NNN | ready | no-health-endpoint
     waited_s: float
     detail: str = ""
     phases: tuple[str, ...] = ()  # distinct phases seen, in order

@@ -24,7 +24,7 @@ from kimi_serve.verify.leaks import server_info_leaks
 from kimi_serve.verify.probes import STREAM, Probe
 from kimi_serve.verify.probes import suite as suite_probes
 from kimi_serve.verify.raw_suite import raw_calls
-from kimi_serve.verify.readiness import POLL_TIMEOUT, Progress, wait_ready
+from kimi_serve.verify.readiness import POLL_TIMEOUT, Progress, address, wait_ready
 from kimi_serve.verify.report import ProbeResult, VerifyReport, clip, problem
 from kimi_serve.verify.stream import answer_from_sse, stall_limit
 from kimi_serve.verify.target import Target, parse_target
@@ -253,6 +253,21 @@ def _name_key_source(finding: Finding, source: str) -> Finding:
     return problem(finding.code, f"{finding.message} (key from {source})", finding.fix)
 
 
+def _parser_checks(found: list[Finding], report: VerifyReport) -> list[Finding]:
+    """The server's kimi_k2 parser's faults, unless the server runs without that parser (it says so in /model_info,
+    or its answers carry raw tool-call markup): then its answers never reach it and the patch advice cannot apply."""
+    from kimi_serve.verify.diagnose import TOOL_PARSER_FLAG, missing_parsers
+    from kimi_serve.verify.parser_faults import unused
+
+    reported = report.server.get("tool_call_parser")
+    failures = [p.findings for p in report.probes if not p.passed]
+    if ("tool_call_parser" in report.server and reported != "kimi_k2") or TOOL_PARSER_FLAG in missing_parsers(
+        failures, report.server
+    ):
+        return unused(found, reported)
+    return found
+
+
 def run_verify(
     target: Target | str,
     *,
@@ -314,14 +329,7 @@ def _run(
         key_source=key_source or ("caller" if api_key else "none"),
     )
     if not readiness.ready:
-        fix = (
-            "start the server, or pass --wait SECONDS to wait while it loads"
-            if wait <= 0
-            else "raise --wait (a cold start loads ~600 GB and captures CUDA graphs) or read the server log"
-        )
-        report.error = problem(
-            "not_ready", f"server not ready after {readiness.waited_s:.1f}s: {readiness.detail}", fix
-        )
+        report.error = hx.not_ready(readiness, wait, address(target))
         report.error_unreachable = True
         report.elapsed_s = time.monotonic() - started
         return report
@@ -419,7 +427,7 @@ def _run(
                 )
             )
     report.checks, report.listeners = privilege_future.result()
-    report.checks += parser_future.result()
+    report.checks += _parser_checks(parser_future.result(), report)
     report.checks += leaks  # a key handed to clients: a least-privilege FAIL (verify/leaks.py)
     report.elapsed_s = time.monotonic() - started
     return report
