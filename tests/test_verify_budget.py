@@ -27,7 +27,8 @@ import pytest
 from contract_server import ContractServer
 from hostile_answers import KINDS, answer, rewrite
 
-from kimi_serve.core.http import MEMORY_BUDGET_MIB, TransportError, request
+from kimi_serve.core.http import TransportError, request
+from kimi_serve.core.http_body import MEMORY_BUDGET_MIB
 from kimi_serve.core.proc import python_argv
 from kimi_serve.verify import run_verify
 from kimi_serve.verify.runner import CONNECTIONS

@@ -25,34 +25,24 @@ import socket
 import ssl
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from kimi_serve.core.http_body import (
+    ACCEPTED_ENCODINGS,
+    LIMITS,
+    Limits,
+    ReadBudget,
+    SseCounter,
+    cut_lines,
+    decode,
+    size_text,
+)
+
 CONNECT_TIMEOUT = 5.0
-_MIB = 1024 * 1024
 _CHUNK = 64 * 1024
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What verify reads of one response, and of one run."""
-
-    body_bytes: int = 16 * _MIB  # one streamed response body (a 16k-token stream is ~4 MiB)
-    document_bytes: int = 4 * _MIB  # one response body that is not a stream (a 16k-token answer is ~100 KiB)
-    total_bytes: int = 64 * _MIB  # every response of one run together (what keeps verify within MEMORY_BUDGET)
-    sse_line_bytes: int = 1 * _MIB  # one line of a server-sent event stream
-    sse_events: int = 100_000  # ``data:`` lines of one stream (a 16k-token answer has ~16k)
-    sse_lines: int = 400_000  # every line of one stream: data, blank, comment keep-alives, ids
-
-
-LIMITS = Limits()
-# verify's peak resident memory against any server, interpreter included (docs/verify.md "Read limits"): what it
-# reads is held at most about twice (the bytes, and the text merged from them), plus one answer being decoded per
-# connection slot; benchmarks/bench_verify_floods.py measures it against answers built to cost
-MEMORY_BUDGET_MIB = 256
 
 
 class TransportError(Exception):
@@ -79,24 +69,7 @@ class Reply:
     encoding_fault: str | None = None  # the Content-Encoding the body does not match, in words (the SDK fails on it)
 
 
-def _size(n: int) -> str:
-    return f"{n // _MIB} MiB" if n >= _MIB and n % _MIB == 0 else f"{n} bytes"
-
-
-class _Budget:
-    """Bytes every request of one run may still read together (thread-safe)."""
-
-    def __init__(self, total: int) -> None:
-        self.total, self.left = total, total
-        self._lock = threading.Lock()
-
-    def take(self, n: int) -> bool:
-        with self._lock:
-            self.left -= n
-            return self.left >= 0
-
-
-_current = (LIMITS, _Budget(LIMITS.total_bytes))  # the limits and the total budget of the run under way
+_current = (LIMITS, ReadBudget(LIMITS.total_bytes))  # the limits and the total budget of the run under way
 
 
 class _InFlight:
@@ -123,7 +96,7 @@ _in_flight = _InFlight()
 def read_limits(limits: Limits = LIMITS) -> Iterator[None]:
     """``limits`` and a fresh total-bytes budget for the requests made inside (one verify run, all its threads)."""
     global _current
-    previous, _current = _current, (limits, _Budget(limits.total_bytes))
+    previous, _current = _current, (limits, ReadBudget(limits.total_bytes))
     try:
         yield
     finally:
@@ -133,7 +106,7 @@ def read_limits(limits: Limits = LIMITS) -> Iterator[None]:
 def _headers(api_key: str | None, json_body: bool) -> dict[str, str]:
     headers = {
         "Accept": "application/json, text/event-stream",
-        "Accept-Encoding": _ACCEPTED,  # what the openai SDK's httpx sends (without brotli/zstandard installed)
+        "Accept-Encoding": ACCEPTED_ENCODINGS,  # what the openai SDK's httpx sends (without brotli/zstandard installed)
         "Connection": "close",
     }
     if json_body:
@@ -161,36 +134,6 @@ def _classify(exc: BaseException, fired: bool) -> TransportError:
     if isinstance(exc, http.client.HTTPException):
         return TransportError("connection", f"not an HTTP response: {type(exc).__name__}: {text[:160]}")
     return TransportError("connection", text[:200])
-
-
-class _SseCounter:
-    """Line lengths and ``data:`` lines of a stream as it arrives (keeping only the head of the current line)."""
-
-    def __init__(self, limits: Limits) -> None:
-        self.limits = limits
-        self.line = 0  # bytes of the current, unfinished line
-        self.head = b""  # its first bytes (to see "data:")
-        self.events = 0
-        self.lines = 0
-
-    def feed(self, chunk: bytes) -> str | None:
-        pieces = chunk.split(b"\n")
-        for i, piece in enumerate(pieces):
-            if self.line < 5:
-                self.head += piece[: 5 - self.line]
-            self.line += len(piece)
-            if self.line > self.limits.sse_line_bytes:
-                return f"{_size(self.limits.sse_line_bytes)} per server-sent-event line"
-            if i < len(pieces) - 1:  # the line ended
-                self.lines += 1
-                if self.lines > self.limits.sse_lines:
-                    return f"{self.limits.sse_lines} lines per stream"
-                if self.head.startswith(b"data:"):
-                    self.events += 1
-                    if self.events > self.limits.sse_events:
-                        return f"{self.limits.sse_events} events per stream"
-                self.line, self.head = 0, b""
-        return None
 
 
 def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
@@ -229,7 +172,7 @@ def request(
     (:func:`read_limits`): for a caller that polls for hours (the router's client). ``retry=False``: no second try
     (a request that changes something, which the server may have applied before it reset the connection).
     """
-    bounds = _current if limits is None else (limits, _Budget(limits.total_bytes))
+    bounds = _current if limits is None else (limits, ReadBudget(limits.total_bytes))
     with _in_flight as open_now:
         try:
             return _request(method, url, deadline, api_key, json_body, stall_s, bounds, on_chunk)
@@ -257,7 +200,7 @@ def _request(
     api_key: str | None,
     json_body: dict[str, Any] | None,
     stall_s: float | None,
-    bounds: tuple[Limits, _Budget],
+    bounds: tuple[Limits, ReadBudget],
     on_chunk: Callable[[bytes], None] | None,
 ) -> Reply:
     remaining = deadline - time.monotonic()
@@ -308,7 +251,7 @@ def _exchange(
     last: list[float],
     stalled: list[bool],
     held: list[socket.socket],
-    bounds: tuple[Limits, _Budget],
+    bounds: tuple[Limits, ReadBudget],
     on_chunk: Callable[[bytes], None] | None = None,
 ) -> Reply:
     data = json.dumps(json_body).encode() if json_body is not None else None
@@ -325,7 +268,7 @@ def _exchange(
     limits, budget = bounds
     content_type = resp.getheader("content-type", "") or ""
     sse = "text/event-stream" in content_type
-    counter = _SseCounter(limits) if sse else None
+    counter = SseCounter(limits) if sse else None
     most = limits.body_bytes if sse else limits.document_bytes
     kept = io.BytesIO()  # its getvalue() hands over the buffer: a body is never held twice (a list and its join)
     size, cut, limit = 0, False, None
@@ -337,9 +280,9 @@ def _exchange(
             last[0] = time.monotonic()
             size += len(chunk)
             if size > most:
-                limit = f"{_size(most)} per response body" + ("" if sse else " that is not a stream")
+                limit = f"{size_text(most)} per response body" + ("" if sse else " that is not a stream")
             elif not budget.take(len(chunk)):
-                limit = f"{_size(budget.total)} in total for one verify run"
+                limit = f"{size_text(budget.total)} in total for one verify run"
             elif counter is not None:
                 limit = counter.feed(chunk)
             if limit:
@@ -355,7 +298,7 @@ def _exchange(
     body, fault, decoded_limit = decode(resp.getheader("content-encoding", "") or "", raw, limits, budget, most)
     del raw
     if sse and decoded_limit is None and len(body) != size:  # decoded: count the lines the stream really has
-        body, decoded_limit = _cut_lines(body, limits.sse_lines)
+        body, decoded_limit = cut_lines(body, limits.sse_lines)
     return Reply(
         resp.status,
         content_type,
@@ -367,53 +310,3 @@ def _exchange(
         limit=limit or decoded_limit,
         encoding_fault=fault,
     )
-
-
-def _cut_lines(body: bytes, most: int) -> tuple[bytes, str | None]:
-    parts = body.split(b"\n", most)
-    if len(parts) <= most:
-        return body, None
-    return body[: len(body) - len(parts[-1])], f"{most} lines per stream"
-
-
-_ACCEPTED = "gzip, deflate"
-_WBITS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
-
-
-def _inflate(name: str, body: bytes, room: int) -> bytes:
-    """One layer of ``name`` undone as httpx does (deflate: zlib-wrapped, else raw), at most ``room + 1`` bytes."""
-    try:
-        return zlib.decompressobj(_WBITS[name]).decompress(body, room + 1)
-    except zlib.error:
-        if name != "deflate":
-            raise
-        return zlib.decompressobj(-zlib.MAX_WBITS).decompress(body, room + 1)
-
-
-def decode(
-    header: str, body: bytes, limits: Limits, budget: _Budget, most: int | None = None
-) -> tuple[bytes, str | None, str | None]:
-    """``(body, encoding fault, limit)``: ``body`` with its ``Content-Encoding`` layers undone, the way the openai SDK's
-    HTTP client reads it (gzip and deflate decoded; an encoding it does not know is ignored; br and zstd need
-    packages the SDK does not require, and verify did not ask for them)."""
-    most = limits.body_bytes if most is None else most
-    names = [n.strip().lower() for n in header.split(",") if n.strip() and n.strip().lower() != "identity"]
-    for name in reversed(names):
-        if name in ("br", "zstd"):
-            return (
-                body,
-                f"Content-Encoding: {name}, which verify did not accept (it sends Accept-Encoding: {_ACCEPTED})",
-                None,
-            )
-        if name not in _WBITS:
-            continue  # httpx ignores an encoding it does not know and reads the body as it is
-        try:
-            out = _inflate(name, body, most)
-        except zlib.error as exc:
-            return body, f"Content-Encoding: {name} on a body that is not {name} data ({exc})", None
-        if len(out) > most:
-            return out[:most], None, f"{_size(most)} per response body (decoded)"
-        if not budget.take(max(0, len(out) - len(body))):
-            return b"", None, f"{_size(budget.total)} in total for one verify run"
-        body = out
-    return body, None, None

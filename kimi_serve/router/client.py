@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.core.http import Limits, Reply, TransportError, request
+from kimi_serve.core.http import Reply, TransportError, request
+from kimi_serve.core.http_body import Limits
 from kimi_serve.core.inputs import load_json
 
 POLL_TIMEOUT_S = 5.0

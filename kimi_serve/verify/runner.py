@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.core.findings import WARN, Finding
-from kimi_serve.core.http import LIMITS, Limits, TransportError, read_limits, request
+from kimi_serve.core.http import TransportError, read_limits, request
+from kimi_serve.core.http_body import LIMITS, Limits
 from kimi_serve.core.suites import FULL, QUICK
 from kimi_serve.verify import http_findings as hx
 from kimi_serve.verify import load as load_probe
