@@ -39,6 +39,15 @@ def write_atomic(path: Path, text: str, mode: int = 0o644, step: str | None = No
         raise
 
 
+def fsync_dir(path: Path) -> None:
+    """fsync the folder ``path``: a rename or an unlink in it survives a power loss."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def resolve_in(root: Path, path: str) -> str:
     """``path`` with its symlinks resolved as the system under ``root`` sees them (absolute links stay inside)."""
     parts, hops = [p for p in path.split("/") if p], 0
