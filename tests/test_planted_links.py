@@ -240,7 +240,8 @@ def _patch_backup(folder: Path) -> Path:
 def _service_journal(folder: Path) -> Path:
     from kimi_serve.core.journal import Journal
 
-    Journal(folder / ".unit.intent.json", root=folder.parent).write({}, "service.journal.write")  # as service/journal.py
+    # as service/journal.py writes one: inside the root, the journal's checkpoint before the rename
+    Journal(folder / ".unit.intent.json", root=folder.parent).write({}, "service.journal.write")
     return folder / f"..unit.intent.json.{os.getpid()}.tmp"
 
 
