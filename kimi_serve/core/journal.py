@@ -1,19 +1,14 @@
-"""The one transaction primitive: an intent journal, and the durable JSON write it is made of.
+"""The one transaction primitive: an intent journal, written before a change of the host, removed when it is done,
+left behind by a kill for the next run to finish or roll the change back. What it records and how a change is
+finished or rolled back is its owner's (:mod:`kimi_serve.service.journal`, :mod:`kimi_serve.patches.journal`); how
+it is written, read, removed and swept is here, once:
 
-A change of the host (a service change, a patch set swapped into an install) first writes what it is about to do to
-its journal, removes the journal when it is done, and leaves it behind when it is killed at any step: the next run
-reads it and finishes or rolls the change back. What a journal records, and how a change is finished or rolled back,
-is the owner's (:mod:`kimi_serve.service.journal`, :mod:`kimi_serve.patches.journal`); how it is written, read,
-removed and swept is here, once:
-
-- written with :func:`write_json`: a new temporary file ``.NAME.PID.tmp`` beside it (``O_EXCL | O_NOFOLLOW``: a link
-  planted at the name is removed, never written through), its mode set first, fsync, one rename, fsync of the
-  folder, the folder reached without following a link out of ``root`` (:func:`kimi_serve.core.files.write_under`).
-  A kill before the rename leaves only the temporary file (:meth:`Journal.sweep` removes it): nothing had changed;
-- read back as a dict, ``None`` when there is none, or :data:`UNREADABLE` (op ``unknown``) when it is not a JSON
-  object (a kill mid-write on a file system without atomic rename, a damaged disk), within the size and depth bounds
-  of :mod:`kimi_serve.core.inputs`;
-- removed by an unlink and an fsync of its folder, so the end of a change survives a power loss.
+- written by :func:`write_json`: a new temporary file ``.NAME.PID.tmp`` (a link at the name removed, never written
+  through), mode first, fsync, rename, fsync of the folder, reached without a link out of ``root``
+  (:func:`kimi_serve.core.files.write_under`); a kill before the rename leaves only that file (:meth:`Journal.sweep`);
+- read back as a dict, None when there is none, :data:`UNREADABLE` when it is not a JSON object (within the bounds of
+  :mod:`kimi_serve.core.inputs`);
+- removed by an unlink and an fsync of its folder.
 """
 
 from __future__ import annotations
@@ -51,9 +46,6 @@ class Journal:
 
     def write(self, data: dict[str, Any], step: str | None = None) -> None:
         write_json(self.path, data, self.mode, root=self.root, step=step)
-
-    def exists(self) -> bool:
-        return self.path.exists()
 
     def read(self) -> dict[str, Any] | None:
         """The journal, None when there is none, a copy of :data:`UNREADABLE` when it is not a (non-empty) JSON

@@ -11,7 +11,7 @@ interrupted change; the next `apply` or `revert` first recovers, under the site-
   the manifest's "before" hashes; then every file is checked again and the backups are removed.
 
 Either way the install ends byte for byte as the manifest's originals (or, for the finished apply, its patched
-state), and stray temporary files of the swap are removed.
+state), and stray temporary files of the swap (and of a journal write killed before its rename) are removed.
 """
 
 from __future__ import annotations
