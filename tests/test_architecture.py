@@ -332,6 +332,17 @@ def test_one_writer_of_key_files():
     assert not bad, bad
 
 
+def test_one_journal_primitive():
+    # an intent journal (NAME.intent.json) is written, read, removed and swept through core/journal.py's Journal; the
+    # modules that own one (they name it) roll no temporary file, fsync or rename of their own
+    hand_rolled = re.compile(r"\b(os\.fsync|fsync_dir|os\.replace|write_under|create_new|mkstemp)\(")
+    owners = [p for p in _modules() if any(".intent.json" in s for s in _code_strings(p))]
+    names = sorted(str(p.relative_to(PKG)) for p in owners)
+    assert names == ["patches/journal.py", "service/journal.py"], names
+    bad = [str(p.relative_to(PKG)) for p in owners if hand_rolled.search(p.read_text(encoding="utf-8"))]
+    assert not bad, bad
+
+
 def test_every_subprocess_goes_through_core_proc():
     # short-lived programs: core/proc.py (run, stream, run_to_log). The long-running children (a server under `up`,
     # bench, the contract dry run, the simulator launcher) all go through the one exception: process/child.py.

@@ -221,9 +221,9 @@ def test_failure_while_swapping_files_in_restores_every_file(
     before = snapshot(site)
     real_replace, calls = os.replace, []
 
-    def third_replace_fails(src, dst):
-        if not str(dst).startswith(str(site)):  # the record and the journal in the state dir
-            return real_replace(src, dst)
+    def third_replace_fails(src, dst, **at):
+        if not str(dst).startswith(str(site)):  # the record and the journal in the state dir (renamed in their folder)
+            return real_replace(src, dst, **at)
         calls.append(dst)
         if len(calls) == 3:
             raise OSError(28, "No space left on device")

@@ -223,10 +223,10 @@ def test_engine_install_never_renames_or_removes_through_a_link_beside_the_prefi
 
 
 def _patch_journal(folder: Path) -> Path:
-    from kimi_serve.patches.journal import write_json_durably
+    from kimi_serve.core.journal import write_json
 
-    write_json_durably(folder / "intent.json", {"op": "apply"})
-    return folder / ".intent.json.tmp"
+    write_json(folder / "intent.json", {"op": "apply"})  # a patch journal, and apply's pending record
+    return folder / f".intent.json.{os.getpid()}.tmp"
 
 
 def _patch_backup(folder: Path) -> Path:
@@ -238,11 +238,11 @@ def _patch_backup(folder: Path) -> Path:
 
 
 def _service_journal(folder: Path) -> Path:
-    from kimi_serve.service.journal import _write_journal
-    from kimi_serve.service.state import ServicePaths
+    from kimi_serve.core.journal import Journal
 
-    _write_journal(ServicePaths(folder.parent, "unit.service"), folder / "unit.intent.json", "{}\n")
-    return folder / f".unit.intent.json.{os.getpid()}.tmp"
+    # as service/journal.py writes one: inside the root, the journal's checkpoint before the rename
+    Journal(folder / ".unit.intent.json", root=folder.parent).write({}, "service.journal.write")
+    return folder / f"..unit.intent.json.{os.getpid()}.tmp"
 
 
 @pytest.mark.parametrize("writer", [_patch_journal, _patch_backup, _service_journal])

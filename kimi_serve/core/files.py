@@ -22,21 +22,44 @@ def write_atomic(path: Path, text: str, mode: int = 0o644, step: str | None = No
         write_under(root, path, text, mode, step)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    import tempfile  # here, not at import: the CLI's --help path reads this module
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = write_temp(path, text.encode("utf-8"), mode)
     try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
         if step:
             checkpoint(step)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def write_temp(path: Path, data: bytes, mode: int, *, suffix: str = ".tmp", mtime_ns: int | None = None) -> Path:
+    """A new temporary file ``.NAME.*SUFFIX`` beside ``path`` holding ``data``, for the caller to rename over it: its
+    mode set before the first byte, fsync'd, its modification time ``mtime_ns`` when given; removed again when any of
+    that fails."""
+    import tempfile  # here, not at import: the CLI's --help path reads this module
+
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if mtime_ns is not None:
+            os.utime(name, ns=(mtime_ns, mtime_ns))
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return Path(name)
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync the folder ``path``: a rename or an unlink in it survives a power loss."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def resolve_in(root: Path, path: str) -> str:

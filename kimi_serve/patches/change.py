@@ -15,6 +15,8 @@ from pathlib import Path
 from kimi_serve import __version__
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
+from kimi_serve.core.files import fsync_dir
+from kimi_serve.core.journal import write_json
 from kimi_serve.core.lock import directory_lock
 from kimi_serve.core.settings import STATE_DIR_ENV
 from kimi_serve.patches import journal
@@ -118,7 +120,7 @@ def _apply(site_packages: Path, patch_set: PatchSet, state_dir: Path | None, rec
     shutil.rmtree(record_dir, ignore_errors=True)
     try:  # backups and the record first: nothing in the install changes unless both could be written
         write_backups(record_dir / "backup", originals)
-        journal.write_json_durably(
+        write_json(
             pending,
             {
                 "set": patch_set.name,
@@ -153,7 +155,7 @@ def _apply(site_packages: Path, patch_set: PatchSet, state_dir: Path | None, rec
         raise not_writable(site_packages, exc) from exc
     checkpoint("patches.apply.swapped")
     os.replace(pending, record)
-    journal.fsync_dir(record_dir)
+    fsync_dir(record_dir)
     checkpoint("patches.apply.recorded")
     journal.end(record_dir)
     after = status(site_packages, patch_set, state_dir=state_dir)

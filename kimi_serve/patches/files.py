@@ -11,13 +11,13 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
+from kimi_serve.core.files import write_temp
 from kimi_serve.core.settings import process_environ
 
 _PATCH_TIMEOUT_S = 60
@@ -97,20 +97,7 @@ def stage(files: dict[str, bytes], root: Path) -> None:
 
 
 def _write_temp(target: Path, content: Content) -> Path:
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".kimi-serve.tmp", dir=target.parent)
-    tmp = Path(name)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(content.data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, content.mode)
-        if content.mtime_ns is not None:
-            os.utime(tmp, ns=(content.mtime_ns, content.mtime_ns))
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return tmp
+    return write_temp(target, content.data, content.mode, suffix=".kimi-serve.tmp", mtime_ns=content.mtime_ns)
 
 
 def read_content(path: Path) -> Content:

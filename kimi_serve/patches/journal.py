@@ -1,5 +1,6 @@
 """The intent journal of a patch change: what a run of `patches apply`/`revert` is about to do to the install,
-written (atomically, fsync'd) before the first file is swapped, removed once the change is complete.
+written before the first file is swapped, removed once the change is complete (the primitive, how a journal is
+written, read and removed: :mod:`kimi_serve.core.journal`).
 
 A run killed at any step (SIGKILL, power loss) leaves the journal behind. The next `patches status` reports the
 interrupted change; the next `apply` or `revert` first recovers, under the site-packages lock:
@@ -10,12 +11,11 @@ interrupted change; the next `apply` or `revert` first recovers, under the site-
   the manifest's "before" hashes; then every file is checked again and the backups are removed.
 
 Either way the install ends byte for byte as the manifest's originals (or, for the finished apply, its patched
-state), and stray temporary files of the swap are removed.
+state), and stray temporary files of the swap (and of a journal write killed before its rename) are removed.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from datetime import UTC, datetime
@@ -24,8 +24,8 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
-from kimi_serve.core.files import create_new
 from kimi_serve.core.inputs import read_json
+from kimi_serve.core.journal import UNREADABLE, Journal, interrupted
 from kimi_serve.patches.files import Content, invalidate_bytecode, read_content, replace_all, sha256_file
 from kimi_serve.patches.manifest import PatchSet
 
@@ -34,29 +34,13 @@ def intent_path(record_dir: Path) -> Path:
     return record_dir.parent / f"{record_dir.name}.intent.json"
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_json_durably(path: Path, data: dict[str, Any]) -> None:
-    """Temp file, fsync, rename, fsync of the folder: after a crash the file is the old one or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with os.fdopen(create_new(tmp, 0o644), "w", encoding="utf-8") as f:  # a link at the temp name: not followed
-        f.write(json.dumps(data, indent=2) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+def _journal(record_dir: Path) -> Journal:
+    """The change's journal (:class:`kimi_serve.core.journal.Journal`), beside its record folder."""
+    return Journal(intent_path(record_dir), mode=0o644)
 
 
 def begin(record_dir: Path, op: str, ps: PatchSet, site_packages: Path) -> None:
-    write_json_durably(
-        intent_path(record_dir),
+    _journal(record_dir).write(
         {
             "op": op,
             "set": ps.name,
@@ -70,25 +54,18 @@ def begin(record_dir: Path, op: str, ps: PatchSet, site_packages: Path) -> None:
 
 
 def end(record_dir: Path) -> None:
-    intent_path(record_dir).unlink(missing_ok=True)
-    fsync_dir(record_dir.parent)
+    _journal(record_dir).remove()
 
 
 def read_intent(record_dir: Path) -> dict[str, Any] | None:
     try:
-        data = read_json(intent_path(record_dir))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return {"op": "unknown", "unreadable": True}
-    return data if isinstance(data, dict) else {"op": "unknown", "unreadable": True}
+        return _journal(record_dir).read()
+    except OSError:  # it cannot be read: recovered like one that is not JSON
+        return dict(UNREADABLE)
 
 
 def describe(intent: dict[str, Any]) -> str:
-    return (
-        f"an interrupted `patches {intent.get('op', '?')}` (pid {intent.get('pid', '?')}, started "
-        f"{intent.get('started_at', '?')}): the next `patches apply` or `patches revert` finishes or rolls it back"
-    )
+    return f"{interrupted(intent, 'patches')}: the next `patches apply` or `patches revert` finishes or rolls it back"
 
 
 def originals_from_backup(ps: PatchSet, backup: Path) -> dict[str, Content] | None:
@@ -124,6 +101,7 @@ def verify_originals(site_packages: Path, ps: PatchSet, what: str) -> None:
 
 def recover(site_packages: Path, ps: PatchSet, record_dir: Path) -> str | None:
     """Finish or roll back an interrupted change (see the module doc); None when there was none."""
+    _journal(record_dir).sweep()
     intent = read_intent(record_dir)
     if intent is None:
         return None

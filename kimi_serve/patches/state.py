@@ -24,6 +24,7 @@ from kimi_serve.patches.files import (
     sha256_file,
     stage,
 )
+from kimi_serve.patches.journal import intent_path
 from kimi_serve.patches.manifest import Patch, PatchSet
 from kimi_serve.sglang.site import installed_version
 
@@ -178,7 +179,7 @@ def _status(site_packages: Path, patch_set: PatchSet, state_dir: Path | None) ->
     }
     record_dir = record_dir_of(state_dir, patch_set, site_packages)
     record = read_record(record_dir / "record.json")
-    intent = read_record(record_dir.parent / f"{record_dir.name}.intent.json")  # patches.journal.intent_path
+    intent = read_record(intent_path(record_dir))
     return PatchStatus(
         patch_set.name,
         patch_set.target_version,

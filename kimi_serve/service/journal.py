@@ -1,5 +1,6 @@
 """The intent journal of a service change (`install-service`, `restart`): the host state it is about to change,
-written (atomically, fsync'd) before the first write, removed when the command is done.
+written before the first write, removed when the command is done (the primitive, how a journal is written, read,
+removed and swept: :mod:`kimi_serve.core.journal`).
 
 What is recorded is everything the change may touch under the root: the unit file, ``previous.service``, the
 last-good and last-verify records (their bytes and modes), whether the API-key file existed (never its content:
@@ -21,7 +22,6 @@ restart` settles which unit runs.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import time
@@ -31,7 +31,8 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
-from kimi_serve.core.files import chown_under, remove_under, write_under
+from kimi_serve.core.files import chown_under, remove_under
+from kimi_serve.core.journal import Journal, interrupted
 from kimi_serve.service import account
 from kimi_serve.service.state import (
     STATE_DIR,
@@ -39,7 +40,6 @@ from kimi_serve.service.state import (
     ServicePaths,
     is_member,
     member_order,
-    read_record,
     write_atomic,
 )
 from kimi_serve.service.systemctl import Systemd
@@ -51,6 +51,12 @@ _JOURNAL = re.compile(r"^\.\.?(?P<name>[^.].*)\.intent\.json(?:\.\d+\.tmp)?$")  
 
 def intent_path(paths: ServicePaths) -> Path:
     return paths.state_dir.parent / f".{paths.state_dir.name}.intent.json"
+
+
+def _journal(paths: ServicePaths) -> Journal:
+    """The unit's journal (:class:`kimi_serve.core.journal.Journal`): 0600, written inside the root (no link followed
+    on the way, a temp name planted as a link removed, never written through)."""
+    return Journal(intent_path(paths), root=paths.root)
 
 
 def wants_link(paths: ServicePaths) -> Path:
@@ -166,7 +172,7 @@ def journalled(changes: Sequence[tuple[ServicePaths, dict[str, Any]]], op: str) 
         data = snapshot(paths, op, **kw)
         if intent_path(paths) != anchor:
             data["anchor"] = anchor.name
-        _write_journal(paths, intent_path(paths), json.dumps(data, indent=2) + "\n")
+        _journal(paths).write(data, "service.journal.write")
         checkpoint(f"service.{op}.journal-written")
     try:
         yield
@@ -178,33 +184,23 @@ def journalled(changes: Sequence[tuple[ServicePaths, dict[str, Any]]], op: str) 
 
 def _end(members: list[ServicePaths], op: str) -> None:
     for i, paths in enumerate(members):  # the anchor first: the change is done once it is gone
-        intent_path(paths).unlink(missing_ok=True)
+        _journal(paths).remove()
         if i < len(members) - 1:
             checkpoint(f"service.{op}.journal-removed")
 
 
-def _write_journal(paths: ServicePaths, path: Path, text: str) -> None:
-    """Temp file, fsync, rename, fsync of the folder, inside the root (:func:`kimi_serve.core.files.write_under`: no
-    link followed on the way, a temp name planted as a link removed, never written through). A crash before the
-    rename leaves only the temp file, which :func:`recover` removes (nothing had changed yet)."""
-    write_under(paths.root, path, text, 0o600, "service.journal.write", tmp=f".{path.name}.{os.getpid()}.tmp")
-
-
 def read_intent(paths: ServicePaths) -> dict[str, Any] | None:
     """The journal of ``paths``' unit; ``finished`` True when its change's anchor is gone (the change was whole)."""
-    if not intent_path(paths).exists():
+    intent = _journal(paths).read()
+    if intent is None:
         return None
-    intent = read_record(intent_path(paths)) or {"op": "unknown", "unreadable": True}
     anchor = intent.get("anchor")
     intent["finished"] = bool(anchor) and not (intent_path(paths).parent / str(anchor)).exists()
     return intent
 
 
 def _what(intent: dict[str, Any]) -> str:
-    return (
-        f"an interrupted `kimi-serve {intent.get('op', '?')}` (pid {intent.get('pid', '?')}, started "
-        f"{intent.get('started_at', '?')})"
-    )
+    return interrupted(intent, "kimi-serve")
 
 
 def describe(intent: dict[str, Any]) -> str:
@@ -221,7 +217,8 @@ def describe(intent: dict[str, Any]) -> str:
 def sweep(paths: ServicePaths) -> None:
     """Remove what a killed atomic write of this unit's files left (``.NAME.*.tmp`` beside each file a change
     writes, and the journal's own temp file). Called under the root's lock: no other change of it is writing."""
-    for target in (intent_path(paths), *_journalled_files(paths)):
+    _journal(paths).sweep()
+    for target in _journalled_files(paths):
         if target.parent.is_dir():
             for tmp in target.parent.glob(f".{target.name}.*.tmp"):
                 tmp.unlink(missing_ok=True)
@@ -246,10 +243,10 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
     if intent is None:
         return None
     if intent.get("unreadable"):  # killed while the journal itself was written: nothing had changed yet
-        intent_path(paths).unlink(missing_ok=True)
+        _journal(paths).remove()
         return None
     if intent.get("finished"):  # the change was whole: only its journal is left
-        intent_path(paths).unlink(missing_ok=True)
+        _journal(paths).remove()
         return f"finished {_what(intent)}: it had changed every unit"
     for rel in intent.get("files", {}):  # every path it names, before anything is changed
         _inside(paths, rel, files=True)
@@ -297,7 +294,7 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
         checkpoint("service.recover.user")
     if systemd.live:
         systemd.daemon_reload()
-    intent_path(paths).unlink(missing_ok=True)
+    _journal(paths).remove()
     for rel in intent.get("created_dirs", []):
         with contextlib.suppress(OSError):
             (paths.root / rel).rmdir()
