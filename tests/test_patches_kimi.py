@@ -65,7 +65,9 @@ def test_a_conflict_in_a_later_patch_file_changes_nothing(site: Path, tmp_path: 
     with open(site / CHAT, "a") as fh:  # touched by 0002 only
         fh.write("# local edit\n")
     before = snapshot(site)
-    res = cli("patches", "apply", "--site-packages", str(site), "--patch-set", KIMI, "--state-dir", str(tmp_path / "st"))
+    res = cli(
+        "patches", "apply", "--site-packages", str(site), "--patch-set", KIMI, "--state-dir", str(tmp_path / "st")
+    )
     assert res.code == ExitCode.FAILED and CHAT in res.err and "nothing was changed" in res.err
     assert len(res.err.strip().splitlines()) == 1
     assert snapshot(site) == before
