@@ -187,3 +187,12 @@ def test_patches_set_means_key_value(cli) -> None:
     res = cli("patches", "status", "--set", "sglang-0.5.23-kimi")
     assert res.code == 2 and "--patch-set sglang-0.5.23-kimi" in res.err and "KEY=VALUE" in res.err
     assert len(res.err.strip().splitlines()) == 1 and "Traceback" not in res.err
+
+
+def test_patches_without_an_engine_names_the_variable_that_picks_it(cli, monkeypatch) -> None:
+    """kimi-serve's own Python has no SGLang: `patches` says how to point it at the engine up would serve from."""
+    monkeypatch.delenv("KIMI_SERVE_SGLANG_PYTHON", raising=False)
+    for args in (["patches", "status"], ["patches", "status", "--profile", "sim"]):
+        res = cli(*args)
+        assert res.code == 5 and "export KIMI_SERVE_SGLANG_PYTHON=" in res.err, res.err
+        assert len(res.err.strip().splitlines()) == 1

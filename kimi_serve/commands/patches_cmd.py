@@ -11,6 +11,7 @@ import typer
 
 from kimi_serve.commands.options import SET_HELP, AsJson
 from kimi_serve.core.pin import patch_set_args, patches_apply
+from kimi_serve.core.settings import SGLANG_PYTHON_ENV
 from kimi_serve.patches.names import DEFAULT_SET
 
 if TYPE_CHECKING:
@@ -76,7 +77,11 @@ def _target(
     if profile is None:
         sets = [load_patch_set(set_name or DEFAULT_SET)]
         if site_packages is None and python is None:
-            python = engine_python(None)
+            return (
+                _resolved(engine_python(None), f"export {SGLANG_PYTHON_ENV}=PATH of the SGLang venv's python"),
+                sets,
+                None,
+            )
         return resolve_site_packages(site_packages, python), sets, None
     from kimi_serve.profile.loader import load_profile
 
@@ -96,8 +101,26 @@ def _target(
             exit_code=ExitCode.USAGE,
         )
     sets = [load_patch_set(name) for name in p.patch_set]
-    interpreter = python if python is not None or site_packages is not None else engine_python(p)
-    return resolve_site_packages(site_packages, interpreter), sets, p
+    if python is None and site_packages is None:
+        how = (
+            f"export {SGLANG_PYTHON_ENV}=PATH of the SGLang venv's python (or set the profile's python:)"
+            if p.engine == "simulator" and not p.python
+            else "point the profile's python: at the SGLang venv's python (or --set python=PATH)"
+        )
+        return _resolved(engine_python(p), how), sets, p
+    return resolve_site_packages(site_packages, python), sets, p
+
+
+def _resolved(python: str, how: str) -> Path:
+    """The site-packages of the interpreter kimi-serve resolved (none was named): a failure says how to name one."""
+    from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.sglang.site import site_packages_of
+
+    try:
+        return site_packages_of(python)
+    except KimiServeError as exc:
+        exc.hint = f"{how}, or pass --python PATH or --site-packages DIR"
+        raise
 
 
 def _render(st: PatchStatus) -> None:
