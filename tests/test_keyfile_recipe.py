@@ -107,12 +107,21 @@ def test_the_recipe_takes_the_clients_key_from_the_environment(fresh, tmp_path: 
     assert dashed.returncode == 2 and "begins with '-'" in dashed.stderr and "Traceback" not in dashed.stderr
 
 
-def test_what_is_not_a_file_is_never_replaced(fresh, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["a directory", "a symbolic link"])
+def test_what_is_not_a_file_is_never_replaced(fresh, tmp_path: Path, kind: str) -> None:
     key, profile = fresh
-    key.mkdir(parents=True)
+    target = tmp_path / "elsewhere.yaml"
+    target.write_text("api-key: abc\n")
+    target.chmod(0o600)
+    if kind == "a directory":
+        key.mkdir(parents=True)
+    else:
+        key.parent.mkdir(parents=True)
+        key.symlink_to(target)
     done = run_as_printed(RECIPE.format(profile=profile), tmp_path)
-    assert done.returncode == 1 and "is a directory" in done.stderr and "move it aside" in done.stderr, done
-    assert len(done.stderr.strip().splitlines()) == 1 and key.is_dir()
+    assert done.returncode == 1 and f"is {kind}" in done.stderr and "move it aside" in done.stderr, done
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert (key.is_dir() if kind == "a directory" else key.is_symlink()) and target.read_text() == "api-key: abc\n"
 
 
 def test_a_profile_without_a_key_file_is_told_how_to_name_one(cli) -> None:

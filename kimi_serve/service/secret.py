@@ -111,6 +111,8 @@ def _present(path: Path) -> tuple[str | None, str | None, bool] | None:
     from kimi_serve.core.keyfile import MAX_BYTES, PRIVATE_MASK, parse_keys, read_regular
 
     try:
+        if path.is_symlink():  # replaced, the link would be lost; followed, it writes where it points
+            raise NotRegularFile(path, "a symbolic link")
         st, raw = read_regular(path)
     except FileNotFoundError:
         return None
@@ -170,7 +172,7 @@ def write_profile_key_file(profile: Profile, root: Path, environ: Mapping[str, s
         return KeyFileResult(path, False, key_from, admin_from)
     try:
         write_key_file(path, key, admin, root=root)
-    except PermissionError as exc:
+    except OSError as exc:  # not permitted, a read-only or full file system: the host's refusal
         raise KimiServeError(
             f"cannot write {path}: {exc.strerror or exc}",
             where=where,
