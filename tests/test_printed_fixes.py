@@ -196,3 +196,53 @@ def test_patches_without_an_engine_names_the_variable_that_picks_it(cli, monkeyp
         res = cli(*args)
         assert res.code == 5 and "export KIMI_SERVE_SGLANG_PYTHON=" in res.err, res.err
         assert len(res.err.strip().splitlines()) == 1
+
+
+def _leaf(words: list[str]):  # type: ignore[no-untyped-def]
+    """The click command a command line names, and its own arguments."""
+    from kimi_serve.cli import app
+
+    cmd, rest = typer.main.get_command(app), words[1:]
+    while hasattr(cmd, "commands") and rest and rest[0] in cmd.commands:
+        cmd, rest = cmd.commands[rest[0]], rest[1:]
+    return cmd, rest
+
+
+SHIPPED = [p.stem for p in sorted(CONFIGS.glob("*.yaml"))]
+
+
+@pytest.mark.usefixtures("loopback_port")  # doctor probes each profile's ports: the listener tier
+@pytest.mark.parametrize("name", SHIPPED)
+def test_the_fixes_check_and_doctor_print_here_parse_and_the_key_file_one_runs(
+    name: str, cli, tmp_path: Path, monkeypatch
+) -> None:
+    """Each shipped profile, as check and doctor judge it on this host: every `kimi-serve ...` in a fix is a command
+    line the CLI accepts (no usage error), and the key-file one, run as printed inside a scratch --root, makes a file
+    check's own rules accept."""
+    import shlex
+
+    from typer._click.exceptions import UsageError
+
+    from kimi_serve.check.host import check_api_key_file
+
+    monkeypatch.setenv("KIMI_SERVE_STATE_DIR", str(tmp_path / "state"))
+    fixes = set()
+    for args in (["check", "--offline"], ["check"], ["doctor"]):
+        doc = json.loads(cli(*args, "-p", name, "--json").out)
+        for f in doc["findings"]:
+            fixes |= {m.group(0).strip() for m in re.finditer(r"kimi-serve [^)`;,]*", f.get("fix") or "")}
+    for fix in sorted(fixes):
+        words = shlex.split(fix)
+        cmd, rest = _leaf(words)
+        try:
+            cmd.make_context(words[0], rest)  # parses the options as the command line would, runs nothing
+        except UsageError as exc:
+            pytest.fail(f"{name}: `{fix}` is a usage error: {exc}")
+        if words[1] == "keyfile":
+            root = tmp_path / "root"
+            done = run_as_printed(f"{fix} --root {root}", tmp_path)
+            assert done.returncode == 0, done.stderr
+            path = load_profile(name).server.api_key_file
+            assert path and check_api_key_file(str(root / path.lstrip("/")), load_profile(name)).status != FAIL
+    if load_profile(name).server.api_key_file:
+        assert any(f.startswith("kimi-serve keyfile") for f in fixes), fixes  # none here: the file is missing
