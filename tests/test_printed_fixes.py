@@ -184,9 +184,12 @@ def test_verify_advice_applies_to_the_engine_the_environment_names(engine: tuple
 def test_patches_set_means_key_value(cli) -> None:
     """`patches --set NAME` (the old spelling) is a usage error naming --patch-set; --set KEY=VALUE overrides the
     profile's keys as in every other command."""
-    res = cli("patches", "status", "--set", "sglang-0.5.23-kimi")
-    assert res.code == 2 and "--patch-set sglang-0.5.23-kimi" in res.err and "KEY=VALUE" in res.err
-    assert len(res.err.strip().splitlines()) == 1 and "Traceback" not in res.err
+    for profile in ([], ["--profile", "prod"]):
+        res = cli("patches", "status", *profile, "--set", "sglang-0.5.23-kimi")
+        assert res.code == 2 and "use --patch-set sglang-0.5.23-kimi" in res.err and "KEY=VALUE" in res.err
+        assert len(res.err.strip().splitlines()) == 1 and "Traceback" not in res.err
+    res = cli("patches", "status", "--set", "server.port=1")
+    assert res.code == 2 and "no --profile was given" in res.err
 
 
 def test_patches_without_an_engine_names_the_variable_that_picks_it(cli, monkeypatch) -> None:

@@ -64,14 +64,19 @@ def _target(
     from kimi_serve.patches import load_patch_set
     from kimi_serve.sglang.site import resolve_site_packages
 
-    if overrides and profile is None:
-        bad = next((o for o in overrides if "=" not in o), None)
+    bad = next((o for o in overrides or () if "=" not in o), None)
+    if bad is not None:  # `patches --set NAME`, the old spelling of --patch-set
         raise KimiServeError(
-            f"--set {bad}: --set overrides a profile key (KEY=VALUE), it does not name a patch set"
-            if bad is not None
-            else "--set overrides a key of --profile, and no --profile was given",
+            f"'{bad}' is not KEY=VALUE: --set overrides a profile key, a patch set is named with --patch-set",
             where="--set",
-            hint=f"name a patch set with {patch_set_args(bad or DEFAULT_SET)}, or pass --profile P with --set",
+            hint=f"use {patch_set_args(bad)}" + (" (without --profile)" if profile else ""),
+            exit_code=ExitCode.USAGE,
+        )
+    if overrides and profile is None:
+        raise KimiServeError(
+            "--set overrides a key of the profile, and no --profile was given",
+            where="--set",
+            hint="pass --profile P with --set",
             exit_code=ExitCode.USAGE,
         )
     if profile is None:
