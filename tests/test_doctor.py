@@ -317,9 +317,10 @@ def test_unapplied_patch_set_is_refused_naming_the_apply_command(
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(real / rel, site / rel)
     revert(site, patch_set, state_dir=tmp_path / "scratch-state")  # a no-op on an unpatched venv's files
+    profile = gpu_profile(patch_set="sglang-0.5.23-sm120")
     checks = by_name(
         doctor(
-            gpu_profile(patch_set="sglang-0.5.23-sm120"),
+            profile,
             scratch_host(
                 tmp_path,
                 run=smi(gpu_rows()),
@@ -331,7 +332,8 @@ def test_unapplied_patch_set_is_refused_naming_the_apply_command(
     )
     status, message, fix = checks["patch_set"]
     assert status == "fail" and "patch set sglang-0.5.23-sm120 is not applied" in message
-    assert fix == "kimi-serve patches apply --python /usr/bin/python3 --set sglang-0.5.23-sm120"
+    # the one spelling: the profile, whose python: `patches --profile` resolves as doctor does
+    assert fix == f"kimi-serve patches apply --profile {profile}"
 
 
 def test_cli_doctor_on_this_gpu_less_host(cli: Callable[..., object], tmp_path: Path) -> None:

@@ -202,6 +202,10 @@ CASES: dict[str, list[tuple[str, Case, int | None]]] = {
         ("ok", lambda c: ["install-service", "-p", "sim", "--root", str(c.root())], 0),
         ("usage", lambda c: ["install-service", "-p", "sim", "--root", str(c.root()), "--now"], 2),
     ],
+    "keyfile": [
+        ("ok", lambda c: ["keyfile", "-p", "prod", "--root", str(c.root())], 0),
+        ("no-key-file", lambda c: ["keyfile", "-p", "sim", "--root", str(c.root())], 2),
+    ],
     "uninstall-service": [
         ("ok", lambda c: ["uninstall-service", "-p", "sim", *_installed(c)], 0),
         ("bad-profile", lambda c: ["uninstall-service", "-p", "nosuch", "--root", str(c.root())], 2),

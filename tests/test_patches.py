@@ -306,7 +306,7 @@ def test_cli_status_apply_revert(site: Path, state: Path, cli) -> None:
     [
         (("--site-packages", "{tmp}"), ExitCode.USAGE, "has no sglang package"),
         (("--site-packages", "{site}", "--python", "/usr/bin/python3"), ExitCode.USAGE, "mutually exclusive"),
-        (("--site-packages", "{site}", "--set", "nope"), ExitCode.USAGE, "unknown patch set"),
+        (("--site-packages", "{site}", "--patch-set", "nope"), ExitCode.USAGE, "unknown patch set"),
         (("--python", "{tmp}/no-python"), ExitCode.ENVIRONMENT, "not found"),
     ],
 )

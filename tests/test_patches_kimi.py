@@ -65,14 +65,16 @@ def test_a_conflict_in_a_later_patch_file_changes_nothing(site: Path, tmp_path: 
     with open(site / CHAT, "a") as fh:  # touched by 0002 only
         fh.write("# local edit\n")
     before = snapshot(site)
-    res = cli("patches", "apply", "--site-packages", str(site), "--set", KIMI, "--state-dir", str(tmp_path / "st"))
+    res = cli(
+        "patches", "apply", "--site-packages", str(site), "--patch-set", KIMI, "--state-dir", str(tmp_path / "st")
+    )
     assert res.code == ExitCode.FAILED and CHAT in res.err and "nothing was changed" in res.err
     assert len(res.err.strip().splitlines()) == 1
     assert snapshot(site) == before
 
 
 def test_cli_status_apply_revert_for_the_kimi_set(site: Path, tmp_path: Path, cli) -> None:
-    args = ("--site-packages", str(site), "--set", KIMI, "--state-dir", str(tmp_path / "st"))
+    args = ("--site-packages", str(site), "--patch-set", KIMI, "--state-dir", str(tmp_path / "st"))
     assert cli("patches", "status", *args).code == 1
     data = json.loads(cli("patches", "apply", *args, "--json").out)
     assert data["applied"] and [p["state"] for p in data["patches"]] == ["applied"] * 4
@@ -116,7 +118,7 @@ def test_a_set_named_twice_is_rejected(write_profile, cli) -> None:
 
 def test_patches_commands_take_every_set_of_a_profile(site: Path, tmp_path: Path, cli, write_profile) -> None:
     """`patches apply|status|revert --profile P`: both of prod's sets in one command (revert newest first), one JSON
-    document with a `sets` entry per set; --set with --profile is a usage error; a set that fails reverts the sets
+    document with a `sets` entry per set; --patch-set with --profile is a usage error; a set that fails reverts the sets
     this apply applied before it."""
     state = str(tmp_path / "state")
     pristine = snapshot(site)
@@ -136,8 +138,8 @@ def test_patches_commands_take_every_set_of_a_profile(site: Path, tmp_path: Path
     back = cli("patches", "revert", *where)
     assert back.code == 0, back.err
     assert snapshot(site) == pristine
-    mixed = cli("patches", "apply", *where, "--set", KIMI)
-    assert mixed.code == 2 and "--set and --profile both name the patch sets" in mixed.err
+    mixed = cli("patches", "apply", *where, "--patch-set", KIMI)
+    assert mixed.code == 2 and "--patch-set and --profile both name the patch sets" in mixed.err
     # all or none across sets: the Kimi set conflicts, so the SM120 set this apply applied first is reverted
     (site / DETECTOR).write_text((site / DETECTOR).read_text() + "\n# edited by hand\n")
     edited = snapshot(site)

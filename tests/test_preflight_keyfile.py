@@ -34,7 +34,7 @@ def keyed(write_profile, tmp_path: Path):  # type: ignore[no-untyped-def]
 def test_up_refuses_a_missing_key_file_before_starting(cli, keyed) -> None:
     key, profile = keyed
     line = _one_line(cli("up", "-p", str(profile), "--dry-run"), 5)
-    assert f"API-key file {key} does not exist" in line and "install -m 600" in line
+    assert f"API-key file {key} does not exist" in line and f"create it: kimi-serve keyfile --profile {profile}" in line
     assert "keyed.yaml:3: server.api_key_file" in line
 
 

@@ -7,11 +7,14 @@ from collections.abc import Iterator
 
 from kimi_serve.check.rule_kit import bad, ok
 from kimi_serve.core.findings import WARN, Finding
+from kimi_serve.core.keyfile import keyfile_recipe
 from kimi_serve.core.net import is_loopback
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
+from kimi_serve.profile.topology import admin_key_required as admin_key_required  # its home: profile/topology.py
 
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
+_ADMIN_FIX = "set server.admin_key: required (or auto), then {recipe} (adds a random admin-api-key)"
 
 
 def rule_auth(p: Profile, launch: Launch) -> Iterator[Finding]:
@@ -42,16 +45,6 @@ def rule_auth(p: Profile, launch: Launch) -> Iterator[Finding]:
         )
 
 
-def admin_key_required(p: Profile) -> bool:
-    """Whether the key file must hold a distinct admin-api-key: ``server.admin_key``, ``auto`` meaning a keyed profile
-    on a non-loopback host or behind a router (the host layer reads the file; this rule only sees the profile)."""
-    from kimi_serve.profile.topology import routed
-
-    if p.server.admin_key == "auto":
-        return bool(p.server.api_key_file) and (routed(p) or not is_loopback(p.server.host))
-    return bool(p.server.admin_key == "required")
-
-
 def rule_admin_key(p: Profile, _: Launch) -> Iterator[Finding]:
     """SGLang lets the clients' api-key into its ~43 ADMIN_OPTIONAL endpoints unless an admin-api-key is set; the
     router's worker management (/workers) is guarded by the admin key alone (kimi_serve/router/shim.py)."""
@@ -65,7 +58,7 @@ def rule_admin_key(p: Profile, _: Launch) -> Iterator[Finding]:
             "server.admin_key",
             "a keyed router needs a distinct admin key: without one its worker management (/workers) would take "
             "the clients' key, and any client could swap the replicas for its own server",
-            "set server.admin_key: required (or auto) and add 'admin-api-key: OTHER-KEY' to the key file",
+            _ADMIN_FIX.format(recipe=keyfile_recipe(p.cli_args())),
         )
     elif p.server.admin_key == "none" and not is_loopback(p.server.host):
         yield bad(
@@ -73,9 +66,13 @@ def rule_admin_key(p: Profile, _: Launch) -> Iterator[Finding]:
             "server.admin_key",
             f"binding {p.server.host} with one key for clients and admin: every client "
             "can update weights, load LoRA tensors, pause or slow the server",
-            "set server.admin_key: required (or auto) and add 'admin-api-key: OTHER-KEY' to the key file",
+            _ADMIN_FIX.format(recipe=keyfile_recipe(p.cli_args())),
         )
     elif admin_key_required(p):
-        yield ok("server.admin_key", "the key file must hold a distinct admin-api-key (checked on the host)")
+        yield ok(
+            "server.admin_key",
+            f"server.admin_key {p.server.admin_key}: the admin endpoints take only a distinct admin-api-key (whether "
+            "the key file holds one is the host layer's finding: server.api_key_file)",
+        )
     else:
         yield ok("server.admin_key", "loopback only: the clients' key may reach the admin endpoints")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kimi_serve.check.auth_rules import admin_key_required
 from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
-from kimi_serve.core.keyfile import admin_key_problem, key_file_problem
+from kimi_serve.core.keyfile import admin_key_problem, key_file_problem, keyfile_recipe
 from kimi_serve.host.facts import model_findings
 from kimi_serve.profile.loader import Profile
 from kimi_serve.sglang.site import too_old
@@ -39,15 +39,18 @@ def _simulator_dir(p: Profile, key: str, path: str | None, what: str) -> Finding
     return Finding("host", key, PASS, f"{what} at {path} ({shards} safetensors shards)")
 
 
-def check_api_key_file(path: str | None, p: Profile) -> Finding:
+def check_api_key_file(path: str | None, p: Profile, root: Path | None = None) -> Finding:
+    """The key file at ``path`` (the profile's, inside install-service's ``root``) by core/keyfile.py's rules; a fix
+    that makes or mends it is the one recipe, `kimi-serve keyfile` (:func:`keyfile_recipe`)."""
     key = "server.api_key_file"
     if path is None:
         return Finding("host", key, PASS, "no API-key file configured")
-    problem = key_file_problem(path)
+    recipe = keyfile_recipe(p.cli_args(), root)
+    problem = key_file_problem(path, recipe)
     if problem:
         return Finding("host", key, FAIL, problem[0], problem[1], p.where(key))
     if admin_key_required(p):
-        problem = admin_key_problem(path)
+        problem = admin_key_problem(path, recipe)
         if problem:
             return Finding("host", "server.admin_key", FAIL, problem[0], problem[1], p.where("server.admin_key"))
         return Finding("host", key, PASS, f"API-key file {path} is private (0600) and holds a distinct admin key")

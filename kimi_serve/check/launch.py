@@ -16,10 +16,19 @@ from kimi_serve.profile.loader import Profile, display_path
 from kimi_serve.sglang.toolchain import toolchain_env
 
 
+def engine_python(profile: Profile | None) -> str:
+    """The interpreter whose SGLang serves (the one resolver: `up`, `doctor`, `check` and `patches` all ask here):
+    the profile's python:, else $KIMI_SERVE_SGLANG_PYTHON for the simulator, else kimi-serve's own; without a profile
+    (`patches --patch-set`), $KIMI_SERVE_SGLANG_PYTHON, else kimi-serve's own."""
+    sglang_python = current().sglang_python
+    if profile is None:
+        return sglang_python or sys.executable
+    return interpreter_of(profile, sglang_python=sglang_python, fallback=sys.executable)
+
+
 def launch_for(profile: Profile) -> Launch:
     """The profile's launch, run by the interpreter this process's settings pick (where the environment is read)."""
-    python = interpreter_of(profile, sglang_python=current().sglang_python, fallback=sys.executable)
-    return build_launch(profile, python, pythonpath=str(package_root()))
+    return build_launch(profile, engine_python(profile), pythonpath=str(package_root()))
 
 
 def fast_validate(profile: Profile) -> tuple[Launch, list[Finding]]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding
+from kimi_serve.core.pin import patches_apply
 from kimi_serve.profile.loader import Profile
 
 if TYPE_CHECKING:
@@ -72,14 +73,14 @@ def _on_host(profile: Profile, patch_set: PatchSet) -> Finding:
             "installed",
             FAIL,
             f"{patch_set.name} conflicts with local changes in {st.site_packages} ({names})",
-            "reinstall sglang, then kimi-serve patches apply",
+            f"reinstall sglang=={st.target_version}, then {patches_apply(profile.cli_args())}",
         )
     return Finding(
         "patches",
         "installed",
         FAIL,
         f"{patch_set.name} is not applied to {st.site_packages}",
-        f"kimi-serve patches apply --python {python} --set {patch_set.name}",
+        patches_apply(profile.cli_args()),
     )
 
 

@@ -47,6 +47,11 @@ EXIT_CODES: dict[str, str] = {
         "(--now) kimi-serve's verify crashed: no "
         "verdict; 75 the lock of the target root is held (the host lock for /)"
     ),
+    "keyfile": (
+        "0 written, or already holding an api-key and a distinct admin-api-key (unchanged); 1 something other than "
+        "a file (a link, a folder) is at the key file's path; 5 not permitted to read or write it, or a link on the "
+        "way leads out of --root"
+    ),
     "uninstall-service": (
         "0 removed (or nothing to remove); 5 missing tool, foreign unit, not permitted, a link leading out of "
         "--root; 75 the lock of the "

@@ -9,20 +9,23 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kimi_serve.commands.options import AsJson
+from kimi_serve.commands.options import SET_HELP, AsJson
+from kimi_serve.core.pin import patch_set_args, patches_apply
+from kimi_serve.core.settings import SGLANG_PYTHON_ENV
 from kimi_serve.patches.names import DEFAULT_SET
 
 if TYPE_CHECKING:
     from kimi_serve.core.findings import Finding
     from kimi_serve.patches import ChangeResult, PatchSet, PatchStatus
+    from kimi_serve.profile.loader import Profile
 
 SITE_HELP = "site-packages folder holding sglang/ (default: found via --python)."
-PYTHON_HELP = "Interpreter whose sglang to use (default: the one running kimi-serve)."
-SET_NAME_HELP = f"Patch set name or folder (default: {DEFAULT_SET}; not with --profile)."
-SETS_PROFILE_HELP = (
-    "Every patch set the profile names (patch_set:), in order (revert: newest first); its python: is the default "
-    "interpreter."
+PYTHON_HELP = (
+    "Interpreter whose sglang to use (default: the one `up` serves from: with --profile its python:, else "
+    "$KIMI_SERVE_SGLANG_PYTHON, else the one running kimi-serve)."
 )
+SET_NAME_HELP = f"Patch set name or folder (default: {DEFAULT_SET}; not with --profile)."
+SETS_PROFILE_HELP = "Every patch set the profile names (patch_set:), in order (revert: newest first)."
 STATE_HELP = (
     "kimi-serve state root; records and backups go to DIR/patches (default: $KIMI_SERVE_STATE_DIR or "
     "/var/lib/kimi-serve)."
@@ -35,8 +38,9 @@ WAIT_LOCK_HELP = (
 # The options every patches command takes.
 SitePackages = Annotated[Path | None, typer.Option("--site-packages", help=SITE_HELP)]
 Python = Annotated[str | None, typer.Option("--python", help=PYTHON_HELP)]
-SetName = Annotated[str | None, typer.Option("--set", help=SET_NAME_HELP)]
+SetName = Annotated[str | None, typer.Option("--patch-set", metavar="NAME", help=SET_NAME_HELP)]
 ProfileName = Annotated[str | None, typer.Option("--profile", "-p", help=SETS_PROFILE_HELP)]
+Overrides = Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help=SET_HELP + " With --profile.")]
 StateDir = Annotated[Path | None, typer.Option("--state-dir", help=STATE_HELP)]
 WaitLock = Annotated[bool, typer.Option("--wait-lock", help=WAIT_LOCK_HELP)]
 
@@ -46,36 +50,82 @@ patches_app = typer.Typer(
 
 
 def _target(
-    site_packages: Path | None, python: str | None, set_name: str | None, profile: str | None = None
-) -> tuple[Path, list[PatchSet], str | None]:
-    """The site-packages and the sets a command works on: ``--set`` (one), or every set of ``--profile`` (whose
-    ``python:`` stands in for ``--python``); the profile's name, or None."""
+    site_packages: Path | None,
+    python: str | None,
+    set_name: str | None,
+    profile: str | None = None,
+    overrides: list[str] | None = None,
+) -> tuple[Path, list[PatchSet], Profile | None]:
+    """The site-packages and the sets a command works on: ``--patch-set`` (one), or every set of ``--profile`` (with
+    its ``--set`` overrides); the SGLang is the one of ``--site-packages`` or ``--python``, else of the interpreter
+    `up`, `doctor` and `check` resolve (check/launch.py's :func:`engine_python`); the profile, or None."""
+    from kimi_serve.check.launch import engine_python
+    from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.patches import load_patch_set
     from kimi_serve.sglang.site import resolve_site_packages
 
+    bad = next((o for o in overrides or () if "=" not in o), None)
+    if bad is not None:  # `patches --set NAME`, the old spelling of --patch-set
+        raise KimiServeError(
+            f"'{bad}' is not KEY=VALUE: --set overrides a profile key, a patch set is named with --patch-set",
+            where="--set",
+            hint=f"use {patch_set_args(bad)}" + (" (without --profile)" if profile else ""),
+            exit_code=ExitCode.USAGE,
+        )
+    if overrides and profile is None:
+        raise KimiServeError(
+            "--set overrides a key of the profile, and no --profile was given",
+            where="--set",
+            hint="pass --profile P with --set",
+            exit_code=ExitCode.USAGE,
+        )
     if profile is None:
-        return resolve_site_packages(site_packages, python), [load_patch_set(set_name or DEFAULT_SET)], None
-    from kimi_serve.core.errors import ExitCode, KimiServeError
+        sets = [load_patch_set(set_name or DEFAULT_SET)]
+        if site_packages is None and python is None:
+            return (
+                _resolved(engine_python(None), f"export {SGLANG_PYTHON_ENV}=PATH of the SGLang venv's python"),
+                sets,
+                None,
+            )
+        return resolve_site_packages(site_packages, python), sets, None
     from kimi_serve.profile.loader import load_profile
 
     if set_name is not None:
         raise KimiServeError(
-            "--set and --profile both name the patch sets",
-            where="--set",
+            "--patch-set and --profile both name the patch sets",
+            where="--patch-set",
             hint="drop one: --profile takes every set of the profile's patch_set:",
             exit_code=ExitCode.USAGE,
         )
-    p = load_profile(profile)
+    p = load_profile(profile, overrides or ())
     if not p.patch_set:
         raise KimiServeError(
             f"profile {p.name} names no patch set (patch_set: is empty)",
             where=p.where("patch_set"),
-            hint="pass --set NAME, or add the sets to the profile's patch_set:",
+            hint="pass --patch-set NAME, or add the sets to the profile's patch_set:",
             exit_code=ExitCode.USAGE,
         )
     sets = [load_patch_set(name) for name in p.patch_set]
-    interpreter = python if python is not None or site_packages is not None else p.python
-    return resolve_site_packages(site_packages, interpreter), sets, p.ref or p.name  # as typed: the fix repeats it
+    if python is None and site_packages is None:
+        how = (
+            f"export {SGLANG_PYTHON_ENV}=PATH of the SGLang venv's python (or set the profile's python:)"
+            if p.engine == "simulator" and not p.python
+            else "point the profile's python: at the SGLang venv's python (or --set python=PATH)"
+        )
+        return _resolved(engine_python(p), how), sets, p
+    return resolve_site_packages(site_packages, python), sets, p
+
+
+def _resolved(python: str, how: str) -> Path:
+    """The site-packages of the interpreter kimi-serve resolved (none was named): a failure says how to name one."""
+    from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.sglang.site import site_packages_of
+
+    try:
+        return site_packages_of(python)
+    except KimiServeError as exc:
+        exc.hint = f"{how}, or pass --python PATH or --site-packages DIR"
+        raise
 
 
 def _render(st: PatchStatus) -> None:
@@ -103,13 +153,12 @@ def _render(st: PatchStatus) -> None:
 
 def _findings(st: PatchStatus, message: str | None, profile: str | None = None) -> list[Finding]:
     """The envelope's findings: what apply/revert did, or (status) each patch's state and an interrupted change;
-    ``profile``: the fix names ``--profile`` (every set at once) rather than this one set."""
+    ``profile`` (``--profile P [--set ...]`` as typed): the fix names it (every set at once) rather than this set."""
     from kimi_serve.core.findings import FAIL, PASS, Finding
 
     if message is not None:
         return [Finding("patches", "change", PASS, message)]
-    which = f"--profile {profile}" if profile else f"--set {st.set_name}"
-    fix = f"kimi-serve patches apply --site-packages {st.site_packages} {which}"
+    fix = patches_apply(f"--site-packages {st.site_packages} {profile or patch_set_args(st.set_name)}")
     out = [
         Finding(
             "patches",
@@ -129,7 +178,7 @@ def _findings(st: PatchStatus, message: str | None, profile: str | None = None) 
                 "interrupted",
                 FAIL,
                 f"interrupted: {describe(st.interrupted)}",
-                "run kimi-serve patches apply or revert: it finishes or rolls back the change first",
+                f"run {fix} (or revert): it finishes or rolls back the change first",
             )
         )
     return out
@@ -164,18 +213,19 @@ def status_cmd(
     state_dir: StateDir = None,
     as_json: AsJson = False,
     profile: ProfileName = None,
+    overrides: Overrides = None,
 ) -> int:
     """Show each patch as applied, not applied, or conflict, and any change that was killed part-way; exit 0 only
     when every patch (of every set, with --profile) is applied and no change is interrupted (else 1)."""
     from kimi_serve.patches import status
 
-    sp, sets, name = _target(site_packages, python, set_name, profile)
+    sp, sets, prof = _target(site_packages, python, set_name, profile, overrides)
     states = [status(sp, ps, state_dir=state_dir) for ps in sets]
     code = 0 if all(st.all_applied and not st.interrupted for st in states) else 1
-    if name is None:
+    if prof is None:
         _finish(states[0], as_json, exit_code=code)
     else:
-        _finish_sets(name, states, as_json, [None] * len(states), "patches-status", code)
+        _finish_sets(prof, states, as_json, [None] * len(states), "patches-status", code)
     return code
 
 
@@ -188,17 +238,18 @@ def apply_cmd(
     as_json: AsJson = False,
     wait_lock: WaitLock = False,
     profile: ProfileName = None,
+    overrides: Overrides = None,
 ) -> int:
     """Apply every patch or none (checked on a staging copy first); applying again is a no-op. With --profile, every
     set of the profile, all or none (a set that fails reverts the sets applied before it). One change of an SGLang
     at a time (the lock of its site-packages, exit 75); a change killed part-way is finished or rolled back first."""
     from kimi_serve.patches import apply, apply_sets
 
-    sp, sets, name = _target(site_packages, python, set_name, profile)
-    if name is None:
+    sp, sets, prof = _target(site_packages, python, set_name, profile, overrides)
+    if prof is None:
         return _change(apply, sp, sets[0], state_dir, as_json, wait_lock)
     results = apply_sets(sp, sets, state_dir=state_dir, wait_lock=wait_lock)
-    return _changes(name, results, as_json, "patches-apply")
+    return _changes(prof, results, as_json, "patches-apply")
 
 
 @patches_app.command("revert")
@@ -210,17 +261,18 @@ def revert_cmd(
     as_json: AsJson = False,
     wait_lock: WaitLock = False,
     profile: ProfileName = None,
+    overrides: Overrides = None,
 ) -> int:
     """Restore the original sglang files byte for byte (checked against the manifest afterwards: exit 1 on a
     mismatch); a no-op when not applied. With --profile, every set of the profile, newest first. Host lock and crash
     recovery as for apply."""
     from kimi_serve.patches import revert
 
-    sp, sets, name = _target(site_packages, python, set_name, profile)
-    if name is None:
+    sp, sets, prof = _target(site_packages, python, set_name, profile, overrides)
+    if prof is None:
         return _change(revert, sp, sets[0], state_dir, as_json, wait_lock)
     results = [revert(sp, ps, state_dir=state_dir, wait_lock=wait_lock) for ps in reversed(sets)]
-    return _changes(name, results[::-1], as_json, "patches-revert")
+    return _changes(prof, results[::-1], as_json, "patches-revert")
 
 
 def _change(
@@ -236,13 +288,13 @@ def _change(
     return 0
 
 
-def _changes(profile: str, results: list[ChangeResult], as_json: bool, command: str) -> int:
+def _changes(profile: Profile, results: list[ChangeResult], as_json: bool, command: str) -> int:
     _finish_sets(profile, [r.status for r in results], as_json, results, command, 0)
     return 0
 
 
 def _finish_sets(
-    profile: str,
+    profile: Profile,
     states: list[PatchStatus],
     as_json: bool,
     results: list[ChangeResult] | list[None],
@@ -258,8 +310,12 @@ def _finish_sets(
         for st, r in zip(states, results, strict=True):
             doc = st.to_dict() | ({"changed": r.changed, "message": r.message} if r is not None else {})
             docs.append(doc)
-            findings += _findings(st, r.message if r is not None else None, profile)
-        data = {"profile": profile, "changed": any(r is not None and r.changed for r in results), "sets": docs}
+            findings += _findings(st, r.message if r is not None else None, profile.cli_args())
+        data = {
+            "profile": profile.ref or profile.name,
+            "changed": any(r is not None and r.changed for r in results),
+            "sets": docs,
+        }
         typer.echo(json.dumps(envelope(command, exit_code, data, findings), indent=2))
         return
     for st, r in zip(states, results, strict=True):

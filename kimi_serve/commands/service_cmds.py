@@ -1,4 +1,5 @@
-"""`install-service`, `uninstall-service`, `restart` and `status`: the systemd service (docs/systemd.md)."""
+"""`install-service`, `uninstall-service`, `restart`, `status` and `keyfile` (the service's API-key file): the systemd
+service (docs/systemd.md)."""
 
 from __future__ import annotations
 
@@ -254,7 +255,35 @@ def status(
     return int(st.exit_code)
 
 
+KEYFILE_ROOT_HELP = "Write the key file under this directory instead of / (as install-service --root)."
+
+
+def keyfile(
+    profile: str = ProfileOpt,
+    sets: list[str] | None = SetOpt,
+    root: Path = typer.Option(Path("/"), "--root", help=KEYFILE_ROOT_HELP),
+    as_json: bool = JsonOpt,
+) -> int:
+    """Write the profile's API-key file (server.api_key_file) as install-service does: its folders created, mode 0600,
+    the clients' api-key from $KIMI_SERVE_API_KEY (else the file's own, else a new random one) and a distinct random
+    admin-api-key (kept when the file has one). Running it again changes nothing; no key is ever printed."""
+    from kimi_serve.profile.loader import load_profile
+    from kimi_serve.service.secret import write_profile_key_file
+
+    result = write_profile_key_file(load_profile(profile, sets or ()), root.resolve(), process_environ())
+    if as_json:
+        from kimi_serve.core.findings import PASS, Finding
+        from kimi_serve.core.output import envelope
+
+        done = Finding("service", "keyfile", PASS, result.message())
+        typer.echo(json.dumps(envelope("keyfile", 0, result.to_json(), [done]), indent=2))
+    else:
+        typer.echo(result.message())
+    return 0
+
+
 def register(app: typer.Typer) -> None:
+    app.command("keyfile")(keyfile)
     app.command("install-service")(install_service)
     app.command("uninstall-service")(uninstall_service)
     app.command("restart")(restart)

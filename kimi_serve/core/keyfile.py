@@ -6,6 +6,7 @@ optionally ``admin-api-key: KEY``), private to its owner (no group/other bits), 
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from kimi_serve.core import inputs
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.files import write_atomic
 from kimi_serve.core.inputs import NotRegularFile
+from kimi_serve.core.settings import API_KEY_ENV
 
 PRIVATE_MASK = stat.S_IRWXG | stat.S_IRWXO
 SUFFIXES = (".yaml", ".yml")
@@ -39,27 +41,58 @@ def _load(text: str) -> Any:
         return None
 
 
-def create_hint(path: str) -> str:
-    return f"create it: install -m 600 /dev/null {path} && echo 'api-key: YOUR-KEY' > {path}"
+def keyfile_recipe(profile_args: str, root: str | Path | None = None) -> str:
+    """The one by-hand recipe for a profile's key file, printed by check, doctor, up's preflight and install-service:
+    `kimi-serve keyfile` writes it as install-service does (its folders created, 0600, the clients' key from
+    $KIMI_SERVE_API_KEY, else the file's own, else a new random one, and a distinct random admin-api-key).
+    ``profile_args``: ``--profile P [--set ...]`` as typed; ``root``: install-service's --root, when not /."""
+    under = f" --root {shlex.quote(str(root))}" if root is not None and Path(root) != Path("/") else ""
+    return f"kimi-serve keyfile {profile_args}{under}"
 
 
-def key_file_problem(path: str | Path) -> tuple[str, str] | None:
-    """``(what is wrong, the fix)`` when ``path`` cannot serve as SGLang's key file, else None."""
+def create_hint(path: str, recipe: str | None = None) -> str:
+    """The fix for a missing key file: ``recipe`` (:func:`keyfile_recipe`) where a profile names the file, else the
+    same file by hand (its folder, 0600, an api-key and a distinct random admin-api-key)."""
+    if recipe:
+        return f"create it: {recipe}"
+    folder, q = shlex.quote(str(Path(path).parent)), shlex.quote(path)
+    return (
+        f"create it: mkdir -p {folder} && (umask 077 && printf 'api-key: %s\\nadmin-api-key: %s\\n' YOUR-KEY "
+        f'"$(python3 -c \'import secrets; print("k" + secrets.token_urlsafe(32))\')" > {q})'
+    )
+
+
+def parse_keys(text: str) -> tuple[str | None, str | None]:
+    """``(api-key, admin-api-key)`` of a key file's text (SGLang's ``--config`` YAML or a bare one-line key); None
+    for a key it does not hold."""
+    data = _load(text)
+    if isinstance(data, dict):
+        key, admin = data.get("api-key", data.get("api_key")), data.get("admin-api-key", data.get("admin_api_key"))
+    elif isinstance(data, str | int) and len(text.strip().splitlines()) == 1:
+        key, admin = text.strip(), None
+    else:
+        return None, None
+    return tuple(str(v).strip() if isinstance(v, str | int) and str(v).strip() else None for v in (key, admin))  # type: ignore[return-value]
+
+
+def key_file_problem(path: str | Path, recipe: str | None = None) -> tuple[str, str] | None:
+    """``(what is wrong, the fix)`` when ``path`` cannot serve as SGLang's key file, else None; ``recipe``
+    (:func:`keyfile_recipe`) is the fix that makes one, where a profile names the file."""
     f = Path(path)
     try:
         st = f.stat()
     except OSError:
-        return f"API-key file {path} does not exist", create_hint(str(path))
+        return f"API-key file {path} does not exist", create_hint(str(path), recipe)
     if st.st_mode & PRIVATE_MASK:
         return (f"API-key file {path} is readable by others (mode {stat.S_IMODE(st.st_mode):o})", f"chmod 600 {path}")
     if not f.name.endswith(SUFFIXES):
         return f"{path}: SGLang's --config accepts only .yaml/.yml files", "rename it to end in .yaml"
     if not stat.S_ISREG(st.st_mode):
-        return f"API-key file {path} is {_kind(st.st_mode)}, not a regular file", create_hint(str(path))
+        return f"API-key file {path} is {_kind(st.st_mode)}, not a regular file", create_hint(str(path), recipe)
     try:
         raw = read_regular(f)[1]
     except NotRegularFile as exc:
-        return f"API-key file {path} is {exc.kind}, not a regular file", create_hint(str(path))
+        return f"API-key file {path} is {exc.kind}, not a regular file", create_hint(str(path), recipe)
     except OSError:
         return f"API-key file {path} is not readable by this user", "run as its owner (or root), or fix its owner"
     if len(raw) > MAX_BYTES:
@@ -76,7 +109,10 @@ def key_file_problem(path: str | Path) -> tuple[str, str] | None:
         return (
             f"API-key file {path}: its {dashed} begins with '-': SGLang turns the file into command-line arguments, "
             f"so it stops at start ('argument --{dashed}: expected one argument', exit 2)",
-            f"use a key that does not begin with '-' ({ADMIN_KEY_HINT})",
+            f"use a key that does not begin with '-': {recipe} draws a new one (the api-key from ${API_KEY_ENV} when "
+            "set)"
+            if recipe
+            else f"use a key that does not begin with '-' ({ADMIN_KEY_HINT})",
         )
     return None
 
@@ -108,9 +144,17 @@ def new_admin_key() -> str:
     return new_key()
 
 
-def admin_key_problem(path: str | Path) -> tuple[str, str] | None:
+def admin_key_problem(path: str | Path, recipe: str | None = None) -> tuple[str, str] | None:
     """``(what is wrong, the fix)`` when the (readable, private) key file at ``path`` has no ``admin-api-key`` distinct
-    from its ``api-key``: then SGLang lets the clients' key into its ADMIN_OPTIONAL endpoints. None when it has one."""
+    from its ``api-key``: then SGLang lets the clients' key into its ADMIN_OPTIONAL endpoints. None when it has one.
+    ``recipe`` (:func:`keyfile_recipe`): the fix, which keeps the file's api-key and adds a random admin-api-key."""
+    problem = _admin_key_problem(path)
+    if problem is None or recipe is None:
+        return problem
+    return problem[0], f"{recipe} (keeps its api-key, adds a distinct random admin-api-key)"
+
+
+def _admin_key_problem(path: str | Path) -> tuple[str, str] | None:
     try:
         data = _load(read_regular(path)[1].decode("utf-8"))
     except (OSError, UnicodeDecodeError):

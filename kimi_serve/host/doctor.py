@@ -327,17 +327,21 @@ def gpu_host_findings(p: Profile, launch: Launch, host: Host, *, service: bool) 
 
 
 def check_key_file(p: Profile) -> Finding:
-    """The API-key file SGLang reads with --config: present, private, *.yaml (core/keyfile.py's rule), before a cold
-    start rather than after it."""
-    from kimi_serve.core.keyfile import key_file_problem
+    """The API-key file SGLang reads with --config: present, private, *.yaml, with a distinct admin-api-key where the
+    profile needs one (core/keyfile.py's rules, as check's host layer applies them), before a cold start rather than
+    after it; the fix is the one recipe, `kimi-serve keyfile` (:func:`keyfile_recipe`)."""
+    from kimi_serve.core.keyfile import admin_key_problem, key_file_problem, keyfile_recipe
+    from kimi_serve.profile.topology import admin_key_required
 
     path = p.server.api_key_file
     if path is None:
         return doctor_finding("api_key_file", PASS, "no API-key file configured")
-    problem = key_file_problem(path)
+    recipe = keyfile_recipe(p.cli_args())
+    problem = key_file_problem(path, recipe) or (admin_key_problem(path, recipe) if admin_key_required(p) else None)
     if problem:
         return Finding("doctor", "api_key_file", FAIL, problem[0], problem[1], p.where("server.api_key_file"))
-    return doctor_finding("api_key_file", PASS, f"API-key file {path} is private")
+    admin = " and holds a distinct admin key" if admin_key_required(p) else ""
+    return doctor_finding("api_key_file", PASS, f"API-key file {path} is private{admin}")
 
 
 def render(report: DoctorReport) -> str:

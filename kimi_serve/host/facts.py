@@ -128,10 +128,10 @@ def patch_state_finding(
 def _set_state_finding(
     p: Profile, name: str, site: Path, *, python: str, state_dir: Path | None, layer: str, code: str
 ) -> Finding:
+    from kimi_serve.core.pin import patches_apply
     from kimi_serve.patches import load_patch_set, status
 
-    sets = " ".join(f"--set {n}" for n in p.patch_set)
-    apply = f"kimi-serve patches apply --python {python} {sets}"
+    apply = patches_apply(p.cli_args())  # every set of the profile, into the SGLang `python` is (check/launch.py)
     try:
         st = status(site, load_patch_set(name), state_dir=state_dir)
     except KimiServeError as exc:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.net import host_port
+from kimi_serve.core.net import host_port, is_loopback
 from kimi_serve.profile.loader import Profile
 
 
@@ -92,3 +92,12 @@ def front_sets(profile: Profile, host: str | None, port: int | None) -> tuple[st
     if port is not None:
         sets.append(f"{section}.port={port}")
     return tuple(sets)
+
+
+def admin_key_required(p: Profile) -> bool:
+    """Whether the key file must hold a distinct admin-api-key: ``server.admin_key``, ``auto`` meaning a keyed profile
+    on a non-loopback host or behind a router (check's host layer and doctor read the file; check's rules see only
+    the profile)."""
+    if p.server.admin_key == "auto":
+        return bool(p.server.api_key_file) and (routed(p) or not is_loopback(p.server.host))
+    return bool(p.server.admin_key == "required")

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from kimi_serve.core.findings import Finding
+from kimi_serve.core.pin import KIMI_PATCH_SET, patch_set_args, patches_apply
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify import wire
 from kimi_serve.verify.answer import Answer, ToolCall
@@ -120,8 +121,8 @@ def dialect_findings(answer: Answer, dialect: str, clients: str) -> list[Finding
                 "reasoning they turned off (latency, tokens)",
                 'have those clients send chat_template_kwargs: {"thinking": false} or reasoning_effort: "none" '
                 "(SGLang honours both); for Moonshot's thinking field, apply the Kimi patch set "
-                "(`kimi-serve patches apply --profile P`: its moonshot_thinking_field maps it onto the template's "
-                "switch), or map it in front of SGLang",
+                f"(`{patches_apply(patch_set_args(KIMI_PATCH_SET))}`: its moonshot_thinking_field maps it onto "
+                "the template's switch), or map it in front of SGLang",
             )
         ]
     return dx.final_answer_findings(answer, after=f"with thinking off ({dialect})")

@@ -14,14 +14,15 @@ from typing import Any
 
 from kimi_serve.core.findings import FAIL, Finding
 from kimi_serve.core.http import TransportError, request
+from kimi_serve.core.pin import PATCH_SET, patch_set_args, patches_apply
 from kimi_serve.verify import wire
 from kimi_serve.verify.target import Target
 
 REDACTED = "<redacted>"
 _KEY_FLAG = re.compile(r"--(admin-)?api-key(?:=|\s+)(\S+)")
 FIX = (
-    "apply kimi-serve's patch set to the engine (kimi-serve patches apply; its patch 0007 redacts /server_info and "
-    "/get_server_info), then restart; or block both routes in front of the server"
+    f"apply kimi-serve's patch set to the engine ({patches_apply(patch_set_args(PATCH_SET))}; its patch 0007 redacts "
+    "/server_info and /get_server_info), then restart; or block both routes in front of the server"
 )
 
 

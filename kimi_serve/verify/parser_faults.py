@@ -24,6 +24,7 @@ from typing import Any
 
 from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
 from kimi_serve.core.http import TransportError, request
+from kimi_serve.core.pin import KIMI_PATCH_SET, patch_set_args, patches_apply
 from kimi_serve.verify import wire
 from kimi_serve.verify.target import Target
 
@@ -49,10 +50,7 @@ def _call(call_id: str) -> str:
     return f"<|tool_call_begin|>{call_id}<|tool_call_argument_begin|>{json.dumps(ARGS)}<|tool_call_end|>"
 
 
-FIX = (
-    "apply the Kimi patch set to the server's SGLang (kimi-serve patches apply --profile P, or --set "
-    "sglang-0.5.23-kimi) and restart"
-)
+FIX = f"apply the Kimi patch set to the server's SGLang ({patches_apply(patch_set_args(KIMI_PATCH_SET))}) and restart"
 # (code, the text the server's parser gets, what the fault does to an agent)
 CASES = (
     (

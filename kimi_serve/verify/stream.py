@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from kimi_serve.core.findings import Finding
+from kimi_serve.core.pin import KIMI_PATCH_SET, patch_set_args, patches_apply
 from kimi_serve.verify import wire
 from kimi_serve.verify.accumulate import Merge, finish, merge_delta
 from kimi_serve.verify.answer import OTHER_REASONING_FIELDS, Answer, ToolCall, as_object, json_kind
@@ -70,7 +71,7 @@ _NULL_FIELDS = warning(
     "clients and proxies that copy each delta's fields over the call lose its id and name; such a server also "
     "has the set's other kimi_k2 faults (a call with an id outside functions.NAME:N dropped, a bare "
     "<|tool_call_begin|> parsed only when streaming)",
-    "apply the Kimi patch set to the engine (kimi-serve patches apply --set sglang-0.5.23-kimi), then restart",
+    f"apply the Kimi patch set to the engine ({patches_apply(patch_set_args(KIMI_PATCH_SET))}), then restart",
 )
 
 
