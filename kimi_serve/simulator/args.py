@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.sglang.platform import SM120_FACTS
-from kimi_serve.simulator.draft import DraftClass, resolve_draft
+from kimi_serve.simulator.draft import DraftClass, check_declared, resolve_draft
 from kimi_serve.simulator.stand_in import STANDIN_DRAFT, STANDIN_MODEL
 
 logger = logging.getLogger("kimi_serve.simulator")
@@ -67,6 +67,8 @@ def resolve(argv: list[str]) -> SimulatedArgs:
             f"draft model path {draft} has no config.json here: using the stand-in config-only EAGLE-3 MLA draft"
             f" (Eagle3DeepseekV2ForCausalLM, the class of prod's kimi-k2.5-eagle3-mla) directory {STANDIN_DRAFT}"
         )
+    if sa.speculative_draft_model_path:
+        check_declared(sa.speculative_draft_model_path)  # before SGLang's own reading fails on it with an IndexError
     if sa.device is None:
         sa.device = "cuda"  # the simulated platform; auto-detection on this host would find no accelerator
     with override_platform(**SM120_FACTS):
