@@ -94,6 +94,8 @@ def test_sglang_resolves_prods_draft_class_and_refuses_what_its_start_would(sgla
         "llama": _write(tmp_path / "llama", llama),
         "unknown": _write(tmp_path / "unknown", {**DRAFT, "architectures": ["Eagle3FooForCausalLM"]}),
         "none": _write(tmp_path / "none", {**DRAFT, "architectures": []}),
+        # prod's class over a Llama-shaped config: no MLA fields for SGLang's ModelConfig to read
+        "no-mla": _write(tmp_path / "no-mla", {**llama, "architectures": ["Eagle3DeepseekV2ForCausalLM"]}),
     }
     cases = {name: with_flag(args, "--speculative-draft-model-path", path) for name, path in drafts.items()}
     done = subprocess.run(
@@ -126,6 +128,12 @@ def test_sglang_resolves_prods_draft_class_and_refuses_what_its_start_would(sgla
     assert "SGLang 0.5.23 has no model class Eagle3FooForCausalLM" in unknown["refused"]
     assert "(fix: name the draft's class in architectures (Eagle3DeepseekV2ForCausalLM" in unknown["refused"]
     assert got["none"]["code"] == 2 and "names no architecture" in got["none"]["refused"], got["none"]
+    no_mla = got["no-mla"]
+    assert no_mla["code"] == 2, no_mla
+    assert no_mla["refused"].startswith(
+        f"{tmp_path / 'no-mla' / 'config.json'}: SGLang 0.5.23 cannot read the draft model's config: AttributeError: "
+    ), no_mla
+    assert "kv_lora_rank" in no_mla["refused"] and "(fix: " in no_mla["refused"], no_mla
 
     # the modules-that-name-it lookup finds exactly the class SGLang's full registry holds, and nothing it lacks
     assert result["registry"] == {

@@ -62,10 +62,9 @@ class DraftClass:
         )
 
 
-def _refused(path: str, message: str, hint: str) -> KimiServeError:
-    return KimiServeError(
-        message, where=f"{Path(path) / 'config.json'}: architectures", hint=hint, exit_code=ExitCode.USAGE
-    )
+def _refused(path: str, message: str, hint: str, key: str | None = "architectures") -> KimiServeError:
+    where = Path(path) / "config.json"
+    return KimiServeError(message, where=f"{where}: {key}" if key else str(where), hint=hint, exit_code=ExitCode.USAGE)
 
 
 def check_declared(path: str) -> None:
@@ -150,13 +149,23 @@ def resolve_draft(server_args: Any) -> DraftClass | None:
         )
         attention, shape = _shape(config)
     except Exception as exc:  # noqa: BLE001 - SGLang's own refusal, whatever its type, is the message
+        first = f"{type(exc).__name__}: {exc}".splitlines()[0]
         raise _refused(
             path,
-            f"SGLang {version} cannot read the draft model's config: {type(exc).__name__}: {exc}".splitlines()[0],
+            f"SGLang {version} cannot read the draft model's config: {first}",
             f"give the draft directory the config.json of its checkpoint (prod's draft: {PROD_DRAFT_CLASS})",
+            key=None,
         ) from None
     architectures = list(config.hf_config.architectures)
-    found = registered_class(architectures[0])
+    try:
+        found = registered_class(architectures[0])
+    except Exception as exc:  # noqa: BLE001 - the module that registers it does not import: the start cannot load it
+        first = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        raise _refused(
+            path,
+            f"SGLang {version}'s module for {architectures[0]} does not import here: {first}",
+            "run the dry run with the profile's own python (the engine the server runs), or report it with the log",
+        ) from None
     if found is None:
         raise _refused(
             path,
