@@ -19,6 +19,35 @@ def test_prod_passes_the_contract_dry_run_offline(cli, sglang_python):
     assert res.code == 0, contract
     names = {f["code"] for f in contract if f["status"] == "pass"}
     assert {"tool/non-stream", "tool/stream", "reasoning/non-stream", "reasoning/stream"} <= names
+    # SGLang resolved prod's draft class (the stand-in of kimi-k2.5-eagle3-mla), as the real start resolves it
+    (draft,) = [f["message"] for f in contract if f["code"] == "draft" and f["status"] == "pass"]
+    assert draft.startswith(
+        "draft: SGLang 0.5.23 resolves Eagle3DeepseekV2ForCausalLM (sglang.srt.models.kimi_k25_eagle3) for the draft "
+    ), draft
+    assert "MLA attention (kv_lora_rank 512, q_lora_rank 1536" in draft and "1 layer" in draft, draft
+
+
+def test_a_draft_whose_class_sglang_lacks_fails_the_dry_run_with_one_line(cli, write_profile, tmp_path, sglang_python):
+    """A real draft directory (not the stand-in) whose config.json names a class SGLang 0.5.23 has no module for:
+    SGLang's start would fail to load it, so the dry run fails, naming the file, the class and the fix."""
+    from kimi_serve.simulator.stand_in import STANDIN_DRAFT
+
+    draft = tmp_path / "kimi-k2.5-eagle3-typo"
+    draft.mkdir()
+    config = json.loads((STANDIN_DRAFT / "config.json").read_text())
+    (draft / "config.json").write_text(json.dumps({**config, "architectures": ["Eagle3DeepseekV3ForCausalLM"]}))
+    path = write_profile(f"extends: prod\nspeculative:\n  draft_model_path: {draft}\n")
+    res = cli("check", "--profile", str(path), "--offline", "--contract")
+    assert res.code == 1, res.out
+    fails = [line for line in res.out.splitlines() if line.startswith("FAIL ")]
+    assert fails == [
+        "FAIL [contract] contract dry run could not start: the simulator refused the profile's launch: "
+        f"{draft / 'config.json'}: architectures: SGLang 0.5.23 has no model class Eagle3DeepseekV3ForCausalLM: no "
+        "module of sglang.srt.models registers it, so the real start cannot load this draft (fix: name the draft's "
+        "class in architectures (Eagle3DeepseekV2ForCausalLM for prod's kimi-k2.5-eagle3-mla), or point "
+        "speculative.draft_model_path at a draft SGLang 0.5.23 supports)"
+    ], res.out
+    assert "Traceback" not in res.out
 
 
 def test_removing_the_tool_parser_fails_with_the_seeds_diagnosis(cli, write_profile, sglang_python):

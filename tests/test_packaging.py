@@ -40,7 +40,7 @@ def test_wheel_contains_runtime_files(tmp_path):
     expected |= {
         "kimi_serve/profile/data/sglang-0.5.23-flags.json",
         "kimi_serve/simulator/assets/kimi-k25/config.json",
-        "kimi_serve/simulator/assets/eagle3/config.json",
+        "kimi_serve/simulator/assets/eagle3-mla/config.json",
     }
     locks = REPO / "kimi_serve" / "engine" / "lockfiles"
     expected |= {f"kimi_serve/engine/lockfiles/{p.name}" for p in locks.iterdir() if p.is_file()}

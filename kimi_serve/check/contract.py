@@ -61,6 +61,8 @@ def _report_findings(run: Any) -> list[Finding]:
     if report.error is not None:
         return [Finding("contract", "dry-run", FAIL, f"{head}: {report.error.message}", report.error.fix)]
     findings = [Finding("contract", "dry-run", PASS, head)]
+    if run.draft:  # the class SGLang resolved for the draft (prod's: Eagle3DeepseekV2ForCausalLM)
+        findings.append(Finding("contract", "draft", PASS, f"draft: {run.draft}"))
     for probe in report.probes:
         name = f"{probe.probe}/{probe.mode}"
         if probe.passed:

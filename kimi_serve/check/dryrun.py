@@ -2,24 +2,31 @@
 profile's exact SGLang flags on a free loopback port, wait until ready, run the verify suite against it, stop it.
 
 A profile whose flags lose ``--tool-call-parser kimi_k2`` or ``--reasoning-parser kimi_k2`` fails here with verify's
-diagnosis, before the real server is touched. On the serving host the profile's own Python (the installed, patched
-SGLang) runs it; elsewhere ``$KIMI_SERVE_SGLANG_PYTHON`` (the CPU venv).
+diagnosis, before the real server is touched. The simulator also resolves the draft model's class as SGLang's start-up
+does (prod's: ``Eagle3DeepseekV2ForCausalLM``; :mod:`kimi_serve.simulator.draft`): the dry run reports the class, and
+a draft SGLang would refuse keeps the simulator from starting, with its one line. On the serving host the profile's
+own Python (the installed, patched SGLang) runs it; elsewhere ``$KIMI_SERVE_SGLANG_PYTHON`` (the CPU venv).
 """
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.keyfile import new_key, write_key_file
 from kimi_serve.profile.loader import Profile
 from kimi_serve.sglang.site import require_sglang_python
 from kimi_serve.simulator import launcher
+from kimi_serve.simulator.draft import LOG_PREFIX as DRAFT_PREFIX
+from kimi_serve.simulator.server import ERROR_PREFIX
 
 HOST = "127.0.0.1"
+_FIX = re.compile(r"^(?P<message>.*) \(fix: (?P<fix>.*)\)$")
 
 
 @dataclass
@@ -29,6 +36,7 @@ class DryRun:
     ready_after_s: float
     simulator_exit: int  # status after SIGTERM; 0 is a clean stop
     log_path: Path
+    draft: str | None = None  # SGLang's resolution of the draft's class, as the simulator logged it
 
     @property
     def exit_code(self) -> int:
@@ -64,7 +72,7 @@ class PendingDryRun:
         from kimi_serve.verify import AFTER_START_WAIT, run_verify
 
         try:
-            self.sim.wait_ready(max(1.0, self.startup_timeout - (time.monotonic() - self.started)))
+            self._wait_ready()
             ready_after = time.monotonic() - self.started
             verify = self.profile.verify
             report = run_verify(
@@ -79,8 +87,28 @@ class PendingDryRun:
         finally:
             status = self.sim.stop()
         return DryRun(
-            report=report, argv=self.argv, ready_after_s=ready_after, simulator_exit=status, log_path=self.log_path
+            report=report,
+            argv=self.argv,
+            ready_after_s=ready_after,
+            simulator_exit=status,
+            log_path=self.log_path,
+            draft=self.sim.said(DRAFT_PREFIX),
         )
+
+    def _wait_ready(self) -> None:
+        """The simulator's readiness; when it refused to start (a draft SGLang cannot load), its own line."""
+        try:
+            self.sim.wait_ready(max(1.0, self.startup_timeout - (time.monotonic() - self.started)))
+        except KimiServeError as exc:
+            refusal = self.sim.said(ERROR_PREFIX)
+            if refusal is None:
+                raise
+            parts = _FIX.match(refusal)
+            raise KimiServeError(
+                f"the simulator refused the profile's launch: {parts['message'] if parts else refusal}",
+                hint=parts["fix"] if parts else exc.hint,
+                exit_code=exc.exit_code,
+            ) from None
 
 
 def start_contract_dryrun(

@@ -6,7 +6,8 @@ platform (``override_platform``) so every SM120-dependent default comes out as o
 
 Model directories that do not exist here (``/models/Kimi-K2.5`` in CI) are replaced by config-only stand-ins shipped in
 assets/, because resolution reads ``config.json`` from them; ``served_model_name`` keeps the argv's value (or the
-original path, which is SGLang's default), so clients see what they would see on the real server.
+original path, which is SGLang's default), so clients see what they would see on the real server. The draft's class
+is then resolved as SGLang's start-up resolves it (draft.py); a draft it would refuse stops the simulator.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.sglang.platform import SM120_FACTS
+from kimi_serve.simulator.draft import DraftClass, check_declared, resolve_draft
 from kimi_serve.simulator.stand_in import STANDIN_DRAFT, STANDIN_MODEL
 
 logger = logging.getLogger("kimi_serve.simulator")
@@ -28,6 +30,7 @@ class SimulatedArgs:
     model_path: str  # as given in the argv (what /model_info reports)
     tokenizer_dir: Path | None  # a real directory that may hold the model's tokenizer
     notes: list[str] = field(default_factory=list)  # what was substituted, for the log and /server_info
+    draft: DraftClass | None = None  # the draft's class as SGLang resolved it (draft.py); None without a draft
 
 
 def _is_model_dir(path: str | None) -> bool:
@@ -61,9 +64,11 @@ def resolve(argv: list[str]) -> SimulatedArgs:
     if draft and not _is_model_dir(draft):
         sa.speculative_draft_model_path = str(STANDIN_DRAFT)
         notes.append(
-            f"draft model path {draft} has no config.json here: using the stand-in EAGLE3 draft directory"
-            f" {STANDIN_DRAFT}"
+            f"draft model path {draft} has no config.json here: using the stand-in config-only EAGLE-3 MLA draft"
+            f" (Eagle3DeepseekV2ForCausalLM, the class of prod's kimi-k2.5-eagle3-mla) directory {STANDIN_DRAFT}"
         )
+    if sa.speculative_draft_model_path:
+        check_declared(sa.speculative_draft_model_path)  # before SGLang's own reading fails on it with an IndexError
     if sa.device is None:
         sa.device = "cuda"  # the simulated platform; auto-detection on this host would find no accelerator
     with override_platform(**SM120_FACTS):
@@ -71,4 +76,8 @@ def resolve(argv: list[str]) -> SimulatedArgs:
         sa.check_server_args()
         resolve_auto_parsers(sa)
     publish(sa, role="tokenizer")
-    return SimulatedArgs(server_args=sa, model_path=model_path, tokenizer_dir=tokenizer_dir, notes=notes)
+    with override_platform(**SM120_FACTS):  # the draft as SGLang's start-up resolves it (KimiServeError: refused)
+        draft_class = resolve_draft(sa)
+    return SimulatedArgs(
+        server_args=sa, model_path=model_path, tokenizer_dir=tokenizer_dir, notes=notes, draft=draft_class
+    )

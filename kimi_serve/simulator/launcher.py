@@ -21,6 +21,7 @@ from kimi_serve.process import ready
 from kimi_serve.process.child import Server
 
 MODULE = "kimi_serve.simulator"
+LOG_HEAD_BYTES = 1 << 20  # the start's lines (the server_args line is a few KiB); requests are logged after them
 
 
 def with_flag(args: list[str], flag: str, value: str) -> list[str]:
@@ -97,6 +98,20 @@ class Simulator:
 
     def log_tail(self, lines: int = 20) -> str:
         return "\n".join(self.server.log_tail(lines))
+
+    def said(self, prefix: str) -> str | None:
+        """What the simulator logged after ``prefix`` (its draft line, its refusal), the first time; None if it did not.
+        Both come before it serves, so only the log's head is read."""
+        try:
+            with self.log_path.open("rb") as log:
+                head = log.read(LOG_HEAD_BYTES).decode("utf-8", errors="replace")
+        except OSError:
+            return None
+        for line in head.splitlines():
+            at = line.find(prefix)
+            if at >= 0:
+                return line[at + len(prefix) :].strip()
+        return None
 
     def wait_ready(self, timeout: float) -> float:
         """Seconds until ``/health`` answered 200 (:func:`kimi_serve.process.ready.wait_until_ready`); KimiServeError

@@ -35,6 +35,7 @@ def _typed(decorator: Any) -> Callable[[Handler], Handler]:
 logger = logging.getLogger("kimi_serve.simulator")
 
 REDACTED = "<redacted>"
+ERROR_PREFIX = "kimi-serve simulator: error: "  # the one line a refused start prints (the dry run reports it)
 
 
 def _seconds(name: str, default: float) -> float:
@@ -208,6 +209,7 @@ def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
             "engine": "kimi-serve simulator",
             "tokenizer": loaded.description,
             "substitutions": sim.notes,
+            "draft": sim.draft.describe() if sim.draft is not None else None,
         }
         return ORJSONResponse(body)
 
@@ -364,17 +366,23 @@ async def _serve(app: Any, host: str, port: int, state: ServerState, warmup: flo
 
 
 def main(argv: list[str] | None = None) -> int:
+    from kimi_serve.core.errors import KimiServeError
     from kimi_serve.simulator.args import resolve
+    from kimi_serve.simulator.draft import LOG_PREFIX as DRAFT_LOG_PREFIX
     from kimi_serve.simulator.tokenizer import load_tokenizer
 
     argv = list(sys.argv[1:] if argv is None else argv)
     problem = environment_problem()
     if problem:
-        print(f"kimi-serve simulator: error: {problem}", file=sys.stderr)
+        print(f"{ERROR_PREFIX}{problem}", file=sys.stderr)
         return 2
     started = time.perf_counter()
     stop = threading.Event()
-    sim = resolve(argv)  # argparse errors exit 2 with SGLang's own message
+    try:
+        sim = resolve(argv)  # argparse errors exit 2 with SGLang's own message
+    except KimiServeError as exc:  # a draft SGLang's start-up would refuse (draft.py)
+        print(f"{ERROR_PREFIX}{exc.one_line()}", file=sys.stderr)
+        return int(exc.exit_code)
     sa = sim.server_args
     serving_cfg = sa.resolved_dict()
     _configure_logging(serving_cfg.get("log_level") or "info")
@@ -385,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for note in sim.notes:
         logger.info(f"kimi-serve simulator: {note}")
+    if sim.draft is not None:
+        logger.info(f"{DRAFT_LOG_PREFIX}{sim.draft.describe()}")
     loaded = load_tokenizer(sim.tokenizer_dir)
     logger.info(f"kimi-serve simulator: tokenizer: {loaded.description}")
     load_seconds = _seconds(SIM_LOAD_ENV, 0.0)
