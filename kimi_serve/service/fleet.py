@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import REPLICA, ROUTER
 from kimi_serve.check.owned_paths import refuse_owned_paths
 from kimi_serve.core.findings import Finding
 from kimi_serve.profile.loader import Profile
+from kimi_serve.profile.member import Role, start_order, unit_member
 from kimi_serve.service import monitor_units as mon
 from kimi_serve.service.install import (
     Plan,
@@ -37,7 +37,7 @@ from kimi_serve.service.marker import parse_marker
 from kimi_serve.service.member_units import MemberUnit, front_member, installed_members, render_members
 from kimi_serve.service.preflight import check_for_service, host_step, refuse_other_profile, require_systemd
 from kimi_serve.service.secret import needs_secret
-from kimi_serve.service.state import STATE_DIR, ServicePaths, is_member, member_order, read_text
+from kimi_serve.service.state import STATE_DIR, ServicePaths, read_text
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.target import ServiceTarget
 from kimi_serve.service.uninstall import uninstall
@@ -57,7 +57,7 @@ class Fleet:
 
     @property
     def router(self) -> tuple[MemberUnit, Plan] | None:
-        return next((mp for mp in self.members if mp[0].role == ROUTER), None)
+        return next((mp for mp in self.members if mp[0].role is Role.ROUTER), None)
 
     @property
     def routed(self) -> bool:
@@ -66,7 +66,7 @@ class Fleet:
 
     @property
     def replicas(self) -> list[tuple[MemberUnit, Plan]]:
-        return [mp for mp in self.members if mp[0].role == REPLICA]
+        return [mp for mp in self.members if mp[0].role is Role.REPLICA]
 
     @property
     def first(self) -> Plan:
@@ -80,7 +80,7 @@ class Fleet:
     def to_json(self) -> list[dict[str, Any]]:
         """``deployment`` in the reports: each member's role, index, unit and endpoint."""
         return [
-            {"role": m.role, "index": m.index, "unit": m.unit.name, "endpoint": m.launch.endpoint}
+            {"role": m.role.value, "index": m.index, "unit": m.unit.name, "endpoint": m.launch.endpoint}
             for m, _ in self.members
         ]
 
@@ -208,10 +208,11 @@ def members_of(root: Path, base: str) -> list[str]:
     """The units kimi-serve wrote for ``base`` under ``root``, in install order: a deployment's members (replicas in
     index order, then the router; a member whose unit is gone but whose records are left, by an uninstall killed
     part-way, too), else the one unit ``base`` itself: a single unit is a deployment of one member."""
-    stem, state = base.removesuffix(".service"), root / STATE_DIR
+    state = root / STATE_DIR
     names = {unit.removesuffix(".service") for _, _, unit in installed_members(root, base)}
-    names |= {d.name for d in (state.iterdir() if state.is_dir() else ()) if d.is_dir() and is_member(stem, d.name)}
-    return [f"{n}.service" for n in sorted(names, key=lambda n: member_order(stem, n), reverse=True)] or [base]
+    names |= {d.name for d in (state.iterdir() if state.is_dir() else ()) if d.is_dir()}
+    members = {n: m for n in names if (m := unit_member(base, n)) is not None}
+    return [f"{n}.service" for n in sorted(members, key=lambda n: start_order(*members[n]))] or [base]
 
 
 def uninstall_fleet(root: Path, base: str, systemd: Systemd, *, dry_run: bool) -> Result:

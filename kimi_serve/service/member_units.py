@@ -15,22 +15,21 @@ how each one is gated, ordered and stopped. Pure rendering; :mod:`kimi_serve.ser
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_serve.check.deployment import REPLICA, ROUTER, SINGLE, Member, deployment_of, router_unit
+from kimi_serve.check.deployment import deployment_of
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.net import host_port
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
+from kimi_serve.profile.member import Member, Role, unit_member, unit_name
 from kimi_serve.profile.topology import routed
 from kimi_serve.service.marker import parse_marker
 from kimi_serve.service.state import UNIT_DIR, read_text
 from kimi_serve.service.timeouts import START_SLACK_SEC
 from kimi_serve.service.unit import RenderedUnit, UnitContext, UnitShape, render_unit, verify_argv
 
-_REPLICA = re.compile(r"^(?P<base>.+)-r(?P<index>\d+)\.service$")
 ROUTER_STOP = (
     "SIGTERM to the router's main process: it stops taking requests and drains in flight ones itself.",
     "Whatever is left after TimeoutStopSec gets SIGKILL.",
@@ -108,7 +107,7 @@ def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str
     router = deployment.router.launch
     units = [m.unit.name for m in members]
     shape = UnitShape(
-        role=ROUTER,
+        role=deployment.router.marker,
         what=f"router in front of {len(deployment.replicas)} replicas",
         posts=(tuple(router_wait_argv(profile, router, ctx)), tuple(verify_argv(profile, router, ctx))),
         post_comment=(
@@ -126,7 +125,7 @@ def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str
 def _replica_member(profile: Profile, ctx: UnitContext, base: str, member: Member, count: int) -> MemberUnit:
     own = member.launch
     shape = UnitShape(
-        role=f"replica:{member.index}",
+        role=member.marker,
         what=f"replica {member.index} of {count}",
         posts=(tuple(verify_argv(profile, own, ctx)),),
         post_comment=(
@@ -139,11 +138,11 @@ def _replica_member(profile: Profile, ctx: UnitContext, base: str, member: Membe
 
 def _rank_member(profile: Profile, member: Member, ctx: UnitContext, base: str) -> MemberUnit:
     n, launch = profile.nodes, member.launch
-    if member.role == SINGLE:
+    if member.role is Role.SINGLE:
         return MemberUnit.of(member, render_unit(profile, launch, ctx, unit_name=base))
     if n.rank == 0:
         shape = UnitShape(
-            role="rank:0",
+            role=member.marker,
             what=f"node rank 0 of {n.count}, the leader",
             posts=(tuple(verify_argv(profile, launch, ctx)),),
             post_comment=(
@@ -154,7 +153,7 @@ def _rank_member(profile: Profile, member: Member, ctx: UnitContext, base: str) 
         )
     else:
         shape = UnitShape(
-            role=f"rank:{n.rank}",
+            role=member.marker,
             what=f"node rank {n.rank} of {n.count}",
             posts=(tuple(joined_argv(profile, launch, ctx)),),
             post_comment=(
@@ -167,21 +166,21 @@ def _rank_member(profile: Profile, member: Member, ctx: UnitContext, base: str) 
     return MemberUnit.of(member, render_unit(profile, launch, ctx, unit_name=base, shape=shape))
 
 
-def installed_members(root: Path, base: str) -> list[tuple[str, int, str]]:
-    """(role, index, unit name) of the deployment units kimi-serve wrote under ``root`` for ``base``: the replicas in
-    index order, then the router. Empty when ``base`` is not a replicated deployment here."""
+def installed_members(root: Path, base: str) -> list[tuple[Role, int, str]]:
+    """(role, index, unit name) of the deployment units kimi-serve wrote under ``root`` for ``base``, in start order:
+    the replicas in index order, then the router. Empty when ``base`` is not a replicated deployment here."""
     stem = base.removesuffix(".service")
     unit_dir = root / UNIT_DIR
-    found: list[tuple[str, int, str]] = []
+    found: list[tuple[Role, int, str]] = []
     if unit_dir.is_dir():
         for path in unit_dir.glob(f"{stem}-r*.service"):
-            m = _REPLICA.match(path.name)
-            if m and m["base"] == stem and _ours(path):
-                found.append((REPLICA, int(m["index"]), path.name))
+            member = unit_member(base, path.name)
+            if member and member[0] is Role.REPLICA and _ours(path):
+                found.append((*member, path.name))
     found.sort(key=lambda x: x[1])
-    router = unit_dir / router_unit(base)
+    router = unit_dir / unit_name(base, Role.ROUTER, 0)
     if _ours(router):
-        found.append((ROUTER, 0, router.name))
+        found.append((Role.ROUTER, 0, router.name))
     return found
 
 
