@@ -115,3 +115,12 @@ def test_the_planned_members_and_their_units_speak_the_model() -> None:
         marker = parse_marker(m.unit.text)
         assert marker is not None and parse_role(marker.role) == (m.role, m.index)
         assert unit_member("kimi.service", m.unit.name) == (m.role, m.index)
+
+
+def test_verify_targets_name_the_router_only_when_there_is_one() -> None:
+    from kimi_serve.check.deployment import deployment_targets
+
+    router, replicas = deployment_targets(load_profile("sim"))
+    assert router is None and [name for name, _ in replicas] == ["replica 0"]  # no stand-in router at index 0
+    router, replicas = deployment_targets(load_profile("sim", ["replicas=2"]))
+    assert router is not None and router[0] == "router" and [n for n, _ in replicas] == ["replica 0", "replica 1"]

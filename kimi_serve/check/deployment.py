@@ -96,11 +96,12 @@ class Deployment:
         return "\n".join(lines)
 
 
-def deployment_targets(profile: Profile) -> list[tuple[str, str]]:
-    """(name, URL) of every part `verify --profile` checks: the router first (a wildcard bind is reached on this
-    machine's loopback), then each replica (one: the server, when the profile is not routed). No launch is built."""
-    router = client_url(profile.router.host, profile.router.port)
-    return [(label(Role.ROUTER, 0), router), *((label(Role.REPLICA, r.index), r.url) for r in replicas(profile))]
+def deployment_targets(profile: Profile) -> tuple[tuple[str, str] | None, list[tuple[str, str]]]:
+    """(name, URL) of every part `verify --profile` checks, no launch built: the router, None when the profile is not
+    routed (a wildcard bind is reached on this machine's loopback); then each replica (one: the server, when the
+    profile is not routed)."""
+    router = (label(Role.ROUTER, 0), client_url(profile.router.host, profile.router.port)) if routed(profile) else None
+    return router, [(label(Role.REPLICA, r.index), r.url) for r in replicas(profile)]
 
 
 def deployment_units(profile: Profile, base: str) -> tuple[str, ...]:
