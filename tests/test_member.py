@@ -111,10 +111,11 @@ def test_the_planned_members_and_their_units_speak_the_model() -> None:
     assert [m.start_order for m in d.members] == sorted(m.start_order for m in d.members)
     assert d.members[0].to_json()["role"] == "replica" and type(d.members[0].to_json()["role"]) is str
     units = render_members(p, launch, UnitContext.detect(), "kimi.service")
-    for m in units:
-        marker = parse_marker(m.unit.text)
+    assert [(m.role, m.index) for m in units] == [(m.role, m.index) for m in d.members]  # keyed, in start order
+    for m, unit in units.items():
+        marker = parse_marker(unit.text)
         assert marker is not None and parse_role(marker.role) == (m.role, m.index)
-        assert unit_member("kimi.service", m.unit.name) == (m.role, m.index)
+        assert unit_member("kimi.service", unit.name) == (m.role, m.index)
 
 
 def test_verify_targets_name_the_router_only_when_there_is_one() -> None:

@@ -9,7 +9,7 @@ unit name, and the order members start and stop in. Pure: no I/O.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -94,7 +94,7 @@ class Member:
 
     role: Role
     index: int  # replica index or node rank; 0 for the router and the one server
-    launch: Launch
+    launch: Launch = field(hash=False)  # a key of its consumers' dict[Member, ...] (a Launch holds a dict)
     endpoint: str  # where clients (or the router) reach it
     local: bool  # runs on the host the profile describes (False: on its router.workers host)
 

@@ -17,7 +17,7 @@ from typing import Any
 from kimi_serve.check.owned_paths import refuse_owned_paths
 from kimi_serve.core.findings import Finding
 from kimi_serve.profile.loader import Profile
-from kimi_serve.profile.member import Role, start_order, unit_member
+from kimi_serve.profile.member import Member, Role, start_order, unit_member
 from kimi_serve.service import monitor_units as mon
 from kimi_serve.service.install import (
     Plan,
@@ -34,7 +34,7 @@ from kimi_serve.service.install import (
 )
 from kimi_serve.service.journal import journal_units, recover, sweep
 from kimi_serve.service.marker import parse_marker
-from kimi_serve.service.member_units import MemberUnit, front_member, installed_members, render_members
+from kimi_serve.service.member_units import installed_members, render_members
 from kimi_serve.service.preflight import check_for_service, host_step, refuse_other_profile, require_systemd
 from kimi_serve.service.secret import needs_secret
 from kimi_serve.service.state import STATE_DIR, ServicePaths, read_text
@@ -51,12 +51,12 @@ class Fleet:
 
     profile: Profile
     base: str  # the deployment's name, NAME.service: the one unit itself, or the stem of NAME-r0, ..., NAME-router
-    members: tuple[tuple[MemberUnit, Plan], ...]  # the one unit; or the replicas in index order, then the router
+    members: tuple[tuple[Member, Plan], ...]  # the one unit; or the replicas in index order, then the router
     findings: tuple[Finding, ...]
     now: bool
 
     @property
-    def router(self) -> tuple[MemberUnit, Plan] | None:
+    def router(self) -> tuple[Member, Plan] | None:
         return next((mp for mp in self.members if mp[0].role is Role.ROUTER), None)
 
     @property
@@ -65,7 +65,7 @@ class Fleet:
         return self.router is not None
 
     @property
-    def replicas(self) -> list[tuple[MemberUnit, Plan]]:
+    def replicas(self) -> list[tuple[Member, Plan]]:
         return [mp for mp in self.members if mp[0].role is Role.REPLICA]
 
     @property
@@ -73,15 +73,15 @@ class Fleet:
         """The one unit's plan (a deployment: replica 0's); it creates the key file when one is to be created."""
         return self.members[0][1]
 
-    def label(self, member: MemberUnit) -> str:
+    def label(self, member: Member) -> str:
         """How a report line names the member: nothing for the one unit, `` (replica 1)`` in a deployment."""
         return f" ({member.label})" if self.routed else ""
 
     def to_json(self) -> list[dict[str, Any]]:
         """``deployment`` in the reports: each member's role, index, unit and endpoint."""
         return [
-            {"role": m.role.value, "index": m.index, "unit": m.unit.name, "endpoint": m.launch.endpoint}
-            for m, _ in self.members
+            {"role": m.role.value, "index": m.index, "unit": plan.unit.name, "endpoint": m.launch.endpoint}
+            for m, plan in self.members
         ]
 
 
@@ -123,10 +123,11 @@ def plan_fleet(
             exit_code=ExitCode.USAGE,
         )
     reach_step(profile, [m.launch for m in members], ctx, systemd, environ, preview, found)
-    front = front_member(members)  # the verify timer checks what clients reach
-    monitor = None if front is None else mon.render_monitor(profile, front.launch, ctx, front.unit.name)
-    for m in members:
-        paths = ServicePaths(root, m.unit.name)
+    # the verify timer checks what clients reach: the router, the one unit, rank 0; none on a rank >= 1
+    front = next((m for m in members if m.serves_clients), None)
+    monitor = None if front is None else mon.render_monitor(profile, front.launch, ctx, members[front].name)
+    for m, unit in members.items():
+        paths = ServicePaths(root, unit.name)
         # nothing it writes (the journal beside the records too) may be reached through a link out of the root
         mon.refuse_links(monitor if m is front else None, paths)
         refuse_foreign(paths)
@@ -143,12 +144,12 @@ def plan_fleet(
                 ),
                 None,
             )
-    units = [m.unit for m in members] + (list(monitor.files) if monitor else [])
+    units = [*members.values(), *(monitor.files if monitor else ())]
     host_step(preview, found, lambda: mon.analyze_together(systemd, units), None)
-    plans: list[tuple[MemberUnit, Plan]] = []
-    for m in members:  # the first member creates the key file when one is to be created; the front carries the timer
-        paths = ServicePaths(root, m.unit.name)
-        plans.append((m, Plan(profile, m.unit, paths, create and not plans, (), now, monitor if m is front else None)))
+    plans: list[tuple[Member, Plan]] = []
+    for m, unit in members.items():  # the first member creates the key file when one is to be created; the front
+        paths = ServicePaths(root, unit.name)  # carries the timer
+        plans.append((m, Plan(profile, unit, paths, create and not plans, (), now, monitor if m is front else None)))
     return Fleet(profile, base, tuple(plans), tuple(findings + found), now)
 
 

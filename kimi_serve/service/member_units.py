@@ -15,7 +15,6 @@ how each one is gated, ordered and stopped. Pure rendering; :mod:`kimi_serve.ser
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_serve.check.deployment import deployment_of
@@ -40,23 +39,6 @@ RANK_STOP = (
     "lasts TimeoutStopSec and then gets SIGKILL (rank 0's collectives then fail). KillMode=mixed: SIGTERM",
     "to the main process only, never to the schedulers directly (their crash path).",
 )
-
-
-@dataclass(frozen=True)
-class MemberUnit(Member):
-    """A member of the deployment (:class:`kimi_serve.check.deployment.Member`) with its rendered unit."""
-
-    unit: RenderedUnit
-
-    @classmethod
-    def of(cls, member: Member, unit: RenderedUnit) -> MemberUnit:
-        return cls(member.role, member.index, member.launch, member.endpoint, member.local, unit)
-
-
-def front_member(members: list[MemberUnit]) -> MemberUnit | None:
-    """The member clients reach, which the verify timer checks: the router, the one unit, rank 0; None on a rank >= 1
-    (it serves no API)."""
-    return next((m for m in members if m.serves_clients), None)
 
 
 def router_wait_argv(profile: Profile, router: Launch, ctx: UnitContext) -> list[str]:
@@ -89,9 +71,10 @@ def joined_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]
     ]
 
 
-def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str) -> list[MemberUnit]:
-    """Every unit this host runs for ``profile``, in start order (replicas, then the router); ``launch`` is the
-    validated launch, ``base`` the deployment's unit name (NAME.service). One member (the rank) for multi-node."""
+def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str) -> dict[Member, RenderedUnit]:
+    """The unit of every member this host runs for ``profile``, in start order (replicas, then the router);
+    ``launch`` is the validated launch, ``base`` the deployment's unit name (NAME.service). One member (the rank) for
+    multi-node."""
     if routed(profile) and profile.nodes.count > 1:
         raise KimiServeError(
             "a replicated deployment whose replicas each span several nodes is not rendered as services here",
@@ -101,11 +84,11 @@ def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str
         )
     deployment = deployment_of(profile, launch, pythonpath=ctx.package_root)
     if deployment.router is None:
-        return [_rank_member(profile, deployment.members[0], ctx, base)]
+        return {deployment.members[0]: _rank_unit(profile, deployment.members[0], ctx, base)}
     local = [m for m in deployment.replicas if m.local]
-    members = [_replica_member(profile, ctx, base, m, len(local)) for m in local]
+    members = {m: _replica_unit(profile, ctx, base, m, len(local)) for m in local}
     router = deployment.router.launch
-    units = [m.unit.name for m in members]
+    units = [u.name for u in members.values()]
     shape = UnitShape(
         role=deployment.router.marker,
         what=f"router in front of {len(deployment.replicas)} replicas",
@@ -119,10 +102,10 @@ def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str
         timeout_start_sec=2 * profile.startup.timeout + int(profile.verify.timeout) + START_SLACK_SEC,
     )
     name = deployment.router.unit_name(base)
-    return [*members, MemberUnit.of(deployment.router, render_unit(profile, router, ctx, unit_name=name, shape=shape))]
+    return {**members, deployment.router: render_unit(profile, router, ctx, unit_name=name, shape=shape)}
 
 
-def _replica_member(profile: Profile, ctx: UnitContext, base: str, member: Member, count: int) -> MemberUnit:
+def _replica_unit(profile: Profile, ctx: UnitContext, base: str, member: Member, count: int) -> RenderedUnit:
     own = member.launch
     shape = UnitShape(
         role=member.marker,
@@ -133,13 +116,13 @@ def _replica_member(profile: Profile, ctx: UnitContext, base: str, member: Membe
             "port (structured tool_calls and reasoning_content)."
         ),
     )
-    return MemberUnit.of(member, render_unit(profile, own, ctx, unit_name=member.unit_name(base), shape=shape))
+    return render_unit(profile, own, ctx, unit_name=member.unit_name(base), shape=shape)
 
 
-def _rank_member(profile: Profile, member: Member, ctx: UnitContext, base: str) -> MemberUnit:
+def _rank_unit(profile: Profile, member: Member, ctx: UnitContext, base: str) -> RenderedUnit:
     n, launch = profile.nodes, member.launch
     if member.role is Role.SINGLE:
-        return MemberUnit.of(member, render_unit(profile, launch, ctx, unit_name=base))
+        return render_unit(profile, launch, ctx, unit_name=base)
     if n.rank == 0:
         shape = UnitShape(
             role=member.marker,
@@ -163,7 +146,7 @@ def _rank_member(profile: Profile, member: Member, ctx: UnitContext, base: str) 
             stop_comment=RANK_STOP,
             timeout_comment="Cold start (weights, joining rank 0) + the join check.",
         )
-    return MemberUnit.of(member, render_unit(profile, launch, ctx, unit_name=base, shape=shape))
+    return render_unit(profile, launch, ctx, unit_name=base, shape=shape)
 
 
 def installed_members(root: Path, base: str) -> list[tuple[Role, int, str]]:

@@ -69,7 +69,7 @@ def _refuse_topology_change(fleet: Fleet) -> None:
     """A rolling restart keeps every replica's address: the router in front keeps its worker list meanwhile."""
     root = fleet.members[0][1].paths.root
     installed = {unit for role, _, unit in installed_members(root, fleet.base) if role is Role.REPLICA}
-    planned = {m.unit.name for m, _ in fleet.replicas}
+    planned = {plan.unit.name for _, plan in fleet.replicas}
     hint = (
         f"kimi-serve uninstall-service --unit-name {fleet.base.removesuffix('.service')}, then install-service "
         "--now with the new profile"
