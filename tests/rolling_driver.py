@@ -34,7 +34,7 @@ def verifier(endpoint: str, secret: Path | None, suite: str, timeout: float) -> 
 def fleet_for(root: Path, profile_path: str) -> Fleet:
     profile = load_profile(profile_path)
     members = render_members(profile, build_launch(profile, sys.executable), CTX, BASE)
-    plans = tuple((m, Plan(profile, m.unit, ServicePaths(root, m.unit.name), False, (), True)) for m in members)
+    plans = tuple((m, Plan(profile, u, ServicePaths(root, u.name), False, (), True)) for m, u in members.items())
     return Fleet(profile, BASE, plans, (), True)
 
 

@@ -59,20 +59,21 @@ def _analyze(texts: dict[str, str]) -> str:
 
 def test_replicated_profile_renders_replicas_and_a_router_ordered_after_them() -> None:
     profile, launch = _launch("sim-dp2")
-    members = render_members(profile, launch, _ctx(), "sglang-kimi-dp2.service")
-    assert [(m.role, m.index, m.unit.name) for m in members] == [
+    units = render_members(profile, launch, _ctx(), "sglang-kimi-dp2.service")
+    members = list(units)
+    assert [(m.role, m.index, units[m].name) for m in members] == [
         ("replica", 0, "sglang-kimi-dp2-r0.service"),
         ("replica", 1, "sglang-kimi-dp2-r1.service"),
         ("router", 0, "sglang-kimi-dp2-router.service"),
     ]
     for m, port in zip(members[:2], (30010, 30011), strict=True):
-        start = _exec_lines(m.unit.text, "ExecStart")[0]
+        start = _exec_lines(units[m].text, "ExecStart")[0]
         assert start[start.index("--port") + 1] == str(port)
-        (post,) = _exec_lines(m.unit.text, "ExecStartPost")  # gated on the contract, on its own port
+        (post,) = _exec_lines(units[m].text, "ExecStartPost")  # gated on the contract, on its own port
         assert post[1:4] == ["verify", "--host", f"127.0.0.1:{port}"]
-        marker = parse_marker(m.unit.text)
+        marker = parse_marker(units[m].text)
         assert marker and marker.role == f"replica:{m.index}" and marker.endpoint == f"127.0.0.1:{port}"
-    router = members[2].unit.text
+    router = units[members[2]].text
     start = _exec_lines(router, "ExecStart")[0]
     assert start[1:5] == ["-P", "-m", "kimi_serve.router.shim", "--"]
     assert start[start.index("--worker-urls") + 1 : start.index("--policy")] == [
@@ -86,14 +87,14 @@ def test_replicated_profile_renders_replicas_and_a_router_ordered_after_them() -
     for replica in ("sglang-kimi-dp2-r0.service", "sglang-kimi-dp2-r1.service"):
         assert f"Wants={replica}\n" in unit_section and f"After={replica}\n" in unit_section
     assert "BindsTo=" not in router and "Requires=" not in router and "PartOf=" not in router
-    assert _analyze({m.unit.name: m.unit.text for m in members}) == ""
+    assert _analyze({u.name: u.text for u in units.values()}) == ""
 
 
 def test_a_single_replica_profile_is_the_single_unit_unchanged() -> None:
     profile, launch = _launch("sim")
-    (member,) = render_members(profile, launch, _ctx(), "sglang-kimi.service")
-    assert member.unit.text == render_unit(profile, launch, _ctx()).text
-    assert "role=" not in member.unit.text.splitlines()[0]
+    (unit,) = render_members(profile, launch, _ctx(), "sglang-kimi.service").values()
+    assert unit.text == render_unit(profile, launch, _ctx()).text
+    assert "role=" not in unit.text.splitlines()[0]
 
 
 def _two_nodes(rank: int) -> tuple[str, ...]:
@@ -108,8 +109,8 @@ def _two_nodes(rank: int) -> tuple[str, ...]:
 
 def test_multi_node_rank_units() -> None:
     ctx = _ctx()
-    rank0 = render_members(*_launch("sim", *_two_nodes(0)), ctx, "sglang-kimi.service")[0].unit.text
-    rank1 = render_members(*_launch("sim", *_two_nodes(1)), ctx, "sglang-kimi.service")[0].unit.text
+    (rank0,) = (u.text for u in render_members(*_launch("sim", *_two_nodes(0)), ctx, "sglang-kimi.service").values())
+    (rank1,) = (u.text for u in render_members(*_launch("sim", *_two_nodes(1)), ctx, "sglang-kimi.service").values())
     start0, start1 = _exec_lines(rank0, "ExecStart")[0], _exec_lines(rank1, "ExecStart")[0]
     for argv, rank in ((start0, "0"), (start1, "1")):
         assert argv[argv.index("--node-rank") + 1] == rank and argv[argv.index("--nnodes") + 1] == "2"

@@ -217,8 +217,8 @@ def test_a_rank_above_0_is_not_contract_checked_from_outside(tmp_path: Path, wri
             )
         )
     )
-    (member,) = render_members(profile, build_launch(profile, sys.executable), CTX, "sglang-kimi.service")
-    plan = Plan(profile, member.unit, ServicePaths(tmp_path, member.unit.name), False, (), True)
+    (unit,) = render_members(profile, build_launch(profile, sys.executable), CTX, "sglang-kimi.service").values()
+    plan = Plan(profile, unit, ServicePaths(tmp_path, unit.name), False, (), True)
     verifier = Verifier()
     result = restart(plan, Systemd(Runner(), Path("/")), verifier, {})
     assert result.exit_code == 0 and verifier.endpoints == []

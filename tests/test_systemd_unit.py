@@ -261,7 +261,7 @@ def test_only_the_gpu_servers_of_a_replicated_profile_make_nvidia_uvm() -> None:
 
     profile = load_profile("prod-dp2")
     members = render_members(profile, validated_launch(profile), CTX, "sglang-kimi")
-    steps = {m.role: any(line.startswith("ExecStartPre=") for line in m.unit.text.splitlines()) for m in members}
+    steps = {m.role: any(line.startswith("ExecStartPre=") for line in u.text.splitlines()) for m, u in members.items()}
     assert steps.pop("router") is False  # the router needs no GPU
     assert all(steps.values()), steps  # a replica on this host does (prod-dp2's replicas: its own single render)
     assert _render("prod-dp2").count('ExecStartPre=-+"/usr/bin/nvidia-modprobe"') == 1

@@ -25,57 +25,11 @@ from kimi_serve.core.net import client_url
 from kimi_serve.core.resources import package_root
 from kimi_serve.profile.launch import Launch, build_launch
 from kimi_serve.profile.loader import Profile, display_path, with_sets
+from kimi_serve.profile.member import Member, Role, label, unit_name
 from kimi_serve.profile.router import build_router_launch
 from kimi_serve.profile.topology import replicas, routed
 
-ROUTER = "router"
-REPLICA = "replica"
-SINGLE = "single"
 _DEFAULT = "default"  # pythonpath: the folder holding kimi_serve (package_root)
-
-
-@dataclass(frozen=True)
-class Member:
-    """One process of the deployment: the one server (``single``), this host's ``rank``, a ``replica`` or the
-    router."""
-
-    role: str  # single | rank | replica | router
-    index: int  # replica index or node rank; 0 for the router and the one server
-    launch: Launch
-    endpoint: str  # where clients (or the router) reach it
-    local: bool  # runs on the host the profile describes (False: on its router.workers host)
-
-    @property
-    def label(self) -> str:
-        """``router``, ``replica 1``, ``rank 0``, ``single 0``."""
-        return ROUTER if self.role == ROUTER else f"{self.role} {self.index}"
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.endpoint}"
-
-    @property
-    def serves_clients(self) -> bool:
-        """The member clients reach (the verify timer checks it): the router, the one server, rank 0."""
-        return self.role in (ROUTER, SINGLE) or (self.role == "rank" and self.index == 0)
-
-    def unit_name(self, base: str) -> str:
-        """Its systemd unit, for the deployment's ``base`` (NAME.service): the base itself for the one server or a
-        rank, ``NAME-rI.service`` for a replica, ``NAME-router.service`` for the router."""
-        if self.role == REPLICA:
-            return replica_unit(base, self.index)
-        return router_unit(base) if self.role == ROUTER else base
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.label, "role": self.role, "endpoint": self.endpoint, "local": self.local}
-
-
-def replica_unit(base: str, index: int) -> str:
-    return f"{base.removesuffix('.service')}-r{index}.service"
-
-
-def router_unit(base: str) -> str:
-    return f"{base.removesuffix('.service')}-{ROUTER}.service"
 
 
 @dataclass(frozen=True)
@@ -86,15 +40,15 @@ class Deployment:
 
     @property
     def routed(self) -> bool:
-        return any(m.role == ROUTER for m in self.members)
+        return any(m.role is Role.ROUTER for m in self.members)
 
     @property
     def router(self) -> Member | None:
-        return next((m for m in self.members if m.role == ROUTER), None)
+        return next((m for m in self.members if m.role is Role.ROUTER), None)
 
     @property
     def replicas(self) -> list[Member]:
-        return [m for m in self.members if m.role == REPLICA]
+        return [m for m in self.members if m.role is Role.REPLICA]
 
     @property
     def front(self) -> Member | None:
@@ -135,25 +89,27 @@ class Deployment:
             where = "this host" if m.local else "its own host"
             head = (
                 f"# router on {m.endpoint} -> {', '.join(r.endpoint for r in self.replicas)}"
-                if m.role == ROUTER
+                if m.role is Role.ROUTER
                 else f"# {m.label} on {m.endpoint} ({where})"
             )
             lines += [head, m.launch.shell()]
         return "\n".join(lines)
 
 
-def deployment_targets(profile: Profile) -> list[tuple[str, str]]:
-    """(name, URL) of every part `verify --profile` checks: the router first (a wildcard bind is reached on this
-    machine's loopback), then each replica (one: the server, when the profile is not routed). No launch is built."""
-    router = client_url(profile.router.host, profile.router.port)
-    return [(ROUTER, router), *((f"{REPLICA} {r.index}", r.url) for r in replicas(profile))]
+def deployment_targets(profile: Profile) -> tuple[tuple[str, str] | None, list[tuple[str, str]]]:
+    """(name, URL) of every part `verify --profile` checks, no launch built: the router, None when the profile is not
+    routed (a wildcard bind is reached on this machine's loopback); then each replica (one: the server, when the
+    profile is not routed)."""
+    router = (label(Role.ROUTER, 0), client_url(profile.router.host, profile.router.port)) if routed(profile) else None
+    return router, [(label(Role.REPLICA, r.index), r.url) for r in replicas(profile)]
 
 
 def deployment_units(profile: Profile, base: str) -> tuple[str, ...]:
     """The units install-service writes on this host for a routed ``profile`` and its ``base`` unit (NAME.service):
     each local replica's (:meth:`Member.unit_name`), then the router's. No launch is built (`status` asks this of a
     profile whatever its other values)."""
-    return (*(replica_unit(base, r.index) for r in replicas(profile) if r.local), router_unit(base))
+    local = (unit_name(base, Role.REPLICA, r.index) for r in replicas(profile) if r.local)
+    return (*local, unit_name(base, Role.ROUTER, 0))
 
 
 def _rank_profile(profile: Profile, node_rank: int) -> Profile:
@@ -195,13 +151,13 @@ def deployment_of(
         launch = build_launch(profile, python, pythonpath=path)
     if not routed(profile):
         n = profile.nodes
-        role, index = ("rank", n.rank) if n.count > 1 else (SINGLE, 0)
+        role, index = (Role.RANK, n.rank) if n.count > 1 else (Role.SINGLE, 0)
         return Deployment(profile, launch, (Member(role, index, launch, launch.endpoint, True),))
     members = []
     multinode = profile.nodes.count > 1
     for rep in replicas(profile):
         view = with_sets(profile, f"nodes.leader_host={rep.host}") if multinode and not rep.local else profile
         own = build_launch(view, python, pythonpath=path, port=rep.port)
-        members.append(Member(REPLICA, rep.index, own, rep.endpoint, rep.local))
+        members.append(Member(Role.REPLICA, rep.index, own, rep.endpoint, rep.local))
     router = build_router_launch(profile, python, pythonpath=path)
-    return Deployment(profile, launch, (*members, Member(ROUTER, 0, router, router.endpoint, True)))
+    return Deployment(profile, launch, (*members, Member(Role.ROUTER, 0, router, router.endpoint, True)))

@@ -104,11 +104,10 @@ def _server(host: str | None, profile: str | None, sets: Any, api_key: str | Non
     if profile:
         from kimi_serve.check.deployment import deployment_targets
         from kimi_serve.profile.loader import load_profile
-        from kimi_serve.profile.topology import routed
 
         p = load_profile(profile, sets)
-        targets = deployment_targets(p)  # the router first, then each replica
-        url = targets[0][1] if routed(p) else targets[1][1]
+        router, servers = deployment_targets(p)  # the router (None when not routed), then each replica
+        url = router[1] if router else servers[0][1]
         return parse_target(url), resolve_key(api_key, key_file or p.server.api_key_file).value
     return parse_target(host or "127.0.0.1:30000"), resolve_key(api_key, key_file).value
 

@@ -179,7 +179,6 @@ def _verify_profile(ref: str, api_key: str | None, api_key_file: str | None, **a
     """`verify --profile P`: the profile's own server, or its router and then each replica (docs/verify.md)."""
     from kimi_serve.check.deployment import deployment_targets
     from kimi_serve.profile.loader import load_profile
-    from kimi_serve.profile.topology import routed
     from kimi_serve.router.client import admin_key_of, router_health
     from kimi_serve.verify import resolve_key
     from kimi_serve.verify.members import verify_deployment
@@ -187,9 +186,10 @@ def _verify_profile(ref: str, api_key: str | None, api_key_file: str | None, **a
     p = load_profile(ref)
     key_file = api_key_file or p.server.api_key_file
     key = resolve_key(api_key, key_file, file_label="--api-key-file" if api_key_file else "profile key file")
+    router, replicas = deployment_targets(p)
     return verify_deployment(
-        deployment_targets(p),
-        routed=routed(p),
+        router,
+        replicas,
         # /workers takes the control plane's admin key only (the key file's admin-api-key), never the clients'
         router_view=lambda url: router_health(url, admin_key_of(key_file)).to_json(),
         api_key=key.value,

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import REPLICA, ROUTER
 from kimi_serve.check.owned_paths import refuse_owned_paths
 from kimi_serve.core.findings import Finding
 from kimi_serve.profile.loader import Profile
+from kimi_serve.profile.member import Member, Role, start_order, unit_member
 from kimi_serve.service import monitor_units as mon
 from kimi_serve.service.install import (
     Plan,
@@ -34,10 +34,10 @@ from kimi_serve.service.install import (
 )
 from kimi_serve.service.journal import journal_units, recover, sweep
 from kimi_serve.service.marker import parse_marker
-from kimi_serve.service.member_units import MemberUnit, front_member, installed_members, render_members
+from kimi_serve.service.member_units import installed_members, render_members
 from kimi_serve.service.preflight import check_for_service, host_step, refuse_other_profile, require_systemd
 from kimi_serve.service.secret import needs_secret
-from kimi_serve.service.state import STATE_DIR, ServicePaths, is_member, member_order, read_text
+from kimi_serve.service.state import STATE_DIR, ServicePaths, read_text
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.target import ServiceTarget
 from kimi_serve.service.uninstall import uninstall
@@ -51,13 +51,13 @@ class Fleet:
 
     profile: Profile
     base: str  # the deployment's name, NAME.service: the one unit itself, or the stem of NAME-r0, ..., NAME-router
-    members: tuple[tuple[MemberUnit, Plan], ...]  # the one unit; or the replicas in index order, then the router
+    members: tuple[tuple[Member, Plan], ...]  # the one unit; or the replicas in index order, then the router
     findings: tuple[Finding, ...]
     now: bool
 
     @property
-    def router(self) -> tuple[MemberUnit, Plan] | None:
-        return next((mp for mp in self.members if mp[0].role == ROUTER), None)
+    def router(self) -> tuple[Member, Plan] | None:
+        return next((mp for mp in self.members if mp[0].role is Role.ROUTER), None)
 
     @property
     def routed(self) -> bool:
@@ -65,23 +65,23 @@ class Fleet:
         return self.router is not None
 
     @property
-    def replicas(self) -> list[tuple[MemberUnit, Plan]]:
-        return [mp for mp in self.members if mp[0].role == REPLICA]
+    def replicas(self) -> list[tuple[Member, Plan]]:
+        return [mp for mp in self.members if mp[0].role is Role.REPLICA]
 
     @property
     def first(self) -> Plan:
         """The one unit's plan (a deployment: replica 0's); it creates the key file when one is to be created."""
         return self.members[0][1]
 
-    def label(self, member: MemberUnit) -> str:
+    def label(self, member: Member) -> str:
         """How a report line names the member: nothing for the one unit, `` (replica 1)`` in a deployment."""
         return f" ({member.label})" if self.routed else ""
 
     def to_json(self) -> list[dict[str, Any]]:
         """``deployment`` in the reports: each member's role, index, unit and endpoint."""
         return [
-            {"role": m.role, "index": m.index, "unit": m.unit.name, "endpoint": m.launch.endpoint}
-            for m, _ in self.members
+            {"role": m.role.value, "index": m.index, "unit": plan.unit.name, "endpoint": m.launch.endpoint}
+            for m, plan in self.members
         ]
 
 
@@ -123,10 +123,11 @@ def plan_fleet(
             exit_code=ExitCode.USAGE,
         )
     reach_step(profile, [m.launch for m in members], ctx, systemd, environ, preview, found)
-    front = front_member(members)  # the verify timer checks what clients reach
-    monitor = None if front is None else mon.render_monitor(profile, front.launch, ctx, front.unit.name)
-    for m in members:
-        paths = ServicePaths(root, m.unit.name)
+    # the verify timer checks what clients reach: the router, the one unit, rank 0; none on a rank >= 1
+    front = next((m for m in members if m.serves_clients), None)
+    monitor = None if front is None else mon.render_monitor(profile, front.launch, ctx, members[front].name)
+    for m, unit in members.items():
+        paths = ServicePaths(root, unit.name)
         # nothing it writes (the journal beside the records too) may be reached through a link out of the root
         mon.refuse_links(monitor if m is front else None, paths)
         refuse_foreign(paths)
@@ -143,12 +144,12 @@ def plan_fleet(
                 ),
                 None,
             )
-    units = [m.unit for m in members] + (list(monitor.files) if monitor else [])
+    units = [*members.values(), *(monitor.files if monitor else ())]
     host_step(preview, found, lambda: mon.analyze_together(systemd, units), None)
-    plans: list[tuple[MemberUnit, Plan]] = []
-    for m in members:  # the first member creates the key file when one is to be created; the front carries the timer
-        paths = ServicePaths(root, m.unit.name)
-        plans.append((m, Plan(profile, m.unit, paths, create and not plans, (), now, monitor if m is front else None)))
+    plans: list[tuple[Member, Plan]] = []
+    for m, unit in members.items():  # the first member creates the key file when one is to be created; the front
+        paths = ServicePaths(root, unit.name)  # carries the timer
+        plans.append((m, Plan(profile, unit, paths, create and not plans, (), now, monitor if m is front else None)))
     return Fleet(profile, base, tuple(plans), tuple(findings + found), now)
 
 
@@ -208,10 +209,11 @@ def members_of(root: Path, base: str) -> list[str]:
     """The units kimi-serve wrote for ``base`` under ``root``, in install order: a deployment's members (replicas in
     index order, then the router; a member whose unit is gone but whose records are left, by an uninstall killed
     part-way, too), else the one unit ``base`` itself: a single unit is a deployment of one member."""
-    stem, state = base.removesuffix(".service"), root / STATE_DIR
+    state = root / STATE_DIR
     names = {unit.removesuffix(".service") for _, _, unit in installed_members(root, base)}
-    names |= {d.name for d in (state.iterdir() if state.is_dir() else ()) if d.is_dir() and is_member(stem, d.name)}
-    return [f"{n}.service" for n in sorted(names, key=lambda n: member_order(stem, n), reverse=True)] or [base]
+    names |= {d.name for d in (state.iterdir() if state.is_dir() else ()) if d.is_dir()}
+    members = {n: m for n in names if (m := unit_member(base, n)) is not None}
+    return [f"{n}.service" for n in sorted(members, key=lambda n: start_order(*members[n]))] or [base]
 
 
 def uninstall_fleet(root: Path, base: str, systemd: Systemd, *, dry_run: bool) -> Result:

@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import ROUTER, deployment_units
+from kimi_serve.check.deployment import deployment_units
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import FAIL, Finding
+from kimi_serve.profile.member import Role
 from kimi_serve.router.client import Worker, router_workers
 from kimi_serve.service.journal import describe, journal_units, read_intent
 from kimi_serve.service.member_units import installed_members
@@ -249,7 +250,7 @@ def fleet_status(root: Path, base: str, systemd: Systemd, expected: tuple[str, .
         st.systemd_error = systemd.unreachable()
     for role, index, unit in installed_members(root, base):
         member = status(ServicePaths(root, unit), systemd)
-        if role == ROUTER:
+        if role is Role.ROUTER:
             st.router = member
         else:
             st.replicas.append((index, member))

@@ -24,6 +24,7 @@ from kimi_serve.core.proc import Completed
 from kimi_serve.core.settings import API_KEY_ENV, current, from_env
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
+from kimi_serve.profile.member import Role, parse_role
 from kimi_serve.service import account
 from kimi_serve.service import monitor_units as mon
 from kimi_serve.service.marker import parse_marker
@@ -334,7 +335,8 @@ def start_and_verify(
     endpoint = marker.endpoint if marker else ""
     secret = paths.under_root(c.api_key_file) if c.api_key_file else None
     checkpoint("service.verify")
-    if marker and marker.role.startswith("rank:") and marker.role != "rank:0":
+    member = parse_role(marker.role) if marker else None
+    if member is not None and member[0] is Role.RANK and member[1] != 0:
         outcome.verify_exit, outcome.detail = (
             0,
             (

@@ -33,13 +33,12 @@ from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.files import chown_under, remove_under
 from kimi_serve.core.journal import Journal, interrupted
+from kimi_serve.profile.member import stop_order, unit_member
 from kimi_serve.service import account
 from kimi_serve.service.state import (
     STATE_DIR,
     UNIT_DIR,
     ServicePaths,
-    is_member,
-    member_order,
     write_atomic,
 )
 from kimi_serve.service.systemctl import Systemd
@@ -230,8 +229,9 @@ def journal_units(root: Path, base: str) -> list[str]:
     the order a change journals them, so a change's anchor is rolled back last)."""
     stem, state = base.removesuffix(".service"), root / STATE_DIR
     found = {m["name"] for p in (state.iterdir() if state.is_dir() else ()) if (m := _JOURNAL.match(p.name))}
-    ours = [n for n in found if n == stem or is_member(stem, n)]
-    return [f"{n}.service" for n in sorted(ours, key=lambda n: (n != stem, *member_order(stem, n)))]
+    members = {n: member for n in found if (member := unit_member(base, n)) is not None}
+    ordered = sorted(members, key=lambda n: stop_order(*members[n]))
+    return [f"{n}.service" for n in ([stem] if stem in found else []) + ordered]
 
 
 def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False) -> str | None:

@@ -15,22 +15,20 @@ how each one is gated, ordered and stopped. Pure rendering; :mod:`kimi_serve.ser
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_serve.check.deployment import REPLICA, ROUTER, SINGLE, Member, deployment_of, router_unit
+from kimi_serve.check.deployment import deployment_of
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.net import host_port
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
+from kimi_serve.profile.member import Member, Role, unit_member, unit_name
 from kimi_serve.profile.topology import routed
 from kimi_serve.service.marker import parse_marker
 from kimi_serve.service.state import UNIT_DIR, read_text
 from kimi_serve.service.timeouts import START_SLACK_SEC
 from kimi_serve.service.unit import RenderedUnit, UnitContext, UnitShape, render_unit, verify_argv
 
-_REPLICA = re.compile(r"^(?P<base>.+)-r(?P<index>\d+)\.service$")
 ROUTER_STOP = (
     "SIGTERM to the router's main process: it stops taking requests and drains in flight ones itself.",
     "Whatever is left after TimeoutStopSec gets SIGKILL.",
@@ -41,23 +39,6 @@ RANK_STOP = (
     "lasts TimeoutStopSec and then gets SIGKILL (rank 0's collectives then fail). KillMode=mixed: SIGTERM",
     "to the main process only, never to the schedulers directly (their crash path).",
 )
-
-
-@dataclass(frozen=True)
-class MemberUnit(Member):
-    """A member of the deployment (:class:`kimi_serve.check.deployment.Member`) with its rendered unit."""
-
-    unit: RenderedUnit
-
-    @classmethod
-    def of(cls, member: Member, unit: RenderedUnit) -> MemberUnit:
-        return cls(member.role, member.index, member.launch, member.endpoint, member.local, unit)
-
-
-def front_member(members: list[MemberUnit]) -> MemberUnit | None:
-    """The member clients reach, which the verify timer checks: the router, the one unit, rank 0; None on a rank >= 1
-    (it serves no API)."""
-    return next((m for m in members if m.serves_clients), None)
 
 
 def router_wait_argv(profile: Profile, router: Launch, ctx: UnitContext) -> list[str]:
@@ -90,9 +71,10 @@ def joined_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]
     ]
 
 
-def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str) -> list[MemberUnit]:
-    """Every unit this host runs for ``profile``, in start order (replicas, then the router); ``launch`` is the
-    validated launch, ``base`` the deployment's unit name (NAME.service). One member (the rank) for multi-node."""
+def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str) -> dict[Member, RenderedUnit]:
+    """The unit of every member this host runs for ``profile``, in start order (replicas, then the router);
+    ``launch`` is the validated launch, ``base`` the deployment's unit name (NAME.service). One member (the rank) for
+    multi-node."""
     if routed(profile) and profile.nodes.count > 1:
         raise KimiServeError(
             "a replicated deployment whose replicas each span several nodes is not rendered as services here",
@@ -102,13 +84,13 @@ def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str
         )
     deployment = deployment_of(profile, launch, pythonpath=ctx.package_root)
     if deployment.router is None:
-        return [_rank_member(profile, deployment.members[0], ctx, base)]
+        return {deployment.members[0]: _rank_unit(profile, deployment.members[0], ctx, base)}
     local = [m for m in deployment.replicas if m.local]
-    members = [_replica_member(profile, ctx, base, m, len(local)) for m in local]
+    members = {m: _replica_unit(profile, ctx, base, m, len(local)) for m in local}
     router = deployment.router.launch
-    units = [m.unit.name for m in members]
+    units = [u.name for u in members.values()]
     shape = UnitShape(
-        role=ROUTER,
+        role=deployment.router.marker,
         what=f"router in front of {len(deployment.replicas)} replicas",
         posts=(tuple(router_wait_argv(profile, router, ctx)), tuple(verify_argv(profile, router, ctx))),
         post_comment=(
@@ -120,13 +102,13 @@ def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str
         timeout_start_sec=2 * profile.startup.timeout + int(profile.verify.timeout) + START_SLACK_SEC,
     )
     name = deployment.router.unit_name(base)
-    return [*members, MemberUnit.of(deployment.router, render_unit(profile, router, ctx, unit_name=name, shape=shape))]
+    return {**members, deployment.router: render_unit(profile, router, ctx, unit_name=name, shape=shape)}
 
 
-def _replica_member(profile: Profile, ctx: UnitContext, base: str, member: Member, count: int) -> MemberUnit:
+def _replica_unit(profile: Profile, ctx: UnitContext, base: str, member: Member, count: int) -> RenderedUnit:
     own = member.launch
     shape = UnitShape(
-        role=f"replica:{member.index}",
+        role=member.marker,
         what=f"replica {member.index} of {count}",
         posts=(tuple(verify_argv(profile, own, ctx)),),
         post_comment=(
@@ -134,16 +116,16 @@ def _replica_member(profile: Profile, ctx: UnitContext, base: str, member: Membe
             "port (structured tool_calls and reasoning_content)."
         ),
     )
-    return MemberUnit.of(member, render_unit(profile, own, ctx, unit_name=member.unit_name(base), shape=shape))
+    return render_unit(profile, own, ctx, unit_name=member.unit_name(base), shape=shape)
 
 
-def _rank_member(profile: Profile, member: Member, ctx: UnitContext, base: str) -> MemberUnit:
+def _rank_unit(profile: Profile, member: Member, ctx: UnitContext, base: str) -> RenderedUnit:
     n, launch = profile.nodes, member.launch
-    if member.role == SINGLE:
-        return MemberUnit.of(member, render_unit(profile, launch, ctx, unit_name=base))
+    if member.role is Role.SINGLE:
+        return render_unit(profile, launch, ctx, unit_name=base)
     if n.rank == 0:
         shape = UnitShape(
-            role="rank:0",
+            role=member.marker,
             what=f"node rank 0 of {n.count}, the leader",
             posts=(tuple(verify_argv(profile, launch, ctx)),),
             post_comment=(
@@ -154,7 +136,7 @@ def _rank_member(profile: Profile, member: Member, ctx: UnitContext, base: str) 
         )
     else:
         shape = UnitShape(
-            role=f"rank:{n.rank}",
+            role=member.marker,
             what=f"node rank {n.rank} of {n.count}",
             posts=(tuple(joined_argv(profile, launch, ctx)),),
             post_comment=(
@@ -164,24 +146,24 @@ def _rank_member(profile: Profile, member: Member, ctx: UnitContext, base: str) 
             stop_comment=RANK_STOP,
             timeout_comment="Cold start (weights, joining rank 0) + the join check.",
         )
-    return MemberUnit.of(member, render_unit(profile, launch, ctx, unit_name=base, shape=shape))
+    return render_unit(profile, launch, ctx, unit_name=base, shape=shape)
 
 
-def installed_members(root: Path, base: str) -> list[tuple[str, int, str]]:
-    """(role, index, unit name) of the deployment units kimi-serve wrote under ``root`` for ``base``: the replicas in
-    index order, then the router. Empty when ``base`` is not a replicated deployment here."""
+def installed_members(root: Path, base: str) -> list[tuple[Role, int, str]]:
+    """(role, index, unit name) of the deployment units kimi-serve wrote under ``root`` for ``base``, in start order:
+    the replicas in index order, then the router. Empty when ``base`` is not a replicated deployment here."""
     stem = base.removesuffix(".service")
     unit_dir = root / UNIT_DIR
-    found: list[tuple[str, int, str]] = []
+    found: list[tuple[Role, int, str]] = []
     if unit_dir.is_dir():
         for path in unit_dir.glob(f"{stem}-r*.service"):
-            m = _REPLICA.match(path.name)
-            if m and m["base"] == stem and _ours(path):
-                found.append((REPLICA, int(m["index"]), path.name))
+            member = unit_member(base, path.name)
+            if member and member[0] is Role.REPLICA and _ours(path):
+                found.append((*member, path.name))
     found.sort(key=lambda x: x[1])
-    router = unit_dir / router_unit(base)
+    router = unit_dir / unit_name(base, Role.ROUTER, 0)
     if _ours(router):
-        found.append((ROUTER, 0, router.name))
+        found.append((Role.ROUTER, 0, router.name))
     return found
 
 

@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kimi_serve.check.deployment import REPLICA
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.profile.member import Role
 from kimi_serve.service.fleet import Fleet
 from kimi_serve.service.gates import wait_router
 from kimi_serve.service.install import Plan, Result, Verifier
@@ -68,8 +68,8 @@ def router_key(fleet: Fleet) -> str | None:
 def _refuse_topology_change(fleet: Fleet) -> None:
     """A rolling restart keeps every replica's address: the router in front keeps its worker list meanwhile."""
     root = fleet.members[0][1].paths.root
-    installed = {unit for role, _, unit in installed_members(root, fleet.base) if role == REPLICA}
-    planned = {m.unit.name for m, _ in fleet.replicas}
+    installed = {unit for role, _, unit in installed_members(root, fleet.base) if role is Role.REPLICA}
+    planned = {plan.unit.name for _, plan in fleet.replicas}
     hint = (
         f"kimi-serve uninstall-service --unit-name {fleet.base.removesuffix('.service')}, then install-service "
         "--now with the new profile"

@@ -70,20 +70,6 @@ class ServicePaths:
         return self.state_dir / "last-verify.json"
 
 
-def is_member(stem: str, name: str) -> bool:
-    """Whether ``name`` (a unit name without ``.service``) is a member of deployment ``stem``: STEM-rN or
-    STEM-router (service/member_units.py names them)."""
-    tail = name.removeprefix(f"{stem}-") if name.startswith(f"{stem}-") else None
-    return tail is not None and (tail == "router" or (tail[:1] == "r" and tail[1:].isdigit()))
-
-
-def member_order(stem: str, name: str) -> tuple[bool, int]:
-    """Sort key of a deployment's members for a rollback or a removal: the router first, then the replicas from the
-    highest index (the reverse of the order they are installed in)."""
-    tail = name.removeprefix(f"{stem}-")
-    return tail != "router", -int(tail[1:]) if tail[1:].isdigit() else 0
-
-
 def write_atomic(paths: ServicePaths, path: Path, text: str, mode: int = 0o644) -> None:
     """Replace ``path`` (inside ``paths.root``) with ``text`` in one rename, the service's fault checkpoint before it;
     its folder reached from the root without following a link out of it at any component, checked at this write

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_serve import __version__
-from kimi_serve.check.deployment import ROUTER
 from kimi_serve.check.owned_paths import UNIT_NAME_FIX, unit_name_problem
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import WARN, Finding
@@ -25,6 +24,7 @@ from kimi_serve.host.gpu_host import UVM_STEP
 from kimi_serve.host.unit_reach import ENTER, LOAD, RUN, Need, Sandbox, reach_findings
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
+from kimi_serve.profile.member import Role
 from kimi_serve.service.hardening import CACHE_NAME, cache_environment, protect_home, sandbox
 from kimi_serve.service.marker import MARKER_PREFIX, OVERRIDES_PREFIX, body_hash, marker_value
 from kimi_serve.service.systemd_text import (
@@ -234,7 +234,7 @@ def render_unit(
 
 def _on_gpus(profile: Profile, shape: UnitShape | None) -> bool:
     """Whether the unit runs a GPU server (the router of a replicated profile does not)."""
-    return uses_gpus(profile) and not (shape and shape.role == ROUTER)
+    return uses_gpus(profile) and not (shape and shape.role == Role.ROUTER.marker(0))
 
 
 def unit_sandbox(profile: Profile, launch: Launch, ctx: UnitContext) -> list[tuple[str, str]]:

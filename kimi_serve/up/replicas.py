@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import REPLICA, Deployment, Member
+from kimi_serve.check.deployment import Deployment
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.process.child import Server
 from kimi_serve.process.startup_log import PHASE_TITLES, Event, Progress
 from kimi_serve.profile.launch import Launch
+from kimi_serve.profile.member import Member, Role
 from kimi_serve.up.console import Console
 from kimi_serve.up.options import UpOptions
 from kimi_serve.up.watch import Outcome, Signals, Watch
@@ -39,7 +40,7 @@ class Part:
     @property
     def tag(self) -> str:
         """``replica0`` | ``router``: the log file suffix and the tag of its echoed lines."""
-        return self.member.label.replace(" ", "")
+        return self.member.tag
 
     @property
     def launch(self) -> Launch:
@@ -47,7 +48,7 @@ class Part:
 
     @property
     def replica(self) -> Member | None:
-        return self.member if self.member.role == REPLICA else None
+        return self.member if self.member.role is Role.REPLICA else None
 
 
 def part_log(base: Path, tag: str) -> Path:
@@ -66,7 +67,7 @@ def deployment_parts(deployment: Deployment, base_log: Path) -> tuple[list[Part]
             hint="leave router.workers empty for `up`, or run each host's replica with "
             "`up --set replicas=1` and the router under systemd (docs/scale-out.md)",
         )
-    parts = [Part(m, part_log(base_log, m.label.replace(" ", ""))) for m in deployment.members]
+    parts = [Part(m, part_log(base_log, m.tag)) for m in deployment.members]
     return parts[:-1], parts[-1]
 
 

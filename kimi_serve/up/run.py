@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import SINGLE, Deployment, Member, plan_deployment
+from kimi_serve.check.deployment import Deployment, plan_deployment
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.host.preflight import preflight
 from kimi_serve.profile.launch import Launch
+from kimi_serve.profile.member import Member, Role
 from kimi_serve.up.console import Console
 from kimi_serve.up.logfiles import default_log_file, prune
 from kimi_serve.up.options import UpOptions
@@ -29,7 +30,7 @@ from kimi_serve.up.watch import Signals
 def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console, clock: PhaseClock | None = None) -> int:
     """Start one server from ``launch`` (a deployment of one member), watch it to readiness and the contract check,
     supervise; the exit code (:func:`supervise`)."""
-    member = Member(SINGLE, 0, launch, launch.endpoint, True)
+    member = Member(Role.SINGLE, 0, launch, launch.endpoint, True)
     return supervise([Part(member, log_path)], None, opts, console, f"log {log_path}", clock)
 
 

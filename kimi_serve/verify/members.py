@@ -112,18 +112,18 @@ def run_deployment(targets: Sequence[tuple[str, str]], **verify_args: Any) -> De
 
 
 def verify_deployment(
-    targets: Sequence[tuple[str, str]],
+    router: tuple[str, str] | None,
+    replicas: Sequence[tuple[str, str]],
     *,
-    routed: bool,
     router_view: Callable[[str], dict[str, Any]],
     **verify_args: Any,
 ) -> VerifyReport | DeploymentReport:
-    """`verify --profile`: a single server's own report (``targets[1]``), or for a routed deployment the router and
-    then each replica (:func:`run_deployment`) with the router's health view (``router_view(router URL)``)."""
-    if not routed:
-        return run_verify(targets[1][1], **verify_args)
-    report = run_deployment(targets, **verify_args)
-    report.router_view = router_view(targets[0][1])
+    """`verify --profile`: with no ``router``, the one server's own report (its one replica); else the router and then
+    each replica (:func:`run_deployment`), each (name, URL), with the router's health view (``router_view(URL)``)."""
+    if router is None:
+        return run_verify(replicas[0][1], **verify_args)
+    report = run_deployment([router, *replicas], **verify_args)
+    report.router_view = router_view(router[1])
     return report
 
 
