@@ -92,7 +92,7 @@ def _calls(
     planned = tasks.plan(functions, prompt) if auto and functions and not decision.declines(prompt) else None
     if planned is not None:
         done, rest = planned
-        others = [fn for fn in functions if tasks.role(fn) is None]
+        others = tasks.beside(functions, prompt)
         more = decision.choose(others, rest) if done and rest and others else []  # "... and get the weather"
         hinted = decision.hints_per_call(more, rest)
         pairs = zip(more, hinted, strict=True)
