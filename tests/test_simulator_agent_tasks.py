@@ -369,3 +369,22 @@ def test_the_rest_of_a_planned_request_still_reaches_a_tool_of_its_own() -> None
 def test_opencodes_question_and_todo_tools_stay_out_beside_a_read() -> None:
     got = calls("Read README.md and tell me its title.", OPENCODE)
     assert got == [("read", {"filePath": "README.md"})], got
+
+
+def test_kimi_clis_numbered_listing_gives_the_title_it_was_asked_for() -> None:
+    """kimi-cli's ReadFile returns `cat -n` lines ("     1\t# Title"): the answer names the title, as for opencode's
+    "1: # Title"."""
+    call = {"id": "functions.ReadFile:0", "type": "function"}
+    call["function"] = {"name": "ReadFile", "arguments": '{"path": "README.md"}'}
+    listing = [  # kimi-cli's ReadFile result, as it sends it: parts
+        {"type": "text", "text": "<system>3 lines read from file starting from line 1.</system>"},
+        {"type": "text", "text": "     1\t# Client Tier Project\n     2\t\n     3\tA scratch project.\n"},
+    ]
+    messages = [
+        SYSTEM,
+        {"role": "user", "content": KIMI_CLI_REQUEST["messages"][-1]["content"]},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": listing},
+    ]
+    answer = generate(Turn(messages, KIMI_CLI)).split(THINK_END)[-1]
+    assert "The title is “Client Tier Project”" in answer, answer
