@@ -3,10 +3,10 @@
 Real, pinned clients (requirements/clients.txt, requirements/kimi-cli.txt; tests/clients/package-lock.json;
 scripts/build-client-env.sh) each drive a tool loop (tests/clients/py_clients.py, tests/clients/ai_sdk.mjs; opencode
 and kimi-cli with their own tools and system prompts, kimi-cli with both its providers and the config.toml
-client-config prints, as printed) against the simulator serving prod's exact flags, and against each
-misconfiguration the field has seen (no tool-call parser, no reasoning parser, neither). A client "works" when it
-executed a tool call the model made and every answer it would show its user is non-empty and free of Kimi's markup. On every server, verify's
-verdict (quick and full) must be the clients' verdict: it passes exactly where every client works.
+client-config prints, as printed) against the simulator serving prod's exact flags, and against each misconfiguration
+the field has seen (no tool-call parser, no reasoning parser, neither). A client "works" when it executed a tool call
+the model made and every answer it would show its user is non-empty and free of Kimi's markup. On every server,
+verify's verdict (quick and full) must be the clients' verdict: it passes exactly where every client works.
 """
 
 from __future__ import annotations
