@@ -25,7 +25,8 @@ OUT="$CACHE/clients-$KEY"
 
 kimi_pythons() {  # candidate interpreters for kimi-cli, best first: CPython 3.12 or newer
   local c pyenv="${PYENV_ROOT:-$HOME/.pyenv}/versions"
-  for c in "${KIMI_CLI_PYTHON:-}" $(ls -d "$pyenv"/3.13*/bin/python3 "$pyenv"/3.12*/bin/python3 2>/dev/null | sort -rV) \
+  for c in "${KIMI_CLI_PYTHON:-}" \
+    $(ls -d "$pyenv"/3.13*/bin/python3 "$pyenv"/3.12*/bin/python3 2>/dev/null | sort -rV) \
     "$(command -v python3.13 || true)" "$(command -v python3.12 || true)"; do
     [ -n "$c" ] && [ -x "$c" ] && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && echo "$c"
   done
@@ -54,7 +55,9 @@ UV="${UV:-$REPO/.venv/bin/uv}"
     rm -rf "$TMP/kimi-cli"
     if [ -x "$UV" ]; then
       "$UV" venv --quiet --python "$py" "$TMP/kimi-cli"
-      VIRTUAL_ENV="$TMP/kimi-cli" "$UV" pip install --quiet --require-hashes --no-deps -r "$KIMI_LOCK"
+      # bytecode now, once: not in each of the tier's concurrent first runs
+      VIRTUAL_ENV="$TMP/kimi-cli" "$UV" pip install --quiet --require-hashes --no-deps --compile-bytecode \
+        -r "$KIMI_LOCK"
     else
       "$py" -m venv "$TMP/kimi-cli"
       "$TMP/kimi-cli/bin/python" -m pip install --disable-pip-version-check --quiet --require-hashes --no-deps \
@@ -62,7 +65,8 @@ UV="${UV:-$REPO/.venv/bin/uv}"
     fi
     # kimi-cli's own start-up imports, not just the package (on CPython 3.12.1 they raise TypeError)
     if "$TMP/kimi-cli/bin/python" -c 'import kimi_cli.app' >/dev/null 2>&1; then missing=""; break; fi
-    missing="kimi-cli does not start on the CPython 3.12+ found ($(kimi_pythons | tr '\n' ' ')); fix: pyenv install 3.13"
+    missing="kimi-cli does not start on the CPython 3.12+ found ($(kimi_pythons | tr '\n' ' '));"
+    missing="$missing fix: pyenv install 3.13, or set KIMI_CLI_PYTHON=PATH"
   done
   if [ -n "$missing" ]; then rm -rf "$TMP/kimi-cli"; echo "$missing" > "$TMP/kimi-cli.missing"; fi
   cp "$NPM_DIR/package.json" "$NPM_DIR/package-lock.json" "$TMP/"
