@@ -28,7 +28,9 @@ def test_lock_matches_its_inputs(name):
     assert lock.input_sha256 == locks.input_sha256(spec), (
         f"{spec.target.relative_to(REPO)} is stale: its inputs changed; run scripts/lock.py"
     )
-    assert "CPython 3.11" in lock.meta["target"] and "x86_64" in lock.meta["target"]
+    assert f"CPython {spec.python}" in lock.meta["target"] and "x86_64" in lock.meta["target"]
+    assert f"--python-version {spec.python} " in lock.meta["resolver"]
+    assert spec.python == ("3.12" if name == "kimi-cli" else "3.11")  # kimi-cli needs 3.12+; the rest run on 3.11
     assert lock.pins and all(p.hashes for p in lock.pins.values())
 
 

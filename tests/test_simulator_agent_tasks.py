@@ -318,3 +318,73 @@ def test_the_issue_cases_get_the_read_only_call_they_ask_for() -> None:
     assert calls("Should I run `rm -rf /`?", WITH_DELETE) == []
     assert calls("Don't delete main.py, just show it to me", PLAIN) == [("read_file", {"path": "main.py"})]
     assert calls("Delete main.py", PLAIN) == [("delete_file", {"path": "main.py"})]  # asked: still done
+
+
+# kimi-cli's real request (tests/clients/kimi_cli_request.json: kimi-cli 1.51.0's body, its system prompt left out):
+# 15 tools, among them a question tool (AskUserQuestion), a sub-agent (Agent), a to-do list (SetTodoList), background
+# tasks (TaskList, TaskOutput, TaskStop) and plan mode (EnterPlanMode, ExitPlanMode).
+KIMI_CLI_REQUEST = json.loads((Path(__file__).parent / "clients" / "kimi_cli_request.json").read_text())
+KIMI_CLI = KIMI_CLI_REQUEST["tools"]
+UNASKED = {"AskUserQuestion", "Agent", "SetTodoList", "TaskList", "TaskOutput", "TaskStop", "EnterPlanMode"}
+
+
+@pytest.mark.parametrize(
+    "prompt, expected",
+    [
+        (KIMI_CLI_REQUEST["messages"][-1]["content"], [("ReadFile", {"path": "README.md"})]),
+        ("Use the ReadFile tool on `README.md`, then tell me its title", [("ReadFile", {"path": "README.md"})]),
+        ("Read README.md and tell me its title.", [("ReadFile", {"path": "README.md"})]),
+        ("Read README.md, then tell me what it is about", [("ReadFile", {"path": "README.md"})]),
+        ("What is in README.md? Tell me about it", [("ReadFile", {"path": "README.md"})]),
+        ("Read a.py and b.py and tell me which is longer", [("ReadFile", {"path": "a.py"}), ("ReadFile", {"path": "b.py"})]),
+        ("List the files in this directory and tell me which one to read", [("Glob", {"pattern": "*"})]),
+        ("Find where `main` is defined, then tell me the file", [("Grep", {"pattern": "main"})]),
+        ("Run `ls -la` and tell me the result", [("Shell", {"command": "ls -la"})]),
+        ("Make a todo list for reading README.md", [("ReadFile", {"path": "README.md"})]),
+    ],
+)  # fmt: skip
+def test_kimi_cli_gets_exactly_the_asked_for_calls(prompt: str, expected: list[tuple[str, dict[str, Any]]]) -> None:
+    """The issue's case: "Use the ReadFile tool on `README.md`, then tell me its title" got ReadFile and also
+    AskUserQuestion (the rest, "tell me its title", matched the question tool), and the answer then quoted the
+    question's result. The asked-for calls, and no question, sub-agent or to-do tool beside them."""
+    got = calls(prompt, KIMI_CLI)
+    assert [(n, {k: a[k] for k in e}) for (n, a), (_, e) in zip(got, expected, strict=False)] == expected, got
+    assert len(got) == len(expected) and not {n for n, _ in got} & UNASKED, got
+
+
+def test_a_question_or_to_do_tool_named_in_the_request_is_still_called() -> None:
+    got = [n for n, _ in calls("Read README.md, then get my choice with AskUserQuestion", KIMI_CLI)]
+    assert got == ["ReadFile", "AskUserQuestion"], got
+    got = [n for n, _ in calls("Read README.md, then get a to-do list with SetTodoList", KIMI_CLI)]
+    assert got == ["ReadFile", "SetTodoList"], got
+
+
+def test_the_rest_of_a_planned_request_still_reaches_a_tool_of_its_own() -> None:
+    """What the planner leaves ("... then get the weather in Tokyo") still goes to a tool it knows no role for; only
+    question, sub-agent and to-do tools are kept out."""
+    got = calls("Read README.md, then get the weather in Tokyo", [*KIMI_CLI, WEATHER])
+    assert [n for n, _ in got] == ["ReadFile", "get_weather"] and got[1][1] == {"city": "Tokyo"}, got
+
+
+def test_opencodes_question_and_todo_tools_stay_out_beside_a_read() -> None:
+    got = calls("Read README.md and tell me its title.", OPENCODE)
+    assert got == [("read", {"filePath": "README.md"})], got
+
+
+def test_kimi_clis_numbered_listing_gives_the_title_it_was_asked_for() -> None:
+    """kimi-cli's ReadFile returns `cat -n` lines ("     1\t# Title"): the answer names the title, as for opencode's
+    "1: # Title"."""
+    call = {"id": "functions.ReadFile:0", "type": "function"}
+    call["function"] = {"name": "ReadFile", "arguments": '{"path": "README.md"}'}
+    listing = [  # kimi-cli's ReadFile result, as it sends it: parts
+        {"type": "text", "text": "<system>3 lines read from file starting from line 1.</system>"},
+        {"type": "text", "text": "     1\t# Client Tier Project\n     2\t\n     3\tA scratch project.\n"},
+    ]
+    messages = [
+        SYSTEM,
+        {"role": "user", "content": KIMI_CLI_REQUEST["messages"][-1]["content"]},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": listing},
+    ]
+    answer = generate(Turn(messages, KIMI_CLI)).split(THINK_END)[-1]
+    assert "The title is “Client Tier Project”" in answer, answer

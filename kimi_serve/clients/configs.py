@@ -147,6 +147,14 @@ def opencode(ep: Endpoint) -> ClientConfig:
     )
 
 
+def kimi_cli_context(ep: Endpoint) -> int:
+    """The ``max_context_size`` kimi-cli is given: the served context less the output budget. kimi-cli asks for
+    max_completion_tokens = max_context_size - its prompt estimate - 1024 (kimi-cli 1.51), and a server's count of the
+    same prompt can be higher (kimi-cli's first request: 12,882 estimated, 28,373 counted by the simulator), so with
+    the served context itself the request is over it (HTTP 400); the budget's room absorbs the difference."""
+    return ep.context_length - ep.max_output
+
+
 def kimi_cli(ep: Endpoint) -> ClientConfig:
     text = "\n".join(
         [
@@ -161,7 +169,8 @@ def kimi_cli(ep: Endpoint) -> ClientConfig:
             f"[models.{_toml_str(ep.model)}]",
             f"provider = {_toml_str(PROVIDER_ID)}",
             f"model = {_toml_str(ep.model)}",
-            f"max_context_size = {ep.context_length}  # the served context, not K2.5's published 262144",
+            f"max_context_size = {kimi_cli_context(ep)}  # the served {ep.context_length} less {ep.max_output} "
+            "of room: see the notes",
             'capabilities = ["thinking"]',
             "",
         ]
@@ -186,8 +195,11 @@ def kimi_cli(ep: Endpoint) -> ClientConfig:
         else "the server takes no API key; kimi-cli needs none"
     )
     notes.append(
-        f"max_context_size is the served {ep.context_length}: kimi-cli sizes max_completion_tokens from it, and "
-        "K2.5's published 262144 makes SGLang answer HTTP 400"
+        f"max_context_size is the served {ep.context_length} less the output budget {ep.max_output}: kimi-cli "
+        "asks for max_completion_tokens = max_context_size - its own prompt estimate - 1024, a server's count of the "
+        "prompt can be higher than that estimate, and prompt + max_completion_tokens over the served context is "
+        "HTTP 400 (K2.5's published 262144 on every request); for a steady cap as well: export "
+        f"KIMI_MODEL_MAX_COMPLETION_TOKENS={ep.max_output}"
     )
     return ClientConfig(
         "kimi-cli",

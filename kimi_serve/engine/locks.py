@@ -7,6 +7,8 @@ Three locks, all requirements-style files with exact versions and sha256 hashes 
 - ``dev``: kimi-serve's own dev/test venv, ``.venv`` (in the checkout only, ``requirements/dev.txt``);
 - ``clients``: the real agent clients the test suite's client tier drives (in the checkout only,
   ``requirements/clients.txt``; scripts/build-client-env.sh installs it).
+- ``kimi-cli``: Moonshot's kimi-cli for the client tier, resolved for CPython 3.12 (it needs 3.12+; in the checkout
+  only, ``requirements/kimi-cli.txt``; scripts/build-client-env.sh installs it into a venv of its own).
 
 Each lock starts with a kimi-serve header that records the sha256 of its inputs (the input files and the resolver
 options, see :func:`input_sha256`); ``tests/test_engine_locks.py`` recomputes it, so editing an input without
@@ -59,6 +61,13 @@ class LockSpec:
     overrides: tuple[Path, ...] = ()
     extras: tuple[str, ...] = ()
     description: str = ""
+    python: str = PYTHON_VERSION  # the interpreter version resolved for
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The resolver options: RESOLVE_OPTIONS with this lock's Python version."""
+        assert RESOLVE_OPTIONS[0] == "--python-version"
+        return ("--python-version", self.python, *RESOLVE_OPTIONS[2:])
 
     def command(self, uv: str, output: Path, cwd: Path) -> list[str]:
         """The uv command that resolves this lock; run it in ``cwd`` (paths are relative to it, so the lock's
@@ -72,7 +81,7 @@ class LockSpec:
             "pip",
             "compile",
             *map(rel, self.requirements),
-            *RESOLVE_OPTIONS,
+            *self.options,
             "--no-header",
             "--quiet",
             "-o",
@@ -116,6 +125,13 @@ def specs(repo: Path | None = None) -> dict[str, LockSpec]:
             (repo / "requirements" / "clients.in",),
             description="the Python agent clients of the client tier (scripts/build-client-env.sh)",
         )
+        out["kimi-cli"] = LockSpec(
+            "kimi-cli",
+            repo / "requirements" / "kimi-cli.txt",
+            (repo / "requirements" / "kimi-cli.in",),
+            description="Moonshot's kimi-cli for the client tier, Python 3.12+ (scripts/build-client-env.sh)",
+            python="3.12",
+        )
     return out
 
 
@@ -134,7 +150,7 @@ def input_sha256(spec: LockSpec) -> str:
     """sha256 over what a lock is resolved from: its input files (by name) and the resolver options."""
     doc = {
         "lock": spec.name,
-        "options": list(RESOLVE_OPTIONS),
+        "options": list(spec.options),
         "extras": list(spec.extras),
         "requirements": {p.name: _input_text(p, spec.extras) for p in spec.requirements},
         "overrides": {p.name: p.read_text(encoding="utf-8") for p in spec.overrides},
@@ -146,11 +162,11 @@ def header(spec: LockSpec) -> str:
     lines = [
         f"{HEADER_PREFIX} {spec.name}",
         f"# description: {spec.description}",
-        f"# target: CPython {PYTHON_VERSION}, Linux x86_64 ({PLATFORM.split('-', 1)[1]})",
+        f"# target: CPython {spec.python}, Linux x86_64 ({PLATFORM.split('-', 1)[1]})",
         f"# input-sha256: {input_sha256(spec)}",
         f"# inputs: {', '.join(p.name for p in spec.requirements + spec.overrides)}"
         + (f" (extras: {', '.join(spec.extras)})" if spec.extras else ""),
-        f"# resolver: uv {UV_VERSION} pip compile {' '.join(RESOLVE_OPTIONS)}",
+        f"# resolver: uv {UV_VERSION} pip compile {' '.join(spec.options)}",
         "# regenerate: scripts/lock.py   (never edit by hand; tests fail when this file drifts from its inputs)",
     ]
     return "\n".join(lines) + "\n"

@@ -78,7 +78,8 @@ def generate(turn: Turn) -> str:
 
 
 _FAILED = re.compile(r"^\W*(?:error|exception|traceback)\b|\b(?:failed|not\s+found|no\s+such\s+file)\b", re.I)
-_HEADING = re.compile(r"^\s*(?:\d+:\s*)?#\s+(.+?)\s*$", re.M)  # a Markdown title, also in a numbered listing
+# a Markdown title, also in a numbered listing (opencode's "1: # T", kimi-cli's cat -n "     1\t# T")
+_HEADING = re.compile(r"^\s*(?:\d+(?::|\t)\s*)?#\s+(.+?)\s*$", re.M)
 _FOLLOW_UP = re.compile(r"^\W*(?:and|what\s+about|how\s+about|also|same\s+for|now)\b", re.IGNORECASE)
 
 
@@ -92,7 +93,7 @@ def _calls(
     planned = tasks.plan(functions, prompt) if auto and functions and not decision.declines(prompt) else None
     if planned is not None:
         done, rest = planned
-        others = [fn for fn in functions if tasks.role(fn) is None]
+        others = tasks.beside(functions, prompt)
         more = decision.choose(others, rest) if done and rest and others else []  # "... and get the weather"
         hinted = decision.hints_per_call(more, rest)
         pairs = zip(more, hinted, strict=True)
@@ -196,7 +197,8 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        # one part a line: kimi-cli sends a tool's result as parts ("<system>N lines read</system>", the listing)
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
     return ""
 
 

@@ -6,7 +6,8 @@ from a small vocabulary (data/tasks.json):
 
 - each offered tool has a **role** from the words of its name (``read``/``view``/``cat``: read; ``glob``/``ls``:
   list; ``grep``/``rg``: search; ``bash``/``shell``/``run_command``: run; ``write``, ``edit``, ``delete``;
-  ``webfetch``: fetch; ``task``/``agent``: delegate; ``todowrite``: todo) or, failing that, from its parameters (a
+  ``webfetch``: fetch; ``task``/``agent``: delegate; ``todowrite``: todo; ``AskUserQuestion``/``question``:
+  question) or, failing that, from its parameters (a
   ``command``/``cmd`` parameter: run);
 - the request is cut at sentence ends and at each request phrase ("open", "list", "find", "run", "what does"...);
   each piece asks for one action on what it names: a file name or path, a directory, a URL, a quoted or backticked
@@ -15,7 +16,10 @@ from a small vocabulary (data/tasks.json):
   named value in the parameter that takes it whatever its naming style (``path``, ``filePath``, ``file_path``,
   ``command``, ``cmd``, ``pattern``, ``url``); a greeting gets no call; anything else is left to decision.py;
 - :func:`safe` is what decision.py may choose from otherwise: tools that write, edit, delete or run only when the
-  request asks for a change or names a command, and sub-agent or to-do tools only when the request names them.
+  request asks for a change or names a command, and question, sub-agent or to-do tools only when the request names
+  them; :func:`beside` is what may serve the rest of a planned request ("... and get the weather in Tokyo"): the
+  tools of no known role, and a question, sub-agent or to-do tool only when named ("tell me its title" after a read
+  is the answer, not a question to the user).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from kimi_serve.simulator import intent
 from kimi_serve.simulator.schema_strings import FILE_LIKE
 
 DESTRUCTIVE = frozenset({"write", "edit", "delete", "run"})
-UNASKED_NEVER = frozenset({"delegate", "todo"})
+UNASKED_NEVER = frozenset({"delegate", "todo", "question"})
 _SENTENCE = re.compile(r"(?<=[.?!;。？！；])\s+|\n+|[。？！；]")
 _QUOTE = re.compile(r"`([^`]+)`|\"([^\"]+)\"|(?<!\w)'([^']+)'(?!\w)|“([^”]+)”")
 _URL = re.compile(r"https?://[^\s\"'`<>)]+")
@@ -313,6 +317,17 @@ def safe(functions: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
         else:
             kept.append(fn)
     return kept
+
+
+def beside(functions: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
+    """The tools that may serve what a plan leaves of the request: those of no role the planner knows, and a
+    question, sub-agent or to-do tool only when the request names it."""
+    lowered = prompt.lower()
+    return [
+        fn
+        for fn in functions
+        if role(fn) is None or role(fn) in UNASKED_NEVER and named(str(fn.get("name", "")), lowered)
+    ]
 
 
 def named(name: str, lowered: str) -> bool:
