@@ -16,6 +16,7 @@ A view of the profile (another rank, a replica's leader) is the profile with ``-
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,6 +148,26 @@ def deployment_targets(profile: Profile) -> list[tuple[str, str]]:
     machine's loopback), then each replica (one: the server, when the profile is not routed). No launch is built."""
     router = client_url(profile.router.host, profile.router.port)
     return [(ROUTER, router), *((f"{REPLICA} {r.index}", r.url) for r in replicas(profile))]
+
+
+def _endpoint_url(endpoint: str) -> str:
+    host, _, port = endpoint.rpartition(":")
+    return client_url(host.strip("[]"), int(port))
+
+
+def running_targets(profile: Profile, runs: Sequence[Any]) -> tuple[list[tuple[str, str]], Any]:
+    """What `verify --profile` checks when a foreground `up` of ``profile`` runs (``runs``: kimi_serve.core.runs
+    records): the newest running one's real endpoints, in :func:`deployment_targets`' order, and that run; else the
+    profile's own targets and None. A record's shape is `up`'s (kimi_serve.up.locks.run_fields)."""
+    mine = [r for r in runs if r.running and r.record.get("profile") == profile.name]
+    if not mine:
+        return deployment_targets(profile), None
+    run = max(mine, key=lambda r: str(r.record.get("started")))
+    rec = run.record
+    if not rec.get("router"):
+        return [(ROUTER, ""), (f"{REPLICA} 0", _endpoint_url(str(rec["endpoint"])))], run
+    reps = [(f"{REPLICA} {x['index']}", _endpoint_url(str(x["endpoint"]))) for x in rec.get("replicas", [])]
+    return [(ROUTER, _endpoint_url(str(rec["router"]["endpoint"]))), *reps], run
 
 
 def deployment_units(profile: Profile, base: str) -> tuple[str, ...]:
