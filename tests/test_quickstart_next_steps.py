@@ -1,8 +1,9 @@
 """The quickstart's last words: scripts/next-steps.sh prints the next steps (kimi-serve on PATH, the engine exported,
-`up --profile sim`, `verify --host`), and every printed line runs as printed, in a fresh shell whose environment has
-neither kimi-serve on PATH nor the engine set: the exports are what make `up` and `verify` work. The printed port is
-the sim profile's own, so the commands run in a private network namespace (``unshare``), where that port is free
-whatever else this machine runs."""
+`up --profile sim`, `verify --host`, `status --profile sim`), and every printed line runs as printed (exit 0), in a
+fresh shell whose environment has neither kimi-serve on PATH nor the engine set: the exports are what make `up` and
+`verify` work, and `status` tells the truth beside that foreground `up`. The printed port is the sim profile's own, so
+the commands run in a private network namespace (``unshare``), where that port is free whatever else this machine
+runs."""
 
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ def test_every_printed_next_step_runs_as_printed(sglang_python: str, tmp_path: P
     rest = [s for s in steps if s not in exports and s not in up]
     assert len(exports) == 2 and len(up) == 1 and any(s.startswith("kimi-serve verify --host ") for s in rest), steps
     assert up[0].startswith("kimi-serve up --profile sim ")
+    assert any(s.startswith("kimi-serve status --profile sim ") for s in rest), steps
     # up as printed, in the background (a terminal of its own), then each other step as printed once it serves
     script = tmp_path / "steps.sh"
     script.write_text(
