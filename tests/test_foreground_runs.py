@@ -102,6 +102,18 @@ def test_a_foreground_dp2_is_found_by_verify_and_status_tells_the_truth(
                 up.proc.wait()
 
 
+def test_status_of_a_foreground_up_that_does_not_answer_is_not_serving(cli: Callable[..., Any]) -> None:
+    """A run record of this very process (so running) whose endpoint nobody serves: NOT serving, exit 1; a record
+    with odd fields (a router that is no mapping, replicas that are not a list) reads the same, never a traceback."""
+    from kimi_serve.core.runs import run_record
+
+    port = free_port()
+    for extra in ({}, {"router": "odd", "replicas": 3}, {"router": {"endpoint": f"127.0.0.1:{port}"}, "replicas": 3}):
+        with run_record({"profile": "sim", "engine": "simulator", "endpoint": f"127.0.0.1:{port}", **extra}):
+            res = cli("status", "--profile", "sim")
+        assert res.code == ExitCode.FAILED and "NOT serving" in res.out and "Traceback" not in res.err, (extra, res.out)
+
+
 def test_status_of_a_profile_with_no_up_and_no_unit_is_not_ok(cli: Callable[..., Any]) -> None:
     code, doc = _status(cli, "--profile", "sim-dp2")
     assert code == ExitCode.FAILED and not doc.get("data", doc).get("foreground"), doc

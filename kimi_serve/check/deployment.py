@@ -22,7 +22,7 @@ from typing import Any
 
 from kimi_serve.check.launch import validated_launch
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.net import client_url
+from kimi_serve.core.net import client_url, endpoint_url
 from kimi_serve.core.resources import package_root
 from kimi_serve.profile.launch import Launch, build_launch
 from kimi_serve.profile.loader import Profile, display_path, with_sets
@@ -150,11 +150,6 @@ def deployment_targets(profile: Profile) -> list[tuple[str, str]]:
     return [(ROUTER, router), *((f"{REPLICA} {r.index}", r.url) for r in replicas(profile))]
 
 
-def _endpoint_url(endpoint: str) -> str:
-    host, _, port = endpoint.rpartition(":")
-    return client_url(host.strip("[]"), int(port))
-
-
 def running_targets(profile: Profile, runs: Sequence[Any]) -> tuple[list[tuple[str, str]], Any]:
     """What `verify --profile` checks when a foreground `up` of ``profile`` runs (``runs``: kimi_serve.core.runs
     records): the newest running one's real endpoints, in :func:`deployment_targets`' order, and that run; else the
@@ -163,11 +158,11 @@ def running_targets(profile: Profile, runs: Sequence[Any]) -> tuple[list[tuple[s
     if not mine:
         return deployment_targets(profile), None
     run = max(mine, key=lambda r: str(r.record.get("started")))
-    rec = run.record
-    if not rec.get("router"):
-        return [(ROUTER, ""), (f"{REPLICA} 0", _endpoint_url(str(rec["endpoint"])))], run
-    reps = [(f"{REPLICA} {x['index']}", _endpoint_url(str(x["endpoint"]))) for x in rec.get("replicas", [])]
-    return [(ROUTER, _endpoint_url(str(rec["router"]["endpoint"]))), *reps], run
+    router, parts = run.parts()
+    if router is None:
+        return [(ROUTER, ""), (f"{REPLICA} 0", endpoint_url(str(run.record.get("endpoint"))))], run
+    reps = [(f"{REPLICA} {x.get('index')}", endpoint_url(str(x.get("endpoint")))) for x in parts]
+    return [(ROUTER, endpoint_url(str(router.get("endpoint")))), *reps], run
 
 
 def deployment_units(profile: Profile, base: str) -> tuple[str, ...]:

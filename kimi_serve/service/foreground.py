@@ -11,7 +11,7 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import FAIL, Finding
-from kimi_serve.core.net import client_url
+from kimi_serve.core.net import endpoint_url
 from kimi_serve.core.runs import Run
 from kimi_serve.profile.loader import Profile
 from kimi_serve.router.client import RouterHealth, admin_key_of, router_health
@@ -19,11 +19,6 @@ from kimi_serve.service.fleet_status import FleetStatus
 from kimi_serve.service.status import Status, health_phase
 
 READY = "ready"
-
-
-def _url(endpoint: str) -> str:
-    host, _, port = endpoint.rpartition(":")
-    return client_url(host.strip("[]"), int(port))
 
 
 @dataclass
@@ -35,7 +30,7 @@ class ForegroundStatus:
 
     @property
     def expected(self) -> list[str]:
-        return [_url(endpoint) for _, endpoint, _ in self.replicas]
+        return [endpoint_url(endpoint) for _, endpoint, _ in self.replicas]
 
     @property
     def serving(self) -> bool:
@@ -76,7 +71,7 @@ class ForegroundStatus:
         else:
             rows.append(("router", f"{r.get('endpoint')}: {self.router.line(self.expected)}"))
             for index, endpoint, phase in self.replicas:
-                seen = self.router.worker(_url(endpoint))
+                seen = self.router.worker(endpoint_url(endpoint))
                 where = "" if seen is None else "; router: healthy" if seen.healthy else "; router: UNHEALTHY"
                 rows.append((f"replica {index}", f"{endpoint} /health {phase}{where}"))
         return [*rows, ("log", str(r.get("log")))]
@@ -109,11 +104,14 @@ def foreground_status(
 ) -> ForegroundStatus:
     """One look at a running `up` (``run``: its record): ``admin_key`` opens the router's /workers (the profile key
     file's admin-api-key; None for a keyless profile)."""
-    r = run.record
-    if not r.get("router"):
-        return ForegroundStatus(run, health(str(r.get("endpoint"))))
-    router = router_health(_url(str(r["router"].get("endpoint"))), admin_key)
-    replicas = [(int(x.get("index", 0)), str(x.get("endpoint")), health(str(x.get("endpoint")))) for x in r["replicas"]]
+    router_part, parts = run.parts()
+    if router_part is None:
+        return ForegroundStatus(run, health(str(run.record.get("endpoint"))))
+    router = router_health(endpoint_url(str(router_part.get("endpoint"))), admin_key)
+    replicas = [
+        (x["index"] if isinstance(x.get("index"), int) else i, str(x.get("endpoint")), health(str(x.get("endpoint"))))
+        for i, x in enumerate(parts)
+    ]
     return ForegroundStatus(run, READY if router.ready else "not ready", router, replicas)
 
 
