@@ -42,7 +42,7 @@ _WROTE_BYTECODE = sys.dont_write_bytecode
 sys.dont_write_bytecode = False
 
 import pytest  # noqa: E402
-from sim_pool import SGLangSession, SimulatorPool, wait_probe_server  # noqa: E402
+from sim_pool import SGLangSession, SimulatorPool, stock_sglang_site, wait_probe_server  # noqa: E402
 
 from kimi_serve.cli import main  # noqa: E402
 from kimi_serve.core.proc import python_argv  # noqa: E402
@@ -228,6 +228,25 @@ def sglang_python(sglang_session: SGLangSession, monkeypatch: pytest.MonkeyPatch
 @pytest.fixture(scope="session")
 def simulator_pool(sglang_session: SGLangSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatorPool]:
     pool = SimulatorPool(sglang_session.python, tmp_path_factory.mktemp("simulators"))
+    try:
+        yield pool
+    finally:
+        pool.stop_all()
+
+
+@pytest.fixture(scope="session")
+def stock_sglang(sglang_session: SGLangSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A site folder with SGLang 0.5.23's own kimi_k2 parsers (the engine's sglang, the Kimi set reverted): first on
+    a child's PYTHONPATH where a test needs the unpatched faults (the engine carries prod's patch sets)."""
+    return stock_sglang_site(sglang_session.python, tmp_path_factory.mktemp("stock-sglang"))
+
+
+@pytest.fixture(scope="session")
+def stock_simulator_pool(
+    sglang_session: SGLangSession, stock_sglang: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SimulatorPool]:
+    """Like ``simulator_pool``, on the stock sglang of ``stock_sglang``."""
+    pool = SimulatorPool(sglang_session.python, tmp_path_factory.mktemp("stock-simulators"), stock_sglang)
     try:
         yield pool
     finally:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
+import os
+import shutil
 import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_serve.core.settings import SIM_STEP_ENV
+from kimi_serve.core.settings import SIM_STEP_ENV, with_pythonpath
 from kimi_serve.simulator import launcher
 
 # The pool's standard servers: prod's parsers (PARSED), and at TP8 (PARSED_TP8). Modules that ask for the same flags,
@@ -30,6 +32,41 @@ PARSED = [
     "127.0.0.1",
 ]
 PARSED_TP8 = [*PARSED[:5], "--tp-size", "8", *PARSED[5:]]
+
+
+KIMI_SET = "sglang-0.5.23-kimi"
+
+
+def stock_sglang_site(python: str, folder: Path) -> Path:
+    """A site folder whose ``sglang`` is the engine's with prod's Kimi patch set reverted: SGLang 0.5.23's own
+    kimi_k2 parsers and serving layer, whose faults verify and the traffic counter must detect (the CPU engine of
+    scripts/build-cpu-venv.sh carries prod's patch sets, as prod does). Its files are hard links to the engine's (copies
+    across file systems), the files the set touches are copies, then restored by kimi-serve's own revert. Put it first
+    on a child's PYTHONPATH (:func:`stock_environ`)."""
+    from kimi_serve.patches import load_patch_set, revert
+    from kimi_serve.sglang.site import site_packages_of
+
+    real = site_packages_of(python)
+    site = folder / "site"
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(real / "sglang", site / "sglang", copy_function=link, ignore=shutil.ignore_patterns("__pycache__"))
+    patch_set = load_patch_set(KIMI_SET)
+    for rel in {f for p in patch_set.patches for f in p.files}:
+        (site / rel).unlink()
+        shutil.copy2(real / rel, site / rel)  # never written through a link into the engine
+    revert(site, patch_set, state_dir=folder / "state")
+    return site
+
+
+def stock_environ(site: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with the stock sglang of :func:`stock_sglang_site` first on PYTHONPATH."""
+    return with_pythonpath(dict(os.environ) if env is None else env, site)
 
 
 @dataclass(frozen=True)
@@ -85,8 +122,8 @@ class SimulatorPool:
     import, ~20 s of CPU), stopped when the session ends. A test that stops or reconfigures its server starts its
     own instead."""
 
-    def __init__(self, python: str, directory: Path) -> None:
-        self.python, self.directory = python, directory
+    def __init__(self, python: str, directory: Path, site: Path | None = None) -> None:
+        self.python, self.directory, self.site = python, directory, site  # site: stock_sglang_site's, or the engine's
         self._running: dict[tuple[tuple[str, ...], str, str | None, str | None], launcher.Simulator] = {}
 
     def get(
@@ -108,6 +145,8 @@ class SimulatorPool:
         port = launcher.free_port()
         env = launcher.environment(warmup=0.0)
         env[SIM_STEP_ENV] = step
+        if self.site is not None:
+            env = stock_environ(self.site, env)
         sim = launcher.Simulator.start(
             launcher.command(self.python, [*args, "--port", str(port)]),
             env,

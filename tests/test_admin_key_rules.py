@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from kimi_serve.check.auth_rules import admin_key_required, rule_admin_key
 from kimi_serve.check.host import check_api_key_file
-from kimi_serve.core.findings import FAIL, PASS
+from kimi_serve.core.findings import FAIL, PASS, SKIP
 from kimi_serve.core.keyfile import new_admin_key, render_key_file
 from kimi_serve.profile.launch import build_launch
 from kimi_serve.profile.loader import load_profile
@@ -40,6 +41,19 @@ def test_keyed_non_loopback_profile_needs_an_admin_key(tmp_path: Path, write_pro
     assert check_api_key_file(str(key), p).status == PASS
     _key(tmp_path, "api-key: k1\nadmin-api-key: k1\n")
     assert "equals api-key" in check_api_key_file(str(key), p).message
+
+
+def test_the_rule_leaves_the_key_file_to_the_host_layer_as_a_skip_never_a_pass(
+    tmp_path: Path, write_profile, cli
+) -> None:  # type: ignore[no-untyped-def]
+    """The profile alone cannot show whether the key file holds an admin key: the rule says so as a skip (it was an
+    `ok` line before, a to-do shown as done), and check --offline counts it skipped; the host layer gives the verdict."""
+    p = _profile(write_profile, _key(tmp_path, "api-key: k1\n"))
+    [finding] = list(rule_admin_key(p, build_launch(p, "/usr/bin/python3")))
+    assert finding.status == SKIP and "host layer" in finding.message and "doctor" in finding.message
+    res = cli("check", "--profile", "prod", "--offline", "--json")
+    admin = [f for f in json.loads(res.out)["findings"] if f["code"] == "server.admin_key"]
+    assert [f["status"] for f in admin] == [SKIP], admin
 
 
 def test_none_fails_on_a_public_host_only(tmp_path: Path, write_profile) -> None:  # type: ignore[no-untyped-def]

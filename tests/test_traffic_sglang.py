@@ -1,8 +1,8 @@
 """The real-traffic classifier (kimi_serve/service/traffic.py) against the log lines SGLang 0.5.23 itself writes.
 
 tests/traffic_log_probe.py drives SGLang's own serving layer and kimi_k2 parsers into each parse failure, in one
-CPU SGLang interpreter (all scenarios in it; its stand-in, the model's raw output, is named in its docstring), and
-returns what SGLang logged per scenario in its own log format. Each scenario's lines must land in exactly its kind;
+CPU SGLang interpreter on stock sglang (the ``stock_sglang`` fixture: the engine carries prod's Kimi set; all
+scenarios in it; its stand-in, the model's raw output, is named in its docstring), and returns what SGLang logged per scenario in its own log format. Each scenario's lines must land in exactly its kind;
 then all of them, as canned journal output, go through the journal reader into the counters and the metrics file.
 What SGLang logs for verify's own parser probes (the timer runs them every interval) is counted apart, never as a
 failure.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sim_pool import SGLangSession
+from sim_pool import SGLangSession, stock_environ
 
 from kimi_serve.core.proc import Completed
 from kimi_serve.service.state import ServicePaths
@@ -38,9 +38,14 @@ EXPECTED = {  # scenario -> the kinds its lines count
 
 
 @pytest.fixture(scope="module")
-def logged(sglang_session: SGLangSession) -> dict:
+def logged(sglang_session: SGLangSession, stock_sglang: Path) -> dict:
     proc = subprocess.run(
-        [sglang_session.python, str(PROBE), str(REPO)], capture_output=True, text=True, timeout=600, cwd=REPO
+        [sglang_session.python, str(PROBE), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        env=stock_environ(stock_sglang),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,6 +1,8 @@
-"""verify's agentic probes against SGLang 0.5.23's own serving layer (the simulator) with prod's exact flags: quick
-and full pass, with the two warnings prod earns (Moonshot's `thinking` dialect is ignored by stock SGLang; the served
-131,072-token context is below K2.5's published 262,144); the same flags without a tool parser, without a reasoning
+"""verify's agentic probes against SGLang 0.5.23's own serving layer (the simulator) with prod's exact flags, on stock
+SGLang (the ``stock_sglang`` fixture: the Kimi patch set reverted): quick and full pass, with the two warnings such a
+server earns (Moonshot's `thinking` dialect is ignored by stock SGLang; the served 131,072-token context is below
+K2.5's published 262,144); on the engine as prod runs it (its patch sets applied) Moonshot's dialect is honoured and
+only the context warning stays; the same flags without a tool parser, without a reasoning
 parser, or without both fail with the findings that name what breaks which clients; and the official openai SDK reads
 what the probes accept (the loop's two turns, strict tools)."""
 
@@ -39,8 +41,8 @@ def _prod_flags(*leave_out: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def prod(simulator_pool: SimulatorPool) -> launcher.Simulator:
-    return simulator_pool.get(_prod_flags(), step=STEP)
+def prod(stock_simulator_pool: SimulatorPool) -> launcher.Simulator:
+    return stock_simulator_pool.get(_prod_flags(), step=STEP)
 
 
 def _codes(report: Any) -> dict[str, set[str]]:
@@ -77,6 +79,16 @@ def test_prod_flags_pass_with_the_warnings_prod_earns(prod: launcher.Simulator, 
         assert load.detail == "8/8 concurrent streams parsed" and report.concurrency == 8
 
 
+def test_the_engine_with_prods_patch_sets_honours_moonshots_thinking_field(simulator_pool: SimulatorPool) -> None:
+    """The CPU engine carries prod's patch sets (scripts/build-cpu-venv.sh), as prod's engine does: what the
+    quickstart's contract dry run shows is what prod serves, with no warning that the Kimi set would fix."""
+    report = run_verify(simulator_pool.get(_prod_flags(), step=STEP).base_url, suite="quick", timeout=150)
+    assert report.exit_code == 0, [p.to_dict() for p in report.probes if not p.passed]
+    warned = {w.code for p in report.probes for w in p.warnings}
+    assert warned == {"context_budget"}, warned
+    assert report.thinking_off == dict.fromkeys(("chat_template_kwargs", "reasoning_effort", "thinking"), "honoured")
+
+
 # flags left out -> {probe: the finding it must fail with}
 MISCONFIGURED = {
     "no-tool-parser": (("--tool-call-parser",), {"strict-tool": "raw_tool_tokens", "loop": "raw_tool_tokens"}),
@@ -89,9 +101,9 @@ MISCONFIGURED = {
 
 
 @pytest.mark.parametrize("name", sorted(MISCONFIGURED))
-def test_misconfigured_servers_fail_with_the_right_findings(simulator_pool: SimulatorPool, name: str) -> None:
+def test_misconfigured_servers_fail_with_the_right_findings(stock_simulator_pool: SimulatorPool, name: str) -> None:
     leave_out, expected = MISCONFIGURED[name]
-    sim = simulator_pool.get(_prod_flags(*leave_out), step=STEP)
+    sim = stock_simulator_pool.get(_prod_flags(*leave_out), step=STEP)
     report = run_verify(sim.base_url, suite="quick", timeout=150)
     assert report.exit_code == 1
     codes = _codes(report)

@@ -16,12 +16,13 @@ A view of the profile (another rank, a replica's leader) is the profile with ``-
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.check.launch import validated_launch
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.net import client_url
+from kimi_serve.core.net import client_url, endpoint_url
 from kimi_serve.core.resources import package_root
 from kimi_serve.profile.launch import Launch, build_launch
 from kimi_serve.profile.loader import Profile, display_path, with_sets
@@ -102,6 +103,23 @@ def deployment_targets(profile: Profile) -> tuple[tuple[str, str] | None, list[t
     profile is not routed)."""
     router = (label(Role.ROUTER, 0), client_url(profile.router.host, profile.router.port)) if routed(profile) else None
     return router, [(label(Role.REPLICA, r.index), r.url) for r in replicas(profile)]
+
+
+def running_targets(
+    profile: Profile, runs: Sequence[Any]
+) -> tuple[tuple[tuple[str, str] | None, list[tuple[str, str]]], Any]:
+    """What `verify --profile` checks when a foreground `up` of ``profile`` runs (``runs``: kimi_serve.core.runs
+    records): the newest running one's real endpoints, in :func:`deployment_targets`' form, and that run; else the
+    profile's own targets and None. A record's shape is `up`'s (kimi_serve.up.locks.run_fields)."""
+    mine = [r for r in runs if r.running and r.record.get("profile") == profile.name]
+    if not mine:
+        return deployment_targets(profile), None
+    run = max(mine, key=lambda r: str(r.record.get("started")))
+    router, parts = run.parts()
+    if router is None:
+        return (None, [(label(Role.REPLICA, 0), endpoint_url(str(run.record.get("endpoint"))))]), run
+    reps = [(f"{Role.REPLICA.value} {x.get('index')}", endpoint_url(str(x.get("endpoint")))) for x in parts]
+    return ((label(Role.ROUTER, 0), endpoint_url(str(router.get("endpoint")))), reps), run
 
 
 def deployment_units(profile: Profile, base: str) -> tuple[str, ...]:

@@ -236,18 +236,22 @@ def status(
 ) -> int:
     """The unit's state, the live profile and patch set, the last verify, and /health now (exit 0: active, healthy).
 
-    A replicated deployment: the router, its workers and every replica."""
+    A replicated deployment: the router, its workers and every replica. Nothing installed and a foreground `up` (of
+    --profile) running: that `up`, looked at now: /health, serving through the router or degraded (exit 0: whole)."""
     from kimi_serve.core.settings import state_root
     from kimi_serve.prewarm.report import start_history, start_rows
     from kimi_serve.service.fleet_status import status_of
+    from kimi_serve.service.foreground import foreground_of, runs_of
 
     target = resolve(profile, sets, unit_name, root)
-    runs = current_runs()
-    st = status_of(target)  # the one unit is a deployment of one member: one body, one report per shape
+    runs = runs_of(current_runs(), target.profile)  # with --profile, that profile's `up`s only
+    unit = status_of(target)  # the one unit is a deployment of one member: one body, one report per shape
+    st = foreground_of(unit, runs, target.profile) or unit  # nothing installed, an `up` runs: that `up`, looked at
     if as_json:
         from kimi_serve.core.output import envelope
 
-        data = {**st.to_json(), "starts": start_history(state_root()), "runs": [r.to_json() for r in runs]}
+        starts = start_history(state_root(), profile=target.profile.name if target.profile else None)
+        data = {**st.to_json(), "starts": starts, "runs": [r.to_json() for r in runs]}
         typer.echo(json.dumps(envelope("status", st.exit_code, data, st.findings()), indent=2))
     else:
         for label, value in [*st.rows(), *start_rows(target.profile, state_root()), *run_rows(runs)]:

@@ -75,6 +75,7 @@ def up(
 def doctor(
     profile: str = typer.Option("prod", "--profile", "-p", help="Profile NAME or PATH whose host needs are checked."),
     as_json: bool = typer.Option(False, "--json", help="Write the JSON report to stdout."),
+    sets: list[str] | None = SetOpt,
 ) -> int:
     """Check this host for the profile: GPUs (SM120), the driver the engine's CUDA needs, topology, P2P, IOMMU and
     ACS, the GPU device nodes and nvidia-uvm, nvcc and a C++ compiler, GPU memory, disk, model files, draft, SGLang
@@ -90,7 +91,7 @@ def doctor(
     from kimi_serve.service.unit_gpu import doctor_unit_gpu
     from kimi_serve.up.selftest import selftest
 
-    p = load_profile(profile)
+    p = load_profile(profile, sets or ())
     launch = validated_launch(p)
     host = Host(allreduce_selftest=selftest)
     report = run_doctor(p, launch, host)

@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from kimi_serve.commands.numbers import seconds_option
+from kimi_serve.commands.options import SetOpt
 from kimi_serve.core.suites import QUICK, SUITES
 
 Suite = Enum("Suite", {name: name for name in SUITES}, type=str)  # type: ignore[misc]  # quick, full, raw
@@ -90,7 +91,8 @@ def verify(
     profile: str = typer.Option(
         "",
         "--profile",
-        help="Without --host: check this profile's server, and for a "
+        help="Without --host: check this profile's server (where a foreground `up` of it runs and no --set is "
+        "given: that run's real endpoints, from its run record), and for a "
         "replicated one its router and then each replica (the key: the profile's key file "
         "unless --api-key/--api-key-file). With --host: only the profile label of the "
         "metrics and history lines.",
@@ -103,6 +105,7 @@ def verify(
         "--root",
         help="With --unit-name: the root whose var/lib/kimi-serve holds the history (as status --root).",
     ),
+    sets: list[str] | None = SetOpt,
 ) -> int:
     """Check that the server answers tool prompts with structured tool_calls and reasoning in reasoning_content.
 
@@ -113,6 +116,10 @@ def verify(
     from kimi_serve.verify import parse_target, resolve_key, run_verify
 
     checkpoint("verify.run")  # test hook: raise-at=verify.run is a kimi-serve bug in verify (exit 70)
+    if sets and (host is not None or not profile):
+        from kimi_serve.core.errors import KimiServeError
+
+        raise KimiServeError("--set changes a profile: it needs --profile and no --host", where="--set")
     if host is None and profile:
         if metrics_file is not None or unit_name is not None:
             from kimi_serve.core.errors import KimiServeError
@@ -124,6 +131,7 @@ def verify(
             )
         report = _verify_profile(
             profile,
+            sets or (),
             api_key,
             api_key_file,
             model=model,
@@ -175,18 +183,22 @@ def verify(
     return _print(report, as_json)
 
 
-def _verify_profile(ref: str, api_key: str | None, api_key_file: str | None, **args: Any) -> Any:
-    """`verify --profile P`: the profile's own server, or its router and then each replica (docs/verify.md)."""
-    from kimi_serve.check.deployment import deployment_targets
+def _verify_profile(ref: str, sets: Any, api_key: str | None, api_key_file: str | None, **args: Any) -> Any:
+    """`verify --profile P [--set K=V]`: the profile's own server, or its router and then each replica; without
+    --set, where a foreground `up` of P runs, its real endpoints from its run record (docs/verify.md)."""
+    from kimi_serve.check.deployment import deployment_targets, running_targets
+    from kimi_serve.core.runs import read_runs
     from kimi_serve.profile.loader import load_profile
     from kimi_serve.router.client import admin_key_of, router_health
     from kimi_serve.verify import resolve_key
     from kimi_serve.verify.members import verify_deployment
 
-    p = load_profile(ref)
+    p = load_profile(ref, sets)
+    (router, replicas), run = (deployment_targets(p), None) if sets else running_targets(p, read_runs())
+    if run is not None:
+        typer.echo(f"verify: {p.name}: the running `up` (pid {run.record.get('pid')}): {run.path}", err=True)
     key_file = api_key_file or p.server.api_key_file
     key = resolve_key(api_key, key_file, file_label="--api-key-file" if api_key_file else "profile key file")
-    router, replicas = deployment_targets(p)
     return verify_deployment(
         router,
         replicas,

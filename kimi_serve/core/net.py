@@ -65,3 +65,10 @@ def host_port(host: str, port: int) -> str:
 def client_url(host: str, port: int) -> str:
     """``http://HOST:PORT`` for a local client of a server bound to ``host`` (``[V6]`` for an IPv6 address)."""
     return f"http://{host_port(connect_host(host), port)}"
+
+
+def endpoint_url(endpoint: str) -> str:
+    """``http://HOST:PORT`` for a ``HOST:PORT`` endpoint as `up`'s run records name it (``[V6]:PORT`` too; a wildcard
+    host reached on loopback, as :func:`client_url`); a malformed one is kept as it is, never raised on."""
+    host, _, port = endpoint.rpartition(":")
+    return client_url(host.strip("[]"), int(port)) if port.isdigit() and host else f"http://{endpoint}"

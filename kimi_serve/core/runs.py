@@ -50,6 +50,13 @@ class Run:
     record: dict[str, Any]
     running: bool  # False: stale (its `up` is gone, or its pid now belongs to another process)
 
+    def parts(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """The record's ``router`` (None: one server) and ``replicas``, as mappings: a record is read back as any
+        JSON, so odd fields are left out, never raised on."""
+        router, reps = self.record.get("router"), self.record.get("replicas")
+        replicas = [x for x in reps if isinstance(x, dict)] if isinstance(reps, list) else []
+        return (router if isinstance(router, dict) else None), replicas
+
     def to_json(self) -> dict[str, Any]:
         return {**self.record, "state": "running" if self.running else "stale", "record": str(self.path)}
 
@@ -59,9 +66,10 @@ class Run:
         if not self.running:
             return f"STALE record {self.path.name}: {head}; that `up` is gone (record pruned)"
         parts = [f"{head}, since {r.get('started')}, log {r.get('log')}"]
-        if r.get("router"):
-            parts.append(f"router {r['router'].get('endpoint')}")
-            parts += [f"replica {x.get('index')} {x.get('endpoint')} (log {x.get('log')})" for x in r["replicas"]]
+        router, reps = self.parts()
+        if router is not None:
+            parts.append(f"router {router.get('endpoint')}")
+            parts += [f"replica {x.get('index')} {x.get('endpoint')} (log {x.get('log')})" for x in reps]
         return "; ".join(parts)
 
 

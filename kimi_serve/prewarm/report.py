@@ -50,14 +50,15 @@ def findings(res: PrewarmResult) -> list[Finding]:
     return out
 
 
-def start_history(state_root: Path, limit: int = 5) -> list[dict[str, Any]]:
-    """The last recorded starts (`up`), for `status --json`."""
-    return read_starts(state_root)[-limit:]
+def start_history(state_root: Path, limit: int = 5, profile: str | None = None) -> list[dict[str, Any]]:
+    """The last recorded starts (`up`), for `status --json`; with ``profile`` (a name), only that profile's."""
+    return [s for s in read_starts(state_root) if profile is None or s.get("profile") == profile][-limit:]
 
 
 def start_rows(profile: Profile | None, state_root: Path, limit: int = 3) -> list[tuple[str, str]]:
-    """`status` lines: the last starts against the disk floor; with a profile, the next start's prediction."""
-    starts = start_history(state_root, limit)
+    """`status` lines: the last starts against the disk floor (with a profile, its own starts only, and the next
+    start's prediction)."""
+    starts = start_history(state_root, limit, profile.name if profile else None)
     rows = [("last start", describe_start(s)) for s in reversed(starts)] or [("last start", "none recorded")]
     if profile:
         rows.append(("next start", prediction_line(profile, state_root)))

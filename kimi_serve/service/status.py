@@ -231,7 +231,7 @@ def status(paths: ServicePaths, systemd: Systemd) -> Status:
     else:
         st.state_error = shown.describe().replace("\n", " ")
     if st.marker and st.state.get("ActiveState") in ("active", "activating", "reloading"):
-        st.health = _health(st.marker.endpoint)
+        st.health = health_phase(st.marker.endpoint)
         st.listeners, st.listener_findings = _listeners(st.marker.endpoint)
     return st
 
@@ -251,7 +251,8 @@ def _listeners(endpoint: str) -> tuple[list[Any] | None, list[Any]]:
     return (None if findings[0].status == SKIP else listeners), findings
 
 
-def _health(endpoint: str) -> str:
+def health_phase(endpoint: str) -> str:
+    """/health of ``endpoint`` (HOST:PORT) now: ready, refused, warming, ... (one poll, bounded)."""
     from kimi_serve.verify import parse_target, wait_ready
 
     readiness = wait_ready(parse_target(endpoint), time.monotonic(), poll_timeout=HEALTH_TIMEOUT)
