@@ -83,6 +83,7 @@ def selftest_gate(
 
     from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.core.findings import FAIL, WARN
+    from kimi_serve.core.settings import process_environ
     from kimi_serve.host.allreduce_selftest import CODE, LABELS, SelftestPlan, default_sizes
     from kimi_serve.up.selftest import run_plan
 
@@ -98,7 +99,7 @@ def selftest_gate(
             exit_code=ExitCode.ENVIRONMENT,
         )
     plan = SelftestPlan(tp_size, tuple(dict.fromkeys(paths)), default_sizes(), deadline)
-    found = run_plan(plan, python, dict(os.environ))
+    found = run_plan(plan, python, process_environ())
     for f in found:
         typer.echo(f"{f.status} {CODE}: {f.line()}")
     if any(f.status == FAIL for f in found):

@@ -95,15 +95,6 @@ def plan_for(profile: Profile, on_gpus: bool, deadline_s: float = DEADLINE_S) ->
     return SelftestPlan(world, paths, default_sizes(), deadline_s)
 
 
-def unit_plan(profile: Profile) -> SelftestPlan | None:
-    """The plan the service unit's ``selftest-gate`` runs before the server starts (service/unit.py), or None where
-    the profile has none (the simulator, ``--device cpu``, multi-node)."""
-    from kimi_serve.host.doctor import uses_gpus
-
-    plan = plan_for(profile, uses_gpus(profile))
-    return plan if isinstance(plan, SelftestPlan) else None
-
-
 # ------------------------------------------------------------------------------------------------------ the run
 
 

@@ -36,7 +36,13 @@ from kimi_serve.service.systemd_text import (
     specifiers,
     user_name,
 )
-from kimi_serve.service.timeouts import RESTART_SEC, START_LIMIT_BURST, start_limit_interval_sec, start_timeout_sec
+from kimi_serve.service.timeouts import (
+    RESTART_SEC,
+    START_LIMIT_BURST,
+    selftest_plan,
+    start_limit_interval_sec,
+    start_timeout_sec,
+)
 from kimi_serve.sglang.toolchain import toolchain_env
 
 TEMPLATE = "sglang-kimi.service.j2"
@@ -177,9 +183,7 @@ def selftest_gate_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> li
     """``kimi-serve selftest-gate`` as ExecStartPre runs it (docs/up.md "The collective self-test"): the profile's
     plan on its command line (the engine interpreter, TP size, paths, deadline); the unit's Environment= gives the
     ranks the server's own environment. None where the profile has no plan."""
-    from kimi_serve.host.allreduce_selftest import unit_plan
-
-    plan = unit_plan(profile)
+    plan = selftest_plan(profile)
     if plan is None:
         return None
     argv = [ctx.kimi_serve, "selftest-gate", "--python", launch.argv[0], "--tp-size", str(plan.world_size)]
