@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import subprocess
 import sys
 import textwrap
 import time
@@ -26,6 +28,9 @@ from kimi_serve.host.doctor import Host, run_doctor, uses_gpus
 from kimi_serve.host.preflight import preflight
 from kimi_serve.process.ranks import run_ranks
 from kimi_serve.profile.loader import load_profile
+from kimi_serve.service.member_units import render_members
+from kimi_serve.service.timeouts import START_SLACK_SEC, start_timeout_sec
+from kimi_serve.service.unit import UnitContext, render_unit
 from kimi_serve.up.selftest import selftest
 from tests.test_doctor import gpu_rows, model_dir, sglang_site, smi, stand_in_gpu_host, unlimited
 
@@ -314,6 +319,137 @@ def test_up_dry_run_of_a_simulator_profile_says_it_skips(
 ) -> None:
     result = cli("up", "--profile", "sim", "--dry-run", "--set", f"server.port={loopback_port()}")
     assert "preflight skip: allreduce_selftest: engine: simulator: no GPU all-reduce to test" in result.out, result.out
+
+
+# ------------------------------------------------------------------------------------------------------ the unit's gate
+
+KIMI = str(Path(sys.executable).parent / "kimi-serve")
+
+
+def _unit_lines(profile: str, sets: list[str] | None = None) -> list[str]:
+    p = load_profile(profile, sets or [])
+    ctx = UnitContext(kimi_serve=KIMI, package_root=str(package_root()))
+    return render_unit(p, validated_launch(p), ctx).text.splitlines()
+
+
+def _gate(lines: list[str]) -> list[str] | None:
+    """The selftest-gate ExecStartPre of a unit, as the argv systemd runs (None when the unit has none)."""
+    found = [line for line in lines if line.startswith("ExecStartPre=") and '"selftest-gate"' in line]
+    assert len(found) <= 1
+    return shlex.split(found[0].removeprefix("ExecStartPre=")) if found else None
+
+
+@pytest.mark.parametrize(
+    ("name", "sets", "paths"),
+    [
+        ("prod", [], ["flashinfer_fusion", "torch_symm_mem", "pcie_ipc"]),
+        ("baseline", [], ["flashinfer_fusion", "torch_symm_mem", "pcie_ipc"]),
+        ("prod-ipc", [], ["pcie_ipc"]),
+        ("prod", ["allreduce.torch_symm_mem=false"], ["flashinfer_fusion", "pcie_ipc"]),
+    ],
+)
+def test_a_planned_profiles_unit_runs_the_gate_before_sglang(name: str, sets: list[str], paths: list[str]) -> None:
+    lines = _unit_lines(name, sets)
+    gate = _gate(lines)
+    assert gate is not None and gate[:2] == [KIMI, "selftest-gate"]
+    assert gate[gate.index("--python") + 1] == "/opt/kimi-serve/venv/bin/python"  # the ExecStart's interpreter
+    assert gate[gate.index("--tp-size") + 1] == "8" and gate[gate.index("--deadline") + 1] == "300"
+    assert [gate[i + 1] for i, a in enumerate(gate) if a == "--path"] == paths
+    pres = [i for i, line in enumerate(lines) if line.startswith("ExecStartPre=")]
+    start = next(i for i, line in enumerate(lines) if line.startswith("ExecStart="))
+    assert 'nvidia-modprobe"' in lines[pres[0]] and "selftest-gate" in lines[pres[-1]] and pres[-1] < start
+    assert not lines[pres[-1]].startswith(("ExecStartPre=-", "ExecStartPre=+"))  # its failure fails the start
+    # systemd's start deadline covers the self-test's (300 s + its stop) on top of the cold start and the contract
+    p = load_profile(name, sets)
+    assert f"TimeoutStartSec={start_timeout_sec(p)}" in lines
+    assert start_timeout_sec(p) >= st.DEADLINE_S + p.startup.timeout + p.verify.timeout
+
+
+@pytest.mark.parametrize(
+    ("name", "sets"),
+    [("sim", []), ("sim-dp2", []), ("prod-tp16", []), ("prod", ["extra_args=[--device, cpu]"])],
+)
+def test_a_profile_without_a_plan_has_no_gate_and_no_extra_deadline(name: str, sets: list[str]) -> None:
+    lines = _unit_lines(name, sets)
+    assert _gate(lines) is None and not any("self-test" in line for line in lines)
+    p = load_profile(name, sets)
+    assert start_timeout_sec(p) == p.startup.timeout + int(p.verify.timeout) + START_SLACK_SEC
+
+
+def test_the_router_unit_of_a_replicated_gpu_profile_has_no_gate() -> None:
+    # prod-dp2's replicas are other boxes (each runs prod, gated); this host's one unit is the router: no GPU
+    p = load_profile("prod-dp2")
+    ctx = UnitContext(kimi_serve=KIMI, package_root=str(package_root()))
+    units = render_members(p, validated_launch(p), ctx, "sglang-kimi.service")
+    assert [u.name for u in units.values()] == ["sglang-kimi-router.service"]
+    assert _gate(next(iter(units.values())).text.splitlines()) is None
+
+
+def _run_gate(tmp_path: Path, engine: str, deadline: str = "20") -> subprocess.CompletedProcess[str]:
+    """The gate exactly as prod's unit names it, with the stand-in engine as the profile's interpreter."""
+    p = load_profile(str(_write(tmp_path, engine)))
+    gate = _gate(render_unit(p, validated_launch(p), UnitContext(kimi_serve=KIMI, package_root="/x")).text.split("\n"))
+    assert gate is not None
+    gate[gate.index("--deadline") + 1] = deadline
+    return subprocess.run(gate, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _write(tmp_path: Path, engine: str) -> Path:
+    path = tmp_path / "gated.yaml"
+    path.write_text(f"extends: prod\npython: {engine}\n")
+    return path
+
+
+def test_the_gate_passes_agreeing_paths_with_exit_0(tmp_path: Path) -> None:
+    done = _run_gate(tmp_path, standin(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        next(line for line in done.stdout.splitlines() if line.startswith("pass allreduce_selftest: 4 sizes at TP 8"))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("path", "label"), [("torch_symm_mem", "torch symmetric memory"), ("pcie_ipc", "SGLang's PCIe-IPC all-reduce")]
+)
+def test_the_gate_fails_the_start_naming_a_path_that_disagrees(tmp_path: Path, path: str, label: str) -> None:
+    done = _run_gate(tmp_path, standin(tmp_path, wrong=(path, 8)))
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stdout.splitlines()  # one line per finding: what the journal shows
+    assert line.startswith(f"fail allreduce_selftest: {label} disagrees with the exact sum at TP 8, decode bs8")
+    assert f"--set allreduce.{path}=false" in line and "--profile prod-ipc" in line
+    assert "Traceback" not in done.stderr
+
+
+def test_the_gate_fails_a_hang_at_its_deadline_and_leaves_no_rank(tmp_path: Path) -> None:
+    began = time.monotonic()
+    done = _run_gate(tmp_path, standin(tmp_path, hang=("flashinfer_fusion", 8192)), deadline="4")
+    assert time.monotonic() - began < 4 + 30  # the deadline, the stop's grace, kimi-serve's start on a busy machine
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.startswith(
+        "fail allreduce_selftest: FlashInfer all-reduce fusion hung at TP 8, prefill chunk (8192x7168): "
+        "no answer within 4s"
+    )
+    pids = [int(p.read_text()) for p in (tmp_path / "pids").glob("*.pid")]
+    assert len(pids) == 8 and not any(alive(pid) for pid in pids)
+
+
+def test_the_gate_exits_5_where_it_cannot_run(tmp_path: Path) -> None:
+    no_torch = _run_gate(tmp_path, sys.executable)  # the real rank module, an interpreter without torch
+    assert no_torch.returncode == 5 and no_torch.stdout.startswith("warn allreduce_selftest: not run at TP 8")
+    missing = subprocess.run(
+        [KIMI, "selftest-gate", "--python", str(tmp_path / "gone"), "--tp-size", "8"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode == 5 and "--python:" in missing.stderr and "Traceback" not in missing.stderr
+    bad = subprocess.run(
+        [KIMI, "selftest-gate", "--python", sys.executable, "--tp-size", "2", "--path", "nvls"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2 and "--path: unknown all-reduce path 'nvls'" in bad.stderr
 
 
 # ------------------------------------------------------------------------------------------------------ gloo, real torch

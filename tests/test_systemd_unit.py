@@ -76,7 +76,7 @@ def test_prod_unit_shape() -> None:
         "KillSignal=SIGTERM",
         "TimeoutStopSec=120",
         "Restart=on-failure",
-        "TimeoutStartSec=1950",
+        "TimeoutStartSec=2280",  # the self-test (300 + 30) + startup (1800) + verify (120) + 30
         "LimitNOFILE=1048576",
         "LimitMEMLOCK=infinity",
         "After=network-online.target",

@@ -78,6 +78,11 @@ EXIT_CODES: dict[str, str] = {
         "0 the node is connected to rank 0's store and its port answers; 1 not within --wait, or the "
         "server process exited"
     ),
+    "selftest-gate": (
+        "0 every path agrees with NCCL's exact sum; 1 a path disagrees or hangs past --deadline, a rank crashed, or "
+        "the ranks never joined (each finding on its own line, with its fix); 5 cannot run (--python not "
+        "executable, or its torch sees fewer GPUs than --tp-size)"
+    ),
     "simulate": (
         "the simulator's own status (0 after a clean stop); 2 invalid profile or flags; 5 no SGLang interpreter"
     ),

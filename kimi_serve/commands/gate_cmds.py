@@ -1,5 +1,6 @@
 """`wait-router` and `wait-joined`: what a deployment member's unit waits on in its ExecStartPost when the member's
-start is not gated on the contract alone (docs/scale-out.md, "As services"; kimi_serve/service/gates.py)."""
+start is not gated on the contract alone (docs/scale-out.md, "As services"; kimi_serve/service/gates.py); and
+`selftest-gate`, a GPU unit's ExecStartPre: the collective self-test before SGLang starts (docs/up.md)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,47 @@ def wait_joined(
     return 0 if ok else 1
 
 
+def selftest_gate(
+    python: str = typer.Option(..., "--python", help="The engine interpreter (the unit's ExecStart's)."),
+    tp_size: int = typer.Option(..., "--tp-size", min=1, max=64, help="Ranks: the profile's parallel.tp_size."),
+    paths: list[str] = typer.Option(
+        [], "--path", help="An enabled all-reduce path (flashinfer_fusion, torch_symm_mem, pcie_ipc); repeat it."
+    ),
+    deadline: float = seconds_option(300.0, "--deadline", help="Seconds for the whole test at most."),
+) -> int:
+    """The collective self-test (docs/up.md) as a GPU unit's ExecStartPre: each --path against NCCL at --tp-size
+    ranks in --python, with this process's environment (the unit's). Prints the findings, one per line."""
+    import os
+
+    from kimi_serve.core.errors import ExitCode, KimiServeError
+    from kimi_serve.core.findings import FAIL, WARN
+    from kimi_serve.core.settings import process_environ
+    from kimi_serve.host.allreduce_selftest import CODE, LABELS, SelftestPlan, default_sizes
+    from kimi_serve.up.selftest import run_plan
+
+    for path in paths:
+        if path not in LABELS or path == "nccl":
+            known = ", ".join(p for p in LABELS if p != "nccl")
+            raise KimiServeError(f"unknown all-reduce path {path!r}", where="--path", hint=f"use one of: {known}")
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise KimiServeError(
+            f"the engine interpreter {python} is not an executable file",
+            where="--python",
+            hint="kimi-serve engine install, then kimi-serve install-service (the unit names the profile's python)",
+            exit_code=ExitCode.ENVIRONMENT,
+        )
+    plan = SelftestPlan(tp_size, tuple(dict.fromkeys(paths)), default_sizes(), deadline)
+    found = run_plan(plan, python, process_environ())
+    for f in found:
+        typer.echo(f"{f.status} {CODE}: {f.line()}")
+    if any(f.status == FAIL for f in found):
+        return int(ExitCode.FAILED)
+    if any(f.status == WARN and f.message.startswith("not run") for f in found):
+        return int(ExitCode.ENVIRONMENT)
+    return 0
+
+
 def register(app: typer.Typer) -> None:
     app.command("wait-router")(wait_router)
     app.command("wait-joined")(wait_joined)
+    app.command("selftest-gate", hidden=True)(selftest_gate)

@@ -36,7 +36,13 @@ from kimi_serve.service.systemd_text import (
     specifiers,
     user_name,
 )
-from kimi_serve.service.timeouts import RESTART_SEC, START_LIMIT_BURST, start_limit_interval_sec, start_timeout_sec
+from kimi_serve.service.timeouts import (
+    RESTART_SEC,
+    START_LIMIT_BURST,
+    selftest_plan,
+    start_limit_interval_sec,
+    start_timeout_sec,
+)
 from kimi_serve.sglang.toolchain import toolchain_env
 
 TEMPLATE = "sglang-kimi.service.j2"
@@ -105,6 +111,7 @@ STOP_COMMENT = (
     "cgroup trips its crash path). Whatever is left after TimeoutStopSec gets SIGKILL.",
 )
 TIMEOUT_COMMENT = "Cold start (weights, CUDA graphs, warmup) + the contract check."
+SELFTEST_TIMEOUT = "The collective self-test (ExecStartPre) + "
 
 
 @dataclass(frozen=True)
@@ -172,6 +179,19 @@ def verify_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]
     return argv
 
 
+def selftest_gate_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str] | None:
+    """``kimi-serve selftest-gate`` as ExecStartPre runs it (docs/up.md "The collective self-test"): the profile's
+    plan on its command line (the engine interpreter, TP size, paths, deadline); the unit's Environment= gives the
+    ranks the server's own environment. None where the profile has no plan."""
+    plan = selftest_plan(profile)
+    if plan is None:
+        return None
+    argv = [ctx.kimi_serve, "selftest-gate", "--python", launch.argv[0], "--tp-size", str(plan.world_size)]
+    for path in plan.paths:
+        argv += ["--path", path]
+    return argv + ["--deadline", f"{plan.deadline_s:g}"]
+
+
 def render_unit(
     profile: Profile, launch: Launch, ctx: UnitContext, unit_name: str | None = None, shape: UnitShape | None = None
 ) -> RenderedUnit:
@@ -183,18 +203,20 @@ def render_unit(
     env = unit_environment(profile, launch, ctx)
     what = f", {shape.what}" if shape else ""
     posts = shape.posts if shape else (tuple(verify_argv(profile, launch, ctx)),)
+    gate = selftest_gate_argv(profile, launch, ctx) if _on_gpus(profile, shape) else None
     values: Mapping[str, object] = {
         "description": specifiers(
             f"Kimi-K2.5 on SGLang (kimi-serve profile {profile.name}, engine {profile.engine}{what})",
             profile.where("service.unit_name"),
         ),
         "exec_start": exec_line(launch.argv, profile.where("python")),
+        "selftest_pre": exec_line(gate, profile.where("allreduce")) if gate else "",
         "exec_start_pres": [f"-+{exec_line(list(UVM_STEP), 'ExecStartPre')}"] if _on_gpus(profile, shape) else [],
         "exec_start_posts": [exec_line(list(a), profile.where("server")) for a in posts],
         "post_comment": shape.post_comment if shape else POST_COMMENT,
         "unit_lines": list(shape.unit_lines) if shape else [],
         "stop_comment": list(shape.stop_comment if shape else STOP_COMMENT),
-        "timeout_comment": shape.timeout_comment if shape else TIMEOUT_COMMENT,
+        "timeout_comment": _timeout_comment(shape.timeout_comment if shape else TIMEOUT_COMMENT, bool(gate)),
         "environment": [environment_line(k, v, profile.where(f"env.{k}")) for k, v in sorted(env.items())],
         "user": user_name(profile.service.user, profile.where("service.user")),
         "working_directory": specifiers(profile.service.working_directory, profile.where("service.working_directory")),
@@ -230,6 +252,10 @@ def render_unit(
     }
     marker = " ".join([MARKER_PREFIX] + [f"{k}={marker_value(v)}" for k, v in fields.items()])
     return RenderedUnit(name=name, text=f"{marker}\n{body}", sha256=digest)
+
+
+def _timeout_comment(comment: str, gated: bool) -> str:
+    return SELFTEST_TIMEOUT + comment[:1].lower() + comment[1:] if gated else comment
 
 
 def _on_gpus(profile: Profile, shape: UnitShape | None) -> bool:

@@ -9,6 +9,7 @@ from kimi_serve.core.findings import SKIP, Finding
 from kimi_serve.host.allreduce_selftest import (
     CODE,
     DEADLINE_S,
+    SelftestPlan,
     SelftestReport,
     findings,
     is_event,
@@ -28,11 +29,18 @@ def selftest(profile: Profile, launch: Launch, deadline_s: float = DEADLINE_S) -
     if isinstance(plan, str):
         return [Finding("doctor", CODE, SKIP, plan)]
     from kimi_serve.check.launch import server_env
+
+    return run_plan(plan, launch.argv[0], server_env(launch))
+
+
+def run_plan(plan: SelftestPlan, interpreter: str, env: dict[str, str]) -> list[Finding]:
+    """Run ``plan``'s ranks in ``interpreter`` with ``env`` (plus kimi-serve's package on PYTHONPATH) and say what
+    they proved: `up`'s preflight and `doctor` through :func:`selftest`, the unit's ``selftest-gate`` directly."""
     from kimi_serve.core.resources import package_root
     from kimi_serve.core.settings import with_pythonpath
     from kimi_serve.process.ranks import run_ranks
 
-    env = with_pythonpath(server_env(launch), package_root())
-    run = run_ranks(plan.world_size, rank_argv(launch.argv[0], plan), env, plan.deadline_s, is_event)
+    env = with_pythonpath(env, package_root())
+    run = run_ranks(plan.world_size, rank_argv(interpreter, plan), env, plan.deadline_s, is_event)
     ranks = [rank_log(r.lines, r.status, r.tail) for r in run.ranks]
     return findings(SelftestReport(plan, ranks, run.hung, run.wall_s))
