@@ -41,22 +41,41 @@ TIMEOUT = 8
 SLACK = 20.0
 
 
+# The peak is read in a small launcher that starts verify and reports its child's ru_maxrss: wait4 on a child forked
+# straight from this test process would count the pages it shared with a pytest worker grown large over a whole run
+# (a fork's resident set is the parent's until the exec), not verify's own.
+_LAUNCHER = (
+    "import resource, subprocess, sys\n"
+    "rc = subprocess.call(sys.argv[2:], stdin=subprocess.DEVNULL)\n"
+    "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n"
+    "sys.exit(rc)\n"
+)
+
+
 def _verify(host: str, cwd: Path, *extra: str) -> tuple[int, float, float, dict[str, Any]]:
     """(exit code, wall s, peak RSS MiB, --json report) of a real `kimi-serve verify` child; killed at 120 s."""
     argv = python_argv(sys.executable, "-m", "kimi_serve", "verify", "--host", host, "--json", "--suite", "full")
     argv += ["--timeout", str(TIMEOUT), *extra]
+    peak_file = cwd / "verify-peak-kib"
     with tempfile.TemporaryFile() as out, open(os.devnull, "rb") as stdin:
         started = time.monotonic()
-        child = subprocess.Popen(argv, stdin=stdin, stdout=out, stderr=subprocess.DEVNULL, cwd=cwd)
-        killer = threading.Timer(120, child.send_signal, (signal.SIGKILL,))
+        child = subprocess.Popen(
+            [sys.executable, "-c", _LAUNCHER, str(peak_file), *argv],
+            stdin=stdin,
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        killer = threading.Timer(120, os.killpg, (child.pid, signal.SIGKILL))
         killer.start()
-        _, status, usage = os.wait4(child.pid, 0)
+        child.wait()
         wall = time.monotonic() - started
         killer.cancel()
-        child.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         text = out.read().decode()
-    return child.returncode, wall, usage.ru_maxrss / 1024, json.loads(text) if text.strip() else {}
+    peak = int(peak_file.read_text()) / 1024 if peak_file.exists() else float("inf")
+    return child.returncode, wall, peak, json.loads(text) if text.strip() else {}
 
 
 @pytest.mark.parametrize("kind", KINDS)

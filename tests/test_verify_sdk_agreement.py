@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from sdk_corpus import CASES, TOOL_TURN, Case, Truth, _edit, sdk_final_completion, sglang_chunks, sse
 
-from kimi_serve.core.http import LIMITS, Reply, _Budget, decode
+from kimi_serve.core.http import Reply
+from kimi_serve.core.http_body import LIMITS, ReadBudget, decode
 from kimi_serve.verify.answer import answer_from_json
 from kimi_serve.verify.http_findings import http_finding
 from kimi_serve.verify.probes import REASONING, TOOL
@@ -63,7 +64,7 @@ def sdk_reads(case: Case) -> tuple[bool, str]:
 def verify_judges(case: Case) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     body = case.body
     if case.encoding:  # the body as verify's transport reads it, and the finding when it does not decode
-        body, fault, _limit = decode(case.encoding, body, LIMITS, _Budget(LIMITS.total_bytes))
+        body, fault, _limit = decode(case.encoding, body, LIMITS, ReadBudget(LIMITS.total_bytes))
         content_type = "text/event-stream" if case.stream else "application/json"
         reply = Reply(200, content_type, body, encoding_fault=fault)
         failure = http_finding(reply, api_key_sent=False, model="kimi-k2.5")
