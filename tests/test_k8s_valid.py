@@ -34,7 +34,7 @@ HOSTILE_SETS: list[tuple[str, ...]] = [
     ("service.working_directory=/tmp", "server.api_key_file=/tmp/key.yaml"),
     ("service.working_directory=/srv/kimi", "server.api_key_file=/srv/kimi/key.yaml"),
     ("service.working_directory=/var/cache/kimi-serve", "server.api_key_file=/var/cache/kimi-serve/k.yaml"),
-    ("service.working_directory=/tmp/work", "server.api_key_file=/tmp/work/keys/key.yaml"),
+    ("service.working_directory=/tmp/wd", "server.api_key_file=/tmp/wd/keys/key.yaml"),
     ("service.working_directory=/var/cache", "server.api_key_file=/tmp/k/key.yaml"),  # the cache inside the workdir
     ("server.api_key_file=/key.yaml",),  # a file at the top: a file mount needs no directory of its own
     ("server.api_key_file=/run/kimi-serve/key/api-key.yaml",),  # the init container's own path, in the server
