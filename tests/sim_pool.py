@@ -164,3 +164,20 @@ class SimulatorPool:
     def stop_all(self) -> None:
         for sim in self._running.values():
             sim.stop()
+
+
+def prod_flags(*leave_out: str) -> list[str]:
+    """Prod's SGLang flags (the `sim` profile: prod's, served by the simulator) without the port and ``leave_out``."""
+    from kimi_serve.profile.launch import build_launch
+    from kimi_serve.profile.loader import load_profile
+
+    args = list(build_launch(load_profile("sim"), "python").server_args)
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        if args[i] in (*leave_out, "--port"):
+            i += 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out

@@ -8,10 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from sim_pool import SimulatorPool
+from sim_pool import SimulatorPool, prod_flags
 
-from kimi_serve.profile.launch import build_launch
-from kimi_serve.profile.loader import load_profile
 from kimi_serve.verify.chat import RAW_MARKUP
 
 STEP = "0.001"
@@ -27,20 +25,6 @@ TOOLS = [
 ]
 
 
-def _prod_flags(*leave_out: str) -> list[str]:
-    """Prod's SGLang flags (the `sim` profile) without the port and ``leave_out`` (flag and value)."""
-    args = list(build_launch(load_profile("sim"), "python").server_args)
-    out: list[str] = []
-    i = 0
-    while i < len(args):
-        if args[i] in (*leave_out, "--port"):
-            i += 2
-            continue
-        out.append(args[i])
-        i += 1
-    return out
-
-
 @pytest.fixture
 def tools(tmp_path: Path) -> str:
     path = tmp_path / "tools.json"
@@ -51,7 +35,7 @@ def tools(tmp_path: Path) -> str:
 def test_prod_flags_answer_with_reasoning_apart_and_a_structured_call(
     cli, simulator_pool: SimulatorPool, tools: str
 ) -> None:  # type: ignore[no-untyped-def]
-    sim = simulator_pool.get(_prod_flags(), step=STEP)
+    sim = simulator_pool.get(prod_flags(), step=STEP)
     res = cli("chat", "--host", sim.base_url, "--tools", tools, "What is the weather in Paris? Use get_weather.")
     assert res.code == 0, res.err
     assert 'tool call: get_weather {"city": "Paris"}' in res.out
@@ -61,7 +45,7 @@ def test_prod_flags_answer_with_reasoning_apart_and_a_structured_call(
 
 
 def test_a_server_without_the_parsers_is_named(cli, simulator_pool: SimulatorPool, tools: str) -> None:  # type: ignore[no-untyped-def]
-    sim = simulator_pool.get(_prod_flags("--tool-call-parser", "--reasoning-parser"), step=STEP)
+    sim = simulator_pool.get(prod_flags("--tool-call-parser", "--reasoning-parser"), step=STEP)
     res = cli("chat", "--host", sim.base_url, "--tools", tools, "What is the weather in Paris? Use get_weather.")
     assert res.code == 1, (res.out, res.err)
     assert RAW_MARKUP in res.err and "<|tool_call" in res.out

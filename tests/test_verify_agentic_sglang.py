@@ -13,10 +13,8 @@ from typing import Any
 import openai
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
-from sim_pool import SimulatorPool
+from sim_pool import SimulatorPool, prod_flags
 
-from kimi_serve.profile.launch import build_launch
-from kimi_serve.profile.loader import load_profile
 from kimi_serve.simulator import launcher
 from kimi_serve.verify import run_verify
 from kimi_serve.verify.agentic import REPLAYS, STRICT, loop, second_turn
@@ -26,23 +24,9 @@ from kimi_serve.verify.render import render_lines
 STEP = "0.001"
 
 
-def _prod_flags(*leave_out: str) -> list[str]:
-    """Prod's SGLang flags (the `sim` profile: prod's, served by the simulator) without the port and ``leave_out``."""
-    args = list(build_launch(load_profile("sim"), "python").server_args)
-    out: list[str] = []
-    i = 0
-    while i < len(args):
-        if args[i] in (*leave_out, "--port"):
-            i += 2
-            continue
-        out.append(args[i])
-        i += 1
-    return out
-
-
 @pytest.fixture(scope="module")
 def prod(stock_simulator_pool: SimulatorPool) -> launcher.Simulator:
-    return stock_simulator_pool.get(_prod_flags(), step=STEP)
+    return stock_simulator_pool.get(prod_flags(), step=STEP)
 
 
 def _codes(report: Any) -> dict[str, set[str]]:
@@ -82,7 +66,7 @@ def test_prod_flags_pass_with_the_warnings_prod_earns(prod: launcher.Simulator, 
 def test_the_engine_with_prods_patch_sets_honours_moonshots_thinking_field(simulator_pool: SimulatorPool) -> None:
     """The CPU engine carries prod's patch sets (scripts/build-cpu-venv.sh), as prod's engine does: what the
     quickstart's contract dry run shows is what prod serves, with no warning that the Kimi set would fix."""
-    report = run_verify(simulator_pool.get(_prod_flags(), step=STEP).base_url, suite="quick", timeout=150)
+    report = run_verify(simulator_pool.get(prod_flags(), step=STEP).base_url, suite="quick", timeout=150)
     assert report.exit_code == 0, [p.to_dict() for p in report.probes if not p.passed]
     warned = {w.code for p in report.probes for w in p.warnings}
     assert warned == {"context_budget"}, warned
@@ -103,7 +87,7 @@ MISCONFIGURED = {
 @pytest.mark.parametrize("name", sorted(MISCONFIGURED))
 def test_misconfigured_servers_fail_with_the_right_findings(stock_simulator_pool: SimulatorPool, name: str) -> None:
     leave_out, expected = MISCONFIGURED[name]
-    sim = stock_simulator_pool.get(_prod_flags(*leave_out), step=STEP)
+    sim = stock_simulator_pool.get(prod_flags(*leave_out), step=STEP)
     report = run_verify(sim.base_url, suite="quick", timeout=150)
     assert report.exit_code == 1
     codes = _codes(report)
