@@ -91,6 +91,10 @@ def lossless(prompt: Prompt, answer: Answer, decoded: str) -> Reject | None:
         reasoning = message.get("reasoning") if isinstance(message.get("reasoning"), str) else None
     content = message.get("content") if isinstance(message.get("content"), str) else ""
     calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+    if kf.THINK_END_ID not in answer.output_ids and reasoning is not None:
+        # the reasoning never closed (cut at max_tokens, or a tool section opened with no </think>): the parser's
+        # reasoning is the raw text's start, with no </think> after it
+        reasoning, content = None, reasoning + content
     rebuilt = kf.rebuild_raw(reasoning, content, calls, thinking=prompt.thinking)
     if rebuilt == decoded:
         return None

@@ -138,7 +138,7 @@ class Appender:
                 ),
                 exit_code=ExitCode.ENVIRONMENT,
             ) from None
-        checkpoint(step + "d")
+        checkpoint(step + ".fsynced")
 
     def close(self) -> None:
         os.close(self.fd)

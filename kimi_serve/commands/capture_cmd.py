@@ -72,8 +72,10 @@ def capture(
         from kimi_serve.core.findings import FAIL, Finding
         from kimi_serve.core.output import dumps, envelope
 
+        fix = f"read {out / 'rejects.jsonl'} (each reject's reason); the same command retries them"
         findings = [
-            Finding("capture", cause, FAIL, f"{n} prompt(s) failed: {cause}") for cause, n in books.failures.items()
+            Finding("capture", cause, FAIL, f"{n} prompt(s) failed: {cause}", fix)
+            for cause, n in sorted(books.failures.items())
         ]
         if stopped:
             findings.append(Finding("capture", "unreachable", FAIL, stopped, "start the server, then rerun"))
