@@ -151,8 +151,8 @@ def test_a_full_disk_is_named_and_never_leaves_a_partial_record(tmp_path: Path) 
     assert store.done_ids(real) == {"a"} and os.stat(real).st_mode & 0o777 == 0o644
 
 
-def _answer(message: dict[str, Any], output_ids: list[int]) -> rec.Answer:
-    return rec.Answer(message, "stop", {}, [kf.THINK_ID], output_ids, None)
+def _answer(message: dict[str, Any], output_ids: list[int]) -> rec.ServedIds:
+    return rec.ServedIds(message, "stop", {}, [kf.THINK_ID], output_ids, None)
 
 
 def test_the_lossless_check_keeps_exact_answers_and_names_a_lost_fragment() -> None:

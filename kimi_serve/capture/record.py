@@ -31,7 +31,7 @@ class Reject:
 
 
 @dataclass(frozen=True)
-class Answer:
+class ServedIds:
     """What the record needs of one chat answer: its message, the ids and the decoded output (``text``)."""
 
     message: dict[str, Any]
@@ -48,7 +48,7 @@ def _ids(value: Any) -> list[int] | None:
     return None
 
 
-def read_answer(prompt: Prompt, data: Any) -> Answer | Reject:
+def read_answer(prompt: Prompt, data: Any) -> ServedIds | Reject:
     """The parts of a chat completion a record needs, or why there are none."""
     choices = data.get("choices") if isinstance(data, dict) else None
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
@@ -71,19 +71,19 @@ def read_answer(prompt: Prompt, data: Any) -> Answer | Reject:
     spec = ext.get("spec_tokens_details")
     if isinstance(spec, list):
         spec = spec[0] if spec and isinstance(spec[0], dict) else None
-    return Answer(
+    return ServedIds(
         message, choice.get("finish_reason") if choice else None, data.get("usage"), input_ids, output_ids, spec
     )
 
 
-def text_ids(answer: Answer) -> list[int]:
+def text_ids(answer: ServedIds) -> list[int]:
     """The output ids the message's text was decoded from: without the stop id the server matched (SGLang trims the
     stop token from the text, not from the ids)."""
     ids = answer.output_ids
     return ids[:-1] if ids and ids[-1] in kf.STOP_IDS else ids
 
 
-def lossless(prompt: Prompt, answer: Answer, decoded: str) -> Reject | None:
+def lossless(prompt: Prompt, answer: ServedIds, decoded: str) -> Reject | None:
     """None when the parsed fields rebuild the decoded output ids exactly; else the reject saying where they part."""
     message = answer.message
     reasoning = message.get("reasoning_content")
@@ -106,11 +106,11 @@ def lossless(prompt: Prompt, answer: Answer, decoded: str) -> Reject | None:
     )
 
 
-def kind_of(answer: Answer) -> str:
+def kind_of(answer: ServedIds) -> str:
     return TOOL_CALL if answer.message.get("tool_calls") else PROSE
 
 
-def build_record(prompt: Prompt, answer: Answer, source: dict[str, Any]) -> dict[str, Any]:
+def build_record(prompt: Prompt, answer: ServedIds, source: dict[str, Any]) -> dict[str, Any]:
     """The record: SpecForge's ``input_ids`` + ``loss_mask``, and ``meta`` (``source``: profile, server, model)."""
     calls = answer.message.get("tool_calls") or []
     reasoning = answer.message.get("reasoning_content")

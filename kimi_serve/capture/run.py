@@ -115,7 +115,7 @@ def capture_one(opts: CaptureOptions, prompt: Prompt, model: str, source: dict[s
     return rec.lossless(prompt, answer, text) or rec.build_record(prompt, answer, source)
 
 
-class Progress:
+class RateLine:
     """``capture: 12/100 records, 3.1/s, ETA 28 s`` at most twice a second (on a terminal; ``say`` None: silent)."""
 
     def __init__(self, say: Callable[[str], None] | None, total: int, done: int) -> None:
@@ -163,7 +163,7 @@ def run_capture(
         model = opts.model or served_model()
         source = {"profile": opts.profile, "server": opts.target.base_url, "model": model}
         records, rejects = store.Appender(opts.out / store.RECORDS), store.Appender(opts.out / store.REJECTS)
-        progress = Progress(say, books.total, books.done)
+        progress = RateLine(say, books.total, books.done)
         stopped: str | None = None
         streak = 0
         queue = iter(pending)
