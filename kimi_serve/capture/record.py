@@ -86,15 +86,16 @@ def text_ids(answer: ServedIds) -> list[int]:
 def lossless(prompt: Prompt, answer: ServedIds, decoded: str) -> Reject | None:
     """None when the parsed fields rebuild the decoded output ids exactly; else the reject saying where they part."""
     message = answer.message
-    reasoning = message.get("reasoning_content")
-    if not isinstance(reasoning, str):
-        reasoning = message.get("reasoning") if isinstance(message.get("reasoning"), str) else None
-    content = message.get("content") if isinstance(message.get("content"), str) else ""
+    reasoning: str | None = next(
+        (message[k] for k in ("reasoning_content", "reasoning") if isinstance(message.get(k), str)), None
+    )
+    content: str = message["content"] if isinstance(message.get("content"), str) else ""
     calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
     if kf.THINK_END_ID not in answer.output_ids and reasoning is not None:
         # the reasoning never closed (cut at max_tokens, or a tool section opened with no </think>): the parser's
         # reasoning is the raw text's start, with no </think> after it
-        reasoning, content = None, reasoning + content
+        content = reasoning + content
+        reasoning = None
     rebuilt = kf.rebuild_raw(reasoning, content, calls, thinking=prompt.thinking)
     if rebuilt == decoded:
         return None
