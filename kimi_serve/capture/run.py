@@ -1,6 +1,6 @@
 """`capture`'s run: each selected prompt through the server's chat endpoint with the id options, at most
-``concurrency`` at once, each result written as it arrives (records.jsonl or rejects.jsonl, store.py), progress on a
-terminal, the books (record.py's :class:`Books`) at the end.
+``concurrency`` at once (one daemon thread each), each result written by the main thread as it arrives (records.jsonl
+or rejects.jsonl, store.py), progress on a terminal, the books (record.py's :class:`Books`) at the end.
 
 Every request is non-streamed, with ``return_input_ids_in_sglext``, ``return_output_ids_in_sglext`` and
 ``return_spec_tokens_details``; the output ids are then decoded by the server's own ``/v1/detokenize`` with
@@ -11,11 +11,12 @@ stops: the same command resumes.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+from queue import SimpleQueue
 from typing import Any
 
 from kimi_serve.capture import record as rec
@@ -148,6 +149,19 @@ def _select(opts: CaptureOptions, prompts: list[Prompt], books: rec.Books) -> li
     return pending
 
 
+def _start(results: SimpleQueue[tuple[Prompt, Any]], opts: CaptureOptions, prompt: Prompt, *args: Any) -> None:
+    """One prompt's request in a daemon thread (Ctrl-C ends the run at once: only whole records are on disk), its
+    result (or the exception of a bug) put on ``results``."""
+
+    def work() -> None:
+        try:
+            results.put((prompt, capture_one(opts, prompt, *args)))
+        except BaseException as exc:  # noqa: BLE001  (handed to the main thread, which raises it)
+            results.put((prompt, exc))
+
+    threading.Thread(target=work, name=f"capture-{prompt.line}", daemon=True).start()
+
+
 def run_capture(
     opts: CaptureOptions, served_model: Callable[[], str], say: Callable[[str], None] | None = None
 ) -> tuple[rec.Books, str | None]:
@@ -165,41 +179,35 @@ def run_capture(
         records, rejects = store.Appender(opts.out / store.RECORDS), store.Appender(opts.out / store.REJECTS)
         progress = RateLine(say, books.total, books.done)
         stopped: str | None = None
-        streak = 0
+        streak, in_flight = 0, 0
         queue = iter(pending)
-        pool = ThreadPoolExecutor(max_workers=opts.concurrency, thread_name_prefix="capture")
-        in_flight: dict[Future[Any], Prompt] = {}
+        results: SimpleQueue[tuple[Prompt, Any]] = SimpleQueue()
         try:
             while True:
-                while stopped is None and len(in_flight) < opts.concurrency:
+                while stopped is None and in_flight < opts.concurrency:
                     nxt = next(queue, None)
                     if nxt is None:
                         break
-                    in_flight[pool.submit(capture_one, opts, nxt, model, source)] = nxt
+                    _start(results, opts, nxt, model, source)
+                    in_flight += 1
                 if not in_flight:
                     break
-                finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    prompt = in_flight.pop(future)
-                    result = future.result()
-                    if isinstance(result, rec.Reject):
-                        rejects.append(result.to_json(prompt.line), "capture.reject")
-                        books.add_reject(result)
-                        streak = streak + 1 if result.cause == "unreachable" else 0
-                    else:
-                        records.append(result, "capture.record")
-                        books.add_record(result)
-                        streak = 0
-                    if streak >= UNREACHABLE_STREAK and stopped is None:
-                        stopped = (
-                            f"{opts.target.base_url} stopped answering ({streak} prompts in a row found no server)"
-                        )
+                prompt, result = results.get()
+                in_flight -= 1
+                if isinstance(result, BaseException):
+                    raise result  # a kimi-serve bug in a worker: exit 70, every whole record already on disk
+                if isinstance(result, rec.Reject):
+                    rejects.append(result.to_json(prompt.line), "capture.reject")
+                    books.add_reject(result)
+                    streak = streak + 1 if result.cause == "unreachable" else 0
+                else:
+                    records.append(result, "capture.record")
+                    books.add_record(result)
+                    streak = 0
+                if streak >= UNREACHABLE_STREAK and stopped is None:
+                    stopped = f"{opts.target.base_url} stopped answering ({streak} prompts in a row found no server)"
                 progress.update(books.done, sum(books.failures.values()))
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)  # Ctrl-C: every whole record is on disk already
-            raise
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
             records.close()
             rejects.close()
         progress.update(books.done, sum(books.failures.values()), last=True)
