@@ -27,9 +27,10 @@ ALLOWED: dict[str, set[str]] = {
     "engine": {"core", "profile", "sglang", "patches", "check", "host"},
     "service": {"core", "profile", "sglang", "verify", "check", "router", "host", "engine"},
     "up": {"core", "profile", "sglang", "verify", "simulator", "check", "router", "host", "process"},
-    "bench": {"core", "profile", "sglang", "verify", "simulator", "check", "host", "process"},
+    "bench": {"core", "profile", "sglang", "verify", "simulator", "check", "host", "process", "capture"},
     "k8s": {"core", "profile", "check", "service"},
     "clients": {"core", "profile", "verify", "patches"},
+    "capture": {"core", "profile", "verify"},
     "commands": {
         "core",
         "profile",
@@ -48,6 +49,7 @@ ALLOWED: dict[str, set[str]] = {
         "router",
         "k8s",
         "clients",
+        "capture",
     },
 }
 TOP_LEVEL = {"__init__", "__main__", "cli"}

@@ -113,6 +113,18 @@ def _bench_unreachable(c: Ctx) -> list[str]:
     return ["bench", "-p", "a", "--against", "b", *hosts, "--concurrency", "1", "--requests", "2", "--out", out]
 
 
+def _capture(
+    c: Ctx, recorded: bool, line: str = '{"id": "a", "messages": [{"role": "user", "content": "q"}]}'
+) -> list[str]:
+    """A prompts file (recorded: its one prompt already in --out's records.jsonl, so no server is asked)."""
+    prompts, out = c.tmp / "prompts.jsonl", c.tmp / "capture"
+    prompts.write_text(line + "\n")
+    if recorded:
+        out.mkdir()
+        (out / "records.jsonl").write_text('{"id": "a", "input_ids": [1, 2], "loss_mask": [0, 1], "meta": {}}\n')
+    return ["capture", "--host", c.unreachable(), "--prompts", str(prompts), "--out", str(out)]
+
+
 def _doctor_ok(c: Ctx) -> list[str]:
     """The simulator profile on a free port; SGLang itself is the sglang tier's (test_doctor.py): a stand-in here."""
     c.monkeypatch.setattr("kimi_serve.host.doctor.check_sglang", lambda *a: [])
@@ -220,6 +232,11 @@ CASES: dict[str, list[tuple[str, Case, int | None]]] = {
     ],
     "prewarm": [("ok", _ckpt_profile, 0), ("no-checkpoint", lambda c: ["prewarm", "-p", "sim"], 2)],
     "bench": [("ok", _bench_recorded, 0), ("unreachable", _bench_unreachable, 3)],
+    "capture": [
+        ("ok", lambda c: _capture(c, True), 0),
+        ("unreachable", lambda c: _capture(c, False), 3),
+        ("bad-line", lambda c: _capture(c, False, '{"messages": []}'), 2),
+    ],
     "patches status": [
         ("ok", lambda c: ["patches", "status", *_applied(c)], 0),
         ("not-applied", lambda c: ["patches", "status", *_site(c)], 1),

@@ -9,7 +9,8 @@
   Written as bench_serving's ``openai`` dataset (one JSON request per line).
 - ``random``: bench_serving's offline ``random-ids`` dataset, fixed lengths (``--random-range-ratio 1.0``): 1024 prompt
   tokens, 256 output tokens (``ignore_eos`` on, as bench_serving sends it).
-- ``FILE``: a JSONL file in bench_serving's ``openai`` dataset form, used as it is.
+- ``FILE``: a JSONL file in bench_serving's ``openai`` dataset form, used as it is; or `capture`'s prompts file
+  (ids, ShareGPT rows, a top-level ``thinking``), written in that form into the results folder first.
 """
 
 from __future__ import annotations
@@ -96,6 +97,22 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
+def _capture_prompts(data: bytes, path: Path, out_dir: Path) -> Path | None:
+    """A `capture` prompts file (ids, ShareGPT rows, the thinking switch at the top) as bench_serving's ``openai``
+    rows in ``out_dir`` (the same requests capture sends); None when the file is not one (it is used as it is)."""
+    from kimi_serve.capture.prompts import PromptError, as_openai_rows, parse_prompts
+
+    try:
+        prompts = parse_prompts(data.decode("utf-8"), str(path))
+    except (PromptError, UnicodeDecodeError):
+        return None
+    target = out_dir / f"workload-{path.stem}.jsonl"
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(as_openai_rows(prompts), encoding="utf-8")
+    tmp.replace(target)
+    return target
+
+
 def prepare(workload: str, requests: int, out_dir: Path) -> Workload:
     """The dataset for ``workload`` (written into ``out_dir`` for agentic) and its bench_serving flags."""
     if workload == "agentic":
@@ -131,6 +148,11 @@ def prepare(workload: str, requests: int, out_dir: Path) -> Workload:
         data = read_regular(path, MAX_WORKLOAD_BYTES)[1]
         if len(data) > MAX_WORKLOAD_BYTES:
             raise too_large(MAX_WORKLOAD_BYTES)
+        converted = _capture_prompts(data, path, out_dir)
+        if converted is not None:
+            return Workload(
+                path.name, ("--dataset-name", "openai", "--dataset-path", str(converted)), _digest(data), converted
+            )
         lines = [line for line in data.decode().splitlines() if line.strip()]
         for number, line in enumerate(lines, 1):  # every request within the depth bound (bench_serving loads each)
             try:

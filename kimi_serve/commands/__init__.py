@@ -16,6 +16,7 @@ _MODULES = [
     "gate_cmds",
     "prewarm_cmd",
     "bench_cmd",
+    "capture_cmd",
     "simulate_cmd",
     "patches_cmd",
     "engine_cmd",

@@ -53,7 +53,7 @@ def chat(
         )
     if sets and not profile:
         raise KimiServeError("--set without --profile", hint="pass --profile P with --set", exit_code=ExitCode.USAGE)
-    target, key = _server(host, profile, sets or (), api_key, api_key_file)
+    target, key = front_door(host, profile, sets or (), api_key, api_key_file)
     interactive = prompt is None and sys.stdin.isatty()
     if prompt is None and not interactive:
         prompt = sys.stdin.read(1 << 20).strip()  # one prompt from a pipe (1 MiB at most)
@@ -96,7 +96,7 @@ def _lines(model: str, url: str) -> Any:
             yield line
 
 
-def _server(host: str | None, profile: str | None, sets: Any, api_key: str | None, key_file: str | None) -> Any:
+def front_door(host: str | None, profile: str | None, sets: Any, api_key: str | None, key_file: str | None) -> Any:
     """The server's address and the API key: --host, else the profile's front door, else 127.0.0.1:30000; the key
     as verify resolves it (--api-key, the key file, $KIMI_SERVE_API_KEY)."""
     from kimi_serve.verify import parse_target, resolve_key

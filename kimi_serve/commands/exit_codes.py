@@ -112,6 +112,13 @@ EXIT_CODES: dict[str, str] = {
         "profile's server exited (or its log showed a failure while it started); 5 no SGLang interpreter, a "
         "failed preflight"
     ),
+    "capture": (
+        "0 every selected prompt has its record (records.jsonl); 1 some failed (each in rejects.jsonl with "
+        "its cause: a server error, no ids, the lossless check): the same command retries them; 2 a bad "
+        "prompts file (file:line and the key named), a bad option; 3 the server is unreachable, or stopped "
+        "answering during the run (the same command resumes); 5 --out cannot be written (disk full: the file "
+        "ends with the last whole record); 75 another capture writes the same --out"
+    ),
     "logs": "0 the log was shown; 1 no log found, or it cannot be read; 5 journalctl missing",
     "engine install": (
         "0 installed (or --dry-run printed the plan); 2 bad input (an unknown --interpreter, a --python of "

@@ -179,10 +179,14 @@ class ScriptedTokenizerManager:
         truncated = matched is None
         reasoning_ids = self._reasoning_token_count(ids) if turn.thinking else 0
         done, decoded_upto, emitted = 0, 0, ""
+        steps = [0, 0]  # the draft's verify steps for this request and the drafts they accepted (SGLang's meta_info)
         slot = self.clock.join(len(prompt_ids))
         try:
             while done < len(ids):
-                done = min(len(ids), done + await self.clock.tokens(slot))
+                granted = await self.clock.tokens(slot)
+                if done:  # the first grant is the prefill's token
+                    steps[0], steps[1] = steps[0] + 1, steps[1] + min(granted, len(ids) - done) - 1
+                done = min(len(ids), done + granted)
                 last = done == len(ids)
                 # Incremental detokenization, as SGLang's detokenizer does it: decode only the new tokens; hold back
                 # an incomplete UTF-8 sequence until the next step completes it.
@@ -195,9 +199,12 @@ class ScriptedTokenizerManager:
                 if last and final_text is not None:
                     emitted = final_text
                 if (obj.stream and not holds_back(emitted, params)) or last:
-                    yield self._output(
+                    out = self._output(
                         rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, truncated, prompt_out, matched
                     )
+                    if last:
+                        out["meta_info"].update(self._spec_meta(steps[0], steps[1], out["meta_info"]))
+                    yield out
         finally:
             self.clock.leave(slot)
         if not ids:
@@ -246,6 +253,21 @@ class ScriptedTokenizerManager:
         if prompt_out is not None:
             out["prompt_token_ids"] = list(prompt_out)
         return out
+
+    def _spec_meta(self, verify_ct: int, correct: int, meta: dict[str, Any]) -> dict[str, Any]:
+        """The request's speculative-decoding figures as SGLang's TokenizerManager puts them in ``meta_info`` (what
+        ``return_spec_tokens_details`` returns): only with speculative decoding on and a decode step taken."""
+        spec = self.clock.model.spec
+        if spec is None or verify_ct <= 0:
+            return {}
+        proposed = verify_ct * (spec.draft_tokens - 1)
+        return {
+            "spec_accept_rate": correct / proposed if proposed else 0.0,
+            "spec_accept_length": meta["completion_tokens"] / verify_ct,
+            "spec_num_correct_drafts": correct,
+            "spec_num_proposed_drafts": proposed,
+            "spec_verify_ct": verify_ct,
+        }
 
     def _reasoning_token_count(self, ids: list[int]) -> int:
         end_id = self.tokenizer.convert_tokens_to_ids(scripted.THINK_END)

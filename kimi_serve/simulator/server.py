@@ -93,6 +93,7 @@ def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
     from sglang.srt.entrypoints.openai.protocol import (
         ChatCompletionRequest,
         CompletionRequest,
+        DetokenizeRequest,
         ErrorResponse,
         ModelCard,
         ModelList,
@@ -100,6 +101,7 @@ def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
     )
     from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
     from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
+    from sglang.srt.entrypoints.openai.serving_tokenize import OpenAIServingDetokenize
     from sglang.srt.managers.io_struct import GenerateReqInput
     from sglang.srt.parser.template_manager import TemplateManager
     from sglang.srt.runtime_context import get_serving
@@ -118,6 +120,7 @@ def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
     templates.initialize_templates(tm, sa.model_path, get_serving().chat_template)
     chat = OpenAIServingChat(tm, templates)
     completion = OpenAIServingCompletion(tm, templates)
+    detokenize = OpenAIServingDetokenize(tm)
     serving = get_serving()
 
     app = FastAPI(openapi_url=None)
@@ -265,6 +268,11 @@ def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
     @_typed(app.post("/v1/completions", dependencies=[Depends(json_only)]))
     async def completions(request: CompletionRequest, raw_request: Request) -> Any:
         return model_json_response(await completion.handle_request(request, raw_request))
+
+    @_typed(app.post("/v1/detokenize", dependencies=[Depends(json_only)]))
+    @_typed(app.post("/detokenize", dependencies=[Depends(json_only)]))
+    async def detokenize_ids(request: DetokenizeRequest, raw_request: Request) -> Any:  # SGLang's, as capture uses it
+        return model_json_response(await detokenize.handle_request(request, raw_request))
 
     @_typed(app.api_route("/generate", methods=["POST", "PUT"]))
     async def generate(obj: GenerateReqInput, raw_request: Request) -> Any:
