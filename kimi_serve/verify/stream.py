@@ -12,7 +12,7 @@ from kimi_serve.core.findings import Finding
 from kimi_serve.core.pin import KIMI_PATCH_SET, patch_set_args, patches_apply
 from kimi_serve.verify import wire
 from kimi_serve.verify.accumulate import Merge, finish, merge_delta
-from kimi_serve.verify.answer import OTHER_REASONING_FIELDS, Answer, ToolCall, as_object, json_kind
+from kimi_serve.verify.answer import Answer, as_object, message_answer, tool_call
 from kimi_serve.verify.report import problem, warning
 from kimi_serve.verify.sse import SseEvent, SseFeed, iter_events
 
@@ -91,21 +91,6 @@ def _check_tool_lookup(delta: dict[str, Any], message: dict[str, Any], merge: Me
                 f"{len(stored) if isinstance(stored, list) else 0} call(s) exist: the openai SDK raises "
                 "IndexError; indices must count up from 0",
             )
-
-
-def _tool_call(raw: Any, position: int) -> ToolCall:
-    raw = as_object(raw)
-    fn = as_object(raw.get("function"))
-    arguments = fn.get("arguments")
-    index = raw.get("index")
-    return ToolCall(
-        id=raw["id"] if isinstance(raw.get("id"), str) else None,
-        type=raw["type"] if isinstance(raw.get("type"), str) else None,
-        index=index if isinstance(index, int) else position,
-        name=fn["name"] if isinstance(fn.get("name"), str) else None,
-        arguments=arguments if isinstance(arguments, str) else None,
-        arguments_kind=json_kind(arguments),
-    )
 
 
 def stall_limit(timeout: float) -> float:
@@ -265,20 +250,13 @@ class StreamReader:
         limit, count, done = self.limit, self.count, self.done
         timed_out = timed_out or limit is not None  # cut at a read limit: judged as cut there
         late = self.late and not timed_out  # read whole in time, then too many chunks to merge before the deadline
-        answer = Answer(finish_reason=self.finish_reason, problems=list(self.problems))
+        message = finish(self.message)
+        answer = message_answer(message, finish_reason=self.finish_reason, problems=list(self.problems))
         if self.faults:
             answer.problems.insert(0, _sse_problem(list(self.faults)))
         answer.problems += [problem(code, text, _FIX_WIRE) for code, text in self.merge.faults]
-        message = finish(self.message)
-        answer.content = message.get("content") if isinstance(message.get("content"), str) else None
-        answer.reasoning = (
-            message.get("reasoning_content") if isinstance(message.get("reasoning_content"), str) else None
-        )
-        for name in OTHER_REASONING_FIELDS:
-            if isinstance(message.get(name), str) and message[name]:
-                answer.other_reasoning[name] = message[name]
         raw_calls = message.get("tool_calls")
-        answer.tool_calls = [_tool_call(c, i) for i, c in enumerate(raw_calls if isinstance(raw_calls, list) else [])]
+        answer.tool_calls = [tool_call(c, i) for i, c in enumerate(raw_calls if isinstance(raw_calls, list) else [])]
         if (
             message.get("role") is None
             and answer.finish_reason
