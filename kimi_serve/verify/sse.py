@@ -126,16 +126,16 @@ class SseFeed:
         pass, without a second copy of a 16 MiB body as text (a line-matching regular expression retried from every
         byte of a body with no line end: 200 KB of ``[`` took minutes). ``more``: more bytes may follow, so the
         unended rest is kept for them (a CR at the end may be the first half of a CRLF)."""
-        line_start = 0
+        grammar, line_start = self._grammar, 0
         for found in _END.finditer(data, start, end):
             if more and found.end() == len(data) and found.group() == b"\r":
                 break  # a CR at the end: the LF of a CRLF may come in the next piece
-            line, line_start = data[line_start : found.start()], found.end()
-            event = self._grammar.line(line.decode("utf-8", errors="replace"))
+            event = grammar.line(data[line_start : found.start()].decode("utf-8", errors="replace"))  # no copy held
+            line_start = found.end()
             if event is not None:
                 yield event
-            if self._grammar.done:
-                break  # the SDK stops reading here
+                if grammar.done:
+                    break  # the SDK stops reading here
         if more:
             self._tail = b"" if self._grammar.done else data[line_start:]
 
