@@ -354,7 +354,6 @@ class ContractServer:
         warm_for: float = 0.0,
         health_hang: bool = False,
         port: int = 0,
-        report_parsers: bool = True,
         server_info: dict[str, Any] | None = None,
         rewrite: Rewrite | None = None,
         context_length: int = 262144,
@@ -364,7 +363,7 @@ class ContractServer:
         if mode not in CORRECT_MODES + FAILURE_MODES + HOSTILE_MODES:
             raise ValueError(f"unknown mode {mode!r}")
         self.mode, self.api_key, self.served_model, self.delay = mode, api_key, served_model, delay
-        self.warm_for, self.health_hang, self.report_parsers = warm_for, health_hang, report_parsers
+        self.warm_for, self.health_hang = warm_for, health_hang
         self.server_info = server_info  # the /server_info body (None: 404, as before SGLang had one)
         self.rewrite = rewrite
         self.context_length = context_length
@@ -508,7 +507,7 @@ class _Handler(BaseHTTPRequestHandler):
                     ],
                 },
             )
-        if self.path == "/model_info" and own.report_parsers:
+        if self.path == "/model_info":
             return self._json(200, {"model_path": "/models/Kimi-K2.5", **own.parsers()})
         if self.path in ("/server_info", "/get_server_info") and own.server_info is not None:
             return self._json(200, own.server_info)

@@ -18,6 +18,7 @@ from kimi_serve.core.proc import Completed
 from kimi_serve.service.monitor import Monitoring, run_monitored
 from kimi_serve.service.state import ServicePaths
 from kimi_serve.service.traffic import KINDS, classify, collect, read_state, state_file
+from kimi_serve.verify import VerifyOptions
 from kimi_serve.verify.parser_faults import PROBE_ID
 
 UNIT = "sglang-kimi.service"
@@ -128,8 +129,7 @@ def test_the_monitoring_run_writes_the_counters_and_status_shows_them(cli, tmp_p
         mon = Monitoring(metrics, UNIT, "prod", tmp_path, journal=journal)
         for extra in ([], [BAD, OWN_PROBE, BAD, REASONING, OWN_PROBE]):
             journal.entries += extra
-            report = run_monitored(srv.host, mon, api_key=None, model=None, wait=0, timeout=30, suite="quick",
-                                   max_tokens=256)  # fmt: skip
+            report = run_monitored(srv.host, mon, VerifyOptions(timeout=30, max_tokens=256))
             assert report.exit_code == 0
     counts = {
         s.labels["kind"]: s.value

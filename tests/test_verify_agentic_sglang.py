@@ -82,6 +82,12 @@ MISCONFIGURED = {
     ),
     "neither": (("--tool-call-parser", "--reasoning-parser"), {"loop": "raw_tool_tokens"}),
 }
+# the same servers: {probe: the finding each of its failed modes has, words in its message + fix}
+DIAGNOSED = {
+    "no-tool-parser": {"tool": ("raw_tool_tokens", "--tool-call-parser kimi_k2")},
+    "no-reasoning-parser": {"reasoning": ("think_in_content", "--reasoning-parser kimi_k2")},
+    "neither": {"tool": ("raw_tool_tokens", "<|tool_calls_section_begin|>")},
+}
 
 
 @pytest.mark.parametrize("name", sorted(MISCONFIGURED))
@@ -89,10 +95,25 @@ def test_misconfigured_servers_fail_with_the_right_findings(stock_simulator_pool
     leave_out, expected = MISCONFIGURED[name]
     sim = stock_simulator_pool.get(prod_flags(*leave_out), step=STEP)
     report = run_verify(sim.base_url, suite="quick", timeout=150)
-    assert report.exit_code == 1
+    assert report.exit_code == 1 and report.status == "fail"
     codes = _codes(report)
     for probe, code in expected.items():
         assert code in codes[probe], (probe, codes)
+    for probe, (code, words) in DIAGNOSED[name].items():
+        failed = [p for p in report.probes if p.probe == probe and not p.passed]
+        assert failed, (probe, codes)
+        for result in failed:
+            finding = next((f for f in result.findings if f.code == code), None)
+            assert finding is not None and finding.fix, result.to_dict()
+            assert words in finding.message + finding.fix
+    if name == "neither":  # the production bug: both parsers named, and the profile keys that set them
+        tool = next(p for p in report.probes if p.probe == "tool" and p.mode == "stream")
+        assert tool.findings[0].code == "raw_tool_tokens"
+        assert "the server reports no tool_call_parser" in tool.findings[0].message
+        assert "parsers.tool_call: kimi_k2" in tool.findings[0].fix
+        reasoning = next(p for p in report.probes if p.probe == "reasoning" and p.mode == "non-stream")
+        assert reasoning.findings[0].code == "think_in_content"
+        assert "parsers.reasoning: kimi_k2" in reasoning.findings[0].fix
     # the last line names the one cause the failures share: the flags left out (the server reports both absent)
     flags = " ".join(f"{flag} kimi_k2" for flag in leave_out)
     failed = [p for p in report.probes if not p.passed]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,24 +62,23 @@ def fingerprint(profile: Profile) -> str:
 
 
 def get_json(base_url: str, path: str, api_key: str | None, timeout: float = 10.0) -> dict[str, Any]:
-    import requests
+    """The JSON object a GET answers with 200 (core/http.py: a deadline, bounded reads); {} for anything else."""
+    from kimi_serve.core.http import TransportError, request
 
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        reply = requests.get(base_url + path, headers=headers, timeout=timeout)
-        data = reply.json() if reply.status_code == 200 else {}
-    except (requests.RequestException, ValueError):
+        reply = request("GET", base_url + path, deadline=time.monotonic() + timeout, api_key=api_key)
+        data = json.loads(reply.body) if reply.status == 200 and not (reply.timed_out or reply.limit) else {}
+    except (TransportError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
 def contract_check(endpoint: BenchEndpoint, label: str, *, suite: str, timeout: float, wait: float, say: Say) -> None:
     """kimi_serve.verify's contract check; KimiServeError (exit 1, or 3 unreachable) when the server fails it."""
-    from kimi_serve.verify import run_verify
+    from kimi_serve.verify import VerifyOptions, run_verify
 
-    report = run_verify(
-        endpoint.base_url, api_key=endpoint.api_key, model=endpoint.model, wait=wait, timeout=timeout, suite=suite
-    )
+    options = VerifyOptions(api_key=endpoint.api_key, model=endpoint.model, wait=wait, timeout=timeout, suite=suite)
+    report = run_verify(endpoint.base_url, options)
     if report.exit_code == 0:
         say(f"{label}: contract check passed ({suite} suite, {report.elapsed_s:.1f}s)")
         return

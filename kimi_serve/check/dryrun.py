@@ -69,14 +69,13 @@ class PendingDryRun:
 
     def finish(self) -> DryRun:
         """Wait for readiness, run the verify suite as `up` does (same wait, timeout, suite and pacing), stop."""
-        from kimi_serve.verify import AFTER_START_WAIT, run_verify
+        from kimi_serve.verify import AFTER_START_WAIT, VerifyOptions, run_verify
 
         try:
             self._wait_ready()
             ready_after = time.monotonic() - self.started
             verify = self.profile.verify
-            report = run_verify(
-                self.sim.base_url,
+            options = VerifyOptions(
                 api_key=self.api_key.value,
                 key_source=self.api_key.source,
                 model=self.profile.model.served_name,
@@ -84,6 +83,7 @@ class PendingDryRun:
                 timeout=float(self.timeout or verify.timeout),
                 suite=self.suite or verify.suite,
             )
+            report = run_verify(self.sim.base_url, options)
         finally:
             status = self.sim.stop()
         return DryRun(

@@ -5,13 +5,16 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from kimi_serve.commands.numbers import seconds_option
 from kimi_serve.commands.options import SetOpt
 from kimi_serve.core.suites import QUICK, SUITES
+
+if TYPE_CHECKING:
+    from kimi_serve.verify import VerifyOptions
 
 Suite = Enum("Suite", {name: name for name in SUITES}, type=str)  # type: ignore[misc]  # quick, full, raw
 
@@ -112,14 +115,25 @@ def verify(
     Then the least-privilege checks: the API key must not open SGLang's admin endpoints (admin_open_to_clients fails
     verify), and the server's processes should not listen beyond loopback except on the API port (stray_listener warns).
     """
+    from dataclasses import replace
+
     from kimi_serve.core.faults import checkpoint
-    from kimi_serve.verify import parse_target, resolve_key, run_verify
+    from kimi_serve.verify import VerifyOptions, parse_target, resolve_key, run_verify
 
     checkpoint("verify.run")  # test hook: raise-at=verify.run is a kimi-serve bug in verify (exit 70)
     if sets and (host is not None or not profile):
         from kimi_serve.core.errors import KimiServeError
 
         raise KimiServeError("--set changes a profile: it needs --profile and no --host", where="--set")
+    options = VerifyOptions(
+        model=model,
+        wait=wait,
+        timeout=timeout,
+        suite=suite.value,
+        max_tokens=max_tokens,
+        expected_ports=tuple(expect_listener),
+        concurrency=concurrency,
+    )
     if host is None and profile:
         if metrics_file is not None or unit_name is not None:
             from kimi_serve.core.errors import KimiServeError
@@ -129,63 +143,28 @@ def verify(
                 where="--profile",
                 hint="pass --host HOST:PORT too (the monitoring units do)",
             )
-        report = _verify_profile(
-            profile,
-            sets or (),
-            api_key,
-            api_key_file,
-            model=model,
-            wait=wait,
-            timeout=timeout,
-            suite=suite.value,
-            max_tokens=max_tokens,
-            expected_ports=tuple(expect_listener),
-            concurrency=concurrency,
-        )
-        return _print(report, as_json)
+        return _print(_verify_profile(profile, sets or (), api_key, api_key_file, options), as_json)
     host = host or "127.0.0.1:30000"
     target = parse_target(host)
     key = resolve_key(api_key, api_key_file)
     progress = _progress_printer(target.base_url) if sys.stderr.isatty() else None
+    options = replace(options, api_key=key.value, key_source=key.source, progress=progress)
     if metrics_file is not None or unit_name is not None:
         from kimi_serve.service.monitor import Monitoring, run_monitored
         from kimi_serve.service.unit import unit_file_name
 
         unit = unit_file_name(unit_name, "--unit-name") if unit_name is not None else None
-        report = run_monitored(
-            host,
-            Monitoring(metrics_file, unit, profile, root),
-            api_key=key.value,
-            model=model,
-            wait=wait,
-            timeout=timeout,
-            suite=suite.value,
-            max_tokens=max_tokens,
-            progress=progress,
-            key_source=key.source,
-            expected_ports=tuple(expect_listener),
-            concurrency=concurrency,
-        )
+        report = run_monitored(host, Monitoring(metrics_file, unit, profile, root), options)
     else:
-        report = run_verify(
-            target,
-            api_key=key.value,
-            key_source=key.source,
-            model=model,
-            wait=wait,
-            timeout=timeout,
-            suite=suite.value,
-            progress=progress,
-            max_tokens=max_tokens,
-            expected_ports=tuple(expect_listener),
-            concurrency=concurrency,
-        )
+        report = run_verify(target, options)
     return _print(report, as_json)
 
 
-def _verify_profile(ref: str, sets: Any, api_key: str | None, api_key_file: str | None, **args: Any) -> Any:
+def _verify_profile(ref: str, sets: Any, api_key: str | None, api_key_file: str | None, options: VerifyOptions) -> Any:
     """`verify --profile P [--set K=V]`: the profile's own server, or its router and then each replica; without
     --set, where a foreground `up` of P runs, its real endpoints from its run record (docs/verify.md)."""
+    from dataclasses import replace
+
     from kimi_serve.check.deployment import deployment_targets, running_targets
     from kimi_serve.core.runs import read_runs
     from kimi_serve.profile.loader import load_profile
@@ -202,11 +181,9 @@ def _verify_profile(ref: str, sets: Any, api_key: str | None, api_key_file: str 
     return verify_deployment(
         router,
         replicas,
+        replace(options, api_key=key.value, key_source=key.source),
         # /workers takes the control plane's admin key only (the key file's admin-api-key), never the clients'
         router_view=lambda url: router_health(url, admin_key_of(key_file)).to_json(),
-        api_key=key.value,
-        key_source=key.source,
-        **args,
     )
 
 

@@ -29,7 +29,7 @@ SCRIPT = "kimi-serve"
 ENTRY = "kimi_serve.cli:entry"
 INSTALLER = "kimi-serve engine install"
 # the modules kimi-serve's commands import (its declared runtime), checked inside the engine after the copy
-_IMPORTS = "import kimi_serve.cli, kimi_serve.verify, typer, yaml, jinja2, requests, jsonschema; print('ok')"
+_IMPORTS = "import kimi_serve.cli, kimi_serve.verify, typer, yaml, jinja2, jsonschema; print('ok')"
 
 
 def digest(package: Path) -> str:
@@ -110,7 +110,7 @@ def check_self(python: Path) -> None:
         tail = (done.err.strip().splitlines() or ["no output"])[-1]
         raise KimiServeError(
             f"kimi-serve does not import inside the engine venv: {tail}; the previous venv is untouched",
-            hint="the lock must carry kimi-serve's runtime dependencies (typer, pyyaml, jinja2, requests, "
+            hint="the lock must carry kimi-serve's runtime dependencies (typer, pyyaml, jinja2, "
             "jsonschema): add them to its .in file and regenerate it (scripts/lock.py)",
             exit_code=ExitCode.ENVIRONMENT,
         )

@@ -17,9 +17,8 @@ from kimi_serve.core.proc import Runner
 from kimi_serve.service.history import append_history, run_record
 from kimi_serve.service.state import ServicePaths
 from kimi_serve.service.traffic import collect, journalctl, render
-from kimi_serve.verify import VerifyReport, parse_target, run_verify
+from kimi_serve.verify import VerifyOptions, VerifyReport, parse_target, run_verify
 from kimi_serve.verify.metrics import run_lock, write_metrics
-from kimi_serve.verify.readiness import Progress
 
 
 @dataclass(frozen=True)
@@ -48,38 +47,13 @@ class Monitoring:
         return ServicePaths(self.root, self.unit).state_dir / "monitor" if self.unit else None
 
 
-def run_monitored(
-    host: str,
-    monitoring: Monitoring,
-    *,
-    api_key: str | None,
-    model: str | None,
-    wait: float,
-    timeout: float,
-    suite: str,
-    max_tokens: int | None,
-    progress: Progress | None = None,
-    key_source: str | None = None,
-    expected_ports: tuple[int, ...] = (),
-    concurrency: int | None = None,
-) -> VerifyReport:
+def run_monitored(host: str, monitoring: Monitoring, options: VerifyOptions) -> VerifyReport:
+    """One run: verify ``host`` with ``options``, under the run lock, then its metrics file and history line."""
     target = parse_target(host)
     lock = monitoring.lock_target()
     with run_lock(lock) if lock is not None else contextlib.nullcontext():
         started = time.time()
-        report = run_verify(
-            target,
-            api_key=api_key,
-            model=model,
-            wait=wait,
-            timeout=timeout,
-            suite=suite,
-            progress=progress,
-            max_tokens=max_tokens,
-            key_source=key_source,
-            expected_ports=expected_ports,
-            concurrency=concurrency,
-        )
+        report = run_verify(target, options)
         finished = time.time()
         labels = {"profile": monitoring.profile, "endpoint": target.base_url}
         # the unit's real traffic since the last run: SGLang's parse-failure log lines (service/traffic.py)

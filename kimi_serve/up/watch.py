@@ -57,10 +57,9 @@ class Outcome:
 
 def contract_check(target: Any, opts: UpOptions, api_key: str | None, key_source: str) -> Any:
     """The contract check `up` runs once a server (or the router) is ready: the profile's suite and deadline."""
-    from kimi_serve.verify import AFTER_START_WAIT, run_verify
+    from kimi_serve.verify import AFTER_START_WAIT, VerifyOptions, run_verify
 
-    return run_verify(
-        target,
+    options = VerifyOptions(
         api_key=api_key,
         key_source=key_source,
         model=opts.served_model,
@@ -68,6 +67,7 @@ def contract_check(target: Any, opts: UpOptions, api_key: str | None, key_source
         timeout=opts.verify_timeout_s,
         suite=opts.verify_suite,
     )
+    return run_verify(target, options)
 
 
 def contract_verdict(report: Any, say: Callable[[str], None], failed: str) -> Outcome | None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from kimi_serve.core.findings import Finding
 from kimi_serve.core.settings import API_KEY_ENV
+from kimi_serve.verify.options import DEFAULT_TIMEOUT, VerifyOptions
 from kimi_serve.verify.readiness import wait_ready
 from kimi_serve.verify.report import REPORT_VERSION, ProbeResult, Readiness, VerifyReport
-from kimi_serve.verify.runner import AFTER_START_WAIT, DEFAULT_TIMEOUT, run_verify
+from kimi_serve.verify.runner import AFTER_START_WAIT, run_verify
 from kimi_serve.verify.target import ApiKey, Target, parse_target, resolve_api_key, resolve_key
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "ProbeResult",
     "Readiness",
     "Target",
+    "VerifyOptions",
     "VerifyReport",
     "parse_target",
     "resolve_api_key",

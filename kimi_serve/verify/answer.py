@@ -53,6 +53,28 @@ def as_object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def message_answer(message: dict[str, Any], **fields: Any) -> Answer:
+    """The text a message carries (content, reasoning_content, other stacks' reasoning fields) and ``fields``."""
+    answer = Answer(content=_text(message.get("content")), reasoning=_text(message.get("reasoning_content")), **fields)
+    answer.other_reasoning = {name: message[name] for name in OTHER_REASONING_FIELDS if _text(message.get(name))}
+    return answer
+
+
+def tool_call(raw: Any, index: int | None = None) -> ToolCall:
+    """One tool call of a message, streamed or not (``index``: the call's place, where the wire gives none)."""
+    raw = as_object(raw)
+    fn = as_object(raw.get("function"))
+    given = raw.get("index")
+    return ToolCall(
+        id=_text(raw.get("id")),
+        type=_text(raw.get("type")),
+        index=given if isinstance(given, int) else index,
+        name=_text(fn.get("name")),
+        arguments=_text(fn.get("arguments")),
+        arguments_kind=json_kind(fn.get("arguments")),
+    )
+
+
 def _malformed(what: str) -> Finding:
     return problem(
         "malformed_response",
@@ -69,14 +91,7 @@ def answer_from_json(obj: Any) -> Answer:
     message = choice.get("message") if isinstance(choice, dict) else None
     if not isinstance(message, dict):
         return Answer(problems=[_malformed("choices[0] has no message")])
-    answer = Answer(
-        content=_text(message.get("content")),
-        reasoning=_text(message.get("reasoning_content")),
-        finish_reason=_text(choice.get("finish_reason")),
-    )
-    for name in OTHER_REASONING_FIELDS:
-        if _text(message.get(name)):
-            answer.other_reasoning[name] = message[name]
+    answer = message_answer(message, finish_reason=_text(choice.get("finish_reason")))
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         answer.problems.append(_malformed("message.tool_calls is not a list"))
@@ -91,18 +106,5 @@ def answer_from_json(obj: Any) -> Answer:
             )
         )
         raw_calls = raw_calls[:MAX_TOOL_CALLS]
-    for raw in raw_calls:
-        raw = raw if isinstance(raw, dict) else {}
-        fn = as_object(raw.get("function"))
-        index = raw.get("index")
-        answer.tool_calls.append(
-            ToolCall(
-                id=_text(raw.get("id")),
-                type=_text(raw.get("type")),
-                index=index if isinstance(index, int) else None,
-                name=_text(fn.get("name")),
-                arguments=_text(fn.get("arguments")),
-                arguments_kind=json_kind(fn.get("arguments")),
-            )
-        )
+    answer.tool_calls = [tool_call(raw) for raw in raw_calls]
     return answer

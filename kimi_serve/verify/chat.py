@@ -1,8 +1,8 @@
 """`kimi-serve chat`: one turn over the OpenAI chat completions API, streamed and shown as it arrives (docs/verify.md,
 "chat"). The answer goes to stdout, the reasoning apart on stderr (dim on a terminal, else each block headed
 ``[reasoning]``), tool calls as their name and JSON arguments. The stream is read with verify's own pieces: the HTTP
-transport (:mod:`kimi_serve.core.http`, its deadline and read limits), the openai SDK's SSE grammar
-(:class:`~kimi_serve.verify.sse.SseFeed`) and merge (:mod:`kimi_serve.verify.accumulate`); raw Kimi markup in the
+transport (:mod:`kimi_serve.core.http`, its deadline and read limits) and verify's one stream reader
+(:class:`~kimi_serve.verify.stream.StreamReader`: the openai SDK's SSE grammar and merge); raw Kimi markup in the
 answer is recognised by verify's diagnosis (its tool-token and think-marker patterns).
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -19,11 +20,10 @@ from kimi_serve.core.http import TransportError, request
 from kimi_serve.core.output import sgr
 from kimi_serve.verify import http_findings as hx
 from kimi_serve.verify import wire
-from kimi_serve.verify.accumulate import Merge, finish, merge_delta
 from kimi_serve.verify.diagnose import TOOL_TOKEN
 from kimi_serve.verify.runner import _served_models
-from kimi_serve.verify.sse import SseEvent, SseFeed
-from kimi_serve.verify.stream import stall_limit
+from kimi_serve.verify.sse import SseFeed
+from kimi_serve.verify.stream import StreamReader, stall_limit
 from kimi_serve.verify.target import Target
 from kimi_serve.verify.thinking import marker
 
@@ -144,43 +144,16 @@ def has_raw_markup(text: str) -> bool:
     return bool(TOOL_TOKEN.search(text) or _SECTION.search(text) or marker(text))
 
 
-class _StreamShown:
-    """The stream's events as they arrive: text shown at once, every delta merged as the openai SDK merges it."""
+def _shown(display: Display) -> Callable[[dict[str, Any]], None]:
+    """Each delta's text shown as it arrives: the reasoning on ``err``, the answer on ``out``."""
 
-    def __init__(self, display: Display) -> None:
-        self.display = display
-        self.feed = SseFeed()
-        self.message: dict[str, Any] = {}
-        self.merge = Merge()
-        self.events = 0
-        self.error = ""
-
-    def chunk(self, piece: bytes) -> None:
-        for event in self.feed.feed(piece):
-            self.event(event)
-
-    def event(self, event: SseEvent) -> None:
-        if event.fault is not None or event.data.strip().startswith("[DONE]"):
-            return
-        self.events += 1
-        try:
-            chunk = wire.loads(event.data)
-        except ValueError:
-            return
-        if isinstance(chunk, dict) and chunk.get("error"):
-            err = chunk["error"]
-            self.error = str(err.get("message", err) if isinstance(err, dict) else err)[:300]
-            return
-        choices = chunk.get("choices") if isinstance(chunk, dict) else None
-        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-        delta = choice.get("delta")
-        if not isinstance(delta, dict):
-            return
+    def show(delta: dict[str, Any]) -> None:
         if isinstance(delta.get("reasoning_content"), str) and delta["reasoning_content"]:
-            self.display.reasoning(delta["reasoning_content"])
+            display.reasoning(delta["reasoning_content"])
         if isinstance(delta.get("content"), str) and delta["content"]:
-            self.display.content(delta["content"])
-        merge_delta(self.message, delta, "delta", self.merge)
+            display.content(delta["content"])
+
+    return show
 
 
 def chat_turn(
@@ -201,7 +174,7 @@ def chat_turn(
         body["max_tokens"] = max_tokens
     if tools:
         body["tools"] = tools
-    reader = _StreamShown(display)
+    reader = StreamReader(on_delta=_shown(display))
     try:
         reply = request(
             "POST",
@@ -210,7 +183,7 @@ def chat_turn(
             api_key=api_key,
             json_body=body,
             stall_s=stall_limit(timeout),
-            on_chunk=reader.chunk,
+            on_chunk=reader.feed,
         )
     except TransportError as err:
         raise unreachable(target, err) from None
@@ -218,9 +191,8 @@ def chat_turn(
     if failure is not None:
         display.end()
         raise _fail(failure, ExitCode.FAILED)
-    if reader.events == 0 and reply.body:  # a body sent compressed: shown once whole, decoded
-        for event in SseFeed().feed(reply.body + b"\n\n"):
-            reader.event(event)
+    if reader.count == 0 and reply.body:  # a body sent compressed: shown once whole, decoded
+        reader.read(SseFeed().feed(reply.body + b"\n\n"))
     display.end()
     if reader.error:
         raise KimiServeError(
@@ -228,7 +200,7 @@ def chat_turn(
             hint="read the server's log for this request",
             exit_code=ExitCode.FAILED,
         )
-    if reply.timed_out or (reader.events == 0 and reply.status == 200):
+    if reply.timed_out or (reader.count == 0 and reply.status == 200):
         raise KimiServeError(
             f"{target.base_url}: no complete answer within {timeout:g}s"
             if reply.timed_out
@@ -238,20 +210,12 @@ def chat_turn(
             else "point --host at SGLang's OpenAI server",
             exit_code=ExitCode.FAILED,
         )
-    message = finish(reader.message)
-    turn = ChatTurn(
-        content=message.get("content") if isinstance(message.get("content"), str) else "",
-        reasoning=message.get("reasoning_content") if isinstance(message.get("reasoning_content"), str) else "",
-    )
-    calls = message.get("tool_calls")
-    for call in calls if isinstance(calls, list) else []:
-        fn = call.get("function") if isinstance(call, dict) else None
-        if isinstance(fn, dict):
-            name, arguments = str(fn.get("name") or "?"), str(fn.get("arguments") or "")
-            display.tool_call(name, arguments)
-            turn.tool_calls.append(
-                {"id": call.get("id"), "type": "function", "function": {"name": name, "arguments": arguments}}
-            )
+    answer = reader.answer()
+    turn = ChatTurn(content=answer.content or "", reasoning=answer.reasoning or "")
+    for call in answer.tool_calls:
+        name, arguments = call.name or "?", call.arguments or ""
+        display.tool_call(name, arguments)
+        turn.tool_calls.append({"id": call.id, "type": "function", "function": {"name": name, "arguments": arguments}})
     turn.raw_markup = has_raw_markup(turn.content)
     if turn.raw_markup:
         display.note(RAW_MARKUP)

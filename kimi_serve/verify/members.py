@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode
+from kimi_serve.verify.options import VerifyOptions
 from kimi_serve.verify.report import VerifyReport
 from kimi_serve.verify.runner import run_verify
 from kimi_serve.verify.wire import json_safe, printable
@@ -105,24 +106,24 @@ class DeploymentReport:
         return json.dumps(json_safe(self.to_dict()), indent=2)
 
 
-def run_deployment(targets: Sequence[tuple[str, str]], **verify_args: Any) -> DeploymentReport:
-    """``targets``: (name, HOST:PORT or URL) with the router first. Each part gets the same arguments as
-    :func:`run_verify` (key, model, wait, timeout, suite...) and is checked in turn: the router, then each replica."""
-    return DeploymentReport([MemberReport(name, run_verify(target, **verify_args)) for name, target in targets])
+def run_deployment(targets: Sequence[tuple[str, str]], options: VerifyOptions) -> DeploymentReport:
+    """``targets``: (name, HOST:PORT or URL) with the router first. Each part is checked in turn with the same
+    ``options`` (key, model, wait, timeout, suite...): the router, then each replica."""
+    return DeploymentReport([MemberReport(name, run_verify(target, options)) for name, target in targets])
 
 
 def verify_deployment(
     router: tuple[str, str] | None,
     replicas: Sequence[tuple[str, str]],
+    options: VerifyOptions,
     *,
     router_view: Callable[[str], dict[str, Any]],
-    **verify_args: Any,
 ) -> VerifyReport | DeploymentReport:
     """`verify --profile`: with no ``router``, the one server's own report (its one replica); else the router and then
     each replica (:func:`run_deployment`), each (name, URL), with the router's health view (``router_view(URL)``)."""
     if router is None:
-        return run_verify(replicas[0][1], **verify_args)
-    report = run_deployment([router, *replicas], **verify_args)
+        return run_verify(replicas[0][1], options)
+    report = run_deployment([router, *replicas], options)
     report.router_view = router_view(router[1])
     return report
 

@@ -13,8 +13,7 @@ from typing import Any
 
 from kimi_serve.core.findings import WARN, Finding
 from kimi_serve.core.http import TransportError, read_limits, request
-from kimi_serve.core.http_body import LIMITS, Limits
-from kimi_serve.core.suites import FULL, QUICK
+from kimi_serve.core.suites import FULL
 from kimi_serve.verify import http_findings as hx
 from kimi_serve.verify import load as load_probe
 from kimi_serve.verify.agent_rules import honoured
@@ -22,15 +21,15 @@ from kimi_serve.verify.agentic import DIALECT_PROBES, REPLAYS, agentic_probes
 from kimi_serve.verify.answer import Answer, answer_from_json
 from kimi_serve.verify.budget import check_budget
 from kimi_serve.verify.leaks import server_info_leaks
+from kimi_serve.verify.options import VerifyOptions
 from kimi_serve.verify.probes import STREAM, Probe
 from kimi_serve.verify.probes import suite as suite_probes
 from kimi_serve.verify.raw_suite import raw_calls
-from kimi_serve.verify.readiness import POLL_TIMEOUT, Progress, address, wait_ready
+from kimi_serve.verify.readiness import POLL_TIMEOUT, address, wait_ready
 from kimi_serve.verify.report import ProbeResult, VerifyReport, clip, problem
 from kimi_serve.verify.stream import answer_from_sse, stall_limit
 from kimi_serve.verify.target import Target, parse_target
 
-DEFAULT_TIMEOUT = 180.0
 # How long a contract check after a start (`up`, `check --contract`) waits for /health: the same in both, so the dry
 # run predicts `up`.
 AFTER_START_WAIT = 30.0
@@ -269,65 +268,39 @@ def _parser_checks(found: list[Finding], report: VerifyReport) -> list[Finding]:
     return found
 
 
-def run_verify(
-    target: Target | str,
-    *,
-    api_key: str | None = None,
-    model: str | None = None,
-    wait: float = 0.0,
-    timeout: float = DEFAULT_TIMEOUT,
-    suite: str = QUICK,
-    progress: Progress | None = None,
-    key_source: str | None = None,
-    max_tokens: int | None = None,
-    expected_ports: tuple[int, ...] = (),
-    limits: Limits = LIMITS,
-    concurrency: int | None = None,
-) -> VerifyReport:
+def run_verify(target: Target | str, options: VerifyOptions | None = None, **changes: Any) -> VerifyReport:
     """Check that the server at ``target`` keeps the Kimi API contract; never prints, never raises for server faults.
 
-    ``wait``: seconds to wait for readiness (0 = check once). ``timeout``: the limit for everything after readiness.
-    ``progress`` receives readiness phases. ``key_source`` names where ``api_key`` came from, for the report
-    (:attr:`kimi_serve.verify.target.ApiKey.source`; default "caller" when a key is given, else "none").
-    ``max_tokens`` caps every probe's max_tokens (monitoring keeps runs light). After the probes come the
-    least-privilege checks (admin endpoints, stray listeners; ``expected_ports``: listeners beyond loopback besides
-    the API port that are fine). ``limits``: what verify reads at most (transport.Limits). ``concurrency``: the load
-    probe's N concurrent streams (default 8 in ``full``, none in the other suites; 0 leaves it out). The report's
+    ``options``: how the run goes (:class:`~kimi_serve.verify.options.VerifyOptions`), with ``changes`` to its fields
+    (a caller that sets one or two). Readiness first (``options.wait``), then every probe and mode, then the
+    least-privilege checks (admin endpoints, stray listeners), all within ``options.timeout``. The report's
     ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
+    opts = dataclasses.replace(options or VerifyOptions(), **changes)
+    with read_limits(opts.limits):  # what the whole run may read
+        return _run(target, opts)
+
+
+def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
+    api_key, model, wait, timeout, suite = opts.api_key, opts.model, opts.wait, opts.timeout, opts.suite
+    max_tokens = opts.max_tokens
+    concurrency = opts.concurrency
     if concurrency is None:
         concurrency = load_probe.DEFAULT_CONCURRENCY if suite == FULL else 0
-    with read_limits(limits):  # what the whole run may read
-        return _run(
-            target, api_key, model, wait, timeout, suite, progress, key_source, max_tokens, expected_ports, concurrency
-        )
-
-
-def _run(
-    target: Target,
-    api_key: str | None,
-    model: str | None,
-    wait: float,
-    timeout: float,
-    suite: str,
-    progress: Progress | None,
-    key_source: str | None,
-    max_tokens: int | None,
-    expected_ports: tuple[int, ...],
-    concurrency: int,
-) -> VerifyReport:
     probes = suite_probes(suite) + agentic_probes(suite)
     if max_tokens is not None:
         probes = tuple(dataclasses.replace(p, max_tokens=min(p.max_tokens, max_tokens)) for p in probes)
     started = time.monotonic()
-    readiness = wait_ready(target, started + wait, progress, api_key=api_key, poll_timeout=min(POLL_TIMEOUT, timeout))
+    readiness = wait_ready(
+        target, started + wait, opts.progress, api_key=api_key, poll_timeout=min(POLL_TIMEOUT, timeout)
+    )
     report = VerifyReport(
         target=target.base_url,
         suite=suite,
         readiness=readiness,
         model=model,
-        key_source=key_source or ("caller" if api_key else "none"),
+        key_source=opts.key_source or ("caller" if api_key else "none"),
     )
     if not readiness.ready:
         report.error = hx.not_ready(readiness, wait, address(target))
@@ -368,7 +341,7 @@ def _run(
         # turns), so the run still takes about its slowest probe; the load probe's streams all at once (their own
         # pool), once the tool probe's stream has been answered alone (what the load's verdict compares with)
         checks_by = max(deadline, time.monotonic() + POLL_TIMEOUT)
-        privilege_future = pool.submit(privilege_checks, target, api_key, checks_by, expected_ports)
+        privilege_future = pool.submit(privilege_checks, target, api_key, checks_by, opts.expected_ports)
         parser_future = pool.submit(parser_checks, target, api_key, checks_by)
         budget_future = (
             pool.submit(check_budget, target, model, api_key, deadline, timeout, send=max_tokens is None)

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 _END = re.compile(rb"\r\n|\r|\n")  # a line's end
-_END_TEXT = re.compile(r"\r\n|\r|\n")  # the same in decoded text (SseFeed)
 
 
 @dataclass(frozen=True)
@@ -53,13 +52,7 @@ def events(body: bytes) -> list[SseEvent]:
 def iter_events(body: bytes, end: int | None = None) -> Iterator[SseEvent]:
     """:func:`events` one at a time (a long stream is never held as a list of lines or events); ``end``: read only
     ``body[:end]`` (without copying it)."""
-    grammar = _Grammar()
-    for line in _lines(body, len(body) if end is None else end):
-        event = grammar.line(line)
-        if event is not None:
-            yield event
-            if grammar.done:
-                return  # the SDK stops reading here
+    yield from SseFeed().read(body, len(body) if end is None else end)
 
 
 class _Grammar:
@@ -107,49 +100,44 @@ class _Grammar:
 
 
 class SseFeed:
-    """The same grammar over a stream read piece by piece (``chat`` shows each event as it comes): :meth:`feed` takes
+    """The grammar over a stream read piece by piece (``chat`` shows each event as it comes): :meth:`feed` takes
     the bytes that arrived and returns the events they complete. A line end split across pieces (CR, then LF in the
-    next piece) is one line end, a UTF-8 character split across pieces one character."""
+    next piece) is one line end, a UTF-8 character split across pieces one character (a line is decoded once whole)."""
 
     def __init__(self) -> None:
-        import codecs
-
         self._grammar = _Grammar()
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._tail = ""
+        self._tail = b""
 
     @property
     def done(self) -> bool:
         return self._grammar.done
 
     def feed(self, piece: bytes) -> list[SseEvent]:
-        text = self._tail + self._decoder.decode(piece)
-        out: list[SseEvent] = []
-        start = 0
-        # the tail holds no line end (but perhaps a last CR): only the new text is searched, so a body with no line
+        if self.done:
+            return []
+        data = self._tail + piece
+        # the tail holds no line end (but perhaps a last CR): only the new bytes are searched, so a body with no line
         # end costs one pass, not one per piece
-        for found in _END_TEXT.finditer(text, max(0, len(self._tail) - 1)):
-            if found.end() == len(text) and found.group() == "\r":
+        return list(self.read(data, len(data), max(0, len(self._tail) - 1), more=True))
+
+    def read(self, data: bytes, end: int, start: int = 0, *, more: bool = False) -> Iterator[SseEvent]:
+        """The events of the lines in ``data[:end]`` (searched for line ends from ``start``), each line decoded on its
+        own: a line end is never part of a UTF-8 sequence, so this reads as decoding the whole body would, in one
+        pass, without a second copy of a 16 MiB body as text (a line-matching regular expression retried from every
+        byte of a body with no line end: 200 KB of ``[`` took minutes). ``more``: more bytes may follow, so the
+        unended rest is kept for them (a CR at the end may be the first half of a CRLF)."""
+        grammar, line_start = self._grammar, 0
+        for found in _END.finditer(data, start, end):
+            if more and found.end() == len(data) and found.group() == b"\r":
                 break  # a CR at the end: the LF of a CRLF may come in the next piece
-            line, start = text[start : found.start()], found.end()
-            if self._grammar.done:
-                continue
-            event = self._grammar.line(line)
+            event = grammar.line(data[line_start : found.start()].decode("utf-8", errors="replace"))  # no copy held
+            line_start = found.end()
             if event is not None:
-                out.append(event)
-        self._tail = text[start:]
-        return out
-
-
-def _lines(body: bytes, end: int) -> Iterator[str]:
-    """The lines of ``body`` (text after the last line end is no line), each decoded on its own: a line end is never
-    part of a UTF-8 sequence, so this reads as decoding the whole body would, in one pass over it, without a second
-    copy of a 16 MiB body as text (a line-matching regular expression retried from every byte of a body with no line
-    end: 200 KB of ``[`` took minutes)."""
-    start = 0
-    for found in _END.finditer(body, 0, end):
-        yield body[start : found.start()].decode("utf-8", errors="replace")
-        start = found.end()
+                yield event
+                if grammar.done:
+                    break  # the SDK stops reading here
+        if more:
+            self._tail = b"" if self._grammar.done else data[line_start:]
 
 
 def _int(value: str, default: int | None) -> int | None:

@@ -1,17 +1,20 @@
-"""Server-sent events -> :class:`Answer`: content, reasoning and tool-call fragments (by index) reassembled."""
+"""The one reader of a stream (:class:`StreamReader`): server-sent events -> :class:`Answer`, content, reasoning and
+tool-call fragments (by index) reassembled as the openai SDK does, within verify's bounds; used by every probe
+(:func:`answer_from_sse`) and by ``chat`` (piece by piece, shown as it arrives)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kimi_serve.core.findings import Finding
 from kimi_serve.core.pin import KIMI_PATCH_SET, patch_set_args, patches_apply
 from kimi_serve.verify import wire
 from kimi_serve.verify.accumulate import Merge, finish, merge_delta
-from kimi_serve.verify.answer import OTHER_REASONING_FIELDS, Answer, ToolCall, as_object, json_kind
+from kimi_serve.verify.answer import Answer, as_object, message_answer, tool_call
 from kimi_serve.verify.report import problem, warning
-from kimi_serve.verify.sse import iter_events
+from kimi_serve.verify.sse import SseEvent, SseFeed, iter_events
 
 _SHOW = 160
 # No bytes for this long: the stream is stalled (the transport stops it). One that keeps sending is only slow.
@@ -23,17 +26,6 @@ _FIX_WIRE = (
     "SGLang's own stream has this shape right; a proxy or another server in between rewrites the chunks: "
     "point --host at SGLang itself or configure the proxy to pass server-sent events through unchanged"
 )
-
-
-def _once(answer: Answer, code: str, message: str) -> None:
-    """A fault of one chunk, named for the first such chunk only (a stream of bad chunks is one finding)."""
-    if all(p.code != code for p in answer.problems):
-        fix = (
-            "read the SGLang log for this request"
-            if code == "stream_error"
-            else "check the server log for the request; the stream is corrupt"
-        )
-        answer.problems.append(problem(code, message, fix))
 
 
 def _sse_problem(faults: list[str]) -> Finding:
@@ -101,21 +93,6 @@ def _check_tool_lookup(delta: dict[str, Any], message: dict[str, Any], merge: Me
             )
 
 
-def _tool_call(raw: Any, position: int) -> ToolCall:
-    raw = as_object(raw)
-    fn = as_object(raw.get("function"))
-    arguments = fn.get("arguments")
-    index = raw.get("index")
-    return ToolCall(
-        id=raw["id"] if isinstance(raw.get("id"), str) else None,
-        type=raw["type"] if isinstance(raw.get("type"), str) else None,
-        index=index if isinstance(index, int) else position,
-        name=fn["name"] if isinstance(fn.get("name"), str) else None,
-        arguments=arguments if isinstance(arguments, str) else None,
-        arguments_kind=json_kind(arguments),
-    )
-
-
 def stall_limit(timeout: float) -> float:
     """Seconds without a byte that make a stream "stalled": STALL_SECONDS, or half the timeout when that is shorter."""
     return min(STALL_SECONDS, timeout / 2)
@@ -144,6 +121,209 @@ def _stall_problem(events: int, stalled: bool, idle_s: float | None, stall_s: fl
     )
 
 
+class StreamReader:
+    """The one reader of a streamed chat completion: every probe's stream and chat's go through it. It takes the SSE
+    events (:mod:`kimi_serve.verify.sse`'s grammar: the whole body, or piece by piece through :meth:`feed`), decodes
+    each chunk within verify's bounds (nesting and the containers of one answer: :mod:`kimi_serve.verify.wire`; the
+    deadline every 512 events), merges every delta as the openai SDK does (:mod:`kimi_serve.verify.accumulate`),
+    assembles the tool calls, and :meth:`answer` says what is wrong with the stream itself.
+
+    ``containers``: the budget all chunks share (None: each chunk its own, for chat, which shows the answer as it
+    comes). ``on_delta``: called with each delta merged (chat shows its text as it arrives).
+    """
+
+    def __init__(
+        self,
+        *,
+        deadline: float | None = None,
+        containers: wire.Containers | None = None,
+        on_delta: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.deadline, self.containers, self.on_delta = deadline, containers, on_delta
+        self.problems: list[Finding] = []
+        self.merge = Merge()
+        self.message: dict[str, Any] = {}
+        self.finish_reason: str | None = None
+        self.error: str | None = None  # the first error the server sent mid-stream
+        self.faults: dict[str, None] = {}  # what the SDK's reader fails on, each once, in order
+        self.count = 0  # data events read
+        self.limit: str | None = None  # a wire bound a chunk passed: reading stopped there
+        self.done = self.nulls = self.late = self.stopped = False
+        self._feed: SseFeed | None = None
+
+    def feed(self, piece: bytes) -> None:
+        """The bytes that arrived (chat's stream as it comes)."""
+        self._feed = self._feed or SseFeed()
+        self.read(self._feed.feed(piece))
+
+    def read(self, events: Iterable[SseEvent]) -> None:
+        for event in events:
+            if self.stopped:
+                return
+            self.event(event)
+
+    def event(self, event: SseEvent) -> None:
+        if event.fault is not None:
+            self.faults.setdefault(event.fault)
+            return
+        data = event.data
+        if data.strip().startswith("[DONE]"):
+            self.done = self.stopped = True  # the SDK stops reading here
+            return
+        if self.deadline is not None and self.count % 512 == 511 and time.monotonic() > self.deadline:
+            self.late = self.stopped = True  # too many chunks to merge before the deadline
+            return
+        self.count += 1
+        try:
+            chunk = wire.loads(data, self.containers)
+        except wire.WireLimit as exc:
+            self.limit, self.stopped, self.count = exc.limit, True, self.count - 1
+            return
+        except ValueError:
+            self._once("stream_bad_chunk", f"a stream chunk is not JSON: {data[:_SHOW]!r}")
+            return
+        if isinstance(chunk, dict) and chunk.get("error"):
+            err = chunk["error"]
+            text = str(err.get("message", err) if isinstance(err, dict) else err)
+            self.error = self.error or text[:300]
+            self._once("stream_error", f"the server sent an error mid-stream: {text[:_SHOW]}")
+        elif not isinstance(chunk, dict):
+            self._once("stream_bad_chunk", f"a stream chunk is not a JSON object: {data[:_SHOW]!r}")
+        elif chunk.get("object") != _CHUNK_OBJECT:
+            if _carries_data(chunk.get("choices") or []):
+                self.merge.add(
+                    "stream_chunk_object",
+                    f"a chunk with data has object {repr(chunk.get('object'))[:_SHOW]}, not "
+                    f"{_CHUNK_OBJECT!r}: the openai SDK's stream helper skips such chunks, so their text is lost",
+                )
+        else:
+            choices = chunk.get("choices") or []
+            for choice in choices if isinstance(choices, list) else []:
+                self._choice(as_object(choice))
+
+    def _choice(self, choice: dict[str, Any]) -> None:
+        index = choice.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            self.merge.add(
+                "stream_choice_index",
+                f"a stream choice has index {repr(index)[:_SHOW]}, not an integer: the openai "
+                "SDK cannot place it (TypeError) and the stream is lost",
+            )
+            index = 0
+        if index != 0:
+            return
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            if delta is not None or not choice.get("finish_reason"):
+                self.merge.add("stream_no_delta", f"a stream choice has no `delta` object ({repr(delta)[:_SHOW]})")
+        else:
+            self.nulls = self.nulls or _null_continuation(delta, self.message)
+            if self.on_delta is not None:
+                self.on_delta(delta)
+            merge_delta(self.message, delta, "delta", self.merge)
+            _check_tool_lookup(delta, self.message, self.merge)
+        if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
+            self.finish_reason = choice["finish_reason"]
+
+    def _once(self, code: str, message: str) -> None:
+        """A fault of one chunk, named for the first such chunk only (a stream of bad chunks is one finding)."""
+        if all(p.code != code for p in self.problems):
+            fix = (
+                "read the SGLang log for this request"
+                if code == "stream_error"
+                else "check the server log for the request; the stream is corrupt"
+            )
+            self.problems.append(problem(code, message, fix))
+
+    def answer(
+        self,
+        *,
+        timed_out: bool = False,
+        cut: bool = False,
+        stalled: bool = False,
+        idle_s: float | None = None,
+        stall_s: float | None = None,
+    ) -> Answer:
+        """The answer as the openai SDK reassembles it, with what is wrong with the stream itself. ``timed_out``/
+        ``cut``/``stalled``/``idle_s``/``stall_s``: how reading ended (core.http.Reply), to tell a hung stream (no
+        bytes for ``stall_s``) from a slow one (still arriving at the deadline) and a broken connection."""
+        limit, count, done = self.limit, self.count, self.done
+        timed_out = timed_out or limit is not None  # cut at a read limit: judged as cut there
+        late = self.late and not timed_out  # read whole in time, then too many chunks to merge before the deadline
+        message = finish(self.message)
+        answer = message_answer(message, finish_reason=self.finish_reason, problems=list(self.problems))
+        if self.faults:
+            answer.problems.insert(0, _sse_problem(list(self.faults)))
+        answer.problems += [problem(code, text, _FIX_WIRE) for code, text in self.merge.faults]
+        raw_calls = message.get("tool_calls")
+        answer.tool_calls = [tool_call(c, i) for i, c in enumerate(raw_calls if isinstance(raw_calls, list) else [])]
+        if (
+            message.get("role") is None
+            and answer.finish_reason
+            and not self.merge.faults
+            and not timed_out
+            and not late
+        ):
+            answer.problems.append(
+                problem(
+                    "stream_no_role",
+                    'no chunk carried `role: "assistant"`: the openai SDK\'s '
+                    "message has role None, which a client cannot send back as history",
+                    _FIX_WIRE,
+                )
+            )
+        if self.nulls:
+            answer.warnings.append(_NULL_FIELDS)
+        if late:
+            answer.problems.append(
+                problem(
+                    "timeout",
+                    f"verify's --timeout ran out while it read the stream's events (after {count}): the server sends "
+                    "an answer in more chunks than verify can read in time",
+                    "the server or a proxy splits the answer into very many chunks; read its log, or raise --timeout",
+                )
+            )
+        elif limit:
+            answer.problems.append(
+                problem(
+                    "too_large",
+                    f"the stream passed verify's read limit ({limit}) after {count} events and was cut off there",
+                    "the server sends an endless or oversized stream; read its log, and check that --host is "
+                    "SGLang's OpenAI server (not a proxy or another service)",
+                )
+            )
+        elif timed_out:
+            answer.problems.append(_stall_problem(count, stalled, idle_s, stall_s))
+        elif not done and (cut or answer.finish_reason is None):
+            how = "the connection broke" if cut else "the stream ended"
+            answer.problems.append(
+                problem(
+                    "stream_no_done",
+                    f"{how} without `data: [DONE]` ({count} events)",
+                    "the stream is truncated; read the SGLang log for an error on this request",
+                )
+            )
+        elif not done:
+            answer.warnings.append(
+                warning(
+                    "stream_no_done",
+                    f"the stream ended cleanly after finish_reason "
+                    f"{answer.finish_reason!r} but without `data: [DONE]`: the openai SDK reads it "
+                    "whole, clients that wait for [DONE] hang",
+                    _FIX_WIRE,
+                )
+            )
+        if answer.finish_reason is None and not timed_out and not late:
+            answer.problems.append(
+                problem(
+                    "stream_no_finish_reason",
+                    "no chunk carried a finish_reason",
+                    "the stream is truncated or the server is not SGLang's OpenAI server",
+                )
+            )
+        return answer
+
+
 def answer_from_sse(
     body: bytes,
     *,
@@ -155,160 +335,25 @@ def answer_from_sse(
     limit: str | None = None,
     deadline: float | None = None,
 ) -> Answer:
-    """Reassemble a streamed chat completion as the openai SDK does and record what is wrong with the stream itself.
-
-    ``timed_out``/``stalled``/``idle_s``/``stall_s``: how reading ended (transport.Reply), to tell a hung stream
-    (no bytes for ``stall_s``) from a slow one (still arriving at the deadline). ``limit``: reading stopped at this
-    read limit (transport.LIMITS); the stream is judged as cut there. ``deadline`` (``time.monotonic()``): reading
-    the events stops there too, so a stream of many small chunks cannot hold verify past its --timeout.
-    """
+    """A whole streamed body through :class:`StreamReader` (how reading ended: :meth:`StreamReader.answer`).
+    ``limit``: reading stopped at this read limit (core.http_body.LIMITS); the whole events that came are judged for
+    wire faults only. ``deadline`` (``time.monotonic()``): reading the events stops there too, so a stream of many
+    small chunks cannot hold verify past its --timeout."""
     end = len(body)
-    if limit:  # cut at a read limit: like a deadline, the whole events that came are judged for wire faults only
-        timed_out = True
+    if limit:
         last = body.rfind(b"\n\n")
         end = last + 2 if last >= 0 else 0  # read up to there (not a copy of 16 MiB)
-    answer = Answer()
-    merge = Merge()
-    message: dict[str, Any] = {}
-    done = nulls = False
-    if not limit and b"data:" not in body and body and not body.isspace() and next(iter_events(body), None) is None:
-        answer.problems.append(
-            problem(
-                "stream_not_sse",
-                f"stream=true answered with a non-SSE body: {body[:_SHOW].decode('utf-8', 'replace')!r}",
-                "point --host at SGLang's OpenAI server; a proxy in between must pass server-sent events through",
-            )
-        )
-        return answer
-    containers, late = wire.Containers(wire.MAX_CONTAINERS), False
-    faults: dict[str, None] = {}  # what the SDK's reader fails on, each once, in order
-    count = 0  # data events read
-    for event in iter_events(body, end):
-        if event.fault is not None:
-            faults.setdefault(event.fault)
-            continue
-        data = event.data
-        if data.strip().startswith("[DONE]"):
-            done = True
-            break  # the SDK stops reading here
-        if deadline is not None and count % 512 == 511 and time.monotonic() > deadline:
-            late = not timed_out  # read whole in time, then too many chunks to merge before the deadline
-            break
-        count += 1
-        try:
-            chunk = wire.loads(data, containers)
-        except wire.WireLimit as exc:
-            limit, timed_out, count = exc.limit, True, count - 1
-            break
-        except ValueError:
-            _once(answer, "stream_bad_chunk", f"a stream chunk is not JSON: {data[:_SHOW]!r}")
-            continue
-        if isinstance(chunk, dict) and chunk.get("error"):
-            err = chunk["error"]
-            text = err.get("message", err) if isinstance(err, dict) else err
-            _once(answer, "stream_error", f"the server sent an error mid-stream: {str(text)[:_SHOW]}")
-            continue
-        if not isinstance(chunk, dict):
-            _once(answer, "stream_bad_chunk", f"a stream chunk is not a JSON object: {data[:_SHOW]!r}")
-            continue
-        choices = chunk.get("choices") or []
-        if chunk.get("object") != _CHUNK_OBJECT:
-            if _carries_data(choices):
-                merge.add(
-                    "stream_chunk_object",
-                    f"a chunk with data has object {repr(chunk.get('object'))[:_SHOW]}, not "
-                    f"{_CHUNK_OBJECT!r}: the openai SDK's stream helper skips such chunks, so their text is lost",
+    elif b"data:" not in body and body and not body.isspace() and next(iter_events(body), None) is None:
+        return Answer(
+            problems=[
+                problem(
+                    "stream_not_sse",
+                    f"stream=true answered with a non-SSE body: {body[:_SHOW].decode('utf-8', 'replace')!r}",
+                    "point --host at SGLang's OpenAI server; a proxy in between must pass server-sent events through",
                 )
-            continue
-        for choice in choices if isinstance(choices, list) else []:
-            choice = as_object(choice)
-            index = choice.get("index")
-            if not isinstance(index, int) or isinstance(index, bool):
-                merge.add(
-                    "stream_choice_index",
-                    f"a stream choice has index {repr(index)[:_SHOW]}, not an integer: the openai "
-                    "SDK cannot place it (TypeError) and the stream is lost",
-                )
-                index = 0
-            if index != 0:
-                continue
-            delta = choice.get("delta")
-            if not isinstance(delta, dict):
-                if delta is not None or not choice.get("finish_reason"):
-                    merge.add("stream_no_delta", f"a stream choice has no `delta` object ({repr(delta)[:_SHOW]})")
-            else:
-                nulls = nulls or _null_continuation(delta, message)
-                merge_delta(message, delta, "delta", merge)
-                _check_tool_lookup(delta, message, merge)
-            if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
-                answer.finish_reason = choice["finish_reason"]
-    if faults:
-        answer.problems.insert(0, _sse_problem(list(faults)))
-    answer.problems += [problem(code, text, _FIX_WIRE) for code, text in merge.faults]
-    message = finish(message)
-    answer.content = message.get("content") if isinstance(message.get("content"), str) else None
-    answer.reasoning = message.get("reasoning_content") if isinstance(message.get("reasoning_content"), str) else None
-    for name in OTHER_REASONING_FIELDS:
-        if isinstance(message.get(name), str) and message[name]:
-            answer.other_reasoning[name] = message[name]
-    raw_calls = message.get("tool_calls")
-    answer.tool_calls = [_tool_call(c, i) for i, c in enumerate(raw_calls if isinstance(raw_calls, list) else [])]
-    if message.get("role") is None and answer.finish_reason and not merge.faults and not timed_out and not late:
-        answer.problems.append(
-            problem(
-                "stream_no_role",
-                'no chunk carried `role: "assistant"`: the openai SDK\'s '
-                "message has role None, which a client cannot send back as history",
-                _FIX_WIRE,
-            )
+            ]
         )
-    if nulls:
-        answer.warnings.append(_NULL_FIELDS)
-    if late:
-        answer.problems.append(
-            problem(
-                "timeout",
-                f"verify's --timeout ran out while it read the stream's events (after {count}): the server sends "
-                "an answer in more chunks than verify can read in time",
-                "the server or a proxy splits the answer into very many chunks; read its log, or raise --timeout",
-            )
-        )
-    elif limit:
-        answer.problems.append(
-            problem(
-                "too_large",
-                f"the stream passed verify's read limit ({limit}) after {count} events and was cut off there",
-                "the server sends an endless or oversized stream; read its log, and check that --host is "
-                "SGLang's OpenAI server (not a proxy or another service)",
-            )
-        )
-    elif timed_out:
-        answer.problems.append(_stall_problem(count, stalled, idle_s, stall_s))
-    elif not done and (cut or answer.finish_reason is None):
-        how = "the connection broke" if cut else "the stream ended"
-        answer.problems.append(
-            problem(
-                "stream_no_done",
-                f"{how} without `data: [DONE]` ({count} events)",
-                "the stream is truncated; read the SGLang log for an error on this request",
-            )
-        )
-    elif not done:
-        answer.warnings.append(
-            warning(
-                "stream_no_done",
-                f"the stream ended cleanly after finish_reason "
-                f"{answer.finish_reason!r} but without `data: [DONE]`: the openai SDK reads it "
-                "whole, clients that wait for [DONE] hang",
-                _FIX_WIRE,
-            )
-        )
-    if answer.finish_reason is None and not timed_out and not late:
-        answer.problems.append(
-            problem(
-                "stream_no_finish_reason",
-                "no chunk carried a finish_reason",
-                "the stream is truncated or the server is not SGLang's OpenAI server",
-            )
-        )
-    return answer
+    reader = StreamReader(deadline=deadline, containers=wire.Containers(wire.MAX_CONTAINERS))
+    reader.limit = limit
+    reader.read(iter_events(body, end))
+    return reader.answer(timed_out=timed_out, cut=cut, stalled=stalled, idle_s=idle_s, stall_s=stall_s)
