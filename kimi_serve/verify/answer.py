@@ -8,6 +8,7 @@ from typing import Any
 
 from kimi_serve.core.findings import Finding
 from kimi_serve.verify.accumulate import MAX_TOOL_CALLS
+from kimi_serve.verify.draft import SpecSample, spec_sample
 from kimi_serve.verify.report import problem
 
 # Fields other stacks use for reasoning; SGLang's (and the contract's) field is reasoning_content.
@@ -33,6 +34,7 @@ class Answer:
     finish_reason: str | None = None
     problems: list[Finding] = field(default_factory=list)  # wire-level problems (shape, stream truncation)
     warnings: list[Finding] = field(default_factory=list)  # wire faults a client survives
+    spec: SpecSample | None = None  # the acceptance SGLang reported for this answer (sglext.spec_tokens_details)
 
 
 def _text(value: Any) -> str | None:
@@ -73,6 +75,7 @@ def answer_from_json(obj: Any) -> Answer:
         content=_text(message.get("content")),
         reasoning=_text(message.get("reasoning_content")),
         finish_reason=_text(choice.get("finish_reason")),
+        spec=spec_sample(obj),
     )
     for name in OTHER_REASONING_FIELDS:
         if _text(message.get(name)):

@@ -21,6 +21,8 @@ from kimi_serve.verify.agent_rules import honoured
 from kimi_serve.verify.agentic import DIALECT_PROBES, REPLAYS, agentic_probes
 from kimi_serve.verify.answer import Answer, answer_from_json
 from kimi_serve.verify.budget import check_budget
+from kimi_serve.verify.draft import DEFAULT_FLOOR, SPEC_DETAILS, measure, server_spec
+from kimi_serve.verify.draft import result as draft_result
 from kimi_serve.verify.leaks import server_info_leaks
 from kimi_serve.verify.probes import STREAM, Probe
 from kimi_serve.verify.probes import suite as suite_probes
@@ -112,7 +114,9 @@ def _call(
             target.url("/v1/chat/completions"),
             deadline=deadline,
             api_key=api_key,
-            json_body=probe.body(model, stream),
+            # not streamed: SGLang's acceptance for this answer in sglext (verify/draft.py); streamed, it would add a
+            # chunk without choices, which the stream rules judge
+            json_body=probe.body(model, stream) if stream else {**probe.body(model, stream), **SPEC_DETAILS},
             stall_s=stall_limit(timeout) if stream else None,
         )
     except TransportError as err:
@@ -283,6 +287,8 @@ def run_verify(
     expected_ports: tuple[int, ...] = (),
     limits: Limits = LIMITS,
     concurrency: int | None = None,
+    accept_floor: float | None = DEFAULT_FLOOR,
+    spec_expected: bool | None = None,
 ) -> VerifyReport:
     """Check that the server at ``target`` keeps the Kimi API contract; never prints, never raises for server faults.
 
@@ -292,16 +298,32 @@ def run_verify(
     ``max_tokens`` caps every probe's max_tokens (monitoring keeps runs light). After the probes come the
     least-privilege checks (admin endpoints, stray listeners; ``expected_ports``: listeners beyond loopback besides
     the API port that are fine). ``limits``: what verify reads at most (transport.Limits). ``concurrency``: the load
-    probe's N concurrent streams (default 8 in ``full``, none in the other suites; 0 leaves it out). The report's
-    ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
+    probe's N concurrent streams (default 8 in ``full``, none in the other suites; 0 leaves it out).
+    ``accept_floor``: the speculative draft's expected mean accept length (below it: a WARN; None: no floor);
+    ``spec_expected``: whether the caller's profile runs speculative decoding (the server's word comes first;
+    verify/draft.py). The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
     if concurrency is None:
         concurrency = load_probe.DEFAULT_CONCURRENCY if suite == FULL else 0
     with read_limits(limits):  # what the whole run may read
-        return _run(
+        report = _run(
             target, api_key, model, wait, timeout, suite, progress, key_source, max_tokens, expected_ports, concurrency
         )
+    if report.probes and report.error is None:
+        _judge_draft(report, target, api_key, accept_floor, spec_expected)
+    return report
+
+
+def _judge_draft(
+    report: VerifyReport, target: Target, api_key: str | None, floor: float | None, expected: bool | None
+) -> None:
+    """The draft's acceptance over the probes' answers and /metrics (read after them), as the ``draft`` row."""
+    spec = server_spec(target, time.monotonic() + POLL_TIMEOUT, api_key)
+    acceptance = measure(report.spec_samples, spec, floor=floor, spec_expected=expected)
+    if acceptance is not None:
+        report.acceptance = acceptance
+        report.probes.append(draft_result(acceptance))
 
 
 def _run(
@@ -396,6 +418,8 @@ def _run(
             if outcome.failure is not None:
                 outcome.failure = _name_key_source(outcome.failure, report.key_source)
             result = _result(probe, mode, outcome, server)
+            if outcome.answer is not None and outcome.answer.spec is not None:
+                report.spec_samples.append(outcome.answer.spec)
             if outcome.model_404:
                 if served is None:
                     data, _, _ = _get_json(target, "/v1/models", time.monotonic() + POLL_TIMEOUT, api_key, POLL_TIMEOUT)
