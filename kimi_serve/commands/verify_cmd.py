@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from kimi_serve.commands.numbers import seconds_option
+from kimi_serve.commands.numbers import number_option, seconds_option
 from kimi_serve.commands.options import SetOpt
 from kimi_serve.core.suites import QUICK, SUITES
 
@@ -81,6 +81,14 @@ def verify(
     max_tokens: int | None = typer.Option(
         None, "--max-tokens", min=16, help="Cap each probe's max_tokens (monitoring keeps checks light)."
     ),
+    accept_floor: float | None = number_option(
+        None,
+        "--accept-floor",
+        lo=1.0,
+        hi=17.0,
+        help="With speculative decoding on: warn when the draft's mean accept length is below this (default: the "
+        "profile's speculative.accept_floor with --profile, else 2.3); 1.2 or less always fails (draft_dead).",
+    ),
     metrics_file: Path | None = typer.Option(
         None,
         "--metrics-file",
@@ -114,6 +122,7 @@ def verify(
     """
     from kimi_serve.core.faults import checkpoint
     from kimi_serve.verify import parse_target, resolve_key, run_verify
+    from kimi_serve.verify.draft import DEFAULT_FLOOR
 
     checkpoint("verify.run")  # test hook: raise-at=verify.run is a kimi-serve bug in verify (exit 70)
     if sets and (host is not None or not profile):
@@ -141,6 +150,7 @@ def verify(
             max_tokens=max_tokens,
             expected_ports=tuple(expect_listener),
             concurrency=concurrency,
+            accept_floor=accept_floor,
         )
         return _print(report, as_json)
     host = host or "127.0.0.1:30000"
@@ -165,6 +175,7 @@ def verify(
             key_source=key.source,
             expected_ports=tuple(expect_listener),
             concurrency=concurrency,
+            accept_floor=DEFAULT_FLOOR if accept_floor is None else accept_floor,
         )
     else:
         report = run_verify(
@@ -179,11 +190,14 @@ def verify(
             max_tokens=max_tokens,
             expected_ports=tuple(expect_listener),
             concurrency=concurrency,
+            accept_floor=DEFAULT_FLOOR if accept_floor is None else accept_floor,
         )
     return _print(report, as_json)
 
 
-def _verify_profile(ref: str, sets: Any, api_key: str | None, api_key_file: str | None, **args: Any) -> Any:
+def _verify_profile(
+    ref: str, sets: Any, api_key: str | None, api_key_file: str | None, accept_floor: float | None, **args: Any
+) -> Any:
     """`verify --profile P [--set K=V]`: the profile's own server, or its router and then each replica; without
     --set, where a foreground `up` of P runs, its real endpoints from its run record (docs/verify.md)."""
     from kimi_serve.check.deployment import deployment_targets, running_targets
@@ -206,6 +220,8 @@ def _verify_profile(ref: str, sets: Any, api_key: str | None, api_key_file: str 
         router_view=lambda url: router_health(url, admin_key_of(key_file)).to_json(),
         api_key=key.value,
         key_source=key.source,
+        accept_floor=p.speculative.accept_floor if accept_floor is None else accept_floor,
+        spec_expected=p.speculative.enabled,
         **args,
     )
 

@@ -18,6 +18,7 @@ from kimi_serve.service.history import append_history, run_record
 from kimi_serve.service.state import ServicePaths
 from kimi_serve.service.traffic import collect, journalctl, render
 from kimi_serve.verify import VerifyReport, parse_target, run_verify
+from kimi_serve.verify.draft import DEFAULT_FLOOR
 from kimi_serve.verify.metrics import run_lock, write_metrics
 from kimi_serve.verify.readiness import Progress
 
@@ -62,6 +63,7 @@ def run_monitored(
     key_source: str | None = None,
     expected_ports: tuple[int, ...] = (),
     concurrency: int | None = None,
+    accept_floor: float | None = DEFAULT_FLOOR,
 ) -> VerifyReport:
     target = parse_target(host)
     lock = monitoring.lock_target()
@@ -79,6 +81,7 @@ def run_monitored(
             key_source=key_source,
             expected_ports=expected_ports,
             concurrency=concurrency,
+            accept_floor=accept_floor,
         )
         finished = time.time()
         labels = {"profile": monitoring.profile, "endpoint": target.base_url}
