@@ -113,6 +113,8 @@ class ScriptedTokenizerManager:
         self.clock = make_clock(self._resolved)
         self.checks = RequestChecks(model_config, tokenizer)
         self.constrainer = Constrainer(model_config, tokenizer, server_args)
+        self.generated_tokens = 0  # sglang:generation_tokens_total
+        self.verify_calls = 0  # sglang:spec_verify_calls_total
 
     def internal_states(self) -> list[dict[str, Any]]:
         """``/server_info``'s ``internal_states``: the accept length only with speculative decoding on, as SGLang."""
@@ -130,15 +132,25 @@ class ScriptedTokenizerManager:
         return stand_in_acceptance(self.clock.model.params.accept_length) if spec is not None else None
 
     def spec_metrics(self) -> str:
-        """``/metrics`` in Prometheus text: SGLang's ``sglang:spec_accept_length`` / ``spec_accept_rate`` gauges (the
-        cumulative means of this server's verify steps), with SGLang's labels; nothing without speculative decoding."""
+        """``/metrics`` in Prometheus text, SGLang's names and labels: the ``sglang:generation_tokens_total`` counter,
+        and with speculative decoding ``sglang:spec_verify_calls_total`` and the ``sglang:spec_accept_length`` /
+        ``spec_accept_rate`` gauges (the cumulative means of this server's verify steps)."""
         spec = self.clock.model.spec
+        labels = f'model_name="{self.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
+        lines = [
+            "# HELP sglang:generation_tokens_total Number of generation tokens processed.",
+            "# TYPE sglang:generation_tokens_total counter",
+            f'sglang:generation_tokens_total{{{labels},is_streaming="false"}} {float(self.generated_tokens)}',
+        ]
         if spec is None:
-            return ""
+            return "\n".join(lines) + "\n"
+        lines += [
+            "# HELP sglang:spec_verify_calls_total The number of speculative verify calls.",
+            "# TYPE sglang:spec_verify_calls_total counter",
+            f"sglang:spec_verify_calls_total{{{labels}}} {float(self.verify_calls)}",
+        ]
         length = self.clock.avg_accept_length()
         rate = (length - 1) / (spec.draft_tokens - 1) if spec.draft_tokens > 1 else 0.0
-        labels = f'model_name="{self.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
-        lines = []
         for name, value, text in (
             (
                 "spec_accept_length",
@@ -250,6 +262,9 @@ class ScriptedTokenizerManager:
                     out = self._output(
                         rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, truncated, prompt_out, matched
                     )
+                    if last:  # SGLang's counters, as its metrics collector adds a finished request
+                        self.generated_tokens += len(out["output_ids"])
+                        self.verify_calls += slot.verify_ct
                     if self.clock.model.spec is not None and slot.verify_ct:
                         meta = out["meta_info"]
                         meta.update(

@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.core.findings import Finding
 from kimi_serve.core.http import TransportError, request
 from kimi_serve.verify import wire
-from kimi_serve.verify.report import ProbeResult, problem, warning
+from kimi_serve.verify.readiness import POLL_TIMEOUT
+from kimi_serve.verify.report import ProbeResult, VerifyReport, problem, warning
 from kimi_serve.verify.target import Target
 
 DEAD_AT = 1.2  # tokens per verify step at or below which the draft does nothing
@@ -98,6 +100,39 @@ def parse_metrics(text: str) -> dict[str, float]:
         if math.isfinite(number):
             seen.setdefault(name, []).append(number)
     return {name: sum(values) / len(values) for name, values in seen.items()}
+
+
+_COUNTER = re.compile(
+    r"^sglang:(generation_tokens_total|spec_verify_calls_total)(?:\{[^}]*\})?\s+(\S+)\s*$", re.MULTILINE
+)
+
+
+def read_counters(target: Target, deadline: float, api_key: str | None) -> tuple[float, float] | None:
+    """(``sglang:generation_tokens_total``, ``sglang:spec_verify_calls_total``) from ``/metrics``, each summed over its
+    series; None when /metrics does not answer or carries no verify counter (speculative decoding off)."""
+    body = _get(target, "/metrics", deadline, api_key)
+    if body is None:
+        return None
+    sums: dict[str, float] = {}
+    for name, value in _COUNTER.findall(body.decode("utf-8", "replace")):
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        if math.isfinite(number):
+            sums[name] = sums.get(name, 0.0) + number
+    if "spec_verify_calls_total" not in sums:
+        return None
+    return sums.get("generation_tokens_total", 0.0), sums["spec_verify_calls_total"]
+
+
+def delta_accept_length(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:
+    """The mean accept length between two :func:`read_counters` readings: tokens generated / verify steps taken
+    (SGLang's own per-request formula over the window); None without both readings or without a verify step."""
+    if before is None or after is None:
+        return None
+    tokens, steps = after[0] - before[0], after[1] - before[1]
+    return tokens / steps if steps > 0 and tokens >= 0 else None
 
 
 def server_spec(target: Target, deadline: float, api_key: str | None) -> ServerSpec:
@@ -251,3 +286,15 @@ def result(acc: Acceptance) -> ProbeResult:
         if acc.stand_in:
             detail += f"; {acc.stand_in}"
     return ProbeResult(PROBE, "non-stream", 0.0, tuple(failures), warnings=tuple(warnings), detail=detail)
+
+
+def judge_draft(
+    report: VerifyReport, target: Target, api_key: str | None, floor: float | None, expected: bool | None
+) -> None:
+    """The draft's acceptance over the report's probe answers and /metrics (read after them), added to ``report`` as
+    the ``draft`` row; nothing with speculative decoding off."""
+    spec = server_spec(target, time.monotonic() + POLL_TIMEOUT, api_key)
+    acceptance = measure(report.spec_samples, spec, floor=floor, spec_expected=expected)
+    if acceptance is not None:
+        report.acceptance = acceptance
+        report.probes.append(result(acceptance))

@@ -21,8 +21,7 @@ from kimi_serve.verify.agent_rules import honoured
 from kimi_serve.verify.agentic import DIALECT_PROBES, REPLAYS, agentic_probes
 from kimi_serve.verify.answer import Answer, answer_from_json
 from kimi_serve.verify.budget import check_budget
-from kimi_serve.verify.draft import DEFAULT_FLOOR, SPEC_DETAILS, measure, server_spec
-from kimi_serve.verify.draft import result as draft_result
+from kimi_serve.verify.draft import DEFAULT_FLOOR, SPEC_DETAILS, judge_draft
 from kimi_serve.verify.leaks import server_info_leaks
 from kimi_serve.verify.probes import STREAM, Probe
 from kimi_serve.verify.probes import suite as suite_probes
@@ -311,19 +310,8 @@ def run_verify(
             target, api_key, model, wait, timeout, suite, progress, key_source, max_tokens, expected_ports, concurrency
         )
     if report.probes and report.error is None:
-        _judge_draft(report, target, api_key, accept_floor, spec_expected)
+        judge_draft(report, target, api_key, accept_floor, spec_expected)
     return report
-
-
-def _judge_draft(
-    report: VerifyReport, target: Target, api_key: str | None, floor: float | None, expected: bool | None
-) -> None:
-    """The draft's acceptance over the probes' answers and /metrics (read after them), as the ``draft`` row."""
-    spec = server_spec(target, time.monotonic() + POLL_TIMEOUT, api_key)
-    acceptance = measure(report.spec_samples, spec, floor=floor, spec_expected=expected)
-    if acceptance is not None:
-        report.acceptance = acceptance
-        report.probes.append(draft_result(acceptance))
 
 
 def _run(
