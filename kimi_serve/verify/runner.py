@@ -14,7 +14,7 @@ from typing import Any
 from kimi_serve.core.findings import WARN, Finding
 from kimi_serve.core.http import TransportError, read_limits, request
 from kimi_serve.core.http_body import LIMITS, Limits
-from kimi_serve.core.suites import FULL, QUICK
+from kimi_serve.core.suites import FULL, QUICK, RAW
 from kimi_serve.verify import http_findings as hx
 from kimi_serve.verify import load as load_probe
 from kimi_serve.verify.agent_rules import honoured
@@ -309,7 +309,7 @@ def run_verify(
         report = _run(
             target, api_key, model, wait, timeout, suite, progress, key_source, max_tokens, expected_ports, concurrency
         )
-    if report.probes and report.error is None:
+    if report.probes and report.error is None and suite != RAW:  # the raw suite sends no chat probe to read
         judge_draft(report, target, api_key, accept_floor, spec_expected)
     return report
 
