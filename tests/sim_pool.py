@@ -124,13 +124,20 @@ class SimulatorPool:
 
     def __init__(self, python: str, directory: Path, site: Path | None = None) -> None:
         self.python, self.directory, self.site = python, directory, site  # site: stock_sglang_site's, or the engine's
-        self._running: dict[tuple[tuple[str, ...], str, str | None, str | None], launcher.Simulator] = {}
+        self._running: dict[tuple[object, ...], launcher.Simulator] = {}
 
     def get(
-        self, flags: list[str], *, key: str | None = None, admin_key: str | None = None, step: str = "0.001"
+        self,
+        flags: list[str],
+        *,
+        key: str | None = None,
+        admin_key: str | None = None,
+        step: str = "0.001",
+        env: dict[str, str] | None = None,
     ) -> launcher.Simulator:
-        """A ready simulator with ``flags`` (plus ``--config`` with the keys, and a free ``--port``)."""
-        ident = (tuple(flags), step, key, admin_key)
+        """A ready simulator with ``flags`` (plus ``--config`` with the keys, and a free ``--port``); ``env``: its
+        simulator knobs (KIMI_SERVE_SIM_*) on top."""
+        ident = (tuple(flags), step, key, admin_key, tuple(sorted((env or {}).items())))
         sim = self._running.get(ident)
         if sim is not None and sim.server.proc.poll() is None:
             return sim
@@ -143,13 +150,12 @@ class SimulatorPool:
             secrets.chmod(0o600)
             args += ["--config", str(secrets)]
         port = launcher.free_port()
-        env = launcher.environment(warmup=0.0)
-        env[SIM_STEP_ENV] = step
+        child_env = {**launcher.environment(warmup=0.0), SIM_STEP_ENV: step, **(env or {})}
         if self.site is not None:
-            env = stock_environ(self.site, env)
+            child_env = stock_environ(self.site, child_env)
         sim = launcher.Simulator.start(
             launcher.command(self.python, [*args, "--port", str(port)]),
-            env,
+            child_env,
             f"http://127.0.0.1:{port}",
             run / "simulator.log",
         )

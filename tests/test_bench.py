@@ -119,6 +119,7 @@ SUMMARY_KEYS = (
     "e2e_p99_ms",
     "accept_length",
     "errors",
+    "accept_source",
 )
 VERDICT_KEYS = ("concurrency", "winner", "margin_pct", "overlap", "text")
 

@@ -90,6 +90,8 @@ def test_ab_on_the_simulator_finds_the_models_crossover_and_resumes(tmp_path: Pa
     res = report["results"]
     assert res["sim"]["1"]["accept_length"]["mean"] == pytest.approx(2.9, abs=0.4)  # only with speculative decoding
     assert res["sim-baseline"]["1"]["accept_length"] is None
+    # each cell's own acceptance, from SGLang's /metrics counters around it (not the server's mean since its start)
+    assert res["sim"]["8"]["accept_source"] == "/metrics delta" and res["sim-baseline"]["8"]["accept_source"] is None
     assert all(res[p][str(c)]["errors"]["max"] == 0 for p in res for c in CONCURRENCY)
     meta = {p["name"]: p for p in report["profiles"]}
     assert meta["sim"]["perf_model"]["params"]["per_token_ms"] == 8.0 and meta["sim"]["speedup"] == 1.0
@@ -97,6 +99,7 @@ def test_ab_on_the_simulator_finds_the_models_crossover_and_resumes(tmp_path: Pa
     assert "contract check passed" in r.err and r.err.count("stopped (status 0)") == 2
     table = r.out
     assert MODEL_NOTICE in table and "Crossover: sim-baseline overtakes sim between concurrency 1 and 8" in table
+    assert "accept: mean accepted tokens per verify step on workload" in table
     for name in ("tok_s.png", "itl_p99.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report["charts"] == ["tok_s.png", "itl_p99.png"]

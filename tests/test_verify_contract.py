@@ -246,6 +246,7 @@ def test_cli_json_report_is_stable(capsys) -> None:
         "budget",
         "thinking_off",
         "concurrency",
+        "acceptance",
     ]
     assert report["kind"] == "kimi-serve-verify" and report["version"] == 1
     assert report["status"] == "fail" and report["exit_code"] == 1

@@ -21,6 +21,7 @@ from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.resources import package_root
 from kimi_serve.core.settings import process_environ, with_pythonpath
+from kimi_serve.verify.draft import delta_accept_length, read_counters
 
 MODULE = "sglang.bench_serving"
 USAGE_BODY = {"stream_options": {"include_usage": True}}
@@ -43,6 +44,9 @@ FIELDS = (
     "accept_length",
     "max_concurrency",
 )
+
+
+COUNTER_WAIT_S = 5.0  # reading /metrics around a cell
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,7 @@ def run_cell(
     log = work_dir / f"bench_serving-c{concurrency}-s{seed}.log"
     argv = command(python, endpoint, workload, concurrency, requests, output, seed)
     env = environment(process_environ() if base_env is None else base_env, endpoint)
+    before = _counters(endpoint)
     started = time.monotonic()
     with log.open("wb") as sink:
         rc = proc.run_to_log(argv, sink, timeout=timeout, env=env)
@@ -146,4 +151,16 @@ def run_cell(
     result = json.loads(lines[-1])
     out = figures(result, requests)
     out["wall_s"] = round(time.monotonic() - started, 3)
+    cell = delta_accept_length(before, _counters(endpoint))
+    if cell is not None:  # this cell's own acceptance; bench_serving's figure is the server's mean since its start
+        out["accept_length"], out["accept_source"] = round(cell, 3), "/metrics delta"
+    elif out.get("accept_length"):
+        out["accept_source"] = "/server_info since start"
     return out
+
+
+def _counters(endpoint: BenchEndpoint) -> tuple[float, float] | None:
+    """The server's token and verify-step counters on /metrics (verify/draft.py), within a few seconds."""
+    from kimi_serve.verify import parse_target
+
+    return read_counters(parse_target(endpoint.base_url), time.monotonic() + COUNTER_WAIT_S, endpoint.api_key)

@@ -84,6 +84,28 @@ def _pair(s: dict[str, Any], figure: str) -> str:
     return f"{_fmt(s.get(f'{figure}_p50_ms'))} / {_fmt(s.get(f'{figure}_p99_ms'))}"
 
 
+def _acceptance(report: dict[str, Any]) -> list[str]:
+    """Where the accept column comes from, for this workload: each cell's own acceptance (tokens / verify steps
+    between two /metrics readings) or, where /metrics has no counters, the server's mean since its start."""
+    sources = {
+        str(s["accept_source"])
+        for per in report["results"].values()
+        for s in per.values()
+        if s and s.get("accept_source")
+    }
+    if not sources:
+        return []
+    how = {
+        "/metrics delta": "each cell's own, sglang:generation_tokens_total / sglang:spec_verify_calls_total between "
+        "two /metrics readings",
+        "/server_info since start": "the server's mean since its start (bench_serving's avg_spec_accept_length; "
+        "/metrics had no counters)",
+    }
+    text = "; ".join(how.get(src, src) for src in sorted(sources))
+    name = (report.get("workload") or {}).get("name", "?")
+    return ["", f"accept: mean accepted tokens per verify step on workload {name}, per concurrency: {text}."]
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The terminal table: one row per concurrency x profile, then the verdict per concurrency and the crossover."""
     source = "MODEL" if report["simulated"] else "measured"
@@ -105,6 +127,7 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{_pair(s, 'ttft')} | {_pair(s, 'itl')} | {_pair(s, 'e2e')} | {accept} | {errors} | "
                 f"{source} |"
             )
+    lines += _acceptance(report)
     lines += ["", "| C | verdict (output tok/s) | source |", "|---:|---|---|"]
     lines += [f"| {v['concurrency']} | {v['text']} | {source} |" for v in report["verdicts"]]
     cross = report["crossover"]

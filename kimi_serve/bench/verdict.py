@@ -56,6 +56,8 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
             if values
             else None
         )
+    sources = sorted({str(c["accept_source"]) for c in cells if c.get("accept_source")})
+    out["accept_source"] = ", ".join(sources) or None  # /metrics delta: this cell's own; else the server's mean
     return out
 
 

@@ -82,6 +82,8 @@ class PendingDryRun:
                 wait=AFTER_START_WAIT,
                 timeout=float(self.timeout or verify.timeout),
                 suite=self.suite or verify.suite,
+                accept_floor=self.profile.speculative.accept_floor,
+                spec_expected=self.profile.speculative.enabled,
             )
             report = run_verify(self.sim.base_url, options)
         finally:

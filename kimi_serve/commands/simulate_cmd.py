@@ -6,8 +6,8 @@ import os
 
 import typer
 
-from kimi_serve.commands.numbers import seconds_option
-from kimi_serve.core.settings import process_environ
+from kimi_serve.commands.numbers import number_option, seconds_option
+from kimi_serve.core.settings import SIM_ACCEPT_ENV, process_environ
 
 
 def register(app: typer.Typer) -> None:
@@ -28,6 +28,15 @@ def register(app: typer.Typer) -> None:
         load: float = seconds_option(0.0, "--load", help="Seconds of simulated loading (port closed) first."),
         raw: bool = typer.Option(
             False, "--raw", help="Take SGLang launch_server flags after `--` instead of a profile."
+        ),
+        accept_length: float = number_option(
+            None,
+            "--draft-accept-length",
+            lo=1.0,
+            hi=17.0,
+            help="STAND-IN draft acceptance: the performance model's mean accept length per verify step (1.0 a dead "
+            "draft, 1.6 a weak one; default 2.9), reported as SGLang reports it (sglext.spec_tokens_details, "
+            "/metrics). Only with speculative decoding on.",
         ),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the command instead of running it."),
     ) -> int:
@@ -78,6 +87,8 @@ def register(app: typer.Typer) -> None:
         python = require_sglang_python(profile_python)
         argv = launcher.command(python, args)
         env = launcher.environment({**process_environ(), **env_extra}, warmup=warmup, load=load)
+        if accept_length is not None:
+            env[SIM_ACCEPT_ENV] = repr(accept_length)
         if dry_run:
             typer.echo(shlex.join(argv))
             return 0

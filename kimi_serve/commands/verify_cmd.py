@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from kimi_serve.commands.numbers import seconds_option
+from kimi_serve.commands.numbers import number_option, seconds_option
 from kimi_serve.commands.options import SetOpt
 from kimi_serve.core.suites import QUICK, SUITES
 
@@ -84,6 +84,14 @@ def verify(
     max_tokens: int | None = typer.Option(
         None, "--max-tokens", min=16, help="Cap each probe's max_tokens (monitoring keeps checks light)."
     ),
+    accept_floor: float | None = number_option(
+        None,
+        "--accept-floor",
+        lo=1.0,
+        hi=17.0,
+        help="With speculative decoding on: warn when the draft's mean accept length is below this (default: the "
+        "profile's speculative.accept_floor with --profile, else 2.3); 1.2 or less always fails (draft_dead).",
+    ),
     metrics_file: Path | None = typer.Option(
         None,
         "--metrics-file",
@@ -119,6 +127,7 @@ def verify(
 
     from kimi_serve.core.faults import checkpoint
     from kimi_serve.verify import VerifyOptions, parse_target, resolve_key, run_verify
+    from kimi_serve.verify.draft import DEFAULT_FLOOR
 
     checkpoint("verify.run")  # test hook: raise-at=verify.run is a kimi-serve bug in verify (exit 70)
     if sets and (host is not None or not profile):
@@ -133,6 +142,7 @@ def verify(
         max_tokens=max_tokens,
         expected_ports=tuple(expect_listener),
         concurrency=concurrency,
+        accept_floor=DEFAULT_FLOOR if accept_floor is None else accept_floor,
     )
     if host is None and profile:
         if metrics_file is not None or unit_name is not None:
@@ -143,7 +153,10 @@ def verify(
                 where="--profile",
                 hint="pass --host HOST:PORT too (the monitoring units do)",
             )
-        return _print(_verify_profile(profile, sets or (), api_key, api_key_file, options), as_json)
+        report = _verify_profile(
+            profile, sets or (), api_key, api_key_file, options, floor_given=accept_floor is not None
+        )
+        return _print(report, as_json)
     host = host or "127.0.0.1:30000"
     target = parse_target(host)
     key = resolve_key(api_key, api_key_file)
@@ -160,7 +173,9 @@ def verify(
     return _print(report, as_json)
 
 
-def _verify_profile(ref: str, sets: Any, api_key: str | None, api_key_file: str | None, options: VerifyOptions) -> Any:
+def _verify_profile(
+    ref: str, sets: Any, api_key: str | None, api_key_file: str | None, options: VerifyOptions, *, floor_given: bool
+) -> Any:
     """`verify --profile P [--set K=V]`: the profile's own server, or its router and then each replica; without
     --set, where a foreground `up` of P runs, its real endpoints from its run record (docs/verify.md)."""
     from dataclasses import replace
@@ -181,7 +196,13 @@ def _verify_profile(ref: str, sets: Any, api_key: str | None, api_key_file: str 
     return verify_deployment(
         router,
         replicas,
-        replace(options, api_key=key.value, key_source=key.source),
+        replace(
+            options,
+            api_key=key.value,
+            key_source=key.source,
+            accept_floor=options.accept_floor if floor_given else p.speculative.accept_floor,
+            spec_expected=p.speculative.enabled,
+        ),
         # /workers takes the control plane's admin key only (the key file's admin-api-key), never the clients'
         router_view=lambda url: router_health(url, admin_key_of(key_file)).to_json(),
     )

@@ -37,6 +37,8 @@ SIM_PERF_ENV = "KIMI_SERVE_SIM_PERF"  # performance model parameter overrides, a
 SIM_SPEEDUP_ENV = "KIMI_SERVE_SIM_SPEEDUP"  # run the performance model's clock this many times faster
 SIM_LOAD_ENV = "KIMI_SERVE_SIM_LOAD_SECONDS"  # simulated weight-loading time
 SIM_WARMUP_ENV = "KIMI_SERVE_SIM_WARMUP_SECONDS"  # simulated warmup time
+# the stand-in draft's mean accept length (the performance model's accept_length: 1.0 a dead draft, 1.6 a weak one)
+SIM_ACCEPT_ENV = "KIMI_SERVE_SIM_ACCEPT_LENGTH"
 SIM_MAX_SPEEDUP = 1000.0  # beyond it a model step is below the event loop's timer resolution
 # what each of the simulator's numeric knobs may be: a finite number within these bounds (seconds: a day at most)
 SIM_BOUNDS = {
@@ -44,6 +46,7 @@ SIM_BOUNDS = {
     SIM_SPEEDUP_ENV: (0.01, SIM_MAX_SPEEDUP),
     SIM_LOAD_ENV: (0.0, 86_400.0),
     SIM_WARMUP_ENV: (0.0, 86_400.0),
+    SIM_ACCEPT_ENV: (1.0, 17.0),  # 1 (nothing accepted) .. num_steps + 1 (every draft token accepted, steps <= 16)
 }
 # set by systemd for a unit's ExecStartPost= (its main process): `wait-joined` checks that process tree
 MAIN_PID_ENV = "MAINPID"

@@ -238,6 +238,37 @@ def template_text(text: str) -> str:
     return f"{{{{ {go_string(text)} }}}}" if "{" in text or "}" in text else text
 
 
+def draft_rules(sel: str, fresh: str, prof: str) -> list[Obj]:
+    """The speculative draft's rules (docs/monitoring.md): dead (verify's ``draft`` row fails: draft_dead) and below
+    the profile's floor (``speculative.accept_floor``, exported beside the figure)."""
+    length = f"kimi_serve_contract_draft_accept_length{sel}"
+    draft = sel[:-1] + ',probe="draft"}'
+    return [
+        {
+            "alert": "KimiDraftDead",
+            "expr": f"kimi_serve_contract_probe_pass{draft} == 0 and on(instance, endpoint) {fresh}",
+            "for": "10m",
+            "labels": {"severity": "page"},
+            "annotations": {
+                "summary": f"speculative draft accepts nothing ({prof})",
+                "description": "{{ $labels.endpoint }}: mean accept length 1.2 tokens/step or less "
+                "(kimi_serve_contract_draft_accept_length): every step pays for the draft and the server is slower "
+                "than without it. Check the draft path (a draft for another model or vocab, weights lost) or turn "
+                "speculative decoding off.",
+            },
+        },
+        {
+            "alert": "KimiDraftBelowFloor",
+            "expr": f"{length} < kimi_serve_contract_draft_accept_floor{sel} and on(instance, endpoint) {fresh}",
+            "for": "30m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "speculative draft below its expected acceptance ({{ $value }} tokens/step)" + f" ({prof})"
+            },
+        },
+    ]
+
+
 def alert_rules(p: K8sPlan) -> Obj:
     """docs/monitoring.md's sample rules for this profile, counting only fresh metrics files: each Job may run on
     another node, whose textfile directory keeps the last file it wrote. The profile's name is a PromQL string in the
@@ -273,6 +304,7 @@ def alert_rules(p: K8sPlan) -> Obj:
             "labels": {"severity": "warning"},
             "annotations": {"summary": "probe {{ $labels.probe }} ({{ $labels.mode }}) failing" + f" ({prof})"},
         },
+        *(draft_rules(sel, fresh, prof) if p.profile.speculative.enabled else []),
     ]
     return {
         "apiVersion": "monitoring.coreos.com/v1",

@@ -223,6 +223,15 @@ SECTIONS: dict[str, dict[str, Key]] = {
             max=64,
             nullable=False,
         ),
+        "accept_floor": Key(
+            "float",
+            "The draft's expected mean accept length (tokens per verify step): verify warns below it "
+            "(draft_below_floor) and fails at 1.2 or less whatever it is (draft_dead). Default: the low end of the "
+            "2.3-3.8 published for Kimi-K2.5's EAGLE-3 drafts; null: no floor.",
+            default=2.3,
+            min=1.0,
+            max=17.0,
+        ),
         "overlap_schedule": Key(
             "bool",
             'Overlap ("spec v2") scheduling. In SGLang 0.5.23 spec v2 is the only EAGLE-3 worker and overlap is '

@@ -61,6 +61,7 @@ class SpeculativeSection:
     num_steps: int
     eagle_topk: int
     num_draft_tokens: int
+    accept_floor: float | None
     overlap_schedule: bool
 
 

@@ -20,6 +20,7 @@ from kimi_serve.core.proc import Completed
 from kimi_serve.core.resources import resource_dir
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
+from kimi_serve.profile.schema import default_of
 from kimi_serve.service.hardening import client_sandbox
 from kimi_serve.service.marker import MARKER_PREFIX, marker_value, parse_marker
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic
@@ -67,6 +68,15 @@ def record_dirs(profile: Profile, unit: str) -> tuple[str, str]:
     return str(ServicePaths(Path("/"), unit).state_dir), str(Path(metrics_file(profile, unit)).parent)
 
 
+def floor_args(profile: Profile) -> list[str]:
+    """``--accept-floor`` for a check of ``profile``'s server where its ``speculative.accept_floor`` is not verify's
+    default (the default is verify's own: units and manifests of a profile that keeps it stay as they were)."""
+    floor = profile.speculative.accept_floor
+    if not profile.speculative.enabled or floor == default_of("speculative.accept_floor"):
+        return []
+    return ["--accept-floor", "1" if floor is None else f"{floor:g}"]
+
+
 def monitor_argv(profile: Profile, launch: Launch, ctx: UnitContext, unit: str) -> list[str]:
     """The check the timer runs: bounded (quick suite, capped max_tokens, its own timeout), no readiness wait. The key
     is systemd's copy of the key file (LoadCredential=): the file is the service user's, 0600."""
@@ -88,6 +98,7 @@ def monitor_argv(profile: Profile, launch: Launch, ctx: UnitContext, unit: str) 
         profile.name,
         "--unit-name",
         unit,
+        *floor_args(profile),
     ]
     if launch.api_key_file:
         argv += ["--api-key-file", credential_path(unit)]

@@ -27,6 +27,8 @@ class Slot:
     prefilled: bool = False
     grant: asyncio.Future[int] | None = None
     waiting: list[int] = field(default_factory=list)  # tokens granted but not yet taken
+    verify_ct: int = 0  # decode (verify) steps this request took part in
+    correct: int = 0  # draft tokens those steps accepted (each step's tokens less its bonus token)
 
 
 class StepClock:
@@ -98,6 +100,8 @@ class StepClock:
                     n = self.model.draw_accept()
                     self.decode_steps += 1
                     self.accepted += n
+                    slot.verify_ct += 1
+                    slot.correct += n - 1
                 else:
                     slot.prefilled, n = True, 1
                 slot.context += n

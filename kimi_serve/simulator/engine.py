@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import itertools
 import os
 import types
@@ -19,7 +20,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from kimi_serve.core.settings import SIM_PERF_ENV, SIM_SPEEDUP_ENV, SIM_STEP_ENV, sim_number
+from kimi_serve.core.settings import SIM_ACCEPT_ENV, SIM_PERF_ENV, SIM_SPEEDUP_ENV, SIM_STEP_ENV, sim_number
 from kimi_serve.simulator import model as scripted
 from kimi_serve.simulator.clock import StepClock
 from kimi_serve.simulator.constrain import Constrainer, has_constraint, intended_text
@@ -62,9 +63,25 @@ def step_delay() -> float | None:
 
 
 def perf_params() -> PerfParams:
-    """The performance model's parameters from the environment (KimiServeError or ValueError when they are bad)."""
+    """The performance model's parameters from the environment (KimiServeError or ValueError when they are bad):
+    KIMI_SERVE_SIM_PERF, then KIMI_SERVE_SIM_ACCEPT_LENGTH (the stand-in draft's mean accept length) over it."""
     speedup = sim_number(os.environ, SIM_SPEEDUP_ENV)
-    return PerfParams.from_json(os.environ.get(SIM_PERF_ENV), None if speedup is None else repr(speedup))
+    params = PerfParams.from_json(os.environ.get(SIM_PERF_ENV), None if speedup is None else repr(speedup))
+    accept = sim_number(os.environ, SIM_ACCEPT_ENV)
+    return params if accept is None else dataclasses.replace(params, accept_length=accept)
+
+
+def spec_meta(spec: SpecSettings, completion_tokens: int, verify_ct: int, correct: int) -> dict[str, Any]:
+    """The speculative figures SGLang's TokenizerManager puts in a request's ``meta_info`` (the OpenAI layer copies
+    them into ``sglext.spec_tokens_details``): its formulas, over this request's verify steps."""
+    proposed = verify_ct * (spec.draft_tokens - 1)
+    return {
+        "spec_accept_rate": correct / proposed if proposed else 0.0,
+        "spec_accept_length": completion_tokens / verify_ct,
+        "spec_num_correct_drafts": correct,
+        "spec_num_proposed_drafts": proposed,
+        "spec_verify_ct": verify_ct,
+    }
 
 
 def make_clock(resolved: dict[str, Any]) -> StepClock:
@@ -72,6 +89,12 @@ def make_clock(resolved: dict[str, Any]) -> StepClock:
     params = perf_params()
     model = PerfModel(params, SpecSettings.from_server_args(resolved), resolved.get("max_running_requests"))
     return StepClock(model, step_delay())
+
+
+def stand_in_acceptance(accept_length: float) -> str:
+    """What the simulator says about its draft's acceptance: a stand-in figure of the performance model, not a draft."""
+    kind = "dead" if accept_length <= 1.0 else "weak" if accept_length < 2.0 else "healthy"
+    return f"STAND-IN draft: the performance model's accept_length {accept_length:g}, a {kind} draft"
 
 
 class ScriptedTokenizerManager:
@@ -90,6 +113,8 @@ class ScriptedTokenizerManager:
         self.clock = make_clock(self._resolved)
         self.checks = RequestChecks(model_config, tokenizer)
         self.constrainer = Constrainer(model_config, tokenizer, server_args)
+        self.generated_tokens = 0  # sglang:generation_tokens_total
+        self.verify_calls = 0  # sglang:spec_verify_calls_total
 
     def internal_states(self) -> list[dict[str, Any]]:
         """``/server_info``'s ``internal_states``: the accept length only with speculative decoding on, as SGLang."""
@@ -101,6 +126,45 @@ class ScriptedTokenizerManager:
         if self.clock.model.spec is not None:
             state["avg_spec_accept_length"] = self.clock.avg_accept_length()
         return [state]
+
+    def stand_in_acceptance(self) -> str | None:
+        spec = self.clock.model.spec
+        return stand_in_acceptance(self.clock.model.params.accept_length) if spec is not None else None
+
+    def spec_metrics(self) -> str:
+        """``/metrics`` in Prometheus text, SGLang's names and labels: the ``sglang:generation_tokens_total`` counter,
+        and with speculative decoding ``sglang:spec_verify_calls_total`` and the ``sglang:spec_accept_length`` /
+        ``spec_accept_rate`` gauges (the cumulative means of this server's verify steps)."""
+        spec = self.clock.model.spec
+        labels = f'model_name="{self.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
+        lines = [
+            "# HELP sglang:generation_tokens_total Number of generation tokens processed.",
+            "# TYPE sglang:generation_tokens_total counter",
+            f'sglang:generation_tokens_total{{{labels},is_streaming="false"}} {float(self.generated_tokens)}',
+        ]
+        if spec is None:
+            return "\n".join(lines) + "\n"
+        lines += [
+            "# HELP sglang:spec_verify_calls_total The number of speculative verify calls.",
+            "# TYPE sglang:spec_verify_calls_total counter",
+            f"sglang:spec_verify_calls_total{{{labels}}} {float(self.verify_calls)}",
+        ]
+        length = self.clock.avg_accept_length()
+        rate = (length - 1) / (spec.draft_tokens - 1) if spec.draft_tokens > 1 else 0.0
+        for name, value, text in (
+            (
+                "spec_accept_length",
+                length,
+                "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
+            ),
+            ("spec_accept_rate", rate, "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch)."),
+        ):
+            lines += [
+                f"# HELP sglang:{name} {text}",
+                f"# TYPE sglang:{name} gauge",
+                f"sglang:{name}{{{labels}}} {value}",
+            ]
+        return "\n".join(lines) + "\n"
 
     def config_value(self, name: str) -> Any:
         return self._resolved.get(name)
@@ -179,13 +243,10 @@ class ScriptedTokenizerManager:
         truncated = matched is None
         reasoning_ids = self._reasoning_token_count(ids) if turn.thinking else 0
         done, decoded_upto, emitted = 0, 0, ""
-        steps = [0, 0]  # the draft's verify steps for this request and the drafts they accepted (SGLang's meta_info)
         slot = self.clock.join(len(prompt_ids))
         try:
             while done < len(ids):
                 granted = await self.clock.tokens(slot)
-                if done:  # the first grant is the prefill's token
-                    steps[0], steps[1] = steps[0] + 1, steps[1] + min(granted, len(ids) - done) - 1
                 done = min(len(ids), done + granted)
                 last = done == len(ids)
                 # Incremental detokenization, as SGLang's detokenizer does it: decode only the new tokens; hold back
@@ -202,8 +263,14 @@ class ScriptedTokenizerManager:
                     out = self._output(
                         rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, truncated, prompt_out, matched
                     )
-                    if last:
-                        out["meta_info"].update(self._spec_meta(steps[0], steps[1], out["meta_info"]))
+                    if last:  # SGLang's counters, as its metrics collector adds a finished request
+                        self.generated_tokens += len(out["output_ids"])
+                        self.verify_calls += slot.verify_ct
+                    if self.clock.model.spec is not None and slot.verify_ct:
+                        meta = out["meta_info"]
+                        meta.update(
+                            spec_meta(self.clock.model.spec, meta["completion_tokens"], slot.verify_ct, slot.correct)
+                        )
                     yield out
         finally:
             self.clock.leave(slot)
@@ -253,21 +320,6 @@ class ScriptedTokenizerManager:
         if prompt_out is not None:
             out["prompt_token_ids"] = list(prompt_out)
         return out
-
-    def _spec_meta(self, verify_ct: int, correct: int, meta: dict[str, Any]) -> dict[str, Any]:
-        """The request's speculative-decoding figures as SGLang's TokenizerManager puts them in ``meta_info`` (what
-        ``return_spec_tokens_details`` returns): only with speculative decoding on and a decode step taken."""
-        spec = self.clock.model.spec
-        if spec is None or verify_ct <= 0:
-            return {}
-        proposed = verify_ct * (spec.draft_tokens - 1)
-        return {
-            "spec_accept_rate": correct / proposed if proposed else 0.0,
-            "spec_accept_length": meta["completion_tokens"] / verify_ct,
-            "spec_num_correct_drafts": correct,
-            "spec_num_proposed_drafts": proposed,
-            "spec_verify_ct": verify_ct,
-        }
 
     def _reasoning_token_count(self, ids: list[int]) -> int:
         end_id = self.tokenizer.convert_tokens_to_ids(scripted.THINK_END)

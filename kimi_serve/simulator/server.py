@@ -213,8 +213,16 @@ def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
             "tokenizer": loaded.description,
             "substitutions": sim.notes,
             "draft": sim.draft.describe() if sim.draft is not None else None,
+            "draft_acceptance": tm.stand_in_acceptance(),
         }
         return ORJSONResponse(body)
+
+    if sa.enable_metrics:
+
+        @_typed(app.get("/metrics"))
+        async def metrics() -> Response:
+            # SGLang's speculative gauges (its other series are not simulated): the stand-in draft's acceptance
+            return Response(tm.spec_metrics(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @_typed(app.get("/get_server_info"))
     async def get_server_info() -> Any:
@@ -403,6 +411,10 @@ def main(argv: list[str] | None = None) -> int:
         logger.info(f"kimi-serve simulator: {note}")
     if sim.draft is not None:
         logger.info(f"{DRAFT_LOG_PREFIX}{sim.draft.describe()}")
+    if sa.speculative_algorithm:
+        from kimi_serve.simulator.engine import perf_params, stand_in_acceptance
+
+        logger.info(f"kimi-serve simulator: {stand_in_acceptance(perf_params().accept_length)}")
     loaded = load_tokenizer(sim.tokenizer_dir)
     logger.info(f"kimi-serve simulator: tokenizer: {loaded.description}")
     load_seconds = _seconds(SIM_LOAD_ENV, 0.0)

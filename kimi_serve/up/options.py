@@ -28,6 +28,8 @@ class UpOptions:
     verify_suite: str = str(default_of("verify.suite"))
     verify_timeout_s: float = float(default_of("verify.timeout"))
     served_model: str | None = None
+    accept_floor: float | None = default_of("speculative.accept_floor")  # the draft's expected accept length
+    speculative: bool = False  # the profile runs speculative decoding (verify judges the draft)
 
     @classmethod
     def from_profile(cls, p: Profile, *, verify: bool = True, **overrides: Any) -> UpOptions:
@@ -39,6 +41,8 @@ class UpOptions:
             verify_suite=p.verify.suite,
             verify_timeout_s=float(p.verify.timeout),
             served_model=p.model.served_name,
+            accept_floor=p.speculative.accept_floor,
+            speculative=p.speculative.enabled,
         )
         return cls(**{**values, **overrides})
 

@@ -66,6 +66,8 @@ def contract_check(target: Any, opts: UpOptions, api_key: str | None, key_source
         wait=AFTER_START_WAIT,
         timeout=opts.verify_timeout_s,
         suite=opts.verify_suite,
+        accept_floor=opts.accept_floor,
+        spec_expected=opts.speculative,
     )
     return run_verify(target, options)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from kimi_serve.core.findings import Finding
 from kimi_serve.verify.accumulate import MAX_TOOL_CALLS
+from kimi_serve.verify.draft import SpecSample, spec_sample
 from kimi_serve.verify.report import problem
 
 # Fields other stacks use for reasoning; SGLang's (and the contract's) field is reasoning_content.
@@ -33,6 +34,7 @@ class Answer:
     finish_reason: str | None = None
     problems: list[Finding] = field(default_factory=list)  # wire-level problems (shape, stream truncation)
     warnings: list[Finding] = field(default_factory=list)  # wire faults a client survives
+    spec: SpecSample | None = None  # the acceptance SGLang reported for this answer (sglext.spec_tokens_details)
 
 
 def _text(value: Any) -> str | None:
@@ -91,7 +93,7 @@ def answer_from_json(obj: Any) -> Answer:
     message = choice.get("message") if isinstance(choice, dict) else None
     if not isinstance(message, dict):
         return Answer(problems=[_malformed("choices[0] has no message")])
-    answer = message_answer(message, finish_reason=_text(choice.get("finish_reason")))
+    answer = message_answer(message, finish_reason=_text(choice.get("finish_reason")), spec=spec_sample(obj))
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         answer.problems.append(_malformed("message.tool_calls is not a list"))

@@ -37,6 +37,12 @@ FAMILIES: dict[str, tuple[str, str]] = {
     f"{PREFIX}_duration_seconds": ("gauge", "Seconds the last check took, readiness included."),
     f"{PREFIX}_ready": ("gauge", "1 when /health answered 200 in the last check."),
     f"{PREFIX}_readiness_phase": ("gauge", "1 for the readiness phase seen last (refused, warming, ready, ...)."),
+    f"{PREFIX}_draft_accept_length": (
+        "gauge",
+        "The speculative draft's mean accept length (tokens per verify step) in the last check; absent with "
+        "speculative decoding off or no figure reported. 1.2 or less: a dead draft (verify fails).",
+    ),
+    f"{PREFIX}_draft_accept_floor": ("gauge", "The draft's expected accept length (speculative.accept_floor)."),
 }
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)\s*$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -121,6 +127,11 @@ def render_metrics(
     rows[f"{PREFIX}_duration_seconds"].append((base, round(report.elapsed_s, 3)))
     rows[f"{PREFIX}_ready"].append((base, 1.0 if report.readiness.ready else 0.0))
     rows[f"{PREFIX}_readiness_phase"].append(({**base, "phase": report.readiness.phase}, 1.0))
+    acceptance = report.acceptance
+    if acceptance is not None and acceptance.accept_length is not None:
+        rows[f"{PREFIX}_draft_accept_length"].append((base, round(acceptance.accept_length, 3)))
+        if acceptance.floor is not None:
+            rows[f"{PREFIX}_draft_accept_floor"].append((base, float(acceptance.floor)))
     out = []
     for name, (kind, help_text) in FAMILIES.items():
         if not rows[name]:

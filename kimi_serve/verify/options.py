@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from kimi_serve.core.http_body import LIMITS, Limits
 from kimi_serve.core.suites import QUICK
+from kimi_serve.verify.draft import DEFAULT_FLOOR
 from kimi_serve.verify.readiness import Progress
 
 DEFAULT_TIMEOUT = 180.0
@@ -20,7 +21,9 @@ class VerifyOptions:
     for everything after readiness. ``suite``: core/suites.py. ``progress`` receives readiness phases. ``max_tokens``
     caps every probe's max_tokens (monitoring keeps runs light). ``expected_ports``: listeners beyond loopback besides
     the API port that are fine. ``limits``: what the run reads at most (core/http_body.py). ``concurrency``: the load
-    probe's N concurrent streams (None: 8 in ``full``, none in the other suites; 0 leaves it out)."""
+    probe's N concurrent streams (None: 8 in ``full``, none in the other suites; 0 leaves it out). ``accept_floor``:
+    the speculative draft's expected mean accept length (below it: a WARN; None: no floor); ``spec_expected``:
+    whether the caller's profile runs speculative decoding (the server's word comes first; verify/draft.py)."""
 
     api_key: str | None = None
     key_source: str | None = None
@@ -33,3 +36,5 @@ class VerifyOptions:
     expected_ports: tuple[int, ...] = ()
     limits: Limits = LIMITS
     concurrency: int | None = None
+    accept_floor: float | None = DEFAULT_FLOOR
+    spec_expected: bool | None = None

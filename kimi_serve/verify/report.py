@@ -106,6 +106,8 @@ class VerifyReport:
     budget: Any = None  # verify.budget.Budget: the served context and output limits; None: not checked
     thinking_off: dict[str, str] = field(default_factory=dict)  # dialect -> honoured / ignored / unknown
     concurrency: int = 0  # the load probe's concurrent streams (0: not run)
+    spec_samples: list[Any] = field(default_factory=list)  # verify.draft.SpecSample of the probes' answers
+    acceptance: Any = None  # verify.draft.Acceptance: the draft's acceptance as judged; None: speculative decoding off
 
     @property
     def exit_code(self) -> int:
@@ -152,6 +154,7 @@ class VerifyReport:
             "budget": self.budget.to_dict() if self.budget is not None else None,
             "thinking_off": self.thinking_off or None,
             "concurrency": self.concurrency or None,
+            "acceptance": self.acceptance.to_dict() if self.acceptance is not None else None,
         }
 
     def to_json(self) -> str:

@@ -13,13 +13,14 @@ from typing import Any
 
 from kimi_serve.core.findings import WARN, Finding
 from kimi_serve.core.http import TransportError, read_limits, request
-from kimi_serve.core.suites import FULL
+from kimi_serve.core.suites import FULL, RAW
 from kimi_serve.verify import http_findings as hx
 from kimi_serve.verify import load as load_probe
 from kimi_serve.verify.agent_rules import honoured
 from kimi_serve.verify.agentic import DIALECT_PROBES, REPLAYS, agentic_probes
 from kimi_serve.verify.answer import Answer, answer_from_json
 from kimi_serve.verify.budget import check_budget
+from kimi_serve.verify.draft import SPEC_DETAILS, judge_draft
 from kimi_serve.verify.leaks import server_info_leaks
 from kimi_serve.verify.options import VerifyOptions
 from kimi_serve.verify.probes import STREAM, Probe
@@ -111,7 +112,9 @@ def _call(
             target.url("/v1/chat/completions"),
             deadline=deadline,
             api_key=api_key,
-            json_body=probe.body(model, stream),
+            # not streamed: SGLang's acceptance for this answer in sglext (verify/draft.py); streamed, it would add a
+            # chunk without choices, which the stream rules judge
+            json_body=probe.body(model, stream) if stream else {**probe.body(model, stream), **SPEC_DETAILS},
             stall_s=stall_limit(timeout) if stream else None,
         )
     except TransportError as err:
@@ -273,13 +276,17 @@ def run_verify(target: Target | str, options: VerifyOptions | None = None, **cha
 
     ``options``: how the run goes (:class:`~kimi_serve.verify.options.VerifyOptions`), with ``changes`` to its fields
     (a caller that sets one or two). Readiness first (``options.wait``), then every probe and mode, then the
-    least-privilege checks (admin endpoints, stray listeners), all within ``options.timeout``. The report's
+    least-privilege checks (admin endpoints, stray listeners), all within ``options.timeout``; then the speculative
+    draft's acceptance (verify/draft.py: ``options.accept_floor``, ``options.spec_expected``). The report's
     ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
     opts = dataclasses.replace(options or VerifyOptions(), **changes)
     with read_limits(opts.limits):  # what the whole run may read
-        return _run(target, opts)
+        report = _run(target, opts)
+    if report.probes and report.error is None and opts.suite != RAW:  # the raw suite sends no chat probe to read
+        judge_draft(report, target, opts.api_key, opts.accept_floor, opts.spec_expected)
+    return report
 
 
 def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
@@ -369,6 +376,8 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
             if outcome.failure is not None:
                 outcome.failure = _name_key_source(outcome.failure, report.key_source)
             result = _result(probe, mode, outcome, server)
+            if outcome.answer is not None and outcome.answer.spec is not None:
+                report.spec_samples.append(outcome.answer.spec)
             if outcome.model_404:
                 if served is None:
                     data, _, _ = _get_json(target, "/v1/models", time.monotonic() + POLL_TIMEOUT, api_key, POLL_TIMEOUT)
