@@ -118,9 +118,6 @@ def register(app: typer.Typer) -> None:
     ) -> int:
         """A/B two profiles across concurrency: bring each up (or use --host), contract check, sweep with
         sglang.bench_serving, stop; table, verdict per concurrency, crossover, report.json and PNG charts in --out.
-
-        Exit codes: 0 done, 1 a server failed the contract check or bench_serving failed, 2 usage, 3 unreachable,
-        4 a server exited, 5 environment.
         """
         from kimi_serve.bench import BenchOptions, run_bench
         from kimi_serve.bench.sweep import check_arms
