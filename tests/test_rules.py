@@ -9,9 +9,20 @@ import pytest
 from tests.test_profile import assert_one_line_error
 
 BAD = [
-    ("parsers:\n  tool_call: null\n", ["parsers.tool_call", "raw <|tool_calls_section_begin|>", "kimi_k2"]),
+    (
+        "parsers:\n  tool_call: null\n",
+        [
+            "parsers.tool_call",
+            "no tool-call parser is set",
+            "raw <|tool_calls_section_begin|>",
+            "--tool-call-parser kimi_k2",
+        ],
+    ),
     ("parsers:\n  tool_call: qwen\n", ["parsers.tool_call", "'qwen'"]),
-    ("parsers:\n  reasoning: null\n", ["parsers.reasoning", "</think>", "set parsers.reasoning: kimi_k2"]),
+    (
+        "parsers:\n  reasoning: null\n",
+        ["parsers.reasoning", "no reasoning parser is set", "</think>", "set parsers.reasoning: kimi_k2"],
+    ),
     ("model:\n  trust_remote_code: false\n", ["model.trust_remote_code", "--trust-remote-code"]),
     ("model:\n  served_name: 'kimi:k2'\n", ["model.served_name", "':'"]),
     ("gpus: 4\n", ["parallel.tp_size", "differs from gpus 4"]),
