@@ -18,6 +18,7 @@ from typer.exceptions import TyperException
 from kimi_serve import __version__
 from kimi_serve.core.errors import WAIT_OPTION, ExitCode, KimiServeError, LockHeld, wait_hint
 
+
 def _flags_take_no_value() -> None:
     """A flag (``--json``, ``--dry-run``, ``--help``) takes no value, so --help shows none: Typer's rich panel prints
     each option's type, ``<bool>`` for a flag too; a flag's type column is left empty, once, for every command."""
