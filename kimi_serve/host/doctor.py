@@ -18,7 +18,6 @@ from typing import Any
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding, failed
-from kimi_serve.core.pin import SGLANG_VERSION
 from kimi_serve.core.proc import Completed
 from kimi_serve.core.settings import current
 from kimi_serve.host.facts import model_findings, patch_state_finding
@@ -151,20 +150,15 @@ def check_disk(host: Host, path: str) -> tuple[Finding, dict[str, Any]]:
 
 def check_sglang(p: Profile, launch: Launch, host: Host) -> list[Finding]:
     from kimi_serve.profile.flags import load_flag_table
-    from kimi_serve.sglang.site import BUILD_HINT, installed_version
+    from kimi_serve.sglang.site import BUILD_HINT, engine_install_hint, installed_version
 
     python = launch.argv[0]
+    install = engine_install_hint(p.ref or p.name, python, bool(p.overrides))
     try:
         site = host.sglang_site(python)
         version = installed_version(site)
     except KimiServeError as exc:
-        fix = (
-            BUILD_HINT
-            if p.engine == "simulator"
-            else f"install sglang=={SGLANG_VERSION} there (pip install 'kimi-serve[serve]'), or point the profile's "
-            "python: at the venv that has it"
-        )
-        return [doctor_finding("sglang", FAIL, exc.message, fix)]
+        return [doctor_finding("sglang", FAIL, exc.message, BUILD_HINT if p.engine == "simulator" else install)]
     want = load_flag_table().sglang_version
     if version != want:
         return [
@@ -172,7 +166,7 @@ def check_sglang(p: Profile, launch: Launch, host: Host) -> list[Finding]:
                 "sglang",
                 FAIL,
                 f"sglang {version} in {site}, the profile is made for {want}",
-                f"pip install sglang=={want} with {python}",
+                BUILD_HINT if p.engine == "simulator" else install,
             )
         ]
     out = [doctor_finding("sglang", PASS, f"sglang {version} ({python})")]
