@@ -91,7 +91,11 @@ def register(app: typer.Typer) -> None:
             help="agentic (Kimi-shaped, shipped), random (fixed 1024/256 token ids) or a JSONL FILE of chat requests.",
         ),
         repeat: int = typer.Option(
-            1, "--repeat", min=1, max=MAX_REPEAT, help="Runs per cell; the spread decides 'no difference'."
+            1,
+            "--repeat",
+            min=1,
+            max=MAX_REPEAT,
+            help="Runs per cell; the spread decides 'no difference' (1: no spread, each verdict marked single sample).",
         ),
         out: Path = typer.Option(
             Path("bench-out"), "--out", help="Results folder (resumable: recorded cells are skipped)."
