@@ -190,6 +190,15 @@ class KnownNoise:
         return False
 
 
+# uvicorn's access line of a health poll (up's, the router's): `127.0.0.1:PORT - "GET /health HTTP/1.1" 200 OK`
+_HEALTH_ACCESS = re.compile(r'"GET /health(?:_generate)?(?:\?\S*)? HTTP/[\d.]+" \d{3}')
+
+
+def is_health_access(line: str) -> bool:
+    """An access-log line of a /health poll: left out of the last lines shown for a server that died."""
+    return bool(_HEALTH_ACCESS.search(line))
+
+
 def is_progress_bar(line: str) -> bool:
     """A tqdm fragment (weights or CUDA-graph bar): shown as progress, not echoed."""
     return bool(_SHARDS.search(line) or _GRAPH_BAR.search(line))
