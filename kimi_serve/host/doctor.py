@@ -189,7 +189,15 @@ def check_port(launch: Launch, host: Host) -> Finding:
     return doctor_finding("port", PASS, f"{launch.host}:{launch.port} is free")
 
 
-def check_limits(host: Host) -> list[Finding]:
+def check_limits(host: Host, p: Profile) -> list[Finding]:
+    """memlock (NCCL and CUDA pin host memory) and nofile (SGLang's many sockets and shared files on a GPU host): a
+    profile that runs no GPU (the simulator, --device cpu) needs neither, and is told so rather than warned."""
+    if not uses_gpus(p):
+        why = "engine: simulator" if p.engine == "simulator" else "--device cpu"
+        return [
+            doctor_finding("memlock", SKIP, f"{why}: no GPU memory is pinned"),
+            doctor_finding("nofile", SKIP, f"{why}: no GPU server's worth of open files"),
+        ]
     inf = resource.RLIM_INFINITY
     soft, _hard = host.rlimit(resource.RLIMIT_MEMLOCK)
     out = [
@@ -263,7 +271,7 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service:
     checks.append(check_key_file(p))  # before SGLang's: the first failure is the one up's preflight names
     checks += check_sglang(p, launch, host)
     checks.append(check_port(launch, host))
-    checks += check_limits(host)
+    checks += check_limits(host, p)
     checks += _selftest(p, launch, host, checks)
     if not service:
         return report
