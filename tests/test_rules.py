@@ -94,6 +94,8 @@ def test_implicit_memory_knobs_warn(write_profile, cli):
     res = cli("check", "--profile", str(path), "--offline", "--json")
     f = [f for f in json.loads(res.out)["findings"] if f["code"] == "memory.mem_fraction_static"]
     assert f and f[0]["status"] == "warn"
+    last = cli("check", "--profile", str(path), "--offline").out.strip().splitlines()[-1]
+    assert last.startswith("check PASSED: ") and ", 1 warning, 0 failed, " in last, last  # not "1 warnings"
 
 
 def test_check_lists_every_failure_and_exits_2(write_profile, cli):

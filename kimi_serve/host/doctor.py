@@ -354,5 +354,6 @@ def render(report: DoctorReport) -> str:
             lines.append(f"      {'':<18} fix: {c.fix}")
     bad = failed(report.checks)
     warns = sum(c.status == WARN for c in report.checks)
-    lines.append(f"doctor: {len(bad)} failed, {warns} warning(s)" if bad or warns else "doctor: all checks passed")
+    said = f"doctor: {len(bad)} failed, {warns} warning{'' if warns == 1 else 's'}"
+    lines.append(said if bad or warns else "doctor: all checks passed")
     return "\n".join(lines)
