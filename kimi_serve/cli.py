@@ -18,6 +18,22 @@ from typer.exceptions import TyperException
 from kimi_serve import __version__
 from kimi_serve.core.errors import WAIT_OPTION, ExitCode, KimiServeError, LockHeld, wait_hint
 
+
+def _flags_take_no_value() -> None:
+    """A flag (``--json``, ``--dry-run``, ``--help``) takes no value, so --help shows none: Typer's rich panel prints
+    each option's type, ``<bool>`` for a flag too; a flag's type column is left empty, once, for every command."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag or self.count else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_take_no_value()
+
 app = typer.Typer(
     name="kimi-serve",
     help="Serve Kimi-K2.5 with SGLang on 8x RTX PRO 6000 (SM120), and check that the server speaks Kimi's language:"

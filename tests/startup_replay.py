@@ -17,6 +17,8 @@ SIGKILLs its children and itself (status -9). Scenarios:
                      waits forever (no SIGTERM handler yet, as during SGLang's load) and the ranks ignore SIGTERM and
                      have no PDEATHSIG (only a SIGKILL of the group frees "the GPUs")
   oom_stays_alive_stuck  the same, and the main process ignores SIGTERM too (only SIGKILL ends it)
+  dies_quietly       ok, with uvicorn's access line for each request; answers 20 GET /health (a router's health
+                     checks), then is SIGKILLed (no record says why: a killed replica) -> exit -9
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from datetime import datetime
 
 STEP = float(os.environ.get("REPLAY_STEP_SECONDS", "0.02"))
@@ -154,6 +157,9 @@ class Replay:
                 self.send_response(code)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+                if replay.scenario == "dies_quietly":  # uvicorn's access log, on stdout
+                    port = self.client_address[1]
+                    print(f'[{ts()}] INFO:     127.0.0.1:{port} - "GET {self.path} HTTP/1.1" {code} OK', flush=True)
 
             def log_message(self, *_args: object) -> None:
                 pass
@@ -203,6 +209,11 @@ class Replay:
             self.die_like_sglang()
         self.kv()
         self.graphs_and_http()
+        if sc == "dies_quietly":  # a router's health checks, then a SIGKILL from outside: nothing says why
+            for _ in range(20):
+                with urllib.request.urlopen(f"http://{self.host}:{self.port}/health", timeout=10):
+                    pass
+            os.kill(os.getpid(), signal.SIGKILL)
         if sc == "crash_after_ready":
             time.sleep(2.0)
             rec(

@@ -74,6 +74,18 @@ def test_no_crossover_when_one_profile_always_wins() -> None:
     assert [v["winner"] for v in r["verdicts"]] == ["A", "A"] and r["crossover"] is None
 
 
+def test_a_single_repeat_verdict_says_it_measured_no_spread() -> None:
+    """--repeat 1: each verdict and the crossover say they rest on one sample (no spread) and how to confirm them;
+    with two repeats on both sides, the same means read as a plain verdict."""
+    r = _report({1: [100], 4: [100]}, {1: [50], 4: [200]})
+    assert all(v["single_sample"] and "single sample" in v["text"] and "--repeat 2" in v["text"] for v in r["verdicts"])
+    assert "single sample" in r["crossover"]["text"]
+    assert "single sample" in rp.markdown(r).split("| C | verdict")[1]
+    r = _report({1: [100, 100], 4: [100, 100]}, {1: [50, 50], 4: [200, 200]})
+    assert not any(v["single_sample"] or "single" in v["text"] for v in r["verdicts"])
+    assert r["crossover"]["text"] == "B overtakes A between concurrency 1 and 4"
+
+
 def test_spread_overlap_decides_no_difference() -> None:
     a = verdict.summarize([_cell(100), _cell(110)])
     b = verdict.summarize([_cell(112), _cell(115)])
@@ -121,7 +133,7 @@ SUMMARY_KEYS = (
     "errors",
     "accept_source",
 )
-VERDICT_KEYS = ("concurrency", "winner", "margin_pct", "overlap", "text")
+VERDICT_KEYS = ("concurrency", "winner", "margin_pct", "overlap", "single_sample", "text")
 
 
 def test_report_schema_is_pinned_and_documented() -> None:

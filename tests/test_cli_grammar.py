@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.commands.exit_codes import EXIT_CODES
+from kimi_serve.commands.exit_codes import EXIT_CODES, codes_of
 from kimi_serve.up.console import Console
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,7 +96,21 @@ def _help_text(cli, words: list[str]) -> str:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("command", sorted(EXIT_CODES))
 def test_help_lists_the_exit_codes(cli, command) -> None:
     text = _help_text(cli, command.split())
-    assert f"Exit codes: {EXIT_CODES[command]};" in text, text
+    assert f"Exit codes: {EXIT_CODES[command]}" in text, text
+    assert text.count("Exit codes") == 1, text  # once: the footer, not the docstring too
+    footer = text.split("Exit codes: ")[1].split(" (docs/exit-codes.md).")[0]
+    codes = codes_of(footer)
+    assert len(codes) == len(set(codes)) and {"2", "70", "130"} <= set(codes), footer  # each code once, all common
+    assert "<bool>" not in text, text  # a flag takes no value: no type shown for it
+
+
+@pytest.mark.parametrize(
+    ("command", "verb"),
+    [("install-service", "Install under"), ("uninstall-service", "Remove the unit"), ("status", "Read the unit")],
+)
+def test_root_help_says_what_the_command_does_there(cli, command, verb) -> None:
+    text = _help_text(cli, [command])
+    assert f"--root <path> {verb}" in text, text
 
 
 def test_docs_exit_code_table_is_the_help_table() -> None:

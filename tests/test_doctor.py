@@ -278,13 +278,26 @@ def test_wrong_sglang_version_and_limits(gpu_profile: Callable[..., Path], tmp_p
         )
     )
     assert checks["sglang"][0] == "fail" and "sglang 0.5.22" in checks["sglang"][1]
-    assert "pip install sglang==0.5.23" in checks["sglang"][2]
+    assert checks["sglang"][2].startswith("kimi-serve engine install --profile ")  # the README's fix, one spelling
     assert checks["memlock"] == (
         "warn",
         "locked-memory limit 64 KiB (NCCL and CUDA pin host memory)",
         "ulimit -l unlimited (the systemd unit sets LimitMEMLOCK=infinity)",
     )
     assert checks["nofile"][0] == "warn" and "1024/4096" in checks["nofile"][1]
+
+
+def test_a_profile_without_gpus_is_not_warned_about_gpu_limits(write_profile, tmp_path: Path, loopback_port) -> None:
+    """The same small limits: a simulator profile pins no GPU memory and serves no GPU server's files, so memlock and
+    nofile are skipped with the reason, not warnings it cannot act on (up's preflight runs the same checks)."""
+
+    def small(which: int) -> tuple[int, int]:
+        return (65536, 65536) if which == resource.RLIMIT_MEMLOCK else (1024, 4096)
+
+    profile = write_profile(f"extends: sim\nserver:\n  port: {loopback_port()}\n")
+    checks = by_name(doctor(profile, scratch_host(tmp_path, sglang_site=sglang_site(tmp_path), rlimit=small)))
+    assert checks["memlock"][:2] == ("skip", "engine: simulator: no GPU memory is pinned"), checks["memlock"]
+    assert checks["nofile"][0] == "skip" and checks["nofile"][1].startswith("engine: simulator: "), checks["nofile"]
 
 
 def test_port_in_use_fails(gpu_profile: Callable[..., Path], tmp_path: Path) -> None:

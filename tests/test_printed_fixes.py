@@ -249,3 +249,24 @@ def test_the_fixes_check_and_doctor_print_here_parse_and_the_key_file_one_runs(
             assert path and check_api_key_file(str(root / path.lstrip("/")), load_profile(name)).status != FAIL
     if load_profile(name).server.api_key_file:
         assert any(f.startswith("kimi-serve keyfile") for f in fixes), fixes  # none here: the file is missing
+
+
+@pytest.mark.usefixtures("loopback_port")  # doctor probes the profile's port: the listener tier
+def test_the_engine_fix_is_the_readmes_and_runs_as_printed(cli, tmp_path: Path, monkeypatch) -> None:
+    """A profile whose python: has no SGLang: check and doctor print the README's fix, `kimi-serve engine install`
+    (once `pip install 'kimi-serve[serve]'`, an extra that does not exist), one spelling, naming the venv --set moved
+    python: to; dry-run as printed, it plans that very venv."""
+    monkeypatch.setenv("KIMI_SERVE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("KIMI_SERVE_SGLANG_PYTHON", raising=False)  # check's SGLang tier (~12 s) is not the point here
+    venv = tmp_path / "engine"
+    fixes = []
+    for command, code in (("check", "python"), ("doctor", "sglang")):  # the interpreter, its SGLang
+        doc = json.loads(cli(command, "-p", "prod", "--set", f"python={venv}/bin/python", "--json").out)
+        fixes += [f["fix"] for f in doc["findings"] if f["code"] == code]
+    assert len(fixes) == 2 and not [f for f in fixes if "pip install" in f], fixes
+    printed = {re.search(r"kimi-serve engine install[^)`;,]*", f).group(0).strip() for f in fixes}  # type: ignore[union-attr]
+    assert printed == {f"kimi-serve engine install --profile prod --prefix {venv}"}
+    done = run_as_printed(f"{printed.pop()} --dry-run", tmp_path)
+    assert done.returncode == 0 and f"into {venv}\n" in done.stdout, (done.stdout, done.stderr)
+    stale = [p for p in SOURCE.rglob("*.py") if "kimi-serve[serve]" in p.read_text(encoding="utf-8")]
+    assert not stale, stale  # the old spelling is printed nowhere

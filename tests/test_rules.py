@@ -9,9 +9,20 @@ import pytest
 from tests.test_profile import assert_one_line_error
 
 BAD = [
-    ("parsers:\n  tool_call: null\n", ["parsers.tool_call", "raw <|tool_calls_section_begin|>", "kimi_k2"]),
+    (
+        "parsers:\n  tool_call: null\n",
+        [
+            "parsers.tool_call",
+            "no tool-call parser is set",
+            "raw <|tool_calls_section_begin|>",
+            "--tool-call-parser kimi_k2",
+        ],
+    ),
     ("parsers:\n  tool_call: qwen\n", ["parsers.tool_call", "'qwen'"]),
-    ("parsers:\n  reasoning: null\n", ["parsers.reasoning", "</think>", "set parsers.reasoning: kimi_k2"]),
+    (
+        "parsers:\n  reasoning: null\n",
+        ["parsers.reasoning", "no reasoning parser is set", "</think>", "set parsers.reasoning: kimi_k2"],
+    ),
     ("model:\n  trust_remote_code: false\n", ["model.trust_remote_code", "--trust-remote-code"]),
     ("model:\n  served_name: 'kimi:k2'\n", ["model.served_name", "':'"]),
     ("gpus: 4\n", ["parallel.tp_size", "differs from gpus 4"]),
@@ -83,6 +94,8 @@ def test_implicit_memory_knobs_warn(write_profile, cli):
     res = cli("check", "--profile", str(path), "--offline", "--json")
     f = [f for f in json.loads(res.out)["findings"] if f["code"] == "memory.mem_fraction_static"]
     assert f and f[0]["status"] == "warn"
+    last = cli("check", "--profile", str(path), "--offline").out.strip().splitlines()[-1]
+    assert last.startswith("check PASSED: ") and ", 1 warning, 0 failed, " in last, last  # not "1 warnings"
 
 
 def test_check_lists_every_failure_and_exits_2(write_profile, cli):

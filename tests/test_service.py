@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -110,7 +111,12 @@ def test_dry_run_touches_nothing(
     assert r.code == 0, r.err
     assert _snapshot(root) == before
     assert '"--port" "30999"' in r.out
-    assert "/etc/kimi-serve/new.yaml (will be created from $KIMI_SERVE_API_KEY" in r.out
+    assert f"{root}/etc/kimi-serve/new.yaml (will be created from $KIMI_SERVE_API_KEY" in r.out
+    # every file or folder the plan names is where the install writes it: under --root (the key file, the working
+    # directory, the monitor's folders and units, not their paths on /)
+    plan = r.out.split("install-service would:")[1]
+    named = re.findall(r"(?<![\w=.-])/[\w./@-]+", plan)
+    assert named and [p for p in named if not p.startswith(str(root)) and not p.startswith("/dev/")] == []
     assert "sk-test" not in r.out + r.err
     assert "keep the current unit as" in r.out and "enable sglang-kimi.service" in r.out
     r = cli("uninstall-service", "--root", str(root), "--dry-run")

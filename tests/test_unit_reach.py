@@ -203,7 +203,7 @@ def test_doctor_judges_the_unit_as_install_service_does(
     root = _python_behind_a_closed_root(tmp_path / "system")
     _file(root / gate.relative_to("/"), mode=0o700)  # not executable for kimi-serve
     monkeypatch.setenv("KIMI_SERVE_ACCOUNTS_ROOT", str(root))
-    profile = write_profile(f"extends: sim\npython: {python}\nserver:\n  port: {loopback_port()}\n")
+    profile = write_profile(f"extends: prod\npython: {python}\nserver:\n  port: {loopback_port()}\n")
     res = cli("doctor", "-p", str(profile), "--json")
     assert res.code == 5, (res.out, res.err)
     reach = [c for c in json.loads(res.out)["checks"] if c["code"] == "unit.reach"]
@@ -213,6 +213,15 @@ def test_doctor_judges_the_unit_as_install_service_does(
     assert "/usr/bin/python3 -m venv" in reach[0]["fix"] and reach[0]["where"].endswith(": python")
     text = cli("doctor", "-p", str(profile)).out
     assert "FAIL  unit.reach" in text and "fix: install it where the service user can run it" in text
+    # a simulator profile is a foreground try, up runs as the invoking user: the same judgement warns, naming
+    # install-service, and fails nothing (install-service itself still refuses: the test above)
+    sim = write_profile(f"extends: sim\npython: {python}\nserver:\n  port: {loopback_port()}\n", name="simreach")
+    res = cli("doctor", "-p", str(sim), "--json")
+    reach = [c for c in json.loads(res.out)["checks"] if c["code"] == "unit.reach"]
+    assert [c["status"] for c in reach] == ["warn", "warn"], reach
+    assert all(c["message"].startswith("install-service only (up runs as you): ") for c in reach), reach
+    assert not [c for c in json.loads(res.out)["checks"] if c["status"] == "fail"] and res.code == 0, res.out
+    profile = sim
     (root / "root").chmod(0o711)
     (root / gate.relative_to("/")).chmod(0o755)
     reach = [

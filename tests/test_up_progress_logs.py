@@ -62,6 +62,43 @@ def test_plain_output_gets_a_status_line_every_few_seconds(monkeypatch):
     assert len(lines) == 3 and "\x1b" not in out.getvalue()  # at 0s, 10s, 20s
 
 
+SITE = "/opt/engine/lib/python3.11/site-packages"
+# what SGLang 0.5.23 prints at every start on the CPU engine, and on its error responses (FastAPI >= 0.128)
+NOISE = [
+    f"{SITE}/sglang/srt/layers/quantization/awq/awq.py:53: UserWarning: Only CUDA, HIP and XPU support AWQ currently.",
+    '  warnings.warn(f"Only CUDA, HIP and XPU support AWQ currently.")',
+    f"{SITE}/sglang/srt/layers/quantization/gguf.py:76: UserWarning: Only CUDA, MUSA and NPU support GGUF "
+    "quantization currently.",
+    '  warnings.warn(f"Only CUDA, MUSA and NPU support GGUF quantization currently.")',
+    f"{SITE}/sglang/srt/entrypoints/openai/serving_chat.py:2428: FastAPIDeprecationWarning: ORJSONResponse is "
+    "deprecated, FastAPI now serializes data directly to JSON bytes via Pydantic when a return type or response model "
+    "is set",
+    "  return self.create_error_response(str(e))",
+]
+KEPT = [
+    "[2026-12-07 05:31:13] Attention backend not specified. Use triton backend by default.",
+    f"{SITE}/torch/cuda/__init__.py:61: UserWarning: The pynvml package is deprecated.",  # another warning: shown
+    "  import pynvml  # type: ignore[import]",
+    "  an indented line after an ordinary one",
+]
+
+
+def test_the_known_start_warnings_are_not_echoed_and_every_other_line_is() -> None:
+    """up's console leaves out the AWQ/GGUF and FastAPI deprecation warnings (both lines of each) of one server and
+    of each replica, and echoes everything else, other warnings included (the log file keeps every line)."""
+    from kimi_serve.up.replicas import TaggedConsole
+
+    out = io.StringIO()
+    c = Console(out=out, err=io.StringIO(), tty=False)
+    r0 = TaggedConsole(c, "r0")
+    for line in [*NOISE, KEPT[0], NOISE[0], *KEPT[1:], *NOISE[4:]]:
+        c.server_line(line)
+        r0.server_line(line)
+    shown = out.getvalue().splitlines()
+    assert [ln for ln in shown if not ln.startswith("[r0] ")] == KEPT
+    assert [ln.removeprefix("[r0] ") for ln in shown if ln.startswith("[r0] ")] == KEPT
+
+
 def _make_logs(folder: Path, profile: str, n: int) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"up-{profile}-20260101-0000{i:02d}.log" for i in range(n)]

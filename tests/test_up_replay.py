@@ -137,6 +137,18 @@ def test_crash_after_ready_exits_4_with_the_cause(tmp_path: Path) -> None:
     assert_no_orphans(run)
 
 
+def test_a_dead_servers_last_lines_are_what_it_said_not_the_health_polls_it_answered(tmp_path: Path) -> None:
+    """A server killed after ready with nothing in its log to say why (a killed replica): the last lines up shows
+    are its own records, not the access lines of the GET /health polls that followed them (the log keeps those)."""
+    run = run_replay(tmp_path, "dies_quietly", tp=2)
+    assert run.exit_code == ExitCode.SERVER_EXITED and "status -9" in run.error.message, run.err
+    shown = run.err.split("last log lines (its GET /health access lines left out):")[1]
+    assert "GET /health" not in shown and "The server is fired up and ready to roll!" in shown, run.err
+    assert "GET /model_info" in shown  # other requests' access lines stay
+    assert run.log.count('"GET /health HTTP/1.1" 200') >= 15
+    assert_no_orphans(run)
+
+
 def test_a_server_that_ignores_sigterm_is_killed_and_reported_unclean(tmp_path: Path) -> None:
     run = run_replay(tmp_path, "stuck_stop", tp=2, interrupt_on="supervising pid", stop_grace_s=1.0)
     assert run.exit_code == ExitCode.SERVER_EXITED

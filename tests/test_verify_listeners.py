@@ -57,6 +57,7 @@ def test_a_child_listening_on_every_interface_is_flagged(server: tuple[int, int,
     # a port the deployment expects (a separate metrics or multi-node port) is not stray
     _, findings = check_listeners(api, expected=(extra,))
     assert [(f.status, f.code) for f in findings] == [(PASS, "listeners")]
+    assert findings[0].message.endswith(f"listen beyond loopback only on port {extra}"), findings[0].message
 
 
 def test_nobody_on_the_port_is_a_skip() -> None:
@@ -87,7 +88,7 @@ import json, os, socket
 from kimi_serve.verify.listeners import check_listeners
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
 listeners, findings = check_listeners(s.getsockname()[1])
-print(json.dumps([[x.pid for x in listeners], os.getpid(), findings[0].status]))
+print(json.dumps([[x.pid for x in listeners], os.getpid(), findings[0].status, findings[0].message]))
 """
 
 
@@ -98,8 +99,9 @@ def test_listeners_of_this_very_process() -> None:
         [sys.executable, "-c", SELF_CHECK], capture_output=True, text=True, timeout=60, start_new_session=True
     )
     assert done.returncode == 0, done.stderr
-    pids, me, status = json.loads(done.stdout)
+    pids, me, status, message = json.loads(done.stdout)
     assert pids == [me] and status == PASS
+    assert message == "the server's one process listens on loopback only", message  # not "... only on nothing"
 
 
 # A server started as systemd starts one (its own session) that plants strays where only a wider look finds them:

@@ -2,7 +2,8 @@
 concurrency (who wins output throughput, by how much, or "no difference") and the crossover. Pure: no I/O.
 
 Spread: the [min, max] of a figure over the repeats, widened by ``NOISE_FLOOR`` (2%) on each side so that one repeat
-still has a width. Two profiles' spreads that overlap at a concurrency give "no difference" there.
+still has a width. Two profiles' spreads that overlap at a concurrency give "no difference" there. A verdict from a
+single repeat (no spread measured) says so: ``single_sample`` and its text.
 Crossover: the first concurrency whose winner differs from the winner at the last concurrency before it that had one
 (concurrencies with "no difference" in between are skipped); reported as the pair of concurrencies it lies between.
 """
@@ -13,6 +14,7 @@ from statistics import mean
 from typing import Any
 
 NOISE_FLOOR = 0.02
+SINGLE_SAMPLE = "single sample, no spread measured: --repeat 2 or more to confirm"
 VERDICT_FIGURE = "output_throughput"
 # figure -> (report name, unit, higher is better)
 FIGURES: dict[str, tuple[str, str, bool]] = {
@@ -70,35 +72,47 @@ def compare(a: dict[str, Any] | None, b: dict[str, Any] | None, name_a: str, nam
     key = FIGURES[VERDICT_FIGURE][0]
     sa, sb = (a or {}).get(key), (b or {}).get(key)
     if not sa or not sb:
-        return {"winner": None, "margin_pct": None, "overlap": None, "text": "incomplete"}
+        return {"winner": None, "margin_pct": None, "overlap": None, "single_sample": None, "text": "incomplete"}
     (lo_a, hi_a), (lo_b, hi_b) = _band(sa), _band(sb)
     overlap = lo_a <= hi_b and lo_b <= hi_a
     hi, lo = (name_a, name_b) if sa["mean"] >= sb["mean"] else (name_b, name_a)
     top, bottom = max(sa["mean"], sb["mean"]), min(sa["mean"], sb["mean"])
     margin = round(100 * (top - bottom) / bottom, 1) if bottom > 0 else None
+    # one run per side measures no spread: the noise floor alone decides, and the verdict says it is one sample's
+    single = min((a or {}).get("repeats", 0), (b or {}).get("repeats", 0)) < 2
+    mark = f" ({SINGLE_SAMPLE})" if single else ""
     if overlap:
         return {
             "winner": None,
             "margin_pct": margin,
             "overlap": True,
-            "text": f"no difference (spreads overlap; {hi} +{margin}%)",
+            "single_sample": single,
+            "text": f"no difference ({'within the noise floor' if single else 'spreads overlap'}; {hi} +{margin}%)"
+            + mark,
         }
-    return {"winner": hi, "margin_pct": margin, "overlap": False, "text": f"{hi} by {margin}% over {lo}"}
+    return {
+        "winner": hi,
+        "margin_pct": margin,
+        "overlap": False,
+        "single_sample": single,
+        "text": f"{hi} by {margin}% over {lo}{mark}",
+    }
 
 
 def crossover(verdicts: list[tuple[int, dict[str, Any]]]) -> dict[str, Any] | None:
     """The first change of winner along increasing concurrency, or None."""
-    last: tuple[int, str] | None = None
+    last: tuple[int, str, bool] | None = None
     for concurrency, v in sorted(verdicts):
         winner = v.get("winner")
         if not winner:
             continue
         if last and winner != last[1]:
+            mark = f" ({SINGLE_SAMPLE})" if last[2] or v.get("single_sample") else ""
             return {
                 "between": [last[0], concurrency],
                 "before": last[1],
                 "after": winner,
-                "text": f"{winner} overtakes {last[1]} between concurrency {last[0]} and {concurrency}",
+                "text": f"{winner} overtakes {last[1]} between concurrency {last[0]} and {concurrency}{mark}",
             }
-        last = (concurrency, winner)
+        last = (concurrency, winner, bool(v.get("single_sample")))
     return None

@@ -10,7 +10,7 @@ from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
 from kimi_serve.core.keyfile import admin_key_problem, key_file_problem, keyfile_recipe
 from kimi_serve.host.facts import model_findings
 from kimi_serve.profile.loader import Profile
-from kimi_serve.sglang.site import too_old
+from kimi_serve.sglang.site import engine_install_hint, too_old
 
 
 def _simulator_dir(p: Profile, key: str, path: str | None, what: str) -> Finding:
@@ -78,7 +78,7 @@ def check_host(p: Profile) -> list[Finding]:
                 "python",
                 FAIL,
                 f"interpreter {p.python} is missing or not executable",
-                "install SGLang there (pip install 'kimi-serve[serve]') or fix python:",
+                engine_install_hint(p.ref or p.name, p.python, bool(p.overrides)),
                 p.where("python"),
             )
         )

@@ -21,6 +21,13 @@ from kimi_serve.profile.loader import Profile
 PCIE_IPC_ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
 
 
+def _parser_is(kind: str, value: str | None, flag: str) -> str:
+    """What the profile runs for one parser: a name, or none at all (SGLang started without the flag)."""
+    return (
+        f"{kind} parser is {value!r}, not kimi_k2" if value else f"no {kind} parser is set (SGLang runs without {flag})"
+    )
+
+
 def rule_parsers(p: Profile, _: Launch) -> Iterator[Finding]:
     if p.parsers.tool_call == "kimi_k2":
         yield ok("parsers.tool_call", "tool-call parser kimi_k2: tool calls come back as structured tool_calls")
@@ -28,9 +35,9 @@ def rule_parsers(p: Profile, _: Launch) -> Iterator[Finding]:
         yield bad(
             p,
             "parsers.tool_call",
-            f"tool-call parser is {p.parsers.tool_call!r}, not kimi_k2: clients get "
+            f"{_parser_is('tool-call', p.parsers.tool_call, '--tool-call-parser')}: clients get "
             "raw <|tool_calls_section_begin|> text instead of tool_calls",
-            "set parsers.tool_call: kimi_k2",
+            "set parsers.tool_call: kimi_k2, which launches SGLang with --tool-call-parser kimi_k2",
         )
     if p.parsers.reasoning == "kimi_k2":
         yield ok("parsers.reasoning", "reasoning parser kimi_k2: reasoning comes back as reasoning_content")
@@ -38,8 +45,9 @@ def rule_parsers(p: Profile, _: Launch) -> Iterator[Finding]:
         yield bad(
             p,
             "parsers.reasoning",
-            f"reasoning parser is {p.parsers.reasoning!r}, not kimi_k2: reasoning and </think> end up in content",
-            "set parsers.reasoning: kimi_k2",
+            f"{_parser_is('reasoning', p.parsers.reasoning, '--reasoning-parser')}: reasoning and "
+            "</think> end up in content",
+            "set parsers.reasoning: kimi_k2, which launches SGLang with --reasoning-parser kimi_k2",
         )
 
 

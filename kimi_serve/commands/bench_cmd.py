@@ -91,7 +91,11 @@ def register(app: typer.Typer) -> None:
             help="agentic (Kimi-shaped, shipped), random (fixed 1024/256 token ids) or a JSONL FILE of chat requests.",
         ),
         repeat: int = typer.Option(
-            1, "--repeat", min=1, max=MAX_REPEAT, help="Runs per cell; the spread decides 'no difference'."
+            1,
+            "--repeat",
+            min=1,
+            max=MAX_REPEAT,
+            help="Runs per cell; the spread decides 'no difference' (1: no spread, each verdict marked single sample).",
         ),
         out: Path = typer.Option(
             Path("bench-out"), "--out", help="Results folder (resumable: recorded cells are skipped)."
@@ -118,9 +122,6 @@ def register(app: typer.Typer) -> None:
     ) -> int:
         """A/B two profiles across concurrency: bring each up (or use --host), contract check, sweep with
         sglang.bench_serving, stop; table, verdict per concurrency, crossover, report.json and PNG charts in --out.
-
-        Exit codes: 0 done, 1 a server failed the contract check or bench_serving failed, 2 usage, 3 unreachable,
-        4 a server exited, 5 environment.
         """
         from kimi_serve.bench import BenchOptions, run_bench
         from kimi_serve.bench.sweep import check_arms

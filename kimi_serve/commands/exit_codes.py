@@ -4,6 +4,8 @@ docs/exit-codes.md by the test suite. Every command may also exit 2 (invalid inp
 
 from __future__ import annotations
 
+import re
+
 import typer
 
 COMMON = "2 invalid input; 70 internal error (a kimi-serve bug); 130 interrupted"
@@ -140,8 +142,16 @@ EXIT_CODES: dict[str, str] = {
 }
 
 
+def codes_of(text: str) -> list[str]:
+    """The exit codes a list like EXIT_CODES' names, in order: each ``; ``-separated item starts with its code."""
+    return re.findall(r"(?:^|; )(\d+)(?=[ ,])", text)
+
+
 def help_text(command: str) -> str:
-    return f"Exit codes: {EXIT_CODES[command]}; {COMMON} (docs/exit-codes.md)."
+    """The footer: the command's own codes, then the common ones it does not already explain (each code once)."""
+    own = set(codes_of(EXIT_CODES[command]))
+    common = [item for item in COMMON.split("; ") if codes_of(item)[0] not in own]
+    return f"Exit codes: {'; '.join([EXIT_CODES[command], *common])} (docs/exit-codes.md)."
 
 
 def add_to_help(app: typer.Typer, prefix: str = "") -> None:

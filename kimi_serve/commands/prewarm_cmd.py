@@ -45,8 +45,7 @@ def prewarm(
 ) -> int:
     """Read the profile's checkpoint (model and draft shards) into the page cache, so the next start loads from
     memory. Reads only uncached pages; refuses when they do not fit in MemAvailable minus 10% of RAM; never drops or
-    evicts anything. Exit codes: 0 cached (or nothing to read), 1 a shard could not be read, 5 refused or RAM ran
-    short, 130 interrupted (what was read stays cached)."""
+    evicts anything."""
     from kimi_serve.core.settings import state_root
     from kimi_serve.prewarm.page_cache import exit_code_of, run_prewarm
     from kimi_serve.prewarm.report import findings, render

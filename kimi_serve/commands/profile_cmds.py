@@ -138,7 +138,8 @@ def check(
     counts = {s: sum(f.status == s for f in report.findings) for s in _MARK}
     verdict = "PASSED" if report.exit_code == 0 else "FAILED"
     typer.echo(
-        f"check {verdict}: {counts['pass']} passed, {counts['warn']} warnings, {counts['fail']} failed, "
+        f"check {verdict}: {counts['pass']} passed, {counts['warn']} warning{'' if counts['warn'] == 1 else 's'}, "
+        f"{counts['fail']} failed, "
         f"{counts['skip']} skipped ({display_path(report.profile.source)})"
     )
     return int(report.exit_code)

@@ -27,14 +27,26 @@ from kimi_serve.commands.service_io import (
     say,
 )
 from kimi_serve.core.settings import process_environ
-from kimi_serve.service.state import UNIT_DIR
+from kimi_serve.service.state import STATE_DIR, UNIT_DIR
 
 if TYPE_CHECKING:
     from kimi_serve.profile.loader import Profile
     from kimi_serve.service.fleet import Fleet
     from kimi_serve.service.target import ServiceTarget
 
-ROOT_HELP = f"Install under this directory instead of / (unit in ROOT/{UNIT_DIR}; only offline systemctl)."
+# --root per command: what that command does under it (each names its own verb)
+ROOT_HELP = (
+    f"Install under this directory instead of / (unit in ROOT/{UNIT_DIR}, records in ROOT/{STATE_DIR}; only "
+    "offline systemctl)."
+)
+UNINSTALL_ROOT_HELP = (
+    f"Remove the unit and its records under this directory instead of / (ROOT/{UNIT_DIR}, ROOT/{STATE_DIR}; only "
+    "offline systemctl)."
+)
+STATUS_ROOT_HELP = (
+    f"Read the unit and its records under this directory instead of / (ROOT/{UNIT_DIR}, ROOT/{STATE_DIR}); another "
+    "root is not the running system: its unit state is not queried."
+)
 RootOpt = typer.Option(Path("/"), "--root", help=ROOT_HELP)
 WAIT_LOCK_HELP = (
     "When another kimi-serve command holds the lock of this root (the host lock for /), wait for it instead of "
@@ -112,14 +124,15 @@ def _print_plan(fleet: Fleet, target: ServiceTarget, as_json: bool) -> int:
     bad = [f for f in fleet.findings if f.status == FAIL]
     code = 1 if bad else 0
     first, secret = fleet.first, fleet.profile.server.api_key_file
+    rooted = first.paths.under_root(secret) if secret else None  # where it is under --root, as the actions say
     secret_note = (
         "none (no server.api_key_file)"
-        if secret is None
-        else f"{secret} (will be created from $KIMI_SERVE_API_KEY, mode 0600)"
+        if rooted is None
+        else f"{rooted} (will be created from $KIMI_SERVE_API_KEY, mode 0600)"
         if first.create_secret
-        else f"{secret} (exists, 0600; content not shown)"
-        if first.paths.under_root(secret).exists()
-        else f"{secret} (missing: see the failing checks below)"
+        else f"{rooted} (exists, 0600; content not shown)"
+        if rooted.exists()
+        else f"{rooted} (missing: see the failing checks below)"
     )
     if as_json:
         from kimi_serve.core.output import envelope
@@ -153,7 +166,7 @@ def _print_plan(fleet: Fleet, target: ServiceTarget, as_json: bool) -> int:
 def uninstall_service(
     profile: str | None = UnitProfileOpt,
     unit_name: str | None = UnitOrDefaultOpt,
-    root: Path = RootOpt,
+    root: Path = typer.Option(Path("/"), "--root", help=UNINSTALL_ROOT_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print each action; change nothing."),
     as_json: bool = JsonOpt,
     wait_lock: bool = typer.Option(False, "--wait-lock", help=WAIT_LOCK_HELP),
@@ -230,7 +243,7 @@ def _prewarm_first(profile: Profile) -> dict[str, Any]:
 def status(
     profile: str | None = UnitProfileOpt,
     unit_name: str | None = UnitOrDefaultOpt,
-    root: Path = RootOpt,
+    root: Path = typer.Option(Path("/"), "--root", help=STATUS_ROOT_HELP),
     as_json: bool = JsonOpt,
     sets: list[str] | None = SetOpt,
 ) -> int:

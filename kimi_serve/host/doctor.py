@@ -18,7 +18,6 @@ from typing import Any
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding, failed
-from kimi_serve.core.pin import SGLANG_VERSION
 from kimi_serve.core.proc import Completed
 from kimi_serve.core.settings import current
 from kimi_serve.host.facts import model_findings, patch_state_finding
@@ -151,20 +150,15 @@ def check_disk(host: Host, path: str) -> tuple[Finding, dict[str, Any]]:
 
 def check_sglang(p: Profile, launch: Launch, host: Host) -> list[Finding]:
     from kimi_serve.profile.flags import load_flag_table
-    from kimi_serve.sglang.site import BUILD_HINT, installed_version
+    from kimi_serve.sglang.site import BUILD_HINT, engine_install_hint, installed_version
 
     python = launch.argv[0]
+    install = engine_install_hint(p.ref or p.name, python, bool(p.overrides))
     try:
         site = host.sglang_site(python)
         version = installed_version(site)
     except KimiServeError as exc:
-        fix = (
-            BUILD_HINT
-            if p.engine == "simulator"
-            else f"install sglang=={SGLANG_VERSION} there (pip install 'kimi-serve[serve]'), or point the profile's "
-            "python: at the venv that has it"
-        )
-        return [doctor_finding("sglang", FAIL, exc.message, fix)]
+        return [doctor_finding("sglang", FAIL, exc.message, BUILD_HINT if p.engine == "simulator" else install)]
     want = load_flag_table().sglang_version
     if version != want:
         return [
@@ -172,7 +166,7 @@ def check_sglang(p: Profile, launch: Launch, host: Host) -> list[Finding]:
                 "sglang",
                 FAIL,
                 f"sglang {version} in {site}, the profile is made for {want}",
-                f"pip install sglang=={want} with {python}",
+                BUILD_HINT if p.engine == "simulator" else install,
             )
         ]
     out = [doctor_finding("sglang", PASS, f"sglang {version} ({python})")]
@@ -195,7 +189,15 @@ def check_port(launch: Launch, host: Host) -> Finding:
     return doctor_finding("port", PASS, f"{launch.host}:{launch.port} is free")
 
 
-def check_limits(host: Host) -> list[Finding]:
+def check_limits(host: Host, p: Profile) -> list[Finding]:
+    """memlock (NCCL and CUDA pin host memory) and nofile (SGLang's many sockets and shared files on a GPU host): a
+    profile that runs no GPU (the simulator, --device cpu) needs neither, and is told so rather than warned."""
+    if not uses_gpus(p):
+        why = "engine: simulator" if p.engine == "simulator" else "--device cpu"
+        return [
+            doctor_finding("memlock", SKIP, f"{why}: no GPU memory is pinned"),
+            doctor_finding("nofile", SKIP, f"{why}: no GPU server's worth of open files"),
+        ]
     inf = resource.RLIM_INFINITY
     soft, _hard = host.rlimit(resource.RLIMIT_MEMLOCK)
     out = [
@@ -269,7 +271,7 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service:
     checks.append(check_key_file(p))  # before SGLang's: the first failure is the one up's preflight names
     checks += check_sglang(p, launch, host)
     checks.append(check_port(launch, host))
-    checks += check_limits(host)
+    checks += check_limits(host, p)
     checks += _selftest(p, launch, host, checks)
     if not service:
         return report
@@ -352,5 +354,6 @@ def render(report: DoctorReport) -> str:
             lines.append(f"      {'':<18} fix: {c.fix}")
     bad = failed(report.checks)
     warns = sum(c.status == WARN for c in report.checks)
-    lines.append(f"doctor: {len(bad)} failed, {warns} warning(s)" if bad or warns else "doctor: all checks passed")
+    said = f"doctor: {len(bad)} failed, {warns} warning{'' if warns == 1 else 's'}"
+    lines.append(said if bad or warns else "doctor: all checks passed")
     return "\n".join(lines)

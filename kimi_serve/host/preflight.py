@@ -27,4 +27,8 @@ def preflight(profile: Profile, launch: Launch, say: Callable[[str], None], host
     bad = failed(report.checks)
     if bad:
         raise error_from(bad, more="see above", prefix=f"preflight: {bad[0].code}: ", exit_code=ExitCode.ENVIRONMENT)
-    say(f"preflight: {len(report.checks)} checks passed ({sum(c.status == WARN for c in report.checks)} warning(s))")
+    warns = sum(c.status == WARN for c in report.checks)
+    say(
+        f"preflight: {len(report.checks)} checks passed"
+        + (f" ({warns} warning{'' if warns == 1 else 's'})" if warns else "")
+    )

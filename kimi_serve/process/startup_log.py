@@ -163,6 +163,42 @@ def split_stream(buffer: str) -> tuple[list[str], str]:
     return [p for p in parts[:-1] if p.strip()], parts[-1]
 
 
+# Warnings every start prints that say nothing about this server, left out of up's console (the log keeps them):
+# the AWQ and GGUF quantizations' "only CUDA ... supports it" (imported on a CPU host: the simulator) and FastAPI's
+# ORJSONResponse deprecation (SGLang's own error responses). Python writes a warning as two lines: "FILE:LINE:
+# CATEGORY: MESSAGE", then the indented source line. Any other warning is echoed.
+_KNOWN_NOISE = re.compile(
+    r"\S+\.py:\d+: (?:UserWarning: Only CUDA(?:, \w+)* and \w+ support \w+(?: quantization)? currently\."
+    r"|FastAPIDeprecationWarning: ORJSONResponse is deprecated\b)"
+)
+
+
+class KnownNoise:
+    """One stream's filter of the known warnings (both of each one's lines); every other line passes."""
+
+    def __init__(self) -> None:
+        self._source_next = False
+
+    def drop(self, line: str) -> bool:
+        if self._source_next:
+            self._source_next = False
+            if line.startswith((" ", "\t")):  # the warning's source line
+                return True
+        if _KNOWN_NOISE.match(line):
+            self._source_next = True
+            return True
+        return False
+
+
+# uvicorn's access line of a health poll (up's, the router's): `127.0.0.1:PORT - "GET /health HTTP/1.1" 200 OK`
+_HEALTH_ACCESS = re.compile(r'"GET /health(?:_generate)?(?:\?\S*)? HTTP/[\d.]+" \d{3}')
+
+
+def is_health_access(line: str) -> bool:
+    """An access-log line of a /health poll: left out of the last lines shown for a server that died."""
+    return bool(_HEALTH_ACCESS.search(line))
+
+
 def is_progress_bar(line: str) -> bool:
     """A tqdm fragment (weights or CUDA-graph bar): shown as progress, not echoed."""
     return bool(_SHARDS.search(line) or _GRAPH_BAR.search(line))

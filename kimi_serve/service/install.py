@@ -210,9 +210,10 @@ def planned_actions(plan: Plan, systemd: Systemd) -> list[str]:
     actions: list[str] = []
     if plan.create_secret:
         admin = " and a new random admin-api-key" if plan.profile.server.admin_key != "none" else ""
-        actions.append(f"create {plan.profile.server.api_key_file} (mode 0600) with the key from ${API_KEY_ENV}{admin}")
+        secret = p.under_root(plan.profile.server.api_key_file or "")
+        actions.append(f"create {secret} (mode 0600) with the key from ${API_KEY_ENV}{admin}")
     actions += account.planned(plan.profile.service.user, *account.roots(p.root, systemd.live, Path("/")))
-    actions.append(f"create working directory {plan.profile.service.working_directory} if missing")
+    actions.append(f"create working directory {p.under_root(plan.profile.service.working_directory)} if missing")
     if p.unit_file.exists() and read_text(p.unit_file) != plan.unit.text:
         actions.append(f"keep the current unit as {p.previous_unit}")
     actions.append(f"write {p.unit_file} atomically (sha256 {plan.unit.sha256[:12]})")

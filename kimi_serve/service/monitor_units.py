@@ -219,8 +219,10 @@ def planned_monitor(monitor: MonitorUnits | None, paths: ServicePaths, now: bool
         return [f"remove the monitoring units of {paths.unit} (monitor.enabled is false)"] if _installed(paths) else []
     names = ", ".join(u.name for u in monitor.files)
     return [
-        f"create {' and '.join(monitor.writable)} if missing (root's, 0755: the check's only writable paths)",
-        f"write {names} (contract check every {monitor.interval}s, metrics in {monitor.metrics_file})",
+        f"create {' and '.join(str(paths.under_root(d)) for d in monitor.writable)} if missing (root's, 0755: the "
+        "check's only writable paths)",
+        f"write {names} in {paths.unit_path('')} (contract check every {monitor.interval}s, metrics in "
+        f"{paths.under_root(monitor.metrics_file)})",
         f"systemctl enable {monitor.timer.name}" + (f"; systemctl restart {monitor.timer.name}" if now else ""),
     ]
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.findings import FAIL, PASS, Finding, error_from, failed
+from kimi_serve.core.findings import FAIL, PASS, WARN, Finding, error_from, failed
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service.systemctl import Systemd
@@ -87,13 +87,25 @@ def doctor_reach(profile: Profile, launch: Launch, environ: Mapping[str, str]) -
     from kimi_serve.core.settings import from_env
     from kimi_serve.service.unit import UnitContext, unit_reach
 
+    # a simulator profile is a foreground try (up runs as the invoking user): what would stop its unit is install-
+    # service's concern, a warning here; a GPU profile's unit is how it serves, so its reach fails doctor
+    try_out = profile.engine == "simulator"
     try:
         ctx = UnitContext.detect().for_engine(launch.argv[0])
     except KimiServeError as exc:
-        return [Finding("doctor", "unit.reach", FAIL, exc.message, exc.hint or "", exc.where or "")]
+        return [
+            Finding("doctor", "unit.reach", WARN if try_out else FAIL, exc.message, exc.hint or "", exc.where or "")
+        ]
     drift = [Finding("doctor", f.code, f.status, f.message, f.fix) for f in (ctx.engine_drift(),) if f is not None]
     found = [
-        Finding("doctor", f.code, f.status, f.message, f.fix, f.where)
+        Finding(
+            "doctor",
+            f.code,
+            WARN if try_out and f.status == FAIL else f.status,
+            f"install-service only (up runs as you): {f.message}" if try_out else f.message,
+            f.fix,
+            f.where,
+        )
         for f in unit_reach(profile, launch, ctx, from_env(environ).accounts_root)
     ]
     if found:

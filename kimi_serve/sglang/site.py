@@ -30,6 +30,28 @@ BUILD_HINT = (
 )
 
 
+def engine_install_hint(profile_ref: str, python: str | None, overridden: bool = False) -> str:
+    """The one fix for a profile whose ``python:`` has no SGLang, or another version, as the README gives it:
+    `kimi-serve engine install`, which builds that venv from the GPU lock with SGLang patched (its --prefix named when
+    --set may have moved ``python:``, as engine install takes no --set). A ``python:`` outside a venv's bin/ has no
+    venv to build: pointing it at one comes first."""
+    import shlex
+
+    from kimi_serve.core.pin import SGLANG_VERSION
+
+    ref = shlex.quote(profile_ref)
+    venv = Path(python).parent.parent if python and Path(python).parent.name == "bin" else None
+    if python and venv is None:
+        return (
+            f"point python: at a venv's bin/python, then kimi-serve engine install --profile {shlex.quote(profile_ref)}"
+        )
+    prefix = f" --prefix {shlex.quote(str(venv))}" if venv is not None and overridden else ""
+    return (
+        f"kimi-serve engine install --profile {ref}{prefix}, which builds python:'s venv with "
+        f"SGLang {SGLANG_VERSION} from the GPU lock, patched; or point python: at a venv that has it"
+    )
+
+
 _VERSION = "import sys; print('%d.%d' % sys.version_info[:2])"
 MIN_PYTHON = (3, 11)  # every Python child runs with -P (core/proc.py python_argv), which 3.11 brought
 

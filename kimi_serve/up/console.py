@@ -1,9 +1,10 @@
 """What `kimi-serve up` shows: the server's own lines, phase lines, and on a terminal a live status line.
 
-tqdm fragments (weights n/N, CUDA-graph bars) are not echoed (they are in the log file verbatim). On a terminal a
-live line (rich, imported only then) shows the phase, the elapsed time, the weight-loading percentage SGLang logs and
-the deadline, refreshed every second by :meth:`Console.tick` even while SGLang prints nothing; elsewhere a plain
-status line is written at most every ``PLAIN_EVERY_S`` seconds.
+tqdm fragments (weights n/N, CUDA-graph bars) and a few known warnings that say nothing about the server (AWQ/GGUF
+on a host without CUDA, FastAPI's ORJSONResponse deprecation) are not echoed (they are in the log file verbatim). On
+a terminal a live line (rich, imported only then) shows the phase, the elapsed time, the weight-loading percentage
+SGLang logs and the deadline, refreshed every second by :meth:`Console.tick` even while SGLang prints nothing;
+elsewhere a plain status line is written at most every ``PLAIN_EVERY_S`` seconds.
 
 A terminal that goes away (a closed SSH session: writes fail with EIO, pipes with EPIPE) does not stop `up` from
 stopping its servers in order: the stream that failed (and every standard stream on the same file) is pointed at
@@ -19,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from kimi_serve.process.startup_log import PHASE_TITLES, Event, Progress, is_progress_bar
+from kimi_serve.process.startup_log import PHASE_TITLES, Event, KnownNoise, Progress, is_progress_bar
 
 PLAIN_EVERY_S = 10.0
 TTY_EVERY_S = 1.0
@@ -54,6 +55,7 @@ class Console:
         self._live: Any = None  # rich.live.Live while a start is in progress on a terminal
         self._last_tick = 0.0
         self._last_plain = 0.0
+        self._noise = KnownNoise()  # this stream's known warnings (the log file keeps them)
 
     # -- the live status line (terminal only)
     def _start_live(self) -> Any:
@@ -140,7 +142,7 @@ class Console:
             stream.flush()  # what is still buffered goes to /dev/null now
 
     def server_line(self, text: str) -> None:
-        if self.echo_server and not is_progress_bar(text):
+        if self.echo_server and not is_progress_bar(text) and not self._noise.drop(text):
             self._line(text)
 
     def info(self, text: str) -> None:

@@ -122,7 +122,8 @@ class TaggedConsole(Console):
         self.parent.problem(f"{self.tag}: {text}")
 
     def server_line(self, text: str) -> None:
-        self.parent.server_line(f"[{self.tag}] {ANSI.sub('', text)}")
+        if not self._noise.drop(text):  # this replica's own stream: a warning's two lines are adjacent here
+            self.parent.server_line(f"[{self.tag}] {ANSI.sub('', text)}")
 
     def tick(self, progress: Progress, elapsed: float, deadline: float) -> None:
         self.progress = progress

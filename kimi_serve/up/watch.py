@@ -16,7 +16,7 @@ from typing import Any
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.process.child import Server, describe_status
 from kimi_serve.process.startup import StartupJudge
-from kimi_serve.process.startup_log import PHASES
+from kimi_serve.process.startup_log import PHASES, is_health_access
 from kimi_serve.profile.launch import Launch
 from kimi_serve.up.console import Console
 from kimi_serve.up.options import CLEAN_STOP, HEALTH_TIMEOUT_S, UpOptions, health_target
@@ -253,7 +253,9 @@ class Watch:
         when = (
             "after it was ready" if self.ready_at is not None else f"during start (phase {self.tracker.progress.phase})"
         )
-        tail = list(self.tracker.recent)[-15:]
+        said = [t for t in self.tracker.recent if not is_health_access(t)]  # what it said, not the polls it answered
+        tail = said[-15:]
         if tail:
-            self.console.problem("last log lines:\n" + "\n".join(f"  | {t}" for t in tail))
+            polls = " (its GET /health access lines left out)" if len(said) < len(self.tracker.recent) else ""
+            self.console.problem(f"last log lines{polls}:\n" + "\n".join(f"  | {t}" for t in tail))
         return Outcome(ExitCode.SERVER_EXITED, f"the server exited {when}: {status}", "read the log")

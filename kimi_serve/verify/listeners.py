@@ -250,15 +250,14 @@ def check_listeners(port: int, expected: Iterable[int] = (), proc: Path = PROC) 
     stray = [lst for lst in listeners if not lst.loopback and lst.port not in allowed]
     if not stray:
         open_ports = sorted({x.port for x in listeners if not x.loopback})
-        return listeners, [
-            Finding(
-                "verify",
-                "listeners",
-                PASS,
-                f"the server's {len(server_processes(owner, proc))} "
-                f"processes listen beyond loopback only on {open_ports or 'nothing'}",
-            )
-        ]
+        where = (
+            f"beyond loopback only on port{'s' if len(open_ports) > 1 else ''} {', '.join(map(str, open_ports))}"
+            if open_ports
+            else "on loopback only"
+        )
+        n = len(server_processes(owner, proc))
+        who = "the server's one process listens" if n == 1 else f"the server's {n} processes listen"
+        return listeners, [Finding("verify", "listeners", PASS, f"{who} {where}")]
     return listeners, [
         Finding(
             "verify",
