@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import PurePath
 from typing import Any, Literal, NamedTuple
@@ -137,10 +138,15 @@ def to_json(value: Any) -> Any:
     if isinstance(value, Fact):
         return {"name": value.name, "value": to_json(value.value)}
     if isinstance(value, Mapping):
-        return {str(k): to_json(v) for k, v in value.items()}
+        return {_key(k): to_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [to_json(v) for v in value]
     raise TypeError(f"no JSON form for {type(value).__name__}")
+
+
+def _key(k: Any) -> str:
+    """A mapping's key as json.dumps writes it (``true``, ``null``, ``1``)."""
+    return json.dumps(k) if k is None or isinstance(k, bool) else str(to_json(k))
 
 
 # --- text -----------------------------------------------------------------------------------------------------------
