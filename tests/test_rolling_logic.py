@@ -20,6 +20,7 @@ from router_stand_in import StandInRouter, serving
 
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.proc import Completed
+from kimi_serve.core.report import to_json
 from kimi_serve.profile.launch import build_launch
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.service import rolling
@@ -87,7 +88,7 @@ R0, R1 = "http://127.0.0.1:31010", "http://127.0.0.1:31011"
 def installed(tmp_path: Path, write_profile: Any, router: StandInRouter) -> Fleet:
     fleet = _fleet(tmp_path, write_profile, router.port, "v1")
     result = install_fleet(fleet, Systemd(Runner(), Path("/")), Verifier(), {})
-    assert result.exit_code == 0, result.to_json()
+    assert result.exit_code == 0, to_json(result)
     router.workers = {str(uuid.uuid4()): R0, str(uuid.uuid4()): R1}
     router.healthy = {R0, R1}
     return fleet
@@ -99,7 +100,7 @@ def test_good_roll_one_replica_at_a_time(
     new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
     runner = Runner()
     result, rolled = rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {})
-    assert result.exit_code == 0, result.to_json()
+    assert result.exit_code == 0, to_json(result)
     assert [r["replica"] for r in rolled] == [0, 1] and all(r["ok"] for r in rolled)
     assert runner.restarted() == ["fleet-r0.service", "fleet-r1.service"]  # the router's unit did not change
     assert router.log == [f"remove {R0}", f"add {R0}", f"remove {R1}", f"add {R1}"]
@@ -152,7 +153,7 @@ def test_the_roll_stops_before_a_replica_once_no_other_worker_is_healthy(
     new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
     runner = Runner()
     result, rolled = rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {})
-    assert result.exit_code == 1, result.to_json()
+    assert result.exit_code == 1, to_json(result)
     assert [r["replica"] for r in rolled] == [0] and runner.restarted() == ["fleet-r0.service"]
     stop = [s for s in result.steps if s.action == "stop the roll before fleet-r1.service"]
     assert stop and stop[0].status == "failed" and "no healthy worker other than replica 1" in stop[0].detail
@@ -296,9 +297,9 @@ def test_a_removal_applied_later_than_the_put_back_can_wait_names_the_replica_an
     new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
     runner = Runner()
     result, rolled = rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {})
-    assert result.exit_code == 1 and rolled == [] and runner.restarted() == [], result.to_json()
+    assert result.exit_code == 1 and rolled == [] and runner.restarted() == [], to_json(result)
     named = [s for s in result.steps if s.status == "failed" and "may be out of the router's rotation" in s.detail]
-    assert named and f"replica 0 ({R0})" in named[0].detail, result.to_json()
+    assert named and f"replica 0 ({R0})" in named[0].detail, to_json(result)
     time.sleep(4.0)
     assert _listed(router) == [R1]  # the late removal landed: exactly what the report warned of
     done = subprocess.run(["bash", "-c", _command_in(named[0].detail)], capture_output=True, timeout=30)
@@ -325,7 +326,7 @@ def test_deep_json_from_get_workers_after_the_removal_is_never_exit_70_and_the_r
         assert runner.restarted() == []
     else:
         result, _ = rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {})
-        assert result.exit_code == 0, result.to_json()
+        assert result.exit_code == 0, to_json(result)
         assert runner.restarted() == ["fleet-r0.service", "fleet-r1.service"]
     assert _listed(router) == [R0, R1] and router.log[-1].startswith("add ")
 
@@ -338,7 +339,7 @@ def test_a_put_back_the_router_refuses_twice_is_retried(
     router.fail = {"POST": 2}
     new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
     result, rolled = rolling.rolling_restart(new, Systemd(Runner(), Path("/")), Verifier(), {})
-    assert result.exit_code == 0 and [r["replica"] for r in rolled] == [0, 1], result.to_json()
+    assert result.exit_code == 0 and [r["replica"] for r in rolled] == [0, 1], to_json(result)
     assert _listed(router) == [R0, R1] and router.requests.count("POST") == 4
 
 
@@ -352,9 +353,9 @@ def test_a_put_back_that_times_out_is_retried(
     router.hang, router.hang_s = {"POST": 1}, 2.0
     new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
     result, _ = rolling.rolling_restart(new, Systemd(Runner(), Path("/")), Verifier(), {}, only=[0])
-    assert result.exit_code == 0, result.to_json()
+    assert result.exit_code == 0, to_json(result)
     back = [s for s in result.steps if s.action == f"put {R0} back into the router's rotation"]
-    assert [s.status for s in back] == ["done"], result.to_json()  # before: one try, "failed" (the report was wrong)
+    assert [s.status for s in back] == ["done"], to_json(result)  # before: one try, "failed" (the report was wrong)
     time.sleep(router.hang_s)  # the held POST, answered late, may add it a second time: still in the rotation
     assert R0 in _listed(router) and R1 in _listed(router)
 
@@ -368,7 +369,7 @@ def test_a_put_back_the_router_always_refuses_names_the_replica_and_the_command(
     new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
     runner = Runner()
     result, rolled = rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {})
-    assert result.exit_code == 1 and runner.restarted() == ["fleet-r0.service"], result.to_json()
+    assert result.exit_code == 1 and runner.restarted() == ["fleet-r0.service"], to_json(result)
     named = [s for s in result.steps if s.status == "failed" and "may be out of the router's rotation" in s.detail]
     assert named and f"replica 0 ({R0})" in named[0].detail and "HTTP 500" in named[0].detail
     assert _listed(router) == [R1]

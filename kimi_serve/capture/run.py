@@ -197,7 +197,7 @@ def run_capture(
                 if isinstance(result, BaseException):
                     raise result  # a kimi-serve bug in a worker: exit 70, every whole record already on disk
                 if isinstance(result, rec.Reject):
-                    rejects.append(result.to_json(prompt.line), "capture.reject")
+                    rejects.append(result.as_row(prompt.line), "capture.reject")
                     books.add_reject(result)
                     streak = streak + 1 if result.cause == "unreachable" else 0
                 else:

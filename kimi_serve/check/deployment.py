@@ -23,6 +23,7 @@ from typing import Any
 from kimi_serve.check.launch import validated_launch
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.net import client_url, endpoint_url
+from kimi_serve.core.report import to_json
 from kimi_serve.core.resources import package_root
 from kimi_serve.profile.launch import Launch, build_launch
 from kimi_serve.profile.loader import Profile, display_path, with_sets
@@ -74,11 +75,11 @@ class Deployment:
 
     def to_json(self) -> dict[str, Any]:
         """What `render --json` prints (docs/json.md)."""
-        doc = self.launch.to_json()
+        doc: dict[str, Any] = to_json(self.launch)
         if (node := self.node()) is not None:
             doc["node"] = node
         if self.routed:
-            doc["launches"] = [{**m.to_json(), **m.launch.to_json()} for m in self.router_first]
+            doc["launches"] = [{**m.to_json(), **to_json(m.launch)} for m in self.router_first]
         return doc
 
     def text(self) -> str:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 
 from kimi_serve.check.launch import fast_validate
 from kimi_serve.check.launch import launch_for as launch_for  # re-exported for callers of the old home
 from kimi_serve.check.launch import validated_launch as validated_launch  # (launch resolution: check/launch.py)
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import PASS, SKIP, Finding, failed
+from kimi_serve.core.report import json_meta
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile, display_path
 
@@ -26,9 +27,16 @@ INPUT_LAYERS = {"schema", "flags", "rules", "sglang"}  # "contract" failures: ex
 
 @dataclass
 class CheckReport:
-    profile: Profile
-    launch: Launch
+    """What `check` found (its JSON: ``profile`` by name, ``source``, the findings)."""
+
+    profile: Profile = field(metadata=json_meta(encode=lambda p: p.name))
+    launch: Launch = field(metadata=json_meta(omit=True))
     findings: list[Finding] = field(default_factory=list)
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("source",)
+
+    @property
+    def source(self) -> str:
+        return display_path(self.profile.source)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -36,16 +44,6 @@ class CheckReport:
         if not bad:
             return ExitCode.OK
         return ExitCode.USAGE if any(f.layer in INPUT_LAYERS for f in bad) else ExitCode.FAILED
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": 1,
-            "profile": self.profile.name,
-            "source": display_path(self.profile.source),
-            "ok": self.exit_code == ExitCode.OK,
-            "exit_code": int(self.exit_code),
-            "findings": [f.to_json() for f in self.findings],
-        }
 
 
 def run_check(

@@ -12,6 +12,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.net import connect_host, is_loopback, is_unspecified
+from kimi_serve.core.report import json_meta
 from kimi_serve.core.settings import API_KEY_ENV
 from kimi_serve.profile.loader import Profile, load_profile
 from kimi_serve.profile.topology import routed
@@ -29,28 +30,19 @@ class Endpoint:
 
     base_url: str  # OpenAI base URL, ending in /v1
     model: str  # the served model name (model.served_name)
-    key_env: str  # the environment variable the generated configs read the key from
-    key_required: bool  # the server checks a key (server.api_key_file is set)
+    # the environment variable the generated configs read the key from (the client's JSON names it: api_key_env)
+    key_env: str = field(metadata=json_meta(omit=True))
+    key_required: bool = field(metadata=json_meta(key="api_key_required"))  # server.api_key_file is set
     context_length: int  # the served context (prompt + output)
-    max_output: int  # the output budget a client should ask for (leaves room for the prompt)
+    # the output budget a client should ask for (leaves room for the prompt)
+    max_output: int = field(metadata=json_meta(key="max_output_tokens"))
     reasoning_field: str | None  # None: the profile has no reasoning parser, reasoning comes back in content
-    moonshot_thinking: bool | None  # `thinking: {"type": "disabled"}` honoured (None: not known without a profile)
+    # `thinking: {"type": "disabled"}` honoured (None: not known without a profile)
+    moonshot_thinking: bool | None = field(metadata=json_meta(key="moonshot_thinking_honoured"))
     profile: str | None  # the profile's name, None when the values are assumed
     assumed: tuple[str, ...] = field(default=())  # what was filled in without knowing it
-    notes: tuple[str, ...] = field(default=())  # what the client's user should know about the address
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "profile": self.profile,
-            "base_url": self.base_url,
-            "model": self.model,
-            "api_key_required": self.key_required,
-            "context_length": self.context_length,
-            "max_output_tokens": self.max_output,
-            "reasoning_field": self.reasoning_field,
-            "moonshot_thinking_honoured": self.moonshot_thinking,
-            "assumed": list(self.assumed),
-        }
+    # what the client's user should know about the address (the client's JSON lists its notes)
+    notes: tuple[str, ...] = field(default=(), metadata=json_meta(omit=True))
 
 
 def _usage(message: str, hint: str) -> KimiServeError:

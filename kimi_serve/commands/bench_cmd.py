@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from kimi_serve.commands.numbers import number_option
+from kimi_serve.commands.options import emit
 from kimi_serve.core.settings import SIM_MAX_SPEEDUP
 
 if TYPE_CHECKING:
@@ -146,15 +147,12 @@ def register(app: typer.Typer) -> None:
             perf=_perf_overrides(perf_model),
         )
         report = run_bench(opts, say)
-        if as_json:
-            from kimi_serve.core.findings import PASS, Finding
-            from kimi_serve.core.output import dumps, envelope
+        from kimi_serve.bench.report import markdown
+        from kimi_serve.core.findings import PASS, Finding
 
-            verdicts = [Finding("bench", "verdict", PASS, str(v.get("text", ""))) for v in report.get("verdicts") or []]
-            typer.echo(dumps(envelope("bench", 0, report, findings=verdicts)))
-        else:
-            from kimi_serve.bench.report import markdown
-
+        def text() -> None:
             typer.echo(markdown(report))
             say(f"report: {out / 'report.json'}")
-        return 0
+
+        verdicts = [Finding("bench", "verdict", PASS, str(v.get("text", ""))) for v in report.get("verdicts") or []]
+        return emit(as_json, 0, text, command="bench", data=report, findings=verdicts)

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from kimi_serve.commands.numbers import seconds_option
-from kimi_serve.commands.options import PROFILE_HELP, SetOpt
+from kimi_serve.commands.options import PROFILE_HELP, SetOpt, emit
 
 MAX_CONCURRENCY = 256
 
@@ -49,6 +49,8 @@ def capture(
     from kimi_serve.capture.run import CaptureOptions, run_capture
     from kimi_serve.commands.chat_cmd import front_door
     from kimi_serve.core.errors import ExitCode, KimiServeError
+    from kimi_serve.core.findings import FAIL, Finding
+    from kimi_serve.core.report import to_json
     from kimi_serve.verify.chat import served_model
 
     if host is not None and profile:
@@ -68,26 +70,30 @@ def capture(
     )
     failed = sum(books.failures.values())
     code = ExitCode.UNREACHABLE if stopped else ExitCode.FAILED if failed else ExitCode.OK
-    if as_json:
-        from kimi_serve.core.findings import FAIL, Finding
-        from kimi_serve.core.output import dumps, envelope
 
+    def findings() -> list[Finding]:
         fix = f"read {out / 'rejects.jsonl'} (each reject's reason); the same command retries them"
-        findings = [
+        found = [
             Finding("capture", cause, FAIL, f"{n} prompt(s) failed: {cause}", fix)
             for cause, n in sorted(books.failures.items())
         ]
         if stopped:
-            findings.append(Finding("capture", "unreachable", FAIL, stopped, "start the server, then rerun"))
-        data = {"out": str(out), "server": target.base_url, **books.to_json()}
-        typer.echo(dumps(envelope("capture", int(code), data, findings=findings)))
-    else:
-        for line in books.lines():
-            typer.echo(line)
-        typer.echo(f"output: {out / 'records.jsonl'}")
+            found.append(Finding("capture", "unreachable", FAIL, stopped, "start the server, then rerun"))
+        return found
+
+    def text() -> str:
         if stopped:
             say(f"stopped: {stopped}; the same command resumes")
-    return int(code)
+        return "\n".join([*books.lines(), f"output: {out / 'records.jsonl'}"])
+
+    return emit(
+        as_json,
+        code,
+        text,
+        command="capture",
+        data=lambda: {"out": str(out), "server": target.base_url, **to_json(books.summary())},
+        findings=findings(),
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from kimi_serve.clients.configs import CLIENTS
-from kimi_serve.commands.options import PROFILE_HELP, SetOpt
+from kimi_serve.commands.options import PROFILE_HELP, SetOpt, emit
 
 
 def client_config(
@@ -42,18 +42,17 @@ def client_config(
     if loaded is not None:
         validated_launch(loaded)  # check's fast rules first: a profile check rejects gets no configuration (exit 2)
     endpoint, config = build(client, loaded, host)
-    if as_json:
-        from kimi_serve.core.output import dumps, envelope
+    from kimi_serve.core.report import to_json
 
-        typer.echo(dumps(envelope("client-config", 0, {**endpoint.to_json(), **config.to_json()})))
-        return 0
-    typer.echo(config.text, nl=False)
-    typer.echo(f"# {config.client}: {config.path}", err=True)
-    for note in (*config.notes, f"thinking off: {config.thinking_off}"):
-        typer.echo(f"# {note}", err=True)
-    for item in endpoint.assumed:
-        typer.echo(f"# assumed: {item}", err=True)
-    return 0
+    def text() -> None:
+        typer.echo(config.text, nl=False)
+        typer.echo(f"# {config.client}: {config.path}", err=True)
+        for note in (*config.notes, f"thinking off: {config.thinking_off}"):
+            typer.echo(f"# {note}", err=True)
+        for item in endpoint.assumed:
+            typer.echo(f"# assumed: {item}", err=True)
+
+    return emit(as_json, 0, text, command="client-config", data={**to_json(endpoint), **config.to_json()})
 
 
 def register(app: typer.Typer) -> None:

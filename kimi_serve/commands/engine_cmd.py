@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kimi_serve.commands.options import AsJson
-from kimi_serve.core.output import dumps, envelope
+from kimi_serve.commands.options import AsJson, emit
 
 if TYPE_CHECKING:
     from kimi_serve.engine.warm import WarmPlan
@@ -106,63 +105,63 @@ def install_cmd(
     )
     warm = _warm_plan(plan.prefix, {name: pin.version for name, pin in plan.lock.pins.items()})
     if dry_run:
-        if as_json:
+
+        def plan_text() -> None:
+            d = plan.to_dict()
             typer.echo(
-                dumps(envelope("engine-install", 0, {"dry_run": True, "plan": plan.to_dict(), "warm": warm.to_dict()}))
+                f"would install the {d['lock']} lock ({d['packages']} packages, sglang {d['sglang']}, "
+                f"sha256 {d['lock_sha256'][:12]}) into {d['prefix']}"
             )
-            return 0
-        d = plan.to_dict()
-        typer.echo(
-            f"would install the {d['lock']} lock ({d['packages']} packages, sglang {d['sglang']}, "
-            f"sha256 {d['lock_sha256'][:12]}) into {d['prefix']}"
-        )
-        typer.echo(
-            f"  installer: {d['installer']} ({d['installer_path']}), python {d['python_version']} from {d['python']}"
-            + (" (copied into the prefix)" if d["interpreter"] == "copy" else " (linked)")
-        )
-        typer.echo(
-            f"  build in {d['staging']}, then "
-            + ("replace the existing venv" if d["replaces_existing"] else "move it into place")
-        )
-        typer.echo(f"  patch set: {d['patch_set'] or 'none'}; install lock: {d['lock_path']}")
-        if d["link"]:
-            typer.echo(f"  {d['link']} is a link to {d['prefix']}: the venv is built there, the link stays")
-        typer.echo(f"  warm caches: {'then ' + warm.why if warm.run else 'skipped: ' + warm.why}")
-        typer.echo("dry run: nothing changed")
-        return 0
+            typer.echo(
+                f"  installer: {d['installer']} ({d['installer_path']}), "
+                f"python {d['python_version']} from {d['python']}"
+                + (" (copied into the prefix)" if d["interpreter"] == "copy" else " (linked)")
+            )
+            typer.echo(
+                f"  build in {d['staging']}, then "
+                + ("replace the existing venv" if d["replaces_existing"] else "move it into place")
+            )
+            typer.echo(f"  patch set: {d['patch_set'] or 'none'}; install lock: {d['lock_path']}")
+            if d["link"]:
+                typer.echo(f"  {d['link']} is a link to {d['prefix']}: the venv is built there, the link stays")
+            typer.echo(f"  warm caches: {'then ' + warm.why if warm.run else 'skipped: ' + warm.why}")
+            typer.echo("dry run: nothing changed")
+
+        data = {"dry_run": True, "plan": plan.to_dict(), "warm": warm.to_dict()}
+        return emit(as_json, 0, plan_text, command="engine-install", data=data)
     progress = not quiet and not as_json and sys.stderr.isatty()
     result = install(plan, progress=progress)
     from kimi_serve.engine.warm import run_warm
 
     warmed = run_warm(warm)
-    if as_json:
-        body = {"dry_run": False, **result.to_dict(), "warm": {**warm.to_dict(), "outcome": warmed}}
-        typer.echo(dumps(envelope("engine-install", 0, body)))
-        return 0
-    rec = result.record
-    typer.echo(
-        f"installed the {rec['lock']} lock ({rec['packages']} packages, sha256 {rec['lock_sha256'][:12]}) "
-        f"into {plan.prefix}"
-        + (f" (the link {plan.link} points there)" if plan.link else "")
-        + f" with {rec['installer']} in {result.seconds:.1f} s"
-    )
-    versions = ", ".join(f"{k} {v}" for k, v in rec["versions"].items())
-    typer.echo(f"  python {rec['python']}" + (f"; {versions}" if versions else ""))
-    where = rec["interpreter"]
-    typer.echo(
-        f"  interpreter: {plan.prefix / where['path']} (a copy of {where['base']})"
-        if where["kind"] == "copy"
-        else f"  interpreter: {where['base']} (linked; the unit's user must be able to run it)"
-    )
-    own = rec["kimi_serve"]
-    typer.echo(f"  kimi-serve {own['version']}: {plan.prefix / own['script']}" if own else "  kimi-serve: left out")
-    typer.echo(
-        f"  patch set: {rec['patch_set'] or 'none'}"
-        + (f" ({len(rec['patches'])} patches applied)" if rec["patch_set"] else "")
-    )
-    for line in warmed:
-        typer.echo(f"  {line}")
-    return 0
+
+    def install_text() -> None:
+        rec = result.record
+        typer.echo(
+            f"installed the {rec['lock']} lock ({rec['packages']} packages, sha256 {rec['lock_sha256'][:12]}) "
+            f"into {plan.prefix}"
+            + (f" (the link {plan.link} points there)" if plan.link else "")
+            + f" with {rec['installer']} in {result.seconds:.1f} s"
+        )
+        versions = ", ".join(f"{k} {v}" for k, v in rec["versions"].items())
+        typer.echo(f"  python {rec['python']}" + (f"; {versions}" if versions else ""))
+        where = rec["interpreter"]
+        typer.echo(
+            f"  interpreter: {plan.prefix / where['path']} (a copy of {where['base']})"
+            if where["kind"] == "copy"
+            else f"  interpreter: {where['base']} (linked; the unit's user must be able to run it)"
+        )
+        own = rec["kimi_serve"]
+        typer.echo(f"  kimi-serve {own['version']}: {plan.prefix / own['script']}" if own else "  kimi-serve: left out")
+        typer.echo(
+            f"  patch set: {rec['patch_set'] or 'none'}"
+            + (f" ({len(rec['patches'])} patches applied)" if rec["patch_set"] else "")
+        )
+        for line in warmed:
+            typer.echo(f"  {line}")
+
+    body = {"dry_run": False, **result.to_dict(), "warm": {**warm.to_dict(), "outcome": warmed}}
+    return emit(as_json, 0, install_text, command="engine-install", data=body)
 
 
 @engine_app.command("status")
@@ -180,41 +179,40 @@ def status_cmd(
 
     target, _ = _profile_target(profile, prefix)
     st = engine_status(target, lock)
-    if as_json:
-        from kimi_serve.core.findings import FAIL, Finding
+    from kimi_serve.core.findings import FAIL, Finding
 
-        found = [Finding("engine", "drift", FAIL, line, st.fix) for line in st.findings()]
-        typer.echo(dumps(envelope("engine-status", 0 if st.ok else 1, st.to_dict(), findings=found)))
-        return 0 if st.ok else 1
-    rec = st.record or {}
-    versions = ", ".join(f"{k} {v}" for k, v in st.versions.items())
-    typer.echo(f"engine {st.prefix}: python {st.python}" + (f"; {versions}" if versions else ""))
-    typer.echo(
-        f"  lock: {st.lock.name} sha256 {st.lock.sha256[:12]} ({len(st.lock.pins)} packages); installed "
-        f"from {str(rec.get('lock_sha256', 'unknown'))[:12]} at {rec.get('installed_at', 'unknown time')}"
-    )
-    typer.echo(f"  patch set: {st.patch_set}: {st.patch_state}" if st.patch_set else "  patch set: none")
-    where, own = rec.get("interpreter") or {}, rec.get("kimi_serve") or {}
-    if where.get("kind") == "copy":
-        typer.echo(f"  interpreter: {st.prefix / where['path']} (a copy of {where['base']})")
-    elif where:
-        typer.echo(f"  interpreter: {where.get('base')} (linked: the unit's user must be able to run it)")
-    if own:
-        typer.echo(f"  kimi-serve {own.get('version')}: " + ("not this one" if st.kimi_serve else "this one"))
-    if st.omitted:
-        typer.echo(f"  left out by the {st.lock.name} lock on purpose: {len(st.omitted)} GPU-only packages")
-    findings = st.findings()
-    if not findings:
-        typer.echo("  matches the lock: no drift, no dependency conflicts")
-        return 0
-    typer.echo(f"  {len(findings)} findings:")
-    shown = 25
-    for f in findings[:shown]:
-        typer.echo(f"    - {f}")
-    if len(findings) > shown:
-        typer.echo(f"    ... and {len(findings) - shown} more (--json lists all)")
-    typer.echo(f"  fix: {st.fix}")
-    return 1
+    def text() -> None:
+        rec = st.record or {}
+        versions = ", ".join(f"{k} {v}" for k, v in st.versions.items())
+        typer.echo(f"engine {st.prefix}: python {st.python}" + (f"; {versions}" if versions else ""))
+        typer.echo(
+            f"  lock: {st.lock.name} sha256 {st.lock.sha256[:12]} ({len(st.lock.pins)} packages); installed "
+            f"from {str(rec.get('lock_sha256', 'unknown'))[:12]} at {rec.get('installed_at', 'unknown time')}"
+        )
+        typer.echo(f"  patch set: {st.patch_set}: {st.patch_state}" if st.patch_set else "  patch set: none")
+        where, own = rec.get("interpreter") or {}, rec.get("kimi_serve") or {}
+        if where.get("kind") == "copy":
+            typer.echo(f"  interpreter: {st.prefix / where['path']} (a copy of {where['base']})")
+        elif where:
+            typer.echo(f"  interpreter: {where.get('base')} (linked: the unit's user must be able to run it)")
+        if own:
+            typer.echo(f"  kimi-serve {own.get('version')}: " + ("not this one" if st.kimi_serve else "this one"))
+        if st.omitted:
+            typer.echo(f"  left out by the {st.lock.name} lock on purpose: {len(st.omitted)} GPU-only packages")
+        findings = st.findings()
+        if not findings:
+            typer.echo("  matches the lock: no drift, no dependency conflicts")
+            return
+        typer.echo(f"  {len(findings)} findings:")
+        shown = 25
+        for f in findings[:shown]:
+            typer.echo(f"    - {f}")
+        if len(findings) > shown:
+            typer.echo(f"    ... and {len(findings) - shown} more (--json lists all)")
+        typer.echo(f"  fix: {st.fix}")
+
+    found = [Finding("engine", "drift", FAIL, line, st.fix) for line in st.findings()]
+    return emit(as_json, 0 if st.ok else 1, text, command="engine-status", data=st.to_dict(), findings=found)
 
 
 def register(app: typer.Typer) -> None:

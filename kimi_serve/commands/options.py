@@ -1,9 +1,11 @@
 """The options several commands share, defined once (their --help says the same everywhere): the profile, --set,
---json, the unit name. A command with a different meaning for one of these words keeps its own option."""
+--json, the unit name. A command with a different meaning for one of these words keeps its own option. And what
+--json chooses between, in one place: :func:`emit` prints a command's result as the JSON envelope or as its text."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any
 
 import typer
 
@@ -21,3 +23,34 @@ JsonOpt = typer.Option(False, "--json", help=JSON_HELP)
 UnitOpt = typer.Option(None, "--unit-name", help=UNIT_HELP)
 UnitOrDefaultOpt = typer.Option(None, "--unit-name", help=UNIT_OR_DEFAULT_HELP)
 AsJson = Annotated[bool, typer.Option("--json", help=JSON_HELP)]  # the same --json, for Annotated signatures
+
+
+def emit(
+    as_json: bool,
+    exit_code: int,
+    text: Callable[[], str | None],
+    *,
+    command: str = "",
+    data: Any = None,
+    findings: Iterable[Any] | None = None,
+    document: Callable[[], str] | None = None,
+) -> int:
+    """The one place a command's result is printed, so no command branches on --json: with it, the envelope
+    (core/output.py, docs/json.md) of ``command`` around ``data`` (a result dataclass, derived by core/report.py's
+    ``to_json``; a mapping; or a function that returns one, called only for JSON) and its ``findings`` (default:
+    ``data``'s), or the ``document`` a result writes itself (verify's); else ``text()``, printed unless it printed
+    itself (None). Returns ``exit_code``, what the command exits with."""
+    if as_json:
+        if document is not None:
+            typer.echo(document())
+        else:
+            from kimi_serve.core.output import dumps, envelope
+            from kimi_serve.core.report import to_json
+
+            body = to_json(data() if callable(data) else data)
+            typer.echo(dumps(envelope(command, exit_code, body, findings)))
+    else:
+        out = text()
+        if out is not None:
+            typer.echo(out)
+    return int(exit_code)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kimi_serve.commands.options import SET_HELP, AsJson
+from kimi_serve.commands.options import SET_HELP, AsJson, emit
 from kimi_serve.core.pin import patch_set_args, patches_apply
 from kimi_serve.core.settings import SGLANG_PYTHON_ENV
 from kimi_serve.patches.names import DEFAULT_SET
@@ -192,17 +191,14 @@ def _finish(
     command: str = "patches-status",
     exit_code: int = 0,
 ) -> None:
-    if as_json:
-        from kimi_serve.core.output import envelope
+    data = st.to_dict() | ({"changed": changed, "message": message} if message is not None else {})
 
-        data = st.to_dict()
-        if message is not None:
-            data |= {"changed": changed, "message": message}
-        typer.echo(json.dumps(envelope(command, exit_code, data, _findings(st, message)), indent=2))
-        return
-    if message:
-        typer.echo(message)
-    _render(st)
+    def text() -> None:
+        if message:
+            typer.echo(message)
+        _render(st)
+
+    emit(as_json, exit_code, text, command=command, data=data, findings=_findings(st, message))
 
 
 @patches_app.command("status")
@@ -303,25 +299,23 @@ def _finish_sets(
 ) -> None:
     """A profile's sets: one JSON document (``profile``, ``sets[]``: each set's own status keys, plus ``changed`` and
     ``message`` after a change; the findings of every set), or each set's text in order."""
-    if as_json:
-        from kimi_serve.core.output import envelope
-
-        docs, findings = [], []
-        for st, r in zip(states, results, strict=True):
-            doc = st.to_dict() | ({"changed": r.changed, "message": r.message} if r is not None else {})
-            docs.append(doc)
-            findings += _findings(st, r.message if r is not None else None, profile.cli_args())
-        data = {
-            "profile": profile.ref or profile.name,
-            "changed": any(r is not None and r.changed for r in results),
-            "sets": docs,
-        }
-        typer.echo(json.dumps(envelope(command, exit_code, data, findings), indent=2))
-        return
+    docs, findings = [], []
     for st, r in zip(states, results, strict=True):
-        if r is not None and r.message:
-            typer.echo(r.message)
-        _render(st)
+        docs.append(st.to_dict() | ({"changed": r.changed, "message": r.message} if r is not None else {}))
+        findings += _findings(st, r.message if r is not None else None, profile.cli_args())
+    data = {
+        "profile": profile.ref or profile.name,
+        "changed": any(r is not None and r.changed for r in results),
+        "sets": docs,
+    }
+
+    def text() -> None:
+        for st, r in zip(states, results, strict=True):
+            if r is not None and r.message:
+                typer.echo(r.message)
+            _render(st)
+
+    emit(as_json, exit_code, text, command=command, data=data, findings=findings)
 
 
 def register(app: typer.Typer) -> None:

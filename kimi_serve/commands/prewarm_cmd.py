@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from kimi_serve.commands.options import JsonOpt, ProfileOpt
+from kimi_serve.commands.options import JsonOpt, ProfileOpt, emit
 
 if TYPE_CHECKING:
     from kimi_serve.profile.loader import Profile
@@ -48,29 +48,15 @@ def prewarm(
     evicts anything."""
     from kimi_serve.core.settings import state_root
     from kimi_serve.prewarm.page_cache import exit_code_of, run_prewarm
-    from kimi_serve.prewarm.report import findings, render
+    from kimi_serve.prewarm.report import findings, text
     from kimi_serve.profile.loader import load_profile
 
     tty = sys.stderr.isatty()
     res = run_prewarm(
         load_profile(profile), state_root=state_root(), progress=_progress(tty) if tty or not as_json else None
     )
-    if res.status == "refused" and not as_json:
-        from kimi_serve.core.errors import KimiServeError
-
-        raise KimiServeError(
-            f"refused: {res.reason}",
-            where="prewarm",
-            exit_code=exit_code_of(res),
-            hint="free memory (or add RAM); without prewarm the start reads the shards from disk",
-        )
-    if as_json:
-        from kimi_serve.core.output import dumps, envelope
-
-        typer.echo(dumps(envelope("prewarm", exit_code_of(res), res.to_json(), findings=findings(res))))
-    else:
-        typer.echo(render(res))
-    return int(exit_code_of(res))
+    code = exit_code_of(res)
+    return emit(as_json, code, lambda: text(res, code), command="prewarm", data=res.to_json, findings=findings(res))
 
 
 def prewarm_before_restart(profile: Profile, say: Callable[[str], None]) -> dict[str, Any]:

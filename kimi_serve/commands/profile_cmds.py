@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
+    from kimi_serve.check.report import CheckReport
     from kimi_serve.profile.loader import Profile
 
-from kimi_serve.commands.options import JsonOpt, ProfileOpt, SetOpt
-
-_MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+from kimi_serve.commands.options import JsonOpt, ProfileOpt, SetOpt, emit
 
 
 def show(profile: str = ProfileOpt, sets: list[str] | None = SetOpt) -> int:
@@ -77,15 +76,7 @@ def render(
     from kimi_serve.check.deployment import plan_deployment
 
     plan = plan_deployment(load_profile(profile, sets or ()), node_rank)
-    if as_json:
-        import json
-
-        from kimi_serve.core.output import envelope
-
-        typer.echo(json.dumps(envelope("render", 0, plan.to_json()), indent=2))
-    else:
-        typer.echo(plan.text())
-    return 0
+    return emit(as_json, 0, plan.text, command="render", data=plan.to_json)
 
 
 def _render_k8s(profile: Profile, namespace: str, image: str | None, as_json: bool) -> int:
@@ -93,15 +84,7 @@ def _render_k8s(profile: Profile, namespace: str, image: str | None, as_json: bo
     from kimi_serve.k8s.manifests import render_manifests, to_yaml
 
     docs = render_manifests(profile, namespace=namespace, image=image or f"kimi-serve:{__version__}")
-    if as_json:
-        import json
-
-        from kimi_serve.core.output import envelope
-
-        typer.echo(json.dumps(envelope("render", 0, {"manifests": docs}), indent=2))
-    else:
-        typer.echo(to_yaml(docs), nl=False)
-    return 0
+    return emit(as_json, 0, lambda: typer.echo(to_yaml(docs), nl=False), command="render", data={"manifests": docs})
 
 
 def check(
@@ -118,31 +101,31 @@ def check(
 ) -> int:
     """Run every validation that needs no GPU; exit 0 only if nothing fails (1 host/contract, 2 invalid profile)."""
     from kimi_serve.check.report import run_check
-    from kimi_serve.profile.loader import display_path, load_profile
+    from kimi_serve.profile.loader import load_profile
 
     tty = sys.stderr.isatty() and not as_json
     progress = (lambda m: typer.echo(m, err=True)) if tty else None
     report = run_check(load_profile(profile, sets or ()), offline=offline, contract=contract, progress=progress)
-    if as_json:
-        import json
+    return emit(as_json, report.exit_code, lambda: _check_text(report), command="check", data=report)
 
-        from kimi_serve.core.output import envelope
 
-        typer.echo(json.dumps(envelope("check", report.exit_code, report.to_json()), indent=2))
-        return int(report.exit_code)
+def _check_text(report: CheckReport) -> str:
+    """Each finding on its line (`ok   [rules] ...`, coloured on a terminal), then the verdict and the counts."""
     from kimi_serve.core.output import colour, paint_statuses
+    from kimi_serve.core.report import finding_lines
 
-    on = colour(sys.stdout)
-    for f in report.findings:
-        typer.echo(paint_statuses(f"{_MARK[f.status]} [{f.layer}] {f.line()}", on))
-    counts = {s: sum(f.status == s for f in report.findings) for s in _MARK}
+    counts = {s: sum(f.status == s for f in report.findings) for s in ("pass", "warn", "fail", "skip")}
     verdict = "PASSED" if report.exit_code == 0 else "FAILED"
-    typer.echo(
-        f"check {verdict}: {counts['pass']} passed, {counts['warn']} warning{'' if counts['warn'] == 1 else 's'}, "
-        f"{counts['fail']} failed, "
-        f"{counts['skip']} skipped ({display_path(report.profile.source)})"
+    on = colour(sys.stdout)
+    lines = [paint_statuses(line, on) for line in finding_lines(report.findings)]
+    return "\n".join(
+        [
+            *lines,
+            f"check {verdict}: {counts['pass']} passed, {counts['warn']} warning{'' if counts['warn'] == 1 else 's'}, "
+            f"{counts['fail']} failed, "
+            f"{counts['skip']} skipped ({report.source})",
+        ]
     )
-    return int(report.exit_code)
 
 
 def register(app: typer.Typer) -> None:

@@ -3,7 +3,6 @@ service (docs/systemd.md)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +15,7 @@ from kimi_serve.commands.options import (
     UnitOpt,
     UnitOrDefaultOpt,
     UnitProfileOpt,
+    emit,
 )
 from kimi_serve.commands.service_io import (
     current_runs,
@@ -134,33 +134,30 @@ def _print_plan(fleet: Fleet, target: ServiceTarget, as_json: bool) -> int:
         if rooted.exists()
         else f"{rooted} (missing: see the failing checks below)"
     )
-    if as_json:
-        from kimi_serve.core.output import envelope
+    units = [
+        {"unit": p.unit.name, "unit_file": str(p.paths.unit_file), "unit_text": p.unit.text} for _, p in fleet.members
+    ]
+    data = {
+        "dry_run": True,
+        "unit": fleet.base,
+        "unit_file": units[0]["unit_file"],  # the one unit's (a deployment's first member's; all under units)
+        "unit_text": units[0]["unit_text"],
+        "deployment": fleet.to_json(),
+        "units": units,
+        "secret_file": secret,
+        "create_secret": first.create_secret,
+        "actions": actions,
+    }
 
-        units = [
-            {"unit": p.unit.name, "unit_file": str(p.paths.unit_file), "unit_text": p.unit.text}
-            for _, p in fleet.members
-        ]
-        data = {
-            "dry_run": True,
-            "unit": fleet.base,
-            "unit_file": units[0]["unit_file"],  # the one unit's (a deployment's first member's; all under units)
-            "unit_text": units[0]["unit_text"],
-            "deployment": fleet.to_json(),
-            "units": units,
-            "secret_file": secret,
-            "create_secret": first.create_secret,
-            "actions": actions,
-        }
-        typer.echo(json.dumps(envelope("install-service", code, data, fleet.findings), indent=2))
-        return code
-    for _, plan in fleet.members:
-        typer.echo(f"# {plan.paths.unit_file}")
-        typer.echo(plan.unit.text, nl=False)
-        typer.echo("")
-    typer.echo(f"secret file: {secret_note}")
-    print_dry_run_plan(actions, bad)
-    return code
+    def text() -> None:
+        for _, plan in fleet.members:
+            typer.echo(f"# {plan.paths.unit_file}")
+            typer.echo(plan.unit.text, nl=False)
+            typer.echo("")
+        typer.echo(f"secret file: {secret_note}")
+        print_dry_run_plan(actions, bad)
+
+    return emit(as_json, code, text, command="install-service", data=data, findings=fleet.findings)
 
 
 def uninstall_service(
@@ -260,16 +257,17 @@ def status(
     runs = runs_of(current_runs(), target.profile)  # with --profile, that profile's `up`s only
     unit = status_of(target)  # the one unit is a deployment of one member: one body, one report per shape
     st = foreground_of(unit, runs, target.profile) or unit  # nothing installed, an `up` runs: that `up`, looked at
-    if as_json:
-        from kimi_serve.core.output import envelope
 
+    def data() -> dict[str, Any]:
         starts = start_history(state_root(), profile=target.profile.name if target.profile else None)
-        data = {**st.to_json(), "starts": starts, "runs": [r.to_json() for r in runs]}
-        typer.echo(json.dumps(envelope("status", st.exit_code, data, st.findings()), indent=2))
-    else:
-        for label, value in [*st.rows(), *start_rows(target.profile, state_root()), *run_rows(runs)]:
-            typer.echo(f"{label + ':':13} {value}")
-    return int(st.exit_code)
+        return {**st.to_json(), "starts": starts, "runs": [r.to_json() for r in runs]}
+
+    def text() -> str:
+        from kimi_serve.core.report import fact_lines
+
+        return "\n".join(fact_lines([*st.rows(), *start_rows(target.profile, state_root()), *run_rows(runs)]))
+
+    return emit(as_json, st.exit_code, text, command="status", data=data, findings=st.findings())
 
 
 KEYFILE_ROOT_HELP = "Write the key file under this directory instead of / (as install-service --root)."
@@ -288,15 +286,10 @@ def keyfile(
     from kimi_serve.service.secret import write_profile_key_file
 
     result = write_profile_key_file(load_profile(profile, sets or ()), root.resolve(), process_environ())
-    if as_json:
-        from kimi_serve.core.findings import PASS, Finding
-        from kimi_serve.core.output import envelope
+    from kimi_serve.core.findings import PASS, Finding
 
-        done = Finding("service", "keyfile", PASS, result.message())
-        typer.echo(json.dumps(envelope("keyfile", 0, result.to_json(), [done]), indent=2))
-    else:
-        typer.echo(result.message())
-    return 0
+    done = Finding("service", "keyfile", PASS, result.message())
+    return emit(as_json, 0, result.message, command="keyfile", data=result, findings=[done])
 
 
 def register(app: typer.Typer) -> None:

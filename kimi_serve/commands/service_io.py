@@ -4,19 +4,19 @@ progress, and how a result or a dry-run plan is printed."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
+from kimi_serve.commands.options import emit
+
 if TYPE_CHECKING:
     from kimi_serve.core.findings import Finding
+    from kimi_serve.core.report import Fact
     from kimi_serve.service.install import Result
     from kimi_serve.service.target import ServiceTarget
-
-_MARK = {"done": "ok  ", "planned": "plan", "failed": "FAIL", "skipped": "skip", "warning": "WARN"}
 
 
 def resolve(profile: str | None, sets: list[str] | None, unit_name: str | None, root: Path) -> ServiceTarget:
@@ -51,28 +51,36 @@ def say(message: str) -> None:
 def print_result(
     result: Result, as_json: bool, extra: dict[str, Any] | None = None, command: str = "install-service"
 ) -> int:
-    if as_json:
-        from kimi_serve.core.findings import FAIL, Finding
-        from kimi_serve.core.output import envelope
+    from kimi_serve.core.findings import FAIL, Finding
+    from kimi_serve.core.report import to_json
 
-        failed = [
-            Finding("service", "step", FAIL, f"{s.action}: {s.detail}" if s.detail else s.action)
-            for s in result.steps
-            if s.status == "failed"
-        ]
-        typer.echo(
-            json.dumps(envelope(command, result.exit_code, {**result.to_json(), **(extra or {})}, failed), indent=2)
-        )
-        return int(result.exit_code)
-    for step in result.steps:
-        typer.echo(f"{_MARK[step.status]} {step.action}" + (f": {step.detail}" if step.detail else ""))
+    failed = [
+        Finding("service", "step", FAIL, f"{s.action}: {s.detail}" if s.detail else s.action)
+        for s in result.steps
+        if s.outcome is FAIL
+    ]
+    return emit(
+        as_json,
+        result.exit_code,
+        lambda: _result_text(result),
+        command=command,
+        data=lambda: {**to_json(result), **(extra or {})},
+        findings=failed,
+    )
+
+
+def _result_text(result: Result) -> str | None:
+    """Each step (`ok   write unit: ...`), then the verdict on the new unit and on the rollback."""
+    from kimi_serve.core.report import action_lines
+
+    lines = action_lines(result.steps)
     for label, outcome in (("new unit", result.new), ("rollback", result.rollback)):
         if outcome is not None:
             verdict = "PASSED" if outcome.ok else "FAILED"
-            typer.echo(
+            lines.append(
                 f"{label}: {verdict} (profile {outcome.profile}, sha256 {outcome.unit_sha256[:12]}): {outcome.detail}"
             )
-    return int(result.exit_code)
+    return "\n".join(lines) or None  # nothing done, nothing said
 
 
 def print_dry_run_plan(actions: list[str], bad: list[Finding]) -> None:
@@ -82,9 +90,10 @@ def print_dry_run_plan(actions: list[str], bad: list[Finding]) -> None:
     for i, action in enumerate(actions, 1):
         typer.echo(f"  {i}. {action}")
     if bad:
+        from kimi_serve.core.report import finding_lines
+
         typer.echo(f"on this host, {len(bad)} check(s) would fail (install-service would refuse):")
-        for f in bad:
-            typer.echo(f"  FAIL [{f.layer}] {f.line()}")
+        typer.echo("\n".join(finding_lines(bad, indent="  ")))
 
 
 def current_runs() -> list[Any]:
@@ -96,6 +105,8 @@ def current_runs() -> list[Any]:
     return runs
 
 
-def run_rows(runs: list[Any]) -> list[tuple[str, str]]:
+def run_rows(runs: list[Any]) -> list[Fact]:
     """status's `up:` lines: one per run record, or a line saying none runs."""
-    return [("up", r.line()) for r in runs] or [("up", "no foreground `kimi-serve up` runs now")]
+    from kimi_serve.core.report import Fact
+
+    return [Fact("up", r.line()) for r in runs] or [Fact("up", "no foreground `kimi-serve up` runs now")]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 
 import typer
 
-from kimi_serve.commands.options import SetOpt
+from kimi_serve.commands.options import SetOpt, emit
 from kimi_serve.core.settings import process_environ
 
 
@@ -85,6 +85,7 @@ def doctor(
     import os
 
     from kimi_serve.check.launch import validated_launch
+    from kimi_serve.core.output import colour, paint_statuses
     from kimi_serve.host.doctor import Host, render, run_doctor
     from kimi_serve.profile.loader import load_profile
     from kimi_serve.service.preflight import doctor_reach
@@ -97,17 +98,14 @@ def doctor(
     report = run_doctor(p, launch, host)
     report.checks += doctor_reach(p, launch, process_environ())  # can the unit start? (install-service's own judgement)
     report.checks += doctor_unit_gpu(p, launch, host, report.checks, as_root=os.geteuid() == 0)
-    if as_json:
-        from kimi_serve.core.output import envelope
-
-        typer.echo(json.dumps(envelope("doctor", report.exit_code, report.to_json(), findings=report.checks), indent=2))
-    else:
-        import sys
-
-        from kimi_serve.core.output import colour, paint_statuses
-
-        typer.echo(paint_statuses(render(report), colour(sys.stdout)))
-    return int(report.exit_code)
+    return emit(
+        as_json,
+        report.exit_code,
+        lambda: paint_statuses(render(report), colour(sys.stdout)),
+        command="doctor",
+        data=report,
+        findings=report.checks,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from kimi_serve.commands.numbers import number_option, seconds_option
-from kimi_serve.commands.options import SetOpt
+from kimi_serve.commands.options import SetOpt, emit
 from kimi_serve.core.suites import QUICK, SUITES
 
 if TYPE_CHECKING:
@@ -181,6 +181,7 @@ def _verify_profile(
     from dataclasses import replace
 
     from kimi_serve.check.deployment import deployment_targets, running_targets
+    from kimi_serve.core.report import to_json
     from kimi_serve.core.runs import read_runs
     from kimi_serve.profile.loader import load_profile
     from kimi_serve.router.client import admin_key_of, router_health
@@ -204,7 +205,7 @@ def _verify_profile(
             spec_expected=p.speculative.enabled,
         ),
         # /workers takes the control plane's admin key only (the key file's admin-api-key), never the clients'
-        router_view=lambda url: router_health(url, admin_key_of(key_file)).to_json(),
+        router_view=lambda url: to_json(router_health(url, admin_key_of(key_file))),
     )
 
 
@@ -215,12 +216,12 @@ def _print(report: Any, as_json: bool) -> int:
     from kimi_serve.verify.render import render_lines, render_table
 
     render = render_table if sys.stdout.isatty() else render_lines
-    if as_json:
-        typer.echo(report.to_json())
-    else:
-        text = render_deployment(report, render) if isinstance(report, DeploymentReport) else render(report)
-        typer.echo(paint_statuses(text, colour(sys.stdout)))
-    return int(report.exit_code)
+
+    def text() -> str:
+        out = render_deployment(report, render) if isinstance(report, DeploymentReport) else render(report)
+        return paint_statuses(out, colour(sys.stdout))
+
+    return emit(as_json, report.exit_code, text, document=report.to_json)
 
 
 def register(app: typer.Typer) -> None:

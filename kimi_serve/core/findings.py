@@ -1,17 +1,18 @@
 """Results of checks, one type for every layer: a :class:`Finding` is one pass / warn / fail / skip line with a stable
 ``code``, what holds or what is wrong, and the fix. ``check``, ``doctor``, the service preflight and ``verify`` all
-report findings; :func:`error_from` is the one "first failure (+N more)" error raised from them.
+report findings; :func:`error_from` is the one "first failure (+N more)" error raised from them. Its status words are
+core/report.py's :class:`~kimi_serve.core.report.Grade`, its JSON that module's ``to_json``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.report import Grade
 
-PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+PASS, WARN, FAIL, SKIP = Grade.PASS, Grade.WARN, Grade.FAIL, Grade.SKIP
 
 
 @dataclass(frozen=True)
@@ -26,16 +27,6 @@ class Finding:
     def line(self) -> str:
         text = f"{self.where}: {self.message}" if self.where else self.message
         return f"{text} (fix: {self.fix})" if self.fix and self.status in (WARN, FAIL) else text
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "layer": self.layer,
-            "code": self.code,
-            "status": self.status,
-            "message": self.message,
-            "fix": self.fix,
-            "where": self.where,
-        }
 
 
 def failed(findings: Iterable[Finding]) -> list[Finding]:

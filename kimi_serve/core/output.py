@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, Finding
+from kimi_serve.core.report import to_json
 
 VERSION = 1
 ENVELOPE_KEYS = ("kind", "version", "ok", "exit_code", "findings")
@@ -26,7 +27,7 @@ def kind_of(command: str) -> str:
 def finding_dict(f: Finding | Mapping[str, Any]) -> dict[str, Any]:
     """A finding as the envelope lists it: at least ``code``, ``message``, ``fix`` (plus layer/status/where)."""
     if isinstance(f, Finding):
-        return f.to_json()
+        return dict(to_json(f))
     d = dict(f)
     return {
         "code": str(d.pop("code", "")),

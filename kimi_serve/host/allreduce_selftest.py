@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
+from kimi_serve.core.report import json_meta, to_json
 from kimi_serve.profile.loader import Profile
 
 CODE = "allreduce_selftest"
@@ -46,20 +47,12 @@ SAFE_PROFILE = "or start the PCIe-IPC-only profile (--profile prod-ipc; docs/pro
 
 @dataclass(frozen=True)
 class SelftestPlan:
-    world_size: int
+    world_size: int = field(metadata=json_meta(omit=True))  # the ranks' command line carries it
     paths: tuple[str, ...]  # the enabled paths, in SGLang's order of precedence (FlashInfer first)
     sizes: tuple[tuple[str, int, int], ...]  # (name, rows, cols)
-    deadline_s: float = DEADLINE_S
+    deadline_s: float = field(default=DEADLINE_S, metadata=json_meta(omit=True))
     atol: float = ATOL
     backend: str = "nccl"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "paths": list(self.paths),
-            "sizes": [list(s) for s in self.sizes],
-            "atol": self.atol,
-            "backend": self.backend,
-        }
 
 
 def default_sizes(hidden: int = HIDDEN) -> tuple[tuple[str, int, int], ...]:
@@ -151,7 +144,7 @@ def rank_argv(interpreter: str, plan: SelftestPlan) -> Callable[[int, str], list
     """Rank R's command line in the engine interpreter: ``python -P -m kimi_serve.sglang.allreduce_ranks ...``."""
     from kimi_serve.core.proc import python_argv
 
-    blob = json.dumps(plan.to_json())
+    blob = json.dumps(to_json(plan))
 
     def argv(rank: int, init: str) -> list[str]:
         return python_argv(

@@ -19,6 +19,7 @@ from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding, failed
 from kimi_serve.core.proc import Completed
+from kimi_serve.core.report import finding_lines
 from kimi_serve.core.settings import current
 from kimi_serve.host.facts import model_findings, patch_state_finding
 from kimi_serve.host.gpus import (
@@ -110,18 +111,6 @@ class DoctorReport:
     @property
     def exit_code(self) -> ExitCode:
         return ExitCode.ENVIRONMENT if failed(self.checks) else ExitCode.OK
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": 1,
-            "kind": "kimi-serve-doctor",
-            "profile": self.profile,
-            "ok": self.exit_code == ExitCode.OK,
-            "exit_code": int(self.exit_code),
-            "checks": [c.to_json() for c in self.checks],
-            "figures": self.figures,
-            "disk": self.disk,
-        }
 
 
 # ------------------------------------------------------------------------------------------------------ files
@@ -348,10 +337,7 @@ def check_key_file(p: Profile) -> Finding:
 
 def render(report: DoctorReport) -> str:
     lines = [f"doctor: profile {report.profile}"]
-    for c in report.checks:
-        lines.append(f"{c.status.upper():4}  {c.code:<18} {c.message}")
-        if c.fix and c.status in (WARN, FAIL):
-            lines.append(f"      {'':<18} fix: {c.fix}")
+    lines += finding_lines(report.checks, word="upper", label="code", width=18, sep="  ", fix_below=True)
     bad = failed(report.checks)
     warns = sum(c.status == WARN for c in report.checks)
     said = f"doctor: {len(bad)} failed, {warns} warning{'' if warns == 1 else 's'}"

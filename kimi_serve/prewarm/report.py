@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, Finding
+from kimi_serve.core.report import Fact
 from kimi_serve.host.coldstart import gb
 from kimi_serve.host.floor import prediction_line
 from kimi_serve.host.starts import describe_start, read_starts
@@ -42,6 +44,13 @@ def render(res: PrewarmResult) -> str:
     return "\n".join(lines)
 
 
+def text(res: PrewarmResult, exit_code: ExitCode) -> str:
+    """What `prewarm` prints; a refusal is the one-line error instead (``exit_code``), with the fix."""
+    if res.status == "refused":
+        raise KimiServeError(f"refused: {res.reason}", where="prewarm", exit_code=exit_code, hint=_FIX["refused"])
+    return render(res)
+
+
 def findings(res: PrewarmResult) -> list[Finding]:
     """The envelope's findings of a prewarm: each unreadable shard, a refusal or a stop; else what it did."""
     out = [Finding("prewarm", "unreadable", FAIL, e, "check the model directory") for e in res.errors]
@@ -55,11 +64,11 @@ def start_history(state_root: Path, limit: int = 5, profile: str | None = None) 
     return [s for s in read_starts(state_root) if profile is None or s.get("profile") == profile][-limit:]
 
 
-def start_rows(profile: Profile | None, state_root: Path, limit: int = 3) -> list[tuple[str, str]]:
+def start_rows(profile: Profile | None, state_root: Path, limit: int = 3) -> list[Fact]:
     """`status` lines: the last starts against the disk floor (with a profile, its own starts only, and the next
     start's prediction)."""
     starts = start_history(state_root, limit, profile.name if profile else None)
-    rows = [("last start", describe_start(s)) for s in reversed(starts)] or [("last start", "none recorded")]
+    rows = [Fact("last start", describe_start(s)) for s in reversed(starts)] or [Fact("last start", "none recorded")]
     if profile:
-        rows.append(("next start", prediction_line(profile, state_root)))
+        rows.append(Fact("next start", prediction_line(profile, state_root)))
     return rows

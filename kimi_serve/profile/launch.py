@@ -9,25 +9,28 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 from kimi_serve.core.net import host_port
 from kimi_serve.core.proc import python_argv
+from kimi_serve.core.report import json_meta
 from kimi_serve.profile.loader import Profile
 
 ENGINE_MODULES = {"sglang": "sglang.launch_server", "simulator": "kimi_serve.simulator"}
+
+_OMIT = json_meta(omit=True)
 
 
 @dataclass(frozen=True)
 class Launch:
     argv: tuple[str, ...]  # interpreter, -m, module, then server_args
     env: dict[str, str]
-    server_args: tuple[str, ...]
-    engine: str
-    host: str
-    port: int
-    api_key_file: str | None
+    # `render --json` shows the launch as its argv and env (docs/json.md): the rest is read from them
+    server_args: tuple[str, ...] = field(metadata=_OMIT)
+    engine: str = field(metadata=_OMIT)
+    host: str = field(metadata=_OMIT)
+    port: int = field(metadata=_OMIT)
+    api_key_file: str | None = field(metadata=_OMIT)
 
     @property
     def endpoint(self) -> str:
@@ -41,9 +44,6 @@ class Launch:
         if not self.env:
             return cmd
         return "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(self.env.items())) + " " + cmd
-
-    def to_json(self) -> dict[str, Any]:
-        return {"argv": list(self.argv), "env": dict(self.env)}
 
 
 def _num(v: float | int) -> str:

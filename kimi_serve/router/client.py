@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.http import Reply, TransportError, request
 from kimi_serve.core.http_body import Limits
 from kimi_serve.core.inputs import load_json
+from kimi_serve.core.report import json_meta
 
 POLL_TIMEOUT_S = 5.0
 REMOVE_POLL_S = 0.5  # how often a removal is checked until the router no longer lists the worker
@@ -63,8 +64,8 @@ class Worker:
 class RouterHealth:
     reachable: bool  # the router answered /readiness at all
     ready: bool  # /readiness 200 (at least one healthy worker)
-    healthy: int
-    total: int
+    healthy: int = field(metadata=json_meta(key="healthy_workers"))
+    total: int = field(metadata=json_meta(key="total_workers"))
     workers: tuple[Worker, ...] = ()
     detail: str = ""  # why not reachable, or the router's reason
     listed: bool = False  # /workers answered with the list (the key opened the control plane)
@@ -119,17 +120,6 @@ class RouterHealth:
             ready = self.ready and self.serves_all(expected)
         why = self.detail or ("no healthy worker" if not self.ready else "not every replica is healthy yet")
         return head + (f" (unhealthy: {', '.join(sick)})" if sick else "") + ("" if ready else f"; not ready: {why}")
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "reachable": self.reachable,
-            "ready": self.ready,
-            "healthy_workers": self.healthy,
-            "total_workers": self.total,
-            "detail": self.detail,
-            "listed": self.listed,
-            "workers": [{"url": w.url, "healthy": w.healthy} for w in self.workers],
-        }
 
 
 def _get(url: str, api_key: str | None, timeout: float) -> tuple[int, Any]:

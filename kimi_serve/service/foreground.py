@@ -12,6 +12,7 @@ from typing import Any
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import FAIL, Finding
 from kimi_serve.core.net import endpoint_url
+from kimi_serve.core.report import to_json
 from kimi_serve.core.runs import Run
 from kimi_serve.profile.loader import Profile
 from kimi_serve.router.client import RouterHealth, admin_key_of, router_health
@@ -94,7 +95,7 @@ class ForegroundStatus:
             "serving": self.serving,
             "degraded": self.serving and not self.whole,
             "exit_code": int(self.exit_code),
-            "router": None if self.router is None else self.router.to_json(),
+            "router": None if self.router is None else to_json(self.router),
             "replicas": [{"index": i, "endpoint": e, "health": phase} for i, e, phase in self.replicas],
         }
 

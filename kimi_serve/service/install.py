@@ -2,9 +2,10 @@
 
 A :class:`Plan` is everything installing one unit does (its text, the secret file it would create, each action), so
 ``--dry-run`` prints it and touches nothing; :mod:`kimi_serve.service.fleet` plans every unit of a deployment (one for
-a single unit) and applies them with these steps. Applying records each :class:`Step` in a :class:`Result`. Host paths
-come from a root (:class:`ServicePaths`), processes from a ``Runner`` (:class:`Systemd`), and the contract check from
-a ``Verifier``. The smoke-tested restart with rollback is :mod:`kimi_serve.service.restart`.
+a single unit) and applies them with these steps. Applying records each step (an
+:class:`~kimi_serve.core.report.Action`) in a :class:`Result`. Host paths come from a root (:class:`ServicePaths`),
+processes from a ``Runner`` (:class:`Systemd`), and the contract check from a ``Verifier``. The smoke-tested restart
+with rollback is :mod:`kimi_serve.service.restart`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kimi_serve.check.owned_paths import refuse_owned_paths
 from kimi_serve.core.errors import ExitCode, KimiServeError
@@ -21,6 +22,7 @@ from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.files import mkdir_under
 from kimi_serve.core.findings import Finding, error_from
 from kimi_serve.core.proc import Completed
+from kimi_serve.core.report import Action, json_meta, to_json
 from kimi_serve.core.settings import API_KEY_ENV, current, from_env
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
@@ -37,16 +39,6 @@ from kimi_serve.service.verifier import INTERNAL_NOTE, post_verify_crashed
 
 # (endpoint HOST:PORT, API-key file or None, suite, timeout) -> (verify exit code, one-line summary)
 Verifier = Callable[[str, Path | None, str, float], tuple[int, str]]
-
-
-@dataclass
-class Step:
-    action: str
-    status: str  # planned | done | failed | skipped
-    detail: str = ""
-
-    def to_json(self) -> dict[str, str]:
-        return {"action": self.action, "status": self.status, "detail": self.detail}
 
 
 @dataclass(frozen=True)
@@ -122,8 +114,9 @@ class InstallOutcome:
     profile: str
     unit_sha256: str
     started: bool = False
-    verify_exit: int | None = None
+    verify_exit: int | None = field(default=None, metadata=json_meta(key="verify_exit_code"))
     detail: str = ""
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("ok",)
 
     @property
     def ok(self) -> bool:
@@ -134,38 +127,17 @@ class InstallOutcome:
         """The verdict is missing because kimi-serve's verify crashed (exit 70), here or in ExecStartPost."""
         return self.verify_exit == ExitCode.INTERNAL
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "profile": self.profile,
-            "unit_sha256": self.unit_sha256,
-            "started": self.started,
-            "verify_exit_code": self.verify_exit,
-            "ok": self.ok,
-            "detail": self.detail,
-        }
-
 
 @dataclass
 class Result:
     unit: str
-    steps: list[Step] = field(default_factory=list)
+    steps: list[Action] = field(default_factory=list)
     new: InstallOutcome | None = None
     rollback: InstallOutcome | None = None
     exit_code: ExitCode = ExitCode.OK
 
     def add(self, action: str, status: str, detail: str = "") -> None:
-        self.steps.append(Step(action, status, detail))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": 1,
-            "unit": self.unit,
-            "ok": self.exit_code == ExitCode.OK,
-            "exit_code": int(self.exit_code),
-            "steps": [s.to_json() for s in self.steps],
-            "new": self.new.to_json() if self.new else None,
-            "rollback": self.rollback.to_json() if self.rollback else None,
-        }
+        self.steps.append(Action(action, status, detail))
 
 
 # ---------------------------------------------------------------------------------------------- planning
@@ -358,4 +330,4 @@ def start_and_verify(
 
 
 def record_verify(paths: ServicePaths, outcome: InstallOutcome) -> None:
-    write_record(paths, paths.last_verify_record, {**outcome.to_json(), "status": "pass" if outcome.ok else "fail"})
+    write_record(paths, paths.last_verify_record, {**to_json(outcome), "status": "pass" if outcome.ok else "fail"})

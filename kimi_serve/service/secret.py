@@ -4,12 +4,13 @@ printed). The rules of a key file itself live in :mod:`kimi_serve.core.keyfile`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL
 from kimi_serve.core.keyfile import SUFFIXES, keyfile_recipe, new_admin_key, new_key, write_key_file
+from kimi_serve.core.report import json_meta
 from kimi_serve.core.settings import API_KEY_ENV
 from kimi_serve.core.text import line_breaker
 from kimi_serve.profile.loader import Profile
@@ -76,7 +77,7 @@ def create_secret(path: Path, profile: Profile, key: str, root: Path) -> None:
 class KeyFileResult:
     """What `kimi-serve keyfile` did to a profile's key file (never the keys themselves)."""
 
-    path: Path
+    path: Path = field(metadata=json_meta(key="key_file"))
     changed: bool
     api_key: str  # "from $KIMI_SERVE_API_KEY", "kept", "new"
     admin_api_key: str  # "kept", "new", "none"
@@ -92,14 +93,6 @@ class KeyFileResult:
         return {"new": "a new random admin-api-key", "kept": "its distinct admin-api-key"}.get(
             self.admin_api_key, "no admin-api-key (server.admin_key: none)"
         )
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "key_file": str(self.path),
-            "changed": self.changed,
-            "api_key": self.api_key,
-            "admin_api_key": self.admin_api_key,
-        }
 
 
 def _present(path: Path) -> tuple[str | None, str | None, bool] | None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import FAIL, Finding
+from kimi_serve.core.report import to_json
 from kimi_serve.service.history import read_history, summary
 from kimi_serve.service.journal import read_intent
 from kimi_serve.service.marker import Marker, parse_marker
@@ -193,8 +194,8 @@ class Status:
             "traffic": self.traffic,
             "timer": self.timer,
             "exit_code": int(self.exit_code),
-            "listeners": [x.to_json() for x in self.listeners] if self.listeners is not None else None,
-            "listener_findings": [f.to_json() for f in self.listener_findings],
+            "listeners": to_json(self.listeners) if self.listeners is not None else None,
+            "listener_findings": to_json(self.listener_findings),
             "interrupted": (
                 {
                     "op": self.interrupted.get("op"),

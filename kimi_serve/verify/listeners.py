@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
 from kimi_serve.core.net import host_port
@@ -36,6 +36,7 @@ class Listener:
     pid: int
     command: str
     protocol: str = "tcp"
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("loopback",)
 
     @property
     def endpoint(self) -> str:
@@ -47,16 +48,6 @@ class Listener:
         ip = ipaddress.ip_address(self.address)
         mapped = getattr(ip, "ipv4_mapped", None)
         return bool((mapped or ip).is_loopback)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "address": self.address,
-            "port": self.port,
-            "pid": self.pid,
-            "command": self.command,
-            "protocol": self.protocol,
-            "loopback": self.loopback,
-        }
 
 
 def _address(hex_addr: str) -> str:

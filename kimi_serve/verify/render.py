@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kimi_serve.core.findings import FAIL, WARN, Finding
+from kimi_serve.core.report import finding_lines
 from kimi_serve.verify.diagnose import shared_cause
 from kimi_serve.verify.report import ProbeResult, VerifyReport
 from kimi_serve.verify.wire import printable
@@ -94,7 +95,7 @@ def _finding_lines(report: VerifyReport) -> list[str]:
 
 
 def _check_lines(report: VerifyReport) -> list[str]:
-    lines = [f"{c.status.upper()} {c.code}: {c.line()}" for c in report.checks]
+    lines = finding_lines(report.checks, word="upper", label="code")
     for lst in report.listeners or []:
         lines.append(f"     listener {lst.endpoint} pid {lst.pid} ({lst.command})")
     return lines

@@ -8,6 +8,7 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import FAIL, WARN, Finding
+from kimi_serve.core.report import to_json
 from kimi_serve.verify.wire import json_safe, printable
 
 REPORT_VERSION = 1
@@ -150,7 +151,7 @@ class VerifyReport:
             "probes": [p.to_dict() for p in self.probes],
             "warnings": [finding_json(f) for f in self.warnings],
             "checks": [{"status": c.status, **finding_json(c)} for c in self.checks],
-            "listeners": [lst.to_json() for lst in self.listeners] if self.listeners is not None else None,
+            "listeners": to_json(self.listeners) if self.listeners is not None else None,
             "budget": self.budget.to_dict() if self.budget is not None else None,
             "thinking_off": self.thinking_off or None,
             "concurrency": self.concurrency or None,
