@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from kimi_serve.check.deployment import deployment_of
+from kimi_serve.profile.deployment import deployment_of
 from kimi_serve.profile.launch import build_launch
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.profile.member import (
@@ -119,7 +119,7 @@ def test_the_planned_members_and_their_units_speak_the_model() -> None:
 
 
 def test_verify_targets_name_the_router_only_when_there_is_one() -> None:
-    from kimi_serve.check.deployment import deployment_targets
+    from kimi_serve.profile.deployment import deployment_targets
 
     router, replicas = deployment_targets(load_profile("sim"))
     assert router is None and [name for name, _ in replicas] == ["replica 0"]  # no stand-in router at index 0

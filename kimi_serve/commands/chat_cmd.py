@@ -102,7 +102,7 @@ def _server(host: str | None, profile: str | None, sets: Any, api_key: str | Non
     from kimi_serve.verify import parse_target, resolve_key
 
     if profile:
-        from kimi_serve.check.deployment import deployment_targets
+        from kimi_serve.profile.deployment import deployment_targets
         from kimi_serve.profile.loader import load_profile
 
         p = load_profile(profile, sets)

@@ -186,8 +186,8 @@ def verify(
 def _verify_profile(ref: str, sets: Any, api_key: str | None, api_key_file: str | None, **args: Any) -> Any:
     """`verify --profile P [--set K=V]`: the profile's own server, or its router and then each replica; without
     --set, where a foreground `up` of P runs, its real endpoints from its run record (docs/verify.md)."""
-    from kimi_serve.check.deployment import deployment_targets, running_targets
     from kimi_serve.core.runs import read_runs
+    from kimi_serve.profile.deployment import deployment_targets, running_targets
     from kimi_serve.profile.loader import load_profile
     from kimi_serve.router.client import admin_key_of, router_health
     from kimi_serve.verify import resolve_key

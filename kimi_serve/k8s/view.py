@@ -16,9 +16,9 @@ import json
 import re
 from dataclasses import dataclass, replace
 
-from kimi_serve.check.deployment import deployment_of
 from kimi_serve.check.launch import validated_launch
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.profile.deployment import deployment_of
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile, display_path, with_sets
 from kimi_serve.profile.topology import routed

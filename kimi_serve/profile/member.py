@@ -2,7 +2,7 @@
 the role's marker form, its index, launch, endpoint and URL, its label and tag, its unit name and the way back from a
 unit name, and the order members start and stop in. Pure: no I/O.
 
-:mod:`kimi_serve.check.deployment` plans the members of a profile; every consumer (the units, `up`, `status`,
+:mod:`kimi_serve.profile.deployment` plans the members of a profile; every consumer (the units, `up`, `status`,
 `verify --profile`) reads them here rather than spelling a role, a name or an order again.
 """
 

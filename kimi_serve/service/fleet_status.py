@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import deployment_units
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import FAIL, Finding
+from kimi_serve.profile.deployment import deployment_units
 from kimi_serve.profile.member import Role
 from kimi_serve.router.client import Worker, router_workers
 from kimi_serve.service.journal import describe, journal_units, read_intent
@@ -243,7 +243,7 @@ def _verdict(record: dict[str, Any] | None) -> str:
 
 
 def fleet_status(root: Path, base: str, systemd: Systemd, expected: tuple[str, ...] = ()) -> FleetStatus:
-    """``expected``: the member units the profile names (:func:`kimi_serve.check.deployment.deployment_units`), so
+    """``expected``: the member units the profile names (:func:`kimi_serve.profile.deployment.deployment_units`), so
     a deployment not (or only partly) installed says which units are missing rather than looking for one unit."""
     st = FleetStatus(base, expected=expected)
     if expected and not installed_members(root, base):

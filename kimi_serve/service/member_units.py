@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kimi_serve.check.deployment import deployment_of
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.net import host_port
+from kimi_serve.profile.deployment import deployment_of
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.member import Member, Role, unit_member, unit_name

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import Deployment
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.settings import process_environ
+from kimi_serve.profile.deployment import Deployment
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import Deployment
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.process.child import Server
 from kimi_serve.process.startup_log import PHASE_TITLES, Event, Progress
+from kimi_serve.profile.deployment import Deployment
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.member import Member, Role
 from kimi_serve.up.console import Console
@@ -27,7 +27,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 @dataclass(frozen=True)
 class Part:
-    """One process of the deployment (a member of :class:`kimi_serve.check.deployment.Deployment`) and its log."""
+    """One process of the deployment (a member of :class:`kimi_serve.profile.deployment.Deployment`) and its log."""
 
     member: Member
     log_path: Path

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import Deployment, plan_deployment
+from kimi_serve.check.launch import plan_deployment
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.host.preflight import preflight
+from kimi_serve.profile.deployment import Deployment
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.member import Member, Role
 from kimi_serve.up.console import Console

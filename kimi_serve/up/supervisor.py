@@ -1,4 +1,4 @@
-"""`up`'s one loop: the members of a deployment (kimi_serve.check.deployment), started and supervised together. A
+"""`up`'s one loop: the members of a deployment (kimi_serve.profile.deployment), started and supervised together. A
 profile of one server is a deployment of one member; a replicated profile (``replicas: N``, docs/up.md "Replicated
 profiles") is N local replicas, then SGLang's router in front of them.
 

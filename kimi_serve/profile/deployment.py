@@ -20,12 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kimi_serve.check.launch import validated_launch
-from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.net import client_url, endpoint_url
 from kimi_serve.core.resources import package_root
 from kimi_serve.profile.launch import Launch, build_launch
-from kimi_serve.profile.loader import Profile, display_path, with_sets
+from kimi_serve.profile.loader import Profile, with_sets
 from kimi_serve.profile.member import Member, Role, label, unit_name
 from kimi_serve.profile.router import build_router_launch
 from kimi_serve.profile.topology import replicas, routed
@@ -128,34 +126,6 @@ def deployment_units(profile: Profile, base: str) -> tuple[str, ...]:
     profile whatever its other values)."""
     local = (unit_name(base, Role.REPLICA, r.index) for r in replicas(profile) if r.local)
     return (*local, unit_name(base, Role.ROUTER, 0))
-
-
-def _rank_profile(profile: Profile, node_rank: int) -> Profile:
-    n = profile.nodes
-    where = display_path(profile.source)
-    if n.count <= 1:
-        raise KimiServeError(
-            f"--node-rank {node_rank}: profile {profile.name!r} is single-node (nodes.count 1)",
-            where=where,
-            hint="drop --node-rank, or set nodes.count and nodes.leader_host",
-            exit_code=ExitCode.USAGE,
-        )
-    if node_rank >= n.count:
-        raise KimiServeError(
-            f"--node-rank {node_rank}: nodes.count is {n.count}, so the ranks are 0..{n.count - 1}",
-            where=where,
-            hint=f"pass --node-rank 0..{n.count - 1}",
-            exit_code=ExitCode.USAGE,
-        )
-    return with_sets(profile, f"nodes.rank={node_rank}")
-
-
-def plan_deployment(profile: Profile, node_rank: int | None = None) -> Deployment:
-    """The validated deployment of ``profile`` (one-line error, exit 2, for the first failing fast rule or a
-    ``node_rank`` outside the profile's nodes): what `render` prints."""
-    if node_rank is not None:
-        profile = _rank_profile(profile, node_rank)
-    return deployment_of(profile, validated_launch(profile))
 
 
 def deployment_of(
