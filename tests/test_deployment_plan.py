@@ -56,5 +56,5 @@ def test_members_of_a_routed_profile(tmp_path: Path) -> None:
         "sglang-kimi-dp2-r1.service",
         "sglang-kimi-dp2-router.service",
     ]
-    assert [m.launch.port for m in deployment.replicas] == [30010, 30011]
+    assert [deployment.launches[m].port for m in deployment.replicas] == [30010, 30011]
     assert deployment.front is deployment.router

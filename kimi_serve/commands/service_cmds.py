@@ -111,7 +111,7 @@ def _print_plan(fleet: Fleet, target: ServiceTarget, as_json: bool) -> int:
     actions = fleet_actions(fleet, target.systemd)
     bad = [f for f in fleet.findings if f.status == FAIL]
     code = 1 if bad else 0
-    first, secret = fleet.first, fleet.profile.server.api_key_file
+    first, secret = fleet.first, fleet.deployment.profile.server.api_key_file
     secret_note = (
         "none (no server.api_key_file)"
         if secret is None
@@ -126,7 +126,7 @@ def _print_plan(fleet: Fleet, target: ServiceTarget, as_json: bool) -> int:
 
         units = [
             {"unit": p.unit.name, "unit_file": str(p.paths.unit_file), "unit_text": p.unit.text}
-            for _, p in fleet.members
+            for p in fleet.plans.values()
         ]
         data = {
             "dry_run": True,
@@ -141,7 +141,7 @@ def _print_plan(fleet: Fleet, target: ServiceTarget, as_json: bool) -> int:
         }
         typer.echo(json.dumps(envelope("install-service", code, data, fleet.findings), indent=2))
         return code
-    for _, plan in fleet.members:
+    for plan in fleet.plans.values():
         typer.echo(f"# {plan.paths.unit_file}")
         typer.echo(plan.unit.text, nl=False)
         typer.echo("")
@@ -209,7 +209,7 @@ def restart(
     with root_lock("restart", target.systemd.root, wait=wait_lock):
         recover(target, installs=True)
         fleet = _plan(target, now=True, contract=True)
-        warmed = _prewarm_first(fleet.profile) if prewarm else None
+        warmed = _prewarm_first(fleet.deployment.profile) if prewarm else None
         result, rolled = restart_deployment(
             fleet, target.systemd, contract_verifier, process_environ(), only=list(replica or []), progress=say
         )

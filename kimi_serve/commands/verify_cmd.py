@@ -187,21 +187,22 @@ def _verify_profile(ref: str, sets: Any, api_key: str | None, api_key_file: str 
     """`verify --profile P [--set K=V]`: the profile's own server, or its router and then each replica; without
     --set, where a foreground `up` of P runs, its real endpoints from its run record (docs/verify.md)."""
     from kimi_serve.core.runs import read_runs
-    from kimi_serve.profile.deployment import deployment_targets, running_targets
+    from kimi_serve.profile.deployment import client_urls, running_urls
     from kimi_serve.profile.loader import load_profile
+    from kimi_serve.profile.member import Role
     from kimi_serve.router.client import admin_key_of, router_health
     from kimi_serve.verify import resolve_key
     from kimi_serve.verify.members import verify_deployment
 
     p = load_profile(ref, sets)
-    (router, replicas), run = (deployment_targets(p), None) if sets else running_targets(p, read_runs())
+    urls, run = (client_urls(p), None) if sets else running_urls(p, read_runs())
     if run is not None:
         typer.echo(f"verify: {p.name}: the running `up` (pid {run.record.get('pid')}): {run.path}", err=True)
     key_file = api_key_file or p.server.api_key_file
     key = resolve_key(api_key, key_file, file_label="--api-key-file" if api_key_file else "profile key file")
     return verify_deployment(
-        router,
-        replicas,
+        urls,
+        routed=any(m.role is Role.ROUTER for m in urls),
         # /workers takes the control plane's admin key only (the key file's admin-api-key), never the clients'
         router_view=lambda url: router_health(url, admin_key_of(key_file)).to_json(),
         api_key=key.value,
