@@ -15,6 +15,7 @@ from pathlib import Path
 from restart_driver import CTX, stand_in_systemctl
 
 from kimi_serve.core.lock import root_lock
+from kimi_serve.profile.deployment import deployment_of
 from kimi_serve.profile.launch import build_launch
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.service import rolling
@@ -33,9 +34,10 @@ def verifier(endpoint: str, secret: Path | None, suite: str, timeout: float) -> 
 
 def fleet_for(root: Path, profile_path: str) -> Fleet:
     profile = load_profile(profile_path)
-    members = render_members(profile, build_launch(profile, sys.executable), CTX, BASE)
-    plans = tuple((m, Plan(profile, u, ServicePaths(root, u.name), False, (), True)) for m, u in members.items())
-    return Fleet(profile, BASE, plans, (), True)
+    deployment = deployment_of(profile, build_launch(profile, sys.executable), pythonpath=CTX.package_root)
+    members = render_members(deployment, CTX, BASE)
+    plans = {m: Plan(profile, u, ServicePaths(root, u.name), False, (), True) for m, u in members.items()}
+    return Fleet(deployment, BASE, plans, (), True)
 
 
 def run(root: Path, profile_path: str, op: str) -> int:

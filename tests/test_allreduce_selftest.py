@@ -27,6 +27,7 @@ from kimi_serve.host import allreduce_selftest as st
 from kimi_serve.host.doctor import Host, run_doctor, uses_gpus
 from kimi_serve.host.preflight import preflight
 from kimi_serve.process.ranks import run_ranks
+from kimi_serve.profile.deployment import deployment_of
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.service.member_units import render_members
 from kimi_serve.service.timeouts import START_SLACK_SEC, start_timeout_sec
@@ -380,7 +381,9 @@ def test_the_router_unit_of_a_replicated_gpu_profile_has_no_gate() -> None:
     # prod-dp2's replicas are other boxes (each runs prod, gated); this host's one unit is the router: no GPU
     p = load_profile("prod-dp2")
     ctx = UnitContext(kimi_serve=KIMI, package_root=str(package_root()))
-    units = render_members(p, validated_launch(p), ctx, "sglang-kimi.service")
+    units = render_members(
+        deployment_of(p, validated_launch(p), pythonpath=ctx.package_root), ctx, "sglang-kimi.service"
+    )
     assert [u.name for u in units.values()] == ["sglang-kimi-router.service"]
     assert _gate(next(iter(units.values())).text.splitlines()) is None
 

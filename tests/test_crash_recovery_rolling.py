@@ -97,7 +97,7 @@ def test_a_rolling_restart_killed_at_every_checkpoint_is_rolled_back_then_finish
             for unit in UNITS:
                 assert units[unit] in (old_units[unit], new_units[unit]), (n, unit)
             st = fleet_status(root, "fleet.service", Systemd(run, root))  # files and records only
-            members = [m for _, m in st.replicas] + ([st.router] if st.router else [])
+            members = list(st.members.values())
             journals = {p.name for p in (root / "var/lib/kimi-serve/service").glob(".*.intent.json")}
             assert {m.unit for m in members if m.interrupted} == {
                 f"{j.removeprefix('.').removesuffix('.intent.json')}.service" for j in journals

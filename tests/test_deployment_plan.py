@@ -1,4 +1,4 @@
-"""One deployment, planned once from a loaded profile (kimi_serve/check/deployment.py): a view of the profile (another
+"""One deployment, planned once from a loaded profile (kimi_serve/profile/deployment.py): a view of the profile (another
 rank, the Kubernetes view) is the profile with ``--set`` overrides applied in memory, never the YAML read again."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from kimi_serve.check.deployment import plan_deployment
+from kimi_serve.check.launch import plan_deployment
 from kimi_serve.k8s.view import plan as k8s_plan
 from kimi_serve.profile.loader import load_profile, with_sets
 
@@ -56,5 +56,5 @@ def test_members_of_a_routed_profile(tmp_path: Path) -> None:
         "sglang-kimi-dp2-r1.service",
         "sglang-kimi-dp2-router.service",
     ]
-    assert [m.launch.port for m in deployment.replicas] == [30010, 30011]
+    assert [deployment.launches[m].port for m in deployment.replicas] == [30010, 30011]
     assert deployment.front is deployment.router

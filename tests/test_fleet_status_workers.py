@@ -6,6 +6,7 @@ tests/test_router_control_plane.py; here the verdict over a given worker list.""
 from __future__ import annotations
 
 from kimi_serve.core.errors import ExitCode
+from kimi_serve.profile.member import Member, parse_role
 from kimi_serve.router.client import Worker
 from kimi_serve.service.fleet_status import FleetStatus
 from kimi_serve.service.marker import Marker
@@ -14,20 +15,19 @@ from kimi_serve.service.status import Status
 UP = {"ActiveState": "active", "SubState": "running"}
 
 
-def _member(unit: str, endpoint: str, role: str) -> Status:
+def _member(unit: str, endpoint: str, role: str) -> tuple[Member, Status]:
     marker = Marker("1", "sim-dp2", "none", endpoint, "0" * 64, True, role=role)
-    return Status(unit, f"/etc/systemd/system/{unit}", True, marker, dict(UP), health="ready")
+    parsed = parse_role(role)
+    assert parsed is not None
+    return Member(*parsed, endpoint, True), Status(
+        unit, f"/etc/systemd/system/{unit}", True, marker, dict(UP), health="ready"
+    )
 
 
 def _fleet(workers: list[Worker]) -> FleetStatus:
-    st = FleetStatus(
-        "sglang-kimi-dp2.service", router=_member("sglang-kimi-dp2-router.service", "127.0.0.1:30000", "router")
-    )
-    st.replicas = [
-        (i, _member(f"sglang-kimi-dp2-replica{i}.service", f"127.0.0.1:{30010 + i}", f"replica:{i}")) for i in (0, 1)
-    ]
-    st.workers = workers
-    return st
+    members = [_member(f"sglang-kimi-dp2-r{i}.service", f"127.0.0.1:{30010 + i}", f"replica:{i}") for i in (0, 1)]
+    members.append(_member("sglang-kimi-dp2-router.service", "127.0.0.1:30000", "router"))
+    return FleetStatus("sglang-kimi-dp2.service", dict(members), workers=workers)
 
 
 REPLICAS = [Worker("http://127.0.0.1:30010", True), Worker("http://127.0.0.1:30011", True)]

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.profile.launch import build_launch
-from kimi_serve.profile.loader import load_profile
+from kimi_serve.profile.deployment import Deployment, deployment_of
+from kimi_serve.profile.launch import Launch, build_launch
+from kimi_serve.profile.loader import Profile, load_profile
 from kimi_serve.service.marker import parse_marker
 from kimi_serve.service.member_units import installed_members, render_members
 from kimi_serve.service.systemctl import Systemd, run
@@ -32,6 +33,11 @@ def _no_sglang_tier(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _ctx() -> UnitContext:
     return UnitContext.detect()  # the real kimi-serve executable: systemd-analyze checks it exists
+
+
+def _plan(profile: Profile, launch: Launch, ctx: UnitContext) -> Deployment:
+    """The deployment install-service plans around ``launch`` (its units run kimi-serve from ``ctx``'s package)."""
+    return deployment_of(profile, launch, pythonpath=ctx.package_root)
 
 
 def _launch(profile_name: str, *sets: str):
@@ -59,7 +65,7 @@ def _analyze(texts: dict[str, str]) -> str:
 
 def test_replicated_profile_renders_replicas_and_a_router_ordered_after_them() -> None:
     profile, launch = _launch("sim-dp2")
-    units = render_members(profile, launch, _ctx(), "sglang-kimi-dp2.service")
+    units = render_members(_plan(profile, launch, _ctx()), _ctx(), "sglang-kimi-dp2.service")
     members = list(units)
     assert [(m.role, m.index, units[m].name) for m in members] == [
         ("replica", 0, "sglang-kimi-dp2-r0.service"),
@@ -92,7 +98,7 @@ def test_replicated_profile_renders_replicas_and_a_router_ordered_after_them() -
 
 def test_a_single_replica_profile_is_the_single_unit_unchanged() -> None:
     profile, launch = _launch("sim")
-    (unit,) = render_members(profile, launch, _ctx(), "sglang-kimi.service").values()
+    (unit,) = render_members(_plan(profile, launch, _ctx()), _ctx(), "sglang-kimi.service").values()
     assert unit.text == render_unit(profile, launch, _ctx()).text
     assert "role=" not in unit.text.splitlines()[0]
 
@@ -109,8 +115,12 @@ def _two_nodes(rank: int) -> tuple[str, ...]:
 
 def test_multi_node_rank_units() -> None:
     ctx = _ctx()
-    (rank0,) = (u.text for u in render_members(*_launch("sim", *_two_nodes(0)), ctx, "sglang-kimi.service").values())
-    (rank1,) = (u.text for u in render_members(*_launch("sim", *_two_nodes(1)), ctx, "sglang-kimi.service").values())
+    (rank0,) = (
+        u.text for u in render_members(_plan(*_launch("sim", *_two_nodes(0)), ctx), ctx, "sglang-kimi.service").values()
+    )
+    (rank1,) = (
+        u.text for u in render_members(_plan(*_launch("sim", *_two_nodes(1)), ctx), ctx, "sglang-kimi.service").values()
+    )
     start0, start1 = _exec_lines(rank0, "ExecStart")[0], _exec_lines(rank1, "ExecStart")[0]
     for argv, rank in ((start0, "0"), (start1, "1")):
         assert argv[argv.index("--node-rank") + 1] == rank and argv[argv.index("--nnodes") + 1] == "2"
@@ -180,7 +190,7 @@ def test_install_status_uninstall_of_a_deployment_under_a_root(
     timer = (units / "fleet-router-verify.service").read_text()
     assert '"--host" "127.0.0.1:30000"' in timer  # the verify timer checks the contract through the router
     assert (units / "timers.target.wants/fleet-router-verify.timer").is_symlink()
-    assert [x[2] for x in installed_members(root, "fleet.service")] == [
+    assert list(installed_members(root, "fleet.service").values()) == [
         "fleet-r0.service",
         "fleet-r1.service",
         "fleet-router.service",
@@ -248,11 +258,11 @@ def test_fewer_replicas_removes_the_extra_units(
 ) -> None:
     three = write_profile("extends: sim-dp2\nreplicas: 3\nservice:\n  unit_name: fleet\n", name="fleet")
     assert cli("install-service", "--profile", str(three), "--root", str(root)).code == 0  # type: ignore[attr-defined]
-    assert [x[2] for x in installed_members(root, "fleet.service")][-2:] == ["fleet-r2.service", "fleet-router.service"]
+    assert list(installed_members(root, "fleet.service").values())[-2:] == ["fleet-r2.service", "fleet-router.service"]
     two = write_profile("extends: sim-dp2\nservice:\n  unit_name: fleet\n", name="fleet")
     r = cli("install-service", "--profile", str(two), "--root", str(root))
     assert r.code == 0, r.err  # type: ignore[attr-defined]
-    assert [x[2] for x in installed_members(root, "fleet.service")] == [
+    assert list(installed_members(root, "fleet.service").values()) == [
         "fleet-r0.service",
         "fleet-r1.service",
         "fleet-router.service",

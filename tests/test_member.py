@@ -5,10 +5,11 @@ tags; and that the planner's members and the rendered units speak it."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
-from kimi_serve.check.deployment import deployment_of
+from kimi_serve.profile.deployment import deployment_of
 from kimi_serve.profile.launch import build_launch
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.profile.member import (
@@ -21,7 +22,7 @@ from kimi_serve.profile.member import (
     unit_name,
 )
 from kimi_serve.service.marker import body_hash, parse_marker
-from kimi_serve.service.member_units import render_members
+from kimi_serve.service.member_units import installed_members, render_members
 from kimi_serve.service.unit import UnitContext
 
 # role= fields exactly as earlier versions wrote them into installed units (service/member_units.py before the member
@@ -110,7 +111,8 @@ def test_the_planned_members_and_their_units_speak_the_model() -> None:
     ]
     assert [m.start_order for m in d.members] == sorted(m.start_order for m in d.members)
     assert d.members[0].to_json()["role"] == "replica" and type(d.members[0].to_json()["role"]) is str
-    units = render_members(p, launch, UnitContext.detect(), "kimi.service")
+    ctx = UnitContext.detect()
+    units = render_members(deployment_of(p, launch, pythonpath=ctx.package_root), ctx, "kimi.service")
     assert [(m.role, m.index) for m in units] == [(m.role, m.index) for m in d.members]  # keyed, in start order
     for m, unit in units.items():
         marker = parse_marker(unit.text)
@@ -119,9 +121,48 @@ def test_the_planned_members_and_their_units_speak_the_model() -> None:
 
 
 def test_verify_targets_name_the_router_only_when_there_is_one() -> None:
-    from kimi_serve.check.deployment import deployment_targets
+    from kimi_serve.profile.deployment import client_urls
 
-    router, replicas = deployment_targets(load_profile("sim"))
-    assert router is None and [name for name, _ in replicas] == ["replica 0"]  # no stand-in router at index 0
-    router, replicas = deployment_targets(load_profile("sim", ["replicas=2"]))
-    assert router is not None and router[0] == "router" and [n for n, _ in replicas] == ["replica 0", "replica 1"]
+    (one,) = client_urls(load_profile("sim"))
+    assert one.role is Role.SINGLE  # no stand-in router at index 0
+    urls = client_urls(load_profile("sim", ["replicas=2"]))
+    assert [m.label for m in urls] == ["router", "replica 0", "replica 1"]  # the router first
+    assert list(urls.values()) == ["http://127.0.0.1:30000", "http://127.0.0.1:30000", "http://127.0.0.1:30001"]
+
+
+def test_a_running_up_names_its_members_from_its_record_whatever_the_profile_says_now() -> None:
+    """`verify --profile P` of a running `up -p P --set replicas=2`: the record's router and replicas (the profile
+    itself is one server); an odd index is kept by position, never raised on; a record of one server is one member."""
+    from kimi_serve.core.runs import Run
+    from kimi_serve.profile.deployment import run_members, running_urls
+
+    record = {
+        "profile": "sim",
+        "started": "t",
+        "endpoint": "0.0.0.0:30000",
+        "router": {"endpoint": "0.0.0.0:30000"},
+        "replicas": [{"index": 0, "endpoint": "127.0.0.1:30010"}, {"index": "x", "endpoint": "127.0.0.1:30011"}],
+    }
+    urls, run = running_urls(load_profile("sim"), [Run(Path("r.json"), record, True)])
+    assert run is not None and [m.label for m in urls] == ["router", "replica 0", "replica 1"]
+    assert list(urls.values()) == ["http://127.0.0.1:30000", "http://127.0.0.1:30010", "http://127.0.0.1:30011"]
+    (one,) = run_members(Run(Path("r.json"), {"endpoint": "127.0.0.1:30000"}, True))
+    assert (one.role, one.url) == (Role.SINGLE, "http://127.0.0.1:30000")
+    urls, run = running_urls(load_profile("sim"), [Run(Path("r.json"), record, False)])  # stale: the profile's own
+    assert run is None and [m.role for m in urls] == [Role.SINGLE]
+
+
+def test_installed_units_are_members_read_from_their_markers(tmp_path: Path) -> None:
+    """`status` and the rolling restart know a deployment's members from the units kimi-serve wrote (each marker's
+    role and endpoint), in start order; a unit of another name, or one without a marker, is none of them."""
+    p = load_profile("sim-dp2")
+    ctx = UnitContext.detect()
+    units = render_members(
+        deployment_of(p, build_launch(p, sys.executable), pythonpath=ctx.package_root), ctx, "kimi.service"
+    )
+    unit_dir = tmp_path / "etc/systemd/system"
+    unit_dir.mkdir(parents=True)
+    for unit in reversed(units.values()):
+        (unit_dir / unit.name).write_text(unit.text)
+    (unit_dir / "kimi-r7.service").write_text("[Service]\nExecStart=/bin/true\n")  # not written by kimi-serve
+    assert installed_members(tmp_path, "kimi.service") == {m: u.name for m, u in units.items()}

@@ -19,8 +19,7 @@ import pytest
 import yaml
 from test_profile import all_key_paths
 
-from kimi_serve.check.deployment import plan_deployment
-from kimi_serve.check.launch import fast_validate
+from kimi_serve.check.launch import fast_validate, plan_deployment
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.resources import resource_dir
 from kimi_serve.k8s.manifests import render_manifests, to_yaml

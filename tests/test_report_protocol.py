@@ -229,7 +229,7 @@ HAND_WRITTEN: set[str] = {
     "host/coldstart.py:Figures",
     "verify/members.py:DeploymentReport",
     "verify/report.py:VerifyReport",
-    "check/deployment.py:Deployment",
+    "profile/deployment.py:Deployment",
     "core/runs.py:Run",
 }
 

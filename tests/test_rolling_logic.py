@@ -21,6 +21,7 @@ from router_stand_in import StandInRouter, serving
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.proc import Completed
 from kimi_serve.core.report import to_json
+from kimi_serve.profile.deployment import deployment_of
 from kimi_serve.profile.launch import build_launch
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.service import rolling
@@ -105,7 +106,7 @@ def test_good_roll_one_replica_at_a_time(
     assert runner.restarted() == ["fleet-r0.service", "fleet-r1.service"]  # the router's unit did not change
     assert router.log == [f"remove {R0}", f"add {R0}", f"remove {R1}", f"add {R1}"]
     assert router.min_healthy == 1  # never zero
-    for _, plan in new.replicas:
+    for plan in list(new.plans.values())[:-1]:  # the replicas (the router is the last member)
         assert "KIMI_TEST_ROLL=2" in plan.paths.unit_file.read_text()
 
 
@@ -113,13 +114,13 @@ def test_a_bad_replica_is_rolled_back_and_stops_the_roll(
     installed: Fleet, tmp_path: Path, write_profile: Any, router: StandInRouter
 ) -> None:
     new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
-    good_r0, good_r1 = (p.paths.unit_file.read_text() for _, p in installed.replicas)
+    good_r0, good_r1 = (p.paths.unit_file.read_text() for p in list(installed.plans.values())[:-1])
     runner = Runner({"fleet-r1.service": [1, 0]})  # the new unit of replica 1 fails to start; its rollback starts
     result, rolled = rolling.rolling_restart(new, Systemd(runner, Path("/")), Verifier(), {}, only=[1, 0])
     assert result.exit_code == 1
     assert [(r["replica"], r["ok"], r["rolled_back"]) for r in rolled] == [(1, False, True)]
     assert runner.restarted() == ["fleet-r1.service", "fleet-r1.service"]  # new, then the rollback; r0 untouched
-    assert [p.paths.unit_file.read_text() for _, p in new.replicas] == [good_r0, good_r1]
+    assert [p.paths.unit_file.read_text() for p in list(new.plans.values())[:-1]] == [good_r0, good_r1]
     assert router.log == [f"remove {R1}", f"add {R1}"]  # back into the rotation after its rollback
     assert any(s.action == "stop the roll" and "replicas 0 keep their units" in s.detail for s in result.steps)
 
@@ -187,7 +188,7 @@ def test_a_crash_mid_roll_leaves_that_replicas_journal_and_its_place_in_the_rout
     from kimi_serve.core.faults import InjectedFault
     from kimi_serve.service.fleet import recover_fleet
 
-    good_r0 = installed.replicas[0][1].paths.unit_file.read_text()
+    good_r0 = installed.first.paths.unit_file.read_text()
     new = _fleet(tmp_path, write_profile, router.port, "v2", "env:\n  KIMI_TEST_ROLL: '2'\n")
     monkeypatch.setenv("KIMI_SERVE_TEST_HOOK", "raise-at=service.verify")
     runner = Runner()
@@ -198,9 +199,9 @@ def test_a_crash_mid_roll_leaves_that_replicas_journal_and_its_place_in_the_rout
     assert router.log == [f"remove {R0}", f"add {R0}"] and router.min_healthy == 1
     journals = sorted(p.name for p in (tmp_path / "var/lib/kimi-serve/service").glob(".*.intent.json"))
     assert journals == [".fleet-r0.intent.json"]
-    assert "KIMI_TEST_ROLL=2" in new.replicas[0][1].paths.unit_file.read_text()
+    assert "KIMI_TEST_ROLL=2" in new.first.paths.unit_file.read_text()
     assert len(recover_fleet(Systemd(Runner(), tmp_path), "fleet.service")) == 1
-    assert new.replicas[0][1].paths.unit_file.read_text() == good_r0
+    assert new.first.paths.unit_file.read_text() == good_r0
 
 
 def test_a_rank_above_0_is_not_contract_checked_from_outside(tmp_path: Path, write_profile: Any) -> None:
@@ -218,7 +219,11 @@ def test_a_rank_above_0_is_not_contract_checked_from_outside(tmp_path: Path, wri
             )
         )
     )
-    (unit,) = render_members(profile, build_launch(profile, sys.executable), CTX, "sglang-kimi.service").values()
+    (unit,) = render_members(
+        deployment_of(profile, build_launch(profile, sys.executable), pythonpath=CTX.package_root),
+        CTX,
+        "sglang-kimi.service",
+    ).values()
     plan = Plan(profile, unit, ServicePaths(tmp_path, unit.name), False, (), True)
     verifier = Verifier()
     result = restart(plan, Systemd(Runner(), Path("/")), verifier, {})

@@ -17,6 +17,7 @@ import pytest
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.findings import Finding
 from kimi_serve.host.doctor import port_problem
+from kimi_serve.profile.member import Member, Role
 from kimi_serve.router.shim import router_flags, split_argv
 from kimi_serve.verify.members import DeploymentReport, MemberReport, render_deployment
 from kimi_serve.verify.render import render_lines
@@ -121,12 +122,12 @@ def _report(target: str, *, fail: str | None = None, unreachable: bool = False) 
 
 def test_deployment_verdict_names_the_replica_that_breaks_the_contract() -> None:
     parts = [
-        MemberReport("router", _report("http://r:1")),
-        MemberReport("replica 0", _report("http://a:2")),
-        MemberReport("replica 1", _report("http://b:3", unreachable=True)),
+        MemberReport(Member(Role.ROUTER, 0, "r:1", True), _report("http://r:1")),
+        MemberReport(Member(Role.REPLICA, 0, "a:2", True), _report("http://a:2")),
+        MemberReport(Member(Role.REPLICA, 1, "b:3", True), _report("http://b:3", unreachable=True)),
     ]
     dead = DeploymentReport(parts)
-    assert dead.exit_code == 3 and [p.name for p in dead.broken] == ["replica 1"]
+    assert dead.exit_code == 3 and [p.member.label for p in dead.broken] == ["replica 1"]
     doc = dead.to_dict()
     assert (doc["exit_code"], doc["ok"], doc["status"], doc["target"]) == (3, False, "unreachable", "http://r:1")
     assert [(r["name"], r["status"]) for r in doc["replicas"]] == [("replica 0", "pass"), ("replica 1", "unreachable")]
@@ -136,7 +137,11 @@ def test_deployment_verdict_names_the_replica_that_breaks_the_contract() -> None
         "verify: deployment unreachable in part: replica 1 (http://b:3) unreachable: server not ready"
     )
     broken = DeploymentReport(
-        [parts[0], MemberReport("replica 0", _report("http://a:2", fail="no_tool_call")), parts[2]]
+        [
+            parts[0],
+            MemberReport(Member(Role.REPLICA, 0, "a:2", True), _report("http://a:2", fail="no_tool_call")),
+            parts[2],
+        ]
     )
     assert broken.exit_code == 1  # a violation outranks an unreachable part
     assert "replica 0 (http://a:2) fail: tool stream: no_tool_call went wrong" in broken.summary()
@@ -301,7 +306,8 @@ def test_up_waits_for_every_replica_not_every_listed_worker() -> None:
         router_started=0.0,
         router_deadline=5.0,
         last_view=None,
-        routing=SimpleNamespace(log_path="router.log"),
+        routing="router",
+        logs={"router": "router.log"},
         _router_ready=lambda: said.append("READY"),
         begin_stop=lambda outcome, why: stops.append(outcome),
     )

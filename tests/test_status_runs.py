@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kimi_serve.check.deployment import plan_deployment
+from kimi_serve.check.launch import plan_deployment
 from kimi_serve.core.proc import Completed
 from kimi_serve.core.runs import read_runs, run_record, runs_dir
 from kimi_serve.profile.loader import load_profile

@@ -257,10 +257,13 @@ def test_gpu_units_make_nvidia_uvm_before_the_start_and_allow_both_frontend_spel
 
 
 def test_only_the_gpu_servers_of_a_replicated_profile_make_nvidia_uvm() -> None:
+    from kimi_serve.profile.deployment import deployment_of
     from kimi_serve.service.member_units import render_members
 
     profile = load_profile("prod-dp2")
-    members = render_members(profile, validated_launch(profile), CTX, "sglang-kimi")
+    members = render_members(
+        deployment_of(profile, validated_launch(profile), pythonpath=CTX.package_root), CTX, "sglang-kimi"
+    )
     steps = {m.role: any(line.startswith("ExecStartPre=") for line in u.text.splitlines()) for m, u in members.items()}
     assert steps.pop("router") is False  # the router needs no GPU
     assert all(steps.values()), steps  # a replica on this host does (prod-dp2's replicas: its own single render)

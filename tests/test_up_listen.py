@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kimi_serve.check.deployment import plan_deployment
+from kimi_serve.check.launch import plan_deployment
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.profile.loader import load_profile, with_sets
 from kimi_serve.profile.topology import front_sets

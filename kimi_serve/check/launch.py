@@ -8,11 +8,13 @@ from __future__ import annotations
 import sys
 
 from kimi_serve.check.rules import run_rules
+from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import Finding, error_from, failed
 from kimi_serve.core.resources import package_root
 from kimi_serve.core.settings import current, process_environ, with_pythonpath
+from kimi_serve.profile.deployment import Deployment, deployment_of
 from kimi_serve.profile.launch import Launch, build_launch, interpreter_of
-from kimi_serve.profile.loader import Profile, display_path
+from kimi_serve.profile.loader import Profile, display_path, with_sets
 from kimi_serve.sglang.toolchain import toolchain_env
 
 
@@ -55,3 +57,31 @@ def server_env(launch: Launch) -> dict[str, str]:
     if launch.engine == "simulator":
         env = with_pythonpath(env, package_root())
     return env
+
+
+def _rank_profile(profile: Profile, node_rank: int) -> Profile:
+    n = profile.nodes
+    where = display_path(profile.source)
+    if n.count <= 1:
+        raise KimiServeError(
+            f"--node-rank {node_rank}: profile {profile.name!r} is single-node (nodes.count 1)",
+            where=where,
+            hint="drop --node-rank, or set nodes.count and nodes.leader_host",
+            exit_code=ExitCode.USAGE,
+        )
+    if node_rank >= n.count:
+        raise KimiServeError(
+            f"--node-rank {node_rank}: nodes.count is {n.count}, so the ranks are 0..{n.count - 1}",
+            where=where,
+            hint=f"pass --node-rank 0..{n.count - 1}",
+            exit_code=ExitCode.USAGE,
+        )
+    return with_sets(profile, f"nodes.rank={node_rank}")
+
+
+def plan_deployment(profile: Profile, node_rank: int | None = None) -> Deployment:
+    """The validated deployment of ``profile`` (one-line error, exit 2, for the first failing fast rule or a
+    ``node_rank`` outside the profile's nodes): what `render` prints."""
+    if node_rank is not None:
+        profile = _rank_profile(profile, node_rank)
+    return deployment_of(profile, validated_launch(profile))

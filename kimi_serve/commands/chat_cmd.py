@@ -102,12 +102,11 @@ def front_door(host: str | None, profile: str | None, sets: Any, api_key: str | 
     from kimi_serve.verify import parse_target, resolve_key
 
     if profile:
-        from kimi_serve.check.deployment import deployment_targets
+        from kimi_serve.profile.deployment import client_urls
         from kimi_serve.profile.loader import load_profile
 
         p = load_profile(profile, sets)
-        router, servers = deployment_targets(p)  # the router (None when not routed), then each replica
-        url = router[1] if router else servers[0][1]
+        url = next(iter(client_urls(p).values()))  # the router when routed, else the one server
         return parse_target(url), resolve_key(api_key, key_file or p.server.api_key_file).value
     return parse_target(host or "127.0.0.1:30000"), resolve_key(api_key, key_file).value
 

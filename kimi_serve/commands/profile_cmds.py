@@ -73,7 +73,7 @@ def render(
                 exit_code=ExitCode.USAGE,
             )
         return _render_k8s(load_profile(profile, sets or ()), namespace, image, as_json)
-    from kimi_serve.check.deployment import plan_deployment
+    from kimi_serve.check.launch import plan_deployment
 
     plan = plan_deployment(load_profile(profile, sets or ()), node_rank)
     return emit(as_json, 0, plan.text, command="render", data=plan.to_json)

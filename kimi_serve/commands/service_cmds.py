@@ -123,7 +123,7 @@ def _print_plan(fleet: Fleet, target: ServiceTarget, as_json: bool) -> int:
     actions = fleet_actions(fleet, target.systemd)
     bad = [f for f in fleet.findings if f.status == FAIL]
     code = 1 if bad else 0
-    first, secret = fleet.first, fleet.profile.server.api_key_file
+    first, secret = fleet.first, fleet.deployment.profile.server.api_key_file
     rooted = first.paths.under_root(secret) if secret else None  # where it is under --root, as the actions say
     secret_note = (
         "none (no server.api_key_file)"
@@ -135,7 +135,8 @@ def _print_plan(fleet: Fleet, target: ServiceTarget, as_json: bool) -> int:
         else f"{rooted} (missing: see the failing checks below)"
     )
     units = [
-        {"unit": p.unit.name, "unit_file": str(p.paths.unit_file), "unit_text": p.unit.text} for _, p in fleet.members
+        {"unit": p.unit.name, "unit_file": str(p.paths.unit_file), "unit_text": p.unit.text}
+        for p in fleet.plans.values()
     ]
     data = {
         "dry_run": True,
@@ -150,7 +151,7 @@ def _print_plan(fleet: Fleet, target: ServiceTarget, as_json: bool) -> int:
     }
 
     def text() -> None:
-        for _, plan in fleet.members:
+        for plan in fleet.plans.values():
             typer.echo(f"# {plan.paths.unit_file}")
             typer.echo(plan.unit.text, nl=False)
             typer.echo("")
@@ -219,7 +220,7 @@ def restart(
     with root_lock("restart", target.systemd.root, wait=wait_lock):
         recover(target, installs=True)
         fleet = _plan(target, now=True, contract=True)
-        warmed = _prewarm_first(fleet.profile) if prewarm else None
+        warmed = _prewarm_first(fleet.deployment.profile) if prewarm else None
         result, rolled = restart_deployment(
             fleet, target.systemd, contract_verifier, process_environ(), only=list(replica or []), progress=say
         )

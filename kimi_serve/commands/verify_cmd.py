@@ -180,23 +180,23 @@ def _verify_profile(
     --set, where a foreground `up` of P runs, its real endpoints from its run record (docs/verify.md)."""
     from dataclasses import replace
 
-    from kimi_serve.check.deployment import deployment_targets, running_targets
     from kimi_serve.core.report import to_json
     from kimi_serve.core.runs import read_runs
+    from kimi_serve.profile.deployment import client_urls, running_urls
     from kimi_serve.profile.loader import load_profile
+    from kimi_serve.profile.member import Role
     from kimi_serve.router.client import admin_key_of, router_health
     from kimi_serve.verify import resolve_key
     from kimi_serve.verify.members import verify_deployment
 
     p = load_profile(ref, sets)
-    (router, replicas), run = (deployment_targets(p), None) if sets else running_targets(p, read_runs())
+    urls, run = (client_urls(p), None) if sets else running_urls(p, read_runs())
     if run is not None:
         typer.echo(f"verify: {p.name}: the running `up` (pid {run.record.get('pid')}): {run.path}", err=True)
     key_file = api_key_file or p.server.api_key_file
     key = resolve_key(api_key, key_file, file_label="--api-key-file" if api_key_file else "profile key file")
     return verify_deployment(
-        router,
-        replicas,
+        urls,
         replace(
             options,
             api_key=key.value,
@@ -204,6 +204,7 @@ def _verify_profile(
             accept_floor=options.accept_floor if floor_given else p.speculative.accept_floor,
             spec_expected=p.speculative.enabled,
         ),
+        routed=any(m.role is Role.ROUTER for m in urls),
         # /workers takes the control plane's admin key only (the key file's admin-api-key), never the clients'
         router_view=lambda url: to_json(router_health(url, admin_key_of(key_file))),
     )

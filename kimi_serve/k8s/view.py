@@ -16,9 +16,9 @@ import json
 import re
 from dataclasses import dataclass, replace
 
-from kimi_serve.check.deployment import deployment_of
 from kimi_serve.check.launch import validated_launch
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.profile.deployment import deployment_of
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile, display_path, with_sets
 from kimi_serve.profile.topology import routed
@@ -127,7 +127,7 @@ def plan(profile: Profile, *, namespace: str, image: str) -> K8sPlan:
         addr = f"{LEADER_ADDRESS}:{view.nodes.leader_port}"
         argv = _in_pod(_in_pod(server.argv, "--dist-init-addr", addr), "--node-rank", WORKER_INDEX)
         server = _with_argv(server, argv)
-    router = deployment.router.launch if deployment.router else None
+    router = deployment.launches[deployment.router] if deployment.router else None
     if router is not None:
         router = replace(router, argv=tuple(map(escaped, router.argv)))  # its server_args stay the router's own
     return K8sPlan(view, name, namespace, image, server, router)

@@ -1,19 +1,17 @@
 """One member of a deployment, the one home of what a member is (docs/architecture.md, "A member"): its role and
-the role's marker form, its index, launch, endpoint and URL, its label and tag, its unit name and the way back from a
+the role's marker form, its index, endpoint and URL, its label and tag, its unit name and the way back from a
 unit name, and the order members start and stop in. Pure: no I/O.
 
-:mod:`kimi_serve.check.deployment` plans the members of a profile; every consumer (the units, `up`, `status`,
+:mod:`kimi_serve.profile.deployment` plans the members of a profile; every consumer (the units, `up`, `status`,
 `verify --profile`) reads them here rather than spelling a role, a name or an order again.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
-
-from kimi_serve.profile.launch import Launch
 
 
 class Role(StrEnum):
@@ -90,11 +88,12 @@ def stop_order(role: Role, index: int) -> tuple[int, int]:
 @dataclass(frozen=True)
 class Member:
     """One process of the deployment: the one server (``single``), this host's ``rank``, a ``replica`` or the
-    router."""
+    router. What is known of it without building a launch, so `status` (from the units), `verify --profile` (from a
+    run record) and the planner name members alike; each consumer attaches its own data (``dict[Member, X]``): the
+    Deployment its launch, install-service its plan, `up` its log, `status` its unit's status."""
 
     role: Role
     index: int  # replica index or node rank; 0 for the router and the one server
-    launch: Launch = field(hash=False)  # a key of its consumers' dict[Member, ...] (a Launch holds a dict)
     endpoint: str  # where clients (or the router) reach it
     local: bool  # runs on the host the profile describes (False: on its router.workers host)
 
@@ -107,6 +106,11 @@ class Member:
     def tag(self) -> str:
         """``replica0`` | ``router``: the label without its space (a log file's suffix, an echoed line's tag)."""
         return self.label.replace(" ", "")
+
+    @property
+    def title(self) -> str:
+        """``replica 0 (127.0.0.1:30010)`` | ``router (127.0.0.1:30000)``: the label and where it listens."""
+        return f"{self.label} ({self.endpoint})"
 
     @property
     def url(self) -> str:

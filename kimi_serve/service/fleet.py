@@ -16,8 +16,8 @@ from typing import Any
 
 from kimi_serve.check.owned_paths import refuse_owned_paths
 from kimi_serve.core.findings import Finding
-from kimi_serve.profile.loader import Profile
-from kimi_serve.profile.member import Member, Role, start_order, unit_member
+from kimi_serve.profile.deployment import Deployment, deployment_of
+from kimi_serve.profile.member import Member, start_order, unit_member
 from kimi_serve.service import monitor_units as mon
 from kimi_serve.service.install import (
     Plan,
@@ -46,42 +46,26 @@ from kimi_serve.service.unit import UnitContext
 
 @dataclass(frozen=True)
 class Fleet:
-    """What install-service and restart act on: every unit this host runs for the profile, planned. A single unit (or
-    this host's rank of a multi-node server) is a deployment of one member; replicas come with the router."""
+    """What install-service and restart act on: the profile's deployment and a plan for each member this host runs.
+    A single unit (or this host's rank of a multi-node server) is a deployment of one member; replicas come with the
+    router. Its shape (routed, the router, the replicas) is the deployment's."""
 
-    profile: Profile
+    deployment: Deployment
     base: str  # the deployment's name, NAME.service: the one unit itself, or the stem of NAME-r0, ..., NAME-router
-    members: tuple[tuple[Member, Plan], ...]  # the one unit; or the replicas in index order, then the router
+    plans: dict[Member, Plan]  # the one unit; or the local replicas in index order, then the router
     findings: tuple[Finding, ...]
     now: bool
 
     @property
-    def router(self) -> tuple[Member, Plan] | None:
-        return next((mp for mp in self.members if mp[0].role is Role.ROUTER), None)
-
-    @property
-    def routed(self) -> bool:
-        """Replicas behind a router (the shapes that differ: rolling restart, member labels), not one unit."""
-        return self.router is not None
-
-    @property
-    def replicas(self) -> list[tuple[Member, Plan]]:
-        return [mp for mp in self.members if mp[0].role is Role.REPLICA]
-
-    @property
     def first(self) -> Plan:
-        """The one unit's plan (a deployment: replica 0's); it creates the key file when one is to be created."""
-        return self.members[0][1]
-
-    def label(self, member: Member) -> str:
-        """How a report line names the member: nothing for the one unit, `` (replica 1)`` in a deployment."""
-        return f" ({member.label})" if self.routed else ""
+        """The first member's plan (the one unit's); it creates the key file when one is to be created."""
+        return next(iter(self.plans.values()))
 
     def to_json(self) -> list[dict[str, Any]]:
         """``deployment`` in the reports: each member's role, index, unit and endpoint."""
         return [
-            {"role": m.role.value, "index": m.index, "unit": plan.unit.name, "endpoint": m.launch.endpoint}
-            for m, plan in self.members
+            {"role": m.role.value, "index": m.index, "unit": plan.unit.name, "endpoint": m.endpoint}
+            for m, plan in self.plans.items()
         ]
 
 
@@ -114,7 +98,8 @@ def plan_fleet(
     launch, findings = check_for_service(profile, contract=contract, preview=preview)
     ctx = ctx.for_engine(launch.argv[0])  # an engine that carries kimi-serve: the units run from it alone
     found += [f for f in (ctx.engine_drift(),) if f is not None]
-    members = render_members(profile, launch, ctx, base)
+    deployment = deployment_of(profile, launch, pythonpath=ctx.package_root)
+    members = render_members(deployment, ctx, base)
     if not members:
         raise KimiServeError(
             "the profile has no replica on this host and no router",
@@ -122,10 +107,11 @@ def plan_fleet(
             hint="check replicas: and router.workers",
             exit_code=ExitCode.USAGE,
         )
-    reach_step(profile, [m.launch for m in members], ctx, systemd, environ, preview, found)
+    reach_step(profile, [deployment.launches[m] for m in members], ctx, systemd, environ, preview, found)
     # the verify timer checks what clients reach: the router, the one unit, rank 0; none on a rank >= 1
-    front = next((m for m in members if m.serves_clients), None)
-    monitor = None if front is None else mon.render_monitor(profile, front.launch, ctx, members[front].name)
+    front = deployment.front
+    launch = deployment.launches[front] if front is not None else launch
+    monitor = None if front is None else mon.render_monitor(profile, launch, ctx, members[front].name)
     for m, unit in members.items():
         paths = ServicePaths(root, unit.name)
         # nothing it writes (the journal beside the records too) may be reached through a link out of the root
@@ -146,18 +132,18 @@ def plan_fleet(
             )
     units = [*members.values(), *(monitor.files if monitor else ())]
     host_step(preview, found, lambda: mon.analyze_together(systemd, units), None)
-    plans: list[tuple[Member, Plan]] = []
+    plans: dict[Member, Plan] = {}
     for m, unit in members.items():  # the first member creates the key file when one is to be created; the front
         paths = ServicePaths(root, unit.name)  # carries the timer
-        plans.append((m, Plan(profile, unit, paths, create and not plans, (), now, monitor if m is front else None)))
-    return Fleet(profile, base, tuple(plans), tuple(findings + found), now)
+        plans[m] = Plan(profile, unit, paths, create and not plans, (), now, monitor if m == front else None)
+    return Fleet(deployment, base, plans, tuple(findings + found), now)
 
 
 def fleet_actions(fleet: Fleet, systemd: Systemd) -> list[str]:
     """What installing ``fleet`` does, member by member (``--dry-run`` prints these)."""
     actions: list[str] = []
-    for m, plan in fleet.members:
-        prefix = f"[{m.label}] " if fleet.routed else ""
+    for m, plan in fleet.plans.items():
+        prefix = f"[{m.label}] " if fleet.deployment.routed else ""
         actions += [prefix + a for a in planned_actions(plan, systemd)]
     return actions
 
@@ -170,20 +156,21 @@ def install_fleet(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ: M
 
     result = Result(fleet.base)
     warn_in(result, fleet.findings)
-    root = fleet.first.paths.root
-    if fleet.routed:
-        planned = {p.paths.unit for _, p in fleet.members}
-        for _, _, unit in reversed(installed_members(root, fleet.base)):  # replicas the profile no longer has
+    root, routed = fleet.first.paths.root, fleet.deployment.routed
+    if routed:
+        planned = {p.paths.unit for p in fleet.plans.values()}
+        for unit in reversed(installed_members(root, fleet.base).values()):  # replicas the profile no longer has
             if unit not in planned:
                 result.steps += uninstall(ServicePaths(root, unit), systemd, dry_run=False).steps
-    with journal_scope([plan for _, plan in fleet.members], systemd, "install-service"):
-        for _, plan in fleet.members:
+    with journal_scope(list(fleet.plans.values()), systemd, "install-service"):
+        for plan in fleet.plans.values():
             write_unit(plan, systemd, result, environ)
         if not fleet.now:
             return result
         failed = None
-        for m, plan in fleet.members:
-            outcome = start_and_verify(plan.candidate, plan.paths, systemd, verifier, result, label=fleet.label(m))
+        for m, plan in fleet.plans.items():
+            label = f" ({m.label})" if routed else ""  # a report line names a member of a deployment
+            outcome = start_and_verify(plan.candidate, plan.paths, systemd, verifier, result, label=label)
             if not outcome.ok and failed is None:
                 failed = outcome
             result.new = failed or outcome
@@ -198,7 +185,7 @@ def install_fleet(fleet: Fleet, systemd: Systemd, verifier: Verifier, environ: M
                 "failed",
                 "a member did not pass (above); the others run. `kimi-serve restart` rolls a failed replica back to "
                 "its last good unit"
-                if fleet.routed
+                if routed
                 else "the new unit did not pass; `kimi-serve restart` would have rolled back (the unit before this "
                 f"install is kept at {fleet.first.paths.previous_unit})",
             )
@@ -210,7 +197,7 @@ def members_of(root: Path, base: str) -> list[str]:
     index order, then the router; a member whose unit is gone but whose records are left, by an uninstall killed
     part-way, too), else the one unit ``base`` itself: a single unit is a deployment of one member."""
     state = root / STATE_DIR
-    names = {unit.removesuffix(".service") for _, _, unit in installed_members(root, base)}
+    names = {unit.removesuffix(".service") for unit in installed_members(root, base).values()}
     names |= {d.name for d in (state.iterdir() if state.is_dir() else ()) if d.is_dir()}
     members = {n: m for n in names if (m := unit_member(base, n)) is not None}
     return [f"{n}.service" for n in sorted(members, key=lambda n: start_order(*members[n]))] or [base]

@@ -1,6 +1,7 @@
-"""`kimi-serve status` of a replicated deployment: the router (its unit, /health, and how many workers it reports
-healthy), each replica (its unit, /health, last contract verdict), and the contract checks of the verify timer that
-targets the router. Each member's own view is :func:`kimi_serve.service.status.status`."""
+"""`kimi-serve status`'s one body (:func:`status_of`): the status of a deployment, one unit being a deployment of one
+member (reported as that unit: docs/json.md). A replicated deployment: the router (its unit, /health, and how many
+workers it reports healthy), each replica (its unit, /health, last contract verdict), and the contract checks of the
+verify timer that targets the router. Each member's own view is :func:`kimi_serve.service.status.status`."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import deployment_units
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import FAIL, Finding
-from kimi_serve.profile.member import Role
+from kimi_serve.profile.deployment import members_of
+from kimi_serve.profile.member import Member, Role, parse_role
 from kimi_serve.router.client import Worker, router_workers
 from kimi_serve.service.journal import describe, journal_units, read_intent
 from kimi_serve.service.member_units import installed_members
@@ -23,24 +24,39 @@ from kimi_serve.service.target import ServiceTarget
 
 @dataclass
 class FleetStatus:
+    """The status of the deployment ``base``: each installed member's own :class:`Status`. ``routed`` False: the one
+    unit (or this host's rank), whose report is that unit's."""
+
     base: str
-    router: Status | None = None
-    replicas: list[tuple[int, Status]] = field(default_factory=list)
+    members: dict[Member, Status] = field(default_factory=dict)  # in start order: the replicas, then the router
+    routed: bool = True
     workers: list[Worker] | str | None = None  # the router's view; a string says why it could not be read
     expected: tuple[str, ...] = ()  # the member units the profile names (status --profile), installed or not
     systemd_error: str | None = None  # why systemd cannot be asked (no member to say it: nothing installed)
     pending: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # journals of members not installed
 
     @property
+    def router(self) -> Status | None:
+        return next((st for m, st in self.members.items() if m.role is Role.ROUTER), None)
+
+    @property
+    def replicas(self) -> dict[Member, Status]:
+        return {m: st for m, st in self.members.items() if m.role is Role.REPLICA}
+
+    @property
+    def installed(self) -> bool:
+        """A unit of the deployment is installed here."""
+        return any(st.installed for st in self.members.values())
+
+    @property
     def interrupted(self) -> list[tuple[str, dict[str, Any]]]:
         """(unit, journal) of every member a killed change left a journal for, installed or not (yet)."""
-        members = [st for _, st in self.replicas] + ([self.router] if self.router else [])
-        return [(st.unit, st.interrupted) for st in members if st.interrupted] + self.pending
+        return [(st.unit, st.interrupted) for st in self.members.values() if st.interrupted] + self.pending
 
     @property
     def missing(self) -> list[str]:
         """Member units the profile names that are not installed here (all of them before install-service)."""
-        there = {st.unit for _, st in self.replicas} | ({self.router.unit} if self.router else set())
+        there = {st.unit for st in self.members.values()}
         return [u for u in self.expected if u not in there]
 
     @property
@@ -55,7 +71,7 @@ class FleetStatus:
         requests, keys included, may go there)."""
         if not isinstance(self.workers, list):
             return []
-        ours = {f"http://{st.marker.endpoint}" for _, st in self.replicas if st.marker}
+        ours = {m.url for m in self.replicas}
         return [w.url for w in self.workers if w.url not in ours]
 
     @property
@@ -67,7 +83,9 @@ class FleetStatus:
     @property
     def exit_code(self) -> ExitCode:
         """0 only when the whole deployment is up: the router serving with every worker healthy, every replica active
-        and answering; 1 otherwise (degraded included)."""
+        and answering; 1 otherwise (degraded included). The one unit's own."""
+        if not self.routed:
+            return self.one.exit_code
         counts = self.healthy
         whole = (
             self.serving
@@ -75,13 +93,15 @@ class FleetStatus:
             and counts[0] == counts[1]
             and not self.unexpected
             and not self.pending
-            and all(st.exit_code == ExitCode.OK and self.in_router(st) == "healthy" for _, st in self.replicas)
+            and all(st.exit_code == ExitCode.OK and self.in_router(m) == "healthy" for m, st in self.replicas.items())
         )
         return ExitCode.OK if whole else ExitCode.FAILED
 
     def findings(self) -> list[Finding]:
         """Why the deployment is not OK, one line each with the fix: units the profile names that are missing, each
         member's own findings (they name their unit), the router not serving, workers that are no replica of ours."""
+        if not self.routed:
+            return self.one.findings()
         out: list[Finding] = []
         if self.missing:
             out.append(
@@ -94,7 +114,7 @@ class FleetStatus:
                     "kimi-serve install-service --profile P; a foreground `up` is listed under runs",
                 )
             )
-        members = [st for _, st in self.replicas] + ([self.router] if self.router else [])
+        members = list(self.members.values())
         for unit, intent in self.pending:  # an installed member's own findings name its journal
             out.append(
                 Finding(
@@ -146,6 +166,8 @@ class FleetStatus:
         return out
 
     def to_json(self) -> dict[str, Any]:
+        if not self.routed:
+            return self.one.to_json()
         counts = self.healthy
         router = self.router.to_json() if self.router else None
         if router is not None:
@@ -167,18 +189,26 @@ class FleetStatus:
                 | {"finished": bool(i.get("finished"))}
                 for unit, i in self.interrupted
             ],
-            "replicas": [{"index": i, **st.to_json(), "in_router": self.in_router(st)} for i, st in self.replicas],
+            "replicas": [
+                {"index": m.index, **st.to_json(), "in_router": self.in_router(m)} for m, st in self.replicas.items()
+            ],
         }
 
-    def in_router(self, st: Status) -> str | None:
+    @property
+    def one(self) -> Status:
+        """The one unit's status (a deployment of one member)."""
+        return next(iter(self.members.values()))
+
+    def in_router(self, replica: Member) -> str | None:
         """How the router sees this replica: healthy | unhealthy | missing (not in its rotation); None: unknown."""
-        if not isinstance(self.workers, list) or not st.marker:
+        if not isinstance(self.workers, list):
             return None
         seen = {w.url: w.healthy for w in self.workers}
-        url = f"http://{st.marker.endpoint}"
-        return "missing" if url not in seen else "healthy" if seen[url] else "unhealthy"
+        return "missing" if replica.url not in seen else "healthy" if seen[replica.url] else "unhealthy"
 
     def rows(self) -> list[tuple[str, str]]:
+        if not self.routed:
+            return self.one.rows()
         rows = [
             (
                 "deployment",
@@ -189,7 +219,7 @@ class FleetStatus:
         ]
         if self.missing:
             rows.append(("not installed", ", ".join(self.missing)))
-        if self.systemd_error and not self.router and not self.replicas:
+        if self.systemd_error and not self.members:
             rows.append(("systemd", f"not reachable here ({self.systemd_error})"))
         if self.router:
             counts = self.healthy
@@ -200,23 +230,23 @@ class FleetStatus:
                     "(degraded: remove them and rotate the admin-api-key)"
                 )
             rows.append(("router", f"{_line(self.router)}; {view}"))
-        for index, st in self.replicas:
-            seen = self.in_router(st)
+        for m, st in self.replicas.items():
+            seen = self.in_router(m)
             note = {
                 "missing": "; NOT in the router's rotation (kimi-serve restart puts it back)",
                 "healthy": "; router: healthy",
                 "unhealthy": "; router: UNHEALTHY",
             }.get(seen or "", "")
-            rows.append((f"replica {index}", _line(st) + note))
+            rows.append((m.label, _line(st) + note))
             rows.append(("  verdict", _verdict(st.last_verify)))
         if self.router and self.router.monitor:
-            m = self.router.monitor
+            mon = self.router.monitor
             rows.append(
                 (
                     "contract",
-                    f"BROKEN since {m['broken_since']} ({m['broken_for_s']:.0f}s)"
-                    if m["broken_since"]
-                    else f"holds through the router (last check {m['contract_held_last']})",
+                    f"BROKEN since {mon['broken_since']} ({mon['broken_for_s']:.0f}s)"
+                    if mon["broken_since"]
+                    else f"holds through the router (last check {mon['contract_held_last']})",
                 )
             )
         elif self.router:
@@ -243,18 +273,14 @@ def _verdict(record: dict[str, Any] | None) -> str:
 
 
 def fleet_status(root: Path, base: str, systemd: Systemd, expected: tuple[str, ...] = ()) -> FleetStatus:
-    """``expected``: the member units the profile names (:func:`kimi_serve.check.deployment.deployment_units`), so
-    a deployment not (or only partly) installed says which units are missing rather than looking for one unit."""
-    st = FleetStatus(base, expected=expected)
-    if expected and not installed_members(root, base):
+    """``expected``: the member units the profile names (:func:`kimi_serve.profile.deployment.members_of`), so a
+    deployment not (or only partly) installed says which units are missing rather than looking for one unit."""
+    installed = installed_members(root, base)
+    st = FleetStatus(base, {m: status(ServicePaths(root, unit), systemd) for m, unit in installed.items()})
+    st.expected = expected
+    if expected and not installed:
         st.systemd_error = systemd.unreachable()
-    for role, index, unit in installed_members(root, base):
-        member = status(ServicePaths(root, unit), systemd)
-        if role is Role.ROUTER:
-            st.router = member
-        else:
-            st.replicas.append((index, member))
-    there = {unit for _, _, unit in installed_members(root, base)}
+    there = set(installed.values())
     for unit in reversed(journal_units(root, base)):  # in install order
         intent = read_intent(ServicePaths(root, unit))
         if unit not in there and intent is not None:
@@ -275,12 +301,15 @@ def _key(root: Path, router: Status) -> str | None:
     return admin_key_of(ServicePaths(root, router.unit).under_root(str(key_file)))
 
 
-def status_of(target: ServiceTarget) -> Status | FleetStatus:
+def status_of(target: ServiceTarget) -> FleetStatus:
     """`status`'s one body: a deployment's members (installed as one, the profile is replicated, or a killed change
-    left a member's journal), else the one unit, a deployment of one member. Either answers rows(), to_json(),
-    findings() and exit_code."""
+    left a member's journal), else the one unit, a deployment of one member (its role from its marker)."""
     root, base = target.systemd.root, target.unit
     if target.installed_as_deployment or target.replicated or any(u != base for u in journal_units(root, base)):
-        expected = deployment_units(target.profile, target.unit) if target.replicated and target.profile else ()
-        return fleet_status(target.systemd.root, target.unit, target.systemd, expected)
-    return status(target.paths, target.systemd)
+        profile = target.profile if target.replicated else None
+        expected = tuple(m.unit_name(base) for m in members_of(profile) if m.local) if profile else ()
+        return fleet_status(root, base, target.systemd, expected)
+    one = status(target.paths, target.systemd)
+    parsed = parse_role(one.marker.role) if one.marker else None
+    role, index = parsed or (Role.SINGLE, 0)
+    return FleetStatus(base, {Member(role, index, one.marker.endpoint if one.marker else "", True): one}, routed=False)

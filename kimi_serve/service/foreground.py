@@ -14,10 +14,12 @@ from kimi_serve.core.findings import FAIL, Finding
 from kimi_serve.core.net import endpoint_url
 from kimi_serve.core.report import to_json
 from kimi_serve.core.runs import Run
+from kimi_serve.profile.deployment import run_members
 from kimi_serve.profile.loader import Profile
+from kimi_serve.profile.member import Member, Role
 from kimi_serve.router.client import RouterHealth, admin_key_of, router_health
 from kimi_serve.service.fleet_status import FleetStatus
-from kimi_serve.service.status import Status, health_phase
+from kimi_serve.service.status import health_phase
 
 READY = "ready"
 
@@ -27,11 +29,11 @@ class ForegroundStatus:
     run: Run
     health: str  # the server's /health phase (ready, refused, ...); for a replicated profile the router's /health
     router: RouterHealth | None = None
-    replicas: list[tuple[int, str, str]] = field(default_factory=list)  # (index, endpoint, /health phase)
+    replicas: dict[Member, str] = field(default_factory=dict)  # each replica's /health phase
 
     @property
     def expected(self) -> list[str]:
-        return [endpoint_url(endpoint) for _, endpoint, _ in self.replicas]
+        return [endpoint_url(m.endpoint) for m in self.replicas]
 
     @property
     def serving(self) -> bool:
@@ -45,7 +47,7 @@ class ForegroundStatus:
         """Every part healthy: the one server, or the router with every replica healthy in it and answering."""
         if self.router is None:
             return self.serving
-        ready = all(phase == READY for _, _, phase in self.replicas)
+        ready = all(phase == READY for phase in self.replicas.values())
         return self.serving and ready and self.router.serves_all(self.expected)
 
     @property
@@ -71,10 +73,10 @@ class ForegroundStatus:
             rows.append(("health", f"{self.health} ({r.get('endpoint')}/health)"))
         else:
             rows.append(("router", f"{r.get('endpoint')}: {self.router.line(self.expected)}"))
-            for index, endpoint, phase in self.replicas:
-                seen = self.router.worker(endpoint_url(endpoint))
+            for m, phase in self.replicas.items():
+                seen = self.router.worker(endpoint_url(m.endpoint))
                 where = "" if seen is None else "; router: healthy" if seen.healthy else "; router: UNHEALTHY"
-                rows.append((f"replica {index}", f"{endpoint} /health {phase}{where}"))
+                rows.append((m.label, f"{m.endpoint} /health {phase}{where}"))
         return [*rows, ("log", str(r.get("log")))]
 
     def findings(self) -> list[Finding]:
@@ -96,7 +98,7 @@ class ForegroundStatus:
             "degraded": self.serving and not self.whole,
             "exit_code": int(self.exit_code),
             "router": None if self.router is None else to_json(self.router),
-            "replicas": [{"index": i, "endpoint": e, "health": phase} for i, e, phase in self.replicas],
+            "replicas": [{"index": m.index, "endpoint": m.endpoint, "health": p} for m, p in self.replicas.items()],
         }
 
 
@@ -105,15 +107,12 @@ def foreground_status(
 ) -> ForegroundStatus:
     """One look at a running `up` (``run``: its record): ``admin_key`` opens the router's /workers (the profile key
     file's admin-api-key; None for a keyless profile)."""
-    router_part, parts = run.parts()
-    if router_part is None:
-        return ForegroundStatus(run, health(str(run.record.get("endpoint"))))
-    router = router_health(endpoint_url(str(router_part.get("endpoint"))), admin_key)
-    replicas = [
-        (x["index"] if isinstance(x.get("index"), int) else i, str(x.get("endpoint")), health(str(x.get("endpoint"))))
-        for i, x in enumerate(parts)
-    ]
-    return ForegroundStatus(run, READY if router.ready else "not ready", router, replicas)
+    first, *replicas = run_members(run)
+    if first.role is not Role.ROUTER:
+        return ForegroundStatus(run, health(first.endpoint))
+    router = router_health(endpoint_url(first.endpoint), admin_key)
+    phases = {m: health(m.endpoint) for m in replicas}
+    return ForegroundStatus(run, READY if router.ready else "not ready", router, phases)
 
 
 def runs_of(runs: list[Run], profile: Profile | None) -> list[Run]:
@@ -121,12 +120,11 @@ def runs_of(runs: list[Run], profile: Profile | None) -> list[Run]:
     return [r for r in runs if profile is None or r.record.get("profile") == profile.name]
 
 
-def foreground_of(st: Status | FleetStatus, runs: list[Run], profile: Profile | None) -> ForegroundStatus | None:
+def foreground_of(st: FleetStatus, runs: list[Run], profile: Profile | None) -> ForegroundStatus | None:
     """What `status` reports instead of the unit: where nothing of the unit (or of the deployment) is installed and
     a foreground `up` (of the profile, when one is named) runs, the newest such run, looked at now; else None."""
-    installed = st.installed if isinstance(st, Status) else bool(st.router or st.replicas)
     running = [r for r in runs_of(runs, profile) if r.running]
-    if installed or not running:
+    if st.installed or not running:
         return None
     run = max(running, key=lambda r: str(r.record.get("started")))
     key_file = profile.server.api_key_file if profile else None

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kimi_serve.check.deployment import deployment_of
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.net import host_port
+from kimi_serve.profile.deployment import Deployment
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.member import Member, Role, unit_member, unit_name
-from kimi_serve.profile.topology import routed
 from kimi_serve.service.marker import parse_marker
 from kimi_serve.service.state import UNIT_DIR, read_text
 from kimi_serve.service.timeouts import START_SLACK_SEC
@@ -71,23 +70,24 @@ def joined_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]
     ]
 
 
-def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str) -> dict[Member, RenderedUnit]:
-    """The unit of every member this host runs for ``profile``, in start order (replicas, then the router);
-    ``launch`` is the validated launch, ``base`` the deployment's unit name (NAME.service). One member (the rank) for
-    multi-node."""
-    if routed(profile) and profile.nodes.count > 1:
+def render_members(deployment: Deployment, ctx: UnitContext, base: str) -> dict[Member, RenderedUnit]:
+    """The unit of every member this host runs of ``deployment`` (planned around the validated launch), in start
+    order (replicas, then the router); ``base`` is the deployment's unit name (NAME.service). One member (the rank)
+    for multi-node."""
+    profile = deployment.profile
+    if deployment.routed and profile.nodes.count > 1:
         raise KimiServeError(
             "a replicated deployment whose replicas each span several nodes is not rendered as services here",
             where=profile.where("nodes.count"),
             hint="install each replica's nodes from their own profile (replicas: 1, nodes:) and "
             "front them with router.workers",
         )
-    deployment = deployment_of(profile, launch, pythonpath=ctx.package_root)
     if deployment.router is None:
-        return {deployment.members[0]: _rank_unit(profile, deployment.members[0], ctx, base)}
+        (one, launch), *_ = deployment.launches.items()
+        return {one: _rank_unit(profile, one, launch, ctx, base)}
     local = [m for m in deployment.replicas if m.local]
-    members = {m: _replica_unit(profile, ctx, base, m, len(local)) for m in local}
-    router = deployment.router.launch
+    members = {m: _replica_unit(profile, ctx, base, m, deployment.launches[m], len(local)) for m in local}
+    router = deployment.launches[deployment.router]
     units = [u.name for u in members.values()]
     shape = UnitShape(
         role=deployment.router.marker,
@@ -105,11 +105,12 @@ def render_members(profile: Profile, launch: Launch, ctx: UnitContext, base: str
     return {**members, deployment.router: render_unit(profile, router, ctx, unit_name=name, shape=shape)}
 
 
-def _replica_unit(profile: Profile, ctx: UnitContext, base: str, member: Member, count: int) -> RenderedUnit:
-    own = member.launch
+def _replica_unit(
+    profile: Profile, ctx: UnitContext, base: str, member: Member, own: Launch, count: int
+) -> RenderedUnit:
     shape = UnitShape(
         role=member.marker,
-        what=f"replica {member.index} of {count}",
+        what=f"{member.label} of {count}",
         posts=(tuple(verify_argv(profile, own, ctx)),),
         post_comment=(
             "This replica counts as started only once the API contract holds on its own "
@@ -119,8 +120,8 @@ def _replica_unit(profile: Profile, ctx: UnitContext, base: str, member: Member,
     return render_unit(profile, own, ctx, unit_name=member.unit_name(base), shape=shape)
 
 
-def _rank_unit(profile: Profile, member: Member, ctx: UnitContext, base: str) -> RenderedUnit:
-    n, launch = profile.nodes, member.launch
+def _rank_unit(profile: Profile, member: Member, launch: Launch, ctx: UnitContext, base: str) -> RenderedUnit:
+    n = profile.nodes
     if member.role is Role.SINGLE:
         return render_unit(profile, launch, ctx, unit_name=base)
     if n.rank == 0:
@@ -149,24 +150,18 @@ def _rank_unit(profile: Profile, member: Member, ctx: UnitContext, base: str) ->
     return render_unit(profile, launch, ctx, unit_name=base, shape=shape)
 
 
-def installed_members(root: Path, base: str) -> list[tuple[Role, int, str]]:
-    """(role, index, unit name) of the deployment units kimi-serve wrote under ``root`` for ``base``, in start order:
-    the replicas in index order, then the router. Empty when ``base`` is not a replicated deployment here."""
+def installed_members(root: Path, base: str) -> dict[Member, str]:
+    """The deployment units kimi-serve wrote under ``root`` for ``base`` (each member, where its marker says it
+    listens, -> its unit name), in start order: the replicas in index order, then the router. Empty when ``base`` is
+    not a replicated deployment here."""
     stem = base.removesuffix(".service")
     unit_dir = root / UNIT_DIR
-    found: list[tuple[Role, int, str]] = []
-    if unit_dir.is_dir():
-        for path in unit_dir.glob(f"{stem}-r*.service"):
-            member = unit_member(base, path.name)
-            if member and member[0] is Role.REPLICA and _ours(path):
-                found.append((*member, path.name))
-    found.sort(key=lambda x: x[1])
-    router = unit_dir / unit_name(base, Role.ROUTER, 0)
-    if _ours(router):
-        found.append((Role.ROUTER, 0, router.name))
-    return found
-
-
-def _ours(path: Path) -> bool:
-    text = read_text(path) if path.is_file() else None
-    return text is not None and parse_marker(text) is not None
+    found: dict[Member, str] = {}
+    paths = sorted(unit_dir.glob(f"{stem}-r*.service")) if unit_dir.is_dir() else []
+    for path in [*paths, unit_dir / unit_name(base, Role.ROUTER, 0)]:
+        member = unit_member(base, path.name)
+        text = read_text(path) if member and path.is_file() else None
+        marker = parse_marker(text) if text is not None else None
+        if member and marker is not None:
+            found[Member(*member, marker.endpoint, True)] = path.name
+    return dict(sorted(found.items(), key=lambda mu: mu[0].start_order))

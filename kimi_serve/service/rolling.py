@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.profile.member import Role
+from kimi_serve.profile.member import Member, Role
 from kimi_serve.service.fleet import Fleet
 from kimi_serve.service.gates import wait_router
 from kimi_serve.service.install import Plan, Result, Verifier
@@ -49,13 +49,13 @@ def router_key(fleet: Fleet) -> str | None:
     """The key the router's worker management (/workers) requires: the control plane's admin key, the profile key
     file's ``admin-api-key`` (read under the install root; never the clients' key, which the router refuses there),
     or None for an unkeyed router. A keyed file without one is an error naming the fix."""
-    key_file = fleet.profile.server.api_key_file
+    key_file = fleet.deployment.profile.server.api_key_file
     if not key_file:
         return None
     from kimi_serve.core.keyfile import ADMIN_KEY_HINT, read_admin_key
 
-    where = fleet.profile.where("server.api_key_file")
-    admin = read_admin_key(fleet.members[0][1].paths.under_root(key_file), where)
+    where = fleet.deployment.profile.where("server.api_key_file")
+    admin = read_admin_key(fleet.first.paths.under_root(key_file), where)
     if admin is None:
         raise KimiServeError(
             f"{key_file} has no admin-api-key: the router's worker management takes only that key",
@@ -65,11 +65,15 @@ def router_key(fleet: Fleet) -> str | None:
     return admin
 
 
+def _replicas(fleet: Fleet) -> dict[Member, Plan]:
+    """The plan of each replica this host runs (the ones a rolling restart rolls), in index order."""
+    return {m: fleet.plans[m] for m in fleet.deployment.replicas if m in fleet.plans}
+
+
 def _refuse_topology_change(fleet: Fleet) -> None:
     """A rolling restart keeps every replica's address: the router in front keeps its worker list meanwhile."""
-    root = fleet.members[0][1].paths.root
-    installed = {unit for role, _, unit in installed_members(root, fleet.base) if role is Role.REPLICA}
-    planned = {plan.unit.name for _, plan in fleet.replicas}
+    installed = {u for m, u in installed_members(fleet.first.paths.root, fleet.base).items() if m.role is Role.REPLICA}
+    planned = {plan.unit.name for plan in _replicas(fleet).values()}
     hint = (
         f"kimi-serve uninstall-service --unit-name {fleet.base.removesuffix('.service')}, then install-service "
         "--now with the new profile"
@@ -89,12 +93,12 @@ def _refuse_topology_change(fleet: Fleet) -> None:
             hint=hint,
             exit_code=ExitCode.ENVIRONMENT,
         )
-    for m, plan in fleet.replicas:
+    for m, plan in _replicas(fleet).items():
         text = read_text(plan.paths.unit_file)
         marker = parse_marker(text) if text else None
-        if marker and marker.endpoint != m.launch.endpoint:
+        if marker and marker.endpoint != m.endpoint:
             raise KimiServeError(
-                f"replica {m.index} moves from {marker.endpoint} to {m.launch.endpoint}: a rolling "
+                f"{m.label} moves from {marker.endpoint} to {m.endpoint}: a rolling "
                 "restart keeps every replica's address (the router's worker list)",
                 where="server.port",
                 hint=hint,
@@ -108,15 +112,16 @@ def _put_back_missing(fleet: Fleet, r: Rotation, result: Result) -> None:
     ids = r.ids()
     if isinstance(ids, str):
         return  # the wait for a healthy worker says why
-    for m, _ in fleet.replicas:
-        url = f"http://{m.launch.endpoint}"
+    for m in _replicas(fleet):
+        url = m.url
         if url not in ids:
-            _restore(r, url, m.index, result, pending=False, note=" (it was missing)")
+            _restore(r, m, result, pending=False, note=" (it was missing)")
 
 
-def _restore(r: Rotation, url: str, index: int, result: Result, *, pending: bool, note: str = "") -> bool:
-    """Put replica ``index`` back (:func:`kimi_serve.service.rotation.put_back`, bounded); a replica that may be left
-    out is named with the command that puts it back, and fails the roll (exit 1). Whether it is back."""
+def _restore(r: Rotation, member: Member, result: Result, *, pending: bool, note: str = "") -> bool:
+    """Put the replica ``member`` back (:func:`kimi_serve.service.rotation.put_back`, bounded); a replica that may be
+    left out is named with the command that puts it back, and fails the roll (exit 1). Whether it is back."""
+    url = member.url
     problem = put_back(r, url, pending=pending)
     if problem is None:
         result.add(f"put {url} back into the router's rotation{note}", "done")
@@ -124,7 +129,7 @@ def _restore(r: Rotation, url: str, index: int, result: Result, *, pending: bool
     result.add(
         f"put {url} back into the router's rotation{note}",
         "failed",
-        f"replica {index} ({url}) may be out of the router's rotation: {problem}; run the restart again (it puts "
+        f"{member.label} ({url}) may be out of the router's rotation: {problem}; run the restart again (it puts "
         f"a missing replica back first), or put it back with: {r.command(url)}",
     )
     result.exit_code = ExitCode.FAILED
@@ -164,7 +169,7 @@ def rolling_restart(
     combined report and one entry per replica restarted."""
     say = progress or (lambda _: None)
     _refuse_topology_change(fleet)
-    by_index = {m.index: (m, plan) for m, plan in fleet.replicas}
+    by_index = {m.index: (m, plan) for m, plan in _replicas(fleet).items()}
     order = list(only) if only else sorted(by_index)
     unknown = [i for i in order if i not in by_index]
     if unknown:
@@ -174,26 +179,27 @@ def rolling_restart(
             where="--replica",
             hint="pick a replica index from kimi-serve status",
         )
-    assert fleet.router is not None
-    router, router_plan = fleet.router
-    endpoint, key, wait = router.launch.endpoint, router_key(fleet), router_health_wait_sec(fleet.profile)
-    rot = Rotation(endpoint, key, fleet.profile.server.api_key_file, wait)
+    router, profile = fleet.deployment.router, fleet.deployment.profile
+    assert router is not None
+    router_plan = fleet.plans[router]
+    endpoint, key, wait = router.endpoint, router_key(fleet), router_health_wait_sec(profile)
+    rot = Rotation(endpoint, key, profile.server.api_key_file, wait)
     result, rolled = Result(fleet.base), list[dict[str, Any]]()
     _put_back_missing(fleet, rot, result)
     if result.exit_code != ExitCode.OK:
         return result, rolled  # a replica that cannot be put back: named; nothing is rolled
     for n, index in enumerate(order):
         member, plan = by_index[index]
-        url = f"http://{member.launch.endpoint}"
-        say(f"replica {index}: waiting for the router to report another healthy worker...")
+        url = member.url
+        say(f"{member.label}: waiting for the router to report another healthy worker...")
         ok, state = wait_router(endpoint, key, minimum=1, wait=wait, exclude=url)
         if not ok:
             message = (
-                f"the router {endpoint} reports no healthy worker other than replica {index} after {wait:.0f}s "
+                f"the router {endpoint} reports no healthy worker other than {member.label} after {wait:.0f}s "
                 f"({state}): restarting it would leave clients with none"
             )
             hint = "bring another replica up first (kimi-serve status shows which), then run restart again"
-            _stop_before(result, plan.paths.unit, index, first=n == 0, message=message, hint=hint)
+            _stop_before(result, plan.paths.unit, member, first=n == 0, message=message, hint=hint)
             break
         result.add(f"router {endpoint} before {plan.paths.unit}", "done", state)
         t0 = time.monotonic()
@@ -201,19 +207,19 @@ def rolling_restart(
         if problem:
             result.add(f"take {url} out of the router's rotation", "failed", problem)
             # whatever the router did with the removal (applied late, answered oddly): the replica goes back first
-            if not _restore(rot, url, index, result, pending=pending):
+            if not _restore(rot, member, result, pending=pending):
                 return result, rolled
-            message = f"cannot take replica {index} out of the router's rotation: {problem} (it is back in it)"
+            message = f"cannot take {member.label} out of the router's rotation: {problem} (it is back in it)"
             hint = "check the router (kimi-serve status), then run restart again"
-            _stop_before(result, plan.paths.unit, index, first=n == 0, message=message, hint=hint)
+            _stop_before(result, plan.paths.unit, member, first=n == 0, message=message, hint=hint)
             break
         result.add(f"take {url} out of the router's rotation", "done", f"DELETE /workers; drain {DRAIN_S:g}s")
         try:
             time.sleep(DRAIN_S)
-            say(f"replica {index}: restarting {plan.paths.unit} (contract-checked, rolled back on failure)...")
+            say(f"{member.label}: restarting {plan.paths.unit} (contract-checked, rolled back on failure)...")
             part = restart(plan, systemd, verifier, environ)
         finally:  # whatever happened (a rollback, an error): the router gets the replica back once it answers
-            back = _restore(rot, url, index, result, pending=False)
+            back = _restore(rot, member, result, pending=False)
         _merge(result, part)
         rolled.append(
             {
@@ -231,14 +237,14 @@ def rolling_restart(
             result.add(
                 "stop the roll",
                 "done",
-                f"replica {index} did not pass"
+                f"{member.label} did not pass"
                 + (f"; replicas {', '.join(map(str, rest))} keep their units" if rest else ""),
             )
             return result, rolled
         if not back:  # named, with the command that puts it back (exit 1); the next replica keeps its place
             return result, rolled
         ok, state = wait_router(endpoint, key, minimum=0, wait=wait, healthy=url)
-        result.add(f"router {endpoint} sees replica {index} healthy", "done" if ok else "failed", state)
+        result.add(f"router {endpoint} sees {member.label} healthy", "done" if ok else "failed", state)
         rolled[-1]["seconds"] = round(time.monotonic() - t0, 1)
         if not ok:
             result.exit_code = ExitCode.FAILED
@@ -255,11 +261,11 @@ def rolling_restart(
     return result, rolled
 
 
-def _stop_before(result: Result, unit: str, index: int, *, first: bool, message: str, hint: str) -> None:
-    """The roll cannot take replica ``index`` out: refused outright when it is the first (nothing changed yet), else
-    the roll stops there, failed, with the replicas before it restarted."""
+def _stop_before(result: Result, unit: str, member: Member, *, first: bool, message: str, hint: str) -> None:
+    """The roll cannot take the replica ``member`` out: refused outright when it is the first (nothing changed yet),
+    else the roll stops there, failed, with the replicas before it restarted."""
     if first:
-        raise KimiServeError(message, where=f"replica {index}", exit_code=ExitCode.ENVIRONMENT, hint=hint)
+        raise KimiServeError(message, where=member.label, exit_code=ExitCode.ENVIRONMENT, hint=hint)
     result.add(f"stop the roll before {unit}", "failed", message)
     result.exit_code = ExitCode.FAILED
 
@@ -276,7 +282,7 @@ def restart_deployment(
     """restart of any deployment: its one unit (a single unit, this host's rank), or its replicas one at a time and
     then the router (:func:`rolling_restart`). Returns the report and, for a rolling restart, one entry per replica."""
     say = progress or (lambda _: None)
-    if fleet.routed:
+    if fleet.deployment.routed:
         say(f"rolling restart of {fleet.base.removesuffix('.service')} (one replica at a time)...")
         return rolling_restart(fleet, systemd, verifier, environ, only=only, progress=say)
     if only:

@@ -17,16 +17,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import Deployment
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.settings import process_environ
+from kimi_serve.profile.deployment import Deployment
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 
 
 def ports_of(deployment: Deployment) -> list[int]:
     """The ports `up` of the deployment listens on (the one server, or the local replicas and the router)."""
-    return sorted({m.launch.port for m in deployment.members if m.local})
+    return sorted({launch.port for m, launch in deployment.launches.items() if m.local})
 
 
 def gpus_of(profile: Profile, launch: Launch, environ: dict[str, str] | None = None) -> list[str]:
@@ -94,11 +94,11 @@ def run_fields(deployment: Deployment, log_path: Path) -> dict[str, Any]:
         from kimi_serve.up.replicas import part_log
 
         fields["endpoint"] = router.endpoint
-        fields["port"] = router.launch.port
-        fields["log"] = str(part_log(log_path, "router"))
+        fields["port"] = deployment.launches[router].port
+        fields["log"] = str(part_log(log_path, router.tag))
         fields["router"] = {"endpoint": fields["endpoint"], "log": fields["log"]}
         fields["replicas"] = [
-            {"index": m.index, "endpoint": m.endpoint, "log": str(part_log(log_path, f"replica{m.index}"))}
+            {"index": m.index, "endpoint": m.endpoint, "log": str(part_log(log_path, m.tag))}
             for m in deployment.replicas
             if m.local
         ]

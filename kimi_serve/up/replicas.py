@@ -5,17 +5,17 @@ for the router, the ports they need, and the console a replica's watch writes to
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import Deployment
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.process.child import Server
 from kimi_serve.process.startup_log import PHASE_TITLES, Event, Progress
+from kimi_serve.profile.deployment import Deployment
 from kimi_serve.profile.launch import Launch
-from kimi_serve.profile.member import Member, Role
+from kimi_serve.profile.member import Member
 from kimi_serve.up.console import Console
 from kimi_serve.up.options import UpOptions
 from kimi_serve.up.watch import Outcome, Signals, Watch
@@ -25,40 +25,14 @@ ROUTER_READY_S = 120.0  # from the router's start until it reports every worker 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
-@dataclass(frozen=True)
-class Part:
-    """One process of the deployment (a member of :class:`kimi_serve.check.deployment.Deployment`) and its log."""
-
-    member: Member
-    log_path: Path
-
-    @property
-    def name(self) -> str:
-        """``replica 0 (127.0.0.1:30010)`` | ``router (127.0.0.1:30000)``."""
-        return f"{self.member.label} ({self.member.endpoint})"
-
-    @property
-    def tag(self) -> str:
-        """``replica0`` | ``router``: the log file suffix and the tag of its echoed lines."""
-        return self.member.tag
-
-    @property
-    def launch(self) -> Launch:
-        return self.member.launch
-
-    @property
-    def replica(self) -> Member | None:
-        return self.member if self.member.role is Role.REPLICA else None
-
-
 def part_log(base: Path, tag: str) -> Path:
     """``up-PROFILE-STAMP.log`` -> ``up-PROFILE-STAMP-TAG.log`` (so `kimi-serve logs` and the pruning see them)."""
     return base.with_name(f"{base.stem}-{tag}{base.suffix or '.log'}")
 
 
-def deployment_parts(deployment: Deployment, base_log: Path) -> tuple[list[Part], Part]:
-    """(the replicas, the router) of a routed ``deployment``, each with its log file next to ``base_log``. `up`
-    starts local replicas only."""
+def member_logs(deployment: Deployment, base_log: Path) -> dict[Member, Path]:
+    """The log file of each member of a routed ``deployment`` (the replicas, then the router), next to ``base_log``.
+    `up` starts local replicas only."""
     remote = [m.endpoint for m in deployment.replicas if not m.local]
     if remote:
         raise KimiServeError(
@@ -67,22 +41,20 @@ def deployment_parts(deployment: Deployment, base_log: Path) -> tuple[list[Part]
             hint="leave router.workers empty for `up`, or run each host's replica with "
             "`up --set replicas=1` and the router under systemd (docs/scale-out.md)",
         )
-    parts = [Part(m, part_log(base_log, m.tag)) for m in deployment.members]
-    return parts[:-1], parts[-1]
+    return {m: part_log(base_log, m.tag) for m in deployment.members}
 
 
-def port_preflight(parts: list[Part], router: Part, console: Console) -> None:
+def port_preflight(launches: Mapping[Member, Launch], console: Console) -> None:
     """Every port the deployment binds must be free before anything starts (the doctor checked replica 0's): the
     other replicas', the router's and its metrics port (the router panics on a taken port). Exit 5 otherwise."""
     from kimi_serve.host.doctor import port_problem
 
-    profile_router = router.launch
-    wanted = [(p.name, p.launch.host, p.launch.port) for p in parts[1:]]
-    wanted.append((router.name, profile_router.host, profile_router.port))
-    metrics = _metrics_bind(router.launch)
+    (first, one), *others = launches.items()  # replica 0 (the doctor checked its port), ..., the router
+    wanted = [(m.title, launch.host, launch.port) for m, launch in others]
+    metrics = _metrics_bind(others[-1][1])
     if metrics is not None:
         wanted.append(("router metrics (router.metrics_host/metrics_port)", *metrics))
-    seen: dict[tuple[str, int], str] = {(parts[0].launch.host, parts[0].launch.port): parts[0].name}
+    seen: dict[tuple[str, int], str] = {(one.host, one.port): first.title}
     for name, host, port in wanted:
         clash = seen.get((host, port))
         problem = f"{name} and {clash} both use port {port}" if clash else port_problem(host, port)
@@ -95,7 +67,7 @@ def port_preflight(parts: list[Part], router: Part, console: Console) -> None:
                 "server.port (--set KEY=VALUE)",
             )
         seen[(host, port)] = name
-    console.info(f"preflight: ports free for {len(parts)} replicas, the router and its metrics")
+    console.info(f"preflight: ports free for {len(launches) - 1} replicas, the router and its metrics")
 
 
 def _metrics_bind(router: Launch) -> tuple[str, int] | None:
@@ -148,10 +120,12 @@ class Running:
     """One server member: its process, its watch, and the signals its watch reads (a replica's: a relay the
     deployment sets when it must stop; the one server's: `up`'s own)."""
 
-    def __init__(self, part: Part, server: Server, opts: UpOptions, console: Console, tagged: bool = True) -> None:
-        self.part, self.server = part, server
-        self.console = TaggedConsole(console, part.tag) if tagged else console
-        self.watch = Watch(server, part.launch, opts, self.console, part.log_path)
+    def __init__(
+        self, member: Member, launch: Launch, log: Path, server: Server, opts: UpOptions, console: Console, tagged: bool
+    ) -> None:
+        self.member, self.server = member, server
+        self.console = TaggedConsole(console, member.tag) if tagged else console
+        self.watch = Watch(server, launch, opts, self.console, log)
         self.relay = Signals()  # never installed: the supervisor sets count/last, or puts `up`'s signals here
         self.outcome: Outcome | None = None
 
@@ -213,8 +187,8 @@ def dry_run(deployment: Deployment, opts: UpOptions, base_log: Path, console: Co
     one = deployment.launch
     shown = [(one.engine, base_log, one)]
     if deployment.router is not None:
-        parts, router = deployment_parts(deployment, base_log)
-        shown = [(p.name, p.log_path, p.launch) for p in [*parts, router]]
+        logs = member_logs(deployment, base_log)
+        shown = [(m.title, logs[m], launch) for m, launch in deployment.launches.items()]
     for name, log, launch in shown:
         console.info(f"dry run: would start {name} (log: {log}):")
         console.info("$ " + launch.shell())

@@ -9,20 +9,21 @@ SIGKILL or exited with another status) is 4, not 130.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.check.deployment import Deployment, plan_deployment
+from kimi_serve.check.launch import plan_deployment
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.host.preflight import preflight
+from kimi_serve.profile.deployment import Deployment
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.member import Member, Role
 from kimi_serve.up.console import Console
 from kimi_serve.up.logfiles import default_log_file, prune
 from kimi_serve.up.options import UpOptions
 from kimi_serve.up.phases import PhaseClock, start_clock
-from kimi_serve.up.replicas import Part, deployment_parts, part_glob, port_preflight
+from kimi_serve.up.replicas import member_logs, part_glob, port_preflight
 from kimi_serve.up.supervisor import Supervisor
 from kimi_serve.up.watch import Signals
 
@@ -30,8 +31,8 @@ from kimi_serve.up.watch import Signals
 def serve(launch: Launch, opts: UpOptions, log_path: Path, console: Console, clock: PhaseClock | None = None) -> int:
     """Start one server from ``launch`` (a deployment of one member), watch it to readiness and the contract check,
     supervise; the exit code (:func:`supervise`)."""
-    member = Member(Role.SINGLE, 0, launch, launch.endpoint, True)
-    return supervise([Part(member, log_path)], None, opts, console, f"log {log_path}", clock)
+    member = Member(Role.SINGLE, 0, launch.endpoint, True)
+    return supervise({member: launch}, {member: log_path}, opts, console, f"log {log_path}", clock)
 
 
 def serve_deployment(
@@ -40,15 +41,16 @@ def serve_deployment(
     """Start and supervise ``deployment``: its one server (logging to ``base_log``, its start timed by ``clock``), or
     its replicas and router (each logging next to ``base_log``). The exit code as :func:`supervise` returns it."""
     if deployment.router is None:
-        return supervise([Part(deployment.members[0], base_log)], None, opts, console, f"log {base_log}", clock)
-    parts, router = deployment_parts(deployment, base_log)
-    port_preflight(parts, router, console)
-    return supervise(parts, router, opts, console, f"logs {part_glob(base_log)}")
+        logs = {deployment.members[0]: base_log}
+        return supervise(deployment.launches, logs, opts, console, f"log {base_log}", clock)
+    logs = member_logs(deployment, base_log)
+    port_preflight(deployment.launches, console)
+    return supervise(deployment.launches, logs, opts, console, f"logs {part_glob(base_log)}")
 
 
 def supervise(
-    parts: list[Part],
-    router: Part | None,
+    launches: Mapping[Member, Launch],
+    logs: Mapping[Member, Path],
     opts: UpOptions,
     console: Console,
     where: str,
@@ -57,23 +59,24 @@ def supervise(
     """`up`'s one body: create the log files, start the server members, supervise them (and the router) until they
     end; return 0 (the one server exited with status 0) or 130 (stopped on request), raise :class:`KimiServeError`
     with the exit code of every other outcome (docs/up.md), ``where`` naming the logs. Nothing started outlives it."""
-    for p in [*parts, *([router] if router else [])]:
+    for log in logs.values():
         try:
-            p.log_path.parent.mkdir(parents=True, exist_ok=True)
-            p.log_path.touch()
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.touch()
         except OSError as exc:
             raise KimiServeError(
-                f"cannot write the log file {p.log_path}: {exc.strerror or exc}",
+                f"cannot write the log file {log}: {exc.strerror or exc}",
                 hint="pass --log-file PATH or set KIMI_SERVE_STATE_DIR",
                 exit_code=ExitCode.ENVIRONMENT,
             ) from None
     key, source = None, ""
+    router = next((m for m in launches if m.role is Role.ROUTER), None)
     if router is not None:  # the contract check through the router (one server's watch reads its own key)
         from kimi_serve.verify import resolve_key
 
-        resolved = resolve_key(key_file=router.launch.api_key_file, file_label="profile key file")
+        resolved = resolve_key(key_file=launches[router].api_key_file, file_label="profile key file")
         key, source = resolved.value, resolved.source
-    supervisor = Supervisor(parts, router, opts, console, key, source, clock)
+    supervisor = Supervisor(launches, logs, opts, console, key, source, clock)
     outcome = None
     with Signals() as signals:  # from the first start to the last stop: SIGINT/SIGTERM/SIGHUP is a requested stop
         try:

@@ -1,4 +1,4 @@
-"""`up`'s one loop: the members of a deployment (kimi_serve.check.deployment), started and supervised together. A
+"""`up`'s one loop: the members of a deployment (kimi_serve.profile.deployment), started and supervised together. A
 profile of one server is a deployment of one member; a replicated profile (``replicas: N``, docs/up.md "Replicated
 profiles") is N local replicas, then SGLang's router in front of them.
 
@@ -20,19 +20,22 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.net import client_url
 from kimi_serve.process.child import Server, describe_status
+from kimi_serve.profile.launch import Launch
+from kimi_serve.profile.member import Member, Role
 from kimi_serve.up.console import PREFIX, Console
 from kimi_serve.up.options import CLEAN_STOP, UpOptions
 from kimi_serve.up.phases import PhaseClock
 from kimi_serve.up.replicas import (
     ANSI,
     ROUTER_READY_S,
-    Part,
     RouterPoller,
     Running,
 )
@@ -40,19 +43,21 @@ from kimi_serve.up.watch import Outcome, Signals, contract_check, contract_verdi
 
 
 class Supervisor:
-    """The server members of one `up` and, for a routed deployment, its router (``router`` None: one server)."""
+    """The members of one `up` (``launches``, each logging to its file in ``logs``): the one server, or the replicas
+    and the router."""
 
     def __init__(
         self,
-        parts: list[Part],
-        router: Part | None,
+        launches: Mapping[Member, Launch],
+        logs: Mapping[Member, Path],
         opts: UpOptions,
         console: Console,
         api_key: str | None = None,
         key_source: str = "",
         clock: PhaseClock | None = None,
     ) -> None:
-        self.parts, self.router_part, self.opts, self.console = parts, router, opts, console
+        self.launches, self.logs, self.opts, self.console = launches, logs, opts, console
+        self.router_member = next((m for m in launches if m.role is Role.ROUTER), None)
         self.api_key, self.key_source, self.clock = api_key, key_source, clock
         self.members: list[Running] = []
         self.router: Server | None = None
@@ -73,51 +78,51 @@ class Supervisor:
     @property
     def solo(self) -> bool:
         """One server: its watch speaks for `up` (no tags, no relay, its own outcome)."""
-        return self.router_part is None
+        return self.router_member is None
 
     @property
-    def routing(self) -> Part:
-        """The router's part (only asked for on a routed deployment)."""
-        assert self.router_part is not None
-        return self.router_part
+    def routing(self) -> Member:
+        """The router (only asked for on a routed deployment)."""
+        assert self.router_member is not None
+        return self.router_member
 
     # -- start
     def start_members(self) -> None:
-        for part in self.parts:
-            self.console.info(f"starting {part.launch.engine if self.solo else part.name} (log: {part.log_path})")
-            self.console.info("$ " + part.launch.shell())
+        for m, launch in ((m, x) for m, x in self.launches.items() if m != self.router_member):
+            self.console.info(f"starting {launch.engine if self.solo else m.title} (log: {self.logs[m]})")
+            self.console.info("$ " + launch.shell())
             try:
-                server = self._start(part)
+                server = self._start(launch, self.logs[m])
             except OSError as exc:
                 raise KimiServeError(
-                    f"cannot start {part.launch.argv[0]}: {exc.strerror or exc}",
+                    f"cannot start {launch.argv[0]}: {exc.strerror or exc}",
                     hint="check the profile's python",
                     exit_code=ExitCode.ENVIRONMENT,
                 ) from None
-            running = Running(part, server, self.opts, self.console, tagged=not self.solo)
+            running = Running(m, launch, self.logs[m], server, self.opts, self.console, tagged=not self.solo)
             if self.clock is not None:  # the prediction and the record (docs/coldstart.md)
                 self.clock.started = self.clock.at["launch"] = running.watch.started
                 running.watch.phases = self.clock
             self.members.append(running)
-            tag = "" if self.solo else f"{part.tag}: "
+            tag = "" if self.solo else f"{m.tag}: "
             self.console.info(f"{tag}server pid {server.pid} (own session and process group)")
 
     @staticmethod
-    def _start(part: Part) -> Server:
+    def _start(launch: Launch, log: Path) -> Server:
         """One member (or the router) as a child of `up`'s main thread: it gets SIGTERM if `up` dies, and shares
         `up`'s locks (its ports, GPUs, venv) until it exits (docs/up.md, "However `up` ends")."""
         from kimi_serve.check.launch import server_env
         from kimi_serve.core.lock import held_lock_fds
 
-        return Server.start(list(part.launch.argv), server_env(part.launch), part.log_path, keep_fds=held_lock_fds())
+        return Server.start(list(launch.argv), server_env(launch), log, keep_fds=held_lock_fds())
 
     def _start_router(self) -> None:
-        part = self.routing
+        router, launch = self.routing, self.launches[self.routing]
         self.console.end_progress()
-        self.console.info(f"every replica passed; starting the {part.name} (log: {part.log_path})")
-        self.console.info("$ " + part.launch.shell())
+        self.console.info(f"every replica passed; starting the {router.title} (log: {self.logs[router]})")
+        self.console.info("$ " + launch.shell())
         try:
-            self.router = self._start(part)
+            self.router = self._start(launch, self.logs[router])
         except OSError as exc:
             self.begin_stop(
                 Outcome(
@@ -131,7 +136,7 @@ class Supervisor:
         self.console.info(f"router: pid {self.router.pid} (own session and process group)")
         self.state = "router"
         self.poller = RouterPoller(
-            self._pool, self._router_url(), part.launch.api_key_file, [p.replica.url for p in self.parts if p.replica]
+            self._pool, self._router_url(), launch.api_key_file, [m.url for m in self.launches if m != router]
         )
         self.router_started = time.monotonic()
         self.router_deadline = self.router_started + ROUTER_READY_S
@@ -184,7 +189,7 @@ class Supervisor:
                 Outcome(
                     ExitCode.SERVER_EXITED,
                     f"the router exited: {describe_status(rc)}",
-                    f"read the router log {self.routing.log_path}",
+                    f"read the router log {self.logs[self.routing]}",
                 ),
                 "the router exited",
             )
@@ -196,24 +201,24 @@ class Supervisor:
             return
         if self.state != "serving":
             code = ExitCode.SERVER_EXITED if o.code in (ExitCode.OK, ExitCode.INTERRUPTED) else o.code
-            self.begin_stop(Outcome(code, f"{m.part.name}: {o.message}", o.hint), f"{m.part.name} ended")
+            self.begin_stop(Outcome(code, f"{m.member.title}: {o.message}", o.hint), f"{m.member.title} ended")
             return
-        self.degraded.append(m.part.name)
-        if m.part.replica is not None:
-            self.unrouted[m.part.replica.url] = (m.part.name, time.monotonic())
-        live = [x.part.name for x in self.members if x.outcome is None]
+        self.degraded.append(m.member.title)
+        if m.member.role is Role.REPLICA:
+            self.unrouted[m.member.url] = (m.member.title, time.monotonic())
+        live = [x.member.title for x in self.members if x.outcome is None]
         if not live:
             self.begin_stop(
                 Outcome(
                     ExitCode.SERVER_EXITED,
-                    f"every replica exited (last: {m.part.name}: {o.message})",
+                    f"every replica exited (last: {m.member.title}: {o.message})",
                     "read the replica logs",
                 ),
                 "no replica left",
             )
             return
         self.console.problem(
-            f"{m.part.name} exited ({o.message}); the router keeps serving through "
+            f"{m.member.title} exited ({o.message}); the router keeps serving through "
             f"{', '.join(live)} (degraded: `up` keeps running and exits 4 when stopped)"
         )
 
@@ -229,8 +234,8 @@ class Supervisor:
         for m in self.members:  # a replica that stops on its own (failure, timeout, contract) stops the start
             if self.state != "serving" and m.watch.reason is not None and m.outcome is None:
                 self.begin_stop(
-                    Outcome(m.watch.reason.code, f"{m.part.name}: {m.watch.reason.message}", m.watch.reason.hint),
-                    f"{m.part.name} is stopping",
+                    Outcome(m.watch.reason.code, f"{m.member.title}: {m.watch.reason.message}", m.watch.reason.hint),
+                    f"{m.member.title} is stopping",
                 )
                 return
         if self.state == "replicas":
@@ -247,7 +252,7 @@ class Supervisor:
 
     def _status(self, now: float) -> None:
         def text() -> str:
-            parts = [f"{m.part.tag} {m.state()}" for m in self.members]
+            parts = [f"{m.member.tag} {m.state()}" for m in self.members]
             router = {"replicas": "waiting for the replicas", "router": "starting"}.get(self.state, self.state)
             parts.append(f"router {router}")
             return PREFIX + " | ".join(parts) + f" | {now - self.started:.0f}s elapsed"
@@ -270,7 +275,7 @@ class Supervisor:
                     ExitCode.UNREACHABLE,
                     f"the router does not report every replica healthy "
                     f"after {ROUTER_READY_S:g}s ({last.line(expected) if last else 'no answer'})",
-                    f"read the router log {self.routing.log_path}",
+                    f"read the router log {self.logs[self.routing]}",
                 ),
                 "router not ready",
             )
@@ -291,7 +296,7 @@ class Supervisor:
                 )
 
     def _router_url(self) -> str:
-        launch = self.routing.launch
+        launch = self.launches[self.routing]
         return client_url(launch.host, launch.port)
 
     def _router_ready(self) -> None:
@@ -309,7 +314,7 @@ class Supervisor:
         failed = contract_verdict(
             report,
             lambda line: self.console.info(f"router: {line}"),
-            f"contract check through the {self.routing.name} failed",
+            f"contract check through the {self.routing.title} failed",
         )
         if failed is not None:
             self.begin_stop(failed, "contract check through the router failed")
@@ -319,7 +324,7 @@ class Supervisor:
     def _serving(self) -> None:
         self.state = "serving"
         assert self.router is not None
-        pids = ", ".join(f"{m.part.tag} pid {m.server.pid}" for m in self.members)
+        pids = ", ".join(f"{m.member.tag} pid {m.server.pid}" for m in self.members)
         self.console.info(
             f"supervising {len(self.members)} replicas ({pids}) and the router (pid {self.router.pid}); "
             f"clients use {self._router_url()}; Ctrl-C stops the router, then the replicas"
@@ -367,12 +372,12 @@ class Supervisor:
         if reason.code != ExitCode.INTERRUPTED:
             return reason
         unclean = [
-            m.part.name
+            m.member.title
             for m in self.members
-            if m.part.name not in self.degraded and (m.outcome is None or m.outcome.code != ExitCode.INTERRUPTED)
+            if m.member.title not in self.degraded and (m.outcome is None or m.outcome.code != ExitCode.INTERRUPTED)
         ]
         if self.router is not None and (self.router_rc not in CLEAN_STOP or self.router.killed):
-            unclean.append(f"{self.routing.name} ({describe_status(self.router_rc or 0)})")
+            unclean.append(f"{self.routing.title} ({describe_status(self.router_rc or 0)})")
         said = [f"{', '.join(self.degraded)} had exited during the run"] if self.degraded else []
         said += [f"did not stop cleanly: {', '.join(unclean)}"] if unclean else []
         if said:

@@ -1,16 +1,17 @@
 """Verify a replicated deployment: the contract through the router, then on each replica, one report per part, so
 the output names the replica that breaks it (docs/verify.md, "Replicated profiles").
 
-Where the parts listen comes from the caller (`verify --profile P` maps the profile's topology to targets); this
-module only runs :func:`kimi_serve.verify.runner.run_verify` on each and combines the verdicts.
+Which members there are and where they listen comes from the caller (`verify --profile P`: the deployment's members,
+each with its URL); this module only runs :func:`kimi_serve.verify.runner.run_verify` on each and combines the
+verdicts. A member is anything with a ``label`` (kimi_serve.profile.member.Member: verify imports only core).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.verify.options import VerifyOptions
@@ -19,14 +20,25 @@ from kimi_serve.verify.runner import run_verify
 from kimi_serve.verify.wire import json_safe, printable
 
 
+class Labelled(Protocol):
+    """A deployment's member as verify sees it: its label (``router``, ``replica 0``)."""
+
+    @property
+    def label(self) -> str: ...
+
+
+M = TypeVar("M", bound=Labelled)
+
+
 @dataclass(frozen=True)
 class MemberReport:
-    name: str  # "router" | "replica 0" ...
+    member: Labelled
     report: VerifyReport
 
     @property
-    def label(self) -> str:
-        return f"{self.name} ({self.report.target})"
+    def title(self) -> str:
+        """``replica 0 (http://127.0.0.1:30010)``: the member's label and the target verified."""
+        return f"{self.member.label} ({self.report.target})"
 
     def first_problem(self) -> str:
         r = self.report
@@ -58,12 +70,12 @@ class DeploymentReport:
 
     def summary(self) -> str:
         if not self.broken:
-            return f"verify: deployment holds the contract: {', '.join(p.label for p in self.parts)}"
+            return f"verify: deployment holds the contract: {', '.join(p.title for p in self.parts)}"
         return (
             "verify: deployment "
             + ("VIOLATED" if self.exit_code == ExitCode.FAILED else "unreachable in part")
             + ": "
-            + "; ".join(f"{p.label} {p.report.status}: {p.first_problem()}" for p in self.broken)
+            + "; ".join(f"{p.title} {p.report.status}: {p.first_problem()}" for p in self.broken)
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,7 +85,9 @@ class DeploymentReport:
         router, *reps = self.parts
         top = router.report.to_dict()
         findings = [
-            {**f, "message": f"{p.name}: {f['message']}"} for p in self.parts for f in p.report.to_dict()["findings"]
+            {**f, "message": f"{p.member.label}: {f['message']}"}
+            for p in self.parts
+            for f in p.report.to_dict()["findings"]
         ]
         top.update(
             {
@@ -82,14 +96,14 @@ class DeploymentReport:
                 "status": {0: "pass", 1: "fail", 3: "unreachable"}[self.exit_code],
                 "findings": findings,
                 "router": {
-                    "name": router.name,
+                    "name": router.member.label,
                     "status": router.report.status,
                     "exit_code": router.report.exit_code,
                     "health": self.router_view,
                 },
                 "replicas": [
                     {
-                        "name": p.name,
+                        "name": p.member.label,
                         "target": p.report.target,
                         "status": p.report.status,
                         "exit_code": p.report.exit_code,
@@ -106,25 +120,21 @@ class DeploymentReport:
         return json.dumps(json_safe(self.to_dict()), indent=2)
 
 
-def run_deployment(targets: Sequence[tuple[str, str]], options: VerifyOptions) -> DeploymentReport:
-    """``targets``: (name, HOST:PORT or URL) with the router first. Each part is checked in turn with the same
-    ``options`` (key, model, wait, timeout, suite...): the router, then each replica."""
-    return DeploymentReport([MemberReport(name, run_verify(target, options)) for name, target in targets])
-
-
 def verify_deployment(
-    router: tuple[str, str] | None,
-    replicas: Sequence[tuple[str, str]],
+    urls: Mapping[M, str],
     options: VerifyOptions,
     *,
+    routed: bool,
     router_view: Callable[[str], dict[str, Any]],
 ) -> VerifyReport | DeploymentReport:
-    """`verify --profile`: with no ``router``, the one server's own report (its one replica); else the router and then
-    each replica (:func:`run_deployment`), each (name, URL), with the router's health view (``router_view(URL)``)."""
-    if router is None:
-        return run_verify(replicas[0][1], options)
-    report = run_deployment([router, *replicas], options)
-    report.router_view = router_view(router[1])
+    """`verify --profile`: ``urls``, each member's URL, the router first. Not ``routed``: the one server's own report;
+    else each member in turn (the router, then each replica), each checked with the same ``options`` (key, model,
+    wait, timeout, suite...), and the router's health view (``router_view(URL)``)."""
+    first = next(iter(urls.values()))
+    if not routed:
+        return run_verify(first, options)
+    report = DeploymentReport([MemberReport(m, run_verify(url, options)) for m, url in urls.items()])
+    report.router_view = router_view(first)
     return report
 
 
@@ -133,7 +143,7 @@ def render_deployment(report: DeploymentReport, render_one: Any) -> str:
     of the whole deployment; the router's health view when there is one."""
     out = []
     for p in report.parts:
-        out += [f"== {p.label}", render_one(p.report), ""]
+        out += [f"== {p.title}", render_one(p.report), ""]
     view = report.router_view
     if view is not None:
         sick = [w["url"] for w in view.get("workers", []) if not w.get("healthy")]
