@@ -89,16 +89,16 @@ def rule_family(p: Profile, _: Launch) -> Iterator[Finding]:
                 f"{fam.title} fixes {switch} to {str(value).lower()}",
                 f"remove model.{switch}",
             )
-    for param, value in fam.sampling:
+    for param, wanted in fam.sampling:
         got = getattr(m, param)
-        if got is not None and got != value:
+        if got is not None and got != wanted:
             n_bad += 1
             yield bad(
                 p,
                 f"model.{param}",
-                f"{fam.title}'s vendor accepts only {param} {value:g} (got {got:g}): clients that send the "
+                f"{fam.title}'s vendor accepts only {param} {wanted:g} (got {got:g}): clients that send the "
                 "default get another model than the one Moonshot ships",
-                f"set model.{param}: {value:g}",
+                f"set model.{param}: {wanted:g}",
             )
     if m.context_length is not None and m.context_length > fam.context:
         n_bad += 1

@@ -21,6 +21,7 @@ from kimi_serve.verify.agent_rules import honoured
 from kimi_serve.verify.agentic import DIALECT_PROBES, REPLAYS, agentic_probes
 from kimi_serve.verify.answer import Answer, answer_from_json
 from kimi_serve.verify.budget import check_budget
+from kimi_serve.verify.family_probe import family_calls, for_family, resolve_family
 from kimi_serve.verify.leaks import server_info_leaks
 from kimi_serve.verify.probes import STREAM, Probe
 from kimi_serve.verify.probes import suite as suite_probes
@@ -283,6 +284,8 @@ def run_verify(
     expected_ports: tuple[int, ...] = (),
     limits: Limits = LIMITS,
     concurrency: int | None = None,
+    family: str | None = None,
+    preserve_thinking: bool | None = None,
 ) -> VerifyReport:
     """Check that the server at ``target`` keeps the Kimi API contract; never prints, never raises for server faults.
 
@@ -292,7 +295,9 @@ def run_verify(
     ``max_tokens`` caps every probe's max_tokens (monitoring keeps runs light). After the probes come the
     least-privilege checks (admin endpoints, stray listeners; ``expected_ports``: listeners beyond loopback besides
     the API port that are fine). ``limits``: what verify reads at most (transport.Limits). ``concurrency``: the load
-    probe's N concurrent streams (default 8 in ``full``, none in the other suites; 0 leaves it out). The report's
+    probe's N concurrent streams (default 8 in ``full``, none in the other suites; 0 leaves it out). ``family``: the
+    profile's model.family (None: the one the served model's name spells, verify/family_probe.py);
+    ``preserve_thinking``: the profile's model.preserve_thinking (None: the server's default). The report's
     ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
@@ -300,7 +305,18 @@ def run_verify(
         concurrency = load_probe.DEFAULT_CONCURRENCY if suite == FULL else 0
     with read_limits(limits):  # what the whole run may read
         return _run(
-            target, api_key, model, wait, timeout, suite, progress, key_source, max_tokens, expected_ports, concurrency
+            target,
+            api_key,
+            model,
+            wait,
+            timeout,
+            suite,
+            progress,
+            key_source,
+            max_tokens,
+            expected_ports,
+            concurrency,
+            (family, preserve_thinking),
         )
 
 
@@ -316,6 +332,7 @@ def _run(
     max_tokens: int | None,
     expected_ports: tuple[int, ...],
     concurrency: int,
+    family_of: tuple[str | None, bool | None] = (None, None),
 ) -> VerifyReport:
     probes = suite_probes(suite) + agentic_probes(suite)
     if max_tokens is not None:
@@ -360,6 +377,8 @@ def _run(
                 return report
             model = served[0]
         report.model = model
+        fam = resolve_family(family_of[0], model)
+        calls = [(p, m) for p in for_family(probes, fam) for m in p.modes]
         from kimi_serve.verify.parser_faults import parser_checks
         from kimi_serve.verify.privilege import privilege_checks
 
@@ -383,7 +402,13 @@ def _run(
             load_pool.submit(_after, lone, deadline, _attempt, target, p, STREAM, model, api_key, deadline, timeout)
             for p in loads
         ]
-        extras = raw_calls(suite, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout)
+        extras = raw_calls(
+            suite, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout, stop_ids=fam.eos_ids
+        )
+        if probes:  # a chat suite: the token accounting, and the family's own probes (verify/family_probe.py)
+            extras += family_calls(
+                fam, target, model=model, configured=family_of[1], api_key=api_key, deadline=deadline, timeout=timeout
+            )
         extra_futures = [pool.submit(fn) for _, _, fn in extras]
         pending: list[Future[Any]] = [*futures, *load_futures, *extra_futures, info_future, leak_future]
         pending += [budget_future] if budget_future else []
