@@ -83,6 +83,8 @@ class PendingDryRun:
                 wait=AFTER_START_WAIT,
                 timeout=float(self.timeout or verify.timeout),
                 suite=self.suite or verify.suite,
+                family=self.profile.model.family,
+                preserve_thinking=self.profile.model.preserve_thinking,
             )
         finally:
             status = self.sim.stop()

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from urllib.parse import SplitResult, urlsplit
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.family import DEFAULT as DEFAULT_FAMILY
+from kimi_serve.core.family import family as family_of
 from kimi_serve.core.net import connect_host, is_loopback, is_unspecified
 from kimi_serve.core.settings import API_KEY_ENV
 from kimi_serve.profile.loader import Profile, load_profile
@@ -38,6 +40,16 @@ class Endpoint:
     profile: str | None  # the profile's name, None when the values are assumed
     assumed: tuple[str, ...] = field(default=())  # what was filled in without knowing it
     notes: tuple[str, ...] = field(default=())  # what the client's user should know about the address
+    family: str = DEFAULT_FAMILY  # the model family served (core/family.py, docs/families.md)
+    sampling: tuple[
+        tuple[str, float], ...
+    ] = ()  # what clients should send: the family's only accepted, else the profile's
+    instant: bool = True  # the model has an instant mode (thinking off); False: it only thinks
+    preserve_thinking: bool | None = None  # the server's default for the family's switch; None: the family has none
+
+    @property
+    def title(self) -> str:
+        return family_of(self.family).title
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -49,6 +61,10 @@ class Endpoint:
             "max_output_tokens": self.max_output,
             "reasoning_field": self.reasoning_field,
             "moonshot_thinking_honoured": self.moonshot_thinking,
+            "family": self.family,
+            "instant_mode": self.instant,
+            "sampling": dict(self.sampling),
+            "preserve_thinking": self.preserve_thinking,
             "assumed": list(self.assumed),
         }
 
@@ -143,6 +159,8 @@ def endpoint_for(profile: Profile | None, host: str | None) -> Endpoint:
         elif is_loopback(bind_host):
             notes.append(f"{bind_host} is loopback: the client must run on this machine")
     key_required = bool(source.server.api_key_file)
+    fam = family_of(source.model.family)
+    chosen = tuple((k, v) for k in ("temperature", "top_p") if (v := getattr(source.model, k)) is not None)
     if profile is None:
         assumed.append(f"an API key is required (the shipped {DEFAULT_PROFILE} profile has server.api_key_file)")
     return Endpoint(
@@ -157,4 +175,12 @@ def endpoint_for(profile: Profile | None, host: str | None) -> Endpoint:
         profile=profile.name if profile is not None else None,
         assumed=tuple(assumed),
         notes=tuple(notes),
+        family=fam.name,
+        sampling=fam.sampling or chosen,
+        instant=not fam.thinking_only,
+        preserve_thinking=(
+            dict(fam.forced).get("preserve_thinking", bool(source.model.preserve_thinking))
+            if "preserve_thinking" in fam.switches
+            else None
+        ),
     )

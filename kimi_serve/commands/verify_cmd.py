@@ -206,6 +206,8 @@ def _verify_profile(ref: str, sets: Any, api_key: str | None, api_key_file: str 
         router_view=lambda url: router_health(url, admin_key_of(key_file)).to_json(),
         api_key=key.value,
         key_source=key.source,
+        family=p.model.family,
+        preserve_thinking=p.model.preserve_thinking,
         **args,
     )
 
