@@ -118,3 +118,109 @@ def test_family_table_facts():
     assert fam.by_model_name("/models/Kimi-K2.7-Code") is k27 and fam.by_model_name("kimi-k2.6") is k26
     assert fam.by_model_name("llama") is None
     assert fam.FAMILIES[fam.K3].gpu_fit(8) and fam.FAMILIES[fam.K26].gpu_fit(8) is None
+
+
+# --- verify, the simulator's template and client-config know the family (pure) ---
+
+
+def _render(family: str, **kwargs):
+    import jinja2
+
+    from kimi_serve.simulator.stand_in import chat_template
+    from kimi_serve.verify.family_probe import _history
+
+    env = jinja2.Environment()
+    env.filters["tojson"] = lambda v, **kw: json.dumps(v, **kw)
+    return env.from_string(chat_template(family)).render(messages=_history(True), add_generation_prompt=True, **kwargs)
+
+
+def test_stand_in_template_keeps_or_drops_earlier_reasoning_per_family():
+    from kimi_serve.verify.family_probe import _REASONING
+
+    assert _REASONING not in _render(fam.K25) and _REASONING not in _render(fam.K25, preserve_thinking=True)
+    assert _REASONING not in _render(fam.K26) and _REASONING not in _render(fam.K26, preserve_thinking=False)
+    assert _REASONING in _render(fam.K26, preserve_thinking=True)
+    assert _REASONING in _render(fam.K27_CODE)
+    assert _render(fam.K25, thinking=False).endswith("<think></think>")
+    assert _render(fam.K27_CODE, thinking=False).endswith("<think>")  # no instant mode: the switch is ignored
+
+
+def test_verify_judges_by_the_family():
+    from kimi_serve.verify.agentic import DIALECT_PROBES, agentic_probes
+    from kimi_serve.verify.family_probe import expected_preserve, for_family, resolve_family
+    from kimi_serve.verify.probes import suite
+
+    full = suite("full") + agentic_probes("full")
+    k27 = for_family(full, fam.FAMILIES[fam.K27_CODE])
+    assert not {p.name for p in k27} & set(DIALECT_PROBES.values())
+    assert all(not p.template_kwargs for p in k27)  # the large argument keeps thinking on
+    assert for_family(full, fam.family(None)) == full
+    assert resolve_family(None, "kimi-k2.7-code").name == fam.K27_CODE
+    assert resolve_family(fam.K26, "whatever").name == fam.K26 and resolve_family(None, "my-model").name == fam.K25
+    k26 = fam.FAMILIES[fam.K26]
+    assert expected_preserve(k26, None, None) is False and expected_preserve(k26, True, None) is True
+    assert expected_preserve(k26, None, {"preserve_thinking": True}) is True
+    assert expected_preserve(fam.FAMILIES[fam.K27_CODE], None, {"preserve_thinking": False}) is True
+
+
+def test_raw_stop_id_is_the_familys():
+    from kimi_serve.verify.raw import _meta_findings
+
+    def meta(matched):
+        return {
+            "meta_info": {
+                "finish_reason": {"type": "stop", "matched": matched},
+                "prompt_tokens": 3,
+                "completion_tokens": 2,
+            }
+        }
+
+    k26 = fam.FAMILIES[fam.K26].eos_ids
+    assert "raw_matched_stop" in {f.code for f in _meta_findings(meta(163585), k26)}
+    assert "raw_matched_stop" not in {f.code for f in _meta_findings(meta(163585), fam.family(None).eos_ids)}
+    assert "raw_matched_stop" not in {f.code for f in _meta_findings(meta(163586), k26)}
+
+
+def _usage(**usage):
+    return {"usage": usage, "sglext": {"input_ids": list(range(24))}}
+
+
+@pytest.mark.parametrize(
+    "data, code, clients",
+    [
+        ({"choices": []}, "usage_missing", "pydantic-ai's UsageLimits"),
+        (_usage(prompt_tokens=24, completion_tokens=10, reasoning_tokens=12), "reasoning_tokens_over", "LangChain"),
+        (
+            _usage(prompt_tokens=24, completion_tokens=10, completion_tokens_details={"reasoning_tokens": 11}),
+            "reasoning_tokens_over",
+            "opencode",
+        ),
+        (_usage(prompt_tokens=20, completion_tokens=10), "prompt_tokens_mismatch", "kimi-cli"),
+        (_usage(prompt_tokens=24, completion_tokens=10, total_tokens=30), "total_tokens_mismatch", "opencode"),
+    ],
+)
+def test_token_accounting_findings_name_the_clients(data, code, clients):
+    from kimi_serve.verify.accounting import usage_findings
+
+    found = usage_findings(data)
+    assert [f.code for f in found] == [code] and clients in found[0].message and found[0].fix
+
+
+def test_token_accounting_holds():
+    from kimi_serve.verify.accounting import usage_findings
+
+    assert usage_findings(_usage(prompt_tokens=24, completion_tokens=47, total_tokens=71, reasoning_tokens=25)) == []
+    assert usage_findings({"usage": {"prompt_tokens": 5, "completion_tokens": 1}}) == []  # no ids: not judged
+
+
+def test_client_config_writes_the_familys_switches_and_limits(cli):
+    res = cli("client-config", "--profile", "prod-k27-code", "--client", "opencode", "--json")
+    text = json.dumps(json.loads(res.out))
+    assert '"instant_mode": false' in text and '"temperature": 1.0' in text and '"top_p": 0.95' in text
+    assert "-instant" not in text and "only thinks" in text
+    py = cli("client-config", "--profile", "prod-k27-code", "--client", "openai")
+    assert "temperature=1.0," in py.out and "top_p=0.95," in py.out and "thinking off:" not in py.out.split("\n\n")[0]
+    k25 = cli("client-config", "--profile", "prod", "--client", "openai")
+    assert "temperature=" not in k25.out and "# thinking off: extra_body" in k25.out
+    k26 = cli("client-config", "--profile", "prod-k26", "--client", "langchain")
+    assert "preserve_thinking (this server: off)" in k26.err + k26.out
