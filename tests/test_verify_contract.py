@@ -88,7 +88,7 @@ def test_correct_variants_pass_the_full_suite(mode: str) -> None:
         (n, m)
         for n in ("tool", "reasoning", "instant", "parallel", "tool-result", "strict-tool", "loop")
         for m in ("non-stream", "stream")
-    } | {("large-argument", "stream")} | RAW_PATH | AGENTIC_ONE_MODE
+    } | {("large-argument", "stream"), ("accounting", "non-stream")} | RAW_PATH | AGENTIC_ONE_MODE
     assert report.model == "kimi-k2.5"
     assert report.server == {"tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2"}
 
