@@ -6,6 +6,7 @@ bill or budget by that number."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -16,7 +17,6 @@ from kimi_serve.verify.raw import post
 from kimi_serve.verify.report import ProbeResult, problem
 
 ACCOUNTING = "accounting"
-MAX_TOKENS = 1024
 # who reads each number (docs/clients.md): what goes wrong for them when it is missing or wrong
 USAGE_CLIENTS = (
     "opencode and kimi-cli size the context and compact by it, pydantic-ai's UsageLimits and openai-agents' Usage "
@@ -35,7 +35,6 @@ PROBE = Probe(
     [{"role": "user", "content": "What is 17 * 23? Think it through, then give the number."}],
     lambda _a, _s: [],
     modes=(NON_STREAM,),
-    max_tokens=MAX_TOKENS,
 )
 
 
@@ -96,11 +95,13 @@ def usage_findings(data: Any) -> list[Finding]:
 
 
 def run_accounting_probe(
-    target: Any, *, model: str, api_key: str | None, deadline: float, timeout: float
+    target: Any, *, model: str, api_key: str | None, deadline: float, timeout: float, max_tokens: int | None = None
 ) -> ProbeResult:
+    """``max_tokens``: verify's cap on every probe (--max-tokens), None: the probe's own."""
     start = time.monotonic()
+    probe = PROBE if max_tokens is None else dataclasses.replace(PROBE, max_tokens=min(PROBE.max_tokens, max_tokens))
     body = {
-        **PROBE.body(model, False),
+        **probe.body(model, False),
         "return_input_ids_in_sglext": True,
     }
     posted = post(target, "/v1/chat/completions", body, api_key=api_key, deadline=deadline, timeout=timeout)

@@ -162,12 +162,21 @@ def family_calls(
     api_key: str | None,
     deadline: float,
     timeout: float,
+    max_tokens: int | None = None,
 ) -> list[RawCall]:
     """What the runner adds to a chat suite beside the raw probes: the token accounting (verify/accounting.py) and,
     where the family has the switch, the preserve_thinking probe."""
     from kimi_serve.verify.accounting import PROBE, run_accounting_probe
 
-    accounting = partial(run_accounting_probe, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout)
+    accounting = partial(
+        run_accounting_probe,
+        target,
+        model=model,
+        api_key=api_key,
+        deadline=deadline,
+        timeout=timeout,
+        max_tokens=max_tokens,
+    )
     calls: list[RawCall] = [(PROBE, NON_STREAM, accounting)]
     if "preserve_thinking" not in fam.switches:
         return calls

@@ -407,7 +407,14 @@ def _run(
         )
         if probes:  # a chat suite: the token accounting, and the family's own probes (verify/family_probe.py)
             extras += family_calls(
-                fam, target, model=model, configured=family_of[1], api_key=api_key, deadline=deadline, timeout=timeout
+                fam,
+                target,
+                model=model,
+                configured=family_of[1],
+                api_key=api_key,
+                deadline=deadline,
+                timeout=timeout,
+                max_tokens=max_tokens,
             )
         extra_futures = [pool.submit(fn) for _, _, fn in extras]
         pending: list[Future[Any]] = [*futures, *load_futures, *extra_futures, info_future, leak_future]
