@@ -104,10 +104,16 @@ def test_k3_checkpoint_refused_with_its_bytes_before_anything_starts(write_profi
     )
 
 
-def test_a_checkpoint_of_another_architecture_is_refused(write_profile, cli, tmp_path):
-    model = _checkpoint(tmp_path, lambda c: c.update(architectures=["DeepseekV3ForCausalLM"], model_type="kimi_k2"))
-    res = cli("render", "--profile", str(write_profile(f"extends: prod\nmodel:\n  path: {model}\n")))
-    assert_one_line_error(res, "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "model.family")
+def test_a_checkpoint_of_another_kimi_model_is_refused_and_a_non_kimi_one_is_not_judged(write_profile, cli, tmp_path):
+    k3_type = _checkpoint(tmp_path, lambda c: c.update(architectures=["KimiK3LinearForCausalLM"], model_type="kimi_k3"))
+    res = cli("render", "--profile", str(write_profile(f"extends: prod\nmodel:\n  path: {k3_type}\n")))
+    assert_one_line_error(res, "Kimi-K3", "768 GB", "model.path")
+    llama = _checkpoint(tmp_path / "b", lambda c: c.update(architectures=["LlamaForCausalLM"], model_type="llama"))
+    res = cli(
+        "check", "--offline", "--json", "--profile", str(write_profile(f"extends: prod\nmodel:\n  path: {llama}\n"))
+    )
+    found = {f["code"]: f for f in json.loads(res.out)["findings"]}
+    assert res.code == 0 and found["model.checkpoint"]["status"] == "skip"
 
 
 def test_family_table_facts():

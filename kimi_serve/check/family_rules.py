@@ -21,7 +21,7 @@ from kimi_serve.core.family import (
     family,
     gb,
 )
-from kimi_serve.core.findings import Finding
+from kimi_serve.core.findings import SKIP, Finding
 from kimi_serve.core.inputs import read_json
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
@@ -181,7 +181,16 @@ def _identity(
             "point model.path at a Kimi-K2.5, K2.6 or K2.7-Code checkpoint",
         )
         return
-    if named is None or named.architecture != fam.architecture:
+    if named is None:  # another model (a small test checkpoint, a llama): nothing of the family to hold it to
+        yield Finding(
+            "rules",
+            "model.checkpoint",
+            SKIP,
+            f"{config_file} names {archs} / {model_type!r}, no Kimi model: the family's facts are not checked "
+            "against it",
+        )
+        return
+    if named.architecture != fam.architecture:
         yield bad(
             p,
             "model.family",
