@@ -230,3 +230,14 @@ def test_client_config_writes_the_familys_switches_and_limits(cli):
     assert "temperature=" not in k25.out and "# thinking off: extra_body" in k25.out
     k26 = cli("client-config", "--profile", "prod-k26", "--client", "langchain")
     assert "preserve_thinking (this server: off)" in k26.err + k26.out
+
+
+def test_each_familys_stand_in_checkpoint_stops_on_the_familys_ids():
+    from kimi_serve.check.family_rules import checkpoint_stop_ids
+    from kimi_serve.simulator.stand_in import standin_model
+
+    for name in (fam.K25, fam.K26, fam.K27_CODE):
+        folder = standin_model(name)
+        config = json.loads((folder / "config.json").read_text())
+        generation = json.loads((folder / "generation_config.json").read_text())
+        assert checkpoint_stop_ids(config, generation) == set(fam.FAMILIES[name].eos_ids), name

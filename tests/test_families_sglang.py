@@ -40,16 +40,14 @@ def _codes(report) -> dict[str, set[str]]:
 
 def test_k26_simulator_serves_its_stop_id_and_preserve_thinking(simulator_pool: SimulatorPool):
     sim = simulator_pool.get(_flags("prod-k26"), step="0")
-    # configured to keep earlier reasoning, the server (prod-k26: off) drops it: the probe's only finding, and
-    # every other probe of the suite holds on K2.6's template (the accounting included)
-    wrong = run_verify(sim.base_url, suite="quick", timeout=120, family="kimi-k2.6", preserve_thinking=True)
-    assert _codes(wrong) == {"preserve-thinking": {"preserve_thinking"}}, _codes(wrong)
-    assert "accounting" in {p.probe for p in wrong.probes}
-    assert "expected kept" in next(p for p in wrong.probes if p.probe == "preserve-thinking").findings[0].message
-    target = parse_target(sim.base_url)
-    fam = family("kimi-k2.6")
+    target, fam = parse_target(sim.base_url), family("kimi-k2.6")
+    # prod-k26 (preserve_thinking: false, rendered as --default-chat-template-kwargs): dropped by default, kept when
+    # a request asks; the probe reads the default from /server_info
     right = run_preserve_probe(PROBE, target, fam, model="kimi-k2.6", configured=None, **_at())
     assert right.passed and right.detail == "earlier reasoning dropped by default", right
+    # a profile that says "kept" against this server: the finding, with the expectation
+    wrong = run_preserve_probe(PROBE, target, fam, model="kimi-k2.6", configured=True, **_at())
+    assert [f.code for f in wrong.findings] == ["preserve_thinking"] and "expected kept" in wrong.findings[0].message
     # the raw path: K2.6 stops on <|im_end|> 163586 only, and verify holds it to that
     raw = run_verify(sim.base_url, suite="raw", timeout=120)
     assert raw.exit_code == 0, _codes(raw)

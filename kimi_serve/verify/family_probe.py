@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 from kimi_serve.core.family import DEFAULT, ModelFamily, by_model_name, family
+from kimi_serve.core.findings import Finding
 from kimi_serve.core.http import TransportError, request
 from kimi_serve.verify import wire
 from kimi_serve.verify.agentic import DIALECT_PROBES
@@ -84,7 +85,7 @@ def _prompt_tokens(data: Any) -> int | None:
 
 def _kept(
     target: Any, model: str, kwargs: dict[str, Any] | None, api_key: str | None, deadline: float, timeout: float
-) -> tuple[bool | None, Any]:
+) -> tuple[bool | None, Finding | None]:
     """Whether the server's prompt keeps the earlier reasoning (None and the finding when it cannot tell)."""
     sizes = []
     for reasoning in (True, False):
@@ -93,11 +94,13 @@ def _kept(
             body["chat_template_kwargs"] = kwargs
         posted = post(target, "/v1/chat/completions", body, api_key=api_key, deadline=deadline, timeout=timeout)
         if posted.failure is not None:
-            return None, posted
+            return None, posted.failure
         n = _prompt_tokens(posted.data)
         if n is None:
             return None, problem(
-                "usage_missing", "the answer has no usage.prompt_tokens: cannot tell what the prompt kept", ""
+                "usage_missing",
+                "the answer has no usage.prompt_tokens: cannot tell whether the prompt kept earlier reasoning",
+                "point --host at SGLang itself (a proxy that strips usage hides it)",
             )
         sizes.append(n)
     return sizes[0] > sizes[1], None
@@ -136,9 +139,8 @@ def run_preserve_probe(
     findings = []
     for kwargs, expect, how in checks:
         kept, failure = _kept(target, model, kwargs, api_key, deadline, timeout)
-        if kept is None:
-            found = failure.failure if hasattr(failure, "failure") else failure
-            return ProbeResult(probe.name, NON_STREAM, time.monotonic() - start, (found,))
+        if failure is not None:
+            return ProbeResult(probe.name, NON_STREAM, time.monotonic() - start, (failure,))
         if kept != expect:
             findings.append(
                 problem(
