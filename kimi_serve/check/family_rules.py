@@ -200,6 +200,9 @@ def _identity(
         )
         return
     stops = checkpoint_stop_ids(config, generation)
+    if not stops:  # declares none (a config-only test folder): nothing to hold the family's ids against
+        yield ok("model.checkpoint", f"{config_file}: {fam.architecture}, no eos_token_id declared")
+        return
     lacks, extra = sorted(set(fam.eos_ids) - stops), sorted(stops - set(fam.eos_ids))
     if lacks or extra:
         other = next((f for f in FAMILIES.values() if f.eos_ids and set(f.eos_ids) == stops), None)
