@@ -164,6 +164,10 @@ def test_the_migrated_results_keep_their_documented_json():
         "reasoning_field": None,
         "moonshot_thinking_honoured": None,
         "assumed": ["model"],
+        "family": "kimi-k2.5",
+        "sampling": {},
+        "instant_mode": True,
+        "preserve_thinking": None,
     }
 
 

@@ -86,7 +86,7 @@ def test_correct_variants_pass_the_full_suite(mode: str) -> None:
         (n, m)
         for n in ("tool", "reasoning", "instant", "parallel", "tool-result", "strict-tool", "loop")
         for m in ("non-stream", "stream")
-    } | {("large-argument", "stream")} | RAW_PATH | AGENTIC_ONE_MODE
+    } | {("large-argument", "stream"), ("accounting", "non-stream")} | RAW_PATH | AGENTIC_ONE_MODE
     assert report.model == "kimi-k2.5"
     assert report.server == {"tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2"}
 
@@ -126,20 +126,21 @@ def test_model_noise_gets_one_more_try_and_server_faults_do_not() -> None:
         ("loop-no-reasoning", 2),
         ("load", 2),
         ("budget", 1),
+        ("accounting", 1),
     } | {(name, 1) for name, _ in RAW_PATH}
     with ContractServer("single-call") as srv:
         single = run_verify(srv.host, suite="full", timeout=TIMEOUT)
     assert [p.attempts for p in single.probes if p.probe == "parallel"] == [2, 2]
     with ContractServer("no-tool-parser") as srv:
         raw = run_verify(srv.host, timeout=TIMEOUT)
-        assert len(srv.requests) == 10  # quick's 10 probes; the loop stops at its first turn
+        assert len(srv.requests) == 11  # quick's 10 probes and the accounting; the loop stops at its first turn
     assert all(p.attempts == 1 for p in raw.probes)
 
 
 def test_template_kwargs_only_where_thinking_is_off() -> None:
     with ContractServer() as srv:
         run_verify(srv.host, suite="quick", timeout=TIMEOUT)
-        assert len(srv.requests) == 11  # 10 probes, the loop's two turns
+        assert len(srv.requests) == 12  # 10 probes, the loop's two turns, the accounting
         with_kwargs = [b for b in srv.requests if "chat_template_kwargs" in b]
         assert len(with_kwargs) == 2  # instant + the budget
         srv.requests.clear()
@@ -269,7 +270,7 @@ def test_cli_plain_lines_when_not_a_terminal(capsys) -> None:
     assert code == 1
     assert "FAIL tool non-stream" in out and "arguments are not JSON" in out and "PASS reasoning stream" in out
     # tool x 2, strict, loop; the stand-in's unpatched stream shape and Moonshot's ignored dialect warn
-    assert out.strip().splitlines()[-1] == "verify: contract VIOLATED: 4 failed, 2 warnings, 6 passed"
+    assert out.strip().splitlines()[-1] == "verify: contract VIOLATED: 4 failed, 2 warnings, 7 passed"
 
 
 def test_cli_pass_exit_0_and_key_from_env(capsys, monkeypatch) -> None:
@@ -278,7 +279,7 @@ def test_cli_pass_exit_0_and_key_from_env(capsys, monkeypatch) -> None:
         code = main(["verify", "--host", srv.host.replace("127.0.0.1", "0.0.0.0"), "--timeout", "20"])
     captured = capsys.readouterr()
     assert code == 0, captured.out
-    assert "verify: contract holds: 2 warnings, 10 passed (" in captured.out
+    assert "verify: contract holds: 2 warnings, 11 passed (" in captured.out
     assert "env-key-123" not in captured.out + captured.err
 
 

@@ -84,6 +84,8 @@ class PendingDryRun:
                 suite=self.suite or verify.suite,
                 accept_floor=self.profile.speculative.accept_floor,
                 spec_expected=self.profile.speculative.enabled,
+                family=self.profile.model.family,
+                preserve_thinking=self.profile.model.preserve_thinking,
             )
             report = run_verify(self.sim.base_url, options)
         finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kimi_serve.check.auth_rules import rule_admin_key, rule_auth
+from kimi_serve.check.family_rules import FAMILY_RULES
 from kimi_serve.check.owned_paths import rule_owned_paths
 from kimi_serve.check.patch_rules import rule_patch_set, rule_patch_set_redact
 from kimi_serve.check.rule_kit import Rule, bad, ok
@@ -288,6 +289,7 @@ def rule_flag_table(p: Profile, launch: Launch) -> Iterator[Finding]:
 RULES: tuple[Rule, ...] = (
     rule_parsers,
     rule_model,
+    *FAMILY_RULES,
     rule_parallel,
     rule_speculative,
     rule_patch_set,

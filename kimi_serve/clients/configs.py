@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 
@@ -105,6 +105,17 @@ def _common_notes(ep: Endpoint) -> list[str]:
         f"limits: the server serves {ep.context_length} tokens of context (prompt + output); SGLang refuses "
         f"max_tokens above it (HTTP 400), so ask for at most {ep.max_output} output tokens"
     )
+    if ep.preserve_thinking is not None:
+        notes.append(
+            f"{ep.title} keeps earlier turns' reasoning in the prompt only with preserve_thinking (this server: "
+            f"{'on' if ep.preserve_thinking else 'off'}); send the assistant turns back with their reasoning_content"
+            + ("" if ep.instant else "; it is always on here")
+            + (
+                ""
+                if not ep.instant
+                else ', and chat_template_kwargs {"preserve_thinking": true} per request to keep it'
+            )
+        )
     if ep.reasoning_field:
         notes.append(f"reasoning comes back in `{ep.reasoning_field}`, the answer in `content`")
     else:
@@ -112,9 +123,42 @@ def _common_notes(ep: Endpoint) -> list[str]:
     return notes
 
 
+NO_INSTANT = "none: {title} only thinks (it has no instant mode)"
+KIMI_CLI_OFF = (
+    'kimi --no-thinking (or default_thinking = false): sends Moonshot\'s thinking: {{"type": "disabled"}}, {state}'
+)
+_SAMPLING_FORMS = {"kw": "{k}={v!r},", "dict": '"{k}": {v!r},', "js": "{js}: {v!r},"}
+
+
+def _family_lines(ep: Endpoint, body: str, form: str) -> str:
+    """The snippet for ``ep``'s family: its sampling (the family's only accepted values, or the profile's) where the
+    thinking-off comment is, and that comment only where the model has an instant mode."""
+    lines = body.split("\n")
+    at = next(i for i, line in enumerate(lines) if "thinking off:" in line)
+    pad = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+    mark = "//" if form == "js" else "#"
+    new = [
+        pad
+        + _SAMPLING_FORMS[form].format(k=k, v=v, js="topP" if k == "top_p" else k)
+        + f"  {mark} {ep.title}: the sampling its vendor accepts"
+        for k, v in ep.sampling
+    ]
+    if ep.instant:
+        new.append(lines[at])
+    else:
+        new.append(f"{pad}{mark} thinking stays on: {ep.title} has no instant mode")
+    return "\n".join([*lines[:at], *new, *lines[at + 1 :]])
+
+
+def _off(ep: Endpoint, how: str) -> str:
+    return how if ep.instant else NO_INSTANT.format(title=ep.title)
+
+
 def opencode(ep: Endpoint) -> ClientConfig:
     limit = {"context": ep.context_length, "output": ep.max_output}
-    thinking = {"name": f"{ep.model} (thinking)", "tool_call": True, "reasoning": True, "limit": limit}
+    thinking: dict[str, Any] = {"name": f"{ep.model} (thinking)", "tool_call": True, "reasoning": True, "limit": limit}
+    if ep.sampling:
+        thinking["options"] = dict(ep.sampling)
     instant = {
         "id": ep.model,
         "name": f"{ep.model} (instant: thinking off)",
@@ -130,7 +174,7 @@ def opencode(ep: Endpoint) -> ClientConfig:
                 "npm": "@ai-sdk/openai-compatible",
                 "name": f"kimi-serve {ep.profile or ep.model}",
                 "options": {"baseURL": ep.base_url, "apiKey": f"{{env:{ep.key_env}}}"},
-                "models": {ep.model: thinking, f"{ep.model}-instant": instant},
+                "models": {ep.model: thinking, **({f"{ep.model}-instant": instant} if ep.instant else {})},
             }
         },
         "model": f"{PROVIDER_ID}/{ep.model}",
@@ -141,8 +185,8 @@ def opencode(ep: Endpoint) -> ClientConfig:
         "json",
         json.dumps(doc, indent=2) + "\n",
         ep.key_env,
-        f"pick the model {PROVIDER_ID}/{ep.model}-instant (sends chat_template_kwargs thinking=false)",
-        True,
+        _off(ep, f"pick the model {PROVIDER_ID}/{ep.model}-instant (sends chat_template_kwargs thinking=false)"),
+        ep.instant,
         tuple(_common_notes(ep)),
     )
 
@@ -201,22 +245,29 @@ def kimi_cli(ep: Endpoint) -> ClientConfig:
         "HTTP 400 (K2.5's published 262144 on every request); for a steady cap as well: export "
         f"KIMI_MODEL_MAX_COMPLETION_TOKENS={ep.max_output}"
     )
+    if ep.sampling:
+        notes.append(
+            f"{ep.title}'s vendor accepts only {' '.join(f'{k}={v:g}' for k, v in ep.sampling)}: kimi-cli sends "
+            "none of its own, so the server's defaults apply (--preferred-sampling-params, model.temperature/top_p)"
+        )
     return ClientConfig(
         "kimi-cli",
         "~/.kimi/config.toml (or kimi --config-file FILE)",
         "toml",
         text,
         KIMI_CLI_KEY_ENV,
-        "kimi --no-thinking (or default_thinking = false): sends Moonshot's thinking: "
-        f'{{"type": "disabled"}}, {state}',
-        honoured,
+        _off(ep, KIMI_CLI_OFF.format(state=state)),
+        honoured if ep.instant else False,
         tuple(notes),
     )
 
 
-def _py(client: str, body: str, off: str, ep: Endpoint) -> ClientConfig:
+def _py(client: str, body: str, off: str, ep: Endpoint, form: str = "kw") -> ClientConfig:
     notes = tuple(_common_notes(ep))
-    return ClientConfig(client, f"a Python snippet ({client})", "python", body, ep.key_env, off, True, notes)
+    body = _family_lines(ep, body, form)
+    return ClientConfig(
+        client, f"a Python snippet ({client})", "python", body, ep.key_env, _off(ep, off), ep.instant, notes
+    )
 
 
 def openai_sdk(ep: Endpoint) -> ClientConfig:
@@ -283,7 +334,7 @@ agent = Agent(
 print(agent.run_sync("Say hello.").output)
 """
     off = 'model_settings={"extra_body": {"chat_template_kwargs": {"thinking": False}}}'
-    return _py("pydantic-ai", body, off, ep)
+    return _py("pydantic-ai", body, off, ep, "dict")
 
 
 def langchain(ep: Endpoint) -> ClientConfig:
@@ -326,7 +377,10 @@ console.log(text);
 """
     off = "providerOptions: { kimi: { chat_template_kwargs: { thinking: false } } } (spread into the request body)"
     where = "a TypeScript module (ESM; npm ai + @ai-sdk/openai-compatible)"
-    return ClientConfig("ai-sdk", where, "typescript", body, ep.key_env, off, True, tuple(_common_notes(ep)))
+    body = _family_lines(ep, body, "js")
+    return ClientConfig(
+        "ai-sdk", where, "typescript", body, ep.key_env, _off(ep, off), ep.instant, tuple(_common_notes(ep))
+    )
 
 
 CLIENTS: dict[str, Callable[[Endpoint], ClientConfig]] = {

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from urllib.parse import SplitResult, urlsplit
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.family import DEFAULT as DEFAULT_FAMILY
+from kimi_serve.core.family import family as family_of
 from kimi_serve.core.net import connect_host, is_loopback, is_unspecified
 from kimi_serve.core.report import json_meta
 from kimi_serve.core.settings import API_KEY_ENV
@@ -43,6 +45,16 @@ class Endpoint:
     assumed: tuple[str, ...] = field(default=())  # what was filled in without knowing it
     # what the client's user should know about the address (the client's JSON lists its notes)
     notes: tuple[str, ...] = field(default=(), metadata=json_meta(omit=True))
+    family: str = DEFAULT_FAMILY  # the model family served (core/family.py, docs/families.md)
+    # what clients should send: the family's only accepted, else the profile's
+    sampling: tuple[tuple[str, float], ...] = field(default=(), metadata=json_meta(encode=dict))
+    # the model has an instant mode (thinking off); False: it only thinks
+    instant: bool = field(default=True, metadata=json_meta(key="instant_mode"))
+    preserve_thinking: bool | None = None  # the server's default for the family's switch; None: the family has none
+
+    @property
+    def title(self) -> str:
+        return family_of(self.family).title
 
 
 def _usage(message: str, hint: str) -> KimiServeError:
@@ -135,6 +147,8 @@ def endpoint_for(profile: Profile | None, host: str | None) -> Endpoint:
         elif is_loopback(bind_host):
             notes.append(f"{bind_host} is loopback: the client must run on this machine")
     key_required = bool(source.server.api_key_file)
+    fam = family_of(source.model.family)
+    chosen = tuple((k, v) for k in ("temperature", "top_p") if (v := getattr(source.model, k)) is not None)
     if profile is None:
         assumed.append(f"an API key is required (the shipped {DEFAULT_PROFILE} profile has server.api_key_file)")
     return Endpoint(
@@ -149,4 +163,12 @@ def endpoint_for(profile: Profile | None, host: str | None) -> Endpoint:
         profile=profile.name if profile is not None else None,
         assumed=tuple(assumed),
         notes=tuple(notes),
+        family=fam.name,
+        sampling=fam.sampling or chosen,
+        instant=not fam.thinking_only,
+        preserve_thinking=(
+            dict(fam.forced).get("preserve_thinking", bool(source.model.preserve_thinking))
+            if "preserve_thinking" in fam.switches
+            else None
+        ),
     )

@@ -203,6 +203,8 @@ def _verify_profile(
             key_source=key.source,
             accept_floor=options.accept_floor if floor_given else p.speculative.accept_floor,
             spec_expected=p.speculative.enabled,
+            family=p.model.family,
+            preserve_thinking=p.model.preserve_thinking,
         ),
         routed=any(m.role is Role.ROUTER for m in urls),
         # /workers takes the control plane's admin key only (the key file's admin-api-key), never the clients'

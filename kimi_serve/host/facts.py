@@ -10,35 +10,38 @@ from __future__ import annotations
 from pathlib import Path
 
 from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.family import family
 from kimi_serve.core.findings import FAIL, PASS, Finding
 from kimi_serve.core.inputs import load_json
 from kimi_serve.profile.loader import Profile
 
 TOKENIZER_FILES = ("tiktoken.model", "tokenizer.json", "tokenizer.model")
 DOWNLOAD_HINT = "download it: hf download {repo} --local-dir {path}"
-MODEL_REPO = "moonshotai/Kimi-K2.5"
-DRAFT_REPO = "lightseekorg/kimi-k2.5-eagle3-mla"
 
 
 def model_findings(p: Profile, *, layer: str, codes: tuple[str, str] = ("model", "draft")) -> list[Finding]:
-    """The model and (with EAGLE-3) the draft directory of an ``engine: sglang`` profile."""
+    """The model and (with EAGLE-3) the draft directory of an ``engine: sglang`` profile; the download hints name the
+    family's repositories (core/family.py)."""
+    fam = family(p.model.family)
     args = " ".join(p.extra_args)
     out = check_model_dir(
         p.model.path,
         codes[0],
         "model",
-        repo=MODEL_REPO,
+        repo=fam.repo,
         layer=layer,
         where=p.where("model.path"),
         tokenizer="--skip-tokenizer-init" not in args,
         weights="--load-format dummy" not in args,
     )
     if p.speculative.enabled and p.speculative.draft_model_path:
+        base = Path(p.speculative.draft_model_path).name.lower()
+        draft = next((d for d in fam.drafts if d.name == base), fam.drafts[0] if fam.drafts else None)
         out += check_model_dir(
             p.speculative.draft_model_path,
             codes[1],
             "EAGLE-3 draft",
-            repo=DRAFT_REPO,
+            repo=draft.repo if draft else "the draft's repository",
             layer=layer,
             where=p.where("speculative.draft_model_path"),
             tokenizer=False,

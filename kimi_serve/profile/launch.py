@@ -91,6 +91,7 @@ def server_args_of(profile: Profile, port: int | None = None) -> list[str]:
         a += ["--tool-call-parser", par.tool_call]
     if par.reasoning:
         a += ["--reasoning-parser", par.reasoning]
+    a += model_defaults_args(profile)
     if ar.flashinfer_fusion_backend:
         a += ["--flashinfer-allreduce-fusion-backend", ar.flashinfer_fusion_backend]
     if ar.torch_symm_mem:
@@ -114,6 +115,22 @@ def server_args_of(profile: Profile, port: int | None = None) -> list[str]:
     if srv.api_key_file:
         a += ["--config", srv.api_key_file]
     a += list(profile.extra_args)
+    return a
+
+
+def model_defaults_args(profile: Profile) -> list[str]:
+    """The server-wide defaults a request may override (docs/families.md): the chat-template switches
+    (``--default-chat-template-kwargs``) and sampling (``--preferred-sampling-params``), each as compact JSON; nothing
+    for the keys left null, so a profile that sets none renders as before."""
+    m = profile.model
+    a: list[str] = []
+    for flag, keys in (
+        ("--default-chat-template-kwargs", ("thinking", "preserve_thinking")),
+        ("--preferred-sampling-params", ("temperature", "top_p")),
+    ):
+        values = {k: getattr(m, k) for k in keys if getattr(m, k) is not None}
+        if values:
+            a += [flag, json.dumps(values, separators=(",", ":"))]
     return a
 
 

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kimi_serve.core.family import DEFAULT as DEFAULT_FAMILY
+from kimi_serve.core.family import NAMES as FAMILY_NAMES
 from kimi_serve.core.suites import MONITOR_SUITES, QUICK, SUITES
 from kimi_serve.core.text import line_breaker, string_problem
 
@@ -92,9 +94,18 @@ SECTIONS: dict[str, dict[str, Key]] = {
         ),
     },
     "model": {
+        "family": Key(
+            "str",
+            "Which Kimi model this profile serves (docs/families.md): its parsers, stop ids, thinking switches, "
+            "sampling and drafts; checked against the checkpoint's config.json where present. kimi-k3 is refused "
+            "(it does not fit 8 GPUs).",
+            default=DEFAULT_FAMILY,
+            choices=FAMILY_NAMES,
+            nullable=False,
+        ),
         "path": Key(
             "path",
-            "Directory of the Kimi-K2.5 checkpoint (config.json, safetensors shards, tokenizer).",
+            "Directory of the checkpoint (config.json, safetensors shards, tokenizer).",
             required=True,
             nullable=False,
         ),
@@ -121,6 +132,32 @@ SECTIONS: dict[str, dict[str, Key]] = {
             default=64,
             min=1,
             nullable=False,
+        ),
+        "thinking": Key(
+            "bool",
+            "The server's default thinking mode, for requests that do not say (`thinking` in "
+            "--default-chat-template-kwargs); false: instant mode. null: the model's own (thinking on). "
+            "Kimi-K2.7-Code only thinks: false is refused.",
+        ),
+        "preserve_thinking": Key(
+            "bool",
+            "Kimi-K2.6 and K2.7-Code: earlier assistant turns keep their reasoning in the prompt (`preserve_thinking` "
+            "in --default-chat-template-kwargs). null: the model's own (K2.6 off, K2.7-Code on). Refused on K2.5 "
+            "(its template has no such switch) and false on K2.7-Code.",
+        ),
+        "temperature": Key(
+            "float",
+            "Default sampling temperature for requests that do not set one (--preferred-sampling-params). "
+            "null: SGLang's. K2.7-Code's vendor accepts only 1.0.",
+            min=0,
+            max=2,
+        ),
+        "top_p": Key(
+            "float",
+            "Default top_p for requests that do not set one (--preferred-sampling-params). null: SGLang's. "
+            "K2.7-Code's vendor accepts only 0.95.",
+            min=0,
+            max=1,
         ),
     },
     "loader": {

@@ -15,12 +15,17 @@ from dataclasses import dataclass
 class ModelSection:
     """``model:``"""
 
+    family: str
     path: str
     served_name: str
     trust_remote_code: bool
     context_length: int | None
     kv_cache_dtype: str
     attention_heads: int
+    thinking: bool | None
+    preserve_thinking: bool | None
+    temperature: float | None
+    top_p: float | None
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.core.family import DEFAULT, by_model_name
 from kimi_serve.sglang.platform import SM120_FACTS
 from kimi_serve.simulator.draft import DraftClass, check_declared, resolve_draft
-from kimi_serve.simulator.stand_in import STANDIN_DRAFT, STANDIN_MODEL
+from kimi_serve.simulator.stand_in import STANDIN_DRAFT, standin_model
 
 logger = logging.getLogger("kimi_serve.simulator")
 
@@ -31,6 +32,7 @@ class SimulatedArgs:
     tokenizer_dir: Path | None  # a real directory that may hold the model's tokenizer
     notes: list[str] = field(default_factory=list)  # what was substituted, for the log and /server_info
     draft: DraftClass | None = None  # the draft's class as SGLang resolved it (draft.py); None without a draft
+    family: str = DEFAULT  # the Kimi family served (core/family.py), from the served name or the model path
 
 
 def _is_model_dir(path: str | None) -> bool:
@@ -48,11 +50,13 @@ def resolve(argv: list[str]) -> SimulatedArgs:
     if sa.served_model_name is None:
         sa.served_model_name = model_path  # SGLang's default, kept although the path below may change
     tokenizer_dir: Path | None = Path(model_path) if Path(model_path).is_dir() else None
+    named = by_model_name(str(sa.served_model_name)) or by_model_name(model_path)
+    family = named.name if named is not None else DEFAULT
     if not _is_model_dir(model_path):
-        sa.model_path = str(STANDIN_MODEL)
+        sa.model_path = str(standin_model(family))
         notes.append(
-            f"model path {model_path} has no config.json here: using the stand-in config-only Kimi-K2.5"
-            f" directory {STANDIN_MODEL}"
+            f"model path {model_path} has no config.json here: using the stand-in config-only"
+            f" {named.title if named else 'Kimi-K2.5'} directory {sa.model_path}"
         )
     if sa.tokenizer_path is not None:
         if Path(sa.tokenizer_path).is_dir():
@@ -79,5 +83,10 @@ def resolve(argv: list[str]) -> SimulatedArgs:
     with override_platform(**SM120_FACTS):  # the draft as SGLang's start-up resolves it (KimiServeError: refused)
         draft_class = resolve_draft(sa)
     return SimulatedArgs(
-        server_args=sa, model_path=model_path, tokenizer_dir=tokenizer_dir, notes=notes, draft=draft_class
+        server_args=sa,
+        model_path=model_path,
+        tokenizer_dir=tokenizer_dir,
+        notes=notes,
+        draft=draft_class,
+        family=family,
     )

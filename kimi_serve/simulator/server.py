@@ -383,6 +383,7 @@ async def _serve(app: Any, host: str, port: int, state: ServerState, warmup: flo
 
 def main(argv: list[str] | None = None) -> int:
     from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.core.family import family as family_of
     from kimi_serve.simulator.args import resolve
     from kimi_serve.simulator.draft import LOG_PREFIX as DRAFT_LOG_PREFIX
     from kimi_serve.simulator.tokenizer import load_tokenizer
@@ -404,8 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     _configure_logging(serving_cfg.get("log_level") or "info")
     logger.info(f"server_args={_redacted_info(sa)}")
     logger.info(
-        "kimi-serve simulator: SGLang's own OpenAI serving layer with a SCRIPTED Kimi-K2.5 stand-in model"
-        " (no GPU, no weights)"
+        "kimi-serve simulator: SGLang's own OpenAI serving layer with a SCRIPTED "
+        f"{family_of(sim.family).title} stand-in model (no GPU, no weights)"
     )
     for note in sim.notes:
         logger.info(f"kimi-serve simulator: {note}")
@@ -415,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         from kimi_serve.simulator.engine import perf_params, stand_in_acceptance
 
         logger.info(f"kimi-serve simulator: {stand_in_acceptance(perf_params().accept_length)}")
-    loaded = load_tokenizer(sim.tokenizer_dir)
+    loaded = load_tokenizer(sim.tokenizer_dir, sim.family)
     logger.info(f"kimi-serve simulator: tokenizer: {loaded.description}")
     load_seconds = _seconds(SIM_LOAD_ENV, 0.0)
     if load_seconds:

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.simulator.stand_in import CHAT_TEMPLATE, STANDIN_TOKENIZER
+from kimi_serve.core.family import K25
+from kimi_serve.core.family import family as family_of
+from kimi_serve.simulator.stand_in import STANDIN_TOKENIZER, chat_template
 
 BASE_RANKS = 163584
 VOCAB_SIZE = 163840
@@ -61,7 +63,7 @@ def has_tokenizer(model_dir: Path) -> bool:
     return any((model_dir / name).is_file() for name in _TOKENIZER_FILES)
 
 
-def load_tokenizer(model_dir: Path | None) -> LoadedTokenizer:
+def load_tokenizer(model_dir: Path | None, family: str = K25) -> LoadedTokenizer:
     if model_dir is not None and has_tokenizer(model_dir):
         from transformers import AutoTokenizer
 
@@ -69,14 +71,14 @@ def load_tokenizer(model_dir: Path | None) -> LoadedTokenizer:
         return LoadedTokenizer(tok, f"real tokenizer {type(tok).__name__} and chat template from {model_dir}", False)
     where = f"{model_dir} has no tokenizer files" if model_dir is not None else "no model directory"
     return LoadedTokenizer(
-        build_standin(),
-        f"STAND-IN tokenizer (kimi-serve simulator: byte-level BPE + Kimi special-token ids, K2.5-style template;"
-        f" {where})",
+        build_standin(family),
+        f"STAND-IN tokenizer (kimi-serve simulator: byte-level BPE + Kimi special-token ids, "
+        f"{family_of(family).title}-style template; {where})",
         True,
     )
 
 
-def build_standin() -> Any:
+def build_standin(family: str = K25) -> Any:
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -102,5 +104,5 @@ def build_standin() -> Any:
         pad_token="[PAD]",
         additional_special_tokens=["<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>"],
     )
-    tok.chat_template = CHAT_TEMPLATE.read_text(encoding="utf-8")
+    tok.chat_template = chat_template(family)
     return tok

@@ -30,6 +30,8 @@ class UpOptions:
     served_model: str | None = None
     accept_floor: float | None = default_of("speculative.accept_floor")  # the draft's expected accept length
     speculative: bool = False  # the profile runs speculative decoding (verify judges the draft)
+    family: str | None = None  # model.family: the family's probes (verify/family_probe.py)
+    preserve_thinking: bool | None = None  # model.preserve_thinking (None: the server's default)
 
     @classmethod
     def from_profile(cls, p: Profile, *, verify: bool = True, **overrides: Any) -> UpOptions:
@@ -43,6 +45,8 @@ class UpOptions:
             served_model=p.model.served_name,
             accept_floor=p.speculative.accept_floor,
             speculative=p.speculative.enabled,
+            family=p.model.family,
+            preserve_thinking=p.model.preserve_thinking,
         )
         return cls(**{**values, **overrides})
 

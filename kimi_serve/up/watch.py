@@ -68,6 +68,8 @@ def contract_check(target: Any, opts: UpOptions, api_key: str | None, key_source
         suite=opts.verify_suite,
         accept_floor=opts.accept_floor,
         spec_expected=opts.speculative,
+        family=opts.family,
+        preserve_thinking=opts.preserve_thinking,
     )
     return run_verify(target, options)
 

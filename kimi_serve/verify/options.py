@@ -23,7 +23,9 @@ class VerifyOptions:
     the API port that are fine. ``limits``: what the run reads at most (core/http_body.py). ``concurrency``: the load
     probe's N concurrent streams (None: 8 in ``full``, none in the other suites; 0 leaves it out). ``accept_floor``:
     the speculative draft's expected mean accept length (below it: a WARN; None: no floor); ``spec_expected``:
-    whether the caller's profile runs speculative decoding (the server's word comes first; verify/draft.py)."""
+    whether the caller's profile runs speculative decoding (the server's word comes first; verify/draft.py).
+    ``family``: the profile's model.family (None: the one the served model's name spells, verify/family_probe.py);
+    ``preserve_thinking``: the profile's model.preserve_thinking (None: the server's default)."""
 
     api_key: str | None = None
     key_source: str | None = None
@@ -38,3 +40,5 @@ class VerifyOptions:
     concurrency: int | None = None
     accept_floor: float | None = DEFAULT_FLOOR
     spec_expected: bool | None = None
+    family: str | None = None
+    preserve_thinking: bool | None = None

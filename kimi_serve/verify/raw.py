@@ -91,7 +91,7 @@ def generate_body(probe: Probe, *, input_ids: list[int] | None = None) -> dict[s
     }
 
 
-def _meta_findings(data: dict[str, Any]) -> list[Finding]:
+def _meta_findings(data: dict[str, Any], stop_ids: tuple[int, ...] = kf.STOP_IDS) -> list[Finding]:
     meta = data.get("meta_info")
     if not isinstance(meta, dict):
         return [
@@ -119,13 +119,13 @@ def _meta_findings(data: dict[str, Any]) -> list[Finding]:
                 "the model did not finish; rerun, or read the SGLang log",
             )
         )
-    elif finish["type"] == "stop" and finish.get("matched") not in kf.STOP_IDS:
+    elif finish["type"] == "stop" and finish.get("matched") not in stop_ids:
         found.append(
             problem(
                 "raw_matched_stop",
-                f"finish_reason.matched is {finish.get('matched')!r}, not a Kimi "
-                f"stop id ({' or '.join(map(kf.id_name, kf.STOP_IDS))})",
-                "serve Kimi-K2.5's own generation_config.json (eos <|im_end|> 163586)",
+                f"finish_reason.matched is {finish.get('matched')!r}, not the model's "
+                f"stop id ({' or '.join(map(kf.id_name, stop_ids))})",
+                "serve the checkpoint's own config.json and generation_config.json (its eos ids; docs/families.md)",
             )
         )
     elif finish["type"] == "abort":
@@ -232,8 +232,8 @@ def _call_findings(turn: kf.RawTurn, names: set[str]) -> list[Finding]:
     return found
 
 
-def check_raw(data: Any, probe: Probe) -> list[Finding]:
-    """Every rule a /generate answer for ``probe`` must meet (an empty list: it holds)."""
+def check_raw(data: Any, probe: Probe, stop_ids: tuple[int, ...] = kf.STOP_IDS) -> list[Finding]:
+    """Every rule a /generate answer for ``probe`` must meet (an empty list: it holds); ``stop_ids``: the family's."""
     if not isinstance(data, dict):
         return [
             problem(
@@ -252,9 +252,9 @@ def check_raw(data: Any, probe: Probe) -> list[Finding]:
                 f"the /generate answer has no output_ids ({clip(repr(ids))})",
                 "point --host at SGLang 0.5.23's native /generate (it returns output_ids)",
             )
-        ] + _meta_findings(data)
+        ] + _meta_findings(data, stop_ids)
     thinking = (probe.template_kwargs or {}).get("thinking", True) is not False
-    found = _meta_findings(data) + _think_findings(text, ids, thinking)
+    found = _meta_findings(data, stop_ids) + _think_findings(text, ids, thinking)
     turn = kf.parse_raw(text, thinking=thinking)
     found += [problem("raw_format", f"not Kimi's raw format: {p}", "read the raw text") for p in turn.problems]
     if kf.IM_END in text:
@@ -302,8 +302,17 @@ RAW_PROBES = (
 )
 
 
-def run_raw_probe(probe: Probe, target: Any, *, api_key: str | None, deadline: float, timeout: float) -> ProbeResult:
+def run_raw_probe(
+    probe: Probe,
+    target: Any,
+    *,
+    api_key: str | None,
+    deadline: float,
+    timeout: float,
+    stop_ids: tuple[int, ...] = kf.STOP_IDS,
+) -> ProbeResult:
     posted = post(target, "/generate", generate_body(probe), api_key=api_key, deadline=deadline, timeout=timeout)
     if posted.failure is not None:
         return ProbeResult(probe.name, GENERATE, posted.latency_s, (posted.failure,), unreachable=posted.unreachable)
-    return ProbeResult(probe.name, GENERATE, posted.latency_s, tuple(dict.fromkeys(check_raw(posted.data, probe))))
+    found = check_raw(posted.data, probe, stop_ids)
+    return ProbeResult(probe.name, GENERATE, posted.latency_s, tuple(dict.fromkeys(found)))

@@ -8,6 +8,7 @@ from functools import partial
 from typing import Any
 
 from kimi_serve.core.suites import FULL, RAW
+from kimi_serve.verify.kimi_format import STOP_IDS
 from kimi_serve.verify.lossless import LOSSLESS_PROBES, MODE, run_lossless_probe
 from kimi_serve.verify.probes import Probe
 from kimi_serve.verify.raw import GENERATE, RAW_PROBES, run_raw_probe
@@ -17,14 +18,20 @@ RawCall = tuple[Probe, str, Callable[[], ProbeResult]]
 
 
 def raw_calls(
-    suite: str, target: Any, *, model: str, api_key: str | None, deadline: float, timeout: float
+    suite: str,
+    target: Any,
+    *,
+    model: str,
+    api_key: str | None,
+    deadline: float,
+    timeout: float,
+    stop_ids: tuple[int, ...] = STOP_IDS,
 ) -> list[RawCall]:
+    """``stop_ids``: the ids the served family's turns end on (core/family.py)."""
     calls: list[RawCall] = []
     if suite in (RAW, FULL):
-        calls += [
-            (p, GENERATE, partial(run_raw_probe, p, target, api_key=api_key, deadline=deadline, timeout=timeout))
-            for p in RAW_PROBES
-        ]
+        run = partial(run_raw_probe, target=target, api_key=api_key, deadline=deadline, timeout=timeout)
+        calls += [(p, GENERATE, partial(run, p, stop_ids=stop_ids)) for p in RAW_PROBES]
     if suite == FULL:
         calls += [
             (

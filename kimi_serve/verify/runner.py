@@ -21,6 +21,7 @@ from kimi_serve.verify.agentic import DIALECT_PROBES, REPLAYS, agentic_probes
 from kimi_serve.verify.answer import Answer, answer_from_json
 from kimi_serve.verify.budget import check_budget
 from kimi_serve.verify.draft import SPEC_DETAILS, judge_draft
+from kimi_serve.verify.family_probe import family_calls, for_family, resolve_family
 from kimi_serve.verify.leaks import server_info_leaks
 from kimi_serve.verify.options import VerifyOptions
 from kimi_serve.verify.probes import STREAM, Probe
@@ -277,7 +278,9 @@ def run_verify(target: Target | str, options: VerifyOptions | None = None, **cha
     ``options``: how the run goes (:class:`~kimi_serve.verify.options.VerifyOptions`), with ``changes`` to its fields
     (a caller that sets one or two). Readiness first (``options.wait``), then every probe and mode, then the
     least-privilege checks (admin endpoints, stray listeners), all within ``options.timeout``; then the speculative
-    draft's acceptance (verify/draft.py: ``options.accept_floor``, ``options.spec_expected``). The report's
+    draft's acceptance (verify/draft.py: ``options.accept_floor``, ``options.spec_expected``). The family's probes
+    follow ``options.family`` (None: the one the served model's name spells, verify/family_probe.py) and
+    ``options.preserve_thinking`` (None: the server's default). The report's
     ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
@@ -291,10 +294,8 @@ def run_verify(target: Target | str, options: VerifyOptions | None = None, **cha
 
 def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
     api_key, model, wait, timeout, suite = opts.api_key, opts.model, opts.wait, opts.timeout, opts.suite
-    max_tokens = opts.max_tokens
-    concurrency = opts.concurrency
-    if concurrency is None:
-        concurrency = load_probe.DEFAULT_CONCURRENCY if suite == FULL else 0
+    max_tokens, concurrency = opts.max_tokens, opts.concurrency
+    concurrency = (load_probe.DEFAULT_CONCURRENCY if suite == FULL else 0) if concurrency is None else concurrency
     probes = suite_probes(suite) + agentic_probes(suite)
     if max_tokens is not None:
         probes = tuple(dataclasses.replace(p, max_tokens=min(p.max_tokens, max_tokens)) for p in probes)
@@ -340,6 +341,8 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
                 return report
             model = served[0]
         report.model = model
+        fam = resolve_family(opts.family, model)
+        calls = [(p, m) for p in for_family(probes, fam) for m in p.modes]
         from kimi_serve.verify.parser_faults import parser_checks
         from kimi_serve.verify.privilege import privilege_checks
 
@@ -363,7 +366,20 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
             load_pool.submit(_after, lone, deadline, _attempt, target, p, STREAM, model, api_key, deadline, timeout)
             for p in loads
         ]
-        extras = raw_calls(suite, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout)
+        extras = raw_calls(
+            suite, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout, stop_ids=fam.eos_ids
+        )
+        if probes:  # a chat suite: the token accounting, and the family's own probes (verify/family_probe.py)
+            extras += family_calls(
+                fam,
+                target,
+                model=model,
+                configured=opts.preserve_thinking,
+                api_key=api_key,
+                deadline=deadline,
+                timeout=timeout,
+                max_tokens=max_tokens,
+            )
         extra_futures = [pool.submit(fn) for _, _, fn in extras]
         pending: list[Future[Any]] = [*futures, *load_futures, *extra_futures, info_future, leak_future]
         pending += [budget_future] if budget_future else []
