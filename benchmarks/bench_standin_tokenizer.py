@@ -6,7 +6,7 @@
 - opencode: opencode's real tool schemas (tests/clients/opencode_tools.json) with "List the files in this directory";
 - prose: the tool descriptions of both (English); json: both tool lists as compact JSON; code: the tier's Python and
   TypeScript client drivers (tests/clients/py_clients.py, ai_sdk.mjs).
-kimi-cli's own estimate for Kimi's tokenizer comes to ~3.8 characters per token on its prompt (the issue's 12,882 tokens).
+kimi-cli's own estimate for Kimi's tokenizer comes to ~3.8 characters per token on its prompt (12,882 tokens).
 
 Run: PYTHONPATH=. $KIMI_SERVE_SGLANG_PYTHON benchmarks/bench_standin_tokenizer.py
 """

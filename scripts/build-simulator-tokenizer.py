@@ -5,8 +5,9 @@ The stand-in is NOT Kimi's tokenizer (a 163584-rank tiktoken BPE); it has to cut
 so that token counts (usage, context limits, the budget a client asks for) come out near a real server's.
 kimi_serve/simulator/tokenizer.py pads this vocabulary to Kimi's 163584 base ranks and adds Kimi's special tokens at
 their real ids. The merges are learnt over the project's own text, which it ships: its docs (English prose), its
-Python sources, scripts, configurations and patches (code), its JSON data (compact and indented), and the scripted model's own answers; the clients'
-captured prompts under tests/clients/ are left out, to measure on (benchmarks/bench_standin_tokenizer.py).
+Python sources, scripts, configurations and patches (code), its JSON data (compact and indented), and the scripted
+model's own answers; the clients' captured prompts under tests/clients/ are left out, to measure on
+(benchmarks/bench_standin_tokenizer.py).
 Run in the CPU SGLang venv (needs `tokenizers`):
     "$(scripts/build-cpu-venv.sh | tail -n1)" scripts/build-simulator-tokenizer.py
 """
@@ -26,7 +27,8 @@ from kimi_serve.simulator import model  # noqa: E402
 from kimi_serve.simulator.stand_in import STANDIN_TOKENIZER  # noqa: E402
 from kimi_serve.simulator.tokenizer import standin_pre_tokenizer  # noqa: E402
 
-VOCAB_SIZE = 20480  # 500 KB of JSON (~210 KB in the wheel): >= 3.5 chars/token on prose, code and JSON; 16384 is 3.46 on JS
+# 500 KB of JSON (~210 KB in the wheel): >= 3.5 chars/token on prose, code and JSON (16384: 3.46 on the JS driver)
+VOCAB_SIZE = 20480
 
 
 def corpus() -> list[str]:

@@ -1,11 +1,11 @@
 """The tokenizer the simulator serves with: the model directory's real one when it has one, else a bundled stand-in.
 
 Real (the serving host): ``AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)``, i.e. Kimi's tiktoken
-tokenizer and its own chat template. Stand-in (CI, laptops): a 16,384-token byte-level BPE (assets/standin-bpe.json,
-cut by the same word/number/punctuation split as Kimi's tiktoken pattern, ~3.9 characters per token on the clients'
-prompts as Kimi's ~3.8) padded to Kimi's 163584 base ranks, then Kimi's 256 special slots at their real ids (163584 ``[BOS]`` ...
-163586 ``<|im_end|>`` ... 163607 ``</think>``), and a K2.5-style chat template with the ``thinking`` toggle
-(assets/chat_template.jinja).
+tokenizer and its own chat template. Stand-in (CI, laptops): a 20,480-token byte-level BPE (assets/standin-bpe.json,
+cut by the same word/number/punctuation split as Kimi's tiktoken pattern; ~3.9 characters per token on the clients'
+prompts, Kimi's ~3.8) padded to Kimi's 163584 base ranks, then Kimi's 256 special slots at their real ids
+(163584 ``[BOS]`` ... 163586 ``<|im_end|>`` ... 163607 ``</think>``), and a K2.5-style chat template with the
+``thinking`` toggle (assets/chat_template.jinja).
 Runs inside the SGLang venv (needs ``tokenizers``/``transformers``).
 """
 
@@ -52,7 +52,8 @@ _NAMED: list[tuple[int, str, bool]] = [
 # space/punctuation, numbers in runs of at most 3 digits, punctuation runs with their newlines, whitespace runs.
 # The stand-in's merges are learnt over it (scripts/build-simulator-tokenizer.py) and it serves with it.
 SPLIT_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 _TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "tiktoken.model", "tokenizer.model")
 
