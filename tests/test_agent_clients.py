@@ -32,6 +32,7 @@ from up_helpers import UpProcess, dp2_profile
 REPO = Path(__file__).resolve().parent.parent
 CLIENTS_SRC = REPO / "tests" / "clients"
 KEY = "client-tier-key"
+ADMIN_KEY = "client-tier-admin-7c1d"  # the replicated profile's router: worker management with this key only
 MODEL = "kimi-k2.5"
 PARSERS = ("--tool-call-parser", "--reasoning-parser")
 # what a user must never see as an answer: Kimi's special tokens and the reasoning delimiters
@@ -416,12 +417,13 @@ def judged(
 
 
 def _replicated(env_dir: Path, run: Path) -> Judged:
-    """sim-dp2 as a user starts it (`up`: two simulator replicas, SGLang's router in front, the key in a file), then
-    opencode and kimi-cli with the configurations client-config prints for that profile (the router's address, no
-    --host), and verify quick through the router, concurrently."""
+    """sim-dp2 as a user starts it (`up`: two simulator replicas, SGLang's router in front, the keys in a file: without
+    an admin key any client could manage the router's workers, which verify fails), then opencode and kimi-cli with the
+    configurations client-config prints for that profile (the router's address, no --host), and verify quick through
+    the router, concurrently."""
     run.mkdir()
     key_file = run / "key.yaml"
-    key_file.write_text(f"api-key: {KEY}\n")
+    key_file.write_text(f"api-key: {KEY}\nadmin-api-key: {ADMIN_KEY}\n")
     key_file.chmod(0o600)
     profile, _, router_port = dp2_profile(run, key_file)
     up = UpProcess(["--profile", str(profile), "--log-file", str(run / "up.log"), "-q"], run / "state")
