@@ -29,6 +29,8 @@ import pytest
 from sim_pool import SGLangSession, start_keyed
 from up_helpers import UpProcess, dp2_profile
 
+from kimi_serve.core.settings import SGLANG_PYTHON_ENV
+
 REPO = Path(__file__).resolve().parent.parent
 CLIENTS_SRC = REPO / "tests" / "clients"
 KEY = "client-tier-key"
@@ -412,11 +414,11 @@ def judged(
             run / "project",
             snippets,
         )
-    results[REPLICATED] = _replicated(agent_clients, work / REPLICATED)
+    results[REPLICATED] = _replicated(agent_clients, work / REPLICATED, sglang_session.python)
     yield results
 
 
-def _replicated(env_dir: Path, run: Path) -> Judged:
+def _replicated(env_dir: Path, run: Path, python: str) -> Judged:
     """sim-dp2 as a user starts it (`up`: two simulator replicas, SGLang's router in front, the keys in a file: without
     an admin key any client could manage the router's workers, which verify fails), then opencode and kimi-cli with the
     configurations client-config prints for that profile (the router's address, no --host), and verify quick through
@@ -426,7 +428,9 @@ def _replicated(env_dir: Path, run: Path) -> Judged:
     key_file.write_text(f"api-key: {KEY}\nadmin-api-key: {ADMIN_KEY}\n")
     key_file.chmod(0o600)
     profile, _, router_port = dp2_profile(run, key_file)
-    up = UpProcess(["--profile", str(profile), "--log-file", str(run / "up.log"), "-q"], run / "state")
+    up = UpProcess(  # the sim profile's engine: $KIMI_SERVE_SGLANG_PYTHON (a module fixture: no sglang_python)
+        ["--profile", str(profile), "--log-file", str(run / "up.log"), "-q"], run / "state", {SGLANG_PYTHON_ENV: python}
+    )
     try:
         assert up.wait_for("supervising 2 replicas", 420), up.output[-5000:]
         with ThreadPoolExecutor(max_workers=3) as pool:

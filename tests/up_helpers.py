@@ -154,8 +154,8 @@ def dp2_profile(directory: Path, key_file: Path | None) -> tuple[Path, int, int]
 class UpProcess:
     """`kimi-serve up` as a child process, its stdout+stderr collected line by line."""
 
-    def __init__(self, args: list[str], state: Path) -> None:
-        env = {**os.environ, "KIMI_SERVE_STATE_DIR": str(state)}
+    def __init__(self, args: list[str], state: Path, extra_env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, **(extra_env or {}), "KIMI_SERVE_STATE_DIR": str(state)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kimi_serve", "up", *args],
             stdout=subprocess.PIPE,
