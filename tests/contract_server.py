@@ -85,6 +85,7 @@ FAILURE_MODES = (
     "drops-under-load",
     "effort-ignored",
     "reasoning-required",
+    "stream-second-call-lost",
 )
 RESTATED = "17 * 23 = 340 + 51 = 391."  # "answer-restates-result": a summary of the reasoning, not a copy
 MARKERS = {  # think markers of other Kimi families, wrapped around the reasoning in content
@@ -301,7 +302,8 @@ def _sse_events(s: Shaped, mode: str, model: str) -> list[str]:
     events = [chunk({"role": "assistant", "content": "", "reasoning_content": None})]
     events += [chunk({s.reasoning_key: p}) for p in _pieces(s.reasoning or "")]
     events += [chunk({"reasoning_content": None, "content": p}) for p in _pieces(s.content)]
-    for call in s.calls:
+    calls = s.calls[:1] if mode == "stream-second-call-lost" else s.calls  # non-stream answers keep both
+    for call in calls:
         empty = mode == "empty-call-deltas"  # vllm-project/vllm#54701: deltas without a name or arguments
         head = {
             "index": call["index"],

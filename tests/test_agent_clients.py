@@ -4,9 +4,11 @@ Real, pinned clients (requirements/clients.txt, requirements/kimi-cli.txt; tests
 scripts/build-client-env.sh) each drive a tool loop (tests/clients/py_clients.py, tests/clients/ai_sdk.mjs; opencode
 and kimi-cli with their own tools and system prompts, kimi-cli with both its providers and the config.toml
 client-config prints, as printed) against the simulator serving prod's exact flags, and against each misconfiguration
-the field has seen (no tool-call parser, no reasoning parser, neither). A client "works" when it executed a tool call
-the model made and every answer it would show its user is non-empty and free of Kimi's markup. On every server,
-verify's verdict (quick and full) must be the clients' verdict: it passes exactly where every client works.
+the field has seen (no tool-call parser, no reasoning parser, neither); then opencode and kimi-cli with what
+client-config prints for a replicated profile (sim-dp2 started by `up`: two replicas behind SGLang's router), through
+the router. A client "works" when it executed a tool call the model made and every answer it would show its user is
+non-empty and free of Kimi's markup. On every server, verify's verdict (quick and full; quick, the start gate, through
+the router) must be the clients' verdict: it passes exactly where every client works.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,20 +27,27 @@ from typing import Any
 
 import pytest
 from sim_pool import SGLangSession, start_keyed
+from up_helpers import UpProcess, dp2_profile
+
+from kimi_serve.core.settings import SGLANG_PYTHON_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 CLIENTS_SRC = REPO / "tests" / "clients"
 KEY = "client-tier-key"
+ADMIN_KEY = "client-tier-admin-7c1d"  # the replicated profile's router: worker management with this key only
 MODEL = "kimi-k2.5"
 PARSERS = ("--tool-call-parser", "--reasoning-parser")
 # what a user must never see as an answer: Kimi's special tokens and the reasoning delimiters
 MARKUP = re.compile(r"<\|[a-z_]+\|>|</?think>")
 PY_CLIENTS = ("openai", "openai-agents", "pydantic-ai", "langchain")
 SERVERS = ("prod", "no-tool-parser", "no-reasoning-parser", "neither")
+REPLICATED = "sim-dp2"  # a replicated profile, through its router: opencode and kimi-cli as client-config prints them
 READ_TASK = "Read README.md and tell me its title."
 KIMI_CLI_TASK = "Use the ReadFile tool on `README.md`, then tell me its title"
 TITLE = "Client Tier Project"
-KIMI_CLI_PROVIDERS = ("kimi", "openai_legacy")  # the printed file's provider, and the same with OpenAI's dialect
+# the printed file's provider (every server), and the same with OpenAI's dialect (prod only: on a misconfigured server
+# it fails as the kimi provider does, the request bodies differ only in the thinking field)
+KIMI_CLI_PROVIDERS = ("kimi", "openai_legacy")
 README = "# Client Tier Project\n\nA scratch project.\n"
 
 
@@ -160,12 +170,13 @@ OPENCODE_OFFLINE = {
 }
 
 
-def client_config(client: str, host: str) -> dict[str, Any]:
-    """``kimi-serve client-config`` for ``client`` with prod's limits at the simulator's address: what the tier runs
-    is what kimi-serve tells users to configure."""
+def client_config(client: str, host: str | None, profile: str = "prod") -> dict[str, Any]:
+    """``kimi-serve client-config`` for ``client`` with prod's limits at the simulator's address (``host``), or
+    ``profile``'s own front door (None): what the tier runs is what kimi-serve tells users to configure."""
     out = subprocess.run(
-        [sys.executable, "-m", "kimi_serve", "client-config", "--client", client, "--profile", "prod"]
-        + ["--host", host, "--json"],
+        [sys.executable, "-m", "kimi_serve", "client-config", "--client", client, "--profile", profile]
+        + (["--host", host] if host else [])
+        + ["--json"],
         capture_output=True,
         text=True,
         check=True,
@@ -176,8 +187,8 @@ def client_config(client: str, host: str) -> dict[str, Any]:
     return doc
 
 
-def opencode_config(host: str) -> dict[str, Any]:
-    config: dict[str, Any] = json.loads(client_config("opencode", host)["file"]["text"])
+def opencode_config(host: str | None, profile: str = "prod") -> dict[str, Any]:
+    config: dict[str, Any] = json.loads(client_config("opencode", host, profile)["file"]["text"])
     return config
 
 
@@ -376,7 +387,7 @@ def judged(
                 kimi_cli = []
                 if kimi_cli_missing(agent_clients) is None:
                     printed = client_config("kimi-cli", f"127.0.0.1:{port}")["file"]["text"]
-                    runs = [(p, True) for p in KIMI_CLI_PROVIDERS] + ([("kimi", False)] if name == "prod" else [])
+                    runs = [("kimi", True)] + ([("openai_legacy", True), ("kimi", False)] if name == "prod" else [])
                     kimi_cli = [
                         pool.submit(run_kimi_cli, agent_clients, run / f"kimi-cli-{p}-{t}", printed, p, t)
                         for p, t in runs
@@ -403,7 +414,46 @@ def judged(
             run / "project",
             snippets,
         )
+    results[REPLICATED] = _replicated(agent_clients, work / REPLICATED, sglang_session.python)
     yield results
+
+
+def _replicated(env_dir: Path, run: Path, python: str) -> Judged:
+    """sim-dp2 as a user starts it (`up`: two simulator replicas, SGLang's router in front, the keys in a file: without
+    an admin key any client could manage the router's workers, which verify fails), then opencode and kimi-cli with the
+    configurations client-config prints for that profile (the router's address, no --host), and verify quick through
+    the router, concurrently."""
+    run.mkdir()
+    key_file = run / "key.yaml"
+    key_file.write_text(f"api-key: {KEY}\nadmin-api-key: {ADMIN_KEY}\n")
+    key_file.chmod(0o600)
+    profile, _, router_port = dp2_profile(run, key_file)
+    up = UpProcess(  # the sim profile's engine: $KIMI_SERVE_SGLANG_PYTHON (a module fixture: no sglang_python)
+        ["--profile", str(profile), "--log-file", str(run / "up.log"), "-q"], run / "state", {SGLANG_PYTHON_ENV: python}
+    )
+    try:
+        assert up.wait_for("supervising 2 replicas", 420), up.output[-5000:]
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            oc = pool.submit(
+                run_opencode, env_dir, run / "opencode-home", run / "project", opencode_config(None, str(profile)),
+                READ_TASK,
+            )  # fmt: skip
+            kimi_cli = []
+            if kimi_cli_missing(env_dir) is None:
+                printed = client_config("kimi-cli", None, str(profile))["file"]["text"]
+                kimi_cli = [pool.submit(run_kimi_cli, env_dir, run / "kimi-cli", printed, "kimi")]
+            quick = pool.submit(verify_verdict, f"127.0.0.1:{router_port}", "quick")
+            outcomes = [oc.result()] + [j.result() for j in kimi_cli]
+            ok, report = quick.result()
+    finally:
+        if up.proc.poll() is None:
+            up.proc.send_signal(signal.SIGINT)  # the router first, then the replicas (docs/up.md)
+            try:
+                up.finish(120)
+            except subprocess.TimeoutExpired:
+                up.proc.kill()
+                up.finish(30)
+    return Judged(REPLICATED, outcomes, {"quick": ok}, {"quick": report}, run / "project", [])
 
 
 def _table(j: Judged) -> str:
@@ -437,9 +487,10 @@ def test_a_misconfigured_server_breaks_clients_and_verify_says_so(judged: dict[s
     assert j.verify == {"quick": False, "full": False}, _table(j)
 
 
-@pytest.mark.parametrize("server", SERVERS)
+@pytest.mark.parametrize("server", [*SERVERS, REPLICATED])
 def test_verify_agrees_with_every_client(judged: dict[str, Judged], server: str) -> None:
-    """verify passes exactly where every client works (quick, which the start gate runs, and full)."""
+    """verify passes exactly where every client works (quick, which the start gate runs, and full; quick through the
+    replicated profile's router)."""
     j = judged[server]
     clients_ok = all(o.works for o in j.outcomes)
     for suite, ok in j.verify.items():
@@ -470,8 +521,27 @@ def test_kimi_cli_runs_as_printed_and_calls_exactly_what_was_asked(
         assert o.error is None, f"{o.mode}: {o.error}\n{o.raw[-1500:]}"
         assert o.calls == [{"name": "ReadFile", "arguments": {"path": "README.md"}}], f"{o.mode}: {o.calls}"
         assert TITLE in o.answers[-1] and o.works, f"{o.mode}: {o.answers}"
-    for server in SERVERS:  # both providers on every server, judged with the other clients
-        assert {o.mode for o in judged[server].outcomes if o.client == "kimi-cli"} >= set(KIMI_CLI_PROVIDERS)
+    for server in SERVERS:  # its printed provider on every server, judged with the other clients
+        assert "kimi" in {o.mode for o in judged[server].outcomes if o.client == "kimi-cli"}
+
+
+def test_the_printed_configurations_run_through_a_replicated_profiles_router(
+    judged: dict[str, Judged], agent_clients: Path
+) -> None:
+    """opencode's opencode.json and kimi-cli's config.toml as client-config prints them for sim-dp2 (the router's
+    address): each completes its tool loop through the router, calling exactly the asked-for read, and shows the
+    title; the start gate (verify quick through the router) passes with them."""
+    j = judged[REPLICATED]
+    assert j.verify == {"quick": True}, _table(j)
+    expected = {"opencode": [("read", "README.md")], "kimi-cli": [("ReadFile", "README.md")]}
+    if kimi_cli_missing(agent_clients):
+        del expected["kimi-cli"]
+    assert sorted(o.client for o in j.outcomes) == sorted(expected), _table(j)
+    for o in j.outcomes:
+        assert o.works and TITLE in o.answers[-1], f"{o.client}: {o.why()}\n{o.raw[-1500:]}"
+        paths = [(c["arguments"] or {}).get("filePath") or (c["arguments"] or {}).get("path") or "" for c in o.calls]
+        called = [(c["name"], Path(str(p)).name) for c, p in zip(o.calls, paths, strict=True)]
+        assert called == expected[o.client], f"{o.client}: {o.calls}"
 
 
 def test_each_generated_client_configuration_runs_its_client(judged: dict[str, Judged]) -> None:

@@ -9,8 +9,6 @@ import json
 import os
 import re
 import signal
-import socket
-import textwrap
 import time
 import urllib.error
 import urllib.request
@@ -19,53 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from up_helpers import UpProcess, live_group
+from up_helpers import UpProcess, dp2_profile, live_group
 
 from kimi_serve.router.client import router_health, worker_ids
 from kimi_serve.service.gates import wait_router
 
 KEY, ADMIN = "router-test-key-5f2c", "router-admin-key-8e41"
-
-
-def _free_pair() -> int:
-    """A port P with P+1 free too (replica i listens at server.port + i)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port >= 65535:
-            continue
-        with socket.socket() as a, socket.socket() as b:
-            try:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise AssertionError("no two consecutive free ports")
-
-
-def _free() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def dp2_profile(directory: Path, key_file: Path | None) -> tuple[Path, int, int]:
-    base = _free_pair()
-    router = metrics = base
-    while len({base, base + 1, router, metrics}) < 4:  # each bind is released before the next: a port can repeat
-        router, metrics = _free(), _free()
-    key = f", api_key_file: {key_file}" if key_file else ""
-    path = directory / "dp2-test.yaml"
-    path.write_text(
-        textwrap.dedent(f"""\
-        extends: sim-dp2
-        server: {{port: {base}{key}}}
-        router: {{port: {router}, metrics_port: {metrics}}}
-        """)
-    )
-    return path, base, router
 
 
 def _pid(output: str, pattern: str) -> int:

@@ -22,9 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_router_runtime import dp2_profile
 from test_up_sim import sim_profile
-from up_helpers import UpProcess, cpu_profile, free_port, live_group, server_pid
+from up_helpers import UpProcess, cpu_profile, dp2_profile, free_port, live_group, server_pid
 
 from kimi_serve.core.lock import resource_lock_path
 

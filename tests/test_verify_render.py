@@ -36,8 +36,8 @@ def test_table_has_probe_by_mode_rows_and_the_fixes() -> None:
     assert said[0].startswith("FAIL content_missing (reasoning non-stream+stream): content is empty")
     assert "(fix: keep `</think>`" in said[0]
     warned = [line for line in lines if line.startswith("WARN ")]
-    # reasoning x 2, the loop's answer; the stand-in's unpatched stream shape, Moonshot's dialect ignored
-    assert lines[-1] == f"verify: contract VIOLATED: 3 failed, {len(warned)} warnings, 8 passed"
+    # reasoning x 2, the two loops' answers; the stand-in's unpatched stream shape, Moonshot's dialect ignored
+    assert lines[-1] == f"verify: contract VIOLATED: 4 failed, {len(warned)} warnings, 9 passed"
     assert len(warned) == 2
 
 

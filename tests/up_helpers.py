@@ -114,11 +114,48 @@ def cpu_profile(directory: Path, port: int, python: str, *, model: Path | None =
     return path
 
 
+def free_pair() -> int:
+    """A port P with P+1 free too (replica i listens at server.port + i)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port >= 65535:
+            continue
+        with socket.socket() as a, socket.socket() as b:
+            try:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two consecutive free ports")
+
+
+def dp2_profile(directory: Path, key_file: Path | None) -> tuple[Path, int, int]:
+    """A sim-dp2 profile (two simulator replicas behind SGLang's router) on free ports, the key file when given:
+    (its path, the first replica's port, the router's port)."""
+    base = free_pair()
+    router = metrics = base
+    while len({base, base + 1, router, metrics}) < 4:  # each bind is released before the next: a port can repeat
+        router, metrics = free_port(), free_port()
+    key = f", api_key_file: {key_file}" if key_file else ""
+    path = directory / "dp2-test.yaml"
+    path.write_text(
+        textwrap.dedent(f"""\
+        extends: sim-dp2
+        server: {{port: {base}{key}}}
+        router: {{port: {router}, metrics_port: {metrics}}}
+        """)
+    )
+    return path, base, router
+
+
 class UpProcess:
     """`kimi-serve up` as a child process, its stdout+stderr collected line by line."""
 
-    def __init__(self, args: list[str], state: Path) -> None:
-        env = {**os.environ, "KIMI_SERVE_STATE_DIR": str(state)}
+    def __init__(self, args: list[str], state: Path, extra_env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, **(extra_env or {}), "KIMI_SERVE_STATE_DIR": str(state)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kimi_serve", "up", *args],
             stdout=subprocess.PIPE,

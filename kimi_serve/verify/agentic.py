@@ -5,6 +5,7 @@ in the runner next to the suite's own probes (as verify/raw_suite.py registers t
   that id, with and without ``reasoning_content`` in the replayed assistant message, content as a string and as a
   list of parts; the follow-up must answer;
 - ``strict: true`` tools (openai-agents' and pydantic-ai's default), one call and two in one turn;
+- in quick, two calls in one streamed turn (the suite's own ``parallel``, streamed only);
 - thinking off in each dialect clients use: which the server honours, a warning for each it ignores.
 
 The budget (verify/budget.py) and the load probe (verify/load.py) run beside them.
@@ -177,12 +178,18 @@ DIALECT_PROBES = {
     "thinking": INSTANT_MOONSHOT.name,
 }
 
+# quick (the start gate) carries one request of each agentic shape a single answer shows wrong: the loop with and
+# without reasoning_content (Moonshot's rule refuses the latter with a 400: openai-agents, LangChain) and two calls
+# in one streamed turn (a stream that loses the second call). Its two-turn loops run side by side, so quick still
+# takes about one loop (docs/verify.md "Speed").
 QUICK_PROBES = (
     dataclasses.replace(INSTANT, modes=(NON_STREAM,)),
     INSTANT_EFFORT,
     INSTANT_MOONSHOT,
     dataclasses.replace(STRICT, modes=(NON_STREAM,)),
     loop("loop", (STREAM,)),
+    loop("loop-no-reasoning", (NON_STREAM,)),
+    dataclasses.replace(PARALLEL, modes=(STREAM,)),
 )
 FULL_PROBES = (
     INSTANT_EFFORT,
