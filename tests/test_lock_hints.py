@@ -53,6 +53,9 @@ def _refused(command: str, tmp_path: Path) -> tuple[list[str], Path]:
     (site / "sglang").mkdir(parents=True)  # the lock is taken before the version is read
     state = ["--state-dir", str(tmp_path / "state")]
     metrics = tmp_path / "verify.prom"
+    prompts, out = tmp_path / "prompts.jsonl", tmp_path / "capture"
+    prompts.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    out.mkdir()
     cases = {
         "up": (["up", "--profile", "sim"], resource_lock_path("port", "30000")),
         "verify": (
@@ -64,6 +67,10 @@ def _refused(command: str, tmp_path: Path) -> tuple[list[str], Path]:
         "restart": (["restart", "--profile", "sim"], lock_path()),
         "patches apply": (["patches", "apply", "--site-packages", str(site), *state], site),
         "patches revert": (["patches", "revert", "--site-packages", str(site), *state], site),
+        "capture": (
+            ["capture", "--host", "127.0.0.1:9", "--prompts", str(prompts), "--out", str(out)],
+            out,
+        ),
         "engine install": (
             ["engine", "install", "--prefix", str(tmp_path / "v"), "--lock", "cpu", "--quiet"],
             tmp_path / ".v.kimi-serve.lock",
