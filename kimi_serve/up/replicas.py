@@ -18,7 +18,7 @@ from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.member import Member, Role
 from kimi_serve.up.console import Console
 from kimi_serve.up.options import UpOptions
-from kimi_serve.up.watch import Outcome, Signals, Watch
+from kimi_serve.up.watch import REPLICA_PORT_HINT, UP_PORT_HINT, Outcome, Signals, Watch
 
 ROUTER_POLL_S = 0.5
 ROUTER_READY_S = 120.0  # from the router's start until it reports every worker healthy
@@ -151,7 +151,8 @@ class Running:
     def __init__(self, part: Part, server: Server, opts: UpOptions, console: Console, tagged: bool = True) -> None:
         self.part, self.server = part, server
         self.console = TaggedConsole(console, part.tag) if tagged else console
-        self.watch = Watch(server, part.launch, opts, self.console, part.log_path)
+        hint = REPLICA_PORT_HINT if part.replica is not None else UP_PORT_HINT
+        self.watch = Watch(server, part.launch, opts, self.console, part.log_path, hint)
         self.relay = Signals()  # never installed: the supervisor sets count/last, or puts `up`'s signals here
         self.outcome: Outcome | None = None
 
@@ -204,6 +205,16 @@ class RouterPoller:
             self.next = now + ROUTER_POLL_S
             self.future = self.pool.submit(router_health, self.url, self.api_key)
         return view
+
+
+def router_taken(router: Server, part: Part) -> Outcome | None:
+    """Exit 3 when the router's port answers from another process than the router `up` started (which will then fail
+    to bind), checked before its "every worker healthy" is taken for the router's (:func:`port_taken`)."""
+    from kimi_serve.core.net import client_url
+    from kimi_serve.process.ready import port_taken
+
+    taken = port_taken(router.pid, client_url(part.launch.host, part.launch.port))
+    return Outcome(ExitCode.UNREACHABLE, f"{taken}, not the router up started", UP_PORT_HINT) if taken else None
 
 
 def dry_run(deployment: Deployment, opts: UpOptions, base_log: Path, console: Console) -> int:

@@ -35,6 +35,7 @@ from kimi_serve.up.replicas import (
     Part,
     RouterPoller,
     Running,
+    router_taken,
 )
 from kimi_serve.up.watch import Outcome, Signals, contract_check, contract_verdict
 
@@ -258,6 +259,10 @@ class Supervisor:
         view = self.poller.poll(now)
         expected = self.poller.expected
         if view is not None and view.serves_all(expected):
+            taken = router_taken(self.router, self.routing) if self.router is not None else None
+            if taken is not None:
+                self.begin_stop(taken, taken.message.split(",", 1)[0])
+                return
             self.console.end_progress()
             self.console.info(f"[ready] router ready in {now - self.router_started:.1f}s: {view.line(expected)}")
             self._router_ready()
