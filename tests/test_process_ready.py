@@ -219,3 +219,33 @@ def test_a_200_from_a_process_of_the_childs_tree_is_ready(
     finally:
         server.stop(5)
         server.close()
+
+
+def test_the_routers_port_served_by_another_process_is_3_before_its_workers_are_believed(
+    tmp_path: Path, loopback_port: Callable[[], int]
+) -> None:
+    """`up`'s router (kimi_serve/up/replicas.py router_taken): the same check on the router `up` started."""
+    from kimi_serve.check.deployment import plan_deployment
+    from kimi_serve.profile.loader import load_profile
+    from kimi_serve.up.replicas import Part, router_taken
+
+    port = loopback_port()
+    router = plan_deployment(load_profile("sim-dp2", (f"router.port={port}",))).members[-1]
+    part = Part(router, tmp_path / "router.log")
+    server, _, _ = _start(tmp_path, port, SERVER, "30", "200")  # the router `up` started: not bound yet
+    try:
+        with _other_server(port):
+            taken = router_taken(server, part)
+            assert taken is not None and taken.code == ExitCode.UNREACHABLE
+            assert taken.message.startswith(f"port {port} is served by another process (pid {os.getpid()}, ")
+            assert taken.message.endswith(", not the router up started") and "--port" in taken.hint
+    finally:
+        server.stop(5)
+        server.close()
+    own, _, _ = _start(tmp_path, port, SERVER, "0", "200")  # the router itself on its port: nothing to say
+    try:
+        ready.wait_until_ready(own, parse_target(f"127.0.0.1:{port}"), timeout=30, what="the router")
+        assert router_taken(own, part) is None
+    finally:
+        own.stop(5)
+        own.close()
