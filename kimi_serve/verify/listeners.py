@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
-from kimi_serve.core.net import host_port, ip_of
+from kimi_serve.core.net import host_port, ip_of, is_unspecified
 
 LISTEN = "0A"
 UDP_UNCONNECTED = "07"
@@ -199,10 +199,10 @@ class Holder:
 def _reaches(address: str, host: str) -> bool:
     """A socket listening on ``address`` takes a connection to ``host`` (a name or a wildcard: any address may)."""
     want = ip_of(host)
-    if want is None or want.is_unspecified:
+    if want is None or is_unspecified(host) or is_unspecified(address):
         return True
     ip = ip_of(address)
-    return ip is None or ip.is_unspecified or ip == want
+    return ip is None or ip == want
 
 
 def _held(pids: Iterable[int], proc: Path) -> set[int]:
