@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import socket
 import sys
 import textwrap
 import threading
@@ -249,3 +250,22 @@ def test_the_routers_port_served_by_another_process_is_3_before_its_workers_are_
     finally:
         own.stop(5)
         own.close()
+
+
+def test_another_process_on_another_address_of_the_port_counts_only_where_clients_land(
+    start: Callable[..., tuple[ready.Server, int, Path]],
+) -> None:
+    """The child serves 127.0.0.1:P, another process 127.0.0.2:P: a client of 127.0.0.1 reaches the child (ready);
+    one of a name (``localhost``, any address) may reach the other, so that is said."""
+    server, port, _ = start(SERVER, "0", "200")
+    try:
+        ready.wait_until_ready(server, parse_target(f"127.0.0.1:{port}"), timeout=30, what="the child")
+        with socket.socket() as other:
+            other.bind(("127.0.0.2", port))
+            other.listen()
+            assert ready.port_taken(server.pid, f"http://127.0.0.1:{port}") is None
+            taken = ready.port_taken(server.pid, f"http://localhost:{port}")
+            assert taken is not None and f"(pid {os.getpid()}, " in taken
+    finally:
+        server.stop(5)
+        server.close()
