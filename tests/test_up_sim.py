@@ -1,11 +1,14 @@
 """`kimi-serve up --profile sim`: start to a passing contract with visible phases, clean stop on Ctrl-C; plus the
-preflight and --dry-run paths of the CLI (which start nothing)."""
+preflight and --dry-run paths of the CLI (which start nothing); a port another process answers on is not `up`'s."""
 
 from __future__ import annotations
 
+import http.server
+import os
 import signal
 import socket
 import textwrap
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -79,6 +82,41 @@ def test_port_in_use_stops_up_in_preflight(cli: Callable[..., object], tmp_path:
     assert result.code == 5
     assert f"preflight: port: port {port} on 127.0.0.1 is already in use" in result.err
     assert "starting" not in result.out and not (tmp_path / "x.log").exists()
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def test_a_port_taken_after_preflight_is_never_ready_nor_verified(tmp_path: Path, sglang_python: str) -> None:
+    """Another process answers /health 200 on the port after the preflight, while the simulator still loads: `up`
+    neither says ready nor runs the contract against it; it names that process, stops its own server, exits 3."""
+    port = free_port()
+    up = UpProcess(["--profile", str(sim_profile(tmp_path, port)), "--log-file", str(tmp_path / "s.log")], tmp_path)
+    other = None
+    try:
+        assert up.wait_for("server pid", 60), up.output[-4000:]
+        other = http.server.HTTPServer(("127.0.0.1", port), _Health)  # the simulator binds only once loaded
+        threading.Thread(target=other.serve_forever, daemon=True).start()
+        assert up.finish(120) == 3, up.output[-4000:]
+    finally:
+        if up.proc.poll() is None:
+            up.proc.kill()
+        if other is not None:
+            other.shutdown()
+            other.server_close()
+    comm = Path(f"/proc/{os.getpid()}/comm").read_text().strip()
+    assert f"port {port} is served by another process (pid {os.getpid()}, {comm}), not the server up started" in (
+        up.output
+    )
+    assert "pick another port with --port or stop it" in up.output
+    assert "[ready]" not in up.output and "contract check" not in up.output
+    assert live_group(server_pid(up.output)) == []
 
 
 def test_bad_profile_is_a_usage_error(cli: Callable[..., object], tmp_path: Path) -> None:

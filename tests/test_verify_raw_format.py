@@ -4,6 +4,7 @@ the raw-answer rules, the rebuild + difference report, and the simulator reading
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import jinja2
@@ -148,3 +149,55 @@ def test_cli_suite_raw_and_full_print_the_raw_path(cli: Any) -> None:
     assert full.code == 1 and report["suite"] == "full"
     assert lossless["lossless-reasoning"]["status"] == "pass"  # no parser: content carries the raw text
     assert "no reasoning field" in lossless["lossless-reasoning"]["detail"]
+
+
+# /generate answers whose fields are null, missing or of another JSON type: each fails the raw suite somewhere
+_NULLISH: list[Any] = [
+    None,
+    [_answer(RAW_TOOL)],
+    {"text": RAW_TOOL, "output_ids": None, "meta_info": {}},
+    {"text": RAW_TOOL, "meta_info": {"finish_reason": None, "prompt_tokens": None}},
+    _answer(RAW_TOOL, finish={"type": "stop", "matched": None}),
+    _answer(RAW_TOOL, finish={"type": "stop"}),
+    _answer(RAW_TOOL, finish={"type": "stop", "matched": True}),
+    {**_answer(RAW_TOOL), "meta_info": {"finish_reason": {"type": "stop", "matched": kf.IM_END_ID}}},
+    {**_answer(RAW_TOOL), "meta_info": {"finish_reason": None, "prompt_tokens": False, "completion_tokens": "7"}},
+    _answer(RAW_TOOL.replace('{"city": "Paris"}', "null")),
+    _answer(RAW_TOOL.replace('{"city": "Paris"}', "[true, null]")),
+    _answer(RAW_TOOL.replace("functions.get_weather:0", "")),
+]
+_PYTHON_WORDS = re.compile(r"\b(None|NoneType|True|False|dict|list|str|int)\b")
+
+
+@pytest.mark.parametrize("probe", RAW_PROBES, ids=lambda p: p.name)
+def test_the_raw_suites_findings_word_nulls_as_json_never_as_python(probe: Any) -> None:
+    """Every raw finding message and fix, on answers with nulls, missing keys and wrong types: JSON words (null,
+    true, "stop", an object), never Python's None, True or a type name."""
+    found = [f for data in _NULLISH for f in check_raw(data, probe)]
+    assert len(found) >= len(_NULLISH)  # each answer fails
+    said = [f"{f.message} (fix: {f.fix})" for f in found]
+    assert [s for s in said if _PYTHON_WORDS.search(s)] == []
+    text = "\n".join(said)
+    assert "finish_reason.matched is null (no matched stop), not the model's stop id" in text
+    assert "finish_reason.matched is true, not the model's stop id" in text
+    assert "meta_info.completion_tokens is null (missing), not a positive count" in text
+    assert 'meta_info.completion_tokens is "7", not a positive count' in text
+    assert "the /generate answer has no output_ids (it is null (missing))" in text
+    assert "/generate answered a JSON null, not an object" in text and "answered a JSON array" in text
+    if probe is RAW_PROBES[1]:
+        assert "tool call 0 arguments are a JSON null, not an object" in text
+        assert "arguments are a JSON array, not an object" in text
+
+
+def test_the_chat_paths_findings_word_a_null_finish_reason_and_name_as_json() -> None:
+    """Its kin on the chat path (verify/diagnose.py): a null finish_reason, tool-call type and name."""
+    from kimi_serve.verify import diagnose
+    from kimi_serve.verify.answer import Answer, ToolCall
+
+    empty = diagnose.final_answer_findings(Answer(finish_reason=None), after="after the tool result")
+    nameless = diagnose.call_findings(ToolCall(id="x", arguments="[]"), 0, {"get_weather": {}})
+    said = [f"{f.message} (fix: {f.fix})" for f in empty + nameless]
+    assert [s for s in said if _PYTHON_WORDS.search(s)] == [], said
+    text = "\n".join(said)
+    assert "empty content after the tool result (finish_reason null)" in text
+    assert 'tool call #0 has type null, expected "function"' in text and "names function null" in text

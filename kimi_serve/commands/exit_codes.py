@@ -13,7 +13,8 @@ COMMON = "2 invalid input; 70 internal error (a kimi-serve bug); 130 interrupted
 EXIT_CODES: dict[str, str] = {
     "up": (
         "0 the server exited 0 on its own; 1 contract failed (server stopped); 3 never ready (startup "
-        "timeout or a hung distributed init); 4 the server exited, crashed, or logged a fatal failure "
+        "timeout, a hung distributed init, or another process answers on its port); 4 the server exited, "
+        "crashed, or logged a fatal failure "
         "(one that keeps running is stopped: SIGTERM to the main PID, SIGKILL to its group after the "
         "grace); 5 preflight failed (the collective self-test among it), nothing started; 75 a port or GPU "
         "it takes is held (another up on "

@@ -6,22 +6,41 @@ deadline, a hung distributed init), with its live phases, signals and supervisio
 Ready means ``GET /health`` answered 200 (verify's readiness poll, :mod:`kimi_serve.verify.readiness`). Before that,
 a server that exits is exit 4 (with the failure its log shows, and the log's last lines), one whose log shows a
 failure but keeps running is stopped by the caller after the judge's failure grace (exit 4), one whose distributed
-init hangs or that is still not ready at the deadline is exit 3.
+init hangs or that is still not ready at the deadline is exit 3. So is a ``/health`` 200 that came from another process
+(:func:`port_taken`): a port taken between the preflight (or the free-port pick) and the server's bind answers for a
+server that is still loading, which will then fail to bind; the caller stops its own server.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.process.child import Server, describe_status
 from kimi_serve.process.startup import FAILURE_GRACE_S, INIT_TIMEOUT_S, TIMEOUT_HINT, StartupJudge
+from kimi_serve.verify.listeners import foreign_listener
 from kimi_serve.verify.readiness import wait_ready
 from kimi_serve.verify.target import Target
 
 SLICE_S = 1.0  # readiness is polled in slices this long, so a child that dies while loading is noticed at once
 TAIL_LINES = 5
+PORT_HINT = "stop that process or pick another port"
+
+
+def port_taken(pid: int, base_url: str) -> str | None:
+    """``port P is served by another process (pid N, COMMAND)`` when the listening socket a client of ``base_url``
+    reaches is not held by the server of ``pid`` (its process tree, ``verify/listeners.py`` ``foreign_listener``);
+    None when it is, or when that cannot be seen (``pid`` gone, no /proc). Asked once ``/health`` answered 200, before
+    that answer is taken for the server's."""
+    url = urlsplit(base_url)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    holder = foreign_listener(port, pid, url.hostname or "")
+    if holder is None:
+        return None
+    who = f"pid {holder.pid}, {holder.command or '?'}" if holder.pid is not None else "whose pid cannot be read"
+    return f"port {port} is served by another process ({who})"
 
 
 def start(argv: list[str], env: dict[str, str], log_path: Path, *, where: str | None = None) -> Server:
@@ -48,11 +67,13 @@ def wait_until_ready(
     tp_size: int = 1,
     failure_grace_s: float = FAILURE_GRACE_S,
     init_timeout_s: float = INIT_TIMEOUT_S,
+    port_hint: str = PORT_HINT,
 ) -> float:
     """Seconds from now until ``server`` answers ``GET /health`` with 200; :class:`KimiServeError` otherwise.
 
     The server's lines are read as they arrive and judged (:class:`StartupJudge`); once it is ready its output goes
-    to the log file only, so a long run queues nothing.
+    to the log file only, so a long run queues nothing. A 200 from another process on the port is exit 3
+    (:func:`port_taken`, with ``port_hint`` as the fix); the caller stops ``server``.
     """
     judge = StartupJudge(
         timeout_s=timeout,
@@ -91,6 +112,11 @@ def wait_until_ready(
                 time.sleep(0.2)
                 continue
             if wait_ready(target, min(end, now + SLICE_S), interval=0.25, poll_timeout=2.0, api_key=api_key).ready:
+                taken = port_taken(server.pid, target.base_url)
+                if taken is not None:
+                    raise KimiServeError(
+                        f"{taken}, not {what}", where=where, hint=port_hint, exit_code=ExitCode.UNREACHABLE
+                    )
                 return time.monotonic() - judge.started
     finally:
         server.keep_lines = False

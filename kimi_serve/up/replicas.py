@@ -15,10 +15,10 @@ from kimi_serve.process.child import Server
 from kimi_serve.process.startup_log import PHASE_TITLES, Event, Progress
 from kimi_serve.profile.deployment import Deployment
 from kimi_serve.profile.launch import Launch
-from kimi_serve.profile.member import Member
+from kimi_serve.profile.member import Member, Role
 from kimi_serve.up.console import Console
 from kimi_serve.up.options import UpOptions
-from kimi_serve.up.watch import Outcome, Signals, Watch
+from kimi_serve.up.watch import REPLICA_PORT_HINT, UP_PORT_HINT, Outcome, Signals, Watch
 
 ROUTER_POLL_S = 0.5
 ROUTER_READY_S = 120.0  # from the router's start until it reports every worker healthy
@@ -125,7 +125,8 @@ class Running:
     ) -> None:
         self.member, self.server = member, server
         self.console = TaggedConsole(console, member.tag) if tagged else console
-        self.watch = Watch(server, launch, opts, self.console, log)
+        hint = REPLICA_PORT_HINT if member.role is Role.REPLICA else UP_PORT_HINT
+        self.watch = Watch(server, launch, opts, self.console, log, hint)
         self.relay = Signals()  # never installed: the supervisor sets count/last, or puts `up`'s signals here
         self.outcome: Outcome | None = None
 
@@ -178,6 +179,16 @@ class RouterPoller:
             self.next = now + ROUTER_POLL_S
             self.future = self.pool.submit(router_health, self.url, self.api_key)
         return view
+
+
+def router_taken(router: Server, launch: Launch) -> Outcome | None:
+    """Exit 3 when the router's port answers from another process than the router `up` started (which will then fail
+    to bind), checked before its "every worker healthy" is taken for the router's (:func:`port_taken`)."""
+    from kimi_serve.core.net import client_url
+    from kimi_serve.process.ready import port_taken
+
+    taken = port_taken(router.pid, client_url(launch.host, launch.port))
+    return Outcome(ExitCode.UNREACHABLE, f"{taken}, not the router up started", UP_PORT_HINT) if taken else None
 
 
 def dry_run(deployment: Deployment, opts: UpOptions, base_log: Path, console: Console) -> int:

@@ -38,6 +38,7 @@ from kimi_serve.up.replicas import (
     ROUTER_READY_S,
     RouterPoller,
     Running,
+    router_taken,
 )
 from kimi_serve.up.watch import Outcome, Signals, contract_check, contract_verdict
 
@@ -104,8 +105,9 @@ class Supervisor:
                 self.clock.started = self.clock.at["launch"] = running.watch.started
                 running.watch.phases = self.clock
             self.members.append(running)
-            tag = "" if self.solo else f"{m.tag}: "
-            self.console.info(f"{tag}server pid {server.pid} (own session and process group)")
+            self.console.info(
+                f"{'' if self.solo else f'{m.tag}: '}server pid {server.pid} (own session and process group)"
+            )
 
     @staticmethod
     def _start(launch: Launch, log: Path) -> Server:
@@ -178,8 +180,7 @@ class Supervisor:
             return
         for line in self.router.lines(0.0):
             self.console.server_line(f"[router] {ANSI.sub('', line.text)}")
-        rc = self.router.poll()
-        if rc is None:
+        if (rc := self.router.poll()) is None:
             return
         self.router.reap(0)
         self.router_rc = rc
@@ -263,6 +264,9 @@ class Supervisor:
         view = self.poller.poll(now)
         expected = self.poller.expected
         if view is not None and view.serves_all(expected):
+            if self.router is not None and (taken := router_taken(self.router, self.launches[self.routing])):
+                self.begin_stop(taken, taken.message.split(",", 1)[0])
+                return
             self.console.end_progress()
             self.console.info(f"[ready] router ready in {now - self.router_started:.1f}s: {view.line(expected)}")
             self._router_ready()

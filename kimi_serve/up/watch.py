@@ -15,6 +15,7 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.process.child import Server, describe_status
+from kimi_serve.process.ready import port_taken
 from kimi_serve.process.startup import StartupJudge
 from kimi_serve.process.startup_log import PHASES, is_health_access
 from kimi_serve.profile.launch import Launch
@@ -23,6 +24,8 @@ from kimi_serve.up.options import CLEAN_STOP, HEALTH_TIMEOUT_S, UpOptions, healt
 from kimi_serve.up.phases import PhaseClock
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # a requested stop: SIGHUP is a closed terminal
+UP_PORT_HINT = "pick another port with --port or stop it"  # the one server's, and the router's (--port moves it)
+REPLICA_PORT_HINT = "pick other replica ports with --set server.port=PORT or stop it"
 
 
 class Signals:
@@ -93,8 +96,17 @@ def contract_verdict(report: Any, say: Callable[[str], None], failed: str) -> Ou
 
 
 class Watch:
-    def __init__(self, server: Server, launch: Launch, opts: UpOptions, console: Console, log_path: Path) -> None:
+    def __init__(
+        self,
+        server: Server,
+        launch: Launch,
+        opts: UpOptions,
+        console: Console,
+        log_path: Path,
+        port_hint: str = UP_PORT_HINT,
+    ) -> None:
         self.server, self.launch, self.opts, self.console, self.log_path = server, launch, opts, console, log_path
+        self.port_hint = port_hint  # the fix when another process answers on its port
         self.judge = StartupJudge(
             timeout_s=opts.startup_timeout_s,
             tp_size=opts.tp_size,
@@ -176,7 +188,12 @@ class Watch:
             return
         p = self.tracker.progress
         if self.health is not None and self.health.done():
-            readiness, self.health = self.health.result(), None
+            (readiness, taken), self.health = self.health.result(), None
+            if taken is not None:  # the 200 came from another process: this server will fail to bind
+                self.begin_stop(
+                    Outcome(ExitCode.UNREACHABLE, f"{taken}, not the server up started", self.port_hint), taken
+                )
+                return
             if readiness.ready:
                 self._ready()
                 return
@@ -188,11 +205,14 @@ class Watch:
             )
             self.health = self._pool.submit(self._poll_health)
 
-    def _poll_health(self) -> Any:
-        """One GET /health. On SGLang it runs a 1-token generation, so allow its own limit (20 s), off the loop."""
+    def _poll_health(self) -> tuple[Any, str | None]:
+        """One GET /health. On SGLang it runs a 1-token generation, so allow its own limit (20 s), off the loop. A 200
+        counts only from this server: (the readiness, why not when another process holds the port)."""
         from kimi_serve.verify import wait_ready
 
-        return wait_ready(health_target(self.launch), time.monotonic(), poll_timeout=HEALTH_TIMEOUT_S)
+        target = health_target(self.launch)
+        readiness = wait_ready(target, time.monotonic(), poll_timeout=HEALTH_TIMEOUT_S)
+        return readiness, port_taken(self.server.pid, target.base_url) if readiness.ready else None
 
     def _ready(self) -> None:
         self.console.end_progress()

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kimi_serve.verify.wire import shown
+
 # Keys clients read as identifiers: concatenating a repeat garbles them (content and arguments are meant to grow).
 _IDENTIFIERS = frozenset({"id", "name", "role"})
 MAX_TOOL_CALLS = 128  # entries of one indexed list (tool calls of one answer); Kimi makes a handful per turn
@@ -119,7 +121,7 @@ def _merge_list(acc: list[Any], delta: list[Any], path: str, merge: Merge) -> bo
         if not isinstance(index, int) or isinstance(index, bool):
             merge.add(
                 "stream_tool_index",
-                f"a streamed `{path}` delta has index {index!r}, not an integer: the openai SDK raises TypeError",
+                f"a streamed `{path}` delta has index {shown(index)}, not an integer: the openai SDK raises TypeError",
             )
             return False
         if index < 0:
@@ -169,7 +171,7 @@ def merge_delta(acc: dict[str, Any], delta: dict[str, Any], path: str, merge: Me
                 merge.add(
                     "stream_type_reset",
                     f"a later `{where}` delta sends null: the openai SDK takes it as the "
-                    f"new type (was {stored!r}), so the call loses its type",
+                    f"new type (was {shown(stored)}), so the call loses its type",
                 )
             acc[key] = value
             continue

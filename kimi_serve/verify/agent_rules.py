@@ -52,7 +52,7 @@ def strict_findings(
         return found
     dropped = problem(
         "strict_call_dropped",
-        f"with `strict: true` tools no tool call came back (finish_reason {answer.finish_reason!r}; content: "
+        f"with `strict: true` tools no tool call came back (finish_reason {wire.shown(answer.finish_reason)}; content: "
         f"{clip(answer.content or '')!r}): {STRICT_CLIENTS} get no tool call at all. SGLang constrains a strict "
         "tool's arguments with a grammar; without the kimi_k2 reasoning parser the grammar applies from the first "
         f"token and the call never starts{dx.parser_note(server, 'reasoning_parser')}",
@@ -83,8 +83,8 @@ def follow_up_findings(answer: Answer, turn1: tuple[ToolCall, ...], replay: str)
                 problem(
                     "tool_loop",
                     f"after the tool result went back under the server's own id ({ids}; {replay}) the model called "
-                    f"{call.name} again with the same arguments: {LOOP_CLIENTS} run the tool again until their step "
-                    "limit",
+                    f"{call.name or 'a nameless tool'} again with the same arguments: {LOOP_CLIENTS} run the tool "
+                    "again until their step limit",
                     "the tool result did not reach the model as the answer to its call: serve Kimi-K2.5's own chat "
                     "template (it renders a result as `## Return of functions.NAME:IDX`) and --tool-call-parser "
                     "kimi_k2 (its ids are functions.NAME:IDX); read the prompt in the SGLang log",
@@ -96,8 +96,9 @@ def follow_up_findings(answer: Answer, turn1: tuple[ToolCall, ...], replay: str)
             problem(
                 "empty_after_think",
                 f"the follow-up ended right after its reasoning with empty content (finish_reason "
-                f"{answer.finish_reason!r}; {replay}): the agent shows an empty answer and stops; the failure of "
-                "MoonshotAI/Kimi-K2#128 (multi-turn tool follow-ups, reproduced on SGLang with EAGLE-3 and on vLLM)",
+                f"{wire.shown(answer.finish_reason)}; {replay}): the agent shows an empty answer and stops; "
+                "the failure of MoonshotAI/Kimi-K2#128 (multi-turn tool follow-ups, reproduced on SGLang with EAGLE-3 "
+                "and on vLLM)",
                 "serve the checkpoint's own chat template (history reasoning and tool results rendered as Kimi "
                 "expects); rerun with speculative decoding off to tell a draft-model fault from the model's, and "
                 "update the checkpoint and template when Moonshot fixes it",

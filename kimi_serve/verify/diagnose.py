@@ -33,7 +33,7 @@ def parser_note(server: dict[str, Any], key: str) -> str:
     """What /model_info said about the parser, when it said anything."""
     if key not in server:
         return ""
-    return f"; the server reports {key}={server[key]!r}" if server[key] else f"; the server reports no {key}"
+    return f"; the server reports {key}={wire.shown(server[key])}" if server[key] else f"; the server reports no {key}"
 
 
 # --- text fields --------------------------------------------------------------------------------------------------
@@ -48,7 +48,7 @@ def text_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
         found.append(
             problem(
                 "raw_tool_tokens",
-                f"raw Kimi tool-call tokens in content (finish_reason {answer.finish_reason!r}, "
+                f"raw Kimi tool-call tokens in content (finish_reason {wire.shown(answer.finish_reason)}, "
                 f"{len(answer.tool_calls)} tool_calls), so the tool-call parser is not active"
                 f"{parser_note(server, 'tool_call_parser')}: {clip(content[content.find('<|tool_call') :])!r}",
                 FIX_TOOL_PARSER,
@@ -183,12 +183,14 @@ def call_findings(call: ToolCall, position: int, schemas: dict[str, dict[str, An
             )
         )
     if call.type != "function":
-        found.append(problem("tool_call_type", f"{label} has type {call.type!r}, expected 'function'", FIX_TOOL_PARSER))
+        found.append(
+            problem("tool_call_type", f'{label} has type {wire.shown(call.type)}, expected "function"', FIX_TOOL_PARSER)
+        )
     if call.name not in schemas:
         found.append(
             problem(
                 "unknown_function",
-                f"{label} names function {call.name!r}, not one of the offered tools ({', '.join(schemas)})",
+                f"{label} names function {wire.shown(call.name)}, not one of the offered tools ({', '.join(schemas)})",
                 FIX_TOOL_PARSER + "; a wrong parser mangles names",
             )
         )
@@ -198,25 +200,27 @@ def call_findings(call: ToolCall, position: int, schemas: dict[str, dict[str, An
             found.append(
                 problem(
                     "arguments_not_string",
-                    f"{label} ({call.name}) arguments is a JSON {call.arguments_kind}, not a "
+                    f"{label} ({call.name or 'no name'}) arguments is a JSON {call.arguments_kind}, not a "
                     "string holding JSON: clients json.loads() it (the openai SDK types it str) and fail",
                     "SGLang sends arguments as a JSON string; a proxy or another server in between decodes it: point "
                     "--host at SGLang itself or configure the proxy to pass tool_calls through unchanged",
                 )
             )
         else:
-            found.append(problem("arguments_missing", f"{label} ({call.name}) has no arguments", FIX_TOOL_PARSER))
+            found.append(
+                problem("arguments_missing", f"{label} ({call.name or 'no name'}) has no arguments", FIX_TOOL_PARSER)
+            )
         return found
     try:
         arguments = wire.loads(call.arguments)
     except wire.WireLimit as exc:
-        found.append(past_bound(exc.limit, f"{label} ({call.name}) arguments"))
+        found.append(past_bound(exc.limit, f"{label} ({call.name or 'no name'}) arguments"))
         return found
     except ValueError:
         found.append(
             problem(
                 "arguments_not_json",
-                f"{label} ({call.name}) arguments are not JSON: {clip(call.arguments or '')!r}",
+                f"{label} ({call.name or 'no name'}) arguments are not JSON: {clip(call.arguments or '')!r}",
                 "check the SGLang tool parser (--tool-call-parser kimi_k2) and any speculative "
                 "decoding settings that can cut argument fragments",
             )
@@ -226,7 +230,7 @@ def call_findings(call: ToolCall, position: int, schemas: dict[str, dict[str, An
         found.append(
             problem(
                 "arguments_not_object",
-                f"{label} ({call.name}) arguments are not a JSON object: {clip(call.arguments or '')!r}",
+                f"{label} ({call.name or 'no name'}) arguments are not a JSON object: {clip(call.arguments or '')!r}",
                 FIX_TOOL_PARSER,
             )
         )
@@ -236,7 +240,7 @@ def call_findings(call: ToolCall, position: int, schemas: dict[str, dict[str, An
         found.append(
             problem(
                 "arguments_schema",
-                f"{label} ({call.name}) arguments fail the tool schema: {invalid}; "
+                f"{label} ({call.name or 'no name'}) arguments fail the tool schema: {invalid}; "
                 f"arguments {clip(call.arguments or '')!r}",
                 "the model ignored the tool schema: serve Kimi-K2.5's own chat template (the tool "
                 "declaration must reach the model)",
@@ -271,7 +275,8 @@ def tool_turn_findings(answer: Answer, schemas: dict[str, dict[str, Any]], *, mi
             found.append(
                 problem(
                     "no_tool_call",
-                    f"no tool call (finish_reason {answer.finish_reason!r}); content: {clip(answer.content or '')!r}",
+                    f"no tool call (finish_reason {wire.shown(answer.finish_reason)}); "
+                    f"content: {clip(answer.content or '')!r}",
                     "with the tools offered Kimi-K2.5 calls one; an empty reply means the parser dropped "
                     "the call: " + FIX_TOOL_PARSER,
                 )
@@ -281,7 +286,7 @@ def tool_turn_findings(answer: Answer, schemas: dict[str, dict[str, Any]], *, mi
         found.append(
             problem(
                 "finish_reason",
-                f"finish_reason is {answer.finish_reason!r} though tool_calls are "
+                f"finish_reason is {wire.shown(answer.finish_reason)} though tool_calls are "
                 "present (clients stop instead of running the tool)",
                 "SGLang sets tool_calls when its parser produced calls; check --tool-call-parser "
                 "kimi_k2 and stream/speculative settings",
@@ -292,7 +297,7 @@ def tool_turn_findings(answer: Answer, schemas: dict[str, dict[str, Any]], *, mi
         decoded += len(call.arguments or "")
         if decoded > MAX_ARGUMENT_CHARS:
             bound = f"{MAX_ARGUMENT_CHARS} characters of tool-call arguments per answer"
-            found.append(past_bound(bound, f"tool call {position} ({call.name}) arguments"))
+            found.append(past_bound(bound, f"tool call {position} ({call.name or 'no name'}) arguments"))
             break
         found.extend(call_findings(call, position, schemas))
     if len(answer.tool_calls) < min_calls:
@@ -362,7 +367,7 @@ def reasoning_findings(answer: Answer, server: dict[str, Any]) -> list[Finding]:
         return [
             problem(
                 "empty_reply",
-                f"empty reply (finish_reason {answer.finish_reason!r})",
+                f"empty reply (finish_reason {wire.shown(answer.finish_reason)})",
                 "read the SGLang log for this request",
             )
         ]
@@ -384,7 +389,7 @@ def final_answer_findings(answer: Answer, *, after: str) -> list[Finding]:
         found.append(
             problem(
                 "content_missing",
-                f"empty content {after} (finish_reason {answer.finish_reason!r})",
+                f"empty content {after} (finish_reason {wire.shown(answer.finish_reason)})",
                 FIX_TOOL_PARSER + "; history tool-call ids must be functions.NAME:IDX",
             )
         )
@@ -392,7 +397,7 @@ def final_answer_findings(answer: Answer, *, after: str) -> list[Finding]:
         found.append(
             problem(
                 "finish_reason",
-                f"finish_reason {answer.finish_reason!r} {after}, expected 'stop'",
+                f'finish_reason {wire.shown(answer.finish_reason)} {after}, expected "stop"',
                 "check the server log for this request",
             )
         )

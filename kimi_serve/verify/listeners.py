@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
-from kimi_serve.core.net import host_port
+from kimi_serve.core.net import host_port, ip_of, is_unspecified
 
 LISTEN = "0A"
 UDP_UNCONNECTED = "07"
@@ -184,7 +184,58 @@ def server_processes(root: int, proc: Path = PROC) -> list[int]:
 def owner_of_port(port: int, proc: Path = PROC) -> int | None:
     """The topmost process holding a socket listening on ``port`` (a forked child may share it), or None;
     raises PermissionError when a candidate's fds are unreadable and no owner was found."""
-    wanted = {inode for inode, (_, p, _) in listening_table("self", proc).items() if p == port}
+    return _holder({inode for inode, (_, p, _) in listening_table("self", proc).items() if p == port}, port, proc)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process listening on a port that is not the expected server's: ``pid`` None when it cannot be told (its open
+    files are another user's, or it closed the socket meanwhile)."""
+
+    pid: int | None
+    command: str
+
+
+def _reaches(address: str, host: str) -> bool:
+    """A socket listening on ``address`` takes a connection to ``host`` (a name or a wildcard: any address may)."""
+    want = ip_of(host)
+    if want is None or is_unspecified(host) or is_unspecified(address):
+        return True
+    ip = ip_of(address)
+    return ip is None or ip == want
+
+
+def _held(pids: Iterable[int], proc: Path) -> set[int]:
+    inodes: set[int] = set()
+    for pid in pids:
+        try:
+            inodes |= socket_inodes(pid, proc)
+        except PermissionError:
+            continue
+    return inodes
+
+
+def foreign_listener(port: int, root: int, host: str = "", proc: Path = PROC) -> Holder | None:
+    """Who else listens on ``port`` where a client connecting to ``host`` lands: None when every such listening
+    socket (in ``root``'s network namespace) is held by ``root``'s server (:func:`server_processes`), or when none is
+    seen (``root`` gone, no /proc: nothing to tell); else the topmost holder of one that is not. A server that has not
+    bound its port yet while another process answers there is so told apart from one that serves it."""
+    wanted = {i for i, (addr, p, _) in listening_table(root, proc).items() if p == port and _reaches(addr, host)}
+    if wanted:
+        wanted -= _held(process_tree(root, proc), proc)
+    if wanted:  # a member that left the tree (double fork, setsid) but not the server
+        wanted -= _held(server_processes(root, proc), proc)
+    if not wanted:
+        return None
+    try:
+        pid = _holder(wanted, port, proc)
+    except PermissionError:
+        pid = None
+    return Holder(pid, _read(proc / str(pid) / "comm").strip() if pid is not None else "")
+
+
+def _holder(wanted: set[int], port: int, proc: Path) -> int | None:
+    """The topmost process holding one of the sockets ``wanted`` (see :func:`owner_of_port`)."""
     if not wanted:
         return None
     owners, denied = set(), False

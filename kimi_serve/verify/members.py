@@ -152,7 +152,7 @@ def render_deployment(report: DeploymentReport, render_one: Any) -> str:
                 f"router health: {view.get('healthy_workers')}/{view.get('total_workers')} workers healthy"
                 + (f" (unhealthy: {', '.join(map(str, sick))})" if sick else "")
                 if view.get("reachable")
-                else f"router health: unreachable: {view.get('detail')}"
+                else f"router health: unreachable: {view.get('detail') or 'no detail given'}"
             )
         )
     out.append(report.summary())

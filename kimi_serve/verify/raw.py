@@ -18,6 +18,7 @@ from kimi_serve.core.http import TransportError, request
 from kimi_serve.verify import http_findings as hx
 from kimi_serve.verify import kimi_format as kf
 from kimi_serve.verify import wire
+from kimi_serve.verify.answer import json_kind
 from kimi_serve.verify.probes import MAX_TOKENS, REASONING, TOOL, WEATHER_TOOLS, Probe
 from kimi_serve.verify.report import ProbeResult, clip, problem
 
@@ -123,7 +124,7 @@ def _meta_findings(data: dict[str, Any], stop_ids: tuple[int, ...] = kf.STOP_IDS
         found.append(
             problem(
                 "raw_matched_stop",
-                f"finish_reason.matched is {finish.get('matched')!r}, not the model's "
+                f"finish_reason.matched is {wire.shown(finish.get('matched'), 'no matched stop')}, not the model's "
                 f"stop id ({' or '.join(map(kf.id_name, stop_ids))})",
                 "serve the checkpoint's own config.json and generation_config.json (its eos ids; docs/families.md)",
             )
@@ -137,7 +138,7 @@ def _meta_findings(data: dict[str, Any], stop_ids: tuple[int, ...] = kf.STOP_IDS
             found.append(
                 problem(
                     "raw_token_counts",
-                    f"meta_info.{key} is {meta.get(key)!r}, not a positive count",
+                    f"meta_info.{key} is {wire.shown(meta.get(key), 'missing')}, not a positive count",
                     "point --host at SGLang 0.5.23's /generate",
                 )
             )
@@ -205,7 +206,7 @@ def _call_findings(turn: kf.RawTurn, names: set[str]) -> list[Finding]:
             found.append(
                 problem(
                     "raw_call_id",
-                    f"tool call {i} id {call.id!r} is not functions.NAME:N for an "
+                    f"tool call {i} id {wire.shown(call.id)} is not functions.NAME:N for an "
                     f"offered tool ({', '.join(sorted(names))})",
                     "read the raw text",
                 )
@@ -225,7 +226,7 @@ def _call_findings(turn: kf.RawTurn, names: set[str]) -> list[Finding]:
             found.append(
                 problem(
                     "raw_arguments_json",
-                    f"tool call {i} arguments are {type(args).__name__}, not a JSON object",
+                    f"tool call {i} arguments are a JSON {json_kind(args)}, not an object",
                     "read the raw text; rerun",
                 )
             )
@@ -238,7 +239,7 @@ def check_raw(data: Any, probe: Probe, stop_ids: tuple[int, ...] = kf.STOP_IDS) 
         return [
             problem(
                 "raw_malformed",
-                f"/generate answered {type(data).__name__}, not an object (n=1 gives one object)",
+                f"/generate answered a JSON {json_kind(data)}, not an object (n=1 gives one object)",
                 "point --host at SGLang's native server",
             )
         ]
@@ -249,7 +250,7 @@ def check_raw(data: Any, probe: Probe, stop_ids: tuple[int, ...] = kf.STOP_IDS) 
         return [
             problem(
                 "raw_no_output_ids",
-                f"the /generate answer has no output_ids ({clip(repr(ids))})",
+                f"the /generate answer has no output_ids (it is {wire.shown(ids, 'missing')})",
                 "point --host at SGLang 0.5.23's native /generate (it returns output_ids)",
             )
         ] + _meta_findings(data, stop_ids)

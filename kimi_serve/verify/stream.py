@@ -81,7 +81,7 @@ def _check_tool_lookup(delta: dict[str, Any], message: dict[str, Any], merge: Me
         if not isinstance(index, int) or isinstance(index, bool):
             merge.add(
                 "stream_tool_index",
-                f"a streamed tool-call delta has index {index!r}, not an integer: the "
+                f"a streamed tool-call delta has index {wire.shown(index)}, not an integer: the "
                 "openai SDK cannot place it (TypeError) and the stream is lost",
             )
         elif not isinstance(stored, list) or index >= len(stored):
@@ -193,7 +193,7 @@ class StreamReader:
             if _carries_data(chunk.get("choices") or []):
                 self.merge.add(
                     "stream_chunk_object",
-                    f"a chunk with data has object {repr(chunk.get('object'))[:_SHOW]}, not "
+                    f"a chunk with data has object {wire.shown(chunk.get('object'), 'none', _SHOW)}, not "
                     f"{_CHUNK_OBJECT!r}: the openai SDK's stream helper skips such chunks, so their text is lost",
                 )
         else:
@@ -206,7 +206,7 @@ class StreamReader:
         if not isinstance(index, int) or isinstance(index, bool):
             self.merge.add(
                 "stream_choice_index",
-                f"a stream choice has index {repr(index)[:_SHOW]}, not an integer: the openai "
+                f"a stream choice has index {wire.shown(index, 'missing', _SHOW)}, not an integer: the openai "
                 "SDK cannot place it (TypeError) and the stream is lost",
             )
             index = 0
@@ -215,7 +215,10 @@ class StreamReader:
         delta = choice.get("delta")
         if not isinstance(delta, dict):
             if delta is not None or not choice.get("finish_reason"):
-                self.merge.add("stream_no_delta", f"a stream choice has no `delta` object ({repr(delta)[:_SHOW]})")
+                self.merge.add(
+                    "stream_no_delta",
+                    f"a stream choice has no `delta` object (it is {wire.shown(delta, 'missing', _SHOW)})",
+                )
         else:
             self.nulls = self.nulls or _null_continuation(delta, self.message)
             if self.on_delta is not None:
@@ -308,7 +311,7 @@ class StreamReader:
                 warning(
                     "stream_no_done",
                     f"the stream ended cleanly after finish_reason "
-                    f"{answer.finish_reason!r} but without `data: [DONE]`: the openai SDK reads it "
+                    f"{wire.shown(answer.finish_reason)} but without `data: [DONE]`: the openai SDK reads it "
                     "whole, clients that wait for [DONE] hang",
                     _FIX_WIRE,
                 )

@@ -9,7 +9,8 @@ validator) then stays far below the interpreter's recursion limit.
 
 :func:`printable` escapes what a terminal would act on (ESC and every other control character, newlines, lone
 surrogates, bidirectional overrides) so a model id or an error body cannot forge or hide a line of the report;
-:func:`json_safe` makes a decoded value valid Unicode again (lone surrogates written out), so ``--json`` stays UTF-8.
+:func:`json_safe` makes a decoded value valid Unicode again (lone surrogates written out), so ``--json`` stays UTF-8;
+:func:`shown` writes a value the server sent as JSON text in a finding (``null``, never Python's ``None``).
 """
 
 from __future__ import annotations
@@ -130,3 +131,16 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
     return value
+
+
+def shown(value: Any, none: str = "", limit: int = 80) -> str:
+    """A value the server sent, as its reader knows it in a finding: its JSON text (``null``, ``true``, ``7``,
+    ``"stop"``, ``{"type": "stop"}``), never a Python repr (``None``, ``True``, ``'stop'``); ``none`` says what a null
+    (or a missing key) means there (``null (no matched stop)``). Cut to ``limit`` characters, its length said."""
+    try:
+        text = json.dumps(json_safe(value), ensure_ascii=False)
+    except (TypeError, ValueError):  # not decoded JSON (a caller's own value): its type, not its repr
+        text = type(value).__name__
+    if value is None and none:
+        text = f"null ({none})"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
