@@ -56,7 +56,9 @@ class Verifier:
     def __init__(self, fail: set[str] | None = None) -> None:
         self.fail, self.endpoints = fail or set(), []  # type: ignore[var-annotated]
 
-    def __call__(self, endpoint: str, secret: Path | None, suite: str, timeout: float) -> tuple[int, str]:
+    def __call__(
+        self, endpoint: str, secret: Path | None, suite: str, timeout: float, options: tuple[str, ...] = ()
+    ) -> tuple[int, str]:
         self.endpoints.append(endpoint)
         return (1, "tool_calls missing") if endpoint in self.fail else (0, "contract holds")
 
