@@ -40,7 +40,9 @@ def plan_for(root: Path, profile_path: str) -> Plan:
 def run(root: Path, profile_path: str, scenario: str) -> int:
     codes = [0] if scenario == "pass" else [1, 0]
 
-    def verifier(endpoint: str, secret: Path | None, suite: str, timeout: float) -> tuple[int, str]:
+    def verifier(
+        endpoint: str, secret: Path | None, suite: str, timeout: float, options: tuple[str, ...] = ()
+    ) -> tuple[int, str]:
         code = codes.pop(0)
         return code, "contract holds" if code == 0 else "tool_calls missing"
 

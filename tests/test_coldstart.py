@@ -228,15 +228,19 @@ def test_eta_line_uses_the_pace_then_the_prediction() -> None:
 
 
 def test_restart_prewarm_fills_the_cache_first_or_notes_why_not(ckpt_dir: Path, tmp_path: Path, cli) -> None:
-    from kimi_serve.commands.prewarm_cmd import prewarm_before_restart
+    from kimi_serve.core.settings import state_root
+    from kimi_serve.prewarm.report import prewarm_first
     from kimi_serve.profile.loader import load_profile
 
     said: list[str] = []
-    done = prewarm_before_restart(load_profile(str(_profile(tmp_path, ckpt_dir))), said.append)
+    root = state_root()
+    done = prewarm_first(
+        load_profile(str(_profile(tmp_path, ckpt_dir))), state_root=root, progress=None, say=said.append
+    )
     assert done["status"] == "done" and done["cached_after"] == done["checkpoint_bytes"]
     assert said[0].startswith("prewarming") and said[-1] == "prewarm: done"
-    skipped = prewarm_before_restart(
-        load_profile("sim"), said.append
+    skipped = prewarm_first(
+        load_profile("sim"), state_root=root, progress=None, say=said.append
     )  # the simulator reads no checkpoint: restart goes on
     assert skipped["status"] == "skipped" and "reads no checkpoint" in said[-1]
     assert "--prewarm" in cli("restart", "--help").out

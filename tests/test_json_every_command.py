@@ -155,10 +155,10 @@ def _restart_ok(c: Ctx) -> list[str]:
     from kimi_serve.service.install import Result
 
     fleet = SimpleNamespace(profile=None, to_json=lambda: [{"role": "single", "unit": "sglang-kimi.service"}])
-    c.monkeypatch.setattr("kimi_serve.commands.service_cmds.recover", lambda *a, **k: None)
-    c.monkeypatch.setattr("kimi_serve.commands.service_cmds._plan", lambda *a, **k: fleet)
+    c.monkeypatch.setattr("kimi_serve.service.run.recover", lambda *a, **k: None)
+    c.monkeypatch.setattr("kimi_serve.service.run.plan", lambda *a, **k: fleet)
     c.monkeypatch.setattr(
-        "kimi_serve.service.rolling.restart_deployment", lambda *a, **k: (Result("sglang-kimi.service"), None)
+        "kimi_serve.service.run.restart_deployment", lambda *a, **k: (Result("sglang-kimi.service"), None)
     )
     c.monkeypatch.setattr("kimi_serve.service.systemctl.Systemd.unreachable", lambda self: None)  # no systemd here
     return ["restart", "-p", "sim"]

@@ -57,7 +57,9 @@ class Verifier:
     def __init__(self, fail: set[str] | None = None) -> None:
         self.fail, self.endpoints = fail or set(), []  # type: ignore[var-annotated]
 
-    def __call__(self, endpoint: str, secret: Path | None, suite: str, timeout: float) -> tuple[int, str]:
+    def __call__(
+        self, endpoint: str, secret: Path | None, suite: str, timeout: float, options: tuple[str, ...] = ()
+    ) -> tuple[int, str]:
         self.endpoints.append(endpoint)
         return (1, "tool_calls missing") if endpoint in self.fail else (0, "contract holds")
 
@@ -246,14 +248,14 @@ def test_restart_prewarms_once_before_the_roll_and_reports_every_member(
         calls.append(f"roll {only}")
         return Result(f.base), [{"replica": 1, "ok": True}]
 
-    def prewarm(profile: Any, _say: Any) -> dict[str, Any]:
+    def prewarm(profile: Any, **_k: Any) -> dict[str, Any]:
         calls.append(f"prewarm {profile.name}")
         return {"status": "skipped"}
 
-    monkeypatch.setattr("kimi_serve.commands.service_cmds.recover", lambda *a, **k: None)
-    monkeypatch.setattr("kimi_serve.commands.service_cmds._plan", lambda *a, **k: fleet)
-    monkeypatch.setattr("kimi_serve.commands.prewarm_cmd.prewarm_before_restart", prewarm)
-    monkeypatch.setattr("kimi_serve.service.rolling.restart_deployment", roll)
+    monkeypatch.setattr("kimi_serve.service.run.recover", lambda *a, **k: None)
+    monkeypatch.setattr("kimi_serve.service.run.plan", lambda *a, **k: fleet)
+    monkeypatch.setattr("kimi_serve.prewarm.report.prewarm_first", prewarm)
+    monkeypatch.setattr("kimi_serve.service.run.restart_deployment", roll)
     monkeypatch.setattr("kimi_serve.service.systemctl.Systemd.unreachable", lambda self: None)  # no systemd here
     res = cli("restart", "-p", "sim-dp2", "--prewarm", "--replica", "1", "--json")
     assert res.code == 0, res.err

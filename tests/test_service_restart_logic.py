@@ -45,18 +45,22 @@ class ScriptedVerifier:
     def __init__(self, codes: Sequence[int]) -> None:
         self.codes = list(codes)
         self.endpoints: list[str] = []
+        self.options: list[tuple[str, ...]] = []
 
-    def __call__(self, endpoint: str, secret: Path | None, suite: str, timeout: float) -> tuple[int, str]:
+    def __call__(
+        self, endpoint: str, secret: Path | None, suite: str, timeout: float, options: tuple[str, ...] = ()
+    ) -> tuple[int, str]:
         self.endpoints.append(endpoint)
+        self.options.append(options)
         code = self.codes.pop(0)
         return code, "contract holds" if code == 0 else "tool_calls missing"
 
 
-def _plan(root: Path, write_profile, name: str, port: int) -> Plan:
+def _plan(root: Path, write_profile, name: str, port: int, extra: str = "") -> Plan:
     # service.user root: no account changes here (tests/test_service_user.py covers them), so the recorded
     # commands are systemctl's alone
     profile = load_profile(
-        str(write_profile(f"extends: sim\nserver:\n  port: {port}\nservice:\n  user: root\n", name=name))
+        str(write_profile(f"extends: sim\nserver:\n  port: {port}\nservice:\n  user: root\n{extra}", name=name))
     )
     unit = render_unit(profile, validated_launch(profile), CTX)
     return Plan(profile, unit, ServicePaths(root, unit.name), False, (), True)
@@ -100,6 +104,25 @@ def test_failed_restart_rolls_back_to_last_good(
     assert verifier.endpoints[-1] == "127.0.0.1:30001"  # the rollback is verified where the good unit serves
     assert read_record(bad.paths.last_good_record)["profile"] == "good"  # type: ignore[index]
     assert read_record(bad.paths.last_verify_record)["status"] == "pass"  # type: ignore[index]
+
+
+def test_restart_and_the_units_own_verify_judge_the_draft_by_the_profiles_floor(tmp_path: Path, write_profile) -> None:
+    """A profile's speculative.accept_floor reaches every verify of its unit: the ExecStartPost line, restart's own
+    check, and the rollback's check of the last good unit (from its record); a profile on verify's default floor
+    passes nothing, so its unit and record stay as they were."""
+    floored = _plan(tmp_path, write_profile, "floored", 30001, "speculative:\n  accept_floor: 3.1\n")
+    post = [line for line in floored.unit.text.splitlines() if line.startswith("ExecStartPost=")]
+    assert post and post[-1].endswith('"--suite" "quick" "--accept-floor" "3.1"')
+    verifier = ScriptedVerifier([0])
+    assert restart(floored, Systemd(RecordingRunner([0]), Path("/")), verifier, {}).exit_code == 0
+    assert verifier.options == [("--accept-floor", "3.1")]
+    plain = _plan(tmp_path, write_profile, "plain", 30002)
+    assert "--accept-floor" not in plain.unit.text
+    verifier = ScriptedVerifier([1, 0])  # the plain unit fails: the floored one is rolled back to and checked again
+    result = restart(plain, Systemd(RecordingRunner([0, 0]), Path("/")), verifier, {})
+    assert result.exit_code == 1 and result.rollback is not None and result.rollback.profile == "floored"
+    assert verifier.options == [(), ("--accept-floor", "3.1")]
+    assert "verify_args" not in (read_record(plain.paths.last_verify_record) or {})
 
 
 def test_rollback_that_fails_too_exits_4(good_installed: Plan, tmp_path: Path, write_profile) -> None:

@@ -331,8 +331,8 @@ def test_sglang_own_bytes_read_the_same_by_the_openai_sdk_and_verify(served: tup
     from sdk_corpus import sdk_final_completion
 
     from kimi_serve.verify.answer import answer_from_json
+    from kimi_serve.verify.exchange import judge
     from kimi_serve.verify.probes import REASONING, TOOL
-    from kimi_serve.verify.runner import judge
     from kimi_serve.verify.stream import answer_from_sse
 
     for probe in (TOOL, REASONING):

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kimi_serve.profile.loader import load_profile
-from kimi_serve.service.monitor_units import floor_args
+from kimi_serve.service.unit import floor_args
 from kimi_serve.simulator.engine import spec_meta, stand_in_acceptance
 from kimi_serve.simulator.perf import PerfModel, PerfParams, SpecSettings
 from kimi_serve.verify.draft import (

@@ -53,6 +53,13 @@ def test_the_service_verifier_uses_the_profile_key_file_not_the_environment(key_
     assert code == 0, detail
 
 
+def test_the_service_verifier_passes_the_units_own_verify_options(key_file) -> None:
+    """The profile's --accept-floor reaches the real `kimi-serve verify` restart runs: a floor verify refuses (exit
+    2, its one line naming the option) proves the options are on its command line, before any request is sent."""
+    code, detail = contract_verifier("127.0.0.1:9", key_file, "quick", 5.0, ("--accept-floor", "0.5"))
+    assert code == 2 and "--accept-floor" in detail.split(" exited 2: ", 1)[1], detail
+
+
 def test_a_rejected_key_names_its_source(monkeypatch) -> None:
     monkeypatch.setenv(API_KEY_ENV, STALE)
     key = resolve_key()

@@ -20,9 +20,9 @@ from sdk_corpus import CASES, TOOL_TURN, Case, Truth, _edit, sdk_final_completio
 from kimi_serve.core.http import Reply
 from kimi_serve.core.http_body import LIMITS, ReadBudget, decode
 from kimi_serve.verify.answer import answer_from_json
+from kimi_serve.verify.exchange import judge
 from kimi_serve.verify.http_findings import http_finding
 from kimi_serve.verify.probes import REASONING, TOOL
-from kimi_serve.verify.runner import judge
 from kimi_serve.verify.stream import answer_from_sse
 
 pytest.importorskip("openai")

@@ -22,7 +22,7 @@ from kimi_serve.bench import report as rp
 from kimi_serve.bench.workload import Workload, prepare
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.inputs import read_json
-from kimi_serve.profile.loader import Profile
+from kimi_serve.profile.loader import Profile, load_profile
 from kimi_serve.profile.schema import default_of
 
 CELL_TIMEOUT_S = 1800.0
@@ -91,6 +91,22 @@ def check_arms(profile: str, against: str, hosts: list[str]) -> None:
             where="--host",
             hint="--host 127.0.0.1:30000 --host 127.0.0.1:30001",
         )
+
+
+def arm_profiles(profile: str, against: str, hosts: list[str]) -> tuple[Profile | None, Profile | None]:
+    """The two arms' profiles, each loaded once here (the names checked first, :func:`check_arms`); with ``hosts`` a
+    name that is no profile is only the running server's label (None)."""
+    check_arms(profile, against, hosts)
+    return _arm_profile(profile, bool(hosts)), _arm_profile(against, bool(hosts))
+
+
+def _arm_profile(name: str, labelled: bool) -> Profile | None:
+    try:
+        return load_profile(name)
+    except KimiServeError:
+        if not labelled:
+            raise
+        return None
 
 
 def _arms(opts: BenchOptions) -> list[Arm]:

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
 from kimi_serve.commands.numbers import number_option
 from kimi_serve.commands.options import emit
 from kimi_serve.core.settings import SIM_MAX_SPEEDUP
-
-if TYPE_CHECKING:
-    from kimi_serve.profile.loader import Profile
 
 # Sane upper bounds (docs/bench.md): beyond them a sweep cannot finish (or even be planned) on any server.
 MAX_CONCURRENCY = 4096
@@ -64,19 +61,6 @@ def _perf_overrides(text: str | None) -> dict[str, Any] | None:
     return data
 
 
-def _arm_profile(name: str, labelled: bool) -> Profile | None:
-    """One arm's profile, loaded once here; with --host a name that is no profile is only the running server's label."""
-    from kimi_serve.core.errors import KimiServeError
-    from kimi_serve.profile.loader import load_profile
-
-    try:
-        return load_profile(name)
-    except KimiServeError:
-        if not labelled:
-            raise
-        return None
-
-
 def register(app: typer.Typer) -> None:
     @app.command("bench")
     def bench(
@@ -125,17 +109,16 @@ def register(app: typer.Typer) -> None:
         sglang.bench_serving, stop; table, verdict per concurrency, crossover, report.json and PNG charts in --out.
         """
         from kimi_serve.bench import BenchOptions, run_bench
-        from kimi_serve.bench.sweep import check_arms
+        from kimi_serve.bench.sweep import arm_profiles
         from kimi_serve.core.settings import current
 
         def say(line: str) -> None:
             typer.echo(f"kimi-serve bench: {line}", err=True)
 
-        check_arms(profile, against, list(host))
         opts = BenchOptions(
             profile=profile,
             against=against,
-            profiles=(_arm_profile(profile, bool(host)), _arm_profile(against, bool(host))),
+            profiles=arm_profiles(profile, against, list(host)),
             concurrency=_concurrency(concurrency),
             requests=requests,
             workload=workload,

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from kimi_serve.commands.options import AsJson, emit
-
-if TYPE_CHECKING:
-    from kimi_serve.engine.warm import WarmPlan
 
 engine_app = typer.Typer(
     help="The SGLang engine venv: install it from a committed lock (atomic, patched, recorded), "
@@ -25,19 +22,6 @@ ENGINE_PROFILE_HELP = "Profile whose `python:` and `patch_set:` to use."
 
 Prefix = Annotated[Path | None, typer.Option("--prefix", help=PREFIX_HELP)]
 EngineProfile = Annotated[str, typer.Option("--profile", help=ENGINE_PROFILE_HELP)]
-
-
-def _warm_plan(prefix: Path, pins: dict[str, str]) -> WarmPlan:
-    """The warm step for this host: its GPUs as nvidia-smi lists them (asked only for a lock with a toolchain), the
-    unit's cache folder."""
-    from kimi_serve.core.settings import process_environ
-    from kimi_serve.engine.warm import warm_plan
-    from kimi_serve.host.doctor import Host
-    from kimi_serve.host.gpus import read_gpus
-    from kimi_serve.service.hardening import CACHE_ROOT
-
-    gpus = read_gpus(Host.real().run)[0] if "nvidia-cuda-nvcc" in pins else []
-    return warm_plan(prefix, pins, len(gpus), CACHE_ROOT, process_environ())
 
 
 def _profile_target(profile: str, prefix: Path | None) -> tuple[Path, tuple[str, ...]]:
@@ -94,8 +78,11 @@ def install_cmd(
     """Build the engine venv from a lock, atomically; patch it and record what was installed; on a GPU host, warm
     the JIT caches with the engine's own nvcc (75: busy)."""
     from kimi_serve.core.errors import KimiServeError
-    from kimi_serve.engine.install import install
+    from kimi_serve.core.settings import process_environ
+    from kimi_serve.engine.install import install_and_warm
     from kimi_serve.engine.plan import make_plan
+    from kimi_serve.engine.warm import host_warm_plan
+    from kimi_serve.service.hardening import CACHE_ROOT
 
     if installer not in (None, "uv", "pip"):
         raise KimiServeError(f"--installer {installer}: unknown", hint="pass --installer uv or --installer pip")
@@ -103,7 +90,8 @@ def install_cmd(
     plan = make_plan(
         target, lock, None if no_patches else patch_set, profile, installer, interpreter, not no_kimi_serve, python
     )
-    warm = _warm_plan(plan.prefix, {name: pin.version for name, pin in plan.lock.pins.items()})
+    pins = {name: pin.version for name, pin in plan.lock.pins.items()}
+    warm = host_warm_plan(plan.prefix, pins, CACHE_ROOT, process_environ())
     if dry_run:
 
         def plan_text() -> None:
@@ -130,10 +118,7 @@ def install_cmd(
         data = {"dry_run": True, "plan": plan.to_dict(), "warm": warm.to_dict()}
         return emit(as_json, 0, plan_text, command="engine-install", data=data)
     progress = not quiet and not as_json and sys.stderr.isatty()
-    result = install(plan, progress=progress)
-    from kimi_serve.engine.warm import run_warm
-
-    warmed = run_warm(warm)
+    result, warmed = install_and_warm(plan, warm, progress=progress)
 
     def install_text() -> None:
         rec = result.record

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -239,11 +238,9 @@ def apply_cmd(
     """Apply every patch or none (checked on a staging copy first); applying again is a no-op. With --profile, every
     set of the profile, all or none (a set that fails reverts the sets applied before it). One change of an SGLang
     at a time (the lock of its site-packages, exit 75); a change killed part-way is finished or rolled back first."""
-    from kimi_serve.patches import apply, apply_sets
+    from kimi_serve.patches import apply_sets
 
     sp, sets, prof = _target(site_packages, python, set_name, profile, overrides)
-    if prof is None:
-        return _change(apply, sp, sets[0], state_dir, as_json, wait_lock)
     results = apply_sets(sp, sets, state_dir=state_dir, wait_lock=wait_lock)
     return _changes(prof, results, as_json, "patches-apply")
 
@@ -262,30 +259,19 @@ def revert_cmd(
     """Restore the original sglang files byte for byte (checked against the manifest afterwards: exit 1 on a
     mismatch); a no-op when not applied. With --profile, every set of the profile, newest first. Host lock and crash
     recovery as for apply."""
-    from kimi_serve.patches import revert
+    from kimi_serve.patches import revert_sets
 
     sp, sets, prof = _target(site_packages, python, set_name, profile, overrides)
-    if prof is None:
-        return _change(revert, sp, sets[0], state_dir, as_json, wait_lock)
-    results = [revert(sp, ps, state_dir=state_dir, wait_lock=wait_lock) for ps in reversed(sets)]
-    return _changes(prof, results[::-1], as_json, "patches-revert")
+    return _changes(prof, revert_sets(sp, sets, state_dir=state_dir, wait_lock=wait_lock), as_json, "patches-revert")
 
 
-def _change(
-    action: Callable[..., ChangeResult],
-    sp: Path,
-    patch_set: PatchSet,
-    state_dir: Path | None,
-    as_json: bool,
-    wait_lock: bool,
-) -> int:
-    result = action(sp, patch_set, state_dir=state_dir, wait_lock=wait_lock)
-    _finish(result.status, as_json, result.message, result.changed, command=f"patches-{action.__name__}")
-    return 0
-
-
-def _changes(profile: Profile, results: list[ChangeResult], as_json: bool, command: str) -> int:
-    _finish_sets(profile, [r.status for r in results], as_json, results, command, 0)
+def _changes(profile: Profile | None, results: list[ChangeResult], as_json: bool, command: str) -> int:
+    """What apply/revert did: the one set's report (``--patch-set``), or every set of the profile's."""
+    if profile is None:
+        (r,) = results
+        _finish(r.status, as_json, r.message, r.changed, command=command)
+    else:
+        _finish_sets(profile, [r.status for r in results], as_json, results, command, 0)
     return 0
 
 

@@ -59,28 +59,13 @@ def prewarm(
     return emit(as_json, code, lambda: text(res, code), command="prewarm", data=res.to_json, findings=findings(res))
 
 
-def prewarm_before_restart(profile: Profile, say: Callable[[str], None]) -> dict[str, Any]:
-    """`restart --prewarm`: prewarm first; a refusal is a note (the restart reads from disk), Ctrl-C stops it all."""
-    from kimi_serve.core.errors import ExitCode, KimiServeError
+def restart_prewarm(profile: Profile, say: Callable[[str], None]) -> Callable[[], dict[str, Any]]:
+    """`restart --prewarm`'s first step, its progress shown as `prewarm` shows it (a refusal is a note)."""
     from kimi_serve.core.settings import state_root
-    from kimi_serve.prewarm.page_cache import run_prewarm
-    from kimi_serve.prewarm.report import render
+    from kimi_serve.prewarm.report import prewarm_first
 
-    say("prewarming the checkpoint while the old server serves...")
-    try:
-        res = run_prewarm(profile, state_root=state_root(), progress=_progress(True) if sys.stderr.isatty() else None)
-    except KimiServeError as exc:  # nothing to prewarm: restart as usual
-        say(f"prewarm skipped: {exc.message}")
-        return {"status": "skipped", "reason": exc.message}
-    if res.status == "interrupted":
-        raise KimiServeError(
-            "interrupted during prewarm: nothing was restarted",
-            where="restart --prewarm",
-            hint="run it again, or restart without --prewarm",
-            exit_code=ExitCode.INTERRUPTED,
-        )
-    say(render(res).splitlines()[0])
-    return res.to_json()
+    bar = _progress(True) if sys.stderr.isatty() else None
+    return lambda: prewarm_first(profile, state_root=state_root(), progress=bar, say=say)
 
 
 def register(app: typer.Typer) -> None:

@@ -17,20 +17,11 @@ from kimi_serve.commands.options import (
     UnitProfileOpt,
     emit,
 )
-from kimi_serve.commands.service_io import (
-    current_runs,
-    print_dry_run_plan,
-    print_result,
-    recover,
-    resolve,
-    run_rows,
-    say,
-)
+from kimi_serve.commands.service_io import notice, print_dry_run_plan, print_result, resolve, run_rows, say
 from kimi_serve.core.settings import process_environ
 from kimi_serve.service.state import STATE_DIR, UNIT_DIR
 
 if TYPE_CHECKING:
-    from kimi_serve.profile.loader import Profile
     from kimi_serve.service.fleet import Fleet
     from kimi_serve.service.target import ServiceTarget
 
@@ -52,23 +43,6 @@ WAIT_LOCK_HELP = (
     "When another kimi-serve command holds the lock of this root (the host lock for /), wait for it instead of "
     "exiting 75."
 )
-
-
-def _plan(target: ServiceTarget, now: bool, contract: bool, replace: bool = True, preview: bool = False) -> Fleet:
-    from kimi_serve.service.fleet import plan_fleet
-    from kimi_serve.service.unit import UnitContext
-
-    assert target.profile is not None
-    say(f"checking profile {target.profile.ref} (schema, rules, SGLang's parser, host)...")
-    return plan_fleet(
-        target,
-        now=now,
-        ctx=UnitContext.detect(),
-        environ=process_environ(),
-        contract=contract,
-        replace=replace,
-        preview=preview,
-    )
 
 
 def install_service(
@@ -97,21 +71,26 @@ def install_service(
     The API key never goes into the unit: SGLang reads it from the profile's server.api_key_file (0600), which this
     command creates from $KIMI_SERVE_API_KEY when it does not exist yet.
     """
-    from kimi_serve.core.lock import root_lock
-    from kimi_serve.service.fleet import install_fleet
-    from kimi_serve.service.preflight import require_systemd
+    from kimi_serve.service.run import install_service as install
+    from kimi_serve.service.run import plan
     from kimi_serve.service.verifier import contract_verifier
 
     sets = [*(sets or []), *([f"nodes.rank={node_rank}"] if node_rank is not None else [])]
     target = resolve(profile, sets, unit_name, root)
     if dry_run:
-        return _print_plan(_plan(target, now, contract=False, replace=replace, preview=True), target, as_json)
-    require_systemd(target.systemd)  # before any lock, recovery or write (exit 5, nothing changed)
-    with root_lock("install-service", target.systemd.root, wait=wait_lock):
-        recover(target, installs=True)
-        fleet = _plan(target, now, contract=False, replace=replace)
-        result = install_fleet(fleet, target.systemd, contract_verifier, process_environ())
-        return print_result(result, as_json, {"deployment": fleet.to_json()})
+        preview = plan(target, process_environ(), now=now, contract=False, replace=replace, preview=True, say=say)
+        return _print_plan(preview, target, as_json)
+    done = install(
+        target,
+        contract_verifier,
+        process_environ(),
+        now=now,
+        replace=replace,
+        wait_lock=wait_lock,
+        say=say,
+        notice=notice,
+    )
+    return print_result(done.result, as_json, done.extra())
 
 
 def _print_plan(fleet: Fleet, target: ServiceTarget, as_json: bool) -> int:
@@ -172,16 +151,11 @@ def uninstall_service(
 ) -> int:
     """Stop, disable and remove the unit and its records (the API-key file stays); every member of a deployment,
     the router first."""
-    from kimi_serve.core.lock import root_lock
-    from kimi_serve.service.fleet import uninstall_fleet
+    from kimi_serve.service.run import uninstall_service as uninstall
 
     target = resolve(profile, sets, unit_name, root)
-    root, base, systemd = target.systemd.root, target.unit, target.systemd
-    if dry_run:
-        return print_result(uninstall_fleet(root, base, systemd, dry_run=True), as_json, command="uninstall-service")
-    with root_lock("uninstall-service", root, wait=wait_lock):
-        recover(target)
-        return print_result(uninstall_fleet(root, base, systemd, dry_run=False), as_json, command="uninstall-service")
+    result = uninstall(target, dry_run=dry_run, wait_lock=wait_lock, notice=notice)
+    return print_result(result, as_json, command="uninstall-service")
 
 
 def restart(
@@ -208,34 +182,23 @@ def restart(
     A replicated deployment restarts one replica at a time, only while the router reports another healthy worker,
     and stops the roll at the first replica that fails (rolled back). A crash of kimi-serve's own verify (exit 70)
     is no verdict, so it never triggers a rollback."""
-    from kimi_serve.core.lock import root_lock
-    from kimi_serve.service.preflight import require_systemd
-    from kimi_serve.service.rolling import no_replica_to_pick, restart_deployment
+    from kimi_serve.commands.prewarm_cmd import restart_prewarm
+    from kimi_serve.service.run import restart_service
     from kimi_serve.service.verifier import contract_verifier
 
     target = resolve(profile, sets, unit_name, Path("/"))
-    if replica and not target.replicated:  # a usage error: before the host checks and the slow plan
-        raise no_replica_to_pick()
-    require_systemd(target.systemd)  # before any lock, recovery or write (exit 5, nothing changed)
-    with root_lock("restart", target.systemd.root, wait=wait_lock):
-        recover(target, installs=True)
-        fleet = _plan(target, now=True, contract=True)
-        warmed = _prewarm_first(fleet.deployment.profile) if prewarm else None
-        result, rolled = restart_deployment(
-            fleet, target.systemd, contract_verifier, process_environ(), only=list(replica or []), progress=say
-        )
-        extra: dict[str, Any] = {"deployment": fleet.to_json()}
-        if rolled is not None:
-            extra["rolled"] = rolled
-        if warmed:
-            extra["prewarm"] = warmed
-        return print_result(result, as_json, extra, command="restart")
-
-
-def _prewarm_first(profile: Profile) -> dict[str, Any]:
-    from kimi_serve.commands.prewarm_cmd import prewarm_before_restart
-
-    return prewarm_before_restart(profile, say)
+    first = restart_prewarm(target.profile, say) if prewarm and target.profile else None
+    done = restart_service(
+        target,
+        contract_verifier,
+        process_environ(),
+        only=list(replica or []),
+        wait_lock=wait_lock,
+        prewarm=first,
+        say=say,
+        notice=notice,
+    )
+    return print_result(done.result, as_json, done.extra(), command="restart")
 
 
 def status(
@@ -251,13 +214,10 @@ def status(
     --profile) running: that `up`, looked at now: /health, serving through the router or degraded (exit 0: whole)."""
     from kimi_serve.core.settings import state_root
     from kimi_serve.prewarm.report import start_history, start_rows
-    from kimi_serve.service.fleet_status import status_of
-    from kimi_serve.service.foreground import foreground_of, runs_of
+    from kimi_serve.service.run import service_status
 
     target = resolve(profile, sets, unit_name, root)
-    runs = runs_of(current_runs(), target.profile)  # with --profile, that profile's `up`s only
-    unit = status_of(target)  # the one unit is a deployment of one member: one body, one report per shape
-    st = foreground_of(unit, runs, target.profile) or unit  # nothing installed, an `up` runs: that `up`, looked at
+    st, runs = service_status(target)
 
     def data() -> dict[str, Any]:
         starts = start_history(state_root(), profile=target.profile.name if target.profile else None)

@@ -1,6 +1,7 @@
 """What the service commands (service_cmds.py) share: the one resolution of their options into a
-:class:`~kimi_serve.service.target.ServiceTarget`, the lock of its root, the rollback of an interrupted change,
-progress, and how a result or a dry-run plan is printed."""
+:class:`~kimi_serve.service.target.ServiceTarget`, progress and notices, and how a result or a dry-run plan is
+printed. What they do (the lock, the rollback of an interrupted change, the plan, the change) is one call each into
+:mod:`kimi_serve.service.run`."""
 
 from __future__ import annotations
 
@@ -29,17 +30,9 @@ def resolve(profile: str | None, sets: list[str] | None, unit_name: str | None, 
     return resolve_target(loaded, unit_name, Systemd(run, root.resolve()))
 
 
-def recover(target: ServiceTarget, *, installs: bool = False) -> None:
-    """Settle a change of the target's unit, or of any member of its deployment, that was killed part-way
-    (kimi_serve.service.journal), and say so. ``installs`` (install-service, restart): without $KIMI_SERVE_API_KEY,
-    a key file the killed run created stays, so the command finishes with it; with the key, the rollback removes it
-    and the command writes its own from the key it was given."""
-    from kimi_serve.core.settings import current
-    from kimi_serve.service.fleet import recover_fleet
-
-    keep = installs and not (current().api_key or "").strip()
-    for message in recover_fleet(target.systemd, target.unit, keep_secret=keep):
-        typer.echo(f"kimi-serve: {message}", err=True)
+def notice(message: str) -> None:
+    """What the rollback of a killed change did: always said, on stderr."""
+    typer.echo(f"kimi-serve: {message}", err=True)
 
 
 def say(message: str) -> None:
@@ -94,15 +87,6 @@ def print_dry_run_plan(actions: list[str], bad: list[Finding]) -> None:
 
         typer.echo(f"on this host, {len(bad)} check(s) would fail (install-service would refuse):")
         typer.echo("\n".join(finding_lines(bad, indent="  ")))
-
-
-def current_runs() -> list[Any]:
-    """The servers a foreground `up` runs now (kimi_serve.core.runs); stale records are reported once and pruned."""
-    from kimi_serve.core.runs import prune, read_runs
-
-    runs = read_runs()
-    prune(runs)
-    return runs
 
 
 def run_rows(runs: list[Any]) -> list[Fact]:

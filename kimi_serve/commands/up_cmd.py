@@ -84,20 +84,14 @@ def doctor(
     sandbox (unit.reach), and, as root on a GPU host, CUDA inside that sandbox."""
     import os
 
-    from kimi_serve.check.launch import validated_launch
     from kimi_serve.core.output import colour, paint_statuses
-    from kimi_serve.host.doctor import Host, render, run_doctor
+    from kimi_serve.host.doctor import Host, render
     from kimi_serve.profile.loader import load_profile
-    from kimi_serve.service.preflight import doctor_reach
-    from kimi_serve.service.unit_gpu import doctor_unit_gpu
+    from kimi_serve.service.preflight import doctor as run_doctor
     from kimi_serve.up.selftest import selftest
 
-    p = load_profile(profile, sets or ())
-    launch = validated_launch(p)
     host = Host(allreduce_selftest=selftest)
-    report = run_doctor(p, launch, host)
-    report.checks += doctor_reach(p, launch, process_environ())  # can the unit start? (install-service's own judgement)
-    report.checks += doctor_unit_gpu(p, launch, host, report.checks, as_root=os.geteuid() == 0)
+    report = run_doctor(load_profile(profile, sets or ()), host, process_environ(), as_root=os.geteuid() == 0)
     return emit(
         as_json,
         report.exit_code,

@@ -45,6 +45,7 @@ from kimi_serve.engine.discover import installed_versions, site_packages
 from kimi_serve.engine.installer import run_installer
 from kimi_serve.engine.plan import EnginePlan
 from kimi_serve.engine.prefix import RECORD_NAME, clear_leftovers
+from kimi_serve.engine.warm import WarmPlan, run_warm
 
 _SCHEMA = 1
 
@@ -271,3 +272,10 @@ def install(plan: EnginePlan, *, progress: bool = False) -> InstallResult:
             checkpoint("engine.swap")
             os.rename(staging, plan.prefix)
     return InstallResult(plan, record, time.monotonic() - start)
+
+
+def install_and_warm(plan: EnginePlan, warm: WarmPlan, *, progress: bool = False) -> tuple[InstallResult, list[str]]:
+    """`engine install`: the venv from the lock (:func:`install`), then the JIT caches warmed on a GPU host
+    (:func:`~kimi_serve.engine.warm.run_warm`: how each step went, one line each)."""
+    result = install(plan, progress=progress)
+    return result, run_warm(warm)

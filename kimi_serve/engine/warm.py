@@ -145,3 +145,13 @@ def outcome_lines(res: Completed | None) -> list[str]:
     if missing:
         lines.append(f"warm caches: {', '.join(missing)} did not report ({res.describe()})")
     return lines
+
+
+def host_warm_plan(prefix: Path, pins: dict[str, str], cache_root: str, environ: dict[str, str]) -> WarmPlan:
+    """The warm step for this host: its GPUs as nvidia-smi lists them (asked only for a lock with a toolchain), the
+    unit's cache folder (``cache_root``)."""
+    from kimi_serve.host.doctor import Host
+    from kimi_serve.host.gpus import read_gpus
+
+    gpus = read_gpus(Host.real().run)[0] if "nvidia-cuda-nvcc" in pins else []
+    return warm_plan(prefix, pins, len(gpus), cache_root, environ)

@@ -28,7 +28,7 @@ from kimi_serve.k8s.placement import node_selector, shm_size, tolerations
 from kimi_serve.k8s.view import IMAGE_KIMI_SERVE, IMAGE_PYTHON, SECRET_KEY, K8sPlan, escaped
 from kimi_serve.profile.launch import Launch
 from kimi_serve.service.hardening import CACHE_ROOT, cache_environment
-from kimi_serve.service.monitor_units import floor_args
+from kimi_serve.service.unit import floor_args
 
 UID = 10001  # the pods' user and group (numeric: Kubernetes checks runAsNonRoot by uid)
 STARTUP_PERIOD = 10  # seconds between startupProbe tries; the budget is the profile's startup.timeout

@@ -17,6 +17,7 @@ _HOME = {
     "apply": "change",
     "apply_sets": "change",
     "revert": "change",
+    "revert_sets": "change",
     "DEFAULT_SET": "names",
     "MANIFEST": "manifest",
     "Patch": "manifest",
@@ -50,6 +51,7 @@ __all__ = [
     "check_applies_to_wheel",
     "load_patch_set",
     "revert",
+    "revert_sets",
     "status",
 ]
 

@@ -90,6 +90,15 @@ def apply_sets(
     return done
 
 
+def revert_sets(
+    site_packages: Path, patch_sets: Sequence[PatchSet], *, state_dir: Path | None = None, wait_lock: bool = False
+) -> list[ChangeResult]:
+    """Revert several sets (a profile's ``patch_set`` list), newest first, each through :func:`revert`; the results
+    in the sets' own order."""
+    done = [revert(site_packages, ps, state_dir=state_dir, wait_lock=wait_lock) for ps in reversed(patch_sets)]
+    return done[::-1]
+
+
 def _noting(result: ChangeResult, recovered: str | None) -> ChangeResult:
     if recovered:
         result.message = f"{result.status.set_name}: {recovered}\n{result.message}"

@@ -1,8 +1,10 @@
-"""What is printed about the cold start: a prewarm's lines and its findings (`prewarm`, `restart --prewarm`), and
-`status`'s start rows (the last starts against the disk floor, the next start's prediction); docs/coldstart.md."""
+"""What is printed about the cold start: a prewarm's lines and its findings (`prewarm`, `restart --prewarm`: its
+first step, :func:`prewarm_first`), and `status`'s start rows (the last starts against the disk floor, the next
+start's prediction); docs/coldstart.md."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ from kimi_serve.core.report import Fact
 from kimi_serve.host.coldstart import gb
 from kimi_serve.host.floor import prediction_line
 from kimi_serve.host.starts import describe_start, read_starts
-from kimi_serve.prewarm.page_cache import PrewarmResult
+from kimi_serve.prewarm.page_cache import PrewarmResult, Progress, run_prewarm
 from kimi_serve.profile.loader import Profile
 
 _HEAD = {
@@ -72,3 +74,24 @@ def start_rows(profile: Profile | None, state_root: Path, limit: int = 3) -> lis
     if profile:
         rows.append(Fact("next start", prediction_line(profile, state_root)))
     return rows
+
+
+def prewarm_first(
+    profile: Profile, *, state_root: Path, progress: Progress | None, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """`restart --prewarm`: prewarm first; a refusal is a note (the restart reads from disk), Ctrl-C stops it all."""
+    say("prewarming the checkpoint while the old server serves...")
+    try:
+        res = run_prewarm(profile, state_root=state_root, progress=progress)
+    except KimiServeError as exc:  # nothing to prewarm: restart as usual
+        say(f"prewarm skipped: {exc.message}")
+        return {"status": "skipped", "reason": exc.message}
+    if res.status == "interrupted":
+        raise KimiServeError(
+            "interrupted during prewarm: nothing was restarted",
+            where="restart --prewarm",
+            hint="run it again, or restart without --prewarm",
+            exit_code=ExitCode.INTERRUPTED,
+        )
+    say(render(res).splitlines()[0])
+    return res.to_json()

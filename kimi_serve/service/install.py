@@ -34,11 +34,12 @@ from kimi_serve.service.secret import create_secret
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic, write_record
 from kimi_serve.service.systemctl import Systemd
 from kimi_serve.service.timeouts import restart_wait_sec
-from kimi_serve.service.unit import RenderedUnit, UnitContext, unit_reach
+from kimi_serve.service.unit import RenderedUnit, UnitContext, floor_args, unit_reach
 from kimi_serve.service.verifier import INTERNAL_NOTE, post_verify_crashed
 
 # (endpoint HOST:PORT, API-key file or None, suite, timeout) -> (verify exit code, one-line summary)
-Verifier = Callable[[str, Path | None, str, float], tuple[int, str]]
+# (endpoint, key file, suite, timeout, further verify options: the draft's floor) -> (exit code, one line)
+Verifier = Callable[[str, Path | None, str, float, tuple[str, ...]], tuple[int, str]]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Candidate:
     suite: str
     verify_timeout: float
     restart_timeout: float
+    verify_args: tuple[str, ...] = ()  # the profile's --accept-floor where it is not verify's default
 
     def record(self) -> dict[str, Any]:
         return {
@@ -64,6 +66,7 @@ class Candidate:
             "suite": self.suite,
             "verify_timeout": self.verify_timeout,
             "restart_timeout": self.restart_timeout,
+            **({"verify_args": list(self.verify_args)} if self.verify_args else {}),  # records of a default: as before
         }
 
     @classmethod
@@ -78,6 +81,7 @@ class Candidate:
             str(record["suite"]),
             float(record["verify_timeout"]),
             float(record["restart_timeout"]),
+            tuple(str(a) for a in record.get("verify_args") or ()),
         )
 
 
@@ -104,6 +108,7 @@ class Plan:
             p.verify.suite,
             float(p.verify.timeout),
             restart_wait_sec(p),
+            tuple(floor_args(p)),
         )
 
 
@@ -318,7 +323,7 @@ def start_and_verify(
             ),
         )
     else:
-        outcome.verify_exit, outcome.detail = verifier(endpoint, secret, c.suite, c.verify_timeout)
+        outcome.verify_exit, outcome.detail = verifier(endpoint, secret, c.suite, c.verify_timeout, c.verify_args)
     result.add(f"kimi-serve verify {endpoint}{label}", "done" if outcome.ok else "failed", outcome.detail)
     record_verify(paths, outcome)
     checkpoint("service.verified")

@@ -20,13 +20,12 @@ from kimi_serve.core.proc import Completed
 from kimi_serve.core.resources import resource_dir
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
-from kimi_serve.profile.schema import default_of
 from kimi_serve.service.hardening import client_sandbox
 from kimi_serve.service.marker import MARKER_PREFIX, marker_value, parse_marker
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic
 from kimi_serve.service.systemctl import SYSTEMCTL_TIMEOUT, Systemd
 from kimi_serve.service.systemd_text import environment_line, exec_line, quote, specifiers
-from kimi_serve.service.unit import RenderedUnit, UnitContext
+from kimi_serve.service.unit import RenderedUnit, UnitContext, floor_args
 
 ALERT_UNIT = "kimi-serve-alert@.service"
 DEFAULT_METRICS_DIR = "/var/lib/prometheus/node-exporter"  # Debian's node_exporter --collector.textfile.directory
@@ -66,15 +65,6 @@ def credential_path(unit: str) -> str:
 def record_dirs(profile: Profile, unit: str) -> tuple[str, str]:
     """(the unit's state directory, the metrics file's directory): all the verify oneshot may write."""
     return str(ServicePaths(Path("/"), unit).state_dir), str(Path(metrics_file(profile, unit)).parent)
-
-
-def floor_args(profile: Profile) -> list[str]:
-    """``--accept-floor`` for a check of ``profile``'s server where its ``speculative.accept_floor`` is not verify's
-    default (the default is verify's own: units and manifests of a profile that keeps it stay as they were)."""
-    floor = profile.speculative.accept_floor
-    if not profile.speculative.enabled or floor == default_of("speculative.accept_floor"):
-        return []
-    return ["--accept-floor", "1" if floor is None else f"{floor:g}"]
 
 
 def monitor_argv(profile: Profile, launch: Launch, ctx: UnitContext, unit: str) -> list[str]:

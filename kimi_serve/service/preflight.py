@@ -1,4 +1,5 @@
-"""The full `check` as install-service and restart need it, with the two host facts the service layer owns itself.
+"""The full `check` as install-service and restart need it, with the two host facts the service layer owns itself;
+`doctor`'s one body (:func:`doctor`: the host's checks and what the unit adds).
 
 The API-key file is checked (or created) under the install root by :mod:`kimi_serve.service.install`, not here.
 With ``contract``, the check's contract dry run (the profile's flags through the simulator) runs too.
@@ -7,13 +8,16 @@ With ``contract``, the check's contract dry run (the profile's flags through the
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, WARN, Finding, error_from, failed
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service.systemctl import Systemd
+
+if TYPE_CHECKING:
+    from kimi_serve.host.doctor import DoctorReport, Host
 
 T = TypeVar("T")
 _SERVICE_OWNED = {("host", "server.api_key_file")}
@@ -120,3 +124,18 @@ def doctor_reach(profile: Profile, launch: Launch, environ: Mapping[str, str]) -
         ),
         *drift,
     ]
+
+
+def doctor(profile: Profile, host: Host, environ: Mapping[str, str], *, as_root: bool) -> DoctorReport:
+    """`doctor`'s one body: the host's checks for the profile (:func:`kimi_serve.host.doctor.run_doctor`), then what
+    its unit adds: whether the unit can start (:func:`doctor_reach`, install-service's own judgement) and, for a GPU
+    profile, the unit's toolchain and CUDA inside its sandbox (``as_root``: :mod:`kimi_serve.service.unit_gpu`)."""
+    from kimi_serve.check.launch import validated_launch
+    from kimi_serve.host.doctor import run_doctor
+    from kimi_serve.service.unit_gpu import doctor_unit_gpu
+
+    launch = validated_launch(profile)
+    report = run_doctor(profile, launch, host)
+    report.checks += doctor_reach(profile, launch, environ)
+    report.checks += doctor_unit_gpu(profile, launch, host, report.checks, as_root=as_root)
+    return report

@@ -25,6 +25,7 @@ from kimi_serve.host.unit_reach import ENTER, LOAD, RUN, Need, Sandbox, reach_fi
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.member import Role
+from kimi_serve.profile.schema import default_of
 from kimi_serve.service.hardening import CACHE_NAME, cache_environment, protect_home, sandbox
 from kimi_serve.service.marker import MARKER_PREFIX, OVERRIDES_PREFIX, body_hash, marker_value
 from kimi_serve.service.systemd_text import (
@@ -160,6 +161,16 @@ def unit_environment(profile: Profile, launch: Launch, ctx: UnitContext, root: P
     return env
 
 
+def floor_args(profile: Profile) -> list[str]:
+    """``--accept-floor`` for a check of ``profile``'s server where its ``speculative.accept_floor`` is not verify's
+    default (the default is verify's own: units and manifests of a profile that keeps it stay as they were): the
+    unit's ExecStartPost, the verify timer's check, restart's and install-service --now's, the Kubernetes CronJob."""
+    floor = profile.speculative.accept_floor
+    if not profile.speculative.enabled or floor == default_of("speculative.accept_floor"):
+        return []
+    return ["--accept-floor", "1" if floor is None else f"{floor:g}"]
+
+
 def verify_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]:
     """``kimi-serve verify`` as ExecStartPost runs it: wait out the cold start, then the contract suite."""
     argv = [
@@ -173,6 +184,7 @@ def verify_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]
         f"{profile.verify.timeout:g}",
         "--suite",
         profile.verify.suite,
+        *floor_args(profile),
     ]
     if launch.api_key_file:
         argv += ["--api-key-file", launch.api_key_file]

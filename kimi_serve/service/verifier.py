@@ -16,9 +16,12 @@ INTERNAL_NOTE = "kimi-serve verify crashed (exit 70: a bug in kimi-serve, not a 
 VERIFY_WAIT_AFTER_START = 30.0  # the unit is active (its ExecStartPost passed), so readiness should be immediate
 
 
-def contract_verifier(endpoint: str, secret: Path | None, suite: str, timeout: float) -> tuple[int, str]:
+def contract_verifier(
+    endpoint: str, secret: Path | None, suite: str, timeout: float, options: tuple[str, ...] = ()
+) -> tuple[int, str]:
     """The real verifier: ``kimi-serve verify`` against the running unit, in its own process, so a kimi-serve bug
-    in it is its exit 70 (reported as a bug), never an exception in restart's own decisions."""
+    in it is its exit 70 (reported as a bug), never an exception in restart's own decisions. ``options``: the
+    unit's own further verify options, as its ExecStartPost runs them (the profile's ``--accept-floor``)."""
     argv = [
         *proc.python_argv(sys.executable, "-m", "kimi_serve"),
         "verify",
@@ -30,6 +33,7 @@ def contract_verifier(endpoint: str, secret: Path | None, suite: str, timeout: f
         f"{timeout:g}",
         "--suite",
         suite,
+        *options,
         "--json",
     ]
     if secret is not None:

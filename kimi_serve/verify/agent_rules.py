@@ -16,6 +16,7 @@ from kimi_serve.verify import wire
 from kimi_serve.verify.answer import Answer, ToolCall
 from kimi_serve.verify.report import clip, problem, warning
 from kimi_serve.verify.thinking import marker
+from kimi_serve.verify.tool_findings import tool_turn_findings
 
 # who sends what (measured against SGLang 0.5.23 with prod's flags and with parsers left out)
 STRICT_CLIENTS = "openai-agents and pydantic-ai (they declare function tools `strict: true` by default)"
@@ -47,7 +48,7 @@ def strict_findings(
 ) -> list[Finding]:
     """The tool rules for ``strict: true`` tools; a call that never came (finish_reason stop) is named for what it
     is: SGLang's strict-tool grammar applied from the first token (no reasoning parser) drops it."""
-    found = dx.tool_turn_findings(answer, schemas, min_calls=min_calls)
+    found = tool_turn_findings(answer, schemas, min_calls=min_calls)
     if not any(f.code == "no_tool_call" for f in found):
         return found
     dropped = problem(

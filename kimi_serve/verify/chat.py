@@ -21,7 +21,7 @@ from kimi_serve.core.output import sgr
 from kimi_serve.verify import http_findings as hx
 from kimi_serve.verify import wire
 from kimi_serve.verify.diagnose import TOOL_TOKEN
-from kimi_serve.verify.runner import _served_models
+from kimi_serve.verify.discovery import served_models
 from kimi_serve.verify.sse import SseFeed
 from kimi_serve.verify.stream import StreamReader, stall_limit
 from kimi_serve.verify.target import Target
@@ -131,7 +131,7 @@ def served_model(target: Target, api_key: str | None, timeout: float) -> str:
     data, failure = (None, failure) if failure is not None else hx.parse_json_body(reply)
     if failure is not None:
         raise _fail(failure, ExitCode.FAILED)
-    served = _served_models(data)
+    served = served_models(data)
     if not served:
         raise KimiServeError(
             f"{target.base_url}: GET /v1/models lists no model", hint="pass --model NAME", exit_code=ExitCode.FAILED

@@ -13,6 +13,7 @@ from kimi_serve.core.findings import Finding
 from kimi_serve.verify import diagnose as dx
 from kimi_serve.verify.answer import Answer
 from kimi_serve.verify.report import problem
+from kimi_serve.verify.tool_findings import tool_turn_findings
 
 NON_STREAM, STREAM = "non-stream", "stream"
 TEMPERATURE = 0.6  # Kimi-K2.5's instant-mode recommendation; low enough for stable tool use
@@ -101,7 +102,7 @@ def tool_check(tools: list[dict[str, Any]], min_calls: int = 1) -> Callable[[Ans
         return (
             dx.text_findings(answer, server)
             + dx.other_field_findings(answer)
-            + dx.tool_turn_findings(answer, schemas, min_calls=min_calls)
+            + tool_turn_findings(answer, schemas, min_calls=min_calls)
         )
 
     return check

@@ -1,6 +1,6 @@
 """Text forms of a :class:`VerifyReport`: a table for a terminal, plain lines for logs and pipes. Each finding code is
 said once, with the probes it came from (FAILs first, then warnings), and the last line carries the verdict, the
-counts and the cause several failures share (:func:`~kimi_serve.verify.diagnose.shared_cause`). Every line passes
+counts and the cause several failures share (:func:`~kimi_serve.verify.causes.shared_cause`). Every line passes
 through :func:`~kimi_serve.verify.wire.printable`: what a server sent is shown escaped, never acted on."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from kimi_serve.core.findings import FAIL, WARN, Finding
 from kimi_serve.core.report import finding_lines
-from kimi_serve.verify.diagnose import shared_cause
+from kimi_serve.verify.causes import shared_cause
 from kimi_serve.verify.report import ProbeResult, VerifyReport
 from kimi_serve.verify.wire import printable
 

@@ -46,7 +46,7 @@ class ProbeResult:
     latency_s: float
     findings: tuple[Finding, ...] = ()
     unreachable: bool = False  # failed because the server could not be reached, not because of what it said
-    attempts: int = 1  # 2 when the first answer failed only in ways a sampling model can (runner.MODEL_NOISE)
+    attempts: int = 1  # 2 when the first answer failed only in ways a sampling model can (exchange.MODEL_NOISE)
     warnings: tuple[Finding, ...] = ()  # faults a client survives (e.g. no [DONE] after a clean finish)
     detail: str = ""  # what a passing probe found out (e.g. the lossless check: which field carries reasoning)
 

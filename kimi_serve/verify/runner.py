@@ -8,230 +8,45 @@ import json
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass
 from typing import Any
 
-from kimi_serve.core.findings import WARN, Finding
-from kimi_serve.core.http import TransportError, read_limits, request
+from kimi_serve.core.findings import Finding
+from kimi_serve.core.http import read_limits
 from kimi_serve.core.suites import FULL, RAW
 from kimi_serve.verify import http_findings as hx
 from kimi_serve.verify import load as load_probe
 from kimi_serve.verify.agent_rules import honoured
-from kimi_serve.verify.agentic import DIALECT_PROBES, REPLAYS, agentic_probes
-from kimi_serve.verify.answer import Answer, answer_from_json
+from kimi_serve.verify.agentic import DIALECT_PROBES, agentic_probes
 from kimi_serve.verify.budget import check_budget
-from kimi_serve.verify.draft import SPEC_DETAILS, judge_draft
+from kimi_serve.verify.discovery import get_json, served_models, server_info
+from kimi_serve.verify.draft import judge_draft
+from kimi_serve.verify.exchange import ProbeOutcome, attempt, outcome_of, result_of
 from kimi_serve.verify.family_probe import family_calls, for_family, resolve_family
 from kimi_serve.verify.leaks import server_info_leaks
 from kimi_serve.verify.options import VerifyOptions
-from kimi_serve.verify.probes import STREAM, Probe
+from kimi_serve.verify.probes import STREAM
 from kimi_serve.verify.probes import suite as suite_probes
 from kimi_serve.verify.raw_suite import raw_calls
 from kimi_serve.verify.readiness import POLL_TIMEOUT, address, wait_ready
 from kimi_serve.verify.report import ProbeResult, VerifyReport, clip, problem
-from kimi_serve.verify.stream import answer_from_sse, stall_limit
 from kimi_serve.verify.target import Target, parse_target
 
 # How long a contract check after a start (`up`, `check --contract`) waits for /health: the same in both, so the dry
 # run predicts `up`.
 AFTER_START_WAIT = 30.0
-# Findings a sampling model can produce on a healthy server (it answered in text, made one call instead of two,
-# drifted from the schema, miscounted): such a probe gets one more try, as Moonshot's vendor verifier reruns them.
-MODEL_NOISE = frozenset(
-    {
-        "no_tool_call",
-        "parallel_calls",
-        "arguments_schema",
-        "argument_small",
-        "argument_corrupt",
-        "unexpected_tool_call",
-        "length",
-        "strict_call_dropped",
-    }
-)
 _GRACE = 2.0  # each request ends by the deadline on its own; this only bounds the join
 # verify's own requests at once (probes, discovery, checks; the load probe's --concurrency streams come on top): the
 # full suite has ~26 to send, and a server or gateway with a small accept backlog resets some when all come at once.
 # Each probe reads and judges its answer inside its slot, so at most this many answers are decoded at a time.
 CONNECTIONS = 8
-_COMPLETE_DESPITE = frozenset({"stream_no_finish_reason", "stream_tool_index"})  # wire faults that leave the text whole
 
 
-@dataclass
-class _Outcome:
-    answer: Answer | None
-    latency_s: float
-    failure: Finding | None = None
-    unreachable: bool = False
-    model_404: bool = False
-    attempts: int = 1
-    judged_by: Probe | None = None  # the follow-up turn whose answer this is (a tool loop), else the probe itself
-
-
-def _get_json(
-    target: Target, path: str, deadline: float, api_key: str | None, timeout: float
-) -> tuple[Any, Finding | None, bool]:
-    """(json, finding, unreachable) for a GET."""
-    try:
-        reply = request("GET", target.url(path), deadline=deadline, api_key=api_key)
-    except TransportError as err:
-        return None, hx.transport_finding(err, timeout=timeout), hx.unreachable(err)
-    failure = hx.http_finding(reply, api_key_sent=bool(api_key), model=None)
-    if failure:
-        return None, problem(failure.code, f"GET {path}: {failure.message}", failure.fix), False
-    data, failure = hx.parse_json_body(reply)
-    if failure:
-        failure = problem(failure.code, f"GET {path}: {failure.message}", failure.fix)
-    return data, failure, False
-
-
-def _served_models(data: Any) -> list[str]:
-    entries = data.get("data") if isinstance(data, dict) else None
-    return (
-        [e["id"] for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str)]
-        if isinstance(entries, list)
-        else []
-    )
-
-
-def _server_info(target: Target, deadline: float, api_key: str | None) -> dict[str, Any]:
-    """The parsers SGLang reports in /model_info (used to sharpen diagnoses); empty when it does not say."""
-    data, failure, _ = _get_json(target, "/model_info", deadline, api_key, 0.0)
-    if failure or not isinstance(data, dict):
-        return {}
-    return {k: data.get(k) for k in ("tool_call_parser", "reasoning_parser") if k in data}
-
-
-def _call(
-    target: Target, probe: Probe, mode: str, model: str, api_key: str | None, deadline: float, timeout: float
-) -> _Outcome:
-    stream = mode == STREAM
-    start = time.monotonic()
-    try:
-        reply = request(
-            "POST",
-            target.url("/v1/chat/completions"),
-            deadline=deadline,
-            api_key=api_key,
-            # not streamed: SGLang's acceptance for this answer in sglext (verify/draft.py); streamed, it would add a
-            # chunk without choices, which the stream rules judge
-            json_body=probe.body(model, stream) if stream else {**probe.body(model, stream), **SPEC_DETAILS},
-            stall_s=stall_limit(timeout) if stream else None,
-        )
-    except TransportError as err:
-        return _Outcome(
-            None,
-            time.monotonic() - start,
-            hx.transport_finding(err, timeout=timeout),
-            unreachable=hx.unreachable(err),
-        )
-    latency = time.monotonic() - start
-    failure = hx.http_finding(reply, api_key_sent=bool(api_key), model=model)
-    if failure:
-        return _Outcome(None, latency, failure, model_404=failure.code == "http_404_model")
-    if stream and "json" in reply.content_type and not reply.timed_out and not reply.limit:
-        data, failure = hx.parse_json_body(reply)
-        if failure is None and isinstance(data, dict) and data.get("error"):
-            return _Outcome(
-                None,
-                latency,
-                problem(
-                    "stream_error",
-                    f"error instead of a stream: {clip(json.dumps(data['error']))}",
-                    "read the SGLang log",
-                ),
-            )
-    if stream:
-        return _Outcome(
-            answer_from_sse(
-                reply.body,
-                timed_out=reply.timed_out,
-                cut=reply.cut,
-                stalled=reply.stalled,
-                idle_s=reply.idle_s,
-                stall_s=stall_limit(timeout),
-                limit=reply.limit,
-                deadline=deadline,
-            ),
-            latency,
-        )
-    data, failure = hx.parse_json_body(reply)
-    if failure:
-        return _Outcome(None, latency, failure)
-    return _Outcome(answer_from_json(data), latency)
-
-
-def _exchange(
-    target: Target, probe: Probe, mode: str, model: str, api_key: str | None, deadline: float, timeout: float
-) -> _Outcome:
-    """One call; for a tool loop (``probe.follow_up``) the second turn too, built from the first answer."""
-    first = _call(target, probe, mode, model, api_key, deadline, timeout)
-    if probe.follow_up is None or first.answer is None or first.answer.problems:
-        return first
-    if any(f.status != WARN for f in probe.check(first.answer, {})):
-        return first  # an agent stops here too: the first turn's rules say why
-    follow = probe.follow_up(first.answer)
-    if follow is None:
-        return first
-    follow = dataclasses.replace(follow, modes=probe.modes, max_tokens=probe.max_tokens)
-    second = _call(target, follow, mode, model, api_key, deadline, timeout)
-    second.latency_s += first.latency_s
-    second.judged_by = follow
-    if second.failure is not None:
-        how = f" ({REPLAYS[probe.name].label})" if probe.name in REPLAYS else ""
-        failure = second.failure
-        second.failure = problem(failure.code, f"follow-up turn{how}: {failure.message}", failure.fix)
-    return second
-
-
-def _attempt(
-    target: Target, probe: Probe, mode: str, model: str, api_key: str | None, deadline: float, timeout: float
-) -> _Outcome:
-    """One exchange, and a second one when the first answer failed only in ways a sampling model can."""
-    first = _exchange(target, probe, mode, model, api_key, deadline, timeout)
-    if first.answer is None or first.answer.problems:
-        return first
-    codes = {f.code for f in (first.judged_by or probe).check(first.answer, {}) if f.status != WARN}
-    if not codes or not codes <= MODEL_NOISE or time.monotonic() >= deadline:
-        return first
-    second = _exchange(target, probe, mode, model, api_key, deadline, timeout)
-    second.latency_s += first.latency_s
-    second.attempts = 2
-    return second
-
-
-def _after(first: Future[_Outcome] | None, deadline: float, fn: Any, *args: Any) -> _Outcome:
+def _after(first: Future[ProbeOutcome] | None, deadline: float, fn: Any, *args: Any) -> ProbeOutcome:
     """``fn(*args)`` once ``first`` is done (or the deadline is near)."""
     if first is not None:
         wait_futures([first], timeout=max(0.0, deadline - time.monotonic()))
-    result: _Outcome = fn(*args)
+    result: ProbeOutcome = fn(*args)
     return result
-
-
-def judge(probe: Probe, answer: Answer, server: dict[str, Any]) -> tuple[tuple[Finding, ...], tuple[Finding, ...]]:
-    """(failures, warnings) for one answer: its wire problems, then the probe's rules when the answer arrived whole."""
-    findings, warnings = list(answer.problems), list(answer.warnings)
-    if {f.code for f in findings} <= _COMPLETE_DESPITE:  # judge the content only when the answer arrived whole
-        for f in probe.check(answer, server):
-            (warnings if f.status == WARN else findings).append(f)
-    return tuple(dict.fromkeys(findings)), tuple(dict.fromkeys(warnings))
-
-
-def _result(probe: Probe, mode: str, outcome: _Outcome, server: dict[str, Any]) -> ProbeResult:
-    if outcome.failure is not None or outcome.answer is None:
-        failure = outcome.failure or problem("no_answer", "no answer", "read the server log")
-        return ProbeResult(
-            probe.name, mode, outcome.latency_s, (failure,), unreachable=outcome.unreachable, attempts=outcome.attempts
-        )
-    failures, warnings = judge(outcome.judged_by or probe, outcome.answer, server)
-    return ProbeResult(probe.name, mode, outcome.latency_s, failures, attempts=outcome.attempts, warnings=warnings)
-
-
-def _outcome(future: Future[_Outcome], timeout: float) -> _Outcome:
-    if future.done():
-        return future.result()
-    late = problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log")
-    return _Outcome(None, timeout, late)
 
 
 def _timed_out(name: str, timeout: float) -> ProbeResult:
@@ -260,7 +75,7 @@ def _name_key_source(finding: Finding, source: str) -> Finding:
 def _parser_checks(found: list[Finding], report: VerifyReport) -> list[Finding]:
     """The server's kimi_k2 parser's faults, unless the server runs without that parser (it says so in /model_info,
     or its answers carry raw tool-call markup): then its answers never reach it and the patch advice cannot apply."""
-    from kimi_serve.verify.diagnose import TOOL_PARSER_FLAG, missing_parsers
+    from kimi_serve.verify.causes import TOOL_PARSER_FLAG, missing_parsers
     from kimi_serve.verify.parser_faults import unused
 
     reported = report.server.get("tool_call_parser")
@@ -323,11 +138,11 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
         ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="verify") as pool,
         ThreadPoolExecutor(max_workers=max(1, len(loads)), thread_name_prefix="verify-load") as load_pool,
     ):
-        info_future = pool.submit(_server_info, target, deadline, api_key)
+        info_future = pool.submit(server_info, target, deadline, api_key)
         leak_future = pool.submit(server_info_leaks, target, deadline, api_key)
         if model is None:
-            data, failure, unreachable = _get_json(target, "/v1/models", deadline, api_key, timeout)
-            served = _served_models(data) if failure is None else None
+            data, failure, unreachable = get_json(target, "/v1/models", deadline, api_key, timeout)
+            served = served_models(data) if failure is None else None
             if failure is None and not served:
                 failure = problem(
                     "no_models", f"GET /v1/models lists no model: {clip(json.dumps(data))}", "pass --model NAME"
@@ -359,11 +174,11 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
             else None
         )
         by_length = sorted(range(len(calls)), key=lambda i: (-calls[i][0].max_tokens, calls[i][0].follow_up is None))
-        submitted = {i: pool.submit(_attempt, target, *calls[i], model, api_key, deadline, timeout) for i in by_length}
-        futures: list[Future[_Outcome]] = [submitted[i] for i in range(len(calls))]
+        submitted = {i: pool.submit(attempt, target, *calls[i], model, api_key, deadline, timeout) for i in by_length}
+        futures: list[Future[ProbeOutcome]] = [submitted[i] for i in range(len(calls))]
         lone = next((f for (p, m), f in zip(calls, futures, strict=True) if (p.name, m) == ("tool", STREAM)), None)
         load_futures = [
-            load_pool.submit(_after, lone, deadline, _attempt, target, p, STREAM, model, api_key, deadline, timeout)
+            load_pool.submit(_after, lone, deadline, attempt, target, p, STREAM, model, api_key, deadline, timeout)
             for p in loads
         ]
         extras = raw_calls(
@@ -388,24 +203,24 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
         leaks = leak_future.result() if leak_future.done() else []
         report.server = server
         for (probe, mode), future in zip(calls, futures, strict=True):
-            outcome = _outcome(future, timeout)
+            outcome = outcome_of(future, timeout)
             if outcome.failure is not None:
                 outcome.failure = _name_key_source(outcome.failure, report.key_source)
-            result = _result(probe, mode, outcome, server)
+            result = result_of(probe, mode, outcome, server)
             if outcome.answer is not None and outcome.answer.spec is not None:
                 report.spec_samples.append(outcome.answer.spec)
             if outcome.model_404:
                 if served is None:
-                    data, _, _ = _get_json(target, "/v1/models", time.monotonic() + POLL_TIMEOUT, api_key, POLL_TIMEOUT)
-                    served = _served_models(data)
+                    data, _, _ = get_json(target, "/v1/models", time.monotonic() + POLL_TIMEOUT, api_key, POLL_TIMEOUT)
+                    served = served_models(data)
                 result = ProbeResult(
                     probe.name, mode, result.latency_s, (hx.model_not_found(model, served),), attempts=result.attempts
                 )
             report.probes.append(result)
         if loads:
             alone = [p.passed for p in report.probes if (p.probe, p.mode) == ("tool", STREAM)]
-            outcomes = [_outcome(f, timeout) for f in load_futures]
-            loaded = [_result(p, STREAM, o, server) for p, o in zip(loads, outcomes, strict=True)]
+            outcomes = [outcome_of(f, timeout) for f in load_futures]
+            loaded = [result_of(p, STREAM, o, server) for p, o in zip(loads, outcomes, strict=True)]
             report.probes.append(load_probe.aggregate(loaded, alone[0] if alone else None))
             report.concurrency = len(loads)
         if budget_future is not None:
