@@ -190,12 +190,13 @@ def test_the_raw_suites_findings_word_nulls_as_json_never_as_python(probe: Any) 
 
 
 def test_the_chat_paths_findings_word_a_null_finish_reason_and_name_as_json() -> None:
-    """Its kin on the chat path (verify/diagnose.py): a null finish_reason, tool-call type and name."""
-    from kimi_serve.verify import diagnose
+    """Its kin on the chat path (verify/diagnose.py, verify/tool_findings.py): a null finish_reason, tool-call type
+    and name."""
+    from kimi_serve.verify import diagnose, tool_findings
     from kimi_serve.verify.answer import Answer, ToolCall
 
     empty = diagnose.final_answer_findings(Answer(finish_reason=None), after="after the tool result")
-    nameless = diagnose.call_findings(ToolCall(id="x", arguments="[]"), 0, {"get_weather": {}})
+    nameless = tool_findings.call_findings(ToolCall(id="x", arguments="[]"), 0, {"get_weather": {}})
     said = [f"{f.message} (fix: {f.fix})" for f in empty + nameless]
     assert [s for s in said if _PYTHON_WORDS.search(s)] == [], said
     text = "\n".join(said)
