@@ -21,6 +21,7 @@ from typing import Any
 
 from kimi_serve.core.files import write_atomic
 from kimi_serve.core.inputs import read_json
+from kimi_serve.core.report import to_json
 from kimi_serve.host.coldstart import Bandwidth, Figures
 
 MAX_STARTS = 20
@@ -55,7 +56,7 @@ def remember_bandwidth(state_root: Path, bw: Bandwidth, path: str) -> None:
     target = coldstart_dir(state_root) / "bandwidth.json"
     data = _read(target)
     data = data if isinstance(data, dict) else {}
-    data[str(bw.device)] = {**bw.to_json(), "path": path, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    data[str(bw.device)] = {**to_json(bw), "path": path, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     _write(target, data)
 
 
