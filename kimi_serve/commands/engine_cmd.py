@@ -94,6 +94,7 @@ def install_cmd(
     """Build the engine venv from a lock, atomically; patch it and record what was installed; on a GPU host, warm
     the JIT caches with the engine's own nvcc (75: busy)."""
     from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.core.report import to_json
     from kimi_serve.engine.install import install
     from kimi_serve.engine.plan import make_plan
 
@@ -107,7 +108,7 @@ def install_cmd(
     if dry_run:
 
         def plan_text() -> None:
-            d = plan.to_dict()
+            d = to_json(plan)
             typer.echo(
                 f"would install the {d['lock']} lock ({d['packages']} packages, sglang {d['sglang']}, "
                 f"sha256 {d['lock_sha256'][:12]}) into {d['prefix']}"
@@ -127,7 +128,7 @@ def install_cmd(
             typer.echo(f"  warm caches: {'then ' + warm.why if warm.run else 'skipped: ' + warm.why}")
             typer.echo("dry run: nothing changed")
 
-        data = {"dry_run": True, "plan": plan.to_dict(), "warm": warm.to_dict()}
+        data = {"dry_run": True, "plan": to_json(plan), "warm": to_json(warm)}
         return emit(as_json, 0, plan_text, command="engine-install", data=data)
     progress = not quiet and not as_json and sys.stderr.isatty()
     result = install(plan, progress=progress)
@@ -160,7 +161,7 @@ def install_cmd(
         for line in warmed:
             typer.echo(f"  {line}")
 
-    body = {"dry_run": False, **result.to_dict(), "warm": {**warm.to_dict(), "outcome": warmed}}
+    body = {"dry_run": False, **to_json(result), "warm": {**to_json(warm), "outcome": warmed}}
     return emit(as_json, 0, install_text, command="engine-install", data=body)
 
 
