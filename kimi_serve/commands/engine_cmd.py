@@ -176,6 +176,7 @@ def status_cmd(
     as_json: AsJson = False,
 ) -> int:
     """Versions, lock hash, patch state and drift from the lock; exit 0 when it all matches, else 1."""
+    from kimi_serve.core.report import to_json
     from kimi_serve.engine.status import engine_status
 
     target, _ = _profile_target(profile, prefix)
@@ -213,7 +214,7 @@ def status_cmd(
         typer.echo(f"  fix: {st.fix}")
 
     found = [Finding("engine", "drift", FAIL, line, st.fix) for line in st.findings()]
-    return emit(as_json, 0 if st.ok else 1, text, command="engine-status", data=st.to_dict(), findings=found)
+    return emit(as_json, 0 if st.ok else 1, text, command="engine-status", data=to_json(st), findings=found)
 
 
 def register(app: typer.Typer) -> None:
