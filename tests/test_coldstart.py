@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from ckpt_helpers import opaque_checkpoint
 
+from kimi_serve.core.report import to_json
 from kimi_serve.host import coldstart as cs
 from kimi_serve.host.floor import coldstart_report, figures
 from kimi_serve.host.starts import MAX_STARTS, append_start, predict_weights_s, read_starts
@@ -73,7 +74,7 @@ def test_probe_is_sane_and_never_reads_past_its_bound(ckpt_dir: Path) -> None:
     read = _rchar() - before
     assert 0 < bw.bytes_read <= bound
     assert read <= bound + 64 * 1024, f"read {read} bytes for a {bound}-byte bound"  # + mincore/stat noise
-    assert 1e6 < bw.bytes_per_s < 1e12, bw.to_json()  # between 1 MB/s and 1 TB/s
+    assert 1e6 < bw.bytes_per_s < 1e12, to_json(bw)  # between 1 MB/s and 1 TB/s
     assert bw.method == "O_DIRECT"
     # the bound is capped at the checkpoint's size
     assert cs.probe_bandwidth(ck, bound=10 * 1024**3).bytes_read <= ck.total
@@ -105,7 +106,7 @@ def test_prewarm_fills_the_page_cache(ckpt_dir: Path, tmp_path: Path) -> None:
     assert fig.cached == 0
     seen: list[tuple[int, int]] = []
     res = prewarm(fig, progress=lambda done, total: seen.append((done, total)))
-    assert res.status == "done", res.to_json()
+    assert res.status == "done", to_json(res)
     assert res.bytes_read == res.to_read == fig.checkpoint.total
     assert res.cached_after == fig.checkpoint.total == cs.residency(fig.checkpoint)
     assert seen[-1] == (fig.checkpoint.total, fig.checkpoint.total)

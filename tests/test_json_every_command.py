@@ -143,8 +143,11 @@ def _verify_ok(c: Ctx) -> list[str]:
 
 
 def _engine_status_ok(c: Ctx) -> list[str]:
-    """A matching engine is the engine tier's (a real install): its report here is a stand-in that matches."""
-    fake = SimpleNamespace(ok=True, prefix=c.tmp, lock=SimpleNamespace(name="cpu"), findings=list, to_dict=dict)
+    """A matching engine is the engine tier's (a real install): its report here is one that matches, of the cpu lock."""
+    from kimi_serve.engine import locks
+    from kimi_serve.engine.status import EngineStatus
+
+    fake = EngineStatus(c.tmp, {}, locks.load("cpu"), "python", {})
     c.monkeypatch.setattr("kimi_serve.engine.status.engine_status", lambda *_a: fake)
     return ["engine", "status", "--prefix", str(c.tmp / "venv")]
 

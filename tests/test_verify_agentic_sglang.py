@@ -15,6 +15,7 @@ import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from sim_pool import SimulatorPool, prod_flags
 
+from kimi_serve.core.report import to_json
 from kimi_serve.simulator import launcher
 from kimi_serve.verify import run_verify
 from kimi_serve.verify.agentic import REPLAYS, STRICT, loop, second_turn
@@ -48,7 +49,7 @@ def test_prod_flags_pass_with_the_warnings_prod_earns(prod: launcher.Simulator, 
         "reasoning_effort": "honoured",
         "thinking": "ignored",
     }
-    budget = report.budget.to_dict()
+    budget = to_json(report.budget)
     assert (budget["context_length"], budget["max_output_tokens"], budget["accepted"], budget["status"]) == (
         131072,
         131072,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.verify.target import API_KEY_ENV, parse_target, resolve_api_key
+from kimi_serve.verify.target import API_KEY_ENV, parse_target, resolve_key
 
 
 @pytest.mark.parametrize(
@@ -61,11 +61,11 @@ def test_key_order_flag_then_file_then_env(tmp_path) -> None:
     key_file.write_text("api-key: from-file\n")
     key_file.chmod(0o600)
     env = {API_KEY_ENV: "from-env"}
-    assert resolve_api_key("from-flag", key_file, env) == "from-flag"
-    assert resolve_api_key(None, key_file, env) == "from-file"
-    assert resolve_api_key(None, None, env) == "from-env"
-    assert resolve_api_key(None, key_file, {}) == "from-file"
-    assert resolve_api_key(None, None, {}) is None
+    assert resolve_key("from-flag", key_file, env).value == "from-flag"
+    assert resolve_key(None, key_file, env).value == "from-file"
+    assert resolve_key(None, None, env).value == "from-env"
+    assert resolve_key(None, key_file, {}).value == "from-file"
+    assert resolve_key(None, None, {}).value is None
 
 
 @pytest.mark.parametrize("text", ["api-key: k-123\n", "api_key: k-123\n", "k-123\n", "host: 0.0.0.0\napi-key: k-123\n"])
@@ -73,7 +73,7 @@ def test_key_file_forms(tmp_path, text: str) -> None:
     key_file = tmp_path / "key"
     key_file.write_text(text)
     key_file.chmod(0o600)
-    assert resolve_api_key(None, key_file, {}) == "k-123"
+    assert resolve_key(None, key_file, {}).value == "k-123"
 
 
 @pytest.mark.parametrize("mode", [0o640, 0o644, 0o604])
@@ -82,7 +82,7 @@ def test_key_file_open_to_others_is_refused(tmp_path, mode: int) -> None:
     key_file.write_text("api-key: very-secret-key\n")
     key_file.chmod(mode)
     with pytest.raises(KimiServeError) as info:
-        resolve_api_key(None, key_file, {})
+        resolve_key(None, key_file, {})
     line = info.value.one_line()
     assert info.value.exit_code == ExitCode.USAGE
     assert f"chmod 600 {key_file}" in line and f"{mode:04o}" in line
@@ -97,12 +97,12 @@ def test_key_file_without_a_key(tmp_path, text: str, words: str) -> None:
     key_file.write_text(text)
     key_file.chmod(0o600)
     with pytest.raises(KimiServeError, match=words):
-        resolve_api_key(None, key_file, {})
+        resolve_key(None, key_file, {})
 
 
 def test_missing_key_file(tmp_path) -> None:
     with pytest.raises(KimiServeError, match="not found"):
-        resolve_api_key(None, tmp_path / "absent", {})
+        resolve_key(None, tmp_path / "absent", {})
 
 
 @pytest.mark.parametrize("host", ["a" * 300, "30000", "http//127.0.0.1:30000", "exa\x00mple:80"])

@@ -10,7 +10,6 @@ different one needs another ``--out``.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,6 +20,7 @@ from kimi_serve.bench import loadgen, servers
 from kimi_serve.bench import report as rp
 from kimi_serve.bench.workload import Workload, prepare
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.files import write_atomic
 from kimi_serve.core.inputs import read_json
 from kimi_serve.profile.loader import Profile, load_profile
 from kimi_serve.profile.schema import default_of
@@ -59,10 +59,7 @@ class Arm:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -60,8 +60,6 @@ class PendingDryRun:
     api_key: Any  # kimi_serve.verify.ApiKey
     log_path: Path
     startup_timeout: float
-    suite: str | None
-    timeout: float | None
     started: float = 0.0  # time.monotonic() when the simulator was started
 
     def cancel(self) -> None:
@@ -80,8 +78,8 @@ class PendingDryRun:
                 key_source=self.api_key.source,
                 model=self.profile.model.served_name,
                 wait=AFTER_START_WAIT,
-                timeout=float(self.timeout or verify.timeout),
-                suite=self.suite or verify.suite,
+                timeout=float(verify.timeout),
+                suite=verify.suite,
                 accept_floor=self.profile.speculative.accept_floor,
                 spec_expected=self.profile.speculative.enabled,
                 family=self.profile.model.family,
@@ -118,9 +116,6 @@ class PendingDryRun:
 def start_contract_dryrun(
     profile: Profile,
     *,
-    suite: str | None = None,
-    timeout: float | None = None,
-    startup_timeout: float | None = None,
     log_dir: Path | None = None,
     stand_in_key: bool = False,
 ) -> PendingDryRun:
@@ -161,8 +156,6 @@ def start_contract_dryrun(
         argv,
         api_key,
         log_path,
-        float(startup_timeout if startup_timeout is not None else profile.startup.timeout),
-        suite,
-        timeout,
+        float(profile.startup.timeout),
         started,
     )

@@ -78,6 +78,7 @@ def install_cmd(
     """Build the engine venv from a lock, atomically; patch it and record what was installed; on a GPU host, warm
     the JIT caches with the engine's own nvcc (75: busy)."""
     from kimi_serve.core.errors import KimiServeError
+    from kimi_serve.core.report import to_json
     from kimi_serve.core.settings import process_environ
     from kimi_serve.engine.install import install_and_warm
     from kimi_serve.engine.plan import make_plan
@@ -95,7 +96,7 @@ def install_cmd(
     if dry_run:
 
         def plan_text() -> None:
-            d = plan.to_dict()
+            d = to_json(plan)
             typer.echo(
                 f"would install the {d['lock']} lock ({d['packages']} packages, sglang {d['sglang']}, "
                 f"sha256 {d['lock_sha256'][:12]}) into {d['prefix']}"
@@ -115,7 +116,7 @@ def install_cmd(
             typer.echo(f"  warm caches: {'then ' + warm.why if warm.run else 'skipped: ' + warm.why}")
             typer.echo("dry run: nothing changed")
 
-        data = {"dry_run": True, "plan": plan.to_dict(), "warm": warm.to_dict()}
+        data = {"dry_run": True, "plan": to_json(plan), "warm": to_json(warm)}
         return emit(as_json, 0, plan_text, command="engine-install", data=data)
     progress = not quiet and not as_json and sys.stderr.isatty()
     result, warmed = install_and_warm(plan, warm, progress=progress)
@@ -145,7 +146,7 @@ def install_cmd(
         for line in warmed:
             typer.echo(f"  {line}")
 
-    body = {"dry_run": False, **result.to_dict(), "warm": {**warm.to_dict(), "outcome": warmed}}
+    body = {"dry_run": False, **to_json(result), "warm": {**to_json(warm), "outcome": warmed}}
     return emit(as_json, 0, install_text, command="engine-install", data=body)
 
 
@@ -160,6 +161,7 @@ def status_cmd(
     as_json: AsJson = False,
 ) -> int:
     """Versions, lock hash, patch state and drift from the lock; exit 0 when it all matches, else 1."""
+    from kimi_serve.core.report import to_json
     from kimi_serve.engine.status import engine_status
 
     target, _ = _profile_target(profile, prefix)
@@ -197,7 +199,7 @@ def status_cmd(
         typer.echo(f"  fix: {st.fix}")
 
     found = [Finding("engine", "drift", FAIL, line, st.fix) for line in st.findings()]
-    return emit(as_json, 0 if st.ok else 1, text, command="engine-status", data=st.to_dict(), findings=found)
+    return emit(as_json, 0 if st.ok else 1, text, command="engine-status", data=to_json(st), findings=found)
 
 
 def register(app: typer.Typer) -> None:

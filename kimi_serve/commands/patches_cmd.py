@@ -190,7 +190,9 @@ def _finish(
     command: str = "patches-status",
     exit_code: int = 0,
 ) -> None:
-    data = st.to_dict() | ({"changed": changed, "message": message} if message is not None else {})
+    from kimi_serve.core.report import to_json
+
+    data = to_json(st) | ({"changed": changed, "message": message} if message is not None else {})
 
     def text() -> None:
         if message:
@@ -285,9 +287,11 @@ def _finish_sets(
 ) -> None:
     """A profile's sets: one JSON document (``profile``, ``sets[]``: each set's own status keys, plus ``changed`` and
     ``message`` after a change; the findings of every set), or each set's text in order."""
+    from kimi_serve.core.report import to_json
+
     docs, findings = [], []
     for st, r in zip(states, results, strict=True):
-        docs.append(st.to_dict() | ({"changed": r.changed, "message": r.message} if r is not None else {}))
+        docs.append(to_json(st) | ({"changed": r.changed, "message": r.message} if r is not None else {}))
         findings += _findings(st, r.message if r is not None else None, profile.cli_args())
     data = {
         "profile": profile.ref or profile.name,

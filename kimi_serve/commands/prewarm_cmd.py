@@ -46,6 +46,7 @@ def prewarm(
     """Read the profile's checkpoint (model and draft shards) into the page cache, so the next start loads from
     memory. Reads only uncached pages; refuses when they do not fit in MemAvailable minus 10% of RAM; never drops or
     evicts anything."""
+    from kimi_serve.core.report import to_json
     from kimi_serve.core.settings import state_root
     from kimi_serve.prewarm.page_cache import exit_code_of, run_prewarm
     from kimi_serve.prewarm.report import findings, text
@@ -56,7 +57,9 @@ def prewarm(
         load_profile(profile), state_root=state_root(), progress=_progress(tty) if tty or not as_json else None
     )
     code = exit_code_of(res)
-    return emit(as_json, code, lambda: text(res, code), command="prewarm", data=res.to_json, findings=findings(res))
+    return emit(
+        as_json, code, lambda: text(res, code), command="prewarm", data=lambda: to_json(res), findings=findings(res)
+    )
 
 
 def restart_prewarm(profile: Profile, say: Callable[[str], None]) -> Callable[[], dict[str, Any]]:

@@ -7,8 +7,10 @@
   done, planned, failed or skipped), :class:`Fact` (a named value).
 - :func:`to_json`, the one function that derives a result's JSON from its dataclass: field names are the keys, enums
   their values, paths strings, nested dataclasses, tuples, lists and dicts in turn. Where the documented key differs,
-  the field says so (``field(metadata=json_meta(key=..., omit=..., encode=...))``); a computed value is named in the
-  class's ``JSON_PROPERTIES``. No result writes its JSON by hand.
+  the field says so (``field(metadata=json_meta(key=..., omit=..., encode=...))``; :func:`rounded` encodes a rounded
+  figure); a computed value is named in the class's ``JSON_PROPERTIES`` (an attribute's name, or a ``(key, function
+  of the result)`` pair); constant keys (a document's ``version``, ``kind``) come first, from its ``JSON_HEAD``. No
+  result writes its JSON by hand.
 - :func:`finding_lines` / :func:`action_lines` / :func:`fact_lines`: the one text form of a list of findings, actions
   or facts; the commands' differences (the status word, the label, the fix inline or below) are its parameters.
 """
@@ -115,7 +117,7 @@ def to_json(value: Any) -> Any:
     value, a path as a string, a mapping as an object, a list, tuple or set as a list; None, bools, numbers and
     strings as they are."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = dict(getattr(type(value), "JSON_HEAD", {}))
         for f in dataclasses.fields(value):
             meta = f.metadata
             if meta.get(_OMIT):
@@ -126,8 +128,9 @@ def to_json(value: Any) -> Any:
             if item is None and meta.get(_OMIT_NONE):
                 continue
             out[meta.get(_KEY, f.name)] = to_json(item)
-        for name in getattr(type(value), "JSON_PROPERTIES", ()):
-            out[name] = to_json(getattr(value, name))
+        for prop in getattr(type(value), "JSON_PROPERTIES", ()):
+            key, item = (prop[0], prop[1](value)) if isinstance(prop, tuple) else (prop, getattr(value, prop))
+            out[key] = to_json(item)
         return out
     if isinstance(value, enum.Enum):
         return to_json(value.value)
@@ -142,6 +145,11 @@ def to_json(value: Any) -> Any:
     if isinstance(value, list | tuple | set | frozenset):
         return [to_json(v) for v in value]
     raise TypeError(f"no JSON form for {type(value).__name__}")
+
+
+def rounded(ndigits: int | None = None) -> Callable[[Any], Any]:
+    """The encoder of a figure rounded to ``ndigits`` (None: to a whole number, an int); None stays None."""
+    return lambda v: None if v is None else round(v, ndigits)
 
 
 def _key(k: Any) -> str:

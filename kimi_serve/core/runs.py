@@ -73,10 +73,6 @@ class Run:
         return "; ".join(parts)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    write_atomic(path, text)
-
-
 @contextlib.contextmanager
 def run_record(fields: Mapping[str, Any], *, state_dir: Path | None = None) -> Iterator[Path | None]:
     """Leave a record of this process's run while the block runs (None when the state root cannot be written: the
@@ -90,7 +86,7 @@ def run_record(fields: Mapping[str, Any], *, state_dir: Path | None = None) -> I
         **fields,
     }
     try:
-        _write_atomic(path, json.dumps(record, indent=2))
+        write_atomic(path, json.dumps(record, indent=2))
     except OSError:
         yield None
         return

@@ -29,7 +29,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.lock import directory_lock, file_lock
+from kimi_serve.core.report import json_meta, rounded
 from kimi_serve.core.settings import process_environ
 from kimi_serve.engine import interpreter, locks, own
 from kimi_serve.engine.discover import installed_versions, site_packages
@@ -113,10 +114,7 @@ def _patch(plan: EnginePlan, venv: Path) -> dict[str, Any] | None:
 class InstallResult:
     plan: EnginePlan
     record: dict[str, Any]
-    seconds: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"plan": self.plan.to_dict(), "record": self.record, "seconds": round(self.seconds, 1)}
+    seconds: float = field(metadata=json_meta(encode=rounded(1)))
 
 
 @contextlib.contextmanager

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.report import json_meta
 from kimi_serve.engine import locks
 from kimi_serve.engine.discover import base_python, find_uv, is_venv, target_python
 from kimi_serve.engine.prefix import lock_of, moved_link, old_of, refuse_kimi_serves_own, resolve, staging_of
@@ -18,20 +19,30 @@ INTERPRETERS = ("copy", "link")  # --interpreter: a standalone copy inside the p
 
 @dataclass
 class EnginePlan:
+    JSON_PROPERTIES: ClassVar[tuple[Any, ...]] = (
+        ("lock_file", lambda p: p.lock.path),
+        ("lock_sha256", lambda p: p.lock.sha256),
+        ("packages", lambda p: len(p.lock.pins)),
+        ("sglang", lambda p: getattr(p.lock.pins.get("sglang"), "version", None)),
+        ("lock_path", lambda p: p.lock_file),
+    )
+
     prefix: Path  # the folder installed: --prefix, or where it points when it is a link
-    lock: locks.Lock
+    lock: locks.Lock = field(metadata=json_meta(encode=lambda lock: lock.name))
     installer: str  # "uv" or "pip"
     installer_path: str
     python: str  # the base interpreter
     python_version: str
-    patch_set: tuple[str, ...]  # the sets to apply together (a profile's patch_set list); () for none
+    # the sets to apply together (a profile's patch_set list); () for none
+    patch_set: tuple[str, ...] = field(metadata=json_meta(encode=lambda s: "+".join(s) or None))
     profile: str | None
     interpreter: str = "copy"  # copy: a standalone copy of `python` inside the prefix; link: the venv links to it
-    with_kimi_serve: bool = True  # kimi-serve itself in the engine (engine/own.py); False: a test engine
+    # kimi-serve itself in the engine (engine/own.py); False: a test engine
+    with_kimi_serve: bool = field(default=True, metadata=json_meta(key="kimi_serve"))
     link: Path | None = None  # --prefix as given, when it is a link to `prefix` (the link stays)
     options: tuple[str, ...] = ()  # the engine install options that repeat this install (the record keeps them)
     staging: Path = field(init=False)
-    replaces: bool = field(init=False)
+    replaces: bool = field(init=False, metadata=json_meta(key="replaces_existing"))
 
     def __post_init__(self) -> None:
         self.staging = staging_of(self.prefix)
@@ -45,29 +56,6 @@ class EnginePlan:
     @property
     def old(self) -> Path:
         return old_of(self.prefix)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "prefix": str(self.prefix),
-            "link": str(self.link) if self.link else None,
-            "options": list(self.options),
-            "lock": self.lock.name,
-            "lock_file": str(self.lock.path),
-            "lock_sha256": self.lock.sha256,
-            "packages": len(self.lock.pins),
-            "sglang": getattr(self.lock.pins.get("sglang"), "version", None),
-            "installer": self.installer,
-            "installer_path": self.installer_path,
-            "python": self.python,
-            "python_version": self.python_version,
-            "interpreter": self.interpreter,
-            "kimi_serve": self.with_kimi_serve,
-            "patch_set": "+".join(self.patch_set) or None,
-            "profile": self.profile,
-            "staging": str(self.staging),
-            "replaces_existing": self.replaces,
-            "lock_path": str(self.lock_file),
-        }
 
 
 def make_plan(

@@ -6,10 +6,11 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.report import json_meta
 from kimi_serve.engine import locks
 from kimi_serve.engine.discover import installed_versions, site_packages
 from kimi_serve.engine.prefix import install_command, interrupted, moved_link, read_record, recorded_lock, resolve
@@ -44,6 +45,8 @@ _IGNORED_EXTRAS = {"pip", "setuptools", "wheel", "kimi-serve"}
 
 @dataclass
 class Drift:
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("kind",)
+
     name: str
     locked: str | None  # None: installed but not in the lock
     installed: str | None  # None: locked but missing
@@ -55,18 +58,28 @@ class Drift:
 
 @dataclass
 class EngineStatus:
+    JSON_PROPERTIES: ClassVar[tuple[Any, ...]] = (
+        "ok",
+        ("lock_sha256", lambda s: s.lock.sha256),
+        ("installed_lock_sha256", lambda s: (s.record or {}).get("lock_sha256")),
+        ("findings", lambda s: s.findings()),
+    )
+
     prefix: Path
     record: dict[str, Any] | None
-    lock: locks.Lock
+    lock: locks.Lock = field(metadata=json_meta(encode=lambda lock: lock.name))
     python: str
     versions: dict[str, str]
     drift: list[Drift] = field(default_factory=list)
     lock_changed: bool = False  # the lock file differs from the one the venv was installed from
     patch_state: str = "none"  # applied | not applied | partial | conflict | none | unknown: ...
     patch_set: str | None = None
-    conflicts: list[list[Any]] = field(default_factory=list)  # [pkg, requirement, installed-or-None]
-    omitted: list[str] = field(default_factory=list)  # declared deps the lock leaves out on purpose
-    kimi_serve: str | None = None  # why the engine's own kimi-serve is not the running one (engine/own.py); None: it is
+    # [pkg, requirement, installed-or-None]
+    conflicts: list[list[Any]] = field(default_factory=list, metadata=json_meta(key="dependency_conflicts"))
+    # declared deps the lock leaves out on purpose
+    omitted: list[str] = field(default_factory=list, metadata=json_meta(key="omitted_by_lock"))
+    # why the engine's own kimi-serve is not the running one (engine/own.py); None: it is
+    kimi_serve: str | None = field(default=None, metadata=json_meta(key="kimi_serve_stale"))
     fix: str = ""  # the engine install that rebuilds it with the options it was installed with
 
     @property
@@ -98,29 +111,6 @@ class EngineStatus:
         if self.kimi_serve:
             out.append(f"{self.kimi_serve}: units run the engine's copy")
         return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "prefix": str(self.prefix),
-            "ok": self.ok,
-            "lock": self.lock.name,
-            "lock_sha256": self.lock.sha256,
-            "installed_lock_sha256": (self.record or {}).get("lock_sha256"),
-            "lock_changed": self.lock_changed,
-            "python": self.python,
-            "versions": self.versions,
-            "record": self.record,
-            "patch_set": self.patch_set,
-            "patch_state": self.patch_state,
-            "drift": [
-                {"name": d.name, "kind": d.kind, "locked": d.locked, "installed": d.installed} for d in self.drift
-            ],
-            "dependency_conflicts": self.conflicts,
-            "omitted_by_lock": self.omitted,
-            "kimi_serve_stale": self.kimi_serve,
-            "findings": self.findings(),
-            "fix": self.fix,
-        }
 
 
 def dependency_problems(python: Path) -> list[list[Any]]:

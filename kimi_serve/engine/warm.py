@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.proc import Completed, python_argv
+from kimi_serve.core.report import json_meta
 from kimi_serve.sglang.toolchain import SYSTEMD_PATH, cache_env, toolchain_env
 
 WARM_TIMEOUT_S = 1200
@@ -78,11 +79,8 @@ STEPS = ("cuda", "triton", "nvcc")
 class WarmPlan:
     run: bool
     why: str  # why it runs or not, one line
-    argv: list[str] = field(default_factory=list)
+    argv: list[str] = field(default_factory=list, metadata=json_meta(encode=lambda a: a[:3]))
     env: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run": self.run, "why": self.why, "argv": self.argv[:3], "env": self.env}
 
 
 def warm_plan(prefix: Path, pins: dict[str, str], gpus: int, cache_root: str, environ: dict[str, str]) -> WarmPlan:

@@ -20,11 +20,12 @@ import os
 import stat
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kimi_serve.core.inputs import load_json
+from kimi_serve.core.report import json_meta, rounded
 
 GIB = 1024**3
 MIB = 1024**2
@@ -192,8 +193,10 @@ def meminfo(path: Path = Path("/proc/meminfo")) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class Bandwidth:
+    JSON_PROPERTIES: ClassVar[tuple[Any, ...]] = (("bytes_per_s", lambda b: round(b.bytes_per_s)),)
+
     bytes_read: int
-    seconds: float
+    seconds: float = field(metadata=json_meta(encode=rounded(4)))
     method: str  # "O_DIRECT" | "uncached pages (dropped again)"
     bound: int
     device: int  # st_dev of the filesystem measured
@@ -201,16 +204,6 @@ class Bandwidth:
     @property
     def bytes_per_s(self) -> float:
         return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "bytes_read": self.bytes_read,
-            "seconds": round(self.seconds, 4),
-            "method": self.method,
-            "bound": self.bound,
-            "bytes_per_s": round(self.bytes_per_s),
-            "device": self.device,
-        }
 
 
 Chunk = tuple[Path, int, int]
@@ -333,11 +326,22 @@ def probe_bandwidth(
 
 @dataclass(frozen=True)
 class Figures:
-    checkpoint: Checkpoint
-    cached: int
+    JSON_PROPERTIES: ClassVar[tuple[Any, ...]] = (
+        ("checkpoint_bytes", lambda f: f.checkpoint.total),
+        ("shards", lambda f: f.checkpoint.shards),
+        ("missing_shards", lambda f: f.checkpoint.missing),
+        ("floor_s", lambda f: rounded(2)(f.floor_s)),
+        ("uncached_floor_s", lambda f: rounded(2)(f.predicted_disk_s)),
+    )
+
+    checkpoint: Checkpoint = field(metadata=json_meta(omit=True))
+    cached: int = field(metadata=json_meta(key="cached_bytes"))
     mem_available: int
     mem_total: int
-    bandwidth: float | None  # bytes/s; None when not measured
+    # bytes/s; None when not measured
+    bandwidth: float | None = field(
+        metadata=json_meta(key="bandwidth_bytes_per_s", encode=lambda b: round(b) if b else None)
+    )
     bandwidth_source: str = ""  # "measured now" | "measured <time>" | why it is unknown
 
     @property
@@ -349,20 +353,6 @@ class Figures:
     def predicted_disk_s(self) -> float | None:
         """The floor for what is not cached (the cached part loads at memory speed, counted as free)."""
         return max(self.checkpoint.total - self.cached, 0) / self.bandwidth if self.bandwidth else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "checkpoint_bytes": self.checkpoint.total,
-            "shards": self.checkpoint.shards,
-            "missing_shards": self.checkpoint.missing,
-            "cached_bytes": self.cached,
-            "mem_available": self.mem_available,
-            "mem_total": self.mem_total,
-            "bandwidth_bytes_per_s": round(self.bandwidth) if self.bandwidth else None,
-            "bandwidth_source": self.bandwidth_source,
-            "floor_s": round(self.floor_s, 2) if self.floor_s is not None else None,
-            "uncached_floor_s": round(self.predicted_disk_s, 2) if self.predicted_disk_s is not None else None,
-        }
 
 
 def gb(n: float) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
+from kimi_serve.core.report import to_json
 from kimi_serve.host import coldstart as cs
 from kimi_serve.host.starts import (
     cached_bandwidth,
@@ -80,7 +81,7 @@ def figures_json(fig: cs.Figures, starts: list[dict[str, Any]]) -> dict[str, Any
     predicted, how = predict_weights_s(fig, starts)
     total = fig.checkpoint.total
     return {
-        **fig.to_json(),
+        **to_json(fig),
         "cached_fraction": round(fig.cached / total, 4) if total else None,
         "ram_margin_fraction": RAM_MARGIN,
         "predicted_weights_s": round(predicted, 2) if predicted is not None else None,

@@ -14,14 +14,14 @@ quantization post-processing. Without records it is the floor alone, shown as a 
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.core.files import write_atomic
 from kimi_serve.core.inputs import read_json
+from kimi_serve.core.report import to_json
 from kimi_serve.host.coldstart import Bandwidth, Figures
 
 MAX_STARTS = 20
@@ -40,16 +40,7 @@ def _read(path: Path) -> Any:
 
 
 def _write(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    write_atomic(path, json.dumps(data, indent=1), mode=0o600)
 
 
 # ---------------------------------------------------------------------------------------------- bandwidth cache
@@ -65,7 +56,7 @@ def remember_bandwidth(state_root: Path, bw: Bandwidth, path: str) -> None:
     target = coldstart_dir(state_root) / "bandwidth.json"
     data = _read(target)
     data = data if isinstance(data, dict) else {}
-    data[str(bw.device)] = {**bw.to_json(), "path": path, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    data[str(bw.device)] = {**to_json(bw), "path": path, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     _write(target, data)
 
 

@@ -10,11 +10,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.files import create_new
 from kimi_serve.core.inputs import read_json
+from kimi_serve.core.report import json_meta
 from kimi_serve.core.settings import state_root
 from kimi_serve.patches.files import (
     Content,
@@ -67,12 +68,16 @@ class PatchReport:
 
 @dataclass
 class PatchStatus:
-    set_name: str
+    JSON_PROPERTIES: ClassVar[tuple[Any, ...]] = (("applied", lambda s: s.all_applied),)
+
+    set_name: str = field(metadata=json_meta(key="set"))
     target_version: str
     site_packages: Path
     sglang_version: str
     patches: list[PatchReport]
-    files: list[FileState]
+    files: list[FileState] = field(
+        metadata=json_meta(encode=lambda fs: [{"path": f.path, "state": f.label, "sha256": f.sha256} for f in fs])
+    )
     record: dict[str, Any] | None = None
     features: dict[str, bool] = field(default_factory=dict)  # feature -> all its patches applied
     interrupted: dict[str, Any] | None = None  # the journal of a change that was killed part-way (patches.journal)
@@ -88,22 +93,6 @@ class PatchStatus:
     @property
     def conflicts(self) -> list[PatchReport]:
         return [p for p in self.patches if p.state is State.CONFLICT]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "set": self.set_name,
-            "target_version": self.target_version,
-            "site_packages": str(self.site_packages),
-            "sglang_version": self.sglang_version,
-            "applied": self.all_applied,
-            "features": self.features,
-            "patches": [
-                {"name": p.name, "feature": p.feature, "state": p.state.value, "detail": p.detail} for p in self.patches
-            ],
-            "files": [{"path": f.path, "state": f.label, "sha256": f.sha256} for f in self.files],
-            "record": self.record,
-            "interrupted": self.interrupted,
-        }
 
 
 def _require_version(site_packages: Path, ps: PatchSet) -> str:

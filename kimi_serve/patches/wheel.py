@@ -5,7 +5,6 @@ from __future__ import annotations
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.settings import Settings, current
@@ -25,9 +24,6 @@ class WheelCheck:
     wheel: Path
     wheel_version: str | None
     message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "wheel": str(self.wheel), "wheel_version": self.wheel_version, "message": self.message}
 
 
 def cached_wheel(version: str, settings: Settings | None = None) -> Path | None:

@@ -20,9 +20,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kimi_serve.core.errors import ExitCode
+from kimi_serve.core.report import json_meta, rounded
 from kimi_serve.host import coldstart as cs
 from kimi_serve.host.floor import RAM_MARGIN, prewarm_room
 from kimi_serve.profile.loader import Profile
@@ -34,39 +35,24 @@ Progress = Callable[[int, int], None]  # (bytes read so far, bytes to read)
 
 @dataclass
 class PrewarmResult:
+    JSON_HEAD: ClassVar[dict[str, Any]] = {"version": 1, "kind": "kimi-serve-prewarm"}
+    JSON_PROPERTIES: ClassVar[tuple[Any, ...]] = (("bytes_per_s", lambda r: round(r.bytes_per_s)),)
+
     checkpoint_bytes: int
     shards: int
     cached_before: int
     to_read: int
     room: int
     bytes_read: int = 0
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata=json_meta(encode=rounded(3)))
     cached_after: int | None = None
     status: str = "done"  # done | nothing_to_do | refused | ram_short | interrupted
-    reason: str = ""
+    reason: str = field(default="", metadata=json_meta(encode=lambda r: r or None))
     errors: list[str] = field(default_factory=list)
 
     @property
     def bytes_per_s(self) -> float:
         return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": 1,
-            "kind": "kimi-serve-prewarm",
-            "status": self.status,
-            "reason": self.reason or None,
-            "checkpoint_bytes": self.checkpoint_bytes,
-            "shards": self.shards,
-            "cached_before": self.cached_before,
-            "to_read": self.to_read,
-            "room": self.room,
-            "bytes_read": self.bytes_read,
-            "seconds": round(self.seconds, 3),
-            "bytes_per_s": round(self.bytes_per_s),
-            "cached_after": self.cached_after,
-            "errors": self.errors,
-        }
 
 
 def _spans(f: Path) -> list[tuple[int, int]]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, Finding
-from kimi_serve.core.report import Fact
+from kimi_serve.core.report import Fact, to_json
 from kimi_serve.host.coldstart import gb
 from kimi_serve.host.floor import prediction_line
 from kimi_serve.host.starts import describe_start, read_starts
@@ -94,4 +94,5 @@ def prewarm_first(
             exit_code=ExitCode.INTERRUPTED,
         )
     say(render(res).splitlines()[0])
-    return res.to_json()
+    data: dict[str, Any] = to_json(res)
+    return data

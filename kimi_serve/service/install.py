@@ -44,30 +44,22 @@ Verifier = Callable[[str, Path | None, str, float, tuple[str, ...]], tuple[int, 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A unit to bring up and how to verify it: a freshly rendered one, or the last good one from the record."""
+    """A unit to bring up and how to verify it: a freshly rendered one, or the last good one from the record (its
+    JSON: the record's fields)."""
 
-    name: str
-    text: str
-    sha256: str
+    name: str = field(metadata=json_meta(omit=True))
+    text: str = field(metadata=json_meta(omit=True))
+    sha256: str = field(metadata=json_meta(key="unit_sha256"))
     profile: str
     patch_set: str | None
     api_key_file: str | None
     suite: str
     verify_timeout: float
     restart_timeout: float
-    verify_args: tuple[str, ...] = ()  # the profile's --accept-floor where it is not verify's default
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "profile": self.profile,
-            "patch_set": self.patch_set,
-            "unit_sha256": self.sha256,
-            "api_key_file": self.api_key_file,
-            "suite": self.suite,
-            "verify_timeout": self.verify_timeout,
-            "restart_timeout": self.restart_timeout,
-            **({"verify_args": list(self.verify_args)} if self.verify_args else {}),  # records of a default: as before
-        }
+    # the profile's --accept-floor where it is not verify's default (a record of the default has no key: as before)
+    verify_args: tuple[str, ...] = field(
+        default=(), metadata=json_meta(encode=lambda a: list(a) or None, omit_none=True)
+    )
 
     @classmethod
     def from_record(cls, name: str, text: str, record: Mapping[str, Any]) -> Candidate:
@@ -329,7 +321,7 @@ def start_and_verify(
     checkpoint("service.verified")
     if outcome.ok:
         write_atomic(paths, paths.last_good_unit, c.text)
-        write_record(paths, paths.last_good_record, c.record())
+        write_record(paths, paths.last_good_record, to_json(c))
         result.add(f"record {paths.last_good_unit} as the last good unit", "done")
     return outcome
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from kimi_serve.core.inputs import load_json
 from kimi_serve.core.proc import Completed, NotInstalled, Runner, run
+from kimi_serve.core.report import json_meta, rounded, to_json
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic
 from kimi_serve.verify.parser_faults import PROBE_ID
 
@@ -89,20 +90,8 @@ class TrafficState:
     capped_runs: int = 0  # runs that hit MAX_LINES or MAX_BYTES (lines beyond were not counted)
     restarts: int = 0  # runs that found no usable cursor and started at the journal's end
     own_probe_lines: int = 0  # parse-failure lines SGLang logged for verify's own probe (not counted as failures)
-    last_run: float = 0.0
+    last_run: float = field(default=0.0, metadata=json_meta(encode=rounded(3)))
     error: str = ""  # why the last run could not read the journal ("" when it could)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "cursor": self.cursor,
-            "counts": self.counts,
-            "lines_read": self.lines_read,
-            "capped_runs": self.capped_runs,
-            "restarts": self.restarts,
-            "own_probe_lines": self.own_probe_lines,
-            "last_run": round(self.last_run, 3),
-            "error": self.error,
-        }
 
 
 def state_file(paths: ServicePaths) -> Path:
@@ -199,7 +188,7 @@ def collect(
     state.capped_runs += 1 if over or len(new_lines) >= max_lines else 0
     state.cursor = cursor or state.cursor
     state.last_run = time.time() if now is None else now
-    write_atomic(paths, state_file(paths), json.dumps(state.as_json(), sort_keys=True) + "\n")
+    write_atomic(paths, state_file(paths), json.dumps(to_json(state), sort_keys=True) + "\n")
     return state
 
 
@@ -207,7 +196,7 @@ def summary(state: TrafficState | None) -> dict[str, Any] | None:
     """What ``status`` shows: the counters and the bookkeeping (no cursor); None when no run has counted yet."""
     if state is None:
         return None
-    out = state.as_json()
+    out: dict[str, Any] = to_json(state)
     out.pop("cursor")
     out["total"] = sum(state.counts.values())
     return out

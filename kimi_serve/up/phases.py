@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.core.report import to_json
 from kimi_serve.host.coldstart import Figures, gb, seconds
 from kimi_serve.process.startup_log import PHASES, Event
 
@@ -107,7 +108,7 @@ class PhaseClock:
 
     def record(self, *, profile: str, outcome: str, now: float | None = None) -> dict[str, Any]:
         now = time.monotonic() if now is None else now
-        fig = self.figures.to_json() if self.figures is not None else {}
+        fig = to_json(self.figures) if self.figures is not None else {}
         return {
             "version": 1,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

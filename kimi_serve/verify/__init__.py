@@ -9,7 +9,7 @@ from kimi_serve.verify.options import DEFAULT_TIMEOUT, VerifyOptions
 from kimi_serve.verify.readiness import wait_ready
 from kimi_serve.verify.report import REPORT_VERSION, ProbeResult, Readiness, VerifyReport
 from kimi_serve.verify.runner import AFTER_START_WAIT, run_verify
-from kimi_serve.verify.target import ApiKey, Target, parse_target, resolve_api_key, resolve_key
+from kimi_serve.verify.target import ApiKey, Target, parse_target, resolve_key
 
 __all__ = [
     "AFTER_START_WAIT",
@@ -24,7 +24,6 @@ __all__ = [
     "VerifyOptions",
     "VerifyReport",
     "parse_target",
-    "resolve_api_key",
     "resolve_key",
     "run_verify",
     "wait_ready",

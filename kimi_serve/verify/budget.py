@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from kimi_serve.core.findings import Finding
 from kimi_serve.core.http import TransportError, request
@@ -32,23 +32,14 @@ CLIENTS = "kimi-cli's `kimi` provider and every client configured with K2.5's pu
 
 @dataclass
 class Budget:
+    JSON_PROPERTIES: ClassVar[tuple[Any, ...]] = (("published_context", lambda _: PUBLISHED_CONTEXT),)
+
     context_length: int | None = None  # the served context, tokens
     source: str = ""  # where it was read
     max_output_tokens: int | None = None  # the largest max_completion_tokens the server accepts
     sized_request: int = SIZED  # the max_completion_tokens verify sent
     accepted: bool | None = None  # None: no answer
     status: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "context_length": self.context_length,
-            "source": self.source,
-            "max_output_tokens": self.max_output_tokens,
-            "published_context": PUBLISHED_CONTEXT,
-            "sized_request": self.sized_request,
-            "accepted": self.accepted,
-            "status": self.status,
-        }
 
 
 def _get(target: Target, path: str, deadline: float, api_key: str | None) -> Any:

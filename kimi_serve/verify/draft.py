@@ -26,11 +26,12 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from kimi_serve.core.findings import Finding
 from kimi_serve.core.http import TransportError, request
+from kimi_serve.core.report import json_meta, rounded
 from kimi_serve.verify import wire
 from kimi_serve.verify.readiness import POLL_TIMEOUT
 from kimi_serve.verify.report import ProbeResult, VerifyReport, problem, warning
@@ -167,31 +168,19 @@ def server_spec(target: Target, deadline: float, api_key: str | None) -> ServerS
 class Acceptance:
     """The draft's acceptance as verify measured it, and the floor it was judged against."""
 
-    accept_length: float | None  # the figure judged: the probes' weighted mean, else /metrics'
+    JSON_PROPERTIES: ClassVar[tuple[Any, ...]] = (("dead_at", lambda _: DEAD_AT),)
+
+    # the figure judged: the probes' weighted mean, else /metrics'
+    accept_length: float | None = field(metadata=json_meta(encode=rounded(3)))
     source: str  # "probes", "/metrics" or "none"
     verify_steps: int  # the probes' verify steps in all
     answers: int  # answers that reported acceptance
     metrics_accept_length: float | None
     metrics_accept_rate: float | None
     floor: float | None
-    draft_path: str | None
+    draft_path: str | None = field(metadata=json_meta(key="draft"))
     algorithm: str | None
     stand_in: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "accept_length": None if self.accept_length is None else round(self.accept_length, 3),
-            "source": self.source,
-            "verify_steps": self.verify_steps,
-            "answers": self.answers,
-            "metrics_accept_length": self.metrics_accept_length,
-            "metrics_accept_rate": self.metrics_accept_rate,
-            "floor": self.floor,
-            "dead_at": DEAD_AT,
-            "draft": self.draft_path,
-            "algorithm": self.algorithm,
-            "stand_in": self.stand_in,
-        }
 
 
 def measure(

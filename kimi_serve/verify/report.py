@@ -8,7 +8,7 @@ from typing import Any
 
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import FAIL, WARN, Finding
-from kimi_serve.core.report import to_json
+from kimi_serve.core.report import json_meta, rounded, to_json
 from kimi_serve.verify.wire import json_safe, printable
 
 REPORT_VERSION = 1
@@ -75,18 +75,9 @@ class ProbeResult:
 class Readiness:
     ready: bool
     phase: str  # refused | no-answer | not-http | unreachable | warming | http-NNN | ready | no-health-endpoint
-    waited_s: float
+    waited_s: float = field(metadata=json_meta(encode=rounded(3)))
     detail: str = ""
     phases: tuple[str, ...] = ()  # distinct phases seen, in order
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ready": self.ready,
-            "phase": self.phase,
-            "waited_s": round(self.waited_s, 3),
-            "detail": self.detail,
-            "phases": list(self.phases),
-        }
 
 
 @dataclass
@@ -140,7 +131,7 @@ class VerifyReport:
             "suite": self.suite,
             "elapsed_s": round(self.elapsed_s, 3),
             "key_source": self.key_source,
-            "readiness": self.readiness.to_dict(),
+            "readiness": to_json(self.readiness),
             "server": {
                 "tool_call_parser": self.server.get("tool_call_parser"),
                 "reasoning_parser": self.server.get("reasoning_parser"),
@@ -152,10 +143,10 @@ class VerifyReport:
             "warnings": [finding_json(f) for f in self.warnings],
             "checks": [{"status": c.status, **finding_json(c)} for c in self.checks],
             "listeners": to_json(self.listeners) if self.listeners is not None else None,
-            "budget": self.budget.to_dict() if self.budget is not None else None,
+            "budget": to_json(self.budget),
             "thinking_off": self.thinking_off or None,
             "concurrency": self.concurrency or None,
-            "acceptance": self.acceptance.to_dict() if self.acceptance is not None else None,
+            "acceptance": to_json(self.acceptance),
         }
 
     def to_json(self) -> str:

@@ -140,10 +140,3 @@ def resolve_key(
     if env_key:
         return ApiKey(env_key, f"${API_KEY_ENV}")
     return ApiKey(None, "none")
-
-
-def resolve_api_key(
-    api_key: str | None = None, key_file: str | Path | None = None, environ: dict[str, str] | None = None
-) -> str | None:
-    """:func:`resolve_key`'s key alone."""
-    return resolve_key(api_key, key_file, environ).value
