@@ -3,7 +3,7 @@ kimi_k2 parser fault the Kimi patch set (patches/sglang-0.5.23-kimi) fixes; prin
 
 Run with the CPU SGLang interpreter: ``python kimi_parser_probe.py SITE_DIR REPO_DIR``. SITE_DIR goes first on
 sys.path (this copy of sglang, patched or not), REPO_DIR next (kimi_serve). The app is the simulator's
-(``kimi_serve.simulator.server.build_app``: SGLang's ``OpenAIServingChat``, ``TemplateManager``, protocol models and
+(``kimi_serve.simulator.routes.build_app``: SGLang's ``OpenAIServingChat``, ``TemplateManager``, protocol models and
 parsers, called through FastAPI's in-process test client; no socket). STAND-IN: the model. Its output is set per
 scenario to the raw text a Kimi model emits in each fault (``kimi_serve.simulator.model.generate`` replaced), so
 everything after the model, the parsing included, is SGLang's.
@@ -35,7 +35,7 @@ os.environ.setdefault("KIMI_SERVE_SIM_STEP_SECONDS", "0")
 import sglang  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from kimi_serve.simulator import engine, server  # noqa: E402
+from kimi_serve.simulator import engine, routes  # noqa: E402
 from kimi_serve.simulator.args import resolve  # noqa: E402
 from kimi_serve.simulator.tokenizer import load_tokenizer  # noqa: E402
 
@@ -72,7 +72,7 @@ engine.scripted.generate = lambda turn: scripted_model(turn) if current["text"] 
 
 sim = resolve(["--model-path", "/models/Kimi-K2.5", "--served-model-name", "kimi-k2.5", "--tool-call-parser",
                "kimi_k2", "--reasoning-parser", "kimi_k2", "--port", "30000"])  # fmt: skip
-client = TestClient(server.build_app(sim, load_tokenizer(sim.tokenizer_dir), server.ServerState()))
+client = TestClient(routes.build_app(sim, load_tokenizer(sim.tokenizer_dir), routes.ServerState()))
 body = {"model": "kimi-k2.5", "messages": [{"role": "user", "content": "weather?"}], "tools": TOOLS}
 
 

@@ -33,3 +33,18 @@ def test_with_flag_replaces_or_appends() -> None:
     assert launcher.with_flag(["--port", "1", "--x"], "--port", "2") == ["--port", "2", "--x"]
     assert launcher.with_flag(["--port=1"], "--port", "2") == ["--port=2"]
     assert launcher.with_flag(["--x"], "--host", "h") == ["--x", "--host", "h"]
+
+
+def test_server_info_blanks_an_admin_key_that_starts_with_the_clients_key() -> None:
+    """`K` and `K-admin`: the longer key is blanked first, so no `<redacted>-admin` is left in the launch command."""
+    from types import SimpleNamespace
+
+    from kimi_serve.simulator.routes import REDACTED, redacted_info
+
+    args = SimpleNamespace(
+        resolved_dict=lambda: {"api_key": "K", "admin_api_key": "K-admin", "port": 1},
+        launch_command="python -m sglang.launch_server --api-key K --admin-api-key K-admin",
+    )
+    info = redacted_info(args)
+    assert info["api_key"] == info["admin_api_key"] == REDACTED
+    assert info["launch_command"] == f"python -m sglang.launch_server --api-key {REDACTED} --admin-api-key {REDACTED}"

@@ -4,7 +4,7 @@ kimi_serve/verify/parser_faults.py), each under its finding code, whose lines th
 
 Run with the CPU SGLang interpreter: ``python traffic_log_probe.py REPO_DIR``. The log is set up by SGLang's own
 ``configure_logger`` (the format its server writes to the journal), its stream captured per scenario. The app is the
-simulator's (``kimi_serve.simulator.server.build_app``: SGLang's ``OpenAIServingChat``, protocol models and parsers,
+simulator's (``kimi_serve.simulator.routes.build_app``: SGLang's ``OpenAIServingChat``, protocol models and parsers,
 through FastAPI's in-process test client; no socket). STAND-IN: the model. Its output is set per scenario to the raw
 text that makes the parser fail (``kimi_serve.simulator.engine.scripted.generate`` replaced), so everything after the
 model, the parsing and its log lines included, is SGLang's.
@@ -26,7 +26,7 @@ import sglang
 from fastapi.testclient import TestClient
 from sglang.srt.utils.common import configure_logger
 
-from kimi_serve.simulator import engine, server
+from kimi_serve.simulator import engine, routes
 from kimi_serve.simulator.args import resolve
 from kimi_serve.simulator.tokenizer import load_tokenizer
 from kimi_serve.verify.parser_faults import CASES, PATH, request_body
@@ -74,7 +74,7 @@ engine.scripted.generate = lambda turn: current["text"]  # the STAND-IN model's 
 def client(reasoning_parser: str) -> TestClient:
     sim = resolve(["--model-path", "/models/Kimi-K2.5", "--served-model-name", "kimi-k2.5", "--tool-call-parser",
                    "kimi_k2", "--reasoning-parser", reasoning_parser, "--port", "30000"])  # fmt: skip
-    return TestClient(server.build_app(sim, load_tokenizer(sim.tokenizer_dir), server.ServerState()))
+    return TestClient(routes.build_app(sim, load_tokenizer(sim.tokenizer_dir), routes.ServerState()))
 
 
 clients = {parser: client(parser) for parser in ("kimi_k2", "k2_horizon")}
