@@ -15,7 +15,7 @@ from kimi_serve.verify.answer import answer_from_json
 from kimi_serve.verify.family_probe import PRESERVE, run_preserve_probe
 from kimi_serve.verify.probes import INSTANT, Probe
 from kimi_serve.verify.raw import post
-from kimi_serve.verify.runner import judge
+from kimi_serve.verify.exchange import judge
 from kimi_serve.verify.target import parse_target
 
 PROBE = Probe(PRESERVE, [], lambda _a, _s: [])
