@@ -166,9 +166,13 @@ def test_udp_and_detached_strays_are_all_flagged(loopback_port: Callable[[], int
         proc.wait(10)
 
 
-def _fake_process(proc: Path, pid: int, *, ppid: int, sid: int, cgroup: str, sockets: dict[int, int]) -> None:
+def _fake_process(
+    proc: Path, pid: int, *, ppid: int, sid: int, cgroup: str, sockets: dict[int, int], pidns: str = "pid:[1]"
+) -> None:
     d = proc / str(pid)
     (d / "fd").mkdir(parents=True)
+    (d / "ns").mkdir()
+    os.symlink(pidns, d / "ns" / "pid")
     (d / "stat").write_text(f"{pid} (proc{pid}) S {ppid} {pid} {sid} 0 -1\n")
     (d / "comm").write_text(f"proc{pid}\n")
     (d / "cgroup").write_text(f"0::{cgroup}\n")
@@ -179,17 +183,21 @@ def _fake_process(proc: Path, pid: int, *, ppid: int, sid: int, cgroup: str, soc
 def test_a_setsid_process_of_the_servers_cgroup_is_the_servers(tmp_path: Path) -> None:
     """setsid + double fork leaves both the tree and the session; the cgroup (a systemd unit's) still holds it. A
     /proc tree written out (this host's own processes sit in the root cgroup, which says nothing): the server (100),
-    its setsid'd detached helper (200), a process of another unit (300) and one in the root cgroup (400)."""
+    its setsid'd detached helper (200), a process of another unit (300), one in the root cgroup (400) and one of another
+    container whose cgroup path reads the same (500: nspawn without a host systemd gives every container /payload)."""
     proc = tmp_path / "proc"
     unit = "/system.slice/kimi-serve.service"
     _fake_process(proc, 100, ppid=1, sid=100, cgroup=unit, sockets={3: 11})
     _fake_process(proc, 200, ppid=1, sid=200, cgroup=unit, sockets={4: 22})
     _fake_process(proc, 300, ppid=1, sid=300, cgroup="/system.slice/other.service", sockets={5: 33})
     _fake_process(proc, 400, ppid=1, sid=400, cgroup="/", sockets={6: 44})
+    _fake_process(proc, 500, ppid=1, sid=500, cgroup=unit, sockets={7: 55}, pidns="pid:[2]")
     head = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
     row = "   {n}: {addr}:{port:04X} 00000000:0000 {st} 00000000:00000000 00:00000000 00000000     0        0 {ino} 1\n"
-    tcp = row.format(n=0, addr="0100007F", port=30000, st="0A", ino=11) + row.format(
-        n=1, addr="00000000", port=29500, st="0A", ino=33
+    tcp = (
+        row.format(n=0, addr="0100007F", port=30000, st="0A", ino=11)
+        + row.format(n=1, addr="00000000", port=29500, st="0A", ino=33)
+        + row.format(n=2, addr="0100007F", port=40765, st="0A", ino=55)
     )
     udp = row.format(n=0, addr="00000000", port=5353, st="07", ino=22) + row.format(
         n=1, addr="00000000", port=6000, st="07", ino=44

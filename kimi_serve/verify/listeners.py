@@ -137,6 +137,16 @@ def _cgroup(pid: int, proc: Path) -> str | None:
     return path if path and path.rstrip("/").endswith(".service") else None
 
 
+def _pid_namespace(pid: int, proc: Path) -> str | None:
+    """``pid``'s PID namespace (``pid:[INODE]``), None when unreadable. Containers booted without a host systemd
+    share one cgroup path (``/payload/...``), so a cgroup alone does not tell two containers' processes apart; a
+    server's members never leave its PID namespace."""
+    try:
+        return os.readlink(proc / str(pid) / "ns" / "pid")
+    except OSError:
+        return None
+
+
 def _children(proc: Path) -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for pid in _pids(proc):
@@ -168,11 +178,11 @@ def server_processes(root: int, proc: Path = PROC) -> list[int]:
     leaves it, the cgroup stays). This process (verify) is not counted unless it is ``root``."""
     children = _children(proc)
     tree = _descendants([root], children)
-    group = _cgroup(root, proc)
+    group, space = _cgroup(root, proc), _pid_namespace(root, proc)
     joined = []
     for pid in _pids(proc):
-        if pid in tree:
-            continue
+        if pid in tree or (space is not None and _pid_namespace(pid, proc) not in (None, space)):
+            continue  # another container's process, whatever its cgroup's path reads (see _pid_namespace)
         if (group is not None and _cgroup(pid, proc) == group) or _stat_field(pid, proc, 3) in tree:
             joined.append(pid)
     members = tree | _descendants(joined, children)
