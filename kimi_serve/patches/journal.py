@@ -22,12 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.inputs import read_json
 from kimi_serve.core.journal import UNREADABLE, Journal, interrupted
 from kimi_serve.patches.files import Content, invalidate_bytecode, read_content, replace_all, sha256_file
-from kimi_serve.patches.manifest import PatchSet
+from kimi_serve.patches.manifest import PatchSet, reinstall_error
 
 
 def intent_path(record_dir: Path) -> Path:
@@ -91,11 +90,9 @@ def verify_originals(site_packages: Path, ps: PatchSet, what: str) -> None:
     for f in ps.files:
         found = sha256_file(site_packages / f.path)
         if found != f.before:
-            raise KimiServeError(
+            raise reinstall_error(
+                ps,
                 f"{what}: {f.path} hashes to {str(found)[:12]}, not the original's {f.before[:12]} from the manifest",
-                where=ps.name,
-                hint=f"reinstall sglang=={ps.target_version} (pip install --force-reinstall --no-deps)",
-                exit_code=ExitCode.FAILED,
             )
 
 
@@ -115,14 +112,11 @@ def recover(site_packages: Path, ps: PatchSet, record_dir: Path) -> str | None:
     if any(now[f.path] != f.before for f in ps.files):
         originals = originals_from_backup(ps, record_dir / "backup")
         if originals is None:
-            raise KimiServeError(
-                f"an interrupted `patches {op}` cannot be recovered: the backups in "
-                f"{record_dir / 'backup'} are missing or do not match the manifest's 'before' "
-                "hashes",
-                where=ps.name,
-                hint=f"reinstall sglang=={ps.target_version} (pip install "
-                "--force-reinstall --no-deps), then run `patches revert` to clear the journal",
-                exit_code=ExitCode.FAILED,
+            raise reinstall_error(
+                ps,
+                f"an interrupted `patches {op}` cannot be recovered: the backups in {record_dir / 'backup'} are "
+                "missing or do not match the manifest's 'before' hashes",
+                ", then run `patches revert` to clear the journal",
             )
         checkpoint("patches.recover.restore")
         before = {f.path: f.before for f in ps.files}

@@ -20,12 +20,10 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.inputs import read_json
 from kimi_serve.core.resources import resource_dir
-from kimi_serve.patches.files import (
-    sha256_file,
-)
+from kimi_serve.patches.files import sha256_file
 
 MANIFEST = "manifest.json"
 _SCHEMA = 1
@@ -70,6 +68,12 @@ class PatchSet:
         """The hashes ``rel`` goes through: the original, then after each patch that touches it, in order."""
         first = next(f for f in self.files if f.path == rel)
         return [first.before] + [c.after for p in self.patches for c in p.changes if c.path == rel]
+
+
+def reinstall_error(ps: PatchSet, message: str, then: str = "") -> KimiServeError:
+    """Exit 1 for ``ps``, fixed by reinstalling the original sglang (``then``: what to do after)."""
+    hint = f"reinstall sglang=={ps.target_version} (pip install --force-reinstall --no-deps){then}"
+    return KimiServeError(message, where=ps.name, hint=hint, exit_code=ExitCode.FAILED)
 
 
 def _manifest_error(path: Path, message: str) -> KimiServeError:

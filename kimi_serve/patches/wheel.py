@@ -8,9 +8,7 @@ from pathlib import Path
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.settings import Settings, current
-from kimi_serve.patches.files import (
-    sha256_bytes,
-)
+from kimi_serve.patches.files import sha256_bytes
 from kimi_serve.patches.manifest import PatchSet
 from kimi_serve.patches.state import check_hashes, stage_set
 from kimi_serve.sglang.site import wheel_version
