@@ -119,15 +119,12 @@ class Appender:
             except OSError:
                 pass
             full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            fix = "free space on its file system, then run the same command: it resumes" if full else "check the folder"
             raise KimiServeError(
                 f"{self.path}: cannot write the record of {row.get('id')!r} ({exc.strerror or exc}); the file ends "
                 "with the last whole record",
                 where=str(self.path),
-                hint=(
-                    "free space on its file system, then run the same command: it resumes"
-                    if full
-                    else "check the folder"
-                ),
+                hint=fix,
                 exit_code=ExitCode.ENVIRONMENT,
             ) from None
         checkpoint(step + ".fsynced")

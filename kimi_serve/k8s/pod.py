@@ -61,6 +61,15 @@ def pod_security() -> Obj:
     }
 
 
+def pod_spec(head: Obj, container: Obj, volumes: list[Obj], init: list[Obj]) -> Obj:
+    """A pod's spec: ``head`` (its security context among it), then no service links and no API token."""
+    spec: Obj = {**head, "enableServiceLinks": False, "automountServiceAccountToken": False, "containers": [container]}
+    spec["volumes"] = volumes
+    if init:
+        spec["initContainers"] = init
+    return spec
+
+
 def _env(values: dict[str, str]) -> list[Obj]:
     return [{"name": k, "value": escaped(v)} for k, v in sorted(values.items())]
 
@@ -313,16 +322,8 @@ def server_pod(plan: K8sPlan, *, serves_api: bool) -> Obj:
         container["readinessProbe"] = readiness_contract(plan)
     else:
         container["startupProbe"] = startup_probe({"tcpSocket": {"port": "http"}}, p.startup.timeout)
-    spec: Obj = {
-        "securityContext": pod_security(),
-        "terminationGracePeriodSeconds": int(p.service.stop_timeout),
-        "enableServiceLinks": False,
-        "automountServiceAccountToken": False,
-        "containers": [container],
-        "volumes": _volumes(volumes, container, *init),
-    }
-    if init:
-        spec["initContainers"] = init
+    head = {"securityContext": pod_security(), "terminationGracePeriodSeconds": int(p.service.stop_timeout)}
+    spec = pod_spec(head, container, _volumes(volumes, container, *init), init)
     if selector := node_selector(plan):
         spec["nodeSelector"] = selector
     if tols := tolerations(plan):
@@ -355,13 +356,4 @@ def router_pod(plan: K8sPlan) -> Obj:
         ),
         "readinessProbe": {"httpGet": {"path": "/readiness", "port": "http"}, "periodSeconds": 5},
     }
-    spec: Obj = {
-        "securityContext": pod_security(),
-        "enableServiceLinks": False,
-        "automountServiceAccountToken": False,
-        "containers": [container],
-        "volumes": [{"name": "tmp", "emptyDir": {}}, *key_vols],
-    }
-    if init:
-        spec["initContainers"] = init
-    return spec
+    return pod_spec({"securityContext": pod_security()}, container, [{"name": "tmp", "emptyDir": {}}, *key_vols], init)

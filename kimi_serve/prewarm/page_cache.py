@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from kimi_serve.core.errors import ExitCode
+from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.report import json_meta, rounded
 from kimi_serve.host import coldstart as cs
 from kimi_serve.host.floor import RAM_MARGIN, prewarm_room
@@ -53,11 +53,6 @@ class PrewarmResult:
     @property
     def bytes_per_s(self) -> float:
         return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
-
-
-def _spans(f: Path) -> list[tuple[int, int]]:
-    """Uncached byte ranges of ``f``, merged."""
-    return cs._uncached_spans(f)
 
 
 class _Reader:
@@ -149,7 +144,7 @@ def prewarm(
         return res
     mem = mem or (lambda: cs.meminfo().get("MemAvailable", 0))
     stop = stop or threading.Event()
-    work = [(f, _spans(f)) for f in ck.files]
+    work = [(f, cs._uncached_spans(f)) for f in ck.files]  # each shard's uncached byte ranges, merged
     reader = _Reader([w for w in work if w[1]], need, int(RAM_MARGIN * fig.mem_total), mem, stop)
     pool = [threading.Thread(target=reader.run, daemon=True, name=f"prewarm-{i}") for i in range(max(1, threads))]
     started = time.monotonic()
@@ -187,7 +182,6 @@ def prewarm(
 
 def run_prewarm(p: Profile, *, state_root: Path, progress: Progress | None = None) -> PrewarmResult:
     """The `prewarm` command's core: the profile's checkpoint (model and draft) into the page cache."""
-    from kimi_serve.core.errors import KimiServeError
     from kimi_serve.host.floor import figures, loads_weights
 
     if not loads_weights(p):

@@ -55,34 +55,26 @@ def emit(event: str, **fields: Any) -> None:
 # ------------------------------------------------------------------------------------------------------ the paths
 
 
+def _engaged(ctx: Context, comm: Any, should: Callable[[Any], bool], run: Reduce) -> Reduce:
+    """``comm``'s all-reduce for the sizes it takes (None for the others), unless it disabled itself here."""
+    if comm.disabled:
+        name = type(comm).__name__
+        raise NotEngaged(f"SGLang's {name} disabled itself here (world size {ctx.world_size}, {ctx.device})")
+    return lambda x: run(x) if should(x) else None
+
+
 def _pcie_ipc(ctx: Context) -> Reduce:
     from sglang.srt.distributed.device_communicators.pcie_ipc_ar import PcieIpcCommunicator
 
     comm = PcieIpcCommunicator(group=ctx.device_group, device=ctx.device, cpu_group=ctx.cpu_group)
-    if comm.disabled:
-        raise NotEngaged(
-            f"SGLang's PcieIpcCommunicator disabled itself here (world size {ctx.world_size}, {ctx.device})"
-        )
-
-    def reduce(x: Any) -> Any:
-        return comm.pcie_ipc_all_reduce(x) if comm.should_pcie_ipc_ar(x) else None
-
-    return reduce
+    return _engaged(ctx, comm, comm.should_pcie_ipc_ar, comm.pcie_ipc_all_reduce)
 
 
 def _torch_symm_mem(ctx: Context) -> Reduce:
     from sglang.srt.distributed.device_communicators.torch_symm_mem import TorchSymmMemCommunicator
 
     comm = TorchSymmMemCommunicator(group=ctx.cpu_group, device=ctx.device)
-    if comm.disabled:
-        raise NotEngaged(
-            f"SGLang's TorchSymmMemCommunicator disabled itself here (world size {ctx.world_size}, {ctx.device})"
-        )
-
-    def reduce(x: Any) -> Any:
-        return comm.all_reduce(x) if comm.should_torch_symm_mem_allreduce(x) else None
-
-    return reduce
+    return _engaged(ctx, comm, comm.should_torch_symm_mem_allreduce, comm.all_reduce)
 
 
 def _flashinfer_fusion(ctx: Context) -> Reduce:
