@@ -9,6 +9,7 @@ retries the rejects it selects and rewrites the file (atomically) without them f
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -76,10 +77,14 @@ def truncate(path: Path, size: int) -> None:
     """Cut ``path`` to ``size`` bytes, durably (the torn end of a killed write)."""
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
-        os.ftruncate(fd, size)
-        os.fsync(fd)
+        _cut(fd, size)
     finally:
         os.close(fd)
+
+
+def _cut(fd: int, size: int) -> None:
+    os.ftruncate(fd, size)
+    os.fsync(fd)
 
 
 def load_rejects(path: Path) -> list[dict[str, Any]]:
@@ -113,11 +118,8 @@ class Appender:
                 view = view[os.write(self.fd, view) :]
             os.fsync(self.fd)
         except OSError as exc:
-            try:
-                os.ftruncate(self.fd, start)
-                os.fsync(self.fd)
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                _cut(self.fd, start)
             full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
             fix = "free space on its file system, then run the same command: it resumes" if full else "check the folder"
             raise KimiServeError(

@@ -81,12 +81,6 @@ def _toml_str(value: str, what: str = "model.served_name") -> str:
     return _escaped(value, what=what, scalar_only=True)
 
 
-def _js_str(value: str) -> str:
-    """A JavaScript (and JSON) string literal: JSON's escapes, non-ASCII as UTF-16 escapes (surrogate pairs included,
-    which is how JavaScript strings hold characters beyond the BMP)."""
-    return json.dumps(value, ensure_ascii=True)
-
-
 def _key_expr_py(ep: Endpoint) -> str:
     if ep.key_required:
         return f"{_ENVIRON}[{_py_str(ep.key_env)}]"
@@ -345,17 +339,18 @@ print(llm.invoke("Say hello.").content)  # ChatOpenAI does not surface reasoning
 
 def ai_sdk(ep: Endpoint) -> ClientConfig:
     key = f"process.env.{ep.key_env}" + ("" if ep.key_required else ' ?? "none"')
+    # JSON's string literals are JavaScript's: non-ASCII as UTF-16 escapes (surrogate pairs beyond the BMP)
     body = f"""import {{ createOpenAICompatible }} from "@ai-sdk/openai-compatible";
 import {{ generateText }} from "ai";
 
 const kimi = createOpenAICompatible({{
   name: "kimi",
-  baseURL: {_js_str(ep.base_url)},
+  baseURL: {json.dumps(ep.base_url)},
   apiKey: {key},
 }});
 
 const {{ text, reasoningText }} = await generateText({{
-  model: kimi({_js_str(ep.model)}),
+  model: kimi({json.dumps(ep.model)}),
   prompt: "Say hello.",
   maxOutputTokens: {ep.max_output}, // prompt + output must fit the served context ({ep.context_length})
   // thinking off: providerOptions: {{ kimi: {{ chat_template_kwargs: {{ thinking: false }} }} }},

@@ -6,13 +6,8 @@ The key: the Secret's ``api-key.yaml`` is copied by an init container into a mem
 owned by the pod's user, and that one file is mounted (``subPath``) at the profile's key path. A Secret volume alone
 cannot give that: its files are root's, group-readable under ``fsGroup``, and kimi-serve's key-file reader refuses
 any file group or others can read. The key's value is in neither the manifest nor an argv; the argv names the file,
-as on a host.
-
-Mounts (:func:`mounts`): every container's mount paths are distinct. The pod's own scratch directories and the
-working directory are writable emptyDirs, one volume per path (a working directory of /tmp reuses /tmp's); the key
-and each model directory are mounted read-only at their own paths. What cannot work in a pod is refused with one
-line (exit 2): two different volumes at one path, a mount inside a read-only one (the kubelet cannot create its
-mount point there), a volume over the pod's interpreter.
+as on a host. Mounts: :func:`mounts` (the scratch directories and the working directory writable emptyDirs, the key
+and the model directories read-only).
 """
 
 from __future__ import annotations
@@ -286,12 +281,7 @@ def server_pod(plan: K8sPlan, *, serves_api: bool) -> Obj:
     /health is SGLang's dummy, which opens only once its schedulers joined rank 0)."""
     p, launch = plan.profile, plan.server
     shm = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(plan)}}
-    volumes: list[Obj] = [
-        shm,
-        {"name": "cache", "emptyDir": {}},
-        {"name": "tmp", "emptyDir": {}},
-        {"name": "workdir", "emptyDir": {}},
-    ]
+    volumes: list[Obj] = [shm, *({"name": name, "emptyDir": {}} for name in ("cache", "tmp", "workdir"))]
     workdir = posixpath.normpath(p.service.working_directory)
     needs = scratch_needs("/dev/shm", CACHE_ROOT, "/tmp")
     needs.append(Mount(workdir, "workdir", "service.working_directory", "service.working_directory", scratch=True))

@@ -1,6 +1,9 @@
-"""Apply and revert a patch set, all-or-nothing, with backups, a record and an intent journal (crash recovery, see
-kimi_serve.patches.journal), one change at a time under the lock of the site-packages it changes (:func:`site_lock`,
-kimi_serve.core.lock): the lock of the venv, not of the host, so a change of another venv never waits for it."""
+"""Apply and revert a patch set, all-or-nothing. Apply refuses unless every file is original, runs the patches on a
+staging copy that must hash to the manifest's "after", keeps the originals as backups with a record, then swaps every
+file in (undone on failure); revert puts the backups (without a record: the reverse patches) back and checks the
+manifest's "before" hashes. An intent journal recovers a killed change (kimi_serve.patches.journal); one change at a
+time under the lock of the site-packages it changes (:func:`site_lock`, kimi_serve.core.lock): the lock of the venv,
+not of the host, so a change of another venv never waits for it."""
 
 from __future__ import annotations
 

@@ -105,7 +105,11 @@ def recover(site_packages: Path, ps: PatchSet, record_dir: Path) -> str | None:
     op = str(intent.get("op", "unknown"))
     remove_stray_temps(site_packages, ps)
     now = {f.path: sha256_file(site_packages / f.path) for f in ps.files}
-    record_ok = (record_dir / "record.json").is_file() and _readable(record_dir / "record.json")
+    try:  # the apply committed its record when it is there and reads as JSON
+        read_json(record_dir / "record.json")
+        record_ok = True
+    except (OSError, ValueError):
+        record_ok = False
     if op == "apply" and record_ok and all(now[f.path] == f.after for f in ps.files):
         end(record_dir)
         return "finished an interrupted `patches apply` (every file was patched and recorded)"
@@ -129,11 +133,3 @@ def recover(site_packages: Path, ps: PatchSet, record_dir: Path) -> str | None:
     end(record_dir)
     verb = "rolled back" if op == "apply" else "finished"
     return f"{verb} an interrupted `patches {op}`: every file is the original again"
-
-
-def _readable(path: Path) -> bool:
-    try:
-        read_json(path)
-    except (OSError, ValueError):
-        return False
-    return True

@@ -8,10 +8,7 @@ the sha256 before and after (per patch, and for the whole set). Hashes decide st
   (neither: someone else changed it);
 - a patch is *applied* when all its files are at or past it, *not applied* when none are, else *conflict*.
 
-Apply is all-or-nothing: refuse unless every file is original; dry-run then apply every patch, in order, on a staging
-copy; require the staged files to hash to the manifest's "after"; keep the originals as backups in the state dir; then
-swap all files in (undoing on failure) and write a record. Revert puts the backups (or, without a record, the reverse
-patches) back and checks the result against the manifest's "before" hashes, so the originals come back byte for byte.
+Apply and revert (all-or-nothing, byte for byte): :mod:`kimi_serve.patches.change`.
 """
 
 from __future__ import annotations

@@ -180,41 +180,33 @@ def prewarm(
     return res
 
 
+def _refused(message: str, hint: str, exit_code: ExitCode = ExitCode.ENVIRONMENT) -> KimiServeError:
+    return KimiServeError(message, where="prewarm", hint=hint, exit_code=exit_code)
+
+
 def run_prewarm(p: Profile, *, state_root: Path, progress: Progress | None = None) -> PrewarmResult:
     """The `prewarm` command's core: the profile's checkpoint (model and draft) into the page cache."""
     from kimi_serve.host.floor import figures, loads_weights
 
     if not loads_weights(p):
-        raise KimiServeError(
-            f"profile {p.name} reads no checkpoint (engine: simulator or --load-format dummy)",
-            where="prewarm",
-            hint="prewarm a profile that loads real weights",
-        )
+        problem = f"profile {p.name} reads no checkpoint (engine: simulator or --load-format dummy)"
+        raise _refused(problem, "prewarm a profile that loads real weights", ExitCode.USAGE)
     try:
         fig = figures(p, state_root, probe="never")
     except OSError as exc:
-        raise KimiServeError(
-            f"cannot read the checkpoint under {p.model.path}: {exc.strerror or exc}",
-            where="prewarm",
-            hint="run it as a user that can read the model files",
-            exit_code=ExitCode.ENVIRONMENT,
-        ) from None
+        problem = f"cannot read the checkpoint under {p.model.path}: {exc.strerror or exc}"
+        raise _refused(problem, "run it as a user that can read the model files") from None
     bad = fig.checkpoint.problems
     if bad:  # refused before reading anything: a missing shard fails the load anyway, a FIFO would hang the reader
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise KimiServeError(
+        raise _refused(
             f"shard {bad[0][0]} is {bad[0][1]}{more}; nothing was read",
-            where="prewarm",
-            hint="restore the checkpoint's shards as regular files (re-download or fix the link), then run prewarm "
+            "restore the checkpoint's shards as regular files (re-download or fix the link), then run prewarm "
             "again; kimi-serve doctor --profile NAME shows the checkpoint",
-            exit_code=ExitCode.ENVIRONMENT,
         )
     if not fig.checkpoint.files:
-        raise KimiServeError(
-            f"no safetensors shards under {p.model.path}",
-            where="prewarm",
-            hint="kimi-serve doctor --profile NAME shows what is missing",
-            exit_code=ExitCode.ENVIRONMENT,
+        raise _refused(
+            f"no safetensors shards under {p.model.path}", "kimi-serve doctor --profile NAME shows what is missing"
         )
     return prewarm(fig, progress=progress)
 
