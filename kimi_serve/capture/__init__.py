@@ -4,5 +4,3 @@ prompts.py reads the prompts file (pure), record.py turns one chat answer into a
 check through verify's reassembly), store.py owns the output files (append-only, fsync per record, resumable), run.py
 sends the requests and keeps the books.
 """
-
-from __future__ import annotations

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.core.inputs import InputBoundError, load_json, read_regular, too_large
+from kimi_serve.core.inputs import InputBoundError, load_json, read_text
 
 MAX_PROMPTS_BYTES = 256 * 1024 * 1024  # as bench's workload file
 MAX_ID_CHARS = 200
@@ -196,13 +196,10 @@ def parse_prompts(text: str, name: str) -> list[Prompt]:
 def read_prompts(path: Path) -> list[Prompt]:
     """The prompts file (a regular file of at most MAX_PROMPTS_BYTES, UTF-8): PromptError for a bad line, OSError or
     InputBoundError for the file itself."""
-    data = read_regular(path, MAX_PROMPTS_BYTES)[1]
-    if len(data) > MAX_PROMPTS_BYTES:
-        raise too_large(MAX_PROMPTS_BYTES)
     try:
-        text = data.decode("utf-8")
+        text = read_text(path, MAX_PROMPTS_BYTES)
     except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
+        line = exc.object[: exc.start].count(b"\n") + 1
         raise PromptError(f"{path}:{line}", "not UTF-8 text", "save the file as UTF-8") from None
     return parse_prompts(text, str(path))
 

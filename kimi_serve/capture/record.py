@@ -137,24 +137,6 @@ def build_record(prompt: Prompt, answer: ServedIds, source: dict[str, Any]) -> d
     }
 
 
-@dataclass(frozen=True)
-class Summary:
-    """A run's summary (its JSON is capture's ``data``, docs/json.md): the prompts, the records (all, this run's,
-    earlier runs'), the rejects, this run's tokens, the records and the draft's acceptance by kind of turn, the
-    failures by cause."""
-
-    prompts: int
-    records: int
-    written: int
-    earlier: int
-    rejected: int
-    prompt_tokens: int
-    output_tokens: int
-    records_by_kind: dict[str, int]
-    acceptance_by_kind: dict[str, float | None]
-    failures: dict[str, int]
-
-
 @dataclass
 class Books:
     """The run's summary: records, tokens, the draft's acceptance by kind of turn, failures by cause."""
@@ -196,19 +178,21 @@ class Books:
             for kind in (TOOL_CALL, PROSE)
         }
 
-    def summary(self) -> Summary:
-        return Summary(
-            prompts=self.total,
-            records=self.done,
-            written=self.written,
-            earlier=self.earlier,
-            rejected=sum(self.failures.values()),
-            prompt_tokens=self.prompt_tokens,
-            output_tokens=self.output_tokens,
-            records_by_kind={k: self.records_by_kind[k] for k in (TOOL_CALL, PROSE)},
-            acceptance_by_kind=self.acceptance(),
-            failures=dict(sorted(self.failures.items())),
-        )
+    def summary(self) -> dict[str, Any]:
+        """capture's ``data`` (docs/json.md): the prompts, the records (all, this run's, earlier runs'), the rejects,
+        this run's tokens, the records and the draft's acceptance by kind of turn, the failures by cause."""
+        return {
+            "prompts": self.total,
+            "records": self.done,
+            "written": self.written,
+            "earlier": self.earlier,
+            "rejected": sum(self.failures.values()),
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "records_by_kind": {k: self.records_by_kind[k] for k in (TOOL_CALL, PROSE)},
+            "acceptance_by_kind": self.acceptance(),
+            "failures": dict(sorted(self.failures.items())),
+        }
 
     def lines(self) -> list[str]:
         acc = self.acceptance()

@@ -9,10 +9,10 @@ retries the rejects it selects and rewrites the file (atomically) without them f
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.files import fsync_dir, write_atomic
 
 RECORDS, REJECTS = "records.jsonl", "rejects.jsonl"
-_CHUNK = 1 << 20
 
 
 def _broken(path: Path, line: int, what: str) -> KimiServeError:
@@ -33,15 +32,6 @@ def _broken(path: Path, line: int, what: str) -> KimiServeError:
     )
 
 
-def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
-    """``(line number, offset, bytes)`` of each line of ``path`` (the last without its newline when it has none)."""
-    with open(path, "rb") as f:
-        offset = 0
-        for number, raw in enumerate(f, 1):
-            yield number, offset, raw
-            offset += len(raw)
-
-
 def _scan(path: Path, keep: bool) -> list[tuple[int, str, dict[str, Any] | None]]:
     """``(line, id, the row when keep)`` of each line of a JSONL file written by this module, after cutting off a torn
     last line (no newline, or not a JSON record: the write never finished); exit 2 for a bad line before the end."""
@@ -49,14 +39,17 @@ def _scan(path: Path, keep: bool) -> list[tuple[int, str, dict[str, Any] | None]
     torn: int | None = None
     if not path.exists():
         return rows
-    for number, offset, raw in _lines(path):
-        if torn is not None:
-            raise _broken(path, number - 1, "not a JSON record line (and not the last line)")
-        row = _row(raw) if raw.endswith(b"\n") else None
-        if row is None:
-            torn = offset
-            continue
-        rows.append((number, row["id"], row if keep else None))
+    with open(path, "rb") as f:
+        offset = 0
+        for number, raw in enumerate(f, 1):
+            if torn is not None:
+                raise _broken(path, number - 1, "not a JSON record line (and not the last line)")
+            row = _row(raw) if raw.endswith(b"\n") else None
+            if row is None:
+                torn = offset
+            else:
+                rows.append((number, row["id"], row if keep else None))
+            offset += len(raw)
     if torn is not None:
         truncate(path, torn)
     return rows
@@ -84,10 +77,14 @@ def truncate(path: Path, size: int) -> None:
     """Cut ``path`` to ``size`` bytes, durably (the torn end of a killed write)."""
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
-        os.ftruncate(fd, size)
-        os.fsync(fd)
+        _cut(fd, size)
     finally:
         os.close(fd)
+
+
+def _cut(fd: int, size: int) -> None:
+    os.ftruncate(fd, size)
+    os.fsync(fd)
 
 
 def load_rejects(path: Path) -> list[dict[str, Any]]:
@@ -121,21 +118,15 @@ class Appender:
                 view = view[os.write(self.fd, view) :]
             os.fsync(self.fd)
         except OSError as exc:
-            try:
-                os.ftruncate(self.fd, start)
-                os.fsync(self.fd)
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                _cut(self.fd, start)
             full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            fix = "free space on its file system, then run the same command: it resumes" if full else "check the folder"
             raise KimiServeError(
                 f"{self.path}: cannot write the record of {row.get('id')!r} ({exc.strerror or exc}); the file ends "
                 "with the last whole record",
                 where=str(self.path),
-                hint=(
-                    "free space on its file system, then run the same command: it resumes"
-                    if full
-                    else "check the folder"
-                ),
+                hint=fix,
                 exit_code=ExitCode.ENVIRONMENT,
             ) from None
         checkpoint(step + ".fsynced")

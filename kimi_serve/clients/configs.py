@@ -81,26 +81,19 @@ def _toml_str(value: str, what: str = "model.served_name") -> str:
     return _escaped(value, what=what, scalar_only=True)
 
 
-def _js_str(value: str) -> str:
-    """A JavaScript (and JSON) string literal: JSON's escapes, non-ASCII as UTF-16 escapes (surrogate pairs included,
-    which is how JavaScript strings hold characters beyond the BMP)."""
-    return json.dumps(value, ensure_ascii=True)
-
-
 def _key_expr_py(ep: Endpoint) -> str:
     if ep.key_required:
         return f"{_ENVIRON}[{_py_str(ep.key_env)}]"
     return f'{_ENVIRON}.get({_py_str(ep.key_env)}, "none")'
 
 
-def _key_note(ep: Endpoint) -> str:
-    if ep.key_required:
-        return f"export {ep.key_env}=<the server's api-key> before starting the client (the key is never written here)"
-    return f"the server takes no API key; {ep.key_env} may be left unset (clients send a placeholder)"
-
-
 def _common_notes(ep: Endpoint) -> list[str]:
-    notes = [_key_note(ep), *ep.notes]
+    key = (
+        f"export {ep.key_env}=<the server's api-key> before starting the client (the key is never written here)"
+        if ep.key_required
+        else f"the server takes no API key; {ep.key_env} may be left unset (clients send a placeholder)"
+    )
+    notes = [key, *ep.notes]
     notes.append(
         f"limits: the server serves {ep.context_length} tokens of context (prompt + output); SGLang refuses "
         f"max_tokens above it (HTTP 400), so ask for at most {ep.max_output} output tokens"
@@ -109,12 +102,8 @@ def _common_notes(ep: Endpoint) -> list[str]:
         notes.append(
             f"{ep.title} keeps earlier turns' reasoning in the prompt only with preserve_thinking (this server: "
             f"{'on' if ep.preserve_thinking else 'off'}); send the assistant turns back with their reasoning_content"
+            + (', and chat_template_kwargs {"preserve_thinking": true} per request to keep it' if ep.instant else "")
             + ("" if ep.instant else "; it is always on here")
-            + (
-                ""
-                if not ep.instant
-                else ', and chat_template_kwargs {"preserve_thinking": true} per request to keep it'
-            )
         )
     if ep.reasoning_field:
         notes.append(f"reasoning comes back in `{ep.reasoning_field}`, the answer in `content`")
@@ -191,14 +180,6 @@ def opencode(ep: Endpoint) -> ClientConfig:
     )
 
 
-def kimi_cli_context(ep: Endpoint) -> int:
-    """The ``max_context_size`` kimi-cli is given: the served context less the output budget. kimi-cli asks for
-    max_completion_tokens = max_context_size - its prompt estimate - 1024 (kimi-cli 1.51), and a server's count of the
-    same prompt can be higher (kimi-cli's first request: 12,882 estimated, 28,373 counted by the simulator), so with
-    the served context itself the request is over it (HTTP 400); the budget's room absorbs the difference."""
-    return ep.context_length - ep.max_output
-
-
 def kimi_cli(ep: Endpoint) -> ClientConfig:
     text = "\n".join(
         [
@@ -213,8 +194,9 @@ def kimi_cli(ep: Endpoint) -> ClientConfig:
             f"[models.{_toml_str(ep.model)}]",
             f"provider = {_toml_str(PROVIDER_ID)}",
             f"model = {_toml_str(ep.model)}",
-            f"max_context_size = {kimi_cli_context(ep)}  # the served {ep.context_length} less {ep.max_output} "
-            "of room: see the notes",
+            # kimi-cli's own prompt estimate runs low (first request: 12,882 estimated, 28,373 counted): see the notes
+            f"max_context_size = {ep.context_length - ep.max_output}  # the served {ep.context_length} less "
+            f"{ep.max_output} of room: see the notes",
             'capabilities = ["thinking"]',
             "",
         ]
@@ -262,12 +244,12 @@ def kimi_cli(ep: Endpoint) -> ClientConfig:
     )
 
 
-def _py(client: str, body: str, off: str, ep: Endpoint, form: str = "kw") -> ClientConfig:
-    notes = tuple(_common_notes(ep))
+def _py(
+    client: str, body: str, off: str, ep: Endpoint, form: str = "kw", fmt: str = "python", where: str = ""
+) -> ClientConfig:
     body = _family_lines(ep, body, form)
-    return ClientConfig(
-        client, f"a Python snippet ({client})", "python", body, ep.key_env, _off(ep, off), ep.instant, notes
-    )
+    where = where or f"a Python snippet ({client})"
+    return ClientConfig(client, where, fmt, body, ep.key_env, _off(ep, off), ep.instant, tuple(_common_notes(ep)))
 
 
 def openai_sdk(ep: Endpoint) -> ClientConfig:
@@ -357,17 +339,18 @@ print(llm.invoke("Say hello.").content)  # ChatOpenAI does not surface reasoning
 
 def ai_sdk(ep: Endpoint) -> ClientConfig:
     key = f"process.env.{ep.key_env}" + ("" if ep.key_required else ' ?? "none"')
+    # JSON's string literals are JavaScript's: non-ASCII as UTF-16 escapes (surrogate pairs beyond the BMP)
     body = f"""import {{ createOpenAICompatible }} from "@ai-sdk/openai-compatible";
 import {{ generateText }} from "ai";
 
 const kimi = createOpenAICompatible({{
   name: "kimi",
-  baseURL: {_js_str(ep.base_url)},
+  baseURL: {json.dumps(ep.base_url)},
   apiKey: {key},
 }});
 
 const {{ text, reasoningText }} = await generateText({{
-  model: kimi({_js_str(ep.model)}),
+  model: kimi({json.dumps(ep.model)}),
   prompt: "Say hello.",
   maxOutputTokens: {ep.max_output}, // prompt + output must fit the served context ({ep.context_length})
   // thinking off: providerOptions: {{ kimi: {{ chat_template_kwargs: {{ thinking: false }} }} }},
@@ -377,10 +360,7 @@ console.log(text);
 """
     off = "providerOptions: { kimi: { chat_template_kwargs: { thinking: false } } } (spread into the request body)"
     where = "a TypeScript module (ESM; npm ai + @ai-sdk/openai-compatible)"
-    body = _family_lines(ep, body, "js")
-    return ClientConfig(
-        "ai-sdk", where, "typescript", body, ep.key_env, _off(ep, off), ep.instant, tuple(_common_notes(ep))
-    )
+    return _py("ai-sdk", body, off, ep, "js", "typescript", where)
 
 
 CLIENTS: dict[str, Callable[[Endpoint], ClientConfig]] = {

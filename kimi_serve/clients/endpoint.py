@@ -57,10 +57,6 @@ class Endpoint:
         return family_of(self.family).title
 
 
-def _usage(message: str, hint: str) -> KimiServeError:
-    return KimiServeError(message, where="--host", hint=hint, exit_code=ExitCode.USAGE)
-
-
 def _url(host: str, port: int, scheme: str = "http", path: str = "") -> str:
     shown = f"[{host}]" if ":" in host else host
     return f"{scheme}://{shown}:{port}{path}/v1"
@@ -83,9 +79,11 @@ def _from_host(text: str, port: int) -> tuple[str, bool]:
     raw = text.strip()
     parts = urlsplit(raw if "://" in raw else f"http://{raw}")
     if raw and _wildcard(parts, raw):
-        raise _usage(
+        raise KimiServeError(
             f"{raw!r} is a wildcard bind address (every interface), not an address a client connects to",
-            "pass the name or address clients use to reach this server, e.g. --host gpu-box.example.com",
+            where="--host",
+            hint="pass the name or address clients use to reach this server, e.g. --host gpu-box.example.com",
+            exit_code=ExitCode.USAGE,
         )
     target = parse_target(raw)  # the same forms and one-line errors as verify --host
     if "://" in raw or parts.port is not None:
@@ -94,21 +92,10 @@ def _from_host(text: str, port: int) -> tuple[str, bool]:
     return _url(fixed.hostname or "", port, fixed.scheme, fixed.path), False
 
 
-def _front_door(profile: Profile) -> tuple[str, int]:
-    """Where clients send requests: the router of a replicated profile, else the server (rank 0 of a multi-node one)."""
-    if routed(profile):
-        return profile.router.host, profile.router.port
-    return profile.server.host, profile.server.port
-
-
 def _honours_thinking_field(profile: Profile) -> bool:
     from kimi_serve.patches import load_patch_set
 
     return any(MOONSHOT_THINKING_FEATURE in load_patch_set(name).features for name in profile.patch_set)
-
-
-def max_output_for(context_length: int) -> int:
-    return min(OUTPUT_CAP, context_length // 4)
 
 
 def endpoint_for(profile: Profile | None, host: str | None) -> Endpoint:
@@ -124,7 +111,9 @@ def endpoint_for(profile: Profile | None, host: str | None) -> Endpoint:
     assumed: list[str] = []
     notes: list[str] = []
     source = profile if profile is not None else load_profile(DEFAULT_PROFILE)
-    bind_host, port = _front_door(source)
+    # where clients send requests: the router of a replicated profile, else the server (rank 0 of a multi-node one)
+    front = source.router if routed(source) else source.server
+    bind_host, port = front.host, front.port
     if profile is None:
         assumed.append(f"model name {source.model.served_name!r}: the shipped {DEFAULT_PROFILE} profile's")
     context = source.model.context_length
@@ -157,7 +146,7 @@ def endpoint_for(profile: Profile | None, host: str | None) -> Endpoint:
         key_env=API_KEY_ENV,
         key_required=key_required,
         context_length=context,
-        max_output=max_output_for(context),
+        max_output=min(OUTPUT_CAP, context // 4),
         reasoning_field=REASONING_FIELD if source.parsers.reasoning else None,
         moonshot_thinking=_honours_thinking_field(source) if profile is not None else None,
         profile=profile.name if profile is not None else None,

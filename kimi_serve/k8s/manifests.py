@@ -58,16 +58,18 @@ def _meta(p: K8sPlan, name: str, component: str) -> Obj:
     }
 
 
+_API = {"Service": "v1", "Deployment": "apps/v1", "StatefulSet": "apps/v1", "LeaderWorkerSet": LWS_API}
+_API |= {"CronJob": "batch/v1", "PrometheusRule": "monitoring.coreos.com/v1"}
+
+
+def _obj(p: K8sPlan, kind: str, name: str, component: str, spec: Obj) -> Obj:
+    return {"apiVersion": _API[kind], "kind": kind, "metadata": _meta(p, name, component), "spec": spec}
+
+
 def _service(p: K8sPlan, name: str, component: str, selector: dict[str, str], port: int, headless: bool) -> Obj:
-    spec: Obj = {
-        "selector": selector,
-        "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
-    }
-    if headless:
-        spec["clusterIP"] = "None"
-    else:
-        spec["type"] = "ClusterIP"
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(p, name, component), "spec": spec}
+    ports = [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}]
+    kind = {"clusterIP": "None"} if headless else {"type": "ClusterIP"}
+    return _obj(p, "Service", name, component, {"selector": selector, "ports": ports, **kind})
 
 
 def _template(p: K8sPlan, labels: dict[str, str], spec: Obj) -> Obj:
@@ -78,67 +80,34 @@ def servers(p: K8sPlan) -> list[Obj]:
     """The server workload and the Services that reach it."""
     prof, port, labels = p.profile, p.profile.server.port, _labels(p, "server")
     if p.multinode:
-        lws = {
-            "apiVersion": LWS_API,
-            "kind": "LeaderWorkerSet",
-            "metadata": _meta(p, p.name, "server"),
-            "spec": {
-                "replicas": int(prof.replicas),
-                "startupPolicy": "LeaderCreated",
-                "leaderWorkerTemplate": {
-                    "size": int(prof.nodes.count),
-                    "restartPolicy": "RecreateGroupOnPodRestart",
-                    "leaderTemplate": _template(p, labels, pod.server_pod(p, serves_api=True)),
-                    "workerTemplate": _template(p, labels, pod.server_pod(p, serves_api=False)),
-                },
-            },
+        group = {
+            "size": int(prof.nodes.count),
+            "restartPolicy": "RecreateGroupOnPodRestart",
+            "leaderTemplate": _template(p, labels, pod.server_pod(p, serves_api=True)),
+            "workerTemplate": _template(p, labels, pod.server_pod(p, serves_api=False)),
         }
+        spec = {"replicas": int(prof.replicas), "startupPolicy": "LeaderCreated", "leaderWorkerTemplate": group}
+        lws = _obj(p, "LeaderWorkerSet", p.name, "server", spec)
         leaders = {LWS_NAME: p.name, LWS_WORKER_INDEX: "0"}
         return [lws] if p.router else [lws, _service(p, f"{p.name}-api", "server", leaders, port, False)]
-    template = _template(p, labels, pod.server_pod(p, serves_api=True))
+    selector = _selector(p, "server")
+    tail = {"selector": {"matchLabels": selector}, "template": _template(p, labels, pod.server_pod(p, serves_api=True))}
     if p.router is None:
-        deployment = {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": _meta(p, p.name, "server"),
-            "spec": {
-                "replicas": 1,
-                "strategy": {"type": "Recreate"},
-                "selector": {"matchLabels": _selector(p, "server")},
-                "template": template,
-            },
-        }
-        return [deployment, _service(p, f"{p.name}-api", "server", _selector(p, "server"), port, False)]
-    stateful = {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": _meta(p, p.name, "server"),
-        "spec": {
-            "replicas": int(prof.replicas),
-            "serviceName": p.name,
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": _selector(p, "server")},
-            "template": template,
-        },
-    }
-    return [stateful, _service(p, p.name, "server", _selector(p, "server"), port, True)]
+        spec = {"replicas": 1, "strategy": {"type": "Recreate"}, **tail}
+        api = _service(p, f"{p.name}-api", "server", selector, port, False)
+        return [_obj(p, "Deployment", p.name, "server", spec), api]
+    spec = {"replicas": int(prof.replicas), "serviceName": p.name, "podManagementPolicy": "Parallel", **tail}
+    return [_obj(p, "StatefulSet", p.name, "server", spec), _service(p, p.name, "server", selector, port, True)]
 
 
 def router(p: K8sPlan) -> list[Obj]:
     if p.router is None:
         return []
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": _meta(p, f"{p.name}-router", "router"),
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": _selector(p, "router")},
-            "template": _template(p, _labels(p, "router"), pod.router_pod(p)),
-        },
-    }
-    svc = _service(p, f"{p.name}-router", "router", _selector(p, "router"), p.router.port, False)
-    return [deployment, svc]
+    selector = _selector(p, "router")
+    template = _template(p, _labels(p, "router"), pod.router_pod(p))
+    spec = {"replicas": 1, "selector": {"matchLabels": selector}, "template": template}
+    svc = _service(p, f"{p.name}-router", "router", selector, p.router.port, False)
+    return [_obj(p, "Deployment", f"{p.name}-router", "router", spec), svc]
 
 
 def schedule(interval: int) -> str:
@@ -180,40 +149,26 @@ def verify_job(p: K8sPlan) -> list[Obj]:
             *([key_mount] if key_mount else []),
         ],
     }
-    spec: Obj = {
-        "restartPolicy": "Never",
-        "securityContext": pod.pod_security(),
-        "enableServiceLinks": False,
-        "automountServiceAccountToken": False,
-        "containers": [container],
-        "volumes": [
-            {"name": "metrics", "hostPath": {"path": posixpath.dirname(host_file), "type": "Directory"}},
-            {"name": "tmp", "emptyDir": {}},
-            *key_vols,
-        ],
+    volumes = [
+        {"name": "metrics", "hostPath": {"path": posixpath.dirname(host_file), "type": "Directory"}},
+        {"name": "tmp", "emptyDir": {}},
+        *key_vols,
+    ]
+    spec = pod.pod_spec({"restartPolicy": "Never", "securityContext": pod.pod_security()}, container, volumes, init)
+    job = {
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": math.ceil(m.timeout) + STUCK_MARGIN,
+        "template": _template(p, _labels(p, "verify"), spec),
     }
-    if init:
-        spec["initContainers"] = init
     cron = {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
-        "metadata": _meta(p, f"{p.name}-verify", "verify"),
-        "spec": {
-            "schedule": schedule(int(m.interval)),
-            "concurrencyPolicy": "Forbid",
-            "startingDeadlineSeconds": int(m.interval),
-            "successfulJobsHistoryLimit": 1,
-            "failedJobsHistoryLimit": 3,
-            "jobTemplate": {
-                "spec": {
-                    "backoffLimit": 0,
-                    "activeDeadlineSeconds": math.ceil(m.timeout) + STUCK_MARGIN,
-                    "template": {"metadata": {"labels": _labels(p, "verify")}, "spec": spec},
-                }
-            },
-        },
+        "schedule": schedule(int(m.interval)),
+        "concurrencyPolicy": "Forbid",
+        "startingDeadlineSeconds": int(m.interval),
+        "successfulJobsHistoryLimit": 1,
+        "failedJobsHistoryLimit": 3,
+        "jobTemplate": {"spec": job},
     }
-    return [cron, alert_rules(p)]
+    return [_obj(p, "CronJob", f"{p.name}-verify", "verify", cron), alert_rules(p)]
 
 
 def go_string(text: str) -> str:
@@ -306,12 +261,8 @@ def alert_rules(p: K8sPlan) -> Obj:
         },
         *(draft_rules(sel, fresh, prof) if p.profile.speculative.enabled else []),
     ]
-    return {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "PrometheusRule",
-        "metadata": _meta(p, f"{p.name}-contract", "verify"),
-        "spec": {"groups": [{"name": f"kimi-serve-contract-{p.name}", "rules": rules}]},
-    }
+    spec = {"groups": [{"name": f"kimi-serve-contract-{p.name}", "rules": rules}]}
+    return _obj(p, "PrometheusRule", f"{p.name}-contract", "verify", spec)
 
 
 def render_manifests(profile: Profile, *, namespace: str, image: str) -> list[Obj]:

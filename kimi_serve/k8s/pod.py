@@ -6,13 +6,8 @@ The key: the Secret's ``api-key.yaml`` is copied by an init container into a mem
 owned by the pod's user, and that one file is mounted (``subPath``) at the profile's key path. A Secret volume alone
 cannot give that: its files are root's, group-readable under ``fsGroup``, and kimi-serve's key-file reader refuses
 any file group or others can read. The key's value is in neither the manifest nor an argv; the argv names the file,
-as on a host.
-
-Mounts (:func:`mounts`): every container's mount paths are distinct. The pod's own scratch directories and the
-working directory are writable emptyDirs, one volume per path (a working directory of /tmp reuses /tmp's); the key
-and each model directory are mounted read-only at their own paths. What cannot work in a pod is refused with one
-line (exit 2): two different volumes at one path, a mount inside a read-only one (the kubelet cannot create its
-mount point there), a volume over the pod's interpreter.
+as on a host. Mounts: :func:`mounts` (the scratch directories and the working directory writable emptyDirs, the key
+and the model directories read-only).
 """
 
 from __future__ import annotations
@@ -59,6 +54,15 @@ def pod_security() -> Obj:
         "fsGroup": UID,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+
+
+def pod_spec(head: Obj, container: Obj, volumes: list[Obj], init: list[Obj]) -> Obj:
+    """A pod's spec: ``head`` (its security context among it), then no service links and no API token."""
+    spec: Obj = {**head, "enableServiceLinks": False, "automountServiceAccountToken": False, "containers": [container]}
+    spec["volumes"] = volumes
+    if init:
+        spec["initContainers"] = init
+    return spec
 
 
 def _env(values: dict[str, str]) -> list[Obj]:
@@ -277,12 +281,7 @@ def server_pod(plan: K8sPlan, *, serves_api: bool) -> Obj:
     /health is SGLang's dummy, which opens only once its schedulers joined rank 0)."""
     p, launch = plan.profile, plan.server
     shm = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(plan)}}
-    volumes: list[Obj] = [
-        shm,
-        {"name": "cache", "emptyDir": {}},
-        {"name": "tmp", "emptyDir": {}},
-        {"name": "workdir", "emptyDir": {}},
-    ]
+    volumes: list[Obj] = [shm, *({"name": name, "emptyDir": {}} for name in ("cache", "tmp", "workdir"))]
     workdir = posixpath.normpath(p.service.working_directory)
     needs = scratch_needs("/dev/shm", CACHE_ROOT, "/tmp")
     needs.append(Mount(workdir, "workdir", "service.working_directory", "service.working_directory", scratch=True))
@@ -313,16 +312,8 @@ def server_pod(plan: K8sPlan, *, serves_api: bool) -> Obj:
         container["readinessProbe"] = readiness_contract(plan)
     else:
         container["startupProbe"] = startup_probe({"tcpSocket": {"port": "http"}}, p.startup.timeout)
-    spec: Obj = {
-        "securityContext": pod_security(),
-        "terminationGracePeriodSeconds": int(p.service.stop_timeout),
-        "enableServiceLinks": False,
-        "automountServiceAccountToken": False,
-        "containers": [container],
-        "volumes": _volumes(volumes, container, *init),
-    }
-    if init:
-        spec["initContainers"] = init
+    head = {"securityContext": pod_security(), "terminationGracePeriodSeconds": int(p.service.stop_timeout)}
+    spec = pod_spec(head, container, _volumes(volumes, container, *init), init)
     if selector := node_selector(plan):
         spec["nodeSelector"] = selector
     if tols := tolerations(plan):
@@ -355,13 +346,4 @@ def router_pod(plan: K8sPlan) -> Obj:
         ),
         "readinessProbe": {"httpGet": {"path": "/readiness", "port": "http"}, "periodSeconds": 5},
     }
-    spec: Obj = {
-        "securityContext": pod_security(),
-        "enableServiceLinks": False,
-        "automountServiceAccountToken": False,
-        "containers": [container],
-        "volumes": [{"name": "tmp", "emptyDir": {}}, *key_vols],
-    }
-    if init:
-        spec["initContainers"] = init
-    return spec
+    return pod_spec({"securityContext": pod_security()}, container, [{"name": "tmp", "emptyDir": {}}, *key_vols], init)

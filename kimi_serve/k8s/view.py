@@ -59,20 +59,15 @@ class K8sPlan:
         return f"{self.name}-api-key"
 
 
-def _label(value: str, what: str, where: str, hint: str, exit_code: ExitCode) -> str:
+def _label(value: str, what: str, where: str, hint: str) -> str:
     if len(value) > NAME_MAX or not _DNS_LABEL.match(value):
         raise KimiServeError(
             f"{what} {value!r} is not a Kubernetes name (lowercase letters, digits and '-', at most {NAME_MAX})",
             where=where,
             hint=hint,
-            exit_code=exit_code,
+            exit_code=ExitCode.USAGE,
         )
     return value
-
-
-def pod_dns(name: str, namespace: str, index: int) -> str:
-    """Replica ``index``'s pod (or group leader) DNS name, as LWS writes LWS_LEADER_ADDRESS."""
-    return f"{name}-{index}.{name}.{namespace}"
 
 
 def view_sets(profile: Profile, name: str, namespace: str) -> list[str]:
@@ -80,7 +75,7 @@ def view_sets(profile: Profile, name: str, namespace: str) -> list[str]:
     sets = ["server.host=0.0.0.0"]
     if not profile.server.api_key_file and not profile.allow_unauthenticated:
         sets.append(f"server.api_key_file={KEY_FILE}")
-    dns = [pod_dns(name, namespace, j) for j in range(profile.replicas)]
+    dns = [f"{name}-{j}.{name}.{namespace}" for j in range(profile.replicas)]  # as LWS writes LWS_LEADER_ADDRESS
     if routed(profile):
         workers = [f"{host}:{profile.server.port}" for host in dns]
         sets += ["router.host=0.0.0.0", f"router.workers={json.dumps(workers)}"]
@@ -106,14 +101,9 @@ def plan(profile: Profile, *, namespace: str, image: str) -> K8sPlan:
     """The validated Kubernetes plan of ``profile``: its view must pass `render`'s rules (one-line error, exit 2,
     naming the key and the fix, for the first failing rule)."""
     where = display_path(profile.source)
-    _label(namespace, "--namespace", where, "pass --namespace NAME (a DNS label)", ExitCode.USAGE)
-    name = _label(
-        profile.service.unit_name,
-        "service.unit_name",
-        profile.where("service.unit_name"),
-        "set service.unit_name to a DNS label (it names the workloads)",
-        ExitCode.USAGE,
-    )
+    _label(namespace, "--namespace", where, "pass --namespace NAME (a DNS label)")
+    unit, fix = profile.service.unit_name, "set service.unit_name to a DNS label (it names the workloads)"
+    name = _label(unit, "service.unit_name", profile.where("service.unit_name"), fix)
     if not image.strip() or any(c.isspace() for c in image):
         raise KimiServeError(f"--image {image!r} is not an image reference", hint="pass --image REGISTRY/NAME:TAG")
     view = with_sets(profile, *view_sets(profile, name, namespace))

@@ -13,25 +13,15 @@ from typing import TYPE_CHECKING, Any
 # Names resolve on first use (PEP 562), so a command that only needs DEFAULT_SET for its --help does not load the
 # patch machinery (hashlib, subprocess, the journal) on the CLI's start-up path.
 _HOME = {
-    "ChangeResult": "change",
-    "apply": "change",
-    "apply_sets": "change",
-    "revert": "change",
-    "revert_sets": "change",
-    "DEFAULT_SET": "names",
-    "MANIFEST": "manifest",
-    "Patch": "manifest",
-    "PatchSet": "manifest",
-    "available_patch_sets": "manifest",
-    "load_patch_set": "manifest",
-    "FileState": "state",
-    "PatchReport": "state",
-    "PatchStatus": "state",
-    "State": "state",
-    "status": "state",
-    "WheelCheck": "wheel",
-    "cached_wheel": "wheel",
-    "check_applies_to_wheel": "wheel",
+    name: module
+    for module, names in {
+        "change": "ChangeResult apply apply_sets revert revert_sets",
+        "names": "DEFAULT_SET",
+        "manifest": "MANIFEST Patch PatchSet available_patch_sets load_patch_set",
+        "state": "FileState PatchReport PatchStatus State status",
+        "wheel": "WheelCheck cached_wheel check_applies_to_wheel",
+    }.items()
+    for name in names.split()
 }
 __all__ = [
     "DEFAULT_SET",

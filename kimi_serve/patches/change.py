@@ -1,13 +1,16 @@
-"""Apply and revert a patch set, all-or-nothing, with backups, a record and an intent journal (crash recovery, see
-kimi_serve.patches.journal), one change at a time under the lock of the site-packages it changes (:func:`site_lock`,
-kimi_serve.core.lock): the lock of the venv, not of the host, so a change of another venv never waits for it."""
+"""Apply and revert a patch set, all-or-nothing. Apply refuses unless every file is original, runs the patches on a
+staging copy that must hash to the manifest's "after", keeps the originals as backups with a record, then swaps every
+file in (undone on failure); revert puts the backups (without a record: the reverse patches) back and checks the
+manifest's "before" hashes. An intent journal recovers a killed change (kimi_serve.patches.journal); one change at a
+time under the lock of the site-packages it changes (:func:`site_lock`, kimi_serve.core.lock): the lock of the venv,
+not of the host, so a change of another venv never waits for it."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +24,7 @@ from kimi_serve.core.lock import directory_lock
 from kimi_serve.core.settings import STATE_DIR_ENV
 from kimi_serve.patches import journal
 from kimi_serve.patches.files import Content, read_content, replace_all
-from kimi_serve.patches.manifest import PatchSet
+from kimi_serve.patches.manifest import PatchSet, reinstall_error
 from kimi_serve.patches.state import (
     PatchStatus,
     State,
@@ -65,11 +68,32 @@ def apply(
 ) -> ChangeResult:
     """Apply every patch of ``patch_set`` or none; a no-op when already applied. Takes the site-packages lock
     first, then recovers an interrupted change (:mod:`kimi_serve.patches.journal`), then reads the state."""
+    return _change(_apply, site_packages, patch_set, state_dir, wait_lock)
+
+
+def _change(
+    change: Callable[[Path, PatchSet, Path | None, Path], ChangeResult],
+    site_packages: Path,
+    patch_set: PatchSet,
+    state_dir: Path | None,
+    wait_lock: bool,
+) -> ChangeResult:
     with site_lock(site_packages, wait=wait_lock), permitted(site_packages):
         record_dir = record_dir_of(state_dir, patch_set, site_packages)
         recovered = journal.recover(site_packages, patch_set, record_dir)
-        result = _apply(site_packages, patch_set, state_dir, record_dir)
-    return _noting(result, recovered)
+        result = change(site_packages, patch_set, state_dir, record_dir)
+    if recovered:
+        result.message = f"{result.status.set_name}: {recovered}\n{result.message}"
+        result.changed = True
+    return result
+
+
+def _backup_error(record_dir: Path, exc: OSError) -> KimiServeError:
+    return KimiServeError(
+        f"cannot write backups to {record_dir}: {exc.strerror or exc}; nothing was changed",
+        hint=f"free space there, or pass --state-dir DIR (or set {STATE_DIR_ENV})",
+        exit_code=ExitCode.ENVIRONMENT,
+    )
 
 
 def apply_sets(
@@ -97,13 +121,6 @@ def revert_sets(
     in the sets' own order."""
     done = [revert(site_packages, ps, state_dir=state_dir, wait_lock=wait_lock) for ps in reversed(patch_sets)]
     return done[::-1]
-
-
-def _noting(result: ChangeResult, recovered: str | None) -> ChangeResult:
-    if recovered:
-        result.message = f"{result.status.set_name}: {recovered}\n{result.message}"
-        result.changed = True
-    return result
 
 
 def _apply(site_packages: Path, patch_set: PatchSet, state_dir: Path | None, record_dir: Path) -> ChangeResult:
@@ -151,11 +168,7 @@ def _apply(site_packages: Path, patch_set: PatchSet, state_dir: Path | None, rec
     except OSError as exc:
         shutil.rmtree(record_dir, ignore_errors=True)
         journal.end(record_dir)
-        raise KimiServeError(
-            f"cannot write backups to {record_dir}: {exc.strerror or exc}; nothing was changed",
-            hint=f"free space there, or pass --state-dir DIR (or set {STATE_DIR_ENV})",
-            exit_code=ExitCode.ENVIRONMENT,
-        ) from exc
+        raise _backup_error(record_dir, exc) from exc
     try:
         replace_all(site_packages, {rel: Content(staged[rel], c.mode) for rel, c in originals.items()})
     except OSError as exc:
@@ -184,11 +197,7 @@ def revert(
 ) -> ChangeResult:
     """Restore the original files byte for byte, checked against the manifest's "before" hashes afterwards (exit 1
     on a mismatch); a no-op when nothing is patched. Site lock and recovery as in :func:`apply`."""
-    with site_lock(site_packages, wait=wait_lock), permitted(site_packages):
-        record_dir = record_dir_of(state_dir, patch_set, site_packages)
-        recovered = journal.recover(site_packages, patch_set, record_dir)
-        result = _revert(site_packages, patch_set, state_dir, record_dir)
-    return _noting(result, recovered)
+    return _change(_revert, site_packages, patch_set, state_dir, wait_lock)
 
 
 def _revert(site_packages: Path, patch_set: PatchSet, state_dir: Path | None, record_dir: Path) -> ChangeResult:
@@ -199,23 +208,19 @@ def _revert(site_packages: Path, patch_set: PatchSet, state_dir: Path | None, re
     unknown = [f for f in before.files if f.position not in (0, f.chain_length - 1)]
     if unknown:
         bad = unknown[0]
-        raise KimiServeError(
+        raise reinstall_error(
+            patch_set,
             f"{bad.path} is {bad.label}; reverting would discard changes kimi-serve did not make, nothing was changed",
-            where=patch_set.name,
-            hint=f"reinstall sglang=={patch_set.target_version} (pip install --force-reinstall "
-            "--no-deps) to get the originals",
-            exit_code=ExitCode.FAILED,
+            " to get the originals",
         )
     originals = journal.originals_from_backup(patch_set, record_dir / "backup")
     source = "backups"
     if originals is None:  # no record (patched elsewhere) or damaged backups: undo the patches instead
         source = "reverse patches"
         if before.conflicts:
-            raise KimiServeError(
+            raise reinstall_error(
+                patch_set,
                 f"{before.conflicts[0].name} is only partly applied and there is no backup; nothing was changed",
-                where=patch_set.name,
-                hint=f"reinstall sglang=={patch_set.target_version} (pip install --force-reinstall --no-deps)",
-                exit_code=ExitCode.FAILED,
             )
         applied = tuple(p for p, r in zip(patch_set.patches, before.patches, strict=True) if r.state is State.APPLIED)
         current = {f.path: read_content(site_packages / f.path) for f in patch_set.files}
@@ -227,11 +232,7 @@ def _revert(site_packages: Path, patch_set: PatchSet, state_dir: Path | None, re
             write_backups(record_dir / "backup", originals)
         except OSError as exc:
             shutil.rmtree(record_dir, ignore_errors=True)
-            raise KimiServeError(
-                f"cannot write backups to {record_dir}: {exc.strerror or exc}; nothing was changed",
-                hint=f"free space there, or pass --state-dir DIR (or set {STATE_DIR_ENV})",
-                exit_code=ExitCode.ENVIRONMENT,
-            ) from exc
+            raise _backup_error(record_dir, exc) from exc
     checkpoint("patches.revert.start")
     journal.begin(record_dir, "revert", patch_set, site_packages)
     changed = {f.path: originals[f.path] for f in before.files if f.position != 0}

@@ -22,12 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.inputs import read_json
 from kimi_serve.core.journal import UNREADABLE, Journal, interrupted
 from kimi_serve.patches.files import Content, invalidate_bytecode, read_content, replace_all, sha256_file
-from kimi_serve.patches.manifest import PatchSet
+from kimi_serve.patches.manifest import PatchSet, reinstall_error
 
 
 def intent_path(record_dir: Path) -> Path:
@@ -91,11 +90,9 @@ def verify_originals(site_packages: Path, ps: PatchSet, what: str) -> None:
     for f in ps.files:
         found = sha256_file(site_packages / f.path)
         if found != f.before:
-            raise KimiServeError(
+            raise reinstall_error(
+                ps,
                 f"{what}: {f.path} hashes to {str(found)[:12]}, not the original's {f.before[:12]} from the manifest",
-                where=ps.name,
-                hint=f"reinstall sglang=={ps.target_version} (pip install --force-reinstall --no-deps)",
-                exit_code=ExitCode.FAILED,
             )
 
 
@@ -108,21 +105,22 @@ def recover(site_packages: Path, ps: PatchSet, record_dir: Path) -> str | None:
     op = str(intent.get("op", "unknown"))
     remove_stray_temps(site_packages, ps)
     now = {f.path: sha256_file(site_packages / f.path) for f in ps.files}
-    record_ok = (record_dir / "record.json").is_file() and _readable(record_dir / "record.json")
+    try:  # the apply committed its record when it is there and reads as JSON
+        read_json(record_dir / "record.json")
+        record_ok = True
+    except (OSError, ValueError):
+        record_ok = False
     if op == "apply" and record_ok and all(now[f.path] == f.after for f in ps.files):
         end(record_dir)
         return "finished an interrupted `patches apply` (every file was patched and recorded)"
     if any(now[f.path] != f.before for f in ps.files):
         originals = originals_from_backup(ps, record_dir / "backup")
         if originals is None:
-            raise KimiServeError(
-                f"an interrupted `patches {op}` cannot be recovered: the backups in "
-                f"{record_dir / 'backup'} are missing or do not match the manifest's 'before' "
-                "hashes",
-                where=ps.name,
-                hint=f"reinstall sglang=={ps.target_version} (pip install "
-                "--force-reinstall --no-deps), then run `patches revert` to clear the journal",
-                exit_code=ExitCode.FAILED,
+            raise reinstall_error(
+                ps,
+                f"an interrupted `patches {op}` cannot be recovered: the backups in {record_dir / 'backup'} are "
+                "missing or do not match the manifest's 'before' hashes",
+                ", then run `patches revert` to clear the journal",
             )
         checkpoint("patches.recover.restore")
         before = {f.path: f.before for f in ps.files}
@@ -135,11 +133,3 @@ def recover(site_packages: Path, ps: PatchSet, record_dir: Path) -> str | None:
     end(record_dir)
     verb = "rolled back" if op == "apply" else "finished"
     return f"{verb} an interrupted `patches {op}`: every file is the original again"
-
-
-def _readable(path: Path) -> bool:
-    try:
-        read_json(path)
-    except (OSError, ValueError):
-        return False
-    return True

@@ -8,10 +8,7 @@ the sha256 before and after (per patch, and for the whole set). Hashes decide st
   (neither: someone else changed it);
 - a patch is *applied* when all its files are at or past it, *not applied* when none are, else *conflict*.
 
-Apply is all-or-nothing: refuse unless every file is original; dry-run then apply every patch, in order, on a staging
-copy; require the staged files to hash to the manifest's "after"; keep the originals as backups in the state dir; then
-swap all files in (undoing on failure) and write a record. Revert puts the backups (or, without a record, the reverse
-patches) back and checks the result against the manifest's "before" hashes, so the originals come back byte for byte.
+Apply and revert (all-or-nothing, byte for byte): :mod:`kimi_serve.patches.change`.
 """
 
 from __future__ import annotations
@@ -20,12 +17,10 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.inputs import read_json
 from kimi_serve.core.resources import resource_dir
-from kimi_serve.patches.files import (
-    sha256_file,
-)
+from kimi_serve.patches.files import sha256_file
 
 MANIFEST = "manifest.json"
 _SCHEMA = 1
@@ -70,6 +65,12 @@ class PatchSet:
         """The hashes ``rel`` goes through: the original, then after each patch that touches it, in order."""
         first = next(f for f in self.files if f.path == rel)
         return [first.before] + [c.after for p in self.patches for c in p.changes if c.path == rel]
+
+
+def reinstall_error(ps: PatchSet, message: str, then: str = "") -> KimiServeError:
+    """Exit 1 for ``ps``, fixed by reinstalling the original sglang (``then``: what to do after)."""
+    hint = f"reinstall sglang=={ps.target_version} (pip install --force-reinstall --no-deps){then}"
+    return KimiServeError(message, where=ps.name, hint=hint, exit_code=ExitCode.FAILED)
 
 
 def _manifest_error(path: Path, message: str) -> KimiServeError:

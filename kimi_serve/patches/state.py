@@ -17,16 +17,9 @@ from kimi_serve.core.files import create_new
 from kimi_serve.core.inputs import read_json
 from kimi_serve.core.report import json_meta
 from kimi_serve.core.settings import state_root
-from kimi_serve.patches.files import (
-    Content,
-    patch_tool,
-    run_patch,
-    sha256_bytes,
-    sha256_file,
-    stage,
-)
+from kimi_serve.patches.files import Content, patch_tool, run_patch, sha256_bytes, sha256_file, stage
 from kimi_serve.patches.journal import intent_path
-from kimi_serve.patches.manifest import Patch, PatchSet
+from kimi_serve.patches.manifest import Patch, PatchSet, reinstall_error
 from kimi_serve.sglang.site import installed_version
 
 # --------------------------------------------------------------------------------------------------------- status
@@ -116,27 +109,21 @@ def _file_states(site_packages: Path, ps: PatchSet) -> dict[str, FileState]:
     return states
 
 
-def _patch_reports(ps: PatchSet, files: dict[str, FileState]) -> list[PatchReport]:
-    reports = []
-    for patch in ps.patches:
-        done, details = [], []
-        for rel in patch.files:
-            fs = files[rel]
-            if fs.position is None:
-                details.append(f"{rel} is {fs.label} (sha256 matches neither the original nor a patched state)")
-                continue
-            # 1-based step of this patch in the file's chain: applied when the file is at or past it.
-            step = [p.name for p in ps.patches if rel in p.files].index(patch.name) + 1
-            done.append(fs.position >= step)
-        if details:
-            reports.append(PatchReport(patch.name, patch.feature, State.CONFLICT, "; ".join(details)))
-        elif all(done):
-            reports.append(PatchReport(patch.name, patch.feature, State.APPLIED))
-        elif not any(done):
-            reports.append(PatchReport(patch.name, patch.feature, State.NOT_APPLIED))
-        else:
-            reports.append(PatchReport(patch.name, patch.feature, State.CONFLICT, "only some of its files patched"))
-    return reports
+def _patch_report(ps: PatchSet, patch: Patch, files: dict[str, FileState]) -> PatchReport:
+    done, details = [], []
+    for rel in patch.files:
+        fs = files[rel]
+        if fs.position is None:
+            details.append(f"{rel} is {fs.label} (sha256 matches neither the original nor a patched state)")
+            continue
+        # 1-based step of this patch in the file's chain: applied when the file is at or past it.
+        step = [p.name for p in ps.patches if rel in p.files].index(patch.name) + 1
+        done.append(fs.position >= step)
+    if details:
+        return PatchReport(patch.name, patch.feature, State.CONFLICT, "; ".join(details))
+    if all(done) or not any(done):
+        return PatchReport(patch.name, patch.feature, State.APPLIED if all(done) else State.NOT_APPLIED)
+    return PatchReport(patch.name, patch.feature, State.CONFLICT, "only some of its files patched")
 
 
 @contextlib.contextmanager
@@ -156,19 +143,12 @@ def permitted(site_packages: Path) -> Iterator[None]:
 def status(site_packages: Path, patch_set: PatchSet, *, state_dir: Path | None = None) -> PatchStatus:
     """Per-patch state of ``patch_set`` in ``site_packages`` (refuses another sglang version)."""
     with permitted(site_packages):
-        return _status(site_packages, patch_set, state_dir)
-
-
-def _status(site_packages: Path, patch_set: PatchSet, state_dir: Path | None) -> PatchStatus:
-    version = _require_version(site_packages, patch_set)
-    files = _file_states(site_packages, patch_set)
-    reports = _patch_reports(patch_set, files)
-    features = {
-        feat: all(r.state is State.APPLIED for r in reports if r.feature == feat) for feat in patch_set.features
-    }
-    record_dir = record_dir_of(state_dir, patch_set, site_packages)
-    record = read_record(record_dir / "record.json")
-    intent = read_record(intent_path(record_dir))
+        version = _require_version(site_packages, patch_set)
+        files = _file_states(site_packages, patch_set)
+        reports = [_patch_report(patch_set, patch, files) for patch in patch_set.patches]
+        record_dir = record_dir_of(state_dir, patch_set, site_packages)
+        record, intent = read_record(record_dir / "record.json"), read_record(intent_path(record_dir))
+    features = {f: all(r.state is State.APPLIED for r in reports if r.feature == f) for f in patch_set.features}
     return PatchStatus(
         patch_set.name,
         patch_set.target_version,
@@ -227,8 +207,7 @@ def stage_set(
 ) -> dict[str, bytes]:
     """Dry-run then run each patch (forward in order, or reversed in reverse order) on a staging copy of ``files``."""
     tool = patch_tool()
-    verb = "reverse" if reverse else "apply"
-    after_fix = "to get the originals" if reverse else "then apply again"
+    verb, then = ("reverse", " to get the originals") if reverse else ("apply", " then apply again")
     with tempfile.TemporaryDirectory(prefix="kimi-serve-patch-") as tmp:
         root = Path(tmp)
         stage(files, root)
@@ -236,12 +215,8 @@ def stage_set(
             for dry_run in (True, False):
                 problem = run_patch(tool, patch.path, root, strip=ps.strip, reverse=reverse, dry_run=dry_run)
                 if problem:
-                    raise KimiServeError(
-                        f"{patch.name} does not {verb} cleanly: {problem}; nothing was changed",
-                        where=ps.name,
-                        hint=f"reinstall sglang=={ps.target_version} "
-                        f"(pip install --force-reinstall --no-deps) {after_fix}",
-                        exit_code=ExitCode.FAILED,
+                    raise reinstall_error(
+                        ps, f"{patch.name} does not {verb} cleanly: {problem}; nothing was changed", then
                     )
         return {rel: (root / rel).read_bytes() for rel in files}
 

@@ -8,9 +8,7 @@ from pathlib import Path
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.settings import Settings, current
-from kimi_serve.patches.files import (
-    sha256_bytes,
-)
+from kimi_serve.patches.files import sha256_bytes
 from kimi_serve.patches.manifest import PatchSet
 from kimi_serve.patches.state import check_hashes, stage_set
 from kimi_serve.sglang.site import wheel_version
@@ -54,25 +52,16 @@ def check_applies_to_wheel(patch_set: PatchSet, wheel_path: Path) -> WheelCheck:
             exit_code=ExitCode.ENVIRONMENT,
         ) from exc
     if version != patch_set.target_version:
-        return WheelCheck(
-            False,
-            wheel_path,
-            version,
-            f"{patch_set.name} is for sglang {patch_set.target_version}, the wheel is {version}",
-        )
+        problem = f"{patch_set.name} is for sglang {patch_set.target_version}, the wheel is {version}"
+        return WheelCheck(False, wheel_path, version, problem)
     for f in patch_set.files:
         if sha256_bytes(originals[f.path]) != f.before:
             return WheelCheck(False, wheel_path, version, f"{f.path} in the wheel differs from the manifest's original")
     try:
-        staged = stage_set(patch_set, originals, patch_set.patches)
-        check_hashes(patch_set, staged, "after")
+        check_hashes(patch_set, stage_set(patch_set, originals, patch_set.patches), "after")
     except KimiServeError as exc:
         if exc.exit_code is ExitCode.ENVIRONMENT:
             raise
         return WheelCheck(False, wheel_path, version, exc.message)
-    return WheelCheck(
-        True,
-        wheel_path,
-        version,
-        f"{len(patch_set.patches)} patches apply cleanly to {wheel_path.name} and match the manifest",
-    )
+    done = f"{len(patch_set.patches)} patches apply cleanly to {wheel_path.name} and match the manifest"
+    return WheelCheck(True, wheel_path, version, done)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from kimi_serve.core.errors import ExitCode
+from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.report import json_meta, rounded
 from kimi_serve.host import coldstart as cs
 from kimi_serve.host.floor import RAM_MARGIN, prewarm_room
@@ -53,11 +53,6 @@ class PrewarmResult:
     @property
     def bytes_per_s(self) -> float:
         return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
-
-
-def _spans(f: Path) -> list[tuple[int, int]]:
-    """Uncached byte ranges of ``f``, merged."""
-    return cs._uncached_spans(f)
 
 
 class _Reader:
@@ -149,7 +144,7 @@ def prewarm(
         return res
     mem = mem or (lambda: cs.meminfo().get("MemAvailable", 0))
     stop = stop or threading.Event()
-    work = [(f, _spans(f)) for f in ck.files]
+    work = [(f, cs._uncached_spans(f)) for f in ck.files]  # each shard's uncached byte ranges, merged
     reader = _Reader([w for w in work if w[1]], need, int(RAM_MARGIN * fig.mem_total), mem, stop)
     pool = [threading.Thread(target=reader.run, daemon=True, name=f"prewarm-{i}") for i in range(max(1, threads))]
     started = time.monotonic()
@@ -185,42 +180,33 @@ def prewarm(
     return res
 
 
+def _refused(message: str, hint: str, exit_code: ExitCode = ExitCode.ENVIRONMENT) -> KimiServeError:
+    return KimiServeError(message, where="prewarm", hint=hint, exit_code=exit_code)
+
+
 def run_prewarm(p: Profile, *, state_root: Path, progress: Progress | None = None) -> PrewarmResult:
     """The `prewarm` command's core: the profile's checkpoint (model and draft) into the page cache."""
-    from kimi_serve.core.errors import KimiServeError
     from kimi_serve.host.floor import figures, loads_weights
 
     if not loads_weights(p):
-        raise KimiServeError(
-            f"profile {p.name} reads no checkpoint (engine: simulator or --load-format dummy)",
-            where="prewarm",
-            hint="prewarm a profile that loads real weights",
-        )
+        problem = f"profile {p.name} reads no checkpoint (engine: simulator or --load-format dummy)"
+        raise _refused(problem, "prewarm a profile that loads real weights", ExitCode.USAGE)
     try:
         fig = figures(p, state_root, probe="never")
     except OSError as exc:
-        raise KimiServeError(
-            f"cannot read the checkpoint under {p.model.path}: {exc.strerror or exc}",
-            where="prewarm",
-            hint="run it as a user that can read the model files",
-            exit_code=ExitCode.ENVIRONMENT,
-        ) from None
+        problem = f"cannot read the checkpoint under {p.model.path}: {exc.strerror or exc}"
+        raise _refused(problem, "run it as a user that can read the model files") from None
     bad = fig.checkpoint.problems
     if bad:  # refused before reading anything: a missing shard fails the load anyway, a FIFO would hang the reader
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise KimiServeError(
+        raise _refused(
             f"shard {bad[0][0]} is {bad[0][1]}{more}; nothing was read",
-            where="prewarm",
-            hint="restore the checkpoint's shards as regular files (re-download or fix the link), then run prewarm "
+            "restore the checkpoint's shards as regular files (re-download or fix the link), then run prewarm "
             "again; kimi-serve doctor --profile NAME shows the checkpoint",
-            exit_code=ExitCode.ENVIRONMENT,
         )
     if not fig.checkpoint.files:
-        raise KimiServeError(
-            f"no safetensors shards under {p.model.path}",
-            where="prewarm",
-            hint="kimi-serve doctor --profile NAME shows what is missing",
-            exit_code=ExitCode.ENVIRONMENT,
+        raise _refused(
+            f"no safetensors shards under {p.model.path}", "kimi-serve doctor --profile NAME shows what is missing"
         )
     return prewarm(fig, progress=progress)
 

@@ -1,21 +1,18 @@
-"""What SGLang's router (sglang-router 0.3.2) says about its workers: ``GET /readiness`` and ``GET /workers``.
+"""What SGLang's router (sglang-router 0.3.2) says about its workers (``GET /readiness``, ``GET /workers``), and
+changing them: ``DELETE /workers/ID`` and ``POST /workers {"url": URL}`` (both queued, answered 202), which the rolling
+restart drives through :mod:`kimi_serve.service.rotation`.
 
-Measured on 0.3.2: ``/readiness`` answers 200 ``{"status": "ready", "healthy_workers": H, "total_workers": T}`` while at
-least one worker is healthy and 503 ``{"status": "not ready", ...}`` with none; ``/workers`` lists each worker with its
-``url`` and ``is_healthy``; ``/health`` and ``/liveness`` answer 200 whenever the router itself runs (they say nothing
-about workers). A worker turns unhealthy after ``--health-failure-threshold`` failed checks
-``--health-check-interval-secs`` apart (and healthy again after 2 good ones). With ``--api-key``, the inference
-routes need the clients' key (401 without) while ``/readiness``, ``/health`` and ``/v1/models`` stay open; with
-``--control-plane-api-keys`` (which kimi-serve's shim always sets for a keyed router) ``/workers`` takes only the
-control plane's admin key, the key file's ``admin-api-key`` (:func:`admin_key_of`), and refuses the clients' (401).
-The key is sent whenever given. ``DELETE /workers/ID`` and ``POST /workers {"url": URL}`` take a worker out of the
-rotation and put it back (both queued, answered 202): :func:`delete_worker` and :func:`post_worker`, which the
-rolling restart drives through :mod:`kimi_serve.service.rotation`. Used by `up` (ready = every worker healthy;
-while supervising: the router's worker set must be the profile's replicas, :meth:`RouterHealth.membership`),
-`status` (:func:`router_workers`), the router unit's start gate and the rolling restart. Every request goes through
-verify's deadline transport (:mod:`kimi_serve.core.http`): it ends within its timeout, also against a router
-that trickles, and reads at most :data:`ROUTER_LIMITS` (1 MiB an answer); its JSON is decoded within
-:mod:`kimi_serve.core.inputs`' depth bound, so an oversized or deeply nested answer reads as no list, never a crash.
+Measured on 0.3.2: ``/readiness`` answers 200 ``{"status": "ready", "healthy_workers": H, "total_workers": T}`` while
+a worker is healthy, 503 ``{"status": "not ready", ...}`` with none; ``/workers`` lists each worker's ``url`` and
+``is_healthy``; ``/health`` and ``/liveness`` say nothing about workers. A worker turns unhealthy after
+``--health-failure-threshold`` failed checks ``--health-check-interval-secs`` apart (healthy again after 2 good ones).
+``/readiness``, ``/health`` and ``/v1/models`` need no key; with ``--control-plane-api-keys`` (the shim sets it for a
+keyed router) ``/workers`` takes only the key file's ``admin-api-key`` (:func:`admin_key_of`) and refuses the
+clients' key (401). The key is sent whenever given.
+
+Every request ends within its timeout (:mod:`kimi_serve.core.http`'s deadline transport, also against a router that
+trickles) and reads at most :data:`ROUTER_LIMITS`; its JSON is decoded within :mod:`kimi_serve.core.inputs`' depth
+bound, so an oversized or deeply nested answer reads as no list, never a crash.
 """
 
 from __future__ import annotations

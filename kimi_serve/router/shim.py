@@ -1,19 +1,14 @@
 """``python -m kimi_serve.router.shim --api-key-file FILE -- ROUTER_FLAGS``: start SGLang's router with the keys read
 from a file, so no key ever appears on a command line (ps, /proc/PID/cmdline, the unit file).
 
-sglang-router 0.3.2 takes its client key only as ``--api-key KEY``, and with that alone its worker-management API
+sglang-router 0.3.2 takes its client key only as ``--api-key KEY``, and with that alone its worker management
 (``GET/POST /workers``, ``DELETE /workers/ID``, ``/get_loads``, ``/flush_cache``) takes the clients' key too: any
-client could add a worker of its own and remove the real ones (measured). Its ``--control-plane-api-keys
-'ID:NAME:admin:KEY'`` guards exactly those routes with a separate key and then refuses the clients' key there (401),
-while the inference routes keep taking only the clients' key (measured against 0.3.2). So the key file must hold a
-distinct ``admin-api-key`` as well (the same one SGLang's admin endpoints take): this shim runs in the engine
-interpreter (where ``sglang_router`` is installed; PYTHONPATH holds kimi_serve), reads both keys with kimi_serve's
-key-file rules (:mod:`kimi_serve.core.keyfile`: mode 600), appends ``--api-key`` and ``--control-plane-api-keys`` to
-the flags in memory and calls the router's own launcher in this process. A key file without a distinct admin key is
-refused (one line, exit 2). The router then is this process: its exit status is the shim's, and SIGTERM stops it as
-it stops the router (the router handles it itself).
-
-Only the standard library, yaml and kimi_serve.core are imported here: they are what the engine interpreter has.
+client could replace the workers (measured). ``--control-plane-api-keys 'ID:NAME:admin:KEY'`` guards those routes with
+a separate key and refuses the clients' there (401). So the key file must hold a distinct ``admin-api-key`` (else exit
+2). The shim runs in the engine interpreter (PYTHONPATH holds kimi_serve), reads both keys by the key-file rules
+(:mod:`kimi_serve.core.keyfile`), appends both flags in memory and runs the router in this process: its exit status is
+the shim's, and SIGTERM stops it as it stops the router. Only the standard library, yaml and kimi_serve.core are
+imported here: they are what the engine interpreter has.
 """
 
 from __future__ import annotations
@@ -83,24 +78,18 @@ def read_keys(key_file: Path) -> tuple[str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         flags = router_flags(sys.argv[1:] if argv is None else argv)
-    except KimiServeError as err:
-        print(f"kimi-serve: error: {err.one_line()}", file=sys.stderr, flush=True)
-        return int(err.exit_code)
-    try:
-        from sglang_router.router_args import RouterArgs
-    except ImportError as exc:
-        print(
-            "kimi-serve: error: "
-            + KimiServeError(
+        try:
+            from sglang_router.router_args import RouterArgs
+        except ImportError as exc:
+            raise KimiServeError(
                 f"cannot import sglang_router ({exc})",
                 where="router shim",
                 hint="run it with the engine interpreter (sglang-router is in the engine locks)",
                 exit_code=ExitCode.ENVIRONMENT,
-            ).one_line(),
-            file=sys.stderr,
-            flush=True,
-        )
-        return int(ExitCode.ENVIRONMENT)
+            ) from None
+    except KimiServeError as err:
+        print(f"kimi-serve: error: {err.one_line()}", file=sys.stderr, flush=True)
+        return int(err.exit_code)
     launch(RouterArgs, flags)  # blocks while the router serves; raises as the router itself does
     return 0
 

@@ -1,21 +1,16 @@
 """``python -m kimi_serve.sglang.allreduce_ranks --rank R --world-size N --init-method URL --plan JSON``: one rank of
 the collective self-test (docs/up.md "The collective self-test"), run in the ENGINE interpreter, one process per rank
-(no torchrun: kimi_serve/host/allreduce_selftest.py starts them and reads what they print).
+(kimi_serve/host/allreduce_selftest.py starts them, no torchrun, and reads what they print).
 
-Each rank joins ``torch.distributed`` (NCCL on the GPUs; gloo where the plan says so, for the CPU tests) at the file
-or TCP rendezvous ``--init-method``, then for every message size of the plan:
+Each rank joins ``torch.distributed`` (NCCL; gloo where the plan says so, for the CPU tests) at ``--init-method``, then
+for every message size of the plan builds every rank's input from a seed (values k + 0.5, k in [-8, 7]: every sum of
+up to eight is exact in bf16, so any correct all-reduce gives exactly the same tensor), all-reduces its own with NCCL
+and with each enabled path of SGLang's (FlashInfer's all-reduce fusion workspace, TorchSymmMemCommunicator,
+PcieIpcCommunicator) and compares each with the exact sum.
 
-- builds the input of every rank from a seed (values k + 0.5, k in [-8, 7], exact in bf16, so every sum of up to
-  eight of them is exact in bf16 whatever the order: any correct all-reduce returns exactly the same tensor);
-- all-reduces its own input with NCCL (torch.distributed) and with each enabled path (SGLang's own communicators:
-  FlashInfer's all-reduce fusion workspace, TorchSymmMemCommunicator, PcieIpcCommunicator), and compares each with
-  the exact sum computed locally from the seeds.
-
-It prints one line per event, ``KIMI-SELFTEST {json}`` (SGLang's own log lines may come in between):
-``ready``, ``unavailable`` (no torch, fewer devices than ranks: nothing was tested), ``setup`` (a path that is not
-engaged here, and why: SGLang would fall back to NCCL too), ``start`` before each reduction (so a hang names its path
-and size), ``result`` (``taken``: whether the path took that size, ``max_err``, ``ok``) and ``done``.
-
+It prints one line per event, ``KIMI-SELFTEST {json}``: ``ready``, ``unavailable`` (no torch, fewer devices than
+ranks: nothing tested), ``setup`` (a path not engaged here, and why: SGLang would fall back to NCCL too), ``start``
+before each reduction (a hang names its path and size), ``result`` (``taken``, ``max_err``, ``ok``) and ``done``.
 Only the standard library and torch are imported at module level; SGLang only inside the paths' setups.
 """
 
@@ -55,34 +50,26 @@ def emit(event: str, **fields: Any) -> None:
 # ------------------------------------------------------------------------------------------------------ the paths
 
 
+def _engaged(ctx: Context, comm: Any, should: Callable[[Any], bool], run: Reduce) -> Reduce:
+    """``comm``'s all-reduce for the sizes it takes (None for the others), unless it disabled itself here."""
+    if comm.disabled:
+        name = type(comm).__name__
+        raise NotEngaged(f"SGLang's {name} disabled itself here (world size {ctx.world_size}, {ctx.device})")
+    return lambda x: run(x) if should(x) else None
+
+
 def _pcie_ipc(ctx: Context) -> Reduce:
     from sglang.srt.distributed.device_communicators.pcie_ipc_ar import PcieIpcCommunicator
 
     comm = PcieIpcCommunicator(group=ctx.device_group, device=ctx.device, cpu_group=ctx.cpu_group)
-    if comm.disabled:
-        raise NotEngaged(
-            f"SGLang's PcieIpcCommunicator disabled itself here (world size {ctx.world_size}, {ctx.device})"
-        )
-
-    def reduce(x: Any) -> Any:
-        return comm.pcie_ipc_all_reduce(x) if comm.should_pcie_ipc_ar(x) else None
-
-    return reduce
+    return _engaged(ctx, comm, comm.should_pcie_ipc_ar, comm.pcie_ipc_all_reduce)
 
 
 def _torch_symm_mem(ctx: Context) -> Reduce:
     from sglang.srt.distributed.device_communicators.torch_symm_mem import TorchSymmMemCommunicator
 
     comm = TorchSymmMemCommunicator(group=ctx.cpu_group, device=ctx.device)
-    if comm.disabled:
-        raise NotEngaged(
-            f"SGLang's TorchSymmMemCommunicator disabled itself here (world size {ctx.world_size}, {ctx.device})"
-        )
-
-    def reduce(x: Any) -> Any:
-        return comm.all_reduce(x) if comm.should_torch_symm_mem_allreduce(x) else None
-
-    return reduce
+    return _engaged(ctx, comm, comm.should_torch_symm_mem_allreduce, comm.all_reduce)
 
 
 def _flashinfer_fusion(ctx: Context) -> Reduce:

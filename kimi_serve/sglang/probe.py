@@ -103,28 +103,26 @@ def probe(args: list[str], platform: str | None) -> dict[str, Any]:
 def _loader(server_args: Any) -> dict[str, Any]:
     """SGLang's own check of --model-loader-extra-config (it runs when the weights load, on the GPU host)."""
     fmt = str(getattr(server_args, "load_format", "auto"))
-    if fmt not in DEFAULT_LOADER_FORMATS:
-        return {"ok": True, "error": None, "checked": False, "load_format": fmt}
+    checked, error = fmt in DEFAULT_LOADER_FORMATS, None
     try:
-        from sglang.srt.configs.load_config import LoadConfig
-        from sglang.srt.model_loader.loader import _validate_default_loader_extra_config
+        if checked:
+            from sglang.srt.configs.load_config import LoadConfig
+            from sglang.srt.model_loader.loader import _validate_default_loader_extra_config
 
-        lc = LoadConfig(load_format=fmt, model_loader_extra_config=server_args.model_loader_extra_config)
-        _validate_default_loader_extra_config(extra_config=lc.model_loader_extra_config, load_format=lc.load_format)
+            lc = LoadConfig(load_format=fmt, model_loader_extra_config=server_args.model_loader_extra_config)
+            _validate_default_loader_extra_config(extra_config=lc.model_loader_extra_config, load_format=lc.load_format)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - SGLang's rejection, whatever its type
-        return {"ok": False, "error": _error(exc), "checked": True, "load_format": fmt}
-    return {"ok": True, "error": None, "checked": True, "load_format": fmt}
+        error = _error(exc)
+    return {"ok": error is None, "error": error, "checked": checked, "load_format": fmt}
 
 
 def answer(request: dict[str, Any]) -> dict[str, Any]:
     """The probe's reply to one request (its own argv, then each of ``also`` in the same interpreter)."""
-    real_stdout = sys.stdout
-    with contextlib.redirect_stdout(io.StringIO()):  # SGLang prints; keep stdout for our JSON
+    with contextlib.redirect_stdout(io.StringIO()):  # SGLang prints; keep stdout for our JSON (restored on exit)
         result = probe(request["args"], request.get("platform"))
         also = request.get("also") or []
         if also:
             result["also"] = [probe(list(a), request.get("platform")) for a in also]
-    sys.stdout = real_stdout
     return result
 
 

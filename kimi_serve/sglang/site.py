@@ -56,21 +56,18 @@ _VERSION = "import sys; print('%d.%d' % sys.version_info[:2])"
 MIN_PYTHON = (3, 11)  # every Python child runs with -P (core/proc.py python_argv), which 3.11 brought
 
 
-def python_version(python: str) -> tuple[int, int] | None:
-    """``python``'s (major, minor), asked with ``-I`` (any Python 3 runs it, nothing from the working directory);
-    None when it does not answer as a Python."""
+def too_old(python: str) -> str | None:
+    """Why ``python`` cannot run kimi-serve's children (older than :data:`MIN_PYTHON`), or None (also when it does
+    not answer as a Python). Asked with ``-I``: any Python 3 runs it, nothing from the working directory."""
     try:
         done = proc.run([python, "-I", "-c", _VERSION], timeout=_FIND_TIMEOUT_S)
     except proc.NotInstalled:
         return None
     major, dot, minor = done.out.strip().partition(".")
-    return (int(major), int(minor)) if done.ok and dot and major.isdigit() and minor.isdigit() else None
-
-
-def too_old(python: str) -> str | None:
-    """Why ``python`` cannot run kimi-serve's children (older than :data:`MIN_PYTHON`), or None."""
-    found = python_version(python)
-    if found is None or found >= MIN_PYTHON:
+    if not (done.ok and dot and major.isdigit() and minor.isdigit()):
+        return None
+    found = (int(major), int(minor))
+    if found >= MIN_PYTHON:
         return None
     return (
         f"{python} is Python {found[0]}.{found[1]}; kimi-serve starts every Python child with -P (3.11+: nothing is "
@@ -127,29 +124,20 @@ def require_sglang_python(profile_python: str | None = None) -> str:
 
 def site_packages_of(python: str) -> Path:
     """The folder holding the ``sglang`` package that ``python`` would import (sglang itself is not imported)."""
+    hint = "pass --python PATH of the SGLang venv"
     try:
         done = proc.run(proc.python_argv(python, "-c", _FIND_SPEC), timeout=_FIND_TIMEOUT_S)
     except proc.NotInstalled:
-        raise KimiServeError(
-            f"interpreter {python} not found",
-            hint="pass --python PATH of the SGLang venv",
-            exit_code=ExitCode.ENVIRONMENT,
-        ) from None
+        raise KimiServeError(f"interpreter {python} not found", hint=hint, exit_code=ExitCode.ENVIRONMENT) from None
     lines = done.out.strip().splitlines()
     if done.rc != 0 or not lines:
         last = (done.err.strip().splitlines() or ["no output"])[-1]
-        raise KimiServeError(
-            f"interpreter {python} could not look up sglang: {last}",
-            hint="pass --python PATH of the SGLang venv",
-            exit_code=ExitCode.ENVIRONMENT,
-        )
+        problem = f"interpreter {python} could not look up sglang: {last}"
+        raise KimiServeError(problem, hint=hint, exit_code=ExitCode.ENVIRONMENT)
     locations = json.loads(lines[-1])
     if not locations:
-        raise KimiServeError(
-            f"sglang is not installed for {python}",
-            hint="pass --python PATH of the SGLang venv or --site-packages DIR",
-            exit_code=ExitCode.ENVIRONMENT,
-        )
+        problem, hint = f"sglang is not installed for {python}", hint + " or --site-packages DIR"
+        raise KimiServeError(problem, hint=hint, exit_code=ExitCode.ENVIRONMENT)
     return Path(locations[0]).resolve().parent
 
 

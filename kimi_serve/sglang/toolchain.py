@@ -102,11 +102,7 @@ def shipped_lock_cuda() -> Cuda | None:
 
 def min_driver(cuda: Cuda) -> int:
     """The oldest driver branch that runs ``cuda`` (:data:`DRIVER_FLOOR`)."""
-    floor = DRIVER_FLOOR[0][1]
-    for release, branch in DRIVER_FLOOR:
-        if cuda >= release:
-            floor = branch
-    return floor
+    return next((branch for release, branch in reversed(DRIVER_FLOOR) if cuda >= release), DRIVER_FLOOR[0][1])
 
 
 def _site_packages(prefix: Path) -> list[Path]:
