@@ -37,10 +37,6 @@ class Monitoring:
             return self.journal
         return journalctl if self.root == Path("/") else None
 
-    @property
-    def active(self) -> bool:
-        return self.metrics_file is not None or self.unit is not None
-
     def lock_target(self) -> Path | None:
         if self.metrics_file is not None:
             return self.metrics_file

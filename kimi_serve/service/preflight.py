@@ -20,11 +20,7 @@ if TYPE_CHECKING:
     from kimi_serve.host.doctor import DoctorReport, Host
 
 T = TypeVar("T")
-_SERVICE_OWNED = {("host", "server.api_key_file")}
-
-
-def adapt_findings(findings: list[Finding]) -> list[Finding]:
-    return [f for f in findings if (f.layer, f.code) not in _SERVICE_OWNED]
+_SERVICE_OWNED = ("host", "server.api_key_file")  # install checks or creates the key file under its root itself
 
 
 def check_for_service(profile: Profile, *, contract: bool, preview: bool = False) -> tuple[Launch, list[Finding]]:
@@ -33,7 +29,7 @@ def check_for_service(profile: Profile, *, contract: bool, preview: bool = False
     from kimi_serve.check.report import INPUT_LAYERS, run_check
 
     report = run_check(profile, offline=False, contract=contract)
-    findings = adapt_findings(report.findings)
+    findings = [f for f in report.findings if (f.layer, f.code) != _SERVICE_OWNED]
     bad = failed(findings)
     if preview:
         bad = [f for f in bad if f.layer in INPUT_LAYERS]

@@ -112,10 +112,7 @@ def read_state(paths: ServicePaths) -> TrafficState | None:
     return TrafficState(
         cursor=cursor if isinstance(cursor, str) and cursor else None,
         counts={k: _int(counts.get(k)) for k in KINDS},
-        lines_read=_int(data.get("lines_read")),
-        capped_runs=_int(data.get("capped_runs")),
-        restarts=_int(data.get("restarts")),
-        own_probe_lines=_int(data.get("own_probe_lines")),
+        **{k: _int(data.get(k)) for k in ("lines_read", "capped_runs", "restarts", "own_probe_lines")},
         last_run=float(data.get("last_run") or 0.0) if isinstance(data.get("last_run"), int | float) else 0.0,
         error=str(data.get("error") or ""),
     )
@@ -202,45 +199,42 @@ def summary(state: TrafficState | None) -> dict[str, Any] | None:
     return out
 
 
+# (name after PREFIX, type, help, the state field counted; None: the journal read ok gauge)
+_FAMILIES = (
+    ("log_lines_total", "counter", "Journal lines of the unit read.", "lines_read"),
+    (
+        "log_capped_runs_total",
+        "counter",
+        "Runs that hit the per-run line or byte cap (lines beyond it were not counted).",
+        "capped_runs",
+    ),
+    (
+        "log_restarts_total",
+        "counter",
+        "Runs that found no usable journal cursor and started at the journal's end.",
+        "restarts",
+    ),
+    (
+        "own_probe_lines_total",
+        "counter",
+        "Parse-failure lines SGLang logged for kimi-serve's own parser probe (left out of the failures).",
+        "own_probe_lines",
+    ),
+    ("log_read_ok", "gauge", "1 when the last run could read the unit's journal.", None),
+)
+
+
 def render(
     state: TrafficState, labels: dict[str, str]
 ) -> list[tuple[str, str, str, list[tuple[dict[str, str], float]]]]:
     """The counter families of ``state`` for the metrics file: (name, type, help, [(labels, value)])."""
-    return [
-        (
-            f"{PREFIX}_parse_failures_total",
-            "counter",
-            "SGLang parse-failure log lines of real traffic for the unit, by kind, since the counters were created.",
-            [({**labels, "kind": kind}, float(state.counts[kind])) for kind in KINDS],
-        ),
-        (
-            f"{PREFIX}_log_lines_total",
-            "counter",
-            "Journal lines of the unit read.",
-            [(labels, float(state.lines_read))],
-        ),
-        (
-            f"{PREFIX}_log_capped_runs_total",
-            "counter",
-            "Runs that hit the per-run line or byte cap (lines beyond it were not counted).",
-            [(labels, float(state.capped_runs))],
-        ),
-        (
-            f"{PREFIX}_log_restarts_total",
-            "counter",
-            "Runs that found no usable journal cursor and started at the journal's end.",
-            [(labels, float(state.restarts))],
-        ),
-        (
-            f"{PREFIX}_own_probe_lines_total",
-            "counter",
-            "Parse-failure lines SGLang logged for kimi-serve's own parser probe (left out of the failures).",
-            [(labels, float(state.own_probe_lines))],
-        ),
-        (
-            f"{PREFIX}_log_read_ok",
-            "gauge",
-            "1 when the last run could read the unit's journal.",
-            [(labels, 0.0 if state.error else 1.0)],
-        ),
+    failures = (
+        f"{PREFIX}_parse_failures_total",
+        "counter",
+        "SGLang parse-failure log lines of real traffic for the unit, by kind, since the counters were created.",
+        [({**labels, "kind": kind}, float(state.counts[kind])) for kind in KINDS],
+    )
+    return [failures] + [
+        (f"{PREFIX}_{name}", kind, text, [(labels, float(getattr(state, f)) if f else 0.0 if state.error else 1.0)])
+        for name, kind, text, f in _FAMILIES
     ]
