@@ -111,6 +111,7 @@ def plan_fleet(
     front = deployment.front
     launch = deployment.launches[front] if front is not None else launch
     monitor = None if front is None else mon.render_monitor(profile, launch, ctx, members[front].name)
+    plans: dict[Member, Plan] = {}
     for m, unit in members.items():
         paths = ServicePaths(root, unit.name)
         # nothing it writes (the journal beside the records too) may be reached through a link out of the root
@@ -129,12 +130,10 @@ def plan_fleet(
                 ),
                 None,
             )
+        # the first member creates the key file when one is to be created; the front carries the timer
+        plans[m] = Plan(profile, unit, paths, create and not plans, now, monitor if m == front else None)
     units = [*members.values(), *(monitor.files if monitor else ())]
     host_step(preview, found, lambda: mon.analyze_together(systemd, units), None)
-    plans: dict[Member, Plan] = {}
-    for m, unit in members.items():  # the first member creates the key file when one is to be created; the front
-        paths = ServicePaths(root, unit.name)  # carries the timer
-        plans[m] = Plan(profile, unit, paths, create and not plans, now, monitor if m == front else None)
     return Fleet(deployment, base, plans, tuple(findings + found), now)
 
 

@@ -252,8 +252,9 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
     if not intent.get("enabled") and wants_link(paths).is_symlink() and paths.unit_file.exists():
         systemd.disable(paths.unit)
     timer, timer_link = _timer(paths)
+    timer_file = paths.unit_path(timer)
     if not intent.get("timer_enabled") and timer_link.is_symlink():
-        if timer_link.parent.parent.joinpath(timer).exists():
+        if timer_file.exists():
             systemd.disable(timer)
         timer_link.unlink(missing_ok=True)
     for rel, saved in intent.get("files", {}).items():
@@ -266,7 +267,6 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
         checkpoint("service.recover.file")
     if intent.get("enabled") and not wants_link(paths).is_symlink() and paths.unit_file.exists():
         systemd.enable(paths.unit)
-    timer_file = timer_link.parent.parent / timer
     if intent.get("timer_enabled") and not timer_link.is_symlink() and timer_file.exists():
         systemd.enable(timer)
     kept = None
