@@ -165,8 +165,11 @@ class FleetStatus:
             "router": router,
             "missing_units": self.missing,
             "interrupted": [
-                {"unit": unit, "op": i.get("op"), "pid": i.get("pid"), "started_at": i.get("started_at")}
-                | {"finished": bool(i.get("finished"))}
+                {
+                    "unit": unit,
+                    **{k: i.get(k) for k in ("op", "pid", "started_at")},
+                    "finished": bool(i.get("finished")),
+                }
                 for unit, i in self.interrupted
             ],
             "replicas": [

@@ -1,11 +1,8 @@
-"""The steps of install-service and restart for one unit: plans built as data, then applied step by step.
-
-A :class:`Plan` is everything installing one unit does (its text, the secret file it would create, each action), so
-``--dry-run`` prints it and touches nothing; :mod:`kimi_serve.service.fleet` plans every unit of a deployment (one for
-a single unit) and applies them with these steps. Applying records each step (an
-:class:`~kimi_serve.core.report.Action`) in a :class:`Result`. Host paths come from a root (:class:`ServicePaths`),
-processes from a ``Runner`` (:class:`Systemd`), and the contract check from a ``Verifier``. The smoke-tested restart
-with rollback is :mod:`kimi_serve.service.restart`.
+"""The steps of install-service and restart for one unit: a :class:`Plan` (its text, the key file it would create),
+which ``--dry-run`` prints without touching anything, then applied step by step, each step an
+:class:`~kimi_serve.core.report.Action` in a :class:`Result`. :mod:`kimi_serve.service.fleet` plans every unit of a
+deployment; host paths come from a root (:class:`ServicePaths`), processes from a ``Runner`` (:class:`Systemd`), the
+contract check from a ``Verifier``; the restart with rollback is :mod:`kimi_serve.service.restart`.
 """
 
 from __future__ import annotations

@@ -23,7 +23,14 @@ from kimi_serve.service.marker import parse_marker, refuse_foreign
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic
 from kimi_serve.service.systemctl import SYSTEMCTL_TIMEOUT, Systemd
 from kimi_serve.service.systemd_text import environment_line, exec_line, quote, specifiers
-from kimi_serve.service.unit import RenderedUnit, UnitContext, floor_args, marker_fields, render_template
+from kimi_serve.service.unit import (
+    RenderedUnit,
+    UnitContext,
+    floor_args,
+    marker_fields,
+    render_template,
+    verify_command,
+)
 
 ALERT_UNIT = "kimi-serve-alert@.service"
 DEFAULT_METRICS_DIR = "/var/lib/prometheus/node-exporter"  # Debian's node_exporter --collector.textfile.directory
@@ -68,29 +75,10 @@ def record_dirs(profile: Profile, unit: str) -> tuple[str, str]:
 def monitor_argv(profile: Profile, launch: Launch, ctx: UnitContext, unit: str) -> list[str]:
     """The check the timer runs: bounded (quick suite, capped max_tokens, its own timeout), no readiness wait. The key
     is systemd's copy of the key file (LoadCredential=): the file is the service user's, 0600."""
-    m = profile.monitor
-    argv = [
-        ctx.kimi_serve,
-        "verify",
-        "--host",
-        launch.endpoint,
-        "--timeout",
-        f"{m.timeout:g}",
-        "--suite",
-        m.suite,
-        "--max-tokens",
-        str(m.max_tokens),
-        "--metrics-file",
-        metrics_file(profile, unit),
-        "--profile",
-        profile.name,
-        "--unit-name",
-        unit,
-        *floor_args(profile),
-    ]
-    if launch.api_key_file:
-        argv += ["--api-key-file", credential_path(unit)]
-    return argv
+    m, key = profile.monitor, credential_path(unit) if launch.api_key_file else None
+    extra = ["--max-tokens", str(m.max_tokens), "--metrics-file", metrics_file(profile, unit)]
+    extra += ["--profile", profile.name, "--unit-name", unit, *floor_args(profile)]
+    return verify_command([ctx.kimi_serve], launch.endpoint, m.timeout, m.suite, key, extra=extra)
 
 
 def render_monitor(profile: Profile, launch: Launch, ctx: UnitContext, unit: str) -> MonitorUnits | None:

@@ -108,8 +108,7 @@ def _put_back_missing(fleet: Fleet, r: Rotation, result: Result) -> None:
     if isinstance(ids, str):
         return  # the wait for a healthy worker says why
     for m in _replicas(fleet):
-        url = m.url
-        if url not in ids:
+        if m.url not in ids:
             _restore(r, m, result, pending=False, note=" (it was missing)")
 
 

@@ -1,16 +1,13 @@
 """Real-traffic contract counters: SGLang's parse-failure log lines for the unit, counted since the last monitoring run.
 
 The contract check (:mod:`kimi_serve.service.monitor`) sends a few probes; real traffic can still hit parser faults the
-probes do not. SGLang logs each one (the exact texts: :data:`PATTERNS`, each driven out of SGLang's real serving layer
-by tests/test_traffic_sglang.py). Each run reads the unit's journal after the stored cursor
-(``journalctl -u UNIT --after-cursor C --show-cursor -o cat``), bounded by :data:`MAX_LINES` entries and
-:data:`MAX_BYTES` of text, classifies the lines with :func:`classify` and adds them to the counters kept, with the
-cursor, in ``var/lib/kimi-serve/service/NAME/traffic.json`` (one atomic rename). The first run (no state) starts at
-the journal's current end, so an install never counts a backlog; a cursor journalctl rejects (rotated away, corrupt)
-restarts at the end the same way, counted in ``restarts``. The lines SGLang logs for verify's own parser probe
-(its id :data:`kimi_serve.verify.parser_faults.PROBE_ID`: the timer's check runs it every interval) are no real
-traffic: they are counted apart, in ``own_probe_lines``, never as failures. The counters become
-``kimi_serve_traffic_*_total`` series in the metrics file (docs/monitoring.md).
+probes do not, and SGLang logs each one (:data:`PATTERNS`, driven out of SGLang by tests/test_traffic_sglang.py). Each
+run reads the unit's journal after the stored cursor (``journalctl -u UNIT --after-cursor C --show-cursor -o cat``,
+at most :data:`MAX_LINES` entries and :data:`MAX_BYTES`), classifies the lines (:func:`classify`) and adds them to the
+counters kept with the cursor in ``var/lib/kimi-serve/service/NAME/traffic.json``. With no state, or a cursor
+journalctl rejects (counted in ``restarts``), a run starts at the journal's end: an install never counts a backlog.
+Lines of verify's own parser probe (:data:`kimi_serve.verify.parser_faults.PROBE_ID`) are counted apart, in
+``own_probe_lines``, never as failures. The counters become ``kimi_serve_traffic_*`` series (docs/monitoring.md).
 """
 
 from __future__ import annotations

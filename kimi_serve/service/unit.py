@@ -9,7 +9,7 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,22 +173,25 @@ def floor_args(profile: Profile) -> list[str]:
 
 def verify_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]:
     """``kimi-serve verify`` as ExecStartPost runs it: wait out the cold start, then the contract suite."""
-    argv = [
-        ctx.kimi_serve,
-        "verify",
-        "--host",
-        launch.endpoint,
-        "--wait",
-        str(profile.startup.timeout),
-        "--timeout",
-        f"{profile.verify.timeout:g}",
-        "--suite",
-        profile.verify.suite,
-        *floor_args(profile),
-    ]
-    if launch.api_key_file:
-        argv += ["--api-key-file", launch.api_key_file]
-    return argv
+    v, wait = profile.verify, str(profile.startup.timeout)
+    return verify_command(
+        [ctx.kimi_serve], launch.endpoint, v.timeout, v.suite, launch.api_key_file, wait, floor_args(profile)
+    )
+
+
+def verify_command(
+    kimi_serve: Sequence[str],
+    host: str,
+    timeout: float,
+    suite: str,
+    key: str | None,
+    wait: str = "",
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """A ``kimi-serve verify`` command line (``kimi_serve``: what runs kimi-serve); ``wait``: seconds of a cold start
+    to wait out; ``extra``: further options, before the key file."""
+    head = [*kimi_serve, "verify", "--host", host, *(["--wait", wait] if wait else [])]
+    return [*head, "--timeout", f"{timeout:g}", "--suite", suite, *extra, *(["--api-key-file", key] if key else [])]
 
 
 def selftest_gate_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str] | None:
