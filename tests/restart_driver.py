@@ -34,7 +34,7 @@ def stand_in_systemctl(argv: Sequence[str], *, timeout: float) -> Completed:
 def plan_for(root: Path, profile_path: str) -> Plan:
     profile = load_profile(profile_path)
     unit = render_unit(profile, validated_launch(profile), CTX)
-    return Plan(profile, unit, ServicePaths(root, unit.name), False, (), True)
+    return Plan(profile, unit, ServicePaths(root, unit.name), False, True)
 
 
 def run(root: Path, profile_path: str, scenario: str) -> int:

@@ -38,7 +38,7 @@ def fleet_for(root: Path, profile_path: str) -> Fleet:
     profile = load_profile(profile_path)
     deployment = deployment_of(profile, build_launch(profile, sys.executable), pythonpath=CTX.package_root)
     members = render_members(deployment, CTX, BASE)
-    plans = {m: Plan(profile, u, ServicePaths(root, u.name), False, (), True) for m, u in members.items()}
+    plans = {m: Plan(profile, u, ServicePaths(root, u.name), False, True) for m, u in members.items()}
     return Fleet(deployment, BASE, plans, (), True)
 
 

@@ -98,7 +98,7 @@ def test_a_restart_onto_a_dead_draft_rolls_back(
         profile = load_profile(str(write_profile(text, name=name)))
         ctx = UnitContext(kimi_serve="/opt/kimi-serve/venv/bin/kimi-serve", package_root="/opt/kimi-serve/src")
         unit = render_unit(profile, validated_launch(profile), ctx)
-        return Plan(profile, unit, ServicePaths(tmp_path, unit.name), False, (), True)
+        return Plan(profile, unit, ServicePaths(tmp_path, unit.name), False, True)
 
     def systemctl(argv: Any, *, timeout: float) -> Completed:
         return Completed(tuple(argv), 0, "", "")

@@ -121,7 +121,7 @@ def test_the_write_step_itself_refuses_the_chown(tmp_path: Path, monkeypatch: py
     profile = load_profile("sim", [f"{WD}=/srv/wd"])
     launch, _ = fast_validate(profile)
     unit = render_unit(profile, launch, UnitContext(kimi_serve="/bin/true", package_root="/opt"))
-    plan = Plan(profile, unit, ServicePaths(root, unit.name), False, (), False)
+    plan = Plan(profile, unit, ServicePaths(root, unit.name), False, False)
 
     def no_process(argv, timeout):  # type: ignore[no-untyped-def]
         raise AssertionError(f"ran {argv}")

@@ -226,7 +226,7 @@ def test_a_rank_above_0_is_not_contract_checked_from_outside(tmp_path: Path, wri
         CTX,
         "sglang-kimi.service",
     ).values()
-    plan = Plan(profile, unit, ServicePaths(tmp_path, unit.name), False, (), True)
+    plan = Plan(profile, unit, ServicePaths(tmp_path, unit.name), False, True)
     verifier = Verifier()
     result = restart(plan, Systemd(Runner(), Path("/")), verifier, {})
     assert result.exit_code == 0 and verifier.endpoints == []

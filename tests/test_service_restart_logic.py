@@ -63,7 +63,7 @@ def _plan(root: Path, write_profile, name: str, port: int, extra: str = "") -> P
         str(write_profile(f"extends: sim\nserver:\n  port: {port}\nservice:\n  user: root\n{extra}", name=name))
     )
     unit = render_unit(profile, validated_launch(profile), CTX)
-    return Plan(profile, unit, ServicePaths(root, unit.name), False, (), True)
+    return Plan(profile, unit, ServicePaths(root, unit.name), False, True)
 
 
 @pytest.fixture
@@ -221,7 +221,7 @@ def test_restart_waits_for_a_full_30_minute_cold_start(tmp_path: Path) -> None:
     profile = load_profile("prod")
     assert profile.startup.timeout == 1800
     unit = render_unit(profile, validated_launch(profile), CTX)
-    plan = Plan(profile, unit, ServicePaths(tmp_path, unit.name), False, (), True)
+    plan = Plan(profile, unit, ServicePaths(tmp_path, unit.name), False, True)
     runner = TimingRunner()
     restart(
         plan,

@@ -26,14 +26,13 @@ from kimi_serve.service.install import (
     journal_scope,
     planned_actions,
     reach_step,
-    refuse_foreign,
     start_and_verify,
     start_monitor,
     warn_in,
     write_unit,
 )
 from kimi_serve.service.journal import journal_units, recover, sweep
-from kimi_serve.service.marker import parse_marker
+from kimi_serve.service.marker import parse_marker, refuse_foreign
 from kimi_serve.service.member_units import installed_members, render_members
 from kimi_serve.service.preflight import check_for_service, host_step, refuse_other_profile, require_systemd
 from kimi_serve.service.secret import needs_secret
@@ -112,11 +111,12 @@ def plan_fleet(
     front = deployment.front
     launch = deployment.launches[front] if front is not None else launch
     monitor = None if front is None else mon.render_monitor(profile, launch, ctx, members[front].name)
+    plans: dict[Member, Plan] = {}
     for m, unit in members.items():
         paths = ServicePaths(root, unit.name)
         # nothing it writes (the journal beside the records too) may be reached through a link out of the root
         mon.refuse_links(monitor if m is front else None, paths)
-        refuse_foreign(paths)
+        refuse_foreign(paths.unit_file)
         if m is front:
             mon.refuse_foreign_monitor(paths)
         if not replace:
@@ -130,12 +130,10 @@ def plan_fleet(
                 ),
                 None,
             )
+        # the first member creates the key file when one is to be created; the front carries the timer
+        plans[m] = Plan(profile, unit, paths, create and not plans, now, monitor if m == front else None)
     units = [*members.values(), *(monitor.files if monitor else ())]
     host_step(preview, found, lambda: mon.analyze_together(systemd, units), None)
-    plans: dict[Member, Plan] = {}
-    for m, unit in members.items():  # the first member creates the key file when one is to be created; the front
-        paths = ServicePaths(root, unit.name)  # carries the timer
-        plans[m] = Plan(profile, unit, paths, create and not plans, (), now, monitor if m == front else None)
     return Fleet(deployment, base, plans, tuple(findings + found), now)
 
 

@@ -103,65 +103,45 @@ class FleetStatus:
         if not self.routed:
             return self.one.findings()
         out: list[Finding] = []
+
+        def fail(code: str, message: str, fix: str) -> None:
+            out.append(Finding("status", code, FAIL, message, fix))
+
         if self.missing:
-            out.append(
-                Finding(
-                    "status",
-                    "unit.not_installed",
-                    FAIL,
-                    f"{len(self.missing)} unit(s) of {self.base.removesuffix('.service')} not installed: "
-                    + ", ".join(self.missing),
-                    "kimi-serve install-service --profile P; a foreground `up` is listed under runs",
-                )
+            fail(
+                "unit.not_installed",
+                f"{len(self.missing)} unit(s) of {self.base.removesuffix('.service')} not installed: "
+                + ", ".join(self.missing),
+                "kimi-serve install-service --profile P; a foreground `up` is listed under runs",
             )
         members = list(self.members.values())
         for unit, intent in self.pending:  # an installed member's own findings name its journal
-            out.append(
-                Finding(
-                    "status",
-                    "interrupted",
-                    FAIL,
-                    f"{unit}: {describe(intent)}",
-                    "run kimi-serve install-service -p P (it settles the change first) or uninstall-service",
-                )
+            fail(
+                "interrupted",
+                f"{unit}: {describe(intent)}",
+                "run kimi-serve install-service -p P (it settles the change first) or uninstall-service",
             )
         if self.systemd_error and not members:
-            out.append(
-                Finding(
-                    "status",
-                    "systemd.unreachable",
-                    FAIL,
-                    f"systemd is not reachable here (systemctl: {self.systemd_error})",
-                    "run status on the host whose systemd runs the units; pass --root DIR to read an offline tree",
-                )
+            fail(
+                "systemd.unreachable",
+                f"systemd is not reachable here (systemctl: {self.systemd_error})",
+                "run status on the host whose systemd runs the units; pass --root DIR to read an offline tree",
             )
-        seen: set[str] = set()
-        for member in members:
-            for f in member.findings():
-                if f.line() not in seen:
-                    seen.add(f.line())
-                    out.append(f)
+        unique: dict[str, Finding] = {}  # the first of each line
+        for f in (f for member in members for f in member.findings()):
+            unique.setdefault(f.line(), f)
+        out += unique.values()
         if self.router and not self.serving and not any(f.code.startswith("systemd.") for f in out):
-            counts = self.healthy
-            view = f"{counts[0]}/{counts[1]} workers healthy" if counts else str(self.workers or "workers not checked")
-            out.append(
-                Finding(
-                    "status",
-                    "deployment.not_serving",
-                    FAIL,
-                    f"the router {self.router.unit} does not serve ({view})",
-                    "kimi-serve restart --profile P (rolls each replica back to its last good unit if it fails)",
-                )
+            fail(
+                "deployment.not_serving",
+                f"the router {self.router.unit} does not serve ({self._view()})",
+                "kimi-serve restart --profile P (rolls each replica back to its last good unit if it fails)",
             )
         if self.unexpected:
-            out.append(
-                Finding(
-                    "status",
-                    "router.unexpected_workers",
-                    FAIL,
-                    f"the router lists workers that are no replica of this deployment: {', '.join(self.unexpected)}",
-                    "remove them from the router and rotate the admin-api-key",
-                )
+            fail(
+                "router.unexpected_workers",
+                f"the router lists workers that are no replica of this deployment: {', '.join(self.unexpected)}",
+                "remove them from the router and rotate the admin-api-key",
             )
         return out
 
@@ -185,8 +165,11 @@ class FleetStatus:
             "router": router,
             "missing_units": self.missing,
             "interrupted": [
-                {"unit": unit, "op": i.get("op"), "pid": i.get("pid"), "started_at": i.get("started_at")}
-                | {"finished": bool(i.get("finished"))}
+                {
+                    "unit": unit,
+                    **{k: i.get(k) for k in ("op", "pid", "started_at")},
+                    "finished": bool(i.get("finished")),
+                }
                 for unit, i in self.interrupted
             ],
             "replicas": [
@@ -206,6 +189,10 @@ class FleetStatus:
         seen = {w.url: w.healthy for w in self.workers}
         return "missing" if replica.url not in seen else "healthy" if seen[replica.url] else "unhealthy"
 
+    def _view(self) -> str:
+        counts = self.healthy
+        return f"{counts[0]}/{counts[1]} workers healthy" if counts else str(self.workers or "workers not checked")
+
     def rows(self) -> list[tuple[str, str]]:
         if not self.routed:
             return self.one.rows()
@@ -222,8 +209,7 @@ class FleetStatus:
         if self.systemd_error and not self.members:
             rows.append(("systemd", f"not reachable here ({self.systemd_error})"))
         if self.router:
-            counts = self.healthy
-            view = f"{counts[0]}/{counts[1]} workers healthy" if counts else str(self.workers or "workers not checked")
+            view = self._view()
             if self.unexpected:
                 view += (
                     f"; UNEXPECTED workers (no replica of this deployment): {', '.join(self.unexpected)} "

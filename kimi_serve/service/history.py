@@ -7,11 +7,9 @@ runs never interleave and a crash leaves the old file or the new one. :func:`sum
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,20 +39,11 @@ def read_history(paths: ServicePaths) -> list[dict[str, Any]]:
     return records
 
 
-@contextlib.contextmanager
-def _locked(paths: ServicePaths) -> Iterator[None]:
+def append_history(paths: ServicePaths, record: dict[str, Any]) -> None:
     mkdir_under(paths.root, paths.state_dir)
     with open_lock(paths.state_dir / (HISTORY + ".lock")) as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def append_history(paths: ServicePaths, record: dict[str, Any], keep: int = KEEP) -> None:
-    with _locked(paths):
-        records = [*read_history(paths), record][-keep:]
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file is closed
+        records = [*read_history(paths), record][-KEEP:]
         write_atomic(paths, history_file(paths), "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 
 

@@ -1,11 +1,8 @@
-"""The steps of install-service and restart for one unit: plans built as data, then applied step by step.
-
-A :class:`Plan` is everything installing one unit does (its text, the secret file it would create, each action), so
-``--dry-run`` prints it and touches nothing; :mod:`kimi_serve.service.fleet` plans every unit of a deployment (one for
-a single unit) and applies them with these steps. Applying records each step (an
-:class:`~kimi_serve.core.report.Action`) in a :class:`Result`. Host paths come from a root (:class:`ServicePaths`),
-processes from a ``Runner`` (:class:`Systemd`), and the contract check from a ``Verifier``. The smoke-tested restart
-with rollback is :mod:`kimi_serve.service.restart`.
+"""The steps of install-service and restart for one unit: a :class:`Plan` (its text, the key file it would create),
+which ``--dry-run`` prints without touching anything, then applied step by step, each step an
+:class:`~kimi_serve.core.report.Action` in a :class:`Result`. :mod:`kimi_serve.service.fleet` plans every unit of a
+deployment; host paths come from a root (:class:`ServicePaths`), processes from a ``Runner`` (:class:`Systemd`), the
+contract check from a ``Verifier``; the restart with rollback is :mod:`kimi_serve.service.restart`.
 """
 
 from __future__ import annotations
@@ -37,8 +34,8 @@ from kimi_serve.service.timeouts import restart_wait_sec
 from kimi_serve.service.unit import RenderedUnit, UnitContext, floor_args, unit_reach
 from kimi_serve.service.verifier import INTERNAL_NOTE, post_verify_crashed
 
-# (endpoint HOST:PORT, API-key file or None, suite, timeout) -> (verify exit code, one-line summary)
-# (endpoint, key file, suite, timeout, further verify options: the draft's floor) -> (exit code, one line)
+# (endpoint HOST:PORT, API-key file or None, suite, timeout, further verify options: the draft's floor)
+#   -> (verify exit code, one-line summary)
 Verifier = Callable[[str, Path | None, str, float, tuple[str, ...]], tuple[int, str]]
 
 
@@ -83,7 +80,6 @@ class Plan:
     unit: RenderedUnit
     paths: ServicePaths
     create_secret: bool
-    findings: tuple[Finding, ...]
     now: bool
     monitor: mon.MonitorUnits | None = None  # the verify timer's units (profile monitor:), None when opted out
 
@@ -161,16 +157,6 @@ def reach_step(
             list(reach.values()), more="kimi-serve install-service --dry-run", exit_code=ExitCode.ENVIRONMENT
         )
     found += reach.values()
-
-
-def refuse_foreign(paths: ServicePaths) -> None:
-    text = read_text(paths.unit_file)
-    if text is not None and parse_marker(text) is None:
-        raise KimiServeError(
-            f"{paths.unit_file} was not written by kimi-serve (no marker line); refusing to touch it",
-            hint=f"move it aside first (mv {paths.unit_file} /root/), or use another --unit-name",
-            exit_code=ExitCode.ENVIRONMENT,
-        )
 
 
 def planned_actions(plan: Plan, systemd: Systemd) -> list[str]:
@@ -260,17 +246,17 @@ def journal_scope(plans: Sequence[Plan], systemd: Systemd, op: str) -> contextli
     (:mod:`kimi_serve.service.journal`)."""
     from kimi_serve.service.journal import journalled
 
-    return journalled([(plan.paths, _journal_args(plan, systemd)) for plan in plans], op)
-
-
-def _journal_args(plan: Plan, systemd: Systemd) -> dict[str, Any]:
-    p, secret = plan.paths, plan.profile.server.api_key_file
-    accounts_root = account.roots(p.root, systemd.live, current().accounts_root)[0]
-    return {
-        "secret": p.under_root(secret) if secret and plan.create_secret else None,
-        "workdir": p.under_root(plan.profile.service.working_directory),
-        "user": (plan.profile.service.user, accounts_root),
-    }
+    changes = []
+    for plan in plans:
+        p, secret, service = plan.paths, plan.profile.server.api_key_file, plan.profile.service
+        accounts_root = account.roots(p.root, systemd.live, current().accounts_root)[0]
+        kw = {
+            "secret": p.under_root(secret) if secret and plan.create_secret else None,
+            "workdir": p.under_root(service.working_directory),
+            "user": (service.user, accounts_root),
+        }
+        changes.append((p, kw))
+    return journalled(changes, op)
 
 
 def warn_in(result: Result, findings: Sequence[Finding]) -> None:
@@ -307,13 +293,9 @@ def start_and_verify(
     checkpoint("service.verify")
     member = parse_role(marker.role) if marker else None
     if member is not None and member[0] is Role.RANK and member[1] != 0:
-        outcome.verify_exit, outcome.detail = (
-            0,
-            (
-                "joined rank 0 (its ExecStartPost wait-joined passed); a rank >= 1 "
-                "serves no API to verify: rank 0's contract check covers it"
-            ),
-        )
+        outcome.verify_exit = 0
+        outcome.detail = "joined rank 0 (its ExecStartPost wait-joined passed); a rank >= 1 serves no API to verify: "
+        outcome.detail += "rank 0's contract check covers it"
     else:
         outcome.verify_exit, outcome.detail = verifier(endpoint, secret, c.suite, c.verify_timeout, c.verify_args)
     result.add(f"kimi-serve verify {endpoint}{label}", "done" if outcome.ok else "failed", outcome.detail)

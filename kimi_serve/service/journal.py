@@ -1,22 +1,17 @@
 """The intent journal of a service change (`install-service`, `restart`): the host state it is about to change,
-written before the first write, removed when the command is done (the primitive, how a journal is written, read,
-removed and swept: :mod:`kimi_serve.core.journal`).
+written before the first write, removed when the command is done (how a journal is written, read, removed and swept:
+:mod:`kimi_serve.core.journal`). It records the unit file, ``previous.service``, the last-good and last-verify records
+(bytes and modes), whether the API-key file existed (never its content), the folders not there yet, and whether the
+unit was enabled.
 
-What is recorded is everything the change may touch under the root: the unit file, ``previous.service``, the
-last-good and last-verify records (their bytes and modes), whether the API-key file existed (never its content:
-install only ever *creates* it), the folders that did not exist yet, and whether the unit was enabled.
-
-A run killed at any step (SIGKILL, power loss) leaves the journal behind. The next `status` reports it; the next
-`install-service`, `uninstall-service` or `restart` first rolls the change back, under the host lock: every recorded
-file gets its recorded bytes and mode again (or is removed when it did not exist), an enablement the change added is
-undone, a key file or folder it created is removed, the service account it created is removed (``userdel``, only an
-account carrying kimi-serve's own comment), stray temporary files are deleted, and (on the running system) systemd
-re-reads its units. The host is then byte for byte as before the killed run, and the new command starts
-from there (install-service and restart run again without the key in their environment keep a key file the killed
-run created, and reuse it). A change of several units (a deployment's members) has one anchor journal, removed
-first at the end: journals left without their anchor belong to a change that had changed every unit, and are only
-removed. Units systemd had already restarted are not stopped by the rollback: the next `restart` or `systemctl
-restart` settles which unit runs.
+A run killed at any step leaves the journal behind: the next `status` reports it, the next `install-service`,
+`uninstall-service` or `restart` first rolls it back under the host lock. Every recorded file gets its bytes and mode
+back (or is removed), an enablement it added is undone, a key file, folder or service account it created is removed
+(``userdel``, only of an account carrying kimi-serve's comment), stray temporary files go, and systemd re-reads its
+units (install-service and restart run again without the key in their environment keep and reuse a key file the
+killed run created). A change of several units has one anchor journal, removed first at the end: journals left without
+their anchor belong to a change that had changed every unit, and are only removed. Units systemd had already
+restarted are not stopped: the next `restart` settles which unit runs.
 """
 
 from __future__ import annotations
@@ -198,13 +193,9 @@ def read_intent(paths: ServicePaths) -> dict[str, Any] | None:
     return intent
 
 
-def _what(intent: dict[str, Any]) -> str:
-    return interrupted(intent, "kimi-serve")
-
-
 def describe(intent: dict[str, Any]) -> str:
     """The change, and what the next command does with it (the one that finishes or rolls it back)."""
-    what = _what(intent)
+    what = interrupted(intent, "kimi-serve")
     if intent.get("finished"):
         return f"{what}: it had changed every unit; the next install-service, uninstall-service or restart finishes it"
     return (
@@ -218,9 +209,14 @@ def sweep(paths: ServicePaths) -> None:
     writes, and the journal's own temp file). Called under the root's lock: no other change of it is writing."""
     _journal(paths).sweep()
     for target in _journalled_files(paths):
-        if target.parent.is_dir():
-            for tmp in target.parent.glob(f".{target.name}.*.tmp"):
-                tmp.unlink(missing_ok=True)
+        _drop_temps(target)
+
+
+def _drop_temps(target: Path) -> None:
+    """What killed atomic writes of ``target`` left beside it (``.NAME.*.tmp``)."""
+    if target.parent.is_dir():
+        for tmp in target.parent.glob(f".{target.name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
 
 
 def journal_units(root: Path, base: str) -> list[str]:
@@ -247,7 +243,7 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
         return None
     if intent.get("finished"):  # the change was whole: only its journal is left
         _journal(paths).remove()
-        return f"finished {_what(intent)}: it had changed every unit"
+        return f"finished {interrupted(intent, 'kimi-serve')}: it had changed every unit"
     for rel in intent.get("files", {}):  # every path it names, before anything is changed
         _inside(paths, rel, files=True)
     for rel in [*([intent["secret"]] if intent.get("secret") else []), *intent.get("created_dirs", [])]:
@@ -256,14 +252,14 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
     if not intent.get("enabled") and wants_link(paths).is_symlink() and paths.unit_file.exists():
         systemd.disable(paths.unit)
     timer, timer_link = _timer(paths)
+    timer_file = paths.unit_path(timer)
     if not intent.get("timer_enabled") and timer_link.is_symlink():
-        if timer_link.parent.parent.joinpath(timer).exists():
+        if timer_file.exists():
             systemd.disable(timer)
         timer_link.unlink(missing_ok=True)
     for rel, saved in intent.get("files", {}).items():
         target = paths.root / rel
-        for tmp in target.parent.glob(f".{target.name}.*.tmp"):
-            tmp.unlink(missing_ok=True)
+        _drop_temps(target)
         if saved is None:
             remove_under(paths.root, target)
         else:
@@ -271,14 +267,12 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
         checkpoint("service.recover.file")
     if intent.get("enabled") and not wants_link(paths).is_symlink() and paths.unit_file.exists():
         systemd.enable(paths.unit)
-    timer_file = timer_link.parent.parent / timer
     if intent.get("timer_enabled") and not timer_link.is_symlink() and timer_file.exists():
         systemd.enable(timer)
     kept = None
     if intent.get("secret"):  # created by the killed run (never one that existed): remove it and its temp files
         secret = paths.root / intent["secret"]
-        for tmp in secret.parent.glob(f".{secret.name}.*.tmp"):
-            tmp.unlink(missing_ok=True)
+        _drop_temps(secret)
         if keep_secret and secret.is_file():
             kept = secret
             with contextlib.suppress(OSError):  # the account it was handed to may be removed below
@@ -299,4 +293,4 @@ def recover(paths: ServicePaths, systemd: Systemd, *, keep_secret: bool = False)
         with contextlib.suppress(OSError):
             (paths.root / rel).rmdir()
     note = f"; the API-key file it created ({kept}) is kept for this run" if kept else ""
-    return f"rolled back {_what(intent)}: the unit files and records are as before it{note}"
+    return f"rolled back {interrupted(intent, 'kimi-serve')}: the unit files and records are as before it{note}"

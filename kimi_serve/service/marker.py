@@ -8,6 +8,10 @@ import hashlib
 import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
+
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.service.state import read_text
 
 MARKER_PREFIX = "# kimi-serve unit:"
 OVERRIDES_PREFIX = "# kimi-serve --set: "  # second line, only when the unit was rendered with --set
@@ -53,3 +57,14 @@ def parse_marker(text: str) -> Marker | None:
 
 def body_hash(body: str) -> str:
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def refuse_foreign(path: Path) -> None:
+    """Exit 5 when ``path`` holds a unit kimi-serve did not write (no marker line)."""
+    text = read_text(path)
+    if text is not None and parse_marker(text) is None:
+        raise KimiServeError(
+            f"{path} was not written by kimi-serve (no marker line); refusing to touch it",
+            hint=f"move it aside first (mv {path} /root/), or use another --unit-name",
+            exit_code=ExitCode.ENVIRONMENT,
+        )

@@ -37,36 +37,23 @@ class Monitoring:
             return self.journal
         return journalctl if self.root == Path("/") else None
 
-    @property
-    def active(self) -> bool:
-        return self.metrics_file is not None or self.unit is not None
-
-    def lock_target(self) -> Path | None:
-        if self.metrics_file is not None:
-            return self.metrics_file
-        return ServicePaths(self.root, self.unit).state_dir / "monitor" if self.unit else None
-
 
 def run_monitored(host: str, monitoring: Monitoring, options: VerifyOptions) -> VerifyReport:
     """One run: verify ``host`` with ``options``, under the run lock, then its metrics file and history line."""
-    target = parse_target(host)
-    lock = monitoring.lock_target()
+    target, m = parse_target(host), monitoring
+    unit = ServicePaths(m.root, m.unit) if m.unit is not None else None
+    lock = m.metrics_file or (unit.state_dir / "monitor" if unit and m.unit else None)
     with run_lock(lock) if lock is not None else contextlib.nullcontext():
         started = time.time()
         report = run_verify(target, options)
         finished = time.time()
         labels = {"profile": monitoring.profile, "endpoint": target.base_url}
         # the unit's real traffic since the last run: SGLang's parse-failure log lines (service/traffic.py)
-        runner = monitoring.journal_runner()
-        traffic = None
-        if monitoring.unit is not None and runner is not None:
-            traffic = collect(ServicePaths(monitoring.root, monitoring.unit), runner=runner)
+        runner = m.journal_runner()
+        traffic = collect(unit, runner=runner) if unit is not None and runner is not None else None
         if monitoring.metrics_file is not None:
             extra = render(traffic, labels) if traffic is not None else None
             write_metrics(monitoring.metrics_file, report, **labels, extra=extra)
-        if monitoring.unit is not None:
-            append_history(
-                ServicePaths(monitoring.root, monitoring.unit),
-                run_record(report, started=started, finished=finished, **labels),
-            )
+        if unit is not None:
+            append_history(unit, run_record(report, started=started, finished=finished, **labels))
     return report

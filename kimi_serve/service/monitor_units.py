@@ -6,7 +6,6 @@ main unit's escaping helpers and marker line, so ``status`` and uninstall recogn
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -17,15 +16,21 @@ from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.files import link_refused, mkdir_under, remove_under
 from kimi_serve.core.proc import Completed
-from kimi_serve.core.resources import resource_dir
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.service.hardening import client_sandbox
-from kimi_serve.service.marker import MARKER_PREFIX, marker_value, parse_marker
+from kimi_serve.service.marker import parse_marker, refuse_foreign
 from kimi_serve.service.state import ServicePaths, read_text, write_atomic
 from kimi_serve.service.systemctl import SYSTEMCTL_TIMEOUT, Systemd
 from kimi_serve.service.systemd_text import environment_line, exec_line, quote, specifiers
-from kimi_serve.service.unit import RenderedUnit, UnitContext, floor_args
+from kimi_serve.service.unit import (
+    RenderedUnit,
+    UnitContext,
+    floor_args,
+    marker_fields,
+    render_template,
+    verify_command,
+)
 
 ALERT_UNIT = "kimi-serve-alert@.service"
 DEFAULT_METRICS_DIR = "/var/lib/prometheus/node-exporter"  # Debian's node_exporter --collector.textfile.directory
@@ -70,45 +75,10 @@ def record_dirs(profile: Profile, unit: str) -> tuple[str, str]:
 def monitor_argv(profile: Profile, launch: Launch, ctx: UnitContext, unit: str) -> list[str]:
     """The check the timer runs: bounded (quick suite, capped max_tokens, its own timeout), no readiness wait. The key
     is systemd's copy of the key file (LoadCredential=): the file is the service user's, 0600."""
-    m = profile.monitor
-    argv = [
-        ctx.kimi_serve,
-        "verify",
-        "--host",
-        launch.endpoint,
-        "--timeout",
-        f"{m.timeout:g}",
-        "--suite",
-        m.suite,
-        "--max-tokens",
-        str(m.max_tokens),
-        "--metrics-file",
-        metrics_file(profile, unit),
-        "--profile",
-        profile.name,
-        "--unit-name",
-        unit,
-        *floor_args(profile),
-    ]
-    if launch.api_key_file:
-        argv += ["--api-key-file", credential_path(unit)]
-    return argv
-
-
-def _render(template: str, values: dict[str, object], name: str, fields: dict[str, str]) -> RenderedUnit:
-    import jinja2
-
-    loader = jinja2.FileSystemLoader(str(resource_dir("systemd")))
-    body = (
-        jinja2.Environment(
-            loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
-        )
-        .get_template(template)
-        .render(**values)
-    )
-    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
-    marker = " ".join([MARKER_PREFIX, *(f"{k}={marker_value(v)}" for k, v in {**fields, "sha256": digest}.items())])
-    return RenderedUnit(name=name, text=f"{marker}\n{body}", sha256=digest)
+    m, key = profile.monitor, credential_path(unit) if launch.api_key_file else None
+    extra = ["--max-tokens", str(m.max_tokens), "--metrics-file", metrics_file(profile, unit)]
+    extra += ["--profile", profile.name, "--unit-name", unit, *floor_args(profile)]
+    return verify_command([ctx.kimi_serve], launch.endpoint, m.timeout, m.suite, key, extra=extra)
 
 
 def render_monitor(profile: Profile, launch: Launch, ctx: UnitContext, unit: str) -> MonitorUnits | None:
@@ -117,16 +87,11 @@ def render_monitor(profile: Profile, launch: Launch, ctx: UnitContext, unit: str
     if not m.enabled:
         return None
     service, timer = monitor_names(unit)
-    fields = {
-        "version": ctx.version,
-        "profile": profile.name,
-        "patch_set": "+".join(profile.patch_set) or "none",
-        "endpoint": launch.endpoint,
-    }
+    fields = marker_fields(ctx, profile, launch.endpoint)
     common = {"main_unit": unit, "timer_unit": timer, "service_unit": service}
     what = specifiers(f"kimi-serve contract check of {unit} (profile {profile.name})", profile.where("monitor"))
     key = launch.api_key_file
-    svc = _render(
+    svc = render_template(
         "kimi-serve-verify.service.j2",
         {
             # root, not service.user: the check appends to kimi-serve's own records (root-owned, so the server's user
@@ -147,7 +112,7 @@ def render_monitor(profile: Profile, launch: Launch, ctx: UnitContext, unit: str
         service,
         fields,
     )
-    tmr = _render(
+    tmr = render_template(
         "kimi-serve-verify.timer.j2",
         {
             **common,
@@ -158,7 +123,7 @@ def render_monitor(profile: Profile, launch: Launch, ctx: UnitContext, unit: str
         timer,
         fields,
     )
-    alert = _render(
+    alert = render_template(
         "kimi-serve-alert@.service.j2",
         {"hardening": ["DynamicUser=yes", *(f"{k}={v}" for k, v in client_sandbox(()))]},
         ALERT_UNIT,
@@ -189,15 +154,8 @@ def analyze_together(systemd: Systemd, units: list[RenderedUnit]) -> None:
 
 
 def refuse_foreign_monitor(paths: ServicePaths) -> None:
-    for name in (*monitor_names(paths.unit), ALERT_UNIT):
-        path = paths.unit_path(name)
-        text = read_text(path)
-        if text is not None and parse_marker(text) is None and name != ALERT_UNIT:
-            raise KimiServeError(
-                f"{path} was not written by kimi-serve (no marker line); refusing to touch it",
-                hint=f"move it aside first (mv {path} /root/), or use another --unit-name",
-                exit_code=ExitCode.ENVIRONMENT,
-            )
+    for name in monitor_names(paths.unit):  # an alert template of the operator's own is kept, never refused
+        refuse_foreign(paths.unit_path(name))
 
 
 Step = Callable[[str, str, str], None]  # Result.add
@@ -217,19 +175,15 @@ def planned_monitor(monitor: MonitorUnits | None, paths: ServicePaths, now: bool
     ]
 
 
-def _unit_path(paths: ServicePaths, name: str) -> Path:
-    return paths.unit_path(name)
-
-
 def _installed(paths: ServicePaths) -> bool:
-    return any(_unit_path(paths, n).exists() for n in monitor_names(paths.unit))
+    return any(paths.unit_path(n).exists() for n in monitor_names(paths.unit))
 
 
 def refuse_links(monitor: MonitorUnits | None, paths: ServicePaths) -> None:
     """Exit 5 before anything is written when the unit, its records or what :func:`write_monitor` writes or creates
     is reached through a link out of the root, or a folder to create is a dangling link."""
     folders = [paths.under_root(d) for d in monitor.writable] if monitor else []
-    units = [_unit_path(paths, u.name) for u in monitor.files] if monitor else []
+    units = [paths.unit_path(u.name) for u in monitor.files] if monitor else []
     paths.refuse_escape(paths.unit_file, paths.state_dir, *units, *folders)
     for target in folders:
         if target.is_symlink() and not target.is_dir():
@@ -248,7 +202,7 @@ def write_monitor(monitor: MonitorUnits | None, paths: ServicePaths, add: Step) 
             mkdir_under(paths.root, target, 0o755)
             add(f"create {target}", "done", "")
     for unit in monitor.files:
-        path = _unit_path(paths, unit.name)
+        path = paths.unit_path(unit.name)
         current = read_text(path)
         if unit.name == ALERT_UNIT and current is not None and parse_marker(current) is None:
             add(f"keep {path}", "skipped", "not written by kimi-serve (the operator's own hook)")
@@ -281,26 +235,21 @@ def remove_monitor(paths: ServicePaths, systemd: Systemd, must: Must, add: Step,
         return
     refuse_foreign_monitor(paths)
     status = "planned" if dry_run else "done"
-    steps: list[tuple[str, Callable[[], Completed]]] = []
-    if systemd.live:
-        steps += [
-            (
-                f"systemctl stop {timer} {service}",
-                lambda: systemd.runner(["systemctl", "stop", timer, service], timeout=SYSTEMCTL_TIMEOUT),
-            )
-        ]
-    steps.append(
-        (f"systemctl {'' if systemd.live else f'--root={paths.root} '}disable {timer}", lambda: systemd.disable(timer))
-    )
-    for action, call in steps:
+
+    def step(action: str, call: Callable[[], Completed]) -> None:
         if dry_run:
             add(action, "planned", "")
         else:
             must(action, call())
+
+    if systemd.live:
+        stop = ["systemctl", "stop", timer, service]
+        step(" ".join(stop), lambda: systemd.runner(stop, timeout=SYSTEMCTL_TIMEOUT))
+    step(f"systemctl {'' if systemd.live else f'--root={paths.root} '}disable {timer}", lambda: systemd.disable(timer))
     for name in (timer, service):
         if not dry_run:
-            remove_under(paths.root, _unit_path(paths, name))
-        add(f"remove {_unit_path(paths, name)}", status, "")
+            remove_under(paths.root, paths.unit_path(name))
+        add(f"remove {paths.unit_path(name)}", status, "")
     if not dry_run:
         checkpoint("service.monitor.removed")
     _remove_alert(paths, timer, add, dry_run=dry_run)
@@ -310,7 +259,7 @@ def remove_monitor(paths: ServicePaths, systemd: Systemd, must: Must, add: Step,
 
 def _remove_alert(paths: ServicePaths, timer: str, add: Step, *, dry_run: bool) -> None:
     """The alert template kimi-serve wrote, once no kimi-serve contract check but ``timer`` (going) uses it."""
-    alert = _unit_path(paths, ALERT_UNIT)
+    alert = paths.unit_path(ALERT_UNIT)
     others = [p for p in alert.parent.glob("*-verify.timer") if p.name != timer]
     text = read_text(alert)
     if text is not None and parse_marker(text) is not None and not others:

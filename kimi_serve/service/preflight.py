@@ -8,6 +8,7 @@ With ``contract``, the check's contract dry run (the profile's flags through the
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
@@ -20,11 +21,7 @@ if TYPE_CHECKING:
     from kimi_serve.host.doctor import DoctorReport, Host
 
 T = TypeVar("T")
-_SERVICE_OWNED = {("host", "server.api_key_file")}
-
-
-def adapt_findings(findings: list[Finding]) -> list[Finding]:
-    return [f for f in findings if (f.layer, f.code) not in _SERVICE_OWNED]
+_SERVICE_OWNED = ("host", "server.api_key_file")  # install checks or creates the key file under its root itself
 
 
 def check_for_service(profile: Profile, *, contract: bool, preview: bool = False) -> tuple[Launch, list[Finding]]:
@@ -33,7 +30,7 @@ def check_for_service(profile: Profile, *, contract: bool, preview: bool = False
     from kimi_serve.check.report import INPUT_LAYERS, run_check
 
     report = run_check(profile, offline=False, contract=contract)
-    findings = adapt_findings(report.findings)
+    findings = [f for f in report.findings if (f.layer, f.code) != _SERVICE_OWNED]
     bad = failed(findings)
     if preview:
         bad = [f for f in bad if f.layer in INPUT_LAYERS]
@@ -100,16 +97,11 @@ def doctor_reach(profile: Profile, launch: Launch, environ: Mapping[str, str]) -
         return [
             Finding("doctor", "unit.reach", WARN if try_out else FAIL, exc.message, exc.hint or "", exc.where or "")
         ]
-    drift = [Finding("doctor", f.code, f.status, f.message, f.fix) for f in (ctx.engine_drift(),) if f is not None]
+    drift = [replace(f, layer="doctor") for f in (ctx.engine_drift(),) if f is not None]
+    # unit_reach's findings are failures: a warning for a try-out
+    note = "install-service only (up runs as you): " if try_out else ""
     found = [
-        Finding(
-            "doctor",
-            f.code,
-            WARN if try_out and f.status == FAIL else f.status,
-            f"install-service only (up runs as you): {f.message}" if try_out else f.message,
-            f.fix,
-            f.where,
-        )
+        replace(f, layer="doctor", status=WARN if try_out else f.status, message=note + f.message)
         for f in unit_reach(profile, launch, ctx, from_env(environ).accounts_root)
     ]
     if found:

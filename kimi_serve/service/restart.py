@@ -26,7 +26,6 @@ from kimi_serve.service.install import (
     journal_scope,
     start_and_verify,
     start_monitor,
-    warn_in,
     write_unit,
 )
 from kimi_serve.service.state import ServicePaths, read_record, read_text, write_atomic
@@ -52,7 +51,6 @@ def restart(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[s
 def _restart(plan: Plan, systemd: Systemd, verifier: Verifier, environ: Mapping[str, str]) -> Result:
     paths = plan.paths
     result = Result(paths.unit)
-    warn_in(result, plan.findings)
     previous_good = last_good(paths)
     write_unit(plan, systemd, result, environ)
     result.new = start_and_verify(plan.candidate, paths, systemd, verifier, result)

@@ -1,25 +1,20 @@
-"""restart's one body (:func:`restart_deployment`): the one unit restarted with its contract check and rollback
-(:mod:`kimi_serve.service.restart`), or a replicated deployment's rolling restart: one replica at a time, never
-leaving the router without a healthy worker (docs/scale-out.md, "As services").
+"""restart's one body (:func:`restart_deployment`): the one unit (:mod:`kimi_serve.service.restart`), or a replicated
+deployment's rolling restart, one replica at a time, never leaving the router without a healthy worker
+(docs/scale-out.md, "As services").
 
-For each replica, in order: ask the router (``GET /workers``) for a healthy worker OTHER than this one, waiting up to
-:func:`kimi_serve.service.timeouts.router_health_wait_sec`; if there is none, stop (before the first replica: a
-one-line refusal, exit 5, nothing changed). Take the replica out of the router's rotation (``DELETE /workers/ID``):
-the router's health checks would take interval x threshold to notice the stop, and a request it sends to a stopping
-replica meanwhile fails (measured: HTTP 500 ``call_upstream_request_error``, no retry). Then the single-unit
-restart of that replica
-(:func:`kimi_serve.service.restart.restart`: its own intent journal, the contract check, the rollback of THAT
-replica to its last good unit on failure), and the replica is put back into the rotation (``POST /workers``) whatever
-the outcome, also when the router did not take it out in time (:mod:`kimi_serve.service.rotation`: a late removal
-waited for, bounded retries; a replica it cannot put back is named with the command that does). A replica that
-fails stops the roll: the ones after it keep their units.
-A passing replica must show up healthy in the router again before the next one is stopped. The router's unit is
-restarted last, and only when what it runs changed (its argv, environment or settings; or its verify timer).
+For each replica: wait (up to :func:`~kimi_serve.service.timeouts.router_health_wait_sec`) for the router
+(``GET /workers``) to report a healthy worker OTHER than it, else stop (before the first: exit 5, nothing changed).
+Take it out of the router's rotation (``DELETE /workers/ID``): the router's health checks would take interval x
+threshold to notice the stop, and a request sent to a stopping replica meanwhile fails (measured: HTTP 500
+``call_upstream_request_error``, no retry). Restart it as one unit (its own journal, contract check and rollback to
+ITS last good unit), then put it back (``POST /workers``) whatever the outcome (:mod:`kimi_serve.service.rotation`).
+A failing replica stops the roll (the ones after it keep their units); a passing one must show up healthy in the
+router again before the next is stopped. The router's unit is restarted last, only when what it runs changed (argv,
+environment, settings, or its verify timer).
 
-Exit codes: those of :mod:`kimi_serve.service.restart`, for the replica that stopped the roll (1: it failed and its
-last good unit is back; 4: it failed and is not serving, while the others still are; 70: verify crashed); 1 also
-when the router does not see a restarted replica healthy again in time, or a replica may be out of its rotation
-(named, with the command); 5 refused before the first change (the replica in the rotation as it was).
+Exit codes: :mod:`kimi_serve.service.restart`'s, for the replica that stopped the roll (1, 4, 70); 1 also when the
+router does not see a restarted replica healthy in time, or a replica may be out of its rotation (named, with the
+command); 5 refused before the first change.
 """
 
 from __future__ import annotations
@@ -113,8 +108,7 @@ def _put_back_missing(fleet: Fleet, r: Rotation, result: Result) -> None:
     if isinstance(ids, str):
         return  # the wait for a healthy worker says why
     for m in _replicas(fleet):
-        url = m.url
-        if url not in ids:
+        if m.url not in ids:
             _restore(r, m, result, pending=False, note=" (it was missing)")
 
 

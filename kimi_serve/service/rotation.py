@@ -2,13 +2,11 @@
 (:mod:`kimi_serve.service.rolling`): whatever the router answers, the roll puts back what it took out, or says which
 replica is left out and the command that puts it back.
 
-The router's answers are not trusted to be timely or well-formed: a removal it accepted may be applied seconds later
-(after the roll gave up waiting for it), an answer may be an error, a timeout, or JSON nested too deeply to read.
-:func:`take_out` says whether a removal may still be pending (the ``DELETE`` was accepted, or went unanswered);
-:func:`put_back` then waits for that removal to land before it posts the replica again, retries a refused or
-unanswered ``POST`` until its deadline (and at least :data:`PUT_BACK_TRIES` times), and posts without the list when
-the list cannot be read. Every request ends within its own timeout (:mod:`kimi_serve.router.client`), every loop at
-a deadline.
+The router's answers are not trusted to be timely or well-formed: a removal it accepted may land seconds later, an
+answer may be an error, a timeout, or JSON nested too deeply to read. :func:`take_out` says whether a removal may
+still be pending; :func:`put_back` then waits for it to land before posting the replica again, retries a refused or
+unanswered ``POST`` until its deadline (at least :data:`PUT_BACK_TRIES` times), and posts without the list when the
+list cannot be read. Every request and every loop ends at a deadline.
 """
 
 from __future__ import annotations

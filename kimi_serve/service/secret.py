@@ -38,14 +38,18 @@ def needs_secret(profile: Profile, paths: ServicePaths, environ: Mapping[str, st
             f"first: {keyfile_recipe(profile.cli_args(), paths.root)}",
             exit_code=ExitCode.FAILED,
         )
+    _yaml_name(secret, where)
+    _one_line_key(environ[API_KEY_ENV])  # refused at planning, before anything is written
+    return True
+
+
+def _yaml_name(secret: str, where: str) -> None:
     if not secret.endswith(SUFFIXES):
         raise KimiServeError(
             f"{secret}: SGLang's --config accepts only .yaml/.yml files",
             where=where,
             hint="name it e.g. /etc/kimi-serve/secrets.yaml",
         )
-    _one_line_key(environ[API_KEY_ENV])  # refused at planning, before anything is written
-    return True
 
 
 def _one_line_key(key: str) -> str:
@@ -139,12 +143,7 @@ def write_profile_key_file(profile: Profile, root: Path, environ: Mapping[str, s
             where=where,
             hint="set server.api_key_file: /etc/kimi-serve/NAME-secrets.yaml in the profile (or --set)",
         )
-    if not secret.endswith(SUFFIXES):
-        raise KimiServeError(
-            f"{secret}: SGLang's --config accepts only .yaml/.yml files",
-            where=where,
-            hint="name it e.g. /etc/kimi-serve/secrets.yaml",
-        )
+    _yaml_name(secret, where)
     path = root / secret.lstrip("/")
     given = environ.get(API_KEY_ENV, "").strip()
     found = _present(path)

@@ -57,59 +57,43 @@ class Status:
     def findings(self) -> list[Finding]:
         """Why the status is not OK, one line each with the fix (empty when it is)."""
         out: list[Finding] = []
+
+        def fail(code: str, message: str, fix: str) -> None:
+            out.append(Finding("status", code, FAIL, message, fix))
+
         if not self.installed:
-            out.append(
-                Finding(
-                    "status",
-                    "unit.not_installed",
-                    FAIL,
-                    f"{self.unit} is not installed ({self.unit_file})",
-                    "kimi-serve install-service --profile P; a foreground `up` is listed under runs",
-                )
+            fail(
+                "unit.not_installed",
+                f"{self.unit} is not installed ({self.unit_file})",
+                "kimi-serve install-service --profile P; a foreground `up` is listed under runs",
             )
         if self.state_error and _NO_SYSTEMD.search(self.state_error):
-            out.append(
-                Finding(
-                    "status",
-                    "systemd.unreachable",
-                    FAIL,
-                    "systemd is not reachable here (systemctl: cannot connect to the system bus; PID 1 is not systemd)",
-                    "run status on the host whose systemd runs the unit (or as a user allowed on its bus); "
-                    "pass --root DIR to read an offline tree",
-                )
+            fail(
+                "systemd.unreachable",
+                "systemd is not reachable here (systemctl: cannot connect to the system bus; PID 1 is not systemd)",
+                "run status on the host whose systemd runs the unit (or as a user allowed on its bus); "
+                "pass --root DIR to read an offline tree",
             )
         elif self.state_error and self.installed:
-            out.append(Finding("status", "unit.state", FAIL, self.state_error, "see systemctl status " + self.unit))
+            fail("unit.state", self.state_error, "see systemctl status " + self.unit)
         elif self.state and self.state.get("ActiveState") != "active":
-            out.append(
-                Finding(
-                    "status",
-                    "unit.inactive",
-                    FAIL,
-                    f"{self.unit} is {self.state.get('ActiveState')} ({self.state.get('SubState')})",
-                    f"kimi-serve restart --profile {self.marker.profile if self.marker else 'P'}; journalctl -u "
-                    f"{self.unit}",
-                )
+            fail(
+                "unit.inactive",
+                f"{self.unit} is {self.state.get('ActiveState')} ({self.state.get('SubState')})",
+                f"kimi-serve restart --profile {self.marker.profile if self.marker else 'P'}; journalctl -u "
+                f"{self.unit}",
             )
         elif self.state and self.health != "ready":
-            out.append(
-                Finding(
-                    "status",
-                    "health",
-                    FAIL,
-                    f"/health is {self.health or 'not checked'}",
-                    f"kimi-serve logs --unit-name {self.unit.removesuffix('.service')}",
-                )
+            fail(
+                "health",
+                f"/health is {self.health or 'not checked'}",
+                f"kimi-serve logs --unit-name {self.unit.removesuffix('.service')}",
             )
         if self.interrupted:
-            out.append(
-                Finding(
-                    "status",
-                    "interrupted",
-                    FAIL,
-                    f"a {self.interrupted.get('op')} was interrupted part-way",
-                    "run install-service, uninstall-service or restart again: it rolls the change back first",
-                )
+            fail(
+                "interrupted",
+                f"a {self.interrupted.get('op')} was interrupted part-way",
+                "run install-service, uninstall-service or restart again: it rolls the change back first",
             )
         return out
 
@@ -147,20 +131,18 @@ class Status:
             )
         )
         rows.append(("health", f"{self.health} ({m.endpoint if m else ''}/health)" if self.health else "not checked"))
-        for label, rec in (("last verify", self.last_verify), ("last good", self.last_good)):
-            if rec is None:
-                rows.append((label, "none recorded"))
-            elif label == "last verify":
-                verdict = f"{rec.get('status')} at {rec.get('time')} (profile {rec.get('profile')})"
-                rows.append((label, f"{verdict}: {rec.get('detail')}"))
-            else:
-                rows.append(
-                    (
-                        label,
-                        f"profile {rec.get('profile')} (patch set {rec.get('patch_set')}, sha256 "
-                        f"{str(rec.get('unit_sha256'))[:12]}) at {rec.get('time')}",
-                    )
-                )
+        v, g = self.last_verify, self.last_good
+        verdict = f"{v.get('status')} at {v.get('time')} (profile {v.get('profile')})" if v is not None else ""
+        rows.append(("last verify", f"{verdict}: {v.get('detail')}" if v is not None else "none recorded"))
+        rows.append(
+            (
+                "last good",
+                f"profile {g.get('profile')} (patch set {g.get('patch_set')}, sha256 "
+                f"{str(g.get('unit_sha256'))[:12]}) at {g.get('time')}"
+                if g is not None
+                else "none recorded",
+            )
+        )
         if self.interrupted:
             from kimi_serve.service.journal import describe
 
@@ -197,13 +179,7 @@ class Status:
             "listeners": to_json(self.listeners) if self.listeners is not None else None,
             "listener_findings": to_json(self.listener_findings),
             "interrupted": (
-                {
-                    "op": self.interrupted.get("op"),
-                    "pid": self.interrupted.get("pid"),
-                    "started_at": self.interrupted.get("started_at"),
-                }
-                if self.interrupted
-                else None
+                {k: self.interrupted.get(k) for k in ("op", "pid", "started_at")} if self.interrupted else None
             ),
         }
 

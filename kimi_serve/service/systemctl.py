@@ -18,16 +18,12 @@ from kimi_serve.core.proc import Completed, Runner
 SYSTEMCTL_TIMEOUT = 90.0  # daemon-reload, enable, stop of a quick unit
 
 
-_INSTALL_HINT = {
-    "systemctl": "install systemd (apt-get install systemd)",
-    "systemd-analyze": "install systemd (apt-get install systemd)",
-    "journalctl": "install systemd (apt-get install systemd)",
-}
+_SYSTEMD_TOOLS, _HINT = ("systemctl", "systemd-analyze", "journalctl"), "install systemd (apt-get install systemd)"
 
 
 def run(argv: Sequence[str], *, timeout: float) -> Completed:
     """The one place kimi-serve's service code starts a process (:func:`kimi_serve.core.proc.run`)."""
-    return proc.run(argv, timeout=timeout, install_hint=_INSTALL_HINT.get(argv[0]))
+    return proc.run(argv, timeout=timeout, install_hint=_HINT if argv[0] in _SYSTEMD_TOOLS else None)
 
 
 @dataclass(frozen=True)
@@ -75,11 +71,9 @@ class Systemd:
     def reset_failed(self, unit: str) -> Completed:
         return self._systemctl("reset-failed", unit)
 
-    def journal_tail(self, unit: str, lines: int = 6) -> str:
-        """The unit's last journal lines joined on one line ('' when journalctl has nothing or fails)."""
-        done = self.runner(
-            ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "-u", unit], timeout=SYSTEMCTL_TIMEOUT
-        )
+    def journal_tail(self, unit: str) -> str:
+        """The unit's last 6 journal lines joined on one line ('' when journalctl has nothing or fails)."""
+        done = self.runner(["journalctl", "--no-pager", "-o", "cat", "-n", "6", "-u", unit], timeout=SYSTEMCTL_TIMEOUT)
         return " / ".join(line.strip() for line in done.out.splitlines() if line.strip()) if done.ok else ""
 
     def show(self, unit: str, props: Sequence[str]) -> dict[str, str] | Completed:

@@ -23,7 +23,6 @@ from kimi_serve.service.unit import unit_file_name
 class ServiceTarget:
     profile: Profile | None  # None: a command given only --unit-name (uninstall-service, status)
     unit: str  # NAME.service: the one unit, or a replicated deployment's base name (NAME-r0, ..., NAME-router)
-    unit_name: str | None  # --unit-name as given; None: the profile's service.unit_name
     systemd: Systemd
 
     @property
@@ -52,4 +51,4 @@ def unit_of(profile: Profile | None, unit_name: str | None) -> str:
 
 
 def resolve_target(profile: Profile | None, unit_name: str | None, systemd: Systemd) -> ServiceTarget:
-    return ServiceTarget(profile, unit_of(profile, unit_name), unit_name, systemd)
+    return ServiceTarget(profile, unit_of(profile, unit_name), systemd)

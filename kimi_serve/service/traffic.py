@@ -1,16 +1,13 @@
 """Real-traffic contract counters: SGLang's parse-failure log lines for the unit, counted since the last monitoring run.
 
 The contract check (:mod:`kimi_serve.service.monitor`) sends a few probes; real traffic can still hit parser faults the
-probes do not. SGLang logs each one (the exact texts: :data:`PATTERNS`, each driven out of SGLang's real serving layer
-by tests/test_traffic_sglang.py). Each run reads the unit's journal after the stored cursor
-(``journalctl -u UNIT --after-cursor C --show-cursor -o cat``), bounded by :data:`MAX_LINES` entries and
-:data:`MAX_BYTES` of text, classifies the lines with :func:`classify` and adds them to the counters kept, with the
-cursor, in ``var/lib/kimi-serve/service/NAME/traffic.json`` (one atomic rename). The first run (no state) starts at
-the journal's current end, so an install never counts a backlog; a cursor journalctl rejects (rotated away, corrupt)
-restarts at the end the same way, counted in ``restarts``. The lines SGLang logs for verify's own parser probe
-(its id :data:`kimi_serve.verify.parser_faults.PROBE_ID`: the timer's check runs it every interval) are no real
-traffic: they are counted apart, in ``own_probe_lines``, never as failures. The counters become
-``kimi_serve_traffic_*_total`` series in the metrics file (docs/monitoring.md).
+probes do not, and SGLang logs each one (:data:`PATTERNS`, driven out of SGLang by tests/test_traffic_sglang.py). Each
+run reads the unit's journal after the stored cursor (``journalctl -u UNIT --after-cursor C --show-cursor -o cat``,
+at most :data:`MAX_LINES` entries and :data:`MAX_BYTES`), classifies the lines (:func:`classify`) and adds them to the
+counters kept with the cursor in ``var/lib/kimi-serve/service/NAME/traffic.json``. With no state, or a cursor
+journalctl rejects (counted in ``restarts``), a run starts at the journal's end: an install never counts a backlog.
+Lines of verify's own parser probe (:data:`kimi_serve.verify.parser_faults.PROBE_ID`) are counted apart, in
+``own_probe_lines``, never as failures. The counters become ``kimi_serve_traffic_*`` series (docs/monitoring.md).
 """
 
 from __future__ import annotations
@@ -112,10 +109,7 @@ def read_state(paths: ServicePaths) -> TrafficState | None:
     return TrafficState(
         cursor=cursor if isinstance(cursor, str) and cursor else None,
         counts={k: _int(counts.get(k)) for k in KINDS},
-        lines_read=_int(data.get("lines_read")),
-        capped_runs=_int(data.get("capped_runs")),
-        restarts=_int(data.get("restarts")),
-        own_probe_lines=_int(data.get("own_probe_lines")),
+        **{k: _int(data.get(k)) for k in ("lines_read", "capped_runs", "restarts", "own_probe_lines")},
         last_run=float(data.get("last_run") or 0.0) if isinstance(data.get("last_run"), int | float) else 0.0,
         error=str(data.get("error") or ""),
     )
@@ -202,45 +196,42 @@ def summary(state: TrafficState | None) -> dict[str, Any] | None:
     return out
 
 
+# (name after PREFIX, type, help, the state field counted; None: the journal read ok gauge)
+_FAMILIES = (
+    ("log_lines_total", "counter", "Journal lines of the unit read.", "lines_read"),
+    (
+        "log_capped_runs_total",
+        "counter",
+        "Runs that hit the per-run line or byte cap (lines beyond it were not counted).",
+        "capped_runs",
+    ),
+    (
+        "log_restarts_total",
+        "counter",
+        "Runs that found no usable journal cursor and started at the journal's end.",
+        "restarts",
+    ),
+    (
+        "own_probe_lines_total",
+        "counter",
+        "Parse-failure lines SGLang logged for kimi-serve's own parser probe (left out of the failures).",
+        "own_probe_lines",
+    ),
+    ("log_read_ok", "gauge", "1 when the last run could read the unit's journal.", None),
+)
+
+
 def render(
     state: TrafficState, labels: dict[str, str]
 ) -> list[tuple[str, str, str, list[tuple[dict[str, str], float]]]]:
     """The counter families of ``state`` for the metrics file: (name, type, help, [(labels, value)])."""
-    return [
-        (
-            f"{PREFIX}_parse_failures_total",
-            "counter",
-            "SGLang parse-failure log lines of real traffic for the unit, by kind, since the counters were created.",
-            [({**labels, "kind": kind}, float(state.counts[kind])) for kind in KINDS],
-        ),
-        (
-            f"{PREFIX}_log_lines_total",
-            "counter",
-            "Journal lines of the unit read.",
-            [(labels, float(state.lines_read))],
-        ),
-        (
-            f"{PREFIX}_log_capped_runs_total",
-            "counter",
-            "Runs that hit the per-run line or byte cap (lines beyond it were not counted).",
-            [(labels, float(state.capped_runs))],
-        ),
-        (
-            f"{PREFIX}_log_restarts_total",
-            "counter",
-            "Runs that found no usable journal cursor and started at the journal's end.",
-            [(labels, float(state.restarts))],
-        ),
-        (
-            f"{PREFIX}_own_probe_lines_total",
-            "counter",
-            "Parse-failure lines SGLang logged for kimi-serve's own parser probe (left out of the failures).",
-            [(labels, float(state.own_probe_lines))],
-        ),
-        (
-            f"{PREFIX}_log_read_ok",
-            "gauge",
-            "1 when the last run could read the unit's journal.",
-            [(labels, 0.0 if state.error else 1.0)],
-        ),
+    failures = (
+        f"{PREFIX}_parse_failures_total",
+        "counter",
+        "SGLang parse-failure log lines of real traffic for the unit, by kind, since the counters were created.",
+        [({**labels, "kind": kind}, float(state.counts[kind])) for kind in KINDS],
+    )
+    return [failures] + [
+        (f"{PREFIX}_{name}", kind, text, [(labels, float(getattr(state, f)) if f else 0.0 if state.error else 1.0)])
+        for name, kind, text, f in _FAMILIES
     ]

@@ -11,7 +11,8 @@ from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.files import remove_under
 from kimi_serve.core.proc import Completed
 from kimi_serve.service import monitor_units as mon
-from kimi_serve.service.install import Result, must, refuse_foreign
+from kimi_serve.service.install import Result, must
+from kimi_serve.service.marker import refuse_foreign
 from kimi_serve.service.state import ServicePaths, read_text
 from kimi_serve.service.systemctl import Systemd
 
@@ -20,7 +21,7 @@ def uninstall(paths: ServicePaths, systemd: Systemd, *, dry_run: bool) -> Result
     """Stop, disable and remove the unit and its records; the API-key file and working directory stay."""
     result = Result(paths.unit)
     paths.refuse_escape(paths.unit_file, paths.state_dir)  # nothing removed through a link out of the root
-    refuse_foreign(paths)
+    refuse_foreign(paths.unit_file)
     status = "planned" if dry_run else "done"
     if read_text(paths.unit_file) is None:
         return _leftovers(paths, systemd, result, dry_run, status)

@@ -9,7 +9,7 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,22 +173,25 @@ def floor_args(profile: Profile) -> list[str]:
 
 def verify_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str]:
     """``kimi-serve verify`` as ExecStartPost runs it: wait out the cold start, then the contract suite."""
-    argv = [
-        ctx.kimi_serve,
-        "verify",
-        "--host",
-        launch.endpoint,
-        "--wait",
-        str(profile.startup.timeout),
-        "--timeout",
-        f"{profile.verify.timeout:g}",
-        "--suite",
-        profile.verify.suite,
-        *floor_args(profile),
-    ]
-    if launch.api_key_file:
-        argv += ["--api-key-file", launch.api_key_file]
-    return argv
+    v, wait = profile.verify, str(profile.startup.timeout)
+    return verify_command(
+        [ctx.kimi_serve], launch.endpoint, v.timeout, v.suite, launch.api_key_file, wait, floor_args(profile)
+    )
+
+
+def verify_command(
+    kimi_serve: Sequence[str],
+    host: str,
+    timeout: float,
+    suite: str,
+    key: str | None,
+    wait: str = "",
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """A ``kimi-serve verify`` command line (``kimi_serve``: what runs kimi-serve); ``wait``: seconds of a cold start
+    to wait out; ``extra``: further options, before the key file."""
+    head = [*kimi_serve, "verify", "--host", host, *(["--wait", wait] if wait else [])]
+    return [*head, "--timeout", f"{timeout:g}", "--suite", suite, *extra, *(["--api-key-file", key] if key else [])]
 
 
 def selftest_gate_argv(profile: Profile, launch: Launch, ctx: UnitContext) -> list[str] | None:
@@ -209,13 +212,12 @@ def render_unit(
 ) -> RenderedUnit:
     """The unit text for a validated launch (see :func:`kimi_serve.check.launch.validated_launch`); ``unit_name``
     (NAME.service) overrides the profile's service.unit_name; ``shape`` makes it one member of a deployment."""
-    import jinja2
-
     name = unit_name or unit_file_name(profile.service.unit_name, profile.where("service.unit_name"))
     env = unit_environment(profile, launch, ctx)
-    what = f", {shape.what}" if shape else ""
-    posts = shape.posts if shape else (tuple(verify_argv(profile, launch, ctx)),)
-    gate = selftest_gate_argv(profile, launch, ctx) if _on_gpus(profile, shape) else None
+    shape = shape or UnitShape("", "", (tuple(verify_argv(profile, launch, ctx)),), POST_COMMENT)  # the one unit
+    gpus = uses_gpus(profile) and shape.role != Role.ROUTER.marker(0)  # the router of a replicated profile runs none
+    gate = selftest_gate_argv(profile, launch, ctx) if gpus else None
+    what = f", {shape.what}" if shape.what else ""
     values: Mapping[str, object] = {
         "description": specifiers(
             f"Kimi-K2.5 on SGLang (kimi-serve profile {profile.name}, engine {profile.engine}{what})",
@@ -223,18 +225,18 @@ def render_unit(
         ),
         "exec_start": exec_line(launch.argv, profile.where("python")),
         "selftest_pre": exec_line(gate, profile.where("allreduce")) if gate else "",
-        "exec_start_pres": [f"-+{exec_line(list(UVM_STEP), 'ExecStartPre')}"] if _on_gpus(profile, shape) else [],
-        "exec_start_posts": [exec_line(list(a), profile.where("server")) for a in posts],
-        "post_comment": shape.post_comment if shape else POST_COMMENT,
-        "unit_lines": list(shape.unit_lines) if shape else [],
-        "stop_comment": list(shape.stop_comment if shape else STOP_COMMENT),
-        "timeout_comment": _timeout_comment(shape.timeout_comment if shape else TIMEOUT_COMMENT, bool(gate)),
+        "exec_start_pres": [f"-+{exec_line(list(UVM_STEP), 'ExecStartPre')}"] if gpus else [],
+        "exec_start_posts": [exec_line(list(a), profile.where("server")) for a in shape.posts],
+        "post_comment": shape.post_comment,
+        "unit_lines": list(shape.unit_lines),
+        "stop_comment": list(shape.stop_comment),
+        "timeout_comment": SELFTEST_TIMEOUT + shape.timeout_comment[:1].lower() + shape.timeout_comment[1:]
+        if gate
+        else shape.timeout_comment,
         "environment": [environment_line(k, v, profile.where(f"env.{k}")) for k, v in sorted(env.items())],
         "user": user_name(profile.service.user, profile.where("service.user")),
         "working_directory": specifiers(profile.service.working_directory, profile.where("service.working_directory")),
-        "timeout_start_sec": (
-            shape.timeout_start_sec if shape and shape.timeout_start_sec else start_timeout_sec(profile)
-        ),
+        "timeout_start_sec": shape.timeout_start_sec or start_timeout_sec(profile),
         "restart_sec": RESTART_SEC,
         "start_limit_burst": START_LIMIT_BURST,
         "start_limit_interval_sec": start_limit_interval_sec(profile),
@@ -246,33 +248,35 @@ def render_unit(
         "hardening_level": profile.service.hardening,
         "hardening": [f"{k}={v}" for k, v in unit_sandbox(profile, launch, ctx)],
     }
-    loader = jinja2.FileSystemLoader(str(resource_dir("systemd")))
-    template = jinja2.Environment(
-        loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
-    ).get_template(TEMPLATE)
-    body = template.render(**values)
-    if profile.overrides:  # recorded in the unit (under its hash), so `status` shows what is live
-        body = OVERRIDES_PREFIX + shlex.join(profile.overrides) + "\n" + body
+    # the --set overrides are recorded in the unit (under its hash), so `status` shows what is live
+    overrides = OVERRIDES_PREFIX + shlex.join(profile.overrides) + "\n" if profile.overrides else ""
+    fields = {**marker_fields(ctx, profile, launch.endpoint), **({"role": shape.role} if shape.role else {})}
+    return render_template(TEMPLATE, values, name, fields, overrides)
+
+
+def marker_fields(ctx: UnitContext, profile: Profile, endpoint: str) -> dict[str, str]:
+    """The marker line's fields of a unit rendered for ``profile`` (:mod:`kimi_serve.service.marker`)."""
+    patch_set = "+".join(profile.patch_set) or "none"
+    return {"version": ctx.version, "profile": profile.name, "patch_set": patch_set, "endpoint": endpoint}
+
+
+def render_template(
+    template: str, values: Mapping[str, object], name: str, fields: Mapping[str, str], head: str = ""
+) -> RenderedUnit:
+    """``template`` (under resources/systemd) rendered with ``values`` below kimi-serve's marker line (``fields``
+    and the body's SHA-256); ``head`` starts the body."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resource_dir("systemd"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    body = head + env.get_template(template).render(**values)
     digest = body_hash(body)
-    fields = {
-        "version": ctx.version,
-        "profile": profile.name,
-        "patch_set": "+".join(profile.patch_set) or "none",
-        "endpoint": launch.endpoint,
-        **({"role": shape.role} if shape else {}),
-        "sha256": digest,
-    }
-    marker = " ".join([MARKER_PREFIX] + [f"{k}={marker_value(v)}" for k, v in fields.items()])
+    marker = " ".join([MARKER_PREFIX, *(f"{k}={marker_value(v)}" for k, v in {**fields, "sha256": digest}.items())])
     return RenderedUnit(name=name, text=f"{marker}\n{body}", sha256=digest)
-
-
-def _timeout_comment(comment: str, gated: bool) -> str:
-    return SELFTEST_TIMEOUT + comment[:1].lower() + comment[1:] if gated else comment
-
-
-def _on_gpus(profile: Profile, shape: UnitShape | None) -> bool:
-    """Whether the unit runs a GPU server (the router of a replicated profile does not)."""
-    return uses_gpus(profile) and not (shape and shape.role == Role.ROUTER.marker(0))
 
 
 def unit_sandbox(profile: Profile, launch: Launch, ctx: UnitContext) -> list[tuple[str, str]]:
@@ -297,16 +301,13 @@ def unit_reach(
     launch: Launch,
     ctx: UnitContext,
     root: Path,
-    shape: UnitShape | None = None,
 ) -> list[Finding]:
     """Whether the unit's user, inside the unit's sandbox, can run its interpreter and start gate and read its model
     (:mod:`kimi_serve.host.unit_reach`): failed ``unit.reach`` findings, none when it can. ``root``: the system the
     unit runs on (an install root, or a container's root seen from its host)."""
-    posts = shape.posts if shape else (tuple(verify_argv(profile, launch, ctx)),)
-    needs = [Need("interpreter", launch.argv[0], RUN, profile.where("python"))]
-    needs += [
-        Need("start gate command", command, RUN, profile.where("server"))
-        for command in dict.fromkeys(post[0] for post in posts)
+    needs = [  # every gate (verify, wait-router, wait-joined, selftest-gate) is ctx's kimi-serve
+        Need("interpreter", launch.argv[0], RUN, profile.where("python")),
+        Need("start gate command", ctx.kimi_serve, RUN, profile.where("server")),
     ]
     if profile.engine == "simulator":  # the unit imports kimi-serve's own package from there (PYTHONPATH)
         needs.append(Need("kimi-serve package directory", ctx.package_root, ENTER, profile.where("engine")))

@@ -24,14 +24,6 @@ from kimi_serve.service.unit import UnitContext, unit_environment, unit_sandbox
 from kimi_serve.sglang.toolchain import SYSTEMD_PATH
 
 
-def unit_toolchain(profile: Profile, launch: Launch, ctx: UnitContext, root: Path) -> list[Finding]:
-    """``unit.nvcc`` and ``unit.cxx`` under the rendered unit's environment."""
-    env = {"PATH": SYSTEMD_PATH, **unit_environment(profile, launch, ctx, root)}
-    return [
-        doctor_finding(f"unit.{f.code}", f.status, f.message, f.fix) for f in check_toolchain(env, root, "the unit")
-    ]
-
-
 def probe_command(profile: Profile, launch: Launch, ctx: UnitContext, root: Path = Path("/")) -> list[str]:
     """The ``systemd-run`` command line of ``unit.cuda``: the unit's interpreter, user, sandbox, cache directory,
     limits and environment."""
@@ -55,7 +47,11 @@ def unit_gpu_findings(
 ) -> list[Finding]:
     """The unit's compilers, then its sandboxed CUDA probe (``gpus_found``: doctor's gpus check passed; ``as_root``:
     doctor runs as root, which systemd-run needs to start a unit as another user)."""
-    found = unit_toolchain(profile, launch, ctx, host.fs_root)
+    env = {"PATH": SYSTEMD_PATH, **unit_environment(profile, launch, ctx, host.fs_root)}
+    found = [  # the compilers under the rendered unit's environment
+        doctor_finding(f"unit.{f.code}", f.status, f.message, f.fix)
+        for f in check_toolchain(env, host.fs_root, "the unit")
+    ]
     if not gpus_found:
         return [*found, doctor_finding("unit.cuda", SKIP, "no usable GPU: CUDA inside the unit's sandbox not tried")]
     if not as_root:

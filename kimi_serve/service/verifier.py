@@ -22,22 +22,11 @@ def contract_verifier(
     """The real verifier: ``kimi-serve verify`` against the running unit, in its own process, so a kimi-serve bug
     in it is its exit 70 (reported as a bug), never an exception in restart's own decisions. ``options``: the
     unit's own further verify options, as its ExecStartPost runs them (the profile's ``--accept-floor``)."""
-    argv = [
-        *proc.python_argv(sys.executable, "-m", "kimi_serve"),
-        "verify",
-        "--host",
-        endpoint,
-        "--wait",
-        f"{VERIFY_WAIT_AFTER_START:g}",
-        "--timeout",
-        f"{timeout:g}",
-        "--suite",
-        suite,
-        *options,
-        "--json",
-    ]
-    if secret is not None:
-        argv += ["--api-key-file", str(secret)]
+    from kimi_serve.service.unit import verify_command
+
+    key, wait = str(secret) if secret is not None else None, f"{VERIFY_WAIT_AFTER_START:g}"
+    kimi_serve = proc.python_argv(sys.executable, "-m", "kimi_serve")
+    argv = verify_command(kimi_serve, endpoint, timeout, suite, key, wait, [*options, "--json"])
     done = proc.run(argv, timeout=VERIFY_WAIT_AFTER_START + timeout + 60)
     return done.rc, verify_summary(done)
 
