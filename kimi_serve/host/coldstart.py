@@ -50,7 +50,6 @@ class ProbeError(Exception):
 class Checkpoint:
     files: tuple[Path, ...]  # the shards SGLang reads, in load order, existing regular files only
     sizes: tuple[int, ...]
-    missing: int = 0
     problems: tuple[tuple[Path, str], ...] = ()  # shards that are missing, dangling links or not regular files: why
 
     @property
@@ -61,19 +60,18 @@ class Checkpoint:
     def shards(self) -> int:
         return len(self.files)
 
+    @property
+    def missing(self) -> int:
+        return len(self.problems)
 
-def shard_files(model_dir: Path) -> tuple[list[Path], int]:
-    """The shards the index names (sorted, as SGLang lists them), or every ``*.safetensors``; and how many are
-    missing."""
-    index = model_dir / INDEX
-    if index.is_file():
-        try:
-            names = sorted(set(load_json(index.read_text())["weight_map"].values()))
-        except (OSError, ValueError, KeyError, AttributeError, TypeError):
-            names = []
-        if names:
-            return [model_dir / n for n in names], 0
-    return sorted(model_dir.glob("*.safetensors")), 0
+
+def shard_files(model_dir: Path) -> list[Path]:
+    """The shards the index names (sorted, as SGLang lists them), or every ``*.safetensors``."""
+    try:
+        names = sorted(set(load_json((model_dir / INDEX).read_text())["weight_map"].values()))
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        names = []
+    return [model_dir / n for n in names] if names else sorted(model_dir.glob("*.safetensors"))
 
 
 def shard_problem(path: Path) -> tuple[int, str | None]:
@@ -94,16 +92,10 @@ def shard_problem(path: Path) -> tuple[int, str | None]:
 
 
 def checkpoint_of(dirs: list[Path]) -> Checkpoint:
-    candidates = [f for d in dirs for f in shard_files(d)[0]]
-    sizes, kept, problems = [], [], []
-    for f in candidates:
-        size, why = shard_problem(f)
-        if why is None:
-            sizes.append(size)
-            kept.append(f)
-        else:
-            problems.append((f, why))
-    return Checkpoint(tuple(kept), tuple(sizes), len(problems), tuple(problems))
+    checked = [(f, *shard_problem(f)) for d in dirs for f in shard_files(d)]
+    kept = [(f, size) for f, size, why in checked if why is None]
+    problems = tuple((f, why) for f, _, why in checked if why is not None)
+    return Checkpoint(tuple(f for f, _ in kept), tuple(size for _, size in kept), problems)
 
 
 # ---------------------------------------------------------------------------------------------- page cache
@@ -150,9 +142,13 @@ def resident_pages(path: Path) -> bytearray:
 _BIT0 = bytes(b & 1 for b in range(256))
 
 
+def _cached_pages(path: Path) -> tuple[bytearray, int]:
+    """One byte per page, 1 when cached; and the file's size."""
+    return resident_pages(path).translate(_BIT0), path.stat().st_size
+
+
 def cached_bytes(path: Path) -> int:
-    pages = resident_pages(path).translate(_BIT0)
-    size = path.stat().st_size
+    pages, size = _cached_pages(path)
     n = pages.count(1)
     if pages and pages[-1]:  # the last page is partial
         return (n - 1) * PAGE + (size - (len(pages) - 1) * PAGE)
@@ -232,8 +228,7 @@ def _plan(ckpt: Checkpoint, bound: int, ranges: dict[Path, list[tuple[int, int]]
 
 def _uncached_spans(f: Path) -> list[tuple[int, int]]:
     """Byte ranges of ``f`` not in the page cache, merged (runs found with bytes.find: C speed per run)."""
-    pages = resident_pages(f).translate(_BIT0)
-    size = f.stat().st_size
+    pages, size = _cached_pages(f)
     spans: list[tuple[int, int]] = []
     i = pages.find(0)
     while i != -1:
