@@ -95,56 +95,49 @@ def install_cmd(
     warm = host_warm_plan(plan.prefix, pins, CACHE_ROOT, process_environ())
     if dry_run:
 
-        def plan_text() -> None:
+        def plan_text() -> str:
             d = to_json(plan)
-            typer.echo(
-                f"would install the {d['lock']} lock ({d['packages']} packages, sglang {d['sglang']}, "
-                f"sha256 {d['lock_sha256'][:12]}) into {d['prefix']}"
+            copied = " (copied into the prefix)" if d["interpreter"] == "copy" else " (linked)"
+            replaces = "replace the existing venv" if d["replaces_existing"] else "move it into place"
+            link = f"  {d['link']} is a link to {d['prefix']}: the venv is built there, the link stays"
+            return "\n".join(
+                [
+                    f"would install the {d['lock']} lock ({d['packages']} packages, sglang {d['sglang']}, "
+                    f"sha256 {d['lock_sha256'][:12]}) into {d['prefix']}",
+                    f"  installer: {d['installer']} ({d['installer_path']}), "
+                    f"python {d['python_version']} from {d['python']}{copied}",
+                    f"  build in {d['staging']}, then {replaces}",
+                    f"  patch set: {d['patch_set'] or 'none'}; install lock: {d['lock_path']}",
+                    *([link] if d["link"] else []),
+                    f"  warm caches: {'then ' + warm.why if warm.run else 'skipped: ' + warm.why}",
+                    "dry run: nothing changed",
+                ]
             )
-            typer.echo(
-                f"  installer: {d['installer']} ({d['installer_path']}), "
-                f"python {d['python_version']} from {d['python']}"
-                + (" (copied into the prefix)" if d["interpreter"] == "copy" else " (linked)")
-            )
-            typer.echo(
-                f"  build in {d['staging']}, then "
-                + ("replace the existing venv" if d["replaces_existing"] else "move it into place")
-            )
-            typer.echo(f"  patch set: {d['patch_set'] or 'none'}; install lock: {d['lock_path']}")
-            if d["link"]:
-                typer.echo(f"  {d['link']} is a link to {d['prefix']}: the venv is built there, the link stays")
-            typer.echo(f"  warm caches: {'then ' + warm.why if warm.run else 'skipped: ' + warm.why}")
-            typer.echo("dry run: nothing changed")
 
         data = {"dry_run": True, "plan": to_json(plan), "warm": to_json(warm)}
         return emit(as_json, 0, plan_text, command="engine-install", data=data)
     progress = not quiet and not as_json and sys.stderr.isatty()
     result, warmed = install_and_warm(plan, warm, progress=progress)
 
-    def install_text() -> None:
+    def install_text() -> str:
         rec = result.record
-        typer.echo(
-            f"installed the {rec['lock']} lock ({rec['packages']} packages, sha256 {rec['lock_sha256'][:12]}) "
-            f"into {plan.prefix}"
-            + (f" (the link {plan.link} points there)" if plan.link else "")
-            + f" with {rec['installer']} in {result.seconds:.1f} s"
-        )
+        linked = f" (the link {plan.link} points there)" if plan.link else ""
         versions = ", ".join(f"{k} {v}" for k, v in rec["versions"].items())
-        typer.echo(f"  python {rec['python']}" + (f"; {versions}" if versions else ""))
-        where = rec["interpreter"]
-        typer.echo(
-            f"  interpreter: {plan.prefix / where['path']} (a copy of {where['base']})"
-            if where["kind"] == "copy"
-            else f"  interpreter: {where['base']} (linked; the unit's user must be able to run it)"
+        where, own = rec["interpreter"], rec["kimi_serve"]
+        applied = f" ({len(rec['patches'])} patches applied)" if rec["patch_set"] else ""
+        return "\n".join(
+            [
+                f"installed the {rec['lock']} lock ({rec['packages']} packages, sha256 {rec['lock_sha256'][:12]}) "
+                f"into {plan.prefix}{linked} with {rec['installer']} in {result.seconds:.1f} s",
+                f"  python {rec['python']}" + (f"; {versions}" if versions else ""),
+                f"  interpreter: {plan.prefix / where['path']} (a copy of {where['base']})"
+                if where["kind"] == "copy"
+                else f"  interpreter: {where['base']} (linked; the unit's user must be able to run it)",
+                f"  kimi-serve {own['version']}: {plan.prefix / own['script']}" if own else "  kimi-serve: left out",
+                f"  patch set: {rec['patch_set'] or 'none'}{applied}",
+                *(f"  {line}" for line in warmed),
+            ]
         )
-        own = rec["kimi_serve"]
-        typer.echo(f"  kimi-serve {own['version']}: {plan.prefix / own['script']}" if own else "  kimi-serve: left out")
-        typer.echo(
-            f"  patch set: {rec['patch_set'] or 'none'}"
-            + (f" ({len(rec['patches'])} patches applied)" if rec["patch_set"] else "")
-        )
-        for line in warmed:
-            typer.echo(f"  {line}")
 
     body = {"dry_run": False, **to_json(result), "warm": {**to_json(warm), "outcome": warmed}}
     return emit(as_json, 0, install_text, command="engine-install", data=body)

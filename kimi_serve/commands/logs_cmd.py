@@ -51,7 +51,10 @@ def logs(
         argv = journal_argv(unit, lines, follow)
         os.execvp(argv[0], argv)  # journalctl takes over: its paging, following and exit status
     name = loaded.name if loaded else None
-    found = logfiles.up_logs(name) if name else sorted(logfiles.log_dir().glob("up-*.log"), key=_mtime)
+    if name:
+        found = logfiles.up_logs(name)
+    else:
+        found = sorted(logfiles.log_dir().glob("up-*.log"), key=lambda p: p.stat().st_mtime)
     if not found:
         where = f"profile {name}" if name else str(logfiles.log_dir())
         raise KimiServeError(
@@ -79,12 +82,6 @@ def logs(
             exit_code=ExitCode.FAILED,
         ) from None
     return 0
-
-
-def _mtime(p: object) -> float:
-    from pathlib import Path
-
-    return Path(str(p)).stat().st_mtime
 
 
 def register(app: typer.Typer) -> None:

@@ -23,6 +23,20 @@ JsonOpt = typer.Option(False, "--json", help=JSON_HELP)
 UnitOpt = typer.Option(None, "--unit-name", help=UNIT_HELP)
 UnitOrDefaultOpt = typer.Option(None, "--unit-name", help=UNIT_OR_DEFAULT_HELP)
 AsJson = Annotated[bool, typer.Option("--json", help=JSON_HELP)]  # the same --json, for Annotated signatures
+# chat's and capture's key and model (verify's --api-key help differs: it reads no profile's key file)
+ApiKeyOpt = typer.Option(
+    None, "--api-key", help="API key (else --api-key-file, else the profile's key file, else $KIMI_SERVE_API_KEY)."
+)
+ApiKeyFileOpt = typer.Option(None, "--api-key-file", help="File with `api-key: KEY` or the bare key; must be mode 600.")
+ModelOpt = typer.Option(None, "--model", help="Model id; default: the first one /v1/models lists.")
+
+
+def set_needs_profile(sets: Any, profile: str | None) -> None:
+    """``--set`` overrides a profile's key: refused (exit 2) without ``--profile``."""
+    if sets and not profile:
+        from kimi_serve.core.errors import ExitCode, KimiServeError
+
+        raise KimiServeError("--set without --profile", hint="pass --profile P with --set", exit_code=ExitCode.USAGE)
 
 
 def emit(

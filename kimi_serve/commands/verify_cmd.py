@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from kimi_serve.commands.numbers import number_option, seconds_option
-from kimi_serve.commands.options import SetOpt, emit
+from kimi_serve.commands.options import ModelOpt, SetOpt, emit
 from kimi_serve.core.suites import QUICK, SUITES
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def verify(
         "--api-key-file",
         help="File with `api-key: KEY` (SGLang --config form) or the bare key; must be mode 600.",
     ),
-    model: str | None = typer.Option(None, "--model", help="Model id; default: the first one /v1/models lists."),
+    model: str | None = ModelOpt,
     wait: float = seconds_option(0.0, "--wait", help="Seconds to wait for /health to turn 200 (0: check once)."),
     timeout: float = seconds_option(
         180.0,
