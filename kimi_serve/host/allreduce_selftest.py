@@ -1,14 +1,9 @@
-"""The collective self-test (docs/up.md "The collective self-test"): before a GPU profile serves, every all-reduce path
-the profile enables is compared with NCCL and with the exact sum, on the host's GPUs, in the engine interpreter with
-its installed (patched) SGLang, at the profile's TP size and at decode- and prefill-sized messages, under a deadline.
-
-This module is kimi-serve's side, pure: the plan (:func:`plan_for`: which paths, which sizes, from the profile's
-flags), each rank's command line (:mod:`kimi_serve.sglang.allreduce_ranks` in the engine interpreter, one process per
-rank, a file rendezvous, no torchrun), what the ranks printed read back (:func:`rank_log`), and the findings
-(:func:`findings`): a path that disagrees or hangs (still running at the deadline: killed, named by the path and size
-its ranks had started) is a failure naming the path and the profile change that removes it. up/selftest.py runs the
-ranks (process/ranks.py) and hands the findings to `doctor` (its ``allreduce_selftest`` check) and to `up`'s
-preflight.
+"""The collective self-test (docs/up.md "The collective self-test"), kimi-serve's pure side: before a GPU profile
+serves, each all-reduce path it enables is compared with NCCL and the exact sum at decode- and prefill-sized messages,
+under a deadline. Here: the plan, each rank's command line (:mod:`kimi_serve.sglang.allreduce_ranks` in the engine
+interpreter, one process per rank, a file rendezvous, no torchrun), the ranks' output read back and the findings (a
+path that disagrees or hangs fails, naming the profile change that removes it). up/selftest.py runs the ranks for
+`doctor` and `up`'s preflight.
 """
 
 from __future__ import annotations
@@ -84,9 +79,6 @@ def plan_for(profile: Profile, on_gpus: bool, deadline_s: float = DEADLINE_S) ->
     return SelftestPlan(profile.parallel.tp_size, enabled_paths(profile), default_sizes(), deadline_s)
 
 
-# ------------------------------------------------------------------------------------------------------ the run
-
-
 @dataclass
 class RankLog:
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -147,9 +139,6 @@ def rank_argv(interpreter: str, plan: SelftestPlan) -> Callable[[int, str], list
         return python_argv(interpreter, "-m", MODULE, *(word for pair in flags.items() for word in pair))
 
     return argv
-
-
-# ------------------------------------------------------------------------------------------------------ findings
 
 
 def _finding(status: str, message: str, fix: str = "") -> Finding:

@@ -1,8 +1,6 @@
 """What a cold start's weight phase is made of, measured on this host: the checkpoint's bytes, the sequential read
 bandwidth of the filesystem holding it, how much of it is already in the page cache, and free RAM (docs/coldstart.md).
 
-- Bytes come from the safetensors index (``model.safetensors.index.json``: the shards SGLang will read), or the
-  ``*.safetensors`` files when there is no index; the draft model's shards count too.
 - The bandwidth probe reads at most ``bound`` bytes (default 2 GiB, never more than the checkpoint) and stops after
   ``time_limit`` seconds, with O_DIRECT, so it neither uses nor disturbs the page cache. Where O_DIRECT is refused
   (tmpfs, some network filesystems) it reads only pages that are *not* cached and drops exactly those pages again
@@ -41,9 +39,6 @@ INDEX = "model.safetensors.index.json"
 
 class ProbeError(Exception):
     """The probe could not time a read (say why)."""
-
-
-# ---------------------------------------------------------------------------------------------- the checkpoint
 
 
 @dataclass(frozen=True)
@@ -96,9 +91,6 @@ def checkpoint_of(dirs: list[Path]) -> Checkpoint:
     kept = [(f, size) for f, size, why in checked if why is None]
     problems = tuple((f, why) for f, _, why in checked if why is not None)
     return Checkpoint(tuple(f for f, _ in kept), tuple(size for _, size in kept), problems)
-
-
-# ---------------------------------------------------------------------------------------------- page cache
 
 
 def _libc() -> Any:
@@ -170,9 +162,6 @@ def drop_cache(path: Path, offset: int = 0, length: int = 0) -> None:
         os.close(fd)
 
 
-# ---------------------------------------------------------------------------------------------- memory
-
-
 def meminfo(path: Path = Path("/proc/meminfo")) -> dict[str, int]:
     """``/proc/meminfo`` in bytes (MemTotal, MemAvailable, Cached, ...)."""
     out = {}
@@ -182,9 +171,6 @@ def meminfo(path: Path = Path("/proc/meminfo")) -> dict[str, int]:
         if parts and parts[0].isdigit():
             out[name] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
     return out
-
-
-# ---------------------------------------------------------------------------------------------- bandwidth
 
 
 @dataclass(frozen=True)
@@ -314,9 +300,6 @@ def probe_bandwidth(
             for start, end in spans[f]:
                 drop_cache(f, start, end - start)
     return Bandwidth(n, secs, "uncached pages (dropped again)", bound, device)
-
-
-# ---------------------------------------------------------------------------------------------- the floor
 
 
 @dataclass(frozen=True)

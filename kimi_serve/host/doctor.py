@@ -105,9 +105,6 @@ class DoctorReport:
         return ExitCode.ENVIRONMENT if failed(self.checks) else ExitCode.OK
 
 
-# ------------------------------------------------------------------------------------------------------ files
-
-
 def check_disk(host: Host, path: str) -> tuple[Finding, dict[str, Any]]:
     """The free-space line and its numbers (``doctor --json`` ``disk``: the directory measured and its free bytes)."""
     probe = Path(path)
@@ -120,9 +117,6 @@ def check_disk(host: Host, path: str) -> tuple[Finding, dict[str, Any]]:
         fix = "free space: logs, caches and a re-download need room"
         return doctor_finding("disk", WARN, f"{free:.1f} GiB free at {probe} (model path {path})", fix), numbers
     return doctor_finding("disk", PASS, f"{free:.0f} GiB free at {probe}"), numbers
-
-
-# ------------------------------------------------------------------------------------------------------ software
 
 
 def check_sglang(p: Profile, launch: Launch, host: Host) -> list[Finding]:
@@ -186,9 +180,6 @@ def check_limits(host: Host, p: Profile) -> list[Finding]:
     return out
 
 
-# ------------------------------------------------------------------------------------------------------ all
-
-
 def uses_gpus(p: Profile) -> bool:
     args = list(p.extra_args)
     device = args[args.index("--device") + 1] if "--device" in args[:-1] else "cuda"
@@ -197,14 +188,6 @@ def uses_gpus(p: Profile) -> bool:
 
 def _no_gpu(p: Profile) -> str:
     return "engine: simulator" if p.engine == "simulator" else "--device cpu"
-
-
-def _coldstart(p: Profile, host: Host, report: DoctorReport) -> list[Finding]:
-    from kimi_serve.core.settings import state_root
-    from kimi_serve.host.floor import coldstart_report
-
-    found, report.figures = coldstart_report(p, state_root(host.state_dir), probe=host.coldstart_probe)
-    return found
 
 
 def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service: bool = True) -> DoctorReport:
@@ -228,7 +211,11 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service:
         disk, report.disk = check_disk(host, p.model.path)
         checks.append(disk)
         checks += model_findings(p, layer="doctor")
-        checks += _coldstart(p, host, report)
+        from kimi_serve.core.settings import state_root
+        from kimi_serve.host.floor import coldstart_report
+
+        coldstart, report.figures = coldstart_report(p, state_root(host.state_dir), probe=host.coldstart_probe)
+        checks += coldstart
     checks.append(check_key_file(p))  # before SGLang's: the first failure is the one up's preflight names
     checks += check_sglang(p, launch, host)
     checks.append(check_port(launch, host))

@@ -1,9 +1,6 @@
-"""Host facts that `check` (host layer), `doctor` and `up`'s preflight share: one rule, one message, everywhere.
-
-- a model (or draft) directory: config.json readable, every shard the safetensors index names present (or shards at
-  all), tokenizer files unless SGLang skips the tokenizer;
-- the profile's patch set against the SGLang that will serve.
-"""
+"""Host facts that `check` (host layer), `doctor` and `up`'s preflight share, one rule and message everywhere: a model
+(or draft) directory (config.json, every shard the index names, tokenizer files unless SGLang skips the tokenizer),
+and the profile's patch sets against the SGLang that will serve."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""`doctor`'s checks of what a GPU start needs beyond the GPUs themselves, read from the host's files through
-``root`` (a stand-in host in tests) and its probe runner:
-
-- **devices**: the character-device groups the driver really registers (``/proc/devices``: ``nvidia-frontend`` on
-  current drivers, ``nvidia`` on some), against the unit's ``DeviceAllow=`` (:data:`UNIT_DEVICE_GROUPS`);
-- **nvidia_uvm**: ``/dev/nvidia-uvm`` present, or made at start by the unit's ``ExecStartPre=+`` step
-  (:data:`UVM_STEP`): inside the sandbox CUDA's setuid ``nvidia-modprobe`` cannot make it;
-- **iommu** / **acs** / **p2p**: the IOMMU (``/sys/kernel/iommu_groups``, ``/proc/cmdline``), ACS redirection on
-  the PCIe bridges (``lspci -vvv``: ``ACSCtl``) and the GPUs' P2P matrix (``nvidia-smi topo -p2p r``): with either
-  on, P2P traffic detours through the root complex and ``NCCL_P2P_LEVEL=SYS`` hangs or crawls;
-- **nvcc** / **cxx**: the compilers SGLang's and FlashInfer's JIT find (:mod:`kimi_serve.sglang.toolchain`).
+"""`doctor`'s checks of what a GPU start needs beyond the GPUs, read through ``root`` (a stand-in host in tests) and the
+probe runner: the device groups the driver registers (``/proc/devices``) against the unit's ``DeviceAllow=``;
+``/dev/nvidia-uvm`` (inside the sandbox CUDA's setuid ``nvidia-modprobe`` cannot make it: the unit's
+``ExecStartPre=+`` step, :data:`UVM_STEP`, does); the IOMMU, ACS redirection on the PCIe bridges and the P2P matrix
+(with either on, P2P traffic detours through the root complex and ``NCCL_P2P_LEVEL=SYS`` hangs or crawls); the JIT's
+compilers (:mod:`kimi_serve.sglang.toolchain`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""`doctor`'s ``unit.cuda``: a CUDA init and a GPU-to-GPU copy run as the unit's user inside the unit's own sandbox,
-as a transient unit (``systemd-run --property=...`` with the unit's hardening lines, device policy and environment).
-File permissions (``unit.reach``) cannot show that ``DevicePolicy=closed`` hides a device node CUDA opens, or that
-``/dev/nvidia-uvm`` cannot be made under ``NoNewPrivileges=``; this does.
-
-Built here: the command line (:func:`probe_argv`), the script it runs (:data:`PROBE`, one JSON line on stdout), the
-parsing of its answer and the finding (:func:`probe_finding`). The runner is the doctor host's (tests pass a stand-in;
-the real one needs root and systemd).
+"""`doctor`'s ``unit.cuda``: a CUDA init and a GPU-to-GPU copy as the unit's user inside the unit's own sandbox, run as
+a transient unit (``systemd-run`` with the unit's hardening lines, device policy and environment). File permissions
+(``unit.reach``) cannot show that ``DevicePolicy=closed`` hides a node CUDA opens, or that ``/dev/nvidia-uvm`` cannot
+be made under ``NoNewPrivileges=``; this does. The runner is the doctor host's (real: root and systemd).
 """
 
 from __future__ import annotations
