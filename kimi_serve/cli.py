@@ -119,20 +119,14 @@ def main(argv: list[str] | None = None) -> int:
         return fail(exc, f"error: {exc.one_line()}", int(exc.exit_code))
     except typer.Exit as exc:
         return int(exc.exit_code)
-    except typer.Abort as exc:
-        return (
-            fail(KimiServeError("interrupted"), "interrupted", int(ExitCode.INTERRUPTED), "interrupted")
-            if exc is not None
-            else int(ExitCode.INTERRUPTED)
-        )
+    except (typer.Abort, KeyboardInterrupt):
+        return fail(KimiServeError("interrupted"), "interrupted", int(ExitCode.INTERRUPTED), "interrupted")
     except NoArgsIsHelpError as exc:  # `kimi-serve` or a group alone: its help, as documented
         exc.show()
         return int(ExitCode.USAGE)
     except (UsageError, TyperException) as exc:  # usage errors: unknown option, bad value, missing value, no command
         usage = _usage_error(exc)
         return fail(usage, f"error: {usage.one_line()}", int(ExitCode.USAGE), "usage")
-    except KeyboardInterrupt:
-        return fail(KimiServeError("interrupted"), "interrupted", int(ExitCode.INTERRUPTED), "interrupted")
     except Exception as exc:  # noqa: BLE001 - the boundary: a bug in kimi-serve is not a verdict on the server
         if debug:
             traceback.print_exc()

@@ -19,6 +19,7 @@ engine_app = typer.Typer(
 PREFIX_HELP = "The venv folder (default: the venv of the profile's `python:`, e.g. /opt/kimi-serve/venv)."
 LOCK_HELP = "Which lock: gpu (the serving host) or cpu (tests, quickstart), or a lock file's path."
 ENGINE_PROFILE_HELP = "Profile whose `python:` and `patch_set:` to use."
+SHOWN = 25  # status's text lists this many findings (--json all)
 
 Prefix = Annotated[Path | None, typer.Option("--prefix", help=PREFIX_HELP)]
 EngineProfile = Annotated[str, typer.Option("--profile", help=ENGINE_PROFILE_HELP)]
@@ -179,16 +180,14 @@ def status_cmd(
             typer.echo(f"  kimi-serve {own.get('version')}: " + ("not this one" if st.kimi_serve else "this one"))
         if st.omitted:
             typer.echo(f"  left out by the {st.lock.name} lock on purpose: {len(st.omitted)} GPU-only packages")
-        findings = st.findings()
-        if not findings:
+        if not found:
             typer.echo("  matches the lock: no drift, no dependency conflicts")
             return
-        typer.echo(f"  {len(findings)} findings:")
-        shown = 25
-        for f in findings[:shown]:
-            typer.echo(f"    - {f}")
-        if len(findings) > shown:
-            typer.echo(f"    ... and {len(findings) - shown} more (--json lists all)")
+        typer.echo(f"  {len(found)} findings:")
+        for f in found[:SHOWN]:
+            typer.echo(f"    - {f.message}")
+        if len(found) > SHOWN:
+            typer.echo(f"    ... and {len(found) - SHOWN} more (--json lists all)")
         typer.echo(f"  fix: {st.fix}")
 
     found = [Finding("engine", "drift", FAIL, line, st.fix) for line in st.findings()]

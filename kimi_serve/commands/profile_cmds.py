@@ -9,7 +9,6 @@ import typer
 
 if TYPE_CHECKING:
     from kimi_serve.check.report import CheckReport
-    from kimi_serve.profile.loader import Profile
 
 from kimi_serve.commands.options import JsonOpt, ProfileOpt, SetOpt, emit
 
@@ -72,19 +71,16 @@ def render(
                 hint="drop --node-rank",
                 exit_code=ExitCode.USAGE,
             )
-        return _render_k8s(load_profile(profile, sets or ()), namespace, image, as_json)
+        from kimi_serve import __version__
+        from kimi_serve.k8s.manifests import render_manifests, to_yaml
+
+        p = load_profile(profile, sets or ())
+        docs = render_manifests(p, namespace=namespace, image=image or f"kimi-serve:{__version__}")
+        return emit(as_json, 0, lambda: typer.echo(to_yaml(docs), nl=False), command="render", data={"manifests": docs})
     from kimi_serve.check.launch import plan_deployment
 
     plan = plan_deployment(load_profile(profile, sets or ()), node_rank)
     return emit(as_json, 0, plan.text, command="render", data=plan.to_json)
-
-
-def _render_k8s(profile: Profile, namespace: str, image: str | None, as_json: bool) -> int:
-    from kimi_serve import __version__
-    from kimi_serve.k8s.manifests import render_manifests, to_yaml
-
-    docs = render_manifests(profile, namespace=namespace, image=image or f"kimi-serve:{__version__}")
-    return emit(as_json, 0, lambda: typer.echo(to_yaml(docs), nl=False), command="render", data={"manifests": docs})
 
 
 def check(

@@ -11,6 +11,7 @@ bandwidth of the filesystem holding it, how much of it is already in the page ca
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import mmap
@@ -193,7 +194,7 @@ Chunk = tuple[Path, int, int]
 
 def _plan(ckpt: Checkpoint, bound: int, ranges: dict[Path, list[tuple[int, int]]] | None) -> list[Chunk]:
     """Chunks (file, offset, length) to read, largest shards first, whose lengths sum to at most ``bound``."""
-    chunks: list[tuple[Path, int, int]] = []
+    chunks: list[Chunk] = []
     left = bound
     for f, size in sorted(zip(ckpt.files, ckpt.sizes, strict=True), key=lambda fs: -fs[1]):
         spans = ranges.get(f, []) if ranges is not None else [(0, size)]
@@ -225,36 +226,29 @@ def _uncached_spans(f: Path) -> list[tuple[int, int]]:
     return spans
 
 
-def _read_chunks(chunks: list[tuple[Path, int, int]], flags: int, time_limit: float, threads: int) -> tuple[int, float]:
-    lock = threading.Lock()
-    todo = list(reversed(chunks))
-    total = [0]
-    errors: list[OSError] = []
+def _read_chunks(chunks: list[Chunk], flags: int, time_limit: float, threads: int) -> tuple[int, float]:
     deadline = time.monotonic() + time_limit
-    fds: dict[Path, int] = {}
-    try:
-        for f, _o, _l in chunks:
-            if f not in fds:
-                fds[f] = os.open(f, os.O_RDONLY | flags)
+    todo, lock, total, errors = iter(chunks), threading.Lock(), [0], list[OSError]()
+    with contextlib.ExitStack() as opened:
+        fds: dict[Path, int] = {}
+        for f in dict.fromkeys(c[0] for c in chunks):
+            fds[f] = os.open(f, os.O_RDONLY | flags)
+            opened.callback(os.close, fds[f])
 
         def work() -> None:
-            buf = mmap.mmap(-1, BLOCK)  # page-aligned, as O_DIRECT wants
-            try:
-                while time.monotonic() < deadline:
+            with mmap.mmap(-1, BLOCK) as buf:  # page-aligned, as O_DIRECT wants
+                while time.monotonic() < deadline and not errors:
                     with lock:
-                        if not todo or errors:
-                            return
-                        f, off, length = todo.pop()
+                        chunk = next(todo, None)
+                    if chunk is None:
+                        return
                     try:
-                        n = os.preadv(fds[f], [memoryview(buf)[:length]], off)
+                        n = os.preadv(fds[chunk[0]], [memoryview(buf)[: chunk[2]]], chunk[1])
                     except OSError as exc:
-                        with lock:
-                            errors.append(exc)
+                        errors.append(exc)
                         return
                     with lock:
                         total[0] += n
-            finally:
-                buf.close()
 
         start = time.monotonic()
         pool = [threading.Thread(target=work, daemon=True) for _ in range(max(1, threads))]
@@ -263,9 +257,6 @@ def _read_chunks(chunks: list[tuple[Path, int, int]], flags: int, time_limit: fl
         for t in pool:
             t.join()
         elapsed = time.monotonic() - start
-    finally:
-        for fd in fds.values():
-            os.close(fd)
     if errors and total[0] == 0:
         raise errors[0]
     return total[0], elapsed
