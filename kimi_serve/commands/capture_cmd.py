@@ -10,6 +10,9 @@ import typer
 
 from kimi_serve.commands.numbers import seconds_option
 from kimi_serve.commands.options import PROFILE_HELP, ApiKeyFileOpt, ApiKeyOpt, ModelOpt, SetOpt, emit
+from kimi_serve.core.errors import ExitCode
+from kimi_serve.core.findings import FAIL, Finding
+from kimi_serve.core.report import to_json
 
 MAX_CONCURRENCY = 256
 
@@ -44,9 +47,6 @@ def capture(
     the output ids (lossless check), else the prompt goes to rejects.jsonl with the reason."""
     from kimi_serve.capture.run import CaptureOptions, run_capture
     from kimi_serve.commands.chat_cmd import front_door
-    from kimi_serve.core.errors import ExitCode
-    from kimi_serve.core.findings import FAIL, Finding
-    from kimi_serve.core.report import to_json
     from kimi_serve.verify.chat import served_model
 
     target, key = front_door(host, profile, sets or (), api_key, api_key_file)

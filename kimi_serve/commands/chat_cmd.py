@@ -10,6 +10,7 @@ import typer
 
 from kimi_serve.commands.numbers import seconds_option
 from kimi_serve.commands.options import PROFILE_HELP, ApiKeyFileOpt, ApiKeyOpt, ModelOpt, SetOpt, set_needs_profile
+from kimi_serve.core.errors import ExitCode, KimiServeError
 
 
 def chat(
@@ -39,7 +40,6 @@ def chat(
 ) -> int:
     """Send a prompt and stream the answer: the reasoning apart (on stderr: dim on a terminal, else headed
     [reasoning]), tool calls as name and JSON arguments. Says so when the server returns raw Kimi markup (exit 1)."""
-    from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.core.output import colour
     from kimi_serve.verify.chat import Display, chat_turn, served_model
 
@@ -90,7 +90,6 @@ def front_door(host: str | None, profile: str | None, sets: Any, api_key: str | 
     """The server's address and the API key: --host, else the profile's front door, else 127.0.0.1:30000; the key
     as verify resolves it (--api-key, the key file, $KIMI_SERVE_API_KEY). --host and --profile together, or --set
     without --profile, are refused (exit 2)."""
-    from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.verify import parse_target, resolve_key
 
     if host is not None and profile:
@@ -111,7 +110,6 @@ def front_door(host: str | None, profile: str | None, sets: Any, api_key: str | 
 
 def _tools(path: Path) -> list[dict[str, Any]]:
     """The --tools file: a JSON list of tool objects, each with a function name (else exit 2 naming the file)."""
-    from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.core.inputs import read_json
 
     try:

@@ -6,6 +6,7 @@ import typer
 
 from kimi_serve.clients.configs import CLIENTS
 from kimi_serve.commands.options import PROFILE_HELP, SetOpt, emit, set_needs_profile
+from kimi_serve.core.report import to_json
 
 
 def client_config(
@@ -40,7 +41,6 @@ def client_config(
     if loaded is not None:
         validated_launch(loaded)  # check's fast rules first: a profile check rejects gets no configuration (exit 2)
     endpoint, config = build(client, loaded, host)
-    from kimi_serve.core.report import to_json
 
     def text() -> None:
         typer.echo(config.text, nl=False)

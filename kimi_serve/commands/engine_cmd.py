@@ -9,6 +9,10 @@ from typing import Annotated
 import typer
 
 from kimi_serve.commands.options import AsJson, emit
+from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.findings import FAIL, Finding
+from kimi_serve.core.report import to_json
+from kimi_serve.core.settings import process_environ
 
 engine_app = typer.Typer(
     help="The SGLang engine venv: install it from a committed lock (atomic, patched, recorded), "
@@ -78,9 +82,6 @@ def install_cmd(
 ) -> int:
     """Build the engine venv from a lock, atomically; patch it and record what was installed; on a GPU host, warm
     the JIT caches with the engine's own nvcc (75: busy)."""
-    from kimi_serve.core.errors import KimiServeError
-    from kimi_serve.core.report import to_json
-    from kimi_serve.core.settings import process_environ
     from kimi_serve.engine.install import install_and_warm
     from kimi_serve.engine.plan import make_plan
     from kimi_serve.engine.warm import host_warm_plan
@@ -155,12 +156,10 @@ def status_cmd(
     as_json: AsJson = False,
 ) -> int:
     """Versions, lock hash, patch state and drift from the lock; exit 0 when it all matches, else 1."""
-    from kimi_serve.core.report import to_json
     from kimi_serve.engine.status import engine_status
 
     target, _ = _profile_target(profile, prefix)
     st = engine_status(target, lock)
-    from kimi_serve.core.findings import FAIL, Finding
 
     def text() -> None:
         rec = st.record or {}

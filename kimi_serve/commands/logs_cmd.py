@@ -8,6 +8,7 @@ import sys
 import typer
 
 from kimi_serve.commands.options import UnitOpt
+from kimi_serve.core.errors import ExitCode, KimiServeError
 
 
 def journal_argv(unit: str, lines: int, follow: bool) -> list[str]:
@@ -31,7 +32,6 @@ def logs(
     import shutil
     from pathlib import Path
 
-    from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.profile.loader import load_profile
     from kimi_serve.service.state import ServicePaths
     from kimi_serve.service.target import unit_of

@@ -9,6 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.report import to_json
+
 PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
 SET_HELP = "Override one profile key for this run: --set server.port=31000 (dotted key, YAML value; repeatable)."
 JSON_HELP = "Print a JSON report."
@@ -31,8 +34,6 @@ ModelOpt = typer.Option(None, "--model", help="Model id; default: the first one 
 def set_needs_profile(sets: Any, profile: str | None) -> None:
     """``--set`` overrides a profile's key: refused (exit 2) without ``--profile``."""
     if sets and not profile:
-        from kimi_serve.core.errors import ExitCode, KimiServeError
-
         raise KimiServeError("--set without --profile", hint="pass --profile P with --set", exit_code=ExitCode.USAGE)
 
 
@@ -56,7 +57,6 @@ def emit(
             typer.echo(document())
         else:
             from kimi_serve.core.output import dumps, envelope
-            from kimi_serve.core.report import to_json
 
             body = to_json(data() if callable(data) else data)
             typer.echo(dumps(envelope(command, exit_code, body, findings)))

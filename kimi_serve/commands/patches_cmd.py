@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kimi_serve.commands.options import SET_HELP, AsJson, emit
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.findings import FAIL, PASS, Finding
 from kimi_serve.core.pin import patch_set_args, patches_apply
+from kimi_serve.core.report import to_json
 from kimi_serve.core.settings import SGLANG_PYTHON_ENV
 from kimi_serve.patches.names import DEFAULT_SET
 
 if TYPE_CHECKING:
-    from kimi_serve.core.findings import Finding
     from kimi_serve.patches import ChangeResult, PatchSet, PatchStatus
     from kimi_serve.profile.loader import Profile
 
@@ -58,7 +60,6 @@ def _target(
     its ``--set`` overrides); the SGLang is the one of ``--site-packages`` or ``--python``, else of the interpreter
     `up`, `doctor` and `check` resolve (check/launch.py's :func:`engine_python`); the profile, or None."""
     from kimi_serve.check.launch import engine_python
-    from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.patches import load_patch_set
     from kimi_serve.sglang.site import resolve_site_packages, site_packages_of
 
@@ -141,8 +142,6 @@ def _render(st: PatchStatus) -> None:
 def _findings(st: PatchStatus, message: str | None, profile: str | None = None) -> list[Finding]:
     """The envelope's findings: what apply/revert did, or (status) each patch's state and an interrupted change;
     ``profile`` (``--profile P [--set ...]`` as typed): the fix names it (every set at once) rather than this set."""
-    from kimi_serve.core.findings import FAIL, PASS, Finding
-
     if message is not None:
         return [Finding("patches", "change", PASS, message)]
     fix = patches_apply(f"--site-packages {st.site_packages} {profile or patch_set_args(st.set_name)}")
@@ -181,8 +180,6 @@ def _finish(
 ) -> int:
     """The report: one set's JSON document (its status keys, plus ``changed`` and ``message`` after a change), or a
     profile's (``profile``, ``sets[]``: each set's document; the findings of every set); each set's text in order."""
-    from kimi_serve.core.report import to_json
-
     docs, findings = [], []
     for st, r in zip(states, results, strict=True):
         docs.append(to_json(st) | ({"changed": r.changed, "message": r.message} if r is not None else {}))

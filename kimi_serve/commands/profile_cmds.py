@@ -11,6 +11,8 @@ if TYPE_CHECKING:
     from kimi_serve.check.report import CheckReport
 
 from kimi_serve.commands.options import JsonOpt, ProfileOpt, SetOpt, emit
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.report import finding_lines
 
 
 def show(profile: str = ProfileOpt, sets: list[str] | None = SetOpt) -> int:
@@ -57,7 +59,6 @@ def render(
     """Print the validated launch command and environment (fast checks only; `check` runs them all). A replicated
     profile prints the router's launch and each replica's, each under a # comment naming it. --format k8s prints
     the Kubernetes manifests instead (the same validated launch in every pod)."""
-    from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.profile.loader import load_profile
 
     if fmt not in ("launch", "k8s"):
@@ -108,7 +109,6 @@ def check(
 def _check_text(report: CheckReport) -> str:
     """Each finding on its line (`ok   [rules] ...`, coloured on a terminal), then the verdict and the counts."""
     from kimi_serve.core.output import colour, paint_statuses
-    from kimi_serve.core.report import finding_lines
 
     counts = {s: sum(f.status == s for f in report.findings) for s in ("pass", "warn", "fail", "skip")}
     verdict = "PASSED" if report.exit_code == 0 else "FAILED"

@@ -19,7 +19,9 @@ from kimi_serve.commands.options import (
     UnitProfileOpt,
     emit,
 )
-from kimi_serve.core.settings import process_environ
+from kimi_serve.core.findings import FAIL, PASS, Finding
+from kimi_serve.core.report import Fact, action_lines, fact_lines, finding_lines, to_json
+from kimi_serve.core.settings import process_environ, state_root
 from kimi_serve.service.state import STATE_DIR, UNIT_DIR
 
 if TYPE_CHECKING:
@@ -71,9 +73,6 @@ def say(message: str) -> None:
 def print_result(
     result: Result, as_json: bool, extra: dict[str, Any] | None = None, command: str = "install-service"
 ) -> int:
-    from kimi_serve.core.findings import FAIL, Finding
-    from kimi_serve.core.report import to_json
-
     failed = [
         Finding("service", "step", FAIL, f"{s.action}: {s.detail}" if s.detail else s.action)
         for s in result.steps
@@ -91,8 +90,6 @@ def print_result(
 
 def _result_text(result: Result) -> str | None:
     """Each step (`ok   write unit: ...`), then the verdict on the new unit and on the rollback."""
-    from kimi_serve.core.report import action_lines
-
     lines = action_lines(result.steps)
     for label, outcome in (("new unit", result.new), ("rollback", result.rollback)):
         if outcome is not None:
@@ -154,7 +151,6 @@ def install_service(
 def _print_plan(fleet: Fleet, target: ServiceTarget, as_json: bool) -> int:
     """Every member's unit, the secret file and the actions; then the host checks that would fail (exit 1 when any
     would)."""
-    from kimi_serve.core.findings import FAIL
     from kimi_serve.service.fleet import fleet_actions
 
     actions = fleet_actions(fleet, target.systemd)
@@ -197,8 +193,6 @@ def _print_plan(fleet: Fleet, target: ServiceTarget, as_json: bool) -> int:
         for i, action in enumerate(actions, 1):
             typer.echo(f"  {i}. {action}")
         if bad:
-            from kimi_serve.core.report import finding_lines
-
             typer.echo(f"on this host, {len(bad)} check(s) would fail (install-service would refuse):")
             typer.echo("\n".join(finding_lines(bad, indent="  ")))
 
@@ -277,7 +271,6 @@ def status(
 
     A replicated deployment: the router, its workers and every replica. Nothing installed and a foreground `up` (of
     --profile) running: that `up`, looked at now: /health, serving through the router or degraded (exit 0: whole)."""
-    from kimi_serve.core.settings import state_root
     from kimi_serve.prewarm.report import start_history, start_rows
     from kimi_serve.service.run import service_status
 
@@ -289,8 +282,6 @@ def status(
         return {**st.to_json(), "starts": starts, "runs": [r.to_json() for r in runs]}
 
     def text() -> str:
-        from kimi_serve.core.report import Fact, fact_lines
-
         ups = [Fact("up", r.line()) for r in runs] or [Fact("up", "no foreground `kimi-serve up` runs now")]
         return "\n".join(fact_lines([*st.rows(), *start_rows(target.profile, state_root()), *ups]))
 
@@ -313,7 +304,6 @@ def keyfile(
     from kimi_serve.service.secret import write_profile_key_file
 
     result = write_profile_key_file(load_profile(profile, sets or ()), root.resolve(), process_environ())
-    from kimi_serve.core.findings import PASS, Finding
 
     done = Finding("service", "keyfile", PASS, result.message())
     return emit(as_json, 0, result.message, command="keyfile", data=result, findings=[done])

@@ -20,7 +20,7 @@ from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding, failed
 from kimi_serve.core.proc import Completed
 from kimi_serve.core.report import finding_lines
-from kimi_serve.core.settings import current
+from kimi_serve.core.settings import current, process_environ, state_root
 from kimi_serve.host.facts import model_findings, patch_state_finding
 from kimi_serve.host.gpus import (
     GIB,
@@ -211,7 +211,6 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service:
         disk, report.disk = check_disk(host, p.model.path)
         checks.append(disk)
         checks += model_findings(p, layer="doctor")
-        from kimi_serve.core.settings import state_root
         from kimi_serve.host.floor import coldstart_report
 
         coldstart, report.figures = coldstart_report(p, state_root(host.state_dir), probe=host.coldstart_probe)
@@ -259,7 +258,6 @@ def engine_cuda(python: str, host: Host) -> tuple[tuple[int, int] | None, str]:
 def gpu_host_findings(p: Profile, launch: Launch, host: Host, *, service: bool) -> list[Finding]:
     """The device nodes, nvidia-uvm, IOMMU/ACS, the P2P matrix and the JIT's compilers as a start here (`up`, this
     shell's environment plus the launch's) finds them; the unit's own are judged by service/unit_gpu.py."""
-    from kimi_serve.core.settings import process_environ
     from kimi_serve.host import gpu_host
     from kimi_serve.sglang.toolchain import toolchain_env
 
