@@ -16,6 +16,7 @@ import typer
 from typer.exceptions import TyperException
 
 from kimi_serve import __version__
+from kimi_serve.commands import register_all
 from kimi_serve.core.errors import WAIT_OPTION, ExitCode, KimiServeError, LockHeld, wait_hint
 
 
@@ -61,14 +62,7 @@ def _root(
     what this one changes or takes (a lock), 130 interrupted (docs/exit-codes.md)."""
 
 
-def _register_commands() -> None:
-    # Each concern owns a small module that adds its commands; importing them must stay cheap.
-    from kimi_serve.commands import register_all
-
-    register_all(app)
-
-
-_register_commands()
+register_all(app)  # each concern's small module adds its commands; importing them must stay cheap
 
 
 def _split_globals(args: list[str]) -> tuple[list[str], bool, bool]:
@@ -108,9 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     def fail(exc: BaseException, line: str, code: int, kind: str = "error") -> int:
         typer.echo(f"kimi-serve: {line}", err=True)
         if as_json:
-            from kimi_serve.core.output import dumps, error_document
+            from kimi_serve.core.output import command_of, dumps, error_document
 
-            typer.echo(dumps(error_document(_command(args), exc, code=kind, exit_code=code)))
+            command = command_of(args, groups=[g.name for g in app.registered_groups if g.name])
+            typer.echo(dumps(error_document(command, exc, code=kind, exit_code=code)))
         return code
 
     try:
@@ -124,24 +119,20 @@ def main(argv: list[str] | None = None) -> int:
         return fail(exc, f"error: {exc.one_line()}", int(exc.exit_code))
     except typer.Exit as exc:
         return int(exc.exit_code)
-    except typer.Abort as exc:
-        return (
-            fail(KimiServeError("interrupted"), "interrupted", int(ExitCode.INTERRUPTED), "interrupted")
-            if exc is not None
-            else int(ExitCode.INTERRUPTED)
-        )
+    except (typer.Abort, KeyboardInterrupt):
+        return fail(KimiServeError("interrupted"), "interrupted", int(ExitCode.INTERRUPTED), "interrupted")
     except NoArgsIsHelpError as exc:  # `kimi-serve` or a group alone: its help, as documented
         exc.show()
         return int(ExitCode.USAGE)
     except (UsageError, TyperException) as exc:  # usage errors: unknown option, bad value, missing value, no command
         usage = _usage_error(exc)
         return fail(usage, f"error: {usage.one_line()}", int(ExitCode.USAGE), "usage")
-    except KeyboardInterrupt:
-        return fail(KimiServeError("interrupted"), "interrupted", int(ExitCode.INTERRUPTED), "interrupted")
     except Exception as exc:  # noqa: BLE001 - the boundary: a bug in kimi-serve is not a verdict on the server
         if debug:
             traceback.print_exc()
-        saved = _save_traceback(args)
+        from kimi_serve.core.crashlog import save_crash_log
+
+        saved = save_crash_log(__version__, args, traceback.format_exc())  # secrets redacted, 0600
         line = (
             f"internal error: {type(exc).__name__}: {exc} -- a bug in kimi-serve, not a verdict on the server "
             f"(traceback: {saved}; rerun with --debug to print it)"
@@ -161,20 +152,6 @@ def options_of(args: list[str]) -> set[str]:
             break
         cmd = sub
     return {opt for param in cmd.params for opt in getattr(param, "opts", [])}
-
-
-def _command(args: list[str]) -> str:
-    from kimi_serve.core.output import command_of
-
-    return command_of(args, groups=[g.name for g in app.registered_groups if g.name])
-
-
-def _save_traceback(args: list[str]) -> str:
-    """Write the current exception's traceback under the state root (else the temp dir), secrets redacted, 0600
-    (:mod:`kimi_serve.core.crashlog`); return where it went."""
-    from kimi_serve.core.crashlog import save_crash_log
-
-    return save_crash_log(__version__, args, traceback.format_exc())
 
 
 def entry() -> None:  # pragma: no cover - console script

@@ -10,7 +10,9 @@ import typer
 
 from kimi_serve.commands.numbers import number_option
 from kimi_serve.commands.options import emit
-from kimi_serve.core.settings import SIM_MAX_SPEEDUP
+from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.findings import PASS, Finding
+from kimi_serve.core.settings import SIM_MAX_SPEEDUP, current
 
 # Sane upper bounds (docs/bench.md): beyond them a sweep cannot finish (or even be planned) on any server.
 MAX_CONCURRENCY = 4096
@@ -20,8 +22,6 @@ _MAX_CONCURRENCY_VALUES = 32
 
 
 def _concurrency(text: str) -> list[int]:
-    from kimi_serve.core.errors import KimiServeError
-
     parts = [v.strip() for v in text.split(",") if v.strip()] if len(text) <= 1000 else []
     values = sorted({int(v) for v in parts if v.isdigit() and len(v) <= 6})
     if not parts or len(values) != len(set(parts)) or values[0] < 1 or values[-1] > MAX_CONCURRENCY:
@@ -42,7 +42,6 @@ def _concurrency(text: str) -> list[int]:
 def _perf_overrides(text: str | None) -> dict[str, Any] | None:
     if not text:
         return None
-    from kimi_serve.core.errors import KimiServeError
 
     try:
         from kimi_serve.core.inputs import load_json
@@ -110,7 +109,6 @@ def register(app: typer.Typer) -> None:
         """
         from kimi_serve.bench import BenchOptions, run_bench
         from kimi_serve.bench.sweep import arm_profiles
-        from kimi_serve.core.settings import current
 
         def say(line: str) -> None:
             typer.echo(f"kimi-serve bench: {line}", err=True)
@@ -131,7 +129,6 @@ def register(app: typer.Typer) -> None:
         )
         report = run_bench(opts, say)
         from kimi_serve.bench.report import markdown
-        from kimi_serve.core.findings import PASS, Finding
 
         def text() -> None:
             typer.echo(markdown(report))

@@ -9,7 +9,10 @@ from pathlib import Path
 import typer
 
 from kimi_serve.commands.numbers import seconds_option
-from kimi_serve.commands.options import PROFILE_HELP, SetOpt, emit
+from kimi_serve.commands.options import PROFILE_HELP, ApiKeyFileOpt, ApiKeyOpt, ModelOpt, SetOpt, emit
+from kimi_serve.core.errors import ExitCode
+from kimi_serve.core.findings import FAIL, Finding
+from kimi_serve.core.report import to_json
 
 MAX_CONCURRENCY = 256
 
@@ -33,13 +36,9 @@ def capture(
     sets: list[str] | None = SetOpt,
     concurrency: int = typer.Option(4, "--concurrency", min=1, max=MAX_CONCURRENCY, help="Requests in flight."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Only the file's first N prompts."),
-    api_key: str | None = typer.Option(
-        None, "--api-key", help="API key (else --api-key-file, else the profile's key file, else $KIMI_SERVE_API_KEY)."
-    ),
-    api_key_file: str | None = typer.Option(
-        None, "--api-key-file", help="File with `api-key: KEY` or the bare key; must be mode 600."
-    ),
-    model: str | None = typer.Option(None, "--model", help="Model id; default: the first one /v1/models lists."),
+    api_key: str | None = ApiKeyOpt,
+    api_key_file: str | None = ApiKeyFileOpt,
+    model: str | None = ModelOpt,
     timeout: float = seconds_option(600.0, "--timeout", lo=1.0, help="Seconds allowed for each prompt's answer."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary in the JSON envelope (docs/json.md)."),
 ) -> int:
@@ -48,17 +47,8 @@ def capture(
     the output ids (lossless check), else the prompt goes to rejects.jsonl with the reason."""
     from kimi_serve.capture.run import CaptureOptions, run_capture
     from kimi_serve.commands.chat_cmd import front_door
-    from kimi_serve.core.errors import ExitCode, KimiServeError
-    from kimi_serve.core.findings import FAIL, Finding
-    from kimi_serve.core.report import to_json
     from kimi_serve.verify.chat import served_model
 
-    if host is not None and profile:
-        raise KimiServeError(
-            "--host and --profile both name the server", hint="pass one of them", exit_code=ExitCode.USAGE
-        )
-    if sets and not profile:
-        raise KimiServeError("--set without --profile", hint="pass --profile P with --set", exit_code=ExitCode.USAGE)
     target, key = front_door(host, profile, sets or (), api_key, api_key_file)
     opts = CaptureOptions(target, key, prompts, out, concurrency, limit, model, profile, timeout)
 

@@ -9,7 +9,8 @@ from typing import Any
 import typer
 
 from kimi_serve.commands.numbers import seconds_option
-from kimi_serve.commands.options import PROFILE_HELP, SetOpt
+from kimi_serve.commands.options import PROFILE_HELP, ApiKeyFileOpt, ApiKeyOpt, ModelOpt, SetOpt, set_needs_profile
+from kimi_serve.core.errors import ExitCode, KimiServeError
 
 
 def chat(
@@ -24,13 +25,9 @@ def chat(
     ),
     profile: str | None = typer.Option(None, "--profile", "-p", help=PROFILE_HELP),
     sets: list[str] | None = SetOpt,
-    api_key: str | None = typer.Option(
-        None, "--api-key", help="API key (else --api-key-file, else the profile's key file, else $KIMI_SERVE_API_KEY)."
-    ),
-    api_key_file: str | None = typer.Option(
-        None, "--api-key-file", help="File with `api-key: KEY` or the bare key; must be mode 600."
-    ),
-    model: str | None = typer.Option(None, "--model", help="Model id; default: the first one /v1/models lists."),
+    api_key: str | None = ApiKeyOpt,
+    api_key_file: str | None = ApiKeyFileOpt,
+    model: str | None = ModelOpt,
     max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="Cap the answer's tokens."),
     tools: Path | None = typer.Option(
         None,
@@ -43,16 +40,9 @@ def chat(
 ) -> int:
     """Send a prompt and stream the answer: the reasoning apart (on stderr: dim on a terminal, else headed
     [reasoning]), tool calls as name and JSON arguments. Says so when the server returns raw Kimi markup (exit 1)."""
-    from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.core.output import colour
     from kimi_serve.verify.chat import Display, chat_turn, served_model
 
-    if host is not None and profile:
-        raise KimiServeError(
-            "--host and --profile both name the server", hint="pass one of them", exit_code=ExitCode.USAGE
-        )
-    if sets and not profile:
-        raise KimiServeError("--set without --profile", hint="pass --profile P with --set", exit_code=ExitCode.USAGE)
     target, key = front_door(host, profile, sets or (), api_key, api_key_file)
     interactive = prompt is None and sys.stdin.isatty()
     if prompt is None and not interactive:
@@ -98,8 +88,15 @@ def _lines(model: str, url: str) -> Any:
 
 def front_door(host: str | None, profile: str | None, sets: Any, api_key: str | None, key_file: str | None) -> Any:
     """The server's address and the API key: --host, else the profile's front door, else 127.0.0.1:30000; the key
-    as verify resolves it (--api-key, the key file, $KIMI_SERVE_API_KEY)."""
+    as verify resolves it (--api-key, the key file, $KIMI_SERVE_API_KEY). --host and --profile together, or --set
+    without --profile, are refused (exit 2)."""
     from kimi_serve.verify import parse_target, resolve_key
+
+    if host is not None and profile:
+        raise KimiServeError(
+            "--host and --profile both name the server", hint="pass one of them", exit_code=ExitCode.USAGE
+        )
+    set_needs_profile(sets, profile)
 
     if profile:
         from kimi_serve.profile.deployment import client_urls
@@ -113,7 +110,6 @@ def front_door(host: str | None, profile: str | None, sets: Any, api_key: str | 
 
 def _tools(path: Path) -> list[dict[str, Any]]:
     """The --tools file: a JSON list of tool objects, each with a function name (else exit 2 naming the file)."""
-    from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.core.inputs import read_json
 
     try:

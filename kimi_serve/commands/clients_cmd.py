@@ -5,7 +5,8 @@ from __future__ import annotations
 import typer
 
 from kimi_serve.clients.configs import CLIENTS
-from kimi_serve.commands.options import PROFILE_HELP, SetOpt, emit
+from kimi_serve.commands.options import PROFILE_HELP, SetOpt, emit, set_needs_profile
+from kimi_serve.core.report import to_json
 
 
 def client_config(
@@ -33,16 +34,13 @@ def client_config(
     reasoning comes back, how to turn thinking off with that client, what was assumed)."""
     from kimi_serve.check.launch import validated_launch
     from kimi_serve.clients import client_config as build
-    from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.profile.loader import load_profile
 
-    if sets and not profile:
-        raise KimiServeError("--set without --profile", hint="pass --profile P with --set", exit_code=ExitCode.USAGE)
+    set_needs_profile(sets, profile)
     loaded = load_profile(profile, sets or ()) if profile else None
     if loaded is not None:
         validated_launch(loaded)  # check's fast rules first: a profile check rejects gets no configuration (exit 2)
     endpoint, config = build(client, loaded, host)
-    from kimi_serve.core.report import to_json
 
     def text() -> None:
         typer.echo(config.text, nl=False)

@@ -9,6 +9,10 @@ from typing import Annotated
 import typer
 
 from kimi_serve.commands.options import AsJson, emit
+from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.findings import FAIL, Finding
+from kimi_serve.core.report import to_json
+from kimi_serve.core.settings import process_environ
 
 engine_app = typer.Typer(
     help="The SGLang engine venv: install it from a committed lock (atomic, patched, recorded), "
@@ -19,6 +23,7 @@ engine_app = typer.Typer(
 PREFIX_HELP = "The venv folder (default: the venv of the profile's `python:`, e.g. /opt/kimi-serve/venv)."
 LOCK_HELP = "Which lock: gpu (the serving host) or cpu (tests, quickstart), or a lock file's path."
 ENGINE_PROFILE_HELP = "Profile whose `python:` and `patch_set:` to use."
+SHOWN = 25  # status's text lists this many findings (--json all)
 
 Prefix = Annotated[Path | None, typer.Option("--prefix", help=PREFIX_HELP)]
 EngineProfile = Annotated[str, typer.Option("--profile", help=ENGINE_PROFILE_HELP)]
@@ -77,9 +82,6 @@ def install_cmd(
 ) -> int:
     """Build the engine venv from a lock, atomically; patch it and record what was installed; on a GPU host, warm
     the JIT caches with the engine's own nvcc (75: busy)."""
-    from kimi_serve.core.errors import KimiServeError
-    from kimi_serve.core.report import to_json
-    from kimi_serve.core.settings import process_environ
     from kimi_serve.engine.install import install_and_warm
     from kimi_serve.engine.plan import make_plan
     from kimi_serve.engine.warm import host_warm_plan
@@ -95,56 +97,49 @@ def install_cmd(
     warm = host_warm_plan(plan.prefix, pins, CACHE_ROOT, process_environ())
     if dry_run:
 
-        def plan_text() -> None:
+        def plan_text() -> str:
             d = to_json(plan)
-            typer.echo(
-                f"would install the {d['lock']} lock ({d['packages']} packages, sglang {d['sglang']}, "
-                f"sha256 {d['lock_sha256'][:12]}) into {d['prefix']}"
+            copied = " (copied into the prefix)" if d["interpreter"] == "copy" else " (linked)"
+            replaces = "replace the existing venv" if d["replaces_existing"] else "move it into place"
+            link = f"  {d['link']} is a link to {d['prefix']}: the venv is built there, the link stays"
+            return "\n".join(
+                [
+                    f"would install the {d['lock']} lock ({d['packages']} packages, sglang {d['sglang']}, "
+                    f"sha256 {d['lock_sha256'][:12]}) into {d['prefix']}",
+                    f"  installer: {d['installer']} ({d['installer_path']}), "
+                    f"python {d['python_version']} from {d['python']}{copied}",
+                    f"  build in {d['staging']}, then {replaces}",
+                    f"  patch set: {d['patch_set'] or 'none'}; install lock: {d['lock_path']}",
+                    *([link] if d["link"] else []),
+                    f"  warm caches: {'then ' + warm.why if warm.run else 'skipped: ' + warm.why}",
+                    "dry run: nothing changed",
+                ]
             )
-            typer.echo(
-                f"  installer: {d['installer']} ({d['installer_path']}), "
-                f"python {d['python_version']} from {d['python']}"
-                + (" (copied into the prefix)" if d["interpreter"] == "copy" else " (linked)")
-            )
-            typer.echo(
-                f"  build in {d['staging']}, then "
-                + ("replace the existing venv" if d["replaces_existing"] else "move it into place")
-            )
-            typer.echo(f"  patch set: {d['patch_set'] or 'none'}; install lock: {d['lock_path']}")
-            if d["link"]:
-                typer.echo(f"  {d['link']} is a link to {d['prefix']}: the venv is built there, the link stays")
-            typer.echo(f"  warm caches: {'then ' + warm.why if warm.run else 'skipped: ' + warm.why}")
-            typer.echo("dry run: nothing changed")
 
         data = {"dry_run": True, "plan": to_json(plan), "warm": to_json(warm)}
         return emit(as_json, 0, plan_text, command="engine-install", data=data)
     progress = not quiet and not as_json and sys.stderr.isatty()
     result, warmed = install_and_warm(plan, warm, progress=progress)
 
-    def install_text() -> None:
+    def install_text() -> str:
         rec = result.record
-        typer.echo(
-            f"installed the {rec['lock']} lock ({rec['packages']} packages, sha256 {rec['lock_sha256'][:12]}) "
-            f"into {plan.prefix}"
-            + (f" (the link {plan.link} points there)" if plan.link else "")
-            + f" with {rec['installer']} in {result.seconds:.1f} s"
-        )
+        linked = f" (the link {plan.link} points there)" if plan.link else ""
         versions = ", ".join(f"{k} {v}" for k, v in rec["versions"].items())
-        typer.echo(f"  python {rec['python']}" + (f"; {versions}" if versions else ""))
-        where = rec["interpreter"]
-        typer.echo(
-            f"  interpreter: {plan.prefix / where['path']} (a copy of {where['base']})"
-            if where["kind"] == "copy"
-            else f"  interpreter: {where['base']} (linked; the unit's user must be able to run it)"
+        where, own = rec["interpreter"], rec["kimi_serve"]
+        applied = f" ({len(rec['patches'])} patches applied)" if rec["patch_set"] else ""
+        return "\n".join(
+            [
+                f"installed the {rec['lock']} lock ({rec['packages']} packages, sha256 {rec['lock_sha256'][:12]}) "
+                f"into {plan.prefix}{linked} with {rec['installer']} in {result.seconds:.1f} s",
+                f"  python {rec['python']}" + (f"; {versions}" if versions else ""),
+                f"  interpreter: {plan.prefix / where['path']} (a copy of {where['base']})"
+                if where["kind"] == "copy"
+                else f"  interpreter: {where['base']} (linked; the unit's user must be able to run it)",
+                f"  kimi-serve {own['version']}: {plan.prefix / own['script']}" if own else "  kimi-serve: left out",
+                f"  patch set: {rec['patch_set'] or 'none'}{applied}",
+                *(f"  {line}" for line in warmed),
+            ]
         )
-        own = rec["kimi_serve"]
-        typer.echo(f"  kimi-serve {own['version']}: {plan.prefix / own['script']}" if own else "  kimi-serve: left out")
-        typer.echo(
-            f"  patch set: {rec['patch_set'] or 'none'}"
-            + (f" ({len(rec['patches'])} patches applied)" if rec["patch_set"] else "")
-        )
-        for line in warmed:
-            typer.echo(f"  {line}")
 
     body = {"dry_run": False, **to_json(result), "warm": {**to_json(warm), "outcome": warmed}}
     return emit(as_json, 0, install_text, command="engine-install", data=body)
@@ -161,12 +156,10 @@ def status_cmd(
     as_json: AsJson = False,
 ) -> int:
     """Versions, lock hash, patch state and drift from the lock; exit 0 when it all matches, else 1."""
-    from kimi_serve.core.report import to_json
     from kimi_serve.engine.status import engine_status
 
     target, _ = _profile_target(profile, prefix)
     st = engine_status(target, lock)
-    from kimi_serve.core.findings import FAIL, Finding
 
     def text() -> None:
         rec = st.record or {}
@@ -186,16 +179,14 @@ def status_cmd(
             typer.echo(f"  kimi-serve {own.get('version')}: " + ("not this one" if st.kimi_serve else "this one"))
         if st.omitted:
             typer.echo(f"  left out by the {st.lock.name} lock on purpose: {len(st.omitted)} GPU-only packages")
-        findings = st.findings()
-        if not findings:
+        if not found:
             typer.echo("  matches the lock: no drift, no dependency conflicts")
             return
-        typer.echo(f"  {len(findings)} findings:")
-        shown = 25
-        for f in findings[:shown]:
-            typer.echo(f"    - {f}")
-        if len(findings) > shown:
-            typer.echo(f"    ... and {len(findings) - shown} more (--json lists all)")
+        typer.echo(f"  {len(found)} findings:")
+        for f in found[:SHOWN]:
+            typer.echo(f"    - {f.message}")
+        if len(found) > SHOWN:
+            typer.echo(f"    ... and {len(found) - SHOWN} more (--json lists all)")
         typer.echo(f"  fix: {st.fix}")
 
     found = [Finding("engine", "drift", FAIL, line, st.fix) for line in st.findings()]

@@ -9,6 +9,9 @@ from pathlib import Path
 import typer
 
 from kimi_serve.commands.numbers import seconds_option
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.findings import FAIL, WARN
+from kimi_serve.core.settings import current, process_environ
 
 
 def wait_router(
@@ -47,9 +50,7 @@ def wait_joined(
 ) -> int:
     """Wait until this node (rank >= 1 of a multi-node server) has joined rank 0: its process tree holds a TCP
     connection to rank 0's store at --leader AND its port answers (SGLang opens it once its schedulers are ready)."""
-    from kimi_serve.core.errors import KimiServeError
     from kimi_serve.core.net import connect_host
-    from kimi_serve.core.settings import current
     from kimi_serve.profile.topology import parse_worker
     from kimi_serve.service.gates import wait_joined as wait_core
 
@@ -81,9 +82,6 @@ def selftest_gate(
     ranks in --python, with this process's environment (the unit's). Prints the findings, one per line."""
     import os
 
-    from kimi_serve.core.errors import ExitCode, KimiServeError
-    from kimi_serve.core.findings import FAIL, WARN
-    from kimi_serve.core.settings import process_environ
     from kimi_serve.host.allreduce_selftest import CODE, LABELS, SelftestPlan, default_sizes
     from kimi_serve.up.selftest import run_plan
 

@@ -8,6 +8,7 @@ import sys
 import typer
 
 from kimi_serve.commands.options import UnitOpt
+from kimi_serve.core.errors import ExitCode, KimiServeError
 
 
 def journal_argv(unit: str, lines: int, follow: bool) -> list[str]:
@@ -31,7 +32,6 @@ def logs(
     import shutil
     from pathlib import Path
 
-    from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.profile.loader import load_profile
     from kimi_serve.service.state import ServicePaths
     from kimi_serve.service.target import unit_of
@@ -51,7 +51,10 @@ def logs(
         argv = journal_argv(unit, lines, follow)
         os.execvp(argv[0], argv)  # journalctl takes over: its paging, following and exit status
     name = loaded.name if loaded else None
-    found = logfiles.up_logs(name) if name else sorted(logfiles.log_dir().glob("up-*.log"), key=_mtime)
+    if name:
+        found = logfiles.up_logs(name)
+    else:
+        found = sorted(logfiles.log_dir().glob("up-*.log"), key=lambda p: p.stat().st_mtime)
     if not found:
         where = f"profile {name}" if name else str(logfiles.log_dir())
         raise KimiServeError(
@@ -79,12 +82,6 @@ def logs(
             exit_code=ExitCode.FAILED,
         ) from None
     return 0
-
-
-def _mtime(p: object) -> float:
-    from pathlib import Path
-
-    return Path(str(p)).stat().st_mtime
 
 
 def register(app: typer.Typer) -> None:

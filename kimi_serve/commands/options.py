@@ -9,20 +9,32 @@ from typing import Annotated, Any
 
 import typer
 
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.report import to_json
+
 PROFILE_HELP = "Profile name (configs/NAME.yaml, or a directory on $KIMI_SERVE_PROFILE_PATH) or a YAML file path."
 SET_HELP = "Override one profile key for this run: --set server.port=31000 (dotted key, YAML value; repeatable)."
 JSON_HELP = "Print a JSON report."
-UNIT_HELP = "Unit name (default: the profile's service.unit_name)."
-UNIT_OR_DEFAULT_HELP = "Unit name (default: sglang-kimi)."
-UNIT_PROFILE_HELP = "Take the unit name from this profile."
 
 ProfileOpt = typer.Option(..., "--profile", "-p", help=PROFILE_HELP)
-UnitProfileOpt = typer.Option(None, "--profile", "-p", help=UNIT_PROFILE_HELP)
+UnitProfileOpt = typer.Option(None, "--profile", "-p", help="Take the unit name from this profile.")
 SetOpt = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP)
 JsonOpt = typer.Option(False, "--json", help=JSON_HELP)
-UnitOpt = typer.Option(None, "--unit-name", help=UNIT_HELP)
-UnitOrDefaultOpt = typer.Option(None, "--unit-name", help=UNIT_OR_DEFAULT_HELP)
+UnitOpt = typer.Option(None, "--unit-name", help="Unit name (default: the profile's service.unit_name).")
+UnitOrDefaultOpt = typer.Option(None, "--unit-name", help="Unit name (default: sglang-kimi).")
 AsJson = Annotated[bool, typer.Option("--json", help=JSON_HELP)]  # the same --json, for Annotated signatures
+# chat's and capture's key and model (verify's --api-key help differs: it reads no profile's key file)
+ApiKeyOpt = typer.Option(
+    None, "--api-key", help="API key (else --api-key-file, else the profile's key file, else $KIMI_SERVE_API_KEY)."
+)
+ApiKeyFileOpt = typer.Option(None, "--api-key-file", help="File with `api-key: KEY` or the bare key; must be mode 600.")
+ModelOpt = typer.Option(None, "--model", help="Model id; default: the first one /v1/models lists.")
+
+
+def set_needs_profile(sets: Any, profile: str | None) -> None:
+    """``--set`` overrides a profile's key: refused (exit 2) without ``--profile``."""
+    if sets and not profile:
+        raise KimiServeError("--set without --profile", hint="pass --profile P with --set", exit_code=ExitCode.USAGE)
 
 
 def emit(
@@ -45,7 +57,6 @@ def emit(
             typer.echo(document())
         else:
             from kimi_serve.core.output import dumps, envelope
-            from kimi_serve.core.report import to_json
 
             body = to_json(data() if callable(data) else data)
             typer.echo(dumps(envelope(command, exit_code, body, findings)))

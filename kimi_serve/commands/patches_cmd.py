@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kimi_serve.commands.options import SET_HELP, AsJson, emit
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.findings import FAIL, PASS, Finding
 from kimi_serve.core.pin import patch_set_args, patches_apply
+from kimi_serve.core.report import to_json
 from kimi_serve.core.settings import SGLANG_PYTHON_ENV
 from kimi_serve.patches.names import DEFAULT_SET
 
 if TYPE_CHECKING:
-    from kimi_serve.core.findings import Finding
     from kimi_serve.patches import ChangeResult, PatchSet, PatchStatus
     from kimi_serve.profile.loader import Profile
 
@@ -58,9 +60,8 @@ def _target(
     its ``--set`` overrides); the SGLang is the one of ``--site-packages`` or ``--python``, else of the interpreter
     `up`, `doctor` and `check` resolve (check/launch.py's :func:`engine_python`); the profile, or None."""
     from kimi_serve.check.launch import engine_python
-    from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.patches import load_patch_set
-    from kimi_serve.sglang.site import resolve_site_packages
+    from kimi_serve.sglang.site import resolve_site_packages, site_packages_of
 
     bad = next((o for o in overrides or () if "=" not in o), None)
     if bad is not None:  # `patches --set NAME`, the old spelling of --patch-set
@@ -77,51 +78,40 @@ def _target(
             hint="pass --profile P with --set",
             exit_code=ExitCode.USAGE,
         )
+    p = None
+    env_how = f"export {SGLANG_PYTHON_ENV}=PATH of the SGLang venv's python"
     if profile is None:
-        sets = [load_patch_set(set_name or DEFAULT_SET)]
-        if site_packages is None and python is None:
-            return (
-                _resolved(engine_python(None), f"export {SGLANG_PYTHON_ENV}=PATH of the SGLang venv's python"),
-                sets,
-                None,
-            )
-        return resolve_site_packages(site_packages, python), sets, None
-    from kimi_serve.profile.loader import load_profile
+        sets, how = [load_patch_set(set_name or DEFAULT_SET)], env_how
+    else:
+        from kimi_serve.profile.loader import load_profile
 
-    if set_name is not None:
-        raise KimiServeError(
-            "--patch-set and --profile both name the patch sets",
-            where="--patch-set",
-            hint="drop one: --profile takes every set of the profile's patch_set:",
-            exit_code=ExitCode.USAGE,
-        )
-    p = load_profile(profile, overrides or ())
-    if not p.patch_set:
-        raise KimiServeError(
-            f"profile {p.name} names no patch set (patch_set: is empty)",
-            where=p.where("patch_set"),
-            hint="pass --patch-set NAME, or add the sets to the profile's patch_set:",
-            exit_code=ExitCode.USAGE,
-        )
-    sets = [load_patch_set(name) for name in p.patch_set]
-    if python is None and site_packages is None:
+        if set_name is not None:
+            raise KimiServeError(
+                "--patch-set and --profile both name the patch sets",
+                where="--patch-set",
+                hint="drop one: --profile takes every set of the profile's patch_set:",
+                exit_code=ExitCode.USAGE,
+            )
+        p = load_profile(profile, overrides or ())
+        if not p.patch_set:
+            raise KimiServeError(
+                f"profile {p.name} names no patch set (patch_set: is empty)",
+                where=p.where("patch_set"),
+                hint="pass --patch-set NAME, or add the sets to the profile's patch_set:",
+                exit_code=ExitCode.USAGE,
+            )
+        sets = [load_patch_set(name) for name in p.patch_set]
         how = (
-            f"export {SGLANG_PYTHON_ENV}=PATH of the SGLang venv's python (or set the profile's python:)"
+            f"{env_how} (or set the profile's python:)"
             if p.engine == "simulator" and not p.python
             else "point the profile's python: at the SGLang venv's python (or --set python=PATH)"
         )
-        return _resolved(engine_python(p), how), sets, p
-    return resolve_site_packages(site_packages, python), sets, p
-
-
-def _resolved(python: str, how: str) -> Path:
-    """The site-packages of the interpreter kimi-serve resolved (none was named): a failure says how to name one."""
-    from kimi_serve.core.errors import KimiServeError
-    from kimi_serve.sglang.site import site_packages_of
-
+    if site_packages is not None or python is not None:
+        return resolve_site_packages(site_packages, python), sets, p
+    resolved = engine_python(p)
     try:
-        return site_packages_of(python)
-    except KimiServeError as exc:
+        return site_packages_of(resolved), sets, p
+    except KimiServeError as exc:  # none was named: the failure says how to name one
         exc.hint = f"{how}, or pass --python PATH or --site-packages DIR"
         raise
 
@@ -152,8 +142,6 @@ def _render(st: PatchStatus) -> None:
 def _findings(st: PatchStatus, message: str | None, profile: str | None = None) -> list[Finding]:
     """The envelope's findings: what apply/revert did, or (status) each patch's state and an interrupted change;
     ``profile`` (``--profile P [--set ...]`` as typed): the fix names it (every set at once) rather than this set."""
-    from kimi_serve.core.findings import FAIL, PASS, Finding
-
     if message is not None:
         return [Finding("patches", "change", PASS, message)]
     fix = patches_apply(f"--site-packages {st.site_packages} {profile or patch_set_args(st.set_name)}")
@@ -183,23 +171,36 @@ def _findings(st: PatchStatus, message: str | None, profile: str | None = None) 
 
 
 def _finish(
-    st: PatchStatus,
+    profile: Profile | None,
+    states: list[PatchStatus],
     as_json: bool,
-    message: str | None = None,
-    changed: bool | None = None,
-    command: str = "patches-status",
+    results: list[ChangeResult] | list[None],
+    command: str,
     exit_code: int = 0,
-) -> None:
-    from kimi_serve.core.report import to_json
-
-    data = to_json(st) | ({"changed": changed, "message": message} if message is not None else {})
+) -> int:
+    """The report: one set's JSON document (its status keys, plus ``changed`` and ``message`` after a change), or a
+    profile's (``profile``, ``sets[]``: each set's document; the findings of every set); each set's text in order."""
+    docs, findings = [], []
+    for st, r in zip(states, results, strict=True):
+        docs.append(to_json(st) | ({"changed": r.changed, "message": r.message} if r is not None else {}))
+        findings += _findings(st, r.message if r is not None else None, profile.cli_args() if profile else None)
+    data = (
+        docs[0]
+        if profile is None
+        else {
+            "profile": profile.ref or profile.name,
+            "changed": any(r is not None and r.changed for r in results),
+            "sets": docs,
+        }
+    )
 
     def text() -> None:
-        if message:
-            typer.echo(message)
-        _render(st)
+        for st, r in zip(states, results, strict=True):
+            if r is not None and r.message:
+                typer.echo(r.message)
+            _render(st)
 
-    emit(as_json, exit_code, text, command=command, data=data, findings=_findings(st, message))
+    return emit(as_json, exit_code, text, command=command, data=data, findings=findings)
 
 
 @patches_app.command("status")
@@ -219,11 +220,7 @@ def status_cmd(
     sp, sets, prof = _target(site_packages, python, set_name, profile, overrides)
     states = [status(sp, ps, state_dir=state_dir) for ps in sets]
     code = 0 if all(st.all_applied and not st.interrupted for st in states) else 1
-    if prof is None:
-        _finish(states[0], as_json, exit_code=code)
-    else:
-        _finish_sets(prof, states, as_json, [None] * len(states), "patches-status", code)
-    return code
+    return _finish(prof, states, as_json, [None] * len(states), "patches-status", code)
 
 
 @patches_app.command("apply")
@@ -244,7 +241,7 @@ def apply_cmd(
 
     sp, sets, prof = _target(site_packages, python, set_name, profile, overrides)
     results = apply_sets(sp, sets, state_dir=state_dir, wait_lock=wait_lock)
-    return _changes(prof, results, as_json, "patches-apply")
+    return _finish(prof, [r.status for r in results], as_json, results, "patches-apply")
 
 
 @patches_app.command("revert")
@@ -264,48 +261,8 @@ def revert_cmd(
     from kimi_serve.patches import revert_sets
 
     sp, sets, prof = _target(site_packages, python, set_name, profile, overrides)
-    return _changes(prof, revert_sets(sp, sets, state_dir=state_dir, wait_lock=wait_lock), as_json, "patches-revert")
-
-
-def _changes(profile: Profile | None, results: list[ChangeResult], as_json: bool, command: str) -> int:
-    """What apply/revert did: the one set's report (``--patch-set``), or every set of the profile's."""
-    if profile is None:
-        (r,) = results
-        _finish(r.status, as_json, r.message, r.changed, command=command)
-    else:
-        _finish_sets(profile, [r.status for r in results], as_json, results, command, 0)
-    return 0
-
-
-def _finish_sets(
-    profile: Profile,
-    states: list[PatchStatus],
-    as_json: bool,
-    results: list[ChangeResult] | list[None],
-    command: str,
-    exit_code: int,
-) -> None:
-    """A profile's sets: one JSON document (``profile``, ``sets[]``: each set's own status keys, plus ``changed`` and
-    ``message`` after a change; the findings of every set), or each set's text in order."""
-    from kimi_serve.core.report import to_json
-
-    docs, findings = [], []
-    for st, r in zip(states, results, strict=True):
-        docs.append(to_json(st) | ({"changed": r.changed, "message": r.message} if r is not None else {}))
-        findings += _findings(st, r.message if r is not None else None, profile.cli_args())
-    data = {
-        "profile": profile.ref or profile.name,
-        "changed": any(r is not None and r.changed for r in results),
-        "sets": docs,
-    }
-
-    def text() -> None:
-        for st, r in zip(states, results, strict=True):
-            if r is not None and r.message:
-                typer.echo(r.message)
-            _render(st)
-
-    emit(as_json, exit_code, text, command=command, data=data, findings=findings)
+    results = revert_sets(sp, sets, state_dir=state_dir, wait_lock=wait_lock)
+    return _finish(prof, [r.status for r in results], as_json, results, "patches-revert")
 
 
 def register(app: typer.Typer) -> None:

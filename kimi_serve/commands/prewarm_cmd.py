@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from kimi_serve.commands.options import JsonOpt, ProfileOpt, emit
+from kimi_serve.core.report import to_json
+from kimi_serve.core.settings import state_root
 
 if TYPE_CHECKING:
     from kimi_serve.profile.loader import Profile
@@ -46,8 +48,6 @@ def prewarm(
     """Read the profile's checkpoint (model and draft shards) into the page cache, so the next start loads from
     memory. Reads only uncached pages; refuses when they do not fit in MemAvailable minus 10% of RAM; never drops or
     evicts anything."""
-    from kimi_serve.core.report import to_json
-    from kimi_serve.core.settings import state_root
     from kimi_serve.prewarm.page_cache import exit_code_of, run_prewarm
     from kimi_serve.prewarm.report import findings, text
     from kimi_serve.profile.loader import load_profile
@@ -64,7 +64,6 @@ def prewarm(
 
 def restart_prewarm(profile: Profile, say: Callable[[str], None]) -> Callable[[], dict[str, Any]]:
     """`restart --prewarm`'s first step, its progress shown as `prewarm` shows it (a refusal is a note)."""
-    from kimi_serve.core.settings import state_root
     from kimi_serve.prewarm.report import prewarm_first
 
     bar = _progress(True) if sys.stderr.isatty() else None

@@ -9,9 +9,10 @@ import typer
 
 if TYPE_CHECKING:
     from kimi_serve.check.report import CheckReport
-    from kimi_serve.profile.loader import Profile
 
 from kimi_serve.commands.options import JsonOpt, ProfileOpt, SetOpt, emit
+from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.report import finding_lines
 
 
 def show(profile: str = ProfileOpt, sets: list[str] | None = SetOpt) -> int:
@@ -58,7 +59,6 @@ def render(
     """Print the validated launch command and environment (fast checks only; `check` runs them all). A replicated
     profile prints the router's launch and each replica's, each under a # comment naming it. --format k8s prints
     the Kubernetes manifests instead (the same validated launch in every pod)."""
-    from kimi_serve.core.errors import ExitCode, KimiServeError
     from kimi_serve.profile.loader import load_profile
 
     if fmt not in ("launch", "k8s"):
@@ -72,19 +72,16 @@ def render(
                 hint="drop --node-rank",
                 exit_code=ExitCode.USAGE,
             )
-        return _render_k8s(load_profile(profile, sets or ()), namespace, image, as_json)
+        from kimi_serve import __version__
+        from kimi_serve.k8s.manifests import render_manifests, to_yaml
+
+        p = load_profile(profile, sets or ())
+        docs = render_manifests(p, namespace=namespace, image=image or f"kimi-serve:{__version__}")
+        return emit(as_json, 0, lambda: typer.echo(to_yaml(docs), nl=False), command="render", data={"manifests": docs})
     from kimi_serve.check.launch import plan_deployment
 
     plan = plan_deployment(load_profile(profile, sets or ()), node_rank)
     return emit(as_json, 0, plan.text, command="render", data=plan.to_json)
-
-
-def _render_k8s(profile: Profile, namespace: str, image: str | None, as_json: bool) -> int:
-    from kimi_serve import __version__
-    from kimi_serve.k8s.manifests import render_manifests, to_yaml
-
-    docs = render_manifests(profile, namespace=namespace, image=image or f"kimi-serve:{__version__}")
-    return emit(as_json, 0, lambda: typer.echo(to_yaml(docs), nl=False), command="render", data={"manifests": docs})
 
 
 def check(
@@ -112,7 +109,6 @@ def check(
 def _check_text(report: CheckReport) -> str:
     """Each finding on its line (`ok   [rules] ...`, coloured on a terminal), then the verdict and the counts."""
     from kimi_serve.core.output import colour, paint_statuses
-    from kimi_serve.core.report import finding_lines
 
     counts = {s: sum(f.status == s for f in report.findings) for s in ("pass", "warn", "fail", "skip")}
     verdict = "PASSED" if report.exit_code == 0 else "FAILED"

@@ -1,8 +1,10 @@
 """`install-service`, `uninstall-service`, `restart`, `status` and `keyfile` (the service's API-key file): the systemd
-service (docs/systemd.md)."""
+service (docs/systemd.md). Each resolves its options once (:func:`resolve`) and makes one call into
+:mod:`kimi_serve.service.run` (the lock, the rollback of an interrupted change, the plan, the change)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,12 +19,14 @@ from kimi_serve.commands.options import (
     UnitProfileOpt,
     emit,
 )
-from kimi_serve.commands.service_io import notice, print_dry_run_plan, print_result, resolve, run_rows, say
-from kimi_serve.core.settings import process_environ
+from kimi_serve.core.findings import FAIL, PASS, Finding
+from kimi_serve.core.report import Fact, action_lines, fact_lines, finding_lines, to_json
+from kimi_serve.core.settings import process_environ, state_root
 from kimi_serve.service.state import STATE_DIR, UNIT_DIR
 
 if TYPE_CHECKING:
     from kimi_serve.service.fleet import Fleet
+    from kimi_serve.service.install import Result
     from kimi_serve.service.target import ServiceTarget
 
 # --root per command: what that command does under it (each names its own verb)
@@ -43,6 +47,57 @@ WAIT_LOCK_HELP = (
     "When another kimi-serve command holds the lock of this root (the host lock for /), wait for it instead of "
     "exiting 75."
 )
+
+
+def resolve(profile: str | None, sets: list[str] | None, unit_name: str | None, root: Path) -> ServiceTarget:
+    """The command's options as one value: the profile loaded once (with ``--set``), the unit name, the root."""
+    from kimi_serve.profile.loader import load_profile
+    from kimi_serve.service.systemctl import Systemd, run
+    from kimi_serve.service.target import resolve_target
+
+    loaded = load_profile(profile, sets or ()) if profile else None
+    return resolve_target(loaded, unit_name, Systemd(run, root.resolve()))
+
+
+def notice(message: str) -> None:
+    """What the rollback of a killed change did: always said, on stderr."""
+    typer.echo(f"kimi-serve: {message}", err=True)
+
+
+def say(message: str) -> None:
+    """Progress on a terminal only: scripts and tests get the result alone."""
+    if sys.stderr.isatty():
+        typer.echo(f"kimi-serve: {message}", err=True)
+
+
+def print_result(
+    result: Result, as_json: bool, extra: dict[str, Any] | None = None, command: str = "install-service"
+) -> int:
+    failed = [
+        Finding("service", "step", FAIL, f"{s.action}: {s.detail}" if s.detail else s.action)
+        for s in result.steps
+        if s.outcome is FAIL
+    ]
+    return emit(
+        as_json,
+        result.exit_code,
+        lambda: _result_text(result),
+        command=command,
+        data=lambda: {**to_json(result), **(extra or {})},
+        findings=failed,
+    )
+
+
+def _result_text(result: Result) -> str | None:
+    """Each step (`ok   write unit: ...`), then the verdict on the new unit and on the rollback."""
+    lines = action_lines(result.steps)
+    for label, outcome in (("new unit", result.new), ("rollback", result.rollback)):
+        if outcome is not None:
+            verdict = "PASSED" if outcome.ok else "FAILED"
+            lines.append(
+                f"{label}: {verdict} (profile {outcome.profile}, sha256 {outcome.unit_sha256[:12]}): {outcome.detail}"
+            )
+    return "\n".join(lines) or None  # nothing done, nothing said
 
 
 def install_service(
@@ -96,7 +151,6 @@ def install_service(
 def _print_plan(fleet: Fleet, target: ServiceTarget, as_json: bool) -> int:
     """Every member's unit, the secret file and the actions; then the host checks that would fail (exit 1 when any
     would)."""
-    from kimi_serve.core.findings import FAIL
     from kimi_serve.service.fleet import fleet_actions
 
     actions = fleet_actions(fleet, target.systemd)
@@ -135,7 +189,12 @@ def _print_plan(fleet: Fleet, target: ServiceTarget, as_json: bool) -> int:
             typer.echo(plan.unit.text, nl=False)
             typer.echo("")
         typer.echo(f"secret file: {secret_note}")
-        print_dry_run_plan(actions, bad)
+        typer.echo("dry run: nothing was changed; install-service would:")
+        for i, action in enumerate(actions, 1):
+            typer.echo(f"  {i}. {action}")
+        if bad:
+            typer.echo(f"on this host, {len(bad)} check(s) would fail (install-service would refuse):")
+            typer.echo("\n".join(finding_lines(bad, indent="  ")))
 
     return emit(as_json, code, text, command="install-service", data=data, findings=fleet.findings)
 
@@ -212,7 +271,6 @@ def status(
 
     A replicated deployment: the router, its workers and every replica. Nothing installed and a foreground `up` (of
     --profile) running: that `up`, looked at now: /health, serving through the router or degraded (exit 0: whole)."""
-    from kimi_serve.core.settings import state_root
     from kimi_serve.prewarm.report import start_history, start_rows
     from kimi_serve.service.run import service_status
 
@@ -224,9 +282,8 @@ def status(
         return {**st.to_json(), "starts": starts, "runs": [r.to_json() for r in runs]}
 
     def text() -> str:
-        from kimi_serve.core.report import fact_lines
-
-        return "\n".join(fact_lines([*st.rows(), *start_rows(target.profile, state_root()), *run_rows(runs)]))
+        ups = [Fact("up", r.line()) for r in runs] or [Fact("up", "no foreground `kimi-serve up` runs now")]
+        return "\n".join(fact_lines([*st.rows(), *start_rows(target.profile, state_root()), *ups]))
 
     return emit(as_json, st.exit_code, text, command="status", data=data, findings=st.findings())
 
@@ -247,7 +304,6 @@ def keyfile(
     from kimi_serve.service.secret import write_profile_key_file
 
     result = write_profile_key_file(load_profile(profile, sets or ()), root.resolve(), process_environ())
-    from kimi_serve.core.findings import PASS, Finding
 
     done = Finding("service", "keyfile", PASS, result.message())
     return emit(as_json, 0, result.message, command="keyfile", data=result, findings=[done])

@@ -7,6 +7,7 @@ import os
 import typer
 
 from kimi_serve.commands.numbers import number_option, seconds_option
+from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.settings import SIM_ACCEPT_ENV, process_environ
 
 
@@ -42,7 +43,6 @@ def register(app: typer.Typer) -> None:
     ) -> int:
         import shlex
 
-        from kimi_serve.core.errors import KimiServeError
         from kimi_serve.sglang.site import require_sglang_python
         from kimi_serve.simulator import launcher
 
@@ -52,21 +52,17 @@ def register(app: typer.Typer) -> None:
                 where="simulate",
                 hint="kimi-serve simulate --profile sim",
             )
-        profile_python = None
-        env_extra: dict[str, str] = {}
-        if raw:
-            args = list(ctx.args)
-            if not args:
+        args, env_extra, profile_python, where = list(ctx.args), dict[str, str](), None, "simulate --raw"
+        if raw and not args:
+            raise KimiServeError(
+                "--raw needs SGLang flags after `--`",
+                where="simulate",
+                hint="kimi-serve simulate --raw -- --model-path /models/Kimi-K2.5 --port 30000",
+            )
+        if not raw:
+            if args:
                 raise KimiServeError(
-                    "--raw needs SGLang flags after `--`",
-                    where="simulate",
-                    hint="kimi-serve simulate --raw -- --model-path /models/Kimi-K2.5 --port 30000",
-                )
-            where = "simulate --raw"
-        else:
-            if ctx.args:
-                raise KimiServeError(
-                    f"unexpected arguments {' '.join(ctx.args)}",
+                    f"unexpected arguments {' '.join(args)}",
                     where="simulate",
                     hint="pass raw SGLang flags only with --raw",
                 )
@@ -75,9 +71,7 @@ def register(app: typer.Typer) -> None:
 
             prof = load_profile(profile)
             launch = launch_for(prof)
-            args = list(launch.server_args)
-            env_extra = dict(launch.env)
-            profile_python = launch.argv[0]
+            args, env_extra, profile_python = list(launch.server_args), dict(launch.env), launch.argv[0]
             where = prof.where("server.api_key_file")
         if host:
             args = launcher.with_flag(args, "--host", host)

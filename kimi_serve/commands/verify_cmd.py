@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from kimi_serve.commands.numbers import number_option, seconds_option
-from kimi_serve.commands.options import SetOpt, emit
+from kimi_serve.commands.options import ModelOpt, SetOpt, emit
+from kimi_serve.core.errors import KimiServeError
+from kimi_serve.core.report import to_json
 from kimi_serve.core.suites import QUICK, SUITES
 
 if TYPE_CHECKING:
@@ -49,7 +52,7 @@ def verify(
         "--api-key-file",
         help="File with `api-key: KEY` (SGLang --config form) or the bare key; must be mode 600.",
     ),
-    model: str | None = typer.Option(None, "--model", help="Model id; default: the first one /v1/models lists."),
+    model: str | None = ModelOpt,
     wait: float = seconds_option(0.0, "--wait", help="Seconds to wait for /health to turn 200 (0: check once)."),
     timeout: float = seconds_option(
         180.0,
@@ -123,16 +126,12 @@ def verify(
     Then the least-privilege checks: the API key must not open SGLang's admin endpoints (admin_open_to_clients fails
     verify), and the server's processes should not listen beyond loopback except on the API port (stray_listener warns).
     """
-    from dataclasses import replace
-
     from kimi_serve.core.faults import checkpoint
     from kimi_serve.verify import VerifyOptions, parse_target, resolve_key, run_verify
     from kimi_serve.verify.draft import DEFAULT_FLOOR
 
     checkpoint("verify.run")  # test hook: raise-at=verify.run is a kimi-serve bug in verify (exit 70)
     if sets and (host is not None or not profile):
-        from kimi_serve.core.errors import KimiServeError
-
         raise KimiServeError("--set changes a profile: it needs --profile and no --host", where="--set")
     options = VerifyOptions(
         model=model,
@@ -146,8 +145,6 @@ def verify(
     )
     if host is None and profile:
         if metrics_file is not None or unit_name is not None:
-            from kimi_serve.core.errors import KimiServeError
-
             raise KimiServeError(
                 "--metrics-file/--unit-name check one server",
                 where="--profile",
@@ -178,9 +175,6 @@ def _verify_profile(
 ) -> Any:
     """`verify --profile P [--set K=V]`: the profile's own server, or its router and then each replica; without
     --set, where a foreground `up` of P runs, its real endpoints from its run record (docs/verify.md)."""
-    from dataclasses import replace
-
-    from kimi_serve.core.report import to_json
     from kimi_serve.core.runs import read_runs
     from kimi_serve.profile.deployment import client_urls, running_urls
     from kimi_serve.profile.loader import load_profile

@@ -1,14 +1,9 @@
-"""The collective self-test (docs/up.md "The collective self-test"): before a GPU profile serves, every all-reduce path
-the profile enables is compared with NCCL and with the exact sum, on the host's GPUs, in the engine interpreter with
-its installed (patched) SGLang, at the profile's TP size and at decode- and prefill-sized messages, under a deadline.
-
-This module is kimi-serve's side, pure: the plan (:func:`plan_for`: which paths, which sizes, from the profile's
-flags), each rank's command line (:mod:`kimi_serve.sglang.allreduce_ranks` in the engine interpreter, one process per
-rank, a file rendezvous, no torchrun), what the ranks printed read back (:func:`rank_log`), and the findings
-(:func:`findings`): a path that disagrees or hangs (still running at the deadline: killed, named by the path and size
-its ranks had started) is a failure naming the path and the profile change that removes it. up/selftest.py runs the
-ranks (process/ranks.py) and hands the findings to `doctor` (its ``allreduce_selftest`` check) and to `up`'s
-preflight.
+"""The collective self-test (docs/up.md "The collective self-test"), kimi-serve's pure side: before a GPU profile
+serves, each all-reduce path it enables is compared with NCCL and the exact sum at decode- and prefill-sized messages,
+under a deadline. Here: the plan, each rank's command line (:mod:`kimi_serve.sglang.allreduce_ranks` in the engine
+interpreter, one process per rank, a file rendezvous, no torchrun), the ranks' output read back and the findings (a
+path that disagrees or hangs fails, naming the profile change that removes it). up/selftest.py runs the ranks for
+`doctor` and `up`'s preflight.
 """
 
 from __future__ import annotations
@@ -64,14 +59,12 @@ def enabled_paths(profile: Profile) -> tuple[str, ...]:
     """The all-reduce paths the profile's flags enable, as prod enables them: the fusion backend flag, the torch
     symmetric-memory flag, the PCIe-IPC switch (``allreduce.pcie_ipc`` or its variable set to "1")."""
     ar = profile.allreduce
-    out = []
-    if ar.flashinfer_fusion_backend:
-        out.append("flashinfer_fusion")
-    if ar.torch_symm_mem:
-        out.append("torch_symm_mem")
-    if ar.pcie_ipc or profile.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") == "1":
-        out.append("pcie_ipc")
-    return tuple(out)
+    on = {
+        "flashinfer_fusion": ar.flashinfer_fusion_backend,
+        "torch_symm_mem": ar.torch_symm_mem,
+        "pcie_ipc": ar.pcie_ipc or profile.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") == "1",
+    }
+    return tuple(path for path, enabled in on.items() if enabled)
 
 
 def plan_for(profile: Profile, on_gpus: bool, deadline_s: float = DEADLINE_S) -> SelftestPlan | str:
@@ -83,12 +76,7 @@ def plan_for(profile: Profile, on_gpus: bool, deadline_s: float = DEADLINE_S) ->
         return "--device cpu: not a CUDA start"
     if profile.nodes.count > 1:
         return f"nodes.count {profile.nodes.count}: the single-node all-reduce paths are off across nodes"
-    paths = enabled_paths(profile)
-    world = profile.parallel.tp_size
-    return SelftestPlan(world, paths, default_sizes(), deadline_s)
-
-
-# ------------------------------------------------------------------------------------------------------ the run
+    return SelftestPlan(profile.parallel.tp_size, enabled_paths(profile), default_sizes(), deadline_s)
 
 
 @dataclass
@@ -147,24 +135,10 @@ def rank_argv(interpreter: str, plan: SelftestPlan) -> Callable[[int, str], list
     blob = json.dumps(to_json(plan))
 
     def argv(rank: int, init: str) -> list[str]:
-        return python_argv(
-            interpreter,
-            "-m",
-            MODULE,
-            "--rank",
-            str(rank),
-            "--world-size",
-            str(plan.world_size),
-            "--init-method",
-            init,
-            "--plan",
-            blob,
-        )
+        flags = {"--rank": str(rank), "--world-size": str(plan.world_size), "--init-method": init, "--plan": blob}
+        return python_argv(interpreter, "-m", MODULE, *(word for pair in flags.items() for word in pair))
 
     return argv
-
-
-# ------------------------------------------------------------------------------------------------------ findings
 
 
 def _finding(status: str, message: str, fix: str = "") -> Finding:
@@ -180,63 +154,34 @@ def findings(report: SelftestReport) -> list[Finding]:
     nothing could be tested, else one pass line."""
     plan, ranks = report.plan, report.ranks
     where = f"TP {plan.world_size}"
-    unavailable = next((e for r in ranks for e in r.events if e.get("event") == "unavailable"), None)
+    events = [e for r in ranks for e in r.events]
+    unavailable = next((e for e in events if e.get("event") == "unavailable"), None)
     if unavailable:
-        return [
-            _finding(
-                WARN,
-                f"not run at {where}: {unavailable.get('reason')}",
-                "run it where the engine's torch sees the profile's GPUs (doctor on the GPU host)",
-            )
-        ]
+        fix = "run it where the engine's torch sees the profile's GPUs (doctor on the GPU host)"
+        return [_finding(WARN, f"not run at {where}: {unavailable.get('reason')}", fix)]
     out: list[Finding] = []
     if report.hung:
-        stuck = [r.last("start") for r in ranks if not r.done()]
-        started = next((s for s in stuck if s), None)
+        started = next((s for s in (r.last("start") for r in ranks if not r.done()) if s), None)
         if started is None:
-            out.append(
-                _finding(
-                    FAIL,
-                    f"the ranks did not join at {where} within {plan.deadline_s:g}s: killed",
-                    "check NCCL on this host (NCCL_DEBUG=INFO; ACS/IOMMU; NCCL_P2P_LEVEL)",
-                )
-            )
+            message = f"the ranks did not join at {where} within {plan.deadline_s:g}s: killed"
+            out.append(_finding(FAIL, message, "check NCCL on this host (NCCL_DEBUG=INFO; ACS/IOMMU; NCCL_P2P_LEVEL)"))
         else:
             path = str(started.get("path"))
-            out.append(
-                _finding(
-                    FAIL,
-                    f"{LABELS.get(path, path)} hung at {where}, {started.get('size')}: no answer "
-                    f"within {plan.deadline_s:g}s, its ranks were killed",
-                    _fix(path),
-                )
-            )
+            message = f"{LABELS.get(path, path)} hung at {where}, {started.get('size')}: no answer within "
+            out.append(_finding(FAIL, f"{message}{plan.deadline_s:g}s, its ranks were killed", _fix(path)))
     bad: dict[str, dict[str, Any]] = {}
-    for rank in ranks:
-        for e in rank.events:
-            if e.get("event") == "result" and e.get("ok") is False:
-                bad.setdefault(str(e.get("path")), e)
+    for e in events:
+        if e.get("event") == "result" and e.get("ok") is False:
+            bad.setdefault(str(e.get("path")), e)
     for path, e in bad.items():
-        out.append(
-            _finding(
-                FAIL,
-                f"{LABELS.get(path, path)} disagrees with the exact sum at {where}, {e.get('size')} "
-                f"(max error {e.get('max_err')}, tolerance {plan.atol:g})",
-                _fix(path),
-            )
-        )
-    if not report.hung:
-        for i, rank in enumerate(ranks):
-            if not rank.done():
-                last = rank.tail[-1].strip() if rank.tail else "no output"
-                out.append(
-                    _finding(
-                        FAIL,
-                        f"rank {i} of the self-test exited {rank.status} before the end: {last}",
-                        f"run doctor --debug; if a path's setup crashed, {SAFE_PROFILE}",
-                    )
-                )
-                break
+        message = f"{LABELS.get(path, path)} disagrees with the exact sum at {where}, {e.get('size')} "
+        out.append(_finding(FAIL, f"{message}(max error {e.get('max_err')}, tolerance {plan.atol:g})", _fix(path)))
+    crashed = next(((i, r) for i, r in enumerate(ranks) if not r.done()), None)
+    if crashed is not None and not report.hung:
+        i, rank = crashed
+        message = f"rank {i} of the self-test exited {rank.status} before the end: "
+        last = rank.tail[-1].strip() if rank.tail else "no output"
+        out.append(_finding(FAIL, message + last, f"run doctor --debug; if a path's setup crashed, {SAFE_PROFILE}"))
     return out or [_summary(report)]
 
 
@@ -253,7 +198,6 @@ def _summary(report: SelftestReport) -> Finding:
         f"{len(plan.sizes)} sizes at TP {plan.world_size} agree with the exact sum: {tested} "
         f"({report.wall_s:.0f}s)" + ("; " + "; ".join(idle) if idle else "")
     )
-    status = WARN if any(e.get("error") for e in events if e.get("event") == "setup") else PASS
-    return _finding(
-        status, text, "a path that could not be set up is not tested: see the reason" if status == WARN else ""
-    )
+    if any(e.get("error") for e in events if e.get("event") == "setup"):
+        return _finding(WARN, text, "a path that could not be set up is not tested: see the reason")
+    return _finding(PASS, text)

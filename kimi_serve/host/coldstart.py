@@ -1,8 +1,6 @@
 """What a cold start's weight phase is made of, measured on this host: the checkpoint's bytes, the sequential read
 bandwidth of the filesystem holding it, how much of it is already in the page cache, and free RAM (docs/coldstart.md).
 
-- Bytes come from the safetensors index (``model.safetensors.index.json``: the shards SGLang will read), or the
-  ``*.safetensors`` files when there is no index; the draft model's shards count too.
 - The bandwidth probe reads at most ``bound`` bytes (default 2 GiB, never more than the checkpoint) and stops after
   ``time_limit`` seconds, with O_DIRECT, so it neither uses nor disturbs the page cache. Where O_DIRECT is refused
   (tmpfs, some network filesystems) it reads only pages that are *not* cached and drops exactly those pages again
@@ -13,6 +11,7 @@ bandwidth of the filesystem holding it, how much of it is already in the page ca
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import mmap
@@ -43,14 +42,10 @@ class ProbeError(Exception):
     """The probe could not time a read (say why)."""
 
 
-# ---------------------------------------------------------------------------------------------- the checkpoint
-
-
 @dataclass(frozen=True)
 class Checkpoint:
     files: tuple[Path, ...]  # the shards SGLang reads, in load order, existing regular files only
     sizes: tuple[int, ...]
-    missing: int = 0
     problems: tuple[tuple[Path, str], ...] = ()  # shards that are missing, dangling links or not regular files: why
 
     @property
@@ -61,19 +56,18 @@ class Checkpoint:
     def shards(self) -> int:
         return len(self.files)
 
+    @property
+    def missing(self) -> int:
+        return len(self.problems)
 
-def shard_files(model_dir: Path) -> tuple[list[Path], int]:
-    """The shards the index names (sorted, as SGLang lists them), or every ``*.safetensors``; and how many are
-    missing."""
-    index = model_dir / INDEX
-    if index.is_file():
-        try:
-            names = sorted(set(load_json(index.read_text())["weight_map"].values()))
-        except (OSError, ValueError, KeyError, AttributeError, TypeError):
-            names = []
-        if names:
-            return [model_dir / n for n in names], 0
-    return sorted(model_dir.glob("*.safetensors")), 0
+
+def shard_files(model_dir: Path) -> list[Path]:
+    """The shards the index names (sorted, as SGLang lists them), or every ``*.safetensors``."""
+    try:
+        names = sorted(set(load_json((model_dir / INDEX).read_text())["weight_map"].values()))
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        names = []
+    return [model_dir / n for n in names] if names else sorted(model_dir.glob("*.safetensors"))
 
 
 def shard_problem(path: Path) -> tuple[int, str | None]:
@@ -94,19 +88,10 @@ def shard_problem(path: Path) -> tuple[int, str | None]:
 
 
 def checkpoint_of(dirs: list[Path]) -> Checkpoint:
-    candidates = [f for d in dirs for f in shard_files(d)[0]]
-    sizes, kept, problems = [], [], []
-    for f in candidates:
-        size, why = shard_problem(f)
-        if why is None:
-            sizes.append(size)
-            kept.append(f)
-        else:
-            problems.append((f, why))
-    return Checkpoint(tuple(kept), tuple(sizes), len(problems), tuple(problems))
-
-
-# ---------------------------------------------------------------------------------------------- page cache
+    checked = [(f, *shard_problem(f)) for d in dirs for f in shard_files(d)]
+    kept = [(f, size) for f, size, why in checked if why is None]
+    problems = tuple((f, why) for f, _, why in checked if why is not None)
+    return Checkpoint(tuple(f for f, _ in kept), tuple(size for _, size in kept), problems)
 
 
 def _libc() -> Any:
@@ -150,9 +135,13 @@ def resident_pages(path: Path) -> bytearray:
 _BIT0 = bytes(b & 1 for b in range(256))
 
 
+def _cached_pages(path: Path) -> tuple[bytearray, int]:
+    """One byte per page, 1 when cached; and the file's size."""
+    return resident_pages(path).translate(_BIT0), path.stat().st_size
+
+
 def cached_bytes(path: Path) -> int:
-    pages = resident_pages(path).translate(_BIT0)
-    size = path.stat().st_size
+    pages, size = _cached_pages(path)
     n = pages.count(1)
     if pages and pages[-1]:  # the last page is partial
         return (n - 1) * PAGE + (size - (len(pages) - 1) * PAGE)
@@ -174,9 +163,6 @@ def drop_cache(path: Path, offset: int = 0, length: int = 0) -> None:
         os.close(fd)
 
 
-# ---------------------------------------------------------------------------------------------- memory
-
-
 def meminfo(path: Path = Path("/proc/meminfo")) -> dict[str, int]:
     """``/proc/meminfo`` in bytes (MemTotal, MemAvailable, Cached, ...)."""
     out = {}
@@ -186,9 +172,6 @@ def meminfo(path: Path = Path("/proc/meminfo")) -> dict[str, int]:
         if parts and parts[0].isdigit():
             out[name] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
     return out
-
-
-# ---------------------------------------------------------------------------------------------- bandwidth
 
 
 @dataclass(frozen=True)
@@ -211,7 +194,7 @@ Chunk = tuple[Path, int, int]
 
 def _plan(ckpt: Checkpoint, bound: int, ranges: dict[Path, list[tuple[int, int]]] | None) -> list[Chunk]:
     """Chunks (file, offset, length) to read, largest shards first, whose lengths sum to at most ``bound``."""
-    chunks: list[tuple[Path, int, int]] = []
+    chunks: list[Chunk] = []
     left = bound
     for f, size in sorted(zip(ckpt.files, ckpt.sizes, strict=True), key=lambda fs: -fs[1]):
         spans = ranges.get(f, []) if ranges is not None else [(0, size)]
@@ -232,8 +215,7 @@ def _plan(ckpt: Checkpoint, bound: int, ranges: dict[Path, list[tuple[int, int]]
 
 def _uncached_spans(f: Path) -> list[tuple[int, int]]:
     """Byte ranges of ``f`` not in the page cache, merged (runs found with bytes.find: C speed per run)."""
-    pages = resident_pages(f).translate(_BIT0)
-    size = f.stat().st_size
+    pages, size = _cached_pages(f)
     spans: list[tuple[int, int]] = []
     i = pages.find(0)
     while i != -1:
@@ -244,36 +226,29 @@ def _uncached_spans(f: Path) -> list[tuple[int, int]]:
     return spans
 
 
-def _read_chunks(chunks: list[tuple[Path, int, int]], flags: int, time_limit: float, threads: int) -> tuple[int, float]:
-    lock = threading.Lock()
-    todo = list(reversed(chunks))
-    total = [0]
-    errors: list[OSError] = []
+def _read_chunks(chunks: list[Chunk], flags: int, time_limit: float, threads: int) -> tuple[int, float]:
     deadline = time.monotonic() + time_limit
-    fds: dict[Path, int] = {}
-    try:
-        for f, _o, _l in chunks:
-            if f not in fds:
-                fds[f] = os.open(f, os.O_RDONLY | flags)
+    todo, lock, total, errors = iter(chunks), threading.Lock(), [0], list[OSError]()
+    with contextlib.ExitStack() as opened:
+        fds: dict[Path, int] = {}
+        for f in dict.fromkeys(c[0] for c in chunks):
+            fds[f] = os.open(f, os.O_RDONLY | flags)
+            opened.callback(os.close, fds[f])
 
         def work() -> None:
-            buf = mmap.mmap(-1, BLOCK)  # page-aligned, as O_DIRECT wants
-            try:
-                while time.monotonic() < deadline:
+            with mmap.mmap(-1, BLOCK) as buf:  # page-aligned, as O_DIRECT wants
+                while time.monotonic() < deadline and not errors:
                     with lock:
-                        if not todo or errors:
-                            return
-                        f, off, length = todo.pop()
+                        chunk = next(todo, None)
+                    if chunk is None:
+                        return
                     try:
-                        n = os.preadv(fds[f], [memoryview(buf)[:length]], off)
+                        n = os.preadv(fds[chunk[0]], [memoryview(buf)[: chunk[2]]], chunk[1])
                     except OSError as exc:
-                        with lock:
-                            errors.append(exc)
+                        errors.append(exc)
                         return
                     with lock:
                         total[0] += n
-            finally:
-                buf.close()
 
         start = time.monotonic()
         pool = [threading.Thread(target=work, daemon=True) for _ in range(max(1, threads))]
@@ -282,9 +257,6 @@ def _read_chunks(chunks: list[tuple[Path, int, int]], flags: int, time_limit: fl
         for t in pool:
             t.join()
         elapsed = time.monotonic() - start
-    finally:
-        for fd in fds.values():
-            os.close(fd)
     if errors and total[0] == 0:
         raise errors[0]
     return total[0], elapsed
@@ -319,9 +291,6 @@ def probe_bandwidth(
             for start, end in spans[f]:
                 drop_cache(f, start, end - start)
     return Bandwidth(n, secs, "uncached pages (dropped again)", bound, device)
-
-
-# ---------------------------------------------------------------------------------------------- the floor
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.findings import FAIL, PASS, SKIP, WARN, Finding, failed
 from kimi_serve.core.proc import Completed
 from kimi_serve.core.report import finding_lines
-from kimi_serve.core.settings import current
+from kimi_serve.core.settings import current, process_environ, state_root
 from kimi_serve.host.facts import model_findings, patch_state_finding
 from kimi_serve.host.gpus import (
     GIB,
@@ -31,16 +31,17 @@ from kimi_serve.host.gpus import (
     doctor_finding,
     read_gpus,
 )
+from kimi_serve.host.sandbox_probe import PROBE_TIMEOUT_S
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile, display_path
 
 MIN_NOFILE = 65536
 
 
-def _run(argv: list[str]) -> Completed | None:
+def _run(argv: list[str], timeout: float = 30) -> Completed | None:
     """Run a probe; None when the program does not exist."""
     try:
-        return proc.run(argv, timeout=30)
+        return proc.run(argv, timeout=timeout)
     except proc.NotInstalled:
         return None
 
@@ -57,16 +58,6 @@ def port_problem(host: str, port: int) -> str | None:
                 return f"port {port} on {host} is already in use"
             return f"cannot bind {host}:{port}: {exc.strerror}"
     return None
-
-
-def _run_probe(argv: list[str]) -> Completed | None:
-    """Run the sandboxed CUDA probe (:mod:`kimi_serve.host.sandbox_probe`); None when systemd-run does not exist."""
-    from kimi_serve.host.sandbox_probe import PROBE_TIMEOUT_S
-
-    try:
-        return proc.run(argv, timeout=PROBE_TIMEOUT_S + 30)
-    except proc.NotInstalled:
-        return None
 
 
 def _sglang_site(python: str) -> Path:
@@ -91,7 +82,8 @@ class Host:
     dev_root: Path = Path("/dev")
     fs_root: Path = Path("/")  # where /proc, /sys, the compilers and nvidia-modprobe are read
     environ: Mapping[str, str] | None = None  # the invoking environment (None: this process's)
-    run_probe: Callable[[list[str]], Completed | None] = _run_probe  # the sandboxed CUDA probe (systemd-run)
+    # the sandboxed CUDA probe (systemd-run, host/sandbox_probe.py)
+    run_probe: Callable[[list[str]], Completed | None] = lambda argv: _run(argv, PROBE_TIMEOUT_S + 30)
     coldstart_probe: str = "always"  # the bandwidth probe: always | if-unknown (up reuses doctor's) | never
     # the collective self-test on the GPUs (up/selftest.py); None: not run by this view of the host
     allreduce_selftest: Callable[[Profile, Launch], list[Finding]] | None = None
@@ -113,9 +105,6 @@ class DoctorReport:
         return ExitCode.ENVIRONMENT if failed(self.checks) else ExitCode.OK
 
 
-# ------------------------------------------------------------------------------------------------------ files
-
-
 def check_disk(host: Host, path: str) -> tuple[Finding, dict[str, Any]]:
     """The free-space line and its numbers (``doctor --json`` ``disk``: the directory measured and its free bytes)."""
     probe = Path(path)
@@ -125,16 +114,9 @@ def check_disk(host: Host, path: str) -> tuple[Finding, dict[str, Any]]:
     numbers = {"path": str(probe), "free_bytes": free_bytes}
     free = free_bytes / GIB
     if free < 20:
-        return doctor_finding(
-            "disk",
-            WARN,
-            f"{free:.1f} GiB free at {probe} (model path {path})",
-            "free space: logs, caches and a re-download need room",
-        ), numbers
+        fix = "free space: logs, caches and a re-download need room"
+        return doctor_finding("disk", WARN, f"{free:.1f} GiB free at {probe} (model path {path})", fix), numbers
     return doctor_finding("disk", PASS, f"{free:.0f} GiB free at {probe}"), numbers
-
-
-# ------------------------------------------------------------------------------------------------------ software
 
 
 def check_sglang(p: Profile, launch: Launch, host: Host) -> list[Finding]:
@@ -142,22 +124,15 @@ def check_sglang(p: Profile, launch: Launch, host: Host) -> list[Finding]:
     from kimi_serve.sglang.site import BUILD_HINT, engine_install_hint, installed_version
 
     python = launch.argv[0]
-    install = engine_install_hint(p.ref or p.name, python, bool(p.overrides))
+    fix = BUILD_HINT if p.engine == "simulator" else engine_install_hint(p.ref or p.name, python, bool(p.overrides))
     try:
         site = host.sglang_site(python)
         version = installed_version(site)
     except KimiServeError as exc:
-        return [doctor_finding("sglang", FAIL, exc.message, BUILD_HINT if p.engine == "simulator" else install)]
+        return [doctor_finding("sglang", FAIL, exc.message, fix)]
     want = load_flag_table().sglang_version
     if version != want:
-        return [
-            doctor_finding(
-                "sglang",
-                FAIL,
-                f"sglang {version} in {site}, the profile is made for {want}",
-                BUILD_HINT if p.engine == "simulator" else install,
-            )
-        ]
+        return [doctor_finding("sglang", FAIL, f"sglang {version} in {site}, the profile is made for {want}", fix)]
     out = [doctor_finding("sglang", PASS, f"sglang {version} ({python})")]
     if p.engine == "sglang" and p.patch_set:
         out.append(
@@ -182,42 +157,27 @@ def check_limits(host: Host, p: Profile) -> list[Finding]:
     """memlock (NCCL and CUDA pin host memory) and nofile (SGLang's many sockets and shared files on a GPU host): a
     profile that runs no GPU (the simulator, --device cpu) needs neither, and is told so rather than warned."""
     if not uses_gpus(p):
-        why = "engine: simulator" if p.engine == "simulator" else "--device cpu"
         return [
-            doctor_finding("memlock", SKIP, f"{why}: no GPU memory is pinned"),
-            doctor_finding("nofile", SKIP, f"{why}: no GPU server's worth of open files"),
+            doctor_finding("memlock", SKIP, f"{_no_gpu(p)}: no GPU memory is pinned"),
+            doctor_finding("nofile", SKIP, f"{_no_gpu(p)}: no GPU server's worth of open files"),
         ]
     inf = resource.RLIM_INFINITY
     soft, _hard = host.rlimit(resource.RLIMIT_MEMLOCK)
+    memlock = f"locked-memory limit {soft // 1024} KiB (NCCL and CUDA pin host memory)"
+    fix = "ulimit -l unlimited (the systemd unit sets LimitMEMLOCK=infinity)"
     out = [
         doctor_finding("memlock", PASS, "locked-memory limit unlimited")
         if soft == inf
-        else doctor_finding(
-            "memlock",
-            WARN,
-            f"locked-memory limit {soft // 1024} KiB (NCCL and CUDA pin host memory)",
-            "ulimit -l unlimited (the systemd unit sets LimitMEMLOCK=infinity)",
-        )
+        else doctor_finding("memlock", WARN, memlock, fix)
     ]
     soft, hard = host.rlimit(resource.RLIMIT_NOFILE)
-    best = hard if hard != inf else MIN_NOFILE
-    if best < MIN_NOFILE:
-        out.append(
-            doctor_finding(
-                "nofile",
-                WARN,
-                f"open-file limit {soft}/{hard} (SGLang wants {MIN_NOFILE}+)",
-                "ulimit -n 1048576 (the systemd unit sets LimitNOFILE)",
-            )
-        )
+    if (hard if hard != inf else MIN_NOFILE) < MIN_NOFILE:
+        fix = "ulimit -n 1048576 (the systemd unit sets LimitNOFILE)"
+        out.append(doctor_finding("nofile", WARN, f"open-file limit {soft}/{hard} (SGLang wants {MIN_NOFILE}+)", fix))
     else:
-        out.append(
-            doctor_finding("nofile", PASS, f"open-file limit {soft} (hard {'unlimited' if hard == inf else hard})")
-        )
+        hard_text = "unlimited" if hard == inf else hard
+        out.append(doctor_finding("nofile", PASS, f"open-file limit {soft} (hard {hard_text})"))
     return out
-
-
-# ------------------------------------------------------------------------------------------------------ all
 
 
 def uses_gpus(p: Profile) -> bool:
@@ -226,12 +186,8 @@ def uses_gpus(p: Profile) -> bool:
     return p.engine == "sglang" and device != "cpu"
 
 
-def _coldstart(p: Profile, host: Host, report: DoctorReport) -> list[Finding]:
-    from kimi_serve.core.settings import state_root
-    from kimi_serve.host.floor import coldstart_report
-
-    found, report.figures = coldstart_report(p, state_root(host.state_dir), probe=host.coldstart_probe)
-    return found
+def _no_gpu(p: Profile) -> str:
+    return "engine: simulator" if p.engine == "simulator" else "--device cpu"
 
 
 def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service: bool = True) -> DoctorReport:
@@ -250,13 +206,15 @@ def run_doctor(p: Profile, launch: Launch, host: Host | None = None, *, service:
             checks += [check_driver(host.run, gpus, cuda, source), check_topology(host.run), check_gpu_memory(p, gpus)]
             checks += gpu_host_findings(p, launch, host, service=service)
     else:
-        why = "engine: simulator" if p.engine == "simulator" else "--device cpu"
-        checks.append(doctor_finding("gpus", SKIP, f"{why}: no GPU needed"))
+        checks.append(doctor_finding("gpus", SKIP, f"{_no_gpu(p)}: no GPU needed"))
     if p.engine == "sglang":
         disk, report.disk = check_disk(host, p.model.path)
         checks.append(disk)
         checks += model_findings(p, layer="doctor")
-        checks += _coldstart(p, host, report)
+        from kimi_serve.host.floor import coldstart_report
+
+        coldstart, report.figures = coldstart_report(p, state_root(host.state_dir), probe=host.coldstart_probe)
+        checks += coldstart
     checks.append(check_key_file(p))  # before SGLang's: the first failure is the one up's preflight names
     checks += check_sglang(p, launch, host)
     checks.append(check_port(launch, host))
@@ -300,7 +258,6 @@ def engine_cuda(python: str, host: Host) -> tuple[tuple[int, int] | None, str]:
 def gpu_host_findings(p: Profile, launch: Launch, host: Host, *, service: bool) -> list[Finding]:
     """The device nodes, nvidia-uvm, IOMMU/ACS, the P2P matrix and the JIT's compilers as a start here (`up`, this
     shell's environment plus the launch's) finds them; the unit's own are judged by service/unit_gpu.py."""
-    from kimi_serve.core.settings import process_environ
     from kimi_serve.host import gpu_host
     from kimi_serve.sglang.toolchain import toolchain_env
 

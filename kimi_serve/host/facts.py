@@ -1,9 +1,6 @@
-"""Host facts that `check` (host layer), `doctor` and `up`'s preflight share: one rule, one message, everywhere.
-
-- a model (or draft) directory: config.json readable, every shard the safetensors index names present (or shards at
-  all), tokenizer files unless SGLang skips the tokenizer;
-- the profile's patch set against the SGLang that will serve.
-"""
+"""Host facts that `check` (host layer), `doctor` and `up`'s preflight share, one rule and message everywhere: a model
+(or draft) directory (config.json, every shard the index names, tokenizer files unless SGLang skips the tokenizer),
+and the profile's patch sets against the SGLang that will serve."""
 
 from __future__ import annotations
 
@@ -84,14 +81,8 @@ def check_model_dir(
             return [_f(name, FAIL, f"{index} is unreadable ({exc.__class__.__name__})", fix)]
         missing = sorted(expected - present)
         if missing:
-            out.append(
-                _f(
-                    name,
-                    FAIL,
-                    f"{what} at {path}: {len(missing)} of {len(expected)} shards missing (first: {missing[0]})",
-                    f"finish the download: {fix}",
-                )
-            )
+            message = f"{what} at {path}: {len(missing)} of {len(expected)} shards missing (first: {missing[0]})"
+            out.append(_f(name, FAIL, message, f"finish the download: {fix}"))
         else:
             out.append(_f(name, PASS, f"{what} at {path}: model_type {kind}, all {len(expected)} shards present"))
     elif present:
@@ -101,14 +92,8 @@ def check_model_dir(
     if tokenizer:
         found = [t for t in TOKENIZER_FILES if (d / t).is_file()]
         if not (d / "tokenizer_config.json").is_file() or not found:
-            out.append(
-                _f(
-                    f"{name}.tokenizer",
-                    FAIL,
-                    f"{path} lacks tokenizer files (tokenizer_config.json and one of {', '.join(TOKENIZER_FILES)})",
-                    fix,
-                )
-            )
+            lacks = f"tokenizer files (tokenizer_config.json and one of {', '.join(TOKENIZER_FILES)})"
+            out.append(_f(f"{name}.tokenizer", FAIL, f"{path} lacks {lacks}", fix))
         else:
             out.append(_f(f"{name}.tokenizer", PASS, f"tokenizer: tokenizer_config.json, {found[0]}"))
     return out
@@ -143,18 +128,8 @@ def _set_state_finding(
         return Finding(layer, code, PASS, f"patch set {name} applied to {st.site_packages} ({len(st.patches)} patches)")
     if st.conflicts:
         c = st.conflicts[0]
-        return Finding(
-            layer,
-            code,
-            FAIL,
-            f"patch set {name}: {c.name} conflicts with local changes in {st.site_packages}: {c.detail}",
-            f"reinstall sglang=={st.target_version}, then {apply}",
-        )
+        message = f"patch set {name}: {c.name} conflicts with local changes in {st.site_packages}: {c.detail}"
+        return Finding(layer, code, FAIL, message, f"reinstall sglang=={st.target_version}, then {apply}")
     todo = [r.name for r in st.patches if r.state.value != "applied"]
-    return Finding(
-        layer,
-        code,
-        FAIL,
-        f"patch set {name} is not applied to {st.site_packages} ({len(todo)} of {len(st.patches)} patches missing)",
-        apply,
-    )
+    missing = f"({len(todo)} of {len(st.patches)} patches missing)"
+    return Finding(layer, code, FAIL, f"patch set {name} is not applied to {st.site_packages} {missing}", apply)

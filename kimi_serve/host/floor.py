@@ -12,6 +12,7 @@ from typing import Any
 from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
 from kimi_serve.core.report import to_json
 from kimi_serve.host import coldstart as cs
+from kimi_serve.host.gpus import doctor_finding
 from kimi_serve.host.starts import (
     cached_bandwidth,
     describe_start,
@@ -23,6 +24,7 @@ from kimi_serve.profile.loader import Profile
 
 LAST_STARTS_SHOWN = 3
 RAM_MARGIN = 0.10  # of MemTotal, kept free for the server's own host memory when the checkpoint is cached
+NO_CHECKPOINT = "no checkpoint is read (engine: simulator or --load-format dummy)"
 
 
 def model_dirs(p: Profile) -> list[Path]:
@@ -53,10 +55,8 @@ def figures(p: Profile, state_root: Path, *, probe: str = "if-unknown", bound: i
         else:
             try:
                 m = cs.probe_bandwidth(ckpt, bound=bound)
-                bw, source = (
-                    m.bytes_per_s or None,
-                    f"measured now: {cs.gb(m.bytes_read)} in {m.seconds:.2f}s ({m.method})",
-                )
+                bw = m.bytes_per_s or None
+                source = f"measured now: {cs.gb(m.bytes_read)} in {m.seconds:.2f}s ({m.method})"
                 try:
                     remember_bandwidth(state_root, m, str(ckpt.files[0].parent))
                 except OSError:
@@ -70,10 +70,6 @@ def prewarm_room(fig: cs.Figures) -> tuple[int, int]:
     """(bytes prewarm must bring in, bytes it may: MemAvailable minus the margin)."""
     need = max(fig.checkpoint.total - fig.cached, 0)
     return need, max(int(fig.mem_available - RAM_MARGIN * fig.mem_total), 0)
-
-
-def _f(code: str, status: str, message: str, fix: str = "") -> Finding:
-    return Finding("doctor", code, status, message, fix)
 
 
 def figures_json(fig: cs.Figures, starts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -95,65 +91,52 @@ def coldstart_report(
     """Doctor's lines (checkpoint bytes, bandwidth, cache, RAM, the floor and the prediction, the last starts) and the
     figures behind them (None when nothing was measured)."""
     if not loads_weights(p):
-        return [_f("coldstart", SKIP, "no checkpoint is read (engine: simulator or --load-format dummy)")], None
+        return [doctor_finding("coldstart", SKIP, NO_CHECKPOINT)], None
     try:
         fig = figures(p, state_root, probe=probe)
     except OSError as exc:
-        return [_f("coldstart", WARN, f"cannot measure the cold start: {exc}", "check the model directory")], None
+        fix = "check the model directory"
+        return [doctor_finding("coldstart", WARN, f"cannot measure the cold start: {exc}", fix)], None
     ck = fig.checkpoint
     if not ck.files:
-        return [_f("coldstart", SKIP, "no shards to measure (see the model check)")], None
+        return [doctor_finding("coldstart", SKIP, "no shards to measure (see the model check)")], None
+    missing = f", {ck.missing} missing" if ck.missing else ""
     out = [
-        _f(
-            "checkpoint",
-            PASS,
-            f"{cs.gb(ck.total)} in {ck.shards} shard(s) (safetensors index)"
-            + (f", {ck.missing} missing" if ck.missing else ""),
-        )
+        doctor_finding("checkpoint", PASS, f"{cs.gb(ck.total)} in {ck.shards} shard(s) (safetensors index){missing}")
     ]
     if fig.bandwidth:
-        out.append(_f("read_bandwidth", PASS, f"{fig.bandwidth / 1e9:.2f} GB/s sequential ({fig.bandwidth_source})"))
+        bandwidth = f"{fig.bandwidth / 1e9:.2f} GB/s sequential ({fig.bandwidth_source})"
+        out.append(doctor_finding("read_bandwidth", PASS, bandwidth))
     else:
-        out.append(
-            _f(
-                "read_bandwidth",
-                WARN,
-                f"sequential read bandwidth unknown: {fig.bandwidth_source}",
-                "run kimi-serve doctor when the checkpoint is not fully cached",
-            )
-        )
+        unknown = f"sequential read bandwidth unknown: {fig.bandwidth_source}"
+        fix = "run kimi-serve doctor when the checkpoint is not fully cached"
+        out.append(doctor_finding("read_bandwidth", WARN, unknown, fix))
     pct = 100 * fig.cached / ck.total if ck.total else 0.0
-    out.append(_f("page_cache", PASS, f"{cs.gb(fig.cached)} of the checkpoint in the page cache ({pct:.0f}%)"))
+    cached = f"{cs.gb(fig.cached)} of the checkpoint in the page cache ({pct:.0f}%)"
+    out.append(doctor_finding("page_cache", PASS, cached))
     need, room = prewarm_room(fig)
     ram = f"{cs.gb(fig.mem_available)} available of {cs.gb(fig.mem_total)}"
     if need > room:
-        out.append(
-            _f(
-                "ram",
-                WARN,
-                f"{ram}: the uncached {cs.gb(need)} do not fit in the page cache (keeping "
-                f"{RAM_MARGIN:.0%} free): every start reads them from disk, prewarm refuses",
-                "add RAM or free page cache; prod's loader.prefetch is pointless without room",
-            )
+        message = (
+            f"{ram}: the uncached {cs.gb(need)} do not fit in the page cache (keeping {RAM_MARGIN:.0%} free): every "
+            "start reads them from disk, prewarm refuses"
         )
+        fix = "add RAM or free page cache; prod's loader.prefetch is pointless without room"
+        out.append(doctor_finding("ram", WARN, message, fix))
     else:
-        out.append(_f("ram", PASS, f"{ram}: the checkpoint fits in the page cache (prewarm can hold it)"))
+        out.append(doctor_finding("ram", PASS, f"{ram}: the checkpoint fits in the page cache (prewarm can hold it)"))
     starts = read_starts(state_root)
     if fig.floor_s is not None:
         predicted, how = predict_weights_s(fig, starts)
         assert fig.predicted_disk_s is not None
-        out.append(
-            _f(
-                "floor",
-                PASS,
-                f"disk floor {cs.seconds(fig.floor_s)} for the weights ({cs.gb(ck.total)} at "
-                f"{fig.bandwidth / 1e9 if fig.bandwidth else 0:.2f} GB/s); uncached now: "
-                f"{cs.seconds(fig.predicted_disk_s)}; predicted weight phase "
-                f"{cs.seconds(predicted or 0)} ({how}); CUDA graphs and warmup come on top",
-            )
+        message = (
+            f"disk floor {cs.seconds(fig.floor_s)} for the weights ({cs.gb(ck.total)} at "
+            f"{fig.bandwidth / 1e9 if fig.bandwidth else 0:.2f} GB/s); uncached now: "
+            f"{cs.seconds(fig.predicted_disk_s)}; predicted weight phase "
+            f"{cs.seconds(predicted or 0)} ({how}); CUDA graphs and warmup come on top"
         )
-    for s in starts[-LAST_STARTS_SHOWN:]:
-        out.append(_f("last_start", PASS, describe_start(s)))
+        out.append(doctor_finding("floor", PASS, message))
+    out += [doctor_finding("last_start", PASS, describe_start(s)) for s in starts[-LAST_STARTS_SHOWN:]]
     return out, figures_json(fig, starts)
 
 
@@ -161,7 +144,7 @@ def prediction_line(p: Profile, state_root: Path) -> str:
     """One line for `status`: the next cold start's weight phase, predicted from the remembered bandwidth and the
     page cache now (no probe)."""
     if not loads_weights(p):
-        return "no checkpoint is read (engine: simulator or --load-format dummy)"
+        return NO_CHECKPOINT
     try:
         fig = figures(p, state_root, probe="never")
     except OSError as exc:

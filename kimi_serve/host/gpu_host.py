@@ -1,14 +1,9 @@
-"""`doctor`'s checks of what a GPU start needs beyond the GPUs themselves, read from the host's files through
-``root`` (a stand-in host in tests) and its probe runner:
-
-- **devices**: the character-device groups the driver really registers (``/proc/devices``: ``nvidia-frontend`` on
-  current drivers, ``nvidia`` on some), against the unit's ``DeviceAllow=`` (:data:`UNIT_DEVICE_GROUPS`);
-- **nvidia_uvm**: ``/dev/nvidia-uvm`` present, or made at start by the unit's ``ExecStartPre=+`` step
-  (:data:`UVM_STEP`): inside the sandbox CUDA's setuid ``nvidia-modprobe`` cannot make it;
-- **iommu** / **acs** / **p2p**: the IOMMU (``/sys/kernel/iommu_groups``, ``/proc/cmdline``), ACS redirection on
-  the PCIe bridges (``lspci -vvv``: ``ACSCtl``) and the GPUs' P2P matrix (``nvidia-smi topo -p2p r``): with either
-  on, P2P traffic detours through the root complex and ``NCCL_P2P_LEVEL=SYS`` hangs or crawls;
-- **nvcc** / **cxx**: the compilers SGLang's and FlashInfer's JIT find (:mod:`kimi_serve.sglang.toolchain`).
+"""`doctor`'s checks of what a GPU start needs beyond the GPUs, read through ``root`` (a stand-in host in tests) and the
+probe runner: the device groups the driver registers (``/proc/devices``) against the unit's ``DeviceAllow=``;
+``/dev/nvidia-uvm`` (inside the sandbox CUDA's setuid ``nvidia-modprobe`` cannot make it: the unit's
+``ExecStartPre=+`` step, :data:`UVM_STEP`, does); the IOMMU, ACS redirection on the PCIe bridges and the P2P matrix
+(with either on, P2P traffic detours through the root complex and ``NCCL_P2P_LEVEL=SYS`` hangs or crawls); the JIT's
+compilers (:mod:`kimi_serve.sglang.toolchain`).
 """
 
 from __future__ import annotations
@@ -61,46 +56,40 @@ def check_devices(root: Path, hardening: str) -> Finding:
     if text is None:
         return doctor_finding("devices", SKIP, "cannot read /proc/devices")
     groups = registered_groups(text)
+    shown = ", ".join(groups)
     if not any(g in FRONTEND_GROUPS for g in groups):
-        return doctor_finding(
-            "devices",
-            FAIL,
-            f"/proc/devices lists no NVIDIA GPU device group ({', '.join(groups) or 'no nvidia* group'})",
-            "load the driver: modprobe nvidia (and check dmesg for why it did not load)",
-        )
+        message = f"/proc/devices lists no NVIDIA GPU device group ({shown or 'no nvidia* group'})"
+        fix = "load the driver: modprobe nvidia (and check dmesg for why it did not load)"
+        return doctor_finding("devices", FAIL, message, fix)
     unknown = [g for g in groups if g not in UNIT_DEVICE_GROUPS]
     if unknown and hardening == "strict":
-        return doctor_finding(
-            "devices",
-            WARN,
+        message = (
             f"the driver registers {', '.join(unknown)}, which the unit's DeviceAllow= does not list "
-            f"(it lists {', '.join(UNIT_DEVICE_GROUPS)}): the unit cannot open those nodes",
-            "if the server needs them (NVSwitch, NVLink fabric), set service.hardening: relaxed (no DevicePolicy=)",
+            f"(it lists {', '.join(UNIT_DEVICE_GROUPS)}): the unit cannot open those nodes"
         )
-    shown = ", ".join(groups)
+        fix = "if the server needs them (NVSwitch, NVLink fabric), set service.hardening: relaxed (no DevicePolicy=)"
+        return doctor_finding("devices", WARN, message, fix)
     covered = "; the unit's DeviceAllow= covers them" if hardening == "strict" else ""
     return doctor_finding("devices", PASS, f"the driver registers {shown}{covered}")
 
 
 def check_uvm(root: Path, dev_root: Path) -> Finding:
-    if (dev_root / "nvidia-uvm").exists():
-        return doctor_finding("nvidia_uvm", PASS, f"{dev_root / 'nvidia-uvm'} exists")
+    node = dev_root / "nvidia-uvm"
+    if node.exists():
+        return doctor_finding("nvidia_uvm", PASS, f"{node} exists")
+    at_boot = "echo nvidia-uvm > /etc/modules-load.d/nvidia-uvm.conf"
     if (root / MODPROBE.lstrip("/")).is_file():
-        return doctor_finding(
-            "nvidia_uvm",
-            WARN,
-            f"{dev_root / 'nvidia-uvm'} does not exist yet; the unit makes it before the start "
-            f"(ExecStartPre=-+{' '.join(UVM_STEP)}), outside the unit CUDA's own nvidia-modprobe does",
-            "to have it at boot: echo nvidia-uvm > /etc/modules-load.d/nvidia-uvm.conf",
+        message = (
+            f"{node} does not exist yet; the unit makes it before the start (ExecStartPre=-+{' '.join(UVM_STEP)}), "
+            "outside the unit CUDA's own nvidia-modprobe does"
         )
-    return doctor_finding(
-        "nvidia_uvm",
-        FAIL,
-        f"{dev_root / 'nvidia-uvm'} does not exist and {MODPROBE} is not installed: CUDA cannot initialise "
-        "(inside the unit's sandbox nothing can make the node)",
-        "install nvidia-modprobe (the driver's utilities), or load the module at boot: "
-        "echo nvidia-uvm > /etc/modules-load.d/nvidia-uvm.conf && modprobe nvidia-uvm",
+        return doctor_finding("nvidia_uvm", WARN, message, f"to have it at boot: {at_boot}")
+    message = (
+        f"{node} does not exist and {MODPROBE} is not installed: CUDA cannot initialise (inside the unit's sandbox "
+        "nothing can make the node)"
     )
+    fix = f"install nvidia-modprobe (the driver's utilities), or load the module at boot: {at_boot}"
+    return doctor_finding("nvidia_uvm", FAIL, message, f"{fix} && modprobe nvidia-uvm")
 
 
 def _p2p_forced(env: Mapping[str, str]) -> bool:
@@ -118,14 +107,11 @@ def check_iommu(root: Path, env: Mapping[str, str]) -> Finding:
     if not groups or passthrough or args.get("iommu") == "off":
         why = "IOMMU off" if not groups else "IOMMU in passthrough (iommu=pt)"
         return doctor_finding("iommu", PASS, f"{why} ({shown}): GPU peer traffic is not remapped")
-    status = FAIL if _p2p_forced(env) else WARN
-    return doctor_finding(
-        "iommu",
-        status,
-        f"IOMMU translating DMA ({groups} IOMMU groups, {shown})"
-        + (": with NCCL_P2P_LEVEL=SYS GPU peer traffic hangs or crawls" if status == FAIL else ": P2P may be slow"),
-        "boot with iommu=pt (add it to GRUB_CMDLINE_LINUX, update-grub, reboot), or turn the IOMMU off in the BIOS",
-    )
+    forced = _p2p_forced(env)
+    effect = ": with NCCL_P2P_LEVEL=SYS GPU peer traffic hangs or crawls" if forced else ": P2P may be slow"
+    message = f"IOMMU translating DMA ({groups} IOMMU groups, {shown}){effect}"
+    fix = "boot with iommu=pt (add it to GRUB_CMDLINE_LINUX, update-grub, reboot), or turn the IOMMU off in the BIOS"
+    return doctor_finding("iommu", FAIL if forced else WARN, message, fix)
 
 
 def check_acs(run: Run, env: Mapping[str, str]) -> Finding:
@@ -140,14 +126,12 @@ def check_acs(run: Run, env: Mapping[str, str]) -> Finding:
         return doctor_finding("acs", PASS, f"{seen} on the PCIe bridges")
     # a warning, never a failure: lspci lists every bridge, and one that carries no GPU's traffic (a NIC's, a disk's)
     # changes nothing; the GPUs' own paths are judged by the p2p check (nvidia-smi topo -p2p r)
-    return doctor_finding(
-        "acs",
-        WARN,
+    message = (
         f"ACS redirection on at {len(on)} PCIe bridge port(s): GPU peer traffic through them detours through the root "
-        "complex" + ("; with NCCL_P2P_LEVEL=SYS that hangs or crawls" if _p2p_forced(env) else ""),
-        "disable ACS in the BIOS (or at boot: setpci -s BDF ECAP_ACS+0x6.w=0000 on each bridge), "
-        "or drop NCCL_P2P_LEVEL from the profile's env",
+        "complex" + ("; with NCCL_P2P_LEVEL=SYS that hangs or crawls" if _p2p_forced(env) else "")
     )
+    fix = "disable ACS in the BIOS (or at boot: setpci -s BDF ECAP_ACS+0x6.w=0000 on each bridge), or drop "
+    return doctor_finding("acs", WARN, message, fix + "NCCL_P2P_LEVEL from the profile's env")
 
 
 def p2p_matrix(text: str) -> dict[tuple[int, int], str]:
@@ -177,39 +161,30 @@ def check_p2p(run: Run, gpus: int, env: Mapping[str, str]) -> Finding:
     if not bad:
         return doctor_finding("p2p", PASS, f"P2P reads OK between all {gpus} GPUs the profile uses")
     (i, j), why = sorted(bad.items())[0]
-    return doctor_finding(
-        "p2p",
-        FAIL if _p2p_forced(env) else WARN,
-        f"{len(bad)} GPU pair(s) without P2P reads, e.g. GPU{i}->GPU{j}: {why} "
-        "(the PCIe-IPC all-reduce and NCCL_P2P_LEVEL=SYS need it)",
-        "enable P2P (BIOS: ACS off, IOMMU off or iommu=pt); else set allreduce.pcie_ipc: false and drop NCCL_P2P_LEVEL",
+    message = f"{len(bad)} GPU pair(s) without P2P reads, e.g. GPU{i}->GPU{j}: {why} "
+    fix = (
+        "enable P2P (BIOS: ACS off, IOMMU off or iommu=pt); else set allreduce.pcie_ipc: false and drop NCCL_P2P_LEVEL"
     )
+    status = FAIL if _p2p_forced(env) else WARN
+    return doctor_finding("p2p", status, message + "(the PCIe-IPC all-reduce and NCCL_P2P_LEVEL=SYS need it)", fix)
 
 
 def check_toolchain(env: Mapping[str, str], root: Path, under: str) -> list[Finding]:
     """``nvcc`` and ``cxx``: the compilers the JIT finds under ``env`` (``under``: whose environment, for the
     message: ``the unit`` or ``this shell``)."""
     nvcc, how = find_nvcc(env, root)
-    out = [
+    cxx = find_cxx(env, root)
+    no_nvcc = f"no nvcc under {under} ({how}): SGLang's and FlashInfer's SM120 kernels are compiled at start"
+    nvcc_fix = (
+        "kimi-serve engine install (the GPU lock installs nvcc; the unit and up point CUDA_HOME at it), "
+        "or install the CUDA 13 toolkit in /usr/local/cuda"
+    )
+    no_cxx = f"no host C++ compiler under {under} (CXX, c++ or g++ on PATH): nvcc cannot build the JIT kernels"
+    return [
         doctor_finding("nvcc", PASS, f"nvcc for the JIT kernels under {under}: {nvcc} (found through {how})")
         if nvcc
-        else doctor_finding(
-            "nvcc",
-            FAIL,
-            f"no nvcc under {under} ({how}): SGLang's and FlashInfer's SM120 kernels are compiled at start",
-            "kimi-serve engine install (the GPU lock installs nvcc; the unit and up point CUDA_HOME at it), "
-            "or install the CUDA 13 toolkit in /usr/local/cuda",
-        )
-    ]
-    cxx = find_cxx(env, root)
-    out.append(
+        else doctor_finding("nvcc", FAIL, no_nvcc, nvcc_fix),
         doctor_finding("cxx", PASS, f"host C++ compiler under {under}: {cxx}")
         if cxx
-        else doctor_finding(
-            "cxx",
-            FAIL,
-            f"no host C++ compiler under {under} (CXX, c++ or g++ on PATH): nvcc cannot build the JIT kernels",
-            "install one: apt-get install g++ (dnf install gcc-c++)",
-        )
-    )
-    return out
+        else doctor_finding("cxx", FAIL, no_cxx, "install one: apt-get install g++ (dnf install gcc-c++)"),
+    ]

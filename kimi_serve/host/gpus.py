@@ -63,30 +63,16 @@ def read_gpus(run: Run) -> tuple[list[Gpu], Finding | None]:
 def check_gpus(p: Profile, gpus: list[Gpu]) -> list[Finding]:
     names = sorted({g.name for g in gpus})
     caps = sorted({g.compute_cap for g in gpus})
-    out = []
-    if len(gpus) < p.gpus:
-        out.append(
-            doctor_finding(
-                "gpus",
-                FAIL,
-                f"{len(gpus)} GPU(s) visible, the profile needs {p.gpus}",
-                "check CUDA_VISIBLE_DEVICES and nvidia-smi; or lower gpus/parallel.tp_size",
-            )
-        )
-    else:
-        out.append(doctor_finding("gpus", PASS, f"{len(gpus)} GPU(s): {', '.join(names)} (profile uses {p.gpus})"))
-    if caps != [EXPECTED_CC]:
-        out.append(
-            doctor_finding(
-                "compute_capability",
-                FAIL,
-                f"compute capability {', '.join(caps)}, expected {EXPECTED_CC} (RTX PRO 6000 Blackwell, SM120)",
-                "use a profile and patch set made for these GPUs",
-            )
-        )
-    else:
-        out.append(doctor_finding("compute_capability", PASS, f"compute capability {EXPECTED_CC} (SM120) on every GPU"))
-    return out
+    fix = "check CUDA_VISIBLE_DEVICES and nvidia-smi; or lower gpus/parallel.tp_size"
+    wrong_cc = f"compute capability {', '.join(caps)}, expected {EXPECTED_CC} (RTX PRO 6000 Blackwell, SM120)"
+    return [
+        doctor_finding("gpus", FAIL, f"{len(gpus)} GPU(s) visible, the profile needs {p.gpus}", fix)
+        if len(gpus) < p.gpus
+        else doctor_finding("gpus", PASS, f"{len(gpus)} GPU(s): {', '.join(names)} (profile uses {p.gpus})"),
+        doctor_finding("compute_capability", FAIL, wrong_cc, "use a profile and patch set made for these GPUs")
+        if caps != [EXPECTED_CC]
+        else doctor_finding("compute_capability", PASS, f"compute capability {EXPECTED_CC} (SM120) on every GPU"),
+    ]
 
 
 def check_driver(run: Run, gpus: list[Gpu], engine_cuda: Cuda | None, source: str = "the GPU lock") -> Finding:
@@ -108,12 +94,8 @@ def check_driver(run: Run, gpus: list[Gpu], engine_cuda: Cuda | None, source: st
     text = f"driver {driver}, CUDA {cuda or 'unknown'}"
     built = f"{source} is built for CUDA {need[0]}.{need[1]}" if engine_cuda else "Blackwell needs CUDA 12.8"
     if major < floor or (cuda_t is not None and cuda_t < need):
-        return doctor_finding(
-            "driver",
-            FAIL,
-            f"{text}: {built}, which needs driver {floor}+ (the first CUDA call would fail)",
-            f"install NVIDIA driver {floor} or newer (the R{floor} branch)",
-        )
+        message = f"{text}: {built}, which needs driver {floor}+ (the first CUDA call would fail)"
+        return doctor_finding("driver", FAIL, message, f"install NVIDIA driver {floor} or newer (the R{floor} branch)")
     return doctor_finding("driver", PASS, f"{text} (CUDA {need[0]}.{need[1]} needs {floor}+)")
 
 
@@ -136,12 +118,8 @@ def check_topology(run: Run) -> Finding:
         return doctor_finding("topology", WARN, "no GPU-to-GPU links in nvidia-smi topo -m", "run it by hand")
     summary = ", ".join(f"{k} x{v // 2 or v}" for k, v in sorted(links.items()))
     if "NVLink" in links:
-        return doctor_finding(
-            "topology",
-            WARN,
-            f"NVLink present ({summary}); this deployment is tuned for PCIe-only (PCIe-IPC all-reduce)",
-            "consider allreduce.pcie_ipc: false on NVLink hosts",
-        )
+        message = f"NVLink present ({summary}); this deployment is tuned for PCIe-only (PCIe-IPC all-reduce)"
+        return doctor_finding("topology", WARN, message, "consider allreduce.pcie_ipc: false on NVLink hosts")
     return doctor_finding("topology", PASS, f"PCIe only, no NVLink ({summary} GPU pairs): PCIe-IPC all-reduce fits")
 
 
@@ -150,22 +128,15 @@ def check_gpu_memory(p: Profile, gpus: list[Gpu]) -> Finding:
     short = [g for g in gpus[: p.gpus] if g.free_mib < fraction * g.total_mib]
     if short:
         g = short[0]
-        return doctor_finding(
-            "gpu_memory",
-            FAIL,
-            f"GPU {g.index} has {g.free_mib / 1024:.1f} of {g.total_mib / 1024:.1f} GiB "
-            f"free, less than mem_fraction_static {fraction:g} needs (SGLang would fail with CUDA OOM)",
-            "stop the other GPU processes (nvidia-smi lists them)",
+        message = (
+            f"GPU {g.index} has {g.free_mib / 1024:.1f} of {g.total_mib / 1024:.1f} GiB free, less than "
+            f"mem_fraction_static {fraction:g} needs (SGLang would fail with CUDA OOM)"
         )
+        return doctor_finding("gpu_memory", FAIL, message, "stop the other GPU processes (nvidia-smi lists them)")
     busy = [g for g in gpus[: p.gpus] if g.total_mib - g.free_mib > 2048]
     least = min(g.free_mib for g in gpus[: p.gpus]) / 1024
     if busy:
-        return doctor_finding(
-            "gpu_memory",
-            WARN,
-            f"{len(busy)} GPU(s) already have >2 GiB in use (least free: {least:.1f} GiB)",
-            "check nvidia-smi for leftover processes",
-        )
-    return doctor_finding(
-        "gpu_memory", PASS, f"GPU memory free on all {min(len(gpus), p.gpus)} GPUs (least: {least:.1f} GiB)"
-    )
+        message = f"{len(busy)} GPU(s) already have >2 GiB in use (least free: {least:.1f} GiB)"
+        return doctor_finding("gpu_memory", WARN, message, "check nvidia-smi for leftover processes")
+    message = f"GPU memory free on all {min(len(gpus), p.gpus)} GPUs (least: {least:.1f} GiB)"
+    return doctor_finding("gpu_memory", PASS, message)

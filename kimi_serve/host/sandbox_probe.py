@@ -1,17 +1,13 @@
-"""`doctor`'s ``unit.cuda``: a CUDA init and a GPU-to-GPU copy run as the unit's user inside the unit's own sandbox,
-as a transient unit (``systemd-run --property=...`` with the unit's hardening lines, device policy and environment).
-File permissions (``unit.reach``) cannot show that ``DevicePolicy=closed`` hides a device node CUDA opens, or that
-``/dev/nvidia-uvm`` cannot be made under ``NoNewPrivileges=``; this does.
-
-Built here: the command line (:func:`probe_argv`), the script it runs (:data:`PROBE`, one JSON line on stdout), the
-parsing of its answer and the finding (:func:`probe_finding`). The runner is the doctor host's (tests pass a stand-in;
-the real one needs root and systemd).
+"""`doctor`'s ``unit.cuda``: a CUDA init and a GPU-to-GPU copy as the unit's user inside the unit's own sandbox, run as
+a transient unit (``systemd-run`` with the unit's hardening lines, device policy and environment). File permissions
+(``unit.reach``) cannot show that ``DevicePolicy=closed`` hides a node CUDA opens, or that ``/dev/nvidia-uvm`` cannot
+be made under ``NoNewPrivileges=``; this does. The runner is the doctor host's (real: root and systemd).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from kimi_serve.core.findings import FAIL, PASS, SKIP, Finding
 from kimi_serve.core.proc import Completed, python_argv
@@ -19,7 +15,6 @@ from kimi_serve.host.gpus import doctor_finding
 
 PROBE_UNIT = "kimi-serve-doctor-cuda"
 PROBE_TIMEOUT_S = 180  # torch import + CUDA init of every GPU + one copy; the transient unit is stopped after it
-RunProbe = Callable[[list[str]], Completed | None]
 
 # Standard library + torch only; prints one JSON object whatever happens.
 PROBE = """\
@@ -89,20 +84,19 @@ FIX = (
 def probe_finding(res: Completed | None, gpus: int) -> Finding:
     """``unit.cuda`` from the probe's run (None: systemd-run is not installed)."""
     if res is None:
-        why = "systemd-run is not installed: CUDA inside the unit's sandbox not tried"
-        return doctor_finding("unit.cuda", SKIP, why)
+        return doctor_finding(
+            "unit.cuda", SKIP, "systemd-run is not installed: CUDA inside the unit's sandbox not tried"
+        )
     answer = parse_probe(res)
     if answer is None:
-        why = res.describe()
-        return doctor_finding("unit.cuda", FAIL, f"the sandboxed CUDA probe gave no answer: {why}", FIX)
+        return doctor_finding("unit.cuda", FAIL, f"the sandboxed CUDA probe gave no answer: {res.describe()}", FIX)
     error = str(answer.get("error") or "")
     if not answer.get("cuda"):
         return doctor_finding("unit.cuda", FAIL, f"CUDA does not initialise inside the unit's sandbox: {error}", FIX)
     devices = answer.get("devices")
-    if devices != gpus and isinstance(devices, int) and devices < gpus:
-        return doctor_finding(
-            "unit.cuda", FAIL, f"inside the unit's sandbox CUDA sees {devices} GPU(s), the profile needs {gpus}", FIX
-        )
+    if isinstance(devices, int) and devices < gpus:
+        message = f"inside the unit's sandbox CUDA sees {devices} GPU(s), the profile needs {gpus}"
+        return doctor_finding("unit.cuda", FAIL, message, FIX)
     if gpus >= 2 and answer.get("copy") != "ok":
         what = error or f"copy {answer.get('copy')}"
         return doctor_finding("unit.cuda", FAIL, f"a GPU0->GPU1 copy inside the unit's sandbox failed: {what}", FIX)

@@ -59,67 +59,38 @@ def service_user_findings(p: Profile, *, accounts_root: Path, dev_root: Path, gp
     """Findings ``service_user`` (it exists), ``service_user.devices`` and ``service_user.model``."""
     user = p.service.user
     where = p.where("service.user")
+
+    def finding(code: str, status: str, message: str, fix: str = "", at: str = where) -> Finding:
+        return Finding("doctor", code, status, message, fix, "" if status == PASS else at)
+
     if user == "root":
-        return [
-            Finding(
-                "doctor",
-                "service_user",
-                WARN,
-                "the service runs as root: a compromised SGLang owns the host",
-                "set service.user: kimi-serve (install-service creates it)",
-                where,
-            )
-        ]
+        fix = "set service.user: kimi-serve (install-service creates it)"
+        return [finding("service_user", WARN, "the service runs as root: a compromised SGLang owns the host", fix)]
     account = lookup(user, accounts_root)
     if account is None:
-        return [
-            Finding(
-                "doctor",
-                "service_user",
-                SKIP,
-                f"user {user} does not exist yet (install-service creates "
-                "it); its access to the GPUs and the model is not checked",
-                "",
-                where,
-            )
-        ]
+        message = f"user {user} does not exist yet (install-service creates it); its access to the GPUs and the model"
+        return [finding("service_user", SKIP, f"{message} is not checked")]
     gids = group_ids(account, accounts_root)
-    found = [Finding("doctor", "service_user", PASS, f"service user {user} (uid {account.uid}) exists")]
+    found = [finding("service_user", PASS, f"service user {user} (uid {account.uid}) exists")]
     nodes = sorted(dev_root.glob(GPU_NODES)) if gpus else []
     closed = [n for n in nodes if n.is_char_device() and not may(account, gids, n, READ | WRITE)]
     if closed:
-        found.append(
-            Finding(
-                "doctor",
-                "service_user.devices",
-                FAIL,
-                f"{user} cannot open {closed[0]} (+{len(closed) - 1} more): CUDA finds no GPU",
-                f"usermod -a -G {_group_of(closed[0], accounts_root)} {user} (install-service does this)",
-                where,
-            )
-        )
+        message = f"{user} cannot open {closed[0]} (+{len(closed) - 1} more): CUDA finds no GPU"
+        fix = f"usermod -a -G {_group_of(closed[0], accounts_root)} {user} (install-service does this)"
+        found.append(finding("service_user.devices", FAIL, message, fix))
     elif nodes:
-        found.append(
-            Finding("doctor", "service_user.devices", PASS, f"{user} can open all {len(nodes)} /dev/{GPU_NODES} nodes")
-        )
+        found.append(finding("service_user.devices", PASS, f"{user} can open all {len(nodes)} /dev/{GPU_NODES} nodes"))
     dirs = [d for d in (p.model.path, p.speculative.draft_model_path if p.speculative.enabled else None) if d]
     for d in dirs:
         if not Path(d).is_dir():
             continue  # doctor's model check reports a missing directory
         problem = _model_problem(account, gids, Path(d))
         if problem:
-            found.append(
-                Finding(
-                    "doctor",
-                    "service_user.model",
-                    FAIL,
-                    f"{user} {problem}: SGLang cannot load the model",
-                    f"make it readable: chmod -R o+rX {d} (or a group {user} is in)",
-                    p.where("model.path"),
-                )
-            )
+            fix = f"make it readable: chmod -R o+rX {d} (or a group {user} is in)"
+            message = f"{user} {problem}: SGLang cannot load the model"
+            found.append(finding("service_user.model", FAIL, message, fix, p.where("model.path")))
         else:
-            found.append(Finding("doctor", "service_user.model", PASS, f"{user} can read {d} (without owning it)"))
+            found.append(finding("service_user.model", PASS, f"{user} can read {d} (without owning it)"))
     return found
 
 

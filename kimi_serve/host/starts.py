@@ -1,14 +1,11 @@
-"""The cold-start records kept under the state root (``coldstart/``), and the prediction made from them.
+"""The cold-start records under the state root (``coldstart/``), written atomically and read as empty when unreadable
+(they are advisory): ``starts.json``, the last :data:`MAX_STARTS` starts (per-phase seconds, the figures at that
+start, how it ended), and ``bandwidth.json``, the last bandwidth measured per filesystem (``st_dev``), so ``up``
+predicts without re-probing.
 
-- ``starts.json``: the last :data:`MAX_STARTS` starts (``up`` writes one per start): per-phase seconds (launch, init,
-  weights, kv_cache, cuda_graph, warmup, contract), the figures at that start (checkpoint bytes, cached bytes,
-  bandwidth, floor) and how the start ended. Older entries fall off: the file never grows past that bound.
-- ``bandwidth.json``: the last bandwidth measured per filesystem (``st_dev``), so ``up`` predicts without re-probing.
-
-Writes are atomic (temporary file + rename); an unreadable file reads as empty (the records are advisory).
-The prediction for the weight phase: the uncached bytes at the measured bandwidth, plus the overhead the recorded
-starts of the same checkpoint showed above their own uncached floor (median): SGLang's copy to the GPUs, TP slicing,
-quantization post-processing. Without records it is the floor alone, shown as a lower bound.
+The weight phase is predicted as the uncached bytes at the measured bandwidth plus the median overhead that recorded
+starts of the same checkpoint showed above their own uncached floor (the copy to the GPUs, TP slicing, quantization);
+without records it is the floor alone, a lower bound.
 """
 
 from __future__ import annotations
@@ -43,9 +40,6 @@ def _write(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=1), mode=0o600)
 
 
-# ---------------------------------------------------------------------------------------------- bandwidth cache
-
-
 def cached_bandwidth(state_root: Path, device: int) -> dict[str, Any] | None:
     data = _read(coldstart_dir(state_root) / "bandwidth.json")
     entry = data.get(str(device)) if isinstance(data, dict) else None
@@ -58,9 +52,6 @@ def remember_bandwidth(state_root: Path, bw: Bandwidth, path: str) -> None:
     data = data if isinstance(data, dict) else {}
     data[str(bw.device)] = {**to_json(bw), "path": path, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     _write(target, data)
-
-
-# ---------------------------------------------------------------------------------------------- starts
 
 
 def read_starts(state_root: Path) -> list[dict[str, Any]]:

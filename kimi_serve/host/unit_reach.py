@@ -1,19 +1,16 @@
-"""Can the unit start? What a unit runs and reads, judged as its own ``User=`` inside its own sandbox, before it is
-installed: a unit whose interpreter its user cannot execute starts with 203/EXEC, loops on Restart= and is rolled
-back to a unit with the same flaw. Judged from the files, not by trying (the installer runs as root):
+"""Can the unit start? What a unit runs and reads, judged as its own ``User=`` inside its own sandbox before it is
+installed (a unit whose interpreter its user cannot execute starts with 203/EXEC, loops on Restart= and is rolled back
+to a unit with the same flaw). Judged from the files, not by trying (the installer runs as root):
 
-- **the sandbox hides it**: ``PrivateTmp=yes`` gives the unit an empty /tmp and /var/tmp, ``ProtectHome=yes`` (or
-  ``tmpfs``) an empty /home, /root and /run/user; a path is checked as written and with its symlinks resolved (a
-  venv's ``bin/python`` is a link into the interpreter it was made from, often pyenv's under /root);
-- **the user cannot reach it**: every directory on the way needs ``x`` for the user (owner, group, other bits, as
-  :mod:`kimi_serve.host.service_user` reads them), the file itself ``x`` (a command) or ``r`` (the model's files).
-  Under the hardened sandbox even root has no capabilities (``CapabilityBoundingSet=`` is empty), so root is judged by
-  the bits too;
-- **a script's interpreter**: a command that starts with ``#!`` (``kimi-serve`` itself, for the start gate) needs its
-  interpreter checked the same way.
+- hidden by the sandbox: ``PrivateTmp=yes`` empties /tmp and /var/tmp, ``ProtectHome=yes|tmpfs`` /home, /root and
+  /run/user; a path is checked as written and resolved (a venv's ``bin/python`` often links into pyenv under /root);
+- out of reach: every directory on the way needs ``x`` for the user, the file ``x`` (a command) or ``r`` (the
+  model's files), read from the bits as :mod:`kimi_serve.host.service_user` does; under the hardened sandbox root has
+  no capabilities (empty ``CapabilityBoundingSet=``), so root is judged by the bits too;
+- a ``#!`` script's interpreter (``kimi-serve`` itself, for the start gate) is checked the same way.
 
-A path missing under the root is not judged (check's host layer reports a missing interpreter or model; an offline
-``--root`` install names files that only the target host has).
+A path missing under the root is not judged (check's host layer reports it; an offline ``--root`` install names files
+only the target host has).
 """
 
 from __future__ import annotations
