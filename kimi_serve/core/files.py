@@ -17,19 +17,9 @@ from kimi_serve.core.faults import checkpoint
 def write_atomic(path: Path, text: str, mode: int = 0o644, step: str | None = None, root: Path | None = None) -> None:
     """Replace ``path`` with ``text`` (mode ``mode`` from the start); ``step`` names a fault checkpoint before the
     rename (the kill-at-every-step tests reach it). With ``root`` (root writing into an install root), the folder is
-    reached without following a link out of ``root`` at any component (:func:`write_under`)."""
-    if root is not None:
-        write_under(root, path, text, mode, step)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = write_temp(path, text.encode("utf-8"), mode)
-    try:
-        if step:
-            checkpoint(step)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    reached without following a link out of ``root`` at any component (:func:`write_under`; default root: the
+    file's own folder)."""
+    write_under(path.parent if root is None else root, path, text, mode, step)
 
 
 def write_temp(path: Path, data: bytes, mode: int, *, suffix: str = ".tmp", mtime_ns: int | None = None) -> Path:
@@ -98,11 +88,11 @@ def link_refused(path: Path, what: str, fix: str) -> KimiServeError:
     )
 
 
-def _link_target(path: Path) -> str:
+def _is_link(name: str, dir_fd: int | None = None) -> str | None:
     try:
-        return os.readlink(path)
+        return os.readlink(name, dir_fd=dir_fd)
     except OSError:
-        return "?"
+        return None
 
 
 def open_lock(path: Path) -> IO[str]:
@@ -113,7 +103,7 @@ def open_lock(path: Path) -> IO[str]:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise link_refused(
-                path, f"the lock is a symbolic link (to {_link_target(path)})", f"remove it: rm {path}"
+                path, f"the lock is a symbolic link (to {_is_link(str(path)) or '?'})", f"remove it: rm {path}"
             ) from None
         raise
     st = os.fstat(fd)
@@ -152,16 +142,6 @@ def refuse_escape(root: Path, path: Path, fix: str) -> None:
         raise link_refused(path, problem, fix)
 
 
-def _fchown(path: Path, fd: int, uid: int, gid: int, fix: str) -> bool:
-    st = os.fstat(fd)
-    if not (stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1)):
-        raise link_refused(path, "it is not a plain file of its own or a directory", fix)
-    if (st.st_uid, st.st_gid) == (uid, gid):
-        return False
-    os.fchown(fd, uid, gid)
-    return True
-
-
 # ---------------------------------------------------------------------------------------------- confined to a root
 # A check of the path once, before the writes, is not enough: the owner of a folder on the way (a scratch --root, the
 # service user's working directory) can swap a folder for a link between the check and the write. So every write,
@@ -173,13 +153,6 @@ def _fchown(path: Path, fd: int, uid: int, gid: int, fix: str) -> bool:
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ROOT_FIX = "remove the link, or pass a --root whose links stay inside it"
-
-
-def _is_link(name: str, dir_fd: int) -> str | None:
-    try:
-        return os.readlink(name, dir_fd=dir_fd)
-    except OSError:
-        return None
 
 
 def open_dir_under(root: Path, path: Path, *, create: bool = False, mode: int = 0o755, fix: str = _ROOT_FIX) -> int:
@@ -313,7 +286,13 @@ def chown_under(root: Path, path: Path, uid: int, gid: int, fix: str) -> bool | 
                 raise link_refused(path, f"it is a symbolic link (to {target})", fix) from None
             raise
         try:
-            return _fchown(path, one, uid, gid, fix)
+            st = os.fstat(one)
+            if not (stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1)):
+                raise link_refused(path, "it is not a plain file of its own or a directory", fix)
+            if (st.st_uid, st.st_gid) == (uid, gid):
+                return False
+            os.fchown(one, uid, gid)
+            return True
         finally:
             os.close(one)
     finally:
