@@ -183,11 +183,11 @@ def _describe(info: dict[str, Any] | None) -> str:
     return f"`kimi-serve {info.get('command', '?')}` (pid {info.get('pid', '?')}, since {info.get('since', '?')})"
 
 
-def _flock_holder(st: os.stat_result, locks: Path = Path("/proc/locks")) -> tuple[str, bool] | None:
+def _flock_holder(st: os.stat_result) -> tuple[str, bool] | None:
     """Who holds a flock on the file ``st`` describes, from /proc/locks (pid and command line), and whether that hold
     is shared (READ); None when /proc/locks names no holder."""
     try:
-        lines = locks.read_text(encoding="ascii", errors="replace").splitlines()
+        lines = Path("/proc/locks").read_text(encoding="ascii", errors="replace").splitlines()
     except OSError:
         lines = []
     wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"

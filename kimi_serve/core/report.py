@@ -100,16 +100,8 @@ def json_meta(
     """A field's JSON declaration, for ``dataclasses.field(metadata=...)``: ``key`` where the documented key differs
     from the field's name, ``omit`` to leave it out, ``encode`` to turn the value into what is documented (a rounding,
     a name), ``omit_none`` to leave the key out when the value is None."""
-    meta: dict[str, Any] = {}
-    if key is not None:
-        meta[_KEY] = key
-    if omit:
-        meta[_OMIT] = True
-    if encode is not None:
-        meta[_ENCODE] = encode
-    if omit_none:
-        meta[_OMIT_NONE] = True
-    return meta
+    meta = {_KEY: key, _OMIT: omit or None, _ENCODE: encode, _OMIT_NONE: omit_none or None}
+    return {k: v for k, v in meta.items() if v is not None}
 
 
 def to_json(value: Any) -> Any:

@@ -31,10 +31,10 @@ def runs_dir(state_dir: Path | None = None) -> Path:
     return state_root(state_dir) / RUNS_DIR
 
 
-def process_start(pid: int, proc: Path = Path("/proc")) -> int | None:
+def process_start(pid: int) -> int | None:
     """The start time of ``pid`` (clock ticks after boot), or None when no such process."""
     try:
-        stat = (proc / str(pid) / "stat").read_text(encoding="ascii", errors="replace")
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
     except OSError:
         return None
     fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": field 3 onwards
@@ -97,7 +97,7 @@ def run_record(fields: Mapping[str, Any], *, state_dir: Path | None = None) -> I
             path.unlink()
 
 
-def read_runs(state_dir: Path | None = None, proc: Path = Path("/proc")) -> list[Run]:
+def read_runs(state_dir: Path | None = None) -> list[Run]:
     """Every run record, each marked running or stale (a torn or foreign file in the folder is skipped)."""
     runs = []
     for path in sorted(runs_dir(state_dir).glob("up-*.json")):
@@ -107,7 +107,7 @@ def read_runs(state_dir: Path | None = None, proc: Path = Path("/proc")) -> list
             continue
         if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
             continue
-        started = process_start(record["pid"], proc)
+        started = process_start(record["pid"])
         running = started is not None and record.get("pid_start") in (None, started)
         runs.append(Run(path, record, running))
     return runs

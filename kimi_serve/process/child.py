@@ -1,20 +1,15 @@
 """Run the server as a child in its own session, stream its output, and stop it the way SGLang expects.
 
-- The child gets its own session and process group (``start_new_session``): SGLang's own kill paths
-  (``kill_process_tree``, ``SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION``) cannot reach the supervisor.
-- It dies with its parent: started from the main thread, it gets SIGTERM when the parent dies, however it dies
-  (``prctl(PR_SET_PDEATHSIG)``, armed between fork and exec; the death signal follows the thread that forked, so
-  only the main thread arms it). SIGTERM, not SIGKILL: SGLang then stops as it does on a requested stop, and its
-  scheduler processes carry their own death signal on the main process. A server that ignores SIGTERM is the one
-  case it does not cover.
-- ``keep_fds`` (the flocks `up` holds) are inherited: the kernel keeps those locks held until the child exits too,
-  so a server that outlives a killed parent for its drain still holds its GPUs and ports.
-- stdout and stderr are read as bytes by one thread each, written verbatim to the log file (capped and rotated:
-  :mod:`kimi_serve.process.server_log`), decoded, split on ``\\r`` and ``\\n`` (tqdm bars), and queued as lines
-  for the caller.
-- Stopping: SIGTERM to the main PID only (SGLang drains and takes its schedulers down; a signal to the whole group goes
-  through SGLang's crash path), then SIGKILL to the process group after a deadline; afterwards any process left in the
-  group is killed too, so nothing outlives the stop.
+- Its own session and group: SGLang's kill paths (``kill_process_tree``, ``SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION``)
+  cannot reach the supervisor.
+- It gets SIGTERM when its parent dies, however it dies (``prctl(PR_SET_PDEATHSIG)`` between fork and exec, armed
+  from the main thread only: the signal follows the thread that forked). SIGTERM, not SIGKILL: SGLang stops as on a
+  requested stop, and its schedulers carry their own death signal. A server that ignores SIGTERM is not covered.
+- ``keep_fds`` (`up`'s flocks) are inherited, so a server draining past a killed parent still holds its GPUs and ports.
+- stdout and stderr: one thread each, bytes written verbatim to the capped log (:mod:`kimi_serve.process.server_log`),
+  then decoded, split on ``\\r`` and ``\\n`` (tqdm bars) and queued as lines.
+- Stopping: SIGTERM to the main PID only (a signal to the whole group goes through SGLang's crash path), SIGKILL to
+  the group after a deadline, then to anything left in the group.
 """
 
 from __future__ import annotations
@@ -35,7 +30,6 @@ from kimi_serve.process.server_log import LOG_MAX_BYTES, CappedLog, tail_bytes
 from kimi_serve.process.startup_log import split_stream
 
 _EOF = None
-Process = subprocess.Popen[bytes]  # the child's process object, for modules that must not import subprocess
 _REAP_GRACE_S = 5.0  # how long leftover group members get to die on their own (PDEATHSIG) before SIGKILL
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 DEATH_SIGNAL = signal.SIGTERM  # what a child gets when its parent dies

@@ -213,11 +213,11 @@ def message_of(line: str) -> tuple[str, str]:
 class StartupTracker:
     """Feed it lines; it returns events and remembers the first failure with the log lines that explain it."""
 
-    def __init__(self, tp_size: int = 1, context_lines: int = 200) -> None:
+    def __init__(self, tp_size: int = 1) -> None:
         self.tp_size = tp_size
         self.progress = Progress()
         self.failure: Failure | None = None
-        self.recent: deque[str] = deque(maxlen=context_lines)
+        self.recent: deque[str] = deque(maxlen=200)
         self._trace: list[str] | None = None  # an open multi-line traceback record
         self._base = _TRACEBACK  # what an open traceback is, unless its lines name a specific cause
 
