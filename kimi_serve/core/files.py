@@ -143,13 +143,11 @@ def refuse_escape(root: Path, path: Path, fix: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- confined to a root
-# A check of the path once, before the writes, is not enough: the owner of a folder on the way (a scratch --root, the
-# service user's working directory) can swap a folder for a link between the check and the write. So every write,
-# mkdir and chown as root walks the path from the root one component at a time, each opened relative to the folder
-# before it with O_NOFOLLOW (openat): a link is never followed by the kernel. A link found on the way is resolved here
-# as the system under the root sees it (absolute: from the root; relative: from where it is), and refused (exit 5)
-# when that leaves the root (an absolute link in a root other than /, a relative one climbing above it): the same
-# rule as :func:`escape_problem`, now held at each write and not only once. Under / nothing is outside.
+# A check of the path once, before the writes, is not enough: the owner of a folder on the way can swap it for a link
+# between the check and the write. So every write, mkdir and chown as root walks from the root one component at a
+# time, each opened relative to the one before with O_NOFOLLOW (openat). A link found on the way is resolved as the
+# system under the root sees it and refused (exit 5) when that leaves the root: :func:`escape_problem`'s rule, held
+# at each write. Under / nothing is outside.
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ROOT_FIX = "remove the link, or pass a --root whose links stay inside it"

@@ -1,16 +1,15 @@
 """Locks per resource: one kimi-serve command at a time changes a thing, and only commands that share a thing wait.
 
-- the state of a target root (:func:`root_lock`): ``STATE_ROOT/host.lock`` for ``/`` (the host lock:
-  install-service, uninstall-service, restart), ``STATE_ROOT/locks/root-HASH.lock`` for a scratch ``--root``;
+- a target root's state (:func:`root_lock`): ``STATE_ROOT/host.lock`` for ``/`` (install-service, uninstall-service,
+  restart), ``STATE_ROOT/locks/root-HASH.lock`` for a scratch ``--root``;
 - an engine venv (:func:`directory_lock` on its site-packages: ``patches apply|revert`` and ``engine install``
   exclusive, ``up`` of an SGLang profile shared);
-- a GPU and a port a server takes (:func:`resource_lock`, ``STATE_ROOT/locks/gpu-N.lock``, ``port-P.lock``: ``up``).
+- a GPU and a port (:func:`resource_lock`, ``STATE_ROOT/locks/gpu-N.lock``, ``port-P.lock``: ``up``).
 
-Each is an ``fcntl.flock`` taken *before* the command reads the state it will change, so two
-runs started together cannot both pass their checks. The kernel drops the lock when its holder dies (SIGKILL, power
-loss), so a crash never leaves it stale. The holder writes ``{"command", "pid", "since"}`` into the file; a second run
-names it in its one-line error (exit 75) or, with ``wait``, waits for it. Re-entrant within one process (restart runs
-install's steps under the lock it already holds).
+Each is an ``fcntl.flock`` taken *before* the command reads the state it will change, so two runs started together
+cannot both pass their checks; the kernel drops it when its holder dies, so a crash never leaves it stale. The holder
+writes ``{"command", "pid", "since"}`` into the file, which a second run names in its error (exit 75) unless it
+waits. Re-entrant within one process (restart runs install's steps under the lock it holds).
 """
 
 from __future__ import annotations

@@ -68,17 +68,11 @@ def error_document(
     """The envelope for a command that failed before it had a report: one finding from the error."""
     if isinstance(exc, KimiServeError):
         finding = Finding("cli", code, FAIL, exc.message, exc.hint or "", exc.where or "")
-        rc = int(exc.exit_code) if exit_code is None else exit_code
     else:
-        finding = Finding(
-            "cli",
-            code,
-            FAIL,
-            f"{type(exc).__name__}: {exc}".replace("\n", " "),
-            "a bug in kimi-serve: rerun with --debug and report it",
-        )
-        rc = int(ExitCode.INTERNAL) if exit_code is None else exit_code
-    return envelope(command, rc, findings=[finding])
+        message = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+        finding = Finding("cli", code, FAIL, message, "a bug in kimi-serve: rerun with --debug and report it")
+    rc = (exc.exit_code if isinstance(exc, KimiServeError) else ExitCode.INTERNAL) if exit_code is None else exit_code
+    return envelope(command, int(rc), findings=[finding])
 
 
 def command_of(args: Sequence[str], groups: Iterable[str] = ()) -> str:

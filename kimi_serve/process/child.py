@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from kimi_serve.core.runs import stat_fields
 from kimi_serve.process.server_log import LOG_MAX_BYTES, CappedLog, tail_bytes
 from kimi_serve.process.startup_log import split_stream
 
@@ -45,14 +46,8 @@ def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes whose process group is ``pgid``, read from /proc."""
     members = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # state ppid pgrp ...
-        if fields[0] != "Z" and int(fields[2]) == pgid:
+        fields = stat_fields(entry.name) if entry.name.isdigit() else []
+        if fields and fields[0] != "Z" and int(fields[2]) == pgid:
             members.append(int(entry.name))
     return members
 
@@ -116,7 +111,6 @@ class Server:
         argv: list[str],
         env: dict[str, str],
         log_path: Path,
-        cwd: Path | None = None,
         *,
         keep_lines: bool = True,
         keep_fds: Sequence[int] = (),
@@ -131,7 +125,6 @@ class Server:
             proc = subprocess.Popen(
                 argv,
                 env=env,
-                cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

@@ -286,8 +286,7 @@ class StartupTracker:
         p = self.progress
         rank = int(m.group(1)) if (m := _TP.search(tags)) else 0
         for phase, pattern in _PHASE_PATTERNS:
-            m = pattern.search(msg)
-            if not m:
+            if not (m := pattern.search(msg)):
                 continue
             if phase == "init":
                 p.ranks_in_init.add(rank)
@@ -311,16 +310,9 @@ class StartupTracker:
             if (done, total) != (p.shards_done, p.shards_total):
                 p.shards_done, p.shards_total, p.shard_eta, p.shard_rate = done, total, m.group(5), m.group(6).strip()
                 self._advance("weights", events, PHASE_TITLES["weights"])
-                events.append(
-                    Event(
-                        "shards",
-                        p.phase,
-                        f"weights {done}/{total} shards ({100 * done // max(total, 1)}%)"
-                        f", {p.shard_rate}, ETA {p.shard_eta}",
-                        done,
-                        total,
-                    )
-                )
+                pct = 100 * done // max(total, 1)
+                text = f"weights {done}/{total} shards ({pct}%), {p.shard_rate}, ETA {p.shard_eta}"
+                events.append(Event("shards", p.phase, text, done, total))
         if (m := _WEIGHT_END.search(msg)) and rank == 0:
             p.weight_loads_done += 1
             which = "target" if p.weight_loads_done == 1 else "draft"
@@ -329,6 +321,5 @@ class StartupTracker:
         if m := _GRAPH_BAR.search(line):
             p.graphs_done, p.graphs_total = int(m.group(1)), int(m.group(2))
             self._advance("cuda_graph", events, PHASE_TITLES["cuda_graph"])
-            events.append(
-                Event("graphs", p.phase, f"CUDA graphs {p.graphs_done}/{p.graphs_total}", p.graphs_done, p.graphs_total)
-            )
+            done, total = p.graphs_done, p.graphs_total
+            events.append(Event("graphs", p.phase, f"CUDA graphs {done}/{total}", done, total))
