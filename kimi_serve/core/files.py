@@ -117,8 +117,7 @@ def open_lock(path: Path) -> IO[str]:
 def create_new(path: Path, mode: int = 0o600) -> int:
     """A fresh file at ``path`` for writing (whatever was at its name removed first, a link itself and not what it
     points to), created with ``O_EXCL``: a link planted again in between makes it fail, never followed."""
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+    path.unlink(missing_ok=True)
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
 
 

@@ -66,24 +66,19 @@ class Reply:
 _current = (LIMITS, ReadBudget(LIMITS.total_bytes))  # the limits and the total budget of the run under way
 
 
-class _InFlight:
-    """Requests this process has open now (what a reset is reported under)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> int:
-        with self._lock:
-            self.count += 1
-            return self.count
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self.count -= 1
+_open, _open_lock = [0], threading.Lock()  # requests this process has open now (what a reset is reported under)
 
 
-_in_flight = _InFlight()
+@contextlib.contextmanager
+def _in_flight() -> Iterator[int]:
+    with _open_lock:
+        _open[0] += 1
+        now = _open[0]
+    try:
+        yield now
+    finally:
+        with _open_lock:
+            _open[0] -= 1
 
 
 @contextlib.contextmanager
@@ -154,19 +149,19 @@ def request(
     (a request that changes something, which the server may have applied before it reset the connection).
     """
     bounds = _current if limits is None else (limits, ReadBudget(limits.total_bytes))
-    with _in_flight as open_now:
+    with _in_flight() as open_now:
         try:
             return _request(method, url, deadline, api_key, json_body, stall_s, bounds, on_chunk)
         except TransportError as err:
             if err.kind != "reset" or not retry or deadline - time.monotonic() <= 0:
                 raise
-            busiest = max(open_now, _in_flight.count)
+            busiest = max(open_now, _open[0])
         try:
             return _request(method, url, deadline, api_key, json_body, stall_s, bounds, on_chunk)
         except TransportError as again:
             if again.kind != "reset":
                 raise
-            busiest = max(busiest, _in_flight.count)
+            busiest = max(busiest, _open[0])
             raise TransportError(
                 "reset",
                 f"the server reset the connection under {busiest} concurrent request(s) of kimi-serve, before "

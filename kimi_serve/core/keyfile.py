@@ -43,10 +43,9 @@ def _load(text: str) -> Any:
 
 
 def keyfile_recipe(profile_args: str, root: str | Path | None = None) -> str:
-    """The one by-hand recipe for a profile's key file, printed by check, doctor, up's preflight and install-service:
-    `kimi-serve keyfile` writes it as install-service does (its folders created, 0600, the clients' key from
-    $KIMI_SERVE_API_KEY, else the file's own, else a new random one, and a distinct random admin-api-key).
-    ``profile_args``: ``--profile P [--set ...]`` as typed; ``root``: install-service's --root, when not /."""
+    """The one recipe for a profile's key file (check, doctor, up's preflight, install-service): `kimi-serve keyfile`
+    writes it as install-service does (service/secret.py). ``profile_args``: ``--profile P [--set ...]`` as typed;
+    ``root``: install-service's --root, when not /."""
     under = f" --root {shlex.quote(str(root))}" if root is not None and Path(root) != Path("/") else ""
     return f"kimi-serve keyfile {profile_args}{under}"
 
@@ -79,23 +78,21 @@ def parse_keys(text: str) -> tuple[str | None, str | None]:
 def key_file_problem(path: str | Path, recipe: str | None = None) -> tuple[str, str] | None:
     """``(what is wrong, the fix)`` when ``path`` cannot serve as SGLang's key file, else None; ``recipe``
     (:func:`keyfile_recipe`) is the fix that makes one, where a profile names the file."""
-    f = Path(path)
+    f, make = Path(path), create_hint(str(path), recipe)
     try:
         st = f.stat()
     except OSError:
-        return f"API-key file {path} does not exist", create_hint(str(path), recipe)
+        return f"API-key file {path} does not exist", make
     if st.st_mode & PRIVATE_MASK:
         return (f"API-key file {path} is readable by others (mode {stat.S_IMODE(st.st_mode):o})", f"chmod 600 {path}")
     if not f.name.endswith(SUFFIXES):
         return f"{path}: SGLang's --config accepts only .yaml/.yml files", "rename it to end in .yaml"
     if not stat.S_ISREG(st.st_mode):
-        return f"API-key file {path} is {inputs.file_kind(st.st_mode)}, not a regular file", create_hint(
-            str(path), recipe
-        )
+        return f"API-key file {path} is {inputs.file_kind(st.st_mode)}, not a regular file", make
     try:
         raw = read_regular(f)[1]
     except NotRegularFile as exc:
-        return f"API-key file {path} is {exc.kind}, not a regular file", create_hint(str(path), recipe)
+        return f"API-key file {path} is {exc.kind}, not a regular file", make
     except OSError:
         return f"API-key file {path} is not readable by this user", "run as its owner (or root), or fix its owner"
     if len(raw) > MAX_BYTES:
@@ -172,11 +169,9 @@ def admin_key_problem(path: str | Path, recipe: str | None = None) -> tuple[str,
         )
     else:
         return None
-    return (
-        problem
-        if recipe is None
-        else (problem[0], f"{recipe} (keeps its api-key, adds a distinct random admin-api-key)")
-    )
+    if recipe is not None:
+        problem = problem[0], f"{recipe} (keeps its api-key, adds a distinct random admin-api-key)"
+    return problem
 
 
 ADMIN_KEY_HINT = "e.g. python3 -c 'import secrets; print(\"k\" + secrets.token_urlsafe(32))'"
@@ -184,8 +179,6 @@ ADMIN_KEY_HINT = "e.g. python3 -c 'import secrets; print(\"k\" + secrets.token_u
 
 def render_key_file(api_key: str, admin_api_key: str | None = None) -> str:
     """The text of a key file SGLang reads with ``--config``."""
-    import yaml
-
     data = {"api-key": api_key}
     if admin_api_key:
         data["admin-api-key"] = admin_api_key
