@@ -264,10 +264,9 @@ def write_under(
 
 
 def chown_under(root: Path, path: Path, uid: int, gid: int, fix: str) -> bool | None:
-    """Make ``uid:gid`` the owner of the file or directory ``path`` (inside ``root``) itself: its folder reached by
-    :func:`open_dir_under`, the file opened relative to it with ``O_NOFOLLOW`` and changed through that descriptor, so
-    a link swapped in anywhere on the way is never followed; exit 5 when it is a link or not a plain file of its own or
-    a directory. Whether the owner changed, None when there is nothing at ``path``."""
+    """Make ``uid:gid`` the owner of ``path`` itself (inside ``root``), through a descriptor opened ``O_NOFOLLOW`` in
+    its folder (:func:`open_dir_under`); exit 5 for a link, or anything but a directory or a plain file of its own.
+    Whether the owner changed; None when nothing is there."""
     try:
         fd = open_dir_under(root, path.parent, fix=fix)
     except FileNotFoundError:

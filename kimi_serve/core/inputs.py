@@ -81,8 +81,7 @@ def read_text(path: str | Path, limit: int = MAX_FILE_BYTES) -> str:
 
 
 def read_json(path: str | Path, limit: int = MAX_FILE_BYTES) -> Any:
-    """:func:`load_json` of :func:`read_text`: a ValueError for a file over the bounds or not JSON, an OSError when
-    it cannot be read."""
+    """:func:`load_json` of :func:`read_text` (ValueError: over the bounds or not JSON; OSError: unreadable)."""
     return load_json(read_text(path, limit))
 
 

@@ -148,12 +148,10 @@ def file_lock(
         ) from None
 
     def refusal() -> LockHeld:
-        info = holder(path)
-        for _ in range(20):  # the holder writes its name just after taking the lock
-            if info:
+        for _ in range(21):  # the holder writes its name just after taking the lock
+            if info := holder(path):
                 break
             time.sleep(0.05)
-            info = holder(path)
         return LockHeld(f"{_describe(info)} {doing}", where=str(path))
 
     with f:
