@@ -112,6 +112,4 @@ def sgr(text: str, code: str, on: bool) -> str:
 def paint_statuses(text: str, on: bool) -> str:
     """The pass / warn / fail / skip words of a rendered findings report coloured when ``on`` (see :func:`colour`);
     the text unchanged otherwise, so pipes, logs and tests read plain text."""
-    if not on:
-        return text
-    return _STATUS_WORD.sub(lambda m: sgr(m.group(1), _SGR[m.group(1).lower()], True), text)
+    return _STATUS_WORD.sub(lambda m: sgr(m.group(1), _SGR[m.group(1).lower()], True), text) if on else text

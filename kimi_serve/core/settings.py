@@ -74,23 +74,22 @@ def from_env(environ: Mapping[str, str]) -> Settings:
     """The settings an environment gives (unset or empty variables keep the defaults)."""
 
     def get(name: str) -> str | None:
-        value = environ.get(name)
-        return value if value else None
+        return environ.get(name) or None
 
-    state = get(STATE_DIR_ENV)
-    wheel = get(SGLANG_WHEEL_ENV)
-    cache = get(WHEEL_CACHE_ENV)
+    def path(name: str) -> Path | None:
+        return Path(value) if (value := get(name)) else None
+
     return Settings(
-        state_root=Path(state) if state else DEFAULT_STATE_ROOT,
+        state_root=path(STATE_DIR_ENV) or DEFAULT_STATE_ROOT,
         profile_path=tuple(Path(p) for p in (get(PROFILE_PATH_ENV) or "").split(os.pathsep) if p),
         sglang_python=get(SGLANG_PYTHON_ENV),
         probe_socket=get(PROBE_SOCKET_ENV),
-        sglang_wheel=Path(wheel) if wheel else None,
-        wheel_cache=Path(cache) if cache else None,
+        sglang_wheel=path(SGLANG_WHEEL_ENV),
+        wheel_cache=path(WHEEL_CACHE_ENV),
         api_key=get(API_KEY_ENV),
         uv=get(UV_ENV),
         test_hook=get(TEST_HOOK_ENV),
-        accounts_root=Path(get(ACCOUNTS_ROOT_ENV) or "/"),
+        accounts_root=path(ACCOUNTS_ROOT_ENV) or Path("/"),
         main_pid=int(pid) if (pid := get(MAIN_PID_ENV)) and pid.isdigit() else None,
         no_color=get(NO_COLOR_ENV) is not None,
     )

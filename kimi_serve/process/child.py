@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
 import queue
 import signal
@@ -163,20 +164,15 @@ class Server:
     def lines(self, timeout: float) -> list[Line]:
         """Lines that arrived, waiting up to ``timeout`` for the first."""
         out: list[Line] = []
-        if not self._open_streams:  # both streams ended: nothing more will come (and no EOF is left to count)
-            return out
-        try:
-            item = self._queue.get(timeout=timeout)
-            while True:
-                if item is _EOF:
+        wait = True
+        with contextlib.suppress(queue.Empty):
+            while self._open_streams:  # both streams ended: nothing more will come (and no EOF is left to count)
+                item = self._queue.get(timeout=timeout) if wait else self._queue.get_nowait()
+                wait = False
+                if item is None:  # _EOF
                     self._open_streams -= 1
-                elif item is not None:
+                else:
                     out.append(item)
-                if not self._open_streams:
-                    break
-                item = self._queue.get_nowait()
-        except queue.Empty:
-            pass
         return out
 
     @property
