@@ -121,12 +121,8 @@ def _dashed_value(text: str) -> str | None:
     """The first key (``api-key``, ``admin-api-key``) of a key file whose value begins with ``-``: SGLang's
     ``--config`` merger passes every value as the next argv word, and argparse reads ``-x...`` as an option."""
     data = _load(text)
-    if not isinstance(data, dict):
-        return None
-    for name, value in data.items():
-        if isinstance(value, str) and value.startswith("-"):
-            return str(name).replace("_", "-")
-    return None
+    items = data.items() if isinstance(data, dict) else ()
+    return next((str(k).replace("_", "-") for k, v in items if isinstance(v, str) and v.startswith("-")), None)
 
 
 def new_key() -> str:
