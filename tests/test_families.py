@@ -122,7 +122,6 @@ def test_family_table_facts():
     assert k27.thinking_only and dict(k27.sampling) == {"temperature": 1.0, "top_p": 0.95}
     assert fam.by_model_name("/models/Kimi-K2.7-Code") is k27 and fam.by_model_name("kimi-k2.6") is k26
     assert fam.by_model_name("llama") is None
-    assert fam.FAMILIES[fam.K3].gpu_fit(8) and fam.FAMILIES[fam.K26].gpu_fit(8) is None
 
 
 # --- verify, the simulator's template and client-config know the family (pure) ---

@@ -69,12 +69,12 @@ def crash_text(version: str, args: Sequence[str], trace: str) -> str:
     return f"kimi-serve {version} {' '.join(shown)}\n{trace}"
 
 
-def save_crash_log(version: str, args: Sequence[str], trace: str, folders: Sequence[Path] | None = None) -> str:
-    """Write the crash log (:func:`crash_text`, 0600) in the first of ``folders`` that takes it (default: the state
-    root's ``crash/``, else the temp dir); where it went, or why not."""
+def save_crash_log(version: str, args: Sequence[str], trace: str) -> str:
+    """Write the crash log (:func:`crash_text`, 0600) in the state root's ``crash/``, else the temp dir; where it
+    went, or why not."""
     text = crash_text(version, args, trace)
     name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    for folder in folders or (state_root() / "crash", Path(tempfile.gettempdir())):
+    for folder in (state_root() / "crash", Path(tempfile.gettempdir())):
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             write_atomic(folder / name, text, mode=0o600)

@@ -38,13 +38,9 @@ class KimiServeError(Exception):
         self.exit_code = exit_code
 
     def one_line(self) -> str:
-        parts = []
-        if self.where:
-            parts.append(f"{self.where}: ")
-        parts.append(self.message)
-        if self.hint:
-            parts.append(f" (fix: {self.hint})")
-        return "".join(parts).replace("\n", " ")
+        where = f"{self.where}: " if self.where else ""
+        fix = f" (fix: {self.hint})" if self.hint else ""
+        return f"{where}{self.message}{fix}".replace("\n", " ")
 
 
 WAIT_OPTION = "--wait-lock"  # the option of the commands that can wait for a lock's holder instead of exiting 75

@@ -39,13 +39,13 @@ class ModelFamily:
     parsers: str  # SGLang's --tool-call-parser and --reasoning-parser
     eos_ids: tuple[int, ...]  # ids a turn may stop on (config.json + generation_config.json), the first the main one
     modes: tuple[str, ...]  # thinking modes the model has
-    switches: tuple[str, ...]  # chat_template_kwargs the template reads
-    forced: tuple[tuple[str, bool], ...]  # switches the model fixes (a profile may not set them otherwise)
-    sampling: tuple[tuple[str, float], ...]  # the only sampling its vendor accepts (empty: any)
-    recommended: tuple[tuple[str, float], ...]  # the vendor's advice per mode: (mode.param, value)
     context: int  # tokens
-    drafts: tuple[Draft, ...]
     checkpoint_bytes: int  # the smallest official checkpoint
+    switches: tuple[str, ...] = ()  # chat_template_kwargs the template reads
+    forced: tuple[tuple[str, bool], ...] = ()  # switches the model fixes (a profile may not set them otherwise)
+    sampling: tuple[tuple[str, float], ...] = ()  # the only sampling its vendor accepts (empty: any)
+    recommended: tuple[tuple[str, float], ...] = ()  # the vendor's advice per mode: (mode.param, value)
+    drafts: tuple[Draft, ...] = ()
     tool_schema_accuracy: float | None = None  # published share of schema-valid tool calls on SGLang (K2VV)
 
     @property
@@ -55,16 +55,6 @@ class ModelFamily:
     @property
     def stop_id(self) -> int:
         return self.eos_ids[0]
-
-    def gpu_fit(self, gpus: int) -> str | None:
-        """None if the smallest checkpoint fits ``gpus`` GPUs' memory; else the reason, in numbers."""
-        room = gpus * GPU_BYTES
-        if self.checkpoint_bytes <= room:
-            return None
-        return (
-            f"{self.title}'s smallest checkpoint is {gb(self.checkpoint_bytes)} ({self.checkpoint_bytes:,} bytes), "
-            f"more than {gpus} x {gb(GPU_BYTES)} = {gb(room)} of GPU memory"
-        )
 
 
 def gb(n: int) -> str:
@@ -76,16 +66,12 @@ _K25_DRAFTS = (
     Draft("lightseekorg/kimi-k2.5-eagle3", (2.295, 3.809), "model card, SpecForge bench (CEval..BFCL multiple)"),
     Draft("AQ-MedAI/Kimi-K25-eagle3", None, "acceptance rate 51.78% on GSM8K with 4 tokens (vLLM), no length"),
 )
-_K26_EAGLE31 = Draft(
-    "lightseekorg/kimi-k2.6-eagle3.1-mla", (2.26, 2.95), "tokenspeed PR #795 on K2.7-Code, by category"
-)
 _K26_DRAFTS = (
-    _K26_EAGLE31,
+    Draft("lightseekorg/kimi-k2.6-eagle3.1-mla", (2.26, 2.95), "tokenspeed PR #795 on K2.7-Code, by category"),
     Draft("lightseekorg/kimi-k2.6-eagle3-mla", None),
     Draft("lightseekorg/kimi-k2.6-eagle3", None),
     Draft("nvidia/Kimi-K2.6-Eagle3", None),
 )
-_K27_DRAFTS = _K26_DRAFTS
 _K2X = {
     "architecture": "KimiK25ForConditionalGeneration",
     "model_type": "kimi_k25",
@@ -102,8 +88,6 @@ FAMILIES: dict[str, ModelFamily] = {
         eos_ids=(IM_END_ID, EOS_ID),
         modes=(THINKING, INSTANT),
         switches=("thinking",),
-        forced=(),
-        sampling=(),
         recommended=(("thinking.temperature", 1.0), ("instant.temperature", 0.6), ("thinking.top_p", 0.95)),
         drafts=_K25_DRAFTS,
         **_K2X,  # type: ignore[arg-type]
@@ -115,8 +99,6 @@ FAMILIES: dict[str, ModelFamily] = {
         eos_ids=(IM_END_ID,),
         modes=(THINKING, INSTANT),
         switches=("thinking", "preserve_thinking"),
-        forced=(),
-        sampling=(),
         recommended=(("thinking.temperature", 1.0), ("instant.temperature", 0.6), ("thinking.top_p", 0.95)),
         # the K2.5 MLA draft also runs on K2.6 (acceptance rate 0.31-0.47 measured, not a length)
         drafts=(*_K26_DRAFTS, Draft("lightseekorg/kimi-k2.5-eagle3-mla", None, "on K2.6: rate 0.31-0.47")),
@@ -133,7 +115,7 @@ FAMILIES: dict[str, ModelFamily] = {
         forced=(("preserve_thinking", True),),  # thinking itself: modes (no instant)
         sampling=(("temperature", 1.0), ("top_p", 0.95)),
         recommended=(("thinking.temperature", 1.0), ("thinking.top_p", 0.95)),
-        drafts=_K27_DRAFTS,
+        drafts=_K26_DRAFTS,  # K2.7-Code runs K2.6's drafts
         **_K2X,  # type: ignore[arg-type]
     ),
     K3: ModelFamily(
@@ -145,12 +127,7 @@ FAMILIES: dict[str, ModelFamily] = {
         parsers="kimi_k3",
         eos_ids=(),
         modes=(THINKING,),
-        switches=(),
-        forced=(),
-        sampling=(),
-        recommended=(),
         context=1_048_576,
-        drafts=(),
         checkpoint_bytes=1_560_000_000_000,  # MXFP4, 96 shards
     ),
 }

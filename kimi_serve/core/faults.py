@@ -1,16 +1,11 @@
 """TEST HOOK: named checkpoints in the code that changes the host, where a test can kill or break kimi-serve.
 
 Every step that changes the host (a backup, the journal, each file swapped in, each systemctl call) first calls
-:func:`checkpoint`. Without ``$KIMI_SERVE_TEST_HOOK`` (production) that is a no-op. With it, a test can:
-
-- ``kill-at=N``: SIGKILL this process at its Nth checkpoint (a crash or power loss at that exact step; the
-  crash-recovery tests iterate N over every checkpoint of a command); ``kill-at=NAME``: at the first checkpoint
-  named NAME (one chosen step);
-- ``raise-at=NAME``: raise an unexpected exception at checkpoint NAME (a kimi-serve bug: exit 70);
-- ``pause-at=NAME:SECONDS``: sleep there (two runs that overlap, for the host-lock tests).
-
-``trace-to=FILE`` appends each checkpoint's name to FILE. The hook is read from the settings at each checkpoint
-(cheap: one environment lookup), so a test's environment change takes effect at once.
+:func:`checkpoint`: a no-op unless ``$KIMI_SERVE_TEST_HOOK`` is set (never in production; docs/exit-codes.md). Its
+comma-separated parts: ``kill-at=N`` (SIGKILL at the Nth checkpoint; the crash tests iterate N over a command's
+checkpoints) or ``kill-at=NAME``; ``raise-at=NAME`` (an unexpected exception: exit 70); ``pause-at=NAME:SECONDS``
+(overlapping runs, for the lock tests); ``trace-to=FILE`` (each checkpoint's name appended). Read at each checkpoint,
+so a test's change of the environment takes effect at once.
 """
 
 from __future__ import annotations

@@ -17,19 +17,9 @@ from kimi_serve.core.faults import checkpoint
 def write_atomic(path: Path, text: str, mode: int = 0o644, step: str | None = None, root: Path | None = None) -> None:
     """Replace ``path`` with ``text`` (mode ``mode`` from the start); ``step`` names a fault checkpoint before the
     rename (the kill-at-every-step tests reach it). With ``root`` (root writing into an install root), the folder is
-    reached without following a link out of ``root`` at any component (:func:`write_under`)."""
-    if root is not None:
-        write_under(root, path, text, mode, step)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = write_temp(path, text.encode("utf-8"), mode)
-    try:
-        if step:
-            checkpoint(step)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    reached without following a link out of ``root`` at any component (:func:`write_under`; default root: the
+    file's own folder)."""
+    write_under(path.parent if root is None else root, path, text, mode, step)
 
 
 def write_temp(path: Path, data: bytes, mode: int, *, suffix: str = ".tmp", mtime_ns: int | None = None) -> Path:
@@ -98,11 +88,11 @@ def link_refused(path: Path, what: str, fix: str) -> KimiServeError:
     )
 
 
-def _link_target(path: Path) -> str:
+def _is_link(name: str, dir_fd: int | None = None) -> str | None:
     try:
-        return os.readlink(path)
+        return os.readlink(name, dir_fd=dir_fd)
     except OSError:
-        return "?"
+        return None
 
 
 def open_lock(path: Path) -> IO[str]:
@@ -113,7 +103,7 @@ def open_lock(path: Path) -> IO[str]:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise link_refused(
-                path, f"the lock is a symbolic link (to {_link_target(path)})", f"remove it: rm {path}"
+                path, f"the lock is a symbolic link (to {_is_link(str(path)) or '?'})", f"remove it: rm {path}"
             ) from None
         raise
     st = os.fstat(fd)
@@ -127,8 +117,7 @@ def open_lock(path: Path) -> IO[str]:
 def create_new(path: Path, mode: int = 0o600) -> int:
     """A fresh file at ``path`` for writing (whatever was at its name removed first, a link itself and not what it
     points to), created with ``O_EXCL``: a link planted again in between makes it fail, never followed."""
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+    path.unlink(missing_ok=True)
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
 
 
@@ -152,34 +141,15 @@ def refuse_escape(root: Path, path: Path, fix: str) -> None:
         raise link_refused(path, problem, fix)
 
 
-def _fchown(path: Path, fd: int, uid: int, gid: int, fix: str) -> bool:
-    st = os.fstat(fd)
-    if not (stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1)):
-        raise link_refused(path, "it is not a plain file of its own or a directory", fix)
-    if (st.st_uid, st.st_gid) == (uid, gid):
-        return False
-    os.fchown(fd, uid, gid)
-    return True
-
-
 # ---------------------------------------------------------------------------------------------- confined to a root
-# A check of the path once, before the writes, is not enough: the owner of a folder on the way (a scratch --root, the
-# service user's working directory) can swap a folder for a link between the check and the write. So every write,
-# mkdir and chown as root walks the path from the root one component at a time, each opened relative to the folder
-# before it with O_NOFOLLOW (openat): a link is never followed by the kernel. A link found on the way is resolved here
-# as the system under the root sees it (absolute: from the root; relative: from where it is), and refused (exit 5)
-# when that leaves the root (an absolute link in a root other than /, a relative one climbing above it): the same
-# rule as :func:`escape_problem`, now held at each write and not only once. Under / nothing is outside.
+# A check of the path once, before the writes, is not enough: the owner of a folder on the way can swap it for a link
+# between the check and the write. So every write, mkdir and chown as root walks from the root one component at a
+# time, each opened relative to the one before with O_NOFOLLOW (openat). A link found on the way is resolved as the
+# system under the root sees it and refused (exit 5) when that leaves the root: :func:`escape_problem`'s rule, held
+# at each write. Under / nothing is outside.
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ROOT_FIX = "remove the link, or pass a --root whose links stay inside it"
-
-
-def _is_link(name: str, dir_fd: int) -> str | None:
-    try:
-        return os.readlink(name, dir_fd=dir_fd)
-    except OSError:
-        return None
 
 
 def open_dir_under(root: Path, path: Path, *, create: bool = False, mode: int = 0o755, fix: str = _ROOT_FIX) -> int:
@@ -294,10 +264,9 @@ def write_under(
 
 
 def chown_under(root: Path, path: Path, uid: int, gid: int, fix: str) -> bool | None:
-    """Make ``uid:gid`` the owner of the file or directory ``path`` (inside ``root``) itself: its folder reached by
-    :func:`open_dir_under`, the file opened relative to it with ``O_NOFOLLOW`` and changed through that descriptor, so
-    a link swapped in anywhere on the way is never followed; exit 5 when it is a link or not a plain file of its own or
-    a directory. Whether the owner changed, None when there is nothing at ``path``."""
+    """Make ``uid:gid`` the owner of ``path`` itself (inside ``root``), through a descriptor opened ``O_NOFOLLOW`` in
+    its folder (:func:`open_dir_under`); exit 5 for a link, or anything but a directory or a plain file of its own.
+    Whether the owner changed; None when nothing is there."""
     try:
         fd = open_dir_under(root, path.parent, fix=fix)
     except FileNotFoundError:
@@ -313,7 +282,13 @@ def chown_under(root: Path, path: Path, uid: int, gid: int, fix: str) -> bool | 
                 raise link_refused(path, f"it is a symbolic link (to {target})", fix) from None
             raise
         try:
-            return _fchown(path, one, uid, gid, fix)
+            st = os.fstat(one)
+            if not (stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1)):
+                raise link_refused(path, "it is not a plain file of its own or a directory", fix)
+            if (st.st_uid, st.st_gid) == (uid, gid):
+                return False
+            os.fchown(one, uid, gid)
+            return True
         finally:
             os.close(one)
     finally:

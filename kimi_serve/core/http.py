@@ -1,18 +1,12 @@
 """HTTP with a hard deadline and bounded reads: every request ends by ``deadline`` (a ``time.monotonic()`` value) and
 holds at most :data:`LIMITS` of what the server sends, whatever the server does.
 
-A watchdog thread runs from before the connect to the end of the body and shuts the socket down at the deadline, so
-a server that trickles the response head or the body a byte at a time (slowloris), or stalls after a few bytes,
-cannot hold a probe past it. Reading stops at the per-response body limit (a stream's, or the smaller one of a body
-that is not a stream), at the run's total budget
-(:func:`read_limits`), and for server-sent events at the longest line, the most events and the most lines (comment
-keep-alives included) verify accepts: the :attr:`Reply.limit` of such a reply names the limit, for the finding.
-A body sent with ``Content-Encoding: gzip`` or ``deflate`` is decoded as the openai SDK's HTTP client (httpx) decodes
-it, within the body limit; one that does not decode (a proxy decoded it and kept the header) gets
-:attr:`Reply.encoding_fault`, for the finding: the SDK fails on it. Response heads are bounded by ``http.client``
-(64 KiB a line, 100 header lines). ``http.client`` rather than ``requests``: the deadline must cover the response
-head too, which ``requests`` reads before it hands over the socket. Proxies from the environment are not used:
-verify talks to the server itself.
+A watchdog thread shuts the socket down at the deadline, from before the connect to the end of the body, so a server
+that trickles or stalls (slowloris) cannot hold a probe past it. Reading stops at the body limit, the run's total
+budget (:func:`read_limits`) and the server-sent-event limits (:attr:`Reply.limit` names which). gzip and deflate
+bodies are decoded as the openai SDK's httpx does; one that does not decode gets :attr:`Reply.encoding_fault`.
+``http.client``, not ``requests``: the deadline must cover the response head too (bounded by ``http.client``: 64 KiB a
+line, 100 header lines). Proxies from the environment are not used: verify talks to the server itself.
 """
 
 from __future__ import annotations
@@ -72,24 +66,19 @@ class Reply:
 _current = (LIMITS, ReadBudget(LIMITS.total_bytes))  # the limits and the total budget of the run under way
 
 
-class _InFlight:
-    """Requests this process has open now (what a reset is reported under)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> int:
-        with self._lock:
-            self.count += 1
-            return self.count
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self.count -= 1
+_open, _open_lock = [0], threading.Lock()  # requests this process has open now (what a reset is reported under)
 
 
-_in_flight = _InFlight()
+@contextlib.contextmanager
+def _in_flight() -> Iterator[int]:
+    with _open_lock:
+        _open[0] += 1
+        now = _open[0]
+    try:
+        yield now
+    finally:
+        with _open_lock:
+            _open[0] -= 1
 
 
 @contextlib.contextmanager
@@ -101,19 +90,6 @@ def read_limits(limits: Limits = LIMITS) -> Iterator[None]:
         yield
     finally:
         _current = previous
-
-
-def _headers(api_key: str | None, json_body: bool) -> dict[str, str]:
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "Accept-Encoding": ACCEPTED_ENCODINGS,  # what the openai SDK's httpx sends (without brotli/zstandard installed)
-        "Connection": "close",
-    }
-    if json_body:
-        headers["Content-Type"] = "application/json"
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    return headers
 
 
 def _classify(exc: BaseException, fired: bool) -> TransportError:
@@ -173,19 +149,19 @@ def request(
     (a request that changes something, which the server may have applied before it reset the connection).
     """
     bounds = _current if limits is None else (limits, ReadBudget(limits.total_bytes))
-    with _in_flight as open_now:
+    with _in_flight() as open_now:
         try:
             return _request(method, url, deadline, api_key, json_body, stall_s, bounds, on_chunk)
         except TransportError as err:
             if err.kind != "reset" or not retry or deadline - time.monotonic() <= 0:
                 raise
-            busiest = max(open_now, _in_flight.count)
+            busiest = max(open_now, _open[0])
         try:
             return _request(method, url, deadline, api_key, json_body, stall_s, bounds, on_chunk)
         except TransportError as again:
             if again.kind != "reset":
                 raise
-            busiest = max(busiest, _in_flight.count)
+            busiest = max(busiest, _open[0])
             raise TransportError(
                 "reset",
                 f"the server reset the connection under {busiest} concurrent request(s) of kimi-serve, before "
@@ -208,105 +184,86 @@ def _request(
         raise TransportError("timeout", "no time left before the deadline")
     conn, path = _connection(url, min(CONNECT_TIMEOUT, remaining))
     fired, finished, headed = threading.Event(), threading.Event(), threading.Event()
-    last = [time.monotonic()]
-    stalled = [False]
-
+    last, stalled = [time.monotonic()], [False]
     held: list[socket.socket] = []  # http.client drops conn.sock once the response owns it (Connection: close)
-
-    def _stop() -> None:
-        fired.set()
-        sock = held[0] if held else conn.sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
 
     def _watch() -> None:
         while not finished.wait(0.1 if stall_s else max(0.0, min(0.5, deadline - time.monotonic()))):
             now = time.monotonic()
-            if stall_s is not None and headed.is_set() and now - last[0] >= stall_s:
-                stalled[0] = True
-                _stop()
-                return
-            if now >= deadline:
-                _stop()
+            stalled[0] = stall_s is not None and headed.is_set() and now - last[0] >= stall_s
+            if stalled[0] or now >= deadline:
+                fired.set()
+                sock = held[0] if held else conn.sock
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
                 return
 
-    watchdog = threading.Thread(target=_watch, name="verify-watchdog", daemon=True)
-    watchdog.start()
+    threading.Thread(target=_watch, name="verify-watchdog", daemon=True).start()
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Accept-Encoding": ACCEPTED_ENCODINGS,  # what the openai SDK's httpx sends (without brotli/zstandard installed)
+        "Connection": "close",
+        **({"Content-Type": "application/json"} if json_body is not None else {}),
+        **({"Authorization": f"Bearer {api_key}"} if api_key else {}),
+    }
     try:
-        return _exchange(conn, method, path, api_key, json_body, fired, headed, last, stalled, held, bounds, on_chunk)
+        data = json.dumps(json_body).encode() if json_body is not None else None
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            if conn.sock is not None:
+                held.append(conn.sock)
+                conn.sock.settimeout(None)  # the watchdog ends every read at the deadline
+            resp = conn.getresponse()
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise _classify(exc, fired.is_set()) from None
+        headed.set()
+        last[0] = time.monotonic()
+        limits, budget = bounds
+        content_type = resp.getheader("content-type", "") or ""
+        sse = "text/event-stream" in content_type
+        counter = SseCounter(limits) if sse else None
+        most = limits.body_bytes if sse else limits.document_bytes
+        kept = io.BytesIO()  # its getvalue() hands over the buffer: a body is never held twice (a list and its join)
+        size, cut, limit = 0, False, None
+        try:
+            while True:
+                chunk = resp.read1(_CHUNK)
+                if not chunk:
+                    break
+                last[0] = time.monotonic()
+                size += len(chunk)
+                if size > most:
+                    limit = f"{size_text(most)} per response body" + ("" if sse else " that is not a stream")
+                elif not budget.take(len(chunk)):
+                    limit = f"{size_text(budget.total)} in total for one verify run"
+                elif counter is not None:
+                    limit = counter.feed(chunk)
+                if limit:
+                    break
+                kept.write(chunk)
+                if on_chunk is not None:
+                    on_chunk(chunk)
+        except (OSError, http.client.HTTPException, ValueError):
+            cut = True
+        timed_out = fired.is_set()
+        raw = kept.getvalue()
+        kept.close()
+        body, fault, decoded_limit = decode(resp.getheader("content-encoding", "") or "", raw, limits, budget, most)
+        del raw
+        if sse and decoded_limit is None and len(body) != size:  # decoded: count the lines the stream really has
+            body, decoded_limit = cut_lines(body, limits.sse_lines)
+        return Reply(
+            resp.status,
+            content_type,
+            body,
+            timed_out=timed_out,
+            cut=cut and not timed_out,
+            stalled=stalled[0],
+            idle_s=time.monotonic() - last[0],
+            limit=limit or decoded_limit,
+            encoding_fault=fault,
+        )
     finally:
         finished.set()
         conn.close()
-
-
-def _exchange(
-    conn: http.client.HTTPConnection,
-    method: str,
-    path: str,
-    api_key: str | None,
-    json_body: dict[str, Any] | None,
-    fired: threading.Event,
-    headed: threading.Event,
-    last: list[float],
-    stalled: list[bool],
-    held: list[socket.socket],
-    bounds: tuple[Limits, ReadBudget],
-    on_chunk: Callable[[bytes], None] | None = None,
-) -> Reply:
-    data = json.dumps(json_body).encode() if json_body is not None else None
-    try:
-        conn.request(method, path, body=data, headers=_headers(api_key, json_body is not None))
-        if conn.sock is not None:
-            held.append(conn.sock)
-            conn.sock.settimeout(None)  # the watchdog ends every read at the deadline
-        resp = conn.getresponse()
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        raise _classify(exc, fired.is_set()) from None
-    headed.set()
-    last[0] = time.monotonic()
-    limits, budget = bounds
-    content_type = resp.getheader("content-type", "") or ""
-    sse = "text/event-stream" in content_type
-    counter = SseCounter(limits) if sse else None
-    most = limits.body_bytes if sse else limits.document_bytes
-    kept = io.BytesIO()  # its getvalue() hands over the buffer: a body is never held twice (a list and its join)
-    size, cut, limit = 0, False, None
-    try:
-        while True:
-            chunk = resp.read1(_CHUNK)
-            if not chunk:
-                break
-            last[0] = time.monotonic()
-            size += len(chunk)
-            if size > most:
-                limit = f"{size_text(most)} per response body" + ("" if sse else " that is not a stream")
-            elif not budget.take(len(chunk)):
-                limit = f"{size_text(budget.total)} in total for one verify run"
-            elif counter is not None:
-                limit = counter.feed(chunk)
-            if limit:
-                break
-            kept.write(chunk)
-            if on_chunk is not None:
-                on_chunk(chunk)
-    except (OSError, http.client.HTTPException, ValueError):
-        cut = True
-    timed_out = fired.is_set()
-    raw = kept.getvalue()
-    kept.close()
-    body, fault, decoded_limit = decode(resp.getheader("content-encoding", "") or "", raw, limits, budget, most)
-    del raw
-    if sse and decoded_limit is None and len(body) != size:  # decoded: count the lines the stream really has
-        body, decoded_limit = cut_lines(body, limits.sse_lines)
-    return Reply(
-        resp.status,
-        content_type,
-        body,
-        timed_out=timed_out,
-        cut=cut and not timed_out,
-        stalled=stalled[0],
-        idle_s=time.monotonic() - last[0],
-        limit=limit or decoded_limit,
-        encoding_fault=fault,
-    )

@@ -109,12 +109,8 @@ def decode(
     names = [n.strip().lower() for n in header.split(",") if n.strip() and n.strip().lower() != "identity"]
     for name in reversed(names):
         if name in ("br", "zstd"):
-            return (
-                body,
-                f"Content-Encoding: {name}, which verify did not accept "
-                f"(it sends Accept-Encoding: {ACCEPTED_ENCODINGS})",
-                None,
-            )
+            fault = f"Content-Encoding: {name}, which verify did not accept"
+            return body, f"{fault} (it sends Accept-Encoding: {ACCEPTED_ENCODINGS})", None
         if name not in _WBITS:
             continue  # httpx ignores an encoding it does not know and reads the body as it is
         try:

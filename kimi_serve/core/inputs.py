@@ -1,12 +1,11 @@
 """Bounds on what a file or a user's JSON or YAML may make kimi-serve do: how large a file it reads, how deep it
 nests, how far YAML aliases expand, and how much of a bad value an error message repeats.
 
-Every file kimi-serve reads is read through here (:func:`read_regular`, :func:`read_text`: a regular file, at most
-a size bound, never blocking on a FIFO) and decoded here (:func:`load_json`, :func:`load_yaml`): a profile, a
-``--set`` value, an API-key file, a bench workload, ``--perf-model``, a patch manifest, and the records and journals
-kimi-serve writes and reads back. A broken or hostile file ends in one line naming it and exit 2, in time and memory
-linear in the bound: never a RecursionError, an exponential walk of aliases (the "billion laughs" bomb), a file read
-whole into memory, or a ValueError from a 5000-digit integer (Python's int/str conversion limit).
+Every file kimi-serve reads (a profile, ``--set``, a key file, a workload, ``--perf-model``, a manifest, its own
+records and journals) is read (:func:`read_regular`, :func:`read_text`: regular files only, never blocking on a FIFO)
+and decoded (:func:`load_json`, :func:`load_yaml`) here. A hostile file ends in one line naming it and exit 2, in
+time and memory linear in the bound: never a RecursionError, a "billion laughs" alias bomb, a file read whole, or a
+ValueError from a 5000-digit integer.
 """
 
 from __future__ import annotations
@@ -82,8 +81,7 @@ def read_text(path: str | Path, limit: int = MAX_FILE_BYTES) -> str:
 
 
 def read_json(path: str | Path, limit: int = MAX_FILE_BYTES) -> Any:
-    """:func:`load_json` of :func:`read_text`: a ValueError for a file over the bounds or not JSON, an OSError when
-    it cannot be read."""
+    """:func:`load_json` of :func:`read_text` (ValueError: over the bounds or not JSON; OSError: unreadable)."""
     return load_json(read_text(path, limit))
 
 

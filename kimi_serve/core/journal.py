@@ -1,14 +1,7 @@
 """The one transaction primitive: an intent journal, written before a change of the host, removed when it is done,
 left behind by a kill for the next run to finish or roll the change back. What it records and how a change is
 finished or rolled back is its owner's (:mod:`kimi_serve.service.journal`, :mod:`kimi_serve.patches.journal`); how
-it is written, read, removed and swept is here, once:
-
-- written by :func:`write_json`: a new temporary file ``.NAME.PID.tmp`` (a link at the name removed, never written
-  through), mode first, fsync, rename, fsync of the folder, reached without a link out of ``root``
-  (:func:`kimi_serve.core.files.write_under`); a kill before the rename leaves only that file (:meth:`Journal.sweep`);
-- read back as a dict, None when there is none, :data:`UNREADABLE` when it is not a JSON object (within the bounds of
-  :mod:`kimi_serve.core.inputs`);
-- removed by an unlink and an fsync of its folder.
+it is written (:func:`write_json`: atomic, inside ``root``), read, removed and swept is here, once.
 """
 
 from __future__ import annotations

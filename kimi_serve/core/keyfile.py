@@ -29,8 +29,9 @@ def read_regular(path: str | Path) -> tuple[os.stat_result, bytes]:
     return inputs.read_regular(path, MAX_BYTES)
 
 
-def _kind(mode: int) -> str:
-    return inputs.file_kind(mode)
+def _get(data: dict[Any, Any], name: str) -> Any:
+    """``name`` (``api-key``) of a key file's mapping, also spelled with ``_``."""
+    return data.get(name, data.get(name.replace("-", "_")))
 
 
 def _load(text: str) -> Any:
@@ -42,10 +43,9 @@ def _load(text: str) -> Any:
 
 
 def keyfile_recipe(profile_args: str, root: str | Path | None = None) -> str:
-    """The one by-hand recipe for a profile's key file, printed by check, doctor, up's preflight and install-service:
-    `kimi-serve keyfile` writes it as install-service does (its folders created, 0600, the clients' key from
-    $KIMI_SERVE_API_KEY, else the file's own, else a new random one, and a distinct random admin-api-key).
-    ``profile_args``: ``--profile P [--set ...]`` as typed; ``root``: install-service's --root, when not /."""
+    """The one recipe for a profile's key file (check, doctor, up's preflight, install-service): `kimi-serve keyfile`
+    writes it as install-service does (service/secret.py). ``profile_args``: ``--profile P [--set ...]`` as typed;
+    ``root``: install-service's --root, when not /."""
     under = f" --root {shlex.quote(str(root))}" if root is not None and Path(root) != Path("/") else ""
     return f"kimi-serve keyfile {profile_args}{under}"
 
@@ -67,7 +67,7 @@ def parse_keys(text: str) -> tuple[str | None, str | None]:
     for a key it does not hold."""
     data = _load(text)
     if isinstance(data, dict):
-        key, admin = data.get("api-key", data.get("api_key")), data.get("admin-api-key", data.get("admin_api_key"))
+        key, admin = _get(data, "api-key"), _get(data, "admin-api-key")
     elif isinstance(data, str | int) and len(text.strip().splitlines()) == 1:
         key, admin = text.strip(), None
     else:
@@ -78,21 +78,21 @@ def parse_keys(text: str) -> tuple[str | None, str | None]:
 def key_file_problem(path: str | Path, recipe: str | None = None) -> tuple[str, str] | None:
     """``(what is wrong, the fix)`` when ``path`` cannot serve as SGLang's key file, else None; ``recipe``
     (:func:`keyfile_recipe`) is the fix that makes one, where a profile names the file."""
-    f = Path(path)
+    f, make = Path(path), create_hint(str(path), recipe)
     try:
         st = f.stat()
     except OSError:
-        return f"API-key file {path} does not exist", create_hint(str(path), recipe)
+        return f"API-key file {path} does not exist", make
     if st.st_mode & PRIVATE_MASK:
         return (f"API-key file {path} is readable by others (mode {stat.S_IMODE(st.st_mode):o})", f"chmod 600 {path}")
     if not f.name.endswith(SUFFIXES):
         return f"{path}: SGLang's --config accepts only .yaml/.yml files", "rename it to end in .yaml"
     if not stat.S_ISREG(st.st_mode):
-        return f"API-key file {path} is {_kind(st.st_mode)}, not a regular file", create_hint(str(path), recipe)
+        return f"API-key file {path} is {inputs.file_kind(st.st_mode)}, not a regular file", make
     try:
         raw = read_regular(f)[1]
     except NotRegularFile as exc:
-        return f"API-key file {path} is {exc.kind}, not a regular file", create_hint(str(path), recipe)
+        return f"API-key file {path} is {exc.kind}, not a regular file", make
     except OSError:
         return f"API-key file {path} is not readable by this user", "run as its owner (or root), or fix its owner"
     if len(raw) > MAX_BYTES:
@@ -121,12 +121,8 @@ def _dashed_value(text: str) -> str | None:
     """The first key (``api-key``, ``admin-api-key``) of a key file whose value begins with ``-``: SGLang's
     ``--config`` merger passes every value as the next argv word, and argparse reads ``-x...`` as an option."""
     data = _load(text)
-    if not isinstance(data, dict):
-        return None
-    for name, value in data.items():
-        if isinstance(value, str) and value.startswith("-"):
-            return str(name).replace("_", "-")
-    return None
+    items = data.items() if isinstance(data, dict) else ()
+    return next((str(k).replace("_", "-") for k, v in items if isinstance(v, str) and v.startswith("-")), None)
 
 
 def new_key() -> str:
@@ -139,45 +135,39 @@ def new_key() -> str:
     return key
 
 
-def new_admin_key() -> str:
-    """A fresh random admin key (SGLang's ``admin-api-key``): it never leaves the key file."""
-    return new_key()
+new_admin_key = new_key  # SGLang's admin-api-key, random: it never leaves the key file
 
 
 def admin_key_problem(path: str | Path, recipe: str | None = None) -> tuple[str, str] | None:
     """``(what is wrong, the fix)`` when the (readable, private) key file at ``path`` has no ``admin-api-key`` distinct
     from its ``api-key``: then SGLang lets the clients' key into its ADMIN_OPTIONAL endpoints. None when it has one.
     ``recipe`` (:func:`keyfile_recipe`): the fix, which keeps the file's api-key and adds a random admin-api-key."""
-    problem = _admin_key_problem(path)
-    if problem is None or recipe is None:
-        return problem
-    return problem[0], f"{recipe} (keeps its api-key, adds a distinct random admin-api-key)"
-
-
-def _admin_key_problem(path: str | Path) -> tuple[str, str] | None:
     try:
         data = _load(read_regular(path)[1].decode("utf-8"))
     except (OSError, UnicodeDecodeError):
         data = None
+    admin = _get(data, "admin-api-key") if isinstance(data, dict) else None
     if not isinstance(data, dict):
-        return (
+        problem = (
             f"API-key file {path} has no admin-api-key (not a YAML mapping)",
             f"write it as two lines 'api-key: KEY' and 'admin-api-key: OTHER-KEY' ({ADMIN_KEY_HINT})",
         )
-    admin = data.get("admin-api-key", data.get("admin_api_key"))
-    if admin is None or not str(admin).strip():
-        return (
+    elif admin is None or not str(admin).strip():
+        problem = (
             f"API-key file {path} has no admin-api-key: SGLang then accepts the clients' key on its admin "
             "endpoints (weights, LoRA, pause, profiling)",
             f"add a line 'admin-api-key: OTHER-KEY' ({ADMIN_KEY_HINT})",
         )
-    client = data.get("api-key", data.get("api_key"))
-    if client is not None and str(client).strip() == str(admin).strip():
-        return (
+    elif (client := _get(data, "api-key")) is not None and str(client).strip() == str(admin).strip():
+        problem = (
             f"API-key file {path}: admin-api-key equals api-key, so every client holds the admin key",
             f"use a distinct admin-api-key ({ADMIN_KEY_HINT})",
         )
-    return None
+    else:
+        return None
+    if recipe is not None:
+        problem = problem[0], f"{recipe} (keeps its api-key, adds a distinct random admin-api-key)"
+    return problem
 
 
 ADMIN_KEY_HINT = "e.g. python3 -c 'import secrets; print(\"k\" + secrets.token_urlsafe(32))'"
@@ -185,8 +175,6 @@ ADMIN_KEY_HINT = "e.g. python3 -c 'import secrets; print(\"k\" + secrets.token_u
 
 def render_key_file(api_key: str, admin_api_key: str | None = None) -> str:
     """The text of a key file SGLang reads with ``--config``."""
-    import yaml
-
     data = {"api-key": api_key}
     if admin_api_key:
         data["admin-api-key"] = admin_api_key
@@ -194,10 +182,8 @@ def render_key_file(api_key: str, admin_api_key: str | None = None) -> str:
 
 
 def write_key_file_text(path: Path, text: str, step: str | None = None, root: Path | None = None) -> None:
-    """Replace ``path`` with the key file ``text``, mode 0600 from its first byte: a temporary file beside it, fsync,
-    one rename (a reader sees the old file or the new one). ``step`` names a :func:`checkpoint` before the rename.
-    The one writer of key files: the service's, the dry run's stand-in, the SGLang tier's copy. ``root``: written
-    inside it (:func:`kimi_serve.core.files.write_under`)."""
+    """The one writer of key files (the service's, the dry run's stand-in, the SGLang tier's copy): 0600 from its first
+    byte, atomic (:func:`kimi_serve.core.files.write_atomic`)."""
     write_atomic(path, text, 0o600, step, root)
 
 
@@ -242,24 +228,19 @@ def read_key_file(path: Path, where: str | None = None) -> str:
             hint=f"chmod 600 {path}",
         )
     try:
-        data = inputs.load_yaml(text)[0]
+        inputs.load_yaml(text)
     except inputs.InputBoundError as exc:
         raise KimiServeError(f"API key file is {exc}", where=where, hint=exc.hint) from None
     except yaml.YAMLError:
-        data = None
-    if isinstance(data, dict):
-        key = data.get("api-key", data.get("api_key"))
-    elif isinstance(data, str | int) and len(text.strip().splitlines()) == 1:
-        key = text.strip()
-    else:
-        key = None
-    if not isinstance(key, str | int) or not str(key).strip():
+        pass
+    key = parse_keys(text)[0]
+    if key is None:
         raise KimiServeError(
             "no API key in file",
             where=where,
             hint="write one line `api-key: KEY` (the SGLang --config form) or the bare key",
         )
-    return str(key).strip()
+    return key
 
 
 def read_admin_key(path: Path, where: str | None = None) -> str | None:
@@ -267,8 +248,6 @@ def read_admin_key(path: Path, where: str | None = None) -> str | None:
     router's control plane (``/workers``) takes it; SGLang's ADMIN_OPTIONAL endpoints too."""
     read_key_file(path, where)
     try:
-        data = _load(read_regular(path)[1].decode("utf-8"))
+        return parse_keys(read_regular(path)[1].decode("utf-8"))[1]
     except (OSError, UnicodeDecodeError):
         return None
-    admin = data.get("admin-api-key", data.get("admin_api_key")) if isinstance(data, dict) else None
-    return str(admin).strip() if isinstance(admin, str | int) and str(admin).strip() else None

@@ -1,16 +1,15 @@
 """Locks per resource: one kimi-serve command at a time changes a thing, and only commands that share a thing wait.
 
-- the state of a target root (:func:`root_lock`): ``STATE_ROOT/host.lock`` for ``/`` (the host lock:
-  install-service, uninstall-service, restart), ``STATE_ROOT/locks/root-HASH.lock`` for a scratch ``--root``;
+- a target root's state (:func:`root_lock`): ``STATE_ROOT/host.lock`` for ``/`` (install-service, uninstall-service,
+  restart), ``STATE_ROOT/locks/root-HASH.lock`` for a scratch ``--root``;
 - an engine venv (:func:`directory_lock` on its site-packages: ``patches apply|revert`` and ``engine install``
   exclusive, ``up`` of an SGLang profile shared);
-- a GPU and a port a server takes (:func:`resource_lock`, ``STATE_ROOT/locks/gpu-N.lock``, ``port-P.lock``: ``up``).
+- a GPU and a port (:func:`resource_lock`, ``STATE_ROOT/locks/gpu-N.lock``, ``port-P.lock``: ``up``).
 
-Each is an ``fcntl.flock`` taken *before* the command reads the state it will change, so two
-runs started together cannot both pass their checks. The kernel drops the lock when its holder dies (SIGKILL, power
-loss), so a crash never leaves it stale. The holder writes ``{"command", "pid", "since"}`` into the file; a second run
-names it in its one-line error (exit 75) or, with ``wait``, waits for it. Re-entrant within one process (restart runs
-install's steps under the lock it already holds).
+Each is an ``fcntl.flock`` taken *before* the command reads the state it will change, so two runs started together
+cannot both pass their checks; the kernel drops it when its holder dies, so a crash never leaves it stale. The holder
+writes ``{"command", "pid", "since"}`` into the file, which a second run names in its error (exit 75) unless it
+waits. Re-entrant within one process (restart runs install's steps under the lock it holds).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -34,6 +33,7 @@ from kimi_serve.core.settings import STATE_DIR_ENV, state_root
 LOCK_NAME = "host.lock"
 _SOMEONE = "another kimi-serve command"
 LOCKS_DIR = "locks"  # STATE_ROOT/locks/: the GPUs and ports `up` holds
+_WRITABLE = f"set {STATE_DIR_ENV} to a writable directory"
 _held: dict[Path, int] = {}  # lock path -> depth, for re-entry in this process
 _fds: dict[Path, int] = {}  # lock path -> the fd its flock is held through, while held
 
@@ -56,6 +56,18 @@ def _depth(path: Path) -> Iterator[None]:
             del _held[path]
 
 
+def _flock(fd: int, flags: int, wait: bool, deadline: float | None, refusal: Callable[[], LockHeld]) -> None:
+    """Take the flock (``flags``) on ``fd``, retrying while ``wait`` until ``deadline``; else ``refusal()``'s error."""
+    while True:
+        try:
+            fcntl.flock(fd, flags | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if not wait or (deadline is not None and time.monotonic() > deadline):
+                raise refusal() from None
+            time.sleep(0.2)
+
+
 def lock_path(state_dir: Path | None = None) -> Path:
     return state_root(state_dir) / LOCK_NAME
 
@@ -69,27 +81,14 @@ def holder(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _describe(info: dict[str, Any] | None) -> str:
-    if not info:
-        return _SOMEONE
-    return f"`kimi-serve {info.get('command', '?')}` (pid {info.get('pid', '?')}, since {info.get('since', '?')})"
-
-
-@contextlib.contextmanager
 def host_lock(
     command: str, *, state_dir: Path | None = None, wait: bool = False, wait_timeout: float | None = None
-) -> Iterator[Path]:
+) -> contextlib.AbstractContextManager[Path]:
     """Hold the host lock for ``command`` (e.g. ``"patches apply"``). Raises exit 75 when it is held and ``wait`` is
     false (or ``wait_timeout`` passes), exit 5 when the state root cannot be written."""
-    with file_lock(
-        lock_path(state_dir),
-        command,
-        wait=wait,
-        wait_timeout=wait_timeout,
-        doing="is changing this host",
-        cannot=f"run as root, or set {STATE_DIR_ENV} to a writable directory",
-    ) as path:
-        yield path
+    return file_lock(
+        lock_path(state_dir), command, wait=wait, wait_timeout=wait_timeout, cannot=f"run as root, or {_WRITABLE}"
+    )
 
 
 def root_lock_path(root: Path) -> Path:
@@ -102,18 +101,12 @@ def root_lock_path(root: Path) -> Path:
     return state_root() / LOCKS_DIR / f"root-{hashlib.sha256(real.encode()).hexdigest()[:16]}.lock"
 
 
-@contextlib.contextmanager
-def root_lock(command: str, root: Path, *, wait: bool = False) -> Iterator[Path]:
+def root_lock(command: str, root: Path, *, wait: bool = False) -> contextlib.AbstractContextManager[Path]:
     """Hold the lock of ``root``'s state for ``command`` (the host lock when ``root`` is ``/``); exit 75 when held."""
     path = root_lock_path(root)
     if path == lock_path():
-        with host_lock(command, wait=wait) as held:
-            yield held
-        return
-    with file_lock(
-        path, command, wait=wait, doing=f"is changing {root}", cannot=f"set {STATE_DIR_ENV} to a writable directory"
-    ) as held:
-        yield held
+        return host_lock(command, wait=wait)
+    return file_lock(path, command, wait=wait, doing=f"is changing {root}", cannot=_WRITABLE)
 
 
 def resource_lock_path(kind: str, name: str, state_dir: Path | None = None) -> Path:
@@ -121,20 +114,13 @@ def resource_lock_path(kind: str, name: str, state_dir: Path | None = None) -> P
     return state_root(state_dir) / LOCKS_DIR / f"{kind}-{safe}.lock"
 
 
-@contextlib.contextmanager
 def resource_lock(
     command: str, kind: str, name: str, *, state_dir: Path | None = None, wait: bool = False
-) -> Iterator[Path]:
+) -> contextlib.AbstractContextManager[Path]:
     """Hold ``kind`` ``name`` (``gpu 3``, ``port 30000``) for ``command``: exit 75 naming the holder when another
     kimi-serve command has it (or wait, with ``wait``)."""
-    with file_lock(
-        resource_lock_path(kind, name, state_dir),
-        command,
-        wait=wait,
-        doing=f"holds {kind} {name}",
-        cannot=f"set {STATE_DIR_ENV} to a writable directory",
-    ) as held:
-        yield held
+    path = resource_lock_path(kind, name, state_dir)
+    return file_lock(path, command, wait=wait, doing=f"holds {kind} {name}", cannot=_WRITABLE)
 
 
 @contextlib.contextmanager
@@ -160,29 +146,22 @@ def file_lock(
         raise KimiServeError(
             f"cannot write the lock {path}: {exc.strerror or exc}", hint=cannot, exit_code=ExitCode.ENVIRONMENT
         ) from None
-    with f:
-        deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def refusal() -> LockHeld:
+        for _ in range(21):  # the holder writes its name just after taking the lock
+            if info := holder(path):
                 break
-            except BlockingIOError:
-                if not wait or (deadline is not None and time.monotonic() > deadline):
-                    info = holder(path)
-                    for _ in range(20):  # the holder writes its name just after taking the lock
-                        if info:
-                            break
-                        time.sleep(0.05)
-                        info = holder(path)
-                    raise LockHeld(f"{_describe(info)} {doing}", where=str(path)) from None
-                time.sleep(0.2)
+            time.sleep(0.05)
+        return LockHeld(f"{_describe(info)} {doing}", where=str(path))
+
+    with f:
+        _flock(
+            f.fileno(), fcntl.LOCK_EX, wait, None if wait_timeout is None else time.monotonic() + wait_timeout, refusal
+        )
         f.seek(0)
         f.truncate()
-        f.write(
-            json.dumps(
-                {"command": command, "pid": os.getpid(), "since": datetime.now(UTC).isoformat(timespec="seconds")}
-            )
-        )
+        since = datetime.now(UTC).isoformat(timespec="seconds")
+        f.write(json.dumps({"command": command, "pid": os.getpid(), "since": since}))
         f.flush()
         _fds[path] = f.fileno()
         try:
@@ -195,11 +174,17 @@ def file_lock(
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _flock_holder(st: os.stat_result, locks: Path = Path("/proc/locks")) -> tuple[str, bool] | None:
+def _describe(info: dict[str, Any] | None) -> str:
+    if not info:
+        return _SOMEONE
+    return f"`kimi-serve {info.get('command', '?')}` (pid {info.get('pid', '?')}, since {info.get('since', '?')})"
+
+
+def _flock_holder(st: os.stat_result) -> tuple[str, bool] | None:
     """Who holds a flock on the file ``st`` describes, from /proc/locks (pid and command line), and whether that hold
     is shared (READ); None when /proc/locks names no holder."""
     try:
-        lines = locks.read_text(encoding="ascii", errors="replace").splitlines()
+        lines = Path("/proc/locks").read_text(encoding="ascii", errors="replace").splitlines()
     except OSError:
         lines = []
     wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
@@ -248,16 +233,13 @@ def directory_lock(
         raise KimiServeError(
             f"cannot open {path}: {exc.strerror or exc}", hint="check the path", exit_code=ExitCode.ENVIRONMENT
         ) from None
+
+    def refusal() -> LockHeld:
+        who, reading = _flock_holder(os.fstat(fd)) or (_SOMEONE, False)
+        return LockHeld(f"{who} {doing_shared if reading else doing}", where=str(path))
+
     try:
-        while True:
-            try:
-                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not wait:
-                    who, reading = _flock_holder(os.fstat(fd)) or (_SOMEONE, False)
-                    raise LockHeld(f"{who} {doing_shared if reading else doing}", where=str(path)) from None
-                time.sleep(0.2)
+        _flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, wait, None, refusal)
         _fds[path] = fd
         with _depth(path):
             yield path

@@ -68,17 +68,11 @@ def error_document(
     """The envelope for a command that failed before it had a report: one finding from the error."""
     if isinstance(exc, KimiServeError):
         finding = Finding("cli", code, FAIL, exc.message, exc.hint or "", exc.where or "")
-        rc = int(exc.exit_code) if exit_code is None else exit_code
     else:
-        finding = Finding(
-            "cli",
-            code,
-            FAIL,
-            f"{type(exc).__name__}: {exc}".replace("\n", " "),
-            "a bug in kimi-serve: rerun with --debug and report it",
-        )
-        rc = int(ExitCode.INTERNAL) if exit_code is None else exit_code
-    return envelope(command, rc, findings=[finding])
+        message = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+        finding = Finding("cli", code, FAIL, message, "a bug in kimi-serve: rerun with --debug and report it")
+    rc = (exc.exit_code if isinstance(exc, KimiServeError) else ExitCode.INTERNAL) if exit_code is None else exit_code
+    return envelope(command, int(rc), findings=[finding])
 
 
 def command_of(args: Sequence[str], groups: Iterable[str] = ()) -> str:
@@ -118,6 +112,4 @@ def sgr(text: str, code: str, on: bool) -> str:
 def paint_statuses(text: str, on: bool) -> str:
     """The pass / warn / fail / skip words of a rendered findings report coloured when ``on`` (see :func:`colour`);
     the text unchanged otherwise, so pipes, logs and tests read plain text."""
-    if not on:
-        return text
-    return _STATUS_WORD.sub(lambda m: sgr(m.group(1), _SGR[m.group(1).lower()], True), text)
+    return _STATUS_WORD.sub(lambda m: sgr(m.group(1), _SGR[m.group(1).lower()], True), text) if on else text

@@ -1,18 +1,11 @@
 """The one report protocol: what every command's result is built from, and how it becomes JSON and text.
 
-- One status vocabulary, :class:`Grade`: pass / warn / fail / skip, and planned for a step not taken yet. A
-  :class:`~kimi_serve.core.findings.Finding` spells it as it is (``"fail"``); an :class:`Action` as its verb form
-  (``"failed"``, :data:`ACTION_WORDS`), the two spellings docs/json.md documents, parsed back by :meth:`Grade.of`.
-- The family: ``Finding`` (what holds or what is wrong, with the fix; core/findings.py), :class:`Action` (something
-  done, planned, failed or skipped), :class:`Fact` (a named value).
-- :func:`to_json`, the one function that derives a result's JSON from its dataclass: field names are the keys, enums
-  their values, paths strings, nested dataclasses, tuples, lists and dicts in turn. Where the documented key differs,
-  the field says so (``field(metadata=json_meta(key=..., omit=..., encode=...))``; :func:`rounded` encodes a rounded
-  figure); a computed value is named in the class's ``JSON_PROPERTIES`` (an attribute's name, or a ``(key, function
-  of the result)`` pair); constant keys (a document's ``version``, ``kind``) come first, from its ``JSON_HEAD``. No
-  result writes its JSON by hand.
-- :func:`finding_lines` / :func:`action_lines` / :func:`fact_lines`: the one text form of a list of findings, actions
-  or facts; the commands' differences (the status word, the label, the fix inline or below) are its parameters.
+- :class:`Grade`, the one status vocabulary: a ``Finding`` (core/findings.py) spells it ``"fail"``, an
+  :class:`Action` ``"failed"`` (:data:`ACTION_WORDS`); docs/json.md documents both, :meth:`Grade.of` reads either.
+- :func:`to_json` derives every result's JSON from its dataclass: field names are the keys unless
+  ``field(metadata=json_meta(key=..., omit=..., encode=...))`` says otherwise (:func:`rounded` rounds a figure);
+  computed keys come from the class's ``JSON_PROPERTIES``, constant ones first from its ``JSON_HEAD``.
+- :func:`finding_lines` / :func:`action_lines` / :func:`fact_lines`: the one text form of findings, actions, facts.
 """
 
 from __future__ import annotations
@@ -100,16 +93,8 @@ def json_meta(
     """A field's JSON declaration, for ``dataclasses.field(metadata=...)``: ``key`` where the documented key differs
     from the field's name, ``omit`` to leave it out, ``encode`` to turn the value into what is documented (a rounding,
     a name), ``omit_none`` to leave the key out when the value is None."""
-    meta: dict[str, Any] = {}
-    if key is not None:
-        meta[_KEY] = key
-    if omit:
-        meta[_OMIT] = True
-    if encode is not None:
-        meta[_ENCODE] = encode
-    if omit_none:
-        meta[_OMIT_NONE] = True
-    return meta
+    meta = {_KEY: key, _OMIT: omit or None, _ENCODE: encode, _OMIT_NONE: omit_none or None}
+    return {k: v for k, v in meta.items() if v is not None}
 
 
 def to_json(value: Any) -> Any:

@@ -1,12 +1,8 @@
-"""Run records: what a foreground `kimi-serve up` runs now, for `status` (docs/up.md, "Run records").
+"""Run records: what a foreground `kimi-serve up` runs now, for `status` (docs/up.md, "Run records", lists the fields).
 
-`up` writes ``STATE_ROOT/runs/up-PID.json`` (temporary file, fsync, rename: never half-written) once its locks are
-held, and removes it when it ends: ``pid`` (the `up` process), ``pid_start`` (its start time in clock ticks since
-boot, /proc/PID/stat field 22, so a reused pid is told apart), ``profile``, ``engine``, ``endpoint``, ``port``,
-``log``, ``started``, and for a replicated profile ``router`` (``endpoint``) and ``replicas`` (``index``,
-``endpoint``, ``log``). A record whose `up` was killed (SIGKILL, power loss) stays behind: :func:`read_runs` reports
-it stale (its pid is gone, or now another process) and :func:`prune` removes it; a stale record is never reported
-running.
+`up` writes ``STATE_ROOT/runs/up-PID.json`` once its locks are held and removes it when it ends. ``pid_start`` (its
+start time, /proc/PID/stat field 22) tells a reused pid apart: a record left by a killed `up` reads as stale
+(:func:`read_runs`) and :func:`prune` removes it; a stale record is never reported running.
 """
 
 from __future__ import annotations
@@ -31,17 +27,19 @@ def runs_dir(state_dir: Path | None = None) -> Path:
     return state_root(state_dir) / RUNS_DIR
 
 
-def process_start(pid: int, proc: Path = Path("/proc")) -> int | None:
-    """The start time of ``pid`` (clock ticks after boot), or None when no such process."""
+def stat_fields(pid: int | str) -> list[str]:
+    """/proc/PID/stat's fields from the third (state, ppid, pgrp, ...) on; [] when there is no such process."""
     try:
-        stat = (proc / str(pid) / "stat").read_text(encoding="ascii", errors="replace")
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
     except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": field 3 onwards
-    try:
-        return int(fields[19])  # field 22
-    except (IndexError, ValueError):
-        return None
+        return []
+    return stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) "
+
+
+def process_start(pid: int) -> int | None:
+    """The start time of ``pid`` (clock ticks after boot, field 22), or None when no such process."""
+    fields = stat_fields(pid)
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -97,7 +95,7 @@ def run_record(fields: Mapping[str, Any], *, state_dir: Path | None = None) -> I
             path.unlink()
 
 
-def read_runs(state_dir: Path | None = None, proc: Path = Path("/proc")) -> list[Run]:
+def read_runs(state_dir: Path | None = None) -> list[Run]:
     """Every run record, each marked running or stale (a torn or foreign file in the folder is skipped)."""
     runs = []
     for path in sorted(runs_dir(state_dir).glob("up-*.json")):
@@ -107,7 +105,7 @@ def read_runs(state_dir: Path | None = None, proc: Path = Path("/proc")) -> list
             continue
         if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
             continue
-        started = process_start(record["pid"], proc)
+        started = process_start(record["pid"])
         running = started is not None and record.get("pid_start") in (None, started)
         runs.append(Run(path, record, running))
     return runs

@@ -19,18 +19,14 @@ from kimi_serve.core.errors import KimiServeError
 STATE_DIR_ENV = "KIMI_SERVE_STATE_DIR"  # state root: patch records, service records, locks, history
 PROFILE_PATH_ENV = "KIMI_SERVE_PROFILE_PATH"  # extra profile folders, ':'-separated, searched before the shipped ones
 SGLANG_PYTHON_ENV = "KIMI_SERVE_SGLANG_PYTHON"  # an interpreter that can import sglang (the CPU venv in CI)
-# a running SGLang probe server (``PYTHON -m kimi_serve.sglang.probe --serve SOCKET``) that `check` asks instead of
-# importing SGLang again; the test suite starts one per session
-PROBE_SOCKET_ENV = "KIMI_SERVE_PROBE_SOCKET"
+PROBE_SOCKET_ENV = "KIMI_SERVE_PROBE_SOCKET"  # a running SGLang probe server `check` asks instead of importing SGLang
 SGLANG_WHEEL_ENV = "KIMI_SERVE_SGLANG_WHEEL"  # the pinned sglang wheel, for the offline patch check
 WHEEL_CACHE_ENV = "KIMI_SERVE_WHEEL_CACHE"  # where scripts/fetch-sglang-wheel.sh keeps that wheel
 ACCOUNTS_ROOT_ENV = "KIMI_SERVE_ACCOUNTS_ROOT"  # the root whose etc/passwd holds service.user (default /)
 API_KEY_ENV = "KIMI_SERVE_API_KEY"  # verify's key when no --api-key and no profile key file is given
 NO_COLOR_ENV = "NO_COLOR"  # any non-empty value: no colour on a terminal either (no-color.org)
 UV_ENV = "KIMI_SERVE_UV"  # the uv binary `engine install` uses (else PATH, else next to this interpreter)
-# TEST HOOK (kimi_serve.core.faults), never set in production: comma-separated "kill-at=N" (SIGKILL this process at
-# its Nth checkpoint), "raise-at=NAME" (an unexpected exception at checkpoint NAME), "pause-at=NAME:SECONDS"
-TEST_HOOK_ENV = "KIMI_SERVE_TEST_HOOK"
+TEST_HOOK_ENV = "KIMI_SERVE_TEST_HOOK"  # TEST HOOK, never set in production (core/faults.py)
 # the simulator's knobs, read by the simulator process itself at its entry point
 SIM_STEP_ENV = "KIMI_SERVE_SIM_STEP_SECONDS"  # a fixed step time in seconds instead of the performance model's
 SIM_PERF_ENV = "KIMI_SERVE_SIM_PERF"  # performance model parameter overrides, a JSON object (simulator/perf.py)
@@ -78,23 +74,22 @@ def from_env(environ: Mapping[str, str]) -> Settings:
     """The settings an environment gives (unset or empty variables keep the defaults)."""
 
     def get(name: str) -> str | None:
-        value = environ.get(name)
-        return value if value else None
+        return environ.get(name) or None
 
-    state = get(STATE_DIR_ENV)
-    wheel = get(SGLANG_WHEEL_ENV)
-    cache = get(WHEEL_CACHE_ENV)
+    def path(name: str) -> Path | None:
+        return Path(value) if (value := get(name)) else None
+
     return Settings(
-        state_root=Path(state) if state else DEFAULT_STATE_ROOT,
+        state_root=path(STATE_DIR_ENV) or DEFAULT_STATE_ROOT,
         profile_path=tuple(Path(p) for p in (get(PROFILE_PATH_ENV) or "").split(os.pathsep) if p),
         sglang_python=get(SGLANG_PYTHON_ENV),
         probe_socket=get(PROBE_SOCKET_ENV),
-        sglang_wheel=Path(wheel) if wheel else None,
-        wheel_cache=Path(cache) if cache else None,
+        sglang_wheel=path(SGLANG_WHEEL_ENV),
+        wheel_cache=path(WHEEL_CACHE_ENV),
         api_key=get(API_KEY_ENV),
         uv=get(UV_ENV),
         test_hook=get(TEST_HOOK_ENV),
-        accounts_root=Path(get(ACCOUNTS_ROOT_ENV) or "/"),
+        accounts_root=path(ACCOUNTS_ROOT_ENV) or Path("/"),
         main_pid=int(pid) if (pid := get(MAIN_PID_ENV)) and pid.isdigit() else None,
         no_color=get(NO_COLOR_ENV) is not None,
     )

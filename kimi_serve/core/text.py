@@ -17,14 +17,6 @@ def line_breaker(value: str) -> str | None:
     return next((c for c in value if unicodedata.category(c) in _BREAKING), None)
 
 
-def normalised_path(value: str) -> str | None:
-    """Absolute ``value`` written normalised (no ``.``/``..``/empty components, no trailing ``/``), or None when it
-    already is."""
-    norm = posixpath.normpath(value)
-    norm = "/" + norm.lstrip("/")  # normpath keeps a leading //
-    return None if norm == value else norm
-
-
 def string_problem(value: str, *, path: bool = False) -> str | None:
     """What a profile string (or, with ``path``, a path) should be instead of ``value``; None when it is fine."""
     bad = line_breaker(value)
@@ -32,5 +24,5 @@ def string_problem(value: str, *, path: bool = False) -> str | None:
         return f"a single-line string without control characters (found {bad!r})"
     if path and not value.startswith("/"):
         return "an absolute path"
-    fixed = normalised_path(value) if path else None
-    return f"a normalised absolute path ({fixed})" if fixed else None
+    fixed = "/" + posixpath.normpath(value).lstrip("/")  # normpath keeps a leading //
+    return f"a normalised absolute path ({fixed})" if path and fixed != value else None

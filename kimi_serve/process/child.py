@@ -1,25 +1,21 @@
 """Run the server as a child in its own session, stream its output, and stop it the way SGLang expects.
 
-- The child gets its own session and process group (``start_new_session``): SGLang's own kill paths
-  (``kill_process_tree``, ``SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION``) cannot reach the supervisor.
-- It dies with its parent: started from the main thread, it gets SIGTERM when the parent dies, however it dies
-  (``prctl(PR_SET_PDEATHSIG)``, armed between fork and exec; the death signal follows the thread that forked, so
-  only the main thread arms it). SIGTERM, not SIGKILL: SGLang then stops as it does on a requested stop, and its
-  scheduler processes carry their own death signal on the main process. A server that ignores SIGTERM is the one
-  case it does not cover.
-- ``keep_fds`` (the flocks `up` holds) are inherited: the kernel keeps those locks held until the child exits too,
-  so a server that outlives a killed parent for its drain still holds its GPUs and ports.
-- stdout and stderr are read as bytes by one thread each, written verbatim to the log file (capped and rotated:
-  :mod:`kimi_serve.process.server_log`), decoded, split on ``\\r`` and ``\\n`` (tqdm bars), and queued as lines
-  for the caller.
-- Stopping: SIGTERM to the main PID only (SGLang drains and takes its schedulers down; a signal to the whole group goes
-  through SGLang's crash path), then SIGKILL to the process group after a deadline; afterwards any process left in the
-  group is killed too, so nothing outlives the stop.
+- Its own session and group: SGLang's kill paths (``kill_process_tree``, ``SGLANG_KILLPG_ON_SCHEDULER_EXCEPTION``)
+  cannot reach the supervisor.
+- It gets SIGTERM when its parent dies, however it dies (``prctl(PR_SET_PDEATHSIG)`` between fork and exec, armed
+  from the main thread only: the signal follows the thread that forked). SIGTERM, not SIGKILL: SGLang stops as on a
+  requested stop, and its schedulers carry their own death signal. A server that ignores SIGTERM is not covered.
+- ``keep_fds`` (`up`'s flocks) are inherited, so a server draining past a killed parent still holds its GPUs and ports.
+- stdout and stderr: one thread each, bytes written verbatim to the capped log (:mod:`kimi_serve.process.server_log`),
+  then decoded, split on ``\\r`` and ``\\n`` (tqdm bars) and queued as lines.
+- Stopping: SIGTERM to the main PID only (a signal to the whole group goes through SGLang's crash path), SIGKILL to
+  the group after a deadline, then to anything left in the group.
 """
 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
 import queue
 import signal
@@ -31,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from kimi_serve.core.runs import stat_fields
 from kimi_serve.process.server_log import LOG_MAX_BYTES, CappedLog, tail_bytes
 from kimi_serve.process.startup_log import split_stream
 
 _EOF = None
-Process = subprocess.Popen[bytes]  # the child's process object, for modules that must not import subprocess
 _REAP_GRACE_S = 5.0  # how long leftover group members get to die on their own (PDEATHSIG) before SIGKILL
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 DEATH_SIGNAL = signal.SIGTERM  # what a child gets when its parent dies
@@ -51,14 +47,8 @@ def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes whose process group is ``pgid``, read from /proc."""
     members = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # state ppid pgrp ...
-        if fields[0] != "Z" and int(fields[2]) == pgid:
+        fields = stat_fields(entry.name) if entry.name.isdigit() else []
+        if fields and fields[0] != "Z" and int(fields[2]) == pgid:
             members.append(int(entry.name))
     return members
 
@@ -122,7 +112,6 @@ class Server:
         argv: list[str],
         env: dict[str, str],
         log_path: Path,
-        cwd: Path | None = None,
         *,
         keep_lines: bool = True,
         keep_fds: Sequence[int] = (),
@@ -137,7 +126,6 @@ class Server:
             proc = subprocess.Popen(
                 argv,
                 env=env,
-                cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -176,20 +164,15 @@ class Server:
     def lines(self, timeout: float) -> list[Line]:
         """Lines that arrived, waiting up to ``timeout`` for the first."""
         out: list[Line] = []
-        if not self._open_streams:  # both streams ended: nothing more will come (and no EOF is left to count)
-            return out
-        try:
-            item = self._queue.get(timeout=timeout)
-            while True:
-                if item is _EOF:
+        wait = True
+        with contextlib.suppress(queue.Empty):
+            while self._open_streams:  # both streams ended: nothing more will come (and no EOF is left to count)
+                item = self._queue.get(timeout=timeout) if wait else self._queue.get_nowait()
+                wait = False
+                if item is None:  # _EOF
                     self._open_streams -= 1
-                elif item is not None:
+                else:
                     out.append(item)
-                if not self._open_streams:
-                    break
-                item = self._queue.get_nowait()
-        except queue.Empty:
-            pass
         return out
 
     @property

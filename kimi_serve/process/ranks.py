@@ -1,9 +1,6 @@
-"""Several short-lived children that run together and end together, under one deadline: the ranks of the collective
-self-test (host/allreduce_selftest.py), one process per rank, no torchrun.
-
-Each rank is a :class:`~kimi_serve.process.child.Server` (its own session, its output in its own log file and read
-line by line). The call returns when every rank has ended or at the deadline; ranks still running then are stopped
-(SIGTERM, SIGKILL to their group after a short grace) and the run is marked ``hung``. Nothing started outlives it.
+"""The ranks of the collective self-test (host/allreduce_selftest.py): one child per rank (no torchrun), each a
+:class:`~kimi_serve.process.child.Server` with its own log, run together under one deadline. Ranks still running at
+the deadline are stopped (SIGTERM, then SIGKILL to their group) and the run is marked ``hung``: nothing outlives it.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""Start a server and wait until it is ready: the one "start and wait" of `bench`, the contract dry run and the
-simulator launcher. `up`'s watch (:mod:`kimi_serve.up.watch`) runs the same :class:`~kimi_serve.process.child.Server`
-and the same judgement of the start (:class:`~kimi_serve.process.startup.StartupJudge`: a failure in the log, the
-deadline, a hung distributed init), with its live phases, signals and supervision on top.
+"""Start a server and wait until it is ready (``GET /health`` 200): the one "start and wait" of `bench`, the contract
+dry run and the simulator launcher; `up`'s watch (:mod:`kimi_serve.up.watch`) judges the start the same way
+(:class:`~kimi_serve.process.startup.StartupJudge`).
 
-Ready means ``GET /health`` answered 200 (verify's readiness poll, :mod:`kimi_serve.verify.readiness`). Before that,
-a server that exits is exit 4 (with the failure its log shows, and the log's last lines), one whose log shows a
-failure but keeps running is stopped by the caller after the judge's failure grace (exit 4), one whose distributed
-init hangs or that is still not ready at the deadline is exit 3. So is a ``/health`` 200 that came from another process
-(:func:`port_taken`): a port taken between the preflight (or the free-port pick) and the server's bind answers for a
-server that is still loading, which will then fail to bind; the caller stops its own server.
+A server that exits first is exit 4 (the failure and the last lines its log shows); one whose log shows a failure but
+keeps running is stopped by the caller after the failure grace (exit 4); a hung distributed init, the deadline, or a
+200 from another process on the port (:func:`port_taken`: taken between the preflight and the bind) is exit 3.
 """
 
 from __future__ import annotations
@@ -67,13 +63,12 @@ def wait_until_ready(
     tp_size: int = 1,
     failure_grace_s: float = FAILURE_GRACE_S,
     init_timeout_s: float = INIT_TIMEOUT_S,
-    port_hint: str = PORT_HINT,
 ) -> float:
     """Seconds from now until ``server`` answers ``GET /health`` with 200; :class:`KimiServeError` otherwise.
 
     The server's lines are read as they arrive and judged (:class:`StartupJudge`); once it is ready its output goes
     to the log file only, so a long run queues nothing. A 200 from another process on the port is exit 3
-    (:func:`port_taken`, with ``port_hint`` as the fix); the caller stops ``server``.
+    (:func:`port_taken`, with :data:`PORT_HINT` as the fix); the caller stops ``server``.
     """
     judge = StartupJudge(
         timeout_s=timeout,
@@ -115,7 +110,7 @@ def wait_until_ready(
                 taken = port_taken(server.pid, target.base_url)
                 if taken is not None:
                     raise KimiServeError(
-                        f"{taken}, not {what}", where=where, hint=port_hint, exit_code=ExitCode.UNREACHABLE
+                        f"{taken}, not {what}", where=where, hint=PORT_HINT, exit_code=ExitCode.UNREACHABLE
                     )
                 return time.monotonic() - judge.started
     finally:

@@ -1,12 +1,9 @@
 """A server's log file: appended with a size cap (rotated to ``FILE.1``), and read from its end.
 
-- Writing (:class:`CappedLog`): before a write would take the file past ``max_bytes``, it is renamed to ``FILE.1``
-  (replacing the previous one) and a new ``FILE`` is started, so a server's log never takes more than
-  2 x ``max_bytes`` on disk and keeps at least the newest ``max_bytes``.
-- Reading (:func:`write_tail`, :func:`follow`): the last N lines of ``FILE.1`` + ``FILE`` as one stream, found by
-  reading blocks backwards from the end and then copied in blocks: memory stays a few blocks whatever the file's
-  size or its lines' length. ``follow`` keeps reading what is appended, and moves to the new ``FILE`` when the one it
-  reads is rotated away.
+- :class:`CappedLog`: before a write would pass ``max_bytes``, ``FILE`` becomes ``FILE.1`` and a new one starts, so
+  a log takes at most 2 x ``max_bytes`` on disk and keeps at least the newest ``max_bytes``.
+- :func:`write_tail`, :func:`follow`: the last N lines of ``FILE.1`` + ``FILE`` as one stream, found reading blocks
+  backwards (memory stays a few blocks whatever the size); ``follow`` goes on like ``tail -F``, across a rotation.
 """
 
 from __future__ import annotations

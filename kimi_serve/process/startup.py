@@ -1,16 +1,11 @@
-"""When a starting server is given up on: the one judgement of `up`'s watch, `bench`, the contract dry run and the
-simulator launcher (:func:`kimi_serve.process.ready.wait_until_ready`).
+"""When a starting server is given up on: the one judgement of `up`'s watch and
+:func:`kimi_serve.process.ready.wait_until_ready`. A :class:`StartupJudge` is fed the server's log lines
+(:mod:`kimi_serve.process.startup_log`) and asked, as time passes, for a :class:`Verdict`:
 
-A :class:`StartupJudge` is fed the server's log lines (SGLang's startup phases and failure patterns,
-:mod:`kimi_serve.process.startup_log`) and asked, as time passes, for a :class:`Verdict`:
-
-- the log showed a failure and the server did not exit on its own within :data:`FAILURE_GRACE_S` (exit 4; it is
-  stopped by the caller);
-- the start deadline (the profile's ``startup.timeout``) passed before ``/health`` answered 200 (exit 3);
-- distributed init hung: not every rank logged ``Init parallel ends.`` within :data:`INIT_TIMEOUT_S` of the first
-  init line (exit 3; SGLang itself waits 10 minutes, or forever).
-
-Readiness itself (the ``GET /health`` poll) and what a caller prints stay with the caller.
+- a failure in the log and no exit within :data:`FAILURE_GRACE_S` (exit 4; the caller stops it);
+- the start deadline (``startup.timeout``) passed before ``/health`` answered 200 (exit 3);
+- not every rank logged ``Init parallel ends.`` within :data:`INIT_TIMEOUT_S` of the first init line (exit 3;
+  SGLang itself waits 10 minutes, or forever).
 """
 
 from __future__ import annotations
@@ -48,12 +43,11 @@ class StartupJudge:
         init_timeout_s: float = INIT_TIMEOUT_S,
         failure_grace_s: float = FAILURE_GRACE_S,
         timeout_hint: str = TIMEOUT_HINT,
-        now: float | None = None,
     ) -> None:
         self.tracker = StartupTracker(tp_size=tp_size)
         self.timeout_s, self.what, self.tp_size = timeout_s, what, tp_size
         self.init_timeout_s, self.failure_grace_s, self.timeout_hint = init_timeout_s, failure_grace_s, timeout_hint
-        self.started = time.monotonic() if now is None else now
+        self.started = time.monotonic()
         self.init_started: float | None = None
         self.failure_at: float | None = None
 

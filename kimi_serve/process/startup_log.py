@@ -115,10 +115,6 @@ _CHILD_FAILED = re.compile(r"Received sigquit from a child process|SIGQUIT recei
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b")
 
 
-def _clip(text: str, width: int = 240) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
 @dataclass
 class Progress:
     """Where a start is: the phase, and for weight loading the shard bar of TP0."""
@@ -204,32 +200,25 @@ def is_progress_bar(line: str) -> bool:
     return bool(_SHARDS.search(line) or _GRAPH_BAR.search(line))
 
 
-def message_of(line: str) -> tuple[str, str]:
-    """(rank tags, message) of a record; for unprefixed lines ("", line)."""
-    m = _PREFIX.search(line)
-    return (m.group(2).strip(), m.group(3)) if m else ("", line)
-
-
 class StartupTracker:
     """Feed it lines; it returns events and remembers the first failure with the log lines that explain it."""
 
-    def __init__(self, tp_size: int = 1, context_lines: int = 200) -> None:
+    def __init__(self, tp_size: int = 1) -> None:
         self.tp_size = tp_size
         self.progress = Progress()
         self.failure: Failure | None = None
-        self.recent: deque[str] = deque(maxlen=context_lines)
+        self.recent: deque[str] = deque(maxlen=200)
         self._trace: list[str] | None = None  # an open multi-line traceback record
         self._base = _TRACEBACK  # what an open traceback is, unless its lines name a specific cause
 
     def feed(self, line: str) -> list[Event]:
         self.recent.append(line)
         events: list[Event] = []
-        tags, msg = message_of(line)
         if self._trace is not None:
             self._follow_traceback(line, events)
         elif self.failure is None:
             self._detect_failure(line, events)
-        self._track(tags, msg, line, events)
+        self._track(line, events)
         return events
 
     def flush(self) -> list[Event]:
@@ -269,8 +258,9 @@ class StartupTracker:
         if specific:
             kind, summary, fix = specific
         exc = next((t.strip() for t in reversed(trace) if _EXCEPTION_LINE.match(t)), "")
+        exc = exc if len(exc) <= 240 else exc[:237] + "..."
         if self.failure is None:
-            self._fail(kind, f"{summary}: {_clip(exc)}" if exc else summary, fix, trace, events)
+            self._fail(kind, f"{summary}: {exc}" if exc else summary, fix, trace, events)
 
     def _fail(self, kind: str, summary: str, fix: str, lines: list[str], events: list[Event]) -> None:
         self.failure = Failure(kind, summary, fix, tuple(lines[-40:]))
@@ -282,12 +272,13 @@ class StartupTracker:
             self.progress.phase = phase
             events.append(Event("phase", phase, text))
 
-    def _track(self, tags: str, msg: str, line: str, events: list[Event]) -> None:
+    def _track(self, line: str, events: list[Event]) -> None:
         p = self.progress
+        m = _PREFIX.search(line)
+        tags, msg = (m.group(2).strip(), m.group(3)) if m else ("", line)  # a record's rank tags and message
         rank = int(m.group(1)) if (m := _TP.search(tags)) else 0
         for phase, pattern in _PHASE_PATTERNS:
-            m = pattern.search(msg)
-            if not m:
+            if not (m := pattern.search(msg)):
                 continue
             if phase == "init":
                 p.ranks_in_init.add(rank)
@@ -311,16 +302,9 @@ class StartupTracker:
             if (done, total) != (p.shards_done, p.shards_total):
                 p.shards_done, p.shards_total, p.shard_eta, p.shard_rate = done, total, m.group(5), m.group(6).strip()
                 self._advance("weights", events, PHASE_TITLES["weights"])
-                events.append(
-                    Event(
-                        "shards",
-                        p.phase,
-                        f"weights {done}/{total} shards ({100 * done // max(total, 1)}%)"
-                        f", {p.shard_rate}, ETA {p.shard_eta}",
-                        done,
-                        total,
-                    )
-                )
+                pct = 100 * done // max(total, 1)
+                text = f"weights {done}/{total} shards ({pct}%), {p.shard_rate}, ETA {p.shard_eta}"
+                events.append(Event("shards", p.phase, text, done, total))
         if (m := _WEIGHT_END.search(msg)) and rank == 0:
             p.weight_loads_done += 1
             which = "target" if p.weight_loads_done == 1 else "draft"
@@ -329,6 +313,5 @@ class StartupTracker:
         if m := _GRAPH_BAR.search(line):
             p.graphs_done, p.graphs_total = int(m.group(1)), int(m.group(2))
             self._advance("cuda_graph", events, PHASE_TITLES["cuda_graph"])
-            events.append(
-                Event("graphs", p.phase, f"CUDA graphs {p.graphs_done}/{p.graphs_total}", p.graphs_done, p.graphs_total)
-            )
+            done, total = p.graphs_done, p.graphs_total
+            events.append(Event("graphs", p.phase, f"CUDA graphs {done}/{total}", done, total))
