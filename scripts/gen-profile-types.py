@@ -57,7 +57,7 @@ def render() -> str:
     for section, keys in SECTIONS.items():
         if not section:
             continue
-        out += ["", "@dataclass(frozen=True)", f"class {class_name(section)}:", f'    """``{section}:``"""', ""]
+        out += ["", "@dataclass(frozen=True)", f"class {class_name(section)}:  # {section}:"]
         for name, key in keys.items():
             assert name.isidentifier() and not keyword.iskeyword(name), name
             out.append(f"    {name}: {annotation(section, key)}")
@@ -73,9 +73,12 @@ def render() -> str:
     out += [f"    {name}: {annotation('', key)}" for name, key in SECTIONS[""].items()]
     out += [f"    {section}: {class_name(section)}" for section in SECTIONS if section]
     out += ["", ""]
-    out.append("SECTION_TYPES: dict[str, type] = {")
-    out += [f'    "{section}": {class_name(section)},' for section in SECTIONS if section]
-    out.append("}")
+    out += [
+        "# section name -> its dataclass, read off ProfileKeys' annotations (strings: `from __future__ import annotations`)",
+        "SECTION_TYPES: dict[str, type] = {",
+        '    name: globals()[t] for name, t in ProfileKeys.__annotations__.items() if t.endswith("Section")',
+        "}",
+    ]
     return "\n".join(out) + "\n"
 
 

@@ -25,7 +25,11 @@ class Key:
     choices: tuple[Any, ...] | None = None
     min: float | None = None
     max: float | None = None
-    nullable: bool = True
+    nullable: bool | None = None  # None: null is allowed exactly when the default is null and the key optional
+
+    def __post_init__(self) -> None:
+        if self.nullable is None:
+            object.__setattr__(self, "nullable", self.default is None and not self.required)
 
 
 def value_problem(key: Key, value: Any) -> str | None:

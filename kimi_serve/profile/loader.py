@@ -22,7 +22,7 @@ from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.inputs import short_repr
 from kimi_serve.core.resources import resource_dir
 from kimi_serve.core.text import line_breaker
-from kimi_serve.profile.schema import SECTIONS, TOP_LEVEL_ONLY, value_problem
+from kimi_serve.profile.schema import SECTIONS, TOP_LEVEL_ONLY, Key, value_problem
 from kimi_serve.profile.sections import SECTION_TYPES, ProfileKeys
 from kimi_serve.profile.yamlfile import read_yaml
 
@@ -62,7 +62,7 @@ class Profile(ProfileKeys):
         return shlex.join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return copy.deepcopy(_thaw(self.data))
+        return dict(_thaw(self.data))  # fresh containers all the way down: the caller may change it
 
 
 def _thaw(value: Any) -> Any:
@@ -84,13 +84,6 @@ def display_path(path: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- locating profiles
-
-
-def profile_search_path() -> list[Path]:
-    """Where profile names are looked up: $KIMI_SERVE_PROFILE_PATH (colon-separated), then the shipped configs/."""
-    from kimi_serve.core.settings import current
-
-    return [*current().profile_path, resource_dir("configs")]
 
 
 def _exists(candidate: Path, name_or_path: str) -> bool:
@@ -148,10 +141,11 @@ def find_profile(name_or_path: str, *, relative_to: Path | None = None, skip: Pa
             f"profile name {shown} is longer than the filesystem allows",
             hint=f"use a name of at most {_NAME_MAX - len('.yaml')} characters",
         )
-    if builtin:
-        dirs = [resource_dir("configs")]
-    else:
-        dirs = ([relative_to] if relative_to is not None else []) + profile_search_path()
+    from kimi_serve.core.settings import current
+
+    # next to the extending file, then $KIMI_SERVE_PROFILE_PATH (colon-separated), then the shipped configs/
+    dirs = [] if builtin else [*([] if relative_to is None else [relative_to]), *current().profile_path]
+    dirs.append(resource_dir("configs"))
     skipped = skip.resolve() if skip is not None else None
     for d in dirs:
         for ext in (".yaml", ".yml"):
@@ -168,13 +162,6 @@ def find_profile(name_or_path: str, *, relative_to: Path | None = None, skip: Pa
     listed = ", ".join(known[:_KNOWN_SHOWN]) + (f", ... ({len(known)} in all)" if len(known) > _KNOWN_SHOWN else "")
     hint = f"did you mean {close[0]!r}?" if close else f"known profiles: {listed or 'none'}"
     raise KimiServeError(f"no profile named {shown}", hint=hint)
-
-
-# ---------------------------------------------------------------------------------------------- reading YAML
-
-
-def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
-    return read_yaml(path, display_path(path))
 
 
 # ---------------------------------------------------------------------------------------------- extends + merge
@@ -210,7 +197,7 @@ def _load_chain(path: Path) -> tuple[dict[str, Any], tuple[Path, ...], dict[str,
         if len(chain) >= _MAX_EXTENDS_DEPTH:
             raise KimiServeError("extends chain too deep", where=display_path(path), hint="flatten the profiles")
         chain.append(resolved)
-        data, lines = _read_yaml(current)
+        data, lines = read_yaml(current, display_path(current))
         layers.append((current, data, lines))
         parent = data.get("extends")
         if parent is None:
@@ -262,18 +249,9 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
         value = data.get(key)
         if value is None and (key not in data or key in _CONTAINERS):  # `env:` left empty: nothing set
             value = copy.deepcopy(spec.default)
-        problem = value_problem(spec, value)
-        if problem:  # a bad env value is named by its own key (env.NAME)
-            sub = (
-                [f"{key}.{k}" for k, v in (value or {}).items() if line_breaker(str(v))]
-                if isinstance(value, dict)
-                else []
-            )
-            raise KimiServeError(
-                f"expected {problem}, got {short_repr(value)}",
-                where=loc((sub or [key])[0]),
-                hint=f"set {key} to {problem}",
-            )
+        # a bad env value is named by its own key (env.NAME)
+        sub = [f"{key}.{k}" for k, v in value.items() if line_breaker(str(v))] if isinstance(value, dict) else []
+        _check(spec, value, key, loc((sub or [key])[0]))
         if spec.type == "names":  # `patch_set: null` (an override of a parent's sets) is none; one name a 1-list
             value = [value] if isinstance(value, str) else list(value or [])
         out[key] = {str(k): str(v) for k, v in (value or {}).items()} if spec.type == "str_map" else value
@@ -300,14 +278,18 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
             if k not in raw and spec.required:
                 raise KimiServeError("missing required key", where=loc(kp), hint=spec.doc)
             value = raw.get(k, copy.deepcopy(spec.default))
-            problem = value_problem(spec, value)
-            if problem:
-                raise KimiServeError(
-                    f"expected {problem}, got {short_repr(value)}", where=loc(kp), hint=f"set {kp} to {problem}"
-                )
+            _check(spec, value, kp, loc(kp))
             values[k] = value
         out[section] = values
     return out
+
+
+def _check(spec: Key, value: Any, key_path: str, where: str) -> None:
+    problem = value_problem(spec, value)
+    if problem:
+        raise KimiServeError(
+            f"expected {problem}, got {short_repr(value)}", where=where, hint=f"set {key_path} to {problem}"
+        )
 
 
 def _freeze(value: Any) -> Any:
@@ -347,7 +329,7 @@ def _built(
     overrides: Sequence[str],
     before: tuple[str, ...] = (),
 ) -> Profile:
-    from kimi_serve.profile.overrides import WHERE, parse_sets, set_lines
+    from kimi_serve.profile.overrides import WHERE, parse_sets
 
     if overrides:
         sets = parse_sets(overrides)
@@ -365,7 +347,7 @@ def _built(
         data=data,
         chain=chain,
         lines=where,
-        overrides=(*before, *set_lines(overrides)),
+        overrides=(*before, *(o.strip() for o in overrides)),
         ref=ref,
     )
 

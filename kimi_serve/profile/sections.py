@@ -12,9 +12,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class ModelSection:
-    """``model:``"""
-
+class ModelSection:  # model:
     family: str
     path: str
     served_name: str
@@ -29,9 +27,7 @@ class ModelSection:
 
 
 @dataclass(frozen=True)
-class LoaderSection:
-    """``loader:``"""
-
+class LoaderSection:  # loader:
     multithread: bool | None
     num_threads: int | None
     prefetch: bool
@@ -39,17 +35,13 @@ class LoaderSection:
 
 
 @dataclass(frozen=True)
-class ParallelSection:
-    """``parallel:``"""
-
+class ParallelSection:  # parallel:
     tp_size: int
     pp_size: int
 
 
 @dataclass(frozen=True)
-class NodesSection:
-    """``nodes:``"""
-
+class NodesSection:  # nodes:
     count: int
     rank: int
     leader_host: str | None
@@ -57,9 +49,7 @@ class NodesSection:
 
 
 @dataclass(frozen=True)
-class SpeculativeSection:
-    """``speculative:``"""
-
+class SpeculativeSection:  # speculative:
     enabled: bool
     algorithm: str
     draft_model_path: str | None
@@ -71,17 +61,13 @@ class SpeculativeSection:
 
 
 @dataclass(frozen=True)
-class ParsersSection:
-    """``parsers:``"""
-
+class ParsersSection:  # parsers:
     tool_call: str | None
     reasoning: str | None
 
 
 @dataclass(frozen=True)
-class AllreduceSection:
-    """``allreduce:``"""
-
+class AllreduceSection:  # allreduce:
     flashinfer_fusion_backend: str | None
     torch_symm_mem: bool
     nccl_symm_mem: bool
@@ -89,9 +75,7 @@ class AllreduceSection:
 
 
 @dataclass(frozen=True)
-class MemorySection:
-    """``memory:``"""
-
+class MemorySection:  # memory:
     mem_fraction_static: float | None
     chunked_prefill_size: int | None
     max_running_requests: int | None
@@ -99,9 +83,7 @@ class MemorySection:
 
 
 @dataclass(frozen=True)
-class ServerSection:
-    """``server:``"""
-
+class ServerSection:  # server:
     host: str
     port: int
     api_key_file: str | None
@@ -112,9 +94,7 @@ class ServerSection:
 
 
 @dataclass(frozen=True)
-class RouterSection:
-    """``router:``"""
-
+class RouterSection:  # router:
     policy: str
     host: str
     port: int
@@ -126,24 +106,18 @@ class RouterSection:
 
 
 @dataclass(frozen=True)
-class StartupSection:
-    """``startup:``"""
-
+class StartupSection:  # startup:
     timeout: int
 
 
 @dataclass(frozen=True)
-class VerifySection:
-    """``verify:``"""
-
+class VerifySection:  # verify:
     suite: str
     timeout: float
 
 
 @dataclass(frozen=True)
-class MonitorSection:
-    """``monitor:``"""
-
+class MonitorSection:  # monitor:
     enabled: bool
     interval: int
     randomized_delay: int
@@ -154,9 +128,7 @@ class MonitorSection:
 
 
 @dataclass(frozen=True)
-class ServiceSection:
-    """``service:``"""
-
+class ServiceSection:  # service:
     unit_name: str
     user: str
     hardening: str
@@ -167,9 +139,7 @@ class ServiceSection:
 
 
 @dataclass(frozen=True)
-class KubernetesSection:
-    """``kubernetes:``"""
-
+class KubernetesSection:  # kubernetes:
     node_selector: tuple[str, ...]
     tolerations: tuple[str, ...]
     shm_size: str
@@ -206,20 +176,7 @@ class ProfileKeys:
     kubernetes: KubernetesSection
 
 
+# section name -> its dataclass, read off ProfileKeys' annotations (strings: `from __future__ import annotations`)
 SECTION_TYPES: dict[str, type] = {
-    "model": ModelSection,
-    "loader": LoaderSection,
-    "parallel": ParallelSection,
-    "nodes": NodesSection,
-    "speculative": SpeculativeSection,
-    "parsers": ParsersSection,
-    "allreduce": AllreduceSection,
-    "memory": MemorySection,
-    "server": ServerSection,
-    "router": RouterSection,
-    "startup": StartupSection,
-    "verify": VerifySection,
-    "monitor": MonitorSection,
-    "service": ServiceSection,
-    "kubernetes": KubernetesSection,
+    name: globals()[t] for name, t in ProfileKeys.__annotations__.items() if t.endswith("Section")
 }
