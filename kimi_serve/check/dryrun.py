@@ -43,13 +43,6 @@ class DryRun:
         return int(self.report.exit_code)
 
 
-def _stand_in_key_file(directory: Path) -> Path:
-    """A throwaway 0600 SGLang config holding a random key: the API-key path is exercised, no real key is needed."""
-    path = directory / "stand-in-secrets.yaml"
-    write_key_file(path, new_key())
-    return path
-
-
 @dataclass
 class PendingDryRun:
     """A simulator started for the dry run, not yet checked (:func:`start_contract_dryrun`)."""
@@ -137,7 +130,8 @@ def start_contract_dryrun(
     key_file = launch.api_key_file
     label = "profile key file"
     if key_file and stand_in_key and not Path(key_file).exists():
-        key_file = str(_stand_in_key_file(run_dir))
+        key_file = str(run_dir / "stand-in-secrets.yaml")  # a throwaway 0600 SGLang config holding a random key
+        write_key_file(Path(key_file), new_key())
         args = launcher.with_flag(args, "--config", key_file)
         label = "stand-in key file"
     where = profile.where("server.api_key_file")

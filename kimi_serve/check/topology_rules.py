@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator
 
+from kimi_serve.check.auth_rules import unkeyed
 from kimi_serve.check.rule_kit import Rule, bad, ok
 from kimi_serve.core.findings import WARN, Finding
 from kimi_serve.core.net import is_loopback
@@ -137,26 +138,22 @@ def rule_multinode_allreduce(p: Profile, _: Launch) -> Iterator[Finding]:
             f"nodes.count {p.nodes.count} (its validation does not catch it)",
             "set allreduce.flashinfer_fusion_backend: null on a multi-node profile",
         )
-    if ar.pcie_ipc and tp not in PCIE_IPC_WORLD_SIZES:
-        yield bad(
-            p,
-            "allreduce.pcie_ipc",
-            f"the PCIe-IPC all-reduce builds for TP groups of "
-            f"{'/'.join(map(str, PCIE_IPC_WORLD_SIZES))} GPUs only: with tp_size {tp} every reduction "
-            "stays on NCCL",
-            "set allreduce.pcie_ipc: false (or keep each TP group inside one host)",
-            status=WARN,
-        )
-    if ar.torch_symm_mem and tp not in TORCH_SYMM_MEM_WORLD_SIZES:
-        yield bad(
-            p,
-            "allreduce.torch_symm_mem",
-            f"torch symmetric memory builds for TP groups of "
-            f"{'/'.join(map(str, TORCH_SYMM_MEM_WORLD_SIZES))} GPUs only: with tp_size {tp} SGLang disables "
-            "it with a warning",
-            "set allreduce.torch_symm_mem: false",
-            status=WARN,
-        )
+    for key, on, sizes, what, effect in (
+        ("pcie_ipc", ar.pcie_ipc, PCIE_IPC_WORLD_SIZES, "the PCIe-IPC all-reduce", "every reduction stays on NCCL"),
+        (
+            "torch_symm_mem",
+            ar.torch_symm_mem,
+            TORCH_SYMM_MEM_WORLD_SIZES,
+            "torch symmetric memory",
+            "SGLang disables it with a warning",
+        ),
+    ):
+        if on and tp not in sizes:
+            said = f"{what} builds for TP groups of {'/'.join(map(str, sizes))} GPUs only: with tp_size {tp} {effect}"
+            fix = f"set allreduce.{key}: false" + (
+                " (or keep each TP group inside one host)" if key == "pcie_ipc" else ""
+            )
+            yield bad(p, f"allreduce.{key}", said, fix, status=WARN)
 
 
 def rule_interconnect(p: Profile, _: Launch) -> Iterator[Finding]:
@@ -322,21 +319,8 @@ def rule_router_auth(p: Profile, _: Launch) -> Iterator[Finding]:
             "router reachable only locally; no key: it forwards the clients' Authorization "
             "header, and every replica must run without a key (its health checks would get 401)",
         )
-    elif p.allow_unauthenticated:
-        yield bad(
-            p,
-            "allow_unauthenticated",
-            f"router binding {r.host} without an API key (allowed by the profile)",
-            "set server.api_key_file",
-            status=WARN,
-        )
     else:
-        yield bad(
-            p,
-            "router.host",
-            f"router binding {r.host} without an API key exposes every replica",
-            "set server.api_key_file, or allow_unauthenticated: true, or router.host: 127.0.0.1",
-        )
+        yield unkeyed(p, "router.host", "router binding", "every replica")
 
 
 def rule_ports(p: Profile, _: Launch) -> Iterator[Finding]:
