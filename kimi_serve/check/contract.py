@@ -27,15 +27,14 @@ class ContractCheck:
             self.pending = None
 
     def findings(self) -> list[Finding]:
-        if self.error is not None or self.pending is None:
+        if self.pending is None:  # it never started (``error``), or was finished or cancelled
             return [self.error] if self.error else []
         try:
-            run = self.pending.finish()
+            return _report_findings(self.pending.finish())
         except KimiServeError as exc:
             return [_could_not_start(exc)]
         finally:
             self.pending = None
-        return _report_findings(run)
 
 
 def _could_not_start(exc: KimiServeError) -> Finding:

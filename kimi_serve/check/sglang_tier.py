@@ -1,10 +1,6 @@
-"""The slow layer of `check`: SGLang's own parser and resolution, run in an interpreter that has SGLang.
-
-The launch argv is adapted only where a CI machine must differ from the GPU host, and each adaptation is a named
-stand-in: missing model/draft directories become bundled config-only copies of Kimi-K2.5 and its EAGLE-3 draft (the
-resolution only reads config.json), the API-key file is read through a copy (a throwaway one when absent), and
-`--device cuda` plus a simulated SM120 platform replace the GPUs. Everything else is passed to SGLang
-exactly as rendered.
+"""The slow layer of `check`: SGLang's own parser and resolution, run in an interpreter that has SGLang. The argv is
+passed as rendered but for named stand-ins where a CI machine differs from the GPU host: bundled config-only model and
+draft for missing directories, a copy of the key file (a throwaway when absent), `--device cuda` and simulated SM120.
 """
 
 from __future__ import annotations
@@ -63,11 +59,8 @@ def _readable(path: Path) -> str | None:
 def run_probe(
     python: SGLangPython, args: list[str], platform: str | None = "sm120", also: list[list[str]] | None = None
 ) -> dict[str, Any]:
-    """SGLang's verdict on ``args`` (and, in the same interpreter, on each argv of ``also``: the other ranks).
-
-    With ``$KIMI_SERVE_PROBE_SOCKET`` naming a running probe server of the same interpreter
-    (``PYTHON -m kimi_serve.sglang.probe --serve SOCKET``), the request goes there and SGLang is not imported again;
-    otherwise (and whenever that server cannot answer) a fresh interpreter runs it."""
+    """SGLang's verdict on ``args`` (and on each argv of ``also``: the other ranks): from the probe server that
+    ``$KIMI_SERVE_PROBE_SOCKET`` names (SGLang not imported again), else from a fresh interpreter."""
     request: dict[str, Any] = {"args": args, "platform": platform}
     if also:
         request["also"] = also

@@ -1,10 +1,5 @@
 """Deployment rules for the topology: multi-node TP (``nodes:``), pipeline stages, replicas behind SGLang's router.
-
-Registered in :data:`kimi_serve.check.rules.RULES`, so `render` stops at the first failure and `check` lists them all.
-Each failing rule names the profile key and the fix. The facts behind them are SGLang 0.5.23's own (docs/scale-out.md):
-its validation lets a multi-node launch without ``--dist-init-addr`` pass, asserts ``tp x pp`` divisible by
-``--nnodes``, rejects PP with EAGLE-3; its FlashInfer fusion raises on multi-node at model-runner init (not in its
-validation); its PCIe-IPC and torch symmetric-memory all-reduces build only for TP groups of 2/4/(6)/8 GPUs.
+The facts behind them are SGLang 0.5.23's own (docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -99,7 +94,7 @@ def rule_topology_flags(p: Profile, _: Launch) -> Iterator[Finding]:
     """extra_args must not carry flags that nodes:/parallel: render (argparse keeps whichever comes last)."""
     table = load_flag_table()
     for arg in p.extra_args:
-        opt = table.lookup(arg.split("=", 1)[0])
+        opt = table.options.get(arg.split("=", 1)[0])
         if opt is not None and opt.dest in TOPOLOGY_DESTS:
             yield bad(
                 p,

@@ -111,9 +111,8 @@ def server_args_of(profile: Profile, port: int | None = None) -> list[str]:
 
 
 def model_defaults_args(profile: Profile) -> list[str]:
-    """The server-wide defaults a request may override (docs/families.md): the chat-template switches
-    (``--default-chat-template-kwargs``) and sampling (``--preferred-sampling-params``), each as compact JSON; nothing
-    for the keys left null, so a profile that sets none renders as before."""
+    """The server-wide defaults a request may override (docs/families.md), each as compact JSON; nothing for the keys
+    left null."""
     m = profile.model
     a: list[str] = []
     for flag, keys in (
@@ -165,10 +164,9 @@ def interpreter_of(profile: Profile, *, sglang_python: str | None, fallback: str
 def build_launch(
     profile: Profile, interpreter: str, pythonpath: str | None = None, *, port: int | None = None
 ) -> Launch:
-    """The launch for a profile, run by ``interpreter``. Pure (no environment, no I/O): the interpreter comes in as an
-    argument (:func:`interpreter_of`); validation is :mod:`kimi_serve.check.report`'s job. ``pythonpath`` (the folder
-    holding kimi_serve) goes in front of the simulator's PYTHONPATH: the SGLang interpreter does not have kimi_serve
-    installed, and `render`, `up` and the unit must all show and run the same environment."""
+    """The launch for a profile, run by ``interpreter`` (:func:`interpreter_of`). Pure; validation is
+    :mod:`kimi_serve.check.report`'s job. ``pythonpath`` (the folder holding kimi_serve) goes in front of the
+    simulator's PYTHONPATH: the SGLang interpreter does not have kimi_serve installed."""
     server_args = server_args_of(profile, port)
     module = ENGINE_MODULES[profile.engine]
     argv = (*python_argv(interpreter, "-m", module), *server_args)

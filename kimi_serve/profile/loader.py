@@ -10,6 +10,7 @@ import copy
 import difflib
 import errno
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,8 +57,6 @@ class Profile(ProfileKeys):
 
     def cli_args(self) -> str:
         """``--profile REF [--set K=V ...]`` as the user typed them, shell-quoted (for fix hints)."""
-        import shlex
-
         parts = ["--profile", self.ref or self.name] + [a for o in self.overrides for a in ("--set", o)]
         return shlex.join(parts)
 
@@ -81,9 +80,6 @@ def display_path(path: Path) -> str:
         return str(resolved.relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(resolved)
-
-
-# ---------------------------------------------------------------------------------------------- locating profiles
 
 
 def _exists(candidate: Path, name_or_path: str) -> bool:
@@ -164,9 +160,6 @@ def find_profile(name_or_path: str, *, relative_to: Path | None = None, skip: Pa
     raise KimiServeError(f"no profile named {shown}", hint=hint)
 
 
-# ---------------------------------------------------------------------------------------------- extends + merge
-
-
 def _merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)
     for key, value in child.items():
@@ -223,9 +216,6 @@ def _load_chain(path: Path) -> tuple[dict[str, Any], tuple[Path, ...], dict[str,
     return merged, tuple(chain), where
 
 
-# ---------------------------------------------------------------------------------------------- validation
-
-
 def suggest(word: str, options: list[str]) -> str:
     """The did-you-mean of every "unknown NAME" error: the closest option, else the allowed ones."""
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
@@ -258,9 +248,7 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
     for section, keys in SECTIONS.items():
         if not section:
             continue
-        raw = data.get(section)
-        if raw is None:
-            raw = {}
+        raw = {} if data.get(section) is None else data[section]
         if not isinstance(raw, dict):
             raise KimiServeError(
                 f"expected a mapping, got {short_repr(raw)}",

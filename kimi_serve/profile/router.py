@@ -18,30 +18,19 @@ from kimi_serve.profile.topology import replicas
 ROUTER_SHIM_MODULE = "kimi_serve.router.shim"
 
 
-def router_args_of(profile: Profile) -> list[str]:
-    """The router's own flags, full names only, in a stable order."""
-    r = profile.router
-    a = ["--worker-urls", *(rep.url for rep in replicas(profile))]
-    a += ["--policy", r.policy, "--host", r.host, "--port", str(r.port)]
-    a += [
-        "--health-check-interval-secs",
-        str(r.health_check_interval),
-        "--health-failure-threshold",
-        str(r.health_failure_threshold),
-    ]
-    a += ["--prometheus-host", r.metrics_host, "--prometheus-port", str(r.metrics_port)]
-    a += [
-        "--log-level",
-        {"warning": "warn", "critical": "error"}.get(profile.server.log_level, profile.server.log_level),
-    ]
-    return a
-
-
 def build_router_launch(profile: Profile, interpreter: str, pythonpath: str | None = None) -> Launch:
     """The router launch for a replicated profile, run by ``interpreter`` (the engine's). Pure, like
     :func:`kimi_serve.profile.launch.build_launch`; ``pythonpath`` (the folder holding kimi_serve) is put in front of
-    PYTHONPATH when the shim runs (the engine interpreter does not have kimi_serve installed)."""
-    args = router_args_of(profile)
+    PYTHONPATH when the shim runs (the engine interpreter does not have kimi_serve installed). The router's own flags
+    come full names only, in a stable order."""
+    r = profile.router
+    args = ["--worker-urls", *(rep.url for rep in replicas(profile))]
+    args += ["--policy", r.policy, "--host", r.host, "--port", str(r.port)]
+    args += ["--health-check-interval-secs", str(r.health_check_interval)]
+    args += ["--health-failure-threshold", str(r.health_failure_threshold)]
+    args += ["--prometheus-host", r.metrics_host, "--prometheus-port", str(r.metrics_port)]
+    level = profile.server.log_level
+    args += ["--log-level", {"warning": "warn", "critical": "error"}.get(level, level)]
     key_file = profile.server.api_key_file
     own = ("--api-key-file", key_file) if key_file else ()
     argv = (*python_argv(interpreter, "-m", ROUTER_SHIM_MODULE), *own, "--", *args)
