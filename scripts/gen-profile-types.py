@@ -74,7 +74,8 @@ def render() -> str:
     out += [f"    {section}: {class_name(section)}" for section in SECTIONS if section]
     out += ["", ""]
     out += [
-        "# section name -> its dataclass, read off ProfileKeys' annotations (strings: `from __future__ import annotations`)",
+        "# section name -> its dataclass, read off ProfileKeys' annotations "
+        "(strings: `from __future__ import annotations`)",
         "SECTION_TYPES: dict[str, type] = {",
         '    name: globals()[t] for name, t in ProfileKeys.__annotations__.items() if t.endswith("Section")',
         "}",

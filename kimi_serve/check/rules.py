@@ -1,7 +1,5 @@
 """Rules of this deployment (Kimi-K2.5 INT4, TP8, EAGLE-3, SM120, PCIe): the fast layers `render` and `check` run.
-
-Each rule returns Findings; a failing rule names the profile key (file:line) and the fix. The flag-table layer checks
-the generated argv and the environment against SGLang 0.5.23's own parser data (:mod:`kimi_serve.profile.flags`).
+A failing rule names the profile key (file:line) and the fix; the flag table is :mod:`kimi_serve.profile.flags`.
 """
 
 from __future__ import annotations

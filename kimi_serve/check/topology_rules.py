@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from kimi_serve.check.auth_rules import unkeyed
 from kimi_serve.check.rule_kit import Rule, bad, ok
 from kimi_serve.core.findings import WARN, Finding
-from kimi_serve.core.net import is_loopback
+from kimi_serve.core.net import ip_of, is_loopback
 from kimi_serve.profile.flags import load_flag_table
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
@@ -35,11 +35,8 @@ DOC_NETS = tuple(
 
 def is_placeholder(host: str) -> bool:
     """A documentation address (RFC 5737, RFC 3849): a placeholder that no real host has."""
-    try:
-        addr = ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    return any(addr.version == net.version and addr in net for net in DOC_NETS)
+    addr = ip_of(host)
+    return addr is not None and any(addr.version == net.version and addr in net for net in DOC_NETS)
 
 
 def rule_nodes(p: Profile, _: Launch) -> Iterator[Finding]:
@@ -283,18 +280,19 @@ def _local_replicas(p: Profile) -> Iterator[Finding]:
             f"set router.port outside {port}..{ports[-1]}",
         )
     elif r.metrics_port in ports or r.metrics_port == r.port:
-        what = "router.port" if r.metrics_port == r.port else f"replica {r.metrics_port - port}'s port"
-        yield bad(
-            p,
-            "router.metrics_port",
-            f"router.metrics_port {r.metrics_port} is {what}",
-            "give the router's Prometheus endpoint a port of its own",
+        yield _metrics_port_taken(
+            p, "router.port" if r.metrics_port == r.port else f"replica {r.metrics_port - port}'s port"
         )
     else:
         yield ok(
             "replicas",
             f"{n} local replicas at {port}..{ports[-1]}, router at {r.port}, router metrics at {r.metrics_port}",
         )
+
+
+def _metrics_port_taken(p: Profile, what: str) -> Finding:
+    said = f"router.metrics_port {p.router.metrics_port} is {what}"
+    return bad(p, "router.metrics_port", said, "give the router's Prometheus endpoint a port of its own")
 
 
 def rule_router_auth(p: Profile, _: Launch) -> Iterator[Finding]:
@@ -323,12 +321,7 @@ def rule_ports(p: Profile, _: Launch) -> Iterator[Finding]:
     are: local ones are :func:`_local_replicas`'), and rank 0's API beside its torch.distributed rendezvous."""
     r, n = p.router, p.nodes
     if routed(p) and r.workers and r.metrics_port == r.port:
-        yield bad(
-            p,
-            "router.metrics_port",
-            f"router.metrics_port {r.metrics_port} is router.port",
-            "give the router's Prometheus endpoint a port of its own",
-        )
+        yield _metrics_port_taken(p, "router.port")
     if n.count > 1 and n.leader_port == p.server.port:
         yield bad(
             p,

@@ -304,8 +304,9 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
 def with_sets(profile: Profile, *sets: str) -> Profile:
     """``profile`` with more ``--set`` overrides applied on top, in memory (the YAML is not read again): the same
     profile ``load_profile(ref, (*profile.overrides, *sets))`` gives."""
-    where = dict(profile.lines)
-    return _built(profile.to_dict(), where, profile.source, profile.chain, profile.ref, sets, profile.overrides)
+    return _built(
+        profile.to_dict(), dict(profile.lines), profile.source, profile.chain, profile.ref, sets, profile.overrides
+    )
 
 
 def _built(

@@ -1,8 +1,5 @@
-"""The deployment's shape as data: which replicas the router fronts and where each one listens (no I/O).
-
-One home for the replica addressing rule: with ``router.workers`` empty the ``replicas`` run on this host at
-``server.port + i``; otherwise each entry of ``router.workers`` (``HOST:PORT``) is one replica on its own host.
-Multi-node ranks (``nodes:``) are a property of each replica's launch (:func:`kimi_serve.profile.launch.node_args`).
+"""The deployment's shape as data (no I/O), the one home of the replica addressing rule: with ``router.workers`` empty
+the ``replicas`` run on this host at ``server.port + i``; else each ``HOST:PORT`` entry is one replica on its own host.
 """
 
 from __future__ import annotations
