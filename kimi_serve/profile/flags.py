@@ -47,10 +47,6 @@ class FlagTable:
     options: dict[str, Option]  # every spelling -> option
     env: frozenset[str]
 
-    def abbreviation_of(self, flag: str) -> list[str]:
-        """Full flags that ``flag`` is a prefix of (what argparse's allow_abbrev would silently pick or reject)."""
-        return sorted(f for f in self.options if f.startswith(flag) and f != flag)
-
 
 @cache
 def load_flag_table(path: Path = _TABLE) -> FlagTable:
@@ -102,7 +98,8 @@ def check_argv(args: Sequence[str], table: FlagTable | None = None) -> list[ArgP
         flag, eq, inline = token.partition("=")
         opt = table.options.get(flag)
         if opt is None:
-            longer = table.abbreviation_of(flag)
+            # the full flags it is a prefix of: what argparse's allow_abbrev would silently pick or reject
+            longer = sorted(f for f in table.options if f.startswith(flag) and f != flag)
             if longer:
                 fix = _REPLACEMENTS.get(flag, f"write the full name: {' or '.join(longer[:3])}")
                 said = "abbreviated flag (argparse would guess, or reject it as ambiguous)"
