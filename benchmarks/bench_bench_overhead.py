@@ -22,7 +22,7 @@ from statistics import mean
 from kimi_serve.bench import BenchOptions, loadgen, run_bench
 from kimi_serve.bench.sweep import _standin_tokenizer
 from kimi_serve.bench.workload import prepare
-from kimi_serve.check.report import launch_for
+from kimi_serve.check.launch import launch_for
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.sglang.site import require_sglang_python
 from kimi_serve.simulator import launcher

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_serve.check.launch import plan_deployment
-from kimi_serve.check.report import validated_launch
+from kimi_serve.check.launch import plan_deployment, validated_launch
 from kimi_serve.core.lock import resource_lock_path, root_lock_path
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.up.locks import gpus_of, ports_of

@@ -73,7 +73,7 @@ def test_every_generated_flag_is_a_full_current_flag():
     for name in ("prod", "baseline", "sim"):
         for arg in build_launch(load_profile(name), PY).server_args:
             if arg.startswith("--"):
-                opt = table.lookup(arg)
+                opt = table.options.get(arg)
                 assert opt is not None and not opt.deprecated, arg
 
 

@@ -28,21 +28,18 @@ def rule_auth(p: Profile, launch: Launch) -> Iterator[Finding]:
         )
     if is_loopback(p.server.host) or p.server.api_key_file:
         yield ok("server.api_key_file", "API reachable only locally or protected by an API key")
-    elif p.allow_unauthenticated:
-        yield bad(
-            p,
-            "allow_unauthenticated",
-            f"binding {p.server.host} without an API key (allowed by the profile)",
-            "set server.api_key_file",
-            status=WARN,
-        )
     else:
-        yield bad(
-            p,
-            "server.host",
-            f"binding {p.server.host} without an API key exposes the server",
-            "set server.api_key_file, or allow_unauthenticated: true, or host: 127.0.0.1",
-        )
+        yield unkeyed(p, "server.host", "binding", "the server")
+
+
+def unkeyed(p: Profile, key: str, what: str, exposed: str) -> Finding:
+    """``key`` binds beyond loopback without an API key: a warning when the profile allows it, else a failure."""
+    host = p.router.host if key == "router.host" else p.server.host
+    if p.allow_unauthenticated:
+        said = f"{what} {host} without an API key (allowed by the profile)"
+        return bad(p, "allow_unauthenticated", said, "set server.api_key_file", status=WARN)
+    fix = f"set server.api_key_file, or allow_unauthenticated: true, or {key.removeprefix('server.')}: 127.0.0.1"
+    return bad(p, key, f"{what} {host} without an API key exposes {exposed}", fix)
 
 
 def rule_admin_key(p: Profile, _: Launch) -> Iterator[Finding]:

@@ -6,6 +6,7 @@ SGLang imports overlap) and then collects the findings (:meth:`ContractCheck.fin
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.core.errors import KimiServeError
@@ -13,12 +14,12 @@ from kimi_serve.core.findings import FAIL, PASS, WARN, Finding
 from kimi_serve.profile.loader import Profile
 
 
+@dataclass
 class ContractCheck:
     """A dry run in flight: either a started simulator or the error that kept it from starting."""
 
-    def __init__(self, pending: Any = None, error: Finding | None = None) -> None:
-        self.pending = pending
-        self.error = error
+    pending: Any = None
+    error: Finding | None = None
 
     def cancel(self) -> None:
         if self.pending is not None:
@@ -26,15 +27,14 @@ class ContractCheck:
             self.pending = None
 
     def findings(self) -> list[Finding]:
-        if self.error is not None or self.pending is None:
+        if self.pending is None:  # it never started (``error``), or was finished or cancelled
             return [self.error] if self.error else []
         try:
-            run = self.pending.finish()
+            return _report_findings(self.pending.finish())
         except KimiServeError as exc:
             return [_could_not_start(exc)]
         finally:
             self.pending = None
-        return _report_findings(run)
 
 
 def _could_not_start(exc: KimiServeError) -> Finding:

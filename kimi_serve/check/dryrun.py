@@ -1,11 +1,7 @@
-"""The contract dry run before a restart (`kimi-serve check --profile NAME --contract`): start the simulator with the
-profile's exact SGLang flags on a free loopback port, wait until ready, run the verify suite against it, stop it.
-
-A profile whose flags lose ``--tool-call-parser kimi_k2`` or ``--reasoning-parser kimi_k2`` fails here with verify's
-diagnosis, before the real server is touched. The simulator also resolves the draft model's class as SGLang's start-up
-does (prod's: ``Eagle3DeepseekV2ForCausalLM``; :mod:`kimi_serve.simulator.draft`): the dry run reports the class, and
-a draft SGLang would refuse keeps the simulator from starting, with its one line. On the serving host the profile's
-own Python (the installed, patched SGLang) runs it; elsewhere ``$KIMI_SERVE_SGLANG_PYTHON`` (the CPU venv).
+"""The contract dry run (`check --contract`): the simulator with the profile's exact SGLang flags on a free loopback
+port, the verify suite against it, so a profile that loses its parsers fails before the real server is touched. The
+simulator resolves the draft's class as SGLang's start-up does (:mod:`kimi_serve.simulator.draft`): reported, and a
+draft SGLang would refuse keeps it from starting. It runs in the profile's Python, else $KIMI_SERVE_SGLANG_PYTHON.
 """
 
 from __future__ import annotations
@@ -41,13 +37,6 @@ class DryRun:
     @property
     def exit_code(self) -> int:
         return int(self.report.exit_code)
-
-
-def _stand_in_key_file(directory: Path) -> Path:
-    """A throwaway 0600 SGLang config holding a random key: the API-key path is exercised, no real key is needed."""
-    path = directory / "stand-in-secrets.yaml"
-    write_key_file(path, new_key())
-    return path
 
 
 @dataclass
@@ -120,12 +109,8 @@ def start_contract_dryrun(
     stand_in_key: bool = False,
 ) -> PendingDryRun:
     """Start the simulator with the profile's exact flags and return at once (`check` runs its SGLang tier meanwhile).
-
-    Decoding is paced as under `up` (the simulator's default step, or the profile's own env/$KIMI_SERVE_SIM_*), the
-    verify wait, timeout and suite are `up`'s, and the start deadline is the profile's ``startup.timeout``: a profile
-    that passes here passes `up`'s contract check on the same SGLang. ``stand_in_key``: when the profile's API-key file
-    does not exist here (CI, a laptop), use a throwaway one.
-    """
+    Pacing, verify wait, timeout, suite and start deadline are `up`'s: a profile that passes here passes `up`'s contract
+    check on the same SGLang. ``stand_in_key``: a throwaway key file when the profile's does not exist here."""
     from kimi_serve.check.launch import launch_for
     from kimi_serve.core.keyfile import read_key_file
     from kimi_serve.verify import ApiKey
@@ -137,7 +122,8 @@ def start_contract_dryrun(
     key_file = launch.api_key_file
     label = "profile key file"
     if key_file and stand_in_key and not Path(key_file).exists():
-        key_file = str(_stand_in_key_file(run_dir))
+        key_file = str(run_dir / "stand-in-secrets.yaml")  # a throwaway 0600 SGLang config holding a random key
+        write_key_file(Path(key_file), new_key())
         args = launcher.with_flag(args, "--config", key_file)
         label = "stand-in key file"
     where = profile.where("server.api_key_file")

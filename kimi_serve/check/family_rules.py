@@ -42,7 +42,6 @@ def _k3_reason(p: Profile, checkpoint_bytes: int) -> str:
 
 def rule_family(p: Profile, _: Launch) -> Iterator[Finding]:
     fam = family(p.model.family)
-    m = p.model
     if fam.name == K3:
         yield bad(
             p,
@@ -52,10 +51,20 @@ def rule_family(p: Profile, _: Launch) -> Iterator[Finding]:
             "GPUs across 2+ nodes",
         )
         return
-    n_bad = 0
+    findings = list(_family_problems(p, fam))
+    yield from findings
+    if not findings:
+        yield ok(
+            "model.family",
+            f"{fam.title}: {fam.parsers} parsers, stop id {fam.stop_id}, modes {'/'.join(fam.modes)}"
+            + (f", sampling {' '.join(f'{k}={v:g}' for k, v in fam.sampling)}" if fam.sampling else ""),
+        )
+
+
+def _family_problems(p: Profile, fam: ModelFamily) -> Iterator[Finding]:
+    m = p.model
     for flag in TEMPLATE_FLAGS:
         if flag in p.extra_args:
-            n_bad += 1
             yield bad(
                 p,
                 "extra_args",
@@ -64,7 +73,6 @@ def rule_family(p: Profile, _: Launch) -> Iterator[Finding]:
                 "set model.thinking, model.preserve_thinking, model.temperature or model.top_p instead",
             )
     if m.thinking is False and fam.thinking_only:
-        n_bad += 1
         yield bad(
             p,
             "model.thinking",
@@ -73,7 +81,6 @@ def rule_family(p: Profile, _: Launch) -> Iterator[Finding]:
             "remove model.thinking (or set it true)",
         )
     if m.preserve_thinking is not None and "preserve_thinking" not in fam.switches:
-        n_bad += 1
         yield bad(
             p,
             "model.preserve_thinking",
@@ -82,7 +89,6 @@ def rule_family(p: Profile, _: Launch) -> Iterator[Finding]:
         )
     for switch, value in fam.forced:
         if getattr(m, switch) is not None and getattr(m, switch) != value:
-            n_bad += 1
             yield bad(
                 p,
                 f"model.{switch}",
@@ -92,7 +98,6 @@ def rule_family(p: Profile, _: Launch) -> Iterator[Finding]:
     for param, wanted in fam.sampling:
         got = getattr(m, param)
         if got is not None and got != wanted:
-            n_bad += 1
             yield bad(
                 p,
                 f"model.{param}",
@@ -101,7 +106,6 @@ def rule_family(p: Profile, _: Launch) -> Iterator[Finding]:
                 f"set model.{param}: {wanted:g}",
             )
     if m.context_length is not None and m.context_length > fam.context:
-        n_bad += 1
         yield bad(
             p,
             "model.context_length",
@@ -111,7 +115,6 @@ def rule_family(p: Profile, _: Launch) -> Iterator[Finding]:
     draft = p.speculative.draft_model_path
     if p.speculative.enabled and draft and not accepts_draft(fam, draft):
         made_for = draft_family(draft)
-        n_bad += 1
         yield bad(
             p,
             "speculative.draft_model_path",
@@ -119,16 +122,6 @@ def rule_family(p: Profile, _: Launch) -> Iterator[Finding]:
             f"{fam.name}: it would accept few of {fam.title}'s tokens",
             f"point it at a local copy of {fam.drafts[0].repo}",
         )
-    if not n_bad:
-        yield ok(
-            "model.family",
-            f"{fam.title}: {fam.parsers} parsers, stop id {fam.stop_id}, modes {'/'.join(fam.modes)}"
-            + (f", sampling {_pairs(fam.sampling)}" if fam.sampling else ""),
-        )
-
-
-def _pairs(pairs: tuple[tuple[str, float], ...]) -> str:
-    return " ".join(f"{k}={v:g}" for k, v in pairs)
 
 
 def _ids(value: Any) -> set[int]:

@@ -1,7 +1,5 @@
-"""Launch resolution: a profile's launch as this process runs it (the interpreter its settings pick), the same launch
-held to the fast rules (what `render`, `up`, `install-service`, `bench` and `simulate` start from), and the environment
-a server process runs under. `check`'s report (report.py), the contract dry run (dryrun.py), `up` and `bench` all
-resolve a launch here, so none of them imports another for it."""
+"""Launch resolution, the one place every command resolves a launch: a profile's launch as this process runs it, the
+same held to the fast rules, and the environment a server process runs under."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ from kimi_serve.sglang.toolchain import toolchain_env
 
 
 def engine_python(profile: Profile | None) -> str:
-    """The interpreter whose SGLang serves (the one resolver: `up`, `doctor`, `check` and `patches` all ask here):
-    the profile's python:, else $KIMI_SERVE_SGLANG_PYTHON for the simulator, else kimi-serve's own; without a profile
+    """The interpreter whose SGLang serves (the one resolver): :func:`interpreter_of`; without a profile
     (`patches --patch-set`), $KIMI_SERVE_SGLANG_PYTHON, else kimi-serve's own."""
     sglang_python = current().sglang_python
     if profile is None:
@@ -48,9 +45,7 @@ def validated_launch(profile: Profile) -> Launch:
 
 
 def server_env(launch: Launch) -> dict[str, str]:
-    """The environment a server process (SGLang, the simulator, the router) starts with: this process's, then the
-    launch's own, unbuffered; an SGLang engine's own nvcc as CUDA_HOME and first on PATH; the simulator's interpreter
-    also imports kimi_serve from here."""
+    """The environment a server process starts with: this process's, then the launch's own, unbuffered."""
     env = {**process_environ(), **launch.env, "PYTHONUNBUFFERED": "1"}
     if launch.engine == "sglang":  # the JIT finds the engine's own nvcc (sglang/toolchain.py), as under the unit
         env.update(toolchain_env(launch.argv[0], env, env.get("PATH", "")))

@@ -12,9 +12,10 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from kimi_serve.check.rule_kit import bad, ok
 from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.files import link_refused, refuse_escape, resolve_in
-from kimi_serve.core.findings import FAIL, PASS, Finding
+from kimi_serve.core.findings import Finding
 from kimi_serve.core.settings import DEFAULT_STATE_ROOT, state_root
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
@@ -106,11 +107,8 @@ def rule_owned_paths(p: Profile, _: Launch) -> Iterator[Finding]:
     for key in OWNED_KEYS:
         problem = owned_path_problem(p, key)
         if problem:
-            yield Finding(
-                "rules", key, FAIL, f"{problem}: service.user would own it", owned_path_fix(key), p.where(key)
-            )
+            yield bad(p, key, f"{problem}: service.user would own it", owned_path_fix(key))
     problem = unit_name_problem(p.service.unit_name.removesuffix(".service"))
     if problem:
-        where = p.where("service.unit_name")
-        yield Finding("rules", "service.unit_name", FAIL, f"invalid unit name: {problem}", UNIT_NAME_FIX, where)
-    yield Finding("rules", "owned_paths", PASS, "the service user owns only its own working directory and key file")
+        yield bad(p, "service.unit_name", f"invalid unit name: {problem}", UNIT_NAME_FIX)
+    yield ok("owned_paths", "the service user owns only its own working directory and key file")

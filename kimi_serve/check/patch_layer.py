@@ -15,29 +15,27 @@ if TYPE_CHECKING:
     from kimi_serve.patches import PatchSet
 
 
+def _wheel(status: str, message: str, fix: str = "", where: str = "") -> Finding:
+    return Finding("patches", "wheel", status, message, fix, where)
+
+
+def _installed(status: str, message: str, fix: str = "", where: str = "") -> Finding:
+    return Finding("patches", "installed", status, message, fix, where)
+
+
 def _offline(profile: Profile, patch_set: PatchSet) -> Finding:
     from kimi_serve.patches import cached_wheel, check_applies_to_wheel
 
-    wheel = cached_wheel(patch_set.target_version)
+    name, version = patch_set.name, patch_set.target_version
+    wheel = cached_wheel(version)
     if wheel is None:
-        return Finding(
-            "patches",
-            "wheel",
-            WARN,
-            f"pinned sglang {patch_set.target_version} wheel not cached: cannot confirm {patch_set.name} applies",
-            "run scripts/fetch-sglang-wheel.sh",
-        )
+        said = f"pinned sglang {version} wheel not cached: cannot confirm {name} applies"
+        return _wheel(WARN, said, "run scripts/fetch-sglang-wheel.sh")
     result = check_applies_to_wheel(patch_set, wheel)
     if result.ok:
-        return Finding("patches", "wheel", PASS, result.message)
-    return Finding(
-        "patches",
-        "wheel",
-        FAIL,
-        f"{patch_set.name} does not apply to {wheel.name}: {result.message}",
-        "regenerate the patch set for this SGLang",
-        profile.where("patch_set"),
-    )
+        return _wheel(PASS, result.message)
+    said = f"{name} does not apply to {wheel.name}: {result.message}"
+    return _wheel(FAIL, said, "regenerate the patch set for this SGLang", profile.where("patch_set"))
 
 
 def _on_host(profile: Profile, patch_set: PatchSet) -> Finding:
@@ -46,42 +44,24 @@ def _on_host(profile: Profile, patch_set: PatchSet) -> Finding:
 
     python = profile.python
     if profile.engine == "simulator":
-        return Finding("patches", "installed", SKIP, "simulator engine: no GPU code runs, patches not needed")
+        return _installed(SKIP, "simulator engine: no GPU code runs, patches not needed")
     if not python:
-        return Finding(
-            "patches",
-            "installed",
-            WARN,
-            "no python: in the profile: cannot tell which SGLang will serve",
-            "set python: to the SGLang venv's interpreter",
-            profile.where("python"),
-        )
+        said = "no python: in the profile: cannot tell which SGLang will serve"
+        return _installed(WARN, said, "set python: to the SGLang venv's interpreter", profile.where("python"))
     if not os.access(python, os.X_OK):
-        return Finding(
-            "patches", "installed", SKIP, f"interpreter {python} missing: patch state unknown (see the host layer)"
-        )
+        return _installed(SKIP, f"interpreter {python} missing: patch state unknown (see the host layer)")
     try:
         st = status(site_packages_of(python), patch_set)
     except KimiServeError as exc:
-        return Finding("patches", "installed", FAIL, exc.message, exc.hint or "", profile.where("python"))
+        return _installed(FAIL, exc.message, exc.hint or "", profile.where("python"))
     if st.all_applied:
-        return Finding("patches", "installed", PASS, f"{patch_set.name} applied to {st.site_packages}")
+        return _installed(PASS, f"{patch_set.name} applied to {st.site_packages}")
+    apply = patches_apply(profile.cli_args())
     if st.conflicts:
         names = ", ".join(p.name for p in st.conflicts)
-        return Finding(
-            "patches",
-            "installed",
-            FAIL,
-            f"{patch_set.name} conflicts with local changes in {st.site_packages} ({names})",
-            f"reinstall sglang=={st.target_version}, then {patches_apply(profile.cli_args())}",
-        )
-    return Finding(
-        "patches",
-        "installed",
-        FAIL,
-        f"{patch_set.name} is not applied to {st.site_packages}",
-        patches_apply(profile.cli_args()),
-    )
+        said = f"{patch_set.name} conflicts with local changes in {st.site_packages} ({names})"
+        return _installed(FAIL, said, f"reinstall sglang=={st.target_version}, then {apply}")
+    return _installed(FAIL, f"{patch_set.name} is not applied to {st.site_packages}", apply)
 
 
 def check_patches(profile: Profile, *, offline: bool) -> list[Finding]:

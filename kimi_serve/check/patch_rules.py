@@ -20,18 +20,11 @@ FEATURE_REDACT = "redact_api_key_in_log"
 FEATURE_REDACT_INFO = "redact_api_key_in_server_info"
 
 
-def needed_features(p: Profile) -> list[str]:
-    features = []
-    if p.allreduce.flashinfer_fusion_backend:
-        features.append(FEATURE_FUSION)
-    if p.allreduce.torch_symm_mem:
-        features.append(FEATURE_TORCH_SYMM_MEM)
-    return features
-
-
 def rule_patch_set(p: Profile, _: Launch) -> Iterator[Finding]:
     """SM120 needs source patches for fusion and torch symm mem; the profile must name a set that covers them."""
-    features = needed_features(p)
+    ar = p.allreduce
+    used = ((FEATURE_FUSION, ar.flashinfer_fusion_backend), (FEATURE_TORCH_SYMM_MEM, ar.torch_symm_mem))
+    features = [f for f, on in used if on]
     if not features:
         yield ok("patch_set", "no SM120-gated feature used")
         return
@@ -44,18 +37,9 @@ def rule_patch_set(p: Profile, _: Launch) -> Iterator[Finding]:
             f"set patch_set: {PATCH_SET}",
         )
         return
+    from kimi_serve.patches import load_patch_set  # lazily: reads the manifest
+
     named = "+".join(p.patch_set)
-    try:
-        from kimi_serve.patches import load_patch_set  # lazily: reads the manifest
-    except ModuleNotFoundError:
-        yield bad(
-            p,
-            "patch_set",
-            f"cannot verify that {named!r} covers {', '.join(features)}: this kimi-serve has no patch support",
-            "upgrade kimi-serve",
-            status=WARN,
-        )
-        return
     sets = []
     for name in p.patch_set:
         try:
@@ -90,6 +74,25 @@ def rule_patch_set(p: Profile, _: Launch) -> Iterator[Finding]:
         yield ok("patch_set", f"patch set {named} covers {', '.join(features)}")
 
 
+# Each redaction feature: its finding's code, what it keeps the key out of, and what happens without it.
+_REDACTIONS = (
+    (
+        FEATURE_REDACT,
+        "patch_set.redact",
+        "keeps the API key out of SGLang's startup log",
+        "the API key from server.api_key_file would be written to the journal by SGLang's startup log "
+        "(server_args=...)",
+    ),
+    (
+        FEATURE_REDACT_INFO,
+        "patch_set.redact_server_info",
+        "keeps the API keys out of SGLang's /server_info",
+        "SGLang's /server_info would return the API key and the admin key (and a launch command holding them) to "
+        "every API client",
+    ),
+)
+
+
 def rule_patch_set_redact(p: Profile, _: Launch) -> Iterator[Finding]:
     """SGLang 0.5.23 logs its server_args at startup and returns them from /server_info, API keys in clear text;
     only a patched SGLang redacts them (patches 0006 and 0007)."""
@@ -106,28 +109,10 @@ def rule_patch_set_redact(p: Profile, _: Launch) -> Iterator[Finding]:
                 features.update(load_patch_set(name).features)
         except Exception:  # noqa: BLE001 - rule_patch_set reports a set that cannot be loaded
             return
-    if FEATURE_REDACT in features:
-        yield ok("patch_set.redact", f"patch set {named} keeps the API key out of SGLang's startup log")
-    else:
-        yield Finding(
-            "rules",
-            "patch_set.redact",
-            WARN,
-            f"the API key from server.api_key_file would be written to the journal by SGLang's startup log "
-            f"(server_args=...): patch set {named or '(none)'} does not cover {FEATURE_REDACT}",
-            f"use a patch set covering {FEATURE_REDACT} (patch_set: {PATCH_SET})",
-            p.where("patch_set"),
-        )
-    if FEATURE_REDACT_INFO in features:
-        yield ok("patch_set.redact_server_info", f"patch set {named} keeps the API keys out of SGLang's /server_info")
-    else:
-        yield Finding(
-            "rules",
-            "patch_set.redact_server_info",
-            WARN,
-            f"SGLang's /server_info would return the API key and the admin key (and a launch command "
-            f"holding them) to every API client: patch set {named or '(none)'} does not cover "
-            f"{FEATURE_REDACT_INFO}",
-            f"use a patch set covering {FEATURE_REDACT_INFO} (patch_set: {PATCH_SET})",
-            p.where("patch_set"),
-        )
+    for feature, code, keeps, leak in _REDACTIONS:
+        if feature in features:
+            yield ok(code, f"patch set {named} {keeps}")
+        else:
+            fix = f"use a patch set covering {feature} (patch_set: {PATCH_SET})"
+            said = f"{leak}: patch set {named or '(none)'} does not cover {feature}"
+            yield Finding("rules", code, WARN, said, fix, p.where("patch_set"))

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kimi_serve.check.launch import fast_validate
-from kimi_serve.check.launch import launch_for as launch_for  # re-exported for callers of the old home
-from kimi_serve.check.launch import validated_launch as validated_launch  # (launch resolution: check/launch.py)
 from kimi_serve.core.errors import ExitCode
 from kimi_serve.core.findings import PASS, SKIP, Finding, failed
 from kimi_serve.core.report import json_meta

@@ -1,7 +1,5 @@
 """Rules of this deployment (Kimi-K2.5 INT4, TP8, EAGLE-3, SM120, PCIe): the fast layers `render` and `check` run.
-
-Each rule returns Findings; a failing rule names the profile key (file:line) and the fix. The flag-table layer checks
-the generated argv and the environment against SGLang 0.5.23's own parser data (:mod:`kimi_serve.profile.flags`).
+A failing rule names the profile key (file:line) and the fix; the flag table is :mod:`kimi_serve.profile.flags`.
 """
 
 from __future__ import annotations
@@ -22,34 +20,29 @@ from kimi_serve.profile.loader import Profile
 PCIE_IPC_ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
 
 
-def _parser_is(kind: str, value: str | None, flag: str) -> str:
-    """What the profile runs for one parser: a name, or none at all (SGLang started without the flag)."""
-    return (
-        f"{kind} parser is {value!r}, not kimi_k2" if value else f"no {kind} parser is set (SGLang runs without {flag})"
-    )
+# Each parser: its key, its name (--NAME-parser), what it gives clients, and what they get without it.
+_PARSERS = (
+    (
+        "tool_call",
+        "tool-call",
+        "tool calls come back as structured tool_calls",
+        "clients get raw <|tool_calls_section_begin|> text instead of tool_calls",
+    ),
+    ("reasoning", "reasoning", "reasoning comes back as reasoning_content", "reasoning and </think> end up in content"),
+)
 
 
 def rule_parsers(p: Profile, _: Launch) -> Iterator[Finding]:
-    if p.parsers.tool_call == "kimi_k2":
-        yield ok("parsers.tool_call", "tool-call parser kimi_k2: tool calls come back as structured tool_calls")
-    else:
-        yield bad(
-            p,
-            "parsers.tool_call",
-            f"{_parser_is('tool-call', p.parsers.tool_call, '--tool-call-parser')}: clients get "
-            "raw <|tool_calls_section_begin|> text instead of tool_calls",
-            "set parsers.tool_call: kimi_k2, which launches SGLang with --tool-call-parser kimi_k2",
-        )
-    if p.parsers.reasoning == "kimi_k2":
-        yield ok("parsers.reasoning", "reasoning parser kimi_k2: reasoning comes back as reasoning_content")
-    else:
-        yield bad(
-            p,
-            "parsers.reasoning",
-            f"{_parser_is('reasoning', p.parsers.reasoning, '--reasoning-parser')}: reasoning and "
-            "</think> end up in content",
-            "set parsers.reasoning: kimi_k2, which launches SGLang with --reasoning-parser kimi_k2",
-        )
+    for key, kind, good, lost in _PARSERS:
+        value, flag = getattr(p.parsers, key), f"--{kind}-parser"
+        if value == "kimi_k2":
+            yield ok(f"parsers.{key}", f"{kind} parser kimi_k2: {good}")
+            continue
+        running = f"{kind} parser is {value!r}, not kimi_k2"
+        if not value:
+            running = f"no {kind} parser is set (SGLang runs without {flag})"
+        fix = f"set parsers.{key}: kimi_k2, which launches SGLang with {flag} kimi_k2"
+        yield bad(p, f"parsers.{key}", f"{running}: {lost}", fix)
 
 
 def rule_model(p: Profile, _: Launch) -> Iterator[Finding]:
@@ -250,38 +243,19 @@ def rule_flag_table(p: Profile, launch: Launch) -> Iterator[Finding]:
     table = load_flag_table()
     problems = check_argv(launch.server_args, table)
     for prob in problems:
-        key = "extra_args" if prob.flag in p.extra_args else "profile"
-        yield Finding(
-            "flags",
-            f"flag {prob.flag}",
-            FAIL,
-            f"{prob.flag}: {prob.message}",
-            prob.fix,
-            p.where(key) if key == "extra_args" else "",
-        )
+        where = p.where("extra_args") if prob.flag in p.extra_args else ""
+        yield Finding("flags", f"flag {prob.flag}", FAIL, f"{prob.flag}: {prob.message}", prob.fix, where)
     if not problems:
-        yield Finding(
-            "flags",
-            "argv",
-            PASS,
-            f"all {sum(a.startswith('--') for a in launch.server_args)} flags "
-            f"are full, current SGLang {table.sglang_version} flags",
-        )
+        n = sum(a.startswith("--") for a in launch.server_args)
+        yield Finding("flags", "argv", PASS, f"all {n} flags are full, current SGLang {table.sglang_version} flags")
     unknown = unknown_sglang_env(list(launch.env), table)
     for name in unknown:
-        hint = (
-            "spec v2 is the default EAGLE-3 worker in 0.5.23; remove it"
-            if name == "SGLANG_ENABLE_SPEC_V2"
-            else "remove it or fix its spelling"
-        )
-        yield Finding(
-            "flags",
-            f"env {name}",
-            FAIL,
-            f"{name} is unknown to SGLang {table.sglang_version} (it would be silently ignored)",
-            hint,
-            p.where(f"env.{name}") if f"env.{name}" in p.lines else p.where("env"),
-        )
+        hint = "remove it or fix its spelling"
+        if name == "SGLANG_ENABLE_SPEC_V2":
+            hint = "spec v2 is the default EAGLE-3 worker in 0.5.23; remove it"
+        said = f"{name} is unknown to SGLang {table.sglang_version} (it would be silently ignored)"
+        where = p.where(f"env.{name}") if f"env.{name}" in p.lines else p.where("env")
+        yield Finding("flags", f"env {name}", FAIL, said, hint, where)
     if not unknown:
         yield Finding("flags", "env", PASS, "every SGLANG_* variable is known to SGLang")
 

@@ -1,10 +1,6 @@
-"""The slow layer of `check`: SGLang's own parser and resolution, run in an interpreter that has SGLang.
-
-The launch argv is adapted only where a CI machine must differ from the GPU host, and each adaptation is a named
-stand-in: missing model/draft directories become bundled config-only copies of Kimi-K2.5 and its EAGLE-3 draft (the
-resolution only reads config.json), the API-key file is read through a copy (a throwaway one when absent), and
-`--device cuda` plus a simulated SM120 platform replace the GPUs. Everything else is passed to SGLang
-exactly as rendered.
+"""The slow layer of `check`: SGLang's own parser and resolution, run in an interpreter that has SGLang. The argv is
+passed as rendered but for named stand-ins where a CI machine differs from the GPU host: bundled config-only model and
+draft for missing directories, a copy of the key file (a throwaway when absent), `--device cuda` and simulated SM120.
 """
 
 from __future__ import annotations
@@ -63,11 +59,8 @@ def _readable(path: Path) -> str | None:
 def run_probe(
     python: SGLangPython, args: list[str], platform: str | None = "sm120", also: list[list[str]] | None = None
 ) -> dict[str, Any]:
-    """SGLang's verdict on ``args`` (and, in the same interpreter, on each argv of ``also``: the other ranks).
-
-    With ``$KIMI_SERVE_PROBE_SOCKET`` naming a running probe server of the same interpreter
-    (``PYTHON -m kimi_serve.sglang.probe --serve SOCKET``), the request goes there and SGLang is not imported again;
-    otherwise (and whenever that server cannot answer) a fresh interpreter runs it."""
+    """SGLang's verdict on ``args`` (and on each argv of ``also``: the other ranks): from the probe server that
+    ``$KIMI_SERVE_PROBE_SOCKET`` names (SGLang not imported again), else from a fresh interpreter."""
     request: dict[str, Any] = {"args": args, "platform": platform}
     if also:
         request["also"] = also
@@ -124,6 +117,10 @@ def other_ranks(args: list[str], count: int) -> list[list[str]]:
     return [[*args[:i], str(r), *args[i + 1 :]] for r in range(count) if str(r) != args[i]]
 
 
+def _sg(name: str, status: str, message: str, fix: str = "") -> Finding:
+    return Finding("sglang", name, status, message, fix)
+
+
 def _rank_findings(results: list[dict[str, Any]], profile: Profile, version: str) -> list[Finding]:
     """One finding per other rank: SGLang's parser and resolution (check_server_args) on that rank's argv."""
     ranks = [r for r in range(profile.nodes.count) if r != profile.nodes.rank]
@@ -131,25 +128,12 @@ def _rank_findings(results: list[dict[str, Any]], profile: Profile, version: str
     for rank, res in zip(ranks, results, strict=False):
         step = "parse" if not res["parse"]["ok"] else "resolve" if not res.get("resolve", {}).get("ok") else None
         if step:
-            out.append(
-                Finding(
-                    "sglang",
-                    f"rank {rank}",
-                    FAIL,
-                    f"SGLang {version} rejects rank {rank}'s argv ({step}): {res[step]['error']}",
-                    "fix the profile key behind it",
-                )
-            )
+            said = f"SGLang {version} rejects rank {rank}'s argv ({step}): {res[step]['error']}"
+            out.append(_sg(f"rank {rank}", FAIL, said, "fix the profile key behind it"))
         else:
-            out.append(
-                Finding(
-                    "sglang",
-                    f"rank {rank}",
-                    PASS,
-                    f"SGLang {version}'s parser and check_server_args "
-                    f"accept rank {rank}'s argv (only --node-rank differs)",
-                )
-            )
+            said = f"SGLang {version}'s parser and check_server_args accept rank {rank}'s argv"
+            said += " (only --node-rank differs)"
+            out.append(_sg(f"rank {rank}", PASS, said))
     return out
 
 
@@ -171,110 +155,54 @@ def check_with_sglang(profile: Profile, launch: Launch, python: SGLangPython | N
         try:
             python = find_sglang_python(profile.python)
         except KimiServeError as exc:
-            return [Finding("sglang", "sglang", FAIL, exc.message, exc.hint or "")]
+            return [_sg("sglang", FAIL, exc.message, exc.hint or "")]
     if python is None:
-        return [
-            Finding(
-                "sglang", "sglang", SKIP, "SGLang not found: checked against the committed flag table only", BUILD_HINT
-            )
-        ]
+        return [_sg("sglang", SKIP, "SGLang not found: checked against the committed flag table only", BUILD_HINT)]
     with tempfile.TemporaryDirectory(prefix="kimi-serve-check-") as tmp:
         secret = Path(tmp) / "secrets.yaml"  # in a 0700 directory: it may get a copy of the real key file
         write_key_file(secret, "stand-in-key-for-check")
         args, notes = _adapt(launch.server_args, secret)
         result = run_probe(python, args, also=other_ranks(args, profile.nodes.count))
     if "error" in result:
-        return [Finding("sglang", "sglang", FAIL, result["error"], "check the SGLang installation")]
+        return [_sg("sglang", FAIL, result["error"], "check the SGLang installation")]
     version = result.get("sglang_version", "?")
     return _verdict(profile, result, notes, version) + _rank_findings(result.get("also") or [], profile, version)
 
 
 def _verdict(profile: Profile, result: dict[str, Any], notes: list[str], version: str) -> list[Finding]:
     """Findings for the profile's own argv (this host's rank on a multi-node profile)."""
-    findings = []
-    for note in notes:
-        findings.append(Finding("sglang", "stand-in", PASS, note))
+    findings = [_sg("stand-in", PASS, note) for note in notes]
     parse = result["parse"]
     if not parse["ok"]:
-        findings.append(
-            Finding(
-                "sglang",
-                "parse",
-                FAIL,
-                f"SGLang {version}'s parser rejects the argv: {parse['error']}",
-                "fix the flag it names",
-            )
-        )
-        return findings
-    findings.append(
-        Finding(
-            "sglang",
-            "parse",
-            PASS,
-            f"SGLang {version}'s own parser accepts the argv"
-            + (f" of rank {profile.nodes.rank}" if profile.nodes.count > 1 else ""),
-        )
-    )
+        said = f"SGLang {version}'s parser rejects the argv: {parse['error']}"
+        return [*findings, _sg("parse", FAIL, said, "fix the flag it names")]
+    rank = f" of rank {profile.nodes.rank}" if profile.nodes.count > 1 else ""
+    findings.append(_sg("parse", PASS, f"SGLang {version}'s own parser accepts the argv{rank}"))
     resolve = result["resolve"]
     if not resolve["ok"]:
-        findings.append(
-            Finding(
-                "sglang",
-                "resolve",
-                FAIL,
-                f"SGLang {version} rejects the configuration under SM120: {resolve['error']}",
-                "fix the profile key behind it",
-            )
-        )
-        return findings
+        said = f"SGLang {version} rejects the configuration under SM120: {resolve['error']}"
+        return [*findings, _sg("resolve", FAIL, said, "fix the profile key behind it")]
     values = resolve["values"]
     loader = result.get("loader") or {}
     if loader and not loader.get("ok"):
-        findings.append(
-            Finding(
-                "sglang",
-                "loader",
-                FAIL,
-                f"SGLang {version}'s weight loader rejects --model-loader-extra-config: {loader.get('error')}",
-                "fix the loader: section (or the flag in extra_args)",
-            )
-        )
+        said = f"SGLang {version}'s weight loader rejects --model-loader-extra-config: {loader.get('error')}"
+        findings.append(_sg("loader", FAIL, said, "fix the loader: section (or the flag in extra_args)"))
     elif loader.get("checked"):
-        findings.append(
-            Finding(
-                "sglang",
-                "loader",
-                PASS,
-                f"SGLang {version}'s weight loader accepts its extra "
-                f"config {values.get('model_loader_extra_config')!r} (load format "
-                f"{loader.get('load_format')})",
-            )
-        )
+        extra = values.get("model_loader_extra_config")
+        said = f"SGLang {version}'s weight loader accepts its extra config {extra!r} (load format "
+        findings.append(_sg("loader", PASS, said + f"{loader.get('load_format')})"))
     rewrites = [
         f"{key}={values.get(key)!r} (asked {expect(profile)!r})"
         for key, expect in _EXPECTED.items()
         if expect(profile) is not None and key in values and values[key] != expect(profile)
     ]
     if rewrites:
-        findings.append(
-            Finding(
-                "sglang",
-                "resolve",
-                WARN,
-                "SGLang rewrote: " + "; ".join(rewrites),
-                "set these values explicitly in the profile",
-            )
-        )
+        said = "SGLang rewrote: " + "; ".join(rewrites)
+        findings.append(_sg("resolve", WARN, said, "set these values explicitly in the profile"))
     else:
-        findings.append(
-            Finding(
-                "sglang",
-                "resolve",
-                PASS,
-                f"resolves under simulated SM120 (attention "
-                f"{values.get('attention_backend')}, draft tokens "
-                f"{values.get('speculative_num_draft_tokens')}, fusion "
-                f"{values.get('flashinfer_allreduce_fusion_backend')})",
-            )
+        said = (
+            f"resolves under simulated SM120 (attention {values.get('attention_backend')}, draft tokens "
+            f"{values.get('speculative_num_draft_tokens')}, fusion {values.get('flashinfer_allreduce_fusion_backend')})"
         )
+        findings.append(_sg("resolve", PASS, said))
     return findings

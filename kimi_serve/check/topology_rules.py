@@ -1,10 +1,5 @@
 """Deployment rules for the topology: multi-node TP (``nodes:``), pipeline stages, replicas behind SGLang's router.
-
-Registered in :data:`kimi_serve.check.rules.RULES`, so `render` stops at the first failure and `check` lists them all.
-Each failing rule names the profile key and the fix. The facts behind them are SGLang 0.5.23's own (docs/scale-out.md):
-its validation lets a multi-node launch without ``--dist-init-addr`` pass, asserts ``tp x pp`` divisible by
-``--nnodes``, rejects PP with EAGLE-3; its FlashInfer fusion raises on multi-node at model-runner init (not in its
-validation); its PCIe-IPC and torch symmetric-memory all-reduces build only for TP groups of 2/4/(6)/8 GPUs.
+The facts behind them are SGLang 0.5.23's own (docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -12,9 +7,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator
 
+from kimi_serve.check.auth_rules import unkeyed
 from kimi_serve.check.rule_kit import Rule, bad, ok
 from kimi_serve.core.findings import WARN, Finding
-from kimi_serve.core.net import is_loopback
+from kimi_serve.core.net import ip_of, is_loopback
 from kimi_serve.profile.flags import load_flag_table
 from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
@@ -39,11 +35,8 @@ DOC_NETS = tuple(
 
 def is_placeholder(host: str) -> bool:
     """A documentation address (RFC 5737, RFC 3849): a placeholder that no real host has."""
-    try:
-        addr = ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    return any(addr.version == net.version and addr in net for net in DOC_NETS)
+    addr = ip_of(host)
+    return addr is not None and any(addr.version == net.version and addr in net for net in DOC_NETS)
 
 
 def rule_nodes(p: Profile, _: Launch) -> Iterator[Finding]:
@@ -98,7 +91,7 @@ def rule_topology_flags(p: Profile, _: Launch) -> Iterator[Finding]:
     """extra_args must not carry flags that nodes:/parallel: render (argparse keeps whichever comes last)."""
     table = load_flag_table()
     for arg in p.extra_args:
-        opt = table.lookup(arg.split("=", 1)[0])
+        opt = table.options.get(arg.split("=", 1)[0])
         if opt is not None and opt.dest in TOPOLOGY_DESTS:
             yield bad(
                 p,
@@ -137,26 +130,22 @@ def rule_multinode_allreduce(p: Profile, _: Launch) -> Iterator[Finding]:
             f"nodes.count {p.nodes.count} (its validation does not catch it)",
             "set allreduce.flashinfer_fusion_backend: null on a multi-node profile",
         )
-    if ar.pcie_ipc and tp not in PCIE_IPC_WORLD_SIZES:
-        yield bad(
-            p,
-            "allreduce.pcie_ipc",
-            f"the PCIe-IPC all-reduce builds for TP groups of "
-            f"{'/'.join(map(str, PCIE_IPC_WORLD_SIZES))} GPUs only: with tp_size {tp} every reduction "
-            "stays on NCCL",
-            "set allreduce.pcie_ipc: false (or keep each TP group inside one host)",
-            status=WARN,
-        )
-    if ar.torch_symm_mem and tp not in TORCH_SYMM_MEM_WORLD_SIZES:
-        yield bad(
-            p,
-            "allreduce.torch_symm_mem",
-            f"torch symmetric memory builds for TP groups of "
-            f"{'/'.join(map(str, TORCH_SYMM_MEM_WORLD_SIZES))} GPUs only: with tp_size {tp} SGLang disables "
-            "it with a warning",
-            "set allreduce.torch_symm_mem: false",
-            status=WARN,
-        )
+    for key, on, sizes, what, effect in (
+        ("pcie_ipc", ar.pcie_ipc, PCIE_IPC_WORLD_SIZES, "the PCIe-IPC all-reduce", "every reduction stays on NCCL"),
+        (
+            "torch_symm_mem",
+            ar.torch_symm_mem,
+            TORCH_SYMM_MEM_WORLD_SIZES,
+            "torch symmetric memory",
+            "SGLang disables it with a warning",
+        ),
+    ):
+        if on and tp not in sizes:
+            said = f"{what} builds for TP groups of {'/'.join(map(str, sizes))} GPUs only: with tp_size {tp} {effect}"
+            fix = f"set allreduce.{key}: false" + (
+                " (or keep each TP group inside one host)" if key == "pcie_ipc" else ""
+            )
+            yield bad(p, f"allreduce.{key}", said, fix, status=WARN)
 
 
 def rule_interconnect(p: Profile, _: Launch) -> Iterator[Finding]:
@@ -291,18 +280,19 @@ def _local_replicas(p: Profile) -> Iterator[Finding]:
             f"set router.port outside {port}..{ports[-1]}",
         )
     elif r.metrics_port in ports or r.metrics_port == r.port:
-        what = "router.port" if r.metrics_port == r.port else f"replica {r.metrics_port - port}'s port"
-        yield bad(
-            p,
-            "router.metrics_port",
-            f"router.metrics_port {r.metrics_port} is {what}",
-            "give the router's Prometheus endpoint a port of its own",
+        yield _metrics_port_taken(
+            p, "router.port" if r.metrics_port == r.port else f"replica {r.metrics_port - port}'s port"
         )
     else:
         yield ok(
             "replicas",
             f"{n} local replicas at {port}..{ports[-1]}, router at {r.port}, router metrics at {r.metrics_port}",
         )
+
+
+def _metrics_port_taken(p: Profile, what: str) -> Finding:
+    said = f"router.metrics_port {p.router.metrics_port} is {what}"
+    return bad(p, "router.metrics_port", said, "give the router's Prometheus endpoint a port of its own")
 
 
 def rule_router_auth(p: Profile, _: Launch) -> Iterator[Finding]:
@@ -322,21 +312,8 @@ def rule_router_auth(p: Profile, _: Launch) -> Iterator[Finding]:
             "router reachable only locally; no key: it forwards the clients' Authorization "
             "header, and every replica must run without a key (its health checks would get 401)",
         )
-    elif p.allow_unauthenticated:
-        yield bad(
-            p,
-            "allow_unauthenticated",
-            f"router binding {r.host} without an API key (allowed by the profile)",
-            "set server.api_key_file",
-            status=WARN,
-        )
     else:
-        yield bad(
-            p,
-            "router.host",
-            f"router binding {r.host} without an API key exposes every replica",
-            "set server.api_key_file, or allow_unauthenticated: true, or router.host: 127.0.0.1",
-        )
+        yield unkeyed(p, "router.host", "router binding", "every replica")
 
 
 def rule_ports(p: Profile, _: Launch) -> Iterator[Finding]:
@@ -344,12 +321,7 @@ def rule_ports(p: Profile, _: Launch) -> Iterator[Finding]:
     are: local ones are :func:`_local_replicas`'), and rank 0's API beside its torch.distributed rendezvous."""
     r, n = p.router, p.nodes
     if routed(p) and r.workers and r.metrics_port == r.port:
-        yield bad(
-            p,
-            "router.metrics_port",
-            f"router.metrics_port {r.metrics_port} is router.port",
-            "give the router's Prometheus endpoint a port of its own",
-        )
+        yield _metrics_port_taken(p, "router.port")
     if n.count > 1 and n.leader_port == p.server.port:
         yield bad(
             p,

@@ -1,17 +1,8 @@
-"""A deployment, planned once from a profile: its members and each member's launch, endpoint and unit name, and the
-member clients reach. `render`, `check`, the units (:mod:`kimi_serve.service.member_units`), `up`, the Kubernetes
-view (:mod:`kimi_serve.k8s.view`) and `verify --profile` all read it here; none builds the shape again.
-
-- One server (``nodes.count`` 1, ``replicas`` 1): one member, ``single``.
-- A multi-node profile: this host's rank (``nodes.rank``, or ``--node-rank R``: only ``--node-rank`` differs between
-  the ranks' argv), one member ``rank`` R; rank 0 serves the API.
-- A routed profile (``replicas`` > 1): every replica, then the router
-  (:func:`kimi_serve.profile.router.build_router_launch`). Local replicas listen at ``server.port + i``, remote ones
-  (``router.workers``) at their entry's port (:func:`kimi_serve.profile.topology.replicas`); a remote replica that is
-  itself multi-node gets its own rank 0 (its ``router.workers`` host) as the rendezvous address.
-
-A view of the profile (another rank, a replica's leader) is the profile with ``--set`` overrides applied in memory
-(:func:`kimi_serve.profile.loader.with_sets`), never the YAML read again.
+"""A deployment, planned once from a profile: its members, each one's launch, and the member clients reach (every
+consumer reads the shape here). One server: one member, ``single``. Multi-node: this host's rank R (rank 0 serves the
+API). Routed (``replicas`` > 1): every replica, then the router; a remote replica that is itself multi-node gets its
+``router.workers`` host as the rendezvous address. A view of the profile (another rank, a replica's leader) is the
+profile with ``--set`` overrides applied in memory (:func:`kimi_serve.profile.loader.with_sets`), never re-read.
 """
 
 from __future__ import annotations
@@ -96,9 +87,7 @@ class Deployment:
 
 
 def members_of(profile: Profile) -> tuple[Member, ...]:
-    """The members of ``profile``'s deployment in start order, no launch built (`status` and `verify --profile` ask
-    this of a profile whatever its other values): the one server or this host's rank; or every replica, then the
-    router."""
+    """The members of ``profile``'s deployment in start order, no launch built (for `status` and `verify --profile`)."""
     if not routed(profile):
         n = profile.nodes
         role, index = (Role.RANK, n.rank) if n.count > 1 else (Role.SINGLE, 0)
@@ -113,15 +102,13 @@ def router_first(members: Sequence[Member]) -> tuple[Member, ...]:
 
 
 def client_urls(profile: Profile) -> dict[Member, str]:
-    """Where `verify --profile` and `chat` reach each member, the router first (a wildcard bind reached on this
-    machine's loopback), then each replica; the one server when the profile is not routed. No launch is built."""
+    """Where `verify --profile` and `chat` reach each member, router first (a wildcard bind reached on loopback)."""
     return {m: endpoint_url(m.endpoint) if m.role is Role.ROUTER else m.url for m in router_first(members_of(profile))}
 
 
 def running_urls(profile: Profile, runs: Sequence[Any]) -> tuple[dict[Member, str], Any]:
-    """What `verify --profile` checks when a foreground `up` of ``profile`` runs (``runs``: kimi_serve.core.runs
-    records): the newest running one's real endpoints, in :func:`client_urls`' form, and that run; else the
-    profile's own and None. A record's shape is `up`'s (kimi_serve.up.locks.run_fields)."""
+    """The newest running foreground `up` of ``profile`` among ``runs`` (kimi_serve.core.runs): its real endpoints in
+    :func:`client_urls`' form, and that run; else the profile's own and None."""
     mine = [r for r in runs if r.running and r.record.get("profile") == profile.name]
     if not mine:
         return client_urls(profile), None
@@ -130,9 +117,8 @@ def running_urls(profile: Profile, runs: Sequence[Any]) -> tuple[dict[Member, st
 
 
 def run_members(run: Any) -> tuple[Member, ...]:
-    """The members a foreground `up` runs, from its run record (kimi_serve.core.runs.Run; its shape is `up`'s,
-    kimi_serve.up.locks.run_fields): the router first, then each replica; the one server when not routed. Odd
-    fields are kept as they read, never raised on."""
+    """The members a foreground `up` runs, from its run record (kimi_serve.up.locks.run_fields), the router first.
+    Odd fields are kept as they read, never raised on."""
     router, parts = run.parts()
     if router is None:
         return (Member(Role.SINGLE, 0, str(run.record.get("endpoint")), True),)
@@ -146,9 +132,8 @@ def run_members(run: Any) -> tuple[Member, ...]:
 def deployment_of(
     profile: Profile, launch: Launch, *, python: str | None = None, pythonpath: str | None = _DEFAULT
 ) -> Deployment:
-    """The members of ``profile``'s deployment (:func:`members_of`) with their launches, around its validated server
-    ``launch``; each runs by ``python`` (the launch's interpreter unless given) with ``pythonpath`` (default: the
-    folder holding kimi_serve; None: none)."""
+    """:func:`members_of` with their launches, around the validated server ``launch``; each runs by ``python``
+    (default: the launch's) with ``pythonpath`` (default: the folder holding kimi_serve; None: none)."""
     python = python or launch.argv[0]
     path = str(package_root()) if pythonpath == _DEFAULT else pythonpath
     if python != launch.argv[0] or pythonpath != _DEFAULT:

@@ -9,6 +9,7 @@ deprecated spellings, unknown flags, bad choices and types, and `SGLANG_*` varia
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,28 +47,15 @@ class FlagTable:
     options: dict[str, Option]  # every spelling -> option
     env: frozenset[str]
 
-    def lookup(self, flag: str) -> Option | None:
-        return self.options.get(flag)
-
-    def abbreviation_of(self, flag: str) -> list[str]:
-        """Full flags that ``flag`` is a prefix of (what argparse's allow_abbrev would silently pick or reject)."""
-        return sorted(f for f in self.options if f.startswith(flag) and f != flag)
-
 
 @cache
 def load_flag_table(path: Path = _TABLE) -> FlagTable:
     raw = json.loads(path.read_text(encoding="utf-8"))
     options: dict[str, Option] = {}
     for o in raw["options"]:
-        opt = Option(
-            flags=tuple(o["flags"]),
-            dest=o["dest"],
-            takes_value=bool(o["takes_value"]),
-            nargs=o["nargs"],
-            type=o["type"],
-            choices=tuple(o["choices"]) if o["choices"] else None,
-            deprecated=bool(o["deprecated"]),
-        )
+        choices = tuple(o["choices"]) if o["choices"] else None
+        fields = (o["dest"], bool(o["takes_value"]), o["nargs"], o["type"], choices, bool(o["deprecated"]))
+        opt = Option(tuple(o["flags"]), *fields)
         for f in opt.flags:
             options[f] = opt
     return FlagTable(raw["sglang_version"], options, frozenset(raw["env"]))
@@ -90,11 +78,8 @@ def _value_problem(opt: Option, flag: str, value: str) -> ArgProblem | None:
         elif opt.type == "float":
             float(value)
     except ValueError:
-        return ArgProblem(
-            flag,
-            f"expected {'an integer' if opt.type == 'int' else 'a number'}, got {value!r}",
-            f"give {flag} a numeric value",
-        )
+        kind = "an integer" if opt.type == "int" else "a number"
+        return ArgProblem(flag, f"expected {kind}, got {value!r}", f"give {flag} a numeric value")
     return None
 
 
@@ -111,20 +96,15 @@ def check_argv(args: Sequence[str], table: FlagTable | None = None) -> list[ArgP
             problems.append(ArgProblem(token, "stray value without a flag", "remove it or put the flag before it"))
             continue
         flag, eq, inline = token.partition("=")
-        opt = table.lookup(flag)
+        opt = table.options.get(flag)
         if opt is None:
-            longer = table.abbreviation_of(flag)
+            # the full flags it is a prefix of: what argparse's allow_abbrev would silently pick or reject
+            longer = sorted(f for f in table.options if f.startswith(flag) and f != flag)
             if longer:
-                problems.append(
-                    ArgProblem(
-                        flag,
-                        "abbreviated flag (argparse would guess, or reject it as ambiguous)",
-                        _REPLACEMENTS.get(flag, f"write the full name: {' or '.join(longer[:3])}"),
-                    )
-                )
+                fix = _REPLACEMENTS.get(flag, f"write the full name: {' or '.join(longer[:3])}")
+                said = "abbreviated flag (argparse would guess, or reject it as ambiguous)"
+                problems.append(ArgProblem(flag, said, fix))
             else:
-                import difflib
-
                 close = difflib.get_close_matches(flag, list(table.options), n=1)
                 fix = f"did you mean {close[0]}?" if close else "remove it"
                 problems.append(ArgProblem(flag, f"unknown to SGLang {table.sglang_version}", fix))

@@ -25,7 +25,11 @@ class Key:
     choices: tuple[Any, ...] | None = None
     min: float | None = None
     max: float | None = None
-    nullable: bool = True
+    nullable: bool | None = None  # None: null is allowed exactly when the default is null and the key optional
+
+    def __post_init__(self) -> None:
+        if self.nullable is None:
+            object.__setattr__(self, "nullable", self.default is None and not self.required)
 
 
 def value_problem(key: Key, value: Any) -> str | None:
@@ -52,8 +56,7 @@ def value_problem(key: Key, value: Any) -> str | None:
             return "a finite number"
         # NaN compares false with everything: only a finite value can be in range
         if not math.isfinite(value) or (lo is not None and value < lo) or (hi is not None and value > hi):
-            lo_s = "" if lo is None else str(int(lo)) if t == "int" else f"{lo:g}"
-            hi_s = "" if hi is None else str(int(hi)) if t == "int" else f"{hi:g}"
+            lo_s, hi_s = ("" if b is None else str(int(b)) if t == "int" else f"{b:g}" for b in (lo, hi))
             return f"{'an integer' if t == 'int' else 'a number'} in {lo_s}..{hi_s}"
         return None
     if t == "str_list":

@@ -15,12 +15,11 @@ OPERATIONS: dict[str, dict[str, Key]] = {
             default=1800,
             min=10,
             max=14400,
-            nullable=False,
         ),
     },
     "verify": {
-        "suite": Key("str", "Contract suite run after start.", default=QUICK, choices=SUITES, nullable=False),
-        "timeout": Key("float", "Seconds for the whole contract check.", default=120, min=1, max=3600, nullable=False),
+        "suite": Key("str", "Contract suite run after start.", default=QUICK, choices=SUITES),
+        "timeout": Key("float", "Seconds for the whole contract check.", default=120, min=1, max=3600),
     },
     "monitor": {
         "enabled": Key(
@@ -28,7 +27,6 @@ OPERATIONS: dict[str, dict[str, Key]] = {
             "install-service also installs a timer that checks the contract every `interval` "
             "seconds (NAME-verify.service/.timer, docs/monitoring.md); false installs neither.",
             default=True,
-            nullable=False,
         ),
         "interval": Key(
             "int",
@@ -36,7 +34,6 @@ OPERATIONS: dict[str, dict[str, Key]] = {
             default=300,
             min=5,
             max=86400,
-            nullable=False,
         ),
         "randomized_delay": Key(
             "int",
@@ -44,25 +41,20 @@ OPERATIONS: dict[str, dict[str, Key]] = {
             default=30,
             min=0,
             max=3600,
-            nullable=False,
         ),
         "suite": Key(
             "str",
             "Suite each check runs (quick keeps it light on a serving box).",
             default=QUICK,
             choices=MONITOR_SUITES,
-            nullable=False,
         ),
-        "timeout": Key(
-            "float", "Seconds one check may take (all probes together).", default=60, min=5, max=600, nullable=False
-        ),
+        "timeout": Key("float", "Seconds one check may take (all probes together).", default=60, min=5, max=600),
         "max_tokens": Key(
             "int",
             "Cap on each probe's max_tokens (the full suite's 8 KB argument probe needs 16384).",
             default=2048,
             min=256,
             max=16384,
-            nullable=False,
         ),
         "metrics_file": Key(
             "path",
@@ -71,14 +63,13 @@ OPERATIONS: dict[str, dict[str, Key]] = {
         ),
     },
     "service": {
-        "unit_name": Key("str", "systemd unit name (without .service).", default="sglang-kimi", nullable=False),
+        "unit_name": Key("str", "systemd unit name (without .service).", default="sglang-kimi"),
         "user": Key(
             "str",
             "User the service runs as: a dedicated system user that install-service creates if absent "
             "(in the groups owning /dev/nvidia*, owning the key file and the state/cache directories, "
             "reading the model). root is allowed but not recommended.",
             default="kimi-serve",
-            nullable=False,
         ),
         "hardening": Key(
             "str",
@@ -88,7 +79,6 @@ OPERATIONS: dict[str, dict[str, Key]] = {
             "false).",
             default="strict",
             choices=("strict", "relaxed", "off"),
-            nullable=False,
         ),
         "working_directory": Key(
             "path",
@@ -96,7 +86,6 @@ OPERATIONS: dict[str, dict[str, Key]] = {
             "kimi-serve's state root (only /var/lib/kimi-serve/server inside it), a systemd unit directory, /etc, "
             "/usr, / or the model, nor one containing them (`check` and install-service refuse those).",
             default="/var/lib/kimi-serve/server",
-            nullable=False,
         ),
         "stop_timeout": Key(
             "int",
@@ -104,7 +93,6 @@ OPERATIONS: dict[str, dict[str, Key]] = {
             default=120,
             min=5,
             max=3600,
-            nullable=False,
         ),
         "limit_nofile": Key(
             "int",
@@ -112,11 +100,8 @@ OPERATIONS: dict[str, dict[str, Key]] = {
             default=1_048_576,
             min=1024,
             max=2_147_483_584,
-            nullable=False,
         ),
-        "limit_memlock": Key(
-            "str", "LimitMEMLOCK for the service (NCCL pins memory).", default="infinity", nullable=False
-        ),
+        "limit_memlock": Key("str", "LimitMEMLOCK for the service (NCCL pins memory).", default="infinity"),
     },
     "kubernetes": {
         "node_selector": Key(
@@ -124,21 +109,18 @@ OPERATIONS: dict[str, dict[str, Key]] = {
             "`render --format k8s` only: the server pods' nodeSelector, each LABEL=VALUE (e.g. "
             "nvidia.com/gpu.product=NAME), docs/kubernetes.md.",
             default=[],
-            nullable=False,
         ),
         "tolerations": Key(
             "str_list",
             "`render --format k8s` only: taints the server pods tolerate, each KEY[=VALUE]:EFFECT as `kubectl taint` "
             "writes them (EFFECT NoSchedule, PreferNoSchedule or NoExecute).",
             default=[],
-            nullable=False,
         ),
         "shm_size": Key(
             "str",
             "`render --format k8s` only: the size of the server pods' /dev/shm (a memory-backed emptyDir; NCCL and "
             "torch put their shared memory there), a Kubernetes quantity.",
             default="64Gi",
-            nullable=False,
         ),
     },
 }

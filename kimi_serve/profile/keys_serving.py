@@ -10,14 +10,13 @@ from kimi_serve.profile.key import Key
 
 SERVING: dict[str, dict[str, Key]] = {
     "": {
-        "description": Key("str", "One line saying what this profile is for.", default=""),
+        "description": Key("str", "One line saying what this profile is for.", default="", nullable=True),
         "engine": Key(
             "str",
             "What `up` and the systemd unit start: `sglang` (python -m sglang.launch_server) or `simulator` "
             "(SGLang's own serving layer with a scripted Kimi-K2.5, for CI and demos; same argv).",
             default="sglang",
             choices=("sglang", "simulator"),
-            nullable=False,
         ),
         "python": Key(
             "path",
@@ -31,25 +30,27 @@ SERVING: dict[str, dict[str, Key]] = {
             default=8,
             min=1,
             max=64,
-            nullable=False,
         ),
         "patch_set": Key(
             "names",
             "The SGLang source patch sets this profile needs (patches/NAME): one name or a list, applied together "
             "all-or-nothing; null or [] when it needs none.",
             default=[],
+            nullable=True,
         ),
         "env": Key(
             "str_map",
             "Extra environment for the server (NCCL tuning, SGLANG_* switches). Keys must be "
             "valid names; SGLANG_* names unknown to the target SGLang are errors.",
             default={},
+            nullable=True,
         ),
         "extra_args": Key(
             "str_list",
             "Further SGLang flags, appended verbatim after the generated ones; each is "
             "checked against SGLang's own parser (full names only).",
             default=[],
+            nullable=True,
         ),
         "replicas": Key(
             "int",
@@ -58,13 +59,11 @@ SERVING: dict[str, dict[str, Key]] = {
             default=1,
             min=1,
             max=64,
-            nullable=False,
         ),
         "allow_unauthenticated": Key(
             "bool",
             "Allow binding a non-loopback host without an API key (not recommended).",
             default=False,
-            nullable=False,
         ),
     },
     "model": {
@@ -75,22 +74,19 @@ SERVING: dict[str, dict[str, Key]] = {
             "(it does not fit 8 GPUs).",
             default=DEFAULT_FAMILY,
             choices=FAMILY_NAMES,
-            nullable=False,
         ),
         "path": Key(
             "path",
             "Directory of the checkpoint (config.json, safetensors shards, tokenizer).",
             required=True,
-            nullable=False,
         ),
         "served_name": Key(
             "str",
             "Model id clients send and /v1/models returns (printable text, no ':').",
             required=True,
-            nullable=False,
         ),
         "trust_remote_code": Key(
-            "bool", "Pass --trust-remote-code (Kimi's tokenizer needs it; required).", default=True, nullable=False
+            "bool", "Pass --trust-remote-code (Kimi's tokenizer needs it; required).", default=True
         ),
         "context_length": Key("int", "Maximum context length in tokens (null: the model's).", min=1024, max=1_048_576),
         "kv_cache_dtype": Key(
@@ -98,14 +94,12 @@ SERVING: dict[str, dict[str, Key]] = {
             "KV cache data type.",
             default="auto",
             choices=("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16"),
-            nullable=False,
         ),
         "attention_heads": Key(
             "int",
             "The model's attention heads; tp_size must divide it (Kimi-K2.5: 64).",
             default=64,
             min=1,
-            nullable=False,
         ),
         "thinking": Key(
             "bool",
@@ -140,7 +134,6 @@ SERVING: dict[str, dict[str, Key]] = {
             "Multithreaded safetensors loading (`enable_multithread_load` in "
             "--model-loader-extra-config). null: SGLang's default (on, but off when prefetch is on "
             "and neither this nor num_threads is set).",
-            nullable=True,
         ),
         "num_threads": Key(
             "int",
@@ -154,7 +147,6 @@ SERVING: dict[str, dict[str, Key]] = {
             "Read the shards into the page cache in the background while loading, each rank a "
             "share of them (--weight-loader-prefetch-checkpoints).",
             default=False,
-            nullable=False,
         ),
         "prefetch_num_threads": Key(
             "int",
@@ -164,7 +156,7 @@ SERVING: dict[str, dict[str, Key]] = {
         ),
     },
     "parallel": {
-        "tp_size": Key("int", "Tensor parallel size (one rank per GPU).", default=8, min=1, max=64, nullable=False),
+        "tp_size": Key("int", "Tensor parallel size (one rank per GPU).", default=8, min=1, max=64),
         "pp_size": Key(
             "int",
             "Pipeline parallel stages (--pp-size; 1: none). Across nodes, PP sends activations once "
@@ -173,7 +165,6 @@ SERVING: dict[str, dict[str, Key]] = {
             default=1,
             min=1,
             max=16,
-            nullable=False,
         ),
     },
     "nodes": {
@@ -184,7 +175,6 @@ SERVING: dict[str, dict[str, Key]] = {
             default=1,
             min=1,
             max=16,
-            nullable=False,
         ),
         "rank": Key(
             "int",
@@ -193,7 +183,6 @@ SERVING: dict[str, dict[str, Key]] = {
             default=0,
             min=0,
             max=15,
-            nullable=False,
         ),
         "leader_host": Key(
             "str",
@@ -206,25 +195,21 @@ SERVING: dict[str, dict[str, Key]] = {
             default=20000,
             min=1,
             max=65535,
-            nullable=False,
         ),
     },
     "speculative": {
-        "enabled": Key("bool", "Use speculative decoding (EAGLE-3).", default=False, nullable=False),
-        "algorithm": Key(
-            "str", "Speculative algorithm.", default="EAGLE3", choices=("EAGLE3", "EAGLE"), nullable=False
-        ),
+        "enabled": Key("bool", "Use speculative decoding (EAGLE-3).", default=False),
+        "algorithm": Key("str", "Speculative algorithm.", default="EAGLE3", choices=("EAGLE3", "EAGLE")),
         "draft_model_path": Key(
             "path", "Directory of the EAGLE-3 draft model (e.g. a local copy of lightseekorg/kimi-k2.5-eagle3-mla)."
         ),
-        "num_steps": Key("int", "Draft steps per verify.", default=3, min=1, max=16, nullable=False),
+        "num_steps": Key("int", "Draft steps per verify.", default=3, min=1, max=16),
         "eagle_topk": Key(
             "int",
             "Draft branching; 1 = chain (required for overlap/spec v2 here).",
             default=1,
             min=1,
             max=16,
-            nullable=False,
         ),
         "num_draft_tokens": Key(
             "int",
@@ -232,7 +217,6 @@ SERVING: dict[str, dict[str, Key]] = {
             default=4,
             min=2,
             max=64,
-            nullable=False,
         ),
         "accept_floor": Key(
             "float",
@@ -242,21 +226,27 @@ SERVING: dict[str, dict[str, Key]] = {
             default=2.3,
             min=1.0,
             max=17.0,
+            nullable=True,
         ),
         "overlap_schedule": Key(
             "bool",
             'Overlap ("spec v2") scheduling. In SGLang 0.5.23 spec v2 is the only EAGLE-3 worker and overlap is '
             "on by default; false adds --disable-overlap-schedule.",
             default=True,
-            nullable=False,
         ),
     },
     "parsers": {
         "tool_call": Key(
-            "str", "--tool-call-parser. Must be kimi_k2 (else tool calls come back as raw tokens).", default="kimi_k2"
+            "str",
+            "--tool-call-parser. Must be kimi_k2 (else tool calls come back as raw tokens).",
+            default="kimi_k2",
+            nullable=True,
         ),
         "reasoning": Key(
-            "str", "--reasoning-parser. Must be kimi_k2 (else reasoning lands in content).", default="kimi_k2"
+            "str",
+            "--reasoning-parser. Must be kimi_k2 (else reasoning lands in content).",
+            default="kimi_k2",
+            nullable=True,
         ),
     },
     "allreduce": {
@@ -270,19 +260,16 @@ SERVING: dict[str, dict[str, Key]] = {
             "bool",
             "Torch symmetric-memory all-reduce (--enable-torch-symm-mem); needs the SM120 patch set.",
             default=False,
-            nullable=False,
         ),
         "nccl_symm_mem": Key(
             "bool",
             "NCCL symmetric memory (--enable-symm-mem). It takes precedence over the PCIe-IPC all-reduce.",
             default=False,
-            nullable=False,
         ),
         "pcie_ipc": Key(
             "bool",
             "FlashInfer PCIe-IPC all-reduce for PCIe-only multi-GPU (SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1).",
             default=False,
-            nullable=False,
         ),
     },
     "memory": {
@@ -298,8 +285,8 @@ SERVING: dict[str, dict[str, Key]] = {
         ),
     },
     "server": {
-        "host": Key("str", "Address to bind.", default="127.0.0.1", nullable=False),
-        "port": Key("int", "HTTP port.", default=30000, min=1, max=65535, nullable=False),
+        "host": Key("str", "Address to bind.", default="127.0.0.1"),
+        "port": Key("int", "HTTP port.", default=30000, min=1, max=65535),
         "api_key_file": Key(
             "path",
             "Root-only (0600) YAML file `api-key: KEY`, passed to SGLang as --config FILE so the key is "
@@ -314,16 +301,14 @@ SERVING: dict[str, dict[str, Key]] = {
             "`check`.",
             default="auto",
             choices=("auto", "required", "none"),
-            nullable=False,
         ),
         "log_level": Key(
             "str",
             "SGLang log level.",
             default="info",
             choices=("debug", "info", "warning", "error", "critical"),
-            nullable=False,
         ),
-        "enable_metrics": Key("bool", "Expose Prometheus /metrics.", default=True, nullable=False),
+        "enable_metrics": Key("bool", "Expose Prometheus /metrics.", default=True),
         "watchdog_timeout": Key("float", "Seconds a scheduler step may hang before SGLang aborts.", min=10, max=86400),
     },
     "router": {
@@ -332,25 +317,20 @@ SERVING: dict[str, dict[str, Key]] = {
             "SGLang router policy (--policy): cache_aware sends a prompt to the replica holding its prefix.",
             default="cache_aware",
             choices=("cache_aware", "round_robin", "random", "power_of_two"),
-            nullable=False,
         ),
-        "host": Key(
-            "str", "Address the router binds (the deployment's front door).", default="127.0.0.1", nullable=False
-        ),
+        "host": Key("str", "Address the router binds (the deployment's front door).", default="127.0.0.1"),
         "port": Key(
             "int",
             "Router HTTP port (clients and `verify` talk to it).",
             default=30000,
             min=1,
             max=65535,
-            nullable=False,
         ),
         "workers": Key(
             "str_list",
             "Replica addresses HOST:PORT the router sends to, one per replica. Empty: the "
             "replicas run on this host at server.port, server.port + 1, ...",
             default=[],
-            nullable=False,
         ),
         "health_check_interval": Key(
             "int",
@@ -359,7 +339,6 @@ SERVING: dict[str, dict[str, Key]] = {
             default=5,
             min=1,
             max=3600,
-            nullable=False,
         ),
         "health_failure_threshold": Key(
             "int",
@@ -367,16 +346,12 @@ SERVING: dict[str, dict[str, Key]] = {
             default=2,
             min=1,
             max=100,
-            nullable=False,
         ),
         "metrics_host": Key(
             "str",
             "Address of the router's Prometheus endpoint (its own default is 0.0.0.0).",
             default="127.0.0.1",
-            nullable=False,
         ),
-        "metrics_port": Key(
-            "int", "Port of the router's Prometheus endpoint.", default=29000, min=1, max=65535, nullable=False
-        ),
+        "metrics_port": Key("int", "Port of the router's Prometheus endpoint.", default=29000, min=1, max=65535),
     },
 }

@@ -50,78 +50,69 @@ def _num(v: float | int) -> str:
     return str(v) if isinstance(v, int) else repr(float(v))
 
 
+def _flags(*pairs: tuple[str, str | float | None]) -> list[str]:
+    """``FLAG VALUE`` for each value given, a bare ``FLAG`` for True; nothing for None or False."""
+    a: list[str] = []
+    for flag, value in pairs:
+        if value is not None and value is not False:
+            a += [flag] if value is True else [flag, value if isinstance(value, str) else _num(value)]
+    return a
+
+
 def server_args_of(profile: Profile, port: int | None = None) -> list[str]:
     """The SGLang flags for a profile, full names only, in a stable order. ``port`` replaces server.port (replica i
     of a local replicated deployment listens at server.port + i, :mod:`kimi_serve.profile.topology`)."""
     m, spec, par, ar, mem, srv = (
         profile.model,
         profile.speculative,
-        profile.parsers,
+        profile.parallel,
         profile.allreduce,
         profile.memory,
         profile.server,
     )
-    a: list[str] = ["--model-path", m.path, "--served-model-name", m.served_name]
-    if m.trust_remote_code:
-        a.append("--trust-remote-code")
-    if m.context_length is not None:
-        a += ["--context-length", str(m.context_length)]
-    if m.kv_cache_dtype != "auto":
-        a += ["--kv-cache-dtype", m.kv_cache_dtype]
-    a += ["--tp-size", str(profile.parallel.tp_size)]
-    if profile.parallel.pp_size > 1:
-        a += ["--pp-size", str(profile.parallel.pp_size)]
-    a += node_args(profile)
-    a += loader_args(profile)
+    a = _flags(
+        ("--model-path", m.path),
+        ("--served-model-name", m.served_name),
+        ("--trust-remote-code", m.trust_remote_code),
+        ("--context-length", m.context_length),
+        ("--kv-cache-dtype", None if m.kv_cache_dtype == "auto" else m.kv_cache_dtype),
+        ("--tp-size", par.tp_size),
+        ("--pp-size", par.pp_size if par.pp_size > 1 else None),
+    )
+    a += node_args(profile) + loader_args(profile)
     if spec.enabled:
-        a += ["--speculative-algorithm", spec.algorithm]
-        if spec.draft_model_path:
-            a += ["--speculative-draft-model-path", spec.draft_model_path]
-        a += [
-            "--speculative-num-steps",
-            str(spec.num_steps),
-            "--speculative-eagle-topk",
-            str(spec.eagle_topk),
-            "--speculative-num-draft-tokens",
-            str(spec.num_draft_tokens),
-        ]
-        if not spec.overlap_schedule:
-            a.append("--disable-overlap-schedule")
-    if par.tool_call:
-        a += ["--tool-call-parser", par.tool_call]
-    if par.reasoning:
-        a += ["--reasoning-parser", par.reasoning]
+        a += _flags(
+            ("--speculative-algorithm", spec.algorithm),
+            ("--speculative-draft-model-path", spec.draft_model_path or None),
+            ("--speculative-num-steps", spec.num_steps),
+            ("--speculative-eagle-topk", spec.eagle_topk),
+            ("--speculative-num-draft-tokens", spec.num_draft_tokens),
+            ("--disable-overlap-schedule", not spec.overlap_schedule),
+        )
+    parsers = profile.parsers
+    a += _flags(("--tool-call-parser", parsers.tool_call or None), ("--reasoning-parser", parsers.reasoning or None))
     a += model_defaults_args(profile)
-    if ar.flashinfer_fusion_backend:
-        a += ["--flashinfer-allreduce-fusion-backend", ar.flashinfer_fusion_backend]
-    if ar.torch_symm_mem:
-        a.append("--enable-torch-symm-mem")
-    if ar.nccl_symm_mem:
-        a.append("--enable-symm-mem")
-    for key, flag in (
-        ("mem_fraction_static", "--mem-fraction-static"),
-        ("chunked_prefill_size", "--chunked-prefill-size"),
-        ("max_running_requests", "--max-running-requests"),
-        ("cuda_graph_max_bs_decode", "--cuda-graph-max-bs-decode"),
-    ):
-        value = getattr(mem, key)
-        if value is not None:
-            a += [flag, _num(value)]
-    a += ["--host", srv.host, "--port", str(srv.port if port is None else port), "--log-level", srv.log_level]
-    if srv.enable_metrics:
-        a.append("--enable-metrics")
-    if srv.watchdog_timeout is not None:
-        a += ["--watchdog-timeout", _num(srv.watchdog_timeout)]
-    if srv.api_key_file:
-        a += ["--config", srv.api_key_file]
-    a += list(profile.extra_args)
-    return a
+    a += _flags(
+        ("--flashinfer-allreduce-fusion-backend", ar.flashinfer_fusion_backend or None),
+        ("--enable-torch-symm-mem", ar.torch_symm_mem),
+        ("--enable-symm-mem", ar.nccl_symm_mem),
+        ("--mem-fraction-static", mem.mem_fraction_static),
+        ("--chunked-prefill-size", mem.chunked_prefill_size),
+        ("--max-running-requests", mem.max_running_requests),
+        ("--cuda-graph-max-bs-decode", mem.cuda_graph_max_bs_decode),
+        ("--host", srv.host),
+        ("--port", srv.port if port is None else port),
+        ("--log-level", srv.log_level),
+        ("--enable-metrics", srv.enable_metrics),
+        ("--watchdog-timeout", srv.watchdog_timeout),
+        ("--config", srv.api_key_file or None),
+    )
+    return a + list(profile.extra_args)
 
 
 def model_defaults_args(profile: Profile) -> list[str]:
-    """The server-wide defaults a request may override (docs/families.md): the chat-template switches
-    (``--default-chat-template-kwargs``) and sampling (``--preferred-sampling-params``), each as compact JSON; nothing
-    for the keys left null, so a profile that sets none renders as before."""
+    """The server-wide defaults a request may override (docs/families.md), each as compact JSON; nothing for the keys
+    left null."""
     m = profile.model
     a: list[str] = []
     for flag, keys in (
@@ -154,18 +145,10 @@ def loader_args(profile: Profile) -> list[str]:
         k: v for k, v in (("enable_multithread_load", ld.multithread), ("num_threads", ld.num_threads)) if v is not None
     }
     a = ["--model-loader-extra-config", json.dumps(extra, separators=(",", ":"), sort_keys=True)] if extra else []
-    if ld.prefetch:
-        a.append("--weight-loader-prefetch-checkpoints")
-    if ld.prefetch_num_threads is not None:
-        a += ["--weight-loader-prefetch-num-threads", str(ld.prefetch_num_threads)]
-    return a
-
-
-def env_of(profile: Profile) -> dict[str, str]:
-    env = dict(profile.env)
-    if profile.allreduce.pcie_ipc:
-        env.setdefault("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "1")
-    return env
+    threads = ld.prefetch_num_threads
+    return a + _flags(
+        ("--weight-loader-prefetch-checkpoints", ld.prefetch), ("--weight-loader-prefetch-num-threads", threads)
+    )
 
 
 def interpreter_of(profile: Profile, *, sglang_python: str | None, fallback: str) -> str:
@@ -181,14 +164,15 @@ def interpreter_of(profile: Profile, *, sglang_python: str | None, fallback: str
 def build_launch(
     profile: Profile, interpreter: str, pythonpath: str | None = None, *, port: int | None = None
 ) -> Launch:
-    """The launch for a profile, run by ``interpreter``. Pure (no environment, no I/O): the interpreter comes in as an
-    argument (:func:`interpreter_of`); validation is :mod:`kimi_serve.check.report`'s job. ``pythonpath`` (the folder
-    holding kimi_serve) goes in front of the simulator's PYTHONPATH: the SGLang interpreter does not have kimi_serve
-    installed, and `render`, `up` and the unit must all show and run the same environment."""
+    """The launch for a profile, run by ``interpreter`` (:func:`interpreter_of`). Pure; validation is
+    :mod:`kimi_serve.check.report`'s job. ``pythonpath`` (the folder holding kimi_serve) goes in front of the
+    simulator's PYTHONPATH: the SGLang interpreter does not have kimi_serve installed."""
     server_args = server_args_of(profile, port)
     module = ENGINE_MODULES[profile.engine]
     argv = (*python_argv(interpreter, "-m", module), *server_args)
-    env = env_of(profile)
+    env = dict(profile.env)
+    if profile.allreduce.pcie_ipc:
+        env.setdefault("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "1")
     if profile.engine == "simulator" and pythonpath:
         from kimi_serve.core.settings import with_pythonpath
 

@@ -10,6 +10,7 @@ import copy
 import difflib
 import errno
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.inputs import short_repr
 from kimi_serve.core.resources import resource_dir
 from kimi_serve.core.text import line_breaker
-from kimi_serve.profile.schema import SECTIONS, TOP_LEVEL_ONLY, value_problem
+from kimi_serve.profile.schema import SECTIONS, TOP_LEVEL_ONLY, Key, value_problem
 from kimi_serve.profile.sections import SECTION_TYPES, ProfileKeys
 from kimi_serve.profile.yamlfile import read_yaml
 
@@ -56,13 +57,11 @@ class Profile(ProfileKeys):
 
     def cli_args(self) -> str:
         """``--profile REF [--set K=V ...]`` as the user typed them, shell-quoted (for fix hints)."""
-        import shlex
-
         parts = ["--profile", self.ref or self.name] + [a for o in self.overrides for a in ("--set", o)]
         return shlex.join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return copy.deepcopy(_thaw(self.data))
+        return dict(_thaw(self.data))  # fresh containers all the way down: the caller may change it
 
 
 def _thaw(value: Any) -> Any:
@@ -81,16 +80,6 @@ def display_path(path: Path) -> str:
         return str(resolved.relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(resolved)
-
-
-# ---------------------------------------------------------------------------------------------- locating profiles
-
-
-def profile_search_path() -> list[Path]:
-    """Where profile names are looked up: $KIMI_SERVE_PROFILE_PATH (colon-separated), then the shipped configs/."""
-    from kimi_serve.core.settings import current
-
-    return [*current().profile_path, resource_dir("configs")]
 
 
 def _exists(candidate: Path, name_or_path: str) -> bool:
@@ -148,10 +137,11 @@ def find_profile(name_or_path: str, *, relative_to: Path | None = None, skip: Pa
             f"profile name {shown} is longer than the filesystem allows",
             hint=f"use a name of at most {_NAME_MAX - len('.yaml')} characters",
         )
-    if builtin:
-        dirs = [resource_dir("configs")]
-    else:
-        dirs = ([relative_to] if relative_to is not None else []) + profile_search_path()
+    from kimi_serve.core.settings import current
+
+    # next to the extending file, then $KIMI_SERVE_PROFILE_PATH (colon-separated), then the shipped configs/
+    dirs = [] if builtin else [*([] if relative_to is None else [relative_to]), *current().profile_path]
+    dirs.append(resource_dir("configs"))
     skipped = skip.resolve() if skip is not None else None
     for d in dirs:
         for ext in (".yaml", ".yml"):
@@ -168,16 +158,6 @@ def find_profile(name_or_path: str, *, relative_to: Path | None = None, skip: Pa
     listed = ", ".join(known[:_KNOWN_SHOWN]) + (f", ... ({len(known)} in all)" if len(known) > _KNOWN_SHOWN else "")
     hint = f"did you mean {close[0]!r}?" if close else f"known profiles: {listed or 'none'}"
     raise KimiServeError(f"no profile named {shown}", hint=hint)
-
-
-# ---------------------------------------------------------------------------------------------- reading YAML
-
-
-def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
-    return read_yaml(path, display_path(path))
-
-
-# ---------------------------------------------------------------------------------------------- extends + merge
 
 
 def _merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
@@ -210,7 +190,7 @@ def _load_chain(path: Path) -> tuple[dict[str, Any], tuple[Path, ...], dict[str,
         if len(chain) >= _MAX_EXTENDS_DEPTH:
             raise KimiServeError("extends chain too deep", where=display_path(path), hint="flatten the profiles")
         chain.append(resolved)
-        data, lines = _read_yaml(current)
+        data, lines = read_yaml(current, display_path(current))
         layers.append((current, data, lines))
         parent = data.get("extends")
         if parent is None:
@@ -236,9 +216,6 @@ def _load_chain(path: Path) -> tuple[dict[str, Any], tuple[Path, ...], dict[str,
     return merged, tuple(chain), where
 
 
-# ---------------------------------------------------------------------------------------------- validation
-
-
 def suggest(word: str, options: list[str]) -> str:
     """The did-you-mean of every "unknown NAME" error: the closest option, else the allowed ones."""
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
@@ -262,27 +239,16 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
         value = data.get(key)
         if value is None and (key not in data or key in _CONTAINERS):  # `env:` left empty: nothing set
             value = copy.deepcopy(spec.default)
-        problem = value_problem(spec, value)
-        if problem:  # a bad env value is named by its own key (env.NAME)
-            sub = (
-                [f"{key}.{k}" for k, v in (value or {}).items() if line_breaker(str(v))]
-                if isinstance(value, dict)
-                else []
-            )
-            raise KimiServeError(
-                f"expected {problem}, got {short_repr(value)}",
-                where=loc((sub or [key])[0]),
-                hint=f"set {key} to {problem}",
-            )
+        # a bad env value is named by its own key (env.NAME)
+        sub = [f"{key}.{k}" for k, v in value.items() if line_breaker(str(v))] if isinstance(value, dict) else []
+        _check(spec, value, key, loc((sub or [key])[0]))
         if spec.type == "names":  # `patch_set: null` (an override of a parent's sets) is none; one name a 1-list
             value = [value] if isinstance(value, str) else list(value or [])
         out[key] = {str(k): str(v) for k, v in (value or {}).items()} if spec.type == "str_map" else value
     for section, keys in SECTIONS.items():
         if not section:
             continue
-        raw = data.get(section)
-        if raw is None:
-            raw = {}
+        raw = {} if data.get(section) is None else data[section]
         if not isinstance(raw, dict):
             raise KimiServeError(
                 f"expected a mapping, got {short_repr(raw)}",
@@ -300,14 +266,18 @@ def _validate(data: dict[str, Any], where: dict[str, str], source: Path) -> dict
             if k not in raw and spec.required:
                 raise KimiServeError("missing required key", where=loc(kp), hint=spec.doc)
             value = raw.get(k, copy.deepcopy(spec.default))
-            problem = value_problem(spec, value)
-            if problem:
-                raise KimiServeError(
-                    f"expected {problem}, got {short_repr(value)}", where=loc(kp), hint=f"set {kp} to {problem}"
-                )
+            _check(spec, value, kp, loc(kp))
             values[k] = value
         out[section] = values
     return out
+
+
+def _check(spec: Key, value: Any, key_path: str, where: str) -> None:
+    problem = value_problem(spec, value)
+    if problem:
+        raise KimiServeError(
+            f"expected {problem}, got {short_repr(value)}", where=where, hint=f"set {key_path} to {problem}"
+        )
 
 
 def _freeze(value: Any) -> Any:
@@ -334,8 +304,9 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
 def with_sets(profile: Profile, *sets: str) -> Profile:
     """``profile`` with more ``--set`` overrides applied on top, in memory (the YAML is not read again): the same
     profile ``load_profile(ref, (*profile.overrides, *sets))`` gives."""
-    where = dict(profile.lines)
-    return _built(profile.to_dict(), where, profile.source, profile.chain, profile.ref, sets, profile.overrides)
+    return _built(
+        profile.to_dict(), dict(profile.lines), profile.source, profile.chain, profile.ref, sets, profile.overrides
+    )
 
 
 def _built(
@@ -347,7 +318,7 @@ def _built(
     overrides: Sequence[str],
     before: tuple[str, ...] = (),
 ) -> Profile:
-    from kimi_serve.profile.overrides import WHERE, parse_sets, set_lines
+    from kimi_serve.profile.overrides import WHERE, parse_sets
 
     if overrides:
         sets = parse_sets(overrides)
@@ -365,7 +336,7 @@ def _built(
         data=data,
         chain=chain,
         lines=where,
-        overrides=(*before, *set_lines(overrides)),
+        overrides=(*before, *(o.strip() for o in overrides)),
         ref=ref,
     )
 

@@ -1,10 +1,5 @@
-"""One member of a deployment, the one home of what a member is (docs/architecture.md, "A member"): its role and
-the role's marker form, its index, endpoint and URL, its label and tag, its unit name and the way back from a
-unit name, and the order members start and stop in. Pure: no I/O.
-
-:mod:`kimi_serve.profile.deployment` plans the members of a profile; every consumer (the units, `up`, `status`,
-`verify --profile`) reads them here rather than spelling a role, a name or an order again.
-"""
+"""One member of a deployment, the one home of what a member is (docs/architecture.md): its role and marker form,
+endpoint, label, unit name and back, and the order members start and stop in. Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -23,8 +18,7 @@ class Role(StrEnum):
     ROUTER = "router"
 
     def marker(self, index: int) -> str:
-        """The ``role=`` field of a unit's marker: ``replica:I``, ``rank:R``, ``router``; "" for the one server (its
-        unit carries no role)."""
+        """The ``role=`` field of a unit's marker: ``replica:I``, ``rank:R``, ``router``; "" for the one server."""
         if self is Role.SINGLE:
             return ""
         return self.value if self is Role.ROUTER else f"{self.value}:{index}"
@@ -73,24 +67,19 @@ def unit_member(base: str, unit: str) -> tuple[Role, int] | None:
 
 
 def start_order(role: Role, index: int) -> tuple[int, int]:
-    """Sort key of the order members start (and are installed and journalled) in: the replicas by index, then the
-    router (once they serve). A stop, a removal or a rollback goes the other way: :func:`stop_order`."""
+    """Sort key of the order members start (and are installed and journalled) in: the replicas, then the router."""
     return (1 if role is Role.ROUTER else 0), index
 
 
 def stop_order(role: Role, index: int) -> tuple[int, int]:
-    """Sort key of the order members stop in: the router first (clients stop arriving), then the replicas from the
-    highest index, the reverse of :func:`start_order`."""
+    """The reverse of :func:`start_order` (a stop, removal or rollback): the router first, so clients stop arriving."""
     first, second = start_order(role, index)
     return -first, -second
 
 
 @dataclass(frozen=True)
 class Member:
-    """One process of the deployment: the one server (``single``), this host's ``rank``, a ``replica`` or the
-    router. What is known of it without building a launch, so `status` (from the units), `verify --profile` (from a
-    run record) and the planner name members alike; each consumer attaches its own data (``dict[Member, X]``): the
-    Deployment its launch, install-service its plan, `up` its log, `status` its unit's status."""
+    """One process of the deployment, as known without a launch (consumers attach their data: ``dict[Member, X]``)."""
 
     role: Role
     index: int  # replica index or node rank; 0 for the router and the one server
@@ -99,7 +88,6 @@ class Member:
 
     @property
     def label(self) -> str:
-        """``router``, ``replica 1``, ``rank 0``, ``single 0``."""
         return label(self.role, self.index)
 
     @property
@@ -118,7 +106,6 @@ class Member:
 
     @property
     def marker(self) -> str:
-        """The ``role=`` field of its unit's marker (:meth:`Role.marker`)."""
         return self.role.marker(self.index)
 
     @property
@@ -131,7 +118,6 @@ class Member:
         return start_order(self.role, self.index)
 
     def unit_name(self, base: str) -> str:
-        """Its systemd unit for the deployment's ``base`` (:func:`unit_name`)."""
         return unit_name(base, self.role, self.index)
 
     def to_json(self) -> dict[str, Any]:

@@ -61,8 +61,3 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
             )
         section[parts[1]] = value
     return out
-
-
-def set_lines(items: Sequence[str]) -> tuple[str, ...]:
-    """The overrides as recorded and shown (``server.port=8080``), stripped."""
-    return tuple(i.strip() for i in items)

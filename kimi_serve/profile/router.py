@@ -1,11 +1,9 @@
-"""Profile -> the router's launch (SGLang's ``sglang_router``, PyPI ``sglang-router`` 0.3.2), as data (no I/O).
+"""Profile -> the router's launch (PyPI ``sglang-router`` 0.3.2, in the engine interpreter), as data (no I/O).
 
-The router fronts the replicas of :mod:`kimi_serve.profile.topology`. It runs in the engine interpreter (the engine
-locks hold sglang-router), always through kimi-serve's shim (``python -m kimi_serve.router.shim [--api-key-file FILE]
--- FLAGS``, :mod:`kimi_serve.router.shim`): sglang-router takes a key only as ``--api-key KEY`` on its command line,
-so the shim reads it (and the control plane's admin key, the file's ``admin-api-key``) from the profile's key file
-and starts the router in-process (no key ever shows in ps, /proc or the unit); and ``python -m
-sglang_router.launch_router`` imports all of SGLang first (12-20 s here, against about 1 s through the shim).
+Always through kimi-serve's shim (:mod:`kimi_serve.router.shim`): sglang-router takes a key only as ``--api-key KEY``
+on its command line, so the shim reads it (and the admin key) from the profile's key file and starts the router
+in-process (no key in ps, /proc or the unit); and ``python -m sglang_router.launch_router`` imports all of SGLang
+first (12-20 s, against about 1 s through the shim).
 """
 
 from __future__ import annotations
@@ -18,30 +16,17 @@ from kimi_serve.profile.topology import replicas
 ROUTER_SHIM_MODULE = "kimi_serve.router.shim"
 
 
-def router_args_of(profile: Profile) -> list[str]:
-    """The router's own flags, full names only, in a stable order."""
-    r = profile.router
-    a = ["--worker-urls", *(rep.url for rep in replicas(profile))]
-    a += ["--policy", r.policy, "--host", r.host, "--port", str(r.port)]
-    a += [
-        "--health-check-interval-secs",
-        str(r.health_check_interval),
-        "--health-failure-threshold",
-        str(r.health_failure_threshold),
-    ]
-    a += ["--prometheus-host", r.metrics_host, "--prometheus-port", str(r.metrics_port)]
-    a += [
-        "--log-level",
-        {"warning": "warn", "critical": "error"}.get(profile.server.log_level, profile.server.log_level),
-    ]
-    return a
-
-
 def build_router_launch(profile: Profile, interpreter: str, pythonpath: str | None = None) -> Launch:
-    """The router launch for a replicated profile, run by ``interpreter`` (the engine's). Pure, like
-    :func:`kimi_serve.profile.launch.build_launch`; ``pythonpath`` (the folder holding kimi_serve) is put in front of
-    PYTHONPATH when the shim runs (the engine interpreter does not have kimi_serve installed)."""
-    args = router_args_of(profile)
+    """The router launch for a replicated profile, run by the engine's ``interpreter`` (which lacks kimi_serve: hence
+    ``pythonpath``, the folder holding it, in front of PYTHONPATH). Its flags: full names, in a stable order."""
+    r = profile.router
+    args = ["--worker-urls", *(rep.url for rep in replicas(profile))]
+    args += ["--policy", r.policy, "--host", r.host, "--port", str(r.port)]
+    args += ["--health-check-interval-secs", str(r.health_check_interval)]
+    args += ["--health-failure-threshold", str(r.health_failure_threshold)]
+    args += ["--prometheus-host", r.metrics_host, "--prometheus-port", str(r.metrics_port)]
+    level = profile.server.log_level
+    args += ["--log-level", {"warning": "warn", "critical": "error"}.get(level, level)]
     key_file = profile.server.api_key_file
     own = ("--api-key-file", key_file) if key_file else ()
     argv = (*python_argv(interpreter, "-m", ROUTER_SHIM_MODULE), *own, "--", *args)

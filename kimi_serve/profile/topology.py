@@ -1,8 +1,5 @@
-"""The deployment's shape as data: which replicas the router fronts and where each one listens (no I/O).
-
-One home for the replica addressing rule: with ``router.workers`` empty the ``replicas`` run on this host at
-``server.port + i``; otherwise each entry of ``router.workers`` (``HOST:PORT``) is one replica on its own host.
-Multi-node ranks (``nodes:``) are a property of each replica's launch (:func:`kimi_serve.profile.launch.node_args`).
+"""The deployment's shape as data (no I/O), the one home of the replica addressing rule: with ``router.workers`` empty
+the ``replicas`` run on this host at ``server.port + i``; else each ``HOST:PORT`` entry is one replica on its own host.
 """
 
 from __future__ import annotations
@@ -30,8 +27,9 @@ class Replica:
         return f"http://{self.endpoint}"
 
 
-def _split(addr: str) -> tuple[str, int] | None:
-    """``HOST:PORT`` or ``[V6]:PORT`` -> (host, port); None when malformed."""
+def parse_worker(addr: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` or ``[V6]:PORT`` -> (host, port); None when malformed (rules name such a ``router.workers``
+    entry)."""
     addr = addr.strip()
     if addr.startswith("http://"):
         addr = addr[len("http://") :]
@@ -47,27 +45,16 @@ def _split(addr: str) -> tuple[str, int] | None:
 
 def replicas(profile: Profile) -> list[Replica]:
     """Every replica of the deployment, in the router's order. One (this server) when ``replicas`` is 1."""
-    if profile.replicas <= 1 and not profile.router.workers:
-        return [Replica(0, profile.server.host, profile.server.port, True)]
     if not profile.router.workers:
         return [Replica(i, profile.server.host, profile.server.port + i, True) for i in range(profile.replicas)]
-    out = []
-    for i, addr in enumerate(profile.router.workers):
-        parsed = _split(addr)
-        if parsed is None:  # kimi_serve.check.rules names the key; here keep the shape
-            continue
-        out.append(Replica(i, parsed[0], parsed[1], False))
-    return out
+    parsed = [(i, parse_worker(addr)) for i, addr in enumerate(profile.router.workers)]
+    # a malformed entry is left out: kimi_serve.check.topology_rules names the key
+    return [Replica(i, hp[0], hp[1], False) for i, hp in parsed if hp is not None]
 
 
 def routed(profile: Profile) -> bool:
     """Whether the deployment has a router in front (more than one replica)."""
     return bool(profile.replicas > 1)
-
-
-def parse_worker(addr: str) -> tuple[str, int] | None:
-    """Public form of the ``HOST:PORT`` parser (rules use it to name a malformed ``router.workers`` entry)."""
-    return _split(addr)
 
 
 def front_sets(profile: Profile, host: str | None, port: int | None) -> tuple[str, ...]:
