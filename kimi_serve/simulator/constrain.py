@@ -29,6 +29,7 @@ from http import HTTPStatus
 from typing import Any
 
 from kimi_serve.simulator import model as scripted
+from kimi_serve.simulator.schema_strings import format_example
 
 _CONSTRAINTS = ("json_schema", "regex", "ebnf", "structural_tag")
 # The deterministic choice once the grammar has rejected the intended token: close what is open, move on to the next
@@ -84,7 +85,7 @@ class Constrainer:
         self._manager: Any = None
         # <|im_end|> (what the scripted model ends a turn with) first, then the model's EOS ids (xgrammar's stop
         # tokens: TokenizerInfo gets model_eos_token_ids)
-        im_end = scripted_stop_id(tokenizer)
+        im_end = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
         self.stop_order = [im_end, *sorted(set(model_config.hf_eos_token_id or ()) - {im_end})]
         self.stop_ids = frozenset(self.stop_order)
         self._prefer: list[int] = []
@@ -252,10 +253,6 @@ class _Quotes:
                 self.inside = not self.inside
 
 
-def scripted_stop_id(tokenizer: Any) -> int:
-    return int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
-
-
 def intended_text(text: str, params: Any) -> str:
     """What the scripted model means to write under a JSON-schema constraint: the JSON, not prose. A tool section
     becomes SGLang's forced-call array (``[{"name", "parameters"}]``, what required/named calls look like without a
@@ -325,24 +322,12 @@ def sketch(schema: Any, answer: str, depth: int = 0, nodes: list[int] | None = N
         return True
     if kind == "null":
         return None
-    if schema.get("format") in _FORMATS:
-        return _FORMATS[schema["format"]]
+    made = format_example(str(schema.get("format", "")))
+    if made is not None:
+        return made
     text = answer[: schema["maxLength"]] if isinstance(schema.get("maxLength"), int) else answer
     return text.ljust(min(_number(schema.get("minLength"), 0), _SKETCH_CHARS), ".")
 
 
 def _number(value: Any, default: int) -> int:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-_FORMATS = {
-    "email": "user@example.com",
-    "date": "2026-01-01",
-    "date-time": "2026-01-01T00:00:00Z",
-    "time": "00:00:00Z",
-    "uri": "https://example.com/",
-    "uuid": "00000000-0000-4000-8000-000000000000",
-    "ipv4": "127.0.0.1",
-    "ipv6": "::1",
-    "hostname": "example.com",
-}

@@ -91,7 +91,7 @@ def offered(
 
 def declines(prompt: str) -> bool:
     """The prompt asks for an answer without tools (or says not to do what a tool does: "don't look it up")."""
-    return bool(_DECLINES.search(prompt)) or intent.says_not_to(prompt)
+    return bool(_DECLINES.search(prompt) or intent.SAYS_NOT_TO.search(prompt))
 
 
 def choose(functions: list[dict[str, Any]], prompt: str, tool_choice: Any = "auto") -> list[dict[str, Any]]:
@@ -104,7 +104,7 @@ def choose(functions: list[dict[str, Any]], prompt: str, tool_choice: Any = "aut
     if (
         not forced
         and not asked
-        and intent.asks_knowledge(prompt)
+        and intent.KNOWLEDGE.search(prompt.strip())
         and not intent.has_object_for(functions, prompt, values)
     ):
         return []  # a question of knowledge, nothing a tool would act on
@@ -146,12 +146,10 @@ def _distinct(matching: list[dict[str, Any]], prompt_words: set[str]) -> list[di
 def _single_value_tool(fn: dict[str, Any]) -> bool:
     """A tool that takes one required string (a city, a query): values joined by "and" mean one call each."""
     params = fn.get("parameters")
-    params = params if isinstance(params, dict) else {}
-    props = params.get("properties")
-    props = props if isinstance(props, dict) else {}
+    props = intent.props(fn)
     strings = [
         k
-        for k in params.get("required") or []
+        for k in (params.get("required") if isinstance(params, dict) else None) or []
         if isinstance(props.get(k), dict) and props[k].get("type", "string") == "string" and not props[k].get("enum")
     ]
     return len(strings) == 1

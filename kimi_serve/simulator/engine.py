@@ -84,13 +84,6 @@ def spec_meta(spec: SpecSettings, completion_tokens: int, verify_ct: int, correc
     }
 
 
-def make_clock(resolved: dict[str, Any]) -> StepClock:
-    """The scheduler clock for these server args, with the model's parameters from the environment."""
-    params = perf_params()
-    model = PerfModel(params, SpecSettings.from_server_args(resolved), resolved.get("max_running_requests"))
-    return StepClock(model, step_delay())
-
-
 def stand_in_acceptance(accept_length: float) -> str:
     """What the simulator says about its draft's acceptance: a stand-in figure of the performance model, not a draft."""
     kind = "dead" if accept_length <= 1.0 else "weak" if accept_length < 2.0 else "healthy"
@@ -110,7 +103,9 @@ class ScriptedTokenizerManager:
         self.is_generation = True
         self.request_logger = types.SimpleNamespace(log_requests=False, log_requests_level=0)
         self._resolved = server_args.resolved_dict()
-        self.clock = make_clock(self._resolved)
+        spec = SpecSettings.from_server_args(self._resolved)
+        perf = PerfModel(perf_params(), spec, self._resolved.get("max_running_requests"))
+        self.clock = StepClock(perf, step_delay())
         self.checks = RequestChecks(model_config, tokenizer)
         self.constrainer = Constrainer(model_config, tokenizer, server_args)
         self.generated_tokens = 0  # sglang:generation_tokens_total
@@ -235,7 +230,9 @@ class ScriptedTokenizerManager:
                 ids = ids + list(itertools.islice(itertools.cycle(filler), max(0, limit - len(ids) + 1)))
             if limit is not None and len(ids) > limit:
                 ids, matched = ids[:limit], None
-        skip = self._skipped_ids() if params.skip_special_tokens else frozenset()
+        # skip_special_tokens removes the tokenizer's declared special tokens, as Kimi's own tokenizer decodes:
+        # </think> and the tool markers are not among them, so they survive the default, as on SGLang with Kimi-K2.5
+        skip = frozenset(self.tokenizer.all_special_ids) if params.skip_special_tokens else frozenset()
         final_text = None
         stopped = find_stop(self.tokenizer, ids, params, skip) if params.stop_strs or params.stop_token_ids else None
         if stopped is not None:  # the request's own stop string or stop token, as SGLang's scheduler finds it
@@ -276,12 +273,6 @@ class ScriptedTokenizerManager:
             self.clock.leave(slot)
         if not ids:
             yield self._output(rid, "", [], prompt_ids, 0, True, truncated, prompt_out, matched)
-
-    def _skipped_ids(self) -> frozenset[int]:
-        """What ``skip_special_tokens`` removes: the tokenizer's declared special tokens (BOS/EOS/UNK/PAD and its
-        additional_special_tokens), as Kimi's own (slow, tiktoken) tokenizer decodes. ``</think>`` and the tool
-        markers are not among them, so they survive the default, as on SGLang with Kimi-K2.5."""
-        return frozenset(self.tokenizer.all_special_ids)
 
     def _output(
         self,
@@ -326,17 +317,17 @@ class ScriptedTokenizerManager:
         return ids.index(end_id) if end_id in ids else len(ids)  # cut off (max_tokens) while still reasoning
 
     def _turn(self, request: Any, prompt_ids: list[int]) -> scripted.Turn:
+        # thinking, as the model sees it: the prompt ends with <think> (think) or <think></think> (answer directly)
+        thinking = (
+            not self.tokenizer.decode(prompt_ids[-4:], skip_special_tokens=False).rstrip().endswith(scripted.THINK_END)
+        )
         if request is None:  # /generate, /v1/completions: the model reads its rendered prompt
             messages, tools = read_prompt(self.tokenizer.decode(prompt_ids, skip_special_tokens=False))
-            return scripted.Turn(messages, tools, "auto", self._thinking(prompt_ids))
-        messages = [m.model_dump(exclude_none=True) for m in request.messages]
-        tools = [t.model_dump(exclude_none=True) for t in (request.tools or [])]
+            return scripted.Turn(messages, tools, "auto", thinking)
         tool_choice = getattr(request, "tool_choice", "auto")
-        if hasattr(tool_choice, "model_dump"):
-            tool_choice = tool_choice.model_dump(exclude_none=True)
-        return scripted.Turn(messages, tools, tool_choice, self._thinking(prompt_ids))
-
-    def _thinking(self, prompt_ids: list[int]) -> bool:
-        """As the model sees it: the prompt ends with ``<think>`` (think) or ``<think></think>`` (answer directly)."""
-        tail = self.tokenizer.decode(prompt_ids[-4:], skip_special_tokens=False).rstrip()
-        return not tail.endswith(scripted.THINK_END)
+        return scripted.Turn(
+            [m.model_dump(exclude_none=True) for m in request.messages],
+            [t.model_dump(exclude_none=True) for t in (request.tools or [])],
+            tool_choice.model_dump(exclude_none=True) if hasattr(tool_choice, "model_dump") else tool_choice,
+            thinking,
+        )

@@ -25,47 +25,24 @@ import functools
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 from kimi_serve.core.resources import simulator_data
 from kimi_serve.simulator.schema_strings import FILE_LIKE
 
 
-class _KindWords(TypedDict):
-    object: str
-    marks: list[str]
-    requests: dict[str, list[str]]  # tool word -> the request words that stand for it
-    object_keys: str  # a pattern, matched case-insensitively against a parameter's key
-
-
-class _ChangeWords(TypedDict):
-    negations: list[str]
-    questions: list[str]
-    question_starts: list[str]  # a sentence that starts with one and ends with "?" is a question
-    question_ends: list[str]  # Chinese question particles
-    lookups: list[str]
-    hypotheticals: list[str]
-    still_asks: list[str]  # "can you", "please", "don't forget to": a request all the same
-    objects_none: list[str]  # "delete nothing"
-    boundaries: list[str]
-
-
-class Words(TypedDict):
-    """The word lists of the scripted decision (``data/words.json``): vocabulary, kept as data."""
-
-    number_words: dict[str, int]
-    stop_words: list[str]
-    glosses: dict[str, str]
-    cjk_common: list[str]
-    not_places: list[str]
-    kinds: list[_KindWords]
-    changes: _ChangeWords
-
-
 @functools.cache
-def words() -> Words:
-    loaded: Words = json.loads(simulator_data("words.json").read_text(encoding="utf-8"))
+def words(name: str = "words.json") -> dict[str, Any]:
+    """A word list of the scripted model (``data/words.json``; tasks.py's ``data/tasks.json``), kept as data."""
+    loaded: dict[str, Any] = json.loads(simulator_data(name).read_text(encoding="utf-8"))
     return loaded
+
+
+def props(fn: dict[str, Any]) -> dict[str, Any]:
+    """The ``properties`` of a tool's parameters schema ({} when it has none)."""
+    params = fn.get("parameters")
+    found = params.get("properties") if isinstance(params, dict) else None
+    return found if isinstance(found, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -111,23 +88,13 @@ _NOT_PLACES = frozenset(words()["not_places"])  # words after "in"/"at" that are
 _PROMPT_WORD = re.compile(r"[^\W_]+(?:'[a-z]+)?|[\u3400-\u9fff]", re.IGNORECASE)
 
 
-def says_not_to(prompt: str) -> bool:
-    return bool(SAYS_NOT_TO.search(prompt))
-
-
-def asks_knowledge(prompt: str) -> bool:
-    return bool(KNOWLEDGE.search(prompt.strip()))
-
-
 def _words(text: str) -> set[str]:
     return {w.lower() for w in re.findall(r"[^\W\d_]+", text.replace("_", " ").replace("-", " "))}
 
 
 def _kind(fn: dict[str, Any]) -> Kind | None:
     """The kind of tool ``fn`` is: the first kind its name, description or parameter keys mark it as."""
-    params = fn.get("parameters")
-    props = params.get("properties") if isinstance(params, dict) else None
-    keys = [k for k in props if isinstance(k, str)] if isinstance(props, dict) else []
+    keys = [k for k in props(fn) if isinstance(k, str)]
     own = _words(f"{fn.get('name', '')} {fn.get('description', '') or ''}")
     for kind in KINDS:
         if own & kind.marks or (any(kind.object_keys.match(k) for k in keys) and own & set(kind.requests.values())):
@@ -186,7 +153,7 @@ def topic(fn: dict[str, Any], prompt: str) -> str | None:
     return text or None
 
 
-def _phrases(items: list[str]) -> str:
+def phrases(items: list[str]) -> str:
     """An alternation of word-list phrases: whole words for Latin ones (spaces stand for any whitespace), as written
     for CJK ones."""
     latin = [p.replace(" ", r"\s+") for p in items if p.isascii()]
@@ -196,16 +163,16 @@ def _phrases(items: list[str]) -> str:
 
 _CHANGES = words()["changes"]
 _NOT_ASKED = re.compile(
-    _phrases(_CHANGES["negations"] + _CHANGES["questions"] + _CHANGES["lookups"] + _CHANGES["hypotheticals"]),
+    phrases(_CHANGES["negations"] + _CHANGES["questions"] + _CHANGES["lookups"] + _CHANGES["hypotheticals"]),
     re.IGNORECASE,
 )
-_QUESTION = re.compile(rf"^\W*(?:{_phrases(_CHANGES['questions'] + _CHANGES['question_starts'])})", re.IGNORECASE)
-_ASKED_ANYWAY = re.compile(_phrases(_CHANGES["still_asks"]), re.IGNORECASE)
+_QUESTION = re.compile(rf"^\W*(?:{phrases(_CHANGES['questions'] + _CHANGES['question_starts'])})", re.IGNORECASE)
+_ASKED_ANYWAY = re.compile(phrases(_CHANGES["still_asks"]), re.IGNORECASE)
 _QUESTION_END = re.compile(rf"(?:{'|'.join(map(re.escape, _CHANGES['question_ends']))})\W*$")
-_BOUNDARY = re.compile(rf"[,;:()\u2014\u2013，；：]|{_phrases(_CHANGES['boundaries'])}", re.IGNORECASE)
+_BOUNDARY = re.compile(rf"[,;:()\u2014\u2013，；：]|{phrases(_CHANGES['boundaries'])}", re.IGNORECASE)
 _GOVERNING = [n for n in _CHANGES["negations"] if n not in ("no", "nor")]  # "No, delete it" answers, then asks
-_BARE_NEGATION = re.compile(rf"\W*(?:please\s+)?(?:{_phrases(_GOVERNING)})\W*", re.IGNORECASE)
-_NONE_AFTER = re.compile(rf"\W*\w+\s+(?:{_phrases(_CHANGES['objects_none'])})", re.IGNORECASE)
+_BARE_NEGATION = re.compile(rf"\W*(?:please\s+)?(?:{phrases(_GOVERNING)})\W*", re.IGNORECASE)
+_NONE_AFTER = re.compile(rf"\W*\w+\s+(?:{phrases(_CHANGES['objects_none'])})", re.IGNORECASE)
 _QUOTED_SPAN = re.compile(r"`[^`]*`|\"[^\"]*\"|(?<!\w)'[^']*'(?!\w)|“[^”]*”")
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from kimi_serve.simulator import decision, intent, tasks
 from kimi_serve.simulator.schema_budget import MAX_CHARS, ArgumentBudget, TooCostly
-from kimi_serve.simulator.schema_strings import FILLER, clip, pad  # noqa: F401 - FILLER: engine.py's filler text
+from kimi_serve.simulator.schema_strings import clip, pad
 from kimi_serve.simulator.schema_values import Values, long_text_key
 
 logger = logging.getLogger("kimi_serve.simulator")

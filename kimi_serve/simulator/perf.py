@@ -67,9 +67,6 @@ class PerfParams:
             raise ValueError("speedup must be > 0")
         return params
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class SpecSettings:
@@ -145,7 +142,7 @@ class PerfModel:
         """What /server_info says about the model (bench copies it into its report)."""
         return {
             "name": MODEL_NAME,
-            "params": self.params.to_dict(),
+            "params": asdict(self.params),
             "max_running_requests": self.max_running,
             "speculative": asdict(self.spec) if self.spec else None,
             "accept_distribution": (

@@ -28,9 +28,8 @@ def _ts_type(text: str) -> dict[str, Any]:
     enum = re.findall(r'"([^"]*)"', text)
     if enum and all(part.strip().startswith('"') for part in text.split("|")):
         return {"type": "string", "enum": enum}
-    for name in ("string", "number", "integer", "boolean"):
-        if text == name:
-            return {"type": name}
+    if text in ("string", "number", "integer", "boolean"):
+        return {"type": text}
     return {"type": "array"} if text.endswith("[]") else {"type": "string"}
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable
 from typing import Any
 
 try:
@@ -24,18 +23,13 @@ except ImportError:  # Python < 3.11 names them sre_constants / sre_parse
 
 _MAX_REPEAT = 10_000  # a pattern that needs more repetitions than this gets no example (the caller falls back)
 _PREFERRED = "example0123456789EXAMPLEbcdfghijkmnoqrstuvwyz_-. "
-_CATEGORY = {
-    _c.CATEGORY_DIGIT: "1",
-    _c.CATEGORY_NOT_DIGIT: "a",
-    _c.CATEGORY_SPACE: " ",
-    _c.CATEGORY_NOT_SPACE: "a",
-    _c.CATEGORY_WORD: "a",
-    _c.CATEGORY_NOT_WORD: "-",
-}
-_CATEGORY_TEST: dict[Any, Callable[[str], bool]] = {
-    _c.CATEGORY_DIGIT: str.isdigit,
-    _c.CATEGORY_SPACE: str.isspace,
-    _c.CATEGORY_WORD: lambda ch: ch.isalnum() or ch == "_",
+_CATEGORY = {  # a category's example character, and the class it stands for
+    _c.CATEGORY_DIGIT: ("1", r"\d"),
+    _c.CATEGORY_NOT_DIGIT: ("a", r"\D"),
+    _c.CATEGORY_SPACE: (" ", r"\s"),
+    _c.CATEGORY_NOT_SPACE: ("a", r"\S"),
+    _c.CATEGORY_WORD: ("a", r"\w"),
+    _c.CATEGORY_NOT_WORD: ("-", r"\W"),
 }
 
 
@@ -116,7 +110,7 @@ class _Walker:
             group, yes, no = av
             return self.seq(list(yes)) if group in self.groups else (self.seq(list(no)) if no else "")
         if op is _c.CATEGORY:
-            return _CATEGORY.get(av, "a")
+            return _CATEGORY.get(av, ("a", ""))[0]
         raise _Impossible(str(op))
 
 
@@ -132,11 +126,8 @@ def _allows(items: list[tuple[Any, Any]], ch: str) -> bool:
             hit = hit or ord(ch) == av
         elif op is _c.RANGE:
             hit = hit or av[0] <= ord(ch) <= av[1]
-        elif op is _c.CATEGORY:
-            base = av.name.replace("NOT_", "") if hasattr(av, "name") else str(av)
-            test = next((t for cat, t in _CATEGORY_TEST.items() if getattr(cat, "name", str(cat)) == base), None)
-            if test is not None:
-                hit = hit or (test(ch) != ("NOT_" in getattr(av, "name", str(av))))
+        elif op is _c.CATEGORY and av in _CATEGORY:
+            hit = hit or bool(re.fullmatch(_CATEGORY[av][1], ch))
     return hit != negate
 
 

@@ -115,9 +115,6 @@ def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
             )
 
     @_typed(app.get("/ready"))
-    async def ready() -> Response:
-        return Response(status_code=200 if state.up and not state.exiting else 503)
-
     @_typed(app.get("/health"))
     @_typed(app.get("/health_generate"))
     async def health() -> Response:

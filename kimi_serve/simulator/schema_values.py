@@ -27,7 +27,7 @@ from urllib.parse import unquote
 
 from kimi_serve.simulator.schema_budget import ENUM_TRIES, ArgumentBudget, TooCostly
 from kimi_serve.simulator.schema_refs import ids, merge, types
-from kimi_serve.simulator.schema_strings import number_value, string_value, takes_file
+from kimi_serve.simulator.schema_strings import matches, number_value, string_value, takes_file
 
 DEEP = 3  # nesting depth after which optional parts are left out and recursion takes its way out
 _OBJECT_KEYS = (
@@ -210,7 +210,7 @@ class Values:
             extra += 1
             if key is not None and key not in keys:
                 keys.append(key)
-        long_key = _long_text_key(props, keys) if min_chars else None
+        long_key = long_text_key(props, keys) if min_chars else None
         out: dict[str, Any] = {}
         cursor = 0  # each string property takes the next prompt value (a path takes the file name, no other value)
         for k in keys:
@@ -237,7 +237,7 @@ class Values:
         if key in props:
             return props[key]
         for pattern, sub in (s.get("patternProperties") or {}).items():
-            if _search(pattern, key):
+            if matches(pattern, key):
                 return sub
         extra = s.get("additionalProperties")
         return extra if isinstance(extra, dict) else {}
@@ -323,18 +323,12 @@ def _mentions(prompt: str, value: str) -> bool:
     return value in prompt
 
 
-def _search(pattern: str, text: str) -> bool:
-    try:
-        return bool(re.search(pattern, text))
-    except re.error:
-        return False
-
-
 def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def _long_text_key(props: dict[str, Any], keys: list[str]) -> str | None:
+def long_text_key(props: dict[str, Any], keys: list[str]) -> str | None:
+    """The string property a long text goes into ("at least N characters", "every integer from A to B")."""
     strings = [
         k
         for k in keys
@@ -347,11 +341,6 @@ def _long_text_key(props: dict[str, Any], keys: list[str]) -> str | None:
         if preferred in strings:
             return preferred
     return strings[0] if strings else None
-
-
-def long_text_key(props: dict[str, Any], keys: list[str]) -> str | None:
-    """The string property a long text goes into ("at least N characters", "every integer from A to B")."""
-    return _long_text_key(props, keys)
 
 
 def _validator(root: dict[str, Any]) -> Any:

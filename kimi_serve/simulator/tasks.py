@@ -24,14 +24,12 @@ from a small vocabulary (data/tasks.json):
 
 from __future__ import annotations
 
-import json
 import re
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from kimi_serve.core.resources import simulator_data
 from kimi_serve.simulator import intent
-from kimi_serve.simulator.schema_strings import FILE_LIKE
+from kimi_serve.simulator.schema_strings import FILE_LIKE, plain
 
 DESTRUCTIVE = frozenset({"write", "edit", "delete", "run"})
 UNASKED_NEVER = frozenset({"delegate", "todo", "question"})
@@ -61,37 +59,23 @@ _JOINED = re.compile(
 _NOT_TARGETS = frozenset({"the", "a", "an", "it", "this", "that", "all", "where", "in", "me", "file", "files", "code"})
 
 
-@lru_cache(maxsize=1)
 def vocabulary() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(simulator_data("tasks.json").read_text(encoding="utf-8"))
-    return data
+    return intent.words("tasks.json")
 
 
 @lru_cache(maxsize=16)
 def _phrases(action: str) -> re.Pattern[str]:
-    spaced = [(p.replace(" ", "\\s+"), p) for p in vocabulary()["requests"][action]]
-    parts = [rf"(?<![\w'])(?:{r})(?![\w'])" if p.isascii() else re.escape(p) for r, p in spaced]
-    return re.compile("|".join(parts), re.IGNORECASE)
-
-
-def _norm(key: str) -> str:
-    return re.sub(r"[\W_]+", "", key).lower()
-
-
-def _props(fn: dict[str, Any]) -> dict[str, Any]:
-    params = fn.get("parameters")
-    props = params.get("properties") if isinstance(params, dict) else None
-    return props if isinstance(props, dict) else {}
+    return re.compile(intent.phrases(vocabulary()["requests"][action]), re.IGNORECASE)
 
 
 def role(fn: dict[str, Any]) -> str | None:
     """What the tool does, from the words of its name (then its parameters): see the module docstring."""
     name = str(fn.get("name", ""))
-    words = {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name)} | {_norm(name)}
+    words = {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name)} | {plain(name)}
     for kind, names in vocabulary()["tool_roles"].items():
         if words & set(names):
             return str(kind)
-    keys = {_norm(k) for k in _props(fn)}
+    keys = {plain(k) for k in intent.props(fn)}
     if words & {"search", "find"} and keys & {"pattern", "regex"}:
         return "search"
     if keys & set(vocabulary()["params"]["command"]):
@@ -102,7 +86,7 @@ def role(fn: dict[str, Any]) -> str | None:
 def key_for(fn: dict[str, Any], kind: str, skip: tuple[str, ...] = ()) -> str | None:
     """The tool's parameter that takes a value of ``kind`` (path, dir, pattern, command, url), by its normalised name
     in the order the vocabulary lists them."""
-    props = {_norm(k): k for k in _props(fn) if isinstance(k, str) and k not in skip}
+    props = {plain(k): k for k in intent.props(fn) if isinstance(k, str) and k not in skip}
     return next((props[n] for n in vocabulary()["params"][kind] if n in props), None)
 
 
@@ -256,7 +240,7 @@ def _change(
         return _call(remover, path=("path", file))
     editor = _by_role(functions, "edit")
     if len(quoted) >= 2 and editor is not None:
-        keys = [k for k in _props(editor) if _norm(k) not in vocabulary()["params"]["path"]]
+        keys = [k for k in intent.props(editor) if plain(k) not in vocabulary()["params"]["path"]]
         olds = [k for k in keys if re.search(r"old|search|find|target", k, re.I)]
         news = [k for k in keys if re.search(r"new|replace", k, re.I)]
         if olds and news:
