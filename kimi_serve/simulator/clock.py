@@ -1,13 +1,8 @@
-"""The simulator's scheduler clock: one step loop for all running requests, paced by the performance MODEL
-(:mod:`kimi_serve.simulator.perf`), as SGLang's scheduler runs one batch per step.
-
-A request joins with its prompt length, waits for a batch slot (``max_running_requests``), is prefilled in the step it
-is admitted (one token out, as SGLang's prefill emits the first token), then gets ``draw_accept()`` tokens every step
-until it leaves. Each step lasts ``step_ms(batch, mean context, prefill tokens) / speedup``; the work the requests do
-between steps (detokenizing, SSE) overlaps the wait, because steps are scheduled on absolute deadlines.
-
-``fixed_step_s`` replaces the model's step time with a constant (``KIMI_SERVE_SIM_STEP_SECONDS``; the contract dry run
-uses it to drop the pacing): tokens per step still come from the model.
+"""The simulator's scheduler clock: one step loop for all running requests, paced by the performance model (perf.py),
+as SGLang's scheduler runs one batch per step (docs/simulator.md, "Performance model"). Steps are scheduled on
+absolute deadlines, so the requests' own work between steps overlaps the wait. ``fixed_step_s``
+(``KIMI_SERVE_SIM_STEP_SECONDS``; the contract dry run drops the pacing with it) replaces the model's step time; the
+tokens per step still come from the model.
 """
 
 from __future__ import annotations

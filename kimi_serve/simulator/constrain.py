@@ -1,21 +1,10 @@
-"""Constrained generation for the simulator through SGLang's OWN grammar backend (the profile's ``--grammar-backend``).
+"""Constrained generation for the simulator through SGLang's OWN grammar backend (the profile's ``--grammar-backend``),
+obtained and keyed as 0.5.23's scheduler does it (``create_grammar_backend``, ``GrammarManager``), with SGLang's errors.
 
-When the sampling parameters SGLang's serving layer built carry a constraint (``json_schema``, ``regex``, ``ebnf`` or
-``structural_tag``: from ``response_format``, ``tool_choice`` required/named, strict tools, or the client's own), the
-grammar is obtained the way 0.5.23's scheduler obtains it: ``create_grammar_backend`` (xgrammar by default, wrapped in
-``ReasonerGrammarBackend`` with ``--reasoning-parser``, so the grammar starts after ``</think>``), the request's key and
-cache lookup by ``GrammarManager.process_req_with_grammar``, the compiled object from the backend's future. Errors are
-SGLang's: ``--grammar-backend none`` aborts the request with its message, a grammar that does not compile with
-"Failed to compile ... grammar: ...".
-
-Decoding then works like a sampler under the vocab mask, deterministically: the scripted model's intended token is
-taken while the grammar allows it (the mask is SGLang's ``fill_vocab_mask``; the token goes through
-``accept_token``); from the first token it rejects on, a deterministic choice among the allowed tokens: a stop token,
-else the grammar's forced continuation (``try_jump_forward``), else the first allowed of a short list (inside a JSON
-string its closing ``"``, then what common formats need; outside one ``}``, ``]``, ``"``, ``,``, ``0``), else the
-smallest allowed non-whitespace id; a chosen token found further on in the intended text puts the decode back in step
-with it. Generation ends when the grammar terminates (it accepts a stop token) or at
-``max_new_tokens``, as in SGLang. Runs inside the SGLang venv.
+Decoding works like a deterministic sampler under SGLang's vocab mask: the scripted model's intended token while the
+grammar allows it; from the first token it rejects, a stop token, else the grammar's forced continuation, else the
+first allowed of a short list, else the smallest allowed non-whitespace id, back in step with the intended text when
+a chosen token is found further on in it (docs/simulator.md, "Constrained generation"). Runs inside the SGLang venv.
 """
 
 from __future__ import annotations
@@ -164,7 +153,7 @@ class Constrainer:
         mask = grammar.allocate_vocab_mask(self.vocab_size, 1, "cpu")
         out: list[int] = []
         following, at = True, 0  # at: the next intended token
-        quotes = _Quotes()
+        in_string = escaped = False  # whether the output so far is inside a JSON string (unescaped quotes counted)
         active = getattr(grammar, "_grammar_active", None)  # ReasonerGrammarObject: False while reasoning
         while len(out) < limit:
             if mask is not None:
@@ -178,12 +167,17 @@ class Constrainer:
                 following = False
                 tail = out[-_REPEAT_LIMIT:]
                 avoid = tail[0] if len(tail) == _REPEAT_LIMIT and len(set(tail)) == 1 else None
-                want = self._choose(grammar, row, avoid, quotes.inside)
+                want = self._choose(grammar, row, avoid, in_string)
                 if want in intended[at:]:  # back in step with the intended text (e.g. the call after a preface)
                     at = intended.index(want, at) + 1
                     following = True
-            if active is None or active():
-                quotes.feed(self.tokenizer.decode([want], skip_special_tokens=False))
+            for ch in self.tokenizer.decode([want], skip_special_tokens=False) if active is None or active() else "":
+                if escaped:
+                    escaped = False
+                elif ch == "\\" and in_string:
+                    escaped = True
+                elif ch == '"':
+                    in_string = not in_string
             grammar.accept_token(want)
             if want in self.stop_ids:
                 return out, want
@@ -234,23 +228,6 @@ class Constrainer:
         if token not in self._blank:
             self._blank[token] = not self.tokenizer.decode([token], skip_special_tokens=False).strip()
         return self._blank[token]
-
-
-class _Quotes:
-    """Whether the constrained output so far is inside a JSON string (unescaped quotes counted)."""
-
-    def __init__(self) -> None:
-        self.inside = False
-        self._escaped = False
-
-    def feed(self, text: str) -> None:
-        for ch in text:
-            if self._escaped:
-                self._escaped = False
-            elif ch == "\\" and self.inside:
-                self._escaped = True
-            elif ch == '"':
-                self.inside = not self.inside
 
 
 def intended_text(text: str, params: Any) -> str:

@@ -1,16 +1,9 @@
 """The scripted model's tool decision: whether to call, which offered tools, how many calls, and the prompt's values.
 
-Deterministic, and shaped like a model's choice rather than a keyword trigger:
-- ``tool_choice`` "none" never calls; "required" and a named function always call;
-- with "auto", no call when the prompt declines tools ("do not use any tools", "without calling tools", "just
-  answer", "你不应使用任何工具", ...) or when no offered tool fits the request (no word of its name or description in
-  the prompt, and the prompt does not ask for a tool by itself);
-- several calls only when the request asks for several distinct calls: "N calls/times", "twice", "once for each",
-  "both", "N <things>" with at least N values in the prompt to give them, or "X and Y" naming several tools. Counts
-  inside quoted values and "at least N ..." (a constraint on a value) do not count.
-Values for string arguments come from the prompt in any script: quoted text (ASCII and CJK quotes), capitalised words
-(Latin, Cyrillic, Greek...), and CJK phrases left over once common function words are taken out (北京 in
-"北京今天天气怎么样").
+Deterministic, and shaped like a model's choice rather than a keyword trigger (docs/simulator.md, "The scripted
+model"): ``tool_choice`` first, then a prompt that declines tools or that no offered tool fits; several calls only
+when the request asks for several distinct ones. Values for string arguments come from the prompt in any script:
+quoted text, capitalised words, CJK phrases left over once common function words are taken out.
 """
 
 from __future__ import annotations

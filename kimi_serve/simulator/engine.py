@@ -1,11 +1,8 @@
 """The scripted stand-in for SGLang's TokenizerManager + scheduler: what ``OpenAIServingChat`` talks to.
 
-It exposes the TokenizerManager surface the OpenAI serving layer uses and answers ``generate_request`` the way the
-real detokenizer does: CUMULATIVE decoded text, token-aligned (a special token is always whole), several tokens per
-step when speculative decoding is on (accept lengths drawn by the performance MODEL, :mod:`kimi_serve.simulator.perf`,
-paced by its scheduler clock, :mod:`kimi_serve.simulator.clock`), one token per step without it, ``meta_info`` with
-usage and a finish reason whose ``matched`` is the stop id ``<|im_end|>`` (163586). The text itself comes from
-:mod:`kimi_serve.simulator.model`.
+It answers ``generate_request`` as the real detokenizer does: cumulative decoded text, token-aligned, several tokens
+per step with speculative decoding (perf.py's draws, clock.py's pacing), ``meta_info`` with usage and a finish reason
+matching the stop id ``<|im_end|>`` (163586). The text comes from model.py.
 """
 
 from __future__ import annotations

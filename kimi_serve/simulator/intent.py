@@ -1,22 +1,10 @@
 """The scripted model's sense of what a request is for, beyond the words it shares with a tool (decision.py).
 
-A stand-in, not understanding: a small lexicon (data/words.json "kinds") of what common tools do and the words requests
-for them use, plus the object each tool's parameters take. Under ``tool_choice: "auto"``:
-
-- a **task** for an offered tool calls it even when no word of the tool's name or description is in the prompt: a
-  request word of the tool's kind ("open", "show", "cat" for a file-reading tool; "raining", "umbrella", "forecast"
-  for a weather tool; "look up", "latest", "google" for a search tool) together with the object the tool's
-  parameter takes (a path or file name for ``path``/``file``; a place for ``city``/``location``; any topic for
-  ``query``), e.g. "Open config/settings.yaml and tell me the port" with ``read_file(path)``;
-- a **knowledge** request ("explain", "why", "how does", "what is a", "tell me about", "define", "summarise") with no
-  object for any offered tool is answered in text, even when it shares words with a tool ("Explain how weather
-  forecasts work" with ``get_weather(city)``);
-- a prompt that **says not to** ("don't look it up", "no need to search", "off the top of your head", and the
-  declines of decision.py) is answered in text;
-- a **change** (write, edit, delete, run) is asked for only in the affirmative (:func:`asks_for`): not under a
-  negation ("don't delete main.py", "never overwrite", "without", "instead of", "no need to run"), not in a question
-  about it ("should I run ...?", "can I safely remove ...?", "is it safe to ...", "what's the command to ..."), not
-  inside a lookup or an explanation ("find where we remove users", "tell me what `rm -rf x` would delete").
+A stand-in, not understanding: a small lexicon (data/words.json "kinds") of what common tools do, the words requests
+for them use and the object each tool's parameters take. Under ``tool_choice: "auto"`` a **task** (a request word of
+the tool's kind plus its object: "Open config/settings.yaml" with ``read_file(path)``) calls the tool; a
+**knowledge** request with no object for any tool, or one that **says not to** ("don't look it up"), is answered in
+text; a **change** (write, edit, delete, run) is asked for only in the affirmative (:func:`asks_for`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The scripted model reading its prompt: a rendered Kimi-K2.5 chat prompt (``/generate`` text or ids,
-``/v1/completions``) turned back into messages and tools, so the raw path answers exactly like the chat path does.
-
-Pure Python. Reads the K2.5 template's shapes: ``<|im_user|>``/``<|im_assistant|>``/``<|im_system|>`` + name +
-``<|im_middle|>`` + body + ``<|im_end|>``; the ``tool_declare`` turn (compact JSON, or the TypeScript form Kimi's own
-tokenizer renders, read best effort: names, descriptions, top-level fields); ``## Return of ID`` tool results; and
-tool-call sections in assistant turns. Text with no role tokens is one user message.
+"""The scripted model reading its prompt: a rendered Kimi-K2.5 chat prompt (``/generate``, ``/v1/completions``) turned
+back into messages and tools (the ``tool_declare`` turn as JSON, or Kimi's TypeScript form read best effort), so the
+raw path answers like the chat path. Text with no role tokens is one user message. Pure Python.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """A string that matches a JSON Schema ``pattern``: a small deterministic regex-to-example generator.
 
-It walks the tree of Python's own regex parser (``re._parser``, the stdlib's; JSON Schema patterns are ECMA-262, and
-the subset tool schemas use - classes, ranges, repeats, groups, alternation, anchors, escapes - means the same in
-both) and takes, at each node, the first choice that fits: the first alternative, the first allowed character (a
-readable one where the class allows it), the minimum repeat count. ``extra`` adds repetitions to the first repeats
-that may grow, which is how a minLength is met. Lookarounds and word boundaries are not generated for, so every
-result is checked with ``re.search`` (JSON Schema's unanchored match) and ``None`` returned when it fails.
+It walks the tree of Python's own regex parser (JSON Schema's ECMA-262 patterns mean the same for the subset tool
+schemas use) taking the first choice that fits at each node; ``extra`` adds repetitions to the first repeats that may
+grow (how a minLength is met). Lookarounds are not generated for, so every result is checked with ``re.search``.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ def _typed(decorator: Any) -> Callable[[Handler], Handler]:
 logger = logging.getLogger("kimi_serve.simulator")
 
 REDACTED = "<redacted>"
+_CONFIG_INFO = ("weight_version", "load_format", "reasoning_parser", "tool_call_parser", "disaggregation_mode")
 
 
 class ServerState:
@@ -142,11 +143,7 @@ def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
             "tokenizer_path": serving.tokenizer_path,
             "is_generation": True,
             "preferred_sampling_params": serving.preferred_sampling_params,
-            "weight_version": tm.config_value("weight_version"),
-            "load_format": tm.config_value("load_format"),
-            "reasoning_parser": tm.config_value("reasoning_parser"),
-            "tool_call_parser": tm.config_value("tool_call_parser"),
-            "disaggregation_mode": tm.config_value("disaggregation_mode"),
+            **{k: tm.config_value(k) for k in _CONFIG_INFO},
             "has_image_understanding": model_config.is_image_understandable_model,
             "has_audio_understanding": model_config.is_audio_understandable_model,
             "model_type": getattr(model_config.hf_config, "model_type", None),
@@ -221,16 +218,9 @@ def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
     @_typed(auth_level(AuthLevel.ADMIN_OPTIONAL))
     async def remote_instance_transfer_engine_info(rank: int | None = None) -> Any:
         """One of SGLang's ADMIN_OPTIONAL endpoints, with its auth level: the one `verify` asks (no rank: 400)."""
-        return ORJSONResponse(
-            {
-                "error": {
-                    "message": "Missing or invalid rank parameter"
-                    if rank is None or rank < 0
-                    else "the simulator has no transfer engine"
-                }
-            },
-            status_code=400,
-        )
+        missing = rank is None or rank < 0
+        message = "Missing or invalid rank parameter" if missing else "the simulator has no transfer engine"
+        return ORJSONResponse({"error": {"message": message}}, status_code=400)
 
     @_typed(app.post("/v1/chat/completions", dependencies=[Depends(json_only)]))
     async def chat_completions(request: ChatCompletionRequest, raw_request: Request) -> Any:

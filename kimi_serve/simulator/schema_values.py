@@ -1,21 +1,10 @@
 """Tool-call arguments from a JSON Schema, valid by construction, with values from the prompt where it names them.
 
-``Values(root, prompt).value(schema, name, hints)`` walks the schema the way a careful model writes arguments:
-- ``$ref`` (local JSON pointers ``#/$defs/...``, ``#/definitions/...``, ``#``, anchors and ``$id``s in the document;
-  sibling keywords kept), ``allOf`` merged, ``anyOf``/``oneOf`` taking the first branch whose value the whole schema
-  accepts (a non-null branch first; past a nesting depth the branch that ends recursion);
-- ``const``/``enum`` (a value the prompt mentions, else the first), type arrays (the first non-null type;
-  ``["null"]`` gives null), missing types inferred from the keywords;
-- objects: required properties (else the first declared one), minProperties/maxProperties, additionalProperties,
-  patternProperties, propertyNames, dependentRequired; arrays: items/prefixItems, minItems/maxItems, uniqueItems,
-  contains; strings and numbers: schema_strings.py (formats, pattern, lengths, bounds, multipleOf).
-Every candidate is checked with jsonschema (the dialect the schema names) against the schema it must meet, so what
-leaves here validates; a schema nothing can satisfy gets the closest attempt.
-
-Bounded whatever a client sends (schema_budget.py, one budget per turn): an enum is tried at its first few members
-(and the one the prompt names), not validated member by member; a schema that needs more values, characters or time
-than the budget (a ``$ref`` tree whose every node requires two children, ``minLength: 1e9``, ``minItems: 1e9``)
-raises ``TooCostly``: the request's 400.
+``Values(root, prompt).value(schema, name, hints)`` walks the schema as a careful model writes arguments: ``$ref``
+(pointers, anchors, ``$id``s; siblings kept), ``allOf`` merged, the first ``anyOf``/``oneOf`` branch the whole schema
+accepts, ``const``/``enum``, objects, arrays, strings and numbers (schema_strings.py). Every candidate is checked with
+jsonschema, so what leaves here validates; a schema nothing satisfies gets the closest attempt. Bounded whatever a
+client sends (schema_budget.py): a schema beyond the budget raises ``TooCostly``, the request's 400.
 """
 
 from __future__ import annotations

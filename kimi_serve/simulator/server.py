@@ -1,12 +1,6 @@
-"""The simulator's HTTP server: SGLang's OpenAI layer on a FastAPI app, with SGLang's startup phases and endpoints.
-
-Phases, as a real SGLang start shows them to a client:
-1. loading: the port is not listening (connection refused) for ``KIMI_SERVE_SIM_LOAD_SECONDS`` (default 0);
-2. warmup: uvicorn serves; ``/health``, ``/health_generate`` and ``/ready`` answer 503 for
-   ``KIMI_SERVE_SIM_WARMUP_SECONDS`` (default 2; ``--skip-server-warmup`` makes it 0), then one real chat request runs
-   through the serving layer (as SGLang's warmup does) and "The server is fired up and ready to roll!" is logged;
-3. up: health and ready answer 200 with empty bodies.
-SIGTERM (or Ctrl-C) in any phase exits 0.
+"""The simulator's HTTP server: SGLang's OpenAI layer on a FastAPI app (routes.py), with SGLang's startup phases:
+loading (port closed for ``KIMI_SERVE_SIM_LOAD_SECONDS``), warmup (health 503 for ``KIMI_SERVE_SIM_WARMUP_SECONDS``,
+then one real chat request, then "The server is fired up and ready to roll!"), up. SIGTERM or Ctrl-C exits 0.
 """
 
 # No `from __future__ import annotations`: FastAPI must see the real (locally imported) request types.

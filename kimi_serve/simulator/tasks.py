@@ -1,25 +1,11 @@
 """Everyday agent tasks: the one call an agent's request needs, and nothing it did not ask for.
 
-Coding agents (opencode and the like) offer 10-15 tools whose descriptions run to pages, so nearly every word of a
-request is somewhere in some description and word matching (decision.py) picks anything. Here the request decides,
-from a small vocabulary (data/tasks.json):
-
-- each offered tool has a **role** from the words of its name (``read``/``view``/``cat``: read; ``glob``/``ls``:
-  list; ``grep``/``rg``: search; ``bash``/``shell``/``run_command``: run; ``write``, ``edit``, ``delete``;
-  ``webfetch``: fetch; ``task``/``agent``: delegate; ``todowrite``: todo; ``AskUserQuestion``/``question``:
-  question) or, failing that, from its parameters (a
-  ``command``/``cmd`` parameter: run);
-- the request is cut at sentence ends and at each request phrase ("open", "list", "find", "run", "what does"...);
-  each piece asks for one action on what it names: a file name or path, a directory, a URL, a quoted or backticked
-  string, a command (backticked, or bare when it starts with a known program: ``ls -la``, ``git status``), a symbol;
-- :func:`plan` gives one call per thing asked for ("read a.py and b.py": two reads, in one turn), each with the
-  named value in the parameter that takes it whatever its naming style (``path``, ``filePath``, ``file_path``,
-  ``command``, ``cmd``, ``pattern``, ``url``); a greeting gets no call; anything else is left to decision.py;
-- :func:`safe` is what decision.py may choose from otherwise: tools that write, edit, delete or run only when the
-  request asks for a change or names a command, and question, sub-agent or to-do tools only when the request names
-  them; :func:`beside` is what may serve the rest of a planned request ("... and get the weather in Tokyo"): the
-  tools of no known role, and a question, sub-agent or to-do tool only when named ("tell me its title" after a read
-  is the answer, not a question to the user).
+Coding agents offer 10-15 tools whose descriptions run to pages, so word matching (decision.py) would pick anything.
+Here the request decides, from a small vocabulary (data/tasks.json): each tool gets a **role** from the words of its
+name (else its parameters); the request is cut at sentence ends and request phrases, each piece asking for one action
+on what it names (a file, directory, URL, quoted string, command, symbol). :func:`plan` gives one call per thing asked
+for, :func:`safe` is what decision.py may choose from otherwise (nothing that changes or runs unless asked for in the
+affirmative), :func:`beside` what may serve the rest of a planned request (docs/simulator.md, "The scripted model").
 """
 
 from __future__ import annotations
@@ -291,16 +277,8 @@ def safe(functions: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
     lowered = prompt.lower()
     change = asks_change(prompt)
     runs = asks_change(prompt, ("run",)) and command(prompt) is not None
-    kept = []
-    for fn in functions:
-        kind = role(fn)
-        if named(str(fn.get("name", "")), lowered):
-            kept.append(fn)  # the request asks for it
-        elif kind in UNASKED_NEVER or (kind == "run" and not runs) or (kind in DESTRUCTIVE - {"run"} and not change):
-            continue
-        else:
-            kept.append(fn)
-    return kept
+    barred = set(UNASKED_NEVER) | ({"run"} if not runs else set()) | (DESTRUCTIVE - {"run"} if not change else set())
+    return [fn for fn in functions if role(fn) not in barred or named(str(fn.get("name", "")), lowered)]
 
 
 def beside(functions: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
