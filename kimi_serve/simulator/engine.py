@@ -23,8 +23,8 @@ from kimi_serve.simulator.clock import StepClock
 from kimi_serve.simulator.constrain import Constrainer, has_constraint, intended_text
 from kimi_serve.simulator.perf import PerfModel, PerfParams, SpecSettings
 from kimi_serve.simulator.prompt import read_prompt
-from kimi_serve.simulator.schema_budget import MAX_SECONDS
 from kimi_serve.simulator.schema_strings import FILLER
+from kimi_serve.simulator.schema_values import MAX_SECONDS
 from kimi_serve.simulator.stops import find_stop, holds_back
 from kimi_serve.simulator.validate import RequestChecks
 
@@ -35,7 +35,7 @@ CHAT_REQUEST_KEY = "kimi_serve_chat_request"  # where the HTTP layer leaves the 
 
 async def generate_off_loop(turn: scripted.Turn) -> str:
     """The scripted model's text, written in a worker thread so the event loop (``/health``, other streams, SIGTERM)
-    never waits on it. Its own budget (schema_budget.ArgumentBudget) ends a costly turn with a ValueError, SGLang's 400;
+    never waits on it. Its own budget (schema_values.ArgumentBudget) ends a costly turn with a ValueError, SGLang's 400;
     ``GENERATE_SECONDS`` is the backstop, answered the same way (the thread then ends on that budget)."""
     try:
         return await asyncio.wait_for(asyncio.to_thread(scripted.generate, turn), GENERATE_SECONDS)

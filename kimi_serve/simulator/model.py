@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.simulator import decision, intent, tasks
-from kimi_serve.simulator.schema_budget import MAX_CHARS, ArgumentBudget, TooCostly
 from kimi_serve.simulator.schema_strings import clip, pad
-from kimi_serve.simulator.schema_values import Values, long_text_key
+from kimi_serve.simulator.schema_values import MAX_CHARS, ArgumentBudget, TooCostly, Values, long_text_key
 
 logger = logging.getLogger("kimi_serve.simulator")
 

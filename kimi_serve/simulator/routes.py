@@ -8,7 +8,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar, cast
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
@@ -50,6 +50,46 @@ def redacted_info(server_args: Any) -> dict[str, Any]:
         command = command.replace(secret, REDACTED)
     info["launch_command"] = command
     return info
+
+
+async def serve_generate(tm: Any, obj: Any, raw_request: Any) -> Any:
+    """SGLang's native ``/generate``, as its ``http_server`` serves it: the body checked against SGLang's request
+    contract, then the output dict as JSON or ``data: {...}`` SSE lines ending with ``data: [DONE]``. One prompt per
+    request (a batch is refused with SGLang's error shape); ``n`` > 1 samples come back as a list of outputs."""
+    from fastapi.responses import ORJSONResponse, StreamingResponse
+    from sglang.srt.entrypoints.api_contract import generate_contract_error
+    from sglang.srt.utils.json_response import dumps_json, orjson_response
+
+    from kimi_serve.simulator.engine import normalize_once
+
+    contract_error = generate_contract_error(await raw_request.json())
+    if contract_error is not None:
+        return ORJSONResponse(status_code=400, content={"error": contract_error})
+    try:
+        normalize_once(obj)  # what TokenizerManager.generate_request does first
+        if not obj.is_single and obj.batch_size != 1:  # n > 1 samples of one prompt are served (a list of outputs)
+            raise ValueError("the kimi-serve simulator serves one prompt per /generate request (no batches)")
+    except ValueError as exc:
+        return ORJSONResponse(status_code=400, content={"error": {"message": str(exc)}})
+    if obj.stream:
+
+        async def stream_results() -> AsyncIterator[bytes]:
+            try:
+                async for out in tm.generate_request(obj, raw_request):
+                    yield b"data: " + dumps_json(out) + b"\n\n"
+            except ValueError as exc:
+                error = {
+                    "error": {"message": str(exc), "type": "invalid_request_error", "code": 400, "retryable": False}
+                }
+                yield b"data: " + dumps_json(error) + b"\n\n"
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(stream_results(), media_type="text/event-stream")
+    try:
+        ret = await tm.generate_request(obj, raw_request).__anext__()
+    except ValueError as exc:
+        return ORJSONResponse(status_code=400, content={"error": {"message": str(exc)}})
+    return orjson_response(ret)
 
 
 def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
@@ -238,8 +278,6 @@ def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
 
     @_typed(app.api_route("/generate", methods=["POST", "PUT"]))
     async def generate(obj: GenerateReqInput, raw_request: Request) -> Any:
-        from kimi_serve.simulator.native import serve_generate
-
         return await serve_generate(tm, obj, raw_request)
 
     async def warmup_once() -> None:

@@ -4,19 +4,50 @@
 (pointers, anchors, ``$id``s; siblings kept), ``allOf`` merged, the first ``anyOf``/``oneOf`` branch the whole schema
 accepts, ``const``/``enum``, objects, arrays, strings and numbers (schema_strings.py). Every candidate is checked with
 jsonschema, so what leaves here validates; a schema nothing satisfies gets the closest attempt. Bounded whatever a
-client sends (schema_budget.py): a schema beyond the budget raises ``TooCostly``, the request's 400.
+client sends (one :class:`ArgumentBudget` per turn): a schema beyond it raises ``TooCostly``, the request's 400
+(docs/simulator.md "The scripted model").
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from kimi_serve.simulator.schema_budget import ENUM_TRIES, ArgumentBudget, TooCostly
-from kimi_serve.simulator.schema_refs import ids, merge, types
 from kimi_serve.simulator.schema_strings import matches, number_value, string_value, takes_file
+
+MAX_VALUES = 20_000  # values (objects, arrays, strings, numbers...) built for one turn's calls
+MAX_CHARS = 1 << 20  # characters of generated strings in one turn (verify's largest probe asks for ~9 KB)
+MAX_SECONDS = 3.0  # work on one turn's arguments (the generator checks it at each value it builds)
+ENUM_TRIES = 16  # enum members validated before the first one is taken as it is
+
+
+class TooCostly(ValueError):
+    """The schema asks for more than the simulator builds within its bounds (a ValueError: SGLang's serving layer
+    answers it with 400 and this message)."""
+
+
+@dataclass
+class ArgumentBudget:
+    """What one turn's argument generation may still spend: values, characters and time."""
+
+    values: int = MAX_VALUES
+    chars: int = MAX_CHARS
+    deadline: float = field(default_factory=lambda: time.monotonic() + MAX_SECONDS)
+
+    def spend(self, values: int = 1, chars: int = 0) -> None:
+        self.values -= values
+        self.chars -= chars
+        if self.values < 0:
+            raise TooCostly(f"the arguments would need more than {MAX_VALUES} values (a schema without a finite end?)")
+        if self.chars < 0:
+            raise TooCostly(f"the arguments would need more than {MAX_CHARS} characters of strings")
+        if time.monotonic() > self.deadline:
+            raise TooCostly(f"building the arguments took more than {MAX_SECONDS:g} s")
+
 
 DEEP = 3  # nesting depth after which optional parts are left out and recursion takes its way out
 _OBJECT_KEYS = (
@@ -330,6 +361,72 @@ def long_text_key(props: dict[str, Any], keys: list[str]) -> str | None:
         if preferred in strings:
             return preferred
     return strings[0] if strings else None
+
+
+# JSON Schema plumbing: two schemas' constraints in one (allOf, ``$ref`` + siblings); subschemas by ``$id``, ``$anchor``
+_MIN_KEYS = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains")
+_MAX_KEYS = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains")
+
+
+def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Both schemas' constraints in one (what allOf and ``$ref`` + siblings mean), as far as generation needs."""
+    out = dict(a)
+    for key, value in b.items():
+        if key not in out:
+            out[key] = value
+        elif key == "properties" and isinstance(value, dict) and isinstance(out[key], dict):
+            props = dict(out[key])
+            for p, sub in value.items():
+                props[p] = {"allOf": [props[p], sub]} if p in props else sub
+            out[key] = props
+        elif key == "required":
+            out[key] = list(dict.fromkeys([*out[key], *value]))
+        elif key == "type":
+            mine = types(out[key])
+            theirs = types(value)
+            both = [t for t in mine if t in theirs or (t == "integer" and "number" in theirs)]
+            both += [t for t in theirs if t == "integer" and "number" in mine and t not in both]
+            out[key] = both or mine
+        elif key == "enum" and isinstance(value, list):
+            out[key] = [e for e in out[key] if e in value] or value
+        elif key in _MIN_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = max(out[key], value)
+        elif key in _MAX_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = min(out[key], value)
+        elif key in ("anyOf", "oneOf"):
+            out["allOf"] = [*out.get("allOf", []), {key: value}]
+        elif key in ("$defs", "definitions"):
+            out[key] = {**value, **out[key]}
+    return out
+
+
+def types(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    return [t for t in value if isinstance(t, str)] if isinstance(value, list) else []
+
+
+def ids(root: dict[str, Any]) -> dict[str, Any]:
+    """Subschemas by ``$id`` and ``$anchor`` (as written and by their last path segment), for references to them."""
+    found: dict[str, Any] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key in ("$id", "id"):
+                ident = node.get(key)
+                if isinstance(ident, str) and ident:
+                    found.setdefault(ident.rstrip("#"), node)
+                    found.setdefault(ident.rstrip("#").rsplit("/", 1)[-1], node)
+            if isinstance(node.get("$anchor"), str):
+                found.setdefault("#" + node["$anchor"], node)
+            for child in node.values():
+                walk(child)
+        elif isinstance(node, list):
+            for child in node:
+                walk(child)
+
+    walk(root)
+    return found
 
 
 def _validator(root: dict[str, Any]) -> Any:

@@ -18,7 +18,6 @@ from kimi_serve.simulator.stand_in import STANDIN_TOKENIZER, chat_template
 
 BASE_RANKS = 163584
 VOCAB_SIZE = 163840
-IM_END_ID = 163586
 
 # (id, token, special?) for the named slots; ids and flags from Kimi-K2 / K2.5 (K2-Instruct flags for tool markers).
 _NAMED: list[tuple[int, str, bool]] = [
@@ -60,7 +59,6 @@ _TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "tiktoken.model",
 class LoadedTokenizer:
     tokenizer: Any  # a transformers PreTrainedTokenizerBase
     description: str  # said in the log: which tokenizer serves
-    is_standin: bool
 
 
 def load_tokenizer(model_dir: Path | None, family: str = K25) -> LoadedTokenizer:
@@ -68,13 +66,12 @@ def load_tokenizer(model_dir: Path | None, family: str = K25) -> LoadedTokenizer
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=True)
-        return LoadedTokenizer(tok, f"real tokenizer {type(tok).__name__} and chat template from {model_dir}", False)
+        return LoadedTokenizer(tok, f"real tokenizer {type(tok).__name__} and chat template from {model_dir}")
     where = f"{model_dir} has no tokenizer files" if model_dir is not None else "no model directory"
     return LoadedTokenizer(
         build_standin(family),
         f"STAND-IN tokenizer (kimi-serve simulator: byte-level BPE + Kimi special-token ids, "
         f"{family_of(family).title}-style template; {where})",
-        True,
     )
 
 
