@@ -10,7 +10,6 @@ a chosen token is found further on in it (docs/simulator.md, "Constrained genera
 from __future__ import annotations
 
 import json
-import re
 import threading
 import types
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from http import HTTPStatus
 from typing import Any
 
 from kimi_serve.simulator import model as scripted
+from kimi_serve.simulator.prompt import CALL
 from kimi_serve.simulator.schema_strings import format_example
 
 _CONSTRAINTS = ("json_schema", "regex", "ebnf", "structural_tag")
@@ -26,14 +26,6 @@ _CONSTRAINTS = ("json_schema", "regex", "ebnf", "structural_tag")
 _PREFERRED = ('"', "@", "a", ".", "0", "-", ":")  # inside a JSON string: close it, else what formats need
 _PREFERRED_OUTSIDE = ("}", "]", '"', ",", "0", "-")  # outside one: close the object/array, else the next item
 _REPEAT_LIMIT = 16  # the same fallback token this many times in a row: try the next candidate (no endless "!!!!")
-_CALL = re.compile(
-    re.escape(scripted.CALL_BEGIN)
-    + r"functions\.(.+?):\d+"
-    + re.escape(scripted.ARG_BEGIN)
-    + r"(.*?)"
-    + re.escape(scripted.CALL_END),
-    re.S,
-)
 
 
 def has_constraint(params: Any) -> bool:
@@ -243,7 +235,7 @@ def intended_text(text: str, params: Any) -> str:
         schema = json.loads(params.json_schema)
     except ValueError:
         return text
-    calls = [(name, args) for name, args in _CALL.findall(answer)]
+    calls = [(ident.split(".", 1)[-1].rsplit(":", 1)[0], args) for ident, args in CALL.findall(answer)]
     if calls and isinstance(schema, dict) and schema.get("type") == "array":
         body = ", ".join(f'{{"name": {json.dumps(n)}, "parameters": {a}}}' for n, a in calls)
         return f"{prefix}[{body}]"

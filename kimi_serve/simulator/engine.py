@@ -202,17 +202,16 @@ class ScriptedTokenizerManager:
         rid = obj.rid if isinstance(obj.rid, str) else uuid.uuid4().hex
         prompt_out = prompt_ids if getattr(obj, "return_prompt_token_ids", False) else None
         matched: int | str | None = STOP_TOKEN_ID
+        grammar = abort = None
         if has_constraint(params) or self.constrainer.strict_thinking():
             grammar, abort = await asyncio.to_thread(
                 self.constrainer.grammar, params, prompt_ids, bool(getattr(parent, "require_reasoning", False))
             )
-            if abort is not None:  # SGLang's scheduler aborts it: 400 before a stream starts, an error chunk in one
-                if not obj.stream:
-                    raise ValueError(abort["message"])
-                yield self._output(rid, "", [], prompt_ids, 0, True, False, prompt_out, abort=abort)
-                return
-        else:
-            grammar = None
+        if abort is not None:  # SGLang's scheduler aborts it: 400 before a stream starts, an error chunk in one
+            if not obj.stream:
+                raise ValueError(abort["message"])
+            yield self._output(rid, "", [], prompt_ids, 0, True, prompt_out, abort=abort)
+            return
         if grammar is not None:
             intended = await asyncio.to_thread(
                 lambda: self.tokenizer.encode(intended_text(text, params), add_special_tokens=False)
@@ -234,7 +233,6 @@ class ScriptedTokenizerManager:
         stopped = find_stop(self.tokenizer, ids, params, skip) if params.stop_strs or params.stop_token_ids else None
         if stopped is not None:  # the request's own stop string or stop token, as SGLang's scheduler finds it
             ids, matched, final_text = stopped.ids, stopped.matched, stopped.text
-        truncated = matched is None
         reasoning_ids = self._reasoning_token_count(ids) if turn.thinking else 0
         done, decoded_upto, emitted = 0, 0, ""
         slot = self.clock.join(len(prompt_ids))
@@ -254,9 +252,7 @@ class ScriptedTokenizerManager:
                 if last and final_text is not None:
                     emitted = final_text
                 if (obj.stream and not holds_back(emitted, params)) or last:
-                    out = self._output(
-                        rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, truncated, prompt_out, matched
-                    )
+                    out = self._output(rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, prompt_out, matched)
                     if last:  # SGLang's counters, as its metrics collector adds a finished request
                         self.generated_tokens += len(out["output_ids"])
                         self.verify_calls += slot.verify_ct
@@ -269,7 +265,7 @@ class ScriptedTokenizerManager:
         finally:
             self.clock.leave(slot)
         if not ids:
-            yield self._output(rid, "", [], prompt_ids, 0, True, truncated, prompt_out, matched)
+            yield self._output(rid, "", [], prompt_ids, 0, True, prompt_out, matched)
 
     def _output(
         self,
@@ -279,7 +275,6 @@ class ScriptedTokenizerManager:
         prompt_ids: list[int],
         reasoning: int,
         last: bool,
-        truncated: bool,
         prompt_out: list[int] | None = None,
         matched: int | str | None = STOP_TOKEN_ID,
         abort: dict[str, Any] | None = None,
@@ -289,7 +284,7 @@ class ScriptedTokenizerManager:
         if abort is not None:
             finish = abort
         elif last:
-            if truncated or matched is None:
+            if matched is None:
                 finish = {"type": "length", "length": len(ids)}
             else:
                 finish = {"type": "stop", "matched": matched}

@@ -166,13 +166,10 @@ _QUOTED_SPAN = re.compile(r"`[^`]*`|\"[^\"]*\"|(?<!\w)'[^']*'(?!\w)|“[^”]*�
 
 def asks_for(sentence: str, start: int) -> bool:
     """The request phrase at ``start`` of ``sentence`` (a change: "delete", "overwrite", "run") is asked for in the
-    affirmative: the sentence is no question ("Should I run `rm -rf /`?", "Can I safely remove old.py?", "Do you think
-    I should delete it?", "可以删除吗"; "Can you delete old.py?" asks), and its clause up to the phrase holds no
-    negation ("don't", "never", "without", "instead of", "no need to"), question ("is it safe to", "what's the command
-    to", "how do I"), lookup ("find where we", "tell me what", "before") or hypothetical ("would"); "don't forget to",
-    "please", "can you" keep a request one; "delete nothing" asks for nothing. Quoted text counts for nothing; a clause
-    ends at punctuation and at "and", "then", "but", "just", ... ("Don't run the tests, just delete build/" asks for
-    the delete), except after a clause that is only a negation ("Don't, whatever happens, delete main.py")."""
+    affirmative: the sentence is no question ("Should I run X?"; "Can you delete X?" asks) and its clause up to the
+    phrase holds no negation, question, lookup or hypothetical (data/words.json "changes", docs/simulator.md); "delete
+    nothing" asks for nothing. Quoted text counts for nothing; a clause ends at punctuation and at "and", "then",
+    "just"..., except after a clause that is only a negation ("Don't, whatever happens, delete main.py")."""
     text = _QUOTED_SPAN.sub(lambda m: " " * len(m.group()), sentence.replace("\u2019", "'"))
     asked_anyway = _ASKED_ANYWAY.match(text.lstrip(" \t\"'“"))
     if text.rstrip().endswith(("?", "？")) and _QUESTION.match(text) and not asked_anyway or _QUESTION_END.search(text):

@@ -14,7 +14,7 @@ from kimi_serve.simulator.model import ARG_BEGIN, CALL_BEGIN, CALL_END, SECTION_
 _ROLE = re.compile(r"(<\|im_user\|>|<\|im_assistant\|>|<\|im_system\|>)")
 _ROLES = {"<|im_user|>": "user", "<|im_assistant|>": "assistant", "<|im_system|>": "system"}
 _MIDDLE, _END = "<|im_middle|>", "<|im_end|>"
-_CALL = re.compile(re.escape(CALL_BEGIN) + r"(.*?)" + re.escape(ARG_BEGIN) + r"(.*?)" + re.escape(CALL_END), re.S)
+CALL = re.compile(re.escape(CALL_BEGIN) + r"(.*?)" + re.escape(ARG_BEGIN) + r"(.*?)" + re.escape(CALL_END), re.S)
 _TS_FUNCTION = re.compile(r"((?:^//[^\n]*\n)*)^type (\w[\w.\-]*) = \(_: \{(.*?)^\}\) => any;", re.S | re.M)
 _TS_FIELD = re.compile(r"^  (\w+)(\??): ([^,\n]+)", re.M)
 
@@ -68,7 +68,7 @@ def _assistant(body: str) -> dict[str, Any]:
             "type": "function",
             "function": {"name": m.group(1).split(".", 1)[-1].rsplit(":", 1)[0], "arguments": m.group(2)},
         }
-        for m in _CALL.finditer(section)
+        for m in CALL.finditer(section)
     ]
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
