@@ -55,7 +55,7 @@ _QUOTED = re.compile(
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]+")
 # Common Chinese function and request words: what is left of a CJK run without them is a value (a place, a name).
 # Longest first, so a run is cut at the longest word that starts there.
-_CJK_COMMON = sorted(intent.words()["cjk_common"], key=len, reverse=True)
+_CJK_COMMON = re.compile("|".join(map(re.escape, sorted(intent.words()["cjk_common"], key=len, reverse=True))))
 
 
 def offered(
@@ -269,22 +269,8 @@ def _mid_sentence(prompt: str, pos: int) -> bool:
 
 def _cjk_phrases(run: str, start: int) -> list[tuple[int, str]]:
     """A CJK run split at common words; the pieces of two or more characters are values."""
-    pieces: list[tuple[int, str]] = []
-    i, current, begin = 0, "", 0
-    while i < len(run):
-        common = next((w for w in _CJK_COMMON if run.startswith(w, i)), None)
-        if common:
-            if current:
-                pieces.append((start + begin, current))
-            current, i = "", i + len(common)
-            continue
-        if not current:
-            begin = i
-        current += run[i]
-        i += 1
-    if current:
-        pieces.append((start + begin, current))
-    return [(pos, p) for pos, p in pieces if len(p) >= 2]
+    cuts = [0, *(i for m in _CJK_COMMON.finditer(run) for i in m.span()), len(run)]
+    return [(start + a, run[a:b]) for a, b in zip(cuts[::2], cuts[1::2], strict=True) if b - a >= 2]
 
 
 def quoted(prompt: str) -> list[str]:

@@ -157,7 +157,7 @@ _NOT_ASKED = re.compile(
 _QUESTION = re.compile(rf"^\W*(?:{phrases(_CHANGES['questions'] + _CHANGES['question_starts'])})", re.IGNORECASE)
 _ASKED_ANYWAY = re.compile(phrases(_CHANGES["still_asks"]), re.IGNORECASE)
 _QUESTION_END = re.compile(rf"(?:{'|'.join(map(re.escape, _CHANGES['question_ends']))})\W*$")
-_BOUNDARY = re.compile(rf"[,;:()\u2014\u2013，；：]|{phrases(_CHANGES['boundaries'])}", re.IGNORECASE)
+_BOUNDARY = re.compile(rf"([,;:()\u2014\u2013，；：]|{phrases(_CHANGES['boundaries'])})", re.IGNORECASE)
 _GOVERNING = [n for n in _CHANGES["negations"] if n not in ("no", "nor")]  # "No, delete it" answers, then asks
 _BARE_NEGATION = re.compile(rf"\W*(?:please\s+)?(?:{phrases(_GOVERNING)})\W*", re.IGNORECASE)
 _NONE_AFTER = re.compile(rf"\W*\w+\s+(?:{phrases(_CHANGES['objects_none'])})", re.IGNORECASE)
@@ -176,14 +176,11 @@ def asks_for(sentence: str, start: int) -> bool:
         return False
     if _NONE_AFTER.match(text, start):
         return False  # "delete nothing"
-    clauses, seps = [], []
-    last = 0
-    for m in _BOUNDARY.finditer(text[:start]):
-        clauses.append(text[last : m.start()])
-        seps.append(m.group())
-        last = m.end()
-    clause = _ASKED_ANYWAY.sub(" ", text[last:start])
-    for before, sep in zip(reversed(clauses), reversed(seps), strict=True):  # "Don't, whatever happens, delete X"
+    parts = _BOUNDARY.split(text[:start])  # clause, boundary, clause, ..., the phrase's clause
+    clause = _ASKED_ANYWAY.sub(" ", parts[-1])
+    for before, sep in zip(
+        reversed(parts[:-1:2]), reversed(parts[1::2]), strict=True
+    ):  # "Don't, whatever happens, delete X"
         if sep.strip().isalpha() or not sep.strip():
             break  # "and", "then", "just": a new request
         if _BARE_NEGATION.fullmatch(before):

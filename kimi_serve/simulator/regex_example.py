@@ -11,12 +11,8 @@ import importlib
 import re
 from typing import Any
 
-try:
-    _c: Any = importlib.import_module("re._constants")
-    _p: Any = importlib.import_module("re._parser")
-except ImportError:  # Python < 3.11 names them sre_constants / sre_parse
-    _c = importlib.import_module("sre_constants")
-    _p = importlib.import_module("sre_parse")
+_c: Any = importlib.import_module("re._constants")  # kimi-serve needs Python >= 3.11, where the parser lives here
+_p: Any = importlib.import_module("re._parser")
 
 _MAX_REPEAT = 10_000  # a pattern that needs more repetitions than this gets no example (the caller falls back)
 _PREFERRED = "example0123456789EXAMPLEbcdfghijkmnoqrstuvwyz_-. "
@@ -77,7 +73,7 @@ class _Walker:
             return "a"
         if op is _c.IN:
             return _pick(av)
-        if op is _c.AT:
+        if op in (_c.AT, _c.ASSERT, _c.ASSERT_NOT):  # anchors and lookarounds: nothing generated (checked after)
             return ""
         if op is _c.BRANCH:
             return self.seq(list(av[1][0]))
@@ -93,16 +89,11 @@ class _Walker:
             low, high, body = av
             if low > _MAX_REPEAT:
                 raise _Impossible("repeat too long")
-            count = low
-            room = (high - low) if high is not _c.MAXREPEAT else self.extra
-            grow = min(self.extra, room)
+            grow = min(self.extra, (high - low) if high is not _c.MAXREPEAT else self.extra)
             self.extra -= grow
-            count += grow
-            return "".join(self.seq(list(body)) for _ in range(count))
+            return "".join(self.seq(list(body)) for _ in range(low + grow))
         if op is _c.GROUPREF:
             return self.groups.get(av, "")
-        if op in (_c.ASSERT, _c.ASSERT_NOT):
-            return ""
         if op is _c.GROUPREF_EXISTS:
             group, yes, no = av
             return self.seq(list(yes)) if group in self.groups else (self.seq(list(no)) if no else "")

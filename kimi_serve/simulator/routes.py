@@ -42,11 +42,9 @@ def redacted_info(server_args: Any) -> dict[str, Any]:
     not left as ``<redacted>-admin``."""
     info: dict[str, Any] = server_args.resolved_dict()
     command = server_args.launch_command or ""
-    secrets = [str(info[k]) for k in ("api_key", "admin_api_key") if info.get(k)]
-    for key in ("api_key", "admin_api_key"):
-        if info.get(key):
-            info[key] = REDACTED
-    for secret in sorted(secrets, key=len, reverse=True):
+    secrets = {k: str(info[k]) for k in ("api_key", "admin_api_key") if info.get(k)}
+    info.update(dict.fromkeys(secrets, REDACTED))
+    for secret in sorted(secrets.values(), key=len, reverse=True):
         command = command.replace(secret, REDACTED)
     info["launch_command"] = command
     return info

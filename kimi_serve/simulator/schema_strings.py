@@ -124,12 +124,8 @@ def format_example(fmt: str, variant: int = 0) -> str | None:
         "iri": f"https://example.com/{n or ''}",
         "uuid": f"123e4567-e89b-12d3-a456-{426614174000 + n:012d}",
     }
-    if fmt in made:
-        return made[fmt]
-    listed = FORMATS.get(fmt)
-    if not listed:
-        return None
-    return listed[n % len(listed)] if n < len(listed) else None
+    listed = FORMATS.get(fmt, [])
+    return made.get(fmt) or (listed[n] if n < len(listed) else None)
 
 
 def takes_file(name: str, prompt: str, hints: list[str]) -> str | None:

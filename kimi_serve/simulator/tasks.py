@@ -43,6 +43,8 @@ _JOINED = re.compile(
     re.IGNORECASE,
 )
 _NOT_TARGETS = frozenset({"the", "a", "an", "it", "this", "that", "all", "where", "in", "me", "file", "files", "code"})
+Call = tuple[dict[str, Any], dict[str, Any]]  # a tool and the argument values the request names
+CallPlan = tuple[list[Call], str]
 
 
 def vocabulary() -> dict[str, Any]:
@@ -143,7 +145,7 @@ def _by_role(functions: list[dict[str, Any]], wanted: str) -> dict[str, Any] | N
     return next((fn for fn in functions if role(fn) == wanted), None)
 
 
-def _call(fn: dict[str, Any] | None, **values: tuple[str, str | None]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def _call(fn: dict[str, Any] | None, **values: tuple[str, str | None]) -> list[Call]:
     """One call of ``fn`` with each value in the parameter of its kind (values: name -> (kind, value))."""
     if fn is None:
         return []
@@ -179,9 +181,7 @@ def _search_target(rest: str) -> str | None:
     return None
 
 
-def _piece_calls(
-    functions: list[dict[str, Any]], piece: Piece, agent: bool
-) -> list[tuple[dict[str, Any], dict[str, Any]]] | None:
+def _piece_calls(functions: list[dict[str, Any]], piece: Piece, agent: bool) -> list[Call] | None:
     """The calls one piece asks for; None when the piece asks for something this vocabulary cannot serve (a change
     or a command not asked for in the affirmative among them)."""
     action, text, rest = piece.action, piece.text, piece.rest
@@ -209,9 +209,7 @@ def _piece_calls(
     return None
 
 
-def _change(
-    functions: list[dict[str, Any]], text: str, rest: str, file: str
-) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def _change(functions: list[dict[str, Any]], text: str, rest: str, file: str) -> list[Call]:
     verb = (text[: len(text) - len(rest)].split() or [""])[-1].lower()
     verb = next((v for v in ("写", "创建", "保存", "删除") if verb.endswith(v)), verb)  # "请删除": no space before it
     quoted = [q for q in _quoted(text) if q != file]
@@ -235,9 +233,6 @@ def _change(
     return _call(_by_role(functions, "read"), path=("path", file))  # a change it cannot spell out: read first
 
 
-CallPlan = tuple[list[tuple[dict[str, Any], dict[str, Any]]], str]
-
-
 def plan(functions: list[dict[str, Any]], prompt: str) -> CallPlan | None:
     """The calls an everyday agent request asks for, as (function, named argument values) in the order asked, and
     the rest of the request ("... and get the weather in Tokyo": for the other tools, decision.py); no calls for a
@@ -246,7 +241,7 @@ def plan(functions: list[dict[str, Any]], prompt: str) -> CallPlan | None:
     if not any(roles):
         return None
     agent = bool({"run", "edit", "delegate"} & set(roles))
-    calls: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    calls: list[Call] = []
     rest: list[str] = []
     for piece in _pieces(prompt):
         if piece.action == "change" and piece.asked and not agent:
