@@ -58,11 +58,7 @@ def _uvicorn_log_config() -> dict[str, Any]:
 
 def _wait_loading(seconds: float, stop: threading.Event) -> bool:
     """Sleep through the simulated weight loading (port closed). False when SIGTERM/SIGINT arrived."""
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = {s: signal.signal(s, lambda signum, frame: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         return not stop.wait(seconds) if seconds > 0 else not stop.is_set()
     finally:

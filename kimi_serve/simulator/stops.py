@@ -45,10 +45,9 @@ def find_stop(tokenizer: Any, ids: list[int], params: Any, skip: frozenset[int])
 
 def holds_back(text: str, params: Any) -> bool:
     """Whether the output so far ends in what may begin a stop string (SGLang then delays the stream chunk)."""
-    for stop in params.stop_strs or []:
-        if stop and (stop in text or any(text.endswith(stop[:i]) for i in range(1, len(stop) + 1))):
-            return True
-    return False
+    return any(
+        s in text or any(text.endswith(s[:i]) for i in range(1, len(s) + 1)) for s in params.stop_strs or [] if s
+    )
 
 
 def _decode(tokenizer: Any, ids: list[int], skip: frozenset[int]) -> str:
