@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from kimi_serve.simulator.schema_refs import ids, merge, types
 from kimi_serve.simulator.schema_strings import matches, number_value, string_value, takes_file
 
 MAX_VALUES = 20_000  # values (objects, arrays, strings, numbers...) built for one turn's calls
@@ -265,8 +266,7 @@ class Values:
     def _extra_key(self, s: dict[str, Any], n: int) -> str | None:
         patterns = list((s.get("patternProperties") or {}).items())
         if patterns:
-            key = string_value({"pattern": patterns[n % len(patterns)][0]}, "key", "", [], 0, n // len(patterns))
-            return key
+            return string_value({"pattern": patterns[n % len(patterns)][0]}, "key", "", [], 0, n // len(patterns))
         if s.get("additionalProperties") is False:
             return None
         names = self.flat(s.get("propertyNames", {}))
@@ -357,76 +357,8 @@ def long_text_key(props: dict[str, Any], keys: list[str]) -> str | None:
         and (props[k].get("type") or "string") == "string"
         and not props[k].get("enum")
     ]
-    for preferred in ("content", "text", "body", "message", "code", "data"):
-        if preferred in strings:
-            return preferred
-    return strings[0] if strings else None
-
-
-# JSON Schema plumbing: two schemas' constraints in one (allOf, ``$ref`` + siblings); subschemas by ``$id``, ``$anchor``
-_MIN_KEYS = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains")
-_MAX_KEYS = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains")
-
-
-def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Both schemas' constraints in one (what allOf and ``$ref`` + siblings mean), as far as generation needs."""
-    out = dict(a)
-    for key, value in b.items():
-        if key not in out:
-            out[key] = value
-        elif key == "properties" and isinstance(value, dict) and isinstance(out[key], dict):
-            props = dict(out[key])
-            for p, sub in value.items():
-                props[p] = {"allOf": [props[p], sub]} if p in props else sub
-            out[key] = props
-        elif key == "required":
-            out[key] = list(dict.fromkeys([*out[key], *value]))
-        elif key == "type":
-            mine = types(out[key])
-            theirs = types(value)
-            both = [t for t in mine if t in theirs or (t == "integer" and "number" in theirs)]
-            both += [t for t in theirs if t == "integer" and "number" in mine and t not in both]
-            out[key] = both or mine
-        elif key == "enum" and isinstance(value, list):
-            out[key] = [e for e in out[key] if e in value] or value
-        elif key in _MIN_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[key] = max(out[key], value)
-        elif key in _MAX_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[key] = min(out[key], value)
-        elif key in ("anyOf", "oneOf"):
-            out["allOf"] = [*out.get("allOf", []), {key: value}]
-        elif key in ("$defs", "definitions"):
-            out[key] = {**value, **out[key]}
-    return out
-
-
-def types(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    return [t for t in value if isinstance(t, str)] if isinstance(value, list) else []
-
-
-def ids(root: dict[str, Any]) -> dict[str, Any]:
-    """Subschemas by ``$id`` and ``$anchor`` (as written and by their last path segment), for references to them."""
-    found: dict[str, Any] = {}
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for key in ("$id", "id"):
-                ident = node.get(key)
-                if isinstance(ident, str) and ident:
-                    found.setdefault(ident.rstrip("#"), node)
-                    found.setdefault(ident.rstrip("#").rsplit("/", 1)[-1], node)
-            if isinstance(node.get("$anchor"), str):
-                found.setdefault("#" + node["$anchor"], node)
-            for child in node.values():
-                walk(child)
-        elif isinstance(node, list):
-            for child in node:
-                walk(child)
-
-    walk(root)
-    return found
+    preferred = [k for k in ("content", "text", "body", "message", "code", "data") if k in strings]
+    return (preferred or strings or [None])[0]
 
 
 def _validator(root: dict[str, Any]) -> Any:
