@@ -533,7 +533,7 @@ def test_moonshot_verifier_cases_under_auto_still_decide_as_before() -> None:
     assert calls("请查一下北京的天气。", [WEATHER], "none") == []
 
 
-# Issue 44: argument generation is bounded whatever schema a client sends (schema_budget.py).
+# Issue 44: argument generation is bounded whatever schema a client sends (schema_values.ArgumentBudget).
 def _tree() -> dict[str, Any]:
     node = {
         "type": "object",
@@ -589,7 +589,7 @@ UNBOUNDED = {
 
 @pytest.mark.parametrize("case", list(UNBOUNDED))
 def test_a_schema_without_a_bounded_instance_ends_with_a_clear_error_in_bounded_time(case: str) -> None:
-    from kimi_serve.simulator.schema_budget import MAX_SECONDS, TooCostly
+    from kimi_serve.simulator.schema_values import MAX_SECONDS, TooCostly
 
     started = time.monotonic()
     with pytest.raises(TooCostly, match=r"tool 'submit': the simulator cannot write arguments .*; send a schema"):

@@ -1,13 +1,9 @@
 """SGLang's own argument handling for the simulator: parse, substitute missing model directories, resolve, publish.
 
-The argv is exactly what ``python -m sglang.launch_server`` accepts; SGLang's ``prepare_server_args`` parses it
-(``--config FILE`` merged, argparse errors exit 2 with SGLang's message). Resolution runs under a simulated SM120
-platform (``override_platform``) so every SM120-dependent default comes out as on the serving host.
-
-Model directories that do not exist here (``/models/Kimi-K2.5`` in CI) are replaced by config-only stand-ins shipped in
-assets/, because resolution reads ``config.json`` from them; ``served_model_name`` keeps the argv's value (or the
-original path, which is SGLang's default), so clients see what they would see on the real server. The draft's class
-is then resolved as SGLang's start-up resolves it (draft.py); a draft it would refuse stops the simulator.
+The argv is what ``python -m sglang.launch_server`` accepts (SGLang's ``prepare_server_args``: argparse errors exit 2);
+resolution runs under a simulated SM120 platform, so SM120-dependent defaults come out as on the serving host. Model
+directories absent here are replaced by the config-only stand-ins of assets/ (resolution reads their config.json);
+``served_model_name`` keeps the argv's value. The draft's class is then resolved as SGLang's start-up does (draft.py).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""The simulator's scheduler clock: one step loop for all running requests, paced by the performance MODEL
-(:mod:`kimi_serve.simulator.perf`), as SGLang's scheduler runs one batch per step.
-
-A request joins with its prompt length, waits for a batch slot (``max_running_requests``), is prefilled in the step it
-is admitted (one token out, as SGLang's prefill emits the first token), then gets ``draw_accept()`` tokens every step
-until it leaves. Each step lasts ``step_ms(batch, mean context, prefill tokens) / speedup``; the work the requests do
-between steps (detokenizing, SSE) overlaps the wait, because steps are scheduled on absolute deadlines.
-
-``fixed_step_s`` replaces the model's step time with a constant (``KIMI_SERVE_SIM_STEP_SECONDS``; the contract dry run
-uses it to drop the pacing): tokens per step still come from the model.
+"""The simulator's scheduler clock: one step loop for all running requests, paced by the performance model (perf.py),
+as SGLang's scheduler runs one batch per step (docs/simulator.md, "Performance model"). Steps are scheduled on
+absolute deadlines, so the requests' own work between steps overlaps the wait. ``fixed_step_s``
+(``KIMI_SERVE_SIM_STEP_SECONDS``; the contract dry run drops the pacing with it) replaces the model's step time; the
+tokens per step still come from the model.
 """
 
 from __future__ import annotations
@@ -23,7 +18,6 @@ from kimi_serve.simulator.perf import PerfModel
 class Slot:
     prompt_tokens: int
     context: int = 0
-    admitted: bool = False
     prefilled: bool = False
     grant: asyncio.Future[int] | None = None
     waiting: list[int] = field(default_factory=list)  # tokens granted but not yet taken
@@ -37,7 +31,6 @@ class StepClock:
         self.fixed_step_s = fixed_step_s
         self.running: list[Slot] = []
         self.queue: list[Slot] = []
-        self.steps = 0
         self.decode_steps = 0  # request-steps that decoded (accept-length denominator)
         self.accepted = 0  # tokens those request-steps produced
         self._task: asyncio.Task[None] | None = None
@@ -68,20 +61,13 @@ class StepClock:
         """Cumulative mean tokens per decode step, as SGLang's ``avg_spec_accept_length`` (decode steps only)."""
         return self.accepted / self.decode_steps if self.decode_steps else self.model.mean_accept()
 
-    def _admit(self) -> list[Slot]:
-        limit = self.model.max_running
-        admitted = []
-        while self.queue and (limit is None or len(self.running) < limit):
-            slot = self.queue.pop(0)
-            slot.admitted = True
-            self.running.append(slot)
-            admitted.append(slot)
-        return admitted
-
     async def _run(self) -> None:
         next_at = time.monotonic()
+        limit = self.model.max_running
         while self.running or self.queue:
-            new = self._admit()
+            room = len(self.queue) if limit is None else max(0, limit - len(self.running))
+            new, self.queue = self.queue[:room], self.queue[room:]
+            self.running += new
             decoding = [s for s in self.running if s.prefilled]
             if self.fixed_step_s is not None:
                 seconds = self.fixed_step_s
@@ -92,7 +78,6 @@ class StepClock:
             # the step starts when the last one ended (or now, if the CPU fell behind): absolute deadlines
             next_at = max(next_at, time.monotonic()) + seconds
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-            self.steps += 1
             for slot in list(self.running):
                 if slot not in decoding and slot not in new:
                     continue  # joined while this step ran

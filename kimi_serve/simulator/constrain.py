@@ -1,27 +1,15 @@
-"""Constrained generation for the simulator through SGLang's OWN grammar backend (the profile's ``--grammar-backend``).
+"""Constrained generation for the simulator through SGLang's OWN grammar backend (the profile's ``--grammar-backend``),
+obtained and keyed as 0.5.23's scheduler does it (``create_grammar_backend``, ``GrammarManager``), with SGLang's errors.
 
-When the sampling parameters SGLang's serving layer built carry a constraint (``json_schema``, ``regex``, ``ebnf`` or
-``structural_tag``: from ``response_format``, ``tool_choice`` required/named, strict tools, or the client's own), the
-grammar is obtained the way 0.5.23's scheduler obtains it: ``create_grammar_backend`` (xgrammar by default, wrapped in
-``ReasonerGrammarBackend`` with ``--reasoning-parser``, so the grammar starts after ``</think>``), the request's key and
-cache lookup by ``GrammarManager.process_req_with_grammar``, the compiled object from the backend's future. Errors are
-SGLang's: ``--grammar-backend none`` aborts the request with its message, a grammar that does not compile with
-"Failed to compile ... grammar: ...".
-
-Decoding then works like a sampler under the vocab mask, deterministically: the scripted model's intended token is
-taken while the grammar allows it (the mask is SGLang's ``fill_vocab_mask``; the token goes through
-``accept_token``); from the first token it rejects on, a deterministic choice among the allowed tokens: a stop token,
-else the grammar's forced continuation (``try_jump_forward``), else the first allowed of a short list (inside a JSON
-string its closing ``"``, then what common formats need; outside one ``}``, ``]``, ``"``, ``,``, ``0``), else the
-smallest allowed non-whitespace id; a chosen token found further on in the intended text puts the decode back in step
-with it. Generation ends when the grammar terminates (it accepts a stop token) or at
-``max_new_tokens``, as in SGLang. Runs inside the SGLang venv.
+Decoding works like a deterministic sampler under SGLang's vocab mask: the scripted model's intended token while the
+grammar allows it; from the first token it rejects, a stop token, else the grammar's forced continuation, else the
+first allowed of a short list, else the smallest allowed non-whitespace id, back in step with the intended text when
+a chosen token is found further on in it (docs/simulator.md, "Constrained generation"). Runs inside the SGLang venv.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import threading
 import types
 from dataclasses import dataclass
@@ -29,6 +17,8 @@ from http import HTTPStatus
 from typing import Any
 
 from kimi_serve.simulator import model as scripted
+from kimi_serve.simulator.prompt import CALL
+from kimi_serve.simulator.schema_strings import format_example
 
 _CONSTRAINTS = ("json_schema", "regex", "ebnf", "structural_tag")
 # The deterministic choice once the grammar has rejected the intended token: close what is open, move on to the next
@@ -36,14 +26,6 @@ _CONSTRAINTS = ("json_schema", "regex", "ebnf", "structural_tag")
 _PREFERRED = ('"', "@", "a", ".", "0", "-", ":")  # inside a JSON string: close it, else what formats need
 _PREFERRED_OUTSIDE = ("}", "]", '"', ",", "0", "-")  # outside one: close the object/array, else the next item
 _REPEAT_LIMIT = 16  # the same fallback token this many times in a row: try the next candidate (no endless "!!!!")
-_CALL = re.compile(
-    re.escape(scripted.CALL_BEGIN)
-    + r"functions\.(.+?):\d+"
-    + re.escape(scripted.ARG_BEGIN)
-    + r"(.*?)"
-    + re.escape(scripted.CALL_END),
-    re.S,
-)
 
 
 def has_constraint(params: Any) -> bool:
@@ -84,7 +66,7 @@ class Constrainer:
         self._manager: Any = None
         # <|im_end|> (what the scripted model ends a turn with) first, then the model's EOS ids (xgrammar's stop
         # tokens: TokenizerInfo gets model_eos_token_ids)
-        im_end = scripted_stop_id(tokenizer)
+        im_end = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
         self.stop_order = [im_end, *sorted(set(model_config.hf_eos_token_id or ()) - {im_end})]
         self.stop_ids = frozenset(self.stop_order)
         self._prefer: list[int] = []
@@ -163,7 +145,7 @@ class Constrainer:
         mask = grammar.allocate_vocab_mask(self.vocab_size, 1, "cpu")
         out: list[int] = []
         following, at = True, 0  # at: the next intended token
-        quotes = _Quotes()
+        in_string = escaped = False  # whether the output so far is inside a JSON string (unescaped quotes counted)
         active = getattr(grammar, "_grammar_active", None)  # ReasonerGrammarObject: False while reasoning
         while len(out) < limit:
             if mask is not None:
@@ -177,12 +159,17 @@ class Constrainer:
                 following = False
                 tail = out[-_REPEAT_LIMIT:]
                 avoid = tail[0] if len(tail) == _REPEAT_LIMIT and len(set(tail)) == 1 else None
-                want = self._choose(grammar, row, avoid, quotes.inside)
+                want = self._choose(grammar, row, avoid, in_string)
                 if want in intended[at:]:  # back in step with the intended text (e.g. the call after a preface)
                     at = intended.index(want, at) + 1
                     following = True
-            if active is None or active():
-                quotes.feed(self.tokenizer.decode([want], skip_special_tokens=False))
+            for ch in self.tokenizer.decode([want], skip_special_tokens=False) if active is None or active() else "":
+                if escaped:
+                    escaped = False
+                elif ch == "\\" and in_string:
+                    escaped = True
+                elif ch == '"':
+                    in_string = not in_string
             grammar.accept_token(want)
             if want in self.stop_ids:
                 return out, want
@@ -235,27 +222,6 @@ class Constrainer:
         return self._blank[token]
 
 
-class _Quotes:
-    """Whether the constrained output so far is inside a JSON string (unescaped quotes counted)."""
-
-    def __init__(self) -> None:
-        self.inside = False
-        self._escaped = False
-
-    def feed(self, text: str) -> None:
-        for ch in text:
-            if self._escaped:
-                self._escaped = False
-            elif ch == "\\" and self.inside:
-                self._escaped = True
-            elif ch == '"':
-                self.inside = not self.inside
-
-
-def scripted_stop_id(tokenizer: Any) -> int:
-    return int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
-
-
 def intended_text(text: str, params: Any) -> str:
     """What the scripted model means to write under a JSON-schema constraint: the JSON, not prose. A tool section
     becomes SGLang's forced-call array (``[{"name", "parameters"}]``, what required/named calls look like without a
@@ -269,7 +235,7 @@ def intended_text(text: str, params: Any) -> str:
         schema = json.loads(params.json_schema)
     except ValueError:
         return text
-    calls = [(name, args) for name, args in _CALL.findall(answer)]
+    calls = [(ident.split(".", 1)[-1].rsplit(":", 1)[0], args) for ident, args in CALL.findall(answer)]
     if calls and isinstance(schema, dict) and schema.get("type") == "array":
         body = ", ".join(f'{{"name": {json.dumps(n)}, "parameters": {a}}}' for n, a in calls)
         return f"{prefix}[{body}]"
@@ -325,24 +291,12 @@ def sketch(schema: Any, answer: str, depth: int = 0, nodes: list[int] | None = N
         return True
     if kind == "null":
         return None
-    if schema.get("format") in _FORMATS:
-        return _FORMATS[schema["format"]]
+    made = format_example(str(schema.get("format", "")))
+    if made is not None:
+        return made
     text = answer[: schema["maxLength"]] if isinstance(schema.get("maxLength"), int) else answer
     return text.ljust(min(_number(schema.get("minLength"), 0), _SKETCH_CHARS), ".")
 
 
 def _number(value: Any, default: int) -> int:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-_FORMATS = {
-    "email": "user@example.com",
-    "date": "2026-01-01",
-    "date-time": "2026-01-01T00:00:00Z",
-    "time": "00:00:00Z",
-    "uri": "https://example.com/",
-    "uuid": "00000000-0000-4000-8000-000000000000",
-    "ipv4": "127.0.0.1",
-    "ipv6": "::1",
-    "hostname": "example.com",
-}

@@ -1,16 +1,9 @@
 """The scripted model's tool decision: whether to call, which offered tools, how many calls, and the prompt's values.
 
-Deterministic, and shaped like a model's choice rather than a keyword trigger:
-- ``tool_choice`` "none" never calls; "required" and a named function always call;
-- with "auto", no call when the prompt declines tools ("do not use any tools", "without calling tools", "just
-  answer", "你不应使用任何工具", ...) or when no offered tool fits the request (no word of its name or description in
-  the prompt, and the prompt does not ask for a tool by itself);
-- several calls only when the request asks for several distinct calls: "N calls/times", "twice", "once for each",
-  "both", "N <things>" with at least N values in the prompt to give them, or "X and Y" naming several tools. Counts
-  inside quoted values and "at least N ..." (a constraint on a value) do not count.
-Values for string arguments come from the prompt in any script: quoted text (ASCII and CJK quotes), capitalised words
-(Latin, Cyrillic, Greek...), and CJK phrases left over once common function words are taken out (北京 in
-"北京今天天气怎么样").
+Deterministic, and shaped like a model's choice rather than a keyword trigger (docs/simulator.md, "The scripted
+model"): ``tool_choice`` first, then a prompt that declines tools or that no offered tool fits; several calls only
+when the request asks for several distinct ones. Values for string arguments come from the prompt in any script:
+quoted text, capitalised words, CJK phrases left over once common function words are taken out.
 """
 
 from __future__ import annotations
@@ -62,7 +55,7 @@ _QUOTED = re.compile(
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]+")
 # Common Chinese function and request words: what is left of a CJK run without them is a value (a place, a name).
 # Longest first, so a run is cut at the longest word that starts there.
-_CJK_COMMON = sorted(intent.words()["cjk_common"], key=len, reverse=True)
+_CJK_COMMON = re.compile("|".join(map(re.escape, sorted(intent.words()["cjk_common"], key=len, reverse=True))))
 
 
 def offered(
@@ -91,7 +84,7 @@ def offered(
 
 def declines(prompt: str) -> bool:
     """The prompt asks for an answer without tools (or says not to do what a tool does: "don't look it up")."""
-    return bool(_DECLINES.search(prompt)) or intent.says_not_to(prompt)
+    return bool(_DECLINES.search(prompt) or intent.SAYS_NOT_TO.search(prompt))
 
 
 def choose(functions: list[dict[str, Any]], prompt: str, tool_choice: Any = "auto") -> list[dict[str, Any]]:
@@ -104,7 +97,7 @@ def choose(functions: list[dict[str, Any]], prompt: str, tool_choice: Any = "aut
     if (
         not forced
         and not asked
-        and intent.asks_knowledge(prompt)
+        and intent.KNOWLEDGE.search(prompt.strip())
         and not intent.has_object_for(functions, prompt, values)
     ):
         return []  # a question of knowledge, nothing a tool would act on
@@ -146,12 +139,10 @@ def _distinct(matching: list[dict[str, Any]], prompt_words: set[str]) -> list[di
 def _single_value_tool(fn: dict[str, Any]) -> bool:
     """A tool that takes one required string (a city, a query): values joined by "and" mean one call each."""
     params = fn.get("parameters")
-    params = params if isinstance(params, dict) else {}
-    props = params.get("properties")
-    props = props if isinstance(props, dict) else {}
+    props = intent.props(fn)
     strings = [
         k
-        for k in params.get("required") or []
+        for k in (params.get("required") if isinstance(params, dict) else None) or []
         if isinstance(props.get(k), dict) and props[k].get("type", "string") == "string" and not props[k].get("enum")
     ]
     return len(strings) == 1
@@ -278,22 +269,8 @@ def _mid_sentence(prompt: str, pos: int) -> bool:
 
 def _cjk_phrases(run: str, start: int) -> list[tuple[int, str]]:
     """A CJK run split at common words; the pieces of two or more characters are values."""
-    pieces: list[tuple[int, str]] = []
-    i, current, begin = 0, "", 0
-    while i < len(run):
-        common = next((w for w in _CJK_COMMON if run.startswith(w, i)), None)
-        if common:
-            if current:
-                pieces.append((start + begin, current))
-            current, i = "", i + len(common)
-            continue
-        if not current:
-            begin = i
-        current += run[i]
-        i += 1
-    if current:
-        pieces.append((start + begin, current))
-    return [(pos, p) for pos, p in pieces if len(p) >= 2]
+    cuts = [0, *(i for m in _CJK_COMMON.finditer(run) for i in m.span()), len(run)]
+    return [(start + a, run[a:b]) for a, b in zip(cuts[::2], cuts[1::2], strict=True) if b - a >= 2]
 
 
 def quoted(prompt: str) -> list[str]:

@@ -1,20 +1,13 @@
 """The speculative draft's model class, resolved by SGLang's own code the way its start-up resolves it.
 
-A real SGLang start reads the draft twice before any weight is loaded: the target's model runner builds the draft's
-``ModelConfig`` in draft mode (``resolve_spec_aux_hidden_state_config``: the draft-mode rewrite of its architecture,
-its attention shape, for EAGLE-3 the target layers whose hidden states feed it), and the draft worker asks the model
-registry for the class ``architectures[0]`` names and for that class's draft tensor-parallel declaration. The
-simulator runs the same steps after SGLang's argument resolution (``args.py``), so a draft config that the real start
-would refuse stops the simulator, and with it ``check --contract``, with one line.
+A real start builds the draft's ``ModelConfig`` in draft mode (``resolve_spec_aux_hidden_state_config``) and asks the
+model registry for the class ``architectures[0]`` names and its draft tensor-parallel declaration; the simulator runs
+the same steps after the argument resolution (args.py), so a draft the real start would refuse stops it, and with it
+``check --contract``, with one line.
 
-The registry's rule is applied to the modules that name the class: ``sglang.srt.models``' ``ModelRegistry`` registers
-each class a module lists in its ``EntryClass``, under the class's name, and importing the registry imports all ~290
-model modules (4-11 s on two busy cores, a third of a dry run). Here only the modules whose source names the class
-are imported, and the class is taken from their ``EntryClass`` as the registry takes it; a class no module registers
-is refused, as the real start refuses it (the Transformers fallback runs no EAGLE draft).
-
-Runs in the SGLang interpreter; SGLang is imported inside the functions only, so the kimi-serve side can read the
-log prefix without it.
+Importing SGLang's registry imports all ~290 model modules (4-11 s on two busy cores), so only the modules whose source
+names the class are imported, and the class is taken from their ``EntryClass`` as the registry takes it. SGLang is
+imported inside the functions only, so the kimi-serve side can read the log prefix without it.
 """
 
 from __future__ import annotations

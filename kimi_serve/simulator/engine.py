@@ -1,11 +1,8 @@
 """The scripted stand-in for SGLang's TokenizerManager + scheduler: what ``OpenAIServingChat`` talks to.
 
-It exposes the TokenizerManager surface the OpenAI serving layer uses and answers ``generate_request`` the way the
-real detokenizer does: CUMULATIVE decoded text, token-aligned (a special token is always whole), several tokens per
-step when speculative decoding is on (accept lengths drawn by the performance MODEL, :mod:`kimi_serve.simulator.perf`,
-paced by its scheduler clock, :mod:`kimi_serve.simulator.clock`), one token per step without it, ``meta_info`` with
-usage and a finish reason whose ``matched`` is the stop id ``<|im_end|>`` (163586). The text itself comes from
-:mod:`kimi_serve.simulator.model`.
+It answers ``generate_request`` as the real detokenizer does: cumulative decoded text, token-aligned, several tokens
+per step with speculative decoding (perf.py's draws, clock.py's pacing), ``meta_info`` with usage and a finish reason
+matching the stop id ``<|im_end|>`` (163586). The text comes from model.py.
 """
 
 from __future__ import annotations
@@ -26,8 +23,8 @@ from kimi_serve.simulator.clock import StepClock
 from kimi_serve.simulator.constrain import Constrainer, has_constraint, intended_text
 from kimi_serve.simulator.perf import PerfModel, PerfParams, SpecSettings
 from kimi_serve.simulator.prompt import read_prompt
-from kimi_serve.simulator.schema_budget import MAX_SECONDS
 from kimi_serve.simulator.schema_strings import FILLER
+from kimi_serve.simulator.schema_values import MAX_SECONDS
 from kimi_serve.simulator.stops import find_stop, holds_back
 from kimi_serve.simulator.validate import RequestChecks
 
@@ -38,7 +35,7 @@ CHAT_REQUEST_KEY = "kimi_serve_chat_request"  # where the HTTP layer leaves the 
 
 async def generate_off_loop(turn: scripted.Turn) -> str:
     """The scripted model's text, written in a worker thread so the event loop (``/health``, other streams, SIGTERM)
-    never waits on it. Its own budget (schema_budget.ArgumentBudget) ends a costly turn with a ValueError, SGLang's 400;
+    never waits on it. Its own budget (schema_values.ArgumentBudget) ends a costly turn with a ValueError, SGLang's 400;
     ``GENERATE_SECONDS`` is the backstop, answered the same way (the thread then ends on that budget)."""
     try:
         return await asyncio.wait_for(asyncio.to_thread(scripted.generate, turn), GENERATE_SECONDS)
@@ -84,13 +81,6 @@ def spec_meta(spec: SpecSettings, completion_tokens: int, verify_ct: int, correc
     }
 
 
-def make_clock(resolved: dict[str, Any]) -> StepClock:
-    """The scheduler clock for these server args, with the model's parameters from the environment."""
-    params = perf_params()
-    model = PerfModel(params, SpecSettings.from_server_args(resolved), resolved.get("max_running_requests"))
-    return StepClock(model, step_delay())
-
-
 def stand_in_acceptance(accept_length: float) -> str:
     """What the simulator says about its draft's acceptance: a stand-in figure of the performance model, not a draft."""
     kind = "dead" if accept_length <= 1.0 else "weak" if accept_length < 2.0 else "healthy"
@@ -110,7 +100,9 @@ class ScriptedTokenizerManager:
         self.is_generation = True
         self.request_logger = types.SimpleNamespace(log_requests=False, log_requests_level=0)
         self._resolved = server_args.resolved_dict()
-        self.clock = make_clock(self._resolved)
+        spec = SpecSettings.from_server_args(self._resolved)
+        perf = PerfModel(perf_params(), spec, self._resolved.get("max_running_requests"))
+        self.clock = StepClock(perf, step_delay())
         self.checks = RequestChecks(model_config, tokenizer)
         self.constrainer = Constrainer(model_config, tokenizer, server_args)
         self.generated_tokens = 0  # sglang:generation_tokens_total
@@ -210,17 +202,16 @@ class ScriptedTokenizerManager:
         rid = obj.rid if isinstance(obj.rid, str) else uuid.uuid4().hex
         prompt_out = prompt_ids if getattr(obj, "return_prompt_token_ids", False) else None
         matched: int | str | None = STOP_TOKEN_ID
+        grammar = abort = None
         if has_constraint(params) or self.constrainer.strict_thinking():
             grammar, abort = await asyncio.to_thread(
                 self.constrainer.grammar, params, prompt_ids, bool(getattr(parent, "require_reasoning", False))
             )
-            if abort is not None:  # SGLang's scheduler aborts it: 400 before a stream starts, an error chunk in one
-                if not obj.stream:
-                    raise ValueError(abort["message"])
-                yield self._output(rid, "", [], prompt_ids, 0, True, False, prompt_out, abort=abort)
-                return
-        else:
-            grammar = None
+        if abort is not None:  # SGLang's scheduler aborts it: 400 before a stream starts, an error chunk in one
+            if not obj.stream:
+                raise ValueError(abort["message"])
+            yield self._output(rid, "", [], prompt_ids, 0, True, prompt_out, abort=abort)
+            return
         if grammar is not None:
             intended = await asyncio.to_thread(
                 lambda: self.tokenizer.encode(intended_text(text, params), add_special_tokens=False)
@@ -235,12 +226,13 @@ class ScriptedTokenizerManager:
                 ids = ids + list(itertools.islice(itertools.cycle(filler), max(0, limit - len(ids) + 1)))
             if limit is not None and len(ids) > limit:
                 ids, matched = ids[:limit], None
-        skip = self._skipped_ids() if params.skip_special_tokens else frozenset()
+        # skip_special_tokens removes the tokenizer's declared special tokens, as Kimi's own tokenizer decodes:
+        # </think> and the tool markers are not among them, so they survive the default, as on SGLang with Kimi-K2.5
+        skip = frozenset(self.tokenizer.all_special_ids) if params.skip_special_tokens else frozenset()
         final_text = None
         stopped = find_stop(self.tokenizer, ids, params, skip) if params.stop_strs or params.stop_token_ids else None
         if stopped is not None:  # the request's own stop string or stop token, as SGLang's scheduler finds it
             ids, matched, final_text = stopped.ids, stopped.matched, stopped.text
-        truncated = matched is None
         reasoning_ids = self._reasoning_token_count(ids) if turn.thinking else 0
         done, decoded_upto, emitted = 0, 0, ""
         slot = self.clock.join(len(prompt_ids))
@@ -260,9 +252,7 @@ class ScriptedTokenizerManager:
                 if last and final_text is not None:
                     emitted = final_text
                 if (obj.stream and not holds_back(emitted, params)) or last:
-                    out = self._output(
-                        rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, truncated, prompt_out, matched
-                    )
+                    out = self._output(rid, emitted, ids[:done], prompt_ids, reasoning_ids, last, prompt_out, matched)
                     if last:  # SGLang's counters, as its metrics collector adds a finished request
                         self.generated_tokens += len(out["output_ids"])
                         self.verify_calls += slot.verify_ct
@@ -275,13 +265,7 @@ class ScriptedTokenizerManager:
         finally:
             self.clock.leave(slot)
         if not ids:
-            yield self._output(rid, "", [], prompt_ids, 0, True, truncated, prompt_out, matched)
-
-    def _skipped_ids(self) -> frozenset[int]:
-        """What ``skip_special_tokens`` removes: the tokenizer's declared special tokens (BOS/EOS/UNK/PAD and its
-        additional_special_tokens), as Kimi's own (slow, tiktoken) tokenizer decodes. ``</think>`` and the tool
-        markers are not among them, so they survive the default, as on SGLang with Kimi-K2.5."""
-        return frozenset(self.tokenizer.all_special_ids)
+            yield self._output(rid, "", [], prompt_ids, 0, True, prompt_out, matched)
 
     def _output(
         self,
@@ -291,7 +275,6 @@ class ScriptedTokenizerManager:
         prompt_ids: list[int],
         reasoning: int,
         last: bool,
-        truncated: bool,
         prompt_out: list[int] | None = None,
         matched: int | str | None = STOP_TOKEN_ID,
         abort: dict[str, Any] | None = None,
@@ -301,7 +284,7 @@ class ScriptedTokenizerManager:
         if abort is not None:
             finish = abort
         elif last:
-            if truncated or matched is None:
+            if matched is None:
                 finish = {"type": "length", "length": len(ids)}
             else:
                 finish = {"type": "stop", "matched": matched}
@@ -326,17 +309,17 @@ class ScriptedTokenizerManager:
         return ids.index(end_id) if end_id in ids else len(ids)  # cut off (max_tokens) while still reasoning
 
     def _turn(self, request: Any, prompt_ids: list[int]) -> scripted.Turn:
+        # thinking, as the model sees it: the prompt ends with <think> (think) or <think></think> (answer directly)
+        thinking = (
+            not self.tokenizer.decode(prompt_ids[-4:], skip_special_tokens=False).rstrip().endswith(scripted.THINK_END)
+        )
         if request is None:  # /generate, /v1/completions: the model reads its rendered prompt
             messages, tools = read_prompt(self.tokenizer.decode(prompt_ids, skip_special_tokens=False))
-            return scripted.Turn(messages, tools, "auto", self._thinking(prompt_ids))
-        messages = [m.model_dump(exclude_none=True) for m in request.messages]
-        tools = [t.model_dump(exclude_none=True) for t in (request.tools or [])]
+            return scripted.Turn(messages, tools, "auto", thinking)
         tool_choice = getattr(request, "tool_choice", "auto")
-        if hasattr(tool_choice, "model_dump"):
-            tool_choice = tool_choice.model_dump(exclude_none=True)
-        return scripted.Turn(messages, tools, tool_choice, self._thinking(prompt_ids))
-
-    def _thinking(self, prompt_ids: list[int]) -> bool:
-        """As the model sees it: the prompt ends with ``<think>`` (think) or ``<think></think>`` (answer directly)."""
-        tail = self.tokenizer.decode(prompt_ids[-4:], skip_special_tokens=False).rstrip()
-        return not tail.endswith(scripted.THINK_END)
+        return scripted.Turn(
+            [m.model_dump(exclude_none=True) for m in request.messages],
+            [t.model_dump(exclude_none=True) for t in (request.tools or [])],
+            tool_choice.model_dump(exclude_none=True) if hasattr(tool_choice, "model_dump") else tool_choice,
+            thinking,
+        )

@@ -1,22 +1,10 @@
 """The scripted model's sense of what a request is for, beyond the words it shares with a tool (decision.py).
 
-A stand-in, not understanding: a small lexicon (data/words.json "kinds") of what common tools do and the words requests
-for them use, plus the object each tool's parameters take. Under ``tool_choice: "auto"``:
-
-- a **task** for an offered tool calls it even when no word of the tool's name or description is in the prompt: a
-  request word of the tool's kind ("open", "show", "cat" for a file-reading tool; "raining", "umbrella", "forecast"
-  for a weather tool; "look up", "latest", "google" for a search tool) together with the object the tool's
-  parameter takes (a path or file name for ``path``/``file``; a place for ``city``/``location``; any topic for
-  ``query``), e.g. "Open config/settings.yaml and tell me the port" with ``read_file(path)``;
-- a **knowledge** request ("explain", "why", "how does", "what is a", "tell me about", "define", "summarise") with no
-  object for any offered tool is answered in text, even when it shares words with a tool ("Explain how weather
-  forecasts work" with ``get_weather(city)``);
-- a prompt that **says not to** ("don't look it up", "no need to search", "off the top of your head", and the
-  declines of decision.py) is answered in text;
-- a **change** (write, edit, delete, run) is asked for only in the affirmative (:func:`asks_for`): not under a
-  negation ("don't delete main.py", "never overwrite", "without", "instead of", "no need to run"), not in a question
-  about it ("should I run ...?", "can I safely remove ...?", "is it safe to ...", "what's the command to ..."), not
-  inside a lookup or an explanation ("find where we remove users", "tell me what `rm -rf x` would delete").
+A stand-in, not understanding: a small lexicon (data/words.json "kinds") of what common tools do, the words requests
+for them use and the object each tool's parameters take. Under ``tool_choice: "auto"`` a **task** (a request word of
+the tool's kind plus its object: "Open config/settings.yaml" with ``read_file(path)``) calls the tool; a
+**knowledge** request with no object for any tool, or one that **says not to** ("don't look it up"), is answered in
+text; a **change** (write, edit, delete, run) is asked for only in the affirmative (:func:`asks_for`).
 """
 
 from __future__ import annotations
@@ -25,47 +13,24 @@ import functools
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 from kimi_serve.core.resources import simulator_data
 from kimi_serve.simulator.schema_strings import FILE_LIKE
 
 
-class _KindWords(TypedDict):
-    object: str
-    marks: list[str]
-    requests: dict[str, list[str]]  # tool word -> the request words that stand for it
-    object_keys: str  # a pattern, matched case-insensitively against a parameter's key
-
-
-class _ChangeWords(TypedDict):
-    negations: list[str]
-    questions: list[str]
-    question_starts: list[str]  # a sentence that starts with one and ends with "?" is a question
-    question_ends: list[str]  # Chinese question particles
-    lookups: list[str]
-    hypotheticals: list[str]
-    still_asks: list[str]  # "can you", "please", "don't forget to": a request all the same
-    objects_none: list[str]  # "delete nothing"
-    boundaries: list[str]
-
-
-class Words(TypedDict):
-    """The word lists of the scripted decision (``data/words.json``): vocabulary, kept as data."""
-
-    number_words: dict[str, int]
-    stop_words: list[str]
-    glosses: dict[str, str]
-    cjk_common: list[str]
-    not_places: list[str]
-    kinds: list[_KindWords]
-    changes: _ChangeWords
-
-
 @functools.cache
-def words() -> Words:
-    loaded: Words = json.loads(simulator_data("words.json").read_text(encoding="utf-8"))
+def words(name: str = "words.json") -> dict[str, Any]:
+    """A word list of the scripted model (``data/words.json``; tasks.py's ``data/tasks.json``), kept as data."""
+    loaded: dict[str, Any] = json.loads(simulator_data(name).read_text(encoding="utf-8"))
     return loaded
+
+
+def props(fn: dict[str, Any]) -> dict[str, Any]:
+    """The ``properties`` of a tool's parameters schema ({} when it has none)."""
+    params = fn.get("parameters")
+    found = params.get("properties") if isinstance(params, dict) else None
+    return found if isinstance(found, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -111,23 +76,13 @@ _NOT_PLACES = frozenset(words()["not_places"])  # words after "in"/"at" that are
 _PROMPT_WORD = re.compile(r"[^\W_]+(?:'[a-z]+)?|[\u3400-\u9fff]", re.IGNORECASE)
 
 
-def says_not_to(prompt: str) -> bool:
-    return bool(SAYS_NOT_TO.search(prompt))
-
-
-def asks_knowledge(prompt: str) -> bool:
-    return bool(KNOWLEDGE.search(prompt.strip()))
-
-
 def _words(text: str) -> set[str]:
     return {w.lower() for w in re.findall(r"[^\W\d_]+", text.replace("_", " ").replace("-", " "))}
 
 
 def _kind(fn: dict[str, Any]) -> Kind | None:
     """The kind of tool ``fn`` is: the first kind its name, description or parameter keys mark it as."""
-    params = fn.get("parameters")
-    props = params.get("properties") if isinstance(params, dict) else None
-    keys = [k for k in props if isinstance(k, str)] if isinstance(props, dict) else []
+    keys = [k for k in props(fn) if isinstance(k, str)]
     own = _words(f"{fn.get('name', '')} {fn.get('description', '') or ''}")
     for kind in KINDS:
         if own & kind.marks or (any(kind.object_keys.match(k) for k in keys) and own & set(kind.requests.values())):
@@ -186,7 +141,7 @@ def topic(fn: dict[str, Any], prompt: str) -> str | None:
     return text or None
 
 
-def _phrases(items: list[str]) -> str:
+def phrases(items: list[str]) -> str:
     """An alternation of word-list phrases: whole words for Latin ones (spaces stand for any whitespace), as written
     for CJK ones."""
     latin = [p.replace(" ", r"\s+") for p in items if p.isascii()]
@@ -196,42 +151,36 @@ def _phrases(items: list[str]) -> str:
 
 _CHANGES = words()["changes"]
 _NOT_ASKED = re.compile(
-    _phrases(_CHANGES["negations"] + _CHANGES["questions"] + _CHANGES["lookups"] + _CHANGES["hypotheticals"]),
+    phrases(_CHANGES["negations"] + _CHANGES["questions"] + _CHANGES["lookups"] + _CHANGES["hypotheticals"]),
     re.IGNORECASE,
 )
-_QUESTION = re.compile(rf"^\W*(?:{_phrases(_CHANGES['questions'] + _CHANGES['question_starts'])})", re.IGNORECASE)
-_ASKED_ANYWAY = re.compile(_phrases(_CHANGES["still_asks"]), re.IGNORECASE)
+_QUESTION = re.compile(rf"^\W*(?:{phrases(_CHANGES['questions'] + _CHANGES['question_starts'])})", re.IGNORECASE)
+_ASKED_ANYWAY = re.compile(phrases(_CHANGES["still_asks"]), re.IGNORECASE)
 _QUESTION_END = re.compile(rf"(?:{'|'.join(map(re.escape, _CHANGES['question_ends']))})\W*$")
-_BOUNDARY = re.compile(rf"[,;:()\u2014\u2013，；：]|{_phrases(_CHANGES['boundaries'])}", re.IGNORECASE)
+_BOUNDARY = re.compile(rf"([,;:()\u2014\u2013，；：]|{phrases(_CHANGES['boundaries'])})", re.IGNORECASE)
 _GOVERNING = [n for n in _CHANGES["negations"] if n not in ("no", "nor")]  # "No, delete it" answers, then asks
-_BARE_NEGATION = re.compile(rf"\W*(?:please\s+)?(?:{_phrases(_GOVERNING)})\W*", re.IGNORECASE)
-_NONE_AFTER = re.compile(rf"\W*\w+\s+(?:{_phrases(_CHANGES['objects_none'])})", re.IGNORECASE)
+_BARE_NEGATION = re.compile(rf"\W*(?:please\s+)?(?:{phrases(_GOVERNING)})\W*", re.IGNORECASE)
+_NONE_AFTER = re.compile(rf"\W*\w+\s+(?:{phrases(_CHANGES['objects_none'])})", re.IGNORECASE)
 _QUOTED_SPAN = re.compile(r"`[^`]*`|\"[^\"]*\"|(?<!\w)'[^']*'(?!\w)|“[^”]*”")
 
 
 def asks_for(sentence: str, start: int) -> bool:
     """The request phrase at ``start`` of ``sentence`` (a change: "delete", "overwrite", "run") is asked for in the
-    affirmative: the sentence is no question ("Should I run `rm -rf /`?", "Can I safely remove old.py?", "Do you think
-    I should delete it?", "可以删除吗"; "Can you delete old.py?" asks), and its clause up to the phrase holds no
-    negation ("don't", "never", "without", "instead of", "no need to"), question ("is it safe to", "what's the command
-    to", "how do I"), lookup ("find where we", "tell me what", "before") or hypothetical ("would"); "don't forget to",
-    "please", "can you" keep a request one; "delete nothing" asks for nothing. Quoted text counts for nothing; a clause
-    ends at punctuation and at "and", "then", "but", "just", ... ("Don't run the tests, just delete build/" asks for
-    the delete), except after a clause that is only a negation ("Don't, whatever happens, delete main.py")."""
+    affirmative: the sentence is no question ("Should I run X?"; "Can you delete X?" asks) and its clause up to the
+    phrase holds no negation, question, lookup or hypothetical (data/words.json "changes", docs/simulator.md); "delete
+    nothing" asks for nothing. Quoted text counts for nothing; a clause ends at punctuation and at "and", "then",
+    "just"..., except after a clause that is only a negation ("Don't, whatever happens, delete main.py")."""
     text = _QUOTED_SPAN.sub(lambda m: " " * len(m.group()), sentence.replace("\u2019", "'"))
     asked_anyway = _ASKED_ANYWAY.match(text.lstrip(" \t\"'“"))
     if text.rstrip().endswith(("?", "？")) and _QUESTION.match(text) and not asked_anyway or _QUESTION_END.search(text):
         return False
     if _NONE_AFTER.match(text, start):
         return False  # "delete nothing"
-    clauses, seps = [], []
-    last = 0
-    for m in _BOUNDARY.finditer(text[:start]):
-        clauses.append(text[last : m.start()])
-        seps.append(m.group())
-        last = m.end()
-    clause = _ASKED_ANYWAY.sub(" ", text[last:start])
-    for before, sep in zip(reversed(clauses), reversed(seps), strict=True):  # "Don't, whatever happens, delete X"
+    parts = _BOUNDARY.split(text[:start])  # clause, boundary, clause, ..., the phrase's clause
+    clause = _ASKED_ANYWAY.sub(" ", parts[-1])
+    for before, sep in zip(
+        reversed(parts[:-1:2]), reversed(parts[1::2]), strict=True
+    ):  # "Don't, whatever happens, delete X"
         if sep.strip().isalpha() or not sep.strip():
             break  # "and", "then", "just": a new request
         if _BARE_NEGATION.fullmatch(before):

@@ -1,18 +1,9 @@
 """The scripted Kimi-K2.5 stand-in: what the simulated model "generates" for a chat request, as Kimi's raw text.
 
-Pure Python (no sglang): it turns the request (messages, tools, tool_choice) and the thinking mode into the exact text
-Kimi-K2.5 would decode, special tokens included, e.g. ``reasoning</think><|tool_calls_section_begin|>...``. Parsing that
-text into ``tool_calls`` and ``reasoning_content`` is left to SGLang's own parsers, exactly as on the real server.
-
-Deterministic: the same request always gives the same text. Rules:
-- tools offered and a call fits (decision.py: tool_choice, a prompt that declines tools, whether any tool fits, how
-  many calls) -> short reasoning, then a tool-call section calling the offered tool(s) whose name/description best
-  match the last user message, with schema-complete arguments (schema_values.py) taking values from the prompt;
-- no tools, or no call -> reasoning, ``</think>``, an answer;
-- the last message is a tool result -> reasoning, ``</think>``, a final answer quoting the result;
-- thinking off -> no reasoning and no ``</think>``;
-- "at least N characters" in the prompt -> the generated string argument (or the answer) has at least N characters;
-- "every integer from A to B" -> that sequence, space-separated, as the main string argument (or the answer).
+Pure Python (no sglang), deterministic: the request (messages, tools, tool_choice) and the thinking mode become the
+exact text Kimi-K2.5 would decode, special tokens included (``reasoning</think><|tool_calls_section_begin|>...``);
+SGLang's own parsers turn it into ``tool_calls`` and ``reasoning_content``. The rules are in docs/simulator.md, "The
+scripted model".
 """
 
 from __future__ import annotations
@@ -24,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.simulator import decision, intent, tasks
-from kimi_serve.simulator.schema_budget import MAX_CHARS, ArgumentBudget, TooCostly
-from kimi_serve.simulator.schema_strings import FILLER, clip, pad  # noqa: F401 - FILLER: engine.py's filler text
-from kimi_serve.simulator.schema_values import Values, long_text_key
+from kimi_serve.simulator.schema_strings import clip, pad
+from kimi_serve.simulator.schema_values import MAX_CHARS, ArgumentBudget, TooCostly, Values, long_text_key
 
 logger = logging.getLogger("kimi_serve.simulator")
 

@@ -1,24 +1,7 @@
-"""The simulator's performance MODEL: how long one scheduler step of Kimi-K2.5 INT4 on 8x RTX PRO 6000 (TP8, PCIe)
-takes, as a function of the batch, the context and the speculative settings. A model, not a measurement: every figure
-the simulator's clock produces comes from the parameters below (docs/simulator.md, "Performance model").
-
-One decode step, in milliseconds, for ``B`` running requests with mean context ``ctx`` (tokens):
-
-    target(B, n)  = base_ms + per_token_ms * B * n + per_seq_kctx_ms * B * ctx / 1000
-    baseline step = target(B, 1)                                       -> B tokens
-    EAGLE step    = steps * (draft_base_ms + draft_per_token_ms * B * topk)
-                    + target(B, num_draft_tokens) + spec_overhead_ms    -> sum of B accept lengths
-
-plus ``prefill_per_token_ms`` for every prompt token admitted in that step (chunked prefill shares the step), and at
-most ``max_running_requests`` in the batch (the rest wait, as in SGLang's scheduler).
-
-Accept length per request and step: 1 + the number of draft tokens accepted, each accepted with probability ``p``
-until the first rejection (a truncated geometric distribution on 1..steps+1); ``p`` is solved so the mean is
-``accept_length``. With ``topk`` > 1 the mean stays the same (the model does not reward wider trees). Seeded.
-
-Defaults: single-stream baseline ~80 tok/s (published 73-90 tok/s for K2.5 INT4 on this hardware) and EAGLE-3 MLA draft
-accept length 2.9 at steps 3 / topk 1 (lightseekorg/kimi-k2.5-eagle3-mla). The batch terms are this model's
-assumptions; they put the crossover (speculative stops paying) between 32 and 64 concurrent requests.
+"""The simulator's performance MODEL of Kimi-K2.5 INT4 on 8x RTX PRO 6000 (TP8, PCIe): one scheduler step's duration
+from the batch, the context and the speculative settings, and the accept-length draws (a truncated geometric
+distribution whose mean is ``accept_length``; seeded). A model, not a measurement: its formulas, defaults and their
+sources are in docs/simulator.md, "Performance model".
 """
 
 from __future__ import annotations
@@ -66,9 +49,6 @@ class PerfParams:
         if params.speedup <= 0:
             raise ValueError("speedup must be > 0")
         return params
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -145,7 +125,7 @@ class PerfModel:
         """What /server_info says about the model (bench copies it into its report)."""
         return {
             "name": MODEL_NAME,
-            "params": self.params.to_dict(),
+            "params": asdict(self.params),
             "max_running_requests": self.max_running,
             "speculative": asdict(self.spec) if self.spec else None,
             "accept_distribution": (

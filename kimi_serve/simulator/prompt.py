@@ -1,10 +1,6 @@
-"""The scripted model reading its prompt: a rendered Kimi-K2.5 chat prompt (``/generate`` text or ids,
-``/v1/completions``) turned back into messages and tools, so the raw path answers exactly like the chat path does.
-
-Pure Python. Reads the K2.5 template's shapes: ``<|im_user|>``/``<|im_assistant|>``/``<|im_system|>`` + name +
-``<|im_middle|>`` + body + ``<|im_end|>``; the ``tool_declare`` turn (compact JSON, or the TypeScript form Kimi's own
-tokenizer renders, read best effort: names, descriptions, top-level fields); ``## Return of ID`` tool results; and
-tool-call sections in assistant turns. Text with no role tokens is one user message.
+"""The scripted model reading its prompt: a rendered Kimi-K2.5 chat prompt (``/generate``, ``/v1/completions``) turned
+back into messages and tools (the ``tool_declare`` turn as JSON, or Kimi's TypeScript form read best effort), so the
+raw path answers like the chat path. Text with no role tokens is one user message. Pure Python.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from kimi_serve.simulator.model import ARG_BEGIN, CALL_BEGIN, CALL_END, SECTION_
 _ROLE = re.compile(r"(<\|im_user\|>|<\|im_assistant\|>|<\|im_system\|>)")
 _ROLES = {"<|im_user|>": "user", "<|im_assistant|>": "assistant", "<|im_system|>": "system"}
 _MIDDLE, _END = "<|im_middle|>", "<|im_end|>"
-_CALL = re.compile(re.escape(CALL_BEGIN) + r"(.*?)" + re.escape(ARG_BEGIN) + r"(.*?)" + re.escape(CALL_END), re.S)
+CALL = re.compile(re.escape(CALL_BEGIN) + r"(.*?)" + re.escape(ARG_BEGIN) + r"(.*?)" + re.escape(CALL_END), re.S)
 _TS_FUNCTION = re.compile(r"((?:^//[^\n]*\n)*)^type (\w[\w.\-]*) = \(_: \{(.*?)^\}\) => any;", re.S | re.M)
 _TS_FIELD = re.compile(r"^  (\w+)(\??): ([^,\n]+)", re.M)
 
@@ -28,9 +24,8 @@ def _ts_type(text: str) -> dict[str, Any]:
     enum = re.findall(r'"([^"]*)"', text)
     if enum and all(part.strip().startswith('"') for part in text.split("|")):
         return {"type": "string", "enum": enum}
-    for name in ("string", "number", "integer", "boolean"):
-        if text == name:
-            return {"type": name}
+    if text in ("string", "number", "integer", "boolean"):
+        return {"type": text}
     return {"type": "array"} if text.endswith("[]") else {"type": "string"}
 
 
@@ -73,7 +68,7 @@ def _assistant(body: str) -> dict[str, Any]:
             "type": "function",
             "function": {"name": m.group(1).split(".", 1)[-1].rsplit(":", 1)[0], "arguments": m.group(2)},
         }
-        for m in _CALL.finditer(section)
+        for m in CALL.finditer(section)
     ]
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:

@@ -1,41 +1,28 @@
 """A string that matches a JSON Schema ``pattern``: a small deterministic regex-to-example generator.
 
-It walks the tree of Python's own regex parser (``re._parser``, the stdlib's; JSON Schema patterns are ECMA-262, and
-the subset tool schemas use - classes, ranges, repeats, groups, alternation, anchors, escapes - means the same in
-both) and takes, at each node, the first choice that fits: the first alternative, the first allowed character (a
-readable one where the class allows it), the minimum repeat count. ``extra`` adds repetitions to the first repeats
-that may grow, which is how a minLength is met. Lookarounds and word boundaries are not generated for, so every
-result is checked with ``re.search`` (JSON Schema's unanchored match) and ``None`` returned when it fails.
+It walks the tree of Python's own regex parser (JSON Schema's ECMA-262 patterns mean the same for the subset tool
+schemas use) taking the first choice that fits at each node; ``extra`` adds repetitions to the first repeats that may
+grow (how a minLength is met). Lookarounds are not generated for, so every result is checked with ``re.search``.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable
 from typing import Any
 
-try:
-    _c: Any = importlib.import_module("re._constants")
-    _p: Any = importlib.import_module("re._parser")
-except ImportError:  # Python < 3.11 names them sre_constants / sre_parse
-    _c = importlib.import_module("sre_constants")
-    _p = importlib.import_module("sre_parse")
+_c: Any = importlib.import_module("re._constants")  # kimi-serve needs Python >= 3.11, where the parser lives here
+_p: Any = importlib.import_module("re._parser")
 
 _MAX_REPEAT = 10_000  # a pattern that needs more repetitions than this gets no example (the caller falls back)
 _PREFERRED = "example0123456789EXAMPLEbcdfghijkmnoqrstuvwyz_-. "
-_CATEGORY = {
-    _c.CATEGORY_DIGIT: "1",
-    _c.CATEGORY_NOT_DIGIT: "a",
-    _c.CATEGORY_SPACE: " ",
-    _c.CATEGORY_NOT_SPACE: "a",
-    _c.CATEGORY_WORD: "a",
-    _c.CATEGORY_NOT_WORD: "-",
-}
-_CATEGORY_TEST: dict[Any, Callable[[str], bool]] = {
-    _c.CATEGORY_DIGIT: str.isdigit,
-    _c.CATEGORY_SPACE: str.isspace,
-    _c.CATEGORY_WORD: lambda ch: ch.isalnum() or ch == "_",
+_CATEGORY = {  # a category's example character, and the class it stands for
+    _c.CATEGORY_DIGIT: ("1", r"\d"),
+    _c.CATEGORY_NOT_DIGIT: ("a", r"\D"),
+    _c.CATEGORY_SPACE: (" ", r"\s"),
+    _c.CATEGORY_NOT_SPACE: ("a", r"\S"),
+    _c.CATEGORY_WORD: ("a", r"\w"),
+    _c.CATEGORY_NOT_WORD: ("-", r"\W"),
 }
 
 
@@ -86,7 +73,7 @@ class _Walker:
             return "a"
         if op is _c.IN:
             return _pick(av)
-        if op is _c.AT:
+        if op in (_c.AT, _c.ASSERT, _c.ASSERT_NOT):  # anchors and lookarounds: nothing generated (checked after)
             return ""
         if op is _c.BRANCH:
             return self.seq(list(av[1][0]))
@@ -102,21 +89,16 @@ class _Walker:
             low, high, body = av
             if low > _MAX_REPEAT:
                 raise _Impossible("repeat too long")
-            count = low
-            room = (high - low) if high is not _c.MAXREPEAT else self.extra
-            grow = min(self.extra, room)
+            grow = min(self.extra, (high - low) if high is not _c.MAXREPEAT else self.extra)
             self.extra -= grow
-            count += grow
-            return "".join(self.seq(list(body)) for _ in range(count))
+            return "".join(self.seq(list(body)) for _ in range(low + grow))
         if op is _c.GROUPREF:
             return self.groups.get(av, "")
-        if op in (_c.ASSERT, _c.ASSERT_NOT):
-            return ""
         if op is _c.GROUPREF_EXISTS:
             group, yes, no = av
             return self.seq(list(yes)) if group in self.groups else (self.seq(list(no)) if no else "")
         if op is _c.CATEGORY:
-            return _CATEGORY.get(av, "a")
+            return _CATEGORY.get(av, ("a", ""))[0]
         raise _Impossible(str(op))
 
 
@@ -132,11 +114,8 @@ def _allows(items: list[tuple[Any, Any]], ch: str) -> bool:
             hit = hit or ord(ch) == av
         elif op is _c.RANGE:
             hit = hit or av[0] <= ord(ch) <= av[1]
-        elif op is _c.CATEGORY:
-            base = av.name.replace("NOT_", "") if hasattr(av, "name") else str(av)
-            test = next((t for cat, t in _CATEGORY_TEST.items() if getattr(cat, "name", str(cat)) == base), None)
-            if test is not None:
-                hit = hit or (test(ch) != ("NOT_" in getattr(av, "name", str(av))))
+        elif op is _c.CATEGORY and av in _CATEGORY:
+            hit = hit or bool(re.fullmatch(_CATEGORY[av][1], ch))
     return hit != negate
 
 

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar, cast
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
@@ -23,6 +23,7 @@ def _typed(decorator: Any) -> Callable[[Handler], Handler]:
 logger = logging.getLogger("kimi_serve.simulator")
 
 REDACTED = "<redacted>"
+_CONFIG_INFO = ("weight_version", "load_format", "reasoning_parser", "tool_call_parser", "disaggregation_mode")
 
 
 class ServerState:
@@ -41,14 +42,52 @@ def redacted_info(server_args: Any) -> dict[str, Any]:
     not left as ``<redacted>-admin``."""
     info: dict[str, Any] = server_args.resolved_dict()
     command = server_args.launch_command or ""
-    secrets = [str(info[k]) for k in ("api_key", "admin_api_key") if info.get(k)]
-    for key in ("api_key", "admin_api_key"):
-        if info.get(key):
-            info[key] = REDACTED
-    for secret in sorted(secrets, key=len, reverse=True):
+    secrets = {k: str(info[k]) for k in ("api_key", "admin_api_key") if info.get(k)}
+    info.update(dict.fromkeys(secrets, REDACTED))
+    for secret in sorted(secrets.values(), key=len, reverse=True):
         command = command.replace(secret, REDACTED)
     info["launch_command"] = command
     return info
+
+
+async def serve_generate(tm: Any, obj: Any, raw_request: Any) -> Any:
+    """SGLang's native ``/generate``, as its ``http_server`` serves it: the body checked against SGLang's request
+    contract, then the output dict as JSON or ``data: {...}`` SSE lines ending with ``data: [DONE]``. One prompt per
+    request (a batch is refused with SGLang's error shape); ``n`` > 1 samples come back as a list of outputs."""
+    from fastapi.responses import ORJSONResponse, StreamingResponse
+    from sglang.srt.entrypoints.api_contract import generate_contract_error
+    from sglang.srt.utils.json_response import dumps_json, orjson_response
+
+    from kimi_serve.simulator.engine import normalize_once
+
+    contract_error = generate_contract_error(await raw_request.json())
+    if contract_error is not None:
+        return ORJSONResponse(status_code=400, content={"error": contract_error})
+    try:
+        normalize_once(obj)  # what TokenizerManager.generate_request does first
+        if not obj.is_single and obj.batch_size != 1:  # n > 1 samples of one prompt are served (a list of outputs)
+            raise ValueError("the kimi-serve simulator serves one prompt per /generate request (no batches)")
+    except ValueError as exc:
+        return ORJSONResponse(status_code=400, content={"error": {"message": str(exc)}})
+    if obj.stream:
+
+        async def stream_results() -> AsyncIterator[bytes]:
+            try:
+                async for out in tm.generate_request(obj, raw_request):
+                    yield b"data: " + dumps_json(out) + b"\n\n"
+            except ValueError as exc:
+                error = {
+                    "error": {"message": str(exc), "type": "invalid_request_error", "code": 400, "retryable": False}
+                }
+                yield b"data: " + dumps_json(error) + b"\n\n"
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(stream_results(), media_type="text/event-stream")
+    try:
+        ret = await tm.generate_request(obj, raw_request).__anext__()
+    except ValueError as exc:
+        return ORJSONResponse(status_code=400, content={"error": {"message": str(exc)}})
+    return orjson_response(ret)
 
 
 def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
@@ -115,9 +154,6 @@ def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
             )
 
     @_typed(app.get("/ready"))
-    async def ready() -> Response:
-        return Response(status_code=200 if state.up and not state.exiting else 503)
-
     @_typed(app.get("/health"))
     @_typed(app.get("/health_generate"))
     async def health() -> Response:
@@ -145,11 +181,7 @@ def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
             "tokenizer_path": serving.tokenizer_path,
             "is_generation": True,
             "preferred_sampling_params": serving.preferred_sampling_params,
-            "weight_version": tm.config_value("weight_version"),
-            "load_format": tm.config_value("load_format"),
-            "reasoning_parser": tm.config_value("reasoning_parser"),
-            "tool_call_parser": tm.config_value("tool_call_parser"),
-            "disaggregation_mode": tm.config_value("disaggregation_mode"),
+            **{k: tm.config_value(k) for k in _CONFIG_INFO},
             "has_image_understanding": model_config.is_image_understandable_model,
             "has_audio_understanding": model_config.is_audio_understandable_model,
             "model_type": getattr(model_config.hf_config, "model_type", None),
@@ -224,16 +256,9 @@ def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
     @_typed(auth_level(AuthLevel.ADMIN_OPTIONAL))
     async def remote_instance_transfer_engine_info(rank: int | None = None) -> Any:
         """One of SGLang's ADMIN_OPTIONAL endpoints, with its auth level: the one `verify` asks (no rank: 400)."""
-        return ORJSONResponse(
-            {
-                "error": {
-                    "message": "Missing or invalid rank parameter"
-                    if rank is None or rank < 0
-                    else "the simulator has no transfer engine"
-                }
-            },
-            status_code=400,
-        )
+        missing = rank is None or rank < 0
+        message = "Missing or invalid rank parameter" if missing else "the simulator has no transfer engine"
+        return ORJSONResponse({"error": {"message": message}}, status_code=400)
 
     @_typed(app.post("/v1/chat/completions", dependencies=[Depends(json_only)]))
     async def chat_completions(request: ChatCompletionRequest, raw_request: Request) -> Any:
@@ -251,8 +276,6 @@ def build_app(sim: Any, loaded: Any, state: ServerState) -> Any:
 
     @_typed(app.api_route("/generate", methods=["POST", "PUT"]))
     async def generate(obj: GenerateReqInput, raw_request: Request) -> Any:
-        from kimi_serve.simulator.native import serve_generate
-
         return await serve_generate(tm, obj, raw_request)
 
     async def warmup_once() -> None:

@@ -42,13 +42,9 @@ def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def types(value: Any) -> list[str]:
-    return (
-        [value]
-        if isinstance(value, str)
-        else [t for t in value if isinstance(t, str)]
-        if isinstance(value, list)
-        else []
-    )
+    if isinstance(value, str):
+        return [value]
+    return [t for t in value if isinstance(t, str)] if isinstance(value, list) else []
 
 
 def ids(root: dict[str, Any]) -> dict[str, Any]:

@@ -42,7 +42,7 @@ _FORMAT_SHAPES = {
     "hostname": r"^[A-Za-z0-9.-]+\.[A-Za-z]{2,}$",
     "uuid": r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$",
 }
-_PATH_KEYS = {"path", "file", "filename", "filepath", "absolutepath", "targetfile"}  # compared as _plain() gives
+_PATH_KEYS = {"path", "file", "filename", "filepath", "absolutepath", "targetfile"}  # compared as plain() gives
 FILE_LIKE = re.compile(r"(?<![\w/.])((?:[\w-]+/)*[\w-]+\.[A-Za-z0-9]{1,8})(?![\w/])")
 _NUMBER = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)(?![\w.])")
 
@@ -65,14 +65,18 @@ def fits_string(schema: dict[str, Any], value: str) -> bool:
     if "maxLength" in schema and len(value) > int(schema["maxLength"]):
         return False
     pattern = schema.get("pattern")
-    if isinstance(pattern, str):
-        try:
-            if not re.search(pattern, value):
-                return False
-        except re.error:
-            return False
+    if isinstance(pattern, str) and not matches(pattern, value):
+        return False
     shape = _FORMAT_SHAPES.get(str(schema.get("format", "")))
     return shape is None or bool(re.search(shape, value))
+
+
+def matches(pattern: str, text: str) -> bool:
+    """``re.search`` that takes a pattern Python cannot compile as no match."""
+    try:
+        return bool(re.search(pattern, text))
+    except re.error:
+        return False
 
 
 def string_value(
@@ -120,24 +124,20 @@ def format_example(fmt: str, variant: int = 0) -> str | None:
         "iri": f"https://example.com/{n or ''}",
         "uuid": f"123e4567-e89b-12d3-a456-{426614174000 + n:012d}",
     }
-    if fmt in made:
-        return made[fmt]
-    listed = FORMATS.get(fmt)
-    if not listed:
-        return None
-    return listed[n % len(listed)] if n < len(listed) else None
+    listed = FORMATS.get(fmt, [])
+    return made.get(fmt) or (listed[n] if n < len(listed) else None)
 
 
 def takes_file(name: str, prompt: str, hints: list[str]) -> str | None:
     """The file name a path-like property ``name`` takes: the first value offered that is one (repeated calls get the
     prompt's values in turn), else the prompt's first; None for other properties or without a file name."""
-    if _plain(name) not in _PATH_KEYS:
+    if plain(name) not in _PATH_KEYS:
         return None
     named = [h for h in hints if FILE_LIKE.fullmatch(h)] + FILE_LIKE.findall(prompt)
     return named[0] if named else None
 
 
-def _plain(name: str) -> str:
+def plain(name: str) -> str:
     """A parameter name without its naming style: ``filePath``, ``file_path`` and ``file-path`` are ``filepath``."""
     return re.sub(r"[\W_]+", "", name).lower()
 
@@ -150,7 +150,7 @@ def _prompt_values(name: str, prompt: str, hints: list[str]) -> list[str]:
 def _default(name: str, prompt: str) -> str:
     if name in {"pattern", "glob"}:
         return "*"
-    if _plain(name) in _PATH_KEYS | {"directory", "dir"}:
+    if plain(name) in _PATH_KEYS | {"directory", "dir"}:
         return "."
     if name in {"query", "q", "search", "text", "prompt", "question"}:
         return clip(prompt, 80) or name

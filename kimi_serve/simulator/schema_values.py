@@ -1,33 +1,54 @@
 """Tool-call arguments from a JSON Schema, valid by construction, with values from the prompt where it names them.
 
-``Values(root, prompt).value(schema, name, hints)`` walks the schema the way a careful model writes arguments:
-- ``$ref`` (local JSON pointers ``#/$defs/...``, ``#/definitions/...``, ``#``, anchors and ``$id``s in the document;
-  sibling keywords kept), ``allOf`` merged, ``anyOf``/``oneOf`` taking the first branch whose value the whole schema
-  accepts (a non-null branch first; past a nesting depth the branch that ends recursion);
-- ``const``/``enum`` (a value the prompt mentions, else the first), type arrays (the first non-null type;
-  ``["null"]`` gives null), missing types inferred from the keywords;
-- objects: required properties (else the first declared one), minProperties/maxProperties, additionalProperties,
-  patternProperties, propertyNames, dependentRequired; arrays: items/prefixItems, minItems/maxItems, uniqueItems,
-  contains; strings and numbers: schema_strings.py (formats, pattern, lengths, bounds, multipleOf).
-Every candidate is checked with jsonschema (the dialect the schema names) against the schema it must meet, so what
-leaves here validates; a schema nothing can satisfy gets the closest attempt.
-
-Bounded whatever a client sends (schema_budget.py, one budget per turn): an enum is tried at its first few members
-(and the one the prompt names), not validated member by member; a schema that needs more values, characters or time
-than the budget (a ``$ref`` tree whose every node requires two children, ``minLength: 1e9``, ``minItems: 1e9``)
-raises ``TooCostly``: the request's 400.
+``Values(root, prompt).value(schema, name, hints)`` walks the schema as a careful model writes arguments: ``$ref``
+(pointers, anchors, ``$id``s; siblings kept), ``allOf`` merged, the first ``anyOf``/``oneOf`` branch the whole schema
+accepts, ``const``/``enum``, objects, arrays, strings and numbers (schema_strings.py). Every candidate is checked with
+jsonschema, so what leaves here validates; a schema nothing satisfies gets the closest attempt. Bounded whatever a
+client sends (one :class:`ArgumentBudget` per turn): a schema beyond it raises ``TooCostly``, the request's 400
+(docs/simulator.md "The scripted model").
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from kimi_serve.simulator.schema_budget import ENUM_TRIES, ArgumentBudget, TooCostly
 from kimi_serve.simulator.schema_refs import ids, merge, types
-from kimi_serve.simulator.schema_strings import number_value, string_value, takes_file
+from kimi_serve.simulator.schema_strings import matches, number_value, string_value, takes_file
+
+MAX_VALUES = 20_000  # values (objects, arrays, strings, numbers...) built for one turn's calls
+MAX_CHARS = 1 << 20  # characters of generated strings in one turn (verify's largest probe asks for ~9 KB)
+MAX_SECONDS = 3.0  # work on one turn's arguments (the generator checks it at each value it builds)
+ENUM_TRIES = 16  # enum members validated before the first one is taken as it is
+
+
+class TooCostly(ValueError):
+    """The schema asks for more than the simulator builds within its bounds (a ValueError: SGLang's serving layer
+    answers it with 400 and this message)."""
+
+
+@dataclass
+class ArgumentBudget:
+    """What one turn's argument generation may still spend: values, characters and time."""
+
+    values: int = MAX_VALUES
+    chars: int = MAX_CHARS
+    deadline: float = field(default_factory=lambda: time.monotonic() + MAX_SECONDS)
+
+    def spend(self, values: int = 1, chars: int = 0) -> None:
+        self.values -= values
+        self.chars -= chars
+        if self.values < 0:
+            raise TooCostly(f"the arguments would need more than {MAX_VALUES} values (a schema without a finite end?)")
+        if self.chars < 0:
+            raise TooCostly(f"the arguments would need more than {MAX_CHARS} characters of strings")
+        if time.monotonic() > self.deadline:
+            raise TooCostly(f"building the arguments took more than {MAX_SECONDS:g} s")
+
 
 DEEP = 3  # nesting depth after which optional parts are left out and recursion takes its way out
 _OBJECT_KEYS = (
@@ -210,7 +231,7 @@ class Values:
             extra += 1
             if key is not None and key not in keys:
                 keys.append(key)
-        long_key = _long_text_key(props, keys) if min_chars else None
+        long_key = long_text_key(props, keys) if min_chars else None
         out: dict[str, Any] = {}
         cursor = 0  # each string property takes the next prompt value (a path takes the file name, no other value)
         for k in keys:
@@ -237,7 +258,7 @@ class Values:
         if key in props:
             return props[key]
         for pattern, sub in (s.get("patternProperties") or {}).items():
-            if _search(pattern, key):
+            if matches(pattern, key):
                 return sub
         extra = s.get("additionalProperties")
         return extra if isinstance(extra, dict) else {}
@@ -245,8 +266,7 @@ class Values:
     def _extra_key(self, s: dict[str, Any], n: int) -> str | None:
         patterns = list((s.get("patternProperties") or {}).items())
         if patterns:
-            key = string_value({"pattern": patterns[n % len(patterns)][0]}, "key", "", [], 0, n // len(patterns))
-            return key
+            return string_value({"pattern": patterns[n % len(patterns)][0]}, "key", "", [], 0, n // len(patterns))
         if s.get("additionalProperties") is False:
             return None
         names = self.flat(s.get("propertyNames", {}))
@@ -323,18 +343,12 @@ def _mentions(prompt: str, value: str) -> bool:
     return value in prompt
 
 
-def _search(pattern: str, text: str) -> bool:
-    try:
-        return bool(re.search(pattern, text))
-    except re.error:
-        return False
-
-
 def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def _long_text_key(props: dict[str, Any], keys: list[str]) -> str | None:
+def long_text_key(props: dict[str, Any], keys: list[str]) -> str | None:
+    """The string property a long text goes into ("at least N characters", "every integer from A to B")."""
     strings = [
         k
         for k in keys
@@ -343,15 +357,8 @@ def _long_text_key(props: dict[str, Any], keys: list[str]) -> str | None:
         and (props[k].get("type") or "string") == "string"
         and not props[k].get("enum")
     ]
-    for preferred in ("content", "text", "body", "message", "code", "data"):
-        if preferred in strings:
-            return preferred
-    return strings[0] if strings else None
-
-
-def long_text_key(props: dict[str, Any], keys: list[str]) -> str | None:
-    """The string property a long text goes into ("at least N characters", "every integer from A to B")."""
-    return _long_text_key(props, keys)
+    preferred = [k for k in ("content", "text", "body", "message", "code", "data") if k in strings]
+    return (preferred or strings or [None])[0]
 
 
 def _validator(root: dict[str, Any]) -> Any:

@@ -1,12 +1,6 @@
-"""The simulator's HTTP server: SGLang's OpenAI layer on a FastAPI app, with SGLang's startup phases and endpoints.
-
-Phases, as a real SGLang start shows them to a client:
-1. loading: the port is not listening (connection refused) for ``KIMI_SERVE_SIM_LOAD_SECONDS`` (default 0);
-2. warmup: uvicorn serves; ``/health``, ``/health_generate`` and ``/ready`` answer 503 for
-   ``KIMI_SERVE_SIM_WARMUP_SECONDS`` (default 2; ``--skip-server-warmup`` makes it 0), then one real chat request runs
-   through the serving layer (as SGLang's warmup does) and "The server is fired up and ready to roll!" is logged;
-3. up: health and ready answer 200 with empty bodies.
-SIGTERM (or Ctrl-C) in any phase exits 0.
+"""The simulator's HTTP server: SGLang's OpenAI layer on a FastAPI app (routes.py), with SGLang's startup phases:
+loading (port closed for ``KIMI_SERVE_SIM_LOAD_SECONDS``), warmup (health 503 for ``KIMI_SERVE_SIM_WARMUP_SECONDS``,
+then one real chat request, then "The server is fired up and ready to roll!"), up. SIGTERM or Ctrl-C exits 0.
 """
 
 # No `from __future__ import annotations`: FastAPI must see the real (locally imported) request types.
@@ -26,6 +20,7 @@ from kimi_serve.simulator.routes import ServerState, build_app, redacted_info
 logger = logging.getLogger("kimi_serve.simulator")
 
 ERROR_PREFIX = "kimi-serve simulator: error: "  # the one line a refused start prints (the dry run reports it)
+_DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
 def _seconds(name: str, default: float) -> float:
@@ -51,36 +46,19 @@ def environment_problem() -> str | None:
     return None
 
 
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="[%(asctime)s] %(message)s",
-        datefmt="%Y-%m-%d %H:%M:%S",
-        force=True,
-    )
-
-
 def _uvicorn_log_config() -> dict[str, Any]:
     import uvicorn
 
     config: dict[str, Any] = dict(uvicorn.config.LOGGING_CONFIG)
     config["formatters"] = {name: {**fmt} for name, fmt in config["formatters"].items()}
-    config["formatters"]["default"]["fmt"] = "[%(asctime)s] %(levelprefix)s %(message)s"
-    config["formatters"]["default"]["datefmt"] = "%Y-%m-%d %H:%M:%S"
-    config["formatters"]["access"]["fmt"] = (
-        '[%(asctime)s] %(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s'
-    )
-    config["formatters"]["access"]["datefmt"] = "%Y-%m-%d %H:%M:%S"
+    for name, tail in (("default", "%(message)s"), ("access", '%(client_addr)s - "%(request_line)s" %(status_code)s')):
+        config["formatters"][name].update(fmt=f"[%(asctime)s] %(levelprefix)s {tail}", datefmt=_DATE_FORMAT)
     return config
 
 
 def _wait_loading(seconds: float, stop: threading.Event) -> bool:
     """Sleep through the simulated weight loading (port closed). False when SIGTERM/SIGINT arrived."""
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = {s: signal.signal(s, lambda signum, frame: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         return not stop.wait(seconds) if seconds > 0 else not stop.is_set()
     finally:
@@ -146,7 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.exit_code)
     sa = sim.server_args
     serving_cfg = sa.resolved_dict()
-    _configure_logging(serving_cfg.get("log_level") or "info")
+    log_level = serving_cfg.get("log_level") or "info"
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper(), logging.INFO),
+        format="[%(asctime)s] %(message)s",
+        datefmt=_DATE_FORMAT,
+        force=True,
+    )
     logger.info(f"server_args={redacted_info(sa)}")
     logger.info(
         "kimi-serve simulator: SGLang's own OpenAI serving layer with a SCRIPTED "
@@ -175,8 +159,4 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: None)
     logger.info(f"Engine startup timings (s): simulated=True, tokenizer_e2e={time.perf_counter() - started:.2f}")
-    return asyncio.run(
-        _serve(
-            app, serving_cfg["host"], int(serving_cfg["port"]), state, warmup, serving_cfg.get("log_level") or "info"
-        )
-    )
+    return asyncio.run(_serve(app, serving_cfg["host"], int(serving_cfg["port"]), state, warmup, log_level))

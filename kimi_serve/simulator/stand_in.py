@@ -1,13 +1,8 @@
 """The stand-in model folders shipped in ``assets/``: config-only Kimi-K2.5 and EAGLE-3 draft directories (SGLang's
-resolution reads only ``config.json``), the stand-in tokenizer and Kimi's chat template. The draft is shaped as prod's
-(``kimi-k2.5-eagle3-mla``: ``Eagle3DeepseekV2ForCausalLM``, one layer of the target's multi-latent attention), so
-SGLang resolves the class prod's start loads. The one home for their paths:
-the simulator and `check`'s SGLang tier both substitute them for model directories absent on this host.
-
-Each family of :mod:`kimi_serve.core.family` has its stand-in (docs/families.md): K2.6 and K2.7-Code a config whose
-stop id is ``<|im_end|>`` 163586 only (``kimi-k26``), and the chat template's history rule as the family renders it:
-K2.5 drops earlier turns' reasoning, K2.6 keeps it with ``preserve_thinking``, K2.7-Code keeps it always and has no
-instant mode. Standard library only.
+resolution reads only ``config.json``), the stand-in tokenizer and Kimi's chat template; the one home for their paths
+(the simulator and `check`'s SGLang tier substitute them for model directories absent on this host). The draft is
+shaped as prod's ``kimi-k2.5-eagle3-mla``. Each family (core/family.py, docs/families.md) has its stand-in config and
+its form of the template's history rule. Standard library only.
 """
 
 from __future__ import annotations

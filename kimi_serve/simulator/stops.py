@@ -1,13 +1,7 @@
-"""A request's own stops, as SGLang 0.5.23's scheduler finds them and its detokenizer trims them.
-
-- ``stop_token_ids``: the first generated id among them ends the output, finish ``{"type": "stop", "matched": ID}``
-  (the token is counted, not shown);
-- ``stop`` strings (``SamplingParams.stop_strs`` after ``normalize``): the first token whose decoded output contains
-  one ends it, finish ``matched: "STR"``; the text is cut before the string (through it with ``no_stop_trim``). While
-  streaming, text whose tail could begin a stop string is held back (``check_match_stop_str_prefix``), so a stop
-  string never leaks into a delta.
-The search runs over the whole raw output (reasoning and tool-call markup included), as SGLang's does.
-``ignore_eos`` does not disable stop strings. Stop regexes are not simulated.
+"""A request's own stops, as SGLang 0.5.23's scheduler finds them and its detokenizer trims them: the first
+``stop_token_ids`` id (counted, not shown) or the first token whose decoded output holds a ``stop`` string (cut before
+it; through it with ``no_stop_trim``), searched over the whole raw output. While streaming, a tail that could begin a
+stop string is held back. ``ignore_eos`` does not disable stop strings; stop regexes are not simulated.
 """
 
 from __future__ import annotations
@@ -51,10 +45,9 @@ def find_stop(tokenizer: Any, ids: list[int], params: Any, skip: frozenset[int])
 
 def holds_back(text: str, params: Any) -> bool:
     """Whether the output so far ends in what may begin a stop string (SGLang then delays the stream chunk)."""
-    for stop in params.stop_strs or []:
-        if stop and (stop in text or any(text.endswith(stop[:i]) for i in range(1, len(stop) + 1))):
-            return True
-    return False
+    return any(
+        s in text or any(text.endswith(s[:i]) for i in range(1, len(s) + 1)) for s in params.stop_strs or [] if s
+    )
 
 
 def _decode(tokenizer: Any, ids: list[int], skip: frozenset[int]) -> str:

@@ -1,37 +1,21 @@
 """Everyday agent tasks: the one call an agent's request needs, and nothing it did not ask for.
 
-Coding agents (opencode and the like) offer 10-15 tools whose descriptions run to pages, so nearly every word of a
-request is somewhere in some description and word matching (decision.py) picks anything. Here the request decides,
-from a small vocabulary (data/tasks.json):
-
-- each offered tool has a **role** from the words of its name (``read``/``view``/``cat``: read; ``glob``/``ls``:
-  list; ``grep``/``rg``: search; ``bash``/``shell``/``run_command``: run; ``write``, ``edit``, ``delete``;
-  ``webfetch``: fetch; ``task``/``agent``: delegate; ``todowrite``: todo; ``AskUserQuestion``/``question``:
-  question) or, failing that, from its parameters (a
-  ``command``/``cmd`` parameter: run);
-- the request is cut at sentence ends and at each request phrase ("open", "list", "find", "run", "what does"...);
-  each piece asks for one action on what it names: a file name or path, a directory, a URL, a quoted or backticked
-  string, a command (backticked, or bare when it starts with a known program: ``ls -la``, ``git status``), a symbol;
-- :func:`plan` gives one call per thing asked for ("read a.py and b.py": two reads, in one turn), each with the
-  named value in the parameter that takes it whatever its naming style (``path``, ``filePath``, ``file_path``,
-  ``command``, ``cmd``, ``pattern``, ``url``); a greeting gets no call; anything else is left to decision.py;
-- :func:`safe` is what decision.py may choose from otherwise: tools that write, edit, delete or run only when the
-  request asks for a change or names a command, and question, sub-agent or to-do tools only when the request names
-  them; :func:`beside` is what may serve the rest of a planned request ("... and get the weather in Tokyo"): the
-  tools of no known role, and a question, sub-agent or to-do tool only when named ("tell me its title" after a read
-  is the answer, not a question to the user).
+Coding agents offer 10-15 tools whose descriptions run to pages, so word matching (decision.py) would pick anything.
+Here the request decides, from a small vocabulary (data/tasks.json): each tool gets a **role** from the words of its
+name (else its parameters); the request is cut at sentence ends and request phrases, each piece asking for one action
+on what it names (a file, directory, URL, quoted string, command, symbol). :func:`plan` gives one call per thing asked
+for, :func:`safe` is what decision.py may choose from otherwise (nothing that changes or runs unless asked for in the
+affirmative), :func:`beside` what may serve the rest of a planned request (docs/simulator.md, "The scripted model").
 """
 
 from __future__ import annotations
 
-import json
 import re
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from kimi_serve.core.resources import simulator_data
 from kimi_serve.simulator import intent
-from kimi_serve.simulator.schema_strings import FILE_LIKE
+from kimi_serve.simulator.schema_strings import FILE_LIKE, plain
 
 DESTRUCTIVE = frozenset({"write", "edit", "delete", "run"})
 UNASKED_NEVER = frozenset({"delegate", "todo", "question"})
@@ -59,39 +43,27 @@ _JOINED = re.compile(
     re.IGNORECASE,
 )
 _NOT_TARGETS = frozenset({"the", "a", "an", "it", "this", "that", "all", "where", "in", "me", "file", "files", "code"})
+Call = tuple[dict[str, Any], dict[str, Any]]  # a tool and the argument values the request names
+CallPlan = tuple[list[Call], str]
 
 
-@lru_cache(maxsize=1)
 def vocabulary() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(simulator_data("tasks.json").read_text(encoding="utf-8"))
-    return data
+    return intent.words("tasks.json")
 
 
 @lru_cache(maxsize=16)
 def _phrases(action: str) -> re.Pattern[str]:
-    spaced = [(p.replace(" ", "\\s+"), p) for p in vocabulary()["requests"][action]]
-    parts = [rf"(?<![\w'])(?:{r})(?![\w'])" if p.isascii() else re.escape(p) for r, p in spaced]
-    return re.compile("|".join(parts), re.IGNORECASE)
-
-
-def _norm(key: str) -> str:
-    return re.sub(r"[\W_]+", "", key).lower()
-
-
-def _props(fn: dict[str, Any]) -> dict[str, Any]:
-    params = fn.get("parameters")
-    props = params.get("properties") if isinstance(params, dict) else None
-    return props if isinstance(props, dict) else {}
+    return re.compile(intent.phrases(vocabulary()["requests"][action]), re.IGNORECASE)
 
 
 def role(fn: dict[str, Any]) -> str | None:
     """What the tool does, from the words of its name (then its parameters): see the module docstring."""
     name = str(fn.get("name", ""))
-    words = {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name)} | {_norm(name)}
+    words = {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name)} | {plain(name)}
     for kind, names in vocabulary()["tool_roles"].items():
         if words & set(names):
             return str(kind)
-    keys = {_norm(k) for k in _props(fn)}
+    keys = {plain(k) for k in intent.props(fn)}
     if words & {"search", "find"} and keys & {"pattern", "regex"}:
         return "search"
     if keys & set(vocabulary()["params"]["command"]):
@@ -102,7 +74,7 @@ def role(fn: dict[str, Any]) -> str | None:
 def key_for(fn: dict[str, Any], kind: str, skip: tuple[str, ...] = ()) -> str | None:
     """The tool's parameter that takes a value of ``kind`` (path, dir, pattern, command, url), by its normalised name
     in the order the vocabulary lists them."""
-    props = {_norm(k): k for k in _props(fn) if isinstance(k, str) and k not in skip}
+    props = {plain(k): k for k in intent.props(fn) if isinstance(k, str) and k not in skip}
     return next((props[n] for n in vocabulary()["params"][kind] if n in props), None)
 
 
@@ -173,7 +145,7 @@ def _by_role(functions: list[dict[str, Any]], wanted: str) -> dict[str, Any] | N
     return next((fn for fn in functions if role(fn) == wanted), None)
 
 
-def _call(fn: dict[str, Any] | None, **values: tuple[str, str | None]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def _call(fn: dict[str, Any] | None, **values: tuple[str, str | None]) -> list[Call]:
     """One call of ``fn`` with each value in the parameter of its kind (values: name -> (kind, value))."""
     if fn is None:
         return []
@@ -209,9 +181,7 @@ def _search_target(rest: str) -> str | None:
     return None
 
 
-def _piece_calls(
-    functions: list[dict[str, Any]], piece: Piece, agent: bool
-) -> list[tuple[dict[str, Any], dict[str, Any]]] | None:
+def _piece_calls(functions: list[dict[str, Any]], piece: Piece, agent: bool) -> list[Call] | None:
     """The calls one piece asks for; None when the piece asks for something this vocabulary cannot serve (a change
     or a command not asked for in the affirmative among them)."""
     action, text, rest = piece.action, piece.text, piece.rest
@@ -239,9 +209,7 @@ def _piece_calls(
     return None
 
 
-def _change(
-    functions: list[dict[str, Any]], text: str, rest: str, file: str
-) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def _change(functions: list[dict[str, Any]], text: str, rest: str, file: str) -> list[Call]:
     verb = (text[: len(text) - len(rest)].split() or [""])[-1].lower()
     verb = next((v for v in ("写", "创建", "保存", "删除") if verb.endswith(v)), verb)  # "请删除": no space before it
     quoted = [q for q in _quoted(text) if q != file]
@@ -256,16 +224,13 @@ def _change(
         return _call(remover, path=("path", file))
     editor = _by_role(functions, "edit")
     if len(quoted) >= 2 and editor is not None:
-        keys = [k for k in _props(editor) if _norm(k) not in vocabulary()["params"]["path"]]
+        keys = [k for k in intent.props(editor) if plain(k) not in vocabulary()["params"]["path"]]
         olds = [k for k in keys if re.search(r"old|search|find|target", k, re.I)]
         news = [k for k in keys if re.search(r"new|replace", k, re.I)]
         if olds and news:
             path = key_for(editor, "path")
             return [(editor, {**({path: file} if path else {}), olds[0]: quoted[0], news[0]: quoted[1]})]
     return _call(_by_role(functions, "read"), path=("path", file))  # a change it cannot spell out: read first
-
-
-CallPlan = tuple[list[tuple[dict[str, Any], dict[str, Any]]], str]
 
 
 def plan(functions: list[dict[str, Any]], prompt: str) -> CallPlan | None:
@@ -276,7 +241,7 @@ def plan(functions: list[dict[str, Any]], prompt: str) -> CallPlan | None:
     if not any(roles):
         return None
     agent = bool({"run", "edit", "delegate"} & set(roles))
-    calls: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    calls: list[Call] = []
     rest: list[str] = []
     for piece in _pieces(prompt):
         if piece.action == "change" and piece.asked and not agent:
@@ -307,16 +272,8 @@ def safe(functions: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
     lowered = prompt.lower()
     change = asks_change(prompt)
     runs = asks_change(prompt, ("run",)) and command(prompt) is not None
-    kept = []
-    for fn in functions:
-        kind = role(fn)
-        if named(str(fn.get("name", "")), lowered):
-            kept.append(fn)  # the request asks for it
-        elif kind in UNASKED_NEVER or (kind == "run" and not runs) or (kind in DESTRUCTIVE - {"run"} and not change):
-            continue
-        else:
-            kept.append(fn)
-    return kept
+    barred = set(UNASKED_NEVER) | ({"run"} if not runs else set()) | (DESTRUCTIVE - {"run"} if not change else set())
+    return [fn for fn in functions if role(fn) not in barred or named(str(fn.get("name", "")), lowered)]
 
 
 def beside(functions: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:

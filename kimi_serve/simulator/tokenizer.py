@@ -1,12 +1,8 @@
 """The tokenizer the simulator serves with: the model directory's real one when it has one, else a bundled stand-in.
 
-Real (the serving host): ``AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)``, i.e. Kimi's tiktoken
-tokenizer and its own chat template. Stand-in (CI, laptops): a 20,480-token byte-level BPE (assets/standin-bpe.json,
-cut by the same word/number/punctuation split as Kimi's tiktoken pattern; ~3.9 characters per token on the clients'
-prompts, Kimi's ~3.8) padded to Kimi's 163584 base ranks, then Kimi's 256 special slots at their real ids
-(163584 ``[BOS]`` ... 163586 ``<|im_end|>`` ... 163607 ``</think>``), and a K2.5-style chat template with the
-``thinking`` toggle (assets/chat_template.jinja).
-Runs inside the SGLang venv (needs ``tokenizers``/``transformers``).
+The stand-in (assets/standin-bpe.json) is a 20,480-token byte-level BPE cut by the same split as Kimi's tiktoken
+pattern, padded to Kimi's 163584 base ranks, then Kimi's 256 special slots at their real ids (163586 ``<|im_end|>``,
+163607 ``</think>``, ...), with a K2.5-style chat template (docs/simulator.md). Runs inside the SGLang venv.
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ from kimi_serve.simulator.stand_in import STANDIN_TOKENIZER, chat_template
 
 BASE_RANKS = 163584
 VOCAB_SIZE = 163840
-IM_END_ID = 163586
 
 # (id, token, special?) for the named slots; ids and flags from Kimi-K2 / K2.5 (K2-Instruct flags for tool markers).
 _NAMED: list[tuple[int, str, bool]] = [
@@ -64,25 +59,19 @@ _TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "tiktoken.model",
 class LoadedTokenizer:
     tokenizer: Any  # a transformers PreTrainedTokenizerBase
     description: str  # said in the log: which tokenizer serves
-    is_standin: bool
-
-
-def has_tokenizer(model_dir: Path) -> bool:
-    return any((model_dir / name).is_file() for name in _TOKENIZER_FILES)
 
 
 def load_tokenizer(model_dir: Path | None, family: str = K25) -> LoadedTokenizer:
-    if model_dir is not None and has_tokenizer(model_dir):
+    if model_dir is not None and any((model_dir / name).is_file() for name in _TOKENIZER_FILES):
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=True)
-        return LoadedTokenizer(tok, f"real tokenizer {type(tok).__name__} and chat template from {model_dir}", False)
+        return LoadedTokenizer(tok, f"real tokenizer {type(tok).__name__} and chat template from {model_dir}")
     where = f"{model_dir} has no tokenizer files" if model_dir is not None else "no model directory"
     return LoadedTokenizer(
         build_standin(family),
         f"STAND-IN tokenizer (kimi-serve simulator: byte-level BPE + Kimi special-token ids, "
         f"{family_of(family).title}-style template; {where})",
-        True,
     )
 
 

@@ -1,11 +1,7 @@
-"""SGLang's own request checks on the simulator's request path, as 0.5.23's ``TokenizerManager`` runs them.
-
-Per (sub-)request, in SGLang's order: ``TokenizerManager._validate_one_request`` (the prompt and prompt +
-``max_new_tokens`` against the context length, with ``--allow-auto-truncate`` honoured), then
-``SamplingParams(**params)`` with the server's preferred sampling params under the request's, ``normalize(tokenizer)``
-(stop strings, stop regexes) and ``verify(vocab_size)`` (temperature, top_p, top_k, min_p, penalties, min/max new
-tokens, logit_bias, one grammar at most). Each raises SGLang's own ``ValueError``, which the OpenAI serving layer
-answers with HTTP 400 and the message. Runs inside the SGLang venv.
+"""SGLang's own request checks on the simulator's request path, as 0.5.23's ``TokenizerManager`` runs them:
+``_validate_one_request`` (context length, ``--allow-auto-truncate``), then ``SamplingParams`` under the server's
+preferred params, ``normalize`` and ``verify``. Each raises SGLang's ``ValueError``, the serving layer's HTTP 400.
+Runs inside the SGLang venv.
 """
 
 from __future__ import annotations
