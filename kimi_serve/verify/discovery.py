@@ -8,6 +8,7 @@ from typing import Any
 from kimi_serve.core.findings import Finding
 from kimi_serve.core.http import TransportError, request
 from kimi_serve.verify import http_findings as hx
+from kimi_serve.verify import wire
 from kimi_serve.verify.report import problem
 from kimi_serve.verify.target import Target
 
@@ -44,3 +45,21 @@ def server_info(target: Target, deadline: float, api_key: str | None) -> dict[st
     if failure or not isinstance(data, dict):
         return {}
     return {k: data.get(k) for k in ("tool_call_parser", "reasoning_parser") if k in data}
+
+
+def fetch(target: Target, path: str, deadline: float, api_key: str | None) -> bytes | None:
+    """The body of a GET answered 200 within the deadline and read limits; None for anything else (nothing judged)."""
+    try:
+        reply = request("GET", target.url(path), deadline=deadline, api_key=api_key)
+    except TransportError:
+        return None
+    return reply.body if reply.status == 200 and not reply.timed_out and not reply.limit else None
+
+
+def fetch_json(target: Target, path: str, deadline: float, api_key: str | None) -> Any:
+    """:func:`fetch`'s body decoded (:func:`~kimi_serve.verify.wire.loads`); None when there is none or no JSON."""
+    body = fetch(target, path, deadline, api_key)
+    try:
+        return None if body is None else wire.loads(body)
+    except ValueError:
+        return None

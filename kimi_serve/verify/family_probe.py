@@ -19,10 +19,9 @@ from typing import Any
 
 from kimi_serve.core.family import DEFAULT, ModelFamily, by_model_name, family
 from kimi_serve.core.findings import Finding
-from kimi_serve.core.http import TransportError, request
-from kimi_serve.verify import wire
 from kimi_serve.verify.agentic import DIALECT_PROBES
 from kimi_serve.verify.answer import as_object
+from kimi_serve.verify.discovery import fetch_json
 from kimi_serve.verify.probes import NON_STREAM, Probe
 from kimi_serve.verify.raw import post
 from kimi_serve.verify.raw_suite import RawCall
@@ -58,15 +57,6 @@ def for_family(probes: tuple[Probe, ...], fam: ModelFamily) -> tuple[Probe, ...]
         for p in probes
         if p.name not in instant
     )
-
-
-def server_info(target: Any, deadline: float, api_key: str | None) -> Any:
-    """SGLang's /server_info (its server arguments), None when it does not answer a JSON 200."""
-    try:
-        reply = request("GET", target.url("/server_info"), deadline=deadline, api_key=api_key)
-        return wire.loads(reply.body) if reply.status == 200 and not reply.timed_out else None
-    except (TransportError, ValueError):
-        return None
 
 
 def _history(reasoning: bool) -> list[dict[str, Any]]:
@@ -131,7 +121,8 @@ def run_preserve_probe(
     start = time.monotonic()
     server_default = None
     if configured is None:
-        server_default = as_object(server_info(target, deadline, api_key)).get("default_chat_template_kwargs")
+        info = as_object(fetch_json(target, "/server_info", deadline, api_key))
+        server_default = info.get("default_chat_template_kwargs")
     want = expected_preserve(fam, configured, server_default)
     checks: list[tuple[dict[str, Any] | None, bool, str]] = [(None, want, "by default")]
     if "preserve_thinking" not in dict(fam.forced):

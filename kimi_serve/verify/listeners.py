@@ -23,6 +23,7 @@ from typing import ClassVar
 
 from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
 from kimi_serve.core.net import host_port, ip_of, is_unspecified
+from kimi_serve.verify.report import verdict
 
 LISTEN = "0A"
 UDP_UNCONNECTED = "07"
@@ -272,21 +273,11 @@ def check_listeners(port: int, expected: Iterable[int] = (), proc: Path = PROC) 
     try:
         owner = owner_of_port(port, proc)
     except PermissionError as exc:
-        return [], [
-            Finding(
-                "verify", "listeners", SKIP, f"{exc}; listeners not checked", "run verify as the service user or root"
-            )
-        ]
+        why, fix = f"{exc}", "run verify as the service user or root"
+        return [], [verdict("listeners", SKIP, f"{why}; listeners not checked", fix)]
     if owner is None:
-        return [], [
-            Finding(
-                "verify",
-                "listeners",
-                SKIP,
-                f"no local process listens on port {port} (a remote "
-                "server, or another network namespace); listeners not checked",
-            )
-        ]
+        why = f"no local process listens on port {port} (a remote server, or another network namespace)"
+        return [], [verdict("listeners", SKIP, f"{why}; listeners not checked")]
     listeners = tree_listeners(owner, proc)
     allowed = {port, *expected}
     stray = [lst for lst in listeners if not lst.loopback and lst.port not in allowed]
@@ -299,10 +290,9 @@ def check_listeners(port: int, expected: Iterable[int] = (), proc: Path = PROC) 
         )
         n = len(server_processes(owner, proc))
         who = "the server's one process listens" if n == 1 else f"the server's {n} processes listen"
-        return listeners, [Finding("verify", "listeners", PASS, f"{who} {where}")]
+        return listeners, [verdict("listeners", PASS, f"{who} {where}")]
     return listeners, [
-        Finding(
-            "verify",
+        verdict(
             "stray_listener",
             WARN,
             f"pid {lst.pid} ({lst.command}) of the server listens on {lst.endpoint}, reachable from outside this host",

@@ -26,6 +26,7 @@ from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
 from kimi_serve.core.http import TransportError, request
 from kimi_serve.core.pin import KIMI_PATCH_SET, patch_set_args, patches_apply
 from kimi_serve.verify import wire
+from kimi_serve.verify.report import verdict
 from kimi_serve.verify.target import Target
 
 PATH = "/parse_function_call"
@@ -72,16 +73,15 @@ def judge(code: str, what: str, status: int, body: Any) -> Finding:
     """The finding for one case from the endpoint's answer (``body``: its parsed JSON, or None)."""
     if status in (401, 403, 404, 405) or not isinstance(body, dict) or not isinstance(body.get("calls"), list):
         shown = f"HTTP {status}" if status != 200 else "an answer without calls[]"
-        return Finding("verify", code, SKIP, f"POST {PATH}: {shown}; the server's kimi_k2 parser not checked")
+        return verdict(code, SKIP, f"POST {PATH}: {shown}; the server's kimi_k2 parser not checked")
     calls = [c for c in body["calls"] if isinstance(c, dict)]
     try:
         kept = len(calls) == 1 and calls[0].get("name") == TOOL and wire.loads(str(calls[0].get("parameters"))) == ARGS
     except (TypeError, ValueError):
         kept = False
     if kept:
-        return Finding("verify", code, PASS, f"the server's kimi_k2 parser keeps the call ({code.split('.')[1]})")
-    return Finding(
-        "verify",
+        return verdict(code, PASS, f"the server's kimi_k2 parser keeps the call ({code.split('.')[1]})")
+    return verdict(
         code,
         WARN,
         f"the server's kimi_k2 parser {what} (POST {PATH} gave {len(calls)} call(s))",
@@ -101,7 +101,7 @@ def parser_checks(target: Target, api_key: str | None, deadline: float) -> list[
         try:
             reply = request("POST", target.url(PATH), deadline=deadline, api_key=api_key, json_body=request_body(text))
         except TransportError as err:
-            out.append(Finding("verify", code, SKIP, f"POST {PATH}: {err.detail}; not checked"))
+            out.append(verdict(code, SKIP, f"POST {PATH}: {err.detail}; not checked"))
             continue
         try:
             parsed = wire.loads(reply.body) if not (reply.timed_out or reply.cut or reply.limit) else None
@@ -117,7 +117,7 @@ def unused(findings: list[Finding], reported: str | None) -> list[Finding]:
     the patch set's advice cannot apply: each warning becomes a skip that says why."""
     runs = f"runs --tool-call-parser {reported}" if reported else "runs without --tool-call-parser"
     return [
-        Finding("verify", f.code, SKIP, f"not judged: the server {runs}, so its answers never reach the kimi_k2 parser")
+        verdict(f.code, SKIP, f"not judged: the server {runs}, so its answers never reach the kimi_k2 parser")
         if f.status == WARN
         else f
         for f in findings
