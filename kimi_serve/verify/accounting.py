@@ -12,8 +12,8 @@ from typing import Any
 
 from kimi_serve.core.findings import Finding
 from kimi_serve.verify.answer import as_object
+from kimi_serve.verify.discovery import post
 from kimi_serve.verify.probes import NON_STREAM, Probe
-from kimi_serve.verify.raw import post
 from kimi_serve.verify.report import ProbeResult, problem
 
 ACCOUNTING = "accounting"

@@ -3,6 +3,8 @@ reports (``/model_info``, used to sharpen diagnoses)."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.core.findings import Finding
@@ -13,21 +15,50 @@ from kimi_serve.verify.report import problem
 from kimi_serve.verify.target import Target
 
 
+@dataclass(frozen=True)
+class Posted:
+    data: Any
+    latency_s: float
+    failure: Finding | None = None
+    unreachable: bool = False
+
+
+def post(
+    target: Any, path: str, body: dict[str, Any] | None, *, api_key: str | None, deadline: float, timeout: float
+) -> Posted:
+    """POST ``body`` as JSON (None: GET ``path``) and read a JSON answer (a finding when there is none)."""
+    method = "GET" if body is None else "POST"
+    start = time.monotonic()
+    try:
+        reply = request(method, target.url(path), deadline=deadline, api_key=api_key, json_body=body)
+    except TransportError as err:
+        lost = hx.transport_finding(err, timeout=timeout)
+        return Posted(None, time.monotonic() - start, lost, unreachable=hx.unreachable(err))
+    latency = time.monotonic() - start
+    if reply.status == 404 and path == "/generate":
+        return Posted(
+            None,
+            latency,
+            problem(
+                "generate_missing",
+                "POST /generate answered 404: the server has no native generate endpoint",
+                "point --host at SGLang itself (not an OpenAI-only proxy); the raw path needs SGLang's /generate",
+            ),
+        )
+    failure = hx.http_finding(reply, api_key_sent=bool(api_key), model=(body or {}).get("model"))
+    if failure is None:
+        data, failure = hx.parse_json_body(reply)
+        if failure is None or body is not None:
+            return Posted(data, latency, failure)
+    return Posted(None, latency, problem(failure.code, f"{method} {path}: {failure.message}", failure.fix))
+
+
 def get_json(
     target: Target, path: str, deadline: float, api_key: str | None, timeout: float
 ) -> tuple[Any, Finding | None, bool]:
     """(json, finding, unreachable) for a GET."""
-    try:
-        reply = request("GET", target.url(path), deadline=deadline, api_key=api_key)
-    except TransportError as err:
-        return None, hx.transport_finding(err, timeout=timeout), hx.unreachable(err)
-    failure = hx.http_finding(reply, api_key_sent=bool(api_key), model=None)
-    if failure:
-        return None, problem(failure.code, f"GET {path}: {failure.message}", failure.fix), False
-    data, failure = hx.parse_json_body(reply)
-    if failure:
-        failure = problem(failure.code, f"GET {path}: {failure.message}", failure.fix)
-    return data, failure, False
+    got = post(target, path, None, api_key=api_key, deadline=deadline, timeout=timeout)
+    return got.data, got.failure, got.unreachable
 
 
 def served_models(data: Any) -> list[str]:

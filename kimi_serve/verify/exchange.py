@@ -169,8 +169,9 @@ def result_of(probe: Probe, mode: str, outcome: ProbeOutcome, server: dict[str, 
     return ProbeResult(probe.name, mode, outcome.latency_s, failures, attempts=outcome.attempts, warnings=warnings)
 
 
+def no_answer(timeout: float, fix: str = "read the server log") -> Finding:
+    return problem("timeout", f"no answer within --timeout {timeout:g}s", fix)
+
+
 def outcome_of(future: Future[ProbeOutcome], timeout: float) -> ProbeOutcome:
-    if future.done():
-        return future.result()
-    late = problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log")
-    return ProbeOutcome(None, timeout, late)
+    return future.result() if future.done() else ProbeOutcome(None, timeout, no_answer(timeout))

@@ -21,9 +21,8 @@ from kimi_serve.core.family import DEFAULT, ModelFamily, by_model_name, family
 from kimi_serve.core.findings import Finding
 from kimi_serve.verify.agentic import DIALECT_PROBES
 from kimi_serve.verify.answer import as_object
-from kimi_serve.verify.discovery import fetch_json
+from kimi_serve.verify.discovery import fetch_json, post
 from kimi_serve.verify.probes import NON_STREAM, Probe
-from kimi_serve.verify.raw import post
 from kimi_serve.verify.raw_suite import RawCall
 from kimi_serve.verify.report import ProbeResult, problem
 
@@ -161,28 +160,9 @@ def family_calls(
     where the family has the switch, the preserve_thinking probe."""
     from kimi_serve.verify.accounting import PROBE, run_accounting_probe
 
-    accounting = partial(
-        run_accounting_probe,
-        target,
-        model=model,
-        api_key=api_key,
-        deadline=deadline,
-        timeout=timeout,
-        max_tokens=max_tokens,
-    )
-    calls: list[RawCall] = [(PROBE, NON_STREAM, accounting)]
+    how: dict[str, Any] = {"model": model, "api_key": api_key, "deadline": deadline, "timeout": timeout}
+    calls: list[RawCall] = [(PROBE, NON_STREAM, partial(run_accounting_probe, target, **how, max_tokens=max_tokens))]
     if "preserve_thinking" not in fam.switches:
         return calls
     probe = Probe(PRESERVE, _history(True), lambda _a, _s: [], modes=(NON_STREAM,))
-    run = partial(
-        run_preserve_probe,
-        probe,
-        target,
-        fam,
-        model=model,
-        configured=configured,
-        api_key=api_key,
-        deadline=deadline,
-        timeout=timeout,
-    )
-    return [*calls, (probe, NON_STREAM, run)]
+    return [*calls, (probe, NON_STREAM, partial(run_preserve_probe, probe, target, fam, **how, configured=configured))]

@@ -11,6 +11,7 @@ encodes each special string in this text as its one id, so the rendered text can
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,14 +171,12 @@ def rebuild_raw(
     return head + body + section
 
 
-def first_difference(expected: str, actual: str) -> int | None:
-    """Index of the first differing character, or None when the strings are equal."""
+def first_difference(expected: Sequence[Any], actual: Sequence[Any]) -> int | None:
+    """Index of the first differing character (or token id), or None when the two are equal."""
     if expected == actual:
         return None
-    for i, (a, b) in enumerate(zip(expected, actual, strict=False)):
-        if a != b:
-            return i
-    return min(len(expected), len(actual))
+    pairs = enumerate(zip(expected, actual, strict=False))
+    return next((i for i, (a, b) in pairs if a != b), min(len(expected), len(actual)))
 
 
 def describe_difference(raw: str, rebuilt: str) -> str:
@@ -194,12 +193,6 @@ def describe_difference(raw: str, rebuilt: str) -> str:
     elif any(tok in raw[at : at + 40] and tok not in rebuilt[at : at + 40] for tok in SPECIAL_IDS):
         kind = "lost a special token"
     return f"character {at} of {len(raw)} {kind}: raw {raw[lo : at + 24]!r} vs rebuilt {rebuilt[lo : at + 24]!r}"
-
-
-def first_id_difference(a: list[int], b: list[int]) -> int | None:
-    if a == b:
-        return None
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def id_name(token_id: int | None) -> str:

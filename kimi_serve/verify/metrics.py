@@ -133,12 +133,8 @@ def render_metrics(
         if acceptance.floor is not None:
             rows[f"{PREFIX}_draft_accept_floor"].append((base, float(acceptance.floor)))
     out = []
-    for name, (kind, help_text) in FAMILIES.items():
-        if not rows[name]:
-            continue
-        out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        out += [f"{name}{_labels(labels)} {_number(value)}" for labels, value in rows[name]]
-    for name, kind, help_text, samples in extra or []:  # the caller's families (service/traffic.py's counters)
+    own: list[Family] = [(name, kind, text, rows[name]) for name, (kind, text) in FAMILIES.items() if rows[name]]
+    for name, kind, help_text, samples in own + (extra or []):  # then the caller's (service/traffic.py's counters)
         out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
         out += [f"{name}{_labels(labels)} {_number(value)}" for labels, value in samples]
     return "\n".join(out) + "\n"

@@ -20,7 +20,7 @@ from kimi_serve.verify.agentic import DIALECT_PROBES, agentic_probes
 from kimi_serve.verify.budget import check_budget
 from kimi_serve.verify.discovery import get_json, served_models, server_info
 from kimi_serve.verify.draft import judge_draft
-from kimi_serve.verify.exchange import ProbeOutcome, attempt, outcome_of, result_of
+from kimi_serve.verify.exchange import ProbeOutcome, attempt, no_answer, outcome_of, result_of
 from kimi_serve.verify.family_probe import family_calls, for_family, resolve_family
 from kimi_serve.verify.leaks import server_info_leaks
 from kimi_serve.verify.options import VerifyOptions
@@ -47,12 +47,6 @@ def _after(first: Future[ProbeOutcome] | None, deadline: float, fn: Any, *args: 
         wait_futures([first], timeout=max(0.0, deadline - time.monotonic()))
     result: ProbeOutcome = fn(*args)
     return result
-
-
-def _timed_out(name: str, timeout: float) -> ProbeResult:
-    return ProbeResult(
-        name, "non-stream", timeout, (problem("timeout", f"no answer within --timeout {timeout:g}s", "read the log"),)
-    )
 
 
 def _dialects(results: list[ProbeResult]) -> dict[str, str]:
@@ -224,22 +218,13 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
             report.probes.append(load_probe.aggregate(loaded, alone[0] if alone else None))
             report.concurrency = len(loads)
         if budget_future is not None:
-            report.budget, budget_result = (
-                budget_future.result() if budget_future.done() else (None, _timed_out("budget", timeout))
-            )
+            late = ProbeResult("budget", "non-stream", timeout, (no_answer(timeout, "read the log"),))
+            report.budget, budget_result = budget_future.result() if budget_future.done() else (None, late)
             report.probes.append(budget_result)
         report.thinking_off = _dialects(report.probes)
         for (probe, mode, _), extra in zip(extras, extra_futures, strict=True):
-            report.probes.append(
-                extra.result()
-                if extra.done()
-                else ProbeResult(
-                    probe.name,
-                    mode,
-                    timeout,
-                    (problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"),),
-                )
-            )
+            late = ProbeResult(probe.name, mode, timeout, (no_answer(timeout),))
+            report.probes.append(extra.result() if extra.done() else late)
     report.checks, report.listeners = privilege_future.result()
     report.checks += _parser_checks(parser_future.result(), report)
     report.checks += leaks  # a key handed to clients: a least-privilege FAIL (verify/leaks.py)
