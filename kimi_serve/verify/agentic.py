@@ -1,14 +1,7 @@
-"""The agentic probes: requests shaped as real agent clients send them (docs/verify.md "Agentic probes"), registered
-in the runner next to the suite's own probes (as verify/raw_suite.py registers the raw path):
-
-- the two-turn tool loop: the server's own call replayed (its id, arguments, content) with the tool result under
-  that id, with and without ``reasoning_content`` in the replayed assistant message, content as a string and as a
-  list of parts; the follow-up must answer;
-- ``strict: true`` tools (openai-agents' and pydantic-ai's default), one call and two in one turn;
-- in quick, two calls in one streamed turn (the suite's own ``parallel``, streamed only);
-- thinking off in each dialect clients use: which the server honours, a warning for each it ignores.
-
-The budget (verify/budget.py) and the load probe (verify/load.py) run beside them.
+"""The agentic probes: requests shaped as real agent clients send them (docs/verify.md "Agentic probes"): the
+two-turn tool loop (the server's own call replayed as each client replays it, :data:`REPLAYS`), ``strict: true``
+tools, two calls in one streamed turn, thinking off in each dialect clients use. The runner adds them to the suite's
+own probes; the budget (verify/budget.py) and the load probe (verify/load.py) run beside them.
 """
 
 from __future__ import annotations

@@ -6,19 +6,10 @@ server on ``/metrics`` (``sglang:spec_accept_length``, ``sglang:spec_accept_rate
 decoding is on, and which draft, comes from ``/server_info`` (``speculative_algorithm``,
 ``speculative_draft_model_path``); where the server does not say, from the caller (a profile) or from the answers.
 
-Verdicts (docs/verify.md, "The draft's health"), with speculative decoding on:
-
-- ``draft_dead`` (FAIL): the mean accept length is ``DEAD_AT`` (1.2) tokens per step or less: every step pays for the
-  draft and the verify, and the server is slower than without speculation (a draft for another model, a wrong vocab,
-  draft weights lost);
-- ``draft_below_floor`` (WARN): under the profile's expected floor (``speculative.accept_floor``, default
-  ``DEFAULT_FLOOR``, the low end of the 2.3-3.8 tokens per step published for Kimi-K2.5's EAGLE-3 drafts);
-- ``draft_acceptance_unreported`` (WARN): the server reports no figure (a proxy strips ``sglext`` and ``/metrics`` is
-  closed), so the draft's health is unknown.
-
-The mean over the probes weighs each answer by its verify steps (total tokens / total steps, SGLang's own formula);
-fewer than ``MIN_STEPS`` steps in all is too few to judge, and ``/metrics`` is used then. With speculative decoding
-off nothing is judged.
+The verdicts (:func:`findings`: ``draft_dead``, ``draft_below_floor``, ``draft_acceptance_unreported``) are
+docs/verify.md's "The draft's health". The mean over the probes weighs each answer by its verify steps (total tokens /
+total steps, SGLang's own formula); fewer than ``MIN_STEPS`` steps in all is too few to judge, and ``/metrics`` is
+used then. With speculative decoding off nothing is judged.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
-"""Does the server's own kimi_k2 tool-call parser lose calls? Two requests to SGLang's ``POST /parse_function_call``,
-which runs the server's installed detector (the non-streaming path, ``parse_non_stream``) on a text verify gives it,
-so the faults show without asking the model to produce them:
+"""Does the server's own kimi_k2 tool-call parser lose calls? Each of :data:`CASES` (docs/verify.md, "The server's
+parser") goes to SGLang's ``POST /parse_function_call``, which runs the server's installed detector (the
+non-streaming path) on a text verify gives it, so the faults show without asking the model to produce them. The Kimi
+patch set fixes both (features ``keep_unexpected_tool_call_ids``, ``bare_tool_call_begin_non_stream``).
 
-- ``parser.unexpected_id``: a call whose id is outside SGLang 0.5.23's two id patterns (``functions.NAME:N``,
-  ``NAME:N`` / a bare counter), :data:`PROBE_ID`; upstream drops the call (no ``tool_calls``, ``finish_reason: stop``,
-  sgl-project/sglang#25358); the Kimi patch set keeps it (feature ``keep_unexpected_tool_call_ids``).
-- ``parser.bare_call_begin``: a call with ``<|tool_call_begin|>`` but no ``<|tool_calls_section_begin|>``: streaming
-  accepts it, non-streaming returns it as raw text, so the two modes disagree on one output; patched, both take it
-  (feature ``bare_tool_call_begin_non_stream``).
-
-SGLang logs the first case's id as it handles it ("Unexpected tool_call_id format: ID"), patched or not: the id is
-kimi-serve's own marker, so the real-traffic counters (kimi_serve/service/traffic.py) leave the probe's own lines out.
-
-A server that shows a fault gets a warning naming it and the fix (the Kimi patch set); one without the endpoint (a
-gateway, the router) or that refuses it is not judged (skip). Each request is a parse, no generation: cheap enough
-for ``quick``, which the start gate and the monitoring timer run.
+A fault is a warning naming that fix; a server without the endpoint (a gateway, the router) or that refuses it is not
+judged (skip). Each request is a parse, no generation: cheap enough for ``quick`` (the start gate, the monitor).
 """
 
 from __future__ import annotations

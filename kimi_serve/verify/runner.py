@@ -84,13 +84,9 @@ def _parser_checks(found: list[Finding], report: VerifyReport) -> list[Finding]:
 def run_verify(target: Target | str, options: VerifyOptions | None = None, **changes: Any) -> VerifyReport:
     """Check that the server at ``target`` keeps the Kimi API contract; never prints, never raises for server faults.
 
-    ``options``: how the run goes (:class:`~kimi_serve.verify.options.VerifyOptions`), with ``changes`` to its fields
-    (a caller that sets one or two). Readiness first (``options.wait``), then every probe and mode, then the
-    least-privilege checks (admin endpoints, stray listeners), all within ``options.timeout``; then the speculative
-    draft's acceptance (verify/draft.py: ``options.accept_floor``, ``options.spec_expected``). The family's probes
-    follow ``options.family`` (None: the one the served model's name spells, verify/family_probe.py) and
-    ``options.preserve_thinking`` (None: the server's default). The report's
-    ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
+    ``options`` (:class:`~kimi_serve.verify.options.VerifyOptions`) with ``changes`` to its fields. Readiness first,
+    then every probe and mode and the least-privilege checks within ``options.timeout``, then the speculative draft's
+    acceptance. The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
     opts = dataclasses.replace(options or VerifyOptions(), **changes)
@@ -126,7 +122,6 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
         return report
     deadline = time.monotonic() + timeout
     served: list[str] | None = None
-    calls = [(p, m) for p in probes for m in p.modes]
     loads = load_probe.streams(concurrency if probes else 0, max_tokens)
     with (
         ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="verify") as pool,
@@ -175,20 +170,10 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
             load_pool.submit(_after, lone, deadline, attempt, target, p, STREAM, model, api_key, deadline, timeout)
             for p in loads
         ]
-        extras = raw_calls(
-            suite, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout, stop_ids=fam.eos_ids
-        )
+        how: dict[str, Any] = {"model": model, "api_key": api_key, "deadline": deadline, "timeout": timeout}
+        extras = raw_calls(suite, target, **how, stop_ids=fam.eos_ids)
         if probes:  # a chat suite: the token accounting, and the family's own probes (verify/family_probe.py)
-            extras += family_calls(
-                fam,
-                target,
-                model=model,
-                configured=opts.preserve_thinking,
-                api_key=api_key,
-                deadline=deadline,
-                timeout=timeout,
-                max_tokens=max_tokens,
-            )
+            extras += family_calls(fam, target, **how, configured=opts.preserve_thinking, max_tokens=max_tokens)
         extra_futures = [pool.submit(fn) for _, _, fn in extras]
         pending: list[Future[Any]] = [*futures, *load_futures, *extra_futures, info_future, leak_future]
         pending += [budget_future] if budget_future else []
