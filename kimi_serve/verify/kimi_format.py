@@ -161,14 +161,9 @@ def rebuild_raw(
 
     Without a reasoning parser (``reasoning`` is None) the content carries the raw text, ``</think>`` included."""
     head = f"{reasoning}{THINK_END}" if thinking and reasoning is not None else ""
-    body = content or ""
-    calls: list[dict[str, Any]] = []
-    for call in tool_calls:
-        function = call.get("function")
-        if isinstance(function, dict) and function.get("arguments") is not None:
-            calls.append({"id": call.get("id"), "function": function})
-    section = _tool_calls({"tool_calls": calls})
-    return head + body + section
+    fns = [(call.get("id"), call.get("function")) for call in tool_calls]
+    calls = [{"id": i, "function": f} for i, f in fns if isinstance(f, dict) and f.get("arguments") is not None]
+    return head + (content or "") + _tool_calls({"tool_calls": calls})
 
 
 def first_difference(expected: Sequence[Any], actual: Sequence[Any]) -> int | None:

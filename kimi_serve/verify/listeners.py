@@ -123,10 +123,6 @@ def _stat_field(pid: int, proc: Path, index: int) -> int | None:
         return None
 
 
-def _ppid(pid: int, proc: Path) -> int | None:
-    return _stat_field(pid, proc, 1)
-
-
 def _cgroup(pid: int, proc: Path) -> str | None:
     """The unified (v2) cgroup of ``pid``, else the v1 systemd one, when it is a systemd service's own (``*.service``);
     None otherwise: the root cgroup is every process's, and a login session's scope (``session-N.scope``, where a
@@ -141,7 +137,7 @@ def _cgroup(pid: int, proc: Path) -> str | None:
 def _children(proc: Path) -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for pid in _pids(proc):
-        parent = _ppid(pid, proc)
+        parent = _stat_field(pid, proc, 1)
         if parent is not None:
             children.setdefault(parent, []).append(pid)
     return children
@@ -250,7 +246,7 @@ def _holder(wanted: set[int], port: int, proc: Path) -> int | None:
         if denied:
             raise PermissionError(f"cannot read the open files of the process serving port {port}")
         return None
-    return next((pid for pid in sorted(owners) if _ppid(pid, proc) not in owners), min(owners))
+    return next((pid for pid in sorted(owners) if _stat_field(pid, proc, 1) not in owners), min(owners))
 
 
 def tree_listeners(root: int, proc: Path = PROC) -> list[Listener]:

@@ -155,13 +155,17 @@ def write_metrics(
     try:
         write_atomic(path, text)
     except OSError as exc:
-        raise KimiServeError(
-            f"cannot write the metrics file: {exc.strerror or exc}",
-            where=str(path),
-            hint="run as root, or pass a --metrics-file in a writable directory",
-            exit_code=ExitCode.ENVIRONMENT,
-        ) from None
+        raise _unwritable(f"cannot write the metrics file: {exc.strerror or exc}", str(path)) from None
     return text
+
+
+def _unwritable(message: str, where: str) -> KimiServeError:
+    return KimiServeError(
+        message,
+        where=where,
+        hint="run as root, or pass a --metrics-file in a writable directory",
+        exit_code=ExitCode.ENVIRONMENT,
+    )
 
 
 def lock_file(path: Path) -> Path:
@@ -192,12 +196,7 @@ def run_lock(path: Path) -> Iterator[None]:
         lock.parent.mkdir(parents=True, exist_ok=True)
         f: IO[str] = open_lock(lock)  # a link planted in the textfile folder is refused, never truncated
     except OSError as exc:
-        raise KimiServeError(
-            f"cannot open the lock {lock}: {exc.strerror or exc}",
-            where="--metrics-file",
-            hint="run as root, or pass a --metrics-file in a writable directory",
-            exit_code=ExitCode.ENVIRONMENT,
-        ) from None
+        raise _unwritable(f"cannot open the lock {lock}: {exc.strerror or exc}", "--metrics-file") from None
     with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -256,13 +256,8 @@ class StreamReader:
         answer.problems += [problem(code, text, _FIX_WIRE) for code, text in self.merge.faults]
         raw_calls = message.get("tool_calls")
         answer.tool_calls = [tool_call(c, i) for i, c in enumerate(raw_calls if isinstance(raw_calls, list) else [])]
-        if (
-            message.get("role") is None
-            and answer.finish_reason
-            and not self.merge.faults
-            and not timed_out
-            and not late
-        ):
+        ended = not timed_out and not late
+        if message.get("role") is None and answer.finish_reason and not self.merge.faults and ended:
             answer.problems.append(
                 problem(
                     "stream_no_role",
@@ -312,7 +307,7 @@ class StreamReader:
                     _FIX_WIRE,
                 )
             )
-        if answer.finish_reason is None and not timed_out and not late:
+        if answer.finish_reason is None and ended:
             answer.problems.append(
                 problem(
                     "stream_no_finish_reason",
