@@ -12,10 +12,10 @@ from kimi_serve.profile.launch import build_launch
 from kimi_serve.profile.loader import load_profile
 from kimi_serve.verify import run_verify
 from kimi_serve.verify.answer import answer_from_json
+from kimi_serve.verify.exchange import judge
 from kimi_serve.verify.family_probe import PRESERVE, run_preserve_probe
 from kimi_serve.verify.probes import INSTANT, Probe
 from kimi_serve.verify.raw import post
-from kimi_serve.verify.exchange import judge
 from kimi_serve.verify.target import parse_target
 
 PROBE = Probe(PRESERVE, [], lambda _a, _s: [])

@@ -20,7 +20,7 @@ from typing import Any
 from kimi_serve.core.family import DEFAULT, ModelFamily, by_model_name, family
 from kimi_serve.core.findings import Finding
 from kimi_serve.verify.agentic import DIALECT_PROBES
-from kimi_serve.verify.answer import as_object
+from kimi_serve.verify.answer import as_object, json_int
 from kimi_serve.verify.discovery import fetch_json, post
 from kimi_serve.verify.probes import NON_STREAM, Probe
 from kimi_serve.verify.raw_suite import RawCall
@@ -67,11 +67,6 @@ def _history(reasoning: bool) -> list[dict[str, Any]]:
     ]
 
 
-def _prompt_tokens(data: Any) -> int | None:
-    n = as_object(as_object(data).get("usage")).get("prompt_tokens")
-    return n if isinstance(n, int) and not isinstance(n, bool) else None
-
-
 def _kept(
     target: Any, model: str, kwargs: dict[str, Any] | None, api_key: str | None, deadline: float, timeout: float
 ) -> tuple[bool | None, Finding | None]:
@@ -84,7 +79,7 @@ def _kept(
         posted = post(target, "/v1/chat/completions", body, api_key=api_key, deadline=deadline, timeout=timeout)
         if posted.failure is not None:
             return None, posted.failure
-        n = _prompt_tokens(posted.data)
+        n = json_int(as_object(as_object(posted.data).get("usage")).get("prompt_tokens"))
         if n is None:
             return None, problem(
                 "usage_missing",

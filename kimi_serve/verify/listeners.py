@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -202,14 +202,17 @@ def _reaches(address: str, host: str) -> bool:
     return ip is None or ip == want
 
 
-def _held(pids: Iterable[int], proc: Path) -> set[int]:
-    inodes: set[int] = set()
+def _sockets(pids: Iterable[int], proc: Path) -> Iterator[tuple[int, set[int]]]:
+    """(pid, its socket inodes) for each of ``pids`` whose open files can be read."""
     for pid in pids:
         try:
-            inodes |= socket_inodes(pid, proc)
+            yield pid, socket_inodes(pid, proc)
         except PermissionError:
             continue
-    return inodes
+
+
+def _held(pids: Iterable[int], proc: Path) -> set[int]:
+    return set[int]().union(*(inodes for _, inodes in _sockets(pids, proc)))
 
 
 def foreign_listener(port: int, root: int, host: str = "", proc: Path = PROC) -> Holder | None:
@@ -253,11 +256,7 @@ def tree_listeners(root: int, proc: Path = PROC) -> list[Listener]:
     """Every listening TCP and bound UDP socket held by the server of ``root`` (:func:`server_processes`)."""
     table = listening_table(root, proc, udp=True)
     found = set()
-    for pid in server_processes(root, proc):
-        try:
-            inodes = socket_inodes(pid, proc)
-        except PermissionError:
-            continue
+    for pid, inodes in _sockets(server_processes(root, proc), proc):
         command = _read(proc / str(pid) / "comm").strip()
         found |= {Listener(table[i][0], table[i][1], pid, command, table[i][2]) for i in inodes if i in table}
     return sorted(found, key=lambda lst: (lst.port, lst.address, lst.pid))

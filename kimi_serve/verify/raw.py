@@ -166,23 +166,11 @@ def _call_findings(turn: kf.RawTurn, names: set[str]) -> list[Finding]:
             )
         try:
             args = wire.loads(call.arguments)
+            bad = "" if isinstance(args, dict) else f"are a JSON {json_kind(args)}, not an object"
         except ValueError:
-            found.append(
-                problem(
-                    "raw_arguments_json",
-                    f"tool call {i} arguments are not JSON: {clip(call.arguments)!r}",
-                    "read the raw text; rerun",
-                )
-            )
-            continue
-        if not isinstance(args, dict):
-            found.append(
-                problem(
-                    "raw_arguments_json",
-                    f"tool call {i} arguments are a JSON {json_kind(args)}, not an object",
-                    "read the raw text; rerun",
-                )
-            )
+            bad = f"are not JSON: {clip(call.arguments)!r}"
+        if bad:
+            found.append(problem("raw_arguments_json", f"tool call {i} arguments {bad}", "read the raw text; rerun"))
     return found
 
 

@@ -131,13 +131,11 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
         leak_future = pool.submit(server_info_leaks, target, deadline, api_key)
         if model is None:
             data, failure, unreachable = get_json(target, "/v1/models", deadline, api_key, timeout)
-            served = served_models(data) if failure is None else None
-            if failure is None and not served:
-                failure = problem(
-                    "no_models", f"GET /v1/models lists no model: {clip(json.dumps(data))}", "pass --model NAME"
-                )
-            if failure is not None or not served:
-                report.error = _name_key_source(failure, report.key_source) if failure else failure
+            served = served_models(data) if failure is None else []
+            if not served:
+                listed = f"GET /v1/models lists no model: {clip(json.dumps(data))}"
+                no_model = problem("no_models", listed, "pass --model NAME")
+                report.error = _name_key_source(failure, report.key_source) if failure else no_model
                 report.error_unreachable = unreachable
                 info_future.cancel()
                 leak_future.cancel()
@@ -192,9 +190,7 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
                 if served is None:
                     data, _, _ = get_json(target, "/v1/models", time.monotonic() + POLL_TIMEOUT, api_key, POLL_TIMEOUT)
                     served = served_models(data)
-                result = ProbeResult(
-                    probe.name, mode, result.latency_s, (hx.model_not_found(model, served),), attempts=result.attempts
-                )
+                result = dataclasses.replace(result, findings=(hx.model_not_found(model, served),))
             report.probes.append(result)
         if loads:
             alone = [p.passed for p in report.probes if (p.probe, p.mode) == ("tool", STREAM)]
