@@ -289,7 +289,10 @@ def test_the_routers_wildcard_bind_in_any_spelling_is_never_the_base_url(cli, wr
         ("parallel: {tp_size: 3}", "tp_size"),
         # parsers that cannot serve a client (issue 48: opencode was once told "tool_call": true): refused, the fix named
         ("parsers: {tool_call: null}", "parsers.tool_call: no tool-call parser is set"),
-        ("parsers: {reasoning: null}", "(fix: set parsers.reasoning: kimi_k2, which launches SGLang with --reasoning-parser kimi_k2)"),
+        (
+            "parsers: {reasoning: null}",
+            "(fix: set parsers.reasoning: kimi_k2, which launches SGLang with --reasoning-parser kimi_k2)",
+        ),
     ],
 )
 def test_a_profile_check_rejects_gets_no_configuration(cli, write_profile, profile_text, needle) -> None:  # type: ignore[no-untyped-def]
