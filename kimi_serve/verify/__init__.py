@@ -3,24 +3,15 @@ diagnosis that says what to fix. Core API for the `up` command, systemd ExecStar
 
 from __future__ import annotations
 
-from kimi_serve.core.findings import Finding
-from kimi_serve.core.settings import API_KEY_ENV
-from kimi_serve.verify.options import DEFAULT_TIMEOUT, VerifyOptions
+from kimi_serve.verify.options import VerifyOptions
 from kimi_serve.verify.readiness import wait_ready
-from kimi_serve.verify.report import REPORT_VERSION, ProbeResult, Readiness, VerifyReport
+from kimi_serve.verify.report import VerifyReport
 from kimi_serve.verify.runner import AFTER_START_WAIT, run_verify
-from kimi_serve.verify.target import ApiKey, Target, parse_target, resolve_key
+from kimi_serve.verify.target import ApiKey, parse_target, resolve_key
 
 __all__ = [
     "AFTER_START_WAIT",
-    "API_KEY_ENV",
-    "DEFAULT_TIMEOUT",
     "ApiKey",
-    "REPORT_VERSION",
-    "Finding",
-    "ProbeResult",
-    "Readiness",
-    "Target",
     "VerifyOptions",
     "VerifyReport",
     "parse_target",

@@ -11,9 +11,9 @@ import time
 from typing import Any
 
 from kimi_serve.core.findings import Finding
-from kimi_serve.verify.answer import as_object
+from kimi_serve.verify.answer import as_object, json_int
+from kimi_serve.verify.discovery import post
 from kimi_serve.verify.probes import NON_STREAM, Probe
-from kimi_serve.verify.raw import post
 from kimi_serve.verify.report import ProbeResult, problem
 
 ACCOUNTING = "accounting"
@@ -38,14 +38,10 @@ PROBE = Probe(
 )
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def usage_findings(data: Any) -> list[Finding]:
     """The accounting faults of one chat completion (its ``usage`` and ``sglext.input_ids``)."""
     usage = as_object(as_object(data).get("usage"))
-    prompt, completion = _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
+    prompt, completion = json_int(usage.get("prompt_tokens")), json_int(usage.get("completion_tokens"))
     if prompt is None or completion is None:
         return [
             problem(
@@ -58,8 +54,8 @@ def usage_findings(data: Any) -> list[Finding]:
         ]
     found = []
     details = as_object(usage.get("completion_tokens_details"))
-    reasoning = _int(details.get("reasoning_tokens"))
-    reasoning = reasoning if reasoning is not None else _int(usage.get("reasoning_tokens"))
+    reasoning = json_int(details.get("reasoning_tokens"))
+    reasoning = reasoning if reasoning is not None else json_int(usage.get("reasoning_tokens"))
     if reasoning is not None and reasoning > completion:
         found.append(
             problem(
@@ -81,7 +77,7 @@ def usage_findings(data: Any) -> list[Finding]:
                 "read the SGLang log; a gateway rewriting usage must pass SGLang's numbers through",
             )
         )
-    total = _int(usage.get("total_tokens"))
+    total = json_int(usage.get("total_tokens"))
     if total is not None and total != prompt + completion:
         found.append(
             problem(
@@ -100,10 +96,7 @@ def run_accounting_probe(
     """``max_tokens``: verify's cap on every probe (--max-tokens), None: the probe's own."""
     start = time.monotonic()
     probe = PROBE if max_tokens is None else dataclasses.replace(PROBE, max_tokens=min(PROBE.max_tokens, max_tokens))
-    body = {
-        **probe.body(model, False),
-        "return_input_ids_in_sglext": True,
-    }
+    body = {**probe.body(model, False), "return_input_ids_in_sglext": True}
     posted = post(target, "/v1/chat/completions", body, api_key=api_key, deadline=deadline, timeout=timeout)
     latency = time.monotonic() - start
     if posted.failure is not None:

@@ -76,23 +76,21 @@ def follow_up_findings(answer: Answer, turn1: tuple[ToolCall, ...], replay: str)
     """The answer after the tool results went back (``replay``: how the history was sent, and by whom): it must
     answer in content, not call the same tool again, not end empty right after `</think>`."""
     content, reasoning = (answer.content or "").strip(), (answer.reasoning or "").strip()
-    if answer.tool_calls:
-        call = answer.tool_calls[0]
-        if _same_call(call, turn1):
-            ids = ", ".join(c.id or "?" for c in turn1)
-            return [
-                problem(
-                    "tool_loop",
-                    f"after the tool result went back under the server's own id ({ids}; {replay}) the model called "
-                    f"{call.name or 'a nameless tool'} again with the same arguments: {LOOP_CLIENTS} run the tool "
-                    "again until their step limit",
-                    "the tool result did not reach the model as the answer to its call: serve Kimi-K2.5's own chat "
-                    "template (it renders a result as `## Return of functions.NAME:IDX`) and --tool-call-parser "
-                    "kimi_k2 (its ids are functions.NAME:IDX); read the prompt in the SGLang log",
-                )
-            ]
-        return dx.final_answer_findings(answer, after=f"after the tool result ({replay})")
-    if not content and reasoning:
+    call = answer.tool_calls[0] if answer.tool_calls else None
+    if call is not None and _same_call(call, turn1):
+        ids = ", ".join(c.id or "?" for c in turn1)
+        return [
+            problem(
+                "tool_loop",
+                f"after the tool result went back under the server's own id ({ids}; {replay}) the model called "
+                f"{call.name or 'a nameless tool'} again with the same arguments: {LOOP_CLIENTS} run the tool "
+                "again until their step limit",
+                "the tool result did not reach the model as the answer to its call: serve Kimi-K2.5's own chat "
+                "template (it renders a result as `## Return of functions.NAME:IDX`) and --tool-call-parser "
+                "kimi_k2 (its ids are functions.NAME:IDX); read the prompt in the SGLang log",
+            )
+        ]
+    if call is None and not content and reasoning:
         return [
             problem(
                 "empty_after_think",

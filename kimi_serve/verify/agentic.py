@@ -1,14 +1,7 @@
-"""The agentic probes: requests shaped as real agent clients send them (docs/verify.md "Agentic probes"), registered
-in the runner next to the suite's own probes (as verify/raw_suite.py registers the raw path):
-
-- the two-turn tool loop: the server's own call replayed (its id, arguments, content) with the tool result under
-  that id, with and without ``reasoning_content`` in the replayed assistant message, content as a string and as a
-  list of parts; the follow-up must answer;
-- ``strict: true`` tools (openai-agents' and pydantic-ai's default), one call and two in one turn;
-- in quick, two calls in one streamed turn (the suite's own ``parallel``, streamed only);
-- thinking off in each dialect clients use: which the server honours, a warning for each it ignores.
-
-The budget (verify/budget.py) and the load probe (verify/load.py) run beside them.
+"""The agentic probes: requests shaped as real agent clients send them (docs/verify.md "Agentic probes"): the
+two-turn tool loop (the server's own call replayed as each client replays it, :data:`REPLAYS`), ``strict: true``
+tools, two calls in one streamed turn, thinking off in each dialect clients use. The runner adds them to the suite's
+own probes; the budget (verify/budget.py) and the load probe (verify/load.py) run beside them.
 """
 
 from __future__ import annotations
@@ -18,7 +11,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from kimi_serve.core.findings import Finding
 from kimi_serve.core.suites import FULL, QUICK
 from kimi_serve.verify import agent_rules as rules
 from kimi_serve.verify import diagnose as dx
@@ -33,6 +25,7 @@ from kimi_serve.verify.probes import (
     WEATHER_RESULT,
     WEATHER_TOOLS,
     Probe,
+    schemas,
     tool_check,
     tool_spec,
 )
@@ -54,28 +47,9 @@ TWO_CALLS = PARALLEL.messages[0]["content"]
 ONE_WORD = "What is the capital of France? Answer with one word."
 
 
-def _strict_check(min_calls: int) -> Any:
-    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in STRICT_TOOLS}
-
-    def check(answer: Answer, server: dict[str, Any]) -> list[Finding]:
-        return (
-            dx.text_findings(answer, server)
-            + dx.other_field_findings(answer)
-            + rules.strict_findings(answer, schemas, server, min_calls=min_calls)
-        )
-
-    return check
-
-
-def _dialect_check(dialect: str, clients: str) -> Any:
-    def check(answer: Answer, server: dict[str, Any]) -> list[Finding]:
-        return (
-            dx.text_findings(answer, server)
-            + dx.other_field_findings(answer)
-            + rules.dialect_findings(answer, dialect, clients)
-        )
-
-    return check
+def _strict_check(min_calls: int) -> dx.Check:
+    offered = schemas(STRICT_TOOLS)
+    return dx.answer_check(lambda answer, server: rules.strict_findings(answer, offered, server, min_calls=min_calls))
 
 
 def _user(text: str, parts: bool = False) -> list[dict[str, Any]]:
@@ -125,14 +99,7 @@ def second_turn(name: str, replay: Replay, answer: Answer) -> Probe | None:
     if replay.reasoning and answer.reasoning:
         assistant["reasoning_content"] = answer.reasoning
     results = [{"role": "tool", "tool_call_id": c.id, "content": _content(WEATHER_RESULT, replay.parts)} for c in calls]
-
-    def check(follow: Answer, server: dict[str, Any]) -> list[Finding]:
-        return (
-            dx.text_findings(follow, server)
-            + dx.other_field_findings(follow)
-            + rules.follow_up_findings(follow, calls, replay.label)
-        )
-
+    check = dx.answer_check(lambda follow, _server: rules.follow_up_findings(follow, calls, replay.label))
     messages = [*_user(_loop_prompt(name), replay.parts), assistant, *results]
     return Probe(name, messages, check, tools=tuple(WEATHER_TOOLS))
 
@@ -159,7 +126,7 @@ def _dialect(name: str, dialect: str) -> Probe:
     return Probe(
         name,
         [{"role": "user", "content": ONE_WORD}],
-        _dialect_check(dialect, clients),
+        dx.answer_check(lambda answer, _server: rules.dialect_findings(answer, dialect, clients)),
         modes=(NON_STREAM,),
         extra=tuple(fields.items()),
     )

@@ -50,6 +50,11 @@ def json_kind(value: Any) -> str:
     )
 
 
+def json_int(value: Any) -> int | None:
+    """``value`` when it is a JSON integer (not a boolean), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def as_object(value: Any) -> dict[str, Any]:
     """``value`` when it is a JSON object, else an empty one (wire data is untrusted)."""
     return value if isinstance(value, dict) else {}

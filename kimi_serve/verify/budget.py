@@ -20,6 +20,7 @@ from kimi_serve.core.http import TransportError, request
 from kimi_serve.verify import http_findings as hx
 from kimi_serve.verify import wire
 from kimi_serve.verify.agent_rules import PUBLISHED_CONTEXT
+from kimi_serve.verify.discovery import fetch_json
 from kimi_serve.verify.report import ProbeResult, clip, warning
 from kimi_serve.verify.target import Target
 
@@ -40,19 +41,6 @@ class Budget:
     sized_request: int = SIZED  # the max_completion_tokens verify sent
     accepted: bool | None = None  # None: no answer
     status: int | None = None
-
-
-def _get(target: Target, path: str, deadline: float, api_key: str | None) -> Any:
-    try:
-        reply = request("GET", target.url(path), deadline=deadline, api_key=api_key)
-    except TransportError:
-        return None
-    if reply.status != 200 or reply.timed_out or reply.cut or reply.limit:
-        return None
-    try:
-        return wire.loads(reply.body)
-    except ValueError:
-        return None
 
 
 def _int(value: Any) -> int | None:
@@ -106,9 +94,8 @@ def check_budget(
     """The served limits and the sized request's fate: (numbers for the report, the ``budget`` probe's result).
     ``send`` False (a run with --max-tokens: monitoring keeps every request small): the numbers alone judge."""
     start = time.monotonic()
-    budget = served_limits(
-        _get(target, "/v1/models", deadline, api_key), _get(target, "/server_info", deadline, api_key), model
-    )
+    models, info = (fetch_json(target, path, deadline, api_key) for path in ("/v1/models", "/server_info"))
+    budget = served_limits(models, info, model)
     if not send:
         found = tuple(judge_sized(budget, None, ""))
         return budget, ProbeResult(NAME, MODE, time.monotonic() - start, warnings=found, detail=_detail(budget))

@@ -72,10 +72,7 @@ class Display:
         if self._in == "content":
             self.out.write("\n")
             self.out.flush()
-        elif self._in == "reasoning":
-            self.err.write("\n")
-            self.err.flush()
-        self._in = ""
+        self._switch("")
 
     def tool_call(self, name: str, arguments: str) -> None:
         try:

@@ -8,6 +8,7 @@ The fixes name SGLang flags and, in parentheses, the kimi-serve profile key that
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from kimi_serve.core.findings import Finding
@@ -24,6 +25,12 @@ BARE_CALL = re.compile(r"functions\.[\w.\-]+:\d+")
 
 FIX_TOOL_PARSER = "start SGLang with --tool-call-parser kimi_k2 (profile: parsers.tool_call: kimi_k2)"
 FIX_REASONING_PARSER = "start SGLang with --reasoning-parser kimi_k2 (profile: parsers.reasoning: kimi_k2)"
+Check = Callable[[Answer, dict[str, Any]], list[Finding]]  # an answer and /model_info's parsers -> its findings
+
+
+def answer_check(rule: Check) -> Check:
+    """A probe's check: :func:`text_findings` and :func:`other_field_findings`, then ``rule``."""
+    return lambda answer, server: text_findings(answer, server) + other_field_findings(answer) + rule(answer, server)
 
 
 def parser_note(server: dict[str, Any], key: str) -> str:

@@ -6,19 +6,10 @@ server on ``/metrics`` (``sglang:spec_accept_length``, ``sglang:spec_accept_rate
 decoding is on, and which draft, comes from ``/server_info`` (``speculative_algorithm``,
 ``speculative_draft_model_path``); where the server does not say, from the caller (a profile) or from the answers.
 
-Verdicts (docs/verify.md, "The draft's health"), with speculative decoding on:
-
-- ``draft_dead`` (FAIL): the mean accept length is ``DEAD_AT`` (1.2) tokens per step or less: every step pays for the
-  draft and the verify, and the server is slower than without speculation (a draft for another model, a wrong vocab,
-  draft weights lost);
-- ``draft_below_floor`` (WARN): under the profile's expected floor (``speculative.accept_floor``, default
-  ``DEFAULT_FLOOR``, the low end of the 2.3-3.8 tokens per step published for Kimi-K2.5's EAGLE-3 drafts);
-- ``draft_acceptance_unreported`` (WARN): the server reports no figure (a proxy strips ``sglext`` and ``/metrics`` is
-  closed), so the draft's health is unknown.
-
-The mean over the probes weighs each answer by its verify steps (total tokens / total steps, SGLang's own formula);
-fewer than ``MIN_STEPS`` steps in all is too few to judge, and ``/metrics`` is used then. With speculative decoding
-off nothing is judged.
+The verdicts (:func:`findings`: ``draft_dead``, ``draft_below_floor``, ``draft_acceptance_unreported``) are
+docs/verify.md's "The draft's health". The mean over the probes weighs each answer by its verify steps (total tokens /
+total steps, SGLang's own formula); fewer than ``MIN_STEPS`` steps in all is too few to judge, and ``/metrics`` is
+used then. With speculative decoding off nothing is judged.
 """
 
 from __future__ import annotations
@@ -30,9 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from kimi_serve.core.findings import Finding
-from kimi_serve.core.http import TransportError, request
 from kimi_serve.core.report import json_meta, rounded
-from kimi_serve.verify import wire
+from kimi_serve.verify.discovery import fetch, fetch_json
 from kimi_serve.verify.readiness import POLL_TIMEOUT
 from kimi_serve.verify.report import ProbeResult, VerifyReport, problem, warning
 from kimi_serve.verify.target import Target
@@ -82,25 +72,22 @@ class ServerSpec:
     stand_in: str | None = None  # the simulator's own words about its stand-in draft
 
 
-def _get(target: Target, path: str, deadline: float, api_key: str | None) -> bytes | None:
-    try:
-        reply = request("GET", target.url(path), deadline=deadline, api_key=api_key)
-    except TransportError:
-        return None
-    return reply.body if reply.status == 200 and not reply.timed_out and not reply.limit else None
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """``spec_accept_length`` / ``spec_accept_rate`` from Prometheus text (the mean over series when several)."""
+def _series(pattern: re.Pattern[str], text: str) -> dict[str, list[float]]:
+    """The finite values of each metric ``pattern`` names in Prometheus text, one per series."""
     seen: dict[str, list[float]] = {}
-    for name, value in _METRIC.findall(text):
+    for name, value in pattern.findall(text):
         try:
             number = float(value)
         except ValueError:
             continue
         if math.isfinite(number):
             seen.setdefault(name, []).append(number)
-    return {name: sum(values) / len(values) for name, values in seen.items()}
+    return seen
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """``spec_accept_length`` / ``spec_accept_rate`` from Prometheus text (the mean over series when several)."""
+    return {name: sum(values) / len(values) for name, values in _series(_METRIC, text).items()}
 
 
 _COUNTER = re.compile(
@@ -111,17 +98,8 @@ _COUNTER = re.compile(
 def read_counters(target: Target, deadline: float, api_key: str | None) -> tuple[float, float] | None:
     """(``sglang:generation_tokens_total``, ``sglang:spec_verify_calls_total``) from ``/metrics``, each summed over its
     series; None when /metrics does not answer or carries no verify counter (speculative decoding off)."""
-    body = _get(target, "/metrics", deadline, api_key)
-    if body is None:
-        return None
-    sums: dict[str, float] = {}
-    for name, value in _COUNTER.findall(body.decode("utf-8", "replace")):
-        try:
-            number = float(value)
-        except ValueError:
-            continue
-        if math.isfinite(number):
-            sums[name] = sums.get(name, 0.0) + number
+    body = fetch(target, "/metrics", deadline, api_key)
+    sums = {k: sum(v) for k, v in _series(_COUNTER, body.decode("utf-8", "replace")).items()} if body else {}
     if "spec_verify_calls_total" not in sums:
         return None
     return sums.get("generation_tokens_total", 0.0), sums["spec_verify_calls_total"]
@@ -138,13 +116,7 @@ def delta_accept_length(before: tuple[float, float] | None, after: tuple[float, 
 
 def server_spec(target: Target, deadline: float, api_key: str | None) -> ServerSpec:
     """``/server_info``'s speculative settings and ``/metrics``' acceptance gauges; what does not answer is unknown."""
-    info: Any = None
-    body = _get(target, "/server_info", deadline, api_key)
-    if body is not None:
-        try:
-            info = wire.loads(body)
-        except ValueError:
-            info = None
+    info = fetch_json(target, "/server_info", deadline, api_key)
     known = isinstance(info, dict) and "speculative_algorithm" in info
     algorithm = info.get("speculative_algorithm") if known else None
     draft = info.get("speculative_draft_model_path") if known else None
@@ -152,7 +124,7 @@ def server_spec(target: Target, deadline: float, api_key: str | None) -> ServerS
     stand_in = simulator.get("draft_acceptance") if isinstance(simulator, dict) else None
     gauges: dict[str, float] = {}
     if not known or algorithm:
-        text = _get(target, "/metrics", deadline, api_key)
+        text = fetch(target, "/metrics", deadline, api_key)
         gauges = parse_metrics(text.decode("utf-8", "replace")) if text is not None else {}
     return ServerSpec(
         known=known,

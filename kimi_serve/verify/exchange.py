@@ -69,12 +69,8 @@ def call(
             stall_s=stall_limit(timeout) if stream else None,
         )
     except TransportError as err:
-        return ProbeOutcome(
-            None,
-            time.monotonic() - start,
-            hx.transport_finding(err, timeout=timeout),
-            unreachable=hx.unreachable(err),
-        )
+        lost = hx.transport_finding(err, timeout=timeout)
+        return ProbeOutcome(None, time.monotonic() - start, lost, unreachable=hx.unreachable(err))
     latency = time.monotonic() - start
     failure = hx.http_finding(reply, api_key_sent=bool(api_key), model=model)
     if failure:
@@ -82,15 +78,8 @@ def call(
     if stream and "json" in reply.content_type and not reply.timed_out and not reply.limit:
         data, failure = hx.parse_json_body(reply)
         if failure is None and isinstance(data, dict) and data.get("error"):
-            return ProbeOutcome(
-                None,
-                latency,
-                problem(
-                    "stream_error",
-                    f"error instead of a stream: {clip(json.dumps(data['error']))}",
-                    "read the SGLang log",
-                ),
-            )
+            error = f"error instead of a stream: {clip(json.dumps(data['error']))}"
+            return ProbeOutcome(None, latency, problem("stream_error", error, "read the SGLang log"))
     if stream:
         return ProbeOutcome(
             answer_from_sse(
@@ -169,8 +158,9 @@ def result_of(probe: Probe, mode: str, outcome: ProbeOutcome, server: dict[str, 
     return ProbeResult(probe.name, mode, outcome.latency_s, failures, attempts=outcome.attempts, warnings=warnings)
 
 
+def no_answer(timeout: float, fix: str = "read the server log") -> Finding:
+    return problem("timeout", f"no answer within --timeout {timeout:g}s", fix)
+
+
 def outcome_of(future: Future[ProbeOutcome], timeout: float) -> ProbeOutcome:
-    if future.done():
-        return future.result()
-    late = problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log")
-    return ProbeOutcome(None, timeout, late)
+    return future.result() if future.done() else ProbeOutcome(None, timeout, no_answer(timeout))

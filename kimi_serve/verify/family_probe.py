@@ -19,12 +19,10 @@ from typing import Any
 
 from kimi_serve.core.family import DEFAULT, ModelFamily, by_model_name, family
 from kimi_serve.core.findings import Finding
-from kimi_serve.core.http import TransportError, request
-from kimi_serve.verify import wire
 from kimi_serve.verify.agentic import DIALECT_PROBES
-from kimi_serve.verify.answer import as_object
+from kimi_serve.verify.answer import as_object, json_int
+from kimi_serve.verify.discovery import fetch_json, post
 from kimi_serve.verify.probes import NON_STREAM, Probe
-from kimi_serve.verify.raw import post
 from kimi_serve.verify.raw_suite import RawCall
 from kimi_serve.verify.report import ProbeResult, problem
 
@@ -60,15 +58,6 @@ def for_family(probes: tuple[Probe, ...], fam: ModelFamily) -> tuple[Probe, ...]
     )
 
 
-def server_info(target: Any, deadline: float, api_key: str | None) -> Any:
-    """SGLang's /server_info (its server arguments), None when it does not answer a JSON 200."""
-    try:
-        reply = request("GET", target.url("/server_info"), deadline=deadline, api_key=api_key)
-        return wire.loads(reply.body) if reply.status == 200 and not reply.timed_out else None
-    except (TransportError, ValueError):
-        return None
-
-
 def _history(reasoning: bool) -> list[dict[str, Any]]:
     said = {"role": "assistant", "content": "Noted: PLUM."}
     return [
@@ -76,11 +65,6 @@ def _history(reasoning: bool) -> list[dict[str, Any]]:
         {**said, "reasoning_content": _REASONING} if reasoning else said,
         {"role": "user", "content": "Which word did I ask you to remember? One word."},
     ]
-
-
-def _prompt_tokens(data: Any) -> int | None:
-    n = as_object(as_object(data).get("usage")).get("prompt_tokens")
-    return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
 def _kept(
@@ -95,7 +79,7 @@ def _kept(
         posted = post(target, "/v1/chat/completions", body, api_key=api_key, deadline=deadline, timeout=timeout)
         if posted.failure is not None:
             return None, posted.failure
-        n = _prompt_tokens(posted.data)
+        n = json_int(as_object(as_object(posted.data).get("usage")).get("prompt_tokens"))
         if n is None:
             return None, problem(
                 "usage_missing",
@@ -131,7 +115,8 @@ def run_preserve_probe(
     start = time.monotonic()
     server_default = None
     if configured is None:
-        server_default = as_object(server_info(target, deadline, api_key)).get("default_chat_template_kwargs")
+        info = as_object(fetch_json(target, "/server_info", deadline, api_key))
+        server_default = info.get("default_chat_template_kwargs")
     want = expected_preserve(fam, configured, server_default)
     checks: list[tuple[dict[str, Any] | None, bool, str]] = [(None, want, "by default")]
     if "preserve_thinking" not in dict(fam.forced):
@@ -170,28 +155,9 @@ def family_calls(
     where the family has the switch, the preserve_thinking probe."""
     from kimi_serve.verify.accounting import PROBE, run_accounting_probe
 
-    accounting = partial(
-        run_accounting_probe,
-        target,
-        model=model,
-        api_key=api_key,
-        deadline=deadline,
-        timeout=timeout,
-        max_tokens=max_tokens,
-    )
-    calls: list[RawCall] = [(PROBE, NON_STREAM, accounting)]
+    how: dict[str, Any] = {"model": model, "api_key": api_key, "deadline": deadline, "timeout": timeout}
+    calls: list[RawCall] = [(PROBE, NON_STREAM, partial(run_accounting_probe, target, **how, max_tokens=max_tokens))]
     if "preserve_thinking" not in fam.switches:
         return calls
     probe = Probe(PRESERVE, _history(True), lambda _a, _s: [], modes=(NON_STREAM,))
-    run = partial(
-        run_preserve_probe,
-        probe,
-        target,
-        fam,
-        model=model,
-        configured=configured,
-        api_key=api_key,
-        deadline=deadline,
-        timeout=timeout,
-    )
-    return [*calls, (probe, NON_STREAM, run)]
+    return [*calls, (probe, NON_STREAM, partial(run_preserve_probe, probe, target, fam, **how, configured=configured))]

@@ -16,40 +16,34 @@ FIX_KEY = (
 
 
 _COLD_START = "a cold start loads ~600 GB and captures CUDA graphs"
+# the fix when the port never got ready, by the last phase seen: one text, or (checked once, after waiting)
+_NOT_READY_FIX: dict[str, str | tuple[str, str]] = {
+    "not-http": "another service listens on {address}: point --host at SGLang's HTTP port (the profile's "
+    "server.port, default 30000)",
+    "no-answer": "find what holds the port with `ss -ltnp 'sport = :{port}'`: if it is SGLang, it hangs (read its "
+    "log); otherwise point --host at SGLang's HTTP port",
+    "refused": (
+        "start the server, or pass --wait SECONDS to wait while it loads",
+        f"start the server (check its log: did it exit?), check --host, or raise --wait ({_COLD_START})",
+    ),
+    "warming": (
+        "pass --wait SECONDS to wait for the warmup to end",
+        f"raise --wait ({_COLD_START}) or read the server log",
+    ),
+    "unreachable": "check --host (scheme, host, port)",
+}
+_HTTP_ON_HEALTH = (
+    "check that --host is SGLang's HTTP port (another web server or a proxy answers there), or read its log"
+)
 
 
 def not_ready(readiness: Readiness, wait: float, address: str) -> Finding:
     """The server at ``address`` (HOST:PORT) was not ready by the ``--wait`` deadline (``wait``: the value given, 0:
     checked once): the message says what the port did, and the fix is the one for that cause."""
     when = f"after {wait:g}s (--wait {wait:g})" if wait > 0 else "(checked once, --wait 0)"
-    port = address.rsplit(":", 1)[-1]
-    phase = readiness.phase
-    if phase == "not-http":
-        fix = (
-            f"another service listens on {address}: point --host at SGLang's HTTP port (the profile's server.port, "
-            "default 30000)"
-        )
-    elif phase == "no-answer":
-        fix = (
-            f"find what holds the port with `ss -ltnp 'sport = :{port}'`: if it is SGLang, it hangs (read its log); "
-            "otherwise point --host at SGLang's HTTP port"
-        )
-    elif phase == "refused":
-        fix = (
-            "start the server, or pass --wait SECONDS to wait while it loads"
-            if wait <= 0
-            else f"start the server (check its log: did it exit?), check --host, or raise --wait ({_COLD_START})"
-        )
-    elif phase == "warming":
-        fix = (
-            "pass --wait SECONDS to wait for the warmup to end"
-            if wait <= 0
-            else f"raise --wait ({_COLD_START}) or read the server log"
-        )
-    elif phase == "unreachable":
-        fix = "check --host (scheme, host, port)"
-    else:  # http-NNN on /health
-        fix = "check that --host is SGLang's HTTP port (another web server or a proxy answers there), or read its log"
+    fix = _NOT_READY_FIX.get(readiness.phase, _HTTP_ON_HEALTH)  # else http-NNN on /health
+    fix = fix[wait > 0] if isinstance(fix, tuple) else fix
+    fix = fix.format(address=address, port=address.rsplit(":", 1)[-1])
     return problem("not_ready", f"server not ready {when}: {readiness.detail}", fix)
 
 

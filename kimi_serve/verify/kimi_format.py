@@ -11,6 +11,7 @@ encodes each special string in this text as its one id, so the rendered text can
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,24 +161,17 @@ def rebuild_raw(
 
     Without a reasoning parser (``reasoning`` is None) the content carries the raw text, ``</think>`` included."""
     head = f"{reasoning}{THINK_END}" if thinking and reasoning is not None else ""
-    body = content or ""
-    calls: list[dict[str, Any]] = []
-    for call in tool_calls:
-        function = call.get("function")
-        if isinstance(function, dict) and function.get("arguments") is not None:
-            calls.append({"id": call.get("id"), "function": function})
-    section = _tool_calls({"tool_calls": calls})
-    return head + body + section
+    fns = [(call.get("id"), call.get("function")) for call in tool_calls]
+    calls = [{"id": i, "function": f} for i, f in fns if isinstance(f, dict) and f.get("arguments") is not None]
+    return head + (content or "") + _tool_calls({"tool_calls": calls})
 
 
-def first_difference(expected: str, actual: str) -> int | None:
-    """Index of the first differing character, or None when the strings are equal."""
+def first_difference(expected: Sequence[Any], actual: Sequence[Any]) -> int | None:
+    """Index of the first differing character (or token id), or None when the two are equal."""
     if expected == actual:
         return None
-    for i, (a, b) in enumerate(zip(expected, actual, strict=False)):
-        if a != b:
-            return i
-    return min(len(expected), len(actual))
+    pairs = enumerate(zip(expected, actual, strict=False))
+    return next((i for i, (a, b) in pairs if a != b), min(len(expected), len(actual)))
 
 
 def describe_difference(raw: str, rebuilt: str) -> str:
@@ -194,12 +188,6 @@ def describe_difference(raw: str, rebuilt: str) -> str:
     elif any(tok in raw[at : at + 40] and tok not in rebuilt[at : at + 40] for tok in SPECIAL_IDS):
         kind = "lost a special token"
     return f"character {at} of {len(raw)} {kind}: raw {raw[lo : at + 24]!r} vs rebuilt {rebuilt[lo : at + 24]!r}"
-
-
-def first_id_difference(a: list[int], b: list[int]) -> int | None:
-    if a == b:
-        return None
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def id_name(token_id: int | None) -> str:

@@ -13,9 +13,9 @@ import re
 from typing import Any
 
 from kimi_serve.core.findings import FAIL, Finding
-from kimi_serve.core.http import TransportError, request
 from kimi_serve.core.pin import PATCH_SET, patch_set_args, patches_apply
-from kimi_serve.verify import wire
+from kimi_serve.verify.discovery import fetch_json
+from kimi_serve.verify.report import verdict
 from kimi_serve.verify.target import Target
 
 REDACTED = "<redacted>"
@@ -48,25 +48,14 @@ def server_info_leaks(target: Target, deadline: float, api_key: str | None) -> l
     leaking: list[str] = []
     fields: list[str] = []
     for path in INFO_PATHS:
-        try:
-            reply = request("GET", target.url(path), deadline=deadline, api_key=api_key)
-        except TransportError:
-            continue
-        if reply.status != 200 or reply.timed_out:
-            continue
-        try:
-            info = wire.loads(reply.body)
-        except ValueError:
-            continue
-        found = leaked_fields(info, api_key)
+        found = leaked_fields(fetch_json(target, path, deadline, api_key), api_key)
         if found:
             leaking.append(path)
             fields += [f for f in found if f not in fields]
     if not leaking:
         return []
     return [
-        Finding(
-            "verify",
+        verdict(
             "server_info_leaks_key",
             FAIL,
             f"GET {' and '.join(leaking)} return(s) the API key(s) to any client holding the normal key "

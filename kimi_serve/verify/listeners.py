@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
 from kimi_serve.core.net import host_port, ip_of, is_unspecified
+from kimi_serve.verify.report import verdict
 
 LISTEN = "0A"
 UDP_UNCONNECTED = "07"
@@ -122,10 +123,6 @@ def _stat_field(pid: int, proc: Path, index: int) -> int | None:
         return None
 
 
-def _ppid(pid: int, proc: Path) -> int | None:
-    return _stat_field(pid, proc, 1)
-
-
 def _cgroup(pid: int, proc: Path) -> str | None:
     """The unified (v2) cgroup of ``pid``, else the v1 systemd one, when it is a systemd service's own (``*.service``);
     None otherwise: the root cgroup is every process's, and a login session's scope (``session-N.scope``, where a
@@ -150,7 +147,7 @@ def _pid_namespace(pid: int, proc: Path) -> str | None:
 def _children(proc: Path) -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for pid in _pids(proc):
-        parent = _ppid(pid, proc)
+        parent = _stat_field(pid, proc, 1)
         if parent is not None:
             children.setdefault(parent, []).append(pid)
     return children
@@ -215,14 +212,17 @@ def _reaches(address: str, host: str) -> bool:
     return ip is None or ip == want
 
 
-def _held(pids: Iterable[int], proc: Path) -> set[int]:
-    inodes: set[int] = set()
+def _sockets(pids: Iterable[int], proc: Path) -> Iterator[tuple[int, set[int]]]:
+    """(pid, its socket inodes) for each of ``pids`` whose open files can be read."""
     for pid in pids:
         try:
-            inodes |= socket_inodes(pid, proc)
+            yield pid, socket_inodes(pid, proc)
         except PermissionError:
             continue
-    return inodes
+
+
+def _held(pids: Iterable[int], proc: Path) -> set[int]:
+    return set[int]().union(*(inodes for _, inodes in _sockets(pids, proc)))
 
 
 def foreign_listener(port: int, root: int, host: str = "", proc: Path = PROC) -> Holder | None:
@@ -259,18 +259,14 @@ def _holder(wanted: set[int], port: int, proc: Path) -> int | None:
         if denied:
             raise PermissionError(f"cannot read the open files of the process serving port {port}")
         return None
-    return next((pid for pid in sorted(owners) if _ppid(pid, proc) not in owners), min(owners))
+    return next((pid for pid in sorted(owners) if _stat_field(pid, proc, 1) not in owners), min(owners))
 
 
 def tree_listeners(root: int, proc: Path = PROC) -> list[Listener]:
     """Every listening TCP and bound UDP socket held by the server of ``root`` (:func:`server_processes`)."""
     table = listening_table(root, proc, udp=True)
     found = set()
-    for pid in server_processes(root, proc):
-        try:
-            inodes = socket_inodes(pid, proc)
-        except PermissionError:
-            continue
+    for pid, inodes in _sockets(server_processes(root, proc), proc):
         command = _read(proc / str(pid) / "comm").strip()
         found |= {Listener(table[i][0], table[i][1], pid, command, table[i][2]) for i in inodes if i in table}
     return sorted(found, key=lambda lst: (lst.port, lst.address, lst.pid))
@@ -282,21 +278,11 @@ def check_listeners(port: int, expected: Iterable[int] = (), proc: Path = PROC) 
     try:
         owner = owner_of_port(port, proc)
     except PermissionError as exc:
-        return [], [
-            Finding(
-                "verify", "listeners", SKIP, f"{exc}; listeners not checked", "run verify as the service user or root"
-            )
-        ]
+        why, fix = f"{exc}", "run verify as the service user or root"
+        return [], [verdict("listeners", SKIP, f"{why}; listeners not checked", fix)]
     if owner is None:
-        return [], [
-            Finding(
-                "verify",
-                "listeners",
-                SKIP,
-                f"no local process listens on port {port} (a remote "
-                "server, or another network namespace); listeners not checked",
-            )
-        ]
+        why = f"no local process listens on port {port} (a remote server, or another network namespace)"
+        return [], [verdict("listeners", SKIP, f"{why}; listeners not checked")]
     listeners = tree_listeners(owner, proc)
     allowed = {port, *expected}
     stray = [lst for lst in listeners if not lst.loopback and lst.port not in allowed]
@@ -309,10 +295,9 @@ def check_listeners(port: int, expected: Iterable[int] = (), proc: Path = PROC) 
         )
         n = len(server_processes(owner, proc))
         who = "the server's one process listens" if n == 1 else f"the server's {n} processes listen"
-        return listeners, [Finding("verify", "listeners", PASS, f"{who} {where}")]
+        return listeners, [verdict("listeners", PASS, f"{who} {where}")]
     return listeners, [
-        Finding(
-            "verify",
+        verdict(
             "stray_listener",
             WARN,
             f"pid {lst.pid} ({lst.command}) of the server listens on {lst.endpoint}, reachable from outside this host",

@@ -25,8 +25,8 @@ def streams(n: int, max_tokens: int | None) -> list[Probe]:
     for i in range(n):
         city = CITIES[i % len(CITIES)] + (f" {i // len(CITIES) + 1}" if i >= len(CITIES) else "")
         text = f"What is the weather in {city} right now? Use the get_weather tool."
-        probe = dataclasses.replace(LOAD, messages=[{"role": "user", "content": text}])
-        out.append(dataclasses.replace(probe, max_tokens=min(probe.max_tokens, max_tokens or probe.max_tokens)))
+        cap = min(LOAD.max_tokens, max_tokens or LOAD.max_tokens)
+        out.append(dataclasses.replace(LOAD, messages=[{"role": "user", "content": text}], max_tokens=cap))
     return out
 
 

@@ -15,8 +15,9 @@ from typing import Any
 from kimi_serve.core.findings import Finding
 from kimi_serve.verify import kimi_format as kf
 from kimi_serve.verify.answer import as_object
+from kimi_serve.verify.discovery import Posted, post
 from kimi_serve.verify.probes import REASONING, TOOL, Probe
-from kimi_serve.verify.raw import MAX_NEW_TOKENS, SEED, Posted, generate_body, post
+from kimi_serve.verify.raw import MAX_NEW_TOKENS, SEED, generate_body
 from kimi_serve.verify.report import ProbeResult, problem
 
 MODE = "chat+generate"
@@ -70,10 +71,8 @@ def reasoning_fields(message: dict[str, Any]) -> str:
 
 def _mismatch(raw: str, rebuilt: str, ids_note: str) -> Finding:
     text = kf.describe_difference(raw, rebuilt)
-    if "whitespace" in text:
-        fix = "the parsed fields alter whitespace: train on /generate output_ids (docs/raw-path.md)"
-    else:
-        fix = "the parsed fields lose or change text: train on /generate output_ids (docs/raw-path.md)"
+    change = "alter whitespace" if "whitespace" in text else "lose or change text"
+    fix = f"the parsed fields {change}: train on /generate output_ids (docs/raw-path.md)"
     return problem(
         "lossless_mismatch",
         f"text rebuilt from reasoning_content/content/tool_calls differs from the raw /generate text{ids_note}: {text}",
@@ -96,7 +95,7 @@ def compare(chat: dict[str, Any], raw: dict[str, Any], *, thinking: bool, exact_
         ]
     out_ids = (as_object(chat.get("sglext")).get("output_ids") or [None])[0]
     if isinstance(out_ids, list) and isinstance(gen_ids, list):
-        at = kf.first_id_difference(out_ids, gen_ids)
+        at = kf.first_difference(out_ids, gen_ids)
         if at is not None:
             prompt = "the same prompt ids" if exact_prompt else "prompts rendered separately"
             return [

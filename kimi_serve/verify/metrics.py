@@ -133,12 +133,8 @@ def render_metrics(
         if acceptance.floor is not None:
             rows[f"{PREFIX}_draft_accept_floor"].append((base, float(acceptance.floor)))
     out = []
-    for name, (kind, help_text) in FAMILIES.items():
-        if not rows[name]:
-            continue
-        out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        out += [f"{name}{_labels(labels)} {_number(value)}" for labels, value in rows[name]]
-    for name, kind, help_text, samples in extra or []:  # the caller's families (service/traffic.py's counters)
+    own: list[Family] = [(name, kind, text, rows[name]) for name, (kind, text) in FAMILIES.items() if rows[name]]
+    for name, kind, help_text, samples in own + (extra or []):  # then the caller's (service/traffic.py's counters)
         out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
         out += [f"{name}{_labels(labels)} {_number(value)}" for labels, value in samples]
     return "\n".join(out) + "\n"
@@ -159,13 +155,17 @@ def write_metrics(
     try:
         write_atomic(path, text)
     except OSError as exc:
-        raise KimiServeError(
-            f"cannot write the metrics file: {exc.strerror or exc}",
-            where=str(path),
-            hint="run as root, or pass a --metrics-file in a writable directory",
-            exit_code=ExitCode.ENVIRONMENT,
-        ) from None
+        raise _unwritable(f"cannot write the metrics file: {exc.strerror or exc}", str(path)) from None
     return text
+
+
+def _unwritable(message: str, where: str) -> KimiServeError:
+    return KimiServeError(
+        message,
+        where=where,
+        hint="run as root, or pass a --metrics-file in a writable directory",
+        exit_code=ExitCode.ENVIRONMENT,
+    )
 
 
 def lock_file(path: Path) -> Path:
@@ -196,12 +196,7 @@ def run_lock(path: Path) -> Iterator[None]:
         lock.parent.mkdir(parents=True, exist_ok=True)
         f: IO[str] = open_lock(lock)  # a link planted in the textfile folder is refused, never truncated
     except OSError as exc:
-        raise KimiServeError(
-            f"cannot open the lock {lock}: {exc.strerror or exc}",
-            where="--metrics-file",
-            hint="run as root, or pass a --metrics-file in a writable directory",
-            exit_code=ExitCode.ENVIRONMENT,
-        ) from None
+        raise _unwritable(f"cannot open the lock {lock}: {exc.strerror or exc}", "--metrics-file") from None
     with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

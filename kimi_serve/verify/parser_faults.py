@@ -1,20 +1,10 @@
-"""Does the server's own kimi_k2 tool-call parser lose calls? Two requests to SGLang's ``POST /parse_function_call``,
-which runs the server's installed detector (the non-streaming path, ``parse_non_stream``) on a text verify gives it,
-so the faults show without asking the model to produce them:
+"""Does the server's own kimi_k2 tool-call parser lose calls? Each of :data:`CASES` (docs/verify.md, "The server's
+parser") goes to SGLang's ``POST /parse_function_call``, which runs the server's installed detector (the
+non-streaming path) on a text verify gives it, so the faults show without asking the model to produce them. The Kimi
+patch set fixes both (features ``keep_unexpected_tool_call_ids``, ``bare_tool_call_begin_non_stream``).
 
-- ``parser.unexpected_id``: a call whose id is outside SGLang 0.5.23's two id patterns (``functions.NAME:N``,
-  ``NAME:N`` / a bare counter), :data:`PROBE_ID`; upstream drops the call (no ``tool_calls``, ``finish_reason: stop``,
-  sgl-project/sglang#25358); the Kimi patch set keeps it (feature ``keep_unexpected_tool_call_ids``).
-- ``parser.bare_call_begin``: a call with ``<|tool_call_begin|>`` but no ``<|tool_calls_section_begin|>``: streaming
-  accepts it, non-streaming returns it as raw text, so the two modes disagree on one output; patched, both take it
-  (feature ``bare_tool_call_begin_non_stream``).
-
-SGLang logs the first case's id as it handles it ("Unexpected tool_call_id format: ID"), patched or not: the id is
-kimi-serve's own marker, so the real-traffic counters (kimi_serve/service/traffic.py) leave the probe's own lines out.
-
-A server that shows a fault gets a warning naming it and the fix (the Kimi patch set); one without the endpoint (a
-gateway, the router) or that refuses it is not judged (skip). Each request is a parse, no generation: cheap enough
-for ``quick``, which the start gate and the monitoring timer run.
+A fault is a warning naming that fix; a server without the endpoint (a gateway, the router) or that refuses it is not
+judged (skip). Each request is a parse, no generation: cheap enough for ``quick`` (the start gate, the monitor).
 """
 
 from __future__ import annotations
@@ -26,6 +16,7 @@ from kimi_serve.core.findings import PASS, SKIP, WARN, Finding
 from kimi_serve.core.http import TransportError, request
 from kimi_serve.core.pin import KIMI_PATCH_SET, patch_set_args, patches_apply
 from kimi_serve.verify import wire
+from kimi_serve.verify.report import verdict
 from kimi_serve.verify.target import Target
 
 PATH = "/parse_function_call"
@@ -72,16 +63,15 @@ def judge(code: str, what: str, status: int, body: Any) -> Finding:
     """The finding for one case from the endpoint's answer (``body``: its parsed JSON, or None)."""
     if status in (401, 403, 404, 405) or not isinstance(body, dict) or not isinstance(body.get("calls"), list):
         shown = f"HTTP {status}" if status != 200 else "an answer without calls[]"
-        return Finding("verify", code, SKIP, f"POST {PATH}: {shown}; the server's kimi_k2 parser not checked")
+        return verdict(code, SKIP, f"POST {PATH}: {shown}; the server's kimi_k2 parser not checked")
     calls = [c for c in body["calls"] if isinstance(c, dict)]
     try:
         kept = len(calls) == 1 and calls[0].get("name") == TOOL and wire.loads(str(calls[0].get("parameters"))) == ARGS
     except (TypeError, ValueError):
         kept = False
     if kept:
-        return Finding("verify", code, PASS, f"the server's kimi_k2 parser keeps the call ({code.split('.')[1]})")
-    return Finding(
-        "verify",
+        return verdict(code, PASS, f"the server's kimi_k2 parser keeps the call ({code.split('.')[1]})")
+    return verdict(
         code,
         WARN,
         f"the server's kimi_k2 parser {what} (POST {PATH} gave {len(calls)} call(s))",
@@ -101,7 +91,7 @@ def parser_checks(target: Target, api_key: str | None, deadline: float) -> list[
         try:
             reply = request("POST", target.url(PATH), deadline=deadline, api_key=api_key, json_body=request_body(text))
         except TransportError as err:
-            out.append(Finding("verify", code, SKIP, f"POST {PATH}: {err.detail}; not checked"))
+            out.append(verdict(code, SKIP, f"POST {PATH}: {err.detail}; not checked"))
             continue
         try:
             parsed = wire.loads(reply.body) if not (reply.timed_out or reply.cut or reply.limit) else None
@@ -117,7 +107,7 @@ def unused(findings: list[Finding], reported: str | None) -> list[Finding]:
     the patch set's advice cannot apply: each warning becomes a skip that says why."""
     runs = f"runs --tool-call-parser {reported}" if reported else "runs without --tool-call-parser"
     return [
-        Finding("verify", f.code, SKIP, f"not judged: the server {runs}, so its answers never reach the kimi_k2 parser")
+        verdict(f.code, SKIP, f"not judged: the server {runs}, so its answers never reach the kimi_k2 parser")
         if f.status == WARN
         else f
         for f in findings

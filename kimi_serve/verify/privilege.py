@@ -13,6 +13,7 @@ from kimi_serve.core.findings import FAIL, SKIP, WARN, Finding
 from kimi_serve.verify.admin import CODE as ADMIN_CODE
 from kimi_serve.verify.admin import check_admin
 from kimi_serve.verify.listeners import Listener, check_listeners
+from kimi_serve.verify.report import verdict
 from kimi_serve.verify.target import Target
 
 
@@ -40,14 +41,8 @@ def privilege_checks(
     parts = urlsplit(target.base_url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     if not is_local(parts.hostname or ""):
-        findings.append(
-            Finding(
-                "verify",
-                "listeners",
-                SKIP,
-                f"{parts.hostname} is not this machine; listeners not checked (run verify on the server host)",
-            )
-        )
+        remote = f"{parts.hostname} is not this machine; listeners not checked (run verify on the server host)"
+        findings.append(verdict("listeners", SKIP, remote))
         return findings, None
     listeners, found = check_listeners(port, expected_ports)
     api = [x for x in listeners if x.port == port]

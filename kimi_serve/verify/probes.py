@@ -56,7 +56,7 @@ FILE_TOOLS = [tool_spec("write_file", "Write text to a file, replacing it.", WRI
 WEATHER_RESULT = '{"city": "Paris", "temperature_c": 18, "condition": "sunny"}'
 
 
-def _schemas(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def schemas(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {t["function"]["name"]: t["function"]["parameters"] for t in tools}
 
 
@@ -68,7 +68,7 @@ def _user(text: str) -> list[dict[str, Any]]:
 class Probe:
     name: str
     messages: list[dict[str, Any]]
-    check: Callable[[Answer, dict[str, Any]], list[Finding]]
+    check: dx.Check
     modes: tuple[str, ...] = (NON_STREAM, STREAM)
     tools: tuple[dict[str, Any], ...] = ()
     template_kwargs: dict[str, Any] | None = None
@@ -95,17 +95,9 @@ class Probe:
         return body
 
 
-def tool_check(tools: list[dict[str, Any]], min_calls: int = 1) -> Callable[[Answer, dict[str, Any]], list[Finding]]:
-    schemas = _schemas(tools)
-
-    def check(answer: Answer, server: dict[str, Any]) -> list[Finding]:
-        return (
-            dx.text_findings(answer, server)
-            + dx.other_field_findings(answer)
-            + tool_turn_findings(answer, schemas, min_calls=min_calls)
-        )
-
-    return check
+def tool_check(tools: list[dict[str, Any]], min_calls: int = 1) -> dx.Check:
+    offered = schemas(tools)
+    return dx.answer_check(lambda answer, _server: tool_turn_findings(answer, offered, min_calls=min_calls))
 
 
 def _sequence_gap(text: str) -> str | None:
@@ -146,14 +138,6 @@ def _large_arg_check(answer: Answer, server: dict[str, Any]) -> list[Finding]:
     return []
 
 
-def _reasoning_check(answer: Answer, server: dict[str, Any]) -> list[Finding]:
-    return dx.text_findings(answer, server) + dx.other_field_findings(answer) + dx.reasoning_findings(answer, server)
-
-
-def _instant_check(answer: Answer, server: dict[str, Any]) -> list[Finding]:
-    return dx.text_findings(answer, server) + dx.other_field_findings(answer) + dx.instant_findings(answer)
-
-
 def _second_turn_check(answer: Answer, server: dict[str, Any]) -> list[Finding]:
     return dx.text_findings(answer, server) + dx.final_answer_findings(answer, after="after the tool result")
 
@@ -164,11 +148,15 @@ TOOL = Probe(
     tool_check(WEATHER_TOOLS),
     tools=tuple(WEATHER_TOOLS),
 )
-REASONING = Probe("reasoning", _user("What is 17 * 23? Think it through, then give the number."), _reasoning_check)
+REASONING = Probe(
+    "reasoning",
+    _user("What is 17 * 23? Think it through, then give the number."),
+    dx.answer_check(dx.reasoning_findings),
+)
 INSTANT = Probe(
     "instant",
     _user("What is the capital of France? Answer with one word."),
-    _instant_check,
+    dx.answer_check(lambda answer, _server: dx.instant_findings(answer)),
     template_kwargs={"thinking": False},
 )
 PARALLEL = Probe(

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-import time
-from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.core.findings import Finding
-from kimi_serve.core.http import TransportError, request
-from kimi_serve.verify import http_findings as hx
 from kimi_serve.verify import kimi_format as kf
 from kimi_serve.verify import wire
 from kimi_serve.verify.answer import json_kind
+from kimi_serve.verify.discovery import post
 from kimi_serve.verify.probes import MAX_TOKENS, REASONING, TOOL, WEATHER_TOOLS, Probe
 from kimi_serve.verify.report import ProbeResult, clip, problem
 
@@ -30,46 +27,6 @@ FIX_STRIPPED = (
     "send skip_special_tokens: false to SGLang's /generate itself (a proxy or engine in between drops "
     "it), or decode output_ids with Kimi's tokenizer (skip_special_tokens=False) to get the raw text"
 )
-
-
-@dataclass(frozen=True)
-class Posted:
-    data: Any
-    latency_s: float
-    failure: Finding | None = None
-    unreachable: bool = False
-
-
-def post(
-    target: Any, path: str, body: dict[str, Any], *, api_key: str | None, deadline: float, timeout: float
-) -> Posted:
-    """POST ``body`` as JSON and read a JSON answer (a finding when there is none)."""
-    start = time.monotonic()
-    try:
-        reply = request("POST", target.url(path), deadline=deadline, api_key=api_key, json_body=body)
-    except TransportError as err:
-        return Posted(
-            None,
-            time.monotonic() - start,
-            hx.transport_finding(err, timeout=timeout),
-            unreachable=hx.unreachable(err),
-        )
-    latency = time.monotonic() - start
-    if reply.status == 404 and path == "/generate":
-        return Posted(
-            None,
-            latency,
-            problem(
-                "generate_missing",
-                "POST /generate answered 404: the server has no native generate endpoint",
-                "point --host at SGLang itself (not an OpenAI-only proxy); the raw path needs SGLang's /generate",
-            ),
-        )
-    failure = hx.http_finding(reply, api_key_sent=bool(api_key), model=body.get("model"))
-    if failure:
-        return Posted(None, latency, problem(failure.code, f"POST {path}: {failure.message}", failure.fix))
-    data, failure = hx.parse_json_body(reply)
-    return Posted(data, latency, failure)
 
 
 def generate_body(probe: Probe, *, input_ids: list[int] | None = None) -> dict[str, Any]:
@@ -149,19 +106,15 @@ def _think_findings(text: str, ids: list[int], thinking: bool) -> list[Finding]:
     in_ids, in_text = ids.count(kf.THINK_END_ID), text.count(kf.THINK_END)
     if not in_ids and not in_text and kf.SECTION_BEGIN in text:
         return []  # Kimi sometimes opens the tool-call section with no </think>; the section ends the reasoning
-    if not thinking:
-        return (
-            []
-            if not in_ids
-            else [
-                problem(
-                    "raw_think_in_instant",
-                    "</think> (163607) was generated although thinking is off",
-                    "render the prompt with <think></think>",
-                )
-            ]
-        )
-    if in_ids == 1 and in_text == 1:
+    if not thinking and in_ids:
+        return [
+            problem(
+                "raw_think_in_instant",
+                "</think> (163607) was generated although thinking is off",
+                "render the prompt with <think></think>",
+            )
+        ]
+    if not thinking or (in_ids == 1 and in_text == 1):
         return []
     if in_ids and not in_text:
         return [
@@ -213,23 +166,11 @@ def _call_findings(turn: kf.RawTurn, names: set[str]) -> list[Finding]:
             )
         try:
             args = wire.loads(call.arguments)
+            bad = "" if isinstance(args, dict) else f"are a JSON {json_kind(args)}, not an object"
         except ValueError:
-            found.append(
-                problem(
-                    "raw_arguments_json",
-                    f"tool call {i} arguments are not JSON: {clip(call.arguments)!r}",
-                    "read the raw text; rerun",
-                )
-            )
-            continue
-        if not isinstance(args, dict):
-            found.append(
-                problem(
-                    "raw_arguments_json",
-                    f"tool call {i} arguments are a JSON {json_kind(args)}, not an object",
-                    "read the raw text; rerun",
-                )
-            )
+            bad = f"are not JSON: {clip(call.arguments)!r}"
+        if bad:
+            found.append(problem("raw_arguments_json", f"tool call {i} arguments {bad}", "read the raw text; rerun"))
     return found
 
 

@@ -28,19 +28,10 @@ def raw_calls(
     stop_ids: tuple[int, ...] = STOP_IDS,
 ) -> list[RawCall]:
     """``stop_ids``: the ids the served family's turns end on (core/family.py)."""
+    how: dict[str, Any] = {"api_key": api_key, "deadline": deadline, "timeout": timeout}
     calls: list[RawCall] = []
     if suite in (RAW, FULL):
-        run = partial(run_raw_probe, target=target, api_key=api_key, deadline=deadline, timeout=timeout)
-        calls += [(p, GENERATE, partial(run, p, stop_ids=stop_ids)) for p in RAW_PROBES]
+        calls += [(p, GENERATE, partial(run_raw_probe, p, target, **how, stop_ids=stop_ids)) for p in RAW_PROBES]
     if suite == FULL:
-        calls += [
-            (
-                p,
-                MODE,
-                partial(
-                    run_lossless_probe, p, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout
-                ),
-            )
-            for p in LOSSLESS_PROBES
-        ]
+        calls += [(p, MODE, partial(run_lossless_probe, p, target, model=model, **how)) for p in LOSSLESS_PROBES]
     return calls

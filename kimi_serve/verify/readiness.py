@@ -26,6 +26,7 @@ _DETAIL = {
     "ready": "HTTP 200 on /health",
     "no-health-endpoint": "HTTP 404 on /health: no readiness signal, going on",
 }
+_BY_STATUS = {200: "ready", 503: "warming", 404: "no-health-endpoint"}  # /health's answer -> the phase
 
 
 def address(target: Target) -> str:
@@ -40,19 +41,14 @@ def _poll(target: Target, poll_end: float, api_key: str | None) -> tuple[str, st
     except TransportError as err:
         if err.answered:  # another protocol's greeting (an SSH server's banner), not a status line
             return "not-http", f"{address(target)} answered {err.answered!r}, not HTTP"
-        phase = {"refused": "refused", "timeout": "no-answer"}.get(err.kind, "unreachable")
-        if phase == "unreachable":
-            return phase, f"cannot connect: {err.detail}"
-        return phase, _DETAIL[phase].format(address=address(target), timeout=round(timeout))
-    if reply.timed_out:
-        return "no-answer", _DETAIL["no-answer"].format(address=address(target), timeout=round(timeout))
-    if reply.status == 200:
-        return "ready", _DETAIL["ready"]
-    if reply.status == 503:
-        return "warming", _DETAIL["warming"]
-    if reply.status == 404:
-        return "no-health-endpoint", _DETAIL["no-health-endpoint"]
-    return f"http-{reply.status}", f"HTTP {reply.status} on /health"
+        phase = {"refused": "refused", "timeout": "no-answer"}.get(err.kind)
+        if phase is None:
+            return "unreachable", f"cannot connect: {err.detail}"
+    else:
+        phase = "no-answer" if reply.timed_out else _BY_STATUS.get(reply.status)
+        if phase is None:
+            return f"http-{reply.status}", f"HTTP {reply.status} on /health"
+    return phase, _DETAIL[phase].format(address=address(target), timeout=round(timeout))
 
 
 def wait_ready(

@@ -130,12 +130,9 @@ def render_table(report: VerifyReport) -> str:
             reason = reason if len(reason) <= _REASON_WIDTH else reason[: _REASON_WIDTH - 3] + "..."
             rows.append((p.probe, p.mode, "pass" if p.passed else "FAIL", f"{p.latency_s:.2f}s", reason))
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        for r in rows:
-            lines.append(
-                "  ".join(
-                    [r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].ljust(widths[2]), r[3].rjust(widths[3]), r[4]]
-                ).rstrip()
-            )
+        for r in rows:  # the latency right-aligned, the reason as it is
+            cells = [c.rjust(w) if i == 3 else c.ljust(w) for i, (c, w) in enumerate(zip(r[:4], widths, strict=True))]
+            lines.append("  ".join([*cells, r[4]]).rstrip())
         lines.extend(f"{p.probe}/{p.mode}: {p.detail}" for p in report.probes if p.detail)
     found = _finding_lines(report)
     if found:

@@ -34,6 +34,11 @@ def warning(code: str, message: str, fix: str) -> Finding:
     return Finding("verify", code, WARN, printable(message), printable(fix))
 
 
+def verdict(code: str, status: str, message: str, fix: str = "") -> Finding:
+    """A check's finding (pass, warn, fail or skip) in verify's own words (no server text to escape)."""
+    return Finding("verify", code, status, message, fix)
+
+
 def finding_json(f: Finding) -> dict[str, str]:
     """A finding in verify's report schema (docs/verify.md): code, message, fix."""
     return {"code": f.code, "message": f.message, "fix": f.fix}

@@ -20,7 +20,7 @@ from kimi_serve.verify.agentic import DIALECT_PROBES, agentic_probes
 from kimi_serve.verify.budget import check_budget
 from kimi_serve.verify.discovery import get_json, served_models, server_info
 from kimi_serve.verify.draft import judge_draft
-from kimi_serve.verify.exchange import ProbeOutcome, attempt, outcome_of, result_of
+from kimi_serve.verify.exchange import ProbeOutcome, attempt, no_answer, outcome_of, result_of
 from kimi_serve.verify.family_probe import family_calls, for_family, resolve_family
 from kimi_serve.verify.leaks import server_info_leaks
 from kimi_serve.verify.options import VerifyOptions
@@ -47,12 +47,6 @@ def _after(first: Future[ProbeOutcome] | None, deadline: float, fn: Any, *args: 
         wait_futures([first], timeout=max(0.0, deadline - time.monotonic()))
     result: ProbeOutcome = fn(*args)
     return result
-
-
-def _timed_out(name: str, timeout: float) -> ProbeResult:
-    return ProbeResult(
-        name, "non-stream", timeout, (problem("timeout", f"no answer within --timeout {timeout:g}s", "read the log"),)
-    )
 
 
 def _dialects(results: list[ProbeResult]) -> dict[str, str]:
@@ -90,13 +84,9 @@ def _parser_checks(found: list[Finding], report: VerifyReport) -> list[Finding]:
 def run_verify(target: Target | str, options: VerifyOptions | None = None, **changes: Any) -> VerifyReport:
     """Check that the server at ``target`` keeps the Kimi API contract; never prints, never raises for server faults.
 
-    ``options``: how the run goes (:class:`~kimi_serve.verify.options.VerifyOptions`), with ``changes`` to its fields
-    (a caller that sets one or two). Readiness first (``options.wait``), then every probe and mode, then the
-    least-privilege checks (admin endpoints, stray listeners), all within ``options.timeout``; then the speculative
-    draft's acceptance (verify/draft.py: ``options.accept_floor``, ``options.spec_expected``). The family's probes
-    follow ``options.family`` (None: the one the served model's name spells, verify/family_probe.py) and
-    ``options.preserve_thinking`` (None: the server's default). The report's
-    ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
+    ``options`` (:class:`~kimi_serve.verify.options.VerifyOptions`) with ``changes`` to its fields. Readiness first,
+    then every probe and mode and the least-privilege checks within ``options.timeout``, then the speculative draft's
+    acceptance. The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
     opts = dataclasses.replace(options or VerifyOptions(), **changes)
@@ -132,7 +122,6 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
         return report
     deadline = time.monotonic() + timeout
     served: list[str] | None = None
-    calls = [(p, m) for p in probes for m in p.modes]
     loads = load_probe.streams(concurrency if probes else 0, max_tokens)
     with (
         ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="verify") as pool,
@@ -142,13 +131,11 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
         leak_future = pool.submit(server_info_leaks, target, deadline, api_key)
         if model is None:
             data, failure, unreachable = get_json(target, "/v1/models", deadline, api_key, timeout)
-            served = served_models(data) if failure is None else None
-            if failure is None and not served:
-                failure = problem(
-                    "no_models", f"GET /v1/models lists no model: {clip(json.dumps(data))}", "pass --model NAME"
-                )
-            if failure is not None or not served:
-                report.error = _name_key_source(failure, report.key_source) if failure else failure
+            served = served_models(data) if failure is None else []
+            if not served:
+                listed = f"GET /v1/models lists no model: {clip(json.dumps(data))}"
+                no_model = problem("no_models", listed, "pass --model NAME")
+                report.error = _name_key_source(failure, report.key_source) if failure else no_model
                 report.error_unreachable = unreachable
                 info_future.cancel()
                 leak_future.cancel()
@@ -181,20 +168,10 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
             load_pool.submit(_after, lone, deadline, attempt, target, p, STREAM, model, api_key, deadline, timeout)
             for p in loads
         ]
-        extras = raw_calls(
-            suite, target, model=model, api_key=api_key, deadline=deadline, timeout=timeout, stop_ids=fam.eos_ids
-        )
+        how: dict[str, Any] = {"model": model, "api_key": api_key, "deadline": deadline, "timeout": timeout}
+        extras = raw_calls(suite, target, **how, stop_ids=fam.eos_ids)
         if probes:  # a chat suite: the token accounting, and the family's own probes (verify/family_probe.py)
-            extras += family_calls(
-                fam,
-                target,
-                model=model,
-                configured=opts.preserve_thinking,
-                api_key=api_key,
-                deadline=deadline,
-                timeout=timeout,
-                max_tokens=max_tokens,
-            )
+            extras += family_calls(fam, target, **how, configured=opts.preserve_thinking, max_tokens=max_tokens)
         extra_futures = [pool.submit(fn) for _, _, fn in extras]
         pending: list[Future[Any]] = [*futures, *load_futures, *extra_futures, info_future, leak_future]
         pending += [budget_future] if budget_future else []
@@ -213,9 +190,7 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
                 if served is None:
                     data, _, _ = get_json(target, "/v1/models", time.monotonic() + POLL_TIMEOUT, api_key, POLL_TIMEOUT)
                     served = served_models(data)
-                result = ProbeResult(
-                    probe.name, mode, result.latency_s, (hx.model_not_found(model, served),), attempts=result.attempts
-                )
+                result = dataclasses.replace(result, findings=(hx.model_not_found(model, served),))
             report.probes.append(result)
         if loads:
             alone = [p.passed for p in report.probes if (p.probe, p.mode) == ("tool", STREAM)]
@@ -224,22 +199,13 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
             report.probes.append(load_probe.aggregate(loaded, alone[0] if alone else None))
             report.concurrency = len(loads)
         if budget_future is not None:
-            report.budget, budget_result = (
-                budget_future.result() if budget_future.done() else (None, _timed_out("budget", timeout))
-            )
+            late = ProbeResult("budget", "non-stream", timeout, (no_answer(timeout, "read the log"),))
+            report.budget, budget_result = budget_future.result() if budget_future.done() else (None, late)
             report.probes.append(budget_result)
         report.thinking_off = _dialects(report.probes)
         for (probe, mode, _), extra in zip(extras, extra_futures, strict=True):
-            report.probes.append(
-                extra.result()
-                if extra.done()
-                else ProbeResult(
-                    probe.name,
-                    mode,
-                    timeout,
-                    (problem("timeout", f"no answer within --timeout {timeout:g}s", "read the server log"),),
-                )
-            )
+            late = ProbeResult(probe.name, mode, timeout, (no_answer(timeout),))
+            report.probes.append(extra.result() if extra.done() else late)
     report.checks, report.listeners = privilege_future.result()
     report.checks += _parser_checks(parser_future.result(), report)
     report.checks += leaks  # a key handed to clients: a least-privilege FAIL (verify/leaks.py)

@@ -122,14 +122,10 @@ def _stall_problem(events: int, stalled: bool, idle_s: float | None, stall_s: fl
 
 
 class StreamReader:
-    """The one reader of a streamed chat completion: every probe's stream and chat's go through it. It takes the SSE
-    events (:mod:`kimi_serve.verify.sse`'s grammar: the whole body, or piece by piece through :meth:`feed`), decodes
-    each chunk within verify's bounds (nesting and the containers of one answer: :mod:`kimi_serve.verify.wire`; the
-    deadline every 512 events), merges every delta as the openai SDK does (:mod:`kimi_serve.verify.accumulate`),
-    assembles the tool calls, and :meth:`answer` says what is wrong with the stream itself.
-
-    ``containers``: the budget all chunks share (None: each chunk its own, for chat, which shows the answer as it
-    comes). ``on_delta``: called with each delta merged (chat shows its text as it arrives).
+    """SSE events (the whole body, or piece by piece through :meth:`feed`) -> chunks decoded within verify's bounds
+    (the deadline checked every 512 events) -> deltas merged as the openai SDK does; :meth:`answer` says what is
+    wrong with the stream itself. ``containers``: the budget all chunks share (None: each chunk its own, for chat).
+    ``on_delta``: called with each delta merged (chat shows its text as it arrives).
     """
 
     def __init__(
@@ -260,13 +256,8 @@ class StreamReader:
         answer.problems += [problem(code, text, _FIX_WIRE) for code, text in self.merge.faults]
         raw_calls = message.get("tool_calls")
         answer.tool_calls = [tool_call(c, i) for i, c in enumerate(raw_calls if isinstance(raw_calls, list) else [])]
-        if (
-            message.get("role") is None
-            and answer.finish_reason
-            and not self.merge.faults
-            and not timed_out
-            and not late
-        ):
+        ended = not timed_out and not late
+        if message.get("role") is None and answer.finish_reason and not self.merge.faults and ended:
             answer.problems.append(
                 problem(
                     "stream_no_role",
@@ -316,7 +307,7 @@ class StreamReader:
                     _FIX_WIRE,
                 )
             )
-        if answer.finish_reason is None and not timed_out and not late:
+        if answer.finish_reason is None and ended:
             answer.problems.append(
                 problem(
                     "stream_no_finish_reason",

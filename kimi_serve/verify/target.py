@@ -35,7 +35,7 @@ class Target:
         return f"{self.base_url}{path}"
 
 
-def _usage(message: str, hint: str) -> KimiServeError:
+def _usage(message: str, hint: str = _FORM) -> KimiServeError:
     return KimiServeError(message, where="--host", hint=hint, exit_code=ExitCode.USAGE)
 
 
@@ -58,23 +58,21 @@ def _check_host(host: str, raw: str) -> None:
     if len(host) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
         raise _usage(
             f"{shown!r}: {host[:40]!r} is not a host name or an IP address (labels of letters, digits and '-', "
-            "each at most 63 characters, 253 in all)",
-            _FORM,
+            "each at most 63 characters, 253 in all)"
         )
     if all(label.isdigit() for label in labels):
-        raise _usage(f"{shown!r}: {host!r} is not a valid IPv4 address", _FORM)
+        raise _usage(f"{shown!r}: {host!r} is not a valid IPv4 address")
 
 
 def parse_target(text: str) -> Target:
     """Turn what a user types after ``--host`` into a :class:`Target`; raise a USAGE error for anything else."""
     raw = text.strip()
-    hint = _FORM
     if not raw:
-        raise _usage("empty host", hint)
+        raise _usage("empty host")
     if len(raw) > MAX_HOST_TEXT:
-        raise _usage(f"the value is {len(raw)} characters long (at most {MAX_HOST_TEXT})", hint)
+        raise _usage(f"the value is {len(raw)} characters long (at most {MAX_HOST_TEXT})")
     if not raw.isprintable() or any(c.isspace() for c in raw):
-        raise _usage(f"{raw[:80]!r} contains spaces or control characters", hint)
+        raise _usage(f"{raw[:80]!r} contains spaces or control characters")
     if "://" not in raw and "/" in raw:
         raise _usage(
             f"{raw[:80]!r} is neither HOST:PORT nor a URL",
@@ -84,7 +82,7 @@ def parse_target(text: str) -> Target:
     if "://" in raw:
         scheme = raw.split("://", 1)[0].lower()
         if scheme not in ("http", "https"):
-            raise _usage(f"unsupported scheme {scheme!r} in {raw!r}", hint)
+            raise _usage(f"unsupported scheme {scheme!r} in {raw!r}")
     else:
         if raw.count(":") > 1 and not raw.startswith("["):
             raise _usage(f"IPv6 address {raw!r} needs brackets", "write it as [ADDR]:PORT, e.g. [::1]:30000")
@@ -93,18 +91,18 @@ def parse_target(text: str) -> Target:
         parts = urlsplit(rest)
         port = parts.port
     except ValueError:
-        raise _usage(f"invalid host or port in {raw!r}", hint) from None
+        raise _usage(f"invalid host or port in {raw!r}") from None
     if parts.query or parts.fragment or parts.username:
-        raise _usage(f"unexpected query, fragment or user in {raw!r}", hint)
+        raise _usage(f"unexpected query, fragment or user in {raw!r}")
     host = parts.hostname or ""
     if host:
         _check_host(host, raw)
     if not _PATH.fullmatch(parts.path):
-        raise _usage(f"unexpected characters in the path of {raw[:80]!r}", hint)
+        raise _usage(f"unexpected characters in the path of {raw[:80]!r}")
     if port is None:
         port = DEFAULT_PORT if "://" not in raw else (443 if scheme == "https" else 80)
     if port == 0:
-        raise _usage(f"port 0 in {raw!r}", hint)
+        raise _usage(f"port 0 in {raw!r}")
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):  # an OpenAI "base_url"; the endpoints below add /v1 themselves
         path = path[: -len("/v1")]

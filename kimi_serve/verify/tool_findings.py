@@ -30,73 +30,55 @@ def _validate(arguments: Any, schema: dict[str, Any]) -> str | None:
 
 def call_findings(call: ToolCall, position: int, schemas: dict[str, dict[str, Any]]) -> list[Finding]:
     label = f"tool call #{position}"
+    named = f"{label} ({call.name or 'no name'})"
     found: list[Finding] = []
     if not call.id:
-        found.append(
-            problem(
-                "tool_call_id", f"{label} has no id", FIX_TOOL_PARSER + "; clients need the id to send the result back"
-            )
-        )
+        fix = FIX_TOOL_PARSER + "; clients need the id to send the result back"
+        found.append(problem("tool_call_id", f"{label} has no id", fix))
     if call.type != "function":
         found.append(
             problem("tool_call_type", f'{label} has type {wire.shown(call.type)}, expected "function"', FIX_TOOL_PARSER)
         )
     if call.name not in schemas:
-        found.append(
+        offered = f"not one of the offered tools ({', '.join(schemas)})"
+        what = f"{label} names function {wire.shown(call.name)}, {offered}"
+        return [*found, problem("unknown_function", what, FIX_TOOL_PARSER + "; a wrong parser mangles names")]
+    if call.arguments is None and call.arguments_kind not in ("string", "null"):
+        return [
+            *found,
             problem(
-                "unknown_function",
-                f"{label} names function {wire.shown(call.name)}, not one of the offered tools ({', '.join(schemas)})",
-                FIX_TOOL_PARSER + "; a wrong parser mangles names",
-            )
-        )
-        return found
+                "arguments_not_string",
+                f"{named} arguments is a JSON {call.arguments_kind}, not a string holding JSON: clients json.loads() "
+                "it (the openai SDK types it str) and fail",
+                "SGLang sends arguments as a JSON string; a proxy or another server in between decodes it: point "
+                "--host at SGLang itself or configure the proxy to pass tool_calls through unchanged",
+            ),
+        ]
     if call.arguments is None:
-        if call.arguments_kind not in ("string", "null"):
-            found.append(
-                problem(
-                    "arguments_not_string",
-                    f"{label} ({call.name or 'no name'}) arguments is a JSON {call.arguments_kind}, not a "
-                    "string holding JSON: clients json.loads() it (the openai SDK types it str) and fail",
-                    "SGLang sends arguments as a JSON string; a proxy or another server in between decodes it: point "
-                    "--host at SGLang itself or configure the proxy to pass tool_calls through unchanged",
-                )
-            )
-        else:
-            found.append(
-                problem("arguments_missing", f"{label} ({call.name or 'no name'}) has no arguments", FIX_TOOL_PARSER)
-            )
-        return found
+        return [*found, problem("arguments_missing", f"{named} has no arguments", FIX_TOOL_PARSER)]
     try:
         arguments = wire.loads(call.arguments)
     except wire.WireLimit as exc:
-        found.append(past_bound(exc.limit, f"{label} ({call.name or 'no name'}) arguments"))
-        return found
+        return [*found, past_bound(exc.limit, f"{named} arguments")]
     except ValueError:
-        found.append(
+        return [
+            *found,
             problem(
                 "arguments_not_json",
-                f"{label} ({call.name or 'no name'}) arguments are not JSON: {clip(call.arguments or '')!r}",
+                f"{named} arguments are not JSON: {clip(call.arguments)!r}",
                 "check the SGLang tool parser (--tool-call-parser kimi_k2) and any speculative "
                 "decoding settings that can cut argument fragments",
-            )
-        )
-        return found
+            ),
+        ]
     if not isinstance(arguments, dict):
-        found.append(
-            problem(
-                "arguments_not_object",
-                f"{label} ({call.name or 'no name'}) arguments are not a JSON object: {clip(call.arguments or '')!r}",
-                FIX_TOOL_PARSER,
-            )
-        )
-        return found
+        what = f"{named} arguments are not a JSON object: {clip(call.arguments)!r}"
+        return [*found, problem("arguments_not_object", what, FIX_TOOL_PARSER)]
     invalid = _validate(arguments, schemas[call.name])
     if invalid:
         found.append(
             problem(
                 "arguments_schema",
-                f"{label} ({call.name or 'no name'}) arguments fail the tool schema: {invalid}; "
-                f"arguments {clip(call.arguments or '')!r}",
+                f"{named} arguments fail the tool schema: {invalid}; arguments {clip(call.arguments)!r}",
                 "the model ignored the tool schema: serve Kimi-K2.5's own chat template (the tool "
                 "declaration must reach the model)",
             )

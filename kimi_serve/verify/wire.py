@@ -7,10 +7,8 @@ than :data:`MAX_DEPTH`, holding more than :data:`MAX_VALUES` values, or more obj
 or gigabytes of small objects. Everything verify walks afterwards recursively (the stream merge, the schema
 validator) then stays far below the interpreter's recursion limit.
 
-:func:`printable` escapes what a terminal would act on (ESC and every other control character, newlines, lone
-surrogates, bidirectional overrides) so a model id or an error body cannot forge or hide a line of the report;
-:func:`json_safe` makes a decoded value valid Unicode again (lone surrogates written out), so ``--json`` stays UTF-8;
-:func:`shown` writes a value the server sent as JSON text in a finding (``null``, never Python's ``None``).
+:func:`printable` keeps a model id or an error body from forging or hiding a line of the report, :func:`json_safe`
+keeps ``--json`` valid UTF-8, :func:`shown` quotes a server's value as JSON text in a finding.
 """
 
 from __future__ import annotations
