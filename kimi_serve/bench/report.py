@@ -4,9 +4,7 @@ numbers come from the simulator's performance MODEL, not from measurements."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from kimi_serve import __version__
@@ -61,14 +59,6 @@ def build(
         "charts": [],
         "charts_skipped": None,
     }
-
-
-def write(report: dict[str, Any], out_dir: Path) -> Path:
-    path = out_dir / "report.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
 
 
 def _fmt(stat: dict[str, float] | None, digits: int = 1) -> str:

@@ -9,6 +9,8 @@ different one needs another ``--out``.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -68,6 +70,10 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _matches(have: dict[str, Any] | None, want: dict[str, Any]) -> bool:
+    return have is not None and {k: have.get(k) for k in want} == want
 
 
 def _cell_path(out: Path, name: str, concurrency: int, repeat: int) -> Path:
@@ -130,7 +136,7 @@ def _check_manifest(opts: BenchOptions, workload: Workload) -> None:
     path = opts.out / "bench.json"
     want = {"workload": workload.name, "workload_digest": workload.digest, "requests": opts.requests}
     have = _read_json(path)
-    if have is not None and {k: have.get(k) for k in want} != want:
+    if have is not None and not _matches(have, want):
         raise KimiServeError(
             f"{opts.out} holds results for another workload or request count ({have.get('workload')}"
             f", {have.get('requests')} requests)",
@@ -178,8 +184,6 @@ def progress_line(name: str, concurrency: int, figures: dict[str, Any], simulate
 
 
 def _run_arm(arm: Arm, todo: list[tuple[int, int]], opts: BenchOptions, workload: Workload, say: Say) -> None:
-    import contextlib
-
     from kimi_serve.sglang.site import require_sglang_python
 
     knobs = servers.SimKnobs(opts.speedup, opts.perf)
@@ -195,12 +199,9 @@ def _run_arm(arm: Arm, todo: list[tuple[int, int]], opts: BenchOptions, workload
         servers.contract_check(served.endpoint, arm.name, suite=suite, timeout=timeout, wait=10.0, say=say)
         python = require_sglang_python(str(prof.python) if prof is not None and prof.python else None)
         endpoint = served.endpoint
-        if served.simulated and not opts.tokenizer:
-            endpoint = loadgen.BenchEndpoint(
-                endpoint.base_url, endpoint.model, endpoint.api_key, _standin_tokenizer(opts.out, python)
-            )
-        elif opts.tokenizer:
-            endpoint = loadgen.BenchEndpoint(endpoint.base_url, endpoint.model, endpoint.api_key, opts.tokenizer)
+        tokenizer = opts.tokenizer or (_standin_tokenizer(opts.out, python) if served.simulated else None)
+        if tokenizer:
+            endpoint = dataclasses.replace(endpoint, tokenizer=tokenizer)
         states = (served.server_info.get("internal_states") or [{}])[0] or {}
         perf_model = states.get("perf_model") if served.simulated else None
         meta = {
@@ -262,16 +263,13 @@ def run_bench(opts: BenchOptions, say: Say) -> dict[str, Any]:
     _check_manifest(opts, workload)
     cells: dict[str, dict[int, list[dict[str, Any]]]] = {}
     for arm in arms:
-        todo = []
-        for c in opts.concurrency:
-            for r in range(opts.repeat):
-                cell = _read_json(_cell_path(opts.out, arm.name, c, r))
-                if not (
-                    cell
-                    and cell.get("fingerprint") == arm.fingerprint
-                    and cell.get("workload_digest") == workload.digest
-                ):
-                    todo.append((c, r))
+        recorded = {"fingerprint": arm.fingerprint, "workload_digest": workload.digest}
+        todo = [
+            (c, r)
+            for c in opts.concurrency
+            for r in range(opts.repeat)
+            if not _matches(_read_json(_cell_path(opts.out, arm.name, c, r)), recorded)
+        ]
         done = len(opts.concurrency) * opts.repeat - len(todo)
         if not todo:
             say(f"{arm.name}: all {done} cells already recorded in {opts.out}: skipped (not started)")
@@ -303,5 +301,5 @@ def run_bench(opts: BenchOptions, say: Say) -> dict[str, Any]:
         say(f"charts skipped: {missing}")
     else:
         report["charts"], _plotted = chart.draw(report, opts.out)
-    rp.write(report, opts.out)
+    _write_json(opts.out / "report.json", report)
     return report

@@ -36,8 +36,6 @@ _RATE_FIGURES = {k for k, (_name, unit, _higher) in FIGURES.items() if unit.ends
 
 def to_model_time(cell: dict[str, Any], speedup: float) -> dict[str, Any]:
     """A simulator cell run ``speedup`` times faster than the model, converted back to the model's time."""
-    if speedup == 1:
-        return dict(cell)
     out = dict(cell)
     for k in _TIME_FIGURES:
         if isinstance(out.get(k), int | float):
@@ -82,20 +80,15 @@ def compare(a: dict[str, Any] | None, b: dict[str, Any] | None, name_a: str, nam
     single = min((a or {}).get("repeats", 0), (b or {}).get("repeats", 0)) < 2
     mark = f" ({SINGLE_SAMPLE})" if single else ""
     if overlap:
-        return {
-            "winner": None,
-            "margin_pct": margin,
-            "overlap": True,
-            "single_sample": single,
-            "text": f"no difference ({'within the noise floor' if single else 'spreads overlap'}; {hi} +{margin}%)"
-            + mark,
-        }
+        text = f"no difference ({'within the noise floor' if single else 'spreads overlap'}; {hi} +{margin}%){mark}"
+    else:
+        text = f"{hi} by {margin}% over {lo}{mark}"
     return {
-        "winner": hi,
+        "winner": None if overlap else hi,
         "margin_pct": margin,
-        "overlap": False,
+        "overlap": overlap,
         "single_sample": single,
-        "text": f"{hi} by {margin}% over {lo}{mark}",
+        "text": text,
     }
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.files import write_atomic
 from kimi_serve.core.inputs import InputBoundError, load_json, read_regular, too_large
 
 DATA = Path(__file__).resolve().parent / "data" / "agentic.json"
@@ -107,9 +108,7 @@ def _capture_prompts(data: bytes, path: Path, out_dir: Path) -> Path | None:
     except (PromptError, UnicodeDecodeError):
         return None
     target = out_dir / f"workload-{path.stem}.jsonl"
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(as_openai_rows(prompts), encoding="utf-8")
-    tmp.replace(target)
+    write_atomic(target, as_openai_rows(prompts))
     return target
 
 
@@ -118,9 +117,7 @@ def prepare(workload: str, requests: int, out_dir: Path) -> Workload:
     if workload == "agentic":
         path = out_dir / "workload-agentic.jsonl"
         text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in agentic_requests(requests))
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, text)
         return Workload(
             "agentic", ("--dataset-name", "openai", "--dataset-path", str(path)), _digest(text.encode()), path
         )

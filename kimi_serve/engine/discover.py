@@ -22,10 +22,6 @@ _VERSIONS = (
 )
 
 
-def _normalize(name: str) -> str:
-    return locks.normalize(name)
-
-
 def find_uv() -> str | None:
     """uv from $KIMI_SERVE_UV, PATH, or next to this interpreter (the dev lock installs it into .venv/bin)."""
     for cand in (current().uv, shutil.which("uv"), str(Path(sys.executable).parent / "uv")):
@@ -80,5 +76,14 @@ def installed_versions(python: Path) -> dict[str, Any]:
     data: dict[str, Any] = interpreter.python_json(
         str(python), _VERSIONS, cannot="list its packages", hint="rebuild it with kimi-serve engine install"
     )
-    data["packages"] = {_normalize(k): v for k, v in data["packages"].items()}
+    data["packages"] = {locks.normalize(k): v for k, v in data["packages"].items()}
     return data
+
+
+def key_versions(packages: dict[str, str]) -> dict[str, str]:
+    """The versions an install records and ``engine status`` shows: SGLang and what it is built on."""
+    return {
+        k: packages[k]
+        for k in ("sglang", "torch", "flashinfer-python", "sglang-kernel", "transformers")
+        if packages.get(k)
+    }

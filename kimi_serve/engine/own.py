@@ -21,8 +21,8 @@ from pathlib import Path
 
 from kimi_serve import __version__
 from kimi_serve.core import proc
-from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.resources import package_root
+from kimi_serve.engine.interpreter import UNTOUCHED, env_error, last_line
 
 DIST = "kimi-serve"
 SCRIPT = "kimi-serve"
@@ -107,12 +107,10 @@ def check_self(python: Path) -> None:
     """The copy imports inside the engine with the lock's packages alone (exit 5 naming what is missing)."""
     done = proc.run([str(python), "-I", "-c", _IMPORTS], timeout=300)
     if done.rc != 0:
-        tail = (done.err.strip().splitlines() or ["no output"])[-1]
-        raise KimiServeError(
-            f"kimi-serve does not import inside the engine venv: {tail}; the previous venv is untouched",
-            hint="the lock must carry kimi-serve's runtime dependencies (typer, pyyaml, jinja2, "
+        raise env_error(
+            f"kimi-serve does not import inside the engine venv: {last_line(done.err)}; {UNTOUCHED}",
+            "the lock must carry kimi-serve's runtime dependencies (typer, pyyaml, jinja2, "
             "jsonschema): add them to its .in file and regenerate it (scripts/lock.py)",
-            exit_code=ExitCode.ENVIRONMENT,
         )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -12,7 +11,8 @@ from kimi_serve.core import proc
 from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.report import json_meta
 from kimi_serve.engine import locks
-from kimi_serve.engine.discover import installed_versions, site_packages
+from kimi_serve.engine.discover import installed_versions, key_versions, site_packages
+from kimi_serve.engine.interpreter import last_line
 from kimi_serve.engine.prefix import install_command, interrupted, moved_link, read_record, recorded_lock, resolve
 
 # Run inside the engine venv: every installed distribution's requirements (markers evaluated, no extras) that are
@@ -116,8 +116,7 @@ class EngineStatus:
 def dependency_problems(python: Path) -> list[list[Any]]:
     done = proc.run([str(python), "-I", "-c", _DEPS_CHECK], timeout=120)
     if done.rc != 0:
-        last = (done.err.strip().splitlines() or ["no output"])[-1]
-        return [["?", f"dependency check failed: {last}", None]]
+        return [["?", f"dependency check failed: {last_line(done.err)}", None]]
     conflicts: list[list[Any]] = json.loads(done.out.strip().splitlines()[-1])
     return conflicts
 
@@ -162,19 +161,15 @@ def engine_status(prefix: Path, lock_name: str | None = None) -> EngineStatus:
     ]
     omitted = locks.omitted_from_cpu() if lock.name == "cpu" else set()
     problems = dependency_problems(python)
-    conflicts = [p for p in problems if not (p[2] is None and locks.normalize(_req_name(p[1])) in omitted)]
+    conflicts = [p for p in problems if not (p[2] is None and locks.normalize(locks.req_name(p[1])) in omitted)]
     version = ".".join(found["python"].split(".")[:2])
     set_name = (record or {}).get("patch_set")
-    st = EngineStatus(
+    return EngineStatus(
         prefix,
         record,
         lock,
         found["python"],
-        {
-            k: installed[k]
-            for k in ("sglang", "torch", "flashinfer-python", "sglang-kernel", "transformers")
-            if k in installed
-        },
+        key_versions(installed),
         drift,
         record is not None and record.get("lock_sha256") != lock.sha256,
         _patch_state(prefix, set_name, version) if set_name else "none",
@@ -184,7 +179,6 @@ def engine_status(prefix: Path, lock_name: str | None = None) -> EngineStatus:
         _own_copy(prefix, version),
         install_command(prefix, record, lock_name),
     )
-    return st
 
 
 def _own_copy(prefix: Path, version: str) -> str | None:
@@ -193,7 +187,3 @@ def _own_copy(prefix: Path, version: str) -> str | None:
 
     site = site_packages(prefix, version)
     return stale(site) if (site / "kimi_serve").is_dir() else None
-
-
-def _req_name(req: str) -> str:
-    return re.split(r"[\s\[;=<>!~(]", req, maxsplit=1)[0]
