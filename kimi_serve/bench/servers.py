@@ -1,10 +1,7 @@
-"""The servers `bench` measures: a profile brought up for the sweep (and stopped after it), or one already running
-(``--host``). Either way the contract check runs first, and a server that fails it is never benchmarked.
-
-A profile starts with `up`'s launch, environment and preflight, through the start and wait that the contract dry run
-uses (:mod:`kimi_serve.process.ready`: the same child process, start-up log reader, readiness poll and stop as `up`);
-a simulator profile gets a free loopback port, and the performance model's knobs (speed-up, parameters) in its
-environment. Readiness waits up to the profile's ``startup.timeout``.
+"""The servers `bench` measures: a profile brought up for the sweep with `up`'s launch, environment and preflight
+and :mod:`kimi_serve.process.ready`'s start and wait (a simulator on a free loopback port, with the performance
+model's knobs), or one already running (``--host``). Either way a server that fails the contract check is never
+benchmarked.
 """
 
 from __future__ import annotations

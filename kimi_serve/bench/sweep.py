@@ -1,10 +1,8 @@
 """The A/B sweep: for each profile, bring it up (or attach to ``--host``), pass the contract check, run every
-(concurrency x repeat) cell that is not recorded yet, stop it; then the report, the table and the charts.
+(concurrency x repeat) cell not recorded yet, stop it; then the report, the table and the charts.
 
-Resumable: each finished cell is a file ``cells/PROFILE/cC-rR.json`` in ``--out`` (written whole, then renamed), tagged
-with the profile's fingerprint (its SGLang flags) and the workload's digest. A re-run skips recorded cells, and a
-profile whose cells are all recorded is not started at all. ``bench.json`` pins the workload and request count: a
-different one needs another ``--out``.
+Resumable: each finished cell is ``cells/PROFILE/cC-rR.json`` in ``--out``, tagged with the profile's fingerprint and
+the workload's digest; a profile whose cells are all recorded is not started. ``bench.json`` pins the workload.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""From cells to conclusions: the figures per profile and concurrency (mean and spread over repeats), the verdict per
-concurrency (who wins output throughput, by how much, or "no difference") and the crossover. Pure: no I/O.
-
-Spread: the [min, max] of a figure over the repeats, widened by ``NOISE_FLOOR`` (2%) on each side so that one repeat
-still has a width. Two profiles' spreads that overlap at a concurrency give "no difference" there. A verdict from a
-single repeat (no spread measured) says so: ``single_sample`` and its text.
-Crossover: the first concurrency whose winner differs from the winner at the last concurrency before it that had one
-(concurrencies with "no difference" in between are skipped); reported as the pair of concurrencies it lies between.
+"""From cells to conclusions (pure, no I/O): mean and spread per profile and concurrency, the verdict per
+concurrency and the crossover (docs/bench.md). Spread: [min, max] over the repeats widened by ``NOISE_FLOOR`` on each
+side, so one repeat still has a width; overlapping spreads are "no difference", and a single repeat says so.
+Crossover: the first concurrency whose winner differs from the last one before it that had a winner.
 """
 
 from __future__ import annotations

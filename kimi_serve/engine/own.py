@@ -1,12 +1,10 @@
-"""kimi-serve itself inside the engine venv: the unit's start gate (``kimi-serve verify`` in ``ExecStartPost=``), its
-monitoring check and the simulator then run from the engine prefix alone, not from wherever the operator's
-kimi-serve lives (a venv under /root or /home, which the unit's sandbox hides; docs/systemd.md "Supported layout").
+"""kimi-serve itself inside the engine venv, so the unit's start gate (``ExecStartPost=kimi-serve verify``), its
+monitoring check and the simulator run from the engine prefix alone, not from the operator's kimi-serve (which the
+unit's sandbox may hide; docs/systemd.md "Supported layout").
 
-The package is copied as the running kimi-serve has it (the folder it imports from, without bytecode: the install
-compiles the venv afterwards), with a ``.dist-info`` of its own (METADATA with the distribution's requirements,
-entry points, INSTALLER, a RECORD of every file with its sha256, so pip or uv can uninstall it) and the
-``bin/kimi-serve`` script. Its dependencies are not installed: both engine locks carry them (the engine's ``.in``
-files name kimi-serve's runtime), and the install checks that the copy imports with exactly the lock's packages.
+The package is copied as the running kimi-serve has it, with a ``.dist-info`` of its own (a RECORD, so pip or uv can
+uninstall it) and ``bin/kimi-serve``. Its dependencies come from the engine lock (the ``.in`` files name them), and
+the install checks that the copy imports with exactly the lock's packages.
 """
 
 from __future__ import annotations

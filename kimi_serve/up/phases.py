@@ -1,14 +1,8 @@
-"""Per-start phase durations and the weight-phase ETA of `up` (docs/coldstart.md).
+"""Per-start phase durations and the weight-phase ETA of `up` (docs/coldstart.md defines the phases and spans).
 
-A :class:`PhaseClock` sees every startup-log event as `up` reads it and stamps the moments the phases change
-(launch -> init -> weights -> kv_cache -> cuda_graph -> http -> warmup -> ready), plus /health ready and the end of
-the contract check. Durations: weights = "Load weight begin" to the KV cache allocation (target and draft), cuda_graph
-= first capture to the HTTP server, warmup = HTTP server to SGLang's "ready to roll", contract = /health ready to the
-contract check's verdict. A phase SGLang skips (no CUDA graphs on CPU) has no duration. The record goes to the state
-root's bounded history (:mod:`kimi_serve.host.starts`).
-
-The ETA during weight loading: with shards done, the pace so far (elapsed x remaining / done); before the first shard
-ends, the prediction minus the time spent. Both are shown next to the prediction and the disk floor.
+A :class:`PhaseClock` stamps the moments the startup log changes phase, /health ready and the contract check's
+verdict; the record goes to the state root's bounded history (:mod:`kimi_serve.host.starts`). The ETA while weights
+load: the pace so far once shards are done, else the prediction minus the time spent.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """`kimi-serve up`: preflight, start, cold-start progress, early failure detection, contract check, supervision.
 
-Exit codes (docs/up.md): 0 the server exited on its own with status 0; 1 contract check failed (server stopped);
-3 never ready (startup.timeout, or distributed init hung); 4 the server exited or crashed, or a failure was seen in its
-log (it is stopped); 5 preflight failed (nothing started); 130 stopped on request (SIGINT/SIGTERM/SIGHUP) and the
-server stopped cleanly. "Exit with the server's status": a requested stop whose server did not end cleanly (it needed
-SIGKILL or exited with another status) is 4, not 130.
+Exit codes (docs/up.md): 0 the server exited with status 0; 1 contract check failed; 3 never ready; 4 the server
+exited, crashed or logged a failure (or a requested stop did not end cleanly); 5 preflight failed; 130 stopped on
+request (SIGINT/SIGTERM/SIGHUP) and the server stopped cleanly.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""`up`'s one loop: the members of a deployment (kimi_serve.profile.deployment), started and supervised together. A
-profile of one server is a deployment of one member; a replicated profile (``replicas: N``, docs/up.md "Replicated
-profiles") is N local replicas, then SGLang's router in front of them.
-
-Each server member is watched by its own :class:`kimi_serve.up.watch.Watch` (phases, failure patterns, readiness, its
-contract check). The one server's watch writes to `up`'s console and reads `up`'s signals itself: its output, exit
-codes and stop are what docs/up.md describes for one server. With a router:
-
-Order: every replica starts at once (its watch's lines tagged with its name, its signals relayed); when all have
-passed, the router starts; `up` is ready when the router reports every worker healthy and the contract check
-through the router passes. A stop (Ctrl-C, SIGTERM, a failure) takes the router down first, then SIGTERM to each
-replica's main PID, as for one server.
-
-A replica that dies after the deployment is ready does not stop `up`: it says which one, and the router keeps
-serving through the others (degraded); once every replica is gone, `up` stops the router and exits 4. A requested
-stop of a degraded deployment exits 4, not 130 (a server exited on its own during the run).
+"""`up`'s one loop: the members of a deployment (kimi_serve.profile.deployment), started and supervised together
+(docs/up.md "Replicated profiles"). One server is a deployment of one member: its :class:`kimi_serve.up.watch.Watch`
+writes to `up`'s console and reads `up`'s signals itself. With a router, every replica starts at once (lines tagged,
+signals relayed), the router once all have passed; a stop takes the router down first, then the replicas. A replica
+that dies once the deployment is ready leaves it degraded (the router serves through the others); when none is left,
+`up` stops and exits 4, and a requested stop of a degraded deployment exits 4, not 130.
 """
 
 from __future__ import annotations
