@@ -105,13 +105,6 @@ def environment(base: Mapping[str, str], endpoint: BenchEndpoint) -> dict[str, s
     return env
 
 
-def figures(result: dict[str, Any], requests: int) -> dict[str, Any]:
-    """bench's figures from one bench_serving result: the kept fields, plus errors (requests that did not complete)."""
-    out = {k: result.get(k) for k in FIELDS}
-    out["errors"] = max(0, requests - int(result.get("completed") or 0))
-    return out
-
-
 def run_cell(
     python: str,
     endpoint: BenchEndpoint,
@@ -143,7 +136,8 @@ def run_cell(
             exit_code=ExitCode.FAILED,
         )
     result = json.loads(lines[-1])
-    out = figures(result, requests)
+    out = {k: result.get(k) for k in FIELDS}
+    out["errors"] = max(0, requests - int(result.get("completed") or 0))  # the requests that did not complete
     out["wall_s"] = round(time.monotonic() - started, 3)
     cell = delta_accept_length(before, _counters(endpoint))
     if cell is not None:  # this cell's own acceptance; bench_serving's figure is the server's mean since its start

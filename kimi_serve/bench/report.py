@@ -37,11 +37,9 @@ def build(
             str(c): vd.summarize([vd.to_model_time(x, speedup) for x in per.get(c, [])]) for c in concurrency
         }
     a, b = profiles[0]["name"], profiles[1]["name"]
-    verdicts = []
-    for c in concurrency:
-        v = vd.compare(results[a].get(str(c)), results[b].get(str(c)), a, b)
-        verdicts.append({"concurrency": c, **v})
-    cross = vd.crossover([(v["concurrency"], v) for v in verdicts])
+    verdicts = [
+        {"concurrency": c, **vd.compare(results[a].get(str(c)), results[b].get(str(c)), a, b)} for c in concurrency
+    ]
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -55,7 +53,7 @@ def build(
         "profiles": [{k: p.get(k) for k in PROFILE_KEYS} for p in profiles],
         "results": results,
         "verdicts": verdicts,
-        "crossover": cross,
+        "crossover": vd.crossover([(v["concurrency"], v) for v in verdicts]),
         "charts": [],
         "charts_skipped": None,
     }

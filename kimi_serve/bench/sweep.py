@@ -46,7 +46,6 @@ class BenchOptions:
     tokenizer: str | None = None
     speedup: float | None = None  # simulator profiles: the performance model's clock speed-up
     perf: dict[str, Any] | None = None  # simulator profiles: performance model parameter overrides
-    cell_timeout_s: float = CELL_TIMEOUT_S
 
 
 @dataclass
@@ -172,9 +171,8 @@ def progress_line(name: str, concurrency: int, figures: dict[str, Any], simulate
     from kimi_serve.bench.verdict import to_model_time
 
     shown = to_model_time(figures, speedup) if simulated else figures
-    base = ""
-    if simulated:
-        base = " (MODEL numbers, model time" + (f"; run {speedup:g}x faster" if speedup != 1 else "") + ")"
+    faster = f"; run {speedup:g}x faster" if speedup != 1 else ""
+    base = f" (MODEL numbers, model time{faster})" if simulated else ""
     return (
         f"{name}: concurrency {concurrency}: {shown.get('output_throughput') or 0:.1f} tok/s, "
         f"{figures.get('errors', 0)} errors{base}"
@@ -184,7 +182,7 @@ def progress_line(name: str, concurrency: int, figures: dict[str, Any], simulate
 def _run_arm(arm: Arm, todo: list[tuple[int, int]], opts: BenchOptions, workload: Workload, say: Say) -> None:
     from kimi_serve.sglang.site import require_sglang_python
 
-    knobs = servers.SimKnobs(opts.speedup, opts.perf)
+    knobs = servers.sim_env(opts.speedup, opts.perf)
     prof = arm.profile
     with contextlib.ExitStack() as stack:
         if arm.host or prof is None:
@@ -226,7 +224,7 @@ def _run_arm(arm: Arm, todo: list[tuple[int, int]], opts: BenchOptions, workload
                 opts.requests,
                 opts.out / "runs" / arm.name,
                 seed=repeat,
-                timeout=opts.cell_timeout_s,
+                timeout=CELL_TIMEOUT_S,
             )
             _write_json(
                 _cell_path(opts.out, arm.name, concurrency, repeat),

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core import proc
-from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.settings import current
 from kimi_serve.engine import interpreter, locks
 
@@ -57,10 +57,9 @@ def base_python(version: str, given: str | None = None) -> str:
     found = shutil.which(f"python{version}")
     if found:
         return found
-    raise KimiServeError(
+    raise interpreter.env_error(
         f"the lock targets Python {version} and no python{version} is on PATH",
-        hint=f"install Python {version} (apt-get install python{version}-venv)",
-        exit_code=ExitCode.ENVIRONMENT,
+        f"install Python {version} (apt-get install python{version}-venv)",
     )
 
 

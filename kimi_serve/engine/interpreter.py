@@ -82,10 +82,10 @@ def last_line(text: str) -> str:
     return (text.strip().splitlines() or ["no output"])[-1]
 
 
-def python_json(python: str, code: str, *, cannot: str, hint: str, timeout: float = 60) -> Any:
+def python_json(python: str, code: str, *, cannot: str, hint: str) -> Any:
     """Run ``code`` in ``python`` (isolated: -I) and read the JSON it prints last; exit 5 "PYTHON cannot CANNOT: the
     last line of its error" otherwise."""
-    done = proc.run([python, "-I", "-c", code], timeout=timeout)
+    done = proc.run([python, "-I", "-c", code], timeout=60)
     if done.rc != 0:
         raise env_error(f"{python} cannot {cannot}: {last_line(done.err)}", hint)
     return json.loads(done.out.strip().splitlines()[-1])
@@ -95,21 +95,14 @@ def describe(python: str) -> Base:
     d: dict[str, Any] = python_json(
         python, _DESCRIBE, cannot="describe itself", hint="pass --python PATH: a working Python of the lock's version"
     )
+    paths = {k: Path(d[k]) for k in ("executable", "prefix", "stdlib", "platstdlib", "include")}
     library = Path(d["libdir"]) / d["ldlibrary"] if d["shared"] and d["libdir"] and d["ldlibrary"] else None
     try:  # what the executable itself links: Debian builds libpython too, but links its python statically
-        shared = any(n.startswith("libpython") for n in elf.needed(Path(d["executable"]).read_bytes()))
+        shared = any(n.startswith("libpython") for n in elf.needed(paths["executable"].read_bytes()))
     except (OSError, elf.ElfError):
         shared = bool(d["shared"])
-    return Base(
-        executable=Path(d["executable"]),
-        prefix=Path(d["prefix"]),
-        version=d["version"],
-        stdlib=Path(d["stdlib"]),
-        platstdlib=Path(d["platstdlib"]),
-        include=Path(d["include"]),
-        shared=shared,
-        library=library.resolve() if shared and library and library.exists() else None,
-    )
+    library = library.resolve() if shared and library and library.exists() else None
+    return Base(**paths, version=d["version"], shared=shared, library=library)
 
 
 def _copytree(src: Path, dest: Path) -> None:

@@ -32,16 +32,8 @@ UV_VERSION = "0.13.9"
 # uv stops at the first index that has a package unless told otherwise; with extra indexes configured that loses
 # versions, so the locks are always resolved (and installed) with the best match across indexes.
 INDEX_OPTIONS = ("--index-strategy", "unsafe-best-match")
-RESOLVE_OPTIONS = (
-    "--python-version",
-    PYTHON_VERSION,
-    "--python-platform",
-    PLATFORM,
-    "--generate-hashes",
-    *INDEX_OPTIONS,
-    "--exclude-newer",
-    EXCLUDE_NEWER,
-)
+# every lock's resolver options after its --python-version
+RESOLVE_OPTIONS = ("--python-platform", PLATFORM, "--generate-hashes", *INDEX_OPTIONS, "--exclude-newer", EXCLUDE_NEWER)
 HEADER_PREFIX = "# kimi-serve lock:"
 _HEADER_KEY = re.compile(r"^# ([a-z0-9-]+): (.*)$")
 _REQ = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
@@ -60,9 +52,8 @@ class LockSpec:
 
     @property
     def options(self) -> tuple[str, ...]:
-        """The resolver options: RESOLVE_OPTIONS with this lock's Python version."""
-        assert RESOLVE_OPTIONS[0] == "--python-version"
-        return ("--python-version", self.python, *RESOLVE_OPTIONS[2:])
+        """The resolver options: this lock's Python version, then RESOLVE_OPTIONS."""
+        return ("--python-version", self.python, *RESOLVE_OPTIONS)
 
     def command(self, uv: str, output: Path, cwd: Path) -> list[str]:
         """The uv command that resolves this lock; run it in ``cwd`` (paths are relative to it, so the lock's

@@ -94,9 +94,7 @@ def install_self(venv: Path, site: Path) -> dict[str, str]:
     )
     script.chmod(0o755)
     files = sorted(p for p in [*(site / "kimi_serve").rglob("*"), *dist.iterdir()] if p.is_file())
-    lines = [_record_line(p, site) for p in files]
-    lines.append(f"{Path('..', '..', '..', 'bin', SCRIPT).as_posix()},,")
-    lines.append(f"{(dist / 'RECORD').relative_to(site).as_posix()},,")
+    lines = [*(_record_line(p, site) for p in files), f"../../../bin/{SCRIPT},,", f"{dist.name}/RECORD,,"]
     (dist / "RECORD").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return {"version": __version__, "script": f"bin/{SCRIPT}", "source": str(source), "sha256": digest(source)}
 

@@ -17,6 +17,7 @@ from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.files import link_refused
 from kimi_serve.core.inputs import read_json
 from kimi_serve.core.lock import flock_holder
+from kimi_serve.engine.interpreter import env_error
 
 if TYPE_CHECKING:
     from kimi_serve.profile.loader import Profile
@@ -125,16 +126,14 @@ def moved_link(given: Path) -> KimiServeError | None:
         return None
     link = f"{given} -> {os.readlink(old)}"
     if os.path.lexists(given):
-        return KimiServeError(
+        return env_error(
             f"{given}: an older kimi-serve replaced the link {link} with a new venv and left the link aside as {old}",
-            hint=f"keep the new venv: rm {old}; or go back to the link: rm -r {given} && mv {old} {given}; "
+            f"keep the new venv: rm {old}; or go back to the link: rm -r {given} && mv {old} {given}; "
             "then run engine install again",
-            exit_code=ExitCode.ENVIRONMENT,
         )
-    return KimiServeError(
+    return env_error(
         f"{given}: an older kimi-serve's engine install was killed after it moved the link {link} aside as {old}",
-        hint=f"put the link back: mv {old} {given}, then run engine install again",
-        exit_code=ExitCode.ENVIRONMENT,
+        f"put the link back: mv {old} {given}, then run engine install again",
     )
 
 
@@ -188,17 +187,15 @@ def interrupted(given: Path) -> KimiServeError | None:
         return None
     holder = flock_holder(lock_of(real))
     if holder is not None:
-        return KimiServeError(
+        return env_error(
             f"{given}: {holder} is installing it (between its two renames)",
-            hint="wait for it to finish, then run engine status again",
-            exit_code=ExitCode.ENVIRONMENT,
+            "wait for it to finish, then run engine status again",
         )
     staging = staging_of(real)
     record = read_record(staging) or read_record(old)
-    return KimiServeError(
+    return env_error(
         f"{given}: an engine install was interrupted between its two renames: the previous venv is at {old}"
         + (f", the new one at {staging}" if read_record(staging) else "")
         + " (the next install puts the previous one back first)",
-        hint=install_command(given, record),
-        exit_code=ExitCode.ENVIRONMENT,
+        install_command(given, record),
     )

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.core import proc
 from kimi_serve.core.proc import Completed, python_argv
 from kimi_serve.core.report import json_meta
+from kimi_serve.core.settings import process_environ
 from kimi_serve.sglang.toolchain import SYSTEMD_PATH, cache_env, toolchain_env
 
 WARM_TIMEOUT_S = 1200
@@ -106,9 +108,6 @@ def parse(res: Completed) -> list[dict[str, Any]]:
 
 
 def _run(argv: list[str], env: dict[str, str]) -> Completed | None:
-    from kimi_serve.core import proc
-    from kimi_serve.core.settings import process_environ
-
     try:
         return proc.run(argv, timeout=WARM_TIMEOUT_S, env={**process_environ(), **env})
     except proc.NotInstalled:

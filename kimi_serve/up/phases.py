@@ -83,8 +83,8 @@ class PhaseClock:
     def mark_ready(self, now: float | None = None) -> None:
         self.ready_at = time.monotonic() if now is None else now
 
-    def mark_contract(self, ok: bool, now: float | None = None) -> None:
-        self.contract_at = time.monotonic() if now is None else now
+    def mark_contract(self, ok: bool) -> None:
+        self.contract_at = time.monotonic()
         self.contract_ok = ok
 
     # ---------------------------------------------------------------------------------------------- record
@@ -94,14 +94,11 @@ class PhaseClock:
             start = self.at.get(begin)
             end = next((self.at[e] for e in ends if e in self.at), None)
             out[name] = round(end - start, 3) if start is not None and end is not None else None
-        if self.ready_at is not None and self.contract_at is not None:
-            out["contract"] = round(self.contract_at - self.ready_at, 3)
-        else:
-            out["contract"] = None
+        ready, verdict = self.ready_at, self.contract_at
+        out["contract"] = round(verdict - ready, 3) if ready is not None and verdict is not None else None
         return out
 
-    def record(self, *, profile: str, outcome: str, now: float | None = None) -> dict[str, Any]:
-        now = time.monotonic() if now is None else now
+    def record(self, *, profile: str, outcome: str) -> dict[str, Any]:
         fig = to_json(self.figures) if self.figures is not None else {}
         return {
             "version": 1,
@@ -111,7 +108,7 @@ class PhaseClock:
             "phases": self.durations(),
             "sglang_load_weight_s": self.sglang_load_s,
             "ready_s": round(self.ready_at - self.started, 3) if self.ready_at is not None else None,
-            "total_s": round(now - self.started, 3),
+            "total_s": round(time.monotonic() - self.started, 3),
             "predicted_weights_s": self.predicted,
             "figures": fig,
         }
@@ -121,28 +118,23 @@ class PhaseClock:
         self._sink: tuple[Path, str, Callable[[str], None] | None] | None = (state_root, profile, say)
 
     def settled(self, outcome: str) -> dict[str, Any] | None:
-        """The start is over (serving, or failed): save it once. Returns the record when it was written now."""
+        """The start is over (serving, or failed): append it to the history once (:mod:`kimi_serve.host.starts`) and
+        say so. Returns the record when it was written now."""
+        from kimi_serve.host.starts import append_start
+
         sink = getattr(self, "_sink", None)
         if sink is None or getattr(self, "done", False):
             return None
         self.done = True
-        rec = self.save(sink[0], profile=sink[1], outcome=outcome)
-        if rec is not None and sink[2] is not None:
-            sink[2](summary(rec))
-        return rec
-
-    def save(self, state_root: Path, *, profile: str, outcome: str) -> dict[str, Any] | None:
-        """Append this start to the history; None when there is nothing to say (it never left launch) or the state
-        root is not writable."""
-        from kimi_serve.host.starts import append_start
-
-        if len(self.at) < 2:
+        if len(self.at) < 2:  # it never left launch: nothing to say
             return None
-        rec = self.record(profile=profile, outcome=outcome)
+        rec = self.record(profile=sink[1], outcome=outcome)
         try:
-            append_start(state_root, rec)
-        except OSError:
+            append_start(sink[0], rec)
+        except OSError:  # the state root is not writable
             return None
+        if sink[2] is not None:
+            sink[2](summary(rec))
         return rec
 
 

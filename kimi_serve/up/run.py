@@ -105,14 +105,12 @@ def run_up(
     listen: tuple[str | None, int | None] = (None, None),
     **overrides: Any,
 ) -> int:
-    """The `up` command: load and validate the profile, preflight, then :func:`serve` (or print, with dry_run).
-    ``listen``: `up --host/--port`, applied as the ``--set`` overrides they stand for (:func:`front_sets`).
+    """The `up` command: load and validate the profile, preflight, then :func:`serve_deployment` (or print, with
+    dry_run). ``listen``: `up --host/--port`, applied as the ``--set`` overrides they stand for (:func:`front_sets`).
 
-    A real run holds the locks of what its server takes (kimi_serve.up.locks: its ports, an SGLang server's GPUs and,
-    shared, its venv) from before the preflight until the server is stopped: the GPUs and the port are only taken
-    minutes into a cold start, so a second `up` on them (or a `patches apply` under the running server) started
-    meanwhile would pass every check; it exits 75 instead (or waits, with ``wait_lock``). The host lock is not taken:
-    a service change, or a change of another venv, runs beside it.
+    A real run holds the locks of what its server takes (kimi_serve.up.locks) from before the preflight until the
+    server is stopped: the GPUs and the port are only taken minutes into a cold start, so a second `up` on them (or a
+    `patches apply` under it) would pass every check meanwhile. The host lock is not taken.
     """
     from kimi_serve.profile.loader import load_profile, with_sets
     from kimi_serve.profile.topology import front_sets

@@ -80,10 +80,8 @@ class Supervisor:
     # -- start
     def start_members(self) -> None:
         for m, launch in ((m, x) for m, x in self.launches.items() if m != self.router_member):
-            self.console.info(f"starting {launch.engine if self.solo else m.title} (log: {self.logs[m]})")
-            self.console.info("$ " + launch.shell())
             try:
-                server = self._start(launch, self.logs[m])
+                server = self._start(m, f"starting {launch.engine if self.solo else m.title}")
             except OSError as exc:
                 raise KimiServeError(
                     f"cannot start {launch.argv[0]}: {exc.strerror or exc}",
@@ -99,22 +97,22 @@ class Supervisor:
                 f"{'' if self.solo else f'{m.tag}: '}server pid {server.pid} (own session and process group)"
             )
 
-    @staticmethod
-    def _start(launch: Launch, log: Path) -> Server:
-        """One member (or the router) as a child of `up`'s main thread: it gets SIGTERM if `up` dies, and shares
-        `up`'s locks (its ports, GPUs, venv) until it exits (docs/up.md, "However `up` ends")."""
+    def _start(self, m: Member, what: str) -> Server:
+        """Say ``what`` starts and its command, then start member ``m`` (or the router) as a child of `up`'s main
+        thread: SIGTERM if `up` dies, and `up`'s locks shared until it exits (docs/up.md, "However `up` ends")."""
         from kimi_serve.check.launch import server_env
         from kimi_serve.core.lock import held_lock_fds
 
-        return Server.start(list(launch.argv), server_env(launch), log, keep_fds=held_lock_fds())
+        launch = self.launches[m]
+        self.console.info(f"{what} (log: {self.logs[m]})")
+        self.console.info("$ " + launch.shell())
+        return Server.start(list(launch.argv), server_env(launch), self.logs[m], keep_fds=held_lock_fds())
 
     def _start_router(self) -> None:
         router, launch = self.routing, self.launches[self.routing]
         self.console.end_progress()
-        self.console.info(f"every replica passed; starting the {router.title} (log: {self.logs[router]})")
-        self.console.info("$ " + launch.shell())
         try:
-            self.router = self._start(launch, self.logs[router])
+            self.router = self._start(router, f"every replica passed; starting the {router.title}")
         except OSError as exc:
             self.begin_stop(
                 Outcome(
