@@ -34,13 +34,13 @@ def test_up_leaves_a_run_record_while_it_serves(cli, monkeypatch: pytest.MonkeyP
 
     seen: dict[str, Any] = {}
 
-    def serving(deployment: Any, console: Any, opts: Any, log_path: Path) -> int:
+    def serving(deployment: Any, opts: Any, log_path: Path, console: Any, clock: Any) -> int:
         seen["runs"] = [r.to_json() for r in read_runs()]
         seen["status"] = cli("status", "--json")
         return 0
 
     monkeypatch.setattr(run, "preflight", lambda *a, **k: None)
-    monkeypatch.setattr(run, "_serve", serving)
+    monkeypatch.setattr(run, "serve_deployment", serving)
     assert run.run_up("sim", log_file=tmp_path / "up.log") == 0
     [rec] = seen["runs"]
     assert rec["state"] == "running" and rec["pid"] == os.getpid() and rec["profile"] == "sim"

@@ -76,5 +76,5 @@ def draw(report: dict[str, Any], out_dir: Path) -> tuple[list[str], dict[str, An
         plt.close(fig)
         tmp.replace(path)
         names.append(file_name)
-        plotted[file_name] = {name: points for name, points in data.items()}
+        plotted[file_name] = data
     return names, plotted

@@ -1,10 +1,5 @@
-"""Load generation by SGLang's own ``sglang.bench_serving``, run in the SGLang interpreter as a subprocess.
-
-One call is one cell: one server, one concurrency, one repeat. Flags that matter (docs/bench.md):
-``--backend sglang-oai-chat`` (the chat endpoint: tool definitions and thinking reach the template),
-``--extra-request-body {"stream_options": {"include_usage": true}}`` (otherwise bench_serving counts ``max_tokens`` as
-each request's output length), an offline dataset (``openai`` JSONL or ``random-ids``), ``--tokenizer`` (the
-simulator's stand-in tokenizer is saved to a folder for it), ``--request-rate inf`` with ``--max-concurrency C``.
+"""Load generation by SGLang's own ``sglang.bench_serving``, run in the SGLang interpreter as a subprocess: one call
+is one cell (one server, one concurrency, one repeat). Why each flag is there: docs/bench.md.
 """
 
 from __future__ import annotations
@@ -110,13 +105,6 @@ def environment(base: Mapping[str, str], endpoint: BenchEndpoint) -> dict[str, s
     return env
 
 
-def figures(result: dict[str, Any], requests: int) -> dict[str, Any]:
-    """bench's figures from one bench_serving result: the kept fields, plus errors (requests that did not complete)."""
-    out = {k: result.get(k) for k in FIELDS}
-    out["errors"] = max(0, requests - int(result.get("completed") or 0))
-    return out
-
-
 def run_cell(
     python: str,
     endpoint: BenchEndpoint,
@@ -126,7 +114,6 @@ def run_cell(
     work_dir: Path,
     seed: int,
     timeout: float,
-    base_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run bench_serving once; bench's figures for the cell. KimiServeError (exit 1) when it fails."""
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -134,7 +121,7 @@ def run_cell(
     output.unlink(missing_ok=True)  # bench_serving appends
     log = work_dir / f"bench_serving-c{concurrency}-s{seed}.log"
     argv = command(python, endpoint, workload, concurrency, requests, output, seed)
-    env = environment(process_environ() if base_env is None else base_env, endpoint)
+    env = environment(process_environ(), endpoint)
     before = _counters(endpoint)
     started = time.monotonic()
     with log.open("wb") as sink:
@@ -149,7 +136,8 @@ def run_cell(
             exit_code=ExitCode.FAILED,
         )
     result = json.loads(lines[-1])
-    out = figures(result, requests)
+    out = {k: result.get(k) for k in FIELDS}
+    out["errors"] = max(0, requests - int(result.get("completed") or 0))  # the requests that did not complete
     out["wall_s"] = round(time.monotonic() - started, 3)
     cell = delta_accept_length(before, _counters(endpoint))
     if cell is not None:  # this cell's own acceptance; bench_serving's figure is the server's mean since its start

@@ -4,9 +4,7 @@ numbers come from the simulator's performance MODEL, not from measurements."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from kimi_serve import __version__
@@ -39,11 +37,9 @@ def build(
             str(c): vd.summarize([vd.to_model_time(x, speedup) for x in per.get(c, [])]) for c in concurrency
         }
     a, b = profiles[0]["name"], profiles[1]["name"]
-    verdicts = []
-    for c in concurrency:
-        v = vd.compare(results[a].get(str(c)), results[b].get(str(c)), a, b)
-        verdicts.append({"concurrency": c, **v})
-    cross = vd.crossover([(v["concurrency"], v) for v in verdicts])
+    verdicts = [
+        {"concurrency": c, **vd.compare(results[a].get(str(c)), results[b].get(str(c)), a, b)} for c in concurrency
+    ]
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -57,18 +53,10 @@ def build(
         "profiles": [{k: p.get(k) for k in PROFILE_KEYS} for p in profiles],
         "results": results,
         "verdicts": verdicts,
-        "crossover": cross,
+        "crossover": vd.crossover([(v["concurrency"], v) for v in verdicts]),
         "charts": [],
         "charts_skipped": None,
     }
-
-
-def write(report: dict[str, Any], out_dir: Path) -> Path:
-    path = out_dir / "report.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
 
 
 def _fmt(stat: dict[str, float] | None, digits: int = 1) -> str:

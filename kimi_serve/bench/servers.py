@@ -1,10 +1,7 @@
-"""The servers `bench` measures: a profile brought up for the sweep (and stopped after it), or one already running
-(``--host``). Either way the contract check runs first, and a server that fails it is never benchmarked.
-
-A profile starts with `up`'s launch, environment and preflight, through the start and wait that the contract dry run
-uses (:mod:`kimi_serve.process.ready`: the same child process, start-up log reader, readiness poll and stop as `up`);
-a simulator profile gets a free loopback port, and the performance model's knobs (speed-up, parameters) in its
-environment. Readiness waits up to the profile's ``startup.timeout``.
+"""The servers `bench` measures: a profile brought up for the sweep with `up`'s launch, environment and preflight
+and :mod:`kimi_serve.process.ready`'s start and wait (a simulator on a free loopback port, with the performance
+model's knobs), or one already running (``--host``). Either way a server that fails the contract check is never
+benchmarked.
 """
 
 from __future__ import annotations
@@ -38,18 +35,10 @@ class Served:
         return "simulator" in self.server_info
 
 
-@dataclass(frozen=True)
-class SimKnobs:
-    speedup: float | None = None
-    perf: dict[str, Any] | None = None  # performance model parameter overrides
-
-    def env(self) -> dict[str, str]:
-        env = {}
-        if self.speedup:
-            env[SIM_SPEEDUP_ENV] = f"{self.speedup:g}"
-        if self.perf:
-            env[SIM_PERF_ENV] = json.dumps(self.perf)
-        return env
+def sim_env(speedup: float | None, perf: dict[str, Any] | None) -> dict[str, str]:
+    """A simulator's performance-model knobs (its clock speed-up, parameter overrides) as its environment."""
+    env = {SIM_SPEEDUP_ENV: f"{speedup:g}"} if speedup else {}
+    return {**env, SIM_PERF_ENV: json.dumps(perf)} if perf else env
 
 
 def fingerprint(profile: Profile) -> str:
@@ -82,8 +71,7 @@ def contract_check(endpoint: BenchEndpoint, label: str, *, suite: str, timeout: 
     if report.exit_code == 0:
         say(f"{label}: contract check passed ({suite} suite, {report.elapsed_s:.1f}s)")
         return
-    findings = [f for p in report.probes for f in p.findings] or ([report.error] if report.error else [])
-    first = findings[0] if findings else None
+    first = next((f for p in report.probes for f in p.findings), None) or report.error
     what = f"{first.code}: {first.message}" if first else "see kimi-serve verify"
     raise KimiServeError(
         f"{label} at {endpoint.base_url} fails the contract check ({what}); not benchmarked",
@@ -109,7 +97,7 @@ def attach(base_url: str, api_key: str | None, model: str | None, tokenizer: str
 
 
 @contextlib.contextmanager
-def bring_up(profile: Profile, log_dir: Path, knobs: SimKnobs, say: Say) -> Iterator[Served]:
+def bring_up(profile: Profile, log_dir: Path, knobs: dict[str, str], say: Say) -> Iterator[Served]:
     """Start ``profile`` as `up` does (its validated launch and environment; the preflight for SGLang), wait until
     ready (:mod:`kimi_serve.process.ready`, as the contract dry run does), yield it, stop it (SIGTERM to its main pid,
     SIGKILL to its group after service.stop_timeout)."""
@@ -125,7 +113,7 @@ def bring_up(profile: Profile, log_dir: Path, knobs: SimKnobs, say: Say) -> Iter
     if launch.engine == "simulator":
         host, port = "127.0.0.1", launcher.free_port("127.0.0.1")
         argv = launcher.with_flag(launcher.with_flag(argv, "--host", host), "--port", str(port))
-        env.update(knobs.env())
+        env.update(knobs)
     else:
         from kimi_serve.host.preflight import preflight
 

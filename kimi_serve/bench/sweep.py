@@ -1,14 +1,14 @@
 """The A/B sweep: for each profile, bring it up (or attach to ``--host``), pass the contract check, run every
-(concurrency x repeat) cell that is not recorded yet, stop it; then the report, the table and the charts.
+(concurrency x repeat) cell not recorded yet, stop it; then the report, the table and the charts.
 
-Resumable: each finished cell is a file ``cells/PROFILE/cC-rR.json`` in ``--out`` (written whole, then renamed), tagged
-with the profile's fingerprint (its SGLang flags) and the workload's digest. A re-run skips recorded cells, and a
-profile whose cells are all recorded is not started at all. ``bench.json`` pins the workload and request count: a
-different one needs another ``--out``.
+Resumable: each finished cell is ``cells/PROFILE/cC-rR.json`` in ``--out``, tagged with the profile's fingerprint and
+the workload's digest; a profile whose cells are all recorded is not started. ``bench.json`` pins the workload.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,7 +46,6 @@ class BenchOptions:
     tokenizer: str | None = None
     speedup: float | None = None  # simulator profiles: the performance model's clock speed-up
     perf: dict[str, Any] | None = None  # simulator profiles: performance model parameter overrides
-    cell_timeout_s: float = CELL_TIMEOUT_S
 
 
 @dataclass
@@ -68,6 +67,10 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _matches(have: dict[str, Any] | None, want: dict[str, Any]) -> bool:
+    return have is not None and {k: have.get(k) for k in want} == want
 
 
 def _cell_path(out: Path, name: str, concurrency: int, repeat: int) -> Path:
@@ -130,7 +133,7 @@ def _check_manifest(opts: BenchOptions, workload: Workload) -> None:
     path = opts.out / "bench.json"
     want = {"workload": workload.name, "workload_digest": workload.digest, "requests": opts.requests}
     have = _read_json(path)
-    if have is not None and {k: have.get(k) for k in want} != want:
+    if have is not None and not _matches(have, want):
         raise KimiServeError(
             f"{opts.out} holds results for another workload or request count ({have.get('workload')}"
             f", {have.get('requests')} requests)",
@@ -168,9 +171,8 @@ def progress_line(name: str, concurrency: int, figures: dict[str, Any], simulate
     from kimi_serve.bench.verdict import to_model_time
 
     shown = to_model_time(figures, speedup) if simulated else figures
-    base = ""
-    if simulated:
-        base = " (MODEL numbers, model time" + (f"; run {speedup:g}x faster" if speedup != 1 else "") + ")"
+    faster = f"; run {speedup:g}x faster" if speedup != 1 else ""
+    base = f" (MODEL numbers, model time{faster})" if simulated else ""
     return (
         f"{name}: concurrency {concurrency}: {shown.get('output_throughput') or 0:.1f} tok/s, "
         f"{figures.get('errors', 0)} errors{base}"
@@ -178,11 +180,9 @@ def progress_line(name: str, concurrency: int, figures: dict[str, Any], simulate
 
 
 def _run_arm(arm: Arm, todo: list[tuple[int, int]], opts: BenchOptions, workload: Workload, say: Say) -> None:
-    import contextlib
-
     from kimi_serve.sglang.site import require_sglang_python
 
-    knobs = servers.SimKnobs(opts.speedup, opts.perf)
+    knobs = servers.sim_env(opts.speedup, opts.perf)
     prof = arm.profile
     with contextlib.ExitStack() as stack:
         if arm.host or prof is None:
@@ -195,12 +195,9 @@ def _run_arm(arm: Arm, todo: list[tuple[int, int]], opts: BenchOptions, workload
         servers.contract_check(served.endpoint, arm.name, suite=suite, timeout=timeout, wait=10.0, say=say)
         python = require_sglang_python(str(prof.python) if prof is not None and prof.python else None)
         endpoint = served.endpoint
-        if served.simulated and not opts.tokenizer:
-            endpoint = loadgen.BenchEndpoint(
-                endpoint.base_url, endpoint.model, endpoint.api_key, _standin_tokenizer(opts.out, python)
-            )
-        elif opts.tokenizer:
-            endpoint = loadgen.BenchEndpoint(endpoint.base_url, endpoint.model, endpoint.api_key, opts.tokenizer)
+        tokenizer = opts.tokenizer or (_standin_tokenizer(opts.out, python) if served.simulated else None)
+        if tokenizer:
+            endpoint = dataclasses.replace(endpoint, tokenizer=tokenizer)
         states = (served.server_info.get("internal_states") or [{}])[0] or {}
         perf_model = states.get("perf_model") if served.simulated else None
         meta = {
@@ -227,7 +224,7 @@ def _run_arm(arm: Arm, todo: list[tuple[int, int]], opts: BenchOptions, workload
                 opts.requests,
                 opts.out / "runs" / arm.name,
                 seed=repeat,
-                timeout=opts.cell_timeout_s,
+                timeout=CELL_TIMEOUT_S,
             )
             _write_json(
                 _cell_path(opts.out, arm.name, concurrency, repeat),
@@ -262,16 +259,13 @@ def run_bench(opts: BenchOptions, say: Say) -> dict[str, Any]:
     _check_manifest(opts, workload)
     cells: dict[str, dict[int, list[dict[str, Any]]]] = {}
     for arm in arms:
-        todo = []
-        for c in opts.concurrency:
-            for r in range(opts.repeat):
-                cell = _read_json(_cell_path(opts.out, arm.name, c, r))
-                if not (
-                    cell
-                    and cell.get("fingerprint") == arm.fingerprint
-                    and cell.get("workload_digest") == workload.digest
-                ):
-                    todo.append((c, r))
+        recorded = {"fingerprint": arm.fingerprint, "workload_digest": workload.digest}
+        todo = [
+            (c, r)
+            for c in opts.concurrency
+            for r in range(opts.repeat)
+            if not _matches(_read_json(_cell_path(opts.out, arm.name, c, r)), recorded)
+        ]
         done = len(opts.concurrency) * opts.repeat - len(todo)
         if not todo:
             say(f"{arm.name}: all {done} cells already recorded in {opts.out}: skipped (not started)")
@@ -303,5 +297,5 @@ def run_bench(opts: BenchOptions, say: Say) -> dict[str, Any]:
         say(f"charts skipped: {missing}")
     else:
         report["charts"], _plotted = chart.draw(report, opts.out)
-    rp.write(report, opts.out)
+    _write_json(opts.out / "report.json", report)
     return report

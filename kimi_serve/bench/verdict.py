@@ -1,11 +1,7 @@
-"""From cells to conclusions: the figures per profile and concurrency (mean and spread over repeats), the verdict per
-concurrency (who wins output throughput, by how much, or "no difference") and the crossover. Pure: no I/O.
-
-Spread: the [min, max] of a figure over the repeats, widened by ``NOISE_FLOOR`` (2%) on each side so that one repeat
-still has a width. Two profiles' spreads that overlap at a concurrency give "no difference" there. A verdict from a
-single repeat (no spread measured) says so: ``single_sample`` and its text.
-Crossover: the first concurrency whose winner differs from the winner at the last concurrency before it that had one
-(concurrencies with "no difference" in between are skipped); reported as the pair of concurrencies it lies between.
+"""From cells to conclusions (pure, no I/O): mean and spread per profile and concurrency, the verdict per
+concurrency and the crossover (docs/bench.md). Spread: [min, max] over the repeats widened by ``NOISE_FLOOR`` on each
+side, so one repeat still has a width; overlapping spreads are "no difference", and a single repeat says so.
+Crossover: the first concurrency whose winner differs from the last one before it that had a winner.
 """
 
 from __future__ import annotations
@@ -36,8 +32,6 @@ _RATE_FIGURES = {k for k, (_name, unit, _higher) in FIGURES.items() if unit.ends
 
 def to_model_time(cell: dict[str, Any], speedup: float) -> dict[str, Any]:
     """A simulator cell run ``speedup`` times faster than the model, converted back to the model's time."""
-    if speedup == 1:
-        return dict(cell)
     out = dict(cell)
     for k in _TIME_FIGURES:
         if isinstance(out.get(k), int | float):
@@ -82,20 +76,15 @@ def compare(a: dict[str, Any] | None, b: dict[str, Any] | None, name_a: str, nam
     single = min((a or {}).get("repeats", 0), (b or {}).get("repeats", 0)) < 2
     mark = f" ({SINGLE_SAMPLE})" if single else ""
     if overlap:
-        return {
-            "winner": None,
-            "margin_pct": margin,
-            "overlap": True,
-            "single_sample": single,
-            "text": f"no difference ({'within the noise floor' if single else 'spreads overlap'}; {hi} +{margin}%)"
-            + mark,
-        }
+        text = f"no difference ({'within the noise floor' if single else 'spreads overlap'}; {hi} +{margin}%){mark}"
+    else:
+        text = f"{hi} by {margin}% over {lo}{mark}"
     return {
-        "winner": hi,
+        "winner": None if overlap else hi,
         "margin_pct": margin,
-        "overlap": False,
+        "overlap": overlap,
         "single_sample": single,
-        "text": f"{hi} by {margin}% over {lo}{mark}",
+        "text": text,
     }
 
 

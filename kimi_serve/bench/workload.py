@@ -1,16 +1,9 @@
-"""What `bench` sends: the offline dataset file for ``sglang.bench_serving`` and the flags that go with it.
+"""What `bench` sends (docs/bench.md, Workloads): the offline dataset file for ``sglang.bench_serving`` and its flags.
 
-- ``agentic`` (default): Kimi-shaped coding-agent requests built from ``data/agentic.json`` (shipped): a long system
-  prompt, seven tool definitions, thinking on (``chat_template_kwargs.thinking``), and three kinds of turn mixed
-  deterministically: a tool-call turn (the model reasons, then calls a tool), a turn after a tool result (a file or a
-  test log of 1-5k tokens in the history; the model reasons, then answers) and a long reasoning answer (tools offered,
-  ``tool_choice: none``). Some requests carry 1-2 earlier tool exchanges in their history. Lengths: prompts ~1-7k
-  tokens, answers up to 2.5k characters; ``max_tokens`` 1024-2048; ``ignore_eos`` off, so the model stops by itself.
-  Written as bench_serving's ``openai`` dataset (one JSON request per line).
-- ``random``: bench_serving's offline ``random-ids`` dataset, fixed lengths (``--random-range-ratio 1.0``): 1024 prompt
-  tokens, 256 output tokens (``ignore_eos`` on, as bench_serving sends it).
-- ``FILE``: a JSONL file in bench_serving's ``openai`` dataset form, used as it is; or `capture`'s prompts file
-  (ids, ShareGPT rows, a top-level ``thinking``), written in that form into the results folder first.
+- ``agentic`` (default): Kimi-shaped coding-agent requests from ``data/agentic.json`` (tool-call turns, turns after a
+  tool result, long reasoning answers; thinking on, ``ignore_eos`` off), written as bench_serving's ``openai`` dataset.
+- ``random``: bench_serving's offline ``random-ids`` dataset, 1024 prompt and 256 output tokens.
+- ``FILE``: a JSONL file in the ``openai`` dataset form as it is, or `capture`'s prompts file converted to it.
 """
 
 from __future__ import annotations
@@ -23,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core.errors import ExitCode, KimiServeError
-from kimi_serve.core.inputs import InputBoundError, load_json, read_regular, too_large
+from kimi_serve.core.files import write_atomic
+from kimi_serve.core.inputs import InputBoundError, load_json, read_text
 
 DATA = Path(__file__).resolve().parent / "data" / "agentic.json"
 RANDOM_INPUT_LEN = 1024
@@ -93,23 +87,23 @@ def agentic_requests(count: int, seed: int = 0) -> list[dict[str, Any]]:
     return out
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:16]
+def _openai(name: str, path: Path, text: str) -> Workload:
+    """A workload of bench_serving's ``openai`` dataset at ``path``, identified by the digest of ``text``."""
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return Workload(name, ("--dataset-name", "openai", "--dataset-path", str(path)), digest, path)
 
 
-def _capture_prompts(data: bytes, path: Path, out_dir: Path) -> Path | None:
+def _capture_prompts(text: str, path: Path, out_dir: Path) -> Path | None:
     """A `capture` prompts file (ids, ShareGPT rows, the thinking switch at the top) as bench_serving's ``openai``
     rows in ``out_dir`` (the same requests capture sends); None when the file is not one (it is used as it is)."""
     from kimi_serve.capture.prompts import PromptError, as_openai_rows, parse_prompts
 
     try:
-        prompts = parse_prompts(data.decode("utf-8"), str(path))
-    except (PromptError, UnicodeDecodeError):
+        prompts = parse_prompts(text, str(path))
+    except PromptError:
         return None
     target = out_dir / f"workload-{path.stem}.jsonl"
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(as_openai_rows(prompts), encoding="utf-8")
-    tmp.replace(target)
+    write_atomic(target, as_openai_rows(prompts))
     return target
 
 
@@ -118,12 +112,8 @@ def prepare(workload: str, requests: int, out_dir: Path) -> Workload:
     if workload == "agentic":
         path = out_dir / "workload-agentic.jsonl"
         text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in agentic_requests(requests))
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-        return Workload(
-            "agentic", ("--dataset-name", "openai", "--dataset-path", str(path)), _digest(text.encode()), path
-        )
+        write_atomic(path, text)
+        return _openai("agentic", path, text)
     if workload == "random":
         args = (
             "--dataset-name",
@@ -135,7 +125,7 @@ def prepare(workload: str, requests: int, out_dir: Path) -> Workload:
             "--random-range-ratio",
             "1.0",
         )
-        return Workload("random", args, _digest(" ".join(args).encode()))
+        return Workload("random", args, hashlib.sha256(" ".join(args).encode()).hexdigest()[:16])
     path = Path(workload)
     if not path.is_file():
         raise KimiServeError(
@@ -145,15 +135,11 @@ def prepare(workload: str, requests: int, out_dir: Path) -> Workload:
             exit_code=ExitCode.USAGE,
         )
     try:
-        data = read_regular(path, MAX_WORKLOAD_BYTES)[1]
-        if len(data) > MAX_WORKLOAD_BYTES:
-            raise too_large(MAX_WORKLOAD_BYTES)
-        converted = _capture_prompts(data, path, out_dir)
+        text = read_text(path, MAX_WORKLOAD_BYTES)
+        converted = _capture_prompts(text, path, out_dir)
         if converted is not None:
-            return Workload(
-                path.name, ("--dataset-name", "openai", "--dataset-path", str(converted)), _digest(data), converted
-            )
-        lines = [line for line in data.decode().splitlines() if line.strip()]
+            return _openai(path.name, converted, text)
+        lines = [line for line in text.splitlines() if line.strip()]
         for number, line in enumerate(lines, 1):  # every request within the depth bound (bench_serving loads each)
             try:
                 load_json(line)
@@ -178,4 +164,4 @@ def prepare(workload: str, requests: int, out_dir: Path) -> Workload:
             hint="see docs/bench.md, Workloads",
             exit_code=ExitCode.USAGE,
         ) from None
-    return Workload(path.name, ("--dataset-name", "openai", "--dataset-path", str(path.resolve())), _digest(data), path)
+    return _openai(path.name, path.resolve(), text)

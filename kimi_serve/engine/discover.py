@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_serve.core import proc
-from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.settings import current
 from kimi_serve.engine import interpreter, locks
 
@@ -20,10 +20,6 @@ _VERSIONS = (
     "print(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], 'packages': "
     "{d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']}}))"
 )
-
-
-def _normalize(name: str) -> str:
-    return locks.normalize(name)
 
 
 def find_uv() -> str | None:
@@ -61,10 +57,9 @@ def base_python(version: str, given: str | None = None) -> str:
     found = shutil.which(f"python{version}")
     if found:
         return found
-    raise KimiServeError(
+    raise interpreter.env_error(
         f"the lock targets Python {version} and no python{version} is on PATH",
-        hint=f"install Python {version} (apt-get install python{version}-venv)",
-        exit_code=ExitCode.ENVIRONMENT,
+        f"install Python {version} (apt-get install python{version}-venv)",
     )
 
 
@@ -80,5 +75,14 @@ def installed_versions(python: Path) -> dict[str, Any]:
     data: dict[str, Any] = interpreter.python_json(
         str(python), _VERSIONS, cannot="list its packages", hint="rebuild it with kimi-serve engine install"
     )
-    data["packages"] = {_normalize(k): v for k, v in data["packages"].items()}
+    data["packages"] = {locks.normalize(k): v for k, v in data["packages"].items()}
     return data
+
+
+def key_versions(packages: dict[str, str]) -> dict[str, str]:
+    """The versions an install records and ``engine status`` shows: SGLang and what it is built on."""
+    return {
+        k: packages[k]
+        for k in ("sglang", "torch", "flashinfer-python", "sglang-kernel", "transformers")
+        if packages.get(k)
+    }

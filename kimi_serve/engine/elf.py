@@ -1,10 +1,9 @@
 """The run-time library search path (``DT_RPATH`` / ``DT_RUNPATH``) of an ELF executable, read and rewritten in place.
 
-A shared CPython build (pyenv's, a source build with ``--enable-shared``) finds ``libpythonX.Y.so`` through a search
-path baked into its executable, usually the absolute ``PREFIX/lib`` of where it was built. A copy of that interpreter
-must load its own library, so :func:`set_search_path` replaces the string with a shorter one (``$ORIGIN/../lib``) in
-the dynamic string table and pads the rest with NULs, as ``chrpath`` does: no section moves, nothing else changes.
-Only 64-bit little-endian ELF (x86_64, aarch64: the hosts SGLang serves on); anything else is reported as unreadable.
+A shared CPython build finds ``libpythonX.Y.so`` through a search path baked into its executable (usually the
+absolute ``PREFIX/lib`` it was built for); :func:`set_search_path` overwrites that string with a shorter one
+(``$ORIGIN/../lib``) padded with NULs, as ``chrpath`` does: nothing moves. 64-bit little-endian ELF only (x86_64,
+aarch64); anything else is reported as unreadable.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """``engine install``: build the SGLang engine venv from a committed lock, atomically, then patch and record it.
 
-The venv is built in a sibling staging folder (``.NAME.kimi-serve-new`` next to the prefix): first a standalone copy
-of the base interpreter inside it (``python/``, :mod:`kimi_serve.engine.interpreter`; ``--interpreter link`` builds
-the venv on the base interpreter itself instead), then the packages with ``uv pip sync`` (or ``pip install --no-deps
---require-hashes``), then kimi-serve itself (:mod:`kimi_serve.engine.own`), so a unit depends on nothing outside the
-prefix. It is checked, patched with the profile's patch set and recorded; only then is it swapped in by two renames
-(old -> ``.NAME.kimi-serve-old``, staging -> prefix) and the old one removed. A failed or killed install therefore
-leaves the previous venv where it was; the next install clears the staging leftovers and, if it was killed between
-the two renames, puts the old venv back first (``engine status`` says so meanwhile, with the command that
-completes it). A prefix that is a symbolic link is installed where it points (:mod:`kimi_serve.engine.prefix`): the
-renames happen there and the link stays.
-
-One install of a venv at a time: the install holds the lock of its prefix (``.NAME.kimi-serve.lock`` next to it) and,
-over an existing venv, its site-packages (:mod:`kimi_serve.core.lock`); a second install of that prefix, or one under
-a server `up` runs from it, exits 75 naming the holder. Installs of other prefixes run beside it.
-
-The plan is :mod:`kimi_serve.engine.plan`, the tools it names :mod:`kimi_serve.engine.discover`, running the
-installer :mod:`kimi_serve.engine.installer`, clearing what a killed install left
-:func:`kimi_serve.engine.prefix.clear_leftovers`.
+The venv is built in a sibling staging folder (:mod:`kimi_serve.engine.prefix` names it): a standalone copy of the
+base interpreter (:mod:`kimi_serve.engine.interpreter`; ``--interpreter link`` links the venv to the base instead), the
+packages (``uv pip sync``, or ``pip install --no-deps --require-hashes``), then kimi-serve itself
+(:mod:`kimi_serve.engine.own`), so a unit depends on nothing outside the prefix. It is checked, patched and recorded,
+and only then swapped in by two renames; a failed or killed install leaves the previous venv where it was (the next
+one clears the leftovers, :func:`kimi_serve.engine.prefix.clear_leftovers`). One install of a prefix at a time: it
+holds the prefix's install lock and, over an existing venv, its site-packages (exit 75 naming the holder).
 """
 
 from __future__ import annotations
@@ -36,13 +25,12 @@ from typing import Any
 
 from kimi_serve import __version__
 from kimi_serve.core import proc
-from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.faults import checkpoint
 from kimi_serve.core.lock import directory_lock, file_lock
 from kimi_serve.core.report import json_meta, rounded
 from kimi_serve.core.settings import process_environ
 from kimi_serve.engine import interpreter, locks, own
-from kimi_serve.engine.discover import installed_versions, site_packages
+from kimi_serve.engine.discover import installed_versions, key_versions, site_packages
 from kimi_serve.engine.installer import run_installer
 from kimi_serve.engine.plan import EnginePlan
 from kimi_serve.engine.prefix import RECORD_NAME, clear_leftovers
@@ -65,11 +53,9 @@ def _compile(py: Path, staging: Path) -> None:
     )
     if done.rc not in (0, 1):
         tail = (done.err.strip() or done.out.strip()).splitlines()[-1:]
-        raise KimiServeError(
-            f"byte-compiling the venv failed (exit {done.rc}){': ' + tail[0] if tail else ''}; the previous venv is "
-            "untouched",
-            hint="check free disk space under the prefix, then run engine install again",
-            exit_code=ExitCode.ENVIRONMENT,
+        raise interpreter.env_error(
+            f"byte-compiling the venv failed (exit {done.rc}){': ' + tail[0] if tail else ''}; {interpreter.UNTOUCHED}",
+            "check free disk space under the prefix, then run engine install again",
         )
 
 
@@ -159,53 +145,19 @@ def install(plan: EnginePlan, *, progress: bool = False) -> InstallResult:
                 copied = interpreter.copy(base, staging / interpreter.DIR)
                 interpreter.check(copied, base)
                 base_python_path = str(copied)
+            quiet = [] if progress else ["--quiet"]
             if plan.installer == "uv":
-                run_installer(
-                    [
-                        plan.installer_path,
-                        "venv",
-                        "--quiet",
-                        "--allow-existing",
-                        "--python",
-                        base_python_path,
-                        "--prompt",
-                        plan.prefix.name,
-                        str(staging),
-                    ],
-                    "creating the venv",
-                    progress=False,
-                    env=env,
-                )
-                cmd = [
-                    plan.installer_path,
-                    "pip",
-                    "sync",
-                    "--python",
-                    str(py),
-                    "--require-hashes",
-                    *locks.INDEX_OPTIONS,
-                    str(plan.lock.path),
-                ]
+                uv = plan.installer_path
+                venv = [uv, "venv", "--quiet", "--allow-existing", "--python", base_python_path]
+                cmd = [uv, "pip", "sync", *quiet, "--python", str(py), "--require-hashes", *locks.INDEX_OPTIONS]
             else:
-                run_installer(
-                    [*proc.python_argv(base_python_path, "-m", "venv"), "--prompt", plan.prefix.name, str(staging)],
-                    "creating the venv",
-                    progress=False,
-                )
-                cmd = [
-                    *proc.python_argv(str(py), "-m", "pip"),
-                    "install",
-                    "--no-deps",
-                    "--require-hashes",
-                    "--no-compile",
-                    "--disable-pip-version-check",
-                    "-r",
-                    str(plan.lock.path),
-                ]
-            if not progress:
-                cmd.insert(cmd.index("sync" if plan.installer == "uv" else "install") + 1, "--quiet")
+                venv = proc.python_argv(base_python_path, "-m", "venv")
+                cmd = [*proc.python_argv(str(py), "-m", "pip"), "install", *quiet, "--no-deps", "--require-hashes"]
+                cmd += ["--no-compile", "--disable-pip-version-check", "-r"]
+            venv += ["--prompt", plan.prefix.name, str(staging)]
+            run_installer(venv, "creating the venv", progress=False, env=env)
             run_installer(
-                cmd,
+                [*cmd, str(plan.lock.path)],
                 f"installing {len(plan.lock.pins)} packages from the {plan.lock.name} lock ({plan.installer})",
                 progress=progress,
                 env=env,
@@ -213,11 +165,10 @@ def install(plan: EnginePlan, *, progress: bool = False) -> InstallResult:
             found = installed_versions(py)
             missing = sorted(n for n, p in plan.lock.pins.items() if found["packages"].get(n) != p.version)
             if missing:
-                raise KimiServeError(
+                raise interpreter.env_error(
                     f"after the install {len(missing)} locked packages are missing or differ "
-                    f"({', '.join(missing[:5])}); the previous venv is untouched",
-                    hint="regenerate the lock (scripts/lock.py) or report a bug",
-                    exit_code=ExitCode.ENVIRONMENT,
+                    f"({', '.join(missing[:5])}); {interpreter.UNTOUCHED}",
+                    "regenerate the lock (scripts/lock.py) or report a bug",
                 )
             kimi = None
             if plan.with_kimi_serve:
@@ -235,11 +186,7 @@ def install(plan: EnginePlan, *, progress: bool = False) -> InstallResult:
                 "packages": len(plan.lock.pins),
                 "installer": plan.installer,
                 "python": found["python"],
-                "versions": {
-                    k: found["packages"].get(k)
-                    for k in ("sglang", "torch", "flashinfer-python", "sglang-kernel", "transformers")
-                    if found["packages"].get(k)
-                },
+                "versions": key_versions(found["packages"]),
                 "patch_set": patches["set"] if patches else None,
                 "patches": patches["patches"] if patches else [],
                 "interpreter": {

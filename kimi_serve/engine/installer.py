@@ -7,7 +7,7 @@ import re
 import sys
 
 from kimi_serve.core import proc
-from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.engine.interpreter import UNTOUCHED, env_error
 
 _UV_MISMATCH = re.compile(r"Hash mismatch for `([^`]+)`")
 _PIP_MISMATCH = re.compile(r"^\s+(\S+==\S+) from \S+", re.MULTILINE)
@@ -31,24 +31,18 @@ def run_installer(cmd: list[str], what: str, *, progress: bool, env: dict[str, s
             rc = done.rc
             output = done.err.strip() or done.out.strip()
     except (FileNotFoundError, proc.NotInstalled) as exc:
-        raise KimiServeError(
-            f"{what}: {cmd[0]} not found", hint="install it, or pass --installer pip", exit_code=ExitCode.ENVIRONMENT
-        ) from exc
+        raise env_error(f"{what}: {cmd[0]} not found", "install it, or pass --installer pip") from exc
     if rc != 0:
         mismatched = hash_mismatch(output)
         if mismatched:
-            raise KimiServeError(
+            raise env_error(
                 f"{what} failed: hash mismatch for {', '.join(mismatched[:5])}: the downloaded file's sha256 is not "
-                "the one the lock pins; nothing was installed and the previous venv is untouched",
-                hint="use the lock shipped with kimi-serve (--lock gpu|cpu) or regenerate it with scripts/lock.py; "
+                f"the one the lock pins; nothing was installed and {UNTOUCHED}",
+                "use the lock shipped with kimi-serve (--lock gpu|cpu) or regenerate it with scripts/lock.py; "
                 "if the lock is right, the index served another file: check the index or mirror",
-                exit_code=ExitCode.ENVIRONMENT,
             )
-        lines = output.splitlines()
-        tail = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
-        detail = f": {tail}" if tail else " (see the output above)"
-        raise KimiServeError(
-            f"{what} failed (exit {rc}){detail}; the previous venv is untouched",
-            hint="check the lock and the network (PyPI), then run engine install again",
-            exit_code=ExitCode.ENVIRONMENT,
+        detail = f": {output.strip().splitlines()[-1].strip()}" if output.strip() else " (see the output above)"
+        raise env_error(
+            f"{what} failed (exit {rc}){detail}; {UNTOUCHED}",
+            "check the lock and the network (PyPI), then run engine install again",
         )

@@ -1,17 +1,11 @@
 """A standalone interpreter for the engine venv: a copy of the base interpreter's installation inside the prefix.
 
-A venv's ``bin/python`` is a link to the interpreter it was made from. Where that one lives under ``/root`` or
-``/home`` (pyenv, a user's own build), the unit's user cannot run it: ``ProtectHome=`` hides those paths and ``/root``
-is mode 0700 (docs/systemd.md, ``unit.reach``), so the unit fails with 203/EXEC. With the copy under
-``PREFIX/python`` the engine depends on nothing outside its prefix, whatever the host's own Python is.
-
-What is copied: the interpreter executable, its shared library (a ``--enable-shared`` build), the standard library
-without ``site-packages`` and the parts a server never imports (the test suite, IDLE, turtledemo), and the C
-headers (kernels that compile at run time include them). A shared build finds its library through a search path
-baked into the executable, usually the absolute ``lib/`` of where it was built; the copy's is rewritten to
-``$ORIGIN/../lib`` (:mod:`kimi_serve.engine.elf`). The copy is then checked by running it: it must report its own
-prefix and map no file of the original installation (``/proc/self/maps``) after importing the standard library's
-compiled modules, or the install stops with the reason and the previous venv untouched.
+A venv's ``bin/python`` links to the interpreter it was made from; under ``/root`` or ``/home`` (pyenv, a user's
+build) the unit's user cannot run it (``ProtectHome=``, ``/root`` is 0700: docs/systemd.md), and the unit fails with
+203/EXEC. The copy (``PREFIX/python``: the executable, its libpython, the standard library without site-packages and
+the test suite, the C headers run-time kernels include) depends on nothing outside the prefix. A shared build's search
+path is rewritten to ``$ORIGIN/../lib`` (:mod:`kimi_serve.engine.elf`); the copy is then run and must report its own
+prefix and map no file of the original installation, or the install stops with the previous venv untouched.
 """
 
 from __future__ import annotations
@@ -33,6 +27,7 @@ ORIGIN_LIB = "$ORIGIN/../lib"
 # stdlib parts no server imports: left out of the copy (about 125 MB of pyenv's 250)
 SKIP = frozenset({"site-packages", "dist-packages", "test", "idlelib", "turtledemo"})
 SYSTEM_PREFIXES = ("/usr", "/usr/local")
+UNTOUCHED = "the previous venv is untouched"  # what every failure before the swap says
 LINK_HINT = (
     "pass --python PATH, a Python of the lock's version outside /root and /home (e.g. /usr/bin/python3.11), "
     "with --interpreter link"
@@ -78,16 +73,21 @@ class Base:
         return tuple(p for p in (self.stdlib, self.platstdlib, self.library, self.executable) if p is not None)
 
 
+def env_error(message: str, hint: str = LINK_HINT) -> KimiServeError:
+    """Exit 5: what the host (or the venv being built) lacks."""
+    return KimiServeError(message, hint=hint, exit_code=ExitCode.ENVIRONMENT)
+
+
+def last_line(text: str) -> str:
+    return (text.strip().splitlines() or ["no output"])[-1]
+
+
 def python_json(python: str, code: str, *, cannot: str, hint: str) -> Any:
     """Run ``code`` in ``python`` (isolated: -I) and read the JSON it prints last; exit 5 "PYTHON cannot CANNOT: the
     last line of its error" otherwise."""
     done = proc.run([python, "-I", "-c", code], timeout=60)
     if done.rc != 0:
-        raise KimiServeError(
-            f"{python} cannot {cannot}: {(done.err.strip().splitlines() or ['no output'])[-1]}",
-            hint=hint,
-            exit_code=ExitCode.ENVIRONMENT,
-        )
+        raise env_error(f"{python} cannot {cannot}: {last_line(done.err)}", hint)
     return json.loads(done.out.strip().splitlines()[-1])
 
 
@@ -95,31 +95,20 @@ def describe(python: str) -> Base:
     d: dict[str, Any] = python_json(
         python, _DESCRIBE, cannot="describe itself", hint="pass --python PATH: a working Python of the lock's version"
     )
+    paths = {k: Path(d[k]) for k in ("executable", "prefix", "stdlib", "platstdlib", "include")}
     library = Path(d["libdir"]) / d["ldlibrary"] if d["shared"] and d["libdir"] and d["ldlibrary"] else None
     try:  # what the executable itself links: Debian builds libpython too, but links its python statically
-        shared = any(n.startswith("libpython") for n in elf.needed(Path(d["executable"]).read_bytes()))
+        shared = any(n.startswith("libpython") for n in elf.needed(paths["executable"].read_bytes()))
     except (OSError, elf.ElfError):
         shared = bool(d["shared"])
-    return Base(
-        executable=Path(d["executable"]),
-        prefix=Path(d["prefix"]),
-        version=d["version"],
-        stdlib=Path(d["stdlib"]),
-        platstdlib=Path(d["platstdlib"]),
-        include=Path(d["include"]),
-        shared=shared,
-        library=library.resolve() if shared and library and library.exists() else None,
-    )
-
-
-def _ignore(directory: str, names: list[str]) -> set[str]:
-    return {n for n in names if n in SKIP}
+    library = library.resolve() if shared and library and library.exists() else None
+    return Base(**paths, version=d["version"], shared=shared, library=library)
 
 
 def _copytree(src: Path, dest: Path) -> None:
-    # links resolved (a copy must not point back into the original), dangling ones (Debian's sitecustomize -> /etc)
-    # left out
-    shutil.copytree(src, dest, ignore=_ignore, symlinks=False, ignore_dangling_symlinks=True, dirs_exist_ok=True)
+    # links resolved (the copy must not point back into the original), dangling ones (Debian's sitecustomize) left out
+    ignore = shutil.ignore_patterns(*SKIP)
+    shutil.copytree(src, dest, ignore=ignore, symlinks=False, ignore_dangling_symlinks=True, dirs_exist_ok=True)
 
 
 def copy(base: Base, dest: Path) -> Path:
@@ -154,10 +143,8 @@ def _own_search_path(exe: Path, base: Base) -> None:
             elf.set_search_path(exe, ":".join(dict.fromkeys([ORIGIN_LIB, *kept])))
     except elf.ElfError as exc:
         if base.shared:
-            raise KimiServeError(
-                f"cannot point the copied interpreter at its own libpython ({exc}); the previous venv is untouched",
-                hint=LINK_HINT,
-                exit_code=ExitCode.ENVIRONMENT,
+            raise env_error(
+                f"cannot point the copied interpreter at its own libpython ({exc}); the previous venv is untouched"
             ) from exc
 
 
@@ -168,46 +155,32 @@ def check(exe: Path, base: Base) -> None:
     env = {k: v for k, v in process_environ().items() if not k.startswith(("PYTHON", "LD_"))}
     done = proc.run([str(exe), "-I", "-c", _CHECK], timeout=120, env=env)
     if done.rc != 0:
-        tail = (done.err.strip().splitlines() or ["no output"])[-1]
-        raise KimiServeError(
-            f"the copied interpreter {exe} does not run: {tail}; the previous venv is untouched",
-            hint=LINK_HINT,
-            exit_code=ExitCode.ENVIRONMENT,
-        )
+        raise env_error(f"the copied interpreter {exe} does not run: {last_line(done.err)}; {UNTOUCHED}")
     seen = json.loads(done.out.strip().splitlines()[-1])
     prefix = exe.parent.parent
     if Path(seen["prefix"]) != prefix:
-        raise KimiServeError(
-            f"the copied interpreter {exe} takes its standard library from {seen['prefix']}, not {prefix}",
-            hint=LINK_HINT,
-            exit_code=ExitCode.ENVIRONMENT,
-        )
+        raise env_error(f"the copied interpreter {exe} takes its standard library from {seen['prefix']}, not {prefix}")
     own = [str(p) for p in base.own_paths]
     leaked = [m for m in seen["maps"] if any(m == o or m.startswith(o.rstrip("/") + "/") for o in own)]
     if leaked:
-        raise KimiServeError(
+        raise env_error(
             f"the copied interpreter still loads {leaked[0]} from its original installation: the unit's user may "
-            "not reach it; the previous venv is untouched",
-            hint=LINK_HINT,
-            exit_code=ExitCode.ENVIRONMENT,
+            f"not reach it; {UNTOUCHED}"
         )
     hidden = [(m, why) for m in seen["maps"] if not Path(m).is_relative_to(prefix) and (why := sandbox_hides(m))]
     if hidden:
         path, why = hidden[0]
-        raise KimiServeError(
+        raise env_error(
             f"the copied interpreter loads {path}, which the unit never sees ({why}): the unit could not start; "
-            "the previous venv is untouched",
-            hint=f"move {Path(path).parent} outside /root, /home and /tmp (and the search path that names it: "
+            f"{UNTOUCHED}",
+            f"move {Path(path).parent} outside /root, /home and /tmp (and the search path that names it: "
             f"RUNPATH, ld.so.conf), or {LINK_HINT}",
-            exit_code=ExitCode.ENVIRONMENT,
         )
     if base.shared and not any(
         Path(m).name.startswith("libpython") and Path(m).is_relative_to(prefix) for m in seen["maps"]
     ):
         libs = [m for m in seen["maps"] if Path(m).name.startswith("libpython")]
-        raise KimiServeError(
+        raise env_error(
             f"the copied interpreter {exe} does not load its own libpython from {prefix / 'lib'} (it loads "
-            f"{libs[0] if libs else 'none'}); the previous venv is untouched",
-            hint=LINK_HINT,
-            exit_code=ExitCode.ENVIRONMENT,
+            f"{libs[0] if libs else 'none'}); {UNTOUCHED}"
         )

@@ -1,14 +1,9 @@
 """The committed dependency locks: what they are resolved from, their headers, and parsing them.
 
-Three locks, all requirements-style files with exact versions and sha256 hashes (``uv pip compile --generate-hashes``):
-
-- ``gpu``: the engine on the GPU serving host (shipped in the wheel, ``kimi_serve/engine/lockfiles/gpu.txt``);
-- ``cpu``: the CPU engine the tests and the quickstart use (shipped, ``cpu.txt``);
-- ``dev``: kimi-serve's own dev/test venv, ``.venv`` (in the checkout only, ``requirements/dev.txt``);
-- ``clients``: the real agent clients the test suite's client tier drives (in the checkout only,
-  ``requirements/clients.txt``; scripts/build-client-env.sh installs it).
-- ``kimi-cli``: Moonshot's kimi-cli for the client tier, resolved for CPython 3.12 (it needs 3.12+; in the checkout
-  only, ``requirements/kimi-cli.txt``; scripts/build-client-env.sh installs it into a venv of its own).
+Requirements-style files with exact versions and sha256 hashes (``uv pip compile --generate-hashes``): the engine
+locks ``gpu`` (the GPU serving host) and ``cpu`` (tests, quickstart), shipped in ``kimi_serve/engine/lockfiles/``; and,
+in the checkout only (``requirements/``), ``dev`` (kimi-serve's own ``.venv``), ``clients`` and ``kimi-cli`` (CPython
+3.12+) for the test suite's client tier (scripts/build-client-env.sh installs them).
 
 Each lock starts with a kimi-serve header that records the sha256 of its inputs (the input files and the resolver
 options, see :func:`input_sha256`); ``tests/test_engine_locks.py`` recomputes it, so editing an input without
@@ -37,16 +32,8 @@ UV_VERSION = "0.13.9"
 # uv stops at the first index that has a package unless told otherwise; with extra indexes configured that loses
 # versions, so the locks are always resolved (and installed) with the best match across indexes.
 INDEX_OPTIONS = ("--index-strategy", "unsafe-best-match")
-RESOLVE_OPTIONS = (
-    "--python-version",
-    PYTHON_VERSION,
-    "--python-platform",
-    PLATFORM,
-    "--generate-hashes",
-    *INDEX_OPTIONS,
-    "--exclude-newer",
-    EXCLUDE_NEWER,
-)
+# every lock's resolver options after its --python-version
+RESOLVE_OPTIONS = ("--python-platform", PLATFORM, "--generate-hashes", *INDEX_OPTIONS, "--exclude-newer", EXCLUDE_NEWER)
 HEADER_PREFIX = "# kimi-serve lock:"
 _HEADER_KEY = re.compile(r"^# ([a-z0-9-]+): (.*)$")
 _REQ = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
@@ -65,9 +52,8 @@ class LockSpec:
 
     @property
     def options(self) -> tuple[str, ...]:
-        """The resolver options: RESOLVE_OPTIONS with this lock's Python version."""
-        assert RESOLVE_OPTIONS[0] == "--python-version"
-        return ("--python-version", self.python, *RESOLVE_OPTIONS[2:])
+        """The resolver options: this lock's Python version, then RESOLVE_OPTIONS."""
+        return ("--python-version", self.python, *RESOLVE_OPTIONS)
 
     def command(self, uv: str, output: Path, cwd: Path) -> list[str]:
         """The uv command that resolves this lock; run it in ``cwd`` (paths are relative to it, so the lock's
@@ -263,9 +249,10 @@ def load(name_or_path: str) -> Lock:
 
 def omitted_from_cpu() -> set[str]:
     """The sglang dependencies the CPU lock leaves out on purpose (cpu-drop.txt)."""
-    names = set()
-    for line in (LOCK_DIR / "cpu-drop.txt").read_text(encoding="utf-8").splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            names.add(normalize(re.split(r"[;\s\[=<>!~]", line, maxsplit=1)[0]))
-    return names
+    lines = (line.split("#", 1)[0].strip() for line in (LOCK_DIR / "cpu-drop.txt").read_text("utf-8").splitlines())
+    return {normalize(req_name(line)) for line in lines if line}
+
+
+def req_name(requirement: str) -> str:
+    """The distribution a requirement line names (before its extras, markers or version specifier)."""
+    return re.split(r"[\s\[;=<>!~(]", requirement, maxsplit=1)[0]

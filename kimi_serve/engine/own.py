@@ -1,12 +1,10 @@
-"""kimi-serve itself inside the engine venv: the unit's start gate (``kimi-serve verify`` in ``ExecStartPost=``), its
-monitoring check and the simulator then run from the engine prefix alone, not from wherever the operator's
-kimi-serve lives (a venv under /root or /home, which the unit's sandbox hides; docs/systemd.md "Supported layout").
+"""kimi-serve itself inside the engine venv, so the unit's start gate (``ExecStartPost=kimi-serve verify``), its
+monitoring check and the simulator run from the engine prefix alone, not from the operator's kimi-serve (which the
+unit's sandbox may hide; docs/systemd.md "Supported layout").
 
-The package is copied as the running kimi-serve has it (the folder it imports from, without bytecode: the install
-compiles the venv afterwards), with a ``.dist-info`` of its own (METADATA with the distribution's requirements,
-entry points, INSTALLER, a RECORD of every file with its sha256, so pip or uv can uninstall it) and the
-``bin/kimi-serve`` script. Its dependencies are not installed: both engine locks carry them (the engine's ``.in``
-files name kimi-serve's runtime), and the install checks that the copy imports with exactly the lock's packages.
+The package is copied as the running kimi-serve has it, with a ``.dist-info`` of its own (a RECORD, so pip or uv can
+uninstall it) and ``bin/kimi-serve``. Its dependencies come from the engine lock (the ``.in`` files name them), and
+the install checks that the copy imports with exactly the lock's packages.
 """
 
 from __future__ import annotations
@@ -21,8 +19,8 @@ from pathlib import Path
 
 from kimi_serve import __version__
 from kimi_serve.core import proc
-from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.resources import package_root
+from kimi_serve.engine.interpreter import UNTOUCHED, env_error, last_line
 
 DIST = "kimi-serve"
 SCRIPT = "kimi-serve"
@@ -96,9 +94,7 @@ def install_self(venv: Path, site: Path) -> dict[str, str]:
     )
     script.chmod(0o755)
     files = sorted(p for p in [*(site / "kimi_serve").rglob("*"), *dist.iterdir()] if p.is_file())
-    lines = [_record_line(p, site) for p in files]
-    lines.append(f"{Path('..', '..', '..', 'bin', SCRIPT).as_posix()},,")
-    lines.append(f"{(dist / 'RECORD').relative_to(site).as_posix()},,")
+    lines = [*(_record_line(p, site) for p in files), f"../../../bin/{SCRIPT},,", f"{dist.name}/RECORD,,"]
     (dist / "RECORD").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return {"version": __version__, "script": f"bin/{SCRIPT}", "source": str(source), "sha256": digest(source)}
 
@@ -107,12 +103,10 @@ def check_self(python: Path) -> None:
     """The copy imports inside the engine with the lock's packages alone (exit 5 naming what is missing)."""
     done = proc.run([str(python), "-I", "-c", _IMPORTS], timeout=300)
     if done.rc != 0:
-        tail = (done.err.strip().splitlines() or ["no output"])[-1]
-        raise KimiServeError(
-            f"kimi-serve does not import inside the engine venv: {tail}; the previous venv is untouched",
-            hint="the lock must carry kimi-serve's runtime dependencies (typer, pyyaml, jinja2, "
+        raise env_error(
+            f"kimi-serve does not import inside the engine venv: {last_line(done.err)}; {UNTOUCHED}",
+            "the lock must carry kimi-serve's runtime dependencies (typer, pyyaml, jinja2, "
             "jsonschema): add them to its .in file and regenerate it (scripts/lock.py)",
-            exit_code=ExitCode.ENVIRONMENT,
         )
 
 

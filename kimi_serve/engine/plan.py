@@ -12,6 +12,7 @@ from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.report import json_meta
 from kimi_serve.engine import locks
 from kimi_serve.engine.discover import base_python, find_uv, is_venv, target_python
+from kimi_serve.engine.interpreter import env_error
 from kimi_serve.engine.prefix import lock_of, moved_link, old_of, refuse_kimi_serves_own, resolve, staging_of
 
 INTERPRETERS = ("copy", "link")  # --interpreter: a standalone copy inside the prefix, or the venv links to the base
@@ -88,11 +89,7 @@ def make_plan(
     if installer == "pip" or (installer is None and uv is None):
         kind, path = "pip", "python -m pip"
     elif uv is None:
-        raise KimiServeError(
-            "uv not found",
-            hint="pip install uv (requirements/dev.txt pins it), or drop --installer",
-            exit_code=ExitCode.ENVIRONMENT,
-        )
+        raise env_error("uv not found", "pip install uv (requirements/dev.txt pins it), or drop --installer")
     else:
         kind, path = "uv", uv
     sets = (patch_set,) if isinstance(patch_set, str) else tuple(patch_set or ())

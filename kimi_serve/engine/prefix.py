@@ -1,11 +1,8 @@
-"""Where an engine venv lives, and what an install left next to it (docs/engine.md "Prefix").
-
-``engine install`` builds the venv in a sibling staging folder and swaps it in by two renames; this module names the
-siblings (``.NAME.kimi-serve-new``, ``.NAME.kimi-serve-old``, the install lock ``.NAME.kimi-serve.lock``), resolves a
-prefix that is a symbolic link to the folder it points to (the install happens there, atomically, and the link stays
-as it is), and reads what an earlier install left: the previous venv aside (killed between the two renames, which
-``engine status`` reports with the install command that completes it), or the link an older kimi-serve moved aside
-instead of following it (reported with its fix: the operator decides which of the two venvs to keep).
+"""Where an engine venv lives, and what an install left next to it (docs/engine.md, `engine install`): the siblings
+``.NAME.kimi-serve-new`` (staging), ``.NAME.kimi-serve-old`` and the install lock ``.NAME.kimi-serve.lock``; a prefix
+that is a symbolic link resolved to the folder it points to (the install happens there and the link stays); the
+previous venv left aside by an install killed between its two renames, or the link an older kimi-serve moved aside
+(reported with its fix: the operator decides which venv to keep).
 """
 
 from __future__ import annotations
@@ -20,6 +17,7 @@ from kimi_serve.core.errors import ExitCode, KimiServeError
 from kimi_serve.core.files import link_refused
 from kimi_serve.core.inputs import read_json
 from kimi_serve.core.lock import flock_holder
+from kimi_serve.engine.interpreter import env_error
 
 if TYPE_CHECKING:
     from kimi_serve.profile.loader import Profile
@@ -128,16 +126,14 @@ def moved_link(given: Path) -> KimiServeError | None:
         return None
     link = f"{given} -> {os.readlink(old)}"
     if os.path.lexists(given):
-        return KimiServeError(
+        return env_error(
             f"{given}: an older kimi-serve replaced the link {link} with a new venv and left the link aside as {old}",
-            hint=f"keep the new venv: rm {old}; or go back to the link: rm -r {given} && mv {old} {given}; "
+            f"keep the new venv: rm {old}; or go back to the link: rm -r {given} && mv {old} {given}; "
             "then run engine install again",
-            exit_code=ExitCode.ENVIRONMENT,
         )
-    return KimiServeError(
+    return env_error(
         f"{given}: an older kimi-serve's engine install was killed after it moved the link {link} aside as {old}",
-        hint=f"put the link back: mv {old} {given}, then run engine install again",
-        exit_code=ExitCode.ENVIRONMENT,
+        f"put the link back: mv {old} {given}, then run engine install again",
     )
 
 
@@ -146,8 +142,7 @@ def clear_leftovers(prefix: Path) -> None:
     aside, put back when no venv is at the prefix. A link moved aside is never removed (nor followed): its owner
     decides (:func:`moved_link`); a link planted at either name is refused (exit 5), never removed through nor renamed
     into the prefix."""
-    moved = moved_link(prefix)
-    if moved is not None:
+    if (moved := moved_link(prefix)) is not None:
         raise moved
     staging, old = staging_of(prefix), old_of(prefix)
     for aside in (staging, old):
@@ -184,8 +179,7 @@ def install_command(given: Path, record: dict[str, Any] | None, lock: str | None
 def interrupted(given: Path) -> KimiServeError | None:
     """What stands at ``given`` instead of a venv when an install of it did not finish: running now (its lock is
     held), killed between its two renames (the previous venv aside), or an older kimi-serve's moved link."""
-    found = moved_link(given)
-    if found is not None:
+    if (found := moved_link(given)) is not None:
         return found
     real = resolve(given)
     old = old_of(real)
@@ -193,17 +187,15 @@ def interrupted(given: Path) -> KimiServeError | None:
         return None
     holder = flock_holder(lock_of(real))
     if holder is not None:
-        return KimiServeError(
+        return env_error(
             f"{given}: {holder} is installing it (between its two renames)",
-            hint="wait for it to finish, then run engine status again",
-            exit_code=ExitCode.ENVIRONMENT,
+            "wait for it to finish, then run engine status again",
         )
     staging = staging_of(real)
     record = read_record(staging) or read_record(old)
-    return KimiServeError(
+    return env_error(
         f"{given}: an engine install was interrupted between its two renames: the previous venv is at {old}"
         + (f", the new one at {staging}" if read_record(staging) else "")
         + " (the next install puts the previous one back first)",
-        hint=install_command(given, record),
-        exit_code=ExitCode.ENVIRONMENT,
+        install_command(given, record),
     )

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from kimi_serve.core import proc
-from kimi_serve.core.errors import ExitCode, KimiServeError
+from kimi_serve.core.errors import KimiServeError
 from kimi_serve.core.report import json_meta
-from kimi_serve.engine import locks
-from kimi_serve.engine.discover import installed_versions, site_packages
+from kimi_serve.engine import locks, own
+from kimi_serve.engine.discover import installed_versions, key_versions, site_packages
+from kimi_serve.engine.interpreter import env_error, last_line
 from kimi_serve.engine.prefix import install_command, interrupted, moved_link, read_record, recorded_lock, resolve
 
 # Run inside the engine venv: every installed distribution's requirements (markers evaluated, no extras) that are
@@ -116,17 +116,16 @@ class EngineStatus:
 def dependency_problems(python: Path) -> list[list[Any]]:
     done = proc.run([str(python), "-I", "-c", _DEPS_CHECK], timeout=120)
     if done.rc != 0:
-        last = (done.err.strip().splitlines() or ["no output"])[-1]
-        return [["?", f"dependency check failed: {last}", None]]
+        return [["?", f"dependency check failed: {last_line(done.err)}", None]]
     conflicts: list[list[Any]] = json.loads(done.out.strip().splitlines()[-1])
     return conflicts
 
 
-def _patch_state(prefix: Path, set_name: str, version: str) -> str:
+def _patch_state(site: Path, set_name: str) -> str:
     from kimi_serve.patches import load_patch_set, status
 
     try:  # the record names the sets applied together as "a+b" (one name before patch_set lists)
-        sts = [status(site_packages(prefix, version), load_patch_set(name)) for name in set_name.split("+")]
+        sts = [status(site, load_patch_set(name)) for name in set_name.split("+")]
     except KimiServeError as exc:
         return f"unknown: {exc.message}"
     if all(st.all_applied for st in sts):
@@ -144,10 +143,9 @@ def engine_status(prefix: Path, lock_name: str | None = None) -> EngineStatus:
     if unfinished is not None:
         raise unfinished
     if not python.exists():
-        raise KimiServeError(
+        raise env_error(
             f"{prefix} is not an engine venv (no bin/python)",
-            hint=install_command(prefix, None, lock_name),
-            exit_code=ExitCode.ENVIRONMENT,
+            install_command(prefix, None, lock_name),
         )
     record = read_record(prefix)
     name = lock_name or recorded_lock(record) or "gpu"
@@ -162,38 +160,21 @@ def engine_status(prefix: Path, lock_name: str | None = None) -> EngineStatus:
     ]
     omitted = locks.omitted_from_cpu() if lock.name == "cpu" else set()
     problems = dependency_problems(python)
-    conflicts = [p for p in problems if not (p[2] is None and locks.normalize(_req_name(p[1])) in omitted)]
-    version = ".".join(found["python"].split(".")[:2])
+    conflicts = [p for p in problems if not (p[2] is None and locks.normalize(locks.req_name(p[1])) in omitted)]
+    site = site_packages(prefix, ".".join(found["python"].split(".")[:2]))
     set_name = (record or {}).get("patch_set")
-    st = EngineStatus(
+    return EngineStatus(
         prefix,
         record,
         lock,
         found["python"],
-        {
-            k: installed[k]
-            for k in ("sglang", "torch", "flashinfer-python", "sglang-kernel", "transformers")
-            if k in installed
-        },
+        key_versions(installed),
         drift,
         record is not None and record.get("lock_sha256") != lock.sha256,
-        _patch_state(prefix, set_name, version) if set_name else "none",
+        _patch_state(site, set_name) if set_name else "none",
         set_name,
         conflicts,
         sorted(omitted),
-        _own_copy(prefix, version),
+        own.stale(site) if (site / "kimi_serve").is_dir() else None,  # None: no copy, or the running one
         install_command(prefix, record, lock_name),
     )
-    return st
-
-
-def _own_copy(prefix: Path, version: str) -> str | None:
-    """Why the engine's kimi-serve differs from this one (None when it matches, or the engine carries none)."""
-    from kimi_serve.engine.own import stale
-
-    site = site_packages(prefix, version)
-    return stale(site) if (site / "kimi_serve").is_dir() else None
-
-
-def _req_name(req: str) -> str:
-    return re.split(r"[\s\[;=<>!~(]", req, maxsplit=1)[0]

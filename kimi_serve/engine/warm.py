@@ -1,12 +1,7 @@
-"""`engine install`'s last step on a GPU host: warm the JIT caches the unit starts with, through the engine's own
-interpreter and toolchain (:func:`kimi_serve.sglang.toolchain.toolchain_env`) and into the unit's cache folder
-(:func:`kimi_serve.sglang.toolchain.cache_env`), so that a broken toolchain shows at install time and the shared part
-of the caches (CUDA's PTX cache, Triton's and tvm-ffi's builds of their runtime pieces) is not paid at the first
-start. Where no GPU is present the step is skipped with a line that says so.
-
-Each step of :data:`WARM` prints one JSON line (``{"step", "ok", "seconds", "error"}``); :func:`parse` reads them,
-:func:`outcome_lines` says what happened. The model's own kernels (Marlin MoE, FlashInfer's fusion and PCIe-IPC) are
-compiled for its shapes at the first start, into the same caches.
+"""`engine install`'s last step on a GPU host: warm the JIT caches the unit starts with (CUDA's PTX cache, Triton's
+and tvm-ffi's builds of their runtime pieces) through the engine's own interpreter and toolchain
+(:mod:`kimi_serve.sglang.toolchain`), so a broken toolchain shows at install time. Skipped, with a line that says so,
+where no GPU is present. Each step of :data:`WARM` prints one JSON line (``{"step", "ok", "seconds", "error"}``).
 """
 
 from __future__ import annotations
@@ -17,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kimi_serve.core import proc
 from kimi_serve.core.proc import Completed, python_argv
 from kimi_serve.core.report import json_meta
+from kimi_serve.core.settings import process_environ
 from kimi_serve.sglang.toolchain import SYSTEMD_PATH, cache_env, toolchain_env
 
 WARM_TIMEOUT_S = 1200
@@ -111,9 +108,6 @@ def parse(res: Completed) -> list[dict[str, Any]]:
 
 
 def _run(argv: list[str], env: dict[str, str]) -> Completed | None:
-    from kimi_serve.core import proc
-    from kimi_serve.core.settings import process_environ
-
     try:
         return proc.run(argv, timeout=WARM_TIMEOUT_S, env={**process_environ(), **env})
     except proc.NotInstalled:
@@ -126,10 +120,6 @@ def run_warm(plan: WarmPlan, runner: RunWarm = _run) -> list[str]:
     if not plan.run:
         return [f"warm caches: skipped: {plan.why}"]
     res = runner(plan.argv, plan.env)
-    return outcome_lines(res)
-
-
-def outcome_lines(res: Completed | None) -> list[str]:
     if res is None:
         return ["warm caches: the engine's interpreter did not run"]
     steps = parse(res)

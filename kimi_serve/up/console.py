@@ -1,14 +1,8 @@
-"""What `kimi-serve up` shows: the server's own lines, phase lines, and on a terminal a live status line.
-
-tqdm fragments (weights n/N, CUDA-graph bars) and a few known warnings that say nothing about the server (AWQ/GGUF
-on a host without CUDA, FastAPI's ORJSONResponse deprecation) are not echoed (they are in the log file verbatim). On
-a terminal a live line (rich, imported only then) shows the phase, the elapsed time, the weight-loading percentage
-SGLang logs and the deadline, refreshed every second by :meth:`Console.tick` even while SGLang prints nothing;
-elsewhere a plain status line is written at most every ``PLAIN_EVERY_S`` seconds.
-
-A terminal that goes away (a closed SSH session: writes fail with EIO, pipes with EPIPE) does not stop `up` from
-stopping its servers in order: the stream that failed (and every standard stream on the same file) is pointed at
-/dev/null, so what is left to say, down to the interpreter's last flush, goes nowhere instead of failing.
+"""What `kimi-serve up` shows: the server's own lines, phase lines, and on a terminal a live status line (rich,
+imported only then) refreshed every second by :meth:`Console.tick`; elsewhere a plain status line every
+``PLAIN_EVERY_S``. tqdm fragments and known warnings that say nothing about the server are not echoed (the log file
+keeps them). A terminal that goes away (EIO, EPIPE) does not stop `up` from stopping its servers in order: the stream
+that failed (and every standard stream on the same file) is pointed at /dev/null.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""What `up` holds while its server runs: the locks of the resources it takes (kimi_serve.core.lock), not the host.
-
-- every port it listens on (each local replica's and the router's, or the server's): ``STATE_ROOT/locks/port-P.lock``;
-- an SGLang server's GPUs (``CUDA_VISIBLE_DEVICES`` of its environment, else ``0..gpus-1``):
-  ``STATE_ROOT/locks/gpu-N.lock``; the simulator takes none;
-- an SGLang server's engine venv: a shared flock on its site-packages, so a `patches apply` or `engine install` of
-  that venv is refused while it runs, and any number of servers can run from one venv.
-
-Taken in one order (venv, GPUs by index, ports by number) so two `up --wait-lock` never wait for each other in a ring.
-A second `up` on a held port or GPU exits 75 naming the holder and the resource; on other GPUs and ports it runs.
+"""What `up` holds while its server runs (kimi_serve.core.lock): every port it listens on, an SGLang server's GPUs
+(``CUDA_VISIBLE_DEVICES`` of its environment, else ``0..gpus-1``) and, shared, its engine venv's site-packages (so a
+`patches apply` or `engine install` of it is refused while any number of servers run from it). Taken in one order
+(venv, GPUs, ports) so two `up --wait-lock` never wait for each other in a ring; a held one exits 75 naming the holder.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""`up`'s log files: where they go, how many are kept, how large they grow, and how `kimi-serve logs` reads them.
-
-Each `up` writes ``STATE_ROOT/logs/up-PROFILE-YYYYmmdd-HHMMSS.log`` (a replicated profile one per replica and one for
-the router beside it); before a start, all but the newest ``KEEP_LOGS - 1`` of that profile are deleted (with their
-rotated ``.1``), so a profile never has more than ``KEEP_LOGS`` files. Each file is capped at
-:data:`kimi_serve.process.server_log.LOG_MAX_BYTES`: past it, it is rotated to ``FILE.1`` (the previous ``.1`` is
-dropped) and a new ``FILE`` starts, so one server's log takes at most twice the cap. ``logs`` reads from the end
-(memory independent of the file's size) across ``FILE.1`` and ``FILE``, and follows across a rotation.
+"""`up`'s log files (``STATE_ROOT/logs/up-PROFILE-YYYYmmdd-HHMMSS.log``): where they go, how many are kept
+(``KEEP_LOGS`` per profile, with their rotated ``.1``), and how `kimi-serve logs` reads them (from the end, following
+across a rotation: :mod:`kimi_serve.process.server_log` caps and rotates them).
 """
 
 from __future__ import annotations
@@ -26,9 +21,8 @@ def log_dir() -> Path:
     return state_root() / "logs"
 
 
-def default_log_file(profile_name: str, folder: Path | None = None) -> Path:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return (folder or log_dir()) / f"up-{profile_name}-{stamp}.log"
+def default_log_file(profile_name: str) -> Path:
+    return log_dir() / f"up-{profile_name}-{datetime.now():%Y%m%d-%H%M%S}.log"
 
 
 def up_logs(profile_name: str, folder: Path | None = None) -> list[Path]:

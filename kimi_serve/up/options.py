@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_serve.process.startup import FAILURE_GRACE_S, INIT_TIMEOUT_S
-from kimi_serve.profile.launch import Launch
 from kimi_serve.profile.loader import Profile
 from kimi_serve.profile.schema import default_of
 
@@ -49,9 +48,3 @@ class UpOptions:
             preserve_thinking=p.model.preserve_thinking,
         )
         return cls(**{**values, **overrides})
-
-
-def health_target(launch: Launch) -> Any:
-    from kimi_serve.verify import parse_target
-
-    return parse_target(launch.endpoint)

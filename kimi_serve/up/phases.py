@@ -1,14 +1,8 @@
-"""Per-start phase durations and the weight-phase ETA of `up` (docs/coldstart.md).
+"""Per-start phase durations and the weight-phase ETA of `up` (docs/coldstart.md defines the phases and spans).
 
-A :class:`PhaseClock` sees every startup-log event as `up` reads it and stamps the moments the phases change
-(launch -> init -> weights -> kv_cache -> cuda_graph -> http -> warmup -> ready), plus /health ready and the end of
-the contract check. Durations: weights = "Load weight begin" to the KV cache allocation (target and draft), cuda_graph
-= first capture to the HTTP server, warmup = HTTP server to SGLang's "ready to roll", contract = /health ready to the
-contract check's verdict. A phase SGLang skips (no CUDA graphs on CPU) has no duration. The record goes to the state
-root's bounded history (:mod:`kimi_serve.host.starts`).
-
-The ETA during weight loading: with shards done, the pace so far (elapsed x remaining / done); before the first shard
-ends, the prediction minus the time spent. Both are shown next to the prediction and the disk floor.
+A :class:`PhaseClock` stamps the moments the startup log changes phase, /health ready and the contract check's
+verdict; the record goes to the state root's bounded history (:mod:`kimi_serve.host.starts`). The ETA while weights
+load: the pace so far once shards are done, else the prediction minus the time spent.
 """
 
 from __future__ import annotations
@@ -89,8 +83,8 @@ class PhaseClock:
     def mark_ready(self, now: float | None = None) -> None:
         self.ready_at = time.monotonic() if now is None else now
 
-    def mark_contract(self, ok: bool, now: float | None = None) -> None:
-        self.contract_at = time.monotonic() if now is None else now
+    def mark_contract(self, ok: bool) -> None:
+        self.contract_at = time.monotonic()
         self.contract_ok = ok
 
     # ---------------------------------------------------------------------------------------------- record
@@ -100,14 +94,11 @@ class PhaseClock:
             start = self.at.get(begin)
             end = next((self.at[e] for e in ends if e in self.at), None)
             out[name] = round(end - start, 3) if start is not None and end is not None else None
-        if self.ready_at is not None and self.contract_at is not None:
-            out["contract"] = round(self.contract_at - self.ready_at, 3)
-        else:
-            out["contract"] = None
+        ready, verdict = self.ready_at, self.contract_at
+        out["contract"] = round(verdict - ready, 3) if ready is not None and verdict is not None else None
         return out
 
-    def record(self, *, profile: str, outcome: str, now: float | None = None) -> dict[str, Any]:
-        now = time.monotonic() if now is None else now
+    def record(self, *, profile: str, outcome: str) -> dict[str, Any]:
         fig = to_json(self.figures) if self.figures is not None else {}
         return {
             "version": 1,
@@ -117,7 +108,7 @@ class PhaseClock:
             "phases": self.durations(),
             "sglang_load_weight_s": self.sglang_load_s,
             "ready_s": round(self.ready_at - self.started, 3) if self.ready_at is not None else None,
-            "total_s": round(now - self.started, 3),
+            "total_s": round(time.monotonic() - self.started, 3),
             "predicted_weights_s": self.predicted,
             "figures": fig,
         }
@@ -127,28 +118,23 @@ class PhaseClock:
         self._sink: tuple[Path, str, Callable[[str], None] | None] | None = (state_root, profile, say)
 
     def settled(self, outcome: str) -> dict[str, Any] | None:
-        """The start is over (serving, or failed): save it once. Returns the record when it was written now."""
+        """The start is over (serving, or failed): append it to the history once (:mod:`kimi_serve.host.starts`) and
+        say so. Returns the record when it was written now."""
+        from kimi_serve.host.starts import append_start
+
         sink = getattr(self, "_sink", None)
         if sink is None or getattr(self, "done", False):
             return None
         self.done = True
-        rec = self.save(sink[0], profile=sink[1], outcome=outcome)
-        if rec is not None and sink[2] is not None:
-            sink[2](summary(rec))
-        return rec
-
-    def save(self, state_root: Path, *, profile: str, outcome: str) -> dict[str, Any] | None:
-        """Append this start to the history; None when there is nothing to say (it never left launch) or the state
-        root is not writable."""
-        from kimi_serve.host.starts import append_start
-
-        if len(self.at) < 2:
+        if len(self.at) < 2:  # it never left launch: nothing to say
             return None
-        rec = self.record(profile=profile, outcome=outcome)
+        rec = self.record(profile=sink[1], outcome=outcome)
         try:
-            append_start(state_root, rec)
-        except OSError:
+            append_start(sink[0], rec)
+        except OSError:  # the state root is not writable
             return None
+        if sink[2] is not None:
+            sink[2](summary(rec))
         return rec
 
 

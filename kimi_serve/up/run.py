@@ -1,14 +1,13 @@
 """`kimi-serve up`: preflight, start, cold-start progress, early failure detection, contract check, supervision.
 
-Exit codes (docs/up.md): 0 the server exited on its own with status 0; 1 contract check failed (server stopped);
-3 never ready (startup.timeout, or distributed init hung); 4 the server exited or crashed, or a failure was seen in its
-log (it is stopped); 5 preflight failed (nothing started); 130 stopped on request (SIGINT/SIGTERM/SIGHUP) and the
-server stopped cleanly. "Exit with the server's status": a requested stop whose server did not end cleanly (it needed
-SIGKILL or exited with another status) is 4, not 130.
+Exit codes (docs/up.md): 0 the server exited with status 0; 1 contract check failed; 3 never ready; 4 the server
+exited, crashed or logged a failure (or a requested stop did not end cleanly); 5 preflight failed; 130 stopped on
+request (SIGINT/SIGTERM/SIGHUP) and the server stopped cleanly.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -106,14 +105,12 @@ def run_up(
     listen: tuple[str | None, int | None] = (None, None),
     **overrides: Any,
 ) -> int:
-    """The `up` command: load and validate the profile, preflight, then :func:`serve` (or print, with dry_run).
-    ``listen``: `up --host/--port`, applied as the ``--set`` overrides they stand for (:func:`front_sets`).
+    """The `up` command: load and validate the profile, preflight, then :func:`serve_deployment` (or print, with
+    dry_run). ``listen``: `up --host/--port`, applied as the ``--set`` overrides they stand for (:func:`front_sets`).
 
-    A real run holds the locks of what its server takes (kimi_serve.up.locks: its ports, an SGLang server's GPUs and,
-    shared, its venv) from before the preflight until the server is stopped: the GPUs and the port are only taken
-    minutes into a cold start, so a second `up` on them (or a `patches apply` under the running server) started
-    meanwhile would pass every check; it exits 75 instead (or waits, with ``wait_lock``). The host lock is not taken:
-    a service change, or a change of another venv, runs beside it.
+    A real run holds the locks of what its server takes (kimi_serve.up.locks) from before the preflight until the
+    server is stopped: the GPUs and the port are only taken minutes into a cold start, so a second `up` on them (or a
+    `patches apply` under it) would pass every check meanwhile. The host lock is not taken.
     """
     from kimi_serve.profile.loader import load_profile, with_sets
     from kimi_serve.profile.topology import front_sets
@@ -124,47 +121,27 @@ def run_up(
     if listen != (None, None):  # --host/--port: the --set overrides of the front door (profile/topology.py)
         loaded = with_sets(loaded, *front_sets(loaded, *listen))
     deployment = plan_deployment(loaded)  # once: one server, or the replicas and the router
-    if dry_run:
-        return _up(deployment, console, host, dry_run, verify, log_file, overrides)
-    with up_locks(deployment, wait=wait_lock):
-        return _up(deployment, console, host, dry_run, verify, log_file, overrides)
-
-
-def _up(
-    deployment: Deployment,
-    console: Console,
-    host: Any,
-    dry_run: bool,
-    verify: bool,
-    log_file: Path | None,
-    overrides: dict[str, Any],
-) -> int:
     profile = deployment.profile
-    if host is None:  # the real host, the collective self-test included (docs/up.md)
-        from kimi_serve.host.doctor import Host
-        from kimi_serve.up.selftest import selftest
+    with contextlib.nullcontext() if dry_run else up_locks(deployment, wait=wait_lock):
+        if host is None:  # the real host, the collective self-test included (docs/up.md)
+            from kimi_serve.host.doctor import Host
+            from kimi_serve.up.selftest import selftest
 
-        host = Host(coldstart_probe="if-unknown", allreduce_selftest=selftest)
-    preflight(profile, deployment.launch, console.info, host)
-    log_path = log_file or default_log_file(profile.name)
-    if log_file is None and not dry_run:
-        prune(profile.name)  # at most KEEP_LOGS files per profile
-    opts = UpOptions.from_profile(profile, verify=verify, **overrides)
-    if dry_run:
-        from kimi_serve.up.replicas import dry_run as dry_run_deployment
+            host = Host(coldstart_probe="if-unknown", allreduce_selftest=selftest)
+        preflight(profile, deployment.launch, console.info, host)
+        log_path = log_file or default_log_file(profile.name)
+        if log_file is None and not dry_run:
+            prune(profile.name)  # at most KEEP_LOGS files per profile
+        opts = UpOptions.from_profile(profile, verify=verify, **overrides)
+        if dry_run:
+            from kimi_serve.up.replicas import dry_run as dry_run_deployment
 
-        return dry_run_deployment(deployment, opts, log_path, console)
-    from kimi_serve.core.runs import run_record
-    from kimi_serve.up.locks import run_fields
+            return dry_run_deployment(deployment, opts, log_path, console)
+        from kimi_serve.core.runs import run_record
+        from kimi_serve.core.settings import state_root
+        from kimi_serve.up.locks import run_fields
 
-    with run_record(run_fields(deployment, log_path)):  # what runs now, for `status`: removed when `up` ends
-        return _serve(deployment, console, opts, log_path)
-
-
-def _serve(deployment: Deployment, console: Console, opts: UpOptions, log_path: Path) -> int:
-    """`up`'s one body (up/supervisor.py) for every deployment: the one server (its start timed against the
-    prediction, docs/coldstart.md), or the replicas behind SGLang's router."""
-    from kimi_serve.core.settings import state_root
-
-    clock = start_clock(deployment.profile, state_root(), console.info) if deployment.router is None else None
-    return serve_deployment(deployment, opts, log_path, console, clock)
+        with run_record(run_fields(deployment, log_path)):  # what runs now, for `status`: removed when `up` ends
+            # the one server's start is timed against the prediction (docs/coldstart.md)
+            clock = start_clock(profile, state_root(), console.info) if deployment.router is None else None
+            return serve_deployment(deployment, opts, log_path, console, clock)

@@ -1,19 +1,9 @@
-"""`up`'s one loop: the members of a deployment (kimi_serve.profile.deployment), started and supervised together. A
-profile of one server is a deployment of one member; a replicated profile (``replicas: N``, docs/up.md "Replicated
-profiles") is N local replicas, then SGLang's router in front of them.
-
-Each server member is watched by its own :class:`kimi_serve.up.watch.Watch` (phases, failure patterns, readiness, its
-contract check). The one server's watch writes to `up`'s console and reads `up`'s signals itself: its output, exit
-codes and stop are what docs/up.md describes for one server. With a router:
-
-Order: every replica starts at once (its watch's lines tagged with its name, its signals relayed); when all have
-passed, the router starts; `up` is ready when the router reports every worker healthy and the contract check
-through the router passes. A stop (Ctrl-C, SIGTERM, a failure) takes the router down first, then SIGTERM to each
-replica's main PID, as for one server.
-
-A replica that dies after the deployment is ready does not stop `up`: it says which one, and the router keeps
-serving through the others (degraded); once every replica is gone, `up` stops the router and exits 4. A requested
-stop of a degraded deployment exits 4, not 130 (a server exited on its own during the run).
+"""`up`'s one loop: the members of a deployment (kimi_serve.profile.deployment), started and supervised together
+(docs/up.md "Replicated profiles"). One server is a deployment of one member: its :class:`kimi_serve.up.watch.Watch`
+writes to `up`'s console and reads `up`'s signals itself. With a router, every replica starts at once (lines tagged,
+signals relayed), the router once all have passed; a stop takes the router down first, then the replicas. A replica
+that dies once the deployment is ready leaves it degraded (the router serves through the others); when none is left,
+`up` stops and exits 4, and a requested stop of a degraded deployment exits 4, not 130.
 """
 
 from __future__ import annotations
@@ -90,10 +80,8 @@ class Supervisor:
     # -- start
     def start_members(self) -> None:
         for m, launch in ((m, x) for m, x in self.launches.items() if m != self.router_member):
-            self.console.info(f"starting {launch.engine if self.solo else m.title} (log: {self.logs[m]})")
-            self.console.info("$ " + launch.shell())
             try:
-                server = self._start(launch, self.logs[m])
+                server = self._start(m, f"starting {launch.engine if self.solo else m.title}")
             except OSError as exc:
                 raise KimiServeError(
                     f"cannot start {launch.argv[0]}: {exc.strerror or exc}",
@@ -109,22 +97,22 @@ class Supervisor:
                 f"{'' if self.solo else f'{m.tag}: '}server pid {server.pid} (own session and process group)"
             )
 
-    @staticmethod
-    def _start(launch: Launch, log: Path) -> Server:
-        """One member (or the router) as a child of `up`'s main thread: it gets SIGTERM if `up` dies, and shares
-        `up`'s locks (its ports, GPUs, venv) until it exits (docs/up.md, "However `up` ends")."""
+    def _start(self, m: Member, what: str) -> Server:
+        """Say ``what`` starts and its command, then start member ``m`` (or the router) as a child of `up`'s main
+        thread: SIGTERM if `up` dies, and `up`'s locks shared until it exits (docs/up.md, "However `up` ends")."""
         from kimi_serve.check.launch import server_env
         from kimi_serve.core.lock import held_lock_fds
 
-        return Server.start(list(launch.argv), server_env(launch), log, keep_fds=held_lock_fds())
+        launch = self.launches[m]
+        self.console.info(f"{what} (log: {self.logs[m]})")
+        self.console.info("$ " + launch.shell())
+        return Server.start(list(launch.argv), server_env(launch), self.logs[m], keep_fds=held_lock_fds())
 
     def _start_router(self) -> None:
         router, launch = self.routing, self.launches[self.routing]
         self.console.end_progress()
-        self.console.info(f"every replica passed; starting the {router.title} (log: {self.logs[router]})")
-        self.console.info("$ " + launch.shell())
         try:
-            self.router = self._start(launch, self.logs[router])
+            self.router = self._start(router, f"every replica passed; starting the {router.title}")
         except OSError as exc:
             self.begin_stop(
                 Outcome(

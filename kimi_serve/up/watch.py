@@ -20,7 +20,7 @@ from kimi_serve.process.startup import StartupJudge
 from kimi_serve.process.startup_log import PHASES, is_health_access
 from kimi_serve.profile.launch import Launch
 from kimi_serve.up.console import Console
-from kimi_serve.up.options import CLEAN_STOP, HEALTH_TIMEOUT_S, UpOptions, health_target
+from kimi_serve.up.options import CLEAN_STOP, HEALTH_TIMEOUT_S, UpOptions
 from kimi_serve.up.phases import PhaseClock
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # a requested stop: SIGHUP is a closed terminal
@@ -107,6 +107,9 @@ class Watch:
     ) -> None:
         self.server, self.launch, self.opts, self.console, self.log_path = server, launch, opts, console, log_path
         self.port_hint = port_hint  # the fix when another process answers on its port
+        from kimi_serve.verify import parse_target
+
+        self.target = parse_target(launch.endpoint)
         self.judge = StartupJudge(
             timeout_s=opts.startup_timeout_s,
             tp_size=opts.tp_size,
@@ -210,17 +213,15 @@ class Watch:
         counts only from this server: (the readiness, why not when another process holds the port)."""
         from kimi_serve.verify import wait_ready
 
-        target = health_target(self.launch)
-        readiness = wait_ready(target, time.monotonic(), poll_timeout=HEALTH_TIMEOUT_S)
-        return readiness, port_taken(self.server.pid, target.base_url) if readiness.ready else None
+        readiness = wait_ready(self.target, time.monotonic(), poll_timeout=HEALTH_TIMEOUT_S)
+        return readiness, port_taken(self.server.pid, self.target.base_url) if readiness.ready else None
 
     def _ready(self) -> None:
         self.console.end_progress()
         self.ready_at = time.monotonic()
         self.phases.mark_ready(self.ready_at)
         self.console.info(
-            f"[ready] server ready in {self.ready_at - self.started:.1f}s "
-            f"(GET /health 200 at {health_target(self.launch).base_url})"
+            f"[ready] server ready in {self.ready_at - self.started:.1f}s (GET /health 200 at {self.target.base_url})"
         )
         if self.opts.verify:
             self.console.info(f"contract check ({self.opts.verify_suite} suite)...")
@@ -233,7 +234,7 @@ class Watch:
         from kimi_serve.verify import resolve_key
 
         key = resolve_key(key_file=self.launch.api_key_file, file_label="profile key file")
-        return contract_check(health_target(self.launch), self.opts, key.value, key.source)
+        return contract_check(self.target, self.opts, key.value, key.source)
 
     def _verified(self, report: Any) -> None:
         self.verify_done = True
