@@ -108,7 +108,8 @@ SSE_FRAMING = {
 # "trickle-body" a complete head, then the body a byte every TRICKLE_GAP s.
 HOSTILE_MODES = ("endless-body", "endless-stream", "huge-line", "trickle-head", "trickle-body")
 TRICKLE_GAP = 0.2
-SLOW_GAP = 0.25  # "slow-stream": seconds between events (a slow decoder that keeps sending)
+SLOW_GAP = 0.25  # "slow-stream": seconds between its chunks (a slow decoder that keeps sending)
+SLOW_TICKS = 3  # "slow-stream": SSE comment chunks before each event after the first (bytes, never an event)
 SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 CALL_BEGIN, ARG_BEGIN, CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
 _TOKEN_SPLIT = re.compile(r"(<\|[a-z_]+\|>|</?think>)")
@@ -654,8 +655,13 @@ class _Handler(BaseHTTPRequestHandler):
         for n, event in enumerate(events):
             if self.owner.mode == "stream-stall" and n == 3:
                 return self._hang()
-            if self.owner.mode == "slow-stream" and n:
+            for _ in range(SLOW_TICKS if self.owner.mode == "slow-stream" and n else 0):
                 time.sleep(SLOW_GAP)
+                try:
+                    self.wfile.write(b"8\r\n: slow\n\n\r\n")  # one chunk: its 8 bytes in hex
+                    self.wfile.flush()
+                except OSError:
+                    return None
             field_lines, after = SSE_FRAMING.get(self.owner.mode, (lambda n: "", ""))
             data = f"{field_lines(n)}data: {event}\n\n{after}".encode()
             if self.owner.mode == "sse-crlf":

@@ -169,14 +169,15 @@ def test_stalled_stream_fails_within_timeout() -> None:
 
 
 def test_a_slow_stream_that_keeps_sending_is_slow_not_hung() -> None:
-    """Bytes every 0.25 s, never a pause near the stall limit (half the 1.2 s timeout): "slow", not "server hangs"."""
+    """Bytes every 0.25 s, never a pause near the stall limit (1.2 s, half the timeout; a loaded machine's late
+    wake-ups stay far from it), the answer still arriving at the deadline: "slow", not "server hangs"."""
     with ContractServer("slow-stream") as srv:
-        report = run_verify(srv.host, timeout=1.2)
+        report = run_verify(srv.host, timeout=2.4)
     slow = [p for p in report.probes if p.mode == "stream"]
     assert report.exit_code == 1 and slow
     for p in slow:
         assert [f.code for f in p.findings] == ["too_slow"], p.findings
-        assert "slow, not hung" in p.findings[0].message and "0.6s stall limit" in p.findings[0].message
+        assert "slow, not hung" in p.findings[0].message and "1.2s stall limit" in p.findings[0].message
         assert "hang" not in p.findings[0].fix
 
 
