@@ -24,6 +24,7 @@ from kimi_serve.k8s.view import IMAGE_KIMI_SERVE, IMAGE_PYTHON, SECRET_KEY, K8sP
 from kimi_serve.profile.launch import Launch
 from kimi_serve.service.hardening import CACHE_ROOT, cache_environment
 from kimi_serve.service.unit import floor_args
+from kimi_serve.service.unit import verify_command as unit_verify_command
 
 UID = 10001  # the pods' user and group (numeric: Kubernetes checks runAsNonRoot by uid)
 STARTUP_PERIOD = 10  # seconds between startupProbe tries; the budget is the profile's startup.timeout
@@ -246,9 +247,9 @@ def verify_command(
     """``kimi-serve verify`` of ``endpoint`` (HOST:PORT): bounded, no readiness wait, the key file at ``key_file``
     in the container; escaped for Kubernetes, which expands ``$(VAR)`` in an exec probe's command as in a
     container's."""
-    argv = [IMAGE_KIMI_SERVE, "verify", "--host", endpoint, "--timeout", f"{timeout:g}"]
-    argv += ["--suite", suite, "--max-tokens", str(max_tokens), *floor_args(plan.profile)]
-    return [escaped(a) for a in argv + (["--api-key-file", key_file] if plan.key_file and key_file else [])]
+    extra = ["--max-tokens", str(max_tokens), *floor_args(plan.profile)]
+    key = key_file if plan.key_file else None
+    return [escaped(a) for a in unit_verify_command([IMAGE_KIMI_SERVE], endpoint, timeout, suite, key, extra=extra)]
 
 
 def startup_probe(probe: Obj, timeout: int) -> Obj:
