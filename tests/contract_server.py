@@ -527,6 +527,8 @@ class _Handler(BaseHTTPRequestHandler):
             )
         if self.path == "/model_info":
             return self._json(200, {"model_path": "/models/Kimi-K2.5", **own.parsers()})
+        if own.mode == "hang" and self.path in ("/server_info", "/get_server_info"):
+            return self._hang()  # a wedged scheduler: SGLang asks it for /server_info, /v1/models it answers itself
         if self.path in ("/server_info", "/get_server_info") and own.server_info is not None:
             return self._json(200, own.server_info)
         return self._json(404, {"detail": "Not Found"})

@@ -4,6 +4,7 @@ fails with its diagnosis and the documented exit code. Core (run_verify) and CLI
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from contract_server import CORRECT_MODES, ContractServer
@@ -191,11 +192,16 @@ def test_a_stall_is_no_bytes_for_the_stated_time() -> None:
 
 
 def test_hung_server_fails_within_timeout() -> None:
+    """The whole run ends by the deadline plus the join's grace: the draft's reads after the probes (/server_info,
+    /metrics) included, and counted in elapsed_s."""
     with ContractServer("hang") as srv:
+        started = time.monotonic()
         report = run_verify(srv.host, timeout=2.0)
+        took = time.monotonic() - started
     assert report.exit_code == 1
     assert all(p.findings[0].code == "timeout" and "--timeout 2s" in p.findings[0].message for p in report.probes)
     assert report.elapsed_s < 2.0 + 2.0
+    assert took < 2.0 + 2.0 + 0.5 and took - report.elapsed_s < 0.5, (took, report.elapsed_s)
 
 
 def test_unknown_model_names_the_served_models() -> None:

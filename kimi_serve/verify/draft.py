@@ -250,11 +250,17 @@ def result(acc: Acceptance) -> ProbeResult:
 
 
 def judge_draft(
-    report: VerifyReport, target: Target, api_key: str | None, floor: float | None, expected: bool | None
+    report: VerifyReport,
+    target: Target,
+    api_key: str | None,
+    floor: float | None,
+    expected: bool | None,
+    deadline: float,
 ) -> None:
-    """The draft's acceptance over the report's probe answers and /metrics (read after them), added to ``report`` as
-    the ``draft`` row; nothing with speculative decoding off."""
-    spec = server_spec(target, time.monotonic() + POLL_TIMEOUT, api_key)
+    """The draft's acceptance over the report's probe answers and /metrics (read after them, by ``deadline`` and at
+    most :data:`POLL_TIMEOUT` from now), added to ``report`` as the ``draft`` row; nothing with speculative decoding
+    off."""
+    spec = server_spec(target, min(deadline, time.monotonic() + POLL_TIMEOUT), api_key)
     acceptance = measure(report.spec_samples, spec, floor=floor, spec_expected=expected)
     if acceptance is not None:
         report.acceptance = acceptance

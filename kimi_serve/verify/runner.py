@@ -86,15 +86,13 @@ def run_verify(target: Target | str, options: VerifyOptions | None = None, **cha
 
     ``options`` (:class:`~kimi_serve.verify.options.VerifyOptions`) with ``changes`` to its fields. Readiness first,
     then every probe and mode and the least-privilege checks within ``options.timeout``, then the speculative draft's
-    acceptance. The report's ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
+    acceptance (its reads end by the same deadline: a hung server costs no time beyond it). The report's
+    ``exit_code`` is 0 (holds), 1 (violated) or 3 (unreachable).
     """
     target = parse_target(target) if isinstance(target, str) else target
     opts = dataclasses.replace(options or VerifyOptions(), **changes)
     with read_limits(opts.limits):  # what the whole run may read
-        report = _run(target, opts)
-    if report.probes and report.error is None and opts.suite != RAW:  # the raw suite sends no chat probe to read
-        judge_draft(report, target, opts.api_key, opts.accept_floor, opts.spec_expected)
-    return report
+        return _run(target, opts)
 
 
 def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
@@ -209,5 +207,7 @@ def _run(target: Target, opts: VerifyOptions) -> VerifyReport:
     report.checks, report.listeners = privilege_future.result()
     report.checks += _parser_checks(parser_future.result(), report)
     report.checks += leaks  # a key handed to clients: a least-privilege FAIL (verify/leaks.py)
+    if report.probes and report.error is None and suite != RAW:  # the raw suite sends no chat probe to read
+        judge_draft(report, target, api_key, opts.accept_floor, opts.spec_expected, deadline)
     report.elapsed_s = time.monotonic() - started
     return report
