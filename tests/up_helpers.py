@@ -17,10 +17,38 @@ REPLAY = HERE / "startup_replay.py"
 CPU_DIR = HERE / "sglang_cpu"
 
 
+_PORT_BLOCK = 1000
+_port_next = 0
+
+
+def free_run(count: int = 1) -> int:
+    """The first of ``count`` consecutive free ports, from this xdist worker's own block of 10000-19999: outside the
+    kernel's ephemeral range (32768-60999), where a parallel test's client connection can take a port between the
+    pick and a server's bind (CI saw a replica's EADDRINUSE 25 s after its port was picked there), and apart from the
+    other workers' blocks and nccl_port's 20000-21999. Checked on the wildcard address, which a bind on any address
+    of the port would refuse."""
+    global _port_next
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    base = 10000 + (int(worker) if worker.isdigit() else 0) % 10 * _PORT_BLOCK
+    for _ in range(_PORT_BLOCK):
+        first = base + _port_next % (_PORT_BLOCK - count + 1)
+        _port_next += count
+        socks = [socket.socket() for _ in range(count)]
+        try:
+            for offset, sock in enumerate(socks):
+                sock.bind(("0.0.0.0", first + offset))
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+        return first
+    raise RuntimeError(f"no {count} consecutive free ports in {base}-{base + _PORT_BLOCK - 1}")
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port (:func:`free_run`)."""
+    return free_run(1)
 
 
 _NCCL_BLOCK = 100
@@ -116,20 +144,7 @@ def cpu_profile(directory: Path, port: int, python: str, *, model: Path | None =
 
 def free_pair() -> int:
     """A port P with P+1 free too (replica i listens at server.port + i)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port >= 65535:
-            continue
-        with socket.socket() as a, socket.socket() as b:
-            try:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise AssertionError("no two consecutive free ports")
+    return free_run(2)
 
 
 def dp2_profile(directory: Path, key_file: Path | None) -> tuple[Path, int, int]:
