@@ -18,6 +18,7 @@ CPU_DIR = HERE / "sglang_cpu"
 
 
 _PORT_BLOCK = 1000
+_PORT_GAP = 4  # unpicked ports after each pick: a caller may bind the ports just above the one it got (replicas)
 _port_next = 0
 
 
@@ -32,7 +33,7 @@ def free_run(count: int = 1) -> int:
     base = 10000 + (int(worker) if worker.isdigit() else 0) % 10 * _PORT_BLOCK
     for _ in range(_PORT_BLOCK):
         first = base + _port_next % (_PORT_BLOCK - count + 1)
-        _port_next += count
+        _port_next += count + _PORT_GAP
         socks = [socket.socket() for _ in range(count)]
         try:
             for offset, sock in enumerate(socks):
